@@ -1,0 +1,68 @@
+//! The path a transfer really took.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// The data path that moved a descriptor pair's bytes. Names follow `DESIGN.md`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "path", rename_all = "kebab-case")]
+pub enum Path {
+    /// GPU ↔ GPU peer copy over NVLink (GPUDirect P2P).
+    P2pNvlink,
+    /// GPU ↔ GPU peer copy over PCIe (GPUDirect P2P).
+    P2pPcie,
+    /// Copy inside one GPU's memory.
+    DeviceLocal,
+    /// Host → GPU copy by the GPU's copy engine. `pinned` false means pageable memory that went
+    /// through gdpath's pinned staging buffers.
+    HostToDevice { pinned: bool },
+    /// GPU → host copy, as [`Path::HostToDevice`].
+    DeviceToHost { pinned: bool },
+    /// GPU → pinned host bounce buffers → GPU, for pairs without P2P.
+    Staged,
+    /// cuFile with nvidia-fs: NVMe DMA straight into GPU memory (GPUDirect Storage).
+    GdsNative,
+    /// cuFile in compatibility mode (no nvidia-fs): POSIX I/O through cuFile's bounce buffers.
+    GdsCompat,
+    /// O_DIRECT + io_uring into aligned (pinned, where a GPU is involved) host memory.
+    PosixDirect,
+    /// Buffered pread/pwrite through the page cache, where O_DIRECT is refused.
+    PosixBuffered,
+    /// Host memory ↔ host memory, memcpy.
+    HostCopy,
+    /// UCX moved the bytes with the named transport (`tcp`, `posix`, `sysv`, `cma`, `rc_mlx5`,
+    /// `cuda_ipc`, …).
+    Ucx { transport: String },
+    /// An RDMA NIC read or wrote GPU memory itself (GPUDirect RDMA), through UCX transport
+    /// `transport`.
+    Gdr { transport: String },
+}
+
+impl Path {
+    /// A short stable name for tables and JSON rows, e.g. `p2p-nvlink`, `ucx:tcp`.
+    pub fn name(&self) -> String {
+        match self {
+            Path::P2pNvlink => "p2p-nvlink".into(),
+            Path::P2pPcie => "p2p-pcie".into(),
+            Path::DeviceLocal => "device-local".into(),
+            Path::HostToDevice { pinned: true } => "h2d-pinned".into(),
+            Path::HostToDevice { pinned: false } => "h2d-pageable".into(),
+            Path::DeviceToHost { pinned: true } => "d2h-pinned".into(),
+            Path::DeviceToHost { pinned: false } => "d2h-pageable".into(),
+            Path::Staged => "staged".into(),
+            Path::GdsNative => "gds-native".into(),
+            Path::GdsCompat => "gds-compat".into(),
+            Path::PosixDirect => "posix-direct".into(),
+            Path::PosixBuffered => "posix-buffered".into(),
+            Path::HostCopy => "host-copy".into(),
+            Path::Ucx { transport } => format!("ucx:{transport}"),
+            Path::Gdr { transport } => format!("gdr:{transport}"),
+        }
+    }
+}
+
+impl fmt::Display for Path {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.name())
+    }
+}
