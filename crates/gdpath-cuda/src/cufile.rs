@@ -195,6 +195,14 @@ fn api() -> Result<&'static Api, CudaError> {
     API.get_or_init(Api::load).as_ref().map_err(Clone::clone)
 }
 
+/// Load libcufile (without opening the driver) and say where it came from.
+///
+/// Errors: [`CudaError::LibraryMissing`] naming `libcufile.so.0` and what installs it;
+/// [`CudaError::SymbolMissing`] for a libcufile without the calls above.
+pub fn library() -> Result<&'static str, CudaError> {
+    api().map(|a| a.loaded_from.as_str())
+}
+
 // ---------------------------------------------------------------------------------------------
 // Error codes
 // ---------------------------------------------------------------------------------------------

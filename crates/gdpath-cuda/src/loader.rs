@@ -117,7 +117,7 @@ fn extra_dirs(library: Library, env: &SearchEnv) -> Vec<PathBuf> {
                 .into_iter()
                 .filter(|n| n.starts_with("cuda-"))
                 .collect::<Vec<_>>();
-            versioned.sort_by(|a, b| version_key(b).cmp(&version_key(a)));
+            versioned.sort_by_key(|v| std::cmp::Reverse(version_key(v)));
             for v in versioned {
                 dirs.push(
                     under_root("/usr/local")
@@ -160,7 +160,7 @@ fn python_site_dirs(env: &SearchEnv) -> Vec<PathBuf> {
             .into_iter()
             .filter(|n| n.starts_with("python3"))
             .collect::<Vec<_>>();
-        pythons.sort_by(|a, b| version_key(b).cmp(&version_key(a)));
+        pythons.sort_by_key(|p| std::cmp::Reverse(version_key(p)));
         for py in pythons {
             for kind in ["site-packages", "dist-packages"] {
                 sites.push(lib.join(&py).join(kind));
