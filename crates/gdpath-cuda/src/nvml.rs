@@ -115,6 +115,13 @@ pub fn nvlink_version_text(v: u32) -> Option<&'static str> {
     })
 }
 
+/// The remote end of an NVLink in sysfs form; NVML's placeholder for an end the OS cannot see
+/// (`FFFFFFFF:FF:FF.0`, not a valid address: an NVSwitch outside this VM on the H200 machine)
+/// is kept, lower-cased, rather than rejected.
+pub fn remote_pci_text(nvml_bus_id: &str) -> String {
+    normalize_pci(nvml_bus_id).unwrap_or_else(|_| nvml_bus_id.trim().to_lowercase())
+}
+
 /// NVML's NVLink speed (MBps, 1e6 B/s, per direction) in GB/s (1e9 B/s).
 pub fn nvlink_mbps_to_gbps(mbps: u64) -> f64 {
     mbps as f64 / 1000.0
@@ -177,7 +184,7 @@ fn read_nvlinks(nvml: &Nvml, dev: &Device, gaps: &mut Vec<(String, String)>) -> 
             }
         }
         let remote_pci = match link.remote_pci_info() {
-            Ok(p) => normalize_pci(&p.bus_id).unwrap_or(p.bus_id.to_lowercase()),
+            Ok(p) => remote_pci_text(&p.bus_id),
             Err(e) => {
                 gaps.push((format!("NVLink {l} remote PCI"), e.to_string()));
                 String::new()
