@@ -86,6 +86,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "bandwidth H2D pageable GPU0: {:.2} GB/s (median of {ITERS} x 1 GiB, wall clock)",
         median(rates)
     );
+    let registered = gdpath_cuda::HostRegistration::new(&g0, pageable)?;
+    let reg = timed(&g0, &s0, || s0.copy_h2d(&d0, 0, &registered, 0, SIZE))?;
+    println!("bandwidth H2D registered (cuMemHostRegister) GPU0: {reg:.2} GB/s (median of {ITERS} x 1 GiB)");
+    drop(registered);
     let d2d = timed(&g0, &s0, || s0.copy_d2d(&d0b, 0, &d0, 0, SIZE))?;
     println!("bandwidth D2D GPU0: {d2d:.2} GB/s (median of {ITERS} x 1 GiB; read+write = 2x this in memory traffic)");
     if n >= 2 {
