@@ -17,6 +17,30 @@ pub struct DriverFacts {
     pub gpus: Vec<GpuFacts>,
     /// One entry per ordered GPU pair (a, b) with a != b.
     pub pairs: Vec<GpuPairFacts>,
+    /// Why some facts above are missing (a library absent, a call unsupported), so that a
+    /// report can say "unknown because ..." instead of guessing. Empty when everything was read.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gaps: Vec<FactGap>,
+}
+
+/// Where a driver fact comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FactSource {
+    /// The CUDA driver API (`libcuda.so.1`).
+    Cuda,
+    /// NVML (`libnvidia-ml.so.1`).
+    Nvml,
+}
+
+/// One reason facts are missing: which source, and its error text.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FactGap {
+    pub source: FactSource,
+    /// What could not be read, e.g. `"all NVML facts"` or `"GPU 0 BAR1"`.
+    pub what: String,
+    /// The error, e.g. `libnvidia-ml.so.1 could not be loaded ...`.
+    pub reason: String,
 }
 
 /// Facts about one GPU.
@@ -67,6 +91,9 @@ pub struct NvLinkFacts {
     /// Per-direction data rate of this link in GB/s (1e9 B/s), as `nvidia-smi nvlink -s` prints
     /// it (26.562 GB/s per link on H100/H200 NVLink4).
     pub gbps: Option<f64>,
+    /// NVLink version as NVML reports it (`nvmlDeviceGetNvLinkVersion`), e.g. `"4.0"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
 }
 
 /// Status of one P2P capability between two GPUs, with the codes and meanings of the legend of

@@ -1,0 +1,555 @@
+//! Device memory, pinned host memory and registered host memory, as RAII types.
+//!
+//! Lifetime rule: every asynchronous operation a [`crate::Stream`] enqueues holds a reference
+//! (an `Arc`) to each buffer it touches until that stream is synchronized, so dropping a buffer
+//! while the GPU still uses it only drops the caller's handle; the memory is freed after the
+//! stream's [`crate::Stream::synchronize`] (which `Stream`'s `Drop` also does).
+//!
+//! Host access rule: the CPU may read a host buffer only while no stream is still writing into it
+//! (device-to-host copy in flight), and write it only while no stream holds it at all. The
+//! accessors check this and return [`CudaError::BufferBusy`] rather than hand out a slice the DMA
+//! engine may be changing.
+
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use crate::context::Context;
+use crate::error::CudaError;
+use crate::ffi::{self, CUdeviceptr};
+
+/// Check that `[offset, offset + len)` lies inside a buffer of `buf_len` bytes. Pure: called by
+/// every copy, memset and cuFile I/O before the driver sees the range.
+///
+/// Errors: [`CudaError::InvalidArgument`] naming `what`, the range and the buffer length, for an
+/// out-of-bounds range or an `offset + len` that overflows.
+pub fn check_range(what: &str, buf_len: usize, offset: usize, len: usize) -> Result<(), CudaError> {
+    match offset.checked_add(len) {
+        Some(end) if end <= buf_len => Ok(()),
+        Some(end) => Err(CudaError::InvalidArgument(format!(
+            "{what}: range {offset}..{end} ({len} bytes) exceeds the buffer's {buf_len} bytes"
+        ))),
+        None => Err(CudaError::InvalidArgument(format!(
+            "{what}: offset {offset} + length {len} overflows"
+        ))),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Device memory
+// ---------------------------------------------------------------------------------------------
+
+/// Device memory from `cuMemAlloc_v2`, freed with `cuMemFree_v2` when the last reference (this
+/// handle or an in-flight stream operation) goes. `Send + Sync`.
+pub struct DeviceBuffer {
+    pub(crate) inner: Arc<DevMem>,
+}
+
+pub(crate) struct DevMem {
+    pub(crate) ctx: Context,
+    pub(crate) ptr: CUdeviceptr,
+    pub(crate) len: usize,
+}
+
+impl Drop for DevMem {
+    fn drop(&mut self) {
+        let api = self.ctx.api();
+        let r = self.ctx.bind().and_then(|()| {
+            // SAFETY: ptr came from cuMemAlloc in this context; no stream holds it any more.
+            api.check("cuMemFree_v2", unsafe { (api.cuMemFree)(self.ptr) })
+        });
+        if let Err(e) = r {
+            tracing::warn!(ordinal = self.ctx.ordinal(), error = %e, "freeing device memory");
+        }
+    }
+}
+
+impl std::fmt::Debug for DeviceBuffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeviceBuffer")
+            .field("ordinal", &self.ordinal())
+            .field("ptr", &format_args!("{:#x}", self.device_ptr()))
+            .field("len", &self.len())
+            .finish()
+    }
+}
+
+impl DeviceBuffer {
+    /// Allocate `len` bytes on `ctx`'s device. Contents are undefined until written.
+    ///
+    /// Errors: `InvalidArgument` for `len == 0`; the driver's `CUDA_ERROR_OUT_OF_MEMORY`.
+    pub fn new(ctx: &Context, len: usize) -> Result<DeviceBuffer, CudaError> {
+        if len == 0 {
+            return Err(CudaError::InvalidArgument(
+                "device allocation of 0 bytes".into(),
+            ));
+        }
+        ctx.bind()?;
+        let mut ptr: CUdeviceptr = 0;
+        // SAFETY: context current; out-pointer live.
+        ctx.api().check("cuMemAlloc_v2", unsafe {
+            (ctx.api().cuMemAlloc)(&mut ptr, len)
+        })?;
+        Ok(DeviceBuffer {
+            inner: Arc::new(DevMem {
+                ctx: ctx.clone(),
+                ptr,
+                len,
+            }),
+        })
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.inner.len
+    }
+
+    /// Always false: zero-length buffers cannot be made.
+    pub fn is_empty(&self) -> bool {
+        self.inner.len == 0
+    }
+
+    /// The device address (`CUdeviceptr`), for cuFile, UCX or NCCL. Valid while `self` lives.
+    pub fn device_ptr(&self) -> u64 {
+        self.inner.ptr
+    }
+
+    /// CUDA ordinal of the device holding the memory.
+    pub fn ordinal(&self) -> u32 {
+        self.inner.ctx.ordinal()
+    }
+
+    /// The context the memory was allocated in.
+    pub fn context(&self) -> &Context {
+        &self.inner.ctx
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Host memory visible to the GPU
+// ---------------------------------------------------------------------------------------------
+
+mod sealed {
+    use std::sync::atomic::AtomicUsize;
+    use std::sync::Arc;
+
+    /// What a stream keeps of a host buffer while an operation on it is in flight.
+    pub trait HostKeep: Send + Sync {
+        /// Number of in-flight operations writing into the buffer (device-to-host copies).
+        fn writers(&self) -> &AtomicUsize;
+    }
+
+    /// A host range a stream may DMA from or into: start and what keeps it alive.
+    pub struct HostRegion {
+        pub(crate) ptr: *mut u8,
+        pub(crate) keep: Arc<dyn HostKeep>,
+    }
+
+    /// Seals [`super::PinnedHost`]: only this crate's buffers implement it.
+    pub trait Sealed {
+        fn region(&self) -> HostRegion;
+    }
+}
+
+pub(crate) use sealed::{HostKeep, HostRegion};
+
+/// Page-locked host memory that copies can use asynchronously: [`PinnedHostBuffer`] and
+/// [`HostRegistration`]. Sealed: implemented only by this crate's types.
+pub trait PinnedHost: sealed::Sealed {
+    /// Length in bytes.
+    fn len(&self) -> usize;
+    /// Whether the length is zero (never, for this crate's types).
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Start address, for handing to UCX or cuFile.
+    fn host_ptr(&self) -> *const u8;
+}
+
+fn host_slice<'a>(ptr: *mut u8, len: usize, keep: &dyn HostKeep) -> Result<&'a [u8], CudaError> {
+    if keep.writers().load(Ordering::Acquire) != 0 {
+        return Err(CudaError::BufferBusy);
+    }
+    // SAFETY: ptr/len describe memory owned by the caller's buffer for its life; no DMA writes
+    // are in flight (checked above) and none can start while this shared borrow lives, because
+    // starting one needs `&mut` of the buffer.
+    Ok(unsafe { std::slice::from_raw_parts(ptr, len) })
+}
+
+/// Pinned host memory from `cuMemHostAlloc` (portable: usable with every GPU's context), freed
+/// with `cuMemFreeHost`. Use it for staging and bounce buffers. `Send + Sync`.
+pub struct PinnedHostBuffer {
+    inner: Arc<PinnedMem>,
+}
+
+struct PinnedMem {
+    ctx: Context,
+    ptr: *mut u8,
+    len: usize,
+    writers: AtomicUsize,
+}
+
+// SAFETY: the pointer is to pinned memory owned by this value; access is guarded as described in
+// the module documentation.
+unsafe impl Send for PinnedMem {}
+// SAFETY: as above.
+unsafe impl Sync for PinnedMem {}
+
+impl HostKeep for PinnedMem {
+    fn writers(&self) -> &AtomicUsize {
+        &self.writers
+    }
+}
+
+impl Drop for PinnedMem {
+    fn drop(&mut self) {
+        let api = self.ctx.api();
+        let r = self.ctx.bind().and_then(|()| {
+            // SAFETY: ptr came from cuMemHostAlloc; no stream holds it any more.
+            api.check("cuMemFreeHost", unsafe {
+                (api.cuMemFreeHost)(self.ptr as *mut c_void)
+            })
+        });
+        if let Err(e) = r {
+            tracing::warn!(error = %e, "freeing pinned host memory");
+        }
+    }
+}
+
+impl std::fmt::Debug for PinnedHostBuffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PinnedHostBuffer")
+            .field("len", &self.inner.len)
+            .finish()
+    }
+}
+
+impl PinnedHostBuffer {
+    /// Allocate `len` bytes of pinned host memory, zero-filled.
+    ///
+    /// Errors: `InvalidArgument` for `len == 0`; the driver's out-of-memory error.
+    pub fn new(ctx: &Context, len: usize) -> Result<PinnedHostBuffer, CudaError> {
+        if len == 0 {
+            return Err(CudaError::InvalidArgument(
+                "pinned host allocation of 0 bytes".into(),
+            ));
+        }
+        ctx.bind()?;
+        let mut p: *mut c_void = std::ptr::null_mut();
+        // SAFETY: context current; out-pointer live.
+        ctx.api().check("cuMemHostAlloc", unsafe {
+            (ctx.api().cuMemHostAlloc)(&mut p, len, ffi::CU_MEMHOST_PORTABLE)
+        })?;
+        // SAFETY: fresh allocation of len bytes that nothing else references yet.
+        unsafe { std::ptr::write_bytes(p as *mut u8, 0, len) };
+        Ok(PinnedHostBuffer {
+            inner: Arc::new(PinnedMem {
+                ctx: ctx.clone(),
+                ptr: p as *mut u8,
+                len,
+                writers: AtomicUsize::new(0),
+            }),
+        })
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.inner.len
+    }
+
+    /// Always false: zero-length buffers cannot be made.
+    pub fn is_empty(&self) -> bool {
+        self.inner.len == 0
+    }
+
+    /// Read the contents. Errors: [`CudaError::BufferBusy`] while a device-to-host copy into it
+    /// has not been synchronized.
+    pub fn as_slice(&self) -> Result<&[u8], CudaError> {
+        host_slice(self.inner.ptr, self.inner.len, &*self.inner)
+    }
+
+    /// Write the contents. Errors: [`CudaError::BufferBusy`] while any stream operation on it
+    /// has not been synchronized.
+    pub fn as_mut_slice(&mut self) -> Result<&mut [u8], CudaError> {
+        if Arc::strong_count(&self.inner) != 1 {
+            return Err(CudaError::BufferBusy);
+        }
+        // SAFETY: no stream holds the buffer (count 1) and we hold it mutably.
+        Ok(unsafe { std::slice::from_raw_parts_mut(self.inner.ptr, self.inner.len) })
+    }
+}
+
+impl sealed::Sealed for PinnedHostBuffer {
+    fn region(&self) -> HostRegion {
+        HostRegion {
+            ptr: self.inner.ptr,
+            keep: self.inner.clone(),
+        }
+    }
+}
+
+impl PinnedHost for PinnedHostBuffer {
+    fn len(&self) -> usize {
+        self.inner.len
+    }
+    fn host_ptr(&self) -> *const u8 {
+        self.inner.ptr
+    }
+}
+
+/// Host memory that can be page-locked in place with `cuMemHostRegister`.
+///
+/// # Safety
+/// `as_mut_ptr()` and `len()` must describe memory that stays valid, at the same address and of
+/// the same length, for as long as the value lives, even when the value itself is moved (a heap
+/// buffer or a mapping; not an inline array).
+pub unsafe trait HostMemory: Send + Sync + 'static {
+    /// Start of the memory.
+    fn as_mut_ptr(&mut self) -> *mut u8;
+    /// Length in bytes.
+    fn len(&self) -> usize;
+    /// Whether the length is zero.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+// SAFETY: a Vec's heap buffer does not move when the Vec does; we never grow it.
+unsafe impl HostMemory for Vec<u8> {
+    fn as_mut_ptr(&mut self) -> *mut u8 {
+        Vec::as_mut_ptr(self)
+    }
+    fn len(&self) -> usize {
+        Vec::len(self)
+    }
+}
+
+// SAFETY: a boxed slice's heap buffer does not move when the box does.
+unsafe impl HostMemory for Box<[u8]> {
+    fn as_mut_ptr(&mut self) -> *mut u8 {
+        <[u8]>::as_mut_ptr(self)
+    }
+    fn len(&self) -> usize {
+        <[u8]>::len(self)
+    }
+}
+
+/// Memory the caller owns and promises to keep alive; see [`HostRegistration::from_raw`].
+pub struct RawHostMemory {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the caller of `HostRegistration::from_raw` vouches for the memory.
+unsafe impl Send for RawHostMemory {}
+// SAFETY: as above.
+unsafe impl Sync for RawHostMemory {}
+
+// SAFETY: the caller of `from_raw` guarantees validity and a fixed address.
+unsafe impl HostMemory for RawHostMemory {
+    fn as_mut_ptr(&mut self) -> *mut u8 {
+        self.ptr
+    }
+    fn len(&self) -> usize {
+        self.len
+    }
+}
+
+/// Existing host memory page-locked in place (`cuMemHostRegister_v2`, portable), unregistered
+/// (`cuMemHostUnregister`) on drop, before the memory itself is dropped. Owns the memory so that
+/// it cannot be freed while registered or while a stream uses it. `Send + Sync`.
+pub struct HostRegistration<M: HostMemory = Vec<u8>> {
+    inner: Arc<RegMem<M>>,
+}
+
+struct RegMem<M: HostMemory> {
+    ctx: Context,
+    ptr: *mut u8,
+    len: usize,
+    writers: AtomicUsize,
+    registered: bool,
+    mem: Option<M>,
+}
+
+// SAFETY: M is Send + Sync; the raw pointer points into M.
+unsafe impl<M: HostMemory> Send for RegMem<M> {}
+// SAFETY: as above.
+unsafe impl<M: HostMemory> Sync for RegMem<M> {}
+
+impl<M: HostMemory> HostKeep for RegMem<M> {
+    fn writers(&self) -> &AtomicUsize {
+        &self.writers
+    }
+}
+
+impl<M: HostMemory> RegMem<M> {
+    fn unregister(&mut self) -> Result<(), CudaError> {
+        if !self.registered {
+            return Ok(());
+        }
+        self.registered = false;
+        self.ctx.bind()?;
+        let api = self.ctx.api();
+        // SAFETY: ptr was registered by HostRegistration::new and nothing is in flight on it.
+        api.check("cuMemHostUnregister", unsafe {
+            (api.cuMemHostUnregister)(self.ptr as *mut c_void)
+        })
+    }
+}
+
+impl<M: HostMemory> Drop for RegMem<M> {
+    fn drop(&mut self) {
+        if let Err(e) = self.unregister() {
+            tracing::warn!(error = %e, "unregistering host memory");
+        }
+    }
+}
+
+impl<M: HostMemory> std::fmt::Debug for HostRegistration<M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostRegistration")
+            .field("len", &self.inner.len)
+            .finish()
+    }
+}
+
+impl<M: HostMemory> HostRegistration<M> {
+    /// Page-lock `mem` in place and take ownership of it until [`HostRegistration::into_inner`].
+    ///
+    /// Errors: `InvalidArgument` for empty memory; the driver's error (e.g.
+    /// `CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED`) — `mem` is dropped in that case.
+    pub fn new(ctx: &Context, mut mem: M) -> Result<HostRegistration<M>, CudaError> {
+        let len = mem.len();
+        if len == 0 {
+            return Err(CudaError::InvalidArgument(
+                "registration of 0 bytes of host memory".into(),
+            ));
+        }
+        let ptr = mem.as_mut_ptr();
+        ctx.bind()?;
+        // SAFETY: ptr/len describe live memory owned by `mem` (HostMemory contract).
+        ctx.api().check("cuMemHostRegister_v2", unsafe {
+            (ctx.api().cuMemHostRegister)(ptr as *mut c_void, len, ffi::CU_MEMHOST_PORTABLE)
+        })?;
+        Ok(HostRegistration {
+            inner: Arc::new(RegMem {
+                ctx: ctx.clone(),
+                ptr,
+                len,
+                writers: AtomicUsize::new(0),
+                registered: true,
+                mem: Some(mem),
+            }),
+        })
+    }
+
+    /// Unregister and give the memory back.
+    ///
+    /// Errors: [`CudaError::BufferBusy`] if a stream still holds it (the memory then stays
+    /// registered and is unregistered and dropped when that stream is synchronized); the
+    /// driver's error from `cuMemHostUnregister`.
+    pub fn into_inner(self) -> Result<M, CudaError> {
+        match Arc::try_unwrap(self.inner) {
+            Ok(mut reg) => {
+                reg.unregister()?;
+                Ok(reg.mem.take().expect("memory present until into_inner"))
+            }
+            Err(_still_held) => Err(CudaError::BufferBusy),
+        }
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.inner.len
+    }
+
+    /// Always false: empty memory cannot be registered.
+    pub fn is_empty(&self) -> bool {
+        self.inner.len == 0
+    }
+
+    /// Read the contents. Errors: [`CudaError::BufferBusy`] while a device-to-host copy into it
+    /// has not been synchronized.
+    pub fn as_slice(&self) -> Result<&[u8], CudaError> {
+        host_slice(self.inner.ptr, self.inner.len, &*self.inner)
+    }
+
+    /// Write the contents. Errors: [`CudaError::BufferBusy`] while any stream operation on it
+    /// has not been synchronized.
+    pub fn as_mut_slice(&mut self) -> Result<&mut [u8], CudaError> {
+        if Arc::strong_count(&self.inner) != 1 {
+            return Err(CudaError::BufferBusy);
+        }
+        // SAFETY: no stream holds it and we hold it mutably.
+        Ok(unsafe { std::slice::from_raw_parts_mut(self.inner.ptr, self.inner.len) })
+    }
+}
+
+impl HostRegistration<RawHostMemory> {
+    /// Register memory this crate does not own (a framework's tensor, an mmap).
+    ///
+    /// # Safety
+    /// `[ptr, ptr + len)` must be valid host memory that outlives the registration and every
+    /// stream operation using it (synchronize before freeing it), and must not be accessed by
+    /// the CPU in ways that race with copies in flight.
+    pub unsafe fn from_raw(
+        ctx: &Context,
+        ptr: *mut u8,
+        len: usize,
+    ) -> Result<HostRegistration<RawHostMemory>, CudaError> {
+        HostRegistration::new(ctx, RawHostMemory { ptr, len })
+    }
+}
+
+impl<M: HostMemory> sealed::Sealed for HostRegistration<M> {
+    fn region(&self) -> HostRegion {
+        HostRegion {
+            ptr: self.inner.ptr,
+            keep: self.inner.clone(),
+        }
+    }
+}
+
+impl<M: HostMemory> PinnedHost for HostRegistration<M> {
+    fn len(&self) -> usize {
+        self.inner.len
+    }
+    fn host_ptr(&self) -> *const u8 {
+        self.inner.ptr
+    }
+}
+
+pub(crate) use sealed::Sealed;
+
+#[cfg(test)]
+mod tests {
+    use super::check_range;
+    use crate::error::CudaError;
+
+    #[test]
+    fn ranges_inside_pass() {
+        check_range("copy", 4096, 0, 4096).unwrap();
+        check_range("copy", 4096, 4095, 1).unwrap();
+        check_range("copy", 4096, 4096, 0).unwrap();
+        check_range("copy", (1 << 30) + 1, 1 << 30, 1).unwrap();
+    }
+
+    #[test]
+    fn ranges_outside_fail_with_the_numbers() {
+        let e = check_range("H2D destination", 4096, 4095, 2).unwrap_err();
+        let CudaError::InvalidArgument(msg) = &e else {
+            panic!("wrong kind {e:?}")
+        };
+        assert!(msg.contains("H2D destination"), "{msg}");
+        assert!(msg.contains("4095..4097"), "{msg}");
+        assert!(msg.contains("4096 bytes"), "{msg}");
+        assert!(check_range("x", 4096, 4097, 0).is_err());
+        assert!(check_range("x", 0, 0, 1).is_err());
+    }
+
+    #[test]
+    fn overflow_is_an_error_not_a_wrap() {
+        let e = check_range("x", usize::MAX, usize::MAX, 2).unwrap_err();
+        assert!(e.to_string().contains("overflows"), "{e}");
+    }
+}
