@@ -128,7 +128,12 @@ pub fn capture<V: SysView>(
         let mut h = header(tar::EntryType::Symlink, 0);
         tar.append_link(&mut h, format!("fs{path}"), target).map_err(w)?;
     }
-    tar.into_inner().map_err(w)?.finish().map_err(w)?;
+    tar.into_inner()
+        .map_err(w)?
+        .finish()
+        .map_err(w)?
+        .flush()
+        .map_err(w)?;
     Ok(CaptureSummary {
         files: manifest.files,
         links: manifest.links,
