@@ -29,7 +29,7 @@ pub fn fixture(rel: &str) -> PathBuf {
 /// top folder inside it.
 pub fn unpack_sysfs(name: &str) -> (tempfile::TempDir, PathBuf) {
     let file = std::fs::File::open(fixture(&format!("hwloc-sysfs/{name}"))).unwrap();
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = tempdir();
     let mut ar = tar::Archive::new(bzip2::read::BzDecoder::new(file));
     ar.set_preserve_permissions(false);
     ar.unpack(tmp.path()).unwrap();
@@ -70,4 +70,16 @@ pub fn symlink(root: &Path, rel: &str, target: &str) {
     let p = root.join(rel);
     std::fs::create_dir_all(p.parent().unwrap()).unwrap();
     std::os::unix::fs::symlink(target, p).unwrap();
+}
+
+/// A temp dir, in /dev/shm when there is one (the dumps hold thousands of small files, which a
+/// virtual disk unpacks slowly).
+pub fn tempdir() -> tempfile::TempDir {
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() {
+        if let Ok(t) = tempfile::Builder::new().prefix("gdpath-test").tempdir_in(shm) {
+            return t;
+        }
+    }
+    tempfile::tempdir().unwrap()
 }
