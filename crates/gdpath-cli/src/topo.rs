@@ -158,9 +158,13 @@ fn link_text(d: &Device) -> String {
             w.map_or_else(|| "?".to_owned(), |w| w.to_string())
         ),
     };
-    let mut s = format!("{} / {}", side(l.cur_gts, l.cur_width), side(l.max_gts, l.max_width));
+    let mut s = format!(
+        "{} / {}",
+        side(l.cur_gts, l.cur_width),
+        side(l.max_gts, l.max_width)
+    );
     if let Some(bw) = l.limit_gbps() {
-        let _ = write!(s, "  ({bw:.1} GB/s)");
+        let _ = write!(s, " ({bw:.2} GB/s)");
     }
     s
 }
@@ -237,7 +241,11 @@ fn render(m: &Machine, source: &Source, all: bool) -> String {
                     };
                     vec![
                         format!("{}:", d.id),
-                        if names.is_empty() { d.pci.to_string() } else { names.join(", ") },
+                        if names.is_empty() {
+                            d.pci.to_string()
+                        } else {
+                            names.join(", ")
+                        },
                         format!("({}{rdma})", d.display_name()),
                     ]
                 })
@@ -258,7 +266,13 @@ fn render(m: &Machine, source: &Source, all: bool) -> String {
         };
         let rows: Vec<Vec<String>> = nearest
             .iter()
-            .map(|x| vec![x.gpu.clone(), format!("NIC {}", peer(&x.nic)), format!("NVMe {}", peer(&x.nvme))])
+            .map(|x| {
+                vec![
+                    x.gpu.clone(),
+                    format!("NIC {}", peer(&x.nic)),
+                    format!("NVMe {}", peer(&x.nvme)),
+                ]
+            })
             .collect();
         o.push_str(&indent(&table(&rows), "  "));
     }
@@ -291,7 +305,11 @@ fn render(m: &Machine, source: &Source, all: bool) -> String {
                 "on: {}, {} (default domain {})",
                 plural(m.iommu.units.len(), "unit", "units"),
                 plural(m.iommu.groups.len(), "group", "groups"),
-                if types.is_empty() { "unknown".to_owned() } else { types.join(", ") }
+                if types.is_empty() {
+                    "unknown".to_owned()
+                } else {
+                    types.join(", ")
+                }
             )
         }
     };
@@ -310,8 +328,18 @@ fn render(m: &Machine, source: &Source, all: bool) -> String {
         v
     };
     shown.sort_by_key(|d| d.pci);
-    let _ = writeln!(o, "\nDevices{}:\n", if all { "" } else { " (GPUs, NICs, NVMe and the bridges above them; --all for every function)" });
-    let mut rows = vec![["ID", "PCI", "NAME", "NUMA", "LINK cur / max", "NOTES"].map(String::from).to_vec()];
+    let _ = writeln!(
+        o,
+        "\nDevices{}:\n",
+        if all {
+            ""
+        } else {
+            " (GPUs, NICs, NVMe and the bridges above them; --all for every function)"
+        }
+    );
+    let mut rows = vec![["ID", "PCI", "NAME", "NUMA", "LINK cur / max", "NOTES"]
+        .map(String::from)
+        .to_vec()];
     for d in shown {
         let numa = match (d.numa, m.numa_of(d)) {
             (Some(x), _) => x.to_string(),
@@ -330,7 +358,11 @@ fn render(m: &Machine, source: &Source, all: bool) -> String {
                 Some(gdpath::topo::AcsState::Absent) => "no ACS".to_owned(),
                 Some(gdpath::topo::AcsState::Present { control, .. }) => {
                     let on = control.names();
-                    if on.is_empty() { "ACS off".to_owned() } else { format!("ACS {}", on.join(" ")) }
+                    if on.is_empty() {
+                        "ACS off".to_owned()
+                    } else {
+                        format!("ACS {}", on.join(" "))
+                    }
                 }
             });
         }
@@ -338,7 +370,11 @@ fn render(m: &Machine, source: &Source, all: bool) -> String {
             notes.push("synthetic address".to_owned());
         }
         rows.push(vec![
-            if d.id == d.pci.to_string() { "-".to_owned() } else { d.id.clone() },
+            if d.id == d.pci.to_string() {
+                "-".to_owned()
+            } else {
+                d.id.clone()
+            },
             d.pci.to_string(),
             d.display_name(),
             numa,
@@ -346,7 +382,11 @@ fn render(m: &Machine, source: &Source, all: bool) -> String {
             notes.join(", "),
         ]);
     }
-    o.push_str(&indent(&table(&rows), "  "));
+    if rows.len() == 1 {
+        let _ = writeln!(o, "  none");
+    } else {
+        o.push_str(&indent(&table(&rows), "  "));
+    }
     let _ = writeln!(o, "\nNUMA in parentheses: inferred from local CPUs (sysfs says -1). Bandwidth: usable PCIe per direction after line encoding, GB/s = 1e9 B/s.");
     o
 }

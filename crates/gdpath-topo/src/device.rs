@@ -162,9 +162,9 @@ impl Device {
 
     /// The readable name, or one made from vendor and class when the reader gave none.
     pub fn display_name(&self) -> String {
-        self.name.clone().unwrap_or_else(|| {
-            names::display_name(self.vendor, self.device, self.class, None)
-        })
+        self.name
+            .clone()
+            .unwrap_or_else(|| names::display_name(self.vendor, self.device, self.class, None))
     }
 
     /// The name a matrix legend shows for a NIC or NVMe: the RDMA device, else the interface or
@@ -197,7 +197,10 @@ mod tests {
         assert_eq!(DeviceKind::decide(0x010802, 0x8086, false, false), Nvme);
         assert_eq!(DeviceKind::decide(0x060400, 0x8086, false, false), Bridge);
         assert_eq!(DeviceKind::decide(0x060000, 0x8086, false, false), Other);
-        assert_eq!(DeviceKind::decide(UNKNOWN_CLASS, UNKNOWN_ID, false, false), Other);
+        assert_eq!(
+            DeviceKind::decide(UNKNOWN_CLASS, UNKNOWN_ID, false, false),
+            Other
+        );
     }
 
     #[test]

@@ -134,7 +134,11 @@ impl<'a, 'b> Reader<'a, 'b> {
         let ty = node.attribute("type").unwrap_or("");
         let mut ctx = ctx.clone();
         match ty {
-            "Bridge" if node.attribute("bridge_type").is_some_and(|t| t.starts_with("0-")) => {
+            "Bridge"
+                if node
+                    .attribute("bridge_type")
+                    .is_some_and(|t| t.starts_with("0-")) =>
+            {
                 let gp = node.attribute("gp_index").unwrap_or("?");
                 ctx.host_bridge = Some(
                     host_bridge_name(node.attribute("bridge_pci"))
@@ -181,9 +185,7 @@ impl<'a, 'b> Reader<'a, 'b> {
         let busid = node
             .attribute("pci_busid")
             .ok_or_else(|| self.err(node, "PCI object without pci_busid".into()))?;
-        let pci: PciAddr = busid
-            .parse()
-            .map_err(|e| self.err(node, format!("{e}")))?;
+        let pci: PciAddr = busid.parse().map_err(|e| self.err(node, format!("{e}")))?;
         let mut d = Device::new(pci);
         let ty = node.attribute("pci_type").unwrap_or("");
         let toks: Vec<&str> = ty.split_whitespace().collect();
@@ -307,7 +309,11 @@ impl<'a, 'b> Reader<'a, 'b> {
             _ => None,
         };
         let dev = |p: PciAddr| self.devices.iter().find(|d| d.pci == p);
-        let is_gpu = |i: usize| pci_of(i).and_then(dev).is_some_and(|d| d.kind == DeviceKind::Gpu);
+        let is_gpu = |i: usize| {
+            pci_of(i)
+                .and_then(dev)
+                .is_some_and(|d| d.kind == DeviceKind::Gpu)
+        };
         let is_switch = |i: usize| pci_of(i).is_some() && !is_gpu(i);
         let per_link = |i: usize| match pci_of(i).and_then(dev) {
             Some(d) if (0x15f7..=0x15f9).contains(&d.device) => 20_000,
@@ -315,7 +321,8 @@ impl<'a, 'b> Reader<'a, 'b> {
         };
         let bw = |i: usize, j: usize| values[i * n + j].max(values[j * n + i]);
         let links = |total: u64, unit: u64| ((total + unit / 2) / unit) as u32;
-        let to_switches = |i: usize| -> u64 { (0..n).filter(|&k| is_switch(k)).map(|k| bw(i, k)).sum() };
+        let to_switches =
+            |i: usize| -> u64 { (0..n).filter(|&k| is_switch(k)).map(|k| bw(i, k)).sum() };
         let mut out = Vec::new();
         for i in (0..n).filter(|&i| is_gpu(i)) {
             for j in (i + 1..n).filter(|&j| is_gpu(j)) {

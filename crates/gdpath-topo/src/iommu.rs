@@ -54,7 +54,7 @@ impl IommuState {
     /// kernel shows none, `None` when unknown.
     pub fn enabled(&self) -> Option<bool> {
         self.readable
-            .then(|| !self.units.is_empty() || !self.groups.is_empty())
+            .then_some(!self.units.is_empty() || !self.groups.is_empty())
     }
 
     /// The default domain type of a group, when known.

@@ -133,7 +133,12 @@ fn parse_xml<'a>(
 }
 
 /// [`TopoError::Xml`] at a node of a parsed document.
-fn xml_error(doc: &roxmltree::Document, node: roxmltree::Node, path: &std::path::Path, message: String) -> TopoError {
+fn xml_error(
+    doc: &roxmltree::Document,
+    node: roxmltree::Node,
+    path: &std::path::Path,
+    message: String,
+) -> TopoError {
     let pos = doc.text_pos_at(node.range().start);
     TopoError::Xml {
         path: path.to_owned(),

@@ -282,8 +282,11 @@ impl Machine {
         if dev.numa.is_some() {
             return dev.numa;
         }
-        let with_cpus: Vec<&NumaNode> =
-            self.numa_nodes.iter().filter(|n| !n.cpus.is_empty()).collect();
+        let with_cpus: Vec<&NumaNode> = self
+            .numa_nodes
+            .iter()
+            .filter(|n| !n.cpus.is_empty())
+            .collect();
         if with_cpus.len() == 1 {
             return Some(with_cpus[0].id);
         }
@@ -291,9 +294,9 @@ impl Machine {
         if cpus.is_empty() {
             return None;
         }
-        let mut hits = with_cpus.iter().filter(|n| {
-            CpuSet::parse_list(&n.cpus).is_some_and(|node| cpus.is_subset(&node))
-        });
+        let mut hits = with_cpus
+            .iter()
+            .filter(|n| CpuSet::parse_list(&n.cpus).is_some_and(|node| cpus.is_subset(&node)));
         match (hits.next(), hits.next()) {
             (Some(n), None) => Some(n.id),
             _ => None,
@@ -307,11 +310,9 @@ impl Machine {
         up_a: &[&'a Device],
         up_b: &[&'a Device],
     ) -> Option<(usize, usize)> {
-        up_a.iter().enumerate().find_map(|(i, x)| {
-            up_b.iter()
-                .position(|y| y.pci == x.pci)
-                .map(|j| (i, j))
-        })
+        up_a.iter()
+            .enumerate()
+            .find_map(|(i, x)| up_b.iter().position(|y| y.pci == x.pci).map(|j| (i, j)))
     }
 
     /// The PCIe class of a pair, per the `nvidia-smi topo -m` legend (see [`LinkClass`]):
@@ -524,7 +525,9 @@ impl Machine {
             for p in gpus[i + 1..].iter().copied().chain(self.nics()) {
                 for b in self.bridges_between(g, p) {
                     if b.acs.is_some_and(|a| a.redirects_p2p()) {
-                        hits.entry(b.pci).or_default().push(format!("{}↔{}", g.id, p.id));
+                        hits.entry(b.pci)
+                            .or_default()
+                            .push(format!("{}↔{}", g.id, p.id));
                     }
                 }
             }

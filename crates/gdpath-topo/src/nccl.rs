@@ -106,7 +106,11 @@ fn nvlink_bonds(entries: &[(PciAddr, PciAddr, u32, bool)]) -> Vec<(PciAddr, PciA
         if switch {
             *to_switch.entry(gpu).or_insert(0) += count;
         } else {
-            let key = if gpu < target { (gpu, target) } else { (target, gpu) };
+            let key = if gpu < target {
+                (gpu, target)
+            } else {
+                (target, gpu)
+            };
             let e = direct.entry(key).or_insert(0);
             *e = (*e).max(count);
         }
@@ -160,7 +164,12 @@ impl<'a, 'b> Reader<'a, 'b> {
         Ok(())
     }
 
-    fn place(&self, d: &mut Device, ctx: &(Option<u32>, Option<String>, String), parent: Option<PciAddr>) {
+    fn place(
+        &self,
+        d: &mut Device,
+        ctx: &(Option<u32>, Option<String>, String),
+        parent: Option<PciAddr>,
+    ) {
         d.numa = ctx.0;
         d.cpus = ctx.1.clone();
         d.host_bridge = Some(ctx.2.clone());
@@ -175,7 +184,8 @@ impl<'a, 'b> Reader<'a, 'b> {
     ) -> Result<(), TopoError> {
         let line = self.line(node);
         let Some(busid) = node.attribute("busid") else {
-            self.notes.push(format!("line {line}: <pci> without busid, skipped"));
+            self.notes
+                .push(format!("line {line}: <pci> without busid, skipped"));
             return Ok(());
         };
         let pci: PciAddr = busid
@@ -228,10 +238,14 @@ impl<'a, 'b> Reader<'a, 'b> {
     fn gpu_links(&mut self, gpu: Node, pci: PciAddr) {
         for l in gpu.children().filter(|c| c.has_tag_name("nvlink")) {
             let line = self.line(l);
-            let target = l.attribute("target").and_then(|t| t.parse::<PciAddr>().ok());
+            let target = l
+                .attribute("target")
+                .and_then(|t| t.parse::<PciAddr>().ok());
             let count = l.attribute("count").and_then(|c| c.parse::<u32>().ok());
             let (Some(target), Some(count)) = (target, count) else {
-                self.notes.push(format!("line {line}: <nvlink> without a valid target and count, ignored"));
+                self.notes.push(format!(
+                    "line {line}: <nvlink> without a valid target and count, ignored"
+                ));
                 continue;
             };
             if target == pci {
@@ -274,7 +288,10 @@ impl<'a, 'b> Reader<'a, 'b> {
         d.kind = DeviceKind::Nic;
         self.nets(nic, &mut d);
         let names: Vec<String> = d.rdma.iter().chain(&d.netdevs).cloned().collect();
-        d.name = Some(format!("NIC {} (no PCI address in the file)", names.join(", ")));
+        d.name = Some(format!(
+            "NIC {} (no PCI address in the file)",
+            names.join(", ")
+        ));
         self.notes.push(format!(
             "line {}: NIC {} has no PCI address; placed under CPU {} as {pci}",
             self.line(nic),

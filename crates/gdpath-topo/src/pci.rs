@@ -100,7 +100,14 @@ mod tests {
 
     #[test]
     fn rejects_garbage() {
-        for bad in ["", "pci0000:00", "0000:00:20.0", "0000:00:00.8", "0000:100:00.0", "x:y:z.w"] {
+        for bad in [
+            "",
+            "pci0000:00",
+            "0000:00:20.0",
+            "0000:00:00.8",
+            "0000:100:00.0",
+            "x:y:z.w",
+        ] {
             assert!(bad.parse::<PciAddr>().is_err(), "{bad}");
         }
     }

@@ -108,7 +108,8 @@ impl SmiMatrix {
             if in_nic_legend {
                 if let Some((k, v)) = trimmed.split_once(':') {
                     if is_id(k.trim()) {
-                        m.nic_legend.push((k.trim().to_owned(), v.trim().to_owned()));
+                        m.nic_legend
+                            .push((k.trim().to_owned(), v.trim().to_owned()));
                     }
                 }
                 continue;
@@ -250,7 +251,11 @@ fn parse_row(line: &str, id: &str, n: usize, line_no: usize) -> Result<SmiRow, S
         .collect::<Result<Vec<_>, _>>()?;
     let tail: Vec<&String> = cells[n..].iter().collect();
     let nonblank = |s: Option<&&String>| s.filter(|v| !v.is_empty()).map(|v| v.to_string());
-    let last = tail.iter().rev().find(|v| !v.is_empty()).map(|v| v.to_string());
+    let last = tail
+        .iter()
+        .rev()
+        .find(|v| !v.is_empty())
+        .map(|v| v.to_string());
     let cpu = nonblank(tail.first());
     let numa = nonblank(tail.get(1));
     // GPU NUMA ID is the last non-blank cell after the NUMA Affinity cell.

@@ -115,10 +115,14 @@ pub fn capture<V: SysView>(
     let gz = flate2::write::GzEncoder::new(out, flate2::Compression::default());
     let mut tar = tar::Builder::new(gz);
     let w = |e| TopoError::Write(e);
-    let json = serde_json::to_vec_pretty(&manifest).map_err(io::Error::from).map_err(w)?;
+    let json = serde_json::to_vec_pretty(&manifest)
+        .map_err(io::Error::from)
+        .map_err(w)?;
     append_file(&mut tar, "manifest.json", &json).map_err(w)?;
     if let Some(d) = driver {
-        let json = serde_json::to_vec_pretty(d).map_err(io::Error::from).map_err(w)?;
+        let json = serde_json::to_vec_pretty(d)
+            .map_err(io::Error::from)
+            .map_err(w)?;
         append_file(&mut tar, "driver.json", &json).map_err(w)?;
     }
     for (path, data) in &files {
@@ -126,7 +130,8 @@ pub fn capture<V: SysView>(
     }
     for (path, target) in &links {
         let mut h = header(tar::EntryType::Symlink, 0);
-        tar.append_link(&mut h, format!("fs{path}"), target).map_err(w)?;
+        tar.append_link(&mut h, format!("fs{path}"), target)
+            .map_err(w)?;
     }
     tar.into_inner()
         .map_err(w)?
@@ -146,7 +151,11 @@ fn header(kind: tar::EntryType, size: u64) -> tar::Header {
     let mut h = tar::Header::new_gnu();
     h.set_entry_type(kind);
     h.set_size(size);
-    h.set_mode(if kind == tar::EntryType::Symlink { 0o777 } else { 0o444 });
+    h.set_mode(if kind == tar::EntryType::Symlink {
+        0o777
+    } else {
+        0o444
+    });
     h.set_mtime(0);
     h.set_uid(0);
     h.set_gid(0);
@@ -167,7 +176,10 @@ pub struct SnapshotView {
 }
 
 fn not_found(path: &str) -> io::Error {
-    io::Error::new(io::ErrorKind::NotFound, format!("{path}: not in the snapshot"))
+    io::Error::new(
+        io::ErrorKind::NotFound,
+        format!("{path}: not in the snapshot"),
+    )
 }
 
 impl SysView for SnapshotView {
@@ -235,7 +247,9 @@ impl Snapshot {
             let size = entry.header().size().unwrap_or(u64::MAX);
             total = total.saturating_add(size);
             if count > MAX_ENTRIES || size > MAX_ENTRY_BYTES || total > MAX_TOTAL_BYTES {
-                return Err(bad("larger than any sysfs snapshot (size limits exceeded)".into()));
+                return Err(bad(
+                    "larger than any sysfs snapshot (size limits exceeded)".into()
+                ));
             }
             let name = entry
                 .path()
@@ -267,8 +281,9 @@ impl Snapshot {
                 .map_err(|e| bad(format!("damaged entry {name} ({e})")))?;
             match name.as_str() {
                 "manifest.json" => {
-                    let m: Manifest = serde_json::from_slice(&data)
-                        .map_err(|e| bad(format!("manifest.json is not a gdpath manifest ({e})")))?;
+                    let m: Manifest = serde_json::from_slice(&data).map_err(|e| {
+                        bad(format!("manifest.json is not a gdpath manifest ({e})"))
+                    })?;
                     manifest = Some(m);
                 }
                 "driver.json" => {

@@ -110,7 +110,12 @@ fn read_device(
     }
     let driver_listed = nvidia.get(&pci);
     d.gpu_numa_id = driver_listed.copied().flatten();
-    d.kind = DeviceKind::decide(d.class, d.vendor, !d.rdma.is_empty(), driver_listed.is_some());
+    d.kind = DeviceKind::decide(
+        d.class,
+        d.vendor,
+        !d.rdma.is_empty(),
+        driver_listed.is_some(),
+    );
     if d.kind == DeviceKind::Bridge {
         d.acs = view
             .read(&format!("{dir}/config"))
@@ -149,13 +154,19 @@ fn is_root_bus(c: &str) -> bool {
             !dom.is_empty()
                 && dom.len() <= 8
                 && bus.len() == 2
-                && dom.bytes().chain(bus.bytes()).all(|b| b.is_ascii_hexdigit())
+                && dom
+                    .bytes()
+                    .chain(bus.bytes())
+                    .all(|b| b.is_ascii_hexdigit())
         })
 }
 
 fn parse_hex(t: &str) -> Option<u32> {
     let t = t.trim();
-    let t = t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")).unwrap_or(t);
+    let t = t
+        .strip_prefix("0x")
+        .or_else(|| t.strip_prefix("0X"))
+        .unwrap_or(t);
     u32::from_str_radix(t, 16).ok()
 }
 
@@ -183,11 +194,7 @@ struct ClassDevices {
 impl ClassDevices {
     fn read(view: &dyn SysView) -> ClassDevices {
         let mut by_pci: BTreeMap<PciAddr, ClassNames> = BTreeMap::new();
-        for (class, pick) in [
-            ("infiniband", 0usize),
-            ("net", 1),
-            ("block", 2),
-        ] {
+        for (class, pick) in [("infiniband", 0usize), ("net", 1), ("block", 2)] {
             let dir = format!("/sys/class/{class}");
             let names = view.read_dir(&dir).unwrap_or_default();
             let all: BTreeSet<&str> = names.iter().map(String::as_str).collect();

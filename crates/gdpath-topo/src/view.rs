@@ -270,7 +270,8 @@ mod tests {
             "/sys/devices/pci0000:00/0000:00:06.0"
         );
         assert_eq!(
-            v.read_text("/sys/bus/pci/devices/0000:00:06.0/class").as_deref(),
+            v.read_text("/sys/bus/pci/devices/0000:00:06.0/class")
+                .as_deref(),
             Some("0x030200")
         );
         assert_eq!(

@@ -38,14 +38,26 @@ fn hgx_h100_ten_nics() {
     for g in 0..8 {
         let id = format!("GPU{g}");
         let row = m.row(&id).unwrap();
-        let nv = row.cells[..8].iter().filter(|c| **c == LinkClass::Nv(18)).count();
+        let nv = row.cells[..8]
+            .iter()
+            .filter(|c| **c == LinkClass::Nv(18))
+            .count();
         assert_eq!(nv, 7, "{id}: NV18 to every other GPU");
-        let pix = row.cells[8..].iter().filter(|c| **c == LinkClass::Pix).count();
+        let pix = row.cells[8..]
+            .iter()
+            .filter(|c| **c == LinkClass::Pix)
+            .count();
         assert_eq!(pix, 1, "{id}: exactly one PIX NIC");
-        assert_eq!(row.numa_affinity.as_deref(), Some(if g < 4 { "0" } else { "1" }));
+        assert_eq!(
+            row.numa_affinity.as_deref(),
+            Some(if g < 4 { "0" } else { "1" })
+        );
         assert_eq!(row.gpu_numa_id.as_deref(), Some("N/A"));
     }
-    assert_eq!(m.row("GPU4").unwrap().cpu_affinity.as_deref(), Some("56-111,168-223"));
+    assert_eq!(
+        m.row("GPU4").unwrap().cpu_affinity.as_deref(),
+        Some("56-111,168-223")
+    );
     assert_eq!(m.row("NIC0").unwrap().cpu_affinity, None);
     assert_round_trip(&m);
 }
@@ -65,17 +77,28 @@ fn pairs_of_consumer_gpus() {
     for (file, want) in [
         ("topo-cudasamples-284-l4-2gpu-sys.txt", LinkClass::Sys),
         ("topo-club3090-1229-2x5090-phb-gns.txt", LinkClass::Phb),
-        ("topo-club3090-1125-2x3090-epyc-node-ns.txt", LinkClass::Node),
+        (
+            "topo-club3090-1125-2x3090-epyc-node-ns.txt",
+            LinkClass::Node,
+        ),
         ("topo-club3090-178-2x3090-sys.txt", LinkClass::Sys),
     ] {
         let (_, m) = smi(file);
         assert_eq!(m.ids, ["GPU0", "GPU1"], "{file}");
-        assert_eq!(m.rows.len(), 2, "{file}: the p2p matrix after it is not a second topo -m");
+        assert_eq!(
+            m.rows.len(),
+            2,
+            "{file}: the p2p matrix after it is not a second topo -m"
+        );
         assert_eq!(m.get("GPU0", "GPU1"), Some(want), "{file}");
         assert_round_trip(&m);
     }
     let (_, m) = smi("topo-club3090-178-2x3090-sys.txt");
-    assert_eq!(m.row("GPU0").unwrap().numa_affinity, None, "blank cell kept blank");
+    assert_eq!(
+        m.row("GPU0").unwrap().numa_affinity,
+        None,
+        "blank cell kept blank"
+    );
     assert_eq!(m.row("GPU1").unwrap().numa_affinity.as_deref(), Some("1"));
 }
 
@@ -132,7 +155,11 @@ pub fn h200_tree(root: &std::path::Path) {
         );
     }
     write(root, "sys/devices/system/node/node0/cpulist", "0-31\n");
-    for d in ["sys/class/iommu", "sys/kernel/iommu_groups", "sys/class/infiniband"] {
+    for d in [
+        "sys/class/iommu",
+        "sys/kernel/iommu_groups",
+        "sys/class/infiniband",
+    ] {
         std::fs::create_dir_all(root.join(d)).unwrap();
     }
 }
@@ -164,7 +191,8 @@ pub fn h200_facts() -> DriverFacts {
 
 #[test]
 fn h200_vm_matches_its_probe() {
-    let probe_text = std::fs::read_to_string(fixture("device/h200x2-probe-2026-11-30.txt")).unwrap();
+    let probe_text =
+        std::fs::read_to_string(fixture("device/h200x2-probe-2026-11-30.txt")).unwrap();
     let probe = SmiMatrix::parse(&probe_text).unwrap();
     assert_eq!(probe.ids, ["GPU0", "GPU1"]);
 

@@ -46,7 +46,14 @@ impl Gen {
         self.next_bus as u8
     }
 
-    fn device(&mut self, pci: PciAddr, class: u32, parent: Option<PciAddr>, hb: &str, numa: Option<u32>) {
+    fn device(
+        &mut self,
+        pci: PciAddr,
+        class: u32,
+        parent: Option<PciAddr>,
+        hb: &str,
+        numa: Option<u32>,
+    ) {
         let mut d = Device::new(pci);
         d.class = class;
         d.vendor = 0x10de;
@@ -62,12 +69,22 @@ impl Gen {
     fn below(&mut self, bridge: PciAddr, place: Place, hbname: &str, depth: usize) {
         let bus = self.bus();
         if depth < 3 && self.rand(2) == 0 {
-            let usp = PciAddr { domain: self.domain, bus, device: 0, function: 0 };
+            let usp = PciAddr {
+                domain: self.domain,
+                bus,
+                device: 0,
+                function: 0,
+            };
             self.device(usp, 0x060400, Some(bridge), hbname, place.numa);
             let inner = self.bus();
             let sw = self.fresh();
             for dsp_no in 0..1 + self.rand(3) as u8 {
-                let dsp = PciAddr { domain: self.domain, bus: inner, device: dsp_no, function: 0 };
+                let dsp = PciAddr {
+                    domain: self.domain,
+                    bus: inner,
+                    device: dsp_no,
+                    function: 0,
+                };
                 self.device(dsp, 0x060400, Some(usp), hbname, place.numa);
                 let mut p = place.clone();
                 p.switches.push(sw);
@@ -77,16 +94,34 @@ impl Gen {
             let slot = self.fresh();
             for f in 0..1 + self.rand(3) as u8 {
                 let class = [0x030200, 0x020000, 0x010802][self.rand(3) as usize];
-                let pci = PciAddr { domain: self.domain, bus, device: 0, function: f };
+                let pci = PciAddr {
+                    domain: self.domain,
+                    bus,
+                    device: 0,
+                    function: f,
+                };
                 self.device(pci, class, Some(bridge), hbname, place.numa);
-                self.places.push((pci, Place { slot, ..place.clone() }));
+                self.places.push((
+                    pci,
+                    Place {
+                        slot,
+                        ..place.clone()
+                    },
+                ));
             }
         }
     }
 }
 
 fn build(seed: u64) -> (Machine, Vec<(PciAddr, Place)>) {
-    let mut g = Gen { state: seed | 1, next_bus: 0, domain: 0, devices: Vec::new(), places: Vec::new(), ids: 0 };
+    let mut g = Gen {
+        state: seed | 1,
+        next_bus: 0,
+        domain: 0,
+        devices: Vec::new(),
+        places: Vec::new(),
+        ids: 0,
+    };
     let hbs = 1 + g.rand(3) as usize;
     for hb in 0..hbs {
         let numa = match g.rand(3) {
@@ -98,13 +133,29 @@ fn build(seed: u64) -> (Machine, Vec<(PciAddr, Place)>) {
         let name = format!("pci{:04x}:00", hb);
         let root_bus = g.bus();
         for rp in 0..1 + g.rand(3) as usize {
-            let port = PciAddr { domain: g.domain, bus: root_bus, device: rp as u8, function: 0 };
+            let port = PciAddr {
+                domain: g.domain,
+                bus: root_bus,
+                device: rp as u8,
+                function: 0,
+            };
             g.device(port, 0x060400, None, &name, numa);
-            let place = Place { hb, numa, root_port: rp, switches: Vec::new(), slot: 0 };
+            let place = Place {
+                hb,
+                numa,
+                root_port: rp,
+                switches: Vec::new(),
+                slot: 0,
+            };
             g.below(port, place, &name, 0);
         }
     }
-    let nodes = (0..2).map(|id| NumaNode { id, cpus: String::new() }).collect();
+    let nodes = (0..2)
+        .map(|id| NumaNode {
+            id,
+            cpus: String::new(),
+        })
+        .collect();
     let m = Machine::assemble(g.devices, nodes, IommuState::default(), true, "proptest");
     (m, g.places)
 }
@@ -122,7 +173,12 @@ fn oracle(a: &Place, b: &Place) -> LinkClass {
     if a.slot == b.slot {
         return LinkClass::Pix; // functions of one device, under one bridge
     }
-    let common = a.switches.iter().zip(&b.switches).take_while(|(x, y)| x == y).count();
+    let common = a
+        .switches
+        .iter()
+        .zip(&b.switches)
+        .take_while(|(x, y)| x == y)
+        .count();
     if a.switches.len() == common && b.switches.len() == common {
         LinkClass::Pix // each directly under a downstream port of the same switch
     } else {

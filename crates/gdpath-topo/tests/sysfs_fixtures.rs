@@ -54,7 +54,10 @@ fn qemu_vm_with_32bit_pci_domain() {
     assert_eq!(nics[0].netdevs, ["ens3"]);
     assert_eq!(nics[0].name.as_deref(), Some("virtio network device"));
     assert_eq!(nics[0].numa, None, "numa_node -1 is unknown, not node 0");
-    assert!(m.warnings().iter().all(|w| w.id != "topo.numa-unknown"), "one node: no warning");
+    assert!(
+        m.warnings().iter().all(|w| w.id != "topo.numa-unknown"),
+        "one node: no warning"
+    );
     assert_snapshot_round_trip(&top, &m);
 }
 
@@ -62,7 +65,10 @@ fn qemu_vm_with_32bit_pci_domain() {
 fn sandy_bridge_with_connectx3_and_nvme() {
     let (_t, top, m) = read("hwloc-sysfs-32em64t-2n8c+dax+nvme+mic+dimms.tar.bz2");
     let cx3 = dev(&m, "0000:82:00.0");
-    assert_eq!((cx3.vendor, cx3.device, cx3.class), (0x15b3, 0x1003, 0x028000));
+    assert_eq!(
+        (cx3.vendor, cx3.device, cx3.class),
+        (0x15b3, 0x1003, 0x028000)
+    );
     assert_eq!(cx3.kind, DeviceKind::Nic);
     assert_eq!(cx3.rdma, ["mlx4_0"]);
     assert_eq!(cx3.netdevs, ["ib0"]);
@@ -94,7 +100,10 @@ fn sandy_bridge_with_connectx3_and_nvme() {
 fn two_socket_with_qlogic_hca() {
     let (_t, top, m) = read("hwloc-sysfs-40intel64-2g2n4c+pcilocality.tar.bz2");
     let qib = dev(&m, "0000:43:00.0");
-    assert_eq!((qib.vendor, qib.device, qib.class), (0x1077, 0x7322, 0x0c0600));
+    assert_eq!(
+        (qib.vendor, qib.device, qib.class),
+        (0x1077, 0x7322, 0x0c0600)
+    );
     assert_eq!(qib.kind, DeviceKind::Nic);
     assert_eq!(qib.rdma, ["qib0"]);
     assert_eq!(qib.host_bridge.as_deref(), Some("pci0000:40"));
@@ -118,7 +127,9 @@ fn power9_gpus_without_pci_tree() {
     let (_t, top, m) = read("hwloc-sysfs-nvidiagpunumanodes.tar.bz2");
     assert!(!m.tree_known);
     assert_eq!(m.gpus().count(), 6);
-    assert!(m.gpus().all(|g| g.class == 0x030000 && g.parent.is_none() && g.host_bridge.is_none()));
+    assert!(m
+        .gpus()
+        .all(|g| g.class == 0x030000 && g.parent.is_none() && g.host_bridge.is_none()));
     assert!(m.warnings().iter().any(|w| w.id == "topo.tree-unknown"));
     // GPU memory NUMA nodes from the NVIDIA driver's numa_status.
     assert_eq!(dev(&m, "0004:05:00.0").gpu_numa_id, Some(255));
@@ -127,6 +138,9 @@ fn power9_gpus_without_pci_tree() {
     // Local CPUs 0-15 (node 0) vs 88-103 (node 8): SYS without needing the tree.
     assert_eq!(class(&m, "0004:05:00.0", "0035:05:00.0"), "SYS");
     let mx = m.matrix();
-    assert!(mx.cells.iter().flatten().all(|c| !matches!(c, LinkClass::Pix | LinkClass::Pxb | LinkClass::Phb | LinkClass::Node)));
+    assert!(mx.cells.iter().flatten().all(|c| !matches!(
+        c,
+        LinkClass::Pix | LinkClass::Pxb | LinkClass::Phb | LinkClass::Node
+    )));
     assert_snapshot_round_trip(&top, &m);
 }

@@ -19,10 +19,16 @@ fn gpu_pcis(m: &Machine) -> Vec<String> {
 #[test]
 fn hwloc_westmere_three_teslas_and_connectx() {
     let m = hwloc("hwloc-xml-24em64t-2n6c2t-pci.xml");
-    assert_eq!(gpu_pcis(&m), ["0000:06:00.0", "0000:11:00.0", "0000:14:00.0"]);
+    assert_eq!(
+        gpu_pcis(&m),
+        ["0000:06:00.0", "0000:11:00.0", "0000:14:00.0"]
+    );
     assert!(m.gpus().all(|g| (g.vendor, g.device) == (0x10de, 0x06d2)));
     let cx = dev(&m, "0000:05:00.0");
-    assert_eq!((cx.vendor, cx.device, cx.kind), (0x15b3, 0x6746, DeviceKind::Nic));
+    assert_eq!(
+        (cx.vendor, cx.device, cx.kind),
+        (0x15b3, 0x6746, DeviceKind::Nic)
+    );
     assert_eq!(cx.rdma, ["mlx4_0"]);
     let e1000: Vec<_> = m.nics().filter(|d| d.device == 0x10c9).collect();
     assert_eq!(e1000.len(), 2);
@@ -39,7 +45,10 @@ fn hwloc_westmere_three_teslas_and_connectx() {
 #[test]
 fn hwloc_sandy_bridge_normalio() {
     let m = hwloc("hwloc-xml-32em64t-2n8c2t-pci-normalio.xml");
-    assert_eq!(gpu_pcis(&m), ["0000:03:00.0", "0000:83:00.0", "0000:84:00.0"]);
+    assert_eq!(
+        gpu_pcis(&m),
+        ["0000:03:00.0", "0000:83:00.0", "0000:84:00.0"]
+    );
     assert!(m.gpus().all(|g| g.device == 0x1094));
     assert!(m.nics().any(|n| n.device == 0x1013 && n.rdma == ["mlx5_0"]));
     let radeon = dev(&m, "0000:84:00.1");
@@ -58,13 +67,21 @@ fn hwloc_power8_nvlink_matrix() {
     let m = hwloc("hwloc-xml-power8gpudistances.xml");
     assert_eq!(
         gpu_pcis(&m),
-        ["0002:01:00.0", "0003:01:00.0", "000a:01:00.0", "000b:01:00.0"]
+        [
+            "0002:01:00.0",
+            "0003:01:00.0",
+            "000a:01:00.0",
+            "000b:01:00.0"
+        ]
     );
     assert!(m.gpus().all(|g| g.device == 0x15f9));
     // 40000 MB/s at 20000 MB/s per NVLink 1 link: NV2, within each socket.
     assert_eq!(class(&m, "0002:01:00.0", "0003:01:00.0"), "NV2");
     assert_eq!(class(&m, "000a:01:00.0", "000b:01:00.0"), "NV2");
-    for (a, b) in [("0002:01:00.0", "000a:01:00.0"), ("0003:01:00.0", "000b:01:00.0")] {
+    for (a, b) in [
+        ("0002:01:00.0", "000a:01:00.0"),
+        ("0003:01:00.0", "000b:01:00.0"),
+    ] {
         assert_eq!(class(&m, a, b), "SYS");
     }
     assert_eq!(m.nvlinks.len(), 2);
@@ -80,7 +97,9 @@ fn nccl_azure_ndv2() {
         let want = if i < 4 { "PHB" } else { "SYS" };
         assert_eq!(class(&m, &g.pci.to_string(), &nic), want, "GPU{i}");
     }
-    assert!(m.gpus().all(|g| g.link.max_gts == Some(16.0) && g.link.max_width == Some(16)));
+    assert!(m
+        .gpus()
+        .all(|g| g.link.max_gts == Some(16.0) && g.link.max_width == Some(16)));
 }
 
 #[test]
@@ -121,7 +140,9 @@ fn nccl_azure_ncv4_self_nvlinks_and_bare_nic() {
 fn nccl_aws_p4d() {
     let m = nccl("nccl-aws-p4d-24xl-topo.xml");
     assert_eq!((m.gpus().count(), m.nics().count()), (8, 4));
-    assert!(m.nics().all(|n| n.name.as_deref() == Some("Amazon Elastic Fabric Adapter (EFA)")));
+    assert!(m
+        .nics()
+        .all(|n| n.name.as_deref() == Some("Amazon Elastic Fabric Adapter (EFA)")));
     for sw in ["10", "20", "90", "a0"] {
         let g0 = format!("0000:{sw}:1c.0");
         let g1 = format!("0000:{sw}:1d.0");
@@ -141,7 +162,10 @@ fn nccl_aws_p4d() {
 fn nccl_aws_g5_bare_entries() {
     let m = nccl("nccl-aws-g5.48xl-topo.xml");
     assert_eq!(m.devices.len(), 9);
-    assert!(m.devices.iter().all(|d| d.kind == DeviceKind::Other && d.class == gdpath_topo::names::UNKNOWN_CLASS));
+    assert!(m
+        .devices
+        .iter()
+        .all(|d| d.kind == DeviceKind::Other && d.class == gdpath_topo::names::UNKNOWN_CLASS));
     assert_eq!(m.numa_nodes.len(), 2);
     assert_eq!(dev(&m, "0000:00:15.0").numa, Some(1));
     assert!(m.matrix().ids.is_empty());
@@ -163,7 +187,11 @@ fn malformed_xml_names_file_and_line() {
     let err = load(&Source::NcclXml(p.clone())).unwrap_err();
     assert!(err.to_string().contains("not NCCL's <system>"), "{err}");
     // A bad bus id is an error at its line.
-    std::fs::write(&p, "<system>\n<cpu numaid=\"0\">\n<pci busid=\"zz:1\"/>\n</cpu>\n</system>\n").unwrap();
+    std::fs::write(
+        &p,
+        "<system>\n<cpu numaid=\"0\">\n<pci busid=\"zz:1\"/>\n</cpu>\n</system>\n",
+    )
+    .unwrap();
     let err = load(&Source::NcclXml(p.clone())).unwrap_err();
     assert!(matches!(err, TopoError::Xml { line: 3, .. }), "{err}");
     let missing = load(&Source::HwlocXml(dir.path().join("nope.xml"))).unwrap_err();

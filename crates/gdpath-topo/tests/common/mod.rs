@@ -9,7 +9,10 @@ pub fn fixtures() -> PathBuf {
     let dir = std::env::var_os("GDPATH_FIXTURES")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
-            PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/fixtures"))
+            PathBuf::from(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../../../shared/fixtures"
+            ))
         });
     assert!(
         dir.join("INDEX.md").is_file(),
@@ -57,7 +60,11 @@ pub fn class(m: &Machine, a: &str, b: &str) -> String {
 }
 
 pub fn ids(m: &Machine, f: impl Fn(&Device) -> bool) -> Vec<String> {
-    m.devices.iter().filter(|d| f(d)).map(|d| d.pci.to_string()).collect()
+    m.devices
+        .iter()
+        .filter(|d| f(d))
+        .map(|d| d.pci.to_string())
+        .collect()
 }
 
 pub fn write(root: &Path, rel: &str, text: &str) {
@@ -77,7 +84,10 @@ pub fn symlink(root: &Path, rel: &str, target: &str) {
 pub fn tempdir() -> tempfile::TempDir {
     let shm = Path::new("/dev/shm");
     if shm.is_dir() {
-        if let Ok(t) = tempfile::Builder::new().prefix("gdpath-test").tempdir_in(shm) {
+        if let Ok(t) = tempfile::Builder::new()
+            .prefix("gdpath-test")
+            .tempdir_in(shm)
+        {
             return t;
         }
     }
