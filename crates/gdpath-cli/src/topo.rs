@@ -149,20 +149,7 @@ fn indent(text: &str, by: &str) -> String {
 
 fn link_text(d: &Device) -> String {
     let l = &d.link;
-    let side = |gts: Option<f64>, w: Option<u32>| match (gts, w) {
-        (None, None) => "?".to_owned(),
-        _ => format!(
-            "{} x{}",
-            gts.and_then(gdpath::topo::PcieLink::gen_of)
-                .map_or_else(|| "Gen?".to_owned(), |g| format!("Gen{g}")),
-            w.map_or_else(|| "?".to_owned(), |w| w.to_string())
-        ),
-    };
-    let mut s = format!(
-        "{} / {}",
-        side(l.cur_gts, l.cur_width),
-        side(l.max_gts, l.max_width)
-    );
+    let mut s = format!("{} / {}", l.cur_text(), l.max_text());
     if let Some(bw) = l.limit_gbps() {
         let _ = write!(s, " ({bw:.2} GB/s)");
     }

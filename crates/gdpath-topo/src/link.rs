@@ -77,6 +77,27 @@ impl PcieLink {
         Self::bandwidth_gbps(self.max_gts?, self.max_width?)
     }
 
+    /// The current link as text: `Gen5 x16`, with `?` for an unknown part, or `?` alone.
+    pub fn cur_text(&self) -> String {
+        Self::text(self.cur_gts, self.cur_width)
+    }
+
+    /// The maximum link as text, as [`PcieLink::cur_text`].
+    pub fn max_text(&self) -> String {
+        Self::text(self.max_gts, self.max_width)
+    }
+
+    fn text(gts: Option<f64>, width: Option<u32>) -> String {
+        if gts.is_none() && width.is_none() {
+            return "?".to_owned();
+        }
+        let g = gts
+            .and_then(Self::gen_of)
+            .map_or_else(|| "Gen?".to_owned(), |g| format!("Gen{g}"));
+        let w = width.map_or_else(|| "x?".to_owned(), |w| format!("x{w}"));
+        format!("{g} {w}")
+    }
+
     /// Per-direction bandwidth in GB/s of `lanes` lanes at `gts` GT/s after line encoding.
     pub fn bandwidth_gbps(gts: f64, lanes: u32) -> Option<f64> {
         if gts <= 0.0 || lanes == 0 {

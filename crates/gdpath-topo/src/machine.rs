@@ -564,13 +564,6 @@ impl Machine {
 
 fn degraded_message(d: &Device) -> String {
     let l = &d.link;
-    let side = |gts: Option<f64>, w: Option<u32>| {
-        let g = gts
-            .and_then(crate::link::PcieLink::gen_of)
-            .map_or_else(|| "Gen?".to_owned(), |g| format!("Gen{g}"));
-        let w = w.map_or_else(|| "x?".to_owned(), |w| format!("x{w}"));
-        format!("{g} {w}")
-    };
     let bw = match (l.limit_gbps(), l.max_limit_gbps()) {
         (Some(c), Some(m)) => format!(" ({c:.2} of {m:.2} GB/s per direction)"),
         _ => String::new(),
@@ -585,7 +578,7 @@ fn degraded_message(d: &Device) -> String {
         d.id,
         d.pci,
         d.display_name(),
-        side(l.cur_gts, l.cur_width),
-        side(l.max_gts, l.max_width),
+        l.cur_text(),
+        l.max_text(),
     )
 }

@@ -194,10 +194,7 @@ impl<'a, 'b> Reader<'a, 'b> {
         let mut d = Device::new(pci);
         self.place(&mut d, ctx, parent);
         d.synthetic = pci.domain == 0xffff && pci.bus == 0xff;
-        let hex = |name: &str| {
-            node.attribute(name)
-                .and_then(|v| u32::from_str_radix(v.trim().trim_start_matches("0x"), 16).ok())
-        };
+        let hex = |name: &str| node.attribute(name).and_then(crate::sysfs::parse_hex);
         d.class = hex("class")
             .filter(|&c| c <= 0xff_ffff)
             .unwrap_or(names::UNKNOWN_CLASS);

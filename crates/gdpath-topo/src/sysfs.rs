@@ -161,7 +161,8 @@ fn is_root_bus(c: &str) -> bool {
         })
 }
 
-fn parse_hex(t: &str) -> Option<u32> {
+/// Parses a hex number with or without `0x` (`0x030200`, `10de`).
+pub(crate) fn parse_hex(t: &str) -> Option<u32> {
     let t = t.trim();
     let t = t
         .strip_prefix("0x")
