@@ -3,6 +3,7 @@
 //! (`gdpath-topo`, `gdpath-cuda`, `gdpath-ucx`) and the `gdpath` command.
 
 pub mod finding;
+pub mod machine;
 pub mod path;
 
 pub use finding::{Area, Finding, FindingId, Status};

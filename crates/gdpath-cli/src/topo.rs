@@ -1,0 +1,379 @@
+//! `gdpath topo` and `gdpath topo capture`: the machine as a matrix, nearest devices, warnings
+//! and a device list; `--json` for scripts (schema `gdpath.topo/1`).
+
+use anyhow::{Context, Result};
+use clap::{Args, Subcommand};
+use gdpath::topo::smi::{legend_lines, SmiMatrix};
+use gdpath::topo::{Device, DeviceKind, Machine, Source};
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Where to read the machine from (at most one; the live `/sys` when none is given).
+#[derive(Debug, Clone, Default, Args)]
+#[group(multiple = false)]
+pub struct SourceArgs {
+    /// Read a copied sysfs tree: DIR holds `sys/` (and `proc/`).
+    #[arg(long, value_name = "DIR")]
+    pub sysfs_root: Option<PathBuf>,
+    /// Replay a snapshot written by `gdpath topo capture`.
+    #[arg(long, value_name = "FILE")]
+    pub snapshot: Option<PathBuf>,
+    /// Read an hwloc XML export (`lstopo machine.xml`).
+    #[arg(long, value_name = "FILE")]
+    pub hwloc_xml: Option<PathBuf>,
+    /// Read an NCCL topology file (`NCCL_TOPO_DUMP_FILE` output or a provider's topology).
+    #[arg(long, value_name = "FILE")]
+    pub nccl_xml: Option<PathBuf>,
+}
+
+impl SourceArgs {
+    /// The source these flags name.
+    pub fn source(&self) -> Source {
+        if let Some(p) = &self.sysfs_root {
+            Source::SysfsRoot(p.clone())
+        } else if let Some(p) = &self.snapshot {
+            Source::Snapshot(p.clone())
+        } else if let Some(p) = &self.hwloc_xml {
+            Source::HwlocXml(p.clone())
+        } else if let Some(p) = &self.nccl_xml {
+            Source::NcclXml(p.clone())
+        } else {
+            Source::Live
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct TopoArgs {
+    #[command(subcommand)]
+    action: Option<TopoAction>,
+    #[command(flatten)]
+    source: SourceArgs,
+    /// Print JSON (schema gdpath.topo/1) instead of text.
+    #[arg(long)]
+    json: bool,
+    /// List every PCI function, not only GPUs, NICs, NVMe and the bridges above them.
+    #[arg(long)]
+    all: bool,
+}
+
+#[derive(Debug, Subcommand)]
+enum TopoAction {
+    /// Write a tar.gz of exactly the sysfs files gdpath reads, for `--snapshot` replay.
+    Capture {
+        /// Output file.
+        #[arg(short, long, default_value = "gdpath-snapshot.tar.gz")]
+        output: PathBuf,
+        /// Capture a copied sysfs tree instead of the live one.
+        #[arg(long, value_name = "DIR")]
+        sysfs_root: Option<PathBuf>,
+    },
+}
+
+/// Runs `gdpath topo`.
+pub fn run(args: TopoArgs) -> Result<ExitCode> {
+    if let Some(TopoAction::Capture { output, sysfs_root }) = args.action {
+        let (m, s) = gdpath::machine::capture(sysfs_root.as_deref(), &output)
+            .with_context(|| format!("capturing into {}", output.display()))?;
+        println!(
+            "wrote {}: {} files, {} links, {} directory listings ({} GPUs, {} NICs, {} NVMe, \
+             {} PCI functions)",
+            output.display(),
+            s.files,
+            s.links,
+            s.listings,
+            m.gpus().count(),
+            m.nics().count(),
+            m.nvmes().count(),
+            m.devices.len()
+        );
+        if !s.refused.is_empty() {
+            println!("left out as private: {}", s.refused.join(", "));
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let source = args.source.source();
+    let machine = gdpath::machine::load(&source)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&machine.report())?);
+    } else {
+        print!("{}", render(&machine, &source, args.all));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn describe(source: &Source) -> String {
+    match source {
+        Source::Live => "live /sys".to_owned(),
+        Source::SysfsRoot(p) => format!("sysfs tree {}", p.display()),
+        Source::Snapshot(p) => format!("snapshot {}", p.display()),
+        Source::HwlocXml(p) => format!("hwloc XML {}", p.display()),
+        Source::NcclXml(p) => format!("NCCL XML {}", p.display()),
+    }
+}
+
+fn plural(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+/// Aligned text table: columns padded to their widest cell, two spaces apart.
+fn table(rows: &[Vec<String>]) -> String {
+    let ncols = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..ncols)
+        .map(|c| {
+            rows.iter()
+                .filter_map(|r| r.get(c))
+                .map(|s| s.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for r in rows {
+        let line: Vec<String> = r
+            .iter()
+            .enumerate()
+            .map(|(i, cell)| format!("{cell:<w$}", w = widths[i]))
+            .collect();
+        out.push_str(line.join("  ").trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+fn indent(text: &str, by: &str) -> String {
+    text.lines().map(|l| format!("{by}{l}\n")).collect()
+}
+
+fn link_text(d: &Device) -> String {
+    let l = &d.link;
+    let mut s = format!("{} / {}", l.cur_text(), l.max_text());
+    if let Some(bw) = l.limit_gbps() {
+        let _ = write!(s, " ({bw:.2} GB/s)");
+    }
+    s
+}
+
+/// The human output: summary, matrix, legends, nearest devices, warnings, device list.
+fn render(m: &Machine, source: &Source, all: bool) -> String {
+    let mut o = String::new();
+    let (g, n, v) = (m.gpus().count(), m.nics().count(), m.nvmes().count());
+    let _ = writeln!(
+        o,
+        "gdpath topo: {} ({}, {}, {}; {} PCI functions; {})",
+        describe(source),
+        plural(g, "GPU", "GPUs"),
+        plural(n, "NIC", "NICs"),
+        plural(v, "NVMe", "NVMe"),
+        m.devices.len(),
+        plural(m.numa_nodes.len(), "NUMA node", "NUMA nodes"),
+    );
+    if g == 0 {
+        let others: Vec<String> = m
+            .nics()
+            .chain(m.nvmes())
+            .map(|d| format!("{} {}", d.id, d.display_name()))
+            .collect();
+        let _ = writeln!(
+            o,
+            "\nNo GPU: gdpath sees no NVIDIA GPU here{}.",
+            if others.is_empty() {
+                String::new()
+            } else {
+                format!("; it sees {}", others.join(", "))
+            }
+        );
+    }
+
+    let smi = SmiMatrix::from_machine(m);
+    if !smi.ids.is_empty() {
+        let mut rows = vec![{
+            let mut h = vec![String::new()];
+            h.extend(smi.ids.iter().cloned());
+            if g > 0 {
+                h.extend(["CPU Affinity", "NUMA Affinity", "GPU NUMA ID"].map(String::from));
+            }
+            h
+        }];
+        for r in &smi.rows {
+            let mut row = vec![r.id.clone()];
+            row.extend(r.cells.iter().map(|c| c.to_string()));
+            if g > 0 {
+                for cell in [&r.cpu_affinity, &r.numa_affinity, &r.gpu_numa_id] {
+                    row.push(cell.clone().unwrap_or_default());
+                }
+            }
+            rows.push(row);
+        }
+        let _ = write!(o, "\n{}", table(&rows));
+        let _ = writeln!(o, "\nLegend:\n");
+        for l in legend_lines() {
+            let _ = writeln!(o, "{l}");
+        }
+        if n + v > 0 {
+            let _ = writeln!(o, "\nNIC and NVMe Legend:\n");
+            let legend: Vec<Vec<String>> = m
+                .nics()
+                .chain(m.nvmes())
+                .map(|d| {
+                    let mut names = d.rdma.clone();
+                    names.extend(d.netdevs.iter().cloned());
+                    names.extend(d.block.iter().cloned());
+                    let rdma = if d.kind == DeviceKind::Nic && d.rdma.is_empty() {
+                        ", no RDMA device"
+                    } else {
+                        ""
+                    };
+                    vec![
+                        format!("{}:", d.id),
+                        if names.is_empty() {
+                            d.pci.to_string()
+                        } else {
+                            names.join(", ")
+                        },
+                        format!("({}{rdma})", d.display_name()),
+                    ]
+                })
+                .collect();
+            o.push_str(&indent(&table(&legend), "  "));
+        }
+    }
+
+    let nearest = m.nearest();
+    if !nearest.is_empty() && n + v > 0 {
+        let _ = writeln!(o, "\nNearest NIC and NVMe per GPU:\n");
+        let peer = |p: &Option<gdpath::topo::Peer>| match p {
+            Some(p) => {
+                let os = m.by_id(&p.id).map(Device::os_name).unwrap_or_default();
+                format!("{} ({os}) {}", p.id, p.class)
+            }
+            None => "-".to_owned(),
+        };
+        let rows: Vec<Vec<String>> = nearest
+            .iter()
+            .map(|x| {
+                vec![
+                    x.gpu.clone(),
+                    format!("NIC {}", peer(&x.nic)),
+                    format!("NVMe {}", peer(&x.nvme)),
+                ]
+            })
+            .collect();
+        o.push_str(&indent(&table(&rows), "  "));
+    }
+
+    let warnings = m.warnings();
+    let _ = writeln!(o, "\nWarnings:");
+    if warnings.is_empty() {
+        let _ = writeln!(o, "  none");
+    }
+    for w in &warnings {
+        let _ = writeln!(o, "  [{}] {}", w.id, w.message);
+    }
+    for note in &m.notes {
+        let _ = writeln!(o, "  [note] {note}");
+    }
+
+    let iommu = match m.iommu.enabled() {
+        None => "unknown (the source has no /sys/class/iommu)".to_owned(),
+        Some(false) => "off (no IOMMU units or groups)".to_owned(),
+        Some(true) => {
+            let mut types: Vec<&str> = m
+                .iommu
+                .groups
+                .iter()
+                .filter_map(|g| g.domain_type.as_deref())
+                .collect();
+            types.sort();
+            types.dedup();
+            format!(
+                "on: {}, {} (default domain {})",
+                plural(m.iommu.units.len(), "unit", "units"),
+                plural(m.iommu.groups.len(), "group", "groups"),
+                if types.is_empty() {
+                    "unknown".to_owned()
+                } else {
+                    types.join(", ")
+                }
+            )
+        }
+    };
+    let _ = writeln!(o, "\nIOMMU: {iommu}");
+
+    let mut shown: Vec<&Device> = if all {
+        m.devices.iter().collect()
+    } else {
+        let mut v: Vec<&Device> = m
+            .matrix_devices()
+            .into_iter()
+            .flat_map(|d| std::iter::once(d).chain(m.ancestors(d)))
+            .collect();
+        v.sort_by_key(|d| d.pci);
+        v.dedup_by_key(|d| d.pci);
+        v
+    };
+    shown.sort_by_key(|d| d.pci);
+    let _ = writeln!(
+        o,
+        "\nDevices{}:\n",
+        if all {
+            ""
+        } else {
+            " (GPUs, NICs, NVMe and the bridges above them; --all for every function)"
+        }
+    );
+    let mut rows = vec![["ID", "PCI", "NAME", "NUMA", "LINK cur / max", "NOTES"]
+        .map(String::from)
+        .to_vec()];
+    for d in shown {
+        let numa = match (d.numa, m.numa_of(d)) {
+            (Some(x), _) => x.to_string(),
+            (None, Some(x)) => format!("({x})"),
+            (None, None) => "?".to_owned(),
+        };
+        let mut notes = Vec::new();
+        if let Some(p) = d.parent {
+            notes.push(format!("under {p}"));
+        } else if let Some(h) = &d.host_bridge {
+            notes.push(format!("on {h}"));
+        }
+        if d.kind == DeviceKind::Bridge {
+            notes.push(match d.acs {
+                None => "ACS unknown".to_owned(),
+                Some(gdpath::topo::AcsState::Absent) => "no ACS".to_owned(),
+                Some(gdpath::topo::AcsState::Present { control, .. }) => {
+                    let on = control.names();
+                    if on.is_empty() {
+                        "ACS off".to_owned()
+                    } else {
+                        format!("ACS {}", on.join(" "))
+                    }
+                }
+            });
+        }
+        if d.synthetic {
+            notes.push("synthetic address".to_owned());
+        }
+        rows.push(vec![
+            if d.id == d.pci.to_string() {
+                "-".to_owned()
+            } else {
+                d.id.clone()
+            },
+            d.pci.to_string(),
+            d.display_name(),
+            numa,
+            link_text(d),
+            notes.join(", "),
+        ]);
+    }
+    if rows.len() == 1 {
+        let _ = writeln!(o, "  none");
+    } else {
+        o.push_str(&indent(&table(&rows), "  "));
+    }
+    let _ = writeln!(o, "\nNUMA in parentheses: inferred from local CPUs (sysfs says -1). Bandwidth: usable PCIe per direction after line encoding, GB/s = 1e9 B/s.");
+    o
+}

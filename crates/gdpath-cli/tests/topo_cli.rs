@@ -1,0 +1,104 @@
+//! `gdpath topo` end to end: JSON schema on a fixture, capture and replay through the binary,
+//! and the live machine.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn fixtures() -> PathBuf {
+    let dir = std::env::var_os("GDPATH_FIXTURES")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../../../shared/fixtures"
+            ))
+        });
+    assert!(
+        dir.join("INDEX.md").is_file(),
+        "fixtures not found at {}",
+        dir.display()
+    );
+    dir
+}
+
+fn gdpath(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_gdpath"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn json_from_nccl_xml() {
+    let f = fixtures().join("nccl-xml/nccl-aws-p4d-24xl-topo.xml");
+    let (ok, out, err) = gdpath(&["topo", "--nccl-xml", f.to_str().unwrap(), "--json"]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["schema"], "gdpath.topo/1");
+    assert_eq!(v["matrix"]["GPU0"]["NIC0"], "PIX");
+    assert_eq!(v["matrix"]["GPU0"]["GPU0"], "X");
+    assert_eq!(
+        v["devices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|d| d["kind"] == "gpu")
+            .count(),
+        8
+    );
+    assert_eq!(v["nearest"][0]["nic"]["class"], "PIX");
+    // The matrix keeps GPU order (GPU0, GPU1, ... not sorted as text).
+    let rows: Vec<&String> = v["matrix"].as_object().unwrap().keys().collect();
+    assert_eq!(rows[0], "GPU0");
+}
+
+#[test]
+fn human_output_and_errors() {
+    let f = fixtures().join("hwloc-xml/hwloc-xml-power8gpudistances.xml");
+    let (ok, out, err) = gdpath(&["topo", "--hwloc-xml", f.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("NV2") && out.contains("Legend:") && out.contains("Devices"),
+        "{out}"
+    );
+    let (ok, _, err) = gdpath(&["topo", "--snapshot", f.to_str().unwrap()]);
+    assert!(!ok);
+    assert!(err.contains("is not a gdpath snapshot"), "{err}");
+    let (ok, _, _) = gdpath(&["topo", "--snapshot", "a", "--nccl-xml", "b"]);
+    assert!(!ok, "two sources are refused");
+}
+
+#[test]
+fn capture_and_replay_the_live_machine() {
+    let dir = tempfile::tempdir().unwrap();
+    let snap = dir.path().join("snap.tar.gz");
+    let (ok, out, err) = gdpath(&["topo", "capture", "-o", snap.to_str().unwrap()]);
+    if !std::path::Path::new("/sys/bus/pci/devices").is_dir() {
+        eprintln!("skipped: this machine has no /sys/bus/pci/devices");
+        assert!(!ok);
+        return;
+    }
+    assert!(ok, "{err}");
+    assert!(out.contains("wrote"), "{out}");
+    let (ok1, live, e1) = gdpath(&["topo", "--json"]);
+    let (ok2, replay, e2) = gdpath(&["topo", "--json", "--snapshot", snap.to_str().unwrap()]);
+    assert!(ok1 && ok2, "{e1}{e2}");
+    assert_eq!(live, replay);
+    let (ok, text, _) = gdpath(&["topo"]);
+    assert!(ok);
+    let v: serde_json::Value = serde_json::from_str(&live).unwrap();
+    let gpus = v["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|d| d["kind"] == "gpu")
+        .count();
+    if gpus == 0 {
+        assert!(text.contains("No GPU"), "{text}");
+    }
+}

@@ -1,0 +1,293 @@
+//! Reads the machine from a sysfs tree (live, copied or snapshot) through a [`SysView`].
+//!
+//! Files read, per PCI function `D` (all optional; an unreadable file is an unknown field):
+//! `/sys/bus/pci/devices/D` (the link gives the PCI tree: `/sys/devices/pciDDDD:BB/.../D`),
+//! `class`, `vendor`, `device`, `numa_node`, `local_cpulist` (else `local_cpus`),
+//! `current_link_speed`, `current_link_width`, `max_link_speed`, `max_link_width`, the
+//! `iommu_group` link, and `config` for bridges (ACS). Machine-wide: `/sys/class/infiniband`,
+//! `/sys/class/net`, `/sys/class/block` (links to their PCI functions),
+//! `/sys/devices/system/node/node*/cpulist`, `/sys/class/iommu`, `/sys/kernel/iommu_groups`,
+//! and `/proc/driver/nvidia/gpus/*` (GPUs the NVIDIA driver bound, with `numa_status`).
+
+use crate::acs::parse_acs;
+use crate::cpus::CpuSet;
+use crate::device::{Device, DeviceKind};
+use crate::iommu::IommuState;
+use crate::link::{parse_speed, parse_width, PcieLink};
+use crate::machine::{Machine, NumaNode};
+use crate::names::{UNKNOWN_CLASS, UNKNOWN_ID};
+use crate::pci::PciAddr;
+use crate::view::SysView;
+use crate::TopoError;
+use std::collections::{BTreeMap, BTreeSet};
+
+const PCI_DEVICES: &str = "/sys/bus/pci/devices";
+
+/// Reads every PCI function, the class-device links, NUMA nodes and IOMMU state. `source` is
+/// recorded as [`Machine::source`]. Errors only when `/sys/bus/pci/devices` cannot be listed
+/// (not a sysfs tree); every other unreadable file leaves its field unknown.
+pub fn read_machine(view: &dyn SysView, source: &str) -> Result<Machine, TopoError> {
+    let names = view
+        .read_dir(PCI_DEVICES)
+        .map_err(|e| TopoError::NotSysfs {
+            what: format!("{PCI_DEVICES} cannot be listed: {e}"),
+        })?;
+    let mut notes = Vec::new();
+    let nvidia = nvidia_driver_gpus(view);
+    let class_devs = ClassDevices::read(view);
+
+    let mut devices = Vec::new();
+    for name in &names {
+        let Ok(pci) = name.parse::<PciAddr>() else {
+            notes.push(format!("{PCI_DEVICES}/{name}: not a PCI address, skipped"));
+            continue;
+        };
+        devices.push(read_device(view, name, pci, &nvidia, &class_devs));
+    }
+    let tree_known = !devices.is_empty() && devices.iter().all(|d| d.host_bridge.is_some());
+    let mut m = Machine::assemble(
+        devices,
+        read_numa_nodes(view),
+        IommuState::read(view),
+        tree_known,
+        source,
+    );
+    m.notes = notes;
+    Ok(m)
+}
+
+fn read_device(
+    view: &dyn SysView,
+    name: &str,
+    pci: PciAddr,
+    nvidia: &BTreeMap<PciAddr, Option<u32>>,
+    class_devs: &ClassDevices,
+) -> Device {
+    let mut d = Device::new(pci);
+    let dir = view
+        .resolve(&format!("{PCI_DEVICES}/{name}"))
+        .unwrap_or_else(|_| format!("{PCI_DEVICES}/{name}"));
+    let (host_bridge, parent) = tree_position(&dir, pci);
+    d.host_bridge = host_bridge;
+    d.parent = parent;
+
+    let text = |file: &str| view.read_text(&format!("{dir}/{file}"));
+    d.class = text("class")
+        .and_then(|t| parse_hex(&t))
+        .filter(|&c| c <= 0xff_ffff)
+        .unwrap_or(UNKNOWN_CLASS);
+    let id16 = |file: &str| {
+        text(file)
+            .and_then(|t| parse_hex(&t))
+            .and_then(|v| u16::try_from(v).ok())
+            .unwrap_or(UNKNOWN_ID)
+    };
+    d.vendor = id16("vendor");
+    d.device = id16("device");
+    d.numa = text("numa_node")
+        .and_then(|t| t.parse::<i64>().ok())
+        .and_then(|n| u32::try_from(n).ok());
+    d.cpus = text("local_cpulist")
+        .and_then(|t| CpuSet::parse_list(&t))
+        .or_else(|| text("local_cpus").and_then(|t| CpuSet::parse_mask(&t)))
+        .filter(|s| !s.is_empty())
+        .map(|s| s.to_list());
+    d.link = PcieLink {
+        cur_gts: text("current_link_speed").and_then(|t| parse_speed(&t)),
+        cur_width: text("current_link_width").and_then(|t| parse_width(&t)),
+        max_gts: text("max_link_speed").and_then(|t| parse_speed(&t)),
+        max_width: text("max_link_width").and_then(|t| parse_width(&t)),
+    };
+    d.iommu_group = view
+        .read_link(&format!("{dir}/iommu_group"))
+        .ok()
+        .and_then(|t| t.rsplit('/').next().and_then(|g| g.parse().ok()));
+
+    if let Some(c) = class_devs.by_pci.get(&pci) {
+        d.rdma = c.rdma.clone();
+        d.netdevs = c.net.clone();
+        d.block = c.block.clone();
+    }
+    let driver_listed = nvidia.get(&pci);
+    d.gpu_numa_id = driver_listed.copied().flatten();
+    d.kind = DeviceKind::decide(
+        d.class,
+        d.vendor,
+        !d.rdma.is_empty(),
+        driver_listed.is_some(),
+    );
+    if d.kind == DeviceKind::Bridge {
+        d.acs = view
+            .read(&format!("{dir}/config"))
+            .ok()
+            .and_then(|c| parse_acs(&c));
+    }
+    if d.kind == DeviceKind::Gpu && d.vendor == UNKNOWN_ID {
+        d.name = Some("NVIDIA GPU (listed by the NVIDIA driver; vendor id unreadable)".into());
+    }
+    d
+}
+
+/// Host bridge (`pci0000:00`) and parent bridge of the function at canonical sysfs path `dir`.
+/// Both `None` when the path is not under a `pciDDDD:BB` root bus (no tree in the source).
+fn tree_position(dir: &str, pci: PciAddr) -> (Option<String>, Option<PciAddr>) {
+    let comps: Vec<&str> = dir.split('/').filter(|c| !c.is_empty()).collect();
+    let Some(root) = comps.iter().rposition(|c| is_root_bus(c)) else {
+        return (None, None);
+    };
+    let chain: Vec<PciAddr> = comps[root + 1..]
+        .iter()
+        .filter_map(|c| c.parse::<PciAddr>().ok())
+        .collect();
+    if chain.last() != Some(&pci) {
+        return (None, None);
+    }
+    let parent = chain.len().checked_sub(2).map(|i| chain[i]);
+    (Some(comps[root].to_owned()), parent)
+}
+
+/// `pciDDDD:BB`, the name sysfs gives a PCI root bus (one per host bridge).
+fn is_root_bus(c: &str) -> bool {
+    c.strip_prefix("pci")
+        .and_then(|r| r.split_once(':'))
+        .is_some_and(|(dom, bus)| {
+            !dom.is_empty()
+                && dom.len() <= 8
+                && bus.len() == 2
+                && dom
+                    .bytes()
+                    .chain(bus.bytes())
+                    .all(|b| b.is_ascii_hexdigit())
+        })
+}
+
+/// Parses a hex number with or without `0x` (`0x030200`, `10de`).
+pub(crate) fn parse_hex(t: &str) -> Option<u32> {
+    let t = t.trim();
+    let t = t
+        .strip_prefix("0x")
+        .or_else(|| t.strip_prefix("0X"))
+        .unwrap_or(t);
+    u32::from_str_radix(t, 16).ok()
+}
+
+/// The PCI function a class device (`/sys/class/net/eth0`, ...) belongs to: the last PCI
+/// address in its canonical path (`.../0000:00:03.0/virtio0/net/eth0` → `0000:00:03.0`).
+fn owning_function(canonical: &str) -> Option<PciAddr> {
+    canonical
+        .split('/')
+        .filter_map(|c| c.parse::<PciAddr>().ok())
+        .next_back()
+}
+
+#[derive(Default)]
+struct ClassNames {
+    rdma: Vec<String>,
+    net: Vec<String>,
+    block: Vec<String>,
+}
+
+/// RDMA, network and block devices by the PCI function they sit on.
+struct ClassDevices {
+    by_pci: BTreeMap<PciAddr, ClassNames>,
+}
+
+impl ClassDevices {
+    fn read(view: &dyn SysView) -> ClassDevices {
+        let mut by_pci: BTreeMap<PciAddr, ClassNames> = BTreeMap::new();
+        for (class, pick) in [("infiniband", 0usize), ("net", 1), ("block", 2)] {
+            let dir = format!("/sys/class/{class}");
+            let names = view.read_dir(&dir).unwrap_or_default();
+            let all: BTreeSet<&str> = names.iter().map(String::as_str).collect();
+            for name in &names {
+                let Ok(path) = view.resolve(&format!("{dir}/{name}")) else {
+                    continue;
+                };
+                // A partition sits inside its disk's directory (`.../nvme0n1/nvme0n1p1`).
+                let parent_name = path.rsplit('/').nth(1).unwrap_or("");
+                if class == "block" && all.contains(parent_name) {
+                    continue;
+                }
+                if let Some(pci) = owning_function(&path) {
+                    let e = by_pci.entry(pci).or_default();
+                    [&mut e.rdma, &mut e.net, &mut e.block][pick].push(name.clone());
+                }
+            }
+        }
+        ClassDevices { by_pci }
+    }
+}
+
+/// GPUs the NVIDIA driver lists in `/proc/driver/nvidia/gpus`, with the NUMA node of their
+/// memory from `numa_status` (`Node: 255`) when it is one.
+fn nvidia_driver_gpus(view: &dyn SysView) -> BTreeMap<PciAddr, Option<u32>> {
+    let base = "/proc/driver/nvidia/gpus";
+    view.read_dir(base)
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|n| {
+            let pci = n.parse::<PciAddr>().ok()?;
+            let node = view
+                .read_text(&format!("{base}/{n}/numa_status"))
+                .and_then(|t| {
+                    t.lines()
+                        .find_map(|l| l.strip_prefix("Node:"))
+                        .and_then(|v| v.trim().parse::<i64>().ok())
+                })
+                .and_then(|v| u32::try_from(v).ok());
+            Some((pci, node))
+        })
+        .collect()
+}
+
+fn read_numa_nodes(view: &dyn SysView) -> Vec<NumaNode> {
+    let base = "/sys/devices/system/node";
+    let mut nodes: Vec<NumaNode> = view
+        .read_dir(base)
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|n| n.strip_prefix("node")?.parse::<u32>().ok())
+        .map(|id| NumaNode {
+            id,
+            cpus: view
+                .read_text(&format!("{base}/node{id}/cpulist"))
+                .and_then(|t| CpuSet::parse_list(&t))
+                .map(|s| s.to_list())
+                .unwrap_or_default(),
+        })
+        .collect();
+    nodes.sort_by_key(|n| n.id);
+    nodes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tree_positions() {
+        let p = |s: &str| s.parse::<PciAddr>().unwrap();
+        assert_eq!(
+            tree_position("/sys/devices/pci0000:00/0000:00:06.0", p("0000:00:06.0")),
+            (Some("pci0000:00".into()), None)
+        );
+        assert_eq!(
+            tree_position(
+                "/sys/devices/pci0000:80/0000:80:02.2/0000:82:00.0",
+                p("0000:82:00.0")
+            ),
+            (Some("pci0000:80".into()), Some(p("0000:80:02.2")))
+        );
+        assert_eq!(
+            tree_position("/sys/bus/pci/devices/0004:05:00.0", p("0004:05:00.0")),
+            (None, None)
+        );
+        assert!(is_root_bus("pci10000:00"));
+        assert!(!is_root_bus("pci_bus"));
+        assert_eq!(
+            owning_function("/sys/devices/pci0000:00/0000:00:03.0/virtio0/net/eth0"),
+            Some(p("0000:00:03.0"))
+        );
+        assert_eq!(owning_function("/sys/devices/virtual/net/lo"), None);
+    }
+}
