@@ -17,7 +17,7 @@ use crate::sockaddr::CSockAddr;
 use crate::sys;
 use crate::worker::{EpId, Worker, WorkerAddress, AM_MAX_MESSAGE};
 
-/// How long dropping an endpoint waits for its flush-close before giving up.
+/// How long dropping an endpoint flushes its outstanding operations before force-closing it.
 pub const CLOSE_WAIT: Duration = Duration::from_secs(5);
 
 /// Shared with UCX's error callback: 0 while healthy, else the failure status.
@@ -44,14 +44,56 @@ impl EpInner {
         (s != 0).then_some(Status(s))
     }
 
-    /// Closes the UCP endpoint (flush mode when healthy, force mode once failed) and waits
-    /// up to `timeout`. Returns the close status; leaks the state box if UCX did not finish.
-    fn close_raw(&mut self, timeout: Duration) -> Result<()> {
+    /// Polls a request of this worker until it finishes or `timeout` passes; releases it.
+    /// Returns its final status, or `None` on timeout (UCX then frees it on completion).
+    fn poll_raw(&self, req: *mut c_void, timeout: Duration) -> Option<sys::ucs_status_t> {
+        if req.is_null() {
+            return Some(sys::UCS_OK);
+        }
+        if ptr_is_err(req) {
+            return Some(crate::error::ptr_status(req).0);
+        }
+        let api = self.worker.api();
+        let mut status = sys::UCS_INPROGRESS;
+        let done = self.worker.progress_until(timeout, || {
+            let _g = self.worker.guard();
+            // SAFETY: live request of this worker.
+            status = unsafe { api.ucp_request_check_status(req) };
+            status != sys::UCS_INPROGRESS
+        });
+        let _g = self.worker.guard();
+        // SAFETY: released once; if still pending, UCX frees it on completion.
+        unsafe { api.ucp_request_free(req) };
+        done.then_some(status)
+    }
+
+    /// Closes the UCP endpoint and waits up to `timeout`.
+    ///
+    /// `graceful`: flush close (`ucp_ep_close_nbx` without flags), which completes only when
+    /// the peer's worker progresses too. Otherwise: flush outstanding operations for at most
+    /// `timeout`, then force close (`UCP_EP_CLOSE_FLAG_FORCE`, allowed because every endpoint
+    /// uses peer error handling), which does not wait for the peer. A failed endpoint is
+    /// always force-closed. If UCX does not finish, the error-callback state is leaked
+    /// (never freed while UCX may call back).
+    fn close_raw(&mut self, graceful: bool, timeout: Duration) -> Result<()> {
         if self.raw.is_null() {
             return Ok(());
         }
-        let force = self.failure().is_some();
+        let start = Instant::now();
         let api = self.worker.api();
+        let force = !graceful || self.failure().is_some();
+        if force && self.failure().is_none() {
+            let flush = {
+                let _g = self.worker.guard();
+                // SAFETY: zeroed params are valid.
+                let p: sys::ucp_request_param_t = unsafe { std::mem::zeroed() };
+                // SAFETY: live endpoint.
+                unsafe { api.ucp_ep_flush_nbx(self.raw, &p) }
+            };
+            if self.poll_raw(flush, timeout) != Some(sys::UCS_OK) {
+                tracing::debug!(peer = ?self.peer, "flush before force close did not complete");
+            }
+        }
         let req = {
             let _g = self.worker.guard();
             // SAFETY: zeroed params; FLAGS known since 1.10.
@@ -64,37 +106,22 @@ impl EpInner {
             unsafe { api.ucp_ep_close_nbx(self.raw, &p) }
         };
         self.raw = std::ptr::null_mut();
-        if ptr_is_err(req) {
-            // The endpoint is released; UCX makes no further callbacks.
-            self.free_state();
-            return Ok(()); // closing an endpoint that already failed reports its failure
-        }
-        let mut status = sys::UCS_OK;
-        let done = req.is_null()
-            || self.worker.progress_until(timeout, || {
-                let _g = self.worker.guard();
-                // SAFETY: live close request.
-                status = unsafe { api.ucp_request_check_status(req) };
-                status != sys::UCS_INPROGRESS
-            });
-        if !req.is_null() {
-            let _g = self.worker.guard();
-            // SAFETY: released once; if pending, UCX frees it on completion.
-            unsafe { api.ucp_request_free(req) };
-        }
-        if done {
-            self.free_state();
-            if status == sys::UCS_OK || Status(status).is_peer_failure() {
-                Ok(())
-            } else {
-                check("ucp_ep_close_nbx", status)
+        match self.poll_raw(req, timeout.saturating_sub(start.elapsed())) {
+            Some(st) => {
+                self.free_state();
+                if st == sys::UCS_OK || st == sys::UCS_ERR_CANCELED || Status(st).is_peer_failure() {
+                    Ok(())
+                } else {
+                    check("ucp_ep_close_nbx", st)
+                }
             }
-        } else {
-            tracing::warn!(peer = ?self.peer, "endpoint close did not finish within {timeout:?}");
-            Err(UcxError::Timeout {
-                op: "ucp_ep_close_nbx",
-                timeout,
-            })
+            None => {
+                tracing::warn!(peer = ?self.peer, "endpoint close did not finish within {timeout:?}");
+                Err(UcxError::Timeout {
+                    op: "ucp_ep_close_nbx",
+                    timeout,
+                })
+            }
         }
     }
 
@@ -109,7 +136,7 @@ impl EpInner {
 
 impl Drop for EpInner {
     fn drop(&mut self) {
-        let _ = self.close_raw(CLOSE_WAIT);
+        let _ = self.close_raw(false, CLOSE_WAIT);
     }
 }
 
@@ -128,7 +155,9 @@ unsafe extern "C" fn ep_error_cb(arg: *mut c_void, _ep: sys::ucp_ep_h, status: s
 /// A connection to a peer worker (`ucp_ep_h`), created with peer error handling
 /// (`UCP_ERR_HANDLING_MODE_PEER`) so that a dead peer surfaces as
 /// [`UcxError::EndpointFailed`] instead of a hang. Cheap to clone; closed when the last clone,
-/// remote key and request using it are gone (flush close, or force close once failed).
+/// remote key and request using it are gone: outstanding operations are flushed (at most
+/// [`CLOSE_WAIT`]) and the endpoint is force-closed, which the peer sees as an endpoint
+/// failure. [`Endpoint::close`] closes gracefully instead.
 #[derive(Clone)]
 pub struct Endpoint {
     inner: Arc<EpInner>,
@@ -202,24 +231,32 @@ impl Endpoint {
         })
     }
 
-    /// Connects to a listener at `addr` (client-server mode, `UCP_EP_PARAMS_FLAGS_CLIENT_SERVER`)
-    /// and waits, progressing `worker`, until the connection is usable (an endpoint flush
-    /// completes) or `timeout` passes. The listening side must progress its worker meanwhile.
+    /// Starts connecting to a listener at `addr` (client-server mode,
+    /// `UCP_EP_PARAMS_FLAGS_CLIENT_SERVER`) and returns at once, like UCX: the connection
+    /// completes once the listening side accepts it, while both workers progress. Operations
+    /// posted meanwhile are queued. Use [`Endpoint::wait_connected`] to wait for it.
     ///
-    /// Errors: [`UcxError::EndpointFailed`] (nobody listens: `UCS_ERR_UNREACHABLE` or
-    /// `UCS_ERR_CONNECTION_RESET`/`UCS_ERR_NOT_CONNECTED` by UCX version, or rejected),
-    /// [`UcxError::Timeout`].
-    pub fn connect(worker: &Worker, addr: SocketAddr, timeout: Duration) -> Result<Endpoint> {
+    /// Errors: `ucp_ep_create`'s status. A peer that is not listening shows up later, as
+    /// [`UcxError::EndpointFailed`] from the first operation or from `wait_connected`.
+    pub fn connect(worker: &Worker, addr: SocketAddr) -> Result<Endpoint> {
         let sa = CSockAddr::new(&addr);
-        let ep = Self::create(worker, Target::Sock(&sa), Some(addr))?;
-        ep.flush(timeout).map_err(|e| match e {
+        Self::create(worker, Target::Sock(&sa), Some(addr))
+    }
+
+    /// Waits, progressing this endpoint's worker, until the connection is usable (an endpoint
+    /// flush completes) or `timeout` passes. The peer must accept and progress meanwhile.
+    ///
+    /// Errors: [`UcxError::EndpointFailed`] (nobody listens: `UCS_ERR_UNREACHABLE`, or
+    /// `UCS_ERR_CONNECTION_RESET`/`UCS_ERR_NOT_CONNECTED` depending on the UCX version;
+    /// rejected: `UCS_ERR_REJECTED`), [`UcxError::Timeout`] with op `connect`.
+    pub fn wait_connected(&self, timeout: Duration) -> Result<()> {
+        self.flush(timeout).map_err(|e| match e {
             UcxError::Timeout { timeout, .. } => UcxError::Timeout {
                 op: "connect",
                 timeout,
             },
             e => e,
-        })?;
-        Ok(ep)
+        })
     }
 
     /// Creates an endpoint to a worker whose [`Worker::address`] was exchanged out of band.
@@ -539,14 +576,16 @@ impl Endpoint {
         Ok(RmaTransports { mem_type: mem, basis: RmaBasis::AmEmulation, lanes: am })
     }
 
-    /// Closes the endpoint now (flush close; force close if it failed), waiting up to
-    /// `timeout`, when this is the last handle to it. Otherwise the endpoint closes when the
-    /// last clone, key or request is dropped, and this returns `Ok`.
+    /// Closes the endpoint gracefully now (flush close, `ucp_ep_close_nbx` without flags;
+    /// force close if it failed), waiting up to `timeout`, when this is the last handle to it.
+    /// The peer's worker must progress meanwhile. Otherwise (clones, keys or requests still
+    /// hold it) the endpoint closes when the last of them is dropped, and this returns `Ok`.
+    ///
+    /// Errors: [`UcxError::Timeout`], or the close status.
     pub fn close(self, timeout: Duration) -> Result<()> {
-        let start = Instant::now();
         match Arc::try_unwrap(self.inner) {
             Ok(mut inner) => {
-                let r = inner.close_raw(timeout.saturating_sub(start.elapsed()));
+                let r = inner.close_raw(true, timeout);
                 drop(inner);
                 r
             }

@@ -332,10 +332,12 @@ unsafe extern "C" fn am_recv_cb(
     let arg = &*(arg as *const AmHandlerArg);
     let param = &*param;
     let mut q = arg.queues.lock().unwrap_or_else(|p| p.into_inner());
-    let has_data = param.recv_attr & sys::UCP_AM_RECV_ATTR_FLAG_DATA as u64 != 0 || length == 0;
+    // Eager data is readable now (FLAG_DATA only says UCX would let us keep it); rendezvous
+    // data would need ucp_am_recv_data_nbx, which this crate's senders never require.
+    let rndv = param.recv_attr & sys::UCP_AM_RECV_ATTR_FLAG_RNDV as u64 != 0;
     let too_big = header_length.saturating_add(length) > AM_MAX_MESSAGE;
     let queue_len = q.queues.get(&arg.id).map_or(0, |v| v.len());
-    if !has_data || too_big || queue_len >= AM_MAX_QUEUED {
+    if rndv || too_big || queue_len >= AM_MAX_QUEUED {
         // Rendezvous data left unreceived is dropped by UCX when we return UCS_OK.
         q.dropped += 1;
         return sys::UCS_OK;
