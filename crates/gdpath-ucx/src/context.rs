@@ -254,8 +254,8 @@ impl Context {
             // SAFETY: zeroed params are valid; only fields flagged in field_mask are read and
             // every flag used here exists since UCX 1.13.
             let mut params: sys::ucp_params_t = unsafe { std::mem::zeroed() };
-            params.field_mask = (sys::UCP_PARAM_FIELD_FEATURES
-                | sys::UCP_PARAM_FIELD_MT_WORKERS_SHARED) as u64;
+            params.field_mask =
+                (sys::UCP_PARAM_FIELD_FEATURES | sys::UCP_PARAM_FIELD_MT_WORKERS_SHARED) as u64;
             params.features = cfg.features.bits();
             params.mt_workers_shared = 1;
             let mut raw: sys::ucp_context_h = std::ptr::null_mut();
@@ -328,7 +328,10 @@ impl Context {
         let _g = lock(&self.inner.lock);
         // SAFETY: live context.
         check("ucp_context_query", unsafe {
-            self.inner.ucx.api.ucp_context_query(self.inner.raw, &mut attr)
+            self.inner
+                .ucx
+                .api
+                .ucp_context_query(self.inner.raw, &mut attr)
         })?;
         Ok(MemType::ALL
             .into_iter()
@@ -345,14 +348,7 @@ impl Context {
     pub fn print_info(&self) -> Result<String> {
         let _g = lock(&self.inner.lock);
         // SAFETY: the callee writes to the memstream only.
-        unsafe {
-            capture(|f| {
-                self.inner
-                    .ucx
-                    .api
-                    .ucp_context_print_info(self.inner.raw, f)
-            })
-        }
+        unsafe { capture(|f| self.inner.ucx.api.ucp_context_print_info(self.inner.raw, f)) }
     }
 
     /// The transports and devices this context may use (see [`UcxFacts::resources`]).
@@ -419,7 +415,13 @@ mod tests {
         let names: Vec<String> = r.iter().map(|r| r.to_string()).collect();
         assert_eq!(
             names,
-            ["self/memory0", "tcp/lo", "tcp/eth0", "posix/memory", "rc_mlx5/mlx5_0:1"]
+            [
+                "self/memory0",
+                "tcp/lo",
+                "tcp/eth0",
+                "posix/memory",
+                "rc_mlx5/mlx5_0:1"
+            ]
         );
     }
 

@@ -4,7 +4,7 @@
 use std::fmt;
 use std::net::SocketAddr;
 use std::os::raw::c_void;
-use std::sync::atomic::{AtomicI8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -31,6 +31,10 @@ pub(crate) struct EpInner {
     /// Box handed to UCX as the error-callback argument; freed after the close completes.
     state: *mut EpState,
     peer: Option<SocketAddr>,
+    err_mode: ErrorMode,
+    /// Set when an operation is posted, cleared when a flush completes: a clean endpoint is
+    /// force-closed at drop without flushing (which would wait on a peer that may be gone).
+    dirty: AtomicBool,
 }
 
 // SAFETY: UCX calls on `raw` happen under the worker lock; `state` is only read atomically.
@@ -81,8 +85,9 @@ impl EpInner {
         }
         let start = Instant::now();
         let api = self.worker.api();
-        let force = !graceful || self.failure().is_some();
-        if force && self.failure().is_none() {
+        // Force close is only defined with peer error handling.
+        let force = self.err_mode == ErrorMode::Peer && (!graceful || self.failure().is_some());
+        if force && self.failure().is_none() && self.dirty.load(Ordering::Acquire) {
             let flush = {
                 let _g = self.worker.guard();
                 // SAFETY: zeroed params are valid.
@@ -109,7 +114,8 @@ impl EpInner {
         match self.poll_raw(req, timeout.saturating_sub(start.elapsed())) {
             Some(st) => {
                 self.free_state();
-                if st == sys::UCS_OK || st == sys::UCS_ERR_CANCELED || Status(st).is_peer_failure() {
+                if st == sys::UCS_OK || st == sys::UCS_ERR_CANCELED || Status(st).is_peer_failure()
+                {
                     Ok(())
                 } else {
                     check("ucp_ep_close_nbx", st)
@@ -146,7 +152,11 @@ impl Drop for EpInner {
 unsafe extern "C" fn ep_error_cb(arg: *mut c_void, _ep: sys::ucp_ep_h, status: sys::ucs_status_t) {
     // SAFETY: arg is the EpState box of this endpoint, alive until close completes.
     let state = &*(arg as *const EpState);
-    let s = if status == sys::UCS_OK { sys::UCS_ERR_IO_ERROR } else { status };
+    let s = if status == sys::UCS_OK {
+        sys::UCS_ERR_IO_ERROR
+    } else {
+        status
+    };
     let _ = state
         .failure
         .compare_exchange(0, s, Ordering::AcqRel, Ordering::Acquire);
@@ -172,6 +182,22 @@ impl fmt::Debug for Endpoint {
     }
 }
 
+/// How an endpoint learns that its peer failed (`ucp_err_handling_mode_t`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum ErrorMode {
+    /// `UCP_ERR_HANDLING_MODE_PEER`: a dead or unreachable peer fails the endpoint
+    /// ([`UcxError::EndpointFailed`]) instead of hanging its operations, and endpoints can be
+    /// force-closed. UCX then uses only transports that detect peer failure: in UCX 1.13
+    /// through 1.22 that excludes the shared-memory transports (posix, sysv, cma), so two
+    /// processes of one host talk over `tcp` (measured: UCX 1.13.1 and 1.22.0, `docs/ucx.md`).
+    #[default]
+    Peer,
+    /// `UCP_ERR_HANDLING_MODE_NONE`: every transport is eligible (shared memory included), but
+    /// a dead peer can leave operations pending: only this crate's time bounds end the wait
+    /// ([`UcxError::Timeout`]). Endpoints are closed with a flush close.
+    None,
+}
+
 /// Where an endpoint is created from.
 enum Target<'a> {
     Sock(&'a CSockAddr),
@@ -180,7 +206,12 @@ enum Target<'a> {
 }
 
 impl Endpoint {
-    fn create(worker: &Worker, target: Target<'_>, peer: Option<SocketAddr>) -> Result<Endpoint> {
+    fn create(
+        worker: &Worker,
+        target: Target<'_>,
+        peer: Option<SocketAddr>,
+        err_mode: ErrorMode,
+    ) -> Result<Endpoint> {
         let state = Box::into_raw(Box::new(EpState {
             failure: AtomicI8::new(0),
         }));
@@ -188,7 +219,10 @@ impl Endpoint {
         let mut p: sys::ucp_ep_params_t = unsafe { std::mem::zeroed() };
         p.field_mask = (sys::UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE
             | sys::UCP_EP_PARAM_FIELD_ERR_HANDLER) as u64;
-        p.err_mode = sys::UCP_ERR_HANDLING_MODE_PEER;
+        p.err_mode = match err_mode {
+            ErrorMode::Peer => sys::UCP_ERR_HANDLING_MODE_PEER,
+            ErrorMode::None => sys::UCP_ERR_HANDLING_MODE_NONE,
+        };
         p.err_handler = sys::ucp_err_handler_t {
             cb: Some(ep_error_cb),
             arg: state.cast(),
@@ -227,6 +261,8 @@ impl Endpoint {
                 raw,
                 state,
                 peer,
+                err_mode,
+                dirty: AtomicBool::new(false),
             }),
         })
     }
@@ -239,8 +275,13 @@ impl Endpoint {
     /// Errors: `ucp_ep_create`'s status. A peer that is not listening shows up later, as
     /// [`UcxError::EndpointFailed`] from the first operation or from `wait_connected`.
     pub fn connect(worker: &Worker, addr: SocketAddr) -> Result<Endpoint> {
+        Self::connect_with(worker, addr, ErrorMode::Peer)
+    }
+
+    /// As [`Endpoint::connect`], with the error handling mode given.
+    pub fn connect_with(worker: &Worker, addr: SocketAddr, mode: ErrorMode) -> Result<Endpoint> {
         let sa = CSockAddr::new(&addr);
-        Self::create(worker, Target::Sock(&sa), Some(addr))
+        Self::create(worker, Target::Sock(&sa), Some(addr), mode)
     }
 
     /// Waits, progressing this endpoint's worker, until the connection is usable (an endpoint
@@ -262,18 +303,33 @@ impl Endpoint {
     /// Creates an endpoint to a worker whose [`Worker::address`] was exchanged out of band.
     /// Returns at once; the first operation completes the connection.
     pub fn connect_address(worker: &Worker, addr: &WorkerAddress) -> Result<Endpoint> {
+        Self::connect_address_with(worker, addr, ErrorMode::Peer)
+    }
+
+    /// As [`Endpoint::connect_address`], with the error handling mode given.
+    pub fn connect_address_with(
+        worker: &Worker,
+        addr: &WorkerAddress,
+        mode: ErrorMode,
+    ) -> Result<Endpoint> {
         if addr.0.is_empty() {
             return Err(UcxError::InvalidArgument("empty worker address".into()));
         }
-        Self::create(worker, Target::Address(addr), None)
+        Self::create(worker, Target::Address(addr), None, mode)
     }
 
     pub(crate) fn accept(
         worker: &Worker,
         conn: sys::ucp_conn_request_h,
         peer: Option<SocketAddr>,
+        mode: ErrorMode,
     ) -> Result<Endpoint> {
-        Self::create(worker, Target::Conn(conn), peer)
+        Self::create(worker, Target::Conn(conn), peer, mode)
+    }
+
+    /// The error handling mode the endpoint was created with.
+    pub fn error_mode(&self) -> ErrorMode {
+        self.inner.err_mode
     }
 
     pub(crate) fn raw(&self) -> sys::ucp_ep_h {
@@ -327,7 +383,13 @@ impl Endpoint {
     /// Completes every operation posted on this endpoint (`ucp_ep_flush_nbx`): after it,
     /// puts are visible in the target's memory. Progresses up to `timeout`.
     pub fn flush(&self, timeout: Duration) -> Result<()> {
-        self.flush_nb()?.wait(timeout)
+        // Operations posted after the flush was posted are not covered by it.
+        self.inner.dirty.store(false, Ordering::Release);
+        let r = self.flush_nb().and_then(|r| r.wait(timeout));
+        if r.is_err() {
+            self.inner.dirty.store(true, Ordering::Release);
+        }
+        r
     }
 
     /// Posts an endpoint flush and returns its request.
@@ -398,6 +460,7 @@ impl Endpoint {
                 )
             })
         };
+        self.inner.dirty.store(true, Ordering::Release);
         let pins = Pins {
             mem: Some(local.clone()),
             rkey: Some(remote.rkey.clone()),
@@ -474,6 +537,7 @@ impl Endpoint {
                 &p,
             )
         };
+        self.inner.dirty.store(true, Ordering::Release);
         let pins = Pins {
             bytes: vec![h, d],
             ..self.pins()
@@ -524,7 +588,10 @@ impl Endpoint {
         let _g = w.guard();
         // SAFETY: live endpoint; attr is the 1.14 layout; entries has MAX slots.
         check("ucp_ep_query", unsafe {
-            w.api().ucp_ep_query(self.inner.raw, (&mut attr as *mut crate::sys_ext::ucp_ep_attr_v114).cast())
+            w.api().ucp_ep_query(
+                self.inner.raw,
+                (&mut attr as *mut crate::sys_ext::ucp_ep_attr_v114).cast(),
+            )
         })?;
         let n = (attr.transports.num_entries as usize).min(MAX);
         let lanes = entries[..n]
@@ -567,13 +634,33 @@ impl Endpoint {
                 lanes,
             });
         }
-        let has = |l: &Lane, p: &str| l.usage.iter().any(|u| u == p || u.starts_with(&format!("{p}#")));
-        let rma: Vec<Lane> = lanes.iter().filter(|l| has(l, "rma") || has(l, "rma_bw")).cloned().collect();
+        let has = |l: &Lane, p: &str| {
+            l.usage
+                .iter()
+                .any(|u| u == p || u.starts_with(&format!("{p}#")))
+        };
+        let rma: Vec<Lane> = lanes
+            .iter()
+            .filter(|l| has(l, "rma") || has(l, "rma_bw"))
+            .cloned()
+            .collect();
         if !rma.is_empty() {
-            return Ok(RmaTransports { mem_type: mem, basis: RmaBasis::RmaLanes, lanes: rma });
+            return Ok(RmaTransports {
+                mem_type: mem,
+                basis: RmaBasis::RmaLanes,
+                lanes: rma,
+            });
         }
-        let am: Vec<Lane> = lanes.iter().filter(|l| has(l, "am") || has(l, "am_bw")).cloned().collect();
-        Ok(RmaTransports { mem_type: mem, basis: RmaBasis::AmEmulation, lanes: am })
+        let am: Vec<Lane> = lanes
+            .iter()
+            .filter(|l| has(l, "am") || has(l, "am_bw"))
+            .cloned()
+            .collect();
+        Ok(RmaTransports {
+            mem_type: mem,
+            basis: RmaBasis::AmEmulation,
+            lanes: am,
+        })
     }
 
     /// Closes the endpoint gracefully now (flush close, `ucp_ep_close_nbx` without flags;
@@ -654,26 +741,34 @@ pub struct RmaTransports {
 }
 
 /// Parses `lane[N]:  IDX:tl/dev.PATH md[M] -> md[M]/tl/sysdev[S] usage...` lines of
-/// `ucp_ep_print_info` (UCX 1.13 through 1.22).
+/// `ucp_ep_print_info` (UCX 1.13 through 1.22). Lanes that `put[N]:`/`get[N]:` threshold
+/// lines refer to (UCX 1.13's short/bcopy RMA protocols, by lane index) get usage `rma`.
 pub(crate) fn parse_lanes(text: &str) -> Vec<Lane> {
-    let mut lanes = Vec::new();
+    let mut lanes: Vec<(usize, Lane)> = Vec::new();
+    let mut rma_idx: Vec<usize> = Vec::new();
     for line in text.lines() {
         let line = line.trim_start_matches('#').trim();
-        if !line.starts_with("lane[") {
+        let index_of = |prefix: &str| -> Option<(usize, &str)> {
+            let rest = line.strip_prefix(prefix)?;
+            let (n, rest) = rest.split_once("]:")?;
+            Some((n.trim().parse().ok()?, rest))
+        };
+        if let Some((i, _)) = index_of("put[").or_else(|| index_of("get[")) {
+            rma_idx.push(i);
             continue;
         }
-        let Some((_, rest)) = line.split_once("]:") else {
+        let Some((idx, rest)) = index_of("lane[") else {
             continue;
         };
         let mut toks = rest.split_whitespace();
         let Some(rsc) = toks.next() else { continue };
         let name = rsc.split_once(':').map_or(rsc, |(_, n)| n);
         let Some((tl, dev)) = name.split_once('/') else {
-            continue;
+            continue; // e.g. "lane[0]: cm rdmacm": the connection manager, not a transport
         };
         // Drop the ".<path index>" suffix UCX appends to the device.
         let dev = match dev.rsplit_once('.') {
-            Some((d, idx)) if !idx.is_empty() && idx.bytes().all(|b| b.is_ascii_digit()) => d,
+            Some((d, i)) if !i.is_empty() && i.bytes().all(|b| b.is_ascii_digit()) => d,
             _ => dev,
         };
         let after_arrow: Vec<&str> = rest
@@ -689,13 +784,21 @@ pub(crate) fn parse_lanes(text: &str) -> Vec<Lane> {
             }
             usage.push(t.to_string());
         }
-        lanes.push(Lane {
-            transport: tl.to_string(),
-            device: dev.to_string(),
-            usage,
-        });
+        lanes.push((
+            idx,
+            Lane {
+                transport: tl.to_string(),
+                device: dev.to_string(),
+                usage,
+            },
+        ));
     }
-    lanes
+    for (idx, lane) in &mut lanes {
+        if rma_idx.contains(idx) && !lane.usage.iter().any(|u| u == "rma") {
+            lane.usage.push("rma".into());
+        }
+    }
+    lanes.into_iter().map(|(_, l)| l).collect()
 }
 
 #[cfg(test)]
@@ -710,13 +813,19 @@ mod tests {
             #                 lane[1]:  3:sysv/memory.0 md[2]           -> md[2]/sysv/sysdev[255]\n\
             #                 lane[2]:  0:self/memory0.0 md[0]          -> md[0]/self/sysdev[255] am am_bw#0\n\
             #                 lane[3]:  5:cma/memory.0 md[4]            -> md[4]/cma/sysdev[255] seg 4294967295 rma_bw#0\n\
+            #                 lane[4]: cm rdmacm\n\
+            #                  put[1]: 0..<short>..4294967296..<bcopy>..(inf)\n\
+            #                  get[1]: 0..<bcopy>..(inf)\n\
             #                  rma_bw: mds #\n";
         let l = parse_lanes(text);
         assert_eq!(l.len(), 4);
-        assert_eq!((l[0].transport.as_str(), l[0].device.as_str()), ("tcp", "lo"));
+        assert_eq!(
+            (l[0].transport.as_str(), l[0].device.as_str()),
+            ("tcp", "lo")
+        );
         assert_eq!(l[0].usage, ["am", "am_bw#0", "wireup"]);
         assert_eq!(l[1].to_string(), "sysv/memory");
-        assert!(l[1].usage.is_empty());
+        assert_eq!(l[1].usage, ["rma"]);
         assert_eq!(l[2].device, "memory0");
         assert_eq!(l[3].usage, ["rma_bw#0"]);
     }

@@ -221,7 +221,10 @@ mod tests {
 
     #[test]
     fn status_names_and_classes() {
-        assert_eq!(Status(sys::UCS_ERR_UNREACHABLE).name(), "UCS_ERR_UNREACHABLE");
+        assert_eq!(
+            Status(sys::UCS_ERR_UNREACHABLE).name(),
+            "UCS_ERR_UNREACHABLE"
+        );
         assert_eq!(Status(-45).name(), "UCS_ERR_-45");
         assert!(Status(sys::UCS_ERR_CONNECTION_RESET).is_peer_failure());
         assert!(Status(-70).is_peer_failure());

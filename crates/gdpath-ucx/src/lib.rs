@@ -31,7 +31,7 @@ mod worker;
 
 pub use context::{Context, Features, MemType, Resource, UcxCfg, UcxFacts};
 pub use endpoint::{
-    EpTransports, Endpoint, Lane, RmaBasis, RmaTransports, TransportSource, CLOSE_WAIT,
+    Endpoint, EpTransports, ErrorMode, Lane, RmaBasis, RmaTransports, TransportSource, CLOSE_WAIT,
 };
 pub use error::{Result, Status, UcxError};
 pub use listener::Listener;

@@ -7,7 +7,7 @@ use std::os::raw::c_void;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use crate::endpoint::Endpoint;
+use crate::endpoint::{Endpoint, ErrorMode};
 use crate::error::{check, Result, UcxError};
 use crate::sockaddr::{from_storage, CSockAddr};
 use crate::sys;
@@ -23,6 +23,7 @@ pub struct Listener {
     worker: Worker,
     raw: sys::ucp_listener_h,
     queue: *mut ConnQueue,
+    mode: ErrorMode,
 }
 
 // SAFETY: UCX calls on `raw` happen under the worker lock; the queue is a Mutex.
@@ -52,6 +53,11 @@ impl Listener {
     /// Errors: [`UcxError::Status`] from `ucp_listener_create` (e.g. `UCS_ERR_BUSY` when the
     /// port is taken, `UCS_ERR_UNSUPPORTED` without a sockaddr-capable transport).
     pub fn bind(worker: &Worker, addr: SocketAddr) -> Result<Listener> {
+        Self::bind_with(worker, addr, ErrorMode::Peer)
+    }
+
+    /// As [`Listener::bind`]; accepted endpoints use error handling `mode`.
+    pub fn bind_with(worker: &Worker, addr: SocketAddr, mode: ErrorMode) -> Result<Listener> {
         let queue: *mut ConnQueue = Box::into_raw(Box::new(Mutex::new(VecDeque::new())));
         let sa = CSockAddr::new(&addr);
         // SAFETY: zeroed params; fields flagged exist since UCX 1.10.
@@ -82,6 +88,7 @@ impl Listener {
             worker: worker.clone(),
             raw,
             queue,
+            mode,
         })
     }
 
@@ -126,13 +133,11 @@ impl Listener {
             // SAFETY: filled on success.
             (st == sys::UCS_OK)
                 .then(|| unsafe {
-                    from_storage(
-                        (&attr.client_address as *const sys::sockaddr_storage).cast(),
-                    )
+                    from_storage((&attr.client_address as *const sys::sockaddr_storage).cast())
                 })
                 .flatten()
         };
-        Endpoint::accept(&self.worker, conn, peer).map(Some)
+        Endpoint::accept(&self.worker, conn, peer, self.mode).map(Some)
     }
 
     /// Progresses the worker until a client connects, up to `timeout`, and returns its

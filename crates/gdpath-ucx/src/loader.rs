@@ -123,12 +123,11 @@ impl Ucx {
     fn open(library: &String) -> Result<Ucx> {
         // SAFETY: opening libucp runs its constructors, which only initialise UCX's own
         // globals; the symbols are typed by bindgen from UCX's headers.
-        let api = unsafe { sys::Ucp::new(library.as_str()) }.map_err(|e| {
-            UcxError::LibraryMissing {
+        let api =
+            unsafe { sys::Ucp::new(library.as_str()) }.map_err(|e| UcxError::LibraryMissing {
                 library: library.clone(),
                 reason: e.to_string(),
-            }
-        })?;
+            })?;
         required_symbols!(
             api,
             library,

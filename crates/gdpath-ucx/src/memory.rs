@@ -44,7 +44,13 @@ impl Drop for MemInner {
     fn drop(&mut self) {
         let _g = lock(&self.ctx.inner.lock);
         // SAFETY: last reference (requests hold a clone while they use the memory).
-        let st = unsafe { self.ctx.inner.ucx.api.ucp_mem_unmap(self.ctx.inner.raw, self.raw) };
+        let st = unsafe {
+            self.ctx
+                .inner
+                .ucx
+                .api
+                .ucp_mem_unmap(self.ctx.inner.raw, self.raw)
+        };
         if st != sys::UCS_OK {
             tracing::warn!(status = st, "ucp_mem_unmap failed");
         }
@@ -83,11 +89,7 @@ impl MemHandle {
             ));
         }
         if mem_type != MemType::Host && !ctx.supports(mem_type)? {
-            let have: Vec<String> = ctx
-                .memory_types()?
-                .iter()
-                .map(|m| m.to_string())
-                .collect();
+            let have: Vec<String> = ctx.memory_types()?.iter().map(|m| m.to_string()).collect();
             return Err(UcxError::MemTypeUnsupported(mem_type, have.join(",")));
         }
         // SAFETY: zeroed params; every field flagged exists since UCX 1.13.
@@ -134,7 +136,14 @@ impl MemHandle {
         Ok((raw, base))
     }
 
-    fn wrap(ctx: &Context, raw: sys::ucp_mem_h, addr: *mut u8, len: usize, mem_type: MemType, owner: Owner) -> MemHandle {
+    fn wrap(
+        ctx: &Context,
+        raw: sys::ucp_mem_h,
+        addr: *mut u8,
+        len: usize,
+        mem_type: MemType,
+        owner: Owner,
+    ) -> MemHandle {
         MemHandle {
             inner: Arc::new(MemInner {
                 ctx: ctx.clone(),
@@ -164,7 +173,14 @@ impl MemHandle {
         let len = buf.len();
         let ptr = buf.as_mut_ptr();
         let (raw, base) = Self::map_params(ctx, ptr.cast(), len, MemType::Host, false)?;
-        Ok(Self::wrap(ctx, raw, base, len, MemType::Host, Owner::Vec(buf)))
+        Ok(Self::wrap(
+            ctx,
+            raw,
+            base,
+            len,
+            MemType::Host,
+            Owner::Vec(buf),
+        ))
     }
 
     /// Registers existing memory of `mem_type` (host memory, or a CUDA device pointer from
@@ -173,7 +189,12 @@ impl MemHandle {
     /// # Safety
     /// `addr..addr+len` must be valid memory of `mem_type` that stays allocated until this
     /// handle, all its clones and every request using it are dropped.
-    pub unsafe fn map(ctx: &Context, addr: *mut u8, len: usize, mem_type: MemType) -> Result<MemHandle> {
+    pub unsafe fn map(
+        ctx: &Context,
+        addr: *mut u8,
+        len: usize,
+        mem_type: MemType,
+    ) -> Result<MemHandle> {
         if addr.is_null() {
             return Err(UcxError::InvalidArgument("address is NULL".into()));
         }

@@ -169,7 +169,10 @@ impl Drop for Request {
         let worker = self.worker.clone();
         let finished = worker.progress_until(DROP_WAIT, || !matches!(self.test(), Ok(false)));
         if !finished {
-            tracing::warn!(op = self.op, "UCX operation still pending after {DROP_WAIT:?} at drop; leaking its buffers");
+            tracing::warn!(
+                op = self.op,
+                "UCX operation still pending after {DROP_WAIT:?} at drop; leaking its buffers"
+            );
             {
                 let _g = worker.guard();
                 // SAFETY: UCX releases a pending request when it completes.

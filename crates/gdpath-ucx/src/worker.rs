@@ -69,7 +69,12 @@ impl Drop for WorkerInner {
             // SAFETY: last reference: endpoints, listeners, keys and requests hold a Worker.
             unsafe { self.ctx.inner.ucx.api.ucp_worker_destroy(self.raw) };
         }
-        for arg in self.am_args.get_mut().unwrap_or_else(|p| p.into_inner()).drain(..) {
+        for arg in self
+            .am_args
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .drain(..)
+        {
             // SAFETY: created by Box::into_raw in am_register; UCX no longer calls back.
             drop(unsafe { Box::from_raw(arg) });
         }
@@ -93,7 +98,9 @@ pub struct Worker {
 
 impl fmt::Debug for Worker {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Worker").field("raw", &self.inner.raw).finish()
+        f.debug_struct("Worker")
+            .field("raw", &self.inner.raw)
+            .finish()
     }
 }
 
@@ -276,7 +283,10 @@ impl Worker {
         let st = {
             let _g = self.guard();
             // SAFETY: live worker; `arg` outlives the worker (freed in WorkerInner::drop).
-            unsafe { self.api().ucp_worker_set_am_recv_handler(self.inner.raw, &p) }
+            unsafe {
+                self.api()
+                    .ucp_worker_set_am_recv_handler(self.inner.raw, &p)
+            }
         };
         if st != sys::UCS_OK {
             // SAFETY: UCX did not take the arg.
@@ -315,7 +325,11 @@ impl Worker {
     /// Messages dropped because they exceeded [`AM_MAX_MESSAGE`], [`AM_MAX_QUEUED`], or came
     /// with the rendezvous protocol (which this crate's senders never use).
     pub fn am_dropped(&self) -> u64 {
-        self.inner.am.lock().unwrap_or_else(|p| p.into_inner()).dropped
+        self.inner
+            .am
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .dropped
     }
 }
 

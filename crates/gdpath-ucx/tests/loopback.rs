@@ -6,16 +6,16 @@ use std::time::{Duration, Instant};
 
 use common::{pattern, BgProgress, Pair, T};
 use gdpath_ucx::{
-    Context, Endpoint, Features, MemHandle, MemType, RegionDesc, RemoteRegion, Ucx, UcxCfg,
-    UcxError, Worker, MAX_PACKED_RKEY,
+    Context, Endpoint, ErrorMode, Features, MemHandle, MemType, RegionDesc, RemoteRegion, Ucx,
+    UcxCfg, UcxError, Worker, MAX_PACKED_RKEY,
 };
 
 const SIZES: [usize; 7] = [1, 7, 4096, 65_537, 1 << 20, 5 << 20, 16 << 20];
 
 /// Puts each size from client memory into server memory at an odd offset, flushes, and
 /// compares byte for byte, including the bytes around the target range.
-fn put_get_roundtrip(transports: Option<&str>) {
-    let p = Pair::new(transports);
+fn put_get_roundtrip(transports: Option<&str>, mode: ErrorMode) {
+    let p = Pair::new_with(transports, mode);
     let max = *SIZES.iter().max().unwrap();
     let off = 3usize;
     let server_mem = MemHandle::from_vec(&p.ctx, vec![0xEE; max + 2 * off]).unwrap();
@@ -34,9 +34,20 @@ fn put_get_roundtrip(transports: Option<&str>) {
         p.client_ep.flush(T).unwrap();
         let mut got = vec![0u8; n + 2 * off];
         server_mem.read(0, &mut got).unwrap();
-        assert_eq!(&got[..off], &[0xEE; 3], "bytes before the put changed (n={n})");
-        assert!(got[off..off + n] == data[..], "put of {n} bytes not byte-exact");
-        assert_eq!(&got[off + n..], &[0xEE; 3], "bytes after the put changed (n={n})");
+        assert_eq!(
+            &got[..off],
+            &[0xEE; 3],
+            "bytes before the put changed (n={n})"
+        );
+        assert!(
+            got[off..off + n] == data[..],
+            "put of {n} bytes not byte-exact"
+        );
+        assert_eq!(
+            &got[off + n..],
+            &[0xEE; 3],
+            "bytes after the put changed (n={n})"
+        );
 
         // get
         let src = pattern(n, 1000 + i as u64);
@@ -55,12 +66,18 @@ fn put_get_roundtrip(transports: Option<&str>) {
 
 #[test]
 fn put_get_tcp_1b_to_16mib_byte_exact() {
-    put_get_roundtrip(Some("tcp"));
+    put_get_roundtrip(Some("tcp"), ErrorMode::Peer);
 }
 
 #[test]
 fn put_get_default_transports_1b_to_16mib_byte_exact() {
-    put_get_roundtrip(None);
+    put_get_roundtrip(None, ErrorMode::Peer);
+}
+
+#[test]
+fn put_get_shared_memory_1b_to_16mib_byte_exact() {
+    // Without peer error handling UCX may pick shared memory (see ErrorMode).
+    put_get_roundtrip(None, ErrorMode::None);
 }
 
 #[test]
@@ -99,7 +116,10 @@ fn rkey_pack_unpack_and_checked_bounds() {
     p.client_ep.flush(T).unwrap();
     let mut after = vec![0u8; 4096];
     server_mem.read(0, &mut after).unwrap();
-    assert!(after.iter().all(|&b| b == 0x11), "a refused put touched memory");
+    assert!(
+        after.iter().all(|&b| b == 0x11),
+        "a refused put touched memory"
+    );
 
     // Untrusted key bytes: empty and oversized are refused; a wrapping region too.
     assert!(matches!(
@@ -165,7 +185,10 @@ fn active_message_round_trip() {
         .wait(T)
         .unwrap();
     let reply = p.client.am_recv(8, T).unwrap();
-    assert_eq!((reply.header.as_slice(), reply.data.as_slice()), (&b""[..], &b"pong"[..]));
+    assert_eq!(
+        (reply.header.as_slice(), reply.data.as_slice()),
+        (&b""[..], &b"pong"[..])
+    );
     assert_eq!(reply.reply_ep, Some(p.client_ep.id()));
     assert_eq!(p.server.am_dropped() + p.client.am_dropped(), 0);
 
@@ -291,7 +314,7 @@ fn connect_by_worker_address() {
 
 #[test]
 fn memory_handles_check_type_and_bounds() {
-    let ctx = Context::new(&UcxCfg::default()).unwrap();
+    let ctx = Context::new(&common::cfg(None)).unwrap();
     assert!(matches!(
         MemHandle::alloc(&ctx, 0, MemType::Host),
         Err(UcxError::InvalidArgument(_))
@@ -300,10 +323,18 @@ fn memory_handles_check_type_and_bounds() {
     assert_eq!(m.len(), 100);
     let mut out = vec![0u8; 100];
     m.read(0, &mut out).unwrap();
-    assert_eq!(out, pattern(100, 3), "from_vec must keep the buffer's bytes");
+    assert_eq!(
+        out,
+        pattern(100, 3),
+        "from_vec must keep the buffer's bytes"
+    );
     assert!(matches!(
         m.write(99, &[1, 2]),
-        Err(UcxError::LocalOutOfBounds { offset: 99, len: 2, region_len: 100 })
+        Err(UcxError::LocalOutOfBounds {
+            offset: 99,
+            len: 2,
+            region_len: 100
+        })
     ));
     assert!(matches!(
         m.read(usize::MAX, &mut [0u8; 1]),
@@ -325,8 +356,7 @@ fn memory_handles_check_type_and_bounds() {
 fn worker_wait_wakes_on_signal_and_times_out() {
     let ctx = Context::new(&UcxCfg {
         features: Features::RMA | Features::AM | Features::WAKEUP,
-        transports: Some("tcp".into()),
-        ..UcxCfg::default()
+        ..common::cfg(Some("tcp"))
     })
     .unwrap();
     let w = Worker::new(&ctx).unwrap();
@@ -336,7 +366,10 @@ fn worker_wait_wakes_on_signal_and_times_out() {
     assert!(start.elapsed() < Duration::from_secs(5));
     w.signal().unwrap();
     let start = Instant::now();
-    assert!(w.wait(Duration::from_secs(5)).unwrap(), "signal did not wake the worker");
+    assert!(
+        w.wait(Duration::from_secs(5)).unwrap(),
+        "signal did not wake the worker"
+    );
     assert!(start.elapsed() < Duration::from_secs(5));
 
     // Without WAKEUP the call is refused with a typed error.
@@ -356,5 +389,8 @@ fn missing_library_is_a_typed_error_naming_it() {
     };
     assert_eq!(library, path);
     let msg = err.to_string();
-    assert!(msg.contains(path) && msg.contains("libucx0") && msg.contains("libucx-cu13"), "{msg}");
+    assert!(
+        msg.contains(path) && msg.contains("libucx0") && msg.contains("libucx-cu13"),
+        "{msg}"
+    );
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use gdpath_ucx::{Context, Endpoint, Features, Listener, UcxCfg, Worker};
+use gdpath_ucx::{Context, Endpoint, ErrorMode, Features, Listener, UcxCfg, Worker};
 
 pub const T: Duration = Duration::from_secs(20);
 
@@ -45,10 +45,13 @@ impl Drop for BgProgress {
     }
 }
 
+/// A context configuration for tests: network transports limited to the loopback device
+/// (`UCX_NET_DEVICES=lo`), so that no test traffic uses another interface's address.
 pub fn cfg(transports: Option<&str>) -> UcxCfg {
     UcxCfg {
         features: Features::RMA | Features::AM,
         transports: transports.map(str::to_string),
+        devices: Some("lo".into()),
         ..UcxCfg::default()
     }
 }
@@ -69,14 +72,20 @@ impl Pair {
     /// A context with `transports`, two workers, a listener on 127.0.0.1 (free port) and a
     /// connected endpoint on each side; the server worker progresses in the background.
     pub fn new(transports: Option<&str>) -> Pair {
+        Self::new_with(transports, ErrorMode::Peer)
+    }
+
+    /// As [`Pair::new`], with the endpoints' error handling mode given.
+    pub fn new_with(transports: Option<&str>, mode: ErrorMode) -> Pair {
         let ctx = Context::new(&cfg(transports)).expect("context");
         let server = Worker::new(&ctx).expect("server worker");
         let client = Worker::new(&ctx).expect("client worker");
-        let listener = Listener::bind(&server, "127.0.0.1:0".parse().unwrap()).expect("listen");
+        let listener =
+            Listener::bind_with(&server, "127.0.0.1:0".parse().unwrap(), mode).expect("listen");
         let addr = listener.local_addr().expect("listener address");
         assert!(addr.ip().is_loopback() && addr.port() != 0, "{addr}");
         let bg = BgProgress::new(&server);
-        let client_ep = Endpoint::connect(&client, addr).expect("connect");
+        let client_ep = Endpoint::connect_with(&client, addr, mode).expect("connect");
         // Accept while the client side progresses too; then check the client is connected.
         let start = std::time::Instant::now();
         let server_ep = loop {
