@@ -555,10 +555,11 @@ impl Endpoint {
         unsafe { capture(|f| w.api().ucp_ep_print_info(self.inner.raw, f)) }
     }
 
-    /// The transports and devices this endpoint uses. UCX >= 1.14: `ucp_ep_query` with
-    /// `UCP_EP_ATTR_FIELD_TRANSPORTS` (lanes without usage); UCX 1.13: the lane lines of
-    /// [`Endpoint::print_info`], with their usage (`am`, `rma_bw#0`, ...). The endpoint must
-    /// be connected (lanes are chosen during wire-up).
+    /// The transports and devices this endpoint moves data with. UCX >= 1.14: `ucp_ep_query`
+    /// with `UCP_EP_ATTR_FIELD_TRANSPORTS` (lanes without usage); UCX 1.13: the lane lines of
+    /// [`Endpoint::print_info`], with their usage (`am`, `rma_bw#0`, ...). The
+    /// connection-manager lane of a client-server endpoint is left out. Wait until connected
+    /// ([`Endpoint::wait_connected`]): lanes are chosen during wire-up.
     pub fn transports(&self) -> Result<EpTransports> {
         if self.worker().context().ucx().has_ep_transport_query() {
             self.query_transports()
@@ -602,6 +603,9 @@ impl Endpoint {
                 device: unsafe { crate::loader::cstr(e.device_name) },
                 usage: Vec::new(),
             })
+            // The connection-manager lane of a client-server endpoint (e.g. `tcp` with no
+            // device in UCX 1.22) carries no data; print_info parsing skips it too.
+            .filter(|l| !l.device.is_empty())
             .collect();
         Ok(EpTransports {
             source: TransportSource::EpQuery,

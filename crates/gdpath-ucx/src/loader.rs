@@ -70,7 +70,7 @@ macro_rules! required_symbols {
     ($api:expr, $lib:expr, [$($sym:ident),* $(,)?]) => {
         $(
             if $api.$sym.is_err() {
-                return Err(UcxError::SymbolMissing { library: $lib.clone(), symbol: stringify!($sym) });
+                return Err(UcxError::SymbolMissing { library: $lib.to_string(), symbol: stringify!($sym) });
             }
         )*
     };
@@ -120,14 +120,13 @@ impl Ucx {
         Ok(ucx)
     }
 
-    fn open(library: &String) -> Result<Ucx> {
+    fn open(library: &str) -> Result<Ucx> {
         // SAFETY: opening libucp runs its constructors, which only initialise UCX's own
         // globals; the symbols are typed by bindgen from UCX's headers.
-        let api =
-            unsafe { sys::Ucp::new(library.as_str()) }.map_err(|e| UcxError::LibraryMissing {
-                library: library.clone(),
-                reason: e.to_string(),
-            })?;
+        let api = unsafe { sys::Ucp::new(library) }.map_err(|e| UcxError::LibraryMissing {
+            library: library.to_string(),
+            reason: e.to_string(),
+        })?;
         required_symbols!(
             api,
             library,
@@ -186,7 +185,7 @@ impl Ucx {
         };
         if major != MIN_VERSION.major || minor < MIN_VERSION.minor {
             return Err(UcxError::VersionTooOld {
-                library: library.clone(),
+                library: library.to_string(),
                 found: version.to_string(),
             });
         }
@@ -194,7 +193,7 @@ impl Ucx {
         let version_string = unsafe { cstr(api.ucp_get_version_string()) };
         Ok(Ucx {
             api,
-            library: library.clone(),
+            library: library.to_string(),
             version,
             version_string,
         })

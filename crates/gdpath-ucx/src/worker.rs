@@ -366,7 +366,7 @@ unsafe extern "C" fn am_recv_cb(
     };
     let reply_ep = (param.recv_attr & sys::UCP_AM_RECV_ATTR_FIELD_REPLY_EP as u64 != 0
         && !param.reply_ep.is_null())
-    .then(|| EpId(param.reply_ep as usize));
+    .then_some(EpId(param.reply_ep as usize));
     let msg = AmMessage {
         id: arg.id,
         header: copy(header, header_length),
