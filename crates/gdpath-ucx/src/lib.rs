@@ -16,6 +16,8 @@
 //! Raw bindings are in [`sys`] (generated once by `gen-bindings.sh` from UCX 1.13 headers,
 //! bindgen's dynamic-loading mode); see `docs/ucx.md` for versions and transports.
 
+#![warn(missing_docs)]
+
 mod capture;
 mod context;
 mod endpoint;

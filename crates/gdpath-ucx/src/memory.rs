@@ -410,10 +410,16 @@ impl RemoteRegion {
 
     /// Validates `(offset, len)` against the region; returns the remote address to use.
     ///
-    /// Errors: [`UcxError::RemoteOutOfBounds`].
+    /// Errors: [`UcxError::RemoteOutOfBounds`]; [`UcxError::InvalidArgument`] for a region
+    /// built by hand whose `base + offset` wraps.
     pub fn check(&self, offset: u64, len: u64) -> Result<u64> {
         match offset.checked_add(len) {
-            Some(end) if end <= self.len => Ok(self.base + offset),
+            Some(end) if end <= self.len => self.base.checked_add(offset).ok_or_else(|| {
+                UcxError::InvalidArgument(format!(
+                    "remote region {:#x}+{} wraps the address space",
+                    self.base, self.len
+                ))
+            }),
             _ => Err(UcxError::RemoteOutOfBounds {
                 offset,
                 len,
