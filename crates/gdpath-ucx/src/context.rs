@@ -1,0 +1,435 @@
+//! The UCP context: features, configuration (transports), memory types and resources.
+
+use std::ffi::CString;
+use std::fmt;
+use std::ops::BitOr;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::capture::capture;
+use crate::error::{check, Result, UcxError};
+use crate::loader::Ucx;
+use crate::sys;
+
+/// UCP features a context is created with (`ucp_feature`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Features(u64);
+
+impl Features {
+    /// One-sided put/get (`UCP_FEATURE_RMA`).
+    pub const RMA: Features = Features(sys::UCP_FEATURE_RMA as u64);
+    /// Active messages (`UCP_FEATURE_AM`): this crate's control messages.
+    pub const AM: Features = Features(sys::UCP_FEATURE_AM as u64);
+    /// Tag matching (`UCP_FEATURE_TAG`).
+    pub const TAG: Features = Features(sys::UCP_FEATURE_TAG as u64);
+    /// Blocking waits on an event fd (`UCP_FEATURE_WAKEUP`). Off by default: UCX then prefers
+    /// transports that can raise events, which may exclude the fastest shared-memory ones.
+    pub const WAKEUP: Features = Features(sys::UCP_FEATURE_WAKEUP as u64);
+
+    /// The raw `UCP_FEATURE_*` mask.
+    pub fn bits(self) -> u64 {
+        self.0
+    }
+
+    /// True when every feature of `other` is in `self`.
+    pub fn contains(self, other: Features) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
+impl BitOr for Features {
+    type Output = Features;
+    fn bitor(self, rhs: Features) -> Features {
+        Features(self.0 | rhs.0)
+    }
+}
+
+/// Memory types UCX distinguishes (`ucs_memory_type_t`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MemType {
+    /// Host (system) memory.
+    Host,
+    /// CUDA device memory (`cudaMalloc`/`cuMemAlloc`).
+    Cuda,
+    /// CUDA managed (unified) memory.
+    CudaManaged,
+    /// ROCm device memory.
+    Rocm,
+    /// ROCm managed memory.
+    RocmManaged,
+}
+
+impl MemType {
+    /// All types in `ucs_memory_type_t` order.
+    pub const ALL: [MemType; 5] = [
+        MemType::Host,
+        MemType::Cuda,
+        MemType::CudaManaged,
+        MemType::Rocm,
+        MemType::RocmManaged,
+    ];
+
+    pub(crate) fn raw(self) -> sys::ucs_memory_type_t {
+        match self {
+            MemType::Host => sys::UCS_MEMORY_TYPE_HOST,
+            MemType::Cuda => sys::UCS_MEMORY_TYPE_CUDA,
+            MemType::CudaManaged => sys::UCS_MEMORY_TYPE_CUDA_MANAGED,
+            MemType::Rocm => sys::UCS_MEMORY_TYPE_ROCM,
+            MemType::RocmManaged => sys::UCS_MEMORY_TYPE_ROCM_MANAGED,
+        }
+    }
+
+    /// UCX's name (`host`, `cuda`, `cuda-managed`, `rocm`, `rocm-managed`).
+    pub fn name(self) -> &'static str {
+        match self {
+            MemType::Host => "host",
+            MemType::Cuda => "cuda",
+            MemType::CudaManaged => "cuda-managed",
+            MemType::Rocm => "rocm",
+            MemType::RocmManaged => "rocm-managed",
+        }
+    }
+}
+
+impl fmt::Display for MemType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// How to create a [`Context`].
+#[derive(Debug, Clone)]
+pub struct UcxCfg {
+    /// UCP features; default RMA | AM.
+    pub features: Features,
+    /// Transports (`UCX_TLS`), e.g. `"tcp"` or `"sm,self"`; `None` keeps UCX's default (or the
+    /// environment's `UCX_TLS`).
+    pub transports: Option<String>,
+    /// Devices (`UCX_NET_DEVICES`), e.g. `"lo"` or `"mlx5_0:1"`; `None` keeps the default.
+    pub devices: Option<String>,
+    /// Other UCX settings as (name without the `UCX_` prefix, value), applied last.
+    pub extra: Vec<(String, String)>,
+}
+
+impl Default for UcxCfg {
+    fn default() -> Self {
+        UcxCfg {
+            features: Features::RMA | Features::AM,
+            transports: None,
+            devices: None,
+            extra: Vec::new(),
+        }
+    }
+}
+
+/// A transport on a device, as UCX lists a resource (`tcp/lo`, `posix/memory`, `rc_mlx5/mlx5_0:1`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Resource {
+    /// Transport name (`tcp`, `posix`, `sysv`, `cma`, `self`, `rc_mlx5`, `cuda_copy`, ...).
+    pub transport: String,
+    /// Device name (`lo`, `eth0`, `memory`, `mlx5_0:1`, ...).
+    pub device: String,
+}
+
+impl fmt::Display for Resource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.transport, self.device)
+    }
+}
+
+/// What the loaded UCX offers this context.
+#[derive(Debug, Clone)]
+pub struct UcxFacts {
+    /// The library loaded (name or path).
+    pub library: String,
+    /// Its version.
+    pub version: crate::UcxVersion,
+    /// Its version string.
+    pub version_string: String,
+    /// The transports and devices this context may use: the "resource" lines of
+    /// `ucp_context_print_info`, the same set `ucx_info -d` lists filtered by `UCX_TLS`.
+    pub resources: Vec<Resource>,
+    /// Memory types the context can map and move (`UCP_ATTR_FIELD_MEMORY_TYPES`).
+    pub memory_types: Vec<MemType>,
+    /// True when CUDA device memory is among them (UCX built with CUDA and libcuda present).
+    pub cuda_supported: bool,
+    /// True when `ucp_ep_query` reports endpoint transports (UCX >= 1.14); otherwise
+    /// [`crate::Endpoint::transports`] parses `ucp_ep_print_info`.
+    pub ep_transport_query: bool,
+    /// True when the context is safe to share between workers of different threads
+    /// (`UCS_THREAD_MODE_MULTI`: UCX built with `--enable-mt`).
+    pub thread_multi: bool,
+}
+
+pub(crate) struct ContextInner {
+    pub(crate) ucx: Arc<Ucx>,
+    pub(crate) raw: sys::ucp_context_h,
+    pub(crate) features: Features,
+    /// Serialises context-level calls (mem_map, rkey_pack, ...). When UCX cannot make the
+    /// context thread-safe itself, workers share this lock too (see [`Context::worker_lock`]).
+    pub(crate) lock: Arc<Mutex<()>>,
+    pub(crate) thread_multi: bool,
+}
+
+// SAFETY: every call on `raw` is made under `lock`, and workers of a context that is not
+// UCS_THREAD_MODE_MULTI share that same lock, so UCX never sees two threads at once in a
+// context that was not made for it.
+unsafe impl Send for ContextInner {}
+unsafe impl Sync for ContextInner {}
+
+impl Drop for ContextInner {
+    fn drop(&mut self) {
+        let _g = lock(&self.lock);
+        // SAFETY: last reference; workers, endpoints and mem handles hold a Context clone, so
+        // all of them are gone.
+        unsafe { self.ucx.api.ucp_cleanup(self.raw) };
+    }
+}
+
+/// A UCP context (`ucp_context_h`): cheap to clone, shareable between threads.
+///
+/// Thread safety: the context is created with `mt_workers_shared = 1`; when the loaded UCX
+/// grants `UCS_THREAD_MODE_MULTI`, each worker serialises its own calls and the context
+/// locks internally; otherwise one lock serialises the context and all its workers.
+#[derive(Clone)]
+pub struct Context {
+    pub(crate) inner: Arc<ContextInner>,
+}
+
+impl fmt::Debug for Context {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Context")
+            .field("features", &self.inner.features)
+            .field("thread_multi", &self.inner.thread_multi)
+            .finish()
+    }
+}
+
+pub(crate) fn lock(m: &Mutex<()>) -> MutexGuard<'_, ()> {
+    // A panic while holding the lock cannot leave UCX state half-changed from Rust's view.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Context {
+    /// Loads libucp ([`Ucx::load`]) and creates a context.
+    pub fn new(cfg: &UcxCfg) -> Result<Context> {
+        Self::with_ucx(Ucx::load()?, cfg)
+    }
+
+    /// Creates a context on an already loaded libucp.
+    ///
+    /// Errors: [`UcxError::InvalidArgument`] for a setting containing NUL,
+    /// [`UcxError::Status`] from `ucp_config_modify` (unknown setting) or `ucp_init_version`
+    /// (e.g. `UCS_ERR_NO_DEVICE` when no requested transport exists).
+    pub fn with_ucx(ucx: Arc<Ucx>, cfg: &UcxCfg) -> Result<Context> {
+        let api = &ucx.api;
+        let mut settings: Vec<(CString, CString)> = Vec::new();
+        let mut push = |k: &str, v: &str| -> Result<()> {
+            let k = CString::new(k).map_err(|_| UcxError::InvalidArgument(format!("{k:?}")))?;
+            let v = CString::new(v).map_err(|_| UcxError::InvalidArgument(format!("{v:?}")))?;
+            settings.push((k, v));
+            Ok(())
+        };
+        if let Some(t) = &cfg.transports {
+            push("TLS", t)?;
+        }
+        if let Some(d) = &cfg.devices {
+            push("NET_DEVICES", d)?;
+        }
+        for (k, v) in &cfg.extra {
+            push(k.trim_start_matches("UCX_"), v)?;
+        }
+
+        let mut config: *mut sys::ucp_config_t = std::ptr::null_mut();
+        // SAFETY: NULL env prefix and file name read the defaults and UCX_* variables.
+        check("ucp_config_read", unsafe {
+            api.ucp_config_read(std::ptr::null(), std::ptr::null(), &mut config)
+        })?;
+        let result = (|| {
+            for (k, v) in &settings {
+                // SAFETY: config is live; k and v are NUL-terminated.
+                check("ucp_config_modify", unsafe {
+                    api.ucp_config_modify(config, k.as_ptr(), v.as_ptr())
+                })?;
+            }
+            // SAFETY: zeroed params are valid; only fields flagged in field_mask are read and
+            // every flag used here exists since UCX 1.13.
+            let mut params: sys::ucp_params_t = unsafe { std::mem::zeroed() };
+            params.field_mask =
+                (sys::UCP_PARAM_FIELD_FEATURES | sys::UCP_PARAM_FIELD_MT_WORKERS_SHARED) as u64;
+            params.features = cfg.features.bits();
+            params.mt_workers_shared = 1;
+            let mut raw: sys::ucp_context_h = std::ptr::null_mut();
+            // SAFETY: ucp_init is a static inline that forwards the header's API version.
+            check("ucp_init", unsafe {
+                api.ucp_init_version(
+                    sys::UCP_API_MAJOR,
+                    sys::UCP_API_MINOR,
+                    &params,
+                    config,
+                    &mut raw,
+                )
+            })?;
+            Ok(raw)
+        })();
+        // SAFETY: config was read above and is no longer used.
+        unsafe { api.ucp_config_release(config) };
+        let raw = result?;
+
+        // SAFETY: zeroed attr with a known field.
+        let mut attr: sys::ucp_context_attr_t = unsafe { std::mem::zeroed() };
+        attr.field_mask = sys::UCP_ATTR_FIELD_THREAD_MODE as u64;
+        // SAFETY: raw is a live context.
+        let thread_multi = unsafe { api.ucp_context_query(raw, &mut attr) } == sys::UCS_OK
+            && attr.thread_mode == sys::UCS_THREAD_MODE_MULTI;
+        Ok(Context {
+            inner: Arc::new(ContextInner {
+                ucx: ucx.clone(),
+                raw,
+                features: cfg.features,
+                lock: Arc::new(Mutex::new(())),
+                thread_multi,
+            }),
+        })
+    }
+
+    /// The loaded library.
+    pub fn ucx(&self) -> &Arc<Ucx> {
+        &self.inner.ucx
+    }
+
+    /// The features the context was created with.
+    pub fn features(&self) -> Features {
+        self.inner.features
+    }
+
+    pub(crate) fn require(&self, f: Features, name: &'static str) -> Result<()> {
+        if self.inner.features.contains(f) {
+            Ok(())
+        } else {
+            Err(UcxError::FeatureMissing(name))
+        }
+    }
+
+    /// The lock a new worker of this context serialises its calls with.
+    pub(crate) fn worker_lock(&self) -> Arc<Mutex<()>> {
+        if self.inner.thread_multi {
+            Arc::new(Mutex::new(()))
+        } else {
+            self.inner.lock.clone()
+        }
+    }
+
+    /// Memory types this context can map and move (`ucp_context_query`,
+    /// `UCP_ATTR_FIELD_MEMORY_TYPES`).
+    pub fn memory_types(&self) -> Result<Vec<MemType>> {
+        // SAFETY: zeroed attr with a field known since UCX 1.13.
+        let mut attr: sys::ucp_context_attr_t = unsafe { std::mem::zeroed() };
+        attr.field_mask = sys::UCP_ATTR_FIELD_MEMORY_TYPES as u64;
+        let _g = lock(&self.inner.lock);
+        // SAFETY: live context.
+        check("ucp_context_query", unsafe {
+            self.inner
+                .ucx
+                .api
+                .ucp_context_query(self.inner.raw, &mut attr)
+        })?;
+        Ok(MemType::ALL
+            .into_iter()
+            .filter(|m| attr.memory_types & (1u64 << m.raw()) != 0)
+            .collect())
+    }
+
+    /// True when this context can map and move memory of type `m`.
+    pub fn supports(&self, m: MemType) -> Result<bool> {
+        Ok(self.memory_types()?.contains(&m))
+    }
+
+    /// UCX's own description of the context (`ucp_context_print_info`).
+    pub fn print_info(&self) -> Result<String> {
+        let _g = lock(&self.inner.lock);
+        // SAFETY: the callee writes to the memstream only.
+        unsafe { capture(|f| self.inner.ucx.api.ucp_context_print_info(self.inner.raw, f)) }
+    }
+
+    /// The transports and devices this context may use (see [`UcxFacts::resources`]).
+    pub fn resources(&self) -> Result<Vec<Resource>> {
+        Ok(parse_resources(&self.print_info()?))
+    }
+
+    /// Version, resources, memory types and capabilities in one value.
+    pub fn facts(&self) -> Result<UcxFacts> {
+        let memory_types = self.memory_types()?;
+        let ucx = self.ucx();
+        Ok(UcxFacts {
+            library: ucx.library().to_string(),
+            version: ucx.version(),
+            version_string: ucx.version_string().to_string(),
+            resources: self.resources()?,
+            cuda_supported: memory_types.contains(&MemType::Cuda),
+            memory_types,
+            ep_transport_query: ucx.has_ep_transport_query(),
+            thread_multi: self.inner.thread_multi,
+        })
+    }
+}
+
+/// Parses the `resource N : md M dev D flags -- tl/dev` lines of `ucp_context_print_info`
+/// (format identical in UCX 1.13 through 1.22).
+pub(crate) fn parse_resources(text: &str) -> Vec<Resource> {
+    let mut out: Vec<Resource> = Vec::new();
+    for line in text.lines() {
+        let line = line.trim_start_matches('#').trim();
+        if !line.starts_with("resource") {
+            continue;
+        }
+        let Some((_, name)) = line.rsplit_once(" -- ") else {
+            continue;
+        };
+        if let Some((tl, dev)) = name.trim().split_once('/') {
+            let r = Resource {
+                transport: tl.to_string(),
+                device: dev.to_string(),
+            };
+            if !out.contains(&r) {
+                out.push(r);
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_resource_lines_of_1_13_and_1_22() {
+        // Lines as UCX 1.13.1 (Debian) and 1.22.0 (PyPI wheel) print them.
+        let text = "#\n# UCP context\n#\n#            md 0  :  component 0  self \n\
+                    #      resource 0  :  md 0  dev 0  flags -- self/memory0\n\
+                    #      resource 1  :  md 1  dev 1  flags -- tcp/lo\n\
+                    #      resource 2  :  md 1  dev 2  flags -- tcp/eth0\n\
+                    #      resource 4  :  md 3  dev 0  flags -- posix/memory\n\
+                    #      resource 5  :  md 4  dev 3  flags -- rc_mlx5/mlx5_0:1\n";
+        let r = parse_resources(text);
+        let names: Vec<String> = r.iter().map(|r| r.to_string()).collect();
+        assert_eq!(
+            names,
+            [
+                "self/memory0",
+                "tcp/lo",
+                "tcp/eth0",
+                "posix/memory",
+                "rc_mlx5/mlx5_0:1"
+            ]
+        );
+    }
+
+    #[test]
+    fn features_combine() {
+        let f = Features::RMA | Features::AM;
+        assert!(f.contains(Features::RMA));
+        assert!(!f.contains(Features::WAKEUP));
+        assert_eq!(MemType::Cuda.raw(), sys::UCS_MEMORY_TYPE_CUDA);
+    }
+}

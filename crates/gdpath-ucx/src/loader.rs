@@ -1,0 +1,239 @@
+//! Loading libucp at run time and checking its version.
+
+use std::ffi::CStr;
+use std::fmt;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use crate::error::{Result, Status, UcxError};
+use crate::sys;
+
+/// The library `Ucx::load` opens unless [`ENV_LIB`] names another.
+pub const LIBUCP_SONAME: &str = "libucp.so.0";
+/// Environment variable naming the libucp to load (a path such as the `libucx-cu13` wheel's
+/// `site-packages/libucx/lib/libucp.so.0`, or a soname).
+pub const ENV_LIB: &str = "GDPATH_UCX_LIB";
+/// The oldest UCX whose ABI these bindings follow (the headers `src/sys.rs` was made from).
+pub const MIN_VERSION: UcxVersion = UcxVersion {
+    major: 1,
+    minor: 13,
+    release: 0,
+};
+/// First UCX release with `UCP_EP_ATTR_FIELD_TRANSPORTS` in `ucp_ep_query`.
+pub const EP_QUERY_TRANSPORTS_SINCE: UcxVersion = UcxVersion {
+    major: 1,
+    minor: 14,
+    release: 0,
+};
+
+/// A UCX release number as `ucp_get_version` reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct UcxVersion {
+    /// Major (1 for every UCX so far).
+    pub major: u32,
+    /// Minor (13 for Debian bookworm, 16 for Ubuntu 24.04, 22 for the 2026 PyPI wheels).
+    pub minor: u32,
+    /// Release (patch) number.
+    pub release: u32,
+}
+
+impl fmt::Display for UcxVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}.{}", self.major, self.minor, self.release)
+    }
+}
+
+/// An opened libucp with its version. Kept for the life of the process (never unloaded:
+/// UCX registers global state, such as memory hooks, that must not disappear).
+pub struct Ucx {
+    pub(crate) api: sys::Ucp,
+    library: String,
+    version: UcxVersion,
+    version_string: String,
+}
+
+impl fmt::Debug for Ucx {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Ucx")
+            .field("library", &self.library)
+            .field("version", &self.version)
+            .finish()
+    }
+}
+
+/// The one libucp of this process, once loaded.
+static LOADED: Mutex<Option<Arc<Ucx>>> = Mutex::new(None);
+
+/// Functions gdpath calls; all exist in UCX 1.13. Checked once at load so that the
+/// generated wrappers (which panic on a missing symbol) never panic.
+macro_rules! required_symbols {
+    ($api:expr, $lib:expr, [$($sym:ident),* $(,)?]) => {
+        $(
+            if $api.$sym.is_err() {
+                return Err(UcxError::SymbolMissing { library: $lib.to_string(), symbol: stringify!($sym) });
+            }
+        )*
+    };
+}
+
+impl Ucx {
+    /// Loads the process's libucp: the library named by `GDPATH_UCX_LIB` if set, else
+    /// `libucp.so.0` from the loader's search path. Returns the same `Arc` on every call.
+    ///
+    /// Errors: [`UcxError::LibraryMissing`] (names the library and the packages providing it),
+    /// [`UcxError::SymbolMissing`], [`UcxError::VersionTooOld`].
+    pub fn load() -> Result<Arc<Ucx>> {
+        let lib = std::env::var(ENV_LIB)
+            .ok()
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| LIBUCP_SONAME.to_string());
+        Self::load_from(lib)
+    }
+
+    /// Loads libucp from `library` (a path, or a soname searched by the dynamic loader).
+    ///
+    /// One UCX build per process: when a library is already loaded, the same name returns it
+    /// and a different one fails with [`UcxError::AlreadyLoaded`] (two builds' `libucs`
+    /// symbols would clash), except that a path that does not exist fails with
+    /// [`UcxError::LibraryMissing`] first.
+    pub fn load_from(library: impl AsRef<str>) -> Result<Arc<Ucx>> {
+        let library = library.as_ref().to_string();
+        let mut slot = LOADED.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(loaded) = slot.as_ref() {
+            if loaded.library == library {
+                return Ok(loaded.clone());
+            }
+            if library.contains('/') && !Path::new(&library).exists() {
+                return Err(UcxError::LibraryMissing {
+                    library,
+                    reason: "no such file".into(),
+                });
+            }
+            return Err(UcxError::AlreadyLoaded {
+                loaded: loaded.library.clone(),
+                requested: library,
+            });
+        }
+        let ucx = Arc::new(Self::open(&library)?);
+        tracing::debug!(library = %ucx.library, version = %ucx.version, "loaded libucp");
+        *slot = Some(ucx.clone());
+        Ok(ucx)
+    }
+
+    fn open(library: &str) -> Result<Ucx> {
+        // SAFETY: opening libucp runs its constructors, which only initialise UCX's own
+        // globals; the symbols are typed by bindgen from UCX's headers.
+        let api = unsafe { sys::Ucp::new(library) }.map_err(|e| UcxError::LibraryMissing {
+            library: library.to_string(),
+            reason: e.to_string(),
+        })?;
+        required_symbols!(
+            api,
+            library,
+            [
+                ucp_get_version,
+                ucp_get_version_string,
+                ucs_status_string,
+                ucp_config_read,
+                ucp_config_release,
+                ucp_config_modify,
+                ucp_init_version,
+                ucp_cleanup,
+                ucp_context_query,
+                ucp_context_print_info,
+                ucp_worker_create,
+                ucp_worker_destroy,
+                ucp_worker_progress,
+                ucp_worker_get_efd,
+                ucp_worker_arm,
+                ucp_worker_signal,
+                ucp_worker_flush_nbx,
+                ucp_worker_set_am_recv_handler,
+                ucp_worker_get_address,
+                ucp_worker_release_address,
+                ucp_worker_print_info,
+                ucp_listener_create,
+                ucp_listener_destroy,
+                ucp_listener_query,
+                ucp_listener_reject,
+                ucp_ep_create,
+                ucp_ep_close_nbx,
+                ucp_ep_query,
+                ucp_ep_print_info,
+                ucp_ep_flush_nbx,
+                ucp_mem_map,
+                ucp_mem_unmap,
+                ucp_mem_query,
+                ucp_rkey_pack,
+                ucp_rkey_buffer_release,
+                ucp_ep_rkey_unpack,
+                ucp_rkey_destroy,
+                ucp_put_nbx,
+                ucp_get_nbx,
+                ucp_am_send_nbx,
+                ucp_request_check_status,
+                ucp_request_free,
+            ]
+        );
+        let (mut major, mut minor, mut release) = (0u32, 0u32, 0u32);
+        // SAFETY: checked present above; writes three unsigned ints.
+        unsafe { api.ucp_get_version(&mut major, &mut minor, &mut release) };
+        let version = UcxVersion {
+            major,
+            minor,
+            release,
+        };
+        if major != MIN_VERSION.major || minor < MIN_VERSION.minor {
+            return Err(UcxError::VersionTooOld {
+                library: library.to_string(),
+                found: version.to_string(),
+            });
+        }
+        // SAFETY: returns a static NUL-terminated string.
+        let version_string = unsafe { cstr(api.ucp_get_version_string()) };
+        Ok(Ucx {
+            api,
+            library: library.to_string(),
+            version,
+            version_string,
+        })
+    }
+
+    /// The name or path the library was loaded from.
+    pub fn library(&self) -> &str {
+        &self.library
+    }
+
+    /// The version of the loaded library (`ucp_get_version`).
+    pub fn version(&self) -> UcxVersion {
+        self.version
+    }
+
+    /// The version string of the loaded library (`ucp_get_version_string`, e.g. `1.13.1`).
+    pub fn version_string(&self) -> &str {
+        &self.version_string
+    }
+
+    /// True when `ucp_ep_query` can report an endpoint's transports (UCX >= 1.14).
+    pub fn has_ep_transport_query(&self) -> bool {
+        self.version >= EP_QUERY_TRANSPORTS_SINCE
+    }
+
+    /// UCX's own description of a status (`ucs_status_string`).
+    pub fn status_string(&self, status: Status) -> String {
+        // SAFETY: returns a static string for any code.
+        unsafe { cstr(self.api.ucs_status_string(status.0)) }
+    }
+}
+
+/// Copies a C string UCX returned; empty for NULL.
+///
+/// # Safety
+/// `p` is NULL or points to a NUL-terminated string.
+pub(crate) unsafe fn cstr(p: *const std::os::raw::c_char) -> String {
+    if p.is_null() {
+        String::new()
+    } else {
+        CStr::from_ptr(p).to_string_lossy().into_owned()
+    }
+}

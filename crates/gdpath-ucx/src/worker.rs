@@ -1,0 +1,382 @@
+//! The UCP worker: progress, blocking waits, worker addresses and active-message queues.
+
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::os::raw::c_void;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use crate::capture::capture;
+use crate::context::{lock, Context, Features};
+use crate::error::{check, Result, UcxError};
+use crate::sys;
+
+/// Largest control message (header + payload, bytes) this crate sends or queues. Larger
+/// incoming messages are dropped and counted ([`Worker::am_dropped`]): a peer cannot make
+/// the receiver allocate more than this per message.
+pub const AM_MAX_MESSAGE: usize = 1 << 20;
+/// Most messages queued per active-message id before new ones are dropped and counted.
+pub const AM_MAX_QUEUED: usize = 4096;
+
+/// Opaque identity of an endpoint (its `ucp_ep_h` as an integer): compare
+/// [`AmMessage::reply_ep`] with [`crate::Endpoint::id`] to find who sent a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct EpId(pub(crate) usize);
+
+/// A received active message, copied out of UCX's buffers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AmMessage {
+    /// The active-message id it was sent to.
+    pub id: u16,
+    /// The user header bytes.
+    pub header: Vec<u8>,
+    /// The payload bytes.
+    pub data: Vec<u8>,
+    /// The endpoint it arrived on, when the sender asked for replies (this crate always does).
+    pub reply_ep: Option<EpId>,
+}
+
+#[derive(Default)]
+pub(crate) struct AmQueues {
+    queues: HashMap<u16, VecDeque<AmMessage>>,
+    dropped: u64,
+}
+
+/// What the AM callback receives as its `arg`: the queue and the id it was registered for.
+struct AmHandlerArg {
+    id: u16,
+    queues: Arc<Mutex<AmQueues>>,
+}
+
+pub(crate) struct WorkerInner {
+    pub(crate) ctx: Context,
+    pub(crate) raw: sys::ucp_worker_h,
+    pub(crate) lock: Arc<Mutex<()>>,
+    am: Arc<Mutex<AmQueues>>,
+    /// Callback args handed to UCX; freed after the worker is destroyed.
+    am_args: Mutex<Vec<*mut AmHandlerArg>>,
+}
+
+// SAFETY: all calls on `raw` are made under `lock` (the worker is created in
+// UCS_THREAD_MODE_SERIALIZED); the raw callback args are only freed in Drop.
+unsafe impl Send for WorkerInner {}
+unsafe impl Sync for WorkerInner {}
+
+impl Drop for WorkerInner {
+    fn drop(&mut self) {
+        {
+            let _g = lock(&self.lock);
+            // SAFETY: last reference: endpoints, listeners, keys and requests hold a Worker.
+            unsafe { self.ctx.inner.ucx.api.ucp_worker_destroy(self.raw) };
+        }
+        for arg in self
+            .am_args
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .drain(..)
+        {
+            // SAFETY: created by Box::into_raw in am_register; UCX no longer calls back.
+            drop(unsafe { Box::from_raw(arg) });
+        }
+    }
+}
+
+/// A UCP worker (`ucp_worker_h`): the progress engine that endpoints, listeners and requests
+/// belong to. Cheap to clone; `Send + Sync`.
+///
+/// Thread safety: the worker is created in `UCS_THREAD_MODE_SERIALIZED` and every UCX call
+/// on it or its endpoints takes the worker's lock, so any thread may use it; calls from
+/// several threads are serialised, not parallel. For parallelism, use one worker per thread.
+///
+/// Progress: UCX moves data only while someone calls [`Worker::progress`] (the `wait`
+/// helpers do). Over `tcp`, put and get are emulated in software by the *target* worker:
+/// the target must keep progressing for remote operations on it to complete.
+#[derive(Clone)]
+pub struct Worker {
+    pub(crate) inner: Arc<WorkerInner>,
+}
+
+impl fmt::Debug for Worker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Worker")
+            .field("raw", &self.inner.raw)
+            .finish()
+    }
+}
+
+impl Worker {
+    /// Creates a worker on `ctx`.
+    pub fn new(ctx: &Context) -> Result<Worker> {
+        // SAFETY: zeroed params; only THREAD_MODE is flagged.
+        let mut params: sys::ucp_worker_params_t = unsafe { std::mem::zeroed() };
+        params.field_mask = sys::UCP_WORKER_PARAM_FIELD_THREAD_MODE as u64;
+        params.thread_mode = sys::UCS_THREAD_MODE_SERIALIZED;
+        let lock_ = ctx.worker_lock();
+        let mut raw: sys::ucp_worker_h = std::ptr::null_mut();
+        {
+            let _g = lock(&ctx.inner.lock);
+            // SAFETY: live context; params valid for the call.
+            check("ucp_worker_create", unsafe {
+                ctx.inner
+                    .ucx
+                    .api
+                    .ucp_worker_create(ctx.inner.raw, &params, &mut raw)
+            })?;
+        }
+        Ok(Worker {
+            inner: Arc::new(WorkerInner {
+                ctx: ctx.clone(),
+                raw,
+                lock: lock_,
+                am: Arc::new(Mutex::new(AmQueues::default())),
+                am_args: Mutex::new(Vec::new()),
+            }),
+        })
+    }
+
+    /// The context this worker belongs to.
+    pub fn context(&self) -> &Context {
+        &self.inner.ctx
+    }
+
+    pub(crate) fn api(&self) -> &sys::Ucp {
+        &self.inner.ctx.inner.ucx.api
+    }
+
+    pub(crate) fn guard(&self) -> MutexGuard<'_, ()> {
+        lock(&self.inner.lock)
+    }
+
+    /// Runs UCX's progress once (`ucp_worker_progress`); returns the number of events
+    /// processed (0 when idle).
+    pub fn progress(&self) -> u32 {
+        let _g = self.guard();
+        // SAFETY: live worker, serialised.
+        unsafe { self.api().ucp_worker_progress(self.inner.raw) }
+    }
+
+    /// Progresses until `done()` is true or `timeout` passes. Returns whether `done()` became
+    /// true. Yields the CPU between idle rounds so that a peer thread can run.
+    pub fn progress_until(&self, timeout: Duration, mut done: impl FnMut() -> bool) -> bool {
+        let start = Instant::now();
+        loop {
+            if done() {
+                return true;
+            }
+            if start.elapsed() >= timeout {
+                return done();
+            }
+            if self.progress() == 0 {
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    /// Blocks until UCX has events for this worker or `timeout` passes (`ucp_worker_arm` +
+    /// `poll` on `ucp_worker_get_efd`). Needs [`Features::WAKEUP`]. Returns true if woken by
+    /// an event, false on timeout; the caller then calls [`Worker::progress`].
+    pub fn wait(&self, timeout: Duration) -> Result<bool> {
+        self.inner.ctx.require(Features::WAKEUP, "WAKEUP")?;
+        let fd = {
+            let _g = self.guard();
+            let mut fd: libc::c_int = -1;
+            // SAFETY: live worker.
+            check("ucp_worker_get_efd", unsafe {
+                self.api().ucp_worker_get_efd(self.inner.raw, &mut fd)
+            })?;
+            // SAFETY: live worker.
+            let st = unsafe { self.api().ucp_worker_arm(self.inner.raw) };
+            if st == sys::UCS_ERR_BUSY {
+                return Ok(true); // events already pending: progress first
+            }
+            check("ucp_worker_arm", st)?;
+            fd
+        };
+        let mut pfd = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = timeout.as_millis().min(i32::MAX as u128) as libc::c_int;
+        // SAFETY: one valid pollfd.
+        let rc = unsafe { libc::poll(&mut pfd, 1, ms) };
+        if rc < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                return Ok(false);
+            }
+            return Err(UcxError::Os {
+                op: "poll(ucp worker efd)",
+                message: e.to_string(),
+            });
+        }
+        Ok(rc > 0)
+    }
+
+    /// Wakes a thread blocked in [`Worker::wait`] (`ucp_worker_signal`).
+    pub fn signal(&self) -> Result<()> {
+        let _g = self.guard();
+        // SAFETY: live worker.
+        check("ucp_worker_signal", unsafe {
+            self.api().ucp_worker_signal(self.inner.raw)
+        })
+    }
+
+    /// Completes every operation posted on every endpoint of this worker
+    /// (`ucp_worker_flush_nbx`), progressing up to `timeout`.
+    pub fn flush(&self, timeout: Duration) -> Result<()> {
+        let req = {
+            let _g = self.guard();
+            // SAFETY: zeroed request params (no flags) are valid.
+            let param: sys::ucp_request_param_t = unsafe { std::mem::zeroed() };
+            // SAFETY: live worker.
+            let p = unsafe { self.api().ucp_worker_flush_nbx(self.inner.raw, &param) };
+            crate::request::Request::from_ptr(self.clone(), None, "ucp_worker_flush_nbx", p)?
+        };
+        req.wait(timeout)
+    }
+
+    /// This worker's address (`ucp_worker_get_address`), to send to a peer that connects
+    /// with [`crate::Endpoint::connect_address`].
+    pub fn address(&self) -> Result<WorkerAddress> {
+        let _g = self.guard();
+        let mut addr: *mut sys::ucp_address_t = std::ptr::null_mut();
+        let mut len: usize = 0;
+        // SAFETY: live worker; UCX allocates the address.
+        check("ucp_worker_get_address", unsafe {
+            self.api()
+                .ucp_worker_get_address(self.inner.raw, &mut addr, &mut len)
+        })?;
+        // SAFETY: UCX returned `len` readable bytes at `addr`; released right after copying.
+        let bytes = unsafe { std::slice::from_raw_parts(addr as *const u8, len) }.to_vec();
+        // SAFETY: releases what get_address allocated.
+        unsafe { self.api().ucp_worker_release_address(self.inner.raw, addr) };
+        Ok(WorkerAddress(bytes))
+    }
+
+    /// UCX's own description of the worker (`ucp_worker_print_info`).
+    pub fn print_info(&self) -> Result<String> {
+        let _g = self.guard();
+        // SAFETY: writes to the memstream only.
+        unsafe { capture(|f| self.api().ucp_worker_print_info(self.inner.raw, f)) }
+    }
+
+    /// Starts queueing active messages sent to `id` (`ucp_worker_set_am_recv_handler`).
+    /// Each message's header and payload are copied into the queue; read them with
+    /// [`Worker::am_try_recv`] or [`Worker::am_recv`]. Needs [`Features::AM`].
+    pub fn am_register(&self, id: u16) -> Result<()> {
+        self.inner.ctx.require(Features::AM, "AM")?;
+        let arg = Box::into_raw(Box::new(AmHandlerArg {
+            id,
+            queues: self.inner.am.clone(),
+        }));
+        // SAFETY: zeroed params; fields flagged below exist since UCX 1.11.
+        let mut p: sys::ucp_am_handler_param_t = unsafe { std::mem::zeroed() };
+        p.field_mask = (sys::UCP_AM_HANDLER_PARAM_FIELD_ID
+            | sys::UCP_AM_HANDLER_PARAM_FIELD_FLAGS
+            | sys::UCP_AM_HANDLER_PARAM_FIELD_CB
+            | sys::UCP_AM_HANDLER_PARAM_FIELD_ARG) as u64;
+        p.id = id as u32;
+        p.flags = sys::UCP_AM_FLAG_WHOLE_MSG;
+        p.cb = Some(am_recv_cb);
+        p.arg = arg.cast();
+        let st = {
+            let _g = self.guard();
+            // SAFETY: live worker; `arg` outlives the worker (freed in WorkerInner::drop).
+            unsafe {
+                self.api()
+                    .ucp_worker_set_am_recv_handler(self.inner.raw, &p)
+            }
+        };
+        if st != sys::UCS_OK {
+            // SAFETY: UCX did not take the arg.
+            drop(unsafe { Box::from_raw(arg) });
+            return check("ucp_worker_set_am_recv_handler", st);
+        }
+        self.inner
+            .am_args
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(arg);
+        Ok(())
+    }
+
+    /// Pops the oldest queued message for `id` without progressing.
+    pub fn am_try_recv(&self, id: u16) -> Option<AmMessage> {
+        let mut q = self.inner.am.lock().unwrap_or_else(|p| p.into_inner());
+        q.queues.get_mut(&id).and_then(|q| q.pop_front())
+    }
+
+    /// Progresses until a message for `id` is queued, up to `timeout`.
+    ///
+    /// Errors: [`UcxError::Timeout`].
+    pub fn am_recv(&self, id: u16, timeout: Duration) -> Result<AmMessage> {
+        let mut got = None;
+        self.progress_until(timeout, || {
+            got = got.take().or_else(|| self.am_try_recv(id));
+            got.is_some()
+        });
+        got.ok_or(UcxError::Timeout {
+            op: "am_recv",
+            timeout,
+        })
+    }
+
+    /// Messages dropped because they exceeded [`AM_MAX_MESSAGE`], [`AM_MAX_QUEUED`], or came
+    /// with the rendezvous protocol (which this crate's senders never use).
+    pub fn am_dropped(&self) -> u64 {
+        self.inner
+            .am
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .dropped
+    }
+}
+
+/// UCX calls this from `ucp_worker_progress` for each active message to a registered id.
+unsafe extern "C" fn am_recv_cb(
+    arg: *mut c_void,
+    header: *const c_void,
+    header_length: usize,
+    data: *mut c_void,
+    length: usize,
+    param: *const sys::ucp_am_recv_param_t,
+) -> sys::ucs_status_t {
+    // SAFETY: arg is the AmHandlerArg registered with this id; it outlives the worker.
+    let arg = &*(arg as *const AmHandlerArg);
+    let param = &*param;
+    let mut q = arg.queues.lock().unwrap_or_else(|p| p.into_inner());
+    // Eager data is readable now (FLAG_DATA only says UCX would let us keep it); rendezvous
+    // data would need ucp_am_recv_data_nbx, which this crate's senders never require.
+    let rndv = param.recv_attr & sys::UCP_AM_RECV_ATTR_FLAG_RNDV as u64 != 0;
+    let too_big = header_length.saturating_add(length) > AM_MAX_MESSAGE;
+    let queue_len = q.queues.get(&arg.id).map_or(0, |v| v.len());
+    if rndv || too_big || queue_len >= AM_MAX_QUEUED {
+        // Rendezvous data left unreceived is dropped by UCX when we return UCS_OK.
+        q.dropped += 1;
+        return sys::UCS_OK;
+    }
+    let copy = |p: *const c_void, n: usize| -> Vec<u8> {
+        if n == 0 || p.is_null() {
+            Vec::new()
+        } else {
+            // SAFETY: UCX guarantees n readable bytes at p for the duration of the callback.
+            std::slice::from_raw_parts(p as *const u8, n).to_vec()
+        }
+    };
+    let reply_ep = (param.recv_attr & sys::UCP_AM_RECV_ATTR_FIELD_REPLY_EP as u64 != 0
+        && !param.reply_ep.is_null())
+    .then_some(EpId(param.reply_ep as usize));
+    let msg = AmMessage {
+        id: arg.id,
+        header: copy(header, header_length),
+        data: copy(data, length),
+        reply_ep,
+    };
+    q.queues.entry(arg.id).or_default().push_back(msg);
+    sys::UCS_OK
+}
+
+/// A worker's address as bytes (opaque, UCX-encoded), to exchange out of band.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerAddress(pub Vec<u8>);

@@ -1,0 +1,396 @@
+//! Real UCX over 127.0.0.1: two workers of one process, put/get, keys, bounds, AM, errors.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{pattern, BgProgress, Pair, T};
+use gdpath_ucx::{
+    Context, Endpoint, ErrorMode, Features, MemHandle, MemType, RegionDesc, RemoteRegion, Ucx,
+    UcxCfg, UcxError, Worker, MAX_PACKED_RKEY,
+};
+
+const SIZES: [usize; 7] = [1, 7, 4096, 65_537, 1 << 20, 5 << 20, 16 << 20];
+
+/// Puts each size from client memory into server memory at an odd offset, flushes, and
+/// compares byte for byte, including the bytes around the target range.
+fn put_get_roundtrip(transports: Option<&str>, mode: ErrorMode) {
+    let p = Pair::new_with(transports, mode);
+    let max = *SIZES.iter().max().unwrap();
+    let off = 3usize;
+    let server_mem = MemHandle::from_vec(&p.ctx, vec![0xEE; max + 2 * off]).unwrap();
+    let client_mem = MemHandle::alloc(&p.ctx, max + off, MemType::Host).unwrap();
+    let region = RemoteRegion::new(&p.client_ep, &server_mem.describe().unwrap()).unwrap();
+    for (i, &n) in SIZES.iter().enumerate() {
+        // put
+        let data = pattern(n, i as u64 + 1);
+        client_mem.write(off, &data).unwrap();
+        server_mem.write(0, &vec![0xEE; max + 2 * off]).unwrap();
+        p.client_ep
+            .put(&client_mem, off, &region, off as u64, n)
+            .unwrap()
+            .wait(T)
+            .unwrap();
+        p.client_ep.flush(T).unwrap();
+        let mut got = vec![0u8; n + 2 * off];
+        server_mem.read(0, &mut got).unwrap();
+        assert_eq!(
+            &got[..off],
+            &[0xEE; 3],
+            "bytes before the put changed (n={n})"
+        );
+        assert!(
+            got[off..off + n] == data[..],
+            "put of {n} bytes not byte-exact"
+        );
+        assert_eq!(
+            &got[off + n..],
+            &[0xEE; 3],
+            "bytes after the put changed (n={n})"
+        );
+
+        // get
+        let src = pattern(n, 1000 + i as u64);
+        server_mem.write(off, &src).unwrap();
+        client_mem.write(0, &vec![0u8; n + off]).unwrap();
+        p.client_ep
+            .get(&client_mem, off, &region, off as u64, n)
+            .unwrap()
+            .wait(T)
+            .unwrap();
+        let mut back = vec![0u8; n];
+        client_mem.read(off, &mut back).unwrap();
+        assert!(back == src, "get of {n} bytes not byte-exact");
+    }
+}
+
+#[test]
+fn put_get_tcp_1b_to_16mib_byte_exact() {
+    put_get_roundtrip(Some("tcp"), ErrorMode::Peer);
+}
+
+#[test]
+fn put_get_default_transports_1b_to_16mib_byte_exact() {
+    put_get_roundtrip(None, ErrorMode::Peer);
+}
+
+#[test]
+fn put_get_shared_memory_1b_to_16mib_byte_exact() {
+    // Without peer error handling UCX may pick shared memory (see ErrorMode).
+    put_get_roundtrip(None, ErrorMode::None);
+}
+
+#[test]
+fn rkey_pack_unpack_and_checked_bounds() {
+    let p = Pair::new(Some("tcp"));
+    let server_mem = MemHandle::from_vec(&p.ctx, vec![0x11; 4096]).unwrap();
+    let desc = server_mem.describe().unwrap();
+    assert_eq!((desc.base, desc.len), (server_mem.addr(), 4096));
+    assert!(!desc.rkey.as_bytes().is_empty());
+    // Packing twice gives a key for the same mapping; both unpack.
+    let again = server_mem.pack_rkey().unwrap();
+    let region = RemoteRegion::new(&p.client_ep, &desc).unwrap();
+    let _region2 = RemoteRegion::new(
+        &p.client_ep,
+        &RegionDesc {
+            rkey: again,
+            ..desc.clone()
+        },
+    )
+    .unwrap();
+
+    // Remote bounds: exactly the end is fine, one past is refused before posting.
+    assert_eq!(region.check(4095, 1).unwrap(), desc.base + 4095);
+    let local = MemHandle::alloc(&p.ctx, 8192, MemType::Host).unwrap();
+    local.write(0, &[0x22; 8192]).unwrap();
+    for (off, len) in [(4095u64, 2usize), (4096, 1), (0, 4097), (u64::MAX, 1)] {
+        match p.client_ep.put(&local, 0, &region, off, len) {
+            Err(UcxError::RemoteOutOfBounds { region_len, .. }) => assert_eq!(region_len, 4096),
+            other => panic!("put at {off}+{len} gave {other:?}"),
+        }
+    }
+    match p.client_ep.get(&local, 8190, &region, 0, 4) {
+        Err(UcxError::LocalOutOfBounds { region_len, .. }) => assert_eq!(region_len, 8192),
+        other => panic!("local overrun gave {other:?}"),
+    }
+    p.client_ep.flush(T).unwrap();
+    let mut after = vec![0u8; 4096];
+    server_mem.read(0, &mut after).unwrap();
+    assert!(
+        after.iter().all(|&b| b == 0x11),
+        "a refused put touched memory"
+    );
+
+    // Untrusted key bytes: empty and oversized are refused; a wrapping region too.
+    assert!(matches!(
+        RemoteRegion::new(
+            &p.client_ep,
+            &RegionDesc {
+                rkey: gdpath_ucx::PackedRkey(vec![]),
+                ..desc.clone()
+            }
+        ),
+        Err(UcxError::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        gdpath_ucx::RemoteKey::unpack(&p.client_ep, &vec![0u8; MAX_PACKED_RKEY + 1]),
+        Err(UcxError::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        RemoteRegion::new(
+            &p.client_ep,
+            &RegionDesc {
+                base: u64::MAX - 10,
+                ..desc.clone()
+            }
+        ),
+        Err(UcxError::InvalidArgument(_))
+    ));
+
+    // A key unpacked on one endpoint cannot be used on another.
+    match p.server_ep.put(&local, 0, &region, 0, 1) {
+        Err(UcxError::InvalidArgument(m)) => assert!(m.contains("another endpoint"), "{m}"),
+        other => panic!("foreign key gave {other:?}"),
+    }
+}
+
+#[test]
+fn active_message_round_trip() {
+    let p = Pair::new(Some("tcp"));
+    p.server.am_register(7).unwrap();
+    p.client.am_register(8).unwrap();
+    let payload = pattern(100_000, 9);
+    p.client_ep
+        .am_send(7, b"hello", &payload)
+        .unwrap()
+        .wait(T)
+        .unwrap();
+    // The background thread progresses the server; poll its queue.
+    let start = Instant::now();
+    let msg = loop {
+        if let Some(m) = p.server.am_try_recv(7) {
+            break m;
+        }
+        assert!(start.elapsed() < T, "no active message within {T:?}");
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    assert_eq!(msg.id, 7);
+    assert_eq!(msg.header, b"hello");
+    assert!(msg.data == payload);
+    assert_eq!(msg.reply_ep, Some(p.server_ep.id()));
+
+    p.server_ep
+        .am_send(8, b"", b"pong")
+        .unwrap()
+        .wait(T)
+        .unwrap();
+    let reply = p.client.am_recv(8, T).unwrap();
+    assert_eq!(
+        (reply.header.as_slice(), reply.data.as_slice()),
+        (&b""[..], &b"pong"[..])
+    );
+    assert_eq!(reply.reply_ep, Some(p.client_ep.id()));
+    assert_eq!(p.server.am_dropped() + p.client.am_dropped(), 0);
+
+    let big = vec![0u8; gdpath_ucx::AM_MAX_MESSAGE];
+    assert!(matches!(
+        p.client_ep.am_send(7, b"x", &big),
+        Err(UcxError::MessageTooLarge { .. })
+    ));
+    assert!(matches!(
+        p.client.am_recv(99, Duration::from_millis(50)),
+        Err(UcxError::Timeout { .. })
+    ));
+}
+
+#[test]
+fn connect_to_closed_port_is_a_typed_error_in_bounded_time() {
+    // A port nobody listens on: bind, note the port, close.
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let ctx = Context::new(&common::cfg(Some("tcp"))).unwrap();
+    let w = Worker::new(&ctx).unwrap();
+    let start = Instant::now();
+    let r = Endpoint::connect(&w, format!("127.0.0.1:{port}").parse().unwrap())
+        .and_then(|ep| ep.wait_connected(T));
+    let took = start.elapsed();
+    match r {
+        Err(UcxError::EndpointFailed { status, peer }) => {
+            assert!(status.is_peer_failure(), "{status}");
+            assert!(peer.ends_with(&format!(":{port}")), "{peer}");
+        }
+        Err(UcxError::Status { status, .. }) => assert!(status.is_peer_failure(), "{status}"),
+        other => panic!("connect to a closed port gave {other:?}"),
+    }
+    assert!(took < T, "took {took:?}");
+    eprintln!("connect to closed port failed after {took:?}");
+}
+
+#[test]
+fn peer_endpoint_closed_surfaces_as_error() {
+    let p = Pair::new(Some("tcp"));
+    let server_mem = MemHandle::alloc(&p.ctx, 4096, MemType::Host).unwrap();
+    let region = RemoteRegion::new(&p.client_ep, &server_mem.describe().unwrap()).unwrap();
+    let local = MemHandle::alloc(&p.ctx, 4096, MemType::Host).unwrap();
+    p.client_ep
+        .put(&local, 0, &region, 0, 64)
+        .unwrap()
+        .wait(T)
+        .unwrap();
+    p.client_ep.flush(T).unwrap();
+
+    let Pair {
+        client_ep,
+        server_ep,
+        bg,
+        ..
+    } = p;
+    // The server drops its endpoint: flush, then force close; the client must find out.
+    drop(server_ep);
+    // Keep posting until the client side learns the peer is gone.
+    let start = Instant::now();
+    let err = loop {
+        let r = client_ep
+            .put(&local, 0, &region, 0, 64)
+            .and_then(|r| r.wait(T))
+            .and_then(|()| client_ep.flush(T));
+        if let Err(e) = r {
+            break e;
+        }
+        assert!(start.elapsed() < T, "peer close not detected within {T:?}");
+        client_ep.worker().progress();
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    assert!(
+        matches!(err, UcxError::EndpointFailed { .. }),
+        "expected EndpointFailed, got {err:?}"
+    );
+    assert!(client_ep.failure().is_some());
+    eprintln!("peer close detected after {:?}: {err}", start.elapsed());
+    drop(region);
+    drop(client_ep);
+    drop(bg);
+}
+
+#[test]
+fn graceful_close_with_both_sides_progressing() {
+    let p = Pair::new(Some("tcp"));
+    let Pair {
+        client_ep,
+        server_ep,
+        client,
+        bg,
+        ..
+    } = p;
+    let client_bg = BgProgress::new(&client);
+    let start = Instant::now();
+    server_ep.close(T).unwrap();
+    eprintln!("graceful close took {:?}", start.elapsed());
+    drop(client_bg);
+    drop(client_ep);
+    drop(bg);
+}
+
+#[test]
+fn connect_by_worker_address() {
+    let ctx = Context::new(&common::cfg(Some("tcp"))).unwrap();
+    let a = Worker::new(&ctx).unwrap();
+    let b = Worker::new(&ctx).unwrap();
+    let addr = b.address().unwrap();
+    assert!(!addr.0.is_empty());
+    let _bg = BgProgress::new(&b);
+    let ep = Endpoint::connect_address(&a, &addr).unwrap();
+    let target = MemHandle::from_vec(&ctx, vec![0; 1024]).unwrap();
+    let src = MemHandle::from_vec(&ctx, pattern(1024, 5)).unwrap();
+    let region = RemoteRegion::new(&ep, &target.describe().unwrap()).unwrap();
+    ep.put(&src, 0, &region, 0, 1024).unwrap().wait(T).unwrap();
+    ep.flush(T).unwrap();
+    let mut got = vec![0u8; 1024];
+    target.read(0, &mut got).unwrap();
+    assert_eq!(got, pattern(1024, 5));
+}
+
+#[test]
+fn memory_handles_check_type_and_bounds() {
+    let ctx = Context::new(&common::cfg(None)).unwrap();
+    assert!(matches!(
+        MemHandle::alloc(&ctx, 0, MemType::Host),
+        Err(UcxError::InvalidArgument(_))
+    ));
+    let m = MemHandle::from_vec(&ctx, pattern(100, 3)).unwrap();
+    assert_eq!(m.len(), 100);
+    let mut out = vec![0u8; 100];
+    m.read(0, &mut out).unwrap();
+    assert_eq!(
+        out,
+        pattern(100, 3),
+        "from_vec must keep the buffer's bytes"
+    );
+    assert!(matches!(
+        m.write(99, &[1, 2]),
+        Err(UcxError::LocalOutOfBounds {
+            offset: 99,
+            len: 2,
+            region_len: 100
+        })
+    ));
+    assert!(matches!(
+        m.read(usize::MAX, &mut [0u8; 1]),
+        Err(UcxError::LocalOutOfBounds { .. })
+    ));
+    if ctx.supports(MemType::Cuda).unwrap() {
+        eprintln!("skipped the no-CUDA check: this UCX supports CUDA memory");
+    } else {
+        match MemHandle::alloc(&ctx, 4096, MemType::Cuda) {
+            Err(UcxError::MemTypeUnsupported(MemType::Cuda, have)) => {
+                assert!(have.contains("host"), "{have}")
+            }
+            other => panic!("CUDA alloc without CUDA support gave {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn worker_wait_wakes_on_signal_and_times_out() {
+    let ctx = Context::new(&UcxCfg {
+        features: Features::RMA | Features::AM | Features::WAKEUP,
+        ..common::cfg(Some("tcp"))
+    })
+    .unwrap();
+    let w = Worker::new(&ctx).unwrap();
+    while w.progress() > 0 {}
+    let start = Instant::now();
+    let _ = w.wait(Duration::from_millis(100)).unwrap();
+    assert!(start.elapsed() < Duration::from_secs(5));
+    w.signal().unwrap();
+    let start = Instant::now();
+    assert!(
+        w.wait(Duration::from_secs(5)).unwrap(),
+        "signal did not wake the worker"
+    );
+    assert!(start.elapsed() < Duration::from_secs(5));
+
+    // Without WAKEUP the call is refused with a typed error.
+    let plain = Worker::new(&Context::new(&common::cfg(Some("tcp"))).unwrap()).unwrap();
+    assert!(matches!(
+        plain.wait(Duration::from_millis(1)),
+        Err(UcxError::FeatureMissing("WAKEUP"))
+    ));
+}
+
+#[test]
+fn missing_library_is_a_typed_error_naming_it() {
+    let path = "/nonexistent/gdpath-test/libucp.so.0";
+    let err = Ucx::load_from(path).unwrap_err();
+    let UcxError::LibraryMissing { library, .. } = &err else {
+        panic!("expected LibraryMissing, got {err:?}");
+    };
+    assert_eq!(library, path);
+    let msg = err.to_string();
+    assert!(
+        msg.contains(path) && msg.contains("libucx0") && msg.contains("libucx-cu13"),
+        "{msg}"
+    );
+}
