@@ -336,7 +336,7 @@ impl Agent {
         }
         let mut groups: Vec<(Arc<dyn Backend>, Vec<WorkItem>)> = Vec::new();
         for (b, item) in items {
-            if item.local.len == 0 {
+            if item.local().len == 0 {
                 item.complete(Ok(0));
                 continue;
             }

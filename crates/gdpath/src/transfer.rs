@@ -279,19 +279,23 @@ impl TransferShared {
     }
 }
 
-/// A unit of work handed to a backend: one descriptor pair of a transfer, planned on `path`.
-/// The item keeps both regions alive and counted in use until it is dropped; the backend reports
-/// its result with [`WorkItem::complete`] (dropping it unreported reports
-/// [`Error::Backend`] so no transfer hangs).
+/// A unit of work handed to a backend: one descriptor pair of a transfer, planned on a path.
+/// The item keeps both regions alive and counted in use until it completes; the backend reports
+/// its result with [`WorkItem::complete`] (an item dropped unreported completes with
+/// [`Error::Backend`], so no transfer hangs). The regions are released *before* the transfer
+/// sees the completion, so after `wait` returns the caller's memory is free to use.
 pub struct WorkItem {
-    pub index: usize,
-    pub op: Op,
-    pub local: Descriptor,
-    pub target: Descriptor,
-    pub path: Path,
+    index: usize,
+    op: Op,
+    path: Path,
+    pair: Option<ItemPair>,
     started: OnceLock<Instant>,
     shared: Arc<TransferShared>,
-    reported: bool,
+}
+
+struct ItemPair {
+    local: Descriptor,
+    target: Descriptor,
     _guards: [UseGuard; 2],
 }
 
@@ -301,8 +305,6 @@ impl fmt::Debug for WorkItem {
             .field("transfer", &self.shared.id)
             .field("index", &self.index)
             .field("op", &self.op)
-            .field("local", &self.local)
-            .field("target", &self.target)
             .field("path", &self.path)
             .finish()
     }
@@ -321,14 +323,36 @@ impl WorkItem {
         WorkItem {
             index,
             op,
-            local,
-            target,
             path,
+            pair: Some(ItemPair {
+                local,
+                target,
+                _guards: guards,
+            }),
             started: OnceLock::new(),
             shared,
-            reported: false,
-            _guards: guards,
         }
+    }
+
+    /// The pair's index in its request.
+    pub fn index(&self) -> usize {
+        self.index
+    }
+    /// The operation.
+    pub fn op(&self) -> Op {
+        self.op
+    }
+    /// The planned path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+    /// The local descriptor (bounds already checked against its region).
+    pub fn local(&self) -> &Descriptor {
+        &self.pair.as_ref().expect("present until completion").local
+    }
+    /// The target descriptor (bounds already checked; a file read range exists).
+    pub fn target(&self) -> &Descriptor {
+        &self.pair.as_ref().expect("present until completion").target
     }
 
     /// `Some(Cancelled)` or `Some(DeadlineExceeded)` when the backend should not start more I/O
@@ -347,29 +371,32 @@ impl WorkItem {
         let _ = self.started.set(Instant::now());
     }
 
-    /// Reports the pair's result: `Ok(bytes moved)` or the error.
+    /// Reports the pair's result: `Ok(bytes moved)` or the error. The backend must not touch
+    /// the pair's memory afterwards.
     pub fn complete(mut self, result: Result<u64>) {
-        self.reported = true;
-        let start = self.started.get().copied().unwrap_or(self.shared.posted);
-        self.shared.complete(self.index, result, start.elapsed());
+        self.report(result);
+    }
+
+    fn report(&mut self, result: Result<u64>) {
+        if let Some(pair) = self.pair.take() {
+            drop(pair); // release the regions first
+            let start = self.started.get().copied().unwrap_or(self.shared.posted);
+            self.shared.complete(self.index, result, start.elapsed());
+        }
     }
 }
 
 impl Drop for WorkItem {
     fn drop(&mut self) {
-        if !self.reported {
-            let start = self.started.get().copied().unwrap_or(self.shared.posted);
-            self.shared.complete(
-                self.index,
-                Err(Error::Backend {
-                    backend: "engine",
-                    detail: format!(
-                        "backend for {} dropped descriptor pair {} without completing it",
-                        self.path, self.index
-                    ),
-                }),
-                start.elapsed(),
+        if self.pair.is_some() {
+            let detail = format!(
+                "backend for {} dropped descriptor pair {} without completing it",
+                self.path, self.index
             );
+            self.report(Err(Error::Backend {
+                backend: "engine",
+                detail,
+            }));
         }
     }
 }

@@ -43,7 +43,7 @@ impl Backend for HostCopy {
                 item.complete(Err(stop));
                 continue;
             }
-            let (Some(l), Some(t)) = (item.local.region.host_ptr(), item.target.region.host_ptr())
+            let (Some(l), Some(t)) = (item.local().region.host_ptr(), item.target().region.host_ptr())
             else {
                 item.complete(Err(crate::Error::Backend {
                     backend: NAME,
@@ -52,13 +52,13 @@ impl Backend for HostCopy {
                 continue;
             };
             item.mark_started();
-            let len = item.local.len as usize;
+            let len = item.local().len as usize;
             // SAFETY: the planner checked both ranges against their regions' lengths; the item
             // keeps both regions alive. `copy` allows the ranges to overlap.
             unsafe {
-                let l = l.add(item.local.offset as usize);
-                let t = t.add(item.target.offset as usize);
-                match item.op {
+                let l = l.add(item.local().offset as usize);
+                let t = t.add(item.target().offset as usize);
+                match item.op() {
                     Op::Read => std::ptr::copy(t, l, len),
                     Op::Write => std::ptr::copy(l, t, len),
                 }

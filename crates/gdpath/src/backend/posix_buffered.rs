@@ -134,7 +134,7 @@ impl Backend for PosixBuffered {
     fn submit(&self, items: Vec<WorkItem>) {
         let Some(tx) = &self.tx else { return };
         for item in items {
-            let (Some(base), file) = (item.local.region.host_ptr(), item.target.region.clone())
+            let (Some(base), file) = (item.local().region.host_ptr(), item.target().region.clone())
             else {
                 item.complete(Err(crate::Error::Backend {
                     backend: NAME,
@@ -142,8 +142,8 @@ impl Backend for PosixBuffered {
                 }));
                 continue;
             };
-            let mem0 = base as usize + item.local.offset as usize;
-            let (off0, len, op) = (item.target.offset, item.target.len, item.op);
+            let mem0 = base as usize + item.local().offset as usize;
+            let (off0, len, op) = (item.target().offset, item.target().len, item.op());
             let parts = len.div_ceil(self.chunk) as usize;
             let split = SplitItem::new(item, parts);
             let mut done = 0u64;

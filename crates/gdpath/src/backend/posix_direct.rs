@@ -322,7 +322,7 @@ impl Worker {
 
     /// Cuts a pair into head / aligned chunks / tail pieces.
     fn cut(&mut self, item: WorkItem) {
-        let (Some(base), Some(file)) = (item.local.region.host_ptr(), item.target.region.file()) else {
+        let (Some(base), Some(file)) = (item.local().region.host_ptr(), item.target().region.file()) else {
             item.complete(Err(Error::Backend {
                 backend: NAME,
                 detail: "pair is not host memory and a file".into(),
@@ -330,9 +330,9 @@ impl Worker {
             return;
         };
         let a = file.align().offset;
-        let mem0 = base as usize + item.local.offset as usize;
-        let (off, len, op) = (item.target.offset, item.target.len, item.op);
-        let file_region = item.target.region.clone();
+        let mem0 = base as usize + item.local().offset as usize;
+        let (off, len, op) = (item.target().offset, item.target().len, item.op());
+        let file_region = item.target().region.clone();
         let end = off + len;
         let head_end = off.next_multiple_of(a).min(end);
         let tail_start = (end / a * a).max(head_end);
@@ -556,7 +556,7 @@ impl Worker {
         for s in self.slots.drain(..).flatten() {
             s.piece
                 .split
-                .with_item(|i| std::mem::forget(i.local.region.clone()));
+                .with_item(|i| std::mem::forget(i.local().region.clone()));
             s.piece.split.part_done(Err(Error::Backend {
                 backend: NAME,
                 detail: why.clone(),
