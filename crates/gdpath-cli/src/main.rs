@@ -1,1 +1,44 @@
-fn main() {}
+//! The `gdpath` command: argument parsing and dispatch only; the work is in the `gdpath` crate.
+
+mod bench;
+mod copy;
+mod progress;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+/// See, check, move and prove GPUDirect data paths (P2P, GDR, GDS) and their host fallbacks.
+#[derive(Debug, Parser)]
+#[command(name = "gdpath", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Measure a data path: bandwidth, IOPS, latency, data verified.
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
+    /// Copy a file through registered host memory (into memory only, or out to another file).
+    Copy(copy::CopyArgs),
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_env("GDPATH_LOG"))
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Bench(b) => bench::run(b),
+        Command::Copy(c) => copy::run(c),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("gdpath: error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
