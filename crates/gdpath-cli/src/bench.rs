@@ -4,7 +4,9 @@ use crate::progress;
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use comfy_table::{presets::UTF8_BORDERS_ONLY, Table};
-use gdpath::bench::{format_size, parse_size, parse_size_range, storage, BenchRow, BENCH_SCHEMA_VERSION};
+use gdpath::bench::{
+    format_size, parse_size, parse_size_range, storage, BenchRow, BENCH_SCHEMA_VERSION,
+};
 use gdpath::{DirectIo, Op};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -72,7 +74,11 @@ fn run_storage(a: StorageArgs) -> Result<ExitCode> {
         op: if a.write { Op::Write } else { Op::Read },
         runs: a.runs,
         compare: a.compare,
-        direct: if a.buffered { DirectIo::Off } else { DirectIo::Auto },
+        direct: if a.buffered {
+            DirectIo::Off
+        } else {
+            DirectIo::Auto
+        },
         cold: a.cold,
         overwrite: a.overwrite,
     };
@@ -111,8 +117,18 @@ fn print_table(rows: &[BenchRow]) {
     let mut t = Table::new();
     t.load_preset(UTF8_BORDERS_ONLY);
     t.set_header([
-        "path", "op", "size", "block", "qd", "GB/s min", "GB/s median", "GB/s max", "IOPS",
-        "p50 µs", "p99 µs", "verified",
+        "path",
+        "op",
+        "size",
+        "block",
+        "qd",
+        "GB/s min",
+        "GB/s median",
+        "GB/s max",
+        "IOPS",
+        "p50 µs",
+        "p99 µs",
+        "verified",
     ]);
     for r in rows {
         t.add_row([
@@ -127,7 +143,11 @@ fn print_table(rows: &[BenchRow]) {
             format!("{:.0}", r.iops),
             format!("{:.1}", r.latency_us_p50),
             format!("{:.1}", r.latency_us_p99),
-            if r.verified { "yes".into() } else { "NO".into() },
+            if r.verified {
+                "yes".into()
+            } else {
+                "NO".into()
+            },
         ]);
     }
     println!("{t}");
@@ -135,7 +155,10 @@ fn print_table(rows: &[BenchRow]) {
 
 fn print_ratios(rows: &[BenchRow]) {
     for r in rows.iter().filter(|r| r.path == "read-loop") {
-        if let Some(e) = rows.iter().find(|e| e.block == r.block && e.path != "read-loop") {
+        if let Some(e) = rows
+            .iter()
+            .find(|e| e.block == r.block && e.path != "read-loop")
+        {
             if r.gbps_median > 0.0 {
                 println!(
                     "block {}: {} / read-loop = {:.2}x (median GB/s)",

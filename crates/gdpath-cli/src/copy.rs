@@ -43,7 +43,11 @@ pub fn run(a: CopyArgs) -> Result<ExitCode> {
     let agent = Agent::new(cfg)?;
     let opts = CopyOptions {
         window: a.window,
-        direct: if a.buffered { DirectIo::Off } else { DirectIo::Auto },
+        direct: if a.buffered {
+            DirectIo::Off
+        } else {
+            DirectIo::Auto
+        },
         verify: a.verify,
     };
     let bars = progress::for_terminal(a.json);
@@ -69,7 +73,9 @@ pub fn run(a: CopyArgs) -> Result<ExitCode> {
         println!(
             "{} -> {}: {} in {:.3} s, {:.3} GB/s (1e9 B/s)",
             a.src.display(),
-            a.dst.as_ref().map_or("host memory".into(), |d| d.display().to_string()),
+            a.dst
+                .as_ref()
+                .map_or("host memory".into(), |d| d.display().to_string()),
             format_size(r.bytes),
             r.elapsed.as_secs_f64(),
             r.gbps

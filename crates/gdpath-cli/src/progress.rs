@@ -21,7 +21,12 @@ impl Progress for Bars {
             .progress_chars("=> "),
         );
         pb.set_message(label.to_owned());
-        if let Some(old) = self.bar.lock().unwrap_or_else(|p| p.into_inner()).replace(pb) {
+        if let Some(old) = self
+            .bar
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .replace(pb)
+        {
             old.finish_and_clear();
         }
     }

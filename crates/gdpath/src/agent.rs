@@ -41,7 +41,10 @@ impl std::fmt::Debug for Agent {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Agent")
             .field("name", &self.inner.name)
-            .field("backends", &self.backends().iter().map(|b| b.name).collect::<Vec<_>>())
+            .field(
+                "backends",
+                &self.backends().iter().map(|b| b.name).collect::<Vec<_>>(),
+            )
             .finish()
     }
 }
@@ -164,7 +167,9 @@ impl Agent {
                     Some(m) => Storage::Foreign(m?),
                     None => {
                         let (what, backend) = match &kind {
-                            MemoryKind::Gpu { ordinal } => (format!("GPU {ordinal} memory"), "cuda"),
+                            MemoryKind::Gpu { ordinal } => {
+                                (format!("GPU {ordinal} memory"), "cuda")
+                            }
                             _ => ("remote memory".to_owned(), "ucx"),
                         };
                         return Err(Error::Unsupported { what, backend });
@@ -198,7 +203,9 @@ impl Agent {
     /// transfers use it, [`Error::ForeignRegion`] for another agent's region.
     pub fn deregister(&self, region: &Region) -> Result<()> {
         if region.inner.agent != self.inner.id {
-            return Err(Error::ForeignRegion { region: region.id() });
+            return Err(Error::ForeignRegion {
+                region: region.id(),
+            });
         }
         region.mark_deregistered()
     }

@@ -93,11 +93,13 @@ pub fn copy_file(
     let src_r = agent.register(Memory::File(FileSpec::read(src).direct(opts.direct)))?;
     let size = src_r.len()?;
     let dst_r = match dst {
-        Some(d) => Some(agent.register(Memory::File(
-            FileSpec::write(d)
-                .access(FileAccess::Create { truncate: true })
-                .direct(opts.direct),
-        ))?),
+        Some(d) => Some(
+            agent.register(Memory::File(
+                FileSpec::write(d)
+                    .access(FileAccess::Create { truncate: true })
+                    .direct(opts.direct),
+            ))?,
+        ),
         None => None,
     };
     let w = opts.window.min(size.max(1));
@@ -109,7 +111,11 @@ pub fn copy_file(
     let span = |i: u64| (i * w, (size - i * w).min(w));
     let post = |op: Op, b: &Region, file: &Region, i: u64| {
         let (off, len) = span(i);
-        agent.post(TransferRequest::new(op, vec![b.desc(0, len)], vec![file.desc(off, len)]))
+        agent.post(TransferRequest::new(
+            op,
+            vec![b.desc(0, len)],
+            vec![file.desc(off, len)],
+        ))
     };
     progress.start("copy", size);
     let mut read_leg = None;
@@ -158,7 +164,9 @@ pub fn copy_file(
             // Into memory only: compare with a plain read of the source.
             Some(plain_hash(src)? == src_hash.digest())
         }
-        (true, Some(d)) => Some(plain_hash(d)? == src_hash.digest() && plain_hash(src)? == src_hash.digest()),
+        (true, Some(d)) => {
+            Some(plain_hash(d)? == src_hash.digest() && plain_hash(src)? == src_hash.digest())
+        }
     };
     Ok(CopyReport {
         bytes: size,
@@ -179,7 +187,9 @@ fn plain_hash(path: &std::path::Path) -> Result<u64> {
     let mut h = Checksum::new();
     let mut buf = vec![0u8; 8 << 20];
     loop {
-        let n = f.read(&mut buf).map_err(|e| Error::io("read", path, 0, e))?;
+        let n = f
+            .read(&mut buf)
+            .map_err(|e| Error::io("read", path, 0, e))?;
         if n == 0 {
             return Ok(h.digest());
         }

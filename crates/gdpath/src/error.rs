@@ -51,7 +51,11 @@ pub enum Error {
     ListLengthMismatch { local: usize, target: usize },
     /// A descriptor pair has two different lengths (bytes), so the totals differ too.
     #[error("descriptor pair {index}: local length {local} bytes != target length {target} bytes")]
-    PairLengthMismatch { index: usize, local: u64, target: u64 },
+    PairLengthMismatch {
+        index: usize,
+        local: u64,
+        target: u64,
+    },
     /// The region was registered with another [`crate::Agent`].
     #[error("region {region} is not registered with this agent")]
     ForeignRegion { region: RegionId },

@@ -31,8 +31,8 @@ pub use memory::{
 };
 pub use path::Path;
 pub use region::{
-    BackendHandle, Descriptor, DioAlign, DirectStatus, FileRegion, ForeignMemory, HostView,
-    Region, RegionId,
+    BackendHandle, Descriptor, DioAlign, DirectStatus, FileRegion, ForeignMemory, HostView, Region,
+    RegionId,
 };
 pub use transfer::{
     Op, PairOutcome, PairReport, PlannedPair, Transfer, TransferError, TransferReport,

@@ -288,10 +288,10 @@ mod tests {
 
     #[test]
     fn kind_classes() {
+        assert_eq!(MemoryKind::Gpu { ordinal: 3 }.class(), MemoryClass::Gpu);
         assert_eq!(
-            MemoryKind::Gpu { ordinal: 3 }.class(),
-            MemoryClass::Gpu
+            MemoryKind::Host { pinned: true }.to_string(),
+            "host (pinned)"
         );
-        assert_eq!(MemoryKind::Host { pinned: true }.to_string(), "host (pinned)");
     }
 }

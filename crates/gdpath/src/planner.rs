@@ -66,6 +66,15 @@ pub(crate) fn plan_pair(
                         continue;
                     }
                 }
+                if pos > 0 {
+                    tracing::debug!(
+                        pair = index,
+                        backend = b.name(),
+                        path = %choice.path,
+                        refused = ?first_refusal.as_ref().map(|(n, r)| (n, &r.finding, &r.detail)),
+                        "fallback path planned"
+                    );
+                }
                 let (finding, detail) = match (&first_refusal, pos) {
                     (Some((name, r)), p) if p > 0 => (
                         r.finding.clone().or(choice.finding.clone()),

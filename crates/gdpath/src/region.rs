@@ -31,6 +31,10 @@ impl fmt::Display for RegionId {
 pub trait ForeignMemory: Any + Send + Sync + fmt::Debug {
     /// Length in bytes.
     fn len(&self) -> u64;
+    /// True when the memory has no bytes.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
     /// For downcasting.
     fn as_any(&self) -> &dyn Any;
 }
@@ -117,7 +121,10 @@ impl FileRegion {
                 Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
                     if mode == DirectIo::Required {
                         return Err(Error::Unsupported {
-                            what: format!("O_DIRECT on {} (the file system refused it)", path.display()),
+                            what: format!(
+                                "O_DIRECT on {} (the file system refused it)",
+                                path.display()
+                            ),
                             backend: "posix-direct",
                         });
                     }
@@ -268,6 +275,11 @@ impl Region {
             Storage::File(f) => f.size(),
             Storage::Foreign(m) => Ok(m.len()),
         }
+    }
+
+    /// True when [`Region::len`] is 0.
+    pub fn is_empty(&self) -> Result<bool> {
+        self.len().map(|n| n == 0)
     }
 
     /// A descriptor for `len` bytes at `offset` in this region (bounds are checked at post).

@@ -114,9 +114,14 @@ pub struct PairReport {
 #[derive(Debug, Clone)]
 pub enum PairOutcome {
     Done(PairReport),
-    Failed { index: usize, error: Error },
+    Failed {
+        index: usize,
+        error: Error,
+    },
     /// Still in flight (or never started) when the transfer ended.
-    NotDone { index: usize },
+    NotDone {
+        index: usize,
+    },
 }
 
 impl PairOutcome {
@@ -447,6 +452,9 @@ impl Transfer {
 
     /// Waits for every pair, or until the request's deadline (then the transfer is cancelled and
     /// the error is [`Error::DeadlineExceeded`] with the pairs that completed).
+    // The error carries every pair's outcome; it is returned once per transfer, so its size
+    // does not matter.
+    #[allow(clippy::result_large_err)]
     pub fn wait(self) -> std::result::Result<TransferReport, TransferError> {
         let until = self.shared.deadline;
         self.wait_until(until)
@@ -454,6 +462,9 @@ impl Transfer {
 
     /// As [`Transfer::wait`], giving up after `timeout` (or the request's deadline, if earlier)
     /// with [`Error::DeadlineExceeded`].
+    // The error carries every pair's outcome; it is returned once per transfer, so its size
+    // does not matter.
+    #[allow(clippy::result_large_err)]
     pub fn wait_timeout(
         self,
         timeout: Duration,
@@ -463,7 +474,13 @@ impl Transfer {
         self.wait_until(until)
     }
 
-    fn wait_until(self, until: Option<Instant>) -> std::result::Result<TransferReport, TransferError> {
+    // The error carries every pair's outcome; it is returned once per transfer, so its size
+    // does not matter.
+    #[allow(clippy::result_large_err)]
+    fn wait_until(
+        self,
+        until: Option<Instant>,
+    ) -> std::result::Result<TransferReport, TransferError> {
         let sh = &self.shared;
         // Poll-driven backends need the waiter to progress them: wake often.
         let tick = if sh.pollers.is_empty() {

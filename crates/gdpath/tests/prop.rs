@@ -54,7 +54,11 @@ fn check(buffered: bool, ranges: Vec<(u64, u64)>, local_offs: Vec<u64>, seed: u6
     let f = a
         .register(Memory::File(FileSpec::write(dir.path().join("p"))))
         .unwrap();
-    let local: Vec<_> = ranges.iter().zip(&layout).map(|(&(_, l), &at)| src.desc(at, l)).collect();
+    let local: Vec<_> = ranges
+        .iter()
+        .zip(&layout)
+        .map(|(&(_, l), &at)| src.desc(at, l))
+        .collect();
     let target: Vec<_> = ranges.iter().map(|&(o, l)| f.desc(o, l)).collect();
     a.post(TransferRequest::write(local.clone(), target.clone()))
         .unwrap()
@@ -62,7 +66,11 @@ fn check(buffered: bool, ranges: Vec<(u64, u64)>, local_offs: Vec<u64>, seed: u6
         .unwrap();
     assert_eq!(std::fs::read(dir.path().join("p")).unwrap(), data);
     let dst = host_zeroed(&a, pos as usize);
-    let local: Vec<_> = ranges.iter().zip(&layout).map(|(&(_, l), &at)| dst.desc(at, l)).collect();
+    let local: Vec<_> = ranges
+        .iter()
+        .zip(&layout)
+        .map(|(&(_, l), &at)| dst.desc(at, l))
+        .collect();
     let r = a
         .post(TransferRequest::read(local, target))
         .unwrap()

@@ -5,9 +5,7 @@ mod common;
 
 use common::*;
 use gdpath::finding::ids;
-use gdpath::{
-    DirectIo, Error, FileAccess, FileSpec, HostBuffer, Memory, Path, TransferRequest,
-};
+use gdpath::{DirectIo, Error, FileAccess, FileSpec, HostBuffer, Memory, Path, TransferRequest};
 use std::time::{Duration, Instant};
 
 const SIZES: [u64; 7] = [0, 1, 511, 4095, 4096, 4097, (1 << 20) + 3];
@@ -15,13 +13,24 @@ const OFFSETS: [u64; 5] = [0, 1, 4095, 4096, 8193];
 
 /// Writes `len` bytes at `off` from host memory into a fresh file, reads them back into a buffer
 /// at a memory offset, and checks bytes, path and finding.
-fn roundtrip(agent: &gdpath::Agent, dir: &std::path::Path, len: u64, off: u64, mem_off: u64) -> Path {
+fn roundtrip(
+    agent: &gdpath::Agent,
+    dir: &std::path::Path,
+    len: u64,
+    off: u64,
+    mem_off: u64,
+) -> Path {
     let data = pattern(len as usize, len ^ off);
     let src = host(agent, &data);
     let path = dir.join(format!("rt-{len}-{off}-{mem_off}"));
-    let file = agent.register(Memory::File(FileSpec::write(&path))).unwrap();
+    let file = agent
+        .register(Memory::File(FileSpec::write(&path)))
+        .unwrap();
     let w = agent
-        .post(TransferRequest::write(vec![src.desc(0, len)], vec![file.desc(off, len)]))
+        .post(TransferRequest::write(
+            vec![src.desc(0, len)],
+            vec![file.desc(off, len)],
+        ))
         .unwrap()
         .wait()
         .unwrap();
@@ -32,18 +41,36 @@ fn roundtrip(agent: &gdpath::Agent, dir: &std::path::Path, len: u64, off: u64, m
         assert!(on_disk.is_empty());
         return w.pairs[0].path.clone();
     }
-    assert_eq!(on_disk.len() as u64, off + len, "file size after write at {off}");
-    assert_eq!(&on_disk[off as usize..], &data[..], "file bytes len {len} off {off}");
-    assert!(on_disk[..off as usize].iter().all(|&b| b == 0), "hole before {off}");
+    assert_eq!(
+        on_disk.len() as u64,
+        off + len,
+        "file size after write at {off}"
+    );
+    assert_eq!(
+        &on_disk[off as usize..],
+        &data[..],
+        "file bytes len {len} off {off}"
+    );
+    assert!(
+        on_disk[..off as usize].iter().all(|&b| b == 0),
+        "hole before {off}"
+    );
 
     let dst = host_zeroed(agent, (len + mem_off) as usize);
     let r = agent
-        .post(TransferRequest::read(vec![dst.desc(mem_off, len)], vec![file.desc(off, len)]))
+        .post(TransferRequest::read(
+            vec![dst.desc(mem_off, len)],
+            vec![file.desc(off, len)],
+        ))
         .unwrap()
         .wait()
         .unwrap();
     assert_eq!(r.bytes, len);
-    assert_eq!(&bytes_of(&dst)[mem_off as usize..], &data[..], "read back len {len} off {off} mem_off {mem_off}");
+    assert_eq!(
+        &bytes_of(&dst)[mem_off as usize..],
+        &data[..],
+        "read back len {len} off {off} mem_off {mem_off}"
+    );
     assert_eq!(r.pairs.len(), 1);
     assert_eq!(r.pairs[0].path, w.pairs[0].path);
     r.pairs[0].path.clone()
@@ -94,27 +121,45 @@ fn forced_buffered_fallback_reports_finding() {
     }
     let data = pattern(10_000, 7);
     let f = a
-        .register(Memory::File(FileSpec::read(file_in(dir.path(), "b", &data))))
+        .register(Memory::File(FileSpec::read(file_in(
+            dir.path(),
+            "b",
+            &data,
+        ))))
         .unwrap();
     let dst = host_zeroed(&a, 10_000);
     let r = a
-        .post(TransferRequest::read(vec![dst.desc(0, 10_000)], vec![f.desc(0, 10_000)]))
+        .post(TransferRequest::read(
+            vec![dst.desc(0, 10_000)],
+            vec![f.desc(0, 10_000)],
+        ))
         .unwrap()
         .wait()
         .unwrap();
     assert_eq!(r.pairs[0].path, Path::PosixBuffered);
-    assert_eq!(r.pairs[0].finding.as_ref().unwrap().as_str(), ids::STORAGE_ODIRECT_DISABLED);
+    assert_eq!(
+        r.pairs[0].finding.as_ref().unwrap().as_str(),
+        ids::STORAGE_ODIRECT_DISABLED
+    );
     assert_eq!(bytes_of(&dst), data);
     // The per-file knob does the same on an agent that allows O_DIRECT.
     let a = agent();
     let f = a
-        .register(Memory::File(FileSpec::read(dir.path().join("b")).direct(DirectIo::Off)))
+        .register(Memory::File(
+            FileSpec::read(dir.path().join("b")).direct(DirectIo::Off),
+        ))
         .unwrap();
     let plan = a
-        .plan(&TransferRequest::read(vec![host_zeroed(&a, 10).desc(0, 10)], vec![f.desc(0, 10)]))
+        .plan(&TransferRequest::read(
+            vec![host_zeroed(&a, 10).desc(0, 10)],
+            vec![f.desc(0, 10)],
+        ))
         .unwrap();
     assert_eq!(plan[0].path, Path::PosixBuffered);
-    assert_eq!(plan[0].finding.as_ref().unwrap().as_str(), ids::STORAGE_ODIRECT_DISABLED);
+    assert_eq!(
+        plan[0].finding.as_ref().unwrap().as_str(),
+        ids::STORAGE_ODIRECT_DISABLED
+    );
 }
 
 #[test]
@@ -127,15 +172,24 @@ fn refusing_file_system_falls_back_and_strict_mode_fails_first() {
     let data = pattern(100_000, 3);
     let p = file_in(fs.dir.path(), "f", &data);
     let f = a.register(Memory::File(FileSpec::read(&p))).unwrap();
-    assert_eq!(f.file().unwrap().direct_status(), gdpath::DirectStatus::Refused);
+    assert_eq!(
+        f.file().unwrap().direct_status(),
+        gdpath::DirectStatus::Refused
+    );
     let dst = host_zeroed(&a, 100_000);
     let r = a
-        .post(TransferRequest::read(vec![dst.desc(0, 100_000)], vec![f.desc(0, 100_000)]))
+        .post(TransferRequest::read(
+            vec![dst.desc(0, 100_000)],
+            vec![f.desc(0, 100_000)],
+        ))
         .unwrap()
         .wait()
         .unwrap();
     assert_eq!(r.pairs[0].path, Path::PosixBuffered);
-    assert_eq!(r.pairs[0].finding.as_ref().unwrap().as_str(), ids::STORAGE_ODIRECT_UNSUPPORTED);
+    assert_eq!(
+        r.pairs[0].finding.as_ref().unwrap().as_str(),
+        ids::STORAGE_ODIRECT_UNSUPPORTED
+    );
     assert_eq!(bytes_of(&dst), data);
 
     // Strict mode: only O_DIRECT accepted → fails at post, and nothing is written.
@@ -162,12 +216,26 @@ fn refusing_file_system_falls_back_and_strict_mode_fails_first() {
         }
         e => panic!("expected PathNotAccepted, got {e}"),
     }
-    assert_eq!(std::fs::metadata(fs.dir.path().join("strict")).unwrap().len(), 0);
+    assert_eq!(
+        std::fs::metadata(fs.dir.path().join("strict"))
+            .unwrap()
+            .len(),
+        0
+    );
     // Required O_DIRECT refuses registration with a typed error.
     let e = a
         .register(Memory::File(FileSpec::read(&p).direct(DirectIo::Required)))
         .unwrap_err();
-    assert!(matches!(e, Error::Unsupported { backend: "posix-direct", .. }), "{e}");
+    assert!(
+        matches!(
+            e,
+            Error::Unsupported {
+                backend: "posix-direct",
+                ..
+            }
+        ),
+        "{e}"
+    );
 }
 
 #[test]
@@ -195,7 +263,16 @@ fn strict_mode_accepts_the_direct_path_and_rejects_others_before_moving() {
                 .accept([Path::GdsNative]),
         )
         .unwrap_err();
-    assert!(matches!(e, Error::PathNotAccepted { planned: Some(Path::PosixDirect), .. }), "{e}");
+    assert!(
+        matches!(
+            e,
+            Error::PathNotAccepted {
+                planned: Some(Path::PosixDirect),
+                ..
+            }
+        ),
+        "{e}"
+    );
     assert_eq!(std::fs::read(dir.path().join("s")).unwrap(), before);
 }
 
@@ -222,14 +299,20 @@ fn file_of_one_gib_plus_one_round_trips() {
     let f = a
         .register(Memory::File(FileSpec::write(dir.path().join("big"))))
         .unwrap();
-    a.post(TransferRequest::write(vec![r.desc(0, len)], vec![f.desc(0, len)]))
-        .unwrap()
-        .wait()
-        .unwrap();
+    a.post(TransferRequest::write(
+        vec![r.desc(0, len)],
+        vec![f.desc(0, len)],
+    ))
+    .unwrap()
+    .wait()
+    .unwrap();
     assert_eq!(f.len().unwrap(), len);
     r.host_view().unwrap().fill(0);
     let rep = a
-        .post(TransferRequest::read(vec![r.desc(0, len)], vec![f.desc(0, len)]))
+        .post(TransferRequest::read(
+            vec![r.desc(0, len)],
+            vec![f.desc(0, len)],
+        ))
         .unwrap()
         .wait()
         .unwrap();
@@ -251,11 +334,18 @@ fn short_file_reports_available_bytes_before_moving() {
     let dir = disk_dir();
     let a = agent();
     let f = a
-        .register(Memory::File(FileSpec::read(file_in(dir.path(), "s", &[1u8; 5000]))))
+        .register(Memory::File(FileSpec::read(file_in(
+            dir.path(),
+            "s",
+            &[1u8; 5000],
+        ))))
         .unwrap();
     let dst = host(&a, &[9u8; 8192]);
     let e = a
-        .post(TransferRequest::read(vec![dst.desc(0, 4096)], vec![f.desc(4000, 4096)]))
+        .post(TransferRequest::read(
+            vec![dst.desc(0, 4096)],
+            vec![f.desc(4000, 4096)],
+        ))
         .unwrap_err();
     match e {
         Error::ShortFile {
@@ -266,7 +356,10 @@ fn short_file_reports_available_bytes_before_moving() {
         } => assert_eq!((offset, wanted, available), (4000, 4096, 1000)),
         e => panic!("expected ShortFile, got {e}"),
     }
-    assert!(bytes_of(&dst).iter().all(|&b| b == 9), "nothing was written");
+    assert!(
+        bytes_of(&dst).iter().all(|&b| b == 9),
+        "nothing was written"
+    );
 }
 
 #[test]
@@ -277,11 +370,25 @@ fn read_only_and_directory_and_missing_files_are_typed_errors() {
     let f = a.register(Memory::File(FileSpec::read(&p))).unwrap();
     let src = host(&a, &[1u8; 100]);
     let e = a
-        .post(TransferRequest::write(vec![src.desc(0, 100)], vec![f.desc(0, 100)]))
+        .post(TransferRequest::write(
+            vec![src.desc(0, 100)],
+            vec![f.desc(0, 100)],
+        ))
         .unwrap_err();
     assert!(matches!(e, Error::ReadOnly { .. }), "{e}");
-    let e = a.register(Memory::File(FileSpec::read(dir.path()))).unwrap_err();
-    assert!(matches!(e, Error::NotAFile { what: "a directory", .. }), "{e}");
+    let e = a
+        .register(Memory::File(FileSpec::read(dir.path())))
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::NotAFile {
+                what: "a directory",
+                ..
+            }
+        ),
+        "{e}"
+    );
     let e = a
         .register(Memory::File(FileSpec::read(dir.path().join("missing"))))
         .unwrap_err();
@@ -291,7 +398,10 @@ fn read_only_and_directory_and_missing_files_are_typed_errors() {
             FileSpec::read(dir.path().join("missing")).access(FileAccess::ReadWrite),
         ))
         .unwrap_err();
-    assert!(e.to_string().contains("missing"), "error names the file: {e}");
+    assert!(
+        e.to_string().contains("missing"),
+        "error names the file: {e}"
+    );
 }
 
 #[test]
@@ -300,46 +410,108 @@ fn descriptor_errors_are_typed_and_nothing_moves() {
     let src = host(&a, &[1u8; 100]);
     let dst = host(&a, &[0u8; 100]);
     let e = a
-        .post(TransferRequest::write(vec![src.desc(50, 51)], vec![dst.desc(0, 51)]))
+        .post(TransferRequest::write(
+            vec![src.desc(50, 51)],
+            vec![dst.desc(0, 51)],
+        ))
         .unwrap_err();
-    assert!(matches!(e, Error::OutOfBounds { index: 0, region_len: 100, .. }), "{e}");
+    assert!(
+        matches!(
+            e,
+            Error::OutOfBounds {
+                index: 0,
+                region_len: 100,
+                ..
+            }
+        ),
+        "{e}"
+    );
     let e = a
-        .post(TransferRequest::write(vec![src.desc(0, 1)], vec![dst.desc(u64::MAX, 1)]))
+        .post(TransferRequest::write(
+            vec![src.desc(0, 1)],
+            vec![dst.desc(u64::MAX, 1)],
+        ))
         .unwrap_err();
-    assert!(matches!(e, Error::OutOfBounds { side: gdpath::Side::Target, .. }), "{e}");
+    assert!(
+        matches!(
+            e,
+            Error::OutOfBounds {
+                side: gdpath::Side::Target,
+                ..
+            }
+        ),
+        "{e}"
+    );
     let e = a
-        .post(TransferRequest::write(vec![src.desc(0, 1), src.desc(1, 1)], vec![dst.desc(0, 1)]))
+        .post(TransferRequest::write(
+            vec![src.desc(0, 1), src.desc(1, 1)],
+            vec![dst.desc(0, 1)],
+        ))
         .unwrap_err();
-    assert!(matches!(e, Error::ListLengthMismatch { local: 2, target: 1 }), "{e}");
+    assert!(
+        matches!(
+            e,
+            Error::ListLengthMismatch {
+                local: 2,
+                target: 1
+            }
+        ),
+        "{e}"
+    );
     let e = a
-        .post(TransferRequest::write(vec![src.desc(0, 2)], vec![dst.desc(0, 3)]))
+        .post(TransferRequest::write(
+            vec![src.desc(0, 2)],
+            vec![dst.desc(0, 3)],
+        ))
         .unwrap_err();
-    assert!(matches!(e, Error::PairLengthMismatch { index: 0, local: 2, target: 3 }), "{e}");
+    assert!(
+        matches!(
+            e,
+            Error::PairLengthMismatch {
+                index: 0,
+                local: 2,
+                target: 3
+            }
+        ),
+        "{e}"
+    );
     assert!(bytes_of(&dst).iter().all(|&b| b == 0));
     // A region of another agent.
     let other = agent();
     let foreign = host(&other, &[0u8; 10]);
     let e = a
-        .post(TransferRequest::write(vec![src.desc(0, 10)], vec![foreign.desc(0, 10)]))
+        .post(TransferRequest::write(
+            vec![src.desc(0, 10)],
+            vec![foreign.desc(0, 10)],
+        ))
         .unwrap_err();
     assert!(matches!(e, Error::ForeignRegion { .. }), "{e}");
     // Deregistered.
     a.deregister(&dst).unwrap();
     let e = a
-        .post(TransferRequest::write(vec![src.desc(0, 10)], vec![dst.desc(0, 10)]))
+        .post(TransferRequest::write(
+            vec![src.desc(0, 10)],
+            vec![dst.desc(0, 10)],
+        ))
         .unwrap_err();
     assert!(matches!(e, Error::Deregistered { .. }), "{e}");
     // A host view out makes the region busy.
     let v = src.host_view().unwrap();
     let dst2 = host(&a, &[0u8; 10]);
     let e = a
-        .post(TransferRequest::write(vec![src.desc(0, 10)], vec![dst2.desc(0, 10)]))
+        .post(TransferRequest::write(
+            vec![src.desc(0, 10)],
+            vec![dst2.desc(0, 10)],
+        ))
         .unwrap_err();
     assert!(matches!(e, Error::RegionBusy { .. }), "{e}");
     drop(v);
     // Host ↔ host works and is reported as such.
     let r = a
-        .post(TransferRequest::write(vec![src.desc(0, 10)], vec![dst2.desc(0, 10)]))
+        .post(TransferRequest::write(
+            vec![src.desc(0, 10)],
+            vec![dst2.desc(0, 10)],
+        ))
         .unwrap()
         .wait()
         .unwrap();
@@ -350,8 +522,22 @@ fn descriptor_errors_are_typed_and_nothing_moves() {
 #[test]
 fn gpu_remote_and_pinned_memory_need_their_backends() {
     let a = agent();
-    let e = a.register(Memory::Gpu { ordinal: 0, len: 4096 }).unwrap_err();
-    assert!(matches!(e, Error::Unsupported { backend: "cuda", .. }), "{e}");
+    let e = a
+        .register(Memory::Gpu {
+            ordinal: 0,
+            len: 4096,
+        })
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::Unsupported {
+                backend: "cuda",
+                ..
+            }
+        ),
+        "{e}"
+    );
     let e = a
         .register(Memory::Remote(gdpath::RemoteMemory {
             agent: "peer".into(),
@@ -360,14 +546,26 @@ fn gpu_remote_and_pinned_memory_need_their_backends() {
             rkey: vec![],
         }))
         .unwrap_err();
-    assert!(matches!(e, Error::Unsupported { backend: "ucx", .. }), "{e}");
+    assert!(
+        matches!(e, Error::Unsupported { backend: "ucx", .. }),
+        "{e}"
+    );
     let e = a
         .register(Memory::Host {
             buffer: HostBuffer::zeroed(10),
             pinned: true,
         })
         .unwrap_err();
-    assert!(matches!(e, Error::Unsupported { backend: "cuda", .. }), "{e}");
+    assert!(
+        matches!(
+            e,
+            Error::Unsupported {
+                backend: "cuda",
+                ..
+            }
+        ),
+        "{e}"
+    );
 }
 
 #[test]
@@ -408,7 +606,11 @@ fn deadline_in_the_past_times_out_with_completed_list() {
     let dir = disk_dir();
     let a = agent();
     let f = a
-        .register(Memory::File(FileSpec::read(file_in(dir.path(), "d", &[3u8; 65536]))))
+        .register(Memory::File(FileSpec::read(file_in(
+            dir.path(),
+            "d",
+            &[3u8; 65536],
+        ))))
         .unwrap();
     let dst = host_zeroed(&a, 65536);
     let descs: Vec<_> = (0..16).map(|i| dst.desc(i * 4096, 4096)).collect();
@@ -419,7 +621,11 @@ fn deadline_in_the_past_times_out_with_completed_list() {
     let e = t.wait().unwrap_err();
     assert!(matches!(e.error, Error::DeadlineExceeded), "{e}");
     assert_eq!(e.outcomes.len(), 16);
-    assert!(e.completed().is_empty(), "no I/O starts after the deadline: {:?}", e.completed());
+    assert!(
+        e.completed().is_empty(),
+        "no I/O starts after the deadline: {:?}",
+        e.completed()
+    );
 }
 
 #[test]
@@ -447,9 +653,16 @@ fn cancel_stops_unstarted_work_and_wait_timeout_bounds_waiting() {
     assert!(e.completed().len() < n as usize);
     // A zero timeout returns at once with a typed timeout and the pairs done so far.
     let t0 = Instant::now();
-    let e = a.post(mk()).unwrap().wait_timeout(Duration::ZERO).unwrap_err();
+    let e = a
+        .post(mk())
+        .unwrap()
+        .wait_timeout(Duration::ZERO)
+        .unwrap_err();
     assert!(matches!(e.error, Error::DeadlineExceeded), "{e}");
-    assert!(t0.elapsed() < Duration::from_secs(30), "wait_timeout returned");
+    assert!(
+        t0.elapsed() < Duration::from_secs(30),
+        "wait_timeout returned"
+    );
     // The cancelled work drains: the region's in-flight count returns to zero.
     let until = Instant::now() + Duration::from_secs(60);
     while src.in_flight() > 0 && Instant::now() < until {
@@ -473,15 +686,21 @@ fn concurrent_transfers_from_several_threads() {
                     let data = pattern(per as usize, t * 10 + round);
                     let src = host(&a, &data);
                     let off = t * per;
-                    a.post(TransferRequest::write(vec![src.desc(0, per)], vec![f.desc(off, per)]))
-                        .unwrap()
-                        .wait()
-                        .unwrap();
+                    a.post(TransferRequest::write(
+                        vec![src.desc(0, per)],
+                        vec![f.desc(off, per)],
+                    ))
+                    .unwrap()
+                    .wait()
+                    .unwrap();
                     let dst = host_zeroed(&a, per as usize + 1);
-                    a.post(TransferRequest::read(vec![dst.desc(1, per)], vec![f.desc(off, per)]))
-                        .unwrap()
-                        .wait()
-                        .unwrap();
+                    a.post(TransferRequest::read(
+                        vec![dst.desc(1, per)],
+                        vec![f.desc(off, per)],
+                    ))
+                    .unwrap()
+                    .wait()
+                    .unwrap();
                     assert_eq!(&bytes_of(&dst)[1..], &data[..], "thread {t} round {round}");
                 }
             });
@@ -505,14 +724,20 @@ fn tiny_bounce_budget_still_moves_unaligned_memory_correctly() {
     let f = a
         .register(Memory::File(FileSpec::write(dir.path().join("bb"))))
         .unwrap();
-    a.post(TransferRequest::write(vec![src.desc(1, len)], vec![f.desc(0, len)]))
-        .unwrap()
-        .wait()
-        .unwrap();
+    a.post(TransferRequest::write(
+        vec![src.desc(1, len)],
+        vec![f.desc(0, len)],
+    ))
+    .unwrap()
+    .wait()
+    .unwrap();
     assert_eq!(std::fs::read(dir.path().join("bb")).unwrap(), data);
     let dst = host_zeroed(&a, len as usize + 3);
     let r = a
-        .post(TransferRequest::read(vec![dst.desc(3, len)], vec![f.desc(0, len)]))
+        .post(TransferRequest::read(
+            vec![dst.desc(3, len)],
+            vec![f.desc(0, len)],
+        ))
         .unwrap()
         .wait()
         .unwrap();
@@ -532,7 +757,8 @@ fn copy_streams_through_bounded_windows_and_verifies() {
         verify: true,
         ..Default::default()
     };
-    let r = gdpath::copy::copy_file(&a, &src, Some(&dst), &opts, &gdpath::bench::NoProgress).unwrap();
+    let r =
+        gdpath::copy::copy_file(&a, &src, Some(&dst), &opts, &gdpath::bench::NoProgress).unwrap();
     assert_eq!(r.bytes, data.len() as u64);
     assert_eq!(r.verified, Some(true));
     assert_eq!(r.read.as_ref().unwrap().path, Path::PosixDirect);
@@ -543,7 +769,14 @@ fn copy_streams_through_bounded_windows_and_verifies() {
     assert_eq!(r.verified, Some(true));
     assert!(r.write.is_none());
     let empty = file_in(dir.path(), "empty", &[]);
-    let r = gdpath::copy::copy_file(&a, &empty, Some(&dir.path().join("e2")), &opts, &gdpath::bench::NoProgress).unwrap();
+    let r = gdpath::copy::copy_file(
+        &a,
+        &empty,
+        Some(&dir.path().join("e2")),
+        &opts,
+        &gdpath::bench::NoProgress,
+    )
+    .unwrap();
     assert_eq!(r.bytes, 0);
     assert_eq!(std::fs::metadata(dir.path().join("e2")).unwrap().len(), 0);
 }
@@ -579,13 +812,19 @@ fn storage_bench_runs_and_verifies_on_a_small_file() {
         ..cfg.clone()
     };
     let e = gdpath::bench::storage::run(&w, &gdpath::bench::NoProgress).unwrap_err();
-    assert!(matches!(e, Error::Config(_)), "existing file needs --overwrite: {e}");
+    assert!(
+        matches!(e, Error::Config(_)),
+        "existing file needs --overwrite: {e}"
+    );
     let w = gdpath::bench::storage::StorageBenchConfig {
         overwrite: true,
         direct: DirectIo::Off,
         ..w
     };
     let rep = gdpath::bench::storage::run(&w, &gdpath::bench::NoProgress).unwrap();
-    assert!(rep.rows.iter().all(|r| r.verified && r.path == "posix-buffered"));
+    assert!(rep
+        .rows
+        .iter()
+        .all(|r| r.verified && r.path == "posix-buffered"));
     assert_eq!(rep.findings[0].as_str(), ids::STORAGE_ODIRECT_DISABLED);
 }

@@ -27,7 +27,12 @@ impl Backend for HostCopy {
         )]
     }
 
-    fn plan(&self, _op: Op, local: &Descriptor, target: &Descriptor) -> Result<PlanChoice, Refusal> {
+    fn plan(
+        &self,
+        _op: Op,
+        local: &Descriptor,
+        target: &Descriptor,
+    ) -> Result<PlanChoice, Refusal> {
         match (local.region.host_ptr(), target.region.host_ptr()) {
             (Some(_), Some(_)) => Ok(PlanChoice::on(Path::HostCopy)),
             _ => Err(Refusal {
@@ -43,8 +48,10 @@ impl Backend for HostCopy {
                 item.complete(Err(stop));
                 continue;
             }
-            let (Some(l), Some(t)) = (item.local().region.host_ptr(), item.target().region.host_ptr())
-            else {
+            let (Some(l), Some(t)) = (
+                item.local().region.host_ptr(),
+                item.target().region.host_ptr(),
+            ) else {
                 item.complete(Err(crate::Error::Backend {
                     backend: NAME,
                     detail: "both sides must be host memory".into(),

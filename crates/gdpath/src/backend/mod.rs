@@ -8,10 +8,10 @@
 //! pools, CUDA host callbacks) complete from there; poll-driven backends (a UCX worker) declare
 //! [`Drive::Poll`] and complete from [`Backend::progress`], which waiters call.
 
+mod fileio;
 pub mod host_copy;
 pub mod posix_buffered;
 pub mod posix_direct;
-mod fileio;
 mod split;
 
 pub use split::SplitItem;
@@ -60,7 +60,12 @@ pub struct Capability {
 
 impl Capability {
     /// A capability for both reads and writes.
-    pub fn both(local: MemoryClass, target: MemoryClass, path: Path, preference: Preference) -> Self {
+    pub fn both(
+        local: MemoryClass,
+        target: MemoryClass,
+        path: Path,
+        preference: Preference,
+    ) -> Self {
         Capability {
             local,
             target,

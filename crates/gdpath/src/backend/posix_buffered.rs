@@ -109,7 +109,12 @@ impl Backend for PosixBuffered {
         )]
     }
 
-    fn plan(&self, _op: Op, local: &Descriptor, target: &Descriptor) -> Result<PlanChoice, Refusal> {
+    fn plan(
+        &self,
+        _op: Op,
+        local: &Descriptor,
+        target: &Descriptor,
+    ) -> Result<PlanChoice, Refusal> {
         if local.region.host_ptr().is_none() {
             return Err(Refusal {
                 finding: None,

@@ -117,9 +117,17 @@ impl Backend for PosixDirect {
         )]
     }
 
-    fn plan(&self, _op: Op, local: &Descriptor, target: &Descriptor) -> Result<PlanChoice, Refusal> {
+    fn plan(
+        &self,
+        _op: Op,
+        local: &Descriptor,
+        target: &Descriptor,
+    ) -> Result<PlanChoice, Refusal> {
         if let Some(why) = &self.unavailable {
-            return Err(Refusal::because(ids::STORAGE_IO_URING_UNAVAILABLE, why.clone()));
+            return Err(Refusal::because(
+                ids::STORAGE_IO_URING_UNAVAILABLE,
+                why.clone(),
+            ));
         }
         if local.region.host_ptr().is_none() {
             return Err(Refusal {
@@ -200,7 +208,12 @@ struct Bounce {
 impl Drop for Bounce {
     fn drop(&mut self) {
         // SAFETY: allocated in `Worker::bounce` with this layout.
-        unsafe { alloc::dealloc(self.ptr, Layout::from_size_align_unchecked(self.len, HOST_ALIGN)) }
+        unsafe {
+            alloc::dealloc(
+                self.ptr,
+                Layout::from_size_align_unchecked(self.len, HOST_ALIGN),
+            )
+        }
     }
 }
 
@@ -225,7 +238,12 @@ struct Worker {
 unsafe impl Send for Worker {}
 
 impl Worker {
-    fn new(ring: IoUring, rx: Receiver<Vec<WorkItem>>, wake: Arc<OwnedFd>, cfg: &StorageConfig) -> Self {
+    fn new(
+        ring: IoUring,
+        rx: Receiver<Vec<WorkItem>>,
+        wake: Arc<OwnedFd>,
+        cfg: &StorageConfig,
+    ) -> Self {
         let chunk = cfg.chunk.next_multiple_of(HOST_ALIGN as u64);
         Worker {
             ring,
@@ -322,7 +340,9 @@ impl Worker {
 
     /// Cuts a pair into head / aligned chunks / tail pieces.
     fn cut(&mut self, item: WorkItem) {
-        let (Some(base), Some(file)) = (item.local().region.host_ptr(), item.target().region.file()) else {
+        let (Some(base), Some(file)) =
+            (item.local().region.host_ptr(), item.target().region.file())
+        else {
             item.complete(Err(Error::Backend {
                 backend: NAME,
                 detail: "pair is not host memory and a file".into(),
@@ -384,7 +404,9 @@ impl Worker {
     /// Submits pending pieces while there is room.
     fn fill(&mut self) {
         while self.in_flight < self.qd {
-            let Some(piece) = self.pending.pop_front() else { return };
+            let Some(piece) = self.pending.pop_front() else {
+                return;
+            };
             if piece.split.failed() {
                 piece.split.part_done(Ok(0));
                 continue;
@@ -478,7 +500,9 @@ impl Worker {
                 self.pending.push_front(piece);
                 return;
             }
-            let Some(file) = piece.file.file() else { return };
+            let Some(file) = piece.file.file() else {
+                return;
+            };
             let foff = piece.file_off + piece.done;
             let err = if errno == libc::EINVAL && piece.direct {
                 Error::Misaligned {
@@ -488,8 +512,17 @@ impl Worker {
                     align: file.align().offset,
                 }
             } else {
-                let op = if piece.op == Op::Read { "read" } else { "write" };
-                Error::io(op, file.path(), foff, std::io::Error::from_raw_os_error(errno))
+                let op = if piece.op == Op::Read {
+                    "read"
+                } else {
+                    "write"
+                };
+                Error::io(
+                    op,
+                    file.path(),
+                    foff,
+                    std::io::Error::from_raw_os_error(errno),
+                )
             };
             piece.split.part_done(Err(err));
             return;
@@ -514,7 +547,9 @@ impl Worker {
             return;
         }
         if n == 0 {
-            let Some(file) = piece.file.file() else { return };
+            let Some(file) = piece.file.file() else {
+                return;
+            };
             let foff = piece.file_off + piece.done;
             let err = match piece.op {
                 Op::Read => Error::ShortFile {

@@ -33,12 +33,19 @@ impl SplitItem {
 
     /// Runs `f` on the item while it has not completed.
     pub fn with_item<R>(&self, f: impl FnOnce(&WorkItem) -> R) -> Option<R> {
-        self.item.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map(f)
+        self.item
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .map(f)
     }
 
     /// True once an error was reported: later parts need not start.
     pub fn failed(&self) -> bool {
-        self.error.lock().unwrap_or_else(|p| p.into_inner()).is_some()
+        self.error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some()
     }
 
     /// Reports one part.

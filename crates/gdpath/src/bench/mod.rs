@@ -194,7 +194,9 @@ pub fn parse_size(s: &str) -> Result<u64, SizeError> {
     }
     if !num.contains('.') {
         let n: u64 = num.parse().map_err(|_| SizeError::Overflow(s.to_owned()))?;
-        return n.checked_mul(mult).ok_or_else(|| SizeError::Overflow(s.to_owned()));
+        return n
+            .checked_mul(mult)
+            .ok_or_else(|| SizeError::Overflow(s.to_owned()));
     }
     let f: f64 = num.parse().map_err(|_| SizeError::Bad(s.to_owned()))?;
     let v = f * mult as f64;
@@ -230,7 +232,12 @@ pub fn parse_size_range(s: &str) -> Result<Vec<u64>, SizeError> {
 /// Prints bytes with the largest binary unit that divides them exactly (`4 KiB`, `1 GiB`,
 /// `1.50 GiB` otherwise, `511 B`).
 pub fn format_size(bytes: u64) -> String {
-    const UNITS: [(&str, u64); 4] = [("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
+    const UNITS: [(&str, u64); 4] = [
+        ("TiB", 1 << 40),
+        ("GiB", 1 << 30),
+        ("MiB", 1 << 20),
+        ("KiB", 1 << 10),
+    ];
     for (name, m) in UNITS {
         if bytes >= m {
             return if bytes % m == 0 {
@@ -335,13 +342,19 @@ mod tests {
         assert_eq!(parse_size("2M").unwrap(), 2 << 20);
         assert!(matches!(parse_size("12 parsecs"), Err(SizeError::Bad(_))));
         assert!(matches!(parse_size(""), Err(SizeError::Empty)));
-        assert!(matches!(parse_size("99999999999TiB"), Err(SizeError::Overflow(_))));
+        assert!(matches!(
+            parse_size("99999999999TiB"),
+            Err(SizeError::Overflow(_))
+        ));
         assert!(matches!(parse_size("1.2.3M"), Err(SizeError::Bad(_))));
         assert_eq!(
             parse_size_range("1MiB..8MiB").unwrap(),
             vec![1 << 20, 2 << 20, 4 << 20, 8 << 20]
         );
-        assert_eq!(parse_size_range("1MiB..3MiB").unwrap(), vec![1 << 20, 2 << 20, 3 << 20]);
+        assert_eq!(
+            parse_size_range("1MiB..3MiB").unwrap(),
+            vec![1 << 20, 2 << 20, 3 << 20]
+        );
         assert_eq!(parse_size_range("4k,1m").unwrap(), vec![4096, 1 << 20]);
         assert!(parse_size_range("8MiB..1MiB").is_err());
         assert_eq!(format_size(4096), "4 KiB");
@@ -365,11 +378,33 @@ mod tests {
 
     #[test]
     fn row_skips_absent_optionals_and_computes_iops() {
-        let r = BenchRow::from_runs("posix-direct", "read", 1 << 30, 1 << 20, 32, &[1.0, 2.0, 3.0], &[10.0, 20.0], true);
+        let r = BenchRow::from_runs(
+            "posix-direct",
+            "read",
+            1 << 30,
+            1 << 20,
+            32,
+            &[1.0, 2.0, 3.0],
+            &[10.0, 20.0],
+            true,
+        );
         assert_eq!(r.gbps_median, 2.0);
         assert!((r.iops - 2e9 / (1 << 20) as f64).abs() < 1e-6);
         let j = serde_json::to_value(&r).unwrap();
-        for k in ["path", "op", "bytes", "block", "qd", "gbps_min", "gbps_median", "gbps_max", "iops", "latency_us_p50", "latency_us_p99", "verified"] {
+        for k in [
+            "path",
+            "op",
+            "bytes",
+            "block",
+            "qd",
+            "gbps_min",
+            "gbps_median",
+            "gbps_max",
+            "iops",
+            "latency_us_p50",
+            "latency_us_p99",
+            "verified",
+        ] {
             assert!(j.get(k).is_some(), "missing {k}");
         }
         for k in ["src", "dst", "latency_us", "limit_gbps", "transport"] {

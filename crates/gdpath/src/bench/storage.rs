@@ -77,7 +77,11 @@ fn drop_cache(path: &std::path::Path) -> Result<()> {
     // SAFETY: plain advisory syscall on an open descriptor.
     let rc = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
     if rc != 0 {
-        return Err(io_err("posix_fadvise", path, std::io::Error::from_raw_os_error(rc)));
+        return Err(io_err(
+            "posix_fadvise",
+            path,
+            std::io::Error::from_raw_os_error(rc),
+        ));
     }
     Ok(())
 }
@@ -90,7 +94,8 @@ fn hash_file(path: &std::path::Path, size: u64, progress: &dyn Progress) -> Resu
     let mut left = size;
     while left > 0 {
         let n = left.min(buf.len() as u64) as usize;
-        f.read_exact(&mut buf[..n]).map_err(|e| io_err("read", path, e))?;
+        f.read_exact(&mut buf[..n])
+            .map_err(|e| io_err("read", path, e))?;
         h.update(&buf[..n]);
         progress.advance(n as u64);
         left -= n as u64;
@@ -141,7 +146,8 @@ fn prepare_read_file(cfg: &StorageBenchConfig, progress: &dyn Progress) -> Resul
         let n = (cfg.size - pos).min(buf.len() as u64) as usize;
         fill_pattern(&mut buf[..n], pos, 0x5EED);
         h.update(&buf[..n]);
-        f.write_all(&buf[..n]).map_err(|e| io_err("write", path, e))?;
+        f.write_all(&buf[..n])
+            .map_err(|e| io_err("write", path, e))?;
         progress.advance(n as u64);
         pos += n as u64;
     }
@@ -227,13 +233,19 @@ fn stream(
 /// error: the row says `verified: false`.
 pub fn run(cfg: &StorageBenchConfig, progress: &dyn Progress) -> Result<StorageBenchReport> {
     if cfg.size == 0 || cfg.blocks.is_empty() || cfg.runs == 0 {
-        return Err(Error::Config("size, block sizes and runs must be non-zero".into()));
+        return Err(Error::Config(
+            "size, block sizes and runs must be non-zero".into(),
+        ));
     }
     if let Some(b) = cfg.blocks.iter().find(|&&b| b == 0 || b > 1 << 30) {
-        return Err(Error::Config(format!("block size {b} bytes is outside 1 B ..= 1 GiB")));
+        return Err(Error::Config(format!(
+            "block size {b} bytes is outside 1 B ..= 1 GiB"
+        )));
     }
     if cfg.compare && cfg.op == Op::Write {
-        return Err(Error::Config("--compare runs a buffered read loop: use it with --read".into()));
+        return Err(Error::Config(
+            "--compare runs a buffered read loop: use it with --read".into(),
+        ));
     }
     let (reference, prepared) = match cfg.op {
         Op::Read => {
@@ -286,9 +298,13 @@ pub fn run(cfg: &StorageBenchConfig, progress: &dyn Progress) -> Result<StorageB
             agent.register(Memory::host(HostBuffer::zeroed(w as usize)))?,
             agent.register(Memory::host(HostBuffer::zeroed(w as usize)))?,
         ];
-        if cfg.op == Op::Write {
-            for (i, r) in windows.iter().enumerate() {
-                fill_pattern(&mut r.host_view()?, i as u64 * w, 0xB10C);
+        // Touch every page now (write pattern, or zeros for reads) so that page faults of the
+        // fresh allocation do not land in the first timed run.
+        for (i, r) in windows.iter().enumerate() {
+            let mut v = r.host_view()?;
+            match cfg.op {
+                Op::Write => fill_pattern(&mut v, i as u64 * w, 0xB10C),
+                Op::Read => v.fill(0),
             }
         }
         let buffered = file.file().is_some_and(|f| f.direct_fd().is_none());
@@ -305,7 +321,9 @@ pub fn run(cfg: &StorageBenchConfig, progress: &dyn Progress) -> Result<StorageB
                 drop_cache(&cfg.file)?;
             }
             let ok = |_: &Region, _: u64, _: u64| Ok(());
-            let p = stream(&agent, &file, &windows, cfg.size, block, cfg.op, progress, ok, ok)?;
+            let p = stream(
+                &agent, &file, &windows, cfg.size, block, cfg.op, progress, ok, ok,
+            )?;
             run_gbps.push(super::gbps(cfg.size, p.elapsed));
             lats.extend(p.latencies_us);
             path = path.or(p.path);
@@ -320,7 +338,9 @@ pub fn run(cfg: &StorageBenchConfig, progress: &dyn Progress) -> Result<StorageB
                     Ok(())
                 };
                 let none = |_: &Region, _: u64, _: u64| Ok(());
-                stream(&agent, &file, &windows, cfg.size, block, cfg.op, progress, none, after)?;
+                stream(
+                    &agent, &file, &windows, cfg.size, block, cfg.op, progress, none, after,
+                )?;
                 Some(h.digest()) == reference
             }
             Op::Write => {
@@ -333,7 +353,9 @@ pub fn run(cfg: &StorageBenchConfig, progress: &dyn Progress) -> Result<StorageB
                     Ok(())
                 };
                 let none = |_: &Region, _: u64, _: u64| Ok(());
-                stream(&agent, &file, &windows, cfg.size, block, cfg.op, progress, before, none)?;
+                stream(
+                    &agent, &file, &windows, cfg.size, block, cfg.op, progress, before, none,
+                )?;
                 let back = hash_file(&cfg.file, cfg.size, &super::NoProgress)?;
                 back == h.digest()
             }
@@ -395,7 +417,8 @@ fn read_loop(
         while left > 0 {
             let n = left.min(block) as usize;
             let t = Instant::now();
-            f.read_exact(&mut buf[..n]).map_err(|e| io_err("read", path, e))?;
+            f.read_exact(&mut buf[..n])
+                .map_err(|e| io_err("read", path, e))?;
             if verify {
                 h.update(&buf[..n]);
             } else {
@@ -413,6 +436,13 @@ fn read_loop(
     progress.finish();
     let ok = digest.is_some() && digest == reference;
     Ok(BenchRow::from_runs(
-        "read-loop", "read", cfg.size, block, 1, &run_gbps, &lats, ok,
+        "read-loop",
+        "read",
+        cfg.size,
+        block,
+        1,
+        &run_gbps,
+        &lats,
+        ok,
     ))
 }
