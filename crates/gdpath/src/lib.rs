@@ -6,6 +6,23 @@
 //! [`TransferRequest`] pairs local and target [`Descriptor`]s; [`Agent::post`] plans a path per
 //! pair (recording the [`FindingId`] when the preferred path was not taken), optionally in strict
 //! mode, and returns a [`Transfer`] to poll, wait on, time out or cancel. See `docs/engine.md`.
+//!
+//! ```
+//! use gdpath::{Agent, AgentConfig, FileSpec, HostBuffer, Memory, Path, TransferRequest};
+//!
+//! let dir = tempfile::tempdir()?;
+//! let agent = Agent::new(AgentConfig::default())?;
+//! let src = agent.register(Memory::host(HostBuffer::from_slice(&[7u8; 10_000])))?;
+//! let file = agent.register(Memory::File(FileSpec::write(dir.path().join("x"))))?;
+//! let report = agent
+//!     .post(TransferRequest::write(vec![src.desc(0, 10_000)], vec![file.desc(0, 10_000)]))?
+//!     .wait()?;
+//! assert_eq!(report.bytes, 10_000);
+//! // O_DIRECT where the file system allows it, else the buffered path with the reason.
+//! let p = &report.pairs[0];
+//! assert!(p.path == Path::PosixDirect || p.finding.is_some());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 pub mod agent;
 pub mod backend;
