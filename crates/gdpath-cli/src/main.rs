@@ -1,12 +1,15 @@
 //! The `gdpath` command. A thin dispatcher: each subcommand lives in its own module, which
 //! parses its arguments (clap), calls the `gdpath` crate and formats the result.
 
+mod bench;
+mod copy;
+mod progress;
+mod topo;
+
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
-mod topo;
-
-/// See, check, move and prove GPUDirect data paths (P2P, GDR, GDS).
+/// See, check, move and prove GPUDirect data paths (P2P, GDR, GDS) and their host fallbacks.
 #[derive(Debug, Parser)]
 #[command(name = "gdpath", version, about)]
 struct Cli {
@@ -18,18 +21,29 @@ struct Cli {
 enum Command {
     /// GPUs, NICs, NVMe, PCIe tree, NUMA and NVLink as a matrix like `nvidia-smi topo -m`.
     Topo(topo::TopoArgs),
+    /// Measure a data path: bandwidth, IOPS, latency, data verified.
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
+    /// Copy a file through registered host memory (into memory only, or out to another file).
+    Copy(copy::CopyArgs),
 }
 
 fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_env("GDPATH_LOG"))
+        .with_writer(std::io::stderr)
+        .init();
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Bench(b) => bench::run(b),
+        Command::Copy(c) => copy::run(c),
         Command::Topo(args) => topo::run(args),
     };
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("gdpath: {e:#}");
-            ExitCode::FAILURE
+            eprintln!("gdpath: error: {e:#}");
+            ExitCode::from(1)
         }
     }
 }

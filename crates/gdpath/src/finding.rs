@@ -84,6 +84,12 @@ pub mod ids {
     /// O_DIRECT refused by the file system (tmpfs on old kernels, overlayfs, some network file
     /// systems): the buffered path was used.
     pub const STORAGE_ODIRECT_UNSUPPORTED: &str = "storage.odirect-unsupported";
+    /// O_DIRECT switched off by the caller (`DirectIo::Off`, `--buffered`): the buffered path was
+    /// used.
+    pub const STORAGE_ODIRECT_DISABLED: &str = "storage.odirect-disabled";
+    /// io_uring could not be set up (old kernel, seccomp, `io_uring_disabled` sysctl): the
+    /// buffered thread-pool path was used.
+    pub const STORAGE_IO_URING_UNAVAILABLE: &str = "storage.io-uring-unavailable";
     /// Peer access between two GPUs is not possible (CUDA `cuDeviceCanAccessPeer` = 0).
     pub const P2P_UNSUPPORTED: &str = "p2p.unsupported";
     /// P2P switched off by the caller or by `NCCL_P2P_DISABLE`-style configuration.

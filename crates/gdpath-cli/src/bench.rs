@@ -1,0 +1,172 @@
+//! `gdpath bench ...`: argument parsing and output of the benchmarks in `gdpath::bench`.
+
+use crate::progress;
+use anyhow::{Context, Result};
+use clap::{Args, Subcommand};
+use comfy_table::{presets::UTF8_BORDERS_ONLY, Table};
+use gdpath::bench::{
+    format_size, parse_size, parse_size_range, storage, BenchRow, BENCH_SCHEMA_VERSION,
+};
+use gdpath::{DirectIo, Op};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// File <-> host memory through the engine (O_DIRECT + io_uring, or buffered), like gdsio.
+    Storage(StorageArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct StorageArgs {
+    /// The file to read (created with a test pattern if missing) or write (needs --overwrite if
+    /// it exists).
+    #[arg(long)]
+    file: PathBuf,
+    /// Bytes per run (KiB/MiB/GiB binary, kB/MB/GB decimal).
+    #[arg(long, default_value = "1GiB", value_parser = parse_size)]
+    size: u64,
+    /// Block size (bytes per I/O), a list `a,b` or a power-of-two sweep `1MiB..64MiB`.
+    #[arg(long, default_value = "1MiB")]
+    block: String,
+    /// I/Os in flight.
+    #[arg(long, default_value_t = 32)]
+    qd: u32,
+    /// Timed runs per block size (min/median/max are over runs).
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
+    /// Benchmark reads (default).
+    #[arg(long, conflicts_with = "write")]
+    read: bool,
+    /// Benchmark writes.
+    #[arg(long)]
+    write: bool,
+    /// Also time a plain buffered read(2) loop of the same file and print the ratio.
+    #[arg(long)]
+    compare: bool,
+    /// Use the buffered (page cache) path instead of O_DIRECT.
+    #[arg(long)]
+    buffered: bool,
+    /// Drop the file from the page cache before each buffered run.
+    #[arg(long)]
+    cold: bool,
+    /// Allow overwriting or extending an existing file.
+    #[arg(long)]
+    overwrite: bool,
+    /// Print JSON (schema below) instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(cmd: BenchCommand) -> Result<ExitCode> {
+    match cmd {
+        BenchCommand::Storage(a) => run_storage(a),
+    }
+}
+
+fn run_storage(a: StorageArgs) -> Result<ExitCode> {
+    let blocks = parse_size_range(&a.block).context("--block")?;
+    let cfg = storage::StorageBenchConfig {
+        file: a.file.clone(),
+        size: a.size,
+        blocks,
+        qd: a.qd,
+        op: if a.write { Op::Write } else { Op::Read },
+        runs: a.runs,
+        compare: a.compare,
+        direct: if a.buffered {
+            DirectIo::Off
+        } else {
+            DirectIo::Auto
+        },
+        cold: a.cold,
+        overwrite: a.overwrite,
+    };
+    let bars = progress::for_terminal(a.json);
+    let started = std::time::SystemTime::now();
+    let report = storage::run(&cfg, bars.as_ref())
+        .with_context(|| format!("bench storage on {}", a.file.display()))?;
+    let all_verified = report.rows.iter().all(|r| r.verified);
+    if a.json {
+        let out = serde_json::json!({
+            "schema_version": BENCH_SCHEMA_VERSION,
+            "command": "bench storage",
+            "file": a.file,
+            "started_unix_s": started.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
+            "units": {"gbps": "1e9 bytes/s", "latency": "us", "bytes": "bytes"},
+            "findings": report.findings,
+            "rows": report.rows,
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else {
+        print_table(&report.rows);
+        for f in &report.findings {
+            println!("finding: {f} (run `gdpath doctor` for evidence and remedy)");
+        }
+        print_ratios(&report.rows);
+        println!("GB/s = 1e9 bytes/s; latency per I/O, submission to completion");
+    }
+    if !all_verified {
+        eprintln!("gdpath: data verification FAILED for at least one row");
+        return Ok(ExitCode::from(2));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_table(rows: &[BenchRow]) {
+    let mut t = Table::new();
+    t.load_preset(UTF8_BORDERS_ONLY);
+    t.set_header([
+        "path",
+        "op",
+        "size",
+        "block",
+        "qd",
+        "GB/s min",
+        "GB/s median",
+        "GB/s max",
+        "IOPS",
+        "p50 µs",
+        "p99 µs",
+        "verified",
+    ]);
+    for r in rows {
+        t.add_row([
+            r.path.clone(),
+            r.op.clone(),
+            format_size(r.bytes),
+            format_size(r.block),
+            r.qd.to_string(),
+            format!("{:.3}", r.gbps_min),
+            format!("{:.3}", r.gbps_median),
+            format!("{:.3}", r.gbps_max),
+            format!("{:.0}", r.iops),
+            format!("{:.1}", r.latency_us_p50),
+            format!("{:.1}", r.latency_us_p99),
+            if r.verified {
+                "yes".into()
+            } else {
+                "NO".into()
+            },
+        ]);
+    }
+    println!("{t}");
+}
+
+fn print_ratios(rows: &[BenchRow]) {
+    for r in rows.iter().filter(|r| r.path == "read-loop") {
+        if let Some(e) = rows
+            .iter()
+            .find(|e| e.block == r.block && e.path != "read-loop")
+        {
+            if r.gbps_median > 0.0 {
+                println!(
+                    "block {}: {} / read-loop = {:.2}x (median GB/s)",
+                    format_size(r.block),
+                    e.path,
+                    e.gbps_median / r.gbps_median
+                );
+            }
+        }
+    }
+}

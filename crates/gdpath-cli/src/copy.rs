@@ -1,0 +1,95 @@
+//! `gdpath copy`: argument parsing and output of `gdpath::copy`.
+
+use crate::progress;
+use anyhow::{Context, Result};
+use clap::Args;
+use gdpath::bench::{format_size, parse_size};
+use gdpath::copy::{copy_file, CopyOptions};
+use gdpath::{Agent, AgentConfig, DirectIo};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Debug, Args)]
+pub struct CopyArgs {
+    /// Source file.
+    src: PathBuf,
+    /// Destination file (created or truncated). Without it the file is read into host memory
+    /// only.
+    dst: Option<PathBuf>,
+    /// Bytes per window (two are held in host memory).
+    #[arg(long, default_value = "32MiB", value_parser = parse_size)]
+    window: u64,
+    /// Largest single I/O.
+    #[arg(long, default_value = "1MiB", value_parser = parse_size)]
+    chunk: u64,
+    /// I/Os in flight.
+    #[arg(long, default_value_t = 32)]
+    qd: u32,
+    /// Use the buffered (page cache) path instead of O_DIRECT.
+    #[arg(long)]
+    buffered: bool,
+    /// Checksum source and destination.
+    #[arg(long)]
+    verify: bool,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(a: CopyArgs) -> Result<ExitCode> {
+    let mut cfg = AgentConfig::default();
+    cfg.storage.chunk = a.chunk;
+    cfg.storage.queue_depth = a.qd;
+    let agent = Agent::new(cfg)?;
+    let opts = CopyOptions {
+        window: a.window,
+        direct: if a.buffered {
+            DirectIo::Off
+        } else {
+            DirectIo::Auto
+        },
+        verify: a.verify,
+    };
+    let bars = progress::for_terminal(a.json);
+    let r = copy_file(&agent, &a.src, a.dst.as_deref(), &opts, bars.as_ref())
+        .with_context(|| format!("copy {}", a.src.display()))?;
+    if a.json {
+        let out = serde_json::json!({
+            "schema_version": 1,
+            "command": "copy",
+            "src": a.src,
+            "dst": a.dst,
+            "report": r,
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else {
+        let leg = |l: &Option<gdpath::copy::Leg>| match l {
+            Some(l) => match &l.finding {
+                Some(f) => format!("{} (fallback: {f})", l.path),
+                None => l.path.to_string(),
+            },
+            None => "-".into(),
+        };
+        println!(
+            "{} -> {}: {} in {:.3} s, {:.3} GB/s (1e9 B/s)",
+            a.src.display(),
+            a.dst
+                .as_ref()
+                .map_or("host memory".into(), |d| d.display().to_string()),
+            format_size(r.bytes),
+            r.elapsed.as_secs_f64(),
+            r.gbps
+        );
+        println!("  file -> host: {}", leg(&r.read));
+        if a.dst.is_some() {
+            println!("  host -> file: {}", leg(&r.write));
+        }
+        if let Some(v) = r.verified {
+            println!("  verified: {}", if v { "yes (xxh3)" } else { "NO" });
+        }
+    }
+    if r.verified == Some(false) {
+        return Ok(ExitCode::from(2));
+    }
+    Ok(ExitCode::SUCCESS)
+}

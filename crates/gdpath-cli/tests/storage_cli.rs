@@ -1,0 +1,98 @@
+//! `gdpath bench storage` and `gdpath copy` run as a user would, on real files.
+
+use std::process::Command;
+
+fn gdpath() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_gdpath"))
+}
+
+#[test]
+fn bench_storage_json_rows_have_the_shared_fields() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let f = dir.path().join("b");
+    let out = gdpath()
+        .args(["bench", "storage", "--file"])
+        .arg(&f)
+        .args([
+            "--size",
+            "4MiB",
+            "--block",
+            "256KiB..512KiB",
+            "--qd",
+            "4",
+            "--runs",
+            "2",
+            "--compare",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.stderr.is_empty(),
+        "quiet when piped: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["schema_version"], 1);
+    let rows = v["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 4, "two block sizes × (engine, read-loop)");
+    for r in rows {
+        for k in [
+            "path",
+            "op",
+            "bytes",
+            "block",
+            "qd",
+            "gbps_min",
+            "gbps_median",
+            "gbps_max",
+            "iops",
+            "latency_us_p50",
+            "latency_us_p99",
+            "verified",
+        ] {
+            assert!(!r[k].is_null(), "row lacks {k}: {r}");
+        }
+        assert_eq!(r["verified"], true);
+        assert_eq!(r["bytes"], 4 << 20);
+    }
+    assert_eq!(rows[0]["path"], "posix-direct");
+    assert_eq!(rows[0]["block"], 256 << 10);
+    assert_eq!(rows[2]["block"], 512 << 10);
+}
+
+#[test]
+fn copy_prints_paths_and_verifies() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let src = dir.path().join("src");
+    let data: Vec<u8> = (0..3_000_001u32).map(|i| (i * 7 % 251) as u8).collect();
+    std::fs::write(&src, &data).unwrap();
+    let dst = dir.path().join("dst");
+    let out = gdpath()
+        .arg("copy")
+        .arg(&src)
+        .arg(&dst)
+        .args(["--verify", "--window", "1MiB"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("file -> host: posix-direct"), "{text}");
+    assert!(text.contains("host -> file: posix-direct"), "{text}");
+    assert!(text.contains("verified: yes"), "{text}");
+    assert!(text.contains("GB/s"), "{text}");
+    assert_eq!(std::fs::read(&dst).unwrap(), data);
+    // A directory is a clear error, exit code 1.
+    let out = gdpath().arg("copy").arg(dir.path()).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is a directory"));
+}

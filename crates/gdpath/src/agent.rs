@@ -1,0 +1,360 @@
+//! The agent: owns backends and registered memory, plans and posts transfers.
+
+use crate::backend::{self, Backend, Capability, Drive};
+use crate::config::AgentConfig;
+use crate::error::{Error, Result, Side};
+use crate::memory::{DirectIo, Memory, MemoryClass, MemoryKind};
+use crate::planner::plan_pair;
+use crate::region::{Descriptor, FileRegion, Region, RegionId, Storage};
+use crate::transfer::{Op, PlannedPair, Transfer, TransferRequest, TransferShared, WorkItem};
+use serde::Serialize;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+
+static NEXT_AGENT: AtomicU64 = AtomicU64::new(1);
+static NEXT_REGION: AtomicU64 = AtomicU64::new(1);
+
+/// A backend as the agent lists it.
+#[derive(Debug, Clone, Serialize)]
+pub struct BackendInfo {
+    pub name: &'static str,
+    pub drive: Drive,
+    pub capabilities: Vec<Capability>,
+}
+
+struct AgentInner {
+    id: u64,
+    name: String,
+    config: AgentConfig,
+    backends: RwLock<Vec<Arc<dyn Backend>>>,
+    next_transfer: AtomicU64,
+}
+
+/// The engine's entry point. Cheap to clone (`Arc`); shareable between threads, which may post
+/// transfers concurrently.
+#[derive(Clone)]
+pub struct Agent {
+    inner: Arc<AgentInner>,
+}
+
+impl std::fmt::Debug for Agent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Agent")
+            .field("name", &self.inner.name)
+            .field(
+                "backends",
+                &self.backends().iter().map(|b| b.name).collect::<Vec<_>>(),
+            )
+            .finish()
+    }
+}
+
+impl Agent {
+    /// An agent with the built-in backends: `host-copy` (host ↔ host), `posix-direct`
+    /// (file ↔ host, O_DIRECT + io_uring, preferred) and `posix-buffered` (file ↔ host, page
+    /// cache, fallback). Errors: [`Error::Config`] for invalid settings.
+    pub fn new(config: AgentConfig) -> Result<Agent> {
+        config.storage.validate()?;
+        let agent = Agent::bare(config);
+        let st = agent.inner.config.storage.clone();
+        agent.add_backend(Arc::new(backend::host_copy::HostCopy));
+        agent.add_backend(Arc::new(backend::posix_direct::PosixDirect::new(&st)));
+        agent.add_backend(Arc::new(backend::posix_buffered::PosixBuffered::new(&st)));
+        Ok(agent)
+    }
+
+    /// An agent with no backends (add them with [`Agent::add_backend`]).
+    pub fn bare(config: AgentConfig) -> Agent {
+        let name = if config.name.is_empty() {
+            "local".to_owned()
+        } else {
+            config.name.clone()
+        };
+        Agent {
+            inner: Arc::new(AgentInner {
+                id: NEXT_AGENT.fetch_add(1, Ordering::Relaxed),
+                name,
+                config,
+                backends: RwLock::new(Vec::new()),
+                next_transfer: AtomicU64::new(1),
+            }),
+        }
+    }
+
+    /// Adds a backend. It is asked to register regions created from now on, and tried by the
+    /// planner after backends of the same preference added before it.
+    pub fn add_backend(&self, backend: Arc<dyn Backend>) {
+        self.inner
+            .backends
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(backend);
+    }
+
+    fn backend_list(&self) -> Vec<Arc<dyn Backend>> {
+        self.inner
+            .backends
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// The backends, in planner order within each preference.
+    pub fn backends(&self) -> Vec<BackendInfo> {
+        self.backend_list()
+            .iter()
+            .map(|b| BackendInfo {
+                name: b.name(),
+                drive: b.drive(),
+                capabilities: b.capabilities(),
+            })
+            .collect()
+    }
+
+    /// The agent's name.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The agent's configuration.
+    pub fn config(&self) -> &AgentConfig {
+        &self.inner.config
+    }
+
+    fn serves(backends: &[Arc<dyn Backend>], class: MemoryClass) -> bool {
+        backends.iter().any(|b| {
+            b.capabilities()
+                .iter()
+                .any(|c| c.local == class || c.target == class)
+        })
+    }
+
+    /// Registers memory and returns its region.
+    ///
+    /// - Host memory: the region owns the buffer. `pinned: true` needs the CUDA backend, else
+    ///   [`Error::Unsupported`].
+    /// - Files: opened per [`crate::FileSpec`] (O_DIRECT where the file system allows it and
+    ///   the policy asks); errors: [`Error::Open`], [`Error::NotAFile`], and
+    ///   [`Error::Unsupported`] for [`DirectIo::Required`] on a file system that refuses O_DIRECT.
+    /// - GPU and remote memory: made by the backend that serves them, else
+    ///   [`Error::Unsupported`] naming the backend (`cuda`, `ucx`).
+    ///
+    /// Every backend that serves the region's memory class may then attach its registration
+    /// (an error there fails the registration).
+    pub fn register(&self, memory: Memory) -> Result<Region> {
+        let backends = self.backend_list();
+        let kind = memory.kind();
+        let storage = match memory {
+            Memory::Host { buffer, pinned } => {
+                if pinned && !Self::serves(&backends, MemoryClass::Gpu) {
+                    return Err(Error::Unsupported {
+                        what: "pinned host memory".into(),
+                        backend: "cuda",
+                    });
+                }
+                Storage::Host(buffer)
+            }
+            Memory::File(spec) => {
+                let mode = match spec.direct {
+                    DirectIo::Auto => self.inner.config.storage.direct,
+                    other => other,
+                };
+                Storage::File(FileRegion::open(&spec.path, spec.access, mode)?)
+            }
+            other => {
+                let made = backends.iter().find_map(|b| b.materialize(&other));
+                match made {
+                    Some(m) => Storage::Foreign(m?),
+                    None => {
+                        let (what, backend) = match &kind {
+                            MemoryKind::Gpu { ordinal } => {
+                                (format!("GPU {ordinal} memory"), "cuda")
+                            }
+                            _ => ("remote memory".to_owned(), "ucx"),
+                        };
+                        return Err(Error::Unsupported { what, backend });
+                    }
+                }
+            }
+        };
+        let class = kind.class();
+        let region = Region::new(
+            RegionId(NEXT_REGION.fetch_add(1, Ordering::Relaxed)),
+            self.inner.id,
+            kind,
+            storage,
+        );
+        for b in &backends {
+            let serves = b
+                .capabilities()
+                .iter()
+                .any(|c| c.local == class || c.target == class);
+            if serves {
+                if let Some(h) = b.register(&region)? {
+                    region.push_handle(b.name(), h);
+                }
+            }
+        }
+        Ok(region)
+    }
+
+    /// Deregisters a region now: later posts using it fail with [`Error::Deregistered`]. The
+    /// memory is freed when the last handle is dropped. Errors: [`Error::RegionBusy`] while
+    /// transfers use it, [`Error::ForeignRegion`] for another agent's region.
+    pub fn deregister(&self, region: &Region) -> Result<()> {
+        if region.inner.agent != self.inner.id {
+            return Err(Error::ForeignRegion {
+                region: region.id(),
+            });
+        }
+        region.mark_deregistered()
+    }
+
+    /// Checks a request and plans every pair without moving data. Errors: list or pair length
+    /// mismatch, foreign / deregistered / busy regions, out of bounds, short file, read-only
+    /// file, no path, and (strict mode) [`Error::PathNotAccepted`].
+    pub fn plan(&self, request: &TransferRequest) -> Result<Vec<PlannedPair>> {
+        Ok(self
+            .plan_with_backends(request)?
+            .into_iter()
+            .map(|(_, p)| p)
+            .collect())
+    }
+
+    fn plan_with_backends(
+        &self,
+        request: &TransferRequest,
+    ) -> Result<Vec<(Arc<dyn Backend>, PlannedPair)>> {
+        let (l, t) = (&request.local, &request.target);
+        if l.len() != t.len() {
+            return Err(Error::ListLengthMismatch {
+                local: l.len(),
+                target: t.len(),
+            });
+        }
+        for (i, (ld, td)) in l.iter().zip(t).enumerate() {
+            if ld.len != td.len {
+                return Err(Error::PairLengthMismatch {
+                    index: i,
+                    local: ld.len,
+                    target: td.len,
+                });
+            }
+        }
+        let (local_reads, target_reads) = match request.op {
+            Op::Read => (false, true),
+            Op::Write => (true, false),
+        };
+        for (i, (ld, td)) in l.iter().zip(t).enumerate() {
+            self.check_side(i, Side::Local, ld, local_reads)?;
+            self.check_side(i, Side::Target, td, target_reads)?;
+        }
+        let backends = self.backend_list();
+        let accept = request.accept.as_deref();
+        l.iter()
+            .zip(t)
+            .enumerate()
+            .map(|(i, (ld, td))| {
+                let (bi, plan) = plan_pair(&backends, request.op, i, ld, td, accept)?;
+                Ok((backends[bi].clone(), plan))
+            })
+            .collect()
+    }
+
+    /// Checks one descriptor: ownership, usability, bounds; for files, that a read range exists
+    /// (else [`Error::ShortFile`]) and that a written file is writable.
+    fn check_side(&self, index: usize, side: Side, d: &Descriptor, is_read: bool) -> Result<()> {
+        let r = &d.region;
+        if r.inner.agent != self.inner.id {
+            return Err(Error::ForeignRegion { region: r.id() });
+        }
+        r.check_usable()?;
+        let end = d.offset.checked_add(d.len);
+        if let Some(f) = r.file() {
+            let size = f.size()?;
+            if is_read {
+                match end {
+                    Some(e) if e <= size => {}
+                    _ => {
+                        return Err(Error::ShortFile {
+                            path: f.path().to_owned(),
+                            offset: d.offset,
+                            wanted: d.len,
+                            available: size.saturating_sub(d.offset),
+                        })
+                    }
+                }
+            } else {
+                if !f.access().writable() {
+                    return Err(Error::ReadOnly {
+                        path: f.path().to_owned(),
+                    });
+                }
+                if end.is_none_or(|e| e > i64::MAX as u64) {
+                    return Err(Error::OutOfBounds {
+                        index,
+                        side,
+                        region: r.id(),
+                        offset: d.offset,
+                        len: d.len,
+                        region_len: i64::MAX as u64,
+                    });
+                }
+            }
+            return Ok(());
+        }
+        let len = r.len()?;
+        match end {
+            Some(e) if e <= len => Ok(()),
+            _ => Err(Error::OutOfBounds {
+                index,
+                side,
+                region: r.id(),
+                offset: d.offset,
+                len: d.len,
+                region_len: len,
+            }),
+        }
+    }
+
+    /// Plans and starts a transfer; returns at once. Every check of [`Agent::plan`] happens
+    /// first, so a failed post moved no byte.
+    pub fn post(&self, request: TransferRequest) -> Result<Transfer> {
+        let planned = self.plan_with_backends(&request)?;
+        let mut pollers: Vec<Arc<dyn Backend>> = Vec::new();
+        for (b, _) in &planned {
+            if b.drive() == Drive::Poll && !pollers.iter().any(|p| Arc::ptr_eq(p, b)) {
+                pollers.push(b.clone());
+            }
+        }
+        let plans: Vec<PlannedPair> = planned.iter().map(|(_, p)| p.clone()).collect();
+        let id = self.inner.next_transfer.fetch_add(1, Ordering::Relaxed);
+        let shared = TransferShared::new(id, request.deadline, plans, pollers);
+        let TransferRequest {
+            op, local, target, ..
+        } = request;
+        // Build every item first: a region taken by a host view meanwhile fails the post here,
+        // before any submission (the items already built report the error to nobody).
+        let mut items: Vec<(Arc<dyn Backend>, WorkItem)> = Vec::with_capacity(local.len());
+        for ((ld, td), (b, plan)) in local.into_iter().zip(target).zip(planned) {
+            let guards = [ld.region.begin_use()?, td.region.begin_use()?];
+            let item = WorkItem::new(plan.index, op, ld, td, plan.path, shared.clone(), guards);
+            items.push((b, item));
+        }
+        let mut groups: Vec<(Arc<dyn Backend>, Vec<WorkItem>)> = Vec::new();
+        for (b, item) in items {
+            if item.local().len == 0 {
+                item.complete(Ok(0));
+                continue;
+            }
+            match groups.iter_mut().find(|(g, _)| Arc::ptr_eq(g, &b)) {
+                Some((_, v)) => v.push(item),
+                None => groups.push((b, vec![item])),
+            }
+        }
+        for (b, v) in groups {
+            b.submit(v);
+        }
+        Ok(Transfer { shared })
+    }
+}

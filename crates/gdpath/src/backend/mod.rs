@@ -1,0 +1,160 @@
+//! Backends: the code that moves bytes for a pair of memory kinds.
+//!
+//! A backend declares [`Capability`]s (memory-kind pairs it serves, the [`Path`] it produces,
+//! whether that path is the preferred one or a fallback), accepts or refuses each descriptor pair
+//! at planning time ([`Backend::plan`], a refusal names a finding id), and executes planned
+//! [`WorkItem`]s ([`Backend::submit`]). Completion is reported per item with
+//! [`WorkItem::complete`], from any thread: backends that run their own threads (io_uring, thread
+//! pools, CUDA host callbacks) complete from there; poll-driven backends (a UCX worker) declare
+//! [`Drive::Poll`] and complete from [`Backend::progress`], which waiters call.
+
+mod fileio;
+pub mod host_copy;
+pub mod posix_buffered;
+pub mod posix_direct;
+mod split;
+
+pub use split::SplitItem;
+
+use crate::error::Result;
+use crate::finding::FindingId;
+use crate::memory::{Memory, MemoryClass};
+use crate::path::Path;
+use crate::region::{BackendHandle, Descriptor, ForeignMemory, Region};
+use crate::transfer::{Op, WorkItem};
+use serde::Serialize;
+
+/// Whether a capability's path is the one to use when possible, or the one used when the
+/// preferred path refuses. The planner tries preferred capabilities first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Preference {
+    Preferred,
+    Fallback,
+}
+
+/// How a backend's completions happen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Drive {
+    /// The backend's own threads (or the kernel) complete work items.
+    Threads,
+    /// Work completes only when someone calls [`Backend::progress`]; `Transfer::wait` and
+    /// `Transfer::poll` do.
+    Poll,
+}
+
+/// One memory-kind pair a backend serves, for both [`Op`]s unless `ops` says otherwise.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Capability {
+    /// Class of the local descriptor's region.
+    pub local: MemoryClass,
+    /// Class of the target descriptor's region.
+    pub target: MemoryClass,
+    /// Operations served.
+    pub ops: Vec<Op>,
+    /// The path this capability produces.
+    pub path: Path,
+    pub preference: Preference,
+}
+
+impl Capability {
+    /// A capability for both reads and writes.
+    pub fn both(
+        local: MemoryClass,
+        target: MemoryClass,
+        path: Path,
+        preference: Preference,
+    ) -> Self {
+        Capability {
+            local,
+            target,
+            ops: vec![Op::Read, Op::Write],
+            path,
+            preference,
+        }
+    }
+}
+
+/// A backend's acceptance of a pair: the path it will take, and, when that path is degraded,
+/// the finding that says why (e.g. `system.host-pageable` for staged pageable memory).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlanChoice {
+    pub path: Path,
+    pub finding: Option<FindingId>,
+    pub detail: Option<String>,
+}
+
+impl PlanChoice {
+    /// The path, not degraded.
+    pub fn on(path: Path) -> Self {
+        PlanChoice {
+            path,
+            finding: None,
+            detail: None,
+        }
+    }
+}
+
+/// A backend's refusal of a pair: the finding id that explains it and the evidence.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Refusal {
+    pub finding: Option<FindingId>,
+    pub detail: String,
+}
+
+impl Refusal {
+    /// A refusal explained by `finding`.
+    pub fn because(finding: &str, detail: impl Into<String>) -> Self {
+        Refusal {
+            finding: Some(FindingId::from(finding)),
+            detail: detail.into(),
+        }
+    }
+}
+
+/// A data path implementation. Implementations are shared between threads (`Arc<dyn Backend>`).
+pub trait Backend: Send + Sync + 'static {
+    /// A short stable name (`posix-direct`, `cuda`, `cufile`, `ucx`).
+    fn name(&self) -> &'static str;
+
+    /// The memory-kind pairs served.
+    fn capabilities(&self) -> Vec<Capability>;
+
+    /// How completions happen; default [`Drive::Threads`].
+    fn drive(&self) -> Drive {
+        Drive::Threads
+    }
+
+    /// Creates memory of a kind gdpath does not store itself (GPU memory, a peer's region), or
+    /// `None` when this backend does not make memory of `memory`'s kind.
+    fn materialize(&self, memory: &Memory) -> Option<Result<Box<dyn ForeignMemory>>> {
+        let _ = memory;
+        None
+    }
+
+    /// Called for every new region of a kind this backend serves: pin it, open a cuFile handle,
+    /// map it with UCX. The returned handle is dropped when the region is freed. An error fails
+    /// the registration.
+    fn register(&self, region: &Region) -> Result<Option<BackendHandle>> {
+        let _ = region;
+        Ok(None)
+    }
+
+    /// Accepts or refuses one descriptor pair (bounds are already checked). Must not move data.
+    fn plan(
+        &self,
+        op: Op,
+        local: &Descriptor,
+        target: &Descriptor,
+    ) -> std::result::Result<PlanChoice, Refusal>;
+
+    /// Starts the items (all planned on this backend). Must not block on their I/O; must
+    /// complete every item exactly once (an item dropped unreported completes with an error).
+    fn submit(&self, items: Vec<WorkItem>);
+
+    /// Drives a poll-driven backend; returns how many completions it reported. Default: 0.
+    fn progress(&self) -> usize {
+        0
+    }
+}

@@ -1,0 +1,175 @@
+//! `PosixBuffered`: pread/pwrite through the page cache on a thread pool, the fallback where
+//! O_DIRECT is refused or switched off. Reads and writes go straight between the file and the
+//! registered memory (no bounce buffers).
+
+use super::fileio::{pread_full, pwrite_full};
+use super::{Backend, Capability, PlanChoice, Preference, Refusal, SplitItem};
+use crate::config::StorageConfig;
+use crate::finding::ids;
+use crate::memory::MemoryClass;
+use crate::path::Path;
+use crate::region::{Descriptor, DirectStatus, Region};
+use crate::transfer::{Op, WorkItem};
+use crossbeam_channel::{Receiver, Sender};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+/// Backend name.
+pub const NAME: &str = "posix-buffered";
+
+struct Job {
+    split: Arc<SplitItem>,
+    op: Op,
+    file: Region,
+    file_off: u64,
+    /// Host address of the chunk (registered memory, kept alive by `split`).
+    mem: usize,
+    len: u64,
+}
+
+/// The buffered storage backend.
+pub struct PosixBuffered {
+    tx: Option<Sender<Job>>,
+    threads: Vec<JoinHandle<()>>,
+    chunk: u64,
+}
+
+impl PosixBuffered {
+    /// Starts `cfg.buffered_threads` worker threads.
+    pub fn new(cfg: &StorageConfig) -> Self {
+        let (tx, rx) = crossbeam_channel::unbounded::<Job>();
+        let threads = (0..cfg.buffered_threads)
+            .map(|i| {
+                let rx: Receiver<Job> = rx.clone();
+                std::thread::Builder::new()
+                    .name(format!("gdpath-buffered-{i}"))
+                    .spawn(move || worker(rx))
+                    .expect("spawning a thread")
+            })
+            .collect();
+        PosixBuffered {
+            tx: Some(tx),
+            threads,
+            chunk: cfg.chunk,
+        }
+    }
+}
+
+fn worker(rx: Receiver<Job>) {
+    for job in rx {
+        if job.split.failed() {
+            job.split.part_done(Ok(0));
+            continue;
+        }
+        if let Some(Some(stop)) = job.split.with_item(|i| i.stop_reason()) {
+            job.split.part_done(Err(stop));
+            continue;
+        }
+        job.split.with_item(|i| i.mark_started());
+        let Some(file) = job.file.file() else {
+            job.split.part_done(Err(crate::Error::Backend {
+                backend: NAME,
+                detail: "target is not a file".into(),
+            }));
+            continue;
+        };
+        let fd = file.buffered_fd();
+        // SAFETY: the planner checked the range lies inside the registered host memory, which
+        // `split` keeps alive until this part is reported.
+        let r = unsafe {
+            match job.op {
+                Op::Read => pread_full(file, fd, job.mem as *mut u8, job.len, job.file_off),
+                Op::Write => pwrite_full(file, fd, job.mem as *const u8, job.len, job.file_off),
+            }
+        };
+        job.split.part_done(r);
+    }
+}
+
+impl Drop for PosixBuffered {
+    fn drop(&mut self) {
+        self.tx.take();
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Backend for PosixBuffered {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn capabilities(&self) -> Vec<Capability> {
+        vec![Capability::both(
+            MemoryClass::Host,
+            MemoryClass::File,
+            Path::PosixBuffered,
+            Preference::Fallback,
+        )]
+    }
+
+    fn plan(
+        &self,
+        _op: Op,
+        local: &Descriptor,
+        target: &Descriptor,
+    ) -> Result<PlanChoice, Refusal> {
+        if local.region.host_ptr().is_none() {
+            return Err(Refusal {
+                finding: None,
+                detail: "local memory is not host memory".into(),
+            });
+        }
+        let Some(file) = target.region.file() else {
+            return Err(Refusal {
+                finding: None,
+                detail: "target is not a file".into(),
+            });
+        };
+        let mut choice = PlanChoice::on(Path::PosixBuffered);
+        // The finding for a fallback comes from the preferred backend's refusal; when this
+        // backend is used for a file that was switched to buffered I/O, say so as well.
+        if file.direct_status() == DirectStatus::Disabled {
+            choice.finding = Some(ids::STORAGE_ODIRECT_DISABLED.into());
+        }
+        Ok(choice)
+    }
+
+    fn submit(&self, items: Vec<WorkItem>) {
+        let Some(tx) = &self.tx else { return };
+        for item in items {
+            let (Some(base), file) = (item.local().region.host_ptr(), item.target().region.clone())
+            else {
+                item.complete(Err(crate::Error::Backend {
+                    backend: NAME,
+                    detail: "local memory is not host memory".into(),
+                }));
+                continue;
+            };
+            let mem0 = base as usize + item.local().offset as usize;
+            let (off0, len, op) = (item.target().offset, item.target().len, item.op());
+            let parts = len.div_ceil(self.chunk) as usize;
+            let split = SplitItem::new(item, parts);
+            let mut done = 0u64;
+            while done < len {
+                let n = (len - done).min(self.chunk);
+                let job = Job {
+                    split: split.clone(),
+                    op,
+                    file: file.clone(),
+                    file_off: off0 + done,
+                    mem: mem0 + done as usize,
+                    len: n,
+                };
+                if let Err(e) = tx.send(job) {
+                    e.0.split.part_done(Err(crate::Error::Backend {
+                        backend: NAME,
+                        detail: "worker threads stopped".into(),
+                    }));
+                }
+                done += n;
+            }
+        }
+    }
+}

@@ -1,0 +1,611 @@
+//! `PosixDirect`: O_DIRECT reads and writes through io_uring, the preferred file ↔ host path.
+//!
+//! One thread owns the ring. Each descriptor pair is cut into pieces:
+//! - the aligned middle, in chunks of `chunk` bytes, through the O_DIRECT descriptor, straight
+//!   into registered memory when its address meets the file system's memory alignment, else
+//!   through an aligned bounce buffer (at most `bounce_budget` bytes of them);
+//! - an unaligned head and tail (each shorter than the O_DIRECT alignment, 512 B–4 KiB) through
+//!   the file's buffered descriptor, in the same ring. Linux keeps the two coherent: an O_DIRECT
+//!   read first writes back dirty page-cache pages of its range, and an O_DIRECT write
+//!   invalidates them. This avoids read-modify-write of partial blocks and writes past EOF.
+//!
+//! Up to `queue_depth` requests are in flight. A short read or write is resubmitted for the rest
+//! (through the buffered descriptor when the rest is no longer aligned). New work arrives through
+//! a channel plus an eventfd read kept armed in the ring, so the thread only ever waits on the
+//! ring.
+
+use super::{Backend, Capability, PlanChoice, Preference, Refusal, SplitItem};
+use crate::config::StorageConfig;
+use crate::error::Error;
+use crate::finding::ids;
+use crate::memory::{MemoryClass, HOST_ALIGN};
+use crate::path::Path;
+use crate::region::{Descriptor, DirectStatus, Region};
+use crate::transfer::{Op, WorkItem};
+use crossbeam_channel::{Receiver, Sender, TryRecvError};
+use io_uring::{opcode, types, IoUring};
+use std::alloc::{self, Layout};
+use std::collections::VecDeque;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+/// Backend name.
+pub const NAME: &str = "posix-direct";
+
+const WAKE: u64 = u64::MAX;
+
+/// The O_DIRECT + io_uring storage backend.
+pub struct PosixDirect {
+    tx: Option<Sender<Vec<WorkItem>>>,
+    wake: Option<Arc<OwnedFd>>,
+    thread: Option<JoinHandle<()>>,
+    /// Why the ring could not be set up; every pair is then refused.
+    unavailable: Option<String>,
+}
+
+impl PosixDirect {
+    /// Sets up the ring and its thread. When io_uring is not available the backend still exists
+    /// and refuses every pair with `storage.io-uring-unavailable`, so the buffered path is used
+    /// and says why.
+    pub fn new(cfg: &StorageConfig) -> Self {
+        match Self::start(cfg) {
+            Ok(b) => b,
+            Err(e) => PosixDirect {
+                tx: None,
+                wake: None,
+                thread: None,
+                unavailable: Some(e),
+            },
+        }
+    }
+
+    fn start(cfg: &StorageConfig) -> Result<Self, String> {
+        let entries = (cfg.queue_depth + 1).next_power_of_two();
+        let ring = IoUring::new(entries).map_err(|e| format!("io_uring_setup: {e}"))?;
+        // SAFETY: plain syscall; the result is checked.
+        let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+        if efd < 0 {
+            return Err(format!("eventfd: {}", std::io::Error::last_os_error()));
+        }
+        // SAFETY: efd is a fresh descriptor we own.
+        let wake = Arc::new(unsafe { OwnedFd::from_raw_fd(efd) });
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let mut w = Worker::new(ring, rx, wake.clone(), cfg);
+        let thread = std::thread::Builder::new()
+            .name("gdpath-uring".into())
+            .spawn(move || w.run())
+            .map_err(|e| format!("spawning the ring thread: {e}"))?;
+        Ok(PosixDirect {
+            tx: Some(tx),
+            wake: Some(wake),
+            thread: Some(thread),
+            unavailable: None,
+        })
+    }
+
+    fn poke(&self) {
+        if let Some(w) = &self.wake {
+            let one: u64 = 1;
+            // SAFETY: writes 8 bytes from a local to our eventfd.
+            let _ = unsafe { libc::write(w.as_raw_fd(), (&one as *const u64).cast(), 8) };
+        }
+    }
+}
+
+impl Drop for PosixDirect {
+    fn drop(&mut self) {
+        self.tx.take();
+        self.poke();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Backend for PosixDirect {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn capabilities(&self) -> Vec<Capability> {
+        vec![Capability::both(
+            MemoryClass::Host,
+            MemoryClass::File,
+            Path::PosixDirect,
+            Preference::Preferred,
+        )]
+    }
+
+    fn plan(
+        &self,
+        _op: Op,
+        local: &Descriptor,
+        target: &Descriptor,
+    ) -> Result<PlanChoice, Refusal> {
+        if let Some(why) = &self.unavailable {
+            return Err(Refusal::because(
+                ids::STORAGE_IO_URING_UNAVAILABLE,
+                why.clone(),
+            ));
+        }
+        if local.region.host_ptr().is_none() {
+            return Err(Refusal {
+                finding: None,
+                detail: "local memory is not host memory".into(),
+            });
+        }
+        let Some(file) = target.region.file() else {
+            return Err(Refusal {
+                finding: None,
+                detail: "target is not a file".into(),
+            });
+        };
+        match file.direct_status() {
+            DirectStatus::Enabled => Ok(PlanChoice::on(Path::PosixDirect)),
+            DirectStatus::Refused => Err(Refusal::because(
+                ids::STORAGE_ODIRECT_UNSUPPORTED,
+                format!(
+                    "open({}, O_DIRECT) returned EINVAL: the file system refuses O_DIRECT",
+                    file.path().display()
+                ),
+            )),
+            DirectStatus::Disabled => Err(Refusal::because(
+                ids::STORAGE_ODIRECT_DISABLED,
+                format!("O_DIRECT switched off for {}", file.path().display()),
+            )),
+        }
+    }
+
+    fn submit(&self, items: Vec<WorkItem>) {
+        match &self.tx {
+            Some(tx) => {
+                if let Err(e) = tx.send(items) {
+                    for item in e.0 {
+                        item.complete(Err(Error::Backend {
+                            backend: NAME,
+                            detail: "ring thread stopped".into(),
+                        }));
+                    }
+                }
+                self.poke();
+            }
+            None => {
+                for item in items {
+                    item.complete(Err(Error::Backend {
+                        backend: NAME,
+                        detail: self.unavailable.clone().unwrap_or_default(),
+                    }));
+                }
+            }
+        }
+    }
+}
+
+/// One I/O request (or the rest of one after a short transfer).
+struct Piece {
+    split: Arc<SplitItem>,
+    op: Op,
+    file: Region,
+    direct: bool,
+    file_off: u64,
+    mem: usize,
+    len: u64,
+    /// Bytes of this piece already done by earlier (short) completions.
+    done: u64,
+}
+
+struct InFlight {
+    piece: Piece,
+    bounce: Option<usize>,
+}
+
+struct Bounce {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl Drop for Bounce {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `Worker::bounce` with this layout.
+        unsafe {
+            alloc::dealloc(
+                self.ptr,
+                Layout::from_size_align_unchecked(self.len, HOST_ALIGN),
+            )
+        }
+    }
+}
+
+struct Worker {
+    ring: IoUring,
+    rx: Receiver<Vec<WorkItem>>,
+    wake: Arc<OwnedFd>,
+    wake_buf: Box<u64>,
+    chunk: u64,
+    qd: usize,
+    max_bounce: usize,
+    bounces: Vec<Bounce>,
+    free_bounces: Vec<usize>,
+    pending: VecDeque<Piece>,
+    slots: Vec<Option<InFlight>>,
+    free_slots: Vec<usize>,
+    in_flight: usize,
+    open: bool,
+}
+
+// SAFETY: the raw bounce pointers are owned by the worker and only used on its thread.
+unsafe impl Send for Worker {}
+
+impl Worker {
+    fn new(
+        ring: IoUring,
+        rx: Receiver<Vec<WorkItem>>,
+        wake: Arc<OwnedFd>,
+        cfg: &StorageConfig,
+    ) -> Self {
+        let chunk = cfg.chunk.next_multiple_of(HOST_ALIGN as u64);
+        Worker {
+            ring,
+            rx,
+            wake,
+            wake_buf: Box::new(0),
+            chunk,
+            qd: cfg.queue_depth as usize,
+            max_bounce: (cfg.bounce_budget / chunk).max(1) as usize,
+            bounces: Vec::new(),
+            free_bounces: Vec::new(),
+            pending: VecDeque::new(),
+            slots: Vec::new(),
+            free_slots: Vec::new(),
+            in_flight: 0,
+            open: true,
+        }
+    }
+
+    fn run(&mut self) {
+        self.arm_wake();
+        loop {
+            self.fill();
+            if !self.open && self.in_flight == 0 && self.pending.is_empty() {
+                break;
+            }
+            match self.ring.submit_and_wait(1) {
+                Ok(_) => {}
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {}
+                Err(e) => {
+                    self.fail_all(format!("io_uring_enter: {e}"));
+                    return;
+                }
+            }
+            let cqes: Vec<(u64, i32)> = self
+                .ring
+                .completion()
+                .map(|c| (c.user_data(), c.result()))
+                .collect();
+            for (ud, res) in cqes {
+                if ud == WAKE {
+                    self.drain_channel();
+                    if self.open {
+                        self.arm_wake();
+                    }
+                } else {
+                    self.complete(ud as usize, res);
+                }
+            }
+        }
+    }
+
+    fn arm_wake(&mut self) {
+        let e = opcode::Read::new(
+            types::Fd(self.wake.as_raw_fd()),
+            (&mut *self.wake_buf as *mut u64).cast(),
+            8,
+        )
+        .build()
+        .user_data(WAKE);
+        // The ring has qd + 1 entries rounded up; `fill` leaves one free for this.
+        self.push(&e);
+    }
+
+    fn push(&mut self, e: &io_uring::squeue::Entry) {
+        loop {
+            // SAFETY: every buffer an entry points to (registered memory kept alive by the
+            // piece's SplitItem, a bounce buffer held in `slots`, the boxed wake buffer) stays
+            // valid until its completion is reaped.
+            if unsafe { self.ring.submission().push(e) }.is_ok() {
+                return;
+            }
+            let _ = self.ring.submit();
+        }
+    }
+
+    fn drain_channel(&mut self) {
+        loop {
+            match self.rx.try_recv() {
+                Ok(items) => {
+                    for item in items {
+                        self.cut(item);
+                    }
+                }
+                Err(TryRecvError::Empty) => return,
+                Err(TryRecvError::Disconnected) => {
+                    self.open = false;
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Cuts a pair into head / aligned chunks / tail pieces.
+    fn cut(&mut self, item: WorkItem) {
+        let (Some(base), Some(file)) =
+            (item.local().region.host_ptr(), item.target().region.file())
+        else {
+            item.complete(Err(Error::Backend {
+                backend: NAME,
+                detail: "pair is not host memory and a file".into(),
+            }));
+            return;
+        };
+        let a = file.align().offset;
+        let mem0 = base as usize + item.local().offset as usize;
+        let (off, len, op) = (item.target().offset, item.target().len, item.op());
+        let file_region = item.target().region.clone();
+        let end = off + len;
+        let head_end = off.next_multiple_of(a).min(end);
+        let tail_start = (end / a * a).max(head_end);
+        let mut spans: Vec<(u64, u64, bool)> = Vec::new();
+        if off < head_end {
+            spans.push((off, head_end - off, false));
+        }
+        let mut p = head_end;
+        while p < tail_start {
+            let n = (tail_start - p).min(self.chunk);
+            spans.push((p, n, true));
+            p += n;
+        }
+        if tail_start < end {
+            spans.push((tail_start, end - tail_start, false));
+        }
+        let split = SplitItem::new(item, spans.len());
+        for (o, n, direct) in spans {
+            self.pending.push_back(Piece {
+                split: split.clone(),
+                op,
+                file: file_region.clone(),
+                direct,
+                file_off: o,
+                mem: mem0 + (o - off) as usize,
+                len: n,
+                done: 0,
+            });
+        }
+    }
+
+    fn bounce(&mut self) -> Option<usize> {
+        if let Some(i) = self.free_bounces.pop() {
+            return Some(i);
+        }
+        if self.bounces.len() >= self.max_bounce {
+            return None;
+        }
+        let len = self.chunk as usize;
+        // SAFETY: non-zero size, power-of-two alignment.
+        let ptr = unsafe { alloc::alloc(Layout::from_size_align_unchecked(len, HOST_ALIGN)) };
+        if ptr.is_null() {
+            return None;
+        }
+        self.bounces.push(Bounce { ptr, len });
+        Some(self.bounces.len() - 1)
+    }
+
+    /// Submits pending pieces while there is room.
+    fn fill(&mut self) {
+        while self.in_flight < self.qd {
+            let Some(piece) = self.pending.pop_front() else {
+                return;
+            };
+            if piece.split.failed() {
+                piece.split.part_done(Ok(0));
+                continue;
+            }
+            if let Some(Some(stop)) = piece.split.with_item(|i| i.stop_reason()) {
+                piece.split.part_done(Err(stop));
+                continue;
+            }
+            let Some(file) = piece.file.file() else {
+                piece.split.part_done(Err(Error::Backend {
+                    backend: NAME,
+                    detail: "target is not a file".into(),
+                }));
+                continue;
+            };
+            let (fd, bounce): (RawFd, Option<usize>) = match (piece.direct, file.direct_fd()) {
+                (true, Some(dfd)) => {
+                    let cur = piece.mem + piece.done as usize;
+                    if cur as u64 % file.align().memory == 0 {
+                        (dfd, None)
+                    } else {
+                        match self.bounce() {
+                            Some(b) => (dfd, Some(b)),
+                            None => {
+                                // All bounce buffers busy: wait for a completion.
+                                self.pending.push_front(piece);
+                                return;
+                            }
+                        }
+                    }
+                }
+                _ => (file.buffered_fd(), None),
+            };
+            let rest = piece.len - piece.done;
+            let foff = piece.file_off + piece.done;
+            let mem = match bounce {
+                Some(b) => {
+                    let bp = self.bounces[b].ptr;
+                    if piece.op == Op::Write {
+                        // SAFETY: user range is inside registered memory (checked at post);
+                        // the bounce buffer holds `chunk` >= rest bytes.
+                        unsafe {
+                            std::ptr::copy_nonoverlapping(
+                                (piece.mem + piece.done as usize) as *const u8,
+                                bp,
+                                rest as usize,
+                            )
+                        };
+                    }
+                    bp
+                }
+                None => (piece.mem + piece.done as usize) as *mut u8,
+            };
+            piece.split.with_item(|i| i.mark_started());
+            let slot = match self.free_slots.pop() {
+                Some(s) => s,
+                None => {
+                    self.slots.push(None);
+                    self.slots.len() - 1
+                }
+            };
+            let entry = match piece.op {
+                Op::Read => opcode::Read::new(types::Fd(fd), mem, rest as u32)
+                    .offset(foff)
+                    .build(),
+                Op::Write => opcode::Write::new(types::Fd(fd), mem, rest as u32)
+                    .offset(foff)
+                    .build(),
+            }
+            .user_data(slot as u64);
+            self.slots[slot] = Some(InFlight { piece, bounce });
+            self.in_flight += 1;
+            self.push(&entry);
+        }
+    }
+
+    fn complete(&mut self, slot: usize, res: i32) {
+        let Some(InFlight { mut piece, bounce }) = self.slots.get_mut(slot).and_then(Option::take)
+        else {
+            return;
+        };
+        self.free_slots.push(slot);
+        self.in_flight -= 1;
+        let rest = piece.len - piece.done;
+        if res < 0 {
+            if let Some(b) = bounce {
+                self.free_bounces.push(b);
+            }
+            let errno = -res;
+            if errno == libc::EINTR || errno == libc::EAGAIN {
+                self.pending.push_front(piece);
+                return;
+            }
+            let Some(file) = piece.file.file() else {
+                return;
+            };
+            let foff = piece.file_off + piece.done;
+            let err = if errno == libc::EINVAL && piece.direct {
+                Error::Misaligned {
+                    path: file.path().to_owned(),
+                    offset: foff,
+                    len: rest,
+                    align: file.align().offset,
+                }
+            } else {
+                let op = if piece.op == Op::Read {
+                    "read"
+                } else {
+                    "write"
+                };
+                Error::io(
+                    op,
+                    file.path(),
+                    foff,
+                    std::io::Error::from_raw_os_error(errno),
+                )
+            };
+            piece.split.part_done(Err(err));
+            return;
+        }
+        let n = (res as u64).min(rest);
+        if let Some(b) = bounce {
+            if piece.op == Op::Read {
+                // SAFETY: the bounce buffer holds n valid bytes; the user range is registered.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        self.bounces[b].ptr,
+                        (piece.mem + piece.done as usize) as *mut u8,
+                        n as usize,
+                    )
+                };
+            }
+            self.free_bounces.push(b);
+        }
+        piece.done += n;
+        if piece.done == piece.len {
+            piece.split.part_done(Ok(piece.len));
+            return;
+        }
+        if n == 0 {
+            let Some(file) = piece.file.file() else {
+                return;
+            };
+            let foff = piece.file_off + piece.done;
+            let err = match piece.op {
+                Op::Read => Error::ShortFile {
+                    path: file.path().to_owned(),
+                    offset: piece.file_off,
+                    wanted: piece.len,
+                    available: piece.done,
+                },
+                Op::Write => Error::io(
+                    "write",
+                    file.path(),
+                    foff,
+                    std::io::Error::from(std::io::ErrorKind::WriteZero),
+                ),
+            };
+            piece.split.part_done(Err(err));
+            return;
+        }
+        // Short transfer: do the rest, through the page cache if no longer aligned.
+        if let Some(file) = piece.file.file() {
+            if (piece.file_off + piece.done) % file.align().offset != 0
+                || (piece.len - piece.done) % file.align().offset != 0
+            {
+                piece.direct = false;
+            }
+        }
+        self.pending.push_front(piece);
+    }
+
+    fn fail_all(&mut self, why: String) {
+        for p in self.pending.drain(..) {
+            p.split.part_done(Err(Error::Backend {
+                backend: NAME,
+                detail: why.clone(),
+            }));
+        }
+        // In-flight pieces cannot be reaped any more; leak them (and the memory they point to
+        // stays alive) rather than free memory the kernel may still write.
+        for s in self.slots.drain(..).flatten() {
+            s.piece
+                .split
+                .with_item(|i| std::mem::forget(i.local().region.clone()));
+            s.piece.split.part_done(Err(Error::Backend {
+                backend: NAME,
+                detail: why.clone(),
+            }));
+            std::mem::forget(s.piece.file);
+        }
+        std::mem::forget(std::mem::take(&mut self.bounces));
+        while let Ok(items) = self.rx.try_recv() {
+            for i in items {
+                i.complete(Err(Error::Backend {
+                    backend: NAME,
+                    detail: why.clone(),
+                }));
+            }
+        }
+    }
+}

@@ -1,0 +1,434 @@
+//! Benchmark plumbing shared by every `gdpath bench` command: statistics over samples, the JSON
+//! row, size parsing and printing, data verification, and a progress callback.
+//!
+//! Units: bytes; bandwidth in GB/s = 1e9 B/s; latency in µs.
+
+pub mod storage;
+
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+/// Version of the bench JSON row schema ([`BenchRow`]); bumped on incompatible changes.
+pub const BENCH_SCHEMA_VERSION: u32 = 1;
+
+/// GB/s (1e9 bytes per second) for `bytes` in `elapsed`; 0 for a zero duration.
+pub fn gbps(bytes: u64, elapsed: Duration) -> f64 {
+    let s = elapsed.as_secs_f64();
+    if s > 0.0 {
+        bytes as f64 / s / 1e9
+    } else {
+        0.0
+    }
+}
+
+/// Summary statistics of a sample set.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Stats {
+    pub n: usize,
+    pub min: f64,
+    pub median: f64,
+    pub max: f64,
+    pub mean: f64,
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+}
+
+impl Stats {
+    /// Statistics of `samples` (NaNs are dropped); `None` when no sample remains.
+    /// Percentiles interpolate linearly between closest ranks (as numpy's default), so the
+    /// median of an even count is the mean of the two middle samples.
+    pub fn from_samples(samples: &[f64]) -> Option<Stats> {
+        let mut v: Vec<f64> = samples.iter().copied().filter(|x| !x.is_nan()).collect();
+        if v.is_empty() {
+            return None;
+        }
+        v.sort_by(f64::total_cmp);
+        let mean = v.iter().sum::<f64>() / v.len() as f64;
+        Some(Stats {
+            n: v.len(),
+            min: v[0],
+            median: percentile_sorted(&v, 50.0),
+            max: v[v.len() - 1],
+            mean,
+            p50: percentile_sorted(&v, 50.0),
+            p90: percentile_sorted(&v, 90.0),
+            p99: percentile_sorted(&v, 99.0),
+        })
+    }
+}
+
+/// The `p`-th percentile (0–100) of sorted, non-empty samples, linear interpolation.
+pub fn percentile_sorted(sorted: &[f64], p: f64) -> f64 {
+    let n = sorted.len();
+    if n == 1 {
+        return sorted[0];
+    }
+    let rank = (p.clamp(0.0, 100.0) / 100.0) * (n - 1) as f64;
+    let lo = rank.floor() as usize;
+    let hi = rank.ceil() as usize;
+    sorted[lo] + (sorted[hi] - sorted[lo]) * (rank - lo as f64)
+}
+
+/// One benchmark result row, shared by the storage, GPU and network benches (`--json` prints
+/// one per line). Optional fields are omitted when `None`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BenchRow {
+    /// The path name ([`crate::Path::name`]), or a baseline's name (`read-loop`, `fio`).
+    pub path: String,
+    /// `read`, `write`, `copy`, `put`, `get`, ...
+    pub op: String,
+    /// Bytes moved per run.
+    pub bytes: u64,
+    /// Bytes per I/O (per descriptor).
+    pub block: u64,
+    /// I/Os in flight.
+    pub qd: u32,
+    pub gbps_min: f64,
+    pub gbps_median: f64,
+    pub gbps_max: f64,
+    /// I/Os per second (median run).
+    pub iops: f64,
+    /// Per-I/O latency percentiles over all runs, µs (submission to completion).
+    pub latency_us_p50: f64,
+    pub latency_us_p99: f64,
+    /// Data read back matched what was written (checksum).
+    pub verified: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub src: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dst: Option<String>,
+    /// Single-message latency (µs) for latency benches.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_us: Option<f64>,
+    /// Physical limit of the link crossed, GB/s, with its source in the bench's docs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit_gbps: Option<f64>,
+    /// Network transport (`tcp`, `rc_mlx5`, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transport: Option<String>,
+}
+
+impl BenchRow {
+    /// A row from per-run throughputs (GB/s), per-I/O latencies (µs) and the median-run IOPS.
+    #[allow(clippy::too_many_arguments)]
+    pub fn from_runs(
+        path: impl Into<String>,
+        op: impl Into<String>,
+        bytes: u64,
+        block: u64,
+        qd: u32,
+        run_gbps: &[f64],
+        latencies_us: &[f64],
+        verified: bool,
+    ) -> BenchRow {
+        let g = Stats::from_samples(run_gbps);
+        let l = Stats::from_samples(latencies_us);
+        let median = g.map_or(0.0, |s| s.median);
+        BenchRow {
+            path: path.into(),
+            op: op.into(),
+            bytes,
+            block,
+            qd,
+            gbps_min: g.map_or(0.0, |s| s.min),
+            gbps_median: median,
+            gbps_max: g.map_or(0.0, |s| s.max),
+            iops: if block > 0 {
+                median * 1e9 / block as f64
+            } else {
+                0.0
+            },
+            latency_us_p50: l.map_or(0.0, |s| s.p50),
+            latency_us_p99: l.map_or(0.0, |s| s.p99),
+            verified,
+            src: None,
+            dst: None,
+            latency_us: None,
+            limit_gbps: None,
+            transport: None,
+        }
+    }
+}
+
+/// Errors of [`parse_size`] and [`parse_size_range`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SizeError {
+    #[error("empty size")]
+    Empty,
+    #[error("bad size {0:?}: expected a number with an optional unit B, KiB, MiB, GiB, TiB (binary), kB, MB, GB, TB (decimal), or K/M/G/T (binary)")]
+    Bad(String),
+    #[error("size {0:?} does not fit in 64 bits")]
+    Overflow(String),
+    #[error("bad range {0:?}: expected MIN..MAX with MIN <= MAX, e.g. 1MiB..64MiB")]
+    Range(String),
+}
+
+/// Parses `4096`, `4KiB`, `1.5GiB`, `64M`, `1GB` (= 1e9). Binary units (KiB, K, ...) are powers
+/// of 1024, decimal ones (kB, MB, GB, TB) powers of 1000; case-insensitive except that `b`
+/// alone means bytes.
+pub fn parse_size(s: &str) -> Result<u64, SizeError> {
+    let t = s.trim();
+    if t.is_empty() {
+        return Err(SizeError::Empty);
+    }
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let unit = unit.trim().to_ascii_lowercase();
+    let mult: u64 = match unit.as_str() {
+        "" | "b" => 1,
+        "k" | "kib" => 1 << 10,
+        "m" | "mib" => 1 << 20,
+        "g" | "gib" => 1 << 30,
+        "t" | "tib" => 1 << 40,
+        "kb" => 1_000,
+        "mb" => 1_000_000,
+        "gb" => 1_000_000_000,
+        "tb" => 1_000_000_000_000,
+        _ => return Err(SizeError::Bad(s.to_owned())),
+    };
+    if num.is_empty() || num.matches('.').count() > 1 {
+        return Err(SizeError::Bad(s.to_owned()));
+    }
+    if !num.contains('.') {
+        let n: u64 = num.parse().map_err(|_| SizeError::Overflow(s.to_owned()))?;
+        return n
+            .checked_mul(mult)
+            .ok_or_else(|| SizeError::Overflow(s.to_owned()));
+    }
+    let f: f64 = num.parse().map_err(|_| SizeError::Bad(s.to_owned()))?;
+    let v = f * mult as f64;
+    if !v.is_finite() || v >= u64::MAX as f64 {
+        return Err(SizeError::Overflow(s.to_owned()));
+    }
+    Ok(v.round() as u64)
+}
+
+/// Parses a size or a `MIN..MAX` sweep: powers of two from MIN up to MAX (MAX included even when
+/// not on the sequence), e.g. `1MiB..8MiB` → 1, 2, 4, 8 MiB. A list `a,b,c` is also accepted.
+pub fn parse_size_range(s: &str) -> Result<Vec<u64>, SizeError> {
+    if let Some((a, b)) = s.split_once("..") {
+        let (lo, hi) = (parse_size(a)?, parse_size(b)?);
+        if lo == 0 || lo > hi {
+            return Err(SizeError::Range(s.to_owned()));
+        }
+        let mut out = Vec::new();
+        let mut x = lo;
+        while x < hi {
+            out.push(x);
+            x = match x.checked_mul(2) {
+                Some(y) => y,
+                None => break,
+            };
+        }
+        out.push(hi);
+        return Ok(out);
+    }
+    s.split(',').map(parse_size).collect()
+}
+
+/// Prints bytes with the largest binary unit that divides them exactly (`4 KiB`, `1 GiB`,
+/// `1.50 GiB` otherwise, `511 B`).
+pub fn format_size(bytes: u64) -> String {
+    const UNITS: [(&str, u64); 4] = [
+        ("TiB", 1 << 40),
+        ("GiB", 1 << 30),
+        ("MiB", 1 << 20),
+        ("KiB", 1 << 10),
+    ];
+    for (name, m) in UNITS {
+        if bytes >= m {
+            return if bytes % m == 0 {
+                format!("{} {name}", bytes / m)
+            } else {
+                format!("{:.2} {name}", bytes as f64 / m as f64)
+            };
+        }
+    }
+    format!("{bytes} B")
+}
+
+/// A streaming checksum (XXH3-64) for verifying data: what was written against what was read
+/// back. Not cryptographic; detects corruption and misplaced blocks when fed in file order.
+#[derive(Clone)]
+pub struct Checksum(xxhash_rust::xxh3::Xxh3);
+
+impl Default for Checksum {
+    fn default() -> Self {
+        Checksum(xxhash_rust::xxh3::Xxh3::new())
+    }
+}
+
+impl Checksum {
+    /// A fresh checksum.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Feeds bytes (in order).
+    pub fn update(&mut self, bytes: &[u8]) {
+        self.0.update(bytes)
+    }
+    /// The 64-bit digest of everything fed so far.
+    pub fn digest(&self) -> u64 {
+        self.0.digest()
+    }
+    /// The digest of one slice.
+    pub fn of(bytes: &[u8]) -> u64 {
+        xxhash_rust::xxh3::xxh3_64(bytes)
+    }
+}
+
+/// Fills `buf` with a deterministic pattern of the absolute position `pos` (bytes) of its first
+/// byte in the stream: each aligned 8-byte word holds a mix of its position and `seed`, so a
+/// block written or read at the wrong offset changes the checksum.
+pub fn fill_pattern(buf: &mut [u8], pos: u64, seed: u64) {
+    let word = |w: u64| (w.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ seed).to_le_bytes();
+    // Bytes before the first 8-byte boundary, then whole words, then the rest.
+    let head = (((8 - pos % 8) % 8) as usize).min(buf.len());
+    let (h, rest) = buf.split_at_mut(head);
+    for (i, b) in h.iter_mut().enumerate() {
+        let p = pos + i as u64;
+        *b = word(p / 8)[(p % 8) as usize];
+    }
+    let p0 = pos + head as u64;
+    let rest_len = rest.len();
+    let mut words = rest.chunks_exact_mut(8);
+    for (i, c) in (&mut words).enumerate() {
+        c.copy_from_slice(&word(p0 / 8 + i as u64));
+    }
+    let tail = words.into_remainder();
+    let pt = p0 + (rest_len - tail.len()) as u64;
+    for (i, b) in tail.iter_mut().enumerate() {
+        let p = pt + i as u64;
+        *b = word(p / 8)[(p % 8) as usize];
+    }
+}
+
+/// Progress of long work, reported by the library and drawn by the CLI (a bar on a terminal,
+/// nothing when piped). The library never prints.
+pub trait Progress: Send + Sync {
+    /// A new phase begins, `total` units (bytes) long.
+    fn start(&self, label: &str, total: u64);
+    /// `done` more units were done.
+    fn advance(&self, done: u64);
+    /// The phase ended.
+    fn finish(&self);
+}
+
+/// A [`Progress`] that does nothing.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoProgress;
+
+impl Progress for NoProgress {
+    fn start(&self, _: &str, _: u64) {}
+    fn advance(&self, _: u64) {}
+    fn finish(&self) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_and_print() {
+        assert_eq!(parse_size("4096").unwrap(), 4096);
+        assert_eq!(parse_size("4KiB").unwrap(), 4096);
+        assert_eq!(parse_size("64 MiB").unwrap(), 64 << 20);
+        assert_eq!(parse_size("1GiB").unwrap(), 1 << 30);
+        assert_eq!(parse_size("1gb").unwrap(), 1_000_000_000);
+        assert_eq!(parse_size("1.5GiB").unwrap(), 3 << 29);
+        assert_eq!(parse_size("2M").unwrap(), 2 << 20);
+        assert!(matches!(parse_size("12 parsecs"), Err(SizeError::Bad(_))));
+        assert!(matches!(parse_size(""), Err(SizeError::Empty)));
+        assert!(matches!(
+            parse_size("99999999999TiB"),
+            Err(SizeError::Overflow(_))
+        ));
+        assert!(matches!(parse_size("1.2.3M"), Err(SizeError::Bad(_))));
+        assert_eq!(
+            parse_size_range("1MiB..8MiB").unwrap(),
+            vec![1 << 20, 2 << 20, 4 << 20, 8 << 20]
+        );
+        assert_eq!(
+            parse_size_range("1MiB..3MiB").unwrap(),
+            vec![1 << 20, 2 << 20, 3 << 20]
+        );
+        assert_eq!(parse_size_range("4k,1m").unwrap(), vec![4096, 1 << 20]);
+        assert!(parse_size_range("8MiB..1MiB").is_err());
+        assert_eq!(format_size(4096), "4 KiB");
+        assert_eq!(format_size(511), "511 B");
+        assert_eq!(format_size(3 << 29), "1.50 GiB");
+        assert_eq!(format_size(1 << 30), "1 GiB");
+    }
+
+    #[test]
+    fn stats_percentiles() {
+        let s = Stats::from_samples(&[4.0, 1.0, 3.0, 2.0]).unwrap();
+        assert_eq!((s.min, s.max, s.median, s.mean), (1.0, 4.0, 2.5, 2.5));
+        let v: Vec<f64> = (1..=101).map(f64::from).collect();
+        let s = Stats::from_samples(&v).unwrap();
+        assert_eq!(s.p50, 51.0);
+        assert_eq!(s.p99, 100.0);
+        assert!((s.p90 - 91.0).abs() < 1e-9);
+        assert!(Stats::from_samples(&[f64::NAN]).is_none());
+        assert_eq!(Stats::from_samples(&[7.0]).unwrap().p99, 7.0);
+    }
+
+    #[test]
+    fn row_skips_absent_optionals_and_computes_iops() {
+        let r = BenchRow::from_runs(
+            "posix-direct",
+            "read",
+            1 << 30,
+            1 << 20,
+            32,
+            &[1.0, 2.0, 3.0],
+            &[10.0, 20.0],
+            true,
+        );
+        assert_eq!(r.gbps_median, 2.0);
+        assert!((r.iops - 2e9 / (1 << 20) as f64).abs() < 1e-6);
+        let j = serde_json::to_value(&r).unwrap();
+        for k in [
+            "path",
+            "op",
+            "bytes",
+            "block",
+            "qd",
+            "gbps_min",
+            "gbps_median",
+            "gbps_max",
+            "iops",
+            "latency_us_p50",
+            "latency_us_p99",
+            "verified",
+        ] {
+            assert!(j.get(k).is_some(), "missing {k}");
+        }
+        for k in ["src", "dst", "latency_us", "limit_gbps", "transport"] {
+            assert!(j.get(k).is_none(), "{k} should be skipped");
+        }
+        let back: BenchRow = serde_json::from_value(j).unwrap();
+        assert_eq!(back, r);
+    }
+
+    #[test]
+    fn pattern_depends_on_position() {
+        let mut a = vec![0u8; 4096];
+        let mut b = vec![0u8; 4096];
+        fill_pattern(&mut a, 0, 1);
+        fill_pattern(&mut b, 4096, 1);
+        assert_ne!(Checksum::of(&a), Checksum::of(&b));
+        // Split fills equal one fill.
+        let mut c = vec![0u8; 4096];
+        fill_pattern(&mut c[..13], 0, 1);
+        fill_pattern(&mut c[13..], 13, 1);
+        assert_eq!(a, c);
+        let mut h = Checksum::new();
+        h.update(&a[..100]);
+        h.update(&a[100..]);
+        assert_eq!(h.digest(), Checksum::of(&a));
+    }
+}

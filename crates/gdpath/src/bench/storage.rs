@@ -1,0 +1,448 @@
+//! `gdpath bench storage`: file ↔ host memory throughput, IOPS and latency through the engine,
+//! in the manner of `gdsio` / `fio`, with data verification and an optional plain buffered
+//! read-loop baseline.
+//!
+//! Method, per block size: an agent with chunk = block and the given queue depth; the file is
+//! streamed through two host windows (double buffering, so the queue never drains between
+//! windows; each window `max(block, min(2 × qd × block, 256 MiB))` bytes), one descriptor per
+//! block. Timed runs move data only. Then one untimed verification pass at the same settings:
+//! reads hash what the engine read and compare with the file's reference checksum; writes write
+//! a position-dependent pattern and compare its checksum with a plain read-back of the file.
+//! Like `fio` by default, writes are not followed by `fsync`.
+
+use super::{fill_pattern, format_size, BenchRow, Checksum, Progress};
+use crate::config::{AgentConfig, StorageConfig};
+use crate::error::{Error, Result};
+use crate::finding::FindingId;
+use crate::memory::{DirectIo, FileAccess, FileSpec, HostBuffer, Memory};
+use crate::path::Path;
+use crate::region::Region;
+use crate::transfer::{Op, Transfer, TransferRequest};
+use crate::Agent;
+use std::collections::VecDeque;
+use std::io::{Read, Write};
+use std::os::fd::AsRawFd;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// Largest streaming window (bytes); two are allocated.
+pub const MAX_WINDOW: u64 = 256 << 20;
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct StorageBenchConfig {
+    pub file: PathBuf,
+    /// Bytes per run.
+    pub size: u64,
+    /// Block sizes (bytes per I/O) to sweep.
+    pub blocks: Vec<u64>,
+    /// I/Os in flight.
+    pub qd: u32,
+    pub op: Op,
+    /// Timed runs per block size (min/median/max are over these).
+    pub runs: usize,
+    /// Also time a plain buffered `read(2)` loop of the same file (reads only).
+    pub compare: bool,
+    /// O_DIRECT policy (`Off` benchmarks the buffered path).
+    pub direct: DirectIo,
+    /// Drop the file's pages from the page cache (`posix_fadvise(DONTNEED)`) before each
+    /// buffered run, so buffered reads come from the disk.
+    pub cold: bool,
+    /// Allow writing over an existing file (write benchmarks), or extending an existing file
+    /// smaller than `size` (read benchmarks).
+    pub overwrite: bool,
+}
+
+/// The outcome: one row per (path, block size), and the findings of fallbacks seen.
+#[derive(Debug, Clone)]
+pub struct StorageBenchReport {
+    pub rows: Vec<BenchRow>,
+    /// Finding ids attached to the engine's transfers (e.g. `storage.odirect-unsupported`).
+    pub findings: Vec<FindingId>,
+    /// The file was created (or extended) with a test pattern by this run.
+    pub prepared: bool,
+}
+
+fn io_err(op: &'static str, path: &std::path::Path, e: std::io::Error) -> Error {
+    Error::io(op, path, 0, e)
+}
+
+fn window_for(block: u64, qd: u32) -> u64 {
+    let w = (2 * u64::from(qd)).saturating_mul(block).min(MAX_WINDOW);
+    (w / block * block).max(block)
+}
+
+fn drop_cache(path: &std::path::Path) -> Result<()> {
+    let f = std::fs::File::open(path).map_err(|e| io_err("open", path, e))?;
+    // SAFETY: plain advisory syscall on an open descriptor.
+    let rc = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    if rc != 0 {
+        return Err(io_err(
+            "posix_fadvise",
+            path,
+            std::io::Error::from_raw_os_error(rc),
+        ));
+    }
+    Ok(())
+}
+
+/// Checksum of the first `size` bytes of a file, read with plain buffered reads.
+fn hash_file(path: &std::path::Path, size: u64, progress: &dyn Progress) -> Result<u64> {
+    let mut f = std::fs::File::open(path).map_err(|e| io_err("open", path, e))?;
+    let mut buf = vec![0u8; 8 << 20];
+    let mut h = Checksum::new();
+    let mut left = size;
+    while left > 0 {
+        let n = left.min(buf.len() as u64) as usize;
+        f.read_exact(&mut buf[..n])
+            .map_err(|e| io_err("read", path, e))?;
+        h.update(&buf[..n]);
+        progress.advance(n as u64);
+        left -= n as u64;
+    }
+    Ok(h.digest())
+}
+
+/// Makes sure the file holds `size` bytes and returns their reference checksum.
+fn prepare_read_file(cfg: &StorageBenchConfig, progress: &dyn Progress) -> Result<(u64, bool)> {
+    let path = &cfg.file;
+    match std::fs::metadata(path) {
+        Ok(md) if md.is_dir() => {
+            return Err(Error::NotAFile {
+                path: path.clone(),
+                what: "a directory",
+            })
+        }
+        Ok(md) if md.len() >= cfg.size => {
+            progress.start("checksum of the existing file", cfg.size);
+            let h = hash_file(path, cfg.size, progress);
+            progress.finish();
+            return h.map(|h| (h, false));
+        }
+        Ok(md) if md.len() > 0 && !cfg.overwrite => {
+            return Err(Error::Config(format!(
+                "{} has {} bytes, fewer than --size {}; pass --overwrite to fill it with a test pattern",
+                path.display(),
+                md.len(),
+                cfg.size
+            )))
+        }
+        _ => {}
+    }
+    progress.start("writing the test file", cfg.size);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(path)
+        .map_err(|e| Error::Open {
+            path: path.clone(),
+            source: e.into(),
+        })?;
+    let mut buf = vec![0u8; 8 << 20];
+    let mut h = Checksum::new();
+    let mut pos = 0u64;
+    while pos < cfg.size {
+        let n = (cfg.size - pos).min(buf.len() as u64) as usize;
+        fill_pattern(&mut buf[..n], pos, 0x5EED);
+        h.update(&buf[..n]);
+        f.write_all(&buf[..n])
+            .map_err(|e| io_err("write", path, e))?;
+        progress.advance(n as u64);
+        pos += n as u64;
+    }
+    f.sync_all().map_err(|e| io_err("fsync", path, e))?;
+    progress.finish();
+    Ok((h.digest(), true))
+}
+
+/// One streamed pass: per-I/O latencies (µs), the elapsed time, the path and finding.
+struct Pass {
+    elapsed: Duration,
+    latencies_us: Vec<f64>,
+    path: Option<Path>,
+    finding: Option<FindingId>,
+}
+
+/// Streams `size` bytes between `file` and the two windows. `before` runs on a window before it
+/// is written out (writes); `after` on a window after it was read in (reads).
+#[allow(clippy::too_many_arguments)]
+fn stream(
+    agent: &Agent,
+    file: &Region,
+    windows: &[Region; 2],
+    size: u64,
+    block: u64,
+    op: Op,
+    progress: &dyn Progress,
+    mut before: impl FnMut(&Region, u64, u64) -> Result<()>,
+    mut after: impl FnMut(&Region, u64, u64) -> Result<()>,
+) -> Result<Pass> {
+    let w = windows[0].len()?;
+    let nwin = size.div_ceil(w);
+    let mut q: VecDeque<(Transfer, usize, u64, u64)> = VecDeque::new();
+    let mut pass = Pass {
+        elapsed: Duration::ZERO,
+        latencies_us: Vec::with_capacity(size.div_ceil(block) as usize),
+        path: None,
+        finding: None,
+    };
+    let mut finish = |t: Transfer, b: usize, off: u64, len: u64, pass: &mut Pass| -> Result<()> {
+        let r = t.wait().map_err(|e| e.error)?;
+        for p in &r.pairs {
+            pass.latencies_us.push(p.elapsed.as_secs_f64() * 1e6);
+        }
+        if pass.path.is_none() {
+            pass.path = r.pairs.first().map(|p| p.path.clone());
+            pass.finding = r.pairs.first().and_then(|p| p.finding.clone());
+        }
+        progress.advance(len);
+        after(&windows[b], off, len)
+    };
+    let t0 = Instant::now();
+    for wi in 0..nwin {
+        let b = (wi % 2) as usize;
+        if q.len() == 2 {
+            let (t, pb, po, pl) = q.pop_front().expect("two queued");
+            finish(t, pb, po, pl, &mut pass)?;
+        }
+        let off = wi * w;
+        let len = (size - off).min(w);
+        before(&windows[b], off, len)?;
+        let mut local = Vec::with_capacity(len.div_ceil(block) as usize);
+        let mut target = Vec::with_capacity(local.capacity());
+        let mut p = 0;
+        while p < len {
+            let n = (len - p).min(block);
+            local.push(windows[b].desc(p, n));
+            target.push(file.desc(off + p, n));
+            p += n;
+        }
+        let t = agent.post(TransferRequest::new(op, local, target))?;
+        q.push_back((t, b, off, len));
+    }
+    while let Some((t, b, off, len)) = q.pop_front() {
+        finish(t, b, off, len, &mut pass)?;
+    }
+    pass.elapsed = t0.elapsed();
+    Ok(pass)
+}
+
+/// Runs the benchmark. Errors: file problems (typed [`Error`]s), a refused `--compare` for
+/// writes, an existing file without `overwrite`, engine errors. A checksum mismatch is not an
+/// error: the row says `verified: false`.
+pub fn run(cfg: &StorageBenchConfig, progress: &dyn Progress) -> Result<StorageBenchReport> {
+    if cfg.size == 0 || cfg.blocks.is_empty() || cfg.runs == 0 {
+        return Err(Error::Config(
+            "size, block sizes and runs must be non-zero".into(),
+        ));
+    }
+    if let Some(b) = cfg.blocks.iter().find(|&&b| b == 0 || b > 1 << 30) {
+        return Err(Error::Config(format!(
+            "block size {b} bytes is outside 1 B ..= 1 GiB"
+        )));
+    }
+    if cfg.compare && cfg.op == Op::Write {
+        return Err(Error::Config(
+            "--compare runs a buffered read loop: use it with --read".into(),
+        ));
+    }
+    let (reference, prepared) = match cfg.op {
+        Op::Read => {
+            let (h, p) = prepare_read_file(cfg, progress)?;
+            (Some(h), p)
+        }
+        Op::Write => {
+            match std::fs::metadata(&cfg.file) {
+                Ok(md) if md.is_dir() => {
+                    return Err(Error::NotAFile {
+                        path: cfg.file.clone(),
+                        what: "a directory",
+                    })
+                }
+                Ok(md) if md.len() > 0 && !cfg.overwrite => {
+                    return Err(Error::Config(format!(
+                        "{} exists ({} bytes): a write benchmark overwrites it; pass --overwrite",
+                        cfg.file.display(),
+                        md.len()
+                    )))
+                }
+                _ => {}
+            }
+            (None, false)
+        }
+    };
+    let mut rows = Vec::new();
+    let mut findings: Vec<FindingId> = Vec::new();
+    for &block in &cfg.blocks {
+        let agent = Agent::new(AgentConfig {
+            name: "bench".into(),
+            storage: StorageConfig {
+                chunk: block,
+                queue_depth: cfg.qd,
+                direct: cfg.direct,
+                ..StorageConfig::default()
+            },
+        })?;
+        let access = match cfg.op {
+            Op::Read => FileAccess::ReadOnly,
+            Op::Write => FileAccess::Create { truncate: false },
+        };
+        let file = agent.register(Memory::File(FileSpec {
+            path: cfg.file.clone(),
+            access,
+            direct: cfg.direct,
+        }))?;
+        let w = window_for(block, cfg.qd).min(cfg.size.next_multiple_of(block));
+        let windows = [
+            agent.register(Memory::host(HostBuffer::zeroed(w as usize)))?,
+            agent.register(Memory::host(HostBuffer::zeroed(w as usize)))?,
+        ];
+        // Touch every page now (write pattern, or zeros for reads) so that page faults of the
+        // fresh allocation do not land in the first timed run.
+        for (i, r) in windows.iter().enumerate() {
+            let mut v = r.host_view()?;
+            match cfg.op {
+                Op::Write => fill_pattern(&mut v, i as u64 * w, 0xB10C),
+                Op::Read => v.fill(0),
+            }
+        }
+        let buffered = file.file().is_some_and(|f| f.direct_fd().is_none());
+        let mut run_gbps = Vec::with_capacity(cfg.runs);
+        let mut lats = Vec::new();
+        let mut path = None;
+        let mut finding = None;
+        progress.start(
+            &format!("{} {} qd {}", cfg.op, format_size(block), cfg.qd),
+            cfg.size * (cfg.runs as u64 + 1),
+        );
+        for _ in 0..cfg.runs {
+            if cfg.cold && buffered {
+                drop_cache(&cfg.file)?;
+            }
+            let ok = |_: &Region, _: u64, _: u64| Ok(());
+            let p = stream(
+                &agent, &file, &windows, cfg.size, block, cfg.op, progress, ok, ok,
+            )?;
+            run_gbps.push(super::gbps(cfg.size, p.elapsed));
+            lats.extend(p.latencies_us);
+            path = path.or(p.path);
+            finding = finding.or(p.finding);
+        }
+        // Untimed verification pass.
+        let verified = match cfg.op {
+            Op::Read => {
+                let mut h = Checksum::new();
+                let after = |r: &Region, _: u64, len: u64| -> Result<()> {
+                    h.update(&r.host_view()?[..len as usize]);
+                    Ok(())
+                };
+                let none = |_: &Region, _: u64, _: u64| Ok(());
+                stream(
+                    &agent, &file, &windows, cfg.size, block, cfg.op, progress, none, after,
+                )?;
+                Some(h.digest()) == reference
+            }
+            Op::Write => {
+                let mut h = Checksum::new();
+                let seed = 0xC0FFEE ^ block;
+                let before = |r: &Region, off: u64, len: u64| -> Result<()> {
+                    let mut v = r.host_view()?;
+                    fill_pattern(&mut v[..len as usize], off, seed);
+                    h.update(&v[..len as usize]);
+                    Ok(())
+                };
+                let none = |_: &Region, _: u64, _: u64| Ok(());
+                stream(
+                    &agent, &file, &windows, cfg.size, block, cfg.op, progress, before, none,
+                )?;
+                let back = hash_file(&cfg.file, cfg.size, &super::NoProgress)?;
+                back == h.digest()
+            }
+        };
+        progress.finish();
+        if let Some(f) = &finding {
+            if !findings.contains(f) {
+                findings.push(f.clone());
+            }
+        }
+        rows.push(BenchRow::from_runs(
+            path.map_or_else(|| "none".into(), |p| p.name()),
+            cfg.op.to_string(),
+            cfg.size,
+            block,
+            cfg.qd,
+            &run_gbps,
+            &lats,
+            verified,
+        ));
+        if cfg.compare {
+            rows.push(read_loop(cfg, block, reference, progress)?);
+        }
+    }
+    Ok(StorageBenchReport {
+        rows,
+        findings,
+        prepared,
+    })
+}
+
+/// The baseline: a plain buffered `read(2)` loop over the file with a `block`-byte buffer, one
+/// read in flight (queue depth 1), as an application without gdpath would do it.
+fn read_loop(
+    cfg: &StorageBenchConfig,
+    block: u64,
+    reference: Option<u64>,
+    progress: &dyn Progress,
+) -> Result<BenchRow> {
+    let path = &cfg.file;
+    let mut buf = vec![0u8; block as usize];
+    let mut run_gbps = Vec::new();
+    let mut lats = Vec::new();
+    progress.start(
+        &format!("read-loop {}", format_size(block)),
+        cfg.size * (cfg.runs as u64 + 1),
+    );
+    // Timed runs (no hashing), then one untimed pass that hashes.
+    let mut digest = None;
+    for run in 0..=cfg.runs {
+        let verify = run == cfg.runs;
+        if cfg.cold {
+            drop_cache(path)?;
+        }
+        let mut f = std::fs::File::open(path).map_err(|e| io_err("open", path, e))?;
+        let mut h = Checksum::new();
+        let t0 = Instant::now();
+        let mut left = cfg.size;
+        while left > 0 {
+            let n = left.min(block) as usize;
+            let t = Instant::now();
+            f.read_exact(&mut buf[..n])
+                .map_err(|e| io_err("read", path, e))?;
+            if verify {
+                h.update(&buf[..n]);
+            } else {
+                lats.push(t.elapsed().as_secs_f64() * 1e6);
+            }
+            left -= n as u64;
+            progress.advance(n as u64);
+        }
+        if verify {
+            digest = Some(h.digest());
+        } else {
+            run_gbps.push(super::gbps(cfg.size, t0.elapsed()));
+        }
+    }
+    progress.finish();
+    let ok = digest.is_some() && digest == reference;
+    Ok(BenchRow::from_runs(
+        "read-loop",
+        "read",
+        cfg.size,
+        block,
+        1,
+        &run_gbps,
+        &lats,
+        ok,
+    ))
+}

@@ -1,0 +1,180 @@
+//! The engine's typed errors.
+//!
+//! Every error names what was wrong (the descriptor index, the region, the file and offset) so a
+//! caller can act on it without parsing text. Errors are `Clone` (I/O errors are shared through an
+//! `Arc`) because one failure is reported both for its descriptor pair and for the transfer.
+
+use crate::finding::FindingId;
+use crate::memory::MemoryKind;
+use crate::path::Path;
+use crate::region::RegionId;
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Which side of a descriptor pair an error is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Side {
+    /// The local descriptor (the memory being read into or written from).
+    Local,
+    /// The target descriptor (the file, remote region or other memory being read or written).
+    Target,
+}
+
+impl fmt::Display for Side {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Side::Local => "local",
+            Side::Target => "target",
+        })
+    }
+}
+
+/// An engine error. Variants are stable; new ones may be added.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A descriptor reaches past its region: `offset + len > region_len` (bytes).
+    #[error(
+        "descriptor {index} ({side}): range {offset}+{len} is outside region {region} of {region_len} bytes"
+    )]
+    OutOfBounds {
+        index: usize,
+        side: Side,
+        region: RegionId,
+        offset: u64,
+        len: u64,
+        region_len: u64,
+    },
+    /// The local and target descriptor lists have different lengths.
+    #[error("descriptor lists differ in length: {local} local, {target} target")]
+    ListLengthMismatch { local: usize, target: usize },
+    /// A descriptor pair has two different lengths (bytes), so the totals differ too.
+    #[error("descriptor pair {index}: local length {local} bytes != target length {target} bytes")]
+    PairLengthMismatch {
+        index: usize,
+        local: u64,
+        target: u64,
+    },
+    /// The region was registered with another [`crate::Agent`].
+    #[error("region {region} is not registered with this agent")]
+    ForeignRegion { region: RegionId },
+    /// The region was deregistered with [`crate::Agent::deregister`].
+    #[error("region {region} was deregistered")]
+    Deregistered { region: RegionId },
+    /// The region is in use: transfers in flight (when deregistering or taking its memory back), or
+    /// a host view held (when posting).
+    #[error("region {region} is busy: {reason}")]
+    RegionBusy { region: RegionId, reason: String },
+    /// The file ends before the requested range: `available` bytes exist from `offset`.
+    #[error("short file {path}: {wanted} bytes wanted at offset {offset}, only {available} there")]
+    ShortFile {
+        path: PathBuf,
+        offset: u64,
+        wanted: u64,
+        available: u64,
+    },
+    /// The file system refused an O_DIRECT request that the engine could not realign.
+    #[error(
+        "O_DIRECT refused for {path}: {len} bytes at offset {offset} (alignment {align} bytes)"
+    )]
+    Misaligned {
+        path: PathBuf,
+        offset: u64,
+        len: u64,
+        align: u64,
+    },
+    /// An I/O call failed. `op` is the call (`read`, `write`, `fstat`, ...).
+    #[error("{op} {path} at offset {offset}: {source}")]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        offset: u64,
+        #[source]
+        source: Arc<std::io::Error>,
+    },
+    /// The file could not be opened.
+    #[error("cannot open {path}: {source}")]
+    Open {
+        path: PathBuf,
+        #[source]
+        source: Arc<std::io::Error>,
+    },
+    /// The path names something that is not a regular file (`what`: "a directory", ...).
+    #[error("{path} is {what}, not a regular file")]
+    NotAFile { path: PathBuf, what: &'static str },
+    /// A write was requested into a file region registered read-only.
+    #[error("{path} was registered read-only; register it with FileAccess::ReadWrite to write")]
+    ReadOnly { path: PathBuf },
+    /// The memory kind or operation needs a backend this build or machine does not have.
+    #[error("{what} is not supported yet: it needs the {backend} backend")]
+    Unsupported { what: String, backend: &'static str },
+    /// No backend serves this pair of memory kinds for this operation.
+    #[error("descriptor pair {index}: no backend moves data between {local} and {target}")]
+    NoPath {
+        index: usize,
+        local: MemoryKind,
+        target: MemoryKind,
+    },
+    /// Every backend that serves the pair's memory kinds refused it; `finding` says why.
+    #[error(
+        "descriptor pair {index}: no backend can move it{}: {detail}",
+        finding.as_ref().map(|f| format!(" [{f}]")).unwrap_or_default()
+    )]
+    Refused {
+        index: usize,
+        finding: Option<FindingId>,
+        detail: String,
+    },
+    /// Strict mode: no backend could serve the pair on an accepted path. Nothing was moved.
+    /// `planned` is the path the planner would have used; `finding` says why the accepted one was
+    /// not possible.
+    #[error(
+        "descriptor pair {index}: none of the accepted paths {} is possible{}{}: {detail}",
+        path_list(accepted),
+        planned.as_ref().map(|p| format!(" (would use {p})")).unwrap_or_default(),
+        finding.as_ref().map(|f| format!(" [{f}]")).unwrap_or_default()
+    )]
+    PathNotAccepted {
+        index: usize,
+        accepted: Vec<Path>,
+        planned: Option<Path>,
+        finding: Option<FindingId>,
+        detail: String,
+    },
+    /// The request's deadline passed before this work was done.
+    #[error("deadline exceeded")]
+    DeadlineExceeded,
+    /// The transfer was cancelled before this work was done.
+    #[error("cancelled")]
+    Cancelled,
+    /// An invalid configuration value.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    /// A backend failed outside any one descriptor (e.g. io_uring setup).
+    #[error("backend {backend}: {detail}")]
+    Backend {
+        backend: &'static str,
+        detail: String,
+    },
+}
+
+fn path_list(paths: &[Path]) -> String {
+    let names: Vec<String> = paths.iter().map(Path::name).collect();
+    format!("[{}]", names.join(", "))
+}
+
+impl Error {
+    /// An [`Error::Io`] from an OS error number.
+    pub fn io(op: &'static str, path: &std::path::Path, offset: u64, e: std::io::Error) -> Self {
+        Error::Io {
+            op,
+            path: path.to_owned(),
+            offset,
+            source: Arc::new(e),
+        }
+    }
+}
+
+/// The engine's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,297 @@
+//! Memory that can be registered with an [`crate::Agent`]: host buffers, files, GPU memory and
+//! remote regions.
+
+use serde::{Deserialize, Serialize};
+use std::alloc::{self, Layout};
+use std::fmt;
+use std::path::PathBuf;
+use std::ptr::NonNull;
+
+/// Alignment of every [`HostBuffer`] (bytes): one 4 KiB page, which satisfies O_DIRECT's memory
+/// alignment on every Linux file system (`statx` `stx_dio_mem_align` is at most the page size).
+pub const HOST_ALIGN: usize = 4096;
+
+/// The kind of a registered region, with its parameters. Names follow `DESIGN.md`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum MemoryKind {
+    /// Host memory. `pinned` is true for page-locked memory registered with CUDA (a later
+    /// backend); gdpath's own [`HostBuffer`]s are pageable.
+    Host { pinned: bool },
+    /// A file, read and written through the storage backends.
+    File,
+    /// Memory of the GPU with this CUDA ordinal.
+    Gpu { ordinal: u32 },
+    /// A region registered by the remote agent with this name (network backend).
+    Remote { agent: String },
+}
+
+impl MemoryKind {
+    /// The kind without its parameters, as backends declare it in [`crate::Capability`].
+    pub fn class(&self) -> MemoryClass {
+        match self {
+            MemoryKind::Host { .. } => MemoryClass::Host,
+            MemoryKind::File => MemoryClass::File,
+            MemoryKind::Gpu { .. } => MemoryClass::Gpu,
+            MemoryKind::Remote { .. } => MemoryClass::Remote,
+        }
+    }
+}
+
+impl fmt::Display for MemoryKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MemoryKind::Host { pinned: true } => f.write_str("host (pinned)"),
+            MemoryKind::Host { pinned: false } => f.write_str("host (pageable)"),
+            MemoryKind::File => f.write_str("file"),
+            MemoryKind::Gpu { ordinal } => write!(f, "GPU {ordinal}"),
+            MemoryKind::Remote { agent } => write!(f, "remote ({agent})"),
+        }
+    }
+}
+
+/// A memory kind without parameters: what a backend's capability is declared over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MemoryClass {
+    Host,
+    File,
+    Gpu,
+    Remote,
+}
+
+/// Whether a file region may be written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum FileAccess {
+    /// Open an existing file for reading only; writes fail with [`crate::Error::ReadOnly`].
+    #[default]
+    ReadOnly,
+    /// Open an existing file for reading and writing.
+    ReadWrite,
+    /// Create the file if missing (mode 0644) and open it for reading and writing. Existing
+    /// contents are kept unless `truncate`.
+    Create { truncate: bool },
+}
+
+impl FileAccess {
+    /// True when the region may be written.
+    pub fn writable(self) -> bool {
+        !matches!(self, FileAccess::ReadOnly)
+    }
+}
+
+/// Whether a file region uses O_DIRECT.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DirectIo {
+    /// Try O_DIRECT; where the file system refuses it, use the buffered path and report
+    /// `storage.odirect-unsupported` on each transfer.
+    #[default]
+    Auto,
+    /// Never use O_DIRECT (page cache only); transfers report `storage.odirect-disabled`.
+    Off,
+    /// Fail registration when the file system refuses O_DIRECT.
+    Required,
+}
+
+/// A file to register.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileSpec {
+    pub path: PathBuf,
+    pub access: FileAccess,
+    pub direct: DirectIo,
+}
+
+impl FileSpec {
+    /// An existing file, read-only, O_DIRECT where allowed.
+    pub fn read(path: impl Into<PathBuf>) -> Self {
+        FileSpec {
+            path: path.into(),
+            access: FileAccess::ReadOnly,
+            direct: DirectIo::Auto,
+        }
+    }
+
+    /// A file opened for reading and writing, created if missing (kept if present).
+    pub fn write(path: impl Into<PathBuf>) -> Self {
+        FileSpec {
+            path: path.into(),
+            access: FileAccess::Create { truncate: false },
+            direct: DirectIo::Auto,
+        }
+    }
+
+    /// The same spec with another O_DIRECT policy.
+    pub fn direct(mut self, direct: DirectIo) -> Self {
+        self.direct = direct;
+        self
+    }
+
+    /// The same spec with another access mode.
+    pub fn access(mut self, access: FileAccess) -> Self {
+        self.access = access;
+        self
+    }
+}
+
+/// A remote region as advertised by a peer agent (network backend, later issue): its address in
+/// the peer's memory, its length in bytes and the packed remote key (rkey).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RemoteMemory {
+    pub agent: String,
+    pub addr: u64,
+    pub len: u64,
+    pub rkey: Vec<u8>,
+}
+
+/// Memory handed to [`crate::Agent::register`].
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Memory {
+    /// Host memory owned by the region from now on ([`crate::Region::into_host_buffer`] gives it
+    /// back). `pinned: true` asks for page-locked memory, which needs the CUDA backend.
+    Host { buffer: HostBuffer, pinned: bool },
+    /// A file.
+    File(FileSpec),
+    /// `len` bytes of memory on GPU `ordinal` (needs the CUDA backend).
+    Gpu { ordinal: u32, len: u64 },
+    /// A peer's region (needs the UCX backend).
+    Remote(RemoteMemory),
+}
+
+impl Memory {
+    /// Pageable host memory.
+    pub fn host(buffer: HostBuffer) -> Self {
+        Memory::Host {
+            buffer,
+            pinned: false,
+        }
+    }
+
+    /// A file.
+    pub fn file(spec: FileSpec) -> Self {
+        Memory::File(spec)
+    }
+
+    /// The kind the registered region will have.
+    pub fn kind(&self) -> MemoryKind {
+        match self {
+            Memory::Host { pinned, .. } => MemoryKind::Host { pinned: *pinned },
+            Memory::File(_) => MemoryKind::File,
+            Memory::Gpu { ordinal, .. } => MemoryKind::Gpu { ordinal: *ordinal },
+            Memory::Remote(r) => MemoryKind::Remote {
+                agent: r.agent.clone(),
+            },
+        }
+    }
+}
+
+/// A zero-initialised host allocation aligned to [`HOST_ALIGN`] (4 KiB), so O_DIRECT can read
+/// into it and write from it without a bounce buffer.
+pub struct HostBuffer {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: HostBuffer uniquely owns its allocation, like Vec<u8>.
+unsafe impl Send for HostBuffer {}
+// SAFETY: shared access only hands out &[u8].
+unsafe impl Sync for HostBuffer {}
+
+impl HostBuffer {
+    /// Allocates `len` zeroed bytes. Aborts like `Vec` when the allocator fails.
+    pub fn zeroed(len: usize) -> Self {
+        if len == 0 {
+            // A dangling but aligned pointer: never dereferenced for a zero length.
+            let ptr = NonNull::new(HOST_ALIGN as *mut u8).expect("non-null constant");
+            return HostBuffer { ptr, len };
+        }
+        let layout = Self::layout(len);
+        // SAFETY: layout has a non-zero size.
+        let raw = unsafe { alloc::alloc_zeroed(layout) };
+        let ptr = NonNull::new(raw).unwrap_or_else(|| alloc::handle_alloc_error(layout));
+        HostBuffer { ptr, len }
+    }
+
+    /// An aligned copy of `bytes`.
+    pub fn from_slice(bytes: &[u8]) -> Self {
+        let mut b = Self::zeroed(bytes.len());
+        b.as_mut_slice().copy_from_slice(bytes);
+        b
+    }
+
+    fn layout(len: usize) -> Layout {
+        Layout::from_size_align(len, HOST_ALIGN).expect("size below isize::MAX")
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when the buffer has no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The bytes.
+    pub fn as_slice(&self) -> &[u8] {
+        // SAFETY: ptr is valid for len bytes (or len is 0 with an aligned dangling pointer).
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+
+    /// The bytes, mutable.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: as above, and &mut self gives unique access.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+
+    /// The start address (for backends).
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+}
+
+impl Drop for HostBuffer {
+    fn drop(&mut self) {
+        if self.len > 0 {
+            // SAFETY: allocated in `zeroed` with this layout.
+            unsafe { alloc::dealloc(self.ptr.as_ptr(), Self::layout(self.len)) }
+        }
+    }
+}
+
+impl fmt::Debug for HostBuffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HostBuffer")
+            .field("ptr", &self.ptr)
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_buffer_is_aligned_zeroed_and_sized() {
+        for len in [0usize, 1, 4095, 4096, 4097, 1 << 20] {
+            let b = HostBuffer::zeroed(len);
+            assert_eq!(b.len(), len);
+            assert_eq!(b.as_ptr() as usize % HOST_ALIGN, 0, "len {len}");
+            assert!(b.as_slice().iter().all(|&x| x == 0));
+        }
+        let b = HostBuffer::from_slice(b"abc");
+        assert_eq!(b.as_slice(), b"abc");
+    }
+
+    #[test]
+    fn kind_classes() {
+        assert_eq!(MemoryKind::Gpu { ordinal: 3 }.class(), MemoryClass::Gpu);
+        assert_eq!(
+            MemoryKind::Host { pinned: true }.to_string(),
+            "host (pinned)"
+        );
+    }
+}

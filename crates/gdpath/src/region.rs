@@ -1,0 +1,506 @@
+//! Registered memory: regions and descriptors.
+//!
+//! A [`Region`] is a cheap handle (`Arc`) to registered memory. Every descriptor and every work
+//! item a backend holds keeps its region alive, so memory cannot be freed while a transfer uses
+//! it: the last handle's drop deregisters it from each backend and frees it. Taking host memory
+//! back ([`Region::into_host_buffer`]) or deregistering ([`crate::Agent::deregister`]) while a
+//! transfer is in flight is a typed error ([`Error::RegionBusy`]).
+
+use crate::error::{Error, Result};
+use crate::memory::{DirectIo, FileAccess, HostBuffer, MemoryKind};
+use std::any::Any;
+use std::fmt;
+use std::fs::File;
+use std::ops::{Deref, DerefMut};
+use std::os::fd::{AsRawFd, RawFd};
+use std::path::{Path as FsPath, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// A region's id, unique within the process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RegionId(pub u64);
+
+impl fmt::Display for RegionId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "#{}", self.0)
+    }
+}
+
+/// Memory a backend materialised for a kind gdpath does not store itself (GPU memory, remote
+/// regions). Backends downcast it with [`Region::foreign`].
+pub trait ForeignMemory: Any + Send + Sync + fmt::Debug {
+    /// Length in bytes.
+    fn len(&self) -> u64;
+    /// True when the memory has no bytes.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// For downcasting.
+    fn as_any(&self) -> &dyn Any;
+}
+
+/// Per-backend registration state (a pinned mapping, a cuFile handle, a UCX memory handle).
+/// Dropped, and so deregistered, when the region is freed.
+pub type BackendHandle = Box<dyn Any + Send + Sync>;
+
+/// Alignment O_DIRECT needs for a file, from `statx(STATX_DIOALIGN)` (Linux 6.1+), or 4096
+/// bytes when the kernel does not say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DioAlign {
+    /// File offset and length alignment (bytes).
+    pub offset: u64,
+    /// Memory address alignment (bytes).
+    pub memory: u64,
+}
+
+/// Why a file region has no O_DIRECT descriptor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DirectStatus {
+    /// O_DIRECT is open and usable.
+    Enabled,
+    /// The file system refused O_DIRECT (`open` returned EINVAL).
+    Refused,
+    /// The caller asked for buffered I/O ([`DirectIo::Off`]).
+    Disabled,
+}
+
+/// A registered file: a buffered descriptor, and an O_DIRECT one where the file system allows.
+#[derive(Debug)]
+pub struct FileRegion {
+    path: PathBuf,
+    buffered: File,
+    direct: Option<File>,
+    status: DirectStatus,
+    align: DioAlign,
+    access: FileAccess,
+}
+
+impl FileRegion {
+    pub(crate) fn open(path: &FsPath, access: FileAccess, mode: DirectIo) -> Result<Self> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let open_err = |e: std::io::Error| Error::Open {
+            path: path.to_owned(),
+            source: Arc::new(e),
+        };
+        let mut oo = std::fs::OpenOptions::new();
+        oo.read(true);
+        match access {
+            FileAccess::ReadOnly => {}
+            FileAccess::ReadWrite => {
+                oo.write(true);
+            }
+            FileAccess::Create { truncate } => {
+                oo.write(true).create(true).truncate(truncate);
+            }
+        }
+        // Refuse directories and devices before anything else: a directory opens read-only.
+        if let Ok(md) = std::fs::metadata(path) {
+            let ft = md.file_type();
+            if ft.is_dir() {
+                return Err(Error::NotAFile {
+                    path: path.to_owned(),
+                    what: "a directory",
+                });
+            }
+            if !ft.is_file() {
+                return Err(Error::NotAFile {
+                    path: path.to_owned(),
+                    what: "not a regular file (device, FIFO or socket)",
+                });
+            }
+        }
+        let buffered = oo.open(path).map_err(open_err)?;
+        let (direct, status) = if mode == DirectIo::Off {
+            (None, DirectStatus::Disabled)
+        } else {
+            let mut od = std::fs::OpenOptions::new();
+            od.read(true).write(access.writable());
+            od.custom_flags(libc::O_DIRECT);
+            match od.open(path) {
+                Ok(f) => (Some(f), DirectStatus::Enabled),
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                    if mode == DirectIo::Required {
+                        return Err(Error::Unsupported {
+                            what: format!(
+                                "O_DIRECT on {} (the file system refused it)",
+                                path.display()
+                            ),
+                            backend: "posix-direct",
+                        });
+                    }
+                    (None, DirectStatus::Refused)
+                }
+                Err(e) => return Err(open_err(e)),
+            }
+        };
+        let align = dio_align(&buffered);
+        Ok(FileRegion {
+            path: path.to_owned(),
+            buffered,
+            direct,
+            status,
+            align,
+            access,
+        })
+    }
+
+    /// The file's path as registered.
+    pub fn path(&self) -> &FsPath {
+        &self.path
+    }
+    /// The buffered (page cache) descriptor.
+    pub fn buffered_fd(&self) -> RawFd {
+        self.buffered.as_raw_fd()
+    }
+    /// The O_DIRECT descriptor, when O_DIRECT is usable.
+    pub fn direct_fd(&self) -> Option<RawFd> {
+        self.direct.as_ref().map(AsRawFd::as_raw_fd)
+    }
+    /// Whether O_DIRECT is usable, and if not why.
+    pub fn direct_status(&self) -> DirectStatus {
+        self.status
+    }
+    /// O_DIRECT alignment.
+    pub fn align(&self) -> DioAlign {
+        self.align
+    }
+    /// The access mode it was registered with.
+    pub fn access(&self) -> FileAccess {
+        self.access
+    }
+    /// The file's current size in bytes (`fstat`).
+    pub fn size(&self) -> Result<u64> {
+        self.buffered
+            .metadata()
+            .map(|m| m.len())
+            .map_err(|e| Error::io("fstat", &self.path, 0, e))
+    }
+}
+
+fn dio_align(f: &File) -> DioAlign {
+    const FALLBACK: DioAlign = DioAlign {
+        offset: 4096,
+        memory: 4096,
+    };
+    // SAFETY: statx writes into a zeroed statx struct we own; the empty path with AT_EMPTY_PATH
+    // refers to the descriptor itself.
+    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
+    let rc = unsafe {
+        libc::statx(
+            f.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH,
+            libc::STATX_DIOALIGN,
+            &mut stx,
+        )
+    };
+    if rc != 0 || stx.stx_mask & libc::STATX_DIOALIGN == 0 || stx.stx_dio_offset_align == 0 {
+        return FALLBACK;
+    }
+    DioAlign {
+        offset: u64::from(stx.stx_dio_offset_align).max(512),
+        memory: u64::from(stx.stx_dio_mem_align).max(1),
+    }
+}
+
+pub(crate) enum Storage {
+    Host(HostBuffer),
+    File(FileRegion),
+    Foreign(Box<dyn ForeignMemory>),
+}
+
+#[derive(Default)]
+struct UseState {
+    /// Work items (descriptor pairs) in flight that touch this region.
+    in_flight: usize,
+    /// A [`HostView`] is out.
+    viewed: bool,
+    deregistered: bool,
+}
+
+pub(crate) struct RegionInner {
+    // Field order is drop order: backend registrations go before the memory they refer to.
+    handles: Mutex<Vec<(&'static str, BackendHandle)>>,
+    pub(crate) id: RegionId,
+    pub(crate) agent: u64,
+    pub(crate) kind: MemoryKind,
+    pub(crate) storage: Storage,
+    state: Mutex<UseState>,
+}
+
+/// A handle to registered memory. Clones share the registration; the memory is freed when the
+/// last clone (including those held by in-flight transfers) is dropped.
+#[derive(Clone)]
+pub struct Region {
+    pub(crate) inner: Arc<RegionInner>,
+}
+
+impl fmt::Debug for Region {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Region")
+            .field("id", &self.inner.id)
+            .field("kind", &self.inner.kind)
+            .finish()
+    }
+}
+
+impl Region {
+    pub(crate) fn new(id: RegionId, agent: u64, kind: MemoryKind, storage: Storage) -> Self {
+        Region {
+            inner: Arc::new(RegionInner {
+                handles: Mutex::new(Vec::new()),
+                id,
+                agent,
+                kind,
+                storage,
+                state: Mutex::new(UseState::default()),
+            }),
+        }
+    }
+
+    /// The region's id.
+    pub fn id(&self) -> RegionId {
+        self.inner.id
+    }
+
+    /// The region's memory kind.
+    pub fn kind(&self) -> &MemoryKind {
+        &self.inner.kind
+    }
+
+    /// Length in bytes: the buffer's length, or a file's current size.
+    pub fn len(&self) -> Result<u64> {
+        match &self.inner.storage {
+            Storage::Host(b) => Ok(b.len() as u64),
+            Storage::File(f) => f.size(),
+            Storage::Foreign(m) => Ok(m.len()),
+        }
+    }
+
+    /// True when [`Region::len`] is 0.
+    pub fn is_empty(&self) -> Result<bool> {
+        self.len().map(|n| n == 0)
+    }
+
+    /// A descriptor for `len` bytes at `offset` in this region (bounds are checked at post).
+    pub fn desc(&self, offset: u64, len: u64) -> Descriptor {
+        Descriptor {
+            region: self.clone(),
+            offset,
+            len,
+        }
+    }
+
+    /// The host buffer's start address, for host regions (backends use it).
+    pub fn host_ptr(&self) -> Option<*mut u8> {
+        match &self.inner.storage {
+            Storage::Host(b) => Some(b.as_ptr()),
+            _ => None,
+        }
+    }
+
+    /// The file, for file regions (backends use it).
+    pub fn file(&self) -> Option<&FileRegion> {
+        match &self.inner.storage {
+            Storage::File(f) => Some(f),
+            _ => None,
+        }
+    }
+
+    /// Backend-materialised memory (GPU, remote), for the backend that made it.
+    pub fn foreign(&self) -> Option<&dyn ForeignMemory> {
+        match &self.inner.storage {
+            Storage::Foreign(m) => Some(m.as_ref()),
+            _ => None,
+        }
+    }
+
+    /// Runs `f` on the registration handle that backend `backend` stored at registration.
+    pub fn with_backend_handle<R>(
+        &self,
+        backend: &str,
+        f: impl FnOnce(Option<&BackendHandle>) -> R,
+    ) -> R {
+        let handles = lock(&self.inner.handles);
+        f(handles.iter().find(|(b, _)| *b == backend).map(|(_, h)| h))
+    }
+
+    pub(crate) fn push_handle(&self, backend: &'static str, handle: BackendHandle) {
+        lock(&self.inner.handles).push((backend, handle));
+    }
+
+    /// Exclusive access to a host region's bytes. Fails with [`Error::RegionBusy`] while a
+    /// transfer uses the region or another view is out; while the view lives, posting a transfer
+    /// on the region fails the same way. Not a host region: [`Error::Unsupported`].
+    pub fn host_view(&self) -> Result<HostView<'_>> {
+        let Storage::Host(buf) = &self.inner.storage else {
+            return Err(Error::Unsupported {
+                what: format!("a host view of {} memory", self.inner.kind),
+                backend: "host",
+            });
+        };
+        let mut st = lock(&self.inner.state);
+        if st.in_flight > 0 || st.viewed {
+            return Err(Error::RegionBusy {
+                region: self.inner.id,
+                reason: if st.viewed {
+                    "another host view is out".into()
+                } else {
+                    format!("{} descriptor pair(s) in flight", st.in_flight)
+                },
+            });
+        }
+        st.viewed = true;
+        Ok(HostView {
+            region: self,
+            ptr: buf.as_ptr(),
+            len: buf.len(),
+        })
+    }
+
+    /// Takes a host region's buffer back: succeeds only when this is the last handle (no
+    /// descriptor, transfer or clone holds the region). Otherwise the region is returned with the
+    /// reason.
+    pub fn into_host_buffer(self) -> std::result::Result<HostBuffer, (Region, Error)> {
+        let id = self.inner.id;
+        if !matches!(self.inner.storage, Storage::Host(_)) {
+            let what = format!("taking a host buffer out of a {} region", self.inner.kind);
+            return Err((
+                self,
+                Error::Unsupported {
+                    what,
+                    backend: "host",
+                },
+            ));
+        }
+        match Arc::try_unwrap(self.inner) {
+            Ok(RegionInner {
+                storage, handles, ..
+            }) => {
+                drop(handles); // deregister from backends before handing the memory out
+                match storage {
+                    Storage::Host(b) => Ok(b),
+                    _ => unreachable!("checked to be host storage above"),
+                }
+            }
+            Err(inner) => {
+                let n = Arc::strong_count(&inner) - 1;
+                Err((
+                    Region { inner },
+                    Error::RegionBusy {
+                        region: id,
+                        reason: format!(
+                            "{n} other handle(s) (clones, descriptors or transfers) hold it"
+                        ),
+                    },
+                ))
+            }
+        }
+    }
+
+    /// Marks one descriptor pair in flight; fails when deregistered or viewed.
+    pub(crate) fn begin_use(&self) -> Result<UseGuard> {
+        let mut st = lock(&self.inner.state);
+        if st.deregistered {
+            return Err(Error::Deregistered {
+                region: self.inner.id,
+            });
+        }
+        if st.viewed {
+            return Err(Error::RegionBusy {
+                region: self.inner.id,
+                reason: "a host view is out".into(),
+            });
+        }
+        st.in_flight += 1;
+        Ok(UseGuard {
+            region: self.clone(),
+        })
+    }
+
+    pub(crate) fn check_usable(&self) -> Result<()> {
+        let st = lock(&self.inner.state);
+        if st.deregistered {
+            return Err(Error::Deregistered {
+                region: self.inner.id,
+            });
+        }
+        if st.viewed {
+            return Err(Error::RegionBusy {
+                region: self.inner.id,
+                reason: "a host view is out".into(),
+            });
+        }
+        Ok(())
+    }
+
+    pub(crate) fn mark_deregistered(&self) -> Result<()> {
+        let mut st = lock(&self.inner.state);
+        if st.in_flight > 0 {
+            return Err(Error::RegionBusy {
+                region: self.inner.id,
+                reason: format!("{} descriptor pair(s) in flight", st.in_flight),
+            });
+        }
+        st.deregistered = true;
+        Ok(())
+    }
+
+    /// Descriptor pairs in flight on this region.
+    pub fn in_flight(&self) -> usize {
+        lock(&self.inner.state).in_flight
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding these locks leaves only counters behind; keep going.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Keeps a region counted as in use (and alive) while a backend holds a work item.
+pub(crate) struct UseGuard {
+    region: Region,
+}
+
+impl Drop for UseGuard {
+    fn drop(&mut self) {
+        let mut st = lock(&self.region.inner.state);
+        st.in_flight = st.in_flight.saturating_sub(1);
+    }
+}
+
+/// Exclusive access to a host region's bytes; see [`Region::host_view`].
+pub struct HostView<'a> {
+    region: &'a Region,
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl Deref for HostView<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: the region owns the buffer; no transfer runs while the view is out.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+impl DerefMut for HostView<'_> {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as above; the viewed flag makes this view the only accessor.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}
+
+impl Drop for HostView<'_> {
+    fn drop(&mut self) {
+        lock(&self.region.inner.state).viewed = false;
+    }
+}
+
+/// `len` bytes at `offset` (bytes) in a region.
+#[derive(Debug, Clone)]
+pub struct Descriptor {
+    pub region: Region,
+    pub offset: u64,
+    pub len: u64,
+}

@@ -1,0 +1,564 @@
+//! Transfer requests, in-flight transfers and their reports.
+
+use crate::backend::Backend;
+use crate::error::{Error, Result};
+use crate::finding::FindingId;
+use crate::path::Path;
+use crate::region::{Descriptor, UseGuard};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+/// The direction of a transfer, seen from the local descriptors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Op {
+    /// Target → local (e.g. file → host memory).
+    Read,
+    /// Local → target (e.g. host memory → file).
+    Write,
+}
+
+impl fmt::Display for Op {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Op::Read => "read",
+            Op::Write => "write",
+        })
+    }
+}
+
+/// A transfer to post: an operation, local descriptors and the matching target descriptors
+/// (pair `i` is `local[i]` with `target[i]`; both have the same length in bytes).
+#[derive(Debug, Clone)]
+pub struct TransferRequest {
+    pub op: Op,
+    pub local: Vec<Descriptor>,
+    pub target: Vec<Descriptor>,
+    /// Strict mode: when set, every pair must use one of these paths, or the request fails at
+    /// post, before any byte moves, with [`Error::PathNotAccepted`].
+    pub accept: Option<Vec<Path>>,
+    /// After this instant no new work starts and `wait` returns [`Error::DeadlineExceeded`].
+    pub deadline: Option<Instant>,
+}
+
+impl TransferRequest {
+    /// A request with no path restriction and no deadline.
+    pub fn new(op: Op, local: Vec<Descriptor>, target: Vec<Descriptor>) -> Self {
+        TransferRequest {
+            op,
+            local,
+            target,
+            accept: None,
+            deadline: None,
+        }
+    }
+    /// Read `target` into `local`.
+    pub fn read(local: Vec<Descriptor>, target: Vec<Descriptor>) -> Self {
+        Self::new(Op::Read, local, target)
+    }
+    /// Write `local` to `target`.
+    pub fn write(local: Vec<Descriptor>, target: Vec<Descriptor>) -> Self {
+        Self::new(Op::Write, local, target)
+    }
+    /// Accept only these paths (strict mode).
+    pub fn accept(mut self, paths: impl IntoIterator<Item = Path>) -> Self {
+        self.accept = Some(paths.into_iter().collect());
+        self
+    }
+    /// Fail with [`Error::DeadlineExceeded`] when not done by `at`.
+    pub fn deadline(mut self, at: Instant) -> Self {
+        self.deadline = Some(at);
+        self
+    }
+    /// Fail with [`Error::DeadlineExceeded`] when not done `within` from now.
+    pub fn timeout(self, within: Duration) -> Self {
+        self.deadline(Instant::now() + within)
+    }
+    /// Total bytes of the local side.
+    pub fn total_bytes(&self) -> u64 {
+        self.local.iter().map(|d| d.len).sum()
+    }
+}
+
+/// The planner's choice for one descriptor pair, made before any byte moves.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PlannedPair {
+    pub index: usize,
+    /// The backend that will move the pair.
+    pub backend: &'static str,
+    pub path: Path,
+    /// Set when the preferred path was not taken (or the path is degraded): the finding that
+    /// says why, as `gdpath doctor` reports it.
+    pub finding: Option<FindingId>,
+    /// The refusal or note text behind `finding`.
+    pub detail: Option<String>,
+}
+
+/// One completed descriptor pair.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PairReport {
+    pub index: usize,
+    /// Bytes moved (the pair's length).
+    pub bytes: u64,
+    pub path: Path,
+    /// Why the preferred path was not used, when it was not.
+    pub finding: Option<FindingId>,
+    /// From the backend starting the pair's first I/O to its last completion.
+    pub elapsed: Duration,
+}
+
+/// What happened to one descriptor pair of a transfer that failed or timed out.
+#[derive(Debug, Clone)]
+pub enum PairOutcome {
+    Done(PairReport),
+    Failed {
+        index: usize,
+        error: Error,
+    },
+    /// Still in flight (or never started) when the transfer ended.
+    NotDone {
+        index: usize,
+    },
+}
+
+impl PairOutcome {
+    /// The pair's index.
+    pub fn index(&self) -> usize {
+        match self {
+            PairOutcome::Done(r) => r.index,
+            PairOutcome::Failed { index, .. } | PairOutcome::NotDone { index } => *index,
+        }
+    }
+}
+
+/// A successful transfer.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TransferReport {
+    /// One report per descriptor pair, in request order.
+    pub pairs: Vec<PairReport>,
+    /// Total bytes moved.
+    pub bytes: u64,
+    /// From post to the last completion.
+    pub elapsed: Duration,
+}
+
+impl TransferReport {
+    /// Throughput in GB/s (1e9 bytes per second).
+    pub fn gbps(&self) -> f64 {
+        crate::bench::gbps(self.bytes, self.elapsed)
+    }
+    /// The distinct paths taken, in first-use order.
+    pub fn paths(&self) -> Vec<Path> {
+        let mut out: Vec<Path> = Vec::new();
+        for p in &self.pairs {
+            if !out.contains(&p.path) {
+                out.push(p.path.clone());
+            }
+        }
+        out
+    }
+}
+
+/// A transfer that failed, was cancelled or ran past its deadline: the cause and what happened
+/// to every descriptor pair (so the caller knows which completed).
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("transfer failed: {error} ({} of {} descriptor pairs completed)", self.completed().len(), self.outcomes.len())]
+pub struct TransferError {
+    /// The first failure in pair order, or [`Error::Cancelled`] / [`Error::DeadlineExceeded`].
+    pub error: Error,
+    /// One outcome per pair, in request order.
+    pub outcomes: Vec<PairOutcome>,
+}
+
+impl TransferError {
+    /// Indices of the pairs that completed.
+    pub fn completed(&self) -> Vec<usize> {
+        self.outcomes
+            .iter()
+            .filter_map(|o| match o {
+                PairOutcome::Done(r) => Some(r.index),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+/// Progress of an in-flight transfer, from [`Transfer::poll`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TransferStatus {
+    pub pairs_done: usize,
+    pub pairs: usize,
+    /// Bytes of completed pairs.
+    pub bytes_done: u64,
+    /// All pairs have completed (successfully or not), or the transfer was cancelled.
+    pub finished: bool,
+}
+
+struct State {
+    outcomes: Vec<Option<std::result::Result<PairReport, Error>>>,
+    remaining: usize,
+    bytes_done: u64,
+    finished_at: Option<Instant>,
+}
+
+pub(crate) struct TransferShared {
+    id: u64,
+    posted: Instant,
+    deadline: Option<Instant>,
+    cancelled: AtomicBool,
+    plans: Vec<PlannedPair>,
+    state: Mutex<State>,
+    cv: Condvar,
+    /// Poll-driven backends this transfer uses: waiting progresses them.
+    pollers: Vec<Arc<dyn Backend>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl TransferShared {
+    pub(crate) fn new(
+        id: u64,
+        deadline: Option<Instant>,
+        plans: Vec<PlannedPair>,
+        pollers: Vec<Arc<dyn Backend>>,
+    ) -> Arc<Self> {
+        let n = plans.len();
+        Arc::new(TransferShared {
+            id,
+            posted: Instant::now(),
+            deadline,
+            cancelled: AtomicBool::new(false),
+            plans,
+            state: Mutex::new(State {
+                outcomes: vec![None; n],
+                remaining: n,
+                bytes_done: 0,
+                finished_at: if n == 0 { Some(Instant::now()) } else { None },
+            }),
+            cv: Condvar::new(),
+            pollers,
+        })
+    }
+
+    fn stop_reason(&self) -> Option<Error> {
+        if self.cancelled.load(Ordering::Acquire) {
+            return Some(Error::Cancelled);
+        }
+        match self.deadline {
+            Some(d) if Instant::now() >= d => Some(Error::DeadlineExceeded),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn complete(&self, index: usize, result: Result<u64>, elapsed: Duration) {
+        let plan = &self.plans[index];
+        let outcome = result.map(|bytes| PairReport {
+            index,
+            bytes,
+            path: plan.path.clone(),
+            finding: plan.finding.clone(),
+            elapsed,
+        });
+        let mut st = lock(&self.state);
+        if st.outcomes[index].is_some() {
+            return; // a backend bug must not corrupt the count
+        }
+        if let Ok(r) = &outcome {
+            st.bytes_done += r.bytes;
+        }
+        st.outcomes[index] = Some(outcome);
+        st.remaining -= 1;
+        if st.remaining == 0 {
+            st.finished_at = Some(Instant::now());
+            self.cv.notify_all();
+        }
+    }
+
+    fn progress_pollers(&self) -> usize {
+        self.pollers.iter().map(|b| b.progress()).sum()
+    }
+}
+
+/// A unit of work handed to a backend: one descriptor pair of a transfer, planned on a path.
+/// The item keeps both regions alive and counted in use until it completes; the backend reports
+/// its result with [`WorkItem::complete`] (an item dropped unreported completes with
+/// [`Error::Backend`], so no transfer hangs). The regions are released *before* the transfer
+/// sees the completion, so after `wait` returns the caller's memory is free to use.
+pub struct WorkItem {
+    index: usize,
+    op: Op,
+    path: Path,
+    pair: Option<ItemPair>,
+    started: OnceLock<Instant>,
+    shared: Arc<TransferShared>,
+}
+
+struct ItemPair {
+    local: Descriptor,
+    target: Descriptor,
+    _guards: [UseGuard; 2],
+}
+
+impl fmt::Debug for WorkItem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WorkItem")
+            .field("transfer", &self.shared.id)
+            .field("index", &self.index)
+            .field("op", &self.op)
+            .field("path", &self.path)
+            .finish()
+    }
+}
+
+impl WorkItem {
+    pub(crate) fn new(
+        index: usize,
+        op: Op,
+        local: Descriptor,
+        target: Descriptor,
+        path: Path,
+        shared: Arc<TransferShared>,
+        guards: [UseGuard; 2],
+    ) -> Self {
+        WorkItem {
+            index,
+            op,
+            path,
+            pair: Some(ItemPair {
+                local,
+                target,
+                _guards: guards,
+            }),
+            started: OnceLock::new(),
+            shared,
+        }
+    }
+
+    /// The pair's index in its request.
+    pub fn index(&self) -> usize {
+        self.index
+    }
+    /// The operation.
+    pub fn op(&self) -> Op {
+        self.op
+    }
+    /// The planned path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+    /// The local descriptor (bounds already checked against its region).
+    pub fn local(&self) -> &Descriptor {
+        &self.pair.as_ref().expect("present until completion").local
+    }
+    /// The target descriptor (bounds already checked; a file read range exists).
+    pub fn target(&self) -> &Descriptor {
+        &self.pair.as_ref().expect("present until completion").target
+    }
+
+    /// `Some(Cancelled)` or `Some(DeadlineExceeded)` when the backend should not start more I/O
+    /// for this item. Backends check it before each chunk.
+    pub fn stop_reason(&self) -> Option<Error> {
+        self.shared.stop_reason()
+    }
+
+    /// The request's deadline.
+    pub fn deadline(&self) -> Option<Instant> {
+        self.shared.deadline
+    }
+
+    /// Records that the first I/O of this pair was issued (for latency reporting). Idempotent.
+    pub fn mark_started(&self) {
+        let _ = self.started.set(Instant::now());
+    }
+
+    /// Reports the pair's result: `Ok(bytes moved)` or the error. The backend must not touch
+    /// the pair's memory afterwards.
+    pub fn complete(mut self, result: Result<u64>) {
+        self.report(result);
+    }
+
+    fn report(&mut self, result: Result<u64>) {
+        if let Some(pair) = self.pair.take() {
+            drop(pair); // release the regions first
+            let start = self.started.get().copied().unwrap_or(self.shared.posted);
+            self.shared.complete(self.index, result, start.elapsed());
+        }
+    }
+}
+
+impl Drop for WorkItem {
+    fn drop(&mut self) {
+        if self.pair.is_some() {
+            let detail = format!(
+                "backend for {} dropped descriptor pair {} without completing it",
+                self.path, self.index
+            );
+            self.report(Err(Error::Backend {
+                backend: "engine",
+                detail,
+            }));
+        }
+    }
+}
+
+/// A posted transfer. Dropping it without waiting lets it run to completion in the background
+/// (its regions stay alive until the backends are done with them).
+pub struct Transfer {
+    pub(crate) shared: Arc<TransferShared>,
+}
+
+impl fmt::Debug for Transfer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Transfer")
+            .field("id", &self.shared.id)
+            .field("status", &self.poll())
+            .finish()
+    }
+}
+
+impl Transfer {
+    /// The transfer's id, unique within the agent.
+    pub fn id(&self) -> u64 {
+        self.shared.id
+    }
+
+    /// The path chosen for each pair.
+    pub fn plan(&self) -> &[PlannedPair] {
+        &self.shared.plans
+    }
+
+    /// Non-blocking status; also progresses poll-driven backends once.
+    pub fn poll(&self) -> TransferStatus {
+        self.shared.progress_pollers();
+        let st = lock(&self.shared.state);
+        TransferStatus {
+            pairs_done: st.outcomes.len() - st.remaining,
+            pairs: st.outcomes.len(),
+            bytes_done: st.bytes_done,
+            finished: st.remaining == 0,
+        }
+    }
+
+    /// Asks the backends to start no more I/O for this transfer. Pairs not yet started end with
+    /// [`Error::Cancelled`]; I/O already in the kernel completes (its memory stays alive).
+    pub fn cancel(&self) {
+        self.shared.cancelled.store(true, Ordering::Release);
+    }
+
+    /// Waits for every pair, or until the request's deadline (then the transfer is cancelled and
+    /// the error is [`Error::DeadlineExceeded`] with the pairs that completed).
+    // The error carries every pair's outcome; it is returned once per transfer, so its size
+    // does not matter.
+    #[allow(clippy::result_large_err)]
+    pub fn wait(self) -> std::result::Result<TransferReport, TransferError> {
+        let until = self.shared.deadline;
+        self.wait_until(until)
+    }
+
+    /// As [`Transfer::wait`], giving up after `timeout` (or the request's deadline, if earlier)
+    /// with [`Error::DeadlineExceeded`].
+    // The error carries every pair's outcome; it is returned once per transfer, so its size
+    // does not matter.
+    #[allow(clippy::result_large_err)]
+    pub fn wait_timeout(
+        self,
+        timeout: Duration,
+    ) -> std::result::Result<TransferReport, TransferError> {
+        let t = Instant::now() + timeout;
+        let until = Some(self.shared.deadline.map_or(t, |d| d.min(t)));
+        self.wait_until(until)
+    }
+
+    // The error carries every pair's outcome; it is returned once per transfer, so its size
+    // does not matter.
+    #[allow(clippy::result_large_err)]
+    fn wait_until(
+        self,
+        until: Option<Instant>,
+    ) -> std::result::Result<TransferReport, TransferError> {
+        let sh = &self.shared;
+        // Poll-driven backends need the waiter to progress them: wake often.
+        let tick = if sh.pollers.is_empty() {
+            Duration::from_millis(100)
+        } else {
+            Duration::from_micros(50)
+        };
+        let mut st = lock(&sh.state);
+        loop {
+            if st.remaining == 0 {
+                break;
+            }
+            if sh.cancelled.load(Ordering::Acquire) {
+                drop(st);
+                return Err(self.failure(Error::Cancelled));
+            }
+            let now = Instant::now();
+            if let Some(u) = until {
+                if now >= u {
+                    drop(st);
+                    self.cancel();
+                    return Err(self.failure(Error::DeadlineExceeded));
+                }
+            }
+            if !sh.pollers.is_empty() {
+                drop(st);
+                let n = sh.progress_pollers();
+                st = lock(&sh.state);
+                if n > 0 {
+                    continue;
+                }
+            }
+            let wait = until.map_or(tick, |u| u.saturating_duration_since(now).min(tick));
+            st = sh
+                .cv
+                .wait_timeout(st, wait)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        let finished = st.finished_at.unwrap_or_else(Instant::now);
+        let mut pairs = Vec::with_capacity(st.outcomes.len());
+        let mut first_err = None;
+        for o in st.outcomes.iter() {
+            match o {
+                Some(Ok(r)) => pairs.push(r.clone()),
+                Some(Err(e)) => {
+                    first_err.get_or_insert_with(|| e.clone());
+                }
+                None => {}
+            }
+        }
+        drop(st);
+        if let Some(e) = first_err {
+            return Err(self.failure(e));
+        }
+        let bytes = pairs.iter().map(|p| p.bytes).sum();
+        Ok(TransferReport {
+            pairs,
+            bytes,
+            elapsed: finished.duration_since(sh.posted),
+        })
+    }
+
+    fn failure(&self, error: Error) -> TransferError {
+        let st = lock(&self.shared.state);
+        let outcomes = st
+            .outcomes
+            .iter()
+            .enumerate()
+            .map(|(index, o)| match o {
+                Some(Ok(r)) => PairOutcome::Done(r.clone()),
+                Some(Err(e)) => PairOutcome::Failed {
+                    index,
+                    error: e.clone(),
+                },
+                None => PairOutcome::NotDone { index },
+            })
+            .collect();
+        TransferError { error, outcomes }
+    }
+}

@@ -1,0 +1,830 @@
+//! The storage path on real files: O_DIRECT + io_uring, its buffered fallback, alignment edges,
+//! typed errors, strict mode, deadlines, cancellation and concurrency.
+
+mod common;
+
+use common::*;
+use gdpath::finding::ids;
+use gdpath::{DirectIo, Error, FileAccess, FileSpec, HostBuffer, Memory, Path, TransferRequest};
+use std::time::{Duration, Instant};
+
+const SIZES: [u64; 7] = [0, 1, 511, 4095, 4096, 4097, (1 << 20) + 3];
+const OFFSETS: [u64; 5] = [0, 1, 4095, 4096, 8193];
+
+/// Writes `len` bytes at `off` from host memory into a fresh file, reads them back into a buffer
+/// at a memory offset, and checks bytes, path and finding.
+fn roundtrip(
+    agent: &gdpath::Agent,
+    dir: &std::path::Path,
+    len: u64,
+    off: u64,
+    mem_off: u64,
+) -> Path {
+    let data = pattern(len as usize, len ^ off);
+    let src = host(agent, &data);
+    let path = dir.join(format!("rt-{len}-{off}-{mem_off}"));
+    let file = agent
+        .register(Memory::File(FileSpec::write(&path)))
+        .unwrap();
+    let w = agent
+        .post(TransferRequest::write(
+            vec![src.desc(0, len)],
+            vec![file.desc(off, len)],
+        ))
+        .unwrap()
+        .wait()
+        .unwrap();
+    assert_eq!(w.bytes, len);
+    let on_disk = std::fs::read(&path).unwrap();
+    if len == 0 {
+        // A zero-length write does not extend the file, as pwrite(2) of 0 bytes.
+        assert!(on_disk.is_empty());
+        return w.pairs[0].path.clone();
+    }
+    assert_eq!(
+        on_disk.len() as u64,
+        off + len,
+        "file size after write at {off}"
+    );
+    assert_eq!(
+        &on_disk[off as usize..],
+        &data[..],
+        "file bytes len {len} off {off}"
+    );
+    assert!(
+        on_disk[..off as usize].iter().all(|&b| b == 0),
+        "hole before {off}"
+    );
+
+    let dst = host_zeroed(agent, (len + mem_off) as usize);
+    let r = agent
+        .post(TransferRequest::read(
+            vec![dst.desc(mem_off, len)],
+            vec![file.desc(off, len)],
+        ))
+        .unwrap()
+        .wait()
+        .unwrap();
+    assert_eq!(r.bytes, len);
+    assert_eq!(
+        &bytes_of(&dst)[mem_off as usize..],
+        &data[..],
+        "read back len {len} off {off} mem_off {mem_off}"
+    );
+    assert_eq!(r.pairs.len(), 1);
+    assert_eq!(r.pairs[0].path, w.pairs[0].path);
+    r.pairs[0].path.clone()
+}
+
+#[test]
+fn alignment_edges_on_disk_use_posix_direct() {
+    let dir = disk_dir();
+    let a = agent();
+    for len in SIZES {
+        for off in OFFSETS {
+            for mem_off in [0, 1] {
+                let p = roundtrip(&a, dir.path(), len, off, mem_off);
+                assert_eq!(p, Path::PosixDirect, "len {len} off {off}");
+            }
+        }
+    }
+}
+
+#[test]
+fn alignment_edges_on_tmpfs() {
+    let Some(dir) = shm_dir() else { return };
+    let a = agent();
+    // /dev/shm accepts O_DIRECT on recent kernels; either way the data must round-trip and the
+    // path must say which one was used.
+    let probe = a
+        .register(Memory::File(FileSpec::write(dir.path().join("probe"))))
+        .unwrap();
+    let expect = if probe.file().unwrap().direct_fd().is_some() {
+        Path::PosixDirect
+    } else {
+        eprintln!("note: /dev/shm refuses O_DIRECT on this kernel");
+        Path::PosixBuffered
+    };
+    for len in SIZES {
+        for off in [0, 1, 4096] {
+            assert_eq!(roundtrip(&a, dir.path(), len, off, 1), expect);
+        }
+    }
+}
+
+#[test]
+fn forced_buffered_fallback_reports_finding() {
+    let dir = disk_dir();
+    let a = buffered_agent();
+    for len in [0, 1, 4097, (1 << 20) + 3] {
+        assert_eq!(roundtrip(&a, dir.path(), len, 4095, 0), Path::PosixBuffered);
+    }
+    let data = pattern(10_000, 7);
+    let f = a
+        .register(Memory::File(FileSpec::read(file_in(
+            dir.path(),
+            "b",
+            &data,
+        ))))
+        .unwrap();
+    let dst = host_zeroed(&a, 10_000);
+    let r = a
+        .post(TransferRequest::read(
+            vec![dst.desc(0, 10_000)],
+            vec![f.desc(0, 10_000)],
+        ))
+        .unwrap()
+        .wait()
+        .unwrap();
+    assert_eq!(r.pairs[0].path, Path::PosixBuffered);
+    assert_eq!(
+        r.pairs[0].finding.as_ref().unwrap().as_str(),
+        ids::STORAGE_ODIRECT_DISABLED
+    );
+    assert_eq!(bytes_of(&dst), data);
+    // The per-file knob does the same on an agent that allows O_DIRECT.
+    let a = agent();
+    let f = a
+        .register(Memory::File(
+            FileSpec::read(dir.path().join("b")).direct(DirectIo::Off),
+        ))
+        .unwrap();
+    let plan = a
+        .plan(&TransferRequest::read(
+            vec![host_zeroed(&a, 10).desc(0, 10)],
+            vec![f.desc(0, 10)],
+        ))
+        .unwrap();
+    assert_eq!(plan[0].path, Path::PosixBuffered);
+    assert_eq!(
+        plan[0].finding.as_ref().unwrap().as_str(),
+        ids::STORAGE_ODIRECT_DISABLED
+    );
+}
+
+#[test]
+fn refusing_file_system_falls_back_and_strict_mode_fails_first() {
+    let Some(fs) = Ramfs::mount() else {
+        eprintln!("SKIP: no O_DIRECT-refusing file system available here (ramfs mount refused); the fallback is covered by forced_buffered_fallback_reports_finding");
+        return;
+    };
+    let a = agent();
+    let data = pattern(100_000, 3);
+    let p = file_in(fs.dir.path(), "f", &data);
+    let f = a.register(Memory::File(FileSpec::read(&p))).unwrap();
+    assert_eq!(
+        f.file().unwrap().direct_status(),
+        gdpath::DirectStatus::Refused
+    );
+    let dst = host_zeroed(&a, 100_000);
+    let r = a
+        .post(TransferRequest::read(
+            vec![dst.desc(0, 100_000)],
+            vec![f.desc(0, 100_000)],
+        ))
+        .unwrap()
+        .wait()
+        .unwrap();
+    assert_eq!(r.pairs[0].path, Path::PosixBuffered);
+    assert_eq!(
+        r.pairs[0].finding.as_ref().unwrap().as_str(),
+        ids::STORAGE_ODIRECT_UNSUPPORTED
+    );
+    assert_eq!(bytes_of(&dst), data);
+
+    // Strict mode: only O_DIRECT accepted → fails at post, and nothing is written.
+    let w = a
+        .register(Memory::File(FileSpec::write(fs.dir.path().join("strict"))))
+        .unwrap();
+    let src = host(&a, &data);
+    let err = a
+        .post(
+            TransferRequest::write(vec![src.desc(0, 1000)], vec![w.desc(0, 1000)])
+                .accept([Path::PosixDirect]),
+        )
+        .unwrap_err();
+    match err {
+        Error::PathNotAccepted {
+            index,
+            planned,
+            finding,
+            ..
+        } => {
+            assert_eq!(index, 0);
+            assert_eq!(planned, Some(Path::PosixBuffered));
+            assert_eq!(finding.unwrap().as_str(), ids::STORAGE_ODIRECT_UNSUPPORTED);
+        }
+        e => panic!("expected PathNotAccepted, got {e}"),
+    }
+    assert_eq!(
+        std::fs::metadata(fs.dir.path().join("strict"))
+            .unwrap()
+            .len(),
+        0
+    );
+    // Required O_DIRECT refuses registration with a typed error.
+    let e = a
+        .register(Memory::File(FileSpec::read(&p).direct(DirectIo::Required)))
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::Unsupported {
+                backend: "posix-direct",
+                ..
+            }
+        ),
+        "{e}"
+    );
+}
+
+#[test]
+fn strict_mode_accepts_the_direct_path_and_rejects_others_before_moving() {
+    let dir = disk_dir();
+    let a = agent();
+    let data = pattern(8192, 1);
+    let f = a
+        .register(Memory::File(FileSpec::write(dir.path().join("s"))))
+        .unwrap();
+    let src = host(&a, &data);
+    a.post(
+        TransferRequest::write(vec![src.desc(0, 8192)], vec![f.desc(0, 8192)])
+            .accept([Path::PosixDirect]),
+    )
+    .unwrap()
+    .wait()
+    .unwrap();
+    // Only GDS accepted: impossible for host memory; nothing moves.
+    let before = std::fs::read(dir.path().join("s")).unwrap();
+    let src2 = host(&a, &[0xFF; 8192]);
+    let e = a
+        .post(
+            TransferRequest::write(vec![src2.desc(0, 8192)], vec![f.desc(0, 8192)])
+                .accept([Path::GdsNative]),
+        )
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::PathNotAccepted {
+                planned: Some(Path::PosixDirect),
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert_eq!(std::fs::read(dir.path().join("s")).unwrap(), before);
+}
+
+/// Fills `buf` with 1 MiB blocks of a position pattern, each stamped with its block index
+/// (cheap in debug builds: memcpy per block), so a misplaced or torn block is detected.
+fn stamp_blocks(buf: &mut [u8], template: &[u8]) {
+    for (i, c) in buf.chunks_mut(template.len()).enumerate() {
+        c.copy_from_slice(&template[..c.len()]);
+        let stamp = (i as u64).to_le_bytes();
+        let n = c.len().min(8);
+        c[..n].copy_from_slice(&stamp[..n]);
+    }
+}
+
+#[test]
+fn file_of_one_gib_plus_one_round_trips() {
+    let dir = disk_dir();
+    let a = agent();
+    let len = (1u64 << 30) + 1;
+    let template = pattern(1 << 20, 42);
+    let mut buf = HostBuffer::zeroed(len as usize);
+    stamp_blocks(buf.as_mut_slice(), &template);
+    let r = a.register(Memory::host(buf)).unwrap();
+    let f = a
+        .register(Memory::File(FileSpec::write(dir.path().join("big"))))
+        .unwrap();
+    a.post(TransferRequest::write(
+        vec![r.desc(0, len)],
+        vec![f.desc(0, len)],
+    ))
+    .unwrap()
+    .wait()
+    .unwrap();
+    assert_eq!(f.len().unwrap(), len);
+    r.host_view().unwrap().fill(0);
+    let rep = a
+        .post(TransferRequest::read(
+            vec![r.desc(0, len)],
+            vec![f.desc(0, len)],
+        ))
+        .unwrap()
+        .wait()
+        .unwrap();
+    assert_eq!(rep.pairs[0].path, Path::PosixDirect);
+    assert_eq!(rep.bytes, len);
+    let mut want = vec![0u8; 1 << 20];
+    let got = r.host_view().unwrap();
+    for (i, c) in got.chunks(1 << 20).enumerate() {
+        stamp_blocks(&mut want[..c.len()], &template);
+        let stamp = (i as u64).to_le_bytes();
+        let n = c.len().min(8);
+        want[..n].copy_from_slice(&stamp[..n]);
+        assert!(c == &want[..c.len()], "block {i} differs");
+    }
+}
+
+#[test]
+fn short_file_reports_available_bytes_before_moving() {
+    let dir = disk_dir();
+    let a = agent();
+    let f = a
+        .register(Memory::File(FileSpec::read(file_in(
+            dir.path(),
+            "s",
+            &[1u8; 5000],
+        ))))
+        .unwrap();
+    let dst = host(&a, &[9u8; 8192]);
+    let e = a
+        .post(TransferRequest::read(
+            vec![dst.desc(0, 4096)],
+            vec![f.desc(4000, 4096)],
+        ))
+        .unwrap_err();
+    match e {
+        Error::ShortFile {
+            offset,
+            wanted,
+            available,
+            ..
+        } => assert_eq!((offset, wanted, available), (4000, 4096, 1000)),
+        e => panic!("expected ShortFile, got {e}"),
+    }
+    assert!(
+        bytes_of(&dst).iter().all(|&b| b == 9),
+        "nothing was written"
+    );
+}
+
+#[test]
+fn read_only_and_directory_and_missing_files_are_typed_errors() {
+    let dir = disk_dir();
+    let a = agent();
+    let p = file_in(dir.path(), "ro", &[0u8; 100]);
+    let f = a.register(Memory::File(FileSpec::read(&p))).unwrap();
+    let src = host(&a, &[1u8; 100]);
+    let e = a
+        .post(TransferRequest::write(
+            vec![src.desc(0, 100)],
+            vec![f.desc(0, 100)],
+        ))
+        .unwrap_err();
+    assert!(matches!(e, Error::ReadOnly { .. }), "{e}");
+    let e = a
+        .register(Memory::File(FileSpec::read(dir.path())))
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::NotAFile {
+                what: "a directory",
+                ..
+            }
+        ),
+        "{e}"
+    );
+    let e = a
+        .register(Memory::File(FileSpec::read(dir.path().join("missing"))))
+        .unwrap_err();
+    assert!(matches!(e, Error::Open { .. }), "{e}");
+    let e = a
+        .register(Memory::File(
+            FileSpec::read(dir.path().join("missing")).access(FileAccess::ReadWrite),
+        ))
+        .unwrap_err();
+    assert!(
+        e.to_string().contains("missing"),
+        "error names the file: {e}"
+    );
+}
+
+#[test]
+fn descriptor_errors_are_typed_and_nothing_moves() {
+    let a = agent();
+    let src = host(&a, &[1u8; 100]);
+    let dst = host(&a, &[0u8; 100]);
+    let e = a
+        .post(TransferRequest::write(
+            vec![src.desc(50, 51)],
+            vec![dst.desc(0, 51)],
+        ))
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::OutOfBounds {
+                index: 0,
+                region_len: 100,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    let e = a
+        .post(TransferRequest::write(
+            vec![src.desc(0, 1)],
+            vec![dst.desc(u64::MAX, 1)],
+        ))
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::OutOfBounds {
+                side: gdpath::Side::Target,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    let e = a
+        .post(TransferRequest::write(
+            vec![src.desc(0, 1), src.desc(1, 1)],
+            vec![dst.desc(0, 1)],
+        ))
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::ListLengthMismatch {
+                local: 2,
+                target: 1
+            }
+        ),
+        "{e}"
+    );
+    let e = a
+        .post(TransferRequest::write(
+            vec![src.desc(0, 2)],
+            vec![dst.desc(0, 3)],
+        ))
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::PairLengthMismatch {
+                index: 0,
+                local: 2,
+                target: 3
+            }
+        ),
+        "{e}"
+    );
+    assert!(bytes_of(&dst).iter().all(|&b| b == 0));
+    // A region of another agent.
+    let other = agent();
+    let foreign = host(&other, &[0u8; 10]);
+    let e = a
+        .post(TransferRequest::write(
+            vec![src.desc(0, 10)],
+            vec![foreign.desc(0, 10)],
+        ))
+        .unwrap_err();
+    assert!(matches!(e, Error::ForeignRegion { .. }), "{e}");
+    // Deregistered.
+    a.deregister(&dst).unwrap();
+    let e = a
+        .post(TransferRequest::write(
+            vec![src.desc(0, 10)],
+            vec![dst.desc(0, 10)],
+        ))
+        .unwrap_err();
+    assert!(matches!(e, Error::Deregistered { .. }), "{e}");
+    // A host view out makes the region busy.
+    let v = src.host_view().unwrap();
+    let dst2 = host(&a, &[0u8; 10]);
+    let e = a
+        .post(TransferRequest::write(
+            vec![src.desc(0, 10)],
+            vec![dst2.desc(0, 10)],
+        ))
+        .unwrap_err();
+    assert!(matches!(e, Error::RegionBusy { .. }), "{e}");
+    drop(v);
+    // Host ↔ host works and is reported as such.
+    let r = a
+        .post(TransferRequest::write(
+            vec![src.desc(0, 10)],
+            vec![dst2.desc(0, 10)],
+        ))
+        .unwrap()
+        .wait()
+        .unwrap();
+    assert_eq!(r.pairs[0].path, Path::HostCopy);
+    assert_eq!(bytes_of(&dst2), vec![1u8; 10]);
+}
+
+#[test]
+fn gpu_remote_and_pinned_memory_need_their_backends() {
+    let a = agent();
+    let e = a
+        .register(Memory::Gpu {
+            ordinal: 0,
+            len: 4096,
+        })
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::Unsupported {
+                backend: "cuda",
+                ..
+            }
+        ),
+        "{e}"
+    );
+    let e = a
+        .register(Memory::Remote(gdpath::RemoteMemory {
+            agent: "peer".into(),
+            addr: 0,
+            len: 10,
+            rkey: vec![],
+        }))
+        .unwrap_err();
+    assert!(
+        matches!(e, Error::Unsupported { backend: "ucx", .. }),
+        "{e}"
+    );
+    let e = a
+        .register(Memory::Host {
+            buffer: HostBuffer::zeroed(10),
+            pinned: true,
+        })
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::Unsupported {
+                backend: "cuda",
+                ..
+            }
+        ),
+        "{e}"
+    );
+}
+
+#[test]
+fn memory_cannot_be_taken_back_while_a_transfer_uses_it() {
+    let dir = disk_dir();
+    let a = agent_with(|s| {
+        s.queue_depth = 1;
+        s.chunk = 4096;
+    });
+    let len = 16u64 << 20;
+    let f = a
+        .register(Memory::File(FileSpec::write(dir.path().join("m"))))
+        .unwrap();
+    let src = host_zeroed(&a, len as usize);
+    let descs: Vec<_> = (0..len / 4096).map(|i| src.desc(i * 4096, 4096)).collect();
+    let tds: Vec<_> = (0..len / 4096).map(|i| f.desc(i * 4096, 4096)).collect();
+    let t = a.post(TransferRequest::write(descs, tds)).unwrap();
+    match a.deregister(&src) {
+        Err(Error::RegionBusy { .. }) => {}
+        Ok(()) => eprintln!(
+            "note: the 4096-descriptor write finished before deregister; busy check not exercised"
+        ),
+        Err(e) => panic!("expected RegionBusy, got {e}"),
+    }
+    // A descriptor still holds the region: its memory cannot be taken back.
+    let held = src.desc(0, 1);
+    let (src, e) = src.into_host_buffer().unwrap_err();
+    assert!(matches!(e, Error::RegionBusy { .. }), "{e}");
+    t.wait().unwrap();
+    drop(held);
+    // Only the test's own handle remains now.
+    assert_eq!(src.in_flight(), 0);
+    assert_eq!(src.into_host_buffer().unwrap().len(), len as usize);
+}
+
+#[test]
+fn deadline_in_the_past_times_out_with_completed_list() {
+    let dir = disk_dir();
+    let a = agent();
+    let f = a
+        .register(Memory::File(FileSpec::read(file_in(
+            dir.path(),
+            "d",
+            &[3u8; 65536],
+        ))))
+        .unwrap();
+    let dst = host_zeroed(&a, 65536);
+    let descs: Vec<_> = (0..16).map(|i| dst.desc(i * 4096, 4096)).collect();
+    let tds: Vec<_> = (0..16).map(|i| f.desc(i * 4096, 4096)).collect();
+    let t = a
+        .post(TransferRequest::read(descs, tds).deadline(Instant::now()))
+        .unwrap();
+    let e = t.wait().unwrap_err();
+    assert!(matches!(e.error, Error::DeadlineExceeded), "{e}");
+    assert_eq!(e.outcomes.len(), 16);
+    assert!(
+        e.completed().is_empty(),
+        "no I/O starts after the deadline: {:?}",
+        e.completed()
+    );
+}
+
+#[test]
+fn cancel_stops_unstarted_work_and_wait_timeout_bounds_waiting() {
+    let dir = disk_dir();
+    let a = agent_with(|s| {
+        s.queue_depth = 1;
+        s.chunk = 4096;
+    });
+    let n = 8192u64;
+    let f = a
+        .register(Memory::File(FileSpec::write(dir.path().join("c"))))
+        .unwrap();
+    let src = host_zeroed(&a, (n * 4096) as usize);
+    let mk = || {
+        TransferRequest::write(
+            (0..n).map(|i| src.desc(i * 4096, 4096)).collect(),
+            (0..n).map(|i| f.desc(i * 4096, 4096)).collect(),
+        )
+    };
+    let t = a.post(mk()).unwrap();
+    t.cancel();
+    let e = t.wait().unwrap_err();
+    assert!(matches!(e.error, Error::Cancelled), "{e}");
+    assert!(e.completed().len() < n as usize);
+    // A zero timeout returns at once with a typed timeout and the pairs done so far.
+    let t0 = Instant::now();
+    let e = a
+        .post(mk())
+        .unwrap()
+        .wait_timeout(Duration::ZERO)
+        .unwrap_err();
+    assert!(matches!(e.error, Error::DeadlineExceeded), "{e}");
+    assert!(
+        t0.elapsed() < Duration::from_secs(30),
+        "wait_timeout returned"
+    );
+    // The cancelled work drains: the region's in-flight count returns to zero.
+    let until = Instant::now() + Duration::from_secs(60);
+    while src.in_flight() > 0 && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(src.in_flight(), 0);
+}
+
+#[test]
+fn concurrent_transfers_from_several_threads() {
+    let dir = disk_dir();
+    let a = agent_with(|s| s.queue_depth = 8);
+    let p = dir.path().join("shared");
+    let f = a.register(Memory::File(FileSpec::write(&p))).unwrap();
+    let per = 300_001u64; // unaligned on purpose
+    std::thread::scope(|s| {
+        for t in 0..4u64 {
+            let (a, f) = (a.clone(), f.clone());
+            s.spawn(move || {
+                for round in 0..3u64 {
+                    let data = pattern(per as usize, t * 10 + round);
+                    let src = host(&a, &data);
+                    let off = t * per;
+                    a.post(TransferRequest::write(
+                        vec![src.desc(0, per)],
+                        vec![f.desc(off, per)],
+                    ))
+                    .unwrap()
+                    .wait()
+                    .unwrap();
+                    let dst = host_zeroed(&a, per as usize + 1);
+                    a.post(TransferRequest::read(
+                        vec![dst.desc(1, per)],
+                        vec![f.desc(off, per)],
+                    ))
+                    .unwrap()
+                    .wait()
+                    .unwrap();
+                    assert_eq!(&bytes_of(&dst)[1..], &data[..], "thread {t} round {round}");
+                }
+            });
+        }
+    });
+    assert_eq!(std::fs::metadata(&p).unwrap().len(), 4 * per);
+}
+
+#[test]
+fn tiny_bounce_budget_still_moves_unaligned_memory_correctly() {
+    let dir = disk_dir();
+    // One 64 KiB bounce buffer for everything, 16 requests wanting one.
+    let a = agent_with(|s| {
+        s.chunk = 64 << 10;
+        s.bounce_budget = 64 << 10;
+        s.queue_depth = 16;
+    });
+    let len = (4u64 << 20) + 100;
+    let data = pattern(len as usize, 11);
+    let src = host(&a, &[&[0u8][..], &data[..]].concat());
+    let f = a
+        .register(Memory::File(FileSpec::write(dir.path().join("bb"))))
+        .unwrap();
+    a.post(TransferRequest::write(
+        vec![src.desc(1, len)],
+        vec![f.desc(0, len)],
+    ))
+    .unwrap()
+    .wait()
+    .unwrap();
+    assert_eq!(std::fs::read(dir.path().join("bb")).unwrap(), data);
+    let dst = host_zeroed(&a, len as usize + 3);
+    let r = a
+        .post(TransferRequest::read(
+            vec![dst.desc(3, len)],
+            vec![f.desc(0, len)],
+        ))
+        .unwrap()
+        .wait()
+        .unwrap();
+    assert_eq!(r.pairs[0].path, Path::PosixDirect);
+    assert_eq!(&bytes_of(&dst)[3..], &data[..]);
+}
+
+#[test]
+fn copy_streams_through_bounded_windows_and_verifies() {
+    let dir = disk_dir();
+    let a = agent();
+    let data = pattern((10 << 20) + 7, 5);
+    let src = file_in(dir.path(), "src", &data);
+    let dst = dir.path().join("dst");
+    let opts = gdpath::copy::CopyOptions {
+        window: 1 << 20,
+        verify: true,
+        ..Default::default()
+    };
+    let r =
+        gdpath::copy::copy_file(&a, &src, Some(&dst), &opts, &gdpath::bench::NoProgress).unwrap();
+    assert_eq!(r.bytes, data.len() as u64);
+    assert_eq!(r.verified, Some(true));
+    assert_eq!(r.read.as_ref().unwrap().path, Path::PosixDirect);
+    assert_eq!(r.write.as_ref().unwrap().path, Path::PosixDirect);
+    assert_eq!(std::fs::read(&dst).unwrap(), data);
+    // Into memory only, and an empty file.
+    let r = gdpath::copy::copy_file(&a, &src, None, &opts, &gdpath::bench::NoProgress).unwrap();
+    assert_eq!(r.verified, Some(true));
+    assert!(r.write.is_none());
+    let empty = file_in(dir.path(), "empty", &[]);
+    let r = gdpath::copy::copy_file(
+        &a,
+        &empty,
+        Some(&dir.path().join("e2")),
+        &opts,
+        &gdpath::bench::NoProgress,
+    )
+    .unwrap();
+    assert_eq!(r.bytes, 0);
+    assert_eq!(std::fs::metadata(dir.path().join("e2")).unwrap().len(), 0);
+}
+
+#[test]
+fn storage_bench_runs_and_verifies_on_a_small_file() {
+    let dir = disk_dir();
+    let cfg = gdpath::bench::storage::StorageBenchConfig {
+        file: dir.path().join("bench"),
+        size: 8 << 20,
+        blocks: vec![64 << 10, 1 << 20],
+        qd: 4,
+        op: gdpath::Op::Read,
+        runs: 2,
+        compare: true,
+        direct: DirectIo::Auto,
+        cold: false,
+        overwrite: false,
+    };
+    let rep = gdpath::bench::storage::run(&cfg, &gdpath::bench::NoProgress).unwrap();
+    assert!(rep.prepared);
+    assert_eq!(rep.rows.len(), 4);
+    for r in &rep.rows {
+        assert!(r.verified, "{r:?}");
+        assert!(r.gbps_min > 0.0 && r.gbps_min <= r.gbps_median && r.gbps_median <= r.gbps_max);
+        assert!(r.latency_us_p50 > 0.0 && r.latency_us_p50 <= r.latency_us_p99);
+    }
+    assert_eq!(rep.rows[0].path, "posix-direct");
+    assert_eq!(rep.rows[1].path, "read-loop");
+    let w = gdpath::bench::storage::StorageBenchConfig {
+        op: gdpath::Op::Write,
+        compare: false,
+        ..cfg.clone()
+    };
+    let e = gdpath::bench::storage::run(&w, &gdpath::bench::NoProgress).unwrap_err();
+    assert!(
+        matches!(e, Error::Config(_)),
+        "existing file needs --overwrite: {e}"
+    );
+    let w = gdpath::bench::storage::StorageBenchConfig {
+        overwrite: true,
+        direct: DirectIo::Off,
+        ..w
+    };
+    let rep = gdpath::bench::storage::run(&w, &gdpath::bench::NoProgress).unwrap();
+    assert!(rep
+        .rows
+        .iter()
+        .all(|r| r.verified && r.path == "posix-buffered"));
+    assert_eq!(rep.findings[0].as_str(), ids::STORAGE_ODIRECT_DISABLED);
+}
