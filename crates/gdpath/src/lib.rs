@@ -2,6 +2,7 @@
 //! fallbacks. See `DESIGN.md` for the layers; this crate sits between the hardware layers
 //! (`gdpath-topo`, `gdpath-cuda`, `gdpath-ucx`) and the `gdpath` command.
 
+pub mod doctor;
 pub mod finding;
 pub mod machine;
 pub mod path;
