@@ -15,6 +15,9 @@ const PEERMEM_MODULES: [&str; 2] = ["nvidia_peermem", "nv_peer_mem"];
 
 pub(super) fn check(input: &DoctorInput) -> Vec<Finding> {
     let mut out = vec![rdma_devices(input)];
+    if let Some(f) = super::no_gpu(input, A) {
+        out.push(f);
+    }
     let dmabuf = dmabuf(input);
     out.extend(peermem(input, &dmabuf));
     out.push(dmabuf.finding);
@@ -31,6 +34,8 @@ pub(super) fn check(input: &DoctorInput) -> Vec<Finding> {
             .min_by_key(|n| (m.pcie_class(g, n), n.pci))
         {
             out.push(nic_far(input, g, nic, m.pcie_class(g, nic)));
+            let s = format!("{}-{}", g.id, nic_name(nic));
+            out.push(super::p2p::acs(m, g, nic, &s, false, A));
         }
     }
     for nic in &rdma_nics {

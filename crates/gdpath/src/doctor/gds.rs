@@ -59,7 +59,8 @@ pub(super) fn check(input: &DoctorInput) -> Vec<Finding> {
     let nvfs = nvidia_fs(input);
     let cufile = cufile(input);
     let (config, cfg_finding) = config(input);
-    let mut out = vec![nvfs.0.clone(), cufile.clone(), cfg_finding];
+    let mut out: Vec<Finding> = super::no_gpu(input, A).into_iter().collect();
+    out.extend([nvfs.0.clone(), cufile.clone(), cfg_finding]);
     for p in &input.paths {
         out.extend(per_path(input, p, nvfs.1, &cufile, config.as_ref()));
     }

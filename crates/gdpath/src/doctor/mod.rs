@@ -243,7 +243,8 @@ pub struct Report {
     pub verdicts: Vec<Verdict>,
 }
 
-/// Severity order used for verdicts: unavailable > degraded > unknown > not-run > ok.
+/// Severity order for the exit code and the worst finding: unavailable > degraded > unknown >
+/// not-run > ok.
 pub fn severity(s: Status) -> u8 {
     match s {
         Status::Ok => 0,
@@ -273,6 +274,20 @@ impl Report {
         }
     }
 
+    /// Adds findings (e.g. from [`measured`]) in their path's group and recomputes the verdicts.
+    pub fn extend(&mut self, more: impl IntoIterator<Item = Finding>) {
+        self.findings.extend(more);
+        let order = |a: Area| match a {
+            Area::P2p => 0,
+            Area::Gdr => 1,
+            Area::Gds | Area::Storage => 2,
+            Area::System => 3,
+        };
+        // Stable: keeps the order within each path.
+        self.findings.sort_by_key(|f| order(f.path));
+        self.verdicts = verdicts(&self.findings);
+    }
+
     /// Findings of one path, in report order.
     pub fn of(&self, area: Area) -> impl Iterator<Item = &Finding> {
         self.findings.iter().filter(move |f| f.path == area)
@@ -291,10 +306,7 @@ pub fn run(input: &DoctorInput) -> Report {
     findings.extend(gdr::check(input));
     findings.extend(gds::check(input));
     findings.extend(system::check(input));
-    let verdicts = [Area::P2p, Area::Gdr, Area::Gds, Area::System]
-        .into_iter()
-        .map(|a| verdict(a, &findings))
-        .collect();
+    let verdicts = verdicts(&findings);
     Report {
         schema: DOCTOR_SCHEMA,
         source: input.machine.source.clone(),
@@ -304,33 +316,47 @@ pub fn run(input: &DoctorInput) -> Report {
     }
 }
 
+fn verdicts(findings: &[Finding]) -> Vec<Verdict> {
+    [Area::P2p, Area::Gdr, Area::Gds, Area::System]
+        .into_iter()
+        .map(|a| verdict(a, findings))
+        .collect()
+}
+
+/// The verdict of one path: unavailable, else degraded, else unknown, else available when some
+/// check passed (checks not run do not lower it, and the summary counts them), else not-run.
 fn verdict(area: Area, findings: &[Finding]) -> Verdict {
     let of: Vec<&Finding> = findings.iter().filter(|f| f.path == area).collect();
-    let status = of
-        .iter()
-        .map(|f| f.status)
-        .max_by_key(|s| severity(*s))
-        .unwrap_or(Status::Unknown);
-    let summary = if of.is_empty() {
-        "no checks".to_owned()
-    } else if status == Status::Ok {
-        format!("available ({} checks passed)", of.len())
+    let count = |st: Status| of.iter().filter(|f| f.status == st).count();
+    let status = [Status::Unavailable, Status::Degraded, Status::Unknown, Status::Ok, Status::NotRun]
+        .into_iter()
+        .find(|s| count(*s) > 0)
+        .unwrap_or(Status::NotRun);
+    let not_run = count(Status::NotRun);
+    let tail = if not_run > 0 && status != Status::NotRun {
+        format!("; {not_run} check(s) not run")
     } else {
-        let mut ids: Vec<String> = Vec::new();
-        for f in of.iter().filter(|f| f.status == status) {
-            let s = format!("{} ({})", f.id, f.subject);
-            if !ids.contains(&s) {
-                ids.push(s);
+        String::new()
+    };
+    let summary = match status {
+        Status::Ok => format!("available ({} check(s) passed{tail})", count(Status::Ok)),
+        _ if of.is_empty() => "no checks".to_owned(),
+        _ => {
+            let mut ids: Vec<String> = Vec::new();
+            for f in of.iter().filter(|f| f.status == status) {
+                let s = format!("{} ({})", f.id, f.subject);
+                if !ids.contains(&s) {
+                    ids.push(s);
+                }
             }
+            let word = match status {
+                Status::Unavailable => "unavailable",
+                Status::Degraded => "degraded",
+                Status::Unknown => "unknown",
+                _ => "not checked",
+            };
+            format!("{word}: {}{tail}", ids.join(", "))
         }
-        let word = match status {
-            Status::Unavailable => "unavailable",
-            Status::Degraded => "degraded",
-            Status::Unknown => "unknown",
-            Status::NotRun => "not checked",
-            Status::Ok => "available",
-        };
-        format!("{word}: {}", ids.join(", "))
     };
     Verdict {
         path: area,
@@ -417,6 +443,22 @@ pub fn load(source: &Source) -> Result<Loaded, TopoError> {
             view: Box::new(NoFiles),
             mode: replay(format!("XML {}", path.display())),
         },
+    })
+}
+
+/// `system.no-gpu` under `area` when the machine has no GPU: GDR and GDS need one, whatever
+/// else is in place.
+fn no_gpu(input: &DoctorInput, area: Area) -> Option<Finding> {
+    let m = input.machine;
+    (m.gpus().next().is_none()).then(|| {
+        finding(
+            crate::finding::ids::SYSTEM_NO_GPU,
+            area,
+            "system",
+            Status::Unavailable,
+            format!("no NVIDIA GPU in the source ({}): nothing to move data to or from", m.source),
+            "",
+        )
     })
 }
 

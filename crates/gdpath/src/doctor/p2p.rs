@@ -209,7 +209,7 @@ fn pair(input: &DoctorInput, a: &Device, b: &Device, facts: Option<&DriverFacts>
     }
 
     // p2p.acs-enabled: ACS redirect on bridges between the pair.
-    out.push(acs(m, a, b, &s, nvlink));
+    out.push(acs(m, a, b, &s, nvlink, A));
     // p2p.iommu-translated.
     out.push(iommu(m, a, b, &s, nvlink));
     // p2p.cross-socket.
@@ -229,36 +229,27 @@ fn no_driver(input: &DoctorInput, id: &str, subject: &str, what: &str) -> Findin
     finding(id, A, subject, status, evidence, "")
 }
 
-fn acs(m: &Machine, a: &Device, b: &Device, s: &str, nvlink: bool) -> Finding {
+/// p2p.acs-enabled for two devices (a GPU pair, or a GPU and its NIC under `area` GDR): ACS
+/// P2P redirect on any bridge between them.
+pub(super) fn acs(m: &Machine, a: &Device, b: &Device, s: &str, nvlink: bool, area: Area) -> Finding {
     let id = ids::P2P_ACS_ENABLED;
+    let fin = |st: Status, ev: &str, rem: &str| finding(id, area, s, st, ev, rem);
     if nvlink {
-        return finding(
-            id,
-            A,
-            s,
-            Status::Ok,
+        return fin(Status::Ok,
             "joined by NVLink: P2P does not cross PCIe bridges, so ACS does not apply",
             "",
         );
     }
     if !m.tree_known {
-        return finding(
-            id,
-            A,
-            s,
-            Status::Unknown,
+        return fin(Status::Unknown,
             "the source has no PCI tree: the bridges between the pair are unknown",
             "",
         );
     }
     let bridges = m.bridges_between(a, b);
     if bridges.is_empty() {
-        return finding(
-            id,
-            A,
-            s,
-            Status::Ok,
-            format!(
+        return fin(Status::Ok,
+            &format!(
                 "no PCIe bridge between them (both on the root bus {})",
                 a.host_bridge.as_deref().unwrap_or("?")
             ),
@@ -279,24 +270,16 @@ fn acs(m: &Machine, a: &Device, b: &Device, s: &str, nvlink: bool) -> Finding {
         }
     }
     if !redirect.is_empty() {
-        finding(
-            id,
-            A,
-            s,
-            Status::Degraded,
-            format!("P2P request/completion redirect on {}", redirect.join("; ")),
+        fin(Status::Degraded,
+            &format!("P2P request/completion redirect on {}", redirect.join("; ")),
             "P2P traffic is sent up to the root complex (slower, and on many platforms refused): \
              disable ACS on these bridges (`setpci -s BDF ECAP_ACS+6.w=0` at boot, or the \
              BIOS's ACS/IOMMU settings) on bare metal; keep it only where the IOMMU must \
              isolate devices (VM passthrough)",
         )
     } else if !unknown.is_empty() {
-        finding(
-            id,
-            A,
-            s,
-            Status::Unknown,
-            format!(
+        fin(Status::Unknown,
+            &format!(
                 "ACS unknown on {}: their config space is readable past 64 bytes only as root{}",
                 unknown.join(", "),
                 if clean.is_empty() {
@@ -308,12 +291,8 @@ fn acs(m: &Machine, a: &Device, b: &Device, s: &str, nvlink: bool) -> Finding {
             "run as root (or `sudo lspci -vvv`) to read the ACS capability",
         )
     } else {
-        finding(
-            id,
-            A,
-            s,
-            Status::Ok,
-            format!("no ACS redirect on {} (sysfs config)", clean.join(", ")),
+        fin(Status::Ok,
+            &format!("no ACS redirect on {} (sysfs config)", clean.join(", ")),
             "",
         )
     }
