@@ -59,7 +59,8 @@ fn report(args: &DoctorArgs) -> Result<Report> {
     let input = match &loaded.mode {
         Mode::Live => live::gather(&loaded.machine, loaded.view.as_ref(), &paths),
         Mode::Replay { .. } => {
-            let mut i = DoctorInput::new(&loaded.machine, loaded.view.as_ref(), loaded.mode.clone());
+            let mut i =
+                DoctorInput::new(&loaded.machine, loaded.view.as_ref(), loaded.mode.clone());
             i.env = live::environment();
             i.paths = live::unprobed(&paths);
             i
@@ -67,7 +68,11 @@ fn report(args: &DoctorArgs) -> Result<Report> {
     };
     let mut r = doctor::run(&input);
     if args.measure {
-        r.extend([Area::P2p, Area::Gdr, Area::Gds].into_iter().filter_map(measured::not_available));
+        r.extend(
+            [Area::P2p, Area::Gdr, Area::Gds]
+                .into_iter()
+                .filter_map(measured::not_available),
+        );
     }
     Ok(r)
 }
@@ -103,8 +108,13 @@ fn line(o: &mut String, f: &Finding) {
 fn render(r: &Report, args: &DoctorArgs) -> String {
     let mut o = String::new();
     let _ = writeln!(o, "gdpath doctor: {} ({})", r.source, r.mode);
-    if r.of(Area::System).any(|f| f.id.as_str() == gdpath::finding::ids::SYSTEM_NO_GPU && f.status == Status::Unavailable) {
-        let _ = writeln!(o, "No GPU: there is no NVIDIA GPU here; checking what can be checked without one.");
+    if r.of(Area::System).any(|f| {
+        f.id.as_str() == gdpath::finding::ids::SYSTEM_NO_GPU && f.status == Status::Unavailable
+    }) {
+        let _ = writeln!(
+            o,
+            "No GPU: there is no NVIDIA GPU here; checking what can be checked without one."
+        );
     }
     for a in [Area::P2p, Area::Gdr, Area::Gds, Area::System] {
         let _ = writeln!(o, "\n{}", title(a));

@@ -14,9 +14,18 @@ fn sandy_bridge_without_gpu() {
     let r = doctor_on(&top, |_| {});
     assert_eq!(r.mode, "replay");
     // No GPU: system.no-gpu, and P2P/GDR/GDS unavailable because of it.
-    assert_eq!(status(&r, ids::SYSTEM_NO_GPU, "system"), Status::Unavailable);
-    assert_eq!(status(&r, ids::P2P_UNSUPPORTED, "system"), Status::Unavailable);
-    let gdr_no_gpu = r.of(Area::Gdr).find(|f| f.id.as_str() == ids::SYSTEM_NO_GPU).unwrap();
+    assert_eq!(
+        status(&r, ids::SYSTEM_NO_GPU, "system"),
+        Status::Unavailable
+    );
+    assert_eq!(
+        status(&r, ids::P2P_UNSUPPORTED, "system"),
+        Status::Unavailable
+    );
+    let gdr_no_gpu = r
+        .of(Area::Gdr)
+        .find(|f| f.id.as_str() == ids::SYSTEM_NO_GPU)
+        .unwrap();
     assert_eq!(gdr_no_gpu.status, Status::Unavailable);
     assert_eq!(r.verdict(Area::Gds).unwrap().status, Status::Unavailable);
     // The ConnectX-3 is an RDMA device (mlx4_0 on 0000:82:00.0).
@@ -24,14 +33,26 @@ fn sandy_bridge_without_gpu() {
     assert_eq!(f.status, Status::Ok);
     assert!(f.evidence.contains("mlx4_0 on NIC"), "{}", f.evidence);
     // Bare metal (no hypervisor flag), no container signs in the dump.
-    assert_eq!(status(&r, ids::SYSTEM_VIRTUAL_MACHINE, "system"), Status::Ok);
+    assert_eq!(
+        status(&r, ids::SYSTEM_VIRTUAL_MACHINE, "system"),
+        Status::Ok
+    );
     // The dump has neither /sys/class/iommu nor a kernel release.
     assert_eq!(status(&r, ids::SYSTEM_IOMMU, "system"), Status::Unknown);
     assert_eq!(status(&r, ids::SYSTEM_KERNEL, "system"), Status::Unknown);
     // Live-only facts are not run in a replay.
-    assert_eq!(status(&r, ids::SYSTEM_MEMLOCK_LOW, "system"), Status::NotRun);
-    assert_eq!(status(&r, ids::SYSTEM_CUDA_MISSING, "system"), Status::NotRun);
-    assert_eq!(status(&r, ids::GDS_CUFILE_MISSING, "system"), Status::NotRun);
+    assert_eq!(
+        status(&r, ids::SYSTEM_MEMLOCK_LOW, "system"),
+        Status::NotRun
+    );
+    assert_eq!(
+        status(&r, ids::SYSTEM_CUDA_MISSING, "system"),
+        Status::NotRun
+    );
+    assert_eq!(
+        status(&r, ids::GDS_CUFILE_MISSING, "system"),
+        Status::NotRun
+    );
     assert_eq!(status(&r, ids::GDR_UCX_NO_CUDA, "system"), Status::NotRun);
     assert_eq!(r.exit_code(), 2);
 }
@@ -45,7 +66,10 @@ fn qemu_vm_is_detected() {
     assert!(f.evidence.contains("hypervisor"), "{}", f.evidence);
     assert!(!f.remedy.is_empty());
     // No /sys/class/infiniband in this VM: no RDMA device.
-    assert_eq!(status(&r, ids::GDR_NO_RDMA_DEVICE, "system"), Status::Unavailable);
+    assert_eq!(
+        status(&r, ids::GDR_NO_RDMA_DEVICE, "system"),
+        Status::Unavailable
+    );
 }
 
 #[test]
@@ -54,11 +78,21 @@ fn power9_gpus_without_tree_or_driver_facts() {
     let r = doctor_on(&top, |_| {});
     // Six V100 (listed by the NVIDIA driver), no PCI tree, no driver facts in a replay.
     assert_eq!(status(&r, ids::SYSTEM_NO_GPU, "system"), Status::Ok);
-    assert_eq!(status(&r, ids::P2P_UNSUPPORTED, "GPU0-GPU1"), Status::NotRun);
-    assert_eq!(status(&r, ids::P2P_ACS_ENABLED, "GPU0-GPU1"), Status::Unknown);
+    assert_eq!(
+        status(&r, ids::P2P_UNSUPPORTED, "GPU0-GPU1"),
+        Status::NotRun
+    );
+    assert_eq!(
+        status(&r, ids::P2P_ACS_ENABLED, "GPU0-GPU1"),
+        Status::Unknown
+    );
     // Kernel 4.14 from /proc/version: too old for dma-buf GDR.
     let k = find(&r, ids::SYSTEM_KERNEL, "system");
-    assert!(k.evidence.contains("4.14.0-49") && k.evidence.contains("/proc/version"), "{}", k.evidence);
+    assert!(
+        k.evidence.contains("4.14.0-49") && k.evidence.contains("/proc/version"),
+        "{}",
+        k.evidence
+    );
     let d = find(&r, ids::GDR_DMABUF_UNAVAILABLE, "system");
     assert_eq!(d.status, Status::Unavailable);
     assert!(d.evidence.contains("< 5.12"), "{}", d.evidence);
@@ -79,7 +113,11 @@ fn container_signs() {
     let r = doctor_on(&top, |_| {});
     let c = find(&r, ids::SYSTEM_CONTAINER, "system");
     assert_eq!(c.status, Status::Unknown);
-    assert!(c.evidence.contains("/.dockerenv exists") && c.evidence.contains("docker/3f2a"), "{}", c.evidence);
+    assert!(
+        c.evidence.contains("/.dockerenv exists") && c.evidence.contains("docker/3f2a"),
+        "{}",
+        c.evidence
+    );
 }
 
 /// Derived: IOMMU units and groups added to the Sandy Bridge dump with two GPUs (see
@@ -92,15 +130,30 @@ fn iommu_translated() {
     mkdir(&top, "sys/class/iommu/dmar0");
     write(&top, "sys/kernel/iommu_groups/7/type", "DMA\n");
     write(&top, "sys/kernel/iommu_groups/9/type", "DMA-FQ\n");
-    for (dev, g) in [("0000:00:1c.0/0000:04:00.0/0000:05:00.0", 7), ("0000:80:03.0/0000:83:00.0", 9)] {
-        let host = if dev.starts_with("0000:80") { "pci0000:80" } else { "pci0000:00" };
-        symlink(&top, &format!("sys/devices/{host}/{dev}/iommu_group"), &format!("../../../../kernel/iommu_groups/{g}"));
+    for (dev, g) in [
+        ("0000:00:1c.0/0000:04:00.0/0000:05:00.0", 7),
+        ("0000:80:03.0/0000:83:00.0", 9),
+    ] {
+        let host = if dev.starts_with("0000:80") {
+            "pci0000:80"
+        } else {
+            "pci0000:00"
+        };
+        symlink(
+            &top,
+            &format!("sys/devices/{host}/{dev}/iommu_group"),
+            &format!("../../../../kernel/iommu_groups/{g}"),
+        );
     }
     write(&top, "proc/cmdline", "ro quiet intel_iommu=on\n");
     let r = doctor_on(&top, |_| {});
     let s = find(&r, ids::SYSTEM_IOMMU, "system");
     assert_eq!(s.status, Status::Degraded);
-    assert!(s.evidence.contains("dmar0") && s.evidence.contains("intel_iommu=on"), "{}", s.evidence);
+    assert!(
+        s.evidence.contains("dmar0") && s.evidence.contains("intel_iommu=on"),
+        "{}",
+        s.evidence
+    );
     let p = find(&r, ids::P2P_IOMMU_TRANSLATED, "GPU0-GPU1");
     assert_eq!(p.status, Status::Degraded, "{}", p.evidence);
     assert!(p.evidence.contains("type DMA"), "{}", p.evidence);
@@ -110,7 +163,10 @@ fn iommu_translated() {
     write(&top, "sys/kernel/iommu_groups/9/type", "identity\n");
     let r = doctor_on(&top, |_| {});
     assert_eq!(status(&r, ids::SYSTEM_IOMMU, "system"), Status::Ok);
-    assert_eq!(status(&r, ids::P2P_IOMMU_TRANSLATED, "GPU0-GPU1"), Status::Ok);
+    assert_eq!(
+        status(&r, ids::P2P_IOMMU_TRANSLATED, "GPU0-GPU1"),
+        Status::Ok
+    );
 }
 
 /// Derived: two GPUs in the Sandy Bridge dump (see `sandy_with_gpus`): one per socket.
@@ -125,7 +181,11 @@ fn gpus_on_two_sockets() {
     // NCCL on Intel: P2P level PXB by default, SYS > PXB.
     let n = find(&r, ids::P2P_NCCL_LEVEL, "GPU0-GPU1");
     assert_eq!(n.status, Status::Degraded);
-    assert!(n.evidence.contains("SYS") && n.evidence.contains("PXB (NCCL's default)"), "{}", n.evidence);
+    assert!(
+        n.evidence.contains("SYS") && n.evidence.contains("PXB (NCCL's default)"),
+        "{}",
+        n.evidence
+    );
     // The bridges' config files are the 64-byte header: ACS unknown.
     let a = find(&r, ids::P2P_ACS_ENABLED, "GPU0-GPU1");
     assert_eq!(a.status, Status::Unknown);
@@ -154,7 +214,11 @@ fn acs_redirect_between_gpu_and_nic() {
     let f = find(&r, ids::P2P_ACS_ENABLED, "GPU0-NIC2 (mlx4_0)");
     assert_eq!(f.path, Area::Gdr);
     assert_eq!(f.status, Status::Degraded);
-    assert!(f.evidence.contains("0000:80:02.2 ACS control RR CR"), "{}", f.evidence);
+    assert!(
+        f.evidence.contains("0000:80:02.2 ACS control RR CR"),
+        "{}",
+        f.evidence
+    );
 
     // Control 0 (capability present, nothing enabled): no redirect; the other root port stays
     // unknown (64-byte header).
@@ -162,7 +226,11 @@ fn acs_redirect_between_gpu_and_nic() {
     let r = doctor_on(&top, |_| {});
     let f = find(&r, ids::P2P_ACS_ENABLED, "GPU0-NIC2 (mlx4_0)");
     assert_eq!(f.status, Status::Unknown);
-    assert!(f.evidence.contains("no redirect on 0000:80:02.2"), "{}", f.evidence);
+    assert!(
+        f.evidence.contains("no redirect on 0000:80:02.2"),
+        "{}",
+        f.evidence
+    );
 }
 
 /// Derived: the Xeon Phi made a GPU (see `sandy_with_gpus`): its nearest RDMA NIC is the
@@ -179,9 +247,15 @@ fn gpu_and_nic_meet_at_the_cpu() {
     let r = doctor_on(&top, |i| {
         i.env.insert("NCCL_NET_GDR_LEVEL".into(), "PHB".into());
     });
-    assert_eq!(status(&r, ids::GDR_NIC_FAR, "GPU0-NIC2 (mlx4_0)"), Status::Ok);
+    assert_eq!(
+        status(&r, ids::GDR_NIC_FAR, "GPU0-NIC2 (mlx4_0)"),
+        Status::Ok
+    );
     // No link files in this dump.
-    assert_eq!(status(&r, ids::GDR_LINK_DEGRADED, "NIC2 (mlx4_0)"), Status::Unknown);
+    assert_eq!(
+        status(&r, ids::GDR_LINK_DEGRADED, "NIC2 (mlx4_0)"),
+        Status::Unknown
+    );
 }
 
 /// Derived: the ConnectX-3 (a PCIe Gen3 x8 part) given link files saying it trained at
@@ -212,7 +286,11 @@ fn peermem_loaded_with_and_without_memory_peers() {
     assert_eq!(status(&r, ids::GDR_PEERMEM_MISSING, "system"), Status::Ok);
     let f = find(&r, ids::GDR_PEERMEM_UNREGISTERED, "system");
     assert_eq!(f.status, Status::Unavailable);
-    assert!(f.evidence.contains("memory_peers is absent"), "{}", f.evidence);
+    assert!(
+        f.evidence.contains("memory_peers is absent"),
+        "{}",
+        f.evidence
+    );
     write(&top, "sys/kernel/mm/memory_peers/nv_mem/version", "1.3\n");
     let r = doctor_on(&top, |_| {});
     let f = find(&r, ids::GDR_PEERMEM_UNREGISTERED, "system");
@@ -226,7 +304,10 @@ fn nvidia_fs_version() {
     let (_t, top) = unpack_sysfs(SANDY);
     let r = doctor_on(&top, |_| {});
     // The dump has no /proc/modules and no /sys/module: unknown, not missing.
-    assert_eq!(status(&r, ids::GDS_NVIDIA_FS_MISSING, "system"), Status::Unknown);
+    assert_eq!(
+        status(&r, ids::GDS_NVIDIA_FS_MISSING, "system"),
+        Status::Unknown
+    );
     write(&top, "proc/driver/nvidia-fs/version", "version: 2.26.6\n");
     let r = doctor_on(&top, |_| {});
     let f = find(&r, ids::GDS_NVIDIA_FS_MISSING, "system");
@@ -269,7 +350,10 @@ fn block_devices_behind_a_path() {
     assert_eq!(f.status, Status::Degraded);
     assert!(f.evidence.contains("at SYS"), "{}", f.evidence);
     // cuFile facts are not in a replay: native vs compat cannot be told.
-    assert_eq!(status(&r, ids::GDS_HANDLE_REGISTER_FAILED, "/data"), Status::NotRun);
+    assert_eq!(
+        status(&r, ids::GDS_HANDLE_REGISTER_FAILED, "/data"),
+        Status::NotRun
+    );
 
     let r = run((8, 0));
     let f = find(&r, ids::GDS_NOT_NVME, "/data");
@@ -277,7 +361,11 @@ fn block_devices_behind_a_path() {
     assert!(f.evidence.contains("sda"), "{}", f.evidence);
     assert_eq!(status(&r, ids::GDS_COMPAT_MODE, "/data"), Status::Degraded);
 
-    symlink(&top, "sys/class/block/dm-0", "../../devices/virtual/block/dm-0");
+    symlink(
+        &top,
+        "sys/class/block/dm-0",
+        "../../devices/virtual/block/dm-0",
+    );
     write(&top, "sys/devices/virtual/block/dm-0/dev", "253:0\n");
     write(&top, "sys/devices/virtual/block/dm-0/dm/name", "vg0-data\n");
     symlink(
@@ -288,10 +376,18 @@ fn block_devices_behind_a_path() {
     let r = run((253, 0));
     let f = find(&r, ids::GDS_DEVICE_MAPPER, "/data");
     assert_eq!(f.status, Status::Degraded);
-    assert!(f.evidence.contains("vg0-data") && f.evidence.contains("nvme0n1p1"), "{}", f.evidence);
+    assert!(
+        f.evidence.contains("vg0-data") && f.evidence.contains("nvme0n1p1"),
+        "{}",
+        f.evidence
+    );
     let c = find(&r, ids::GDS_COMPAT_MODE, "/data");
     assert_eq!(c.status, Status::Degraded);
-    assert!(c.evidence.contains(ids::GDS_DEVICE_MAPPER), "{}", c.evidence);
+    assert!(
+        c.evidence.contains(ids::GDS_DEVICE_MAPPER),
+        "{}",
+        c.evidence
+    );
 }
 
 /// Derived: a cufile.json in the Sandy Bridge dump's /etc, with comments as NVIDIA ships it,
@@ -300,7 +396,11 @@ fn block_devices_behind_a_path() {
 #[test]
 fn cufile_json_forbids_compat() {
     let (_t, top) = unpack_sysfs(SANDY);
-    write(&top, "proc/modules", "mlx4_ib 167936 0 - Live 0x0000000000000000\n");
+    write(
+        &top,
+        "proc/modules",
+        "mlx4_ib 167936 0 - Live 0x0000000000000000\n",
+    );
     write(
         &top,
         "etc/cufile.json",
@@ -309,8 +409,15 @@ fn cufile_json_forbids_compat() {
     let r = doctor_on(&top, |i| i.paths = vec![probe((259, 1), 0xEF53)]);
     let c = find(&r, ids::GDS_CUFILE_CONFIG, "system");
     assert_eq!(c.status, Status::Ok);
-    assert!(c.evidence.contains("allow_compat_mode false") && c.evidence.contains("16384"), "{}", c.evidence);
-    assert_eq!(status(&r, ids::GDS_NVIDIA_FS_MISSING, "system"), Status::Degraded);
+    assert!(
+        c.evidence.contains("allow_compat_mode false") && c.evidence.contains("16384"),
+        "{}",
+        c.evidence
+    );
+    assert_eq!(
+        status(&r, ids::GDS_NVIDIA_FS_MISSING, "system"),
+        Status::Degraded
+    );
     let m = find(&r, ids::GDS_COMPAT_MODE, "/data");
     assert_eq!(m.status, Status::Unavailable, "{}", m.evidence);
 
@@ -326,12 +433,23 @@ fn cufile_json_forbids_compat() {
     assert!(c.evidence.contains("line 4, column 5"), "{}", c.evidence);
 
     // CUFILE_ENV_PATH_JSON names another file.
-    write(&top, "opt/app/cufile.json", "{ \"properties\": { \"use_pci_p2pdma\": true } }");
+    write(
+        &top,
+        "opt/app/cufile.json",
+        "{ \"properties\": { \"use_pci_p2pdma\": true } }",
+    );
     let r = doctor_on(&top, |i| {
-        i.env.insert("CUFILE_ENV_PATH_JSON".into(), "/opt/app/cufile.json".into());
+        i.env
+            .insert("CUFILE_ENV_PATH_JSON".into(), "/opt/app/cufile.json".into());
     });
     let c = find(&r, ids::GDS_CUFILE_CONFIG, "system");
-    assert!(c.evidence.contains("/opt/app/cufile.json (CUFILE_ENV_PATH_JSON)") && c.evidence.contains("use_pci_p2pdma true"), "{}", c.evidence);
+    assert!(
+        c.evidence
+            .contains("/opt/app/cufile.json (CUFILE_ENV_PATH_JSON)")
+            && c.evidence.contains("use_pci_p2pdma true"),
+        "{}",
+        c.evidence
+    );
 }
 
 /// The Sandy Bridge dump's /proc/meminfo (MemTotal 31.3 GiB) against memlock limits given as
@@ -340,11 +458,23 @@ fn cufile_json_forbids_compat() {
 fn memlock_against_memtotal() {
     let (_t, top) = unpack_sysfs(SANDY);
     let r = doctor_on(&top, |i| {
-        i.memlock = Gathered::Got(Memlock { soft: Some(8 << 20), hard: Some(8 << 20) })
+        i.memlock = Gathered::Got(Memlock {
+            soft: Some(8 << 20),
+            hard: Some(8 << 20),
+        })
     });
     let f = find(&r, ids::SYSTEM_MEMLOCK_LOW, "system");
     assert_eq!(f.status, Status::Degraded);
-    assert!(f.evidence.contains("soft 8 MiB") && f.evidence.contains("MemTotal 31.3 GiB"), "{}", f.evidence);
-    let r = doctor_on(&top, |i| i.memlock = Gathered::Got(Memlock { soft: None, hard: None }));
+    assert!(
+        f.evidence.contains("soft 8 MiB") && f.evidence.contains("MemTotal 31.3 GiB"),
+        "{}",
+        f.evidence
+    );
+    let r = doctor_on(&top, |i| {
+        i.memlock = Gathered::Got(Memlock {
+            soft: None,
+            hard: None,
+        })
+    });
     assert_eq!(status(&r, ids::SYSTEM_MEMLOCK_LOW, "system"), Status::Ok);
 }

@@ -4,7 +4,9 @@
 
 mod doctor_common;
 use doctor_common::*;
-use gdpath::doctor::{CufileFacts, Gathered, OdirectProbe, PathInput, PathProbe, RdmaCoreFacts, UcxFacts};
+use gdpath::doctor::{
+    CufileFacts, Gathered, OdirectProbe, PathInput, PathProbe, RdmaCoreFacts, UcxFacts,
+};
 use gdpath::finding::ids;
 use gdpath::topo::facts::P2pCap;
 use gdpath::{Area, Status};
@@ -26,10 +28,19 @@ fn h200_as_probed() {
         ids::P2P_DISABLED,
         ids::P2P_NCCL_LEVEL,
     ] {
-        assert_eq!(status(&r, id, PAIR), Status::Ok, "{id}: {}", find(&r, id, PAIR).evidence);
+        assert_eq!(
+            status(&r, id, PAIR),
+            Status::Ok,
+            "{id}: {}",
+            find(&r, id, PAIR).evidence
+        );
     }
     let u = find(&r, ids::P2P_UNSUPPORTED, PAIR);
-    assert!(u.evidence.starts_with("NV18") && u.evidence.contains("pci NS"), "{}", u.evidence);
+    assert!(
+        u.evidence.starts_with("NV18") && u.evidence.contains("pci NS"),
+        "{}",
+        u.evidence
+    );
     for g in ["GPU0", "GPU1"] {
         let f = find(&r, ids::P2P_NVLINK_DEGRADED, g);
         assert_eq!(f.status, Status::Ok);
@@ -37,7 +48,11 @@ fn h200_as_probed() {
         assert_eq!(status(&r, ids::GDR_BAR1_SMALL, g), Status::Ok);
         let l = find(&r, ids::GDR_LINK_DEGRADED, g);
         assert_eq!(l.status, Status::Ok);
-        assert!(l.evidence.contains("Gen5 x16 of Gen5 x16"), "{}", l.evidence);
+        assert!(
+            l.evidence.contains("Gen5 x16 of Gen5 x16"),
+            "{}",
+            l.evidence
+        );
     }
     let v = r.verdict(Area::P2p).unwrap();
     assert_eq!(v.status, Status::Ok, "{}", v.summary);
@@ -47,11 +62,20 @@ fn h200_as_probed() {
     assert!(g.evidence.contains("/sys/class/infiniband is empty"));
     assert_eq!(r.verdict(Area::Gdr).unwrap().status, Status::Unavailable);
     // No nvidia-fs (the probe's module grep and /proc/driver/nvidia-fs).
-    assert_eq!(status(&r, ids::GDS_NVIDIA_FS_MISSING, "system"), Status::Degraded);
+    assert_eq!(
+        status(&r, ids::GDS_NVIDIA_FS_MISSING, "system"),
+        Status::Degraded
+    );
     // System: driver and CUDA from the facts, kernel from uname, IOMMU off.
-    assert!(find(&r, ids::SYSTEM_DRIVER, "system").evidence.contains("580.159.04"));
-    assert!(find(&r, ids::SYSTEM_CUDA_MISSING, "system").evidence.contains("CUDA driver API 13.0"));
-    assert!(find(&r, ids::SYSTEM_KERNEL, "system").evidence.contains("6.18.44-fc-v657-gpu"));
+    assert!(find(&r, ids::SYSTEM_DRIVER, "system")
+        .evidence
+        .contains("580.159.04"));
+    assert!(find(&r, ids::SYSTEM_CUDA_MISSING, "system")
+        .evidence
+        .contains("CUDA driver API 13.0"));
+    assert!(find(&r, ids::SYSTEM_KERNEL, "system")
+        .evidence
+        .contains("6.18.44-fc-v657-gpu"));
     assert_eq!(status(&r, ids::SYSTEM_IOMMU, "system"), Status::Ok);
     assert_eq!(r.exit_code(), 2);
 }
@@ -76,7 +100,9 @@ fn h200_gds_unavailable_with_cufiles_reason() {
         });
         i.ucx = Gathered::Got(UcxFacts {
             version: Some("1.16.0".into()),
-            transports: ["self", "tcp", "sysv", "posix", "cma"].map(String::from).to_vec(),
+            transports: ["self", "tcp", "sysv", "posix", "cma"]
+                .map(String::from)
+                .to_vec(),
             cuda_support: None,
         });
         i.rdma_core = Gathered::Got(RdmaCoreFacts {
@@ -111,7 +137,10 @@ fn h200_gds_unavailable_with_cufiles_reason() {
         assert!(c.evidence.contains(err));
         assert_eq!(status(&r, ids::STORAGE_ODIRECT_UNSUPPORTED, p), Status::Ok);
     }
-    assert_eq!(status(&r, ids::GDS_FS_UNSUPPORTED, "/dev/shm"), Status::Degraded);
+    assert_eq!(
+        status(&r, ids::GDS_FS_UNSUPPORTED, "/dev/shm"),
+        Status::Degraded
+    );
     assert_eq!(status(&r, ids::GDS_FS_UNSUPPORTED, "/"), Status::Ok);
     assert_eq!(status(&r, ids::GDS_CUFILE_MISSING, "system"), Status::Ok);
     assert_eq!(r.verdict(Area::Gds).unwrap().status, Status::Unavailable);
@@ -121,7 +150,10 @@ fn h200_gds_unavailable_with_cufiles_reason() {
     // Kernel 6.18 and rdma-core 50 are fine for dma-buf; the CUDA attribute is not in the probe.
     let d = find(&r, ids::GDR_DMABUF_UNAVAILABLE, "system");
     assert_eq!(d.status, Status::Unknown, "{}", d.evidence);
-    assert!(d.evidence.contains("6.18.44-fc-v657-gpu ≥ 5.12") && d.evidence.contains("exports ibv_reg_dmabuf_mr"));
+    assert!(
+        d.evidence.contains("6.18.44-fc-v657-gpu ≥ 5.12")
+            && d.evidence.contains("exports ibv_reg_dmabuf_mr")
+    );
 }
 
 /// Variant: the CUDA attributes filled as a driver would (GDR 1, dma-buf 1 — and then 0).
@@ -139,22 +171,37 @@ fn cuda_attributes() {
         })
     });
     assert_eq!(status(&r, ids::GDR_CUDA_UNSUPPORTED, "GPU0"), Status::Ok);
-    assert_eq!(status(&r, ids::GDR_DMABUF_UNAVAILABLE, "system"), Status::Ok);
+    assert_eq!(
+        status(&r, ids::GDR_DMABUF_UNAVAILABLE, "system"),
+        Status::Ok
+    );
     // No peer-memory module, but dma-buf works: the peer-memory check passes.
     let p = find(&r, ids::GDR_PEERMEM_MISSING, "system");
     assert_eq!(p.status, Status::Ok, "{}", p.evidence);
-    assert!(p.evidence.contains("/sys/module/nvidia_peermem absent") && p.evidence.contains("dma-buf"));
+    assert!(
+        p.evidence.contains("/sys/module/nvidia_peermem absent") && p.evidence.contains("dma-buf")
+    );
 
     for g in &mut f.gpus {
         g.gdr_supported = Some(false);
         g.dma_buf_supported = Some(false);
     }
     let r = doctor_h200(f, |i| i.rdma_core = Gathered::Got(RdmaCoreFacts::default()));
-    assert_eq!(status(&r, ids::GDR_CUDA_UNSUPPORTED, "GPU1"), Status::Unavailable);
+    assert_eq!(
+        status(&r, ids::GDR_CUDA_UNSUPPORTED, "GPU1"),
+        Status::Unavailable
+    );
     let d = find(&r, ids::GDR_DMABUF_UNAVAILABLE, "system");
     assert_eq!(d.status, Status::Unavailable);
-    assert!(d.evidence.contains("GPU0 CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED 0") && d.evidence.contains("libibverbs not found"));
-    assert_eq!(status(&r, ids::GDR_PEERMEM_MISSING, "system"), Status::Unavailable);
+    assert!(
+        d.evidence
+            .contains("GPU0 CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED 0")
+            && d.evidence.contains("libibverbs not found")
+    );
+    assert_eq!(
+        status(&r, ids::GDR_PEERMEM_MISSING, "system"),
+        Status::Unavailable
+    );
 }
 
 /// Variant: BAR1 of 256 MiB (what a GPU shows without Resizable BAR) instead of 256 GiB.
@@ -165,7 +212,11 @@ fn small_bar1() {
     let r = doctor_h200(f, |_| {});
     let b = find(&r, ids::GDR_BAR1_SMALL, "GPU0");
     assert_eq!(b.status, Status::Degraded);
-    assert!(b.evidence.contains("BAR1 256 MiB") && b.evidence.contains("140.4 GiB"), "{}", b.evidence);
+    assert!(
+        b.evidence.contains("BAR1 256 MiB") && b.evidence.contains("140.4 GiB"),
+        "{}",
+        b.evidence
+    );
     assert_eq!(status(&r, ids::GDR_BAR1_SMALL, "GPU1"), Status::Ok);
 }
 
@@ -182,7 +233,9 @@ fn nvlinks_down() {
         assert_eq!(n.status, Status::Degraded);
         assert!(n.evidence.contains("16 of 18"), "{}", n.evidence);
     }
-    assert!(find(&r, ids::P2P_UNSUPPORTED, PAIR).evidence.starts_with("NV16"));
+    assert!(find(&r, ids::P2P_UNSUPPORTED, PAIR)
+        .evidence
+        .starts_with("NV16"));
 }
 
 /// Variant: NVML P2P read and write "NS" while the 18 NVLinks are up (what a GPU in a bad state
@@ -197,7 +250,10 @@ fn nvlink_without_p2p() {
         p.cuda.as_mut().unwrap().access_supported = false;
     }
     let r = doctor_h200(f, |_| {});
-    assert_eq!(status(&r, ids::P2P_NVLINK_NO_P2P, PAIR), Status::Unavailable);
+    assert_eq!(
+        status(&r, ids::P2P_NVLINK_NO_P2P, PAIR),
+        Status::Unavailable
+    );
     assert_eq!(status(&r, ids::P2P_UNSUPPORTED, PAIR), Status::Unavailable);
     // NCCL refuses P2P when NVML's read/write status is not OK.
     let n = find(&r, ids::P2P_NCCL_LEVEL, PAIR);
@@ -210,7 +266,9 @@ fn nvlink_without_p2p() {
 /// fixtures/nvidia-smi/topo-club3090-1229-2x5090-phb-gns.txt, on the H200 facts.
 #[test]
 fn gpu_not_supported() {
-    let fixture = std::fs::read_to_string(fixture("nvidia-smi/topo-club3090-1229-2x5090-phb-gns.txt")).unwrap();
+    let fixture =
+        std::fs::read_to_string(fixture("nvidia-smi/topo-club3090-1229-2x5090-phb-gns.txt"))
+            .unwrap();
     assert!(fixture.contains("GNS"), "the fixture shows GNS");
     let mut f = h200_facts();
     for p in &mut f.pairs {
@@ -274,5 +332,8 @@ fn h200_tree_without_driver_facts() {
     assert_eq!(n.status, Status::Degraded);
     assert!(n.evidence.contains("PHB"));
     // A live GPU machine without /proc/driver/nvidia/version: the driver is not loaded.
-    assert_eq!(status(&r, ids::SYSTEM_DRIVER, "system"), Status::Unavailable);
+    assert_eq!(
+        status(&r, ids::SYSTEM_DRIVER, "system"),
+        Status::Unavailable
+    );
 }

@@ -41,12 +41,24 @@ fn probe_matches_mountinfo(dir: &Path) -> gdpath::doctor::PathProbe {
         .into_iter()
         .find(|(d, _)| *d == key)
         .map(|(_, t)| t)
-        .unwrap_or_else(|| panic!("{}: st_dev {key} not in /proc/self/mountinfo", dir.display()));
+        .unwrap_or_else(|| {
+            panic!(
+                "{}: st_dev {key} not in /proc/self/mountinfo",
+                dir.display()
+            )
+        });
     match magic_of(&fstype) {
         Some(m) => assert_eq!(p.fs_magic, Some(m), "{}: {fstype}", dir.display()),
-        None => eprintln!("{}: file system {fstype} has no magic in this test's table; magic not compared", dir.display()),
+        None => eprintln!(
+            "{}: file system {fstype} has no magic in this test's table; magic not compared",
+            dir.display()
+        ),
     }
-    eprintln!("{}: {fstype} st_dev {key} O_DIRECT {:?}", dir.display(), p.odirect);
+    eprintln!(
+        "{}: {fstype} st_dev {key} O_DIRECT {:?}",
+        dir.display(),
+        p.odirect
+    );
     p
 }
 
@@ -55,7 +67,11 @@ fn probe_a_disk_directory() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let p = probe_matches_mountinfo(dir.path());
     if matches!(p.fs_magic, Some(0xEF53) | Some(0x5846_5342)) {
-        assert_eq!(p.odirect, OdirectProbe::Works, "ext4 and XFS accept O_DIRECT");
+        assert_eq!(
+            p.odirect,
+            OdirectProbe::Works,
+            "ext4 and XFS accept O_DIRECT"
+        );
     }
     // The probe leaves nothing behind.
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
@@ -75,19 +91,29 @@ fn probe_dev_shm() {
     }
     // tmpfs accepts O_DIRECT from Linux 6.6 on (shmem O_DIRECT support); before, open fails.
     let rel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
-    let mut v = rel.trim().split(|c: char| !c.is_ascii_digit()).map(|x| x.parse::<u32>().unwrap_or(0));
+    let mut v = rel
+        .trim()
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|x| x.parse::<u32>().unwrap_or(0));
     let (major, minor) = (v.next().unwrap(), v.next().unwrap());
     if (major, minor) >= (6, 6) {
         assert_eq!(p.odirect, OdirectProbe::Works, "kernel {rel}");
     } else {
-        assert!(matches!(p.odirect, OdirectProbe::Refused(_)), "kernel {rel}: {:?}", p.odirect);
+        assert!(
+            matches!(p.odirect, OdirectProbe::Refused(_)),
+            "kernel {rel}: {:?}",
+            p.odirect
+        );
     }
 }
 
 #[test]
 fn probe_where_nothing_can_be_created() {
     // /proc accepts no new files: O_DIRECT cannot be tested there, which is not a refusal.
-    assert!(matches!(live::probe_odirect(Path::new("/proc")), OdirectProbe::NotTested(_)));
+    assert!(matches!(
+        live::probe_odirect(Path::new("/proc")),
+        OdirectProbe::NotTested(_)
+    ));
     assert!(live::probe_path(Path::new("/nonexistent-gdpath-dir")).is_err());
 }
 
@@ -97,18 +123,29 @@ fn memlock_matches_proc_limits() {
         panic!("getrlimit failed");
     };
     let limits = std::fs::read_to_string("/proc/self/limits").unwrap();
-    let line = limits.lines().find(|l| l.starts_with("Max locked memory")).unwrap();
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max locked memory"))
+        .unwrap();
     let soft = line.split_whitespace().nth(3).unwrap();
-    let expect = if soft == "unlimited" { None } else { Some(soft.parse::<u64>().unwrap()) };
+    let expect = if soft == "unlimited" {
+        None
+    } else {
+        Some(soft.parse::<u64>().unwrap())
+    };
     assert_eq!(m.soft, expect, "{line}");
 }
 
 #[test]
 fn rdma_core_symbol() {
     let r = live::rdma_core();
-    let installed = ["/usr/lib/x86_64-linux-gnu/libibverbs.so.1", "/usr/lib64/libibverbs.so.1", "/usr/lib/libibverbs.so.1"]
-        .iter()
-        .any(|p| Path::new(p).exists());
+    let installed = [
+        "/usr/lib/x86_64-linux-gnu/libibverbs.so.1",
+        "/usr/lib64/libibverbs.so.1",
+        "/usr/lib/libibverbs.so.1",
+    ]
+    .iter()
+    .any(|p| Path::new(p).exists());
     if installed {
         assert_eq!(r.library.as_deref(), Some("libibverbs.so.1"));
         // Every rdma-core a distribution ships today (≥ 34) has it.
@@ -122,7 +159,9 @@ fn rdma_core_symbol() {
 #[test]
 fn environment_keeps_only_relevant_variables() {
     let env = live::environment();
-    assert!(env.keys().all(|k| ["NCCL_", "CUDA_", "CUFILE_", "UCX_"].iter().any(|p| k.starts_with(p))));
+    assert!(env.keys().all(|k| ["NCCL_", "CUDA_", "CUFILE_", "UCX_"]
+        .iter()
+        .any(|p| k.starts_with(p))));
     assert!(!env.contains_key("PATH"));
 }
 
@@ -139,7 +178,10 @@ fn doctor_live_here() {
     let r = doctor::run(&input);
     assert_eq!(r.mode, "live");
     let gpus = loaded.machine.gpus().count();
-    let no_gpu = r.of(Area::System).find(|f| f.id.as_str() == ids::SYSTEM_NO_GPU).unwrap();
+    let no_gpu = r
+        .of(Area::System)
+        .find(|f| f.id.as_str() == ids::SYSTEM_NO_GPU)
+        .unwrap();
     assert_eq!(no_gpu.status == Status::Unavailable, gpus == 0);
     if gpus == 0 {
         eprintln!("no GPU here: checking that the doctor says so and what it checks without one");
@@ -147,14 +189,35 @@ fn doctor_live_here() {
         assert_eq!(r.verdict(Area::P2p).unwrap().status, Status::Unavailable);
     }
     // Live facts are gathered, not "not-run".
-    let memlock = r.findings.iter().find(|f| f.id.as_str() == ids::SYSTEM_MEMLOCK_LOW).unwrap();
-    assert!(matches!(memlock.status, Status::Ok | Status::Degraded), "{memlock:?}");
+    let memlock = r
+        .findings
+        .iter()
+        .find(|f| f.id.as_str() == ids::SYSTEM_MEMLOCK_LOW)
+        .unwrap();
+    assert!(
+        matches!(memlock.status, Status::Ok | Status::Degraded),
+        "{memlock:?}"
+    );
     let sub = dir.path().display().to_string();
-    let od = r.findings.iter().find(|f| f.id.as_str() == ids::STORAGE_ODIRECT_UNSUPPORTED && f.subject == sub).unwrap();
+    let od = r
+        .findings
+        .iter()
+        .find(|f| f.id.as_str() == ids::STORAGE_ODIRECT_UNSUPPORTED && f.subject == sub)
+        .unwrap();
     assert_ne!(od.status, Status::NotRun);
     // The block device behind the temp dir is found through /sys/dev/block.
-    let dm = r.findings.iter().find(|f| f.id.as_str() == ids::GDS_DEVICE_MAPPER && f.subject == sub);
-    let nn = r.findings.iter().find(|f| f.id.as_str() == ids::GDS_NOT_NVME && f.subject == sub).unwrap();
+    let dm = r
+        .findings
+        .iter()
+        .find(|f| f.id.as_str() == ids::GDS_DEVICE_MAPPER && f.subject == sub);
+    let nn = r
+        .findings
+        .iter()
+        .find(|f| f.id.as_str() == ids::GDS_NOT_NVME && f.subject == sub)
+        .unwrap();
     assert!(dm.is_some() || nn.evidence.contains("st_dev"), "{nn:?}");
-    assert!(r.findings.iter().all(|f| f.status != Status::NotRun), "nothing is not-run live");
+    assert!(
+        r.findings.iter().all(|f| f.status != Status::NotRun),
+        "nothing is not-run live"
+    );
 }

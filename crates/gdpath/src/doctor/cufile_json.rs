@@ -48,9 +48,7 @@ impl CufileConfig {
             column: e.column(),
             message: e.to_string(),
         })?;
-        let get = |path: &[&str]| -> Option<&Value> {
-            path.iter().try_fold(&raw, |v, k| v.get(k))
-        };
+        let get = |path: &[&str]| -> Option<&Value> { path.iter().try_fold(&raw, |v, k| v.get(k)) };
         Ok(CufileConfig {
             allow_compat_mode: get(&["properties", "allow_compat_mode"]).and_then(Value::as_bool),
             max_direct_io_size_kb: get(&["properties", "max_direct_io_size_kb"])
@@ -209,7 +207,7 @@ mod tests {
             CufileConfig::parse("{\n\n \"a\": \"x\n").unwrap_err(),
             CufileJsonError::UnclosedString { line: 3 }
         );
-        match CufileConfig::parse("{\n // c\n \"a\": tru\n}").unwrap_err() {
+        match CufileConfig::parse("{\n // c\n \"a\": 1 \"b\": 2\n}").unwrap_err() {
             CufileJsonError::Json { line, .. } => assert_eq!(line, 3),
             e => panic!("{e:?}"),
         }

@@ -25,14 +25,14 @@ pub(super) fn check(input: &DoctorInput) -> Vec<Finding> {
     let m = input.machine;
     let rdma_nics: Vec<&Device> = m.nics().filter(|n| !n.rdma.is_empty()).collect();
     for g in m.gpus() {
-        let gf = input.driver.got().and_then(|f| f.gpu_by_pci(&g.pci.to_string()));
+        let gf = input
+            .driver
+            .got()
+            .and_then(|f| f.gpu_by_pci(&g.pci.to_string()));
         out.push(cuda_attr(input, g, gf));
         out.push(bar1(input, g, gf));
         out.push(link(g, gf));
-        if let Some(nic) = rdma_nics
-            .iter()
-            .min_by_key(|n| (m.pcie_class(g, n), n.pci))
-        {
+        if let Some(nic) = rdma_nics.iter().min_by_key(|n| (m.pcie_class(g, n), n.pci)) {
             out.push(nic_far(input, g, nic, m.pcie_class(g, nic)));
             let s = format!("{}-{}", g.id, nic_name(nic));
             out.push(super::p2p::acs(m, g, nic, &s, false, A));
@@ -62,7 +62,10 @@ fn rdma_devices(input: &DoctorInput) -> Finding {
             A,
             "system",
             Status::Ok,
-            format!("RDMA devices (/sys/class/infiniband): {}", on_pci.join("; ")),
+            format!(
+                "RDMA devices (/sys/class/infiniband): {}",
+                on_pci.join("; ")
+            ),
             "",
         );
     }
@@ -103,7 +106,10 @@ fn rdma_devices(input: &DoctorInput) -> Finding {
             A,
             "system",
             Status::Unknown,
-            format!("the source ({}) names no RDMA device and has no /sys/class", m.source),
+            format!(
+                "the source ({}) names no RDMA device and has no /sys/class",
+                m.source
+            ),
             "",
         ),
     }
@@ -140,8 +146,13 @@ fn dmabuf(input: &DoctorInput) -> Dmabuf {
     match input.driver.got() {
         Some(f) => {
             for g in &gpus {
-                match f.gpu_by_pci(&g.pci.to_string()).and_then(|x| x.dma_buf_supported) {
-                    Some(true) => ev.push(format!("{} CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED 1", g.id)),
+                match f
+                    .gpu_by_pci(&g.pci.to_string())
+                    .and_then(|x| x.dma_buf_supported)
+                {
+                    Some(true) => {
+                        ev.push(format!("{} CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED 1", g.id))
+                    }
                     Some(false) => {
                         missing.push(format!("{} CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED 0", g.id))
                     }
@@ -175,7 +186,14 @@ fn dmabuf(input: &DoctorInput) -> Dmabuf {
     let (available, status) = if !missing.is_empty() {
         (Some(false), Status::Unavailable)
     } else if unknown {
-        (None, if input.is_replay() && input.driver.got().is_none() { Status::NotRun } else { Status::Unknown })
+        (
+            None,
+            if input.is_replay() && input.driver.got().is_none() {
+                Status::NotRun
+            } else {
+                Status::Unknown
+            },
+        )
     } else {
         (Some(true), Status::Ok)
     };
@@ -210,7 +228,14 @@ fn peermem(input: &DoctorInput, dmabuf: &Dmabuf) -> Vec<Finding> {
     let ev = ev.join("; ");
     let id = ids::GDR_PEERMEM_MISSING;
     out.push(match (loaded, known, dmabuf.available) {
-        (Some(m), _, _) => finding(id, A, "system", Status::Ok, format!("{m} loaded ({ev})"), ""),
+        (Some(m), _, _) => finding(
+            id,
+            A,
+            "system",
+            Status::Ok,
+            format!("{m} loaded ({ev})"),
+            "",
+        ),
         (None, true, Some(true)) => finding(
             id,
             A,
@@ -248,7 +273,10 @@ fn peermem(input: &DoctorInput, dmabuf: &Dmabuf) -> Vec<Finding> {
                 A,
                 "system",
                 Status::Ok,
-                format!("{m} loaded; /sys/kernel/mm/memory_peers lists {}", p.join(", ")),
+                format!(
+                    "{m} loaded; /sys/kernel/mm/memory_peers lists {}",
+                    p.join(", ")
+                ),
                 "",
             ),
             _ => finding(
@@ -367,12 +395,29 @@ fn cuda_attr(input: &DoctorInput, g: &Device, gf: Option<&GpuFacts>) -> Finding 
 fn bar1(input: &DoctorInput, g: &Device, gf: Option<&GpuFacts>) -> Finding {
     let id = ids::GDR_BAR1_SMALL;
     let Some(f) = gf else {
-        return finding(id, A, &g.id, input.missing_status(), input.missing_evidence("NVML BAR1 size"), "");
+        return finding(
+            id,
+            A,
+            &g.id,
+            input.missing_status(),
+            input.missing_evidence("NVML BAR1 size"),
+            "",
+        );
     };
     let Some(total) = f.bar1_total_bytes else {
-        return finding(id, A, &g.id, Status::Unknown, "NVML BAR1 size not in the driver facts", "");
+        return finding(
+            id,
+            A,
+            &g.id,
+            Status::Unknown,
+            "NVML BAR1 size not in the driver facts",
+            "",
+        );
     };
-    let used = f.bar1_used_bytes.map(|u| format!(", {} used", bytes(u))).unwrap_or_default();
+    let used = f
+        .bar1_used_bytes
+        .map(|u| format!(", {} used", bytes(u)))
+        .unwrap_or_default();
     let ev = format!(
         "BAR1 {}{used} for {} of GPU memory (nvmlDeviceGetBAR1MemoryInfo)",
         bytes(total),
@@ -386,7 +431,10 @@ fn bar1(input: &DoctorInput, g: &Device, gf: Option<&GpuFacts>) -> Finding {
             A,
             &g.id,
             Status::Degraded,
-            format!("{ev}: at most {} of GPU memory can be registered for GDR at a time", bytes(total)),
+            format!(
+                "{ev}: at most {} of GPU memory can be registered for GDR at a time",
+                bytes(total)
+            ),
             "GPUDirect RDMA maps registered GPU memory through BAR1: enable Resizable BAR / \
              \"Above 4G decoding\" in the BIOS (and `nvidia-smi -q -d BAR1` to verify), or keep \
              registered GPU buffers within the BAR1 size",
@@ -396,13 +444,24 @@ fn bar1(input: &DoctorInput, g: &Device, gf: Option<&GpuFacts>) -> Finding {
 
 fn link(d: &Device, gf: Option<&GpuFacts>) -> Finding {
     let id = ids::GDR_LINK_DEGRADED;
-    let subject = if d.kind == DeviceKind::Nic { nic_name(d) } else { d.id.clone() };
+    let subject = if d.kind == DeviceKind::Nic {
+        nic_name(d)
+    } else {
+        d.id.clone()
+    };
     // sysfs first; NVML's generation and width for a GPU when sysfs has none.
     let mut l = d.link;
-    let mut src = format!("/sys/bus/pci/devices/{}/{{current,max}}_link_{{speed,width}}", d.pci);
+    let mut src = format!(
+        "/sys/bus/pci/devices/{}/{{current,max}}_link_{{speed,width}}",
+        d.pci
+    );
     if l.cur_gts.is_none() || l.max_gts.is_none() {
         if let Some(p) = gf.and_then(|f| f.pcie) {
-            let gts = |g: u32| [2.5, 5.0, 8.0, 16.0, 32.0, 64.0, 128.0].get(g.wrapping_sub(1) as usize).copied();
+            let gts = |g: u32| {
+                [2.5, 5.0, 8.0, 16.0, 32.0, 64.0, 128.0]
+                    .get(g.wrapping_sub(1) as usize)
+                    .copied()
+            };
             l = PcieLink {
                 cur_gts: gts(p.cur_gen),
                 max_gts: gts(p.max_gen),
@@ -415,7 +474,8 @@ fn link(d: &Device, gf: Option<&GpuFacts>) -> Finding {
     let side = |gts: Option<f64>, w: Option<u32>| {
         format!(
             "{} x{}",
-            gts.and_then(PcieLink::gen_of).map_or("Gen?".to_owned(), |g| format!("Gen{g}")),
+            gts.and_then(PcieLink::gen_of)
+                .map_or("Gen?".to_owned(), |g| format!("Gen{g}")),
             w.map_or("?".to_owned(), |w| w.to_string())
         )
     };
@@ -427,7 +487,14 @@ fn link(d: &Device, gf: Option<&GpuFacts>) -> Finding {
     };
     let ev = format!("trained {cur} of {max}{bw} ({src})");
     if l.cur_gts.is_none() && l.cur_width.is_none() {
-        return finding(id, A, subject, Status::Unknown, format!("link speed and width not in the source ({src})"), "");
+        return finding(
+            id,
+            A,
+            subject,
+            Status::Unknown,
+            format!("link speed and width not in the source ({src})"),
+            "",
+        );
     }
     if !l.is_degraded() {
         return finding(id, A, subject, Status::Ok, ev, "");
@@ -473,7 +540,9 @@ fn nic_far(input: &DoctorInput, g: &Device, nic: &Device, class: LinkClass) -> F
             A,
             s,
             Status::Ok,
-            format!("nearest RDMA NIC at {class} ≤ GDR level {level} ({why}): NCCL uses GPUDirect RDMA"),
+            format!(
+                "nearest RDMA NIC at {class} ≤ GDR level {level} ({why}): NCCL uses GPUDirect RDMA"
+            ),
             "",
         )
     } else {

@@ -73,7 +73,14 @@ fn nvidia_fs(input: &DoctorInput) -> (Finding, Option<bool>) {
     if let Some(v) = input.text("/proc/driver/nvidia-fs/version") {
         let v = v.lines().next().unwrap_or("").to_owned();
         return (
-            finding(id, A, "system", Status::Ok, format!("/proc/driver/nvidia-fs/version: {v}"), ""),
+            finding(
+                id,
+                A,
+                "system",
+                Status::Ok,
+                format!("/proc/driver/nvidia-fs/version: {v}"),
+                "",
+            ),
             Some(true),
         );
     }
@@ -104,11 +111,21 @@ fn cufile(input: &DoctorInput) -> Finding {
                   nvidia-cufile wheels, or the gds-tools package)";
     match &input.cufile {
         Gathered::Got(c) if c.library_found => {
-            let mut ev = format!("libcufile {} loaded", c.version.as_deref().unwrap_or("(version ?)"));
+            let mut ev = format!(
+                "libcufile {} loaded",
+                c.version.as_deref().unwrap_or("(version ?)")
+            );
             match &c.driver_open_error {
                 Some(e) => {
                     ev.push_str(&format!("; cuFileDriverOpen failed: {e}"));
-                    finding(id, A, "system", Status::Unavailable, ev, "see cufile.log (logging.dir in cufile.json) for cuFile's reason")
+                    finding(
+                        id,
+                        A,
+                        "system",
+                        Status::Unavailable,
+                        ev,
+                        "see cufile.log (logging.dir in cufile.json) for cuFile's reason",
+                    )
                 }
                 None => {
                     ev.push_str("; cuFileDriverOpen ok");
@@ -116,9 +133,30 @@ fn cufile(input: &DoctorInput) -> Finding {
                 }
             }
         }
-        Gathered::Got(_) => finding(id, A, "system", Status::Unavailable, "libcufile not found", remedy),
-        Gathered::Failed(e) => finding(id, A, "system", Status::Unavailable, format!("libcufile: {e}"), remedy),
-        Gathered::Missing => finding(id, A, "system", input.missing_status(), input.missing_evidence("cuFile"), ""),
+        Gathered::Got(_) => finding(
+            id,
+            A,
+            "system",
+            Status::Unavailable,
+            "libcufile not found",
+            remedy,
+        ),
+        Gathered::Failed(e) => finding(
+            id,
+            A,
+            "system",
+            Status::Unavailable,
+            format!("libcufile: {e}"),
+            remedy,
+        ),
+        Gathered::Missing => finding(
+            id,
+            A,
+            "system",
+            input.missing_status(),
+            input.missing_evidence("cuFile"),
+            "",
+        ),
     }
 }
 
@@ -140,10 +178,18 @@ fn config(input: &DoctorInput) -> (Option<CufileConfig>, Finding) {
                 id,
                 A,
                 "system",
-                if input.is_replay() { Status::NotRun } else { Status::Ok },
+                if input.is_replay() {
+                    Status::NotRun
+                } else {
+                    Status::Ok
+                },
                 format!(
                     "{path} ({why}) not found{}{force}",
-                    if input.is_replay() { " in the capture" } else { ": cuFile uses its built-in defaults" }
+                    if input.is_replay() {
+                        " in the capture"
+                    } else {
+                        ": cuFile uses its built-in defaults"
+                    }
                 ),
                 "",
             ),
@@ -201,15 +247,22 @@ pub fn block_device(view: &dyn gdpath_topo::SysView, dev: (u32, u32)) -> Option<
         .ok()
         .and_then(|_| view.resolve(&format!("/sys/dev/block/{mm}")).ok())
         .or_else(|| {
-            view.read_dir("/sys/class/block").ok()?.into_iter().find_map(|n| {
-                (view.read_text(&format!("/sys/class/block/{n}/dev"))? == mm)
-                    .then(|| view.resolve(&format!("/sys/class/block/{n}")).ok())
-                    .flatten()
-            })
+            view.read_dir("/sys/class/block")
+                .ok()?
+                .into_iter()
+                .find_map(|n| {
+                    (view.read_text(&format!("/sys/class/block/{n}/dev"))? == mm)
+                        .then(|| view.resolve(&format!("/sys/class/block/{n}")).ok())
+                        .flatten()
+                })
         })?;
     let name = canonical.rsplit('/').next()?.to_owned();
     let dm = view.read_text(&format!("{canonical}/dm/name")).map(|n| {
-        (n, view.read_dir(&format!("{canonical}/slaves")).unwrap_or_default())
+        (
+            n,
+            view.read_dir(&format!("{canonical}/slaves"))
+                .unwrap_or_default(),
+        )
     });
     let pci = canonical
         .split('/')
@@ -253,7 +306,10 @@ fn per_path(
         other => {
             let (st, ev) = match other {
                 Gathered::Failed(e) => (Status::Unknown, format!("probe failed: {e}")),
-                _ => (input.missing_status(), input.missing_evidence("file system, O_DIRECT and block device probe")),
+                _ => (
+                    input.missing_status(),
+                    input.missing_evidence("file system, O_DIRECT and block device probe"),
+                ),
             };
             for id in [ids::GDS_FS_UNSUPPORTED, ids::STORAGE_ODIRECT_UNSUPPORTED] {
                 out.push(finding(id, A, &s, st, &ev, ""));
@@ -270,7 +326,14 @@ fn per_path(
     let id = ids::GDS_HANDLE_REGISTER_FAILED;
     let mut refused = None;
     match reg {
-        Some(None) => out.push(finding(id, A, &s, Status::Ok, "cuFileHandleRegister succeeded on a file here", "")),
+        Some(None) => out.push(finding(
+            id,
+            A,
+            &s,
+            Status::Ok,
+            "cuFileHandleRegister succeeded on a file here",
+            "",
+        )),
         Some(Some(e)) => {
             refused = Some(e.clone());
             out.push(finding(
@@ -286,9 +349,15 @@ fn per_path(
         }
         None => {
             let (st, ev) = if cufile.status == Status::Unavailable {
-                (Status::Unavailable, format!("not attempted: {}", cufile.evidence))
+                (
+                    Status::Unavailable,
+                    format!("not attempted: {}", cufile.evidence),
+                )
             } else {
-                (input.missing_status(), input.missing_evidence("cuFileHandleRegister"))
+                (
+                    input.missing_status(),
+                    input.missing_evidence("cuFileHandleRegister"),
+                )
             };
             if st == Status::Unavailable {
                 refused = Some(ev.clone());
@@ -349,15 +418,30 @@ fn per_path(
             id,
             A,
             &s,
-            if input.is_replay() { Status::NotRun } else { Status::Unknown },
+            if input.is_replay() {
+                Status::NotRun
+            } else {
+                Status::Unknown
+            },
             format!(
                 "cannot tell native from compat: {}",
-                if unknown.is_empty() { "nvidia-fs state unknown".to_owned() } else { unknown.join("; ") }
+                if unknown.is_empty() {
+                    "nvidia-fs state unknown".to_owned()
+                } else {
+                    unknown.join("; ")
+                }
             ),
             "",
         )
     } else {
-        finding(id, A, &s, Status::Ok, "nvidia-fs loaded, file system and device supported: cuFile runs native", "")
+        finding(
+            id,
+            A,
+            &s,
+            Status::Ok,
+            "nvidia-fs loaded, file system and device supported: cuFile runs native",
+            "",
+        )
     });
     out
 }
@@ -390,7 +474,14 @@ fn probe_findings(
                             "nvidia-fs supports ext4 only in data=ordered mode: remount without data=journal/writeback",
                         ));
                     } else {
-                        out.push(finding(id, A, s, Status::Ok, format!("{ev}: supported by nvidia-fs"), ""));
+                        out.push(finding(
+                            id,
+                            A,
+                            s,
+                            Status::Ok,
+                            format!("{ev}: supported by nvidia-fs"),
+                            "",
+                        ));
                     }
                 }
                 Some(false) => {
@@ -428,10 +519,24 @@ fn probe_findings(
     // O_DIRECT.
     let id = ids::STORAGE_ODIRECT_UNSUPPORTED;
     out.push(match &probe.odirect {
-        OdirectProbe::Works => finding(id, A, s, Status::Ok, "open(O_CREAT|O_DIRECT) of a temporary file succeeded", ""),
+        OdirectProbe::Works => finding(
+            id,
+            A,
+            s,
+            Status::Ok,
+            "open(O_CREAT|O_DIRECT) of a temporary file succeeded",
+            "",
+        ),
         OdirectProbe::NotTested(e) => {
             unknown.push("O_DIRECT".to_owned());
-            finding(id, A, s, Status::Unknown, format!("no file can be created here to test O_DIRECT: {e}"), "pass a writable --path")
+            finding(
+                id,
+                A,
+                s,
+                Status::Unknown,
+                format!("no file can be created here to test O_DIRECT: {e}"),
+                "pass a writable --path",
+            )
         }
         OdirectProbe::Refused(e) => {
             compat.push(id.to_owned());
@@ -459,8 +564,15 @@ fn probe_findings(
             ids::GDS_NOT_NVME,
             A,
             s,
-            if compat.iter().any(|c| c == ids::GDS_FS_UNSUPPORTED) { Status::Degraded } else { Status::Unknown },
-            format!("st_dev {}:{}: no block device (memory or network file system)", dev.0, dev.1),
+            if compat.iter().any(|c| c == ids::GDS_FS_UNSUPPORTED) {
+                Status::Degraded
+            } else {
+                Status::Unknown
+            },
+            format!(
+                "st_dev {}:{}: no block device (memory or network file system)",
+                dev.0, dev.1
+            ),
             "",
         ));
         return out;
@@ -472,7 +584,10 @@ fn probe_findings(
             A,
             s,
             Status::Unknown,
-            format!("st_dev {}:{}: no /sys/dev/block/{}:{} or /sys/class/block entry", dev.0, dev.1, dev.0, dev.1),
+            format!(
+                "st_dev {}:{}: no /sys/dev/block/{}:{} or /sys/class/block entry",
+                dev.0, dev.1, dev.0, dev.1
+            ),
             "",
         ));
         return out;
@@ -489,7 +604,11 @@ fn probe_findings(
                 "{} ({}/dm/name {dm_name}) over {}",
                 b.name,
                 b.sysfs,
-                if slaves.is_empty() { "?".to_owned() } else { slaves.join(", ") }
+                if slaves.is_empty() {
+                    "?".to_owned()
+                } else {
+                    slaves.join(", ")
+                }
             ),
             "nvidia-fs does not support device-mapper volumes (LVM, dm-crypt, multipath): put \
              the data on a plain NVMe partition (or an mdraid/RAID volume GDS supports) for \
@@ -497,7 +616,14 @@ fn probe_findings(
         ));
         return out;
     }
-    out.push(finding(id, A, s, Status::Ok, format!("{} is not a device-mapper volume ({})", b.name, b.sysfs), ""));
+    out.push(finding(
+        id,
+        A,
+        s,
+        Status::Ok,
+        format!("{} is not a device-mapper volume ({})", b.name, b.sysfs),
+        "",
+    ));
 
     let id = ids::GDS_NOT_NVME;
     if !b.nvme {
@@ -512,7 +638,14 @@ fn probe_findings(
         ));
         return out;
     }
-    out.push(finding(id, A, s, Status::Ok, format!("{} is an NVMe namespace ({})", b.name, b.sysfs), ""));
+    out.push(finding(
+        id,
+        A,
+        s,
+        Status::Ok,
+        format!("{} is an NVMe namespace ({})", b.name, b.sysfs),
+        "",
+    ));
     out.extend(nvme_far(input, s, &b));
     out
 }
@@ -523,7 +656,9 @@ fn ext4_data_mode(input: &DoctorInput, dev: Option<(u32, u32)>) -> Option<String
     let (ma, mi) = dev?;
     let info = input.text("/proc/self/mountinfo")?;
     let want = format!("{ma}:{mi}");
-    let line = info.lines().find(|l| l.split_whitespace().nth(2) == Some(&want))?;
+    let line = info
+        .lines()
+        .find(|l| l.split_whitespace().nth(2) == Some(&want))?;
     let after = line.split(" - ").nth(1)?;
     let opts = after.split_whitespace().nth(2).unwrap_or("");
     Some(
@@ -543,7 +678,10 @@ fn nvme_far(input: &DoctorInput, s: &str, b: &BlockInfo) -> Vec<Finding> {
             A,
             s,
             Status::Unknown,
-            format!("{} is not on a PCI function in the machine (NVMe-oF?)", b.name),
+            format!(
+                "{} is not on a PCI function in the machine (NVMe-oF?)",
+                b.name
+            ),
             "",
         )];
     };
@@ -555,14 +693,21 @@ fn nvme_far(input: &DoctorInput, s: &str, b: &BlockInfo) -> Vec<Finding> {
 fn nvme_class_finding(s: &str, g: &Device, nvme: &Device, class: LinkClass) -> Finding {
     let id = ids::GDS_NVME_FAR;
     let subject = format!("{s}: {}-{}", g.id, nvme.id);
-    let kind = if nvme.kind == DeviceKind::Nvme { "NVMe" } else { "device" };
+    let kind = if nvme.kind == DeviceKind::Nvme {
+        "NVMe"
+    } else {
+        "device"
+    };
     match class {
         LinkClass::Pix | LinkClass::Pxb => finding(
             id,
             A,
             subject,
             Status::Ok,
-            format!("{kind} {} at {class} from {}: DMA stays below the CPU", nvme.pci, g.id),
+            format!(
+                "{kind} {} at {class} from {}: DMA stays below the CPU",
+                nvme.pci, g.id
+            ),
             "",
         ),
         LinkClass::Unknown | LinkClass::X | LinkClass::Nv(_) => finding(
@@ -582,7 +727,11 @@ fn nvme_class_finding(s: &str, g: &Device, nvme: &Device, class: LinkClass) -> F
                 "{kind} {} at {c} from {}: GDS DMA goes through the CPU's root complex{}",
                 nvme.pci,
                 g.id,
-                if c == LinkClass::Sys { " and across sockets" } else { "" }
+                if c == LinkClass::Sys {
+                    " and across sockets"
+                } else {
+                    ""
+                }
             ),
             "for full GDS bandwidth read with a GPU under the same PCIe switch as the NVMe \
              (PIX/PXB); pick the GPU nearest to the drive (`gdpath topo`)",

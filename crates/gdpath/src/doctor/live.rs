@@ -3,7 +3,9 @@
 //! Driver (NVML/CUDA), UCX and cuFile facts come from `gdpath-cuda` and `gdpath-ucx`; the
 //! caller sets them on the [`DoctorInput`] this module returns.
 
-use super::{DoctorInput, Gathered, Memlock, Mode, OdirectProbe, PathInput, PathProbe, RdmaCoreFacts};
+use super::{
+    DoctorInput, Gathered, Memlock, Mode, OdirectProbe, PathInput, PathProbe, RdmaCoreFacts,
+};
 use gdpath_topo::{Machine, SysView};
 use std::collections::BTreeMap;
 use std::ffi::CString;
@@ -18,7 +20,11 @@ const ENV_PREFIXES: [&str; 4] = ["NCCL_", "CUDA_", "CUFILE_", "UCX_"];
 /// A [`DoctorInput`] for the live machine with everything this module can gather: the
 /// environment, the memlock limit, rdma-core, and a probe of each path. Driver, UCX and cuFile
 /// facts are left as they come from `machine` (driver) or [`Gathered::Missing`].
-pub fn gather<'a>(machine: &'a Machine, view: &'a dyn SysView, paths: &[PathBuf]) -> DoctorInput<'a> {
+pub fn gather<'a>(
+    machine: &'a Machine,
+    view: &'a dyn SysView,
+    paths: &[PathBuf],
+) -> DoctorInput<'a> {
     let mut input = DoctorInput::new(machine, view, Mode::Live);
     input.env = environment();
     input.memlock = memlock();
@@ -64,6 +70,8 @@ pub fn memlock() -> Gathered<Memlock> {
     if rc != 0 {
         return Gathered::Failed(std::io::Error::last_os_error().to_string());
     }
+    // rlim_t is u64 on 64-bit Linux targets and u32 on some 32-bit ones.
+    #[allow(clippy::unnecessary_cast)]
     let conv = |v: libc::rlim_t| (v != libc::RLIM_INFINITY).then_some(v as u64);
     Gathered::Got(Memlock {
         soft: conv(r.rlim_cur),
@@ -123,7 +131,11 @@ pub fn probe_odirect(dir: &Path) -> OdirectProbe {
         Err(e_direct) => {
             let _ = std::fs::remove_file(&direct);
             let plain = name("plain");
-            match std::fs::OpenOptions::new().write(true).create_new(true).open(&plain) {
+            match std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&plain)
+            {
                 Ok(f) => {
                     drop(f);
                     let _ = std::fs::remove_file(&plain);

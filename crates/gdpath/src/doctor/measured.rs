@@ -40,7 +40,9 @@ pub fn compare(area: Area, subject: &str, direct_gbps: f64, fallback_gbps: f64) 
             area,
             subject,
             Status::Unknown,
-            format!("measurement invalid: direct {direct_gbps} GB/s, fallback {fallback_gbps} GB/s"),
+            format!(
+                "measurement invalid: direct {direct_gbps} GB/s, fallback {fallback_gbps} GB/s"
+            ),
             "",
         ));
     }
@@ -86,13 +88,31 @@ mod tests {
     fn rule() {
         // H200 figures: NVLink P2P 394 GB/s against 55.5 GB/s pinned staging: a real direct path.
         let f = compare(Area::P2p, "GPU0-GPU1", 394.16, 55.48).unwrap();
-        assert_eq!((f.id.as_str(), f.status), (ids::P2P_MEASURED_FALLBACK, Status::Ok));
+        assert_eq!(
+            (f.id.as_str(), f.status),
+            (ids::P2P_MEASURED_FALLBACK, Status::Ok)
+        );
         // Exactly at the threshold counts as a fallback; just above does not.
-        assert_eq!(compare(Area::Gds, "/data", 12.0, 10.0).unwrap().status, Status::Degraded);
-        assert_eq!(compare(Area::Gds, "/data", 12.01, 10.0).unwrap().status, Status::Ok);
-        assert_eq!(compare(Area::Gdr, "GPU0-NIC0", 10.0, 11.0).unwrap().status, Status::Degraded);
-        assert_eq!(compare(Area::Gdr, "x", f64::NAN, 1.0).unwrap().status, Status::Unknown);
-        assert_eq!(compare(Area::Gdr, "x", 1.0, 0.0).unwrap().status, Status::Unknown);
+        assert_eq!(
+            compare(Area::Gds, "/data", 12.0, 10.0).unwrap().status,
+            Status::Degraded
+        );
+        assert_eq!(
+            compare(Area::Gds, "/data", 12.01, 10.0).unwrap().status,
+            Status::Ok
+        );
+        assert_eq!(
+            compare(Area::Gdr, "GPU0-NIC0", 10.0, 11.0).unwrap().status,
+            Status::Degraded
+        );
+        assert_eq!(
+            compare(Area::Gdr, "x", f64::NAN, 1.0).unwrap().status,
+            Status::Unknown
+        );
+        assert_eq!(
+            compare(Area::Gdr, "x", 1.0, 0.0).unwrap().status,
+            Status::Unknown
+        );
         assert!(compare(Area::System, "x", 1.0, 1.0).is_none());
         assert_eq!(not_available(Area::P2p).unwrap().status, Status::NotRun);
     }

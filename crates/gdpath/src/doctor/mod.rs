@@ -328,10 +328,16 @@ fn verdicts(findings: &[Finding]) -> Vec<Verdict> {
 fn verdict(area: Area, findings: &[Finding]) -> Verdict {
     let of: Vec<&Finding> = findings.iter().filter(|f| f.path == area).collect();
     let count = |st: Status| of.iter().filter(|f| f.status == st).count();
-    let status = [Status::Unavailable, Status::Degraded, Status::Unknown, Status::Ok, Status::NotRun]
-        .into_iter()
-        .find(|s| count(*s) > 0)
-        .unwrap_or(Status::NotRun);
+    let status = [
+        Status::Unavailable,
+        Status::Degraded,
+        Status::Unknown,
+        Status::Ok,
+        Status::NotRun,
+    ]
+    .into_iter()
+    .find(|s| count(*s) > 0)
+    .unwrap_or(Status::NotRun);
     let not_run = count(Status::NotRun);
     let tail = if not_run > 0 && status != Status::NotRun {
         format!("; {not_run} check(s) not run")
@@ -456,7 +462,10 @@ fn no_gpu(input: &DoctorInput, area: Area) -> Option<Finding> {
             area,
             "system",
             Status::Unavailable,
-            format!("no NVIDIA GPU in the source ({}): nothing to move data to or from", m.source),
+            format!(
+                "no NVIDIA GPU in the source ({}): nothing to move data to or from",
+                m.source
+            ),
             "",
         )
     })
@@ -483,12 +492,18 @@ fn module_loaded(input: &DoctorInput, name: &str) -> (Option<bool>, String) {
     if input.view.read_dir("/sys/module").is_ok() {
         return (Some(false), format!("/sys/module/{name} absent"));
     }
-    (None, "/sys/module and /proc/modules not readable".to_owned())
+    (
+        None,
+        "/sys/module and /proc/modules not readable".to_owned(),
+    )
 }
 
 /// The kernel release: `/proc/sys/kernel/osrelease`, else the third word of `/proc/version`.
 fn kernel_release(input: &DoctorInput) -> Option<(String, &'static str)> {
-    if let Some(r) = input.text("/proc/sys/kernel/osrelease").filter(|r| !r.is_empty()) {
+    if let Some(r) = input
+        .text("/proc/sys/kernel/osrelease")
+        .filter(|r| !r.is_empty())
+    {
         return Some((r, "/proc/sys/kernel/osrelease"));
     }
     let v = input.text("/proc/version")?;

@@ -170,15 +170,25 @@ mod tests {
         assert_eq!(NcclLevel::parse("PXB"), Some(NcclLevel::Pxb));
         assert_eq!(NcclLevel::parse("3"), Some(NcclLevel::Phb));
         assert_eq!(NcclLevel::parse("9"), Some(NcclLevel::Sys));
-        assert_eq!(NcclLevel::parse("pxb"), None, "NCCL compares names case-sensitively");
+        assert_eq!(
+            NcclLevel::parse("pxb"),
+            None,
+            "NCCL compares names case-sensitively"
+        );
         assert_eq!(NcclLevel::of_class(LinkClass::Node), Some(NcclLevel::Phb));
         assert_eq!(NcclLevel::of_class(LinkClass::Nv(18)), Some(NcclLevel::Nvl));
         let (l, why) = p2p_level(Some("1"), Some("SYS"), CpuKind::IntelX86, 8);
         assert_eq!((l, why.as_str()), (NcclLevel::Loc, "NCCL_P2P_DISABLE=1"));
-        assert_eq!(p2p_level(Some("0"), None, CpuKind::IntelX86, 8).0, NcclLevel::Pxb);
+        assert_eq!(
+            p2p_level(Some("0"), None, CpuKind::IntelX86, 8).0,
+            NcclLevel::Pxb
+        );
         assert_eq!(p2p_level(None, None, CpuKind::AmdX86, 2).0, NcclLevel::Sys);
         assert_eq!(p2p_level(None, None, CpuKind::AmdX86, 4).0, NcclLevel::Pxb);
-        assert_eq!(p2p_level(None, Some("bogus"), CpuKind::Other, 2).0, NcclLevel::Pxb);
+        assert_eq!(
+            p2p_level(None, Some("bogus"), CpuKind::Other, 2).0,
+            NcclLevel::Pxb
+        );
         assert_eq!(gdr_level(Some("SYS")).0, NcclLevel::Sys);
         assert_eq!(
             CpuKind::from_cpuinfo("processor\t: 0\nvendor_id\t: AuthenticAMD\n"),

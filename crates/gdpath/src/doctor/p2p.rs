@@ -53,10 +53,13 @@ fn pair_facts<'f>(facts: Option<&'f DriverFacts>, a: &Device, b: &Device) -> Vec
     let (Some(f), Some(fa), Some(fb)) = (facts, gpu_facts(facts, a), gpu_facts(facts, b)) else {
         return Vec::new();
     };
-    [f.pair(fa.ordinal, fb.ordinal), f.pair(fb.ordinal, fa.ordinal)]
-        .into_iter()
-        .flatten()
-        .collect()
+    [
+        f.pair(fa.ordinal, fb.ordinal),
+        f.pair(fb.ordinal, fa.ordinal),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
 }
 
 fn nvml_text(p: &GpuPairFacts, a: &Device, b: &Device, fa: u32) -> String {
@@ -143,7 +146,12 @@ fn pair(input: &DoctorInput, a: &Device, b: &Device, facts: Option<&DriverFacts>
              p2p findings for this pair for the cause (ACS, IOMMU, SYS, GPU SKU), or \
              `nvidia-smi topo -p2p rw`",
         ),
-        None => no_driver(input, ids::P2P_UNSUPPORTED, &s, "NVML P2P status and CUDA peer access"),
+        None => no_driver(
+            input,
+            ids::P2P_UNSUPPORTED,
+            &s,
+            "NVML P2P status and CUDA peer access",
+        ),
     });
 
     // p2p.gpu-not-supported: GNS in any capability.
@@ -231,24 +239,34 @@ fn no_driver(input: &DoctorInput, id: &str, subject: &str, what: &str) -> Findin
 
 /// p2p.acs-enabled for two devices (a GPU pair, or a GPU and its NIC under `area` GDR): ACS
 /// P2P redirect on any bridge between them.
-pub(super) fn acs(m: &Machine, a: &Device, b: &Device, s: &str, nvlink: bool, area: Area) -> Finding {
+pub(super) fn acs(
+    m: &Machine,
+    a: &Device,
+    b: &Device,
+    s: &str,
+    nvlink: bool,
+    area: Area,
+) -> Finding {
     let id = ids::P2P_ACS_ENABLED;
     let fin = |st: Status, ev: &str, rem: &str| finding(id, area, s, st, ev, rem);
     if nvlink {
-        return fin(Status::Ok,
+        return fin(
+            Status::Ok,
             "joined by NVLink: P2P does not cross PCIe bridges, so ACS does not apply",
             "",
         );
     }
     if !m.tree_known {
-        return fin(Status::Unknown,
+        return fin(
+            Status::Unknown,
             "the source has no PCI tree: the bridges between the pair are unknown",
             "",
         );
     }
     let bridges = m.bridges_between(a, b);
     if bridges.is_empty() {
-        return fin(Status::Ok,
+        return fin(
+            Status::Ok,
             &format!(
                 "no PCIe bridge between them (both on the root bus {})",
                 a.host_bridge.as_deref().unwrap_or("?")
@@ -263,14 +281,19 @@ pub(super) fn acs(m: &Machine, a: &Device, b: &Device, s: &str, nvlink: bool, ar
         let cfg = format!("/sys/bus/pci/devices/{}/config", br.pci);
         match br.acs {
             Some(st @ AcsState::Present { control, .. }) if st.redirects_p2p() => {
-                redirect.push(format!("{} ACS control {} ({cfg})", br.pci, control.names().join(" ")))
+                redirect.push(format!(
+                    "{} ACS control {} ({cfg})",
+                    br.pci,
+                    control.names().join(" ")
+                ))
             }
             Some(_) => clean.push(br.pci.to_string()),
             None => unknown.push(br.pci.to_string()),
         }
     }
     if !redirect.is_empty() {
-        fin(Status::Degraded,
+        fin(
+            Status::Degraded,
             &format!("P2P request/completion redirect on {}", redirect.join("; ")),
             "P2P traffic is sent up to the root complex (slower, and on many platforms refused): \
              disable ACS on these bridges (`setpci -s BDF ECAP_ACS+6.w=0` at boot, or the \
@@ -278,7 +301,8 @@ pub(super) fn acs(m: &Machine, a: &Device, b: &Device, s: &str, nvlink: bool, ar
              isolate devices (VM passthrough)",
         )
     } else if !unknown.is_empty() {
-        fin(Status::Unknown,
+        fin(
+            Status::Unknown,
             &format!(
                 "ACS unknown on {}: their config space is readable past 64 bytes only as root{}",
                 unknown.join(", "),
@@ -291,7 +315,8 @@ pub(super) fn acs(m: &Machine, a: &Device, b: &Device, s: &str, nvlink: bool, ar
             "run as root (or `sudo lspci -vvv`) to read the ACS capability",
         )
     } else {
-        fin(Status::Ok,
+        fin(
+            Status::Ok,
             &format!("no ACS redirect on {} (sysfs config)", clean.join(", ")),
             "",
         )
@@ -301,7 +326,14 @@ pub(super) fn acs(m: &Machine, a: &Device, b: &Device, s: &str, nvlink: bool, ar
 fn iommu(m: &Machine, a: &Device, b: &Device, s: &str, nvlink: bool) -> Finding {
     let id = ids::P2P_IOMMU_TRANSLATED;
     if nvlink {
-        return finding(id, A, s, Status::Ok, "joined by NVLink: the IOMMU is not on the P2P path", "");
+        return finding(
+            id,
+            A,
+            s,
+            Status::Ok,
+            "joined by NVLink: the IOMMU is not on the P2P path",
+            "",
+        );
     }
     match m.iommu.enabled() {
         None => {
@@ -433,9 +465,15 @@ fn disabled(input: &DoctorInput, a: &Device, b: &Device, s: &str) -> Finding {
         // Ordinals follow CUDA's order; with the driver's facts we know each GPU's ordinal,
         // otherwise PCI order (CUDA_DEVICE_ORDER=PCI_BUS_ID) is the best guess.
         let ord = |d: &Device| -> u32 {
-            gpu_facts(input.driver.got(), d).map(|g| g.ordinal).unwrap_or_else(|| {
-                input.machine.gpus().position(|g| g.pci == d.pci).unwrap_or(0) as u32
-            })
+            gpu_facts(input.driver.got(), d)
+                .map(|g| g.ordinal)
+                .unwrap_or_else(|| {
+                    input
+                        .machine
+                        .gpus()
+                        .position(|g| g.pci == d.pci)
+                        .unwrap_or(0) as u32
+                })
         };
         match visible_ordinals(v) {
             Some(vis) => {
@@ -572,7 +610,11 @@ fn nvlink_per_gpu(g: &Device, facts: Option<&DriverFacts>) -> Option<Finding> {
             format!(
                 "{}: {up} of {n} NVLinks up (NVML nvmlDeviceGetNvLinkState){}",
                 gf.name,
-                if up == 0 { "" } else { "; links down lower NV# and P2P bandwidth" }
+                if up == 0 {
+                    ""
+                } else {
+                    "; links down lower NV# and P2P bandwidth"
+                }
             ),
             "check `nvidia-smi nvlink -s` and `nvidia-smi -q -d NVLINK` for links down or \
              with errors; reseat or service the baseboard; on NVSwitch systems check \
@@ -591,7 +633,10 @@ fn nvlink_per_gpu(g: &Device, facts: Option<&DriverFacts>) -> Option<Finding> {
             A,
             s,
             Status::Ok,
-            format!("{}: {up} NVLinks up (NVML); no reference count for this model", gf.name),
+            format!(
+                "{}: {up} NVLinks up (NVML); no reference count for this model",
+                gf.name
+            ),
             "",
         )),
         None => None,

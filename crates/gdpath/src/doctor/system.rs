@@ -37,7 +37,14 @@ fn no_gpu(input: &DoctorInput) -> Finding {
         )
     } else {
         let names: Vec<String> = m.gpus().map(|g| format!("{} {}", g.id, g.pci)).collect();
-        finding(ids::SYSTEM_NO_GPU, A, "system", Status::Ok, format!("{n} GPU(s): {}", names.join(", ")), "")
+        finding(
+            ids::SYSTEM_NO_GPU,
+            A,
+            "system",
+            Status::Ok,
+            format!("{n} GPU(s): {}", names.join(", ")),
+            "",
+        )
     }
 }
 
@@ -54,23 +61,42 @@ fn driver(input: &DoctorInput) -> Finding {
         ev.push(format!("NVML driver {v}"));
     }
     if let Some(v) = &proc_v {
-        let open = if v.contains("Open Kernel Module") { " (open kernel modules)" } else { "" };
+        let open = if v.contains("Open Kernel Module") {
+            " (open kernel modules)"
+        } else {
+            ""
+        };
         ev.push(format!("/proc/driver/nvidia/version: {v}{open}"));
     }
     if !ev.is_empty() {
         return finding(id, A, "system", Status::Ok, ev.join("; "), "");
     }
     if input.machine.gpus().count() == 0 {
-        return finding(id, A, "system", Status::Unknown, "no GPU, and /proc/driver/nvidia/version absent", "");
+        return finding(
+            id,
+            A,
+            "system",
+            Status::Unknown,
+            "no GPU, and /proc/driver/nvidia/version absent",
+            "",
+        );
     }
     let live = !input.is_replay();
     finding(
         id,
         A,
         "system",
-        if live { Status::Unavailable } else { Status::Unknown },
+        if live {
+            Status::Unavailable
+        } else {
+            Status::Unknown
+        },
         "/proc/driver/nvidia/version absent: the NVIDIA kernel driver is not loaded",
-        if live { "install and load the NVIDIA driver (`modprobe nvidia`; `nvidia-smi` should list the GPUs)" } else { "" },
+        if live {
+            "install and load the NVIDIA driver (`modprobe nvidia`; `nvidia-smi` should list the GPUs)"
+        } else {
+            ""
+        },
     )
 }
 
@@ -82,7 +108,14 @@ fn cuda(input: &DoctorInput) -> Finding {
                 .cuda_driver_version
                 .map(|v| format!("CUDA driver API {}.{} ({v})", v / 1000, (v % 1000) / 10))
                 .unwrap_or_else(|| "CUDA driver API version unknown".to_owned());
-            finding(id, A, "system", Status::Ok, format!("{v}; {} GPU(s) in the driver facts", f.gpus.len()), "")
+            finding(
+                id,
+                A,
+                "system",
+                Status::Ok,
+                format!("{v}; {} GPU(s) in the driver facts", f.gpus.len()),
+                "",
+            )
         }
         Gathered::Failed(e) => finding(
             id,
@@ -106,7 +139,14 @@ fn cuda(input: &DoctorInput) -> Finding {
 
 fn kernel(input: &DoctorInput) -> Finding {
     match kernel_release(input) {
-        Some((r, file)) => finding(ids::SYSTEM_KERNEL, A, "system", Status::Ok, format!("Linux {r} ({file})"), ""),
+        Some((r, file)) => finding(
+            ids::SYSTEM_KERNEL,
+            A,
+            "system",
+            Status::Ok,
+            format!("Linux {r} ({file})"),
+            "",
+        ),
         None => finding(
             ids::SYSTEM_KERNEL,
             A,
@@ -130,7 +170,16 @@ fn memlock(input: &DoctorInput) -> Finding {
     let id = ids::SYSTEM_MEMLOCK_LOW;
     let lim = match &input.memlock {
         Gathered::Got(l) => *l,
-        Gathered::Failed(e) => return finding(id, A, "system", Status::Unknown, format!("getrlimit(RLIMIT_MEMLOCK): {e}"), ""),
+        Gathered::Failed(e) => {
+            return finding(
+                id,
+                A,
+                "system",
+                Status::Unknown,
+                format!("getrlimit(RLIMIT_MEMLOCK): {e}"),
+                "",
+            )
+        }
         Gathered::Missing => {
             return finding(
                 id,
@@ -148,7 +197,9 @@ fn memlock(input: &DoctorInput) -> Finding {
         "getrlimit(RLIMIT_MEMLOCK): soft {}, hard {}{}",
         show(lim.soft),
         show(lim.hard),
-        total.map(|t| format!("; MemTotal {} (/proc/meminfo)", bytes(t))).unwrap_or_default()
+        total
+            .map(|t| format!("; MemTotal {} (/proc/meminfo)", bytes(t)))
+            .unwrap_or_default()
     );
     let enough = match (lim.soft, total) {
         (None, _) => true,
@@ -215,18 +266,29 @@ fn iommu(input: &DoctorInput) -> Finding {
         Some(true) => {
             let mut counts: std::collections::BTreeMap<&str, usize> = Default::default();
             for g in &st.groups {
-                *counts.entry(g.domain_type.as_deref().unwrap_or("unknown")).or_default() += 1;
+                *counts
+                    .entry(g.domain_type.as_deref().unwrap_or("unknown"))
+                    .or_default() += 1;
             }
             let types: Vec<String> = counts.iter().map(|(t, n)| format!("{n} {t}")).collect();
             let ev = format!(
                 "on: units {}; groups by type (/sys/kernel/iommu_groups/N/type): {}{cmd_ev}",
-                if st.units.is_empty() { "none".to_owned() } else { st.units.join(", ") },
-                if types.is_empty() { "none".to_owned() } else { types.join(", ") }
+                if st.units.is_empty() {
+                    "none".to_owned()
+                } else {
+                    st.units.join(", ")
+                },
+                if types.is_empty() {
+                    "none".to_owned()
+                } else {
+                    types.join(", ")
+                }
             );
-            let translated = st
-                .groups
-                .iter()
-                .any(|g| g.domain_type.as_deref().is_some_and(|t| t.starts_with("DMA")));
+            let translated = st.groups.iter().any(|g| {
+                g.domain_type
+                    .as_deref()
+                    .is_some_and(|t| t.starts_with("DMA"))
+            });
             if translated {
                 finding(
                     id,
@@ -238,10 +300,29 @@ fn iommu(input: &DoctorInput) -> Finding {
                      pass-through: boot with `iommu=pt` (and `intel_iommu=on` or `amd_iommu=on` \
                      only where VFIO needs it)",
                 )
-            } else if st.groups.iter().all(|g| g.domain_type.as_deref() == Some("identity")) && !st.groups.is_empty() {
-                finding(id, A, "system", Status::Ok, format!("{ev}: pass-through"), "")
+            } else if st
+                .groups
+                .iter()
+                .all(|g| g.domain_type.as_deref() == Some("identity"))
+                && !st.groups.is_empty()
+            {
+                finding(
+                    id,
+                    A,
+                    "system",
+                    Status::Ok,
+                    format!("{ev}: pass-through"),
+                    "",
+                )
             } else {
-                finding(id, A, "system", Status::Unknown, format!("{ev}: mode not certain"), "")
+                finding(
+                    id,
+                    A,
+                    "system",
+                    Status::Unknown,
+                    format!("{ev}: mode not certain"),
+                    "",
+                )
             }
         }
     }
@@ -251,7 +332,14 @@ fn virtual_machine(input: &DoctorInput) -> Finding {
     let id = ids::SYSTEM_VIRTUAL_MACHINE;
     let m = input.machine;
     let Some(cpuinfo) = input.text("/proc/cpuinfo") else {
-        return finding(id, A, "system", Status::Unknown, "/proc/cpuinfo not in the source", "");
+        return finding(
+            id,
+            A,
+            "system",
+            Status::Unknown,
+            "/proc/cpuinfo not in the source",
+            "",
+        );
     };
     let hyper = cpuinfo
         .lines()
@@ -262,16 +350,28 @@ fn virtual_machine(input: &DoctorInput) -> Finding {
         signs.push("/proc/cpuinfo flags include `hypervisor`".to_owned());
     }
     if let Some(v) = input.text("/sys/class/dmi/id/sys_vendor") {
-        if ["QEMU", "KVM", "Microsoft", "Amazon EC2", "Google", "VMware", "Xen", "innotek"]
-            .iter()
-            .any(|k| v.contains(k))
+        if [
+            "QEMU",
+            "KVM",
+            "Microsoft",
+            "Amazon EC2",
+            "Google",
+            "VMware",
+            "Xen",
+            "innotek",
+        ]
+        .iter()
+        .any(|k| v.contains(k))
         {
             signs.push(format!("/sys/class/dmi/id/sys_vendor: {v}"));
         }
     }
     let gpus: Vec<_> = m.gpus().collect();
     if !gpus.is_empty() && m.tree_known && gpus.iter().all(|g| g.parent.is_none()) {
-        signs.push("every GPU sits directly on a root bus (flat PCI tree, no root port or switch above)".to_owned());
+        signs.push(
+            "every GPU sits directly on a root bus (flat PCI tree, no root port or switch above)"
+                .to_owned(),
+        );
     }
     let devs = m.matrix_devices();
     if !devs.is_empty() && devs.iter().all(|d| d.numa.is_none()) {
@@ -296,7 +396,11 @@ fn virtual_machine(input: &DoctorInput) -> Finding {
             Status::Ok,
             format!(
                 "no hypervisor flag in /proc/cpuinfo{}",
-                if signs.is_empty() { String::new() } else { format!(" ({})", signs.join("; ")) }
+                if signs.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", signs.join("; "))
+                }
             ),
             "",
         )
@@ -314,7 +418,11 @@ fn container(input: &DoctorInput) -> Finding {
     let cg = input
         .text("/proc/1/cgroup")
         .map(|t| (t, "/proc/1/cgroup"))
-        .or_else(|| input.text("/proc/self/cgroup").map(|t| (t, "/proc/self/cgroup")));
+        .or_else(|| {
+            input
+                .text("/proc/self/cgroup")
+                .map(|t| (t, "/proc/self/cgroup"))
+        });
     if let Some((t, f)) = &cg {
         const KEYS: [&str; 6] = ["docker", "kubepods", "containerd", "libpod", "lxc", "crio"];
         if let Some(l) = t.lines().find(|l| KEYS.iter().any(|k| l.contains(k))) {
@@ -334,7 +442,14 @@ fn container(input: &DoctorInput) -> Finding {
              host too",
         )
     } else if cg.is_none() && input.view.read("/proc/cpuinfo").is_err() {
-        finding(id, A, "system", Status::Unknown, "no /proc in the source", "")
+        finding(
+            id,
+            A,
+            "system",
+            Status::Unknown,
+            "no /proc in the source",
+            "",
+        )
     } else {
         finding(
             id,
@@ -343,7 +458,9 @@ fn container(input: &DoctorInput) -> Finding {
             Status::Ok,
             format!(
                 "no container signs (/.dockerenv, /run/.containerenv, {})",
-                cg.map_or("no cgroup file".to_owned(), |(_, f)| format!("{f} without runtime names"))
+                cg.map_or("no cgroup file".to_owned(), |(_, f)| format!(
+                    "{f} without runtime names"
+                ))
             ),
             "",
         )

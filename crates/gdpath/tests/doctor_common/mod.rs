@@ -14,7 +14,12 @@ use std::path::{Path, PathBuf};
 pub fn fixtures() -> PathBuf {
     let dir = std::env::var_os("GDPATH_FIXTURES")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/fixtures")));
+        .unwrap_or_else(|| {
+            PathBuf::from(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../../../shared/fixtures"
+            ))
+        });
     assert!(
         dir.join("INDEX.md").is_file(),
         "fixture directory {} not found (set GDPATH_FIXTURES to the shared/fixtures folder)",
@@ -132,7 +137,8 @@ pub fn status(r: &Report, id: &str, subject: &str) -> Status {
 pub fn config_with_acs(header: &[u8], control: u16) -> Vec<u8> {
     let mut cfg = vec![0u8; 4096];
     cfg[..header.len().min(256)].copy_from_slice(&header[..header.len().min(256)]);
-    let put = |cfg: &mut [u8], off: usize, v: u32| cfg[off..off + 4].copy_from_slice(&v.to_le_bytes());
+    let put =
+        |cfg: &mut [u8], off: usize, v: u32| cfg[off..off + 4].copy_from_slice(&v.to_le_bytes());
     put(&mut cfg, 0x100, 0x000d | (1 << 16));
     put(&mut cfg, 0x104, 0x007f | (u32::from(control) << 16));
     cfg
@@ -149,7 +155,10 @@ pub fn sandy_with_gpus(top: &Path, both: bool) {
     }
     for d in devs {
         let dir = std::fs::canonicalize(top.join(format!("sys/bus/pci/devices/{d}"))).unwrap();
-        let rel = dir.strip_prefix(std::fs::canonicalize(top).unwrap()).unwrap().to_owned();
+        let rel = dir
+            .strip_prefix(std::fs::canonicalize(top).unwrap())
+            .unwrap()
+            .to_owned();
         let rel = rel.to_str().unwrap();
         write(top, &format!("{rel}/class"), "0x030200\n");
         write(top, &format!("{rel}/vendor"), "0x10de\n");
@@ -171,14 +180,21 @@ pub fn h200_tree() -> tempfile::TempDir {
     let tmp = scratch();
     let root = tmp.path();
     let mut n = 0;
-    for l in probe.lines().filter(|l| l.starts_with("/sys/bus/pci/devices/")) {
+    for l in probe
+        .lines()
+        .filter(|l| l.starts_with("/sys/bus/pci/devices/"))
+    {
         let (lhs, canon) = l.split_once(" -> ").unwrap();
         let mut w = lhs.splitn(4, ' ');
         let bus_path = w.next().unwrap();
         let class = w.next().unwrap();
         let (ven, dev) = w.next().unwrap().split_once(':').unwrap();
         let rest = w.next().unwrap();
-        let numa = rest.split_whitespace().next().unwrap().trim_start_matches("numa=");
+        let numa = rest
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .trim_start_matches("numa=");
         let link = rest.split(" link=").nth(1).unwrap();
         let (cur, max) = link.split_once(" max=").unwrap();
         let split = |s: &str| -> (String, String) {
@@ -203,11 +219,19 @@ pub fn h200_tree() -> tempfile::TempDir {
             }
         }
         let bdf = bus_path.rsplit('/').next().unwrap();
-        symlink(root, &format!("sys/bus/pci/devices/{bdf}"), &format!("../../../devices/pci0000:00/{bdf}"));
+        symlink(
+            root,
+            &format!("sys/bus/pci/devices/{bdf}"),
+            &format!("../../../devices/pci0000:00/{bdf}"),
+        );
         n += 1;
     }
     assert_eq!(n, 8, "the probe lists 8 PCI functions");
-    for d in ["sys/class/infiniband", "sys/class/iommu", "sys/kernel/iommu_groups"] {
+    for d in [
+        "sys/class/infiniband",
+        "sys/class/iommu",
+        "sys/kernel/iommu_groups",
+    ] {
         mkdir(root, d);
     }
     for m in ["ib_core", "nvidia", "nvidia_uvm"] {
@@ -215,7 +239,11 @@ pub fn h200_tree() -> tempfile::TempDir {
     }
     write(root, "sys/devices/system/node/node0/cpulist", "0-31\n");
     let uname = probe.lines().find(|l| l.starts_with("Linux vm ")).unwrap();
-    write(root, "proc/sys/kernel/osrelease", format!("{}\n", uname.split_whitespace().nth(2).unwrap()));
+    write(
+        root,
+        "proc/sys/kernel/osrelease",
+        format!("{}\n", uname.split_whitespace().nth(2).unwrap()),
+    );
     tmp
 }
 
@@ -269,7 +297,10 @@ pub fn h200_facts() -> DriverFacts {
     DriverFacts {
         driver_version: Some("580.159.04".into()),
         cuda_driver_version: Some(13000),
-        gpus: vec![gpu(0, "0000:00:06.0", "0000:00:07.0"), gpu(1, "0000:00:07.0", "0000:00:06.0")],
+        gpus: vec![
+            gpu(0, "0000:00:06.0", "0000:00:07.0"),
+            gpu(1, "0000:00:07.0", "0000:00:06.0"),
+        ],
         pairs: vec![pair(0, 1), pair(1, 0)],
     }
 }
