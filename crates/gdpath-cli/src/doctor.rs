@@ -33,11 +33,11 @@ pub struct DoctorArgs {
 /// Runs `gdpath doctor`; errors become exit status 3 with the message on stderr.
 pub fn run(args: DoctorArgs) -> Result<ExitCode> {
     match report(&args) {
-        Ok(r) => {
+        Ok((r, what)) => {
             if args.json {
                 println!("{}", serde_json::to_string_pretty(&r)?);
             } else {
-                print!("{}", render(&r, &args));
+                print!("{}", render(&r, &what, &args));
             }
             Ok(ExitCode::from(r.exit_code()))
         }
@@ -48,7 +48,8 @@ pub fn run(args: DoctorArgs) -> Result<ExitCode> {
     }
 }
 
-fn report(args: &DoctorArgs) -> Result<Report> {
+/// The report and a description of what was examined.
+fn report(args: &DoctorArgs) -> Result<(Report, String)> {
     let source = args.source.source();
     let loaded = doctor::load(&source).context("reading the machine")?;
     let paths = if args.paths.is_empty() {
@@ -74,7 +75,11 @@ fn report(args: &DoctorArgs) -> Result<Report> {
                 .filter_map(measured::not_available),
         );
     }
-    Ok(r)
+    let what = match &loaded.mode {
+        Mode::Live => "this machine (live)".to_owned(),
+        Mode::Replay { what } => format!("{what} (replay: live-only checks not run)"),
+    };
+    Ok((r, what))
 }
 
 fn mark(s: Status) -> &'static str {
@@ -105,9 +110,9 @@ fn line(o: &mut String, f: &Finding) {
 }
 
 /// The human output: findings grouped by path, then one verdict line per path.
-fn render(r: &Report, args: &DoctorArgs) -> String {
+fn render(r: &Report, what: &str, args: &DoctorArgs) -> String {
     let mut o = String::new();
-    let _ = writeln!(o, "gdpath doctor: {} ({})", r.source, r.mode);
+    let _ = writeln!(o, "gdpath doctor: {what}");
     if r.of(Area::System).any(|f| {
         f.id.as_str() == gdpath::finding::ids::SYSTEM_NO_GPU && f.status == Status::Unavailable
     }) {

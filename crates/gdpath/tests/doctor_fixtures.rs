@@ -478,3 +478,43 @@ fn memlock_against_memtotal() {
     });
     assert_eq!(status(&r, ids::SYSTEM_MEMLOCK_LOW, "system"), Status::Ok);
 }
+
+/// Azure NDv2 (NCCL topology file): one InfiniBand NIC on NUMA 0; GPUs 0–3 reach it at PHB,
+/// GPUs 4–7 at SYS (INDEX.md). NCCL's default GDR level PXB turns GDR off for all of them.
+#[test]
+fn azure_ndv2_nic_distance() {
+    let xml = fixture("nccl-xml/nccl-azure-ndv2-topo.xml");
+    let loaded = gdpath::doctor::load(&gdpath::topo::Source::NcclXml(xml)).unwrap();
+    let input = gdpath::doctor::DoctorInput::new(
+        &loaded.machine,
+        loaded.view.as_ref(),
+        loaded.mode.clone(),
+    );
+    let r = gdpath::doctor::run(&input);
+    let far: Vec<&gdpath::Finding> = r
+        .findings
+        .iter()
+        .filter(|f| f.id.as_str() == ids::GDR_NIC_FAR)
+        .collect();
+    assert_eq!(far.len(), 8);
+    for (i, f) in far.iter().enumerate() {
+        assert!(
+            f.subject.starts_with(&format!("GPU{i}-NIC0")),
+            "{}",
+            f.subject
+        );
+        assert_eq!(f.status, Status::Degraded);
+        let class = if i < 4 { "PHB" } else { "SYS" };
+        assert!(
+            f.evidence.contains(&format!("at {class} > GDR level PXB")),
+            "{}",
+            f.evidence
+        );
+    }
+    // No files in an XML source: the file checks are unknown, not failures.
+    assert_eq!(status(&r, ids::SYSTEM_IOMMU, "system"), Status::Unknown);
+    assert_eq!(
+        status(&r, ids::GDR_NO_RDMA_DEVICE, "system"),
+        Status::Unknown
+    );
+}

@@ -23,7 +23,12 @@ pub(super) fn check(input: &DoctorInput) -> Vec<Finding> {
     out.push(dmabuf.finding);
     out.push(ucx(input));
     let m = input.machine;
-    let rdma_nics: Vec<&Device> = m.nics().filter(|n| !n.rdma.is_empty()).collect();
+    let mut rdma_nics: Vec<&Device> = m.nics().filter(|n| !n.rdma.is_empty()).collect();
+    // Sources without class devices (hwloc or NCCL XML) may name no RDMA device even for an
+    // InfiniBand NIC: judge the GPU↔NIC distance against every NIC there.
+    if rdma_nics.is_empty() && input.view.read_dir("/sys/class").is_err() {
+        rdma_nics = m.nics().collect();
+    }
     for g in m.gpus() {
         let gf = input
             .driver

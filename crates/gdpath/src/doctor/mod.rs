@@ -348,13 +348,29 @@ fn verdict(area: Area, findings: &[Finding]) -> Verdict {
         Status::Ok => format!("available ({} check(s) passed{tail})", count(Status::Ok)),
         _ if of.is_empty() => "no checks".to_owned(),
         _ => {
-            let mut ids: Vec<String> = Vec::new();
+            // Each deciding id with its subjects; more than three subjects are counted.
+            let mut by_id: Vec<(&str, Vec<&str>)> = Vec::new();
             for f in of.iter().filter(|f| f.status == status) {
-                let s = format!("{} ({})", f.id, f.subject);
-                if !ids.contains(&s) {
-                    ids.push(s);
+                match by_id.iter_mut().find(|(id, _)| *id == f.id.as_str()) {
+                    Some((_, subs)) if !subs.contains(&f.subject.as_str()) => subs.push(&f.subject),
+                    Some(_) => {}
+                    None => by_id.push((f.id.as_str(), vec![&f.subject])),
                 }
             }
+            let ids: Vec<String> = by_id
+                .iter()
+                .map(|(id, subs)| {
+                    if subs.len() <= 3 {
+                        format!("{id} ({})", subs.join(", "))
+                    } else {
+                        format!(
+                            "{id} ({} subjects: {}, …)",
+                            subs.len(),
+                            subs[..2].join(", ")
+                        )
+                    }
+                })
+                .collect();
             let word = match status {
                 Status::Unavailable => "unavailable",
                 Status::Degraded => "degraded",
@@ -450,6 +466,14 @@ pub fn load(source: &Source) -> Result<Loaded, TopoError> {
             mode: replay(format!("XML {}", path.display())),
         },
     })
+}
+
+/// Reads every file the doctor reads, through `view`, and discards the findings. For
+/// `gdpath topo capture`: pass the capture's [`gdpath_topo::Recording`] so that the snapshot
+/// holds the doctor's files too and `gdpath doctor --snapshot` replays them (the `--path`
+/// probes and the environment are live-only and not captured).
+pub fn read_files(machine: &Machine, view: &dyn SysView) {
+    let _ = run(&DoctorInput::new(machine, view, Mode::Live));
 }
 
 /// `system.no-gpu` under `area` when the machine has no GPU: GDR and GDS need one, whatever
