@@ -3,6 +3,7 @@
 
 mod bench;
 mod copy;
+mod doctor;
 mod progress;
 mod topo;
 
@@ -26,6 +27,9 @@ enum Command {
     Bench(bench::BenchCommand),
     /// Copy a file through registered host memory (into memory only, or out to another file).
     Copy(copy::CopyArgs),
+    /// Will P2P, GDR and GDS work here, and if not, why and what to do. Exit status: 0 all
+    /// available, 1 some degraded, 2 some unavailable, 3 the doctor failed.
+    Doctor(doctor::DoctorArgs),
 }
 
 fn main() -> ExitCode {
@@ -38,6 +42,7 @@ fn main() -> ExitCode {
         Command::Bench(b) => bench::run(b),
         Command::Copy(c) => copy::run(c),
         Command::Topo(args) => topo::run(args),
+        Command::Doctor(args) => doctor::run(args),
     };
     match result {
         Ok(code) => code,

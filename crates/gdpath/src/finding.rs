@@ -115,4 +115,63 @@ pub mod ids {
     pub const SYSTEM_CUDA_MISSING: &str = "system.cuda-missing";
     /// Host memory was pageable: it went through gdpath's pinned staging buffers.
     pub const HOST_PAGEABLE: &str = "system.host-pageable";
+
+    // ---- gdpath doctor (issue 7). Each id is one check; `docs/doctor.md` gives its rule, the
+    // rule's source and the remedy. A finding with status `ok` carries the id of the check that
+    // passed. ----
+
+    /// The NVIDIA kernel driver and its version (`/proc/driver/nvidia/version`, NVML).
+    pub const SYSTEM_DRIVER: &str = "system.driver";
+    /// The running kernel (`/proc/sys/kernel/osrelease`); dma-buf GDR needs 5.12 or later.
+    pub const SYSTEM_KERNEL: &str = "system.kernel";
+    /// No NVIDIA GPU in the PCI device list: no GPUDirect path exists.
+    pub const SYSTEM_NO_GPU: &str = "system.no-gpu";
+    /// RLIMIT_MEMLOCK below physical memory: RDMA registration of host memory can fail.
+    pub const SYSTEM_MEMLOCK_LOW: &str = "system.memlock-low";
+    /// The IOMMU translates DMA (`DMA`/`DMA-FQ` groups): peer DMA goes through it.
+    pub const SYSTEM_IOMMU: &str = "system.iommu";
+    /// Running in a virtual machine: the PCI tree, ACS and NUMA seen are the hypervisor's.
+    pub const SYSTEM_VIRTUAL_MACHINE: &str = "system.virtual-machine";
+    /// Running in a container: modules, limits and devices seen may be the host's or hidden.
+    pub const SYSTEM_CONTAINER: &str = "system.container";
+    /// NVML reports P2P "GNS" (GPU not supported) for the pair: the SKU has no P2P.
+    pub const P2P_GPU_NOT_SUPPORTED: &str = "p2p.gpu-not-supported";
+    /// The IOMMU translates DMA for a GPU of a pair that talks over PCIe.
+    pub const P2P_IOMMU_TRANSLATED: &str = "p2p.iommu-translated";
+    /// The pair crosses the SMP interconnect between sockets (SYS).
+    pub const P2P_CROSS_SOCKET: &str = "p2p.cross-socket";
+    /// Fewer NVLinks up on a GPU than its SKU has.
+    pub const P2P_NVLINK_DEGRADED: &str = "p2p.nvlink-degraded";
+    /// GPUs joined by NVLink whose NVML P2P status is not OK.
+    pub const P2P_NVLINK_NO_P2P: &str = "p2p.nvlink-no-p2p";
+    /// NCCL's P2P transport will not be used for the pair (its P2P level, default PXB).
+    pub const P2P_NCCL_LEVEL: &str = "p2p.nccl-level";
+    /// `nvidia_peermem`/`nv_peer_mem` loaded but not registered in `/sys/kernel/mm/memory_peers`.
+    pub const GDR_PEERMEM_UNREGISTERED: &str = "gdr.peermem-unregistered";
+    /// The dma-buf path for GDR is missing a piece (kernel ≥ 5.12, CUDA attribute, rdma-core).
+    pub const GDR_DMABUF_UNAVAILABLE: &str = "gdr.dmabuf-unavailable";
+    /// CUDA's `CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED` is 0 for the GPU.
+    pub const GDR_CUDA_UNSUPPORTED: &str = "gdr.cuda-unsupported";
+    /// BAR1 smaller than GPU memory: registrations are limited to the BAR1 window.
+    pub const GDR_BAR1_SMALL: &str = "gdr.bar1-small";
+    /// GPU and its nearest RDMA NIC farther apart than NCCL's GDR level (default PXB).
+    pub const GDR_NIC_FAR: &str = "gdr.nic-far";
+    /// The PCIe link of a GPU or RDMA NIC trained below its maximum.
+    pub const GDR_LINK_DEGRADED: &str = "gdr.link-degraded";
+    /// cufile.json in force and its settings (compat mode, direct I/O size, P2PDMA).
+    pub const GDS_CUFILE_CONFIG: &str = "gds.cufile-config";
+    /// The file system of a path is not one nvidia-fs supports (ext4 ordered, XFS, ...).
+    pub const GDS_FS_UNSUPPORTED: &str = "gds.fs-unsupported";
+    /// The path's block device is a device-mapper volume (LVM, dm-crypt, multipath).
+    pub const GDS_DEVICE_MAPPER: &str = "gds.device-mapper";
+    /// The path's block device is not an NVMe namespace (virtio, SCSI, md, loop).
+    pub const GDS_NOT_NVME: &str = "gds.not-nvme";
+    /// The NVMe behind a path is beyond PXB from a GPU (through the CPU or across sockets).
+    pub const GDS_NVME_FAR: &str = "gds.nvme-far";
+    /// Measured: GPU↔GPU "P2P" ran at no more than 1.2× the staged fallback.
+    pub const P2P_MEASURED_FALLBACK: &str = "p2p.measured-fallback";
+    /// Measured: GDR ran at no more than 1.2× the staged fallback.
+    pub const GDR_MEASURED_FALLBACK: &str = "gdr.measured-fallback";
+    /// Measured: GDS ran at no more than 1.2× the POSIX fallback.
+    pub const GDS_MEASURED_FALLBACK: &str = "gds.measured-fallback";
 }

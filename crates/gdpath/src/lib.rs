@@ -29,6 +29,7 @@ pub mod backend;
 pub mod bench;
 pub mod config;
 pub mod copy;
+pub mod doctor;
 pub mod error;
 pub mod finding;
 pub mod machine;

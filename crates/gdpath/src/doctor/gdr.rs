@@ -1,0 +1,569 @@
+//! GDR checks: RDMA devices, peer memory (nvidia_peermem or dma-buf), CUDA's GDR attribute,
+//! BAR1, GPU↔NIC class and links, UCX.
+
+use super::nccl::{self, NcclLevel};
+use super::{bytes, finding, kernel_release, kernel_version, module_loaded, DoctorInput, Gathered};
+use crate::finding::{ids, Area, Finding, Status};
+use gdpath_topo::facts::GpuFacts;
+use gdpath_topo::{Device, DeviceKind, LinkClass, PcieLink};
+
+const A: Area = Area::Gdr;
+
+/// Peer-memory modules: NVIDIA's in-driver `nvidia_peermem` (driver ≥ 470) and the older
+/// out-of-tree `nv_peer_mem`.
+const PEERMEM_MODULES: [&str; 2] = ["nvidia_peermem", "nv_peer_mem"];
+
+pub(super) fn check(input: &DoctorInput) -> Vec<Finding> {
+    let mut out = vec![rdma_devices(input)];
+    if let Some(f) = super::no_gpu(input, A) {
+        out.push(f);
+    }
+    let dmabuf = dmabuf(input);
+    out.extend(peermem(input, &dmabuf));
+    out.push(dmabuf.finding);
+    out.push(ucx(input));
+    let m = input.machine;
+    let mut rdma_nics: Vec<&Device> = m.nics().filter(|n| !n.rdma.is_empty()).collect();
+    // Sources without class devices (hwloc or NCCL XML) may name no RDMA device even for an
+    // InfiniBand NIC: judge the GPU↔NIC distance against every NIC there.
+    if rdma_nics.is_empty() && input.view.read_dir("/sys/class").is_err() {
+        rdma_nics = m.nics().collect();
+    }
+    for g in m.gpus() {
+        let gf = input
+            .driver
+            .got()
+            .and_then(|f| f.gpu_by_pci(&g.pci.to_string()));
+        out.push(cuda_attr(input, g, gf));
+        out.push(bar1(input, g, gf));
+        out.push(link(g, gf));
+        if let Some(nic) = rdma_nics.iter().min_by_key(|n| (m.pcie_class(g, n), n.pci)) {
+            out.push(nic_far(input, g, nic, m.pcie_class(g, nic)));
+            let s = format!("{}-{}", g.id, nic_name(nic));
+            out.push(super::p2p::acs(m, g, nic, &s, false, A));
+        }
+    }
+    for nic in &rdma_nics {
+        out.push(link(nic, None));
+    }
+    out
+}
+
+fn nic_name(n: &Device) -> String {
+    format!("{} ({})", n.id, n.os_name())
+}
+
+fn rdma_devices(input: &DoctorInput) -> Finding {
+    let id = ids::GDR_NO_RDMA_DEVICE;
+    let m = input.machine;
+    let on_pci: Vec<String> = m
+        .nics()
+        .filter(|n| !n.rdma.is_empty())
+        .map(|n| format!("{} on {} {}", n.rdma.join(","), n.id, n.pci))
+        .collect();
+    if !on_pci.is_empty() {
+        return finding(
+            id,
+            A,
+            "system",
+            Status::Ok,
+            format!(
+                "RDMA devices (/sys/class/infiniband): {}",
+                on_pci.join("; ")
+            ),
+            "",
+        );
+    }
+    let remedy = "GPUDirect RDMA needs an RDMA-capable NIC (InfiniBand, RoCE, EFA) with its \
+                  driver loaded (`ibv_devices` lists them); without one, remote transfers use \
+                  TCP through host memory";
+    match input.view.read_dir("/sys/class/infiniband") {
+        Ok(names) if names.is_empty() => finding(
+            id,
+            A,
+            "system",
+            Status::Unavailable,
+            "/sys/class/infiniband is empty",
+            remedy,
+        ),
+        Ok(names) => finding(
+            id,
+            A,
+            "system",
+            Status::Unavailable,
+            format!(
+                "/sys/class/infiniband lists {} but none sits on a PCI NIC (software or \
+                 coprocessor devices)",
+                names.join(", ")
+            ),
+            remedy,
+        ),
+        Err(_) if input.view.read_dir("/sys/class").is_ok() => finding(
+            id,
+            A,
+            "system",
+            Status::Unavailable,
+            "/sys/class/infiniband absent (no RDMA driver loaded)",
+            remedy,
+        ),
+        Err(_) => finding(
+            id,
+            A,
+            "system",
+            Status::Unknown,
+            format!(
+                "the source ({}) names no RDMA device and has no /sys/class",
+                m.source
+            ),
+            "",
+        ),
+    }
+}
+
+/// The dma-buf path's verdict, kept for the peer-memory check.
+struct Dmabuf {
+    available: Option<bool>,
+    finding: Finding,
+}
+
+/// dma-buf GDR: kernel ≥ 5.12 (RDMA dma-buf import, `ib_umem_dmabuf`), CUDA's
+/// `CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED` on the GPUs, rdma-core with `ibv_reg_dmabuf_mr`.
+fn dmabuf(input: &DoctorInput) -> Dmabuf {
+    let id = ids::GDR_DMABUF_UNAVAILABLE;
+    let mut ev = Vec::new();
+    let mut missing = Vec::new();
+    let mut unknown = false;
+    match kernel_release(input) {
+        Some((r, file)) => match kernel_version(&r) {
+            Some(v) if v >= (5, 12) => ev.push(format!("kernel {r} ≥ 5.12 ({file})")),
+            Some(_) => missing.push(format!("kernel {r} < 5.12 ({file})")),
+            None => {
+                unknown = true;
+                ev.push(format!("kernel release {r:?} not understood ({file})"))
+            }
+        },
+        None => {
+            unknown = true;
+            ev.push("kernel release unknown (/proc/sys/kernel/osrelease absent)".to_owned())
+        }
+    }
+    let gpus: Vec<&Device> = input.machine.gpus().collect();
+    match input.driver.got() {
+        Some(f) => {
+            for g in &gpus {
+                match f
+                    .gpu_by_pci(&g.pci.to_string())
+                    .and_then(|x| x.dma_buf_supported)
+                {
+                    Some(true) => {
+                        ev.push(format!("{} CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED 1", g.id))
+                    }
+                    Some(false) => {
+                        missing.push(format!("{} CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED 0", g.id))
+                    }
+                    None => {
+                        unknown = true;
+                        ev.push(format!("{} dma-buf attribute not known", g.id))
+                    }
+                }
+            }
+        }
+        None => {
+            unknown = true;
+            ev.push(input.missing_evidence("CUDA dma-buf attribute"));
+        }
+    }
+    match &input.rdma_core {
+        Gathered::Got(r) if r.has_reg_dmabuf_mr => ev.push(format!(
+            "{} exports ibv_reg_dmabuf_mr",
+            r.library.as_deref().unwrap_or("libibverbs")
+        )),
+        Gathered::Got(r) => missing.push(match &r.library {
+            Some(l) => format!("{l} lacks ibv_reg_dmabuf_mr (rdma-core < 34)"),
+            None => "libibverbs not found (rdma-core not installed)".to_owned(),
+        }),
+        Gathered::Failed(e) => missing.push(format!("libibverbs: {e}")),
+        Gathered::Missing => {
+            unknown = true;
+            ev.push(input.missing_evidence("rdma-core (libibverbs)"));
+        }
+    }
+    let (available, status) = if !missing.is_empty() {
+        (Some(false), Status::Unavailable)
+    } else if unknown {
+        (
+            None,
+            if input.is_replay() && input.driver.got().is_none() {
+                Status::NotRun
+            } else {
+                Status::Unknown
+            },
+        )
+    } else {
+        (Some(true), Status::Ok)
+    };
+    let mut all = missing.clone();
+    all.extend(ev);
+    let remedy = if missing.is_empty() {
+        String::new()
+    } else {
+        "dma-buf GDR needs Linux ≥ 5.12, NVIDIA's open kernel modules (driver ≥ 515) on a GPU \
+         that reports the dma-buf attribute, and rdma-core ≥ 34; otherwise load nvidia_peermem"
+            .to_owned()
+    };
+    Dmabuf {
+        available,
+        finding: finding(id, A, "system", status, all.join("; "), remedy),
+    }
+}
+
+fn peermem(input: &DoctorInput, dmabuf: &Dmabuf) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let mut loaded: Option<&str> = None;
+    let mut ev = Vec::new();
+    let mut known = false;
+    for m in PEERMEM_MODULES {
+        let (l, e) = module_loaded(input, m);
+        ev.push(e);
+        known |= l.is_some();
+        if l == Some(true) && loaded.is_none() {
+            loaded = Some(m);
+        }
+    }
+    let ev = ev.join("; ");
+    let id = ids::GDR_PEERMEM_MISSING;
+    out.push(match (loaded, known, dmabuf.available) {
+        (Some(m), _, _) => finding(
+            id,
+            A,
+            "system",
+            Status::Ok,
+            format!("{m} loaded ({ev})"),
+            "",
+        ),
+        (None, true, Some(true)) => finding(
+            id,
+            A,
+            "system",
+            Status::Ok,
+            format!("{ev}; the dma-buf path is available instead (gdr.dmabuf-unavailable ok)"),
+            "",
+        ),
+        (None, true, Some(false)) => finding(
+            id,
+            A,
+            "system",
+            Status::Unavailable,
+            format!("{ev}; and no dma-buf path (see gdr.dmabuf-unavailable)"),
+            "`modprobe nvidia_peermem` (shipped with the NVIDIA driver ≥ 470; needs an \
+             ib_core with peer-memory support, e.g. MLNX_OFED/DOCA-OFED), or meet the dma-buf \
+             requirements",
+        ),
+        (None, true, None) => finding(
+            id,
+            A,
+            "system",
+            Status::Unknown,
+            format!("{ev}; whether the dma-buf path works is unknown"),
+            "`modprobe nvidia_peermem`, unless the dma-buf path is in use",
+        ),
+        (None, false, _) => finding(id, A, "system", Status::Unknown, ev, ""),
+    });
+    if let Some(m) = loaded {
+        let id = ids::GDR_PEERMEM_UNREGISTERED;
+        let peers = input.view.read_dir("/sys/kernel/mm/memory_peers");
+        out.push(match peers {
+            Ok(p) if !p.is_empty() => finding(
+                id,
+                A,
+                "system",
+                Status::Ok,
+                format!(
+                    "{m} loaded; /sys/kernel/mm/memory_peers lists {}",
+                    p.join(", ")
+                ),
+                "",
+            ),
+            _ => finding(
+                id,
+                A,
+                "system",
+                Status::Unavailable,
+                format!(
+                    "{m} loaded but /sys/kernel/mm/memory_peers is {}: no peer-memory client is \
+                     registered with ib_core",
+                    if peers.is_ok() { "empty" } else { "absent" }
+                ),
+                "the running ib_core has no peer-memory interface (inbox kernel RDMA stack): \
+                 install MLNX_OFED/DOCA-OFED and reload nvidia_peermem, or use the dma-buf path",
+            ),
+        });
+    }
+    out
+}
+
+fn ucx(input: &DoctorInput) -> Finding {
+    let id = ids::GDR_UCX_NO_CUDA;
+    match &input.ucx {
+        Gathered::Got(u) => {
+            let cuda_tl: Vec<&str> = u
+                .transports
+                .iter()
+                .map(String::as_str)
+                .filter(|t| t.starts_with("cuda") || *t == "gdr_copy")
+                .collect();
+            let v = u.version.as_deref().unwrap_or("?");
+            let has = u.cuda_support.unwrap_or(!cuda_tl.is_empty());
+            if has {
+                finding(
+                    id,
+                    A,
+                    "system",
+                    Status::Ok,
+                    format!("UCX {v}: CUDA transports {}", cuda_tl.join(", ")),
+                    "",
+                )
+            } else {
+                finding(
+                    id,
+                    A,
+                    "system",
+                    Status::Degraded,
+                    format!(
+                        "UCX {v} transports: {} (no cuda_copy/cuda_ipc/gdr_copy)",
+                        u.transports.join(", ")
+                    ),
+                    "this UCX was built without CUDA: GPU memory goes through pinned staging \
+                     buffers; use a UCX built --with-cuda (e.g. the libucx-cu12/cu13 wheels or \
+                     HPC-X)",
+                )
+            }
+        }
+        Gathered::Failed(e) => finding(
+            id,
+            A,
+            "system",
+            Status::Unavailable,
+            format!("UCX could not be loaded: {e}"),
+            "install UCX (libucp.so.0), with CUDA support for GPU memory",
+        ),
+        Gathered::Missing => finding(
+            id,
+            A,
+            "system",
+            input.missing_status(),
+            input.missing_evidence("UCX transports"),
+            "",
+        ),
+    }
+}
+
+fn cuda_attr(input: &DoctorInput, g: &Device, gf: Option<&GpuFacts>) -> Finding {
+    let id = ids::GDR_CUDA_UNSUPPORTED;
+    match gf.map(|f| f.gdr_supported) {
+        Some(Some(true)) => finding(
+            id,
+            A,
+            &g.id,
+            Status::Ok,
+            "CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED 1",
+            "",
+        ),
+        Some(Some(false)) => finding(
+            id,
+            A,
+            &g.id,
+            Status::Unavailable,
+            "CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED 0",
+            "this GPU (or its driver/virtualisation mode) does not support GPUDirect RDMA: use \
+             a data-centre GPU with a driver that supports it",
+        ),
+        Some(None) => finding(
+            id,
+            A,
+            &g.id,
+            Status::Unknown,
+            "CUDA GPUDirect RDMA attribute not in the driver facts",
+            "",
+        ),
+        None => finding(
+            id,
+            A,
+            &g.id,
+            input.missing_status(),
+            input.missing_evidence("CUDA GPUDirect RDMA attribute"),
+            "",
+        ),
+    }
+}
+
+fn bar1(input: &DoctorInput, g: &Device, gf: Option<&GpuFacts>) -> Finding {
+    let id = ids::GDR_BAR1_SMALL;
+    let Some(f) = gf else {
+        return finding(
+            id,
+            A,
+            &g.id,
+            input.missing_status(),
+            input.missing_evidence("NVML BAR1 size"),
+            "",
+        );
+    };
+    let Some(total) = f.bar1_total_bytes else {
+        return finding(
+            id,
+            A,
+            &g.id,
+            Status::Unknown,
+            "NVML BAR1 size not in the driver facts",
+            "",
+        );
+    };
+    let used = f
+        .bar1_used_bytes
+        .map(|u| format!(", {} used", bytes(u)))
+        .unwrap_or_default();
+    let ev = format!(
+        "BAR1 {}{used} for {} of GPU memory (nvmlDeviceGetBAR1MemoryInfo)",
+        bytes(total),
+        bytes(f.memory_bytes)
+    );
+    if f.memory_bytes == 0 || total >= f.memory_bytes {
+        finding(id, A, &g.id, Status::Ok, ev, "")
+    } else {
+        finding(
+            id,
+            A,
+            &g.id,
+            Status::Degraded,
+            format!(
+                "{ev}: at most {} of GPU memory can be registered for GDR at a time",
+                bytes(total)
+            ),
+            "GPUDirect RDMA maps registered GPU memory through BAR1: enable Resizable BAR / \
+             \"Above 4G decoding\" in the BIOS (and `nvidia-smi -q -d BAR1` to verify), or keep \
+             registered GPU buffers within the BAR1 size",
+        )
+    }
+}
+
+fn link(d: &Device, gf: Option<&GpuFacts>) -> Finding {
+    let id = ids::GDR_LINK_DEGRADED;
+    let subject = if d.kind == DeviceKind::Nic {
+        nic_name(d)
+    } else {
+        d.id.clone()
+    };
+    // sysfs first; NVML's generation and width for a GPU when sysfs has none.
+    let mut l = d.link;
+    let mut src = format!(
+        "/sys/bus/pci/devices/{}/{{current,max}}_link_{{speed,width}}",
+        d.pci
+    );
+    if l.cur_gts.is_none() || l.max_gts.is_none() {
+        if let Some(p) = gf.and_then(|f| f.pcie) {
+            let gts = |g: u32| {
+                [2.5, 5.0, 8.0, 16.0, 32.0, 64.0, 128.0]
+                    .get(g.wrapping_sub(1) as usize)
+                    .copied()
+            };
+            l = PcieLink {
+                cur_gts: gts(p.cur_gen),
+                max_gts: gts(p.max_gen),
+                cur_width: Some(p.cur_width).filter(|w| *w > 0),
+                max_width: Some(p.max_width).filter(|w| *w > 0),
+            };
+            src = "NVML nvmlDeviceGetCurrPcieLinkGeneration/Width and Max".to_owned();
+        }
+    }
+    let side = |gts: Option<f64>, w: Option<u32>| {
+        format!(
+            "{} x{}",
+            gts.and_then(PcieLink::gen_of)
+                .map_or("Gen?".to_owned(), |g| format!("Gen{g}")),
+            w.map_or("?".to_owned(), |w| w.to_string())
+        )
+    };
+    let cur = side(l.cur_gts, l.cur_width);
+    let max = side(l.max_gts, l.max_width);
+    let bw = match (l.limit_gbps(), l.max_limit_gbps()) {
+        (Some(c), Some(m)) => format!(", {c:.2} of {m:.2} GB/s per direction"),
+        _ => String::new(),
+    };
+    let ev = format!("trained {cur} of {max}{bw} ({src})");
+    if l.cur_gts.is_none() && l.cur_width.is_none() {
+        return finding(
+            id,
+            A,
+            subject,
+            Status::Unknown,
+            format!("link speed and width not in the source ({src})"),
+            "",
+        );
+    }
+    if !l.is_degraded() {
+        return finding(id, A, subject, Status::Ok, ev, "");
+    }
+    if d.kind == DeviceKind::Gpu && l.speed_degraded() && !l.width_degraded() {
+        return finding(
+            id,
+            A,
+            subject,
+            Status::Unknown,
+            format!("{ev}; GPUs lower their link speed when idle"),
+            "check again while the GPU is busy (`nvidia-smi -q -d PCIE` under load)",
+        );
+    }
+    finding(
+        id,
+        A,
+        subject,
+        Status::Degraded,
+        ev,
+        "the link trained below its maximum: reseat the card, check the slot's wiring and BIOS \
+         link settings (forced Gen, bifurcation), and the riser or cable",
+    )
+}
+
+fn nic_far(input: &DoctorInput, g: &Device, nic: &Device, class: LinkClass) -> Finding {
+    let id = ids::GDR_NIC_FAR;
+    let s = format!("{}-{}", g.id, nic_name(nic));
+    let (level, why) = nccl::gdr_level(input.env("NCCL_NET_GDR_LEVEL"));
+    let Some(path) = NcclLevel::of_class(class) else {
+        return finding(
+            id,
+            A,
+            s,
+            Status::Unknown,
+            format!("GPU↔NIC class {class}: the source has no PCI tree"),
+            "",
+        );
+    };
+    if path <= level {
+        finding(
+            id,
+            A,
+            s,
+            Status::Ok,
+            format!(
+                "nearest RDMA NIC at {class} ≤ GDR level {level} ({why}): NCCL uses GPUDirect RDMA"
+            ),
+            "",
+        )
+    } else {
+        finding(
+            id,
+            A,
+            s,
+            Status::Degraded,
+            format!(
+                "nearest RDMA NIC at {class} > GDR level {level} ({why}): NCCL turns \
+                 GPUDirect RDMA off and stages through host memory"
+            ),
+            format!(
+                "put an RDMA NIC under the same PCIe switch as the GPU (PIX/PXB); or, after \
+                 measuring, NCCL_NET_GDR_LEVEL={path} to let NCCL use GDR at this distance"
+            ),
+        )
+    }
+}

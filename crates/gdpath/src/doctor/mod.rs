@@ -1,0 +1,577 @@
+//! `gdpath doctor`: one readiness check for P2P, GDR and GDS that says why and what to do.
+//!
+//! The doctor is a pure function of facts: [`run`] takes a [`DoctorInput`] — the machine
+//! (topology), a [`SysView`] through which every `/proc` and `/sys` file is read (so a snapshot
+//! or a copied tree replays those reads), driver facts (NVML/CUDA), UCX, cuFile and rdma-core
+//! facts, the process environment, the memlock limit, and a probe of each `--path` directory —
+//! and returns a [`Report`] of [`Finding`]s with stable ids ([`crate::finding::ids`]), a verdict
+//! per data path and an exit code.
+//!
+//! Facts that only the live machine can give (the memlock limit of this process, an O_DIRECT
+//! open, a cuFile handle registration) are [`Gathered::Missing`] when replaying a capture; their
+//! checks then report [`Status::NotRun`]. Live gathering that this module can do itself is in
+//! [`live`]; driver, UCX and cuFile facts come from the crates that load those libraries.
+//!
+//! Rules and their sources are listed per finding id in `docs/doctor.md`.
+
+pub mod cufile_json;
+mod gdr;
+mod gds;
+pub mod live;
+pub mod measured;
+pub mod nccl;
+mod p2p;
+mod system;
+
+use crate::finding::{Area, Finding, Status};
+use gdpath_topo::facts::DriverFacts;
+use gdpath_topo::snapshot::Snapshot;
+use gdpath_topo::{DirView, Machine, Source, SysView, TopoError};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+/// Schema id of `gdpath doctor --json`.
+pub const DOCTOR_SCHEMA: &str = "gdpath.doctor/1";
+
+/// Facts that had to be gathered from a library or the live machine.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "state", content = "value", rename_all = "kebab-case")]
+pub enum Gathered<T> {
+    /// Gathered.
+    Got(T),
+    /// Gathering was tried and failed; the text says why (e.g. `libcufile.so.0: cannot open
+    /// shared object file`).
+    Failed(String),
+    /// Not gathered: replaying a capture, or the caller does not gather these facts.
+    Missing,
+}
+
+impl<T> Gathered<T> {
+    /// The facts, when gathered.
+    pub fn got(&self) -> Option<&T> {
+        match self {
+            Gathered::Got(t) => Some(t),
+            _ => None,
+        }
+    }
+}
+
+/// Whether the doctor looks at the machine it runs on or at a capture of another.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Mode {
+    /// The live machine: missing facts are `unknown`.
+    Live,
+    /// A snapshot, copied sysfs tree or XML export, described by `what` (`snapshot x.tar.gz`):
+    /// checks that need the live machine are `not-run`.
+    Replay { what: String },
+}
+
+/// What UCX reports about itself (filled by the caller from `gdpath-ucx`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct UcxFacts {
+    /// `ucp_get_version_string()`, e.g. `1.16.0`.
+    pub version: Option<String>,
+    /// Transport names available (`tcp`, `posix`, `cma`, `rc_mlx5`, `cuda_copy`, `cuda_ipc`,
+    /// `gdr_copy`, ...).
+    pub transports: Vec<String>,
+    /// Whether UCX was built with CUDA memory support (`UCT_MD cuda_cpy` present), when known.
+    pub cuda_support: Option<bool>,
+}
+
+/// What cuFile reports (filled by the caller from `gdpath-cuda`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CufileFacts {
+    /// Whether libcufile could be loaded.
+    pub library_found: bool,
+    /// cuFile library version (`cuFileGetVersion`, e.g. 1150 → "1.15.0"), as text.
+    pub version: Option<String>,
+    /// Error text of `cuFileDriverOpen`, when it failed.
+    pub driver_open_error: Option<String>,
+    /// True when `cuFileDriverGetProperties` says the nvidia-fs driver is in use
+    /// (`nvfs.dstatusflags`), false when it says it is not; `None` when not read.
+    pub nvfs_in_use: Option<bool>,
+    /// True when cuFile reports PCI P2PDMA mode available (cuFile ≥ 1.13 without nvidia-fs).
+    pub p2pdma_supported: Option<bool>,
+    /// Result of `cuFileHandleRegister` on a file in each `--path` directory: `None` registered,
+    /// `Some(text)` cuFile's error (e.g. `file descriptor is not registered`).
+    pub handle_register: BTreeMap<PathBuf, Option<String>>,
+}
+
+/// What the rdma-core user library offers (gathered live by [`live::rdma_core`]).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RdmaCoreFacts {
+    /// The library loaded (`libibverbs.so.1`), when it loaded.
+    pub library: Option<String>,
+    /// Whether it exports `ibv_reg_dmabuf_mr` (rdma-core ≥ 34): needed for dma-buf GDR.
+    pub has_reg_dmabuf_mr: bool,
+}
+
+/// `RLIMIT_MEMLOCK` of the process, in bytes; `None` is unlimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Memlock {
+    pub soft: Option<u64>,
+    pub hard: Option<u64>,
+}
+
+/// What a live probe of one `--path` directory found (see [`live::probe_path`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PathProbe {
+    /// `statfs(2)` `f_type` magic, e.g. 0xEF53 for ext2/3/4.
+    pub fs_magic: Option<u64>,
+    /// Device number of the file system (`st_dev`) as (major, minor).
+    pub dev: Option<(u32, u32)>,
+    /// Opening a new file there with `O_DIRECT`.
+    pub odirect: OdirectProbe,
+}
+
+/// The result of opening a new file with `O_DIRECT` in a directory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "result", content = "error", rename_all = "kebab-case")]
+pub enum OdirectProbe {
+    /// `open(O_CREAT | O_DIRECT)` succeeded.
+    Works,
+    /// A plain create works but `O_DIRECT` is refused; the error text with its errno
+    /// (`Invalid argument (os error 22)`).
+    Refused(String),
+    /// No file could be created there at all (read-only, permissions): not tested.
+    NotTested(String),
+}
+
+/// One `--path` directory and, when live, its probe.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PathInput {
+    pub path: PathBuf,
+    pub probe: Gathered<PathProbe>,
+}
+
+/// Everything the doctor judges. Build it with [`DoctorInput::new`], then fill what is known.
+pub struct DoctorInput<'a> {
+    pub machine: &'a Machine,
+    /// Every `/proc`, `/sys` (and `/etc/cufile.json`) read goes through this view.
+    pub view: &'a dyn SysView,
+    pub mode: Mode,
+    /// NVML/CUDA facts: `Failed` when libcuda or NVML could not be loaded.
+    pub driver: Gathered<DriverFacts>,
+    pub ucx: Gathered<UcxFacts>,
+    pub cufile: Gathered<CufileFacts>,
+    pub rdma_core: Gathered<RdmaCoreFacts>,
+    /// Environment variables in force (`NCCL_P2P_DISABLE`, `NCCL_P2P_LEVEL`,
+    /// `NCCL_NET_GDR_LEVEL`, `CUDA_VISIBLE_DEVICES`, `CUFILE_ENV_PATH_JSON`,
+    /// `CUFILE_FORCE_COMPAT_MODE`). Replays use the current process's environment too, so a
+    /// user can ask "what if".
+    pub env: BTreeMap<String, String>,
+    pub memlock: Gathered<Memlock>,
+    /// The `--path` directories for GDS (the current directory by default).
+    pub paths: Vec<PathInput>,
+}
+
+impl<'a> DoctorInput<'a> {
+    /// An input with only the machine and the view: driver facts from the machine
+    /// ([`Machine::driver`], e.g. a snapshot's `driver.json`), everything else missing.
+    pub fn new(machine: &'a Machine, view: &'a dyn SysView, mode: Mode) -> Self {
+        DoctorInput {
+            machine,
+            view,
+            mode,
+            driver: machine
+                .driver
+                .clone()
+                .map_or(Gathered::Missing, Gathered::Got),
+            ucx: Gathered::Missing,
+            cufile: Gathered::Missing,
+            rdma_core: Gathered::Missing,
+            env: BTreeMap::new(),
+            memlock: Gathered::Missing,
+            paths: Vec::new(),
+        }
+    }
+
+    /// The value of an environment variable, trimmed; `None` when unset.
+    fn env(&self, name: &str) -> Option<&str> {
+        self.env.get(name).map(|v| v.trim())
+    }
+
+    /// Status for a check whose facts are missing: `not-run` in a replay, `unknown` live.
+    fn missing_status(&self) -> Status {
+        match self.mode {
+            Mode::Live => Status::Unknown,
+            Mode::Replay { .. } => Status::NotRun,
+        }
+    }
+
+    /// Evidence for a check whose facts are missing.
+    fn missing_evidence(&self, what: &str) -> String {
+        match &self.mode {
+            Mode::Live => format!("{what}: not gathered"),
+            Mode::Replay { what: src } => {
+                format!("{what}: needs the live machine (replaying {src})")
+            }
+        }
+    }
+
+    /// Text of a file read through the view, trimmed; `None` when absent or unreadable.
+    fn text(&self, path: &str) -> Option<String> {
+        self.view.read_text(path)
+    }
+
+    fn is_replay(&self) -> bool {
+        matches!(self.mode, Mode::Replay { .. })
+    }
+}
+
+/// The verdict for one data path: the worst status among its findings.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Verdict {
+    pub path: Area,
+    pub status: Status,
+    /// One line: "available", or the status and the ids that decided it.
+    pub summary: String,
+}
+
+/// The doctor's result (`--json` schema [`DOCTOR_SCHEMA`]).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Report {
+    pub schema: &'static str,
+    /// Where the machine was read from (`live`, `sysfs-root`, ...).
+    pub source: String,
+    /// `live` or `replay`.
+    pub mode: &'static str,
+    /// Findings in the order P2P, GDR, GDS, system.
+    pub findings: Vec<Finding>,
+    /// One per data path: P2P, GDR, GDS, then the system as a whole.
+    pub verdicts: Vec<Verdict>,
+}
+
+/// Severity order for the exit code and the worst finding: unavailable > degraded > unknown >
+/// not-run > ok.
+pub fn severity(s: Status) -> u8 {
+    match s {
+        Status::Ok => 0,
+        Status::NotRun => 1,
+        Status::Unknown => 2,
+        Status::Degraded => 3,
+        Status::Unavailable => 4,
+    }
+}
+
+impl Report {
+    /// The process exit status: 2 when some finding is `unavailable`, else 1 when some is
+    /// `degraded`, else 0 (`unknown` and `not-run` do not count). 3 — the doctor itself failed —
+    /// is the caller's to return.
+    pub fn exit_code(&self) -> u8 {
+        let worst = self
+            .findings
+            .iter()
+            .map(|f| f.status)
+            .filter(|s| matches!(s, Status::Degraded | Status::Unavailable))
+            .map(severity)
+            .max();
+        match worst {
+            Some(4) => 2,
+            Some(3) => 1,
+            _ => 0,
+        }
+    }
+
+    /// Adds findings (e.g. from [`measured`]) in their path's group and recomputes the verdicts.
+    pub fn extend(&mut self, more: impl IntoIterator<Item = Finding>) {
+        self.findings.extend(more);
+        let order = |a: Area| match a {
+            Area::P2p => 0,
+            Area::Gdr => 1,
+            Area::Gds | Area::Storage => 2,
+            Area::System => 3,
+        };
+        // Stable: keeps the order within each path.
+        self.findings.sort_by_key(|f| order(f.path));
+        self.verdicts = verdicts(&self.findings);
+    }
+
+    /// Findings of one path, in report order.
+    pub fn of(&self, area: Area) -> impl Iterator<Item = &Finding> {
+        self.findings.iter().filter(move |f| f.path == area)
+    }
+
+    /// The verdict for one path.
+    pub fn verdict(&self, area: Area) -> Option<&Verdict> {
+        self.verdicts.iter().find(|v| v.path == area)
+    }
+}
+
+/// Runs every check. Never fails: what cannot be read is reported as `unknown` or `not-run`.
+pub fn run(input: &DoctorInput) -> Report {
+    let mut findings = Vec::new();
+    findings.extend(p2p::check(input));
+    findings.extend(gdr::check(input));
+    findings.extend(gds::check(input));
+    findings.extend(system::check(input));
+    let verdicts = verdicts(&findings);
+    Report {
+        schema: DOCTOR_SCHEMA,
+        source: input.machine.source.clone(),
+        mode: if input.is_replay() { "replay" } else { "live" },
+        findings,
+        verdicts,
+    }
+}
+
+fn verdicts(findings: &[Finding]) -> Vec<Verdict> {
+    [Area::P2p, Area::Gdr, Area::Gds, Area::System]
+        .into_iter()
+        .map(|a| verdict(a, findings))
+        .collect()
+}
+
+/// The verdict of one path: unavailable, else degraded, else unknown, else available when some
+/// check passed (checks not run do not lower it, and the summary counts them), else not-run.
+fn verdict(area: Area, findings: &[Finding]) -> Verdict {
+    let of: Vec<&Finding> = findings.iter().filter(|f| f.path == area).collect();
+    let count = |st: Status| of.iter().filter(|f| f.status == st).count();
+    let status = [
+        Status::Unavailable,
+        Status::Degraded,
+        Status::Unknown,
+        Status::Ok,
+        Status::NotRun,
+    ]
+    .into_iter()
+    .find(|s| count(*s) > 0)
+    .unwrap_or(Status::NotRun);
+    let not_run = count(Status::NotRun);
+    let tail = if not_run > 0 && status != Status::NotRun {
+        format!("; {not_run} check(s) not run")
+    } else {
+        String::new()
+    };
+    let summary = match status {
+        Status::Ok => format!("available ({} check(s) passed{tail})", count(Status::Ok)),
+        _ if of.is_empty() => "no checks".to_owned(),
+        _ => {
+            // Each deciding id with its subjects; more than three subjects are counted.
+            let mut by_id: Vec<(&str, Vec<&str>)> = Vec::new();
+            for f in of.iter().filter(|f| f.status == status) {
+                match by_id.iter_mut().find(|(id, _)| *id == f.id.as_str()) {
+                    Some((_, subs)) if !subs.contains(&f.subject.as_str()) => subs.push(&f.subject),
+                    Some(_) => {}
+                    None => by_id.push((f.id.as_str(), vec![&f.subject])),
+                }
+            }
+            let ids: Vec<String> = by_id
+                .iter()
+                .map(|(id, subs)| {
+                    if subs.len() <= 3 {
+                        format!("{id} ({})", subs.join(", "))
+                    } else {
+                        format!(
+                            "{id} ({} subjects: {}, …)",
+                            subs.len(),
+                            subs[..2].join(", ")
+                        )
+                    }
+                })
+                .collect();
+            let word = match status {
+                Status::Unavailable => "unavailable",
+                Status::Degraded => "degraded",
+                Status::Unknown => "unknown",
+                _ => "not checked",
+            };
+            format!("{word}: {}{tail}", ids.join(", "))
+        }
+    };
+    Verdict {
+        path: area,
+        status,
+        summary,
+    }
+}
+
+/// Builds a finding.
+pub(crate) fn finding(
+    id: &str,
+    area: Area,
+    subject: impl Into<String>,
+    status: Status,
+    evidence: impl Into<String>,
+    remedy: impl Into<String>,
+) -> Finding {
+    Finding {
+        id: id.into(),
+        path: area,
+        subject: subject.into(),
+        status,
+        evidence: evidence.into(),
+        remedy: remedy.into(),
+    }
+}
+
+/// A view with no files: for machines read from hwloc or NCCL XML, which carry no `/proc` or
+/// `/sys` files. Every read fails with `NotFound`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoFiles;
+
+impl SysView for NoFiles {
+    fn read_canonical(&self, path: &str) -> std::io::Result<Vec<u8>> {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            format!("{path}: the source has no files"),
+        ))
+    }
+    fn list_canonical(&self, path: &str) -> std::io::Result<Vec<String>> {
+        self.read_canonical(path).map(|_| Vec::new())
+    }
+    fn link_canonical(&self, _path: &str) -> std::io::Result<String> {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a link",
+        ))
+    }
+}
+
+/// A machine and the view its files are read through.
+pub struct Loaded {
+    pub machine: Machine,
+    pub view: Box<dyn SysView>,
+    pub mode: Mode,
+}
+
+/// Loads a machine for the doctor from any source, with the view that replays its files:
+/// the live `/` for [`Source::Live`], the copied tree, the snapshot's files, or [`NoFiles`] for
+/// XML exports. Errors as [`gdpath_topo::load`].
+pub fn load(source: &Source) -> Result<Loaded, TopoError> {
+    let replay = |what: String| Mode::Replay { what };
+    Ok(match source {
+        Source::Live => Loaded {
+            machine: gdpath_topo::load(source)?,
+            view: Box::new(DirView::live()),
+            mode: Mode::Live,
+        },
+        Source::SysfsRoot(dir) => Loaded {
+            machine: gdpath_topo::load(source)?,
+            view: Box::new(DirView::new(dir)),
+            mode: replay(format!("sysfs tree {}", dir.display())),
+        },
+        Source::Snapshot(path) => {
+            let snap = Snapshot::open(path)?;
+            Loaded {
+                machine: snap.machine()?,
+                view: Box::new(snap.view),
+                mode: replay(format!("snapshot {}", path.display())),
+            }
+        }
+        Source::HwlocXml(path) | Source::NcclXml(path) => Loaded {
+            machine: gdpath_topo::load(source)?,
+            view: Box::new(NoFiles),
+            mode: replay(format!("XML {}", path.display())),
+        },
+    })
+}
+
+/// Reads every file the doctor reads, through `view`, and discards the findings. For
+/// `gdpath topo capture`: pass the capture's [`gdpath_topo::Recording`] so that the snapshot
+/// holds the doctor's files too and `gdpath doctor --snapshot` replays them (the `--path`
+/// probes and the environment are live-only and not captured).
+pub fn read_files(machine: &Machine, view: &dyn SysView) {
+    let _ = run(&DoctorInput::new(machine, view, Mode::Live));
+}
+
+/// `system.no-gpu` under `area` when the machine has no GPU: GDR and GDS need one, whatever
+/// else is in place.
+fn no_gpu(input: &DoctorInput, area: Area) -> Option<Finding> {
+    let m = input.machine;
+    (m.gpus().next().is_none()).then(|| {
+        finding(
+            crate::finding::ids::SYSTEM_NO_GPU,
+            area,
+            "system",
+            Status::Unavailable,
+            format!(
+                "no NVIDIA GPU in the source ({}): nothing to move data to or from",
+                m.source
+            ),
+            "",
+        )
+    })
+}
+
+/// Whether a kernel module is loaded: `/sys/module/<name>` exists (listable) or `/proc/modules`
+/// has a line for it. Returns the evidence text with the answer.
+fn module_loaded(input: &DoctorInput, name: &str) -> (Option<bool>, String) {
+    if input.view.read_dir(&format!("/sys/module/{name}")).is_ok() {
+        return (Some(true), format!("/sys/module/{name} present"));
+    }
+    if let Some(mods) = input.text("/proc/modules") {
+        let found = mods
+            .lines()
+            .any(|l| l.split_whitespace().next() == Some(name));
+        return (
+            Some(found),
+            format!(
+                "/proc/modules: {name} {}",
+                if found { "listed" } else { "not listed" }
+            ),
+        );
+    }
+    if input.view.read_dir("/sys/module").is_ok() {
+        return (Some(false), format!("/sys/module/{name} absent"));
+    }
+    (
+        None,
+        "/sys/module and /proc/modules not readable".to_owned(),
+    )
+}
+
+/// The kernel release: `/proc/sys/kernel/osrelease`, else the third word of `/proc/version`.
+fn kernel_release(input: &DoctorInput) -> Option<(String, &'static str)> {
+    if let Some(r) = input
+        .text("/proc/sys/kernel/osrelease")
+        .filter(|r| !r.is_empty())
+    {
+        return Some((r, "/proc/sys/kernel/osrelease"));
+    }
+    let v = input.text("/proc/version")?;
+    let mut w = v.split_whitespace();
+    (w.next() == Some("Linux") && w.next() == Some("version"))
+        .then(|| w.next().map(|r| (r.to_owned(), "/proc/version")))
+        .flatten()
+}
+
+/// (major, minor) of a kernel release such as `6.18.44-fc-v657-gpu` or `4.14.0-49.el7a`.
+fn kernel_version(release: &str) -> Option<(u32, u32)> {
+    let mut it = release.split(|c: char| !c.is_ascii_digit());
+    let major = it.next()?.parse().ok()?;
+    let minor = it.next()?.parse().ok()?;
+    Some((major, minor))
+}
+
+/// Formats a byte count with a binary unit (`256 MiB`, `141 GiB`).
+fn bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if (v - v.round()).abs() < 0.05 {
+        format!("{:.0} {}", v.round(), UNITS[u])
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_versions_and_sizes() {
+        assert_eq!(kernel_version("6.18.44-fc-v657-gpu"), Some((6, 18)));
+        assert_eq!(kernel_version("4.14.0-49.el7a.ppc64le"), Some((4, 14)));
+        assert_eq!(kernel_version("garbage"), None);
+        assert_eq!(bytes(256 << 20), "256 MiB");
+        assert_eq!(bytes(262_144 << 20), "256 GiB");
+        assert_eq!(bytes(1536), "1.5 KiB");
+    }
+}

@@ -1,0 +1,520 @@
+//! The doctor on the real hwloc sysfs dumps, and on dumps derived from them with one condition
+//! changed (each derivation is described where it is made).
+
+mod doctor_common;
+use doctor_common::*;
+use gdpath::doctor::{Gathered, Memlock, OdirectProbe, PathInput, PathProbe};
+use gdpath::finding::ids;
+use gdpath::{Area, Status};
+use std::path::PathBuf;
+
+#[test]
+fn sandy_bridge_without_gpu() {
+    let (_t, top) = unpack_sysfs(SANDY);
+    let r = doctor_on(&top, |_| {});
+    assert_eq!(r.mode, "replay");
+    // No GPU: system.no-gpu, and P2P/GDR/GDS unavailable because of it.
+    assert_eq!(
+        status(&r, ids::SYSTEM_NO_GPU, "system"),
+        Status::Unavailable
+    );
+    assert_eq!(
+        status(&r, ids::P2P_UNSUPPORTED, "system"),
+        Status::Unavailable
+    );
+    let gdr_no_gpu = r
+        .of(Area::Gdr)
+        .find(|f| f.id.as_str() == ids::SYSTEM_NO_GPU)
+        .unwrap();
+    assert_eq!(gdr_no_gpu.status, Status::Unavailable);
+    assert_eq!(r.verdict(Area::Gds).unwrap().status, Status::Unavailable);
+    // The ConnectX-3 is an RDMA device (mlx4_0 on 0000:82:00.0).
+    let f = find(&r, ids::GDR_NO_RDMA_DEVICE, "system");
+    assert_eq!(f.status, Status::Ok);
+    assert!(f.evidence.contains("mlx4_0 on NIC"), "{}", f.evidence);
+    // Bare metal (no hypervisor flag), no container signs in the dump.
+    assert_eq!(
+        status(&r, ids::SYSTEM_VIRTUAL_MACHINE, "system"),
+        Status::Ok
+    );
+    // The dump has neither /sys/class/iommu nor a kernel release.
+    assert_eq!(status(&r, ids::SYSTEM_IOMMU, "system"), Status::Unknown);
+    assert_eq!(status(&r, ids::SYSTEM_KERNEL, "system"), Status::Unknown);
+    // Live-only facts are not run in a replay.
+    assert_eq!(
+        status(&r, ids::SYSTEM_MEMLOCK_LOW, "system"),
+        Status::NotRun
+    );
+    assert_eq!(
+        status(&r, ids::SYSTEM_CUDA_MISSING, "system"),
+        Status::NotRun
+    );
+    assert_eq!(
+        status(&r, ids::GDS_CUFILE_MISSING, "system"),
+        Status::NotRun
+    );
+    assert_eq!(status(&r, ids::GDR_UCX_NO_CUDA, "system"), Status::NotRun);
+    assert_eq!(r.exit_code(), 2);
+}
+
+#[test]
+fn qemu_vm_is_detected() {
+    let (_t, top) = unpack_sysfs(QEMU);
+    let r = doctor_on(&top, |_| {});
+    let f = find(&r, ids::SYSTEM_VIRTUAL_MACHINE, "system");
+    assert_eq!(f.status, Status::Unknown);
+    assert!(f.evidence.contains("hypervisor"), "{}", f.evidence);
+    assert!(!f.remedy.is_empty());
+    // No /sys/class/infiniband in this VM: no RDMA device.
+    assert_eq!(
+        status(&r, ids::GDR_NO_RDMA_DEVICE, "system"),
+        Status::Unavailable
+    );
+}
+
+#[test]
+fn power9_gpus_without_tree_or_driver_facts() {
+    let (_t, top) = unpack_sysfs(POWER9);
+    let r = doctor_on(&top, |_| {});
+    // Six V100 (listed by the NVIDIA driver), no PCI tree, no driver facts in a replay.
+    assert_eq!(status(&r, ids::SYSTEM_NO_GPU, "system"), Status::Ok);
+    assert_eq!(
+        status(&r, ids::P2P_UNSUPPORTED, "GPU0-GPU1"),
+        Status::NotRun
+    );
+    assert_eq!(
+        status(&r, ids::P2P_ACS_ENABLED, "GPU0-GPU1"),
+        Status::Unknown
+    );
+    // Kernel 4.14 from /proc/version: too old for dma-buf GDR.
+    let k = find(&r, ids::SYSTEM_KERNEL, "system");
+    assert!(
+        k.evidence.contains("4.14.0-49") && k.evidence.contains("/proc/version"),
+        "{}",
+        k.evidence
+    );
+    let d = find(&r, ids::GDR_DMABUF_UNAVAILABLE, "system");
+    assert_eq!(d.status, Status::Unavailable);
+    assert!(d.evidence.contains("< 5.12"), "{}", d.evidence);
+    // /proc/self/cgroup of a login session: no container.
+    let c = find(&r, ids::SYSTEM_CONTAINER, "system");
+    assert_eq!(c.status, Status::Ok, "{}", c.evidence);
+    // A replayed machine with GPUs but no /proc/driver/nvidia/version: unknown, not "missing".
+    assert_eq!(status(&r, ids::SYSTEM_DRIVER, "system"), Status::Unknown);
+}
+
+/// Derived: the Sandy Bridge dump with a container sign added (`/.dockerenv`, as Docker creates
+/// it, and a docker line in /proc/1/cgroup).
+#[test]
+fn container_signs() {
+    let (_t, top) = unpack_sysfs(SANDY);
+    write(&top, ".dockerenv", "");
+    write(&top, "proc/1/cgroup", "0::/docker/3f2a\n");
+    let r = doctor_on(&top, |_| {});
+    let c = find(&r, ids::SYSTEM_CONTAINER, "system");
+    assert_eq!(c.status, Status::Unknown);
+    assert!(
+        c.evidence.contains("/.dockerenv exists") && c.evidence.contains("docker/3f2a"),
+        "{}",
+        c.evidence
+    );
+}
+
+/// Derived: IOMMU units and groups added to the Sandy Bridge dump with two GPUs (see
+/// `sandy_with_gpus`), the GPUs' groups typed `DMA` (translated), the way an Intel VT-d
+/// machine booted with `intel_iommu=on` and no `iommu=pt` shows them.
+#[test]
+fn iommu_translated() {
+    let (_t, top) = unpack_sysfs(SANDY);
+    sandy_with_gpus(&top, true);
+    mkdir(&top, "sys/class/iommu/dmar0");
+    write(&top, "sys/kernel/iommu_groups/7/type", "DMA\n");
+    write(&top, "sys/kernel/iommu_groups/9/type", "DMA-FQ\n");
+    for (dev, g) in [
+        ("0000:00:1c.0/0000:04:00.0/0000:05:00.0", 7),
+        ("0000:80:03.0/0000:83:00.0", 9),
+    ] {
+        let host = if dev.starts_with("0000:80") {
+            "pci0000:80"
+        } else {
+            "pci0000:00"
+        };
+        symlink(
+            &top,
+            &format!("sys/devices/{host}/{dev}/iommu_group"),
+            &format!("../../../../kernel/iommu_groups/{g}"),
+        );
+    }
+    write(&top, "proc/cmdline", "ro quiet intel_iommu=on\n");
+    let r = doctor_on(&top, |_| {});
+    let s = find(&r, ids::SYSTEM_IOMMU, "system");
+    assert_eq!(s.status, Status::Degraded);
+    assert!(
+        s.evidence.contains("dmar0") && s.evidence.contains("intel_iommu=on"),
+        "{}",
+        s.evidence
+    );
+    let p = find(&r, ids::P2P_IOMMU_TRANSLATED, "GPU0-GPU1");
+    assert_eq!(p.status, Status::Degraded, "{}", p.evidence);
+    assert!(p.evidence.contains("type DMA"), "{}", p.evidence);
+
+    // Same, with identity (pass-through) groups: fine.
+    write(&top, "sys/kernel/iommu_groups/7/type", "identity\n");
+    write(&top, "sys/kernel/iommu_groups/9/type", "identity\n");
+    let r = doctor_on(&top, |_| {});
+    assert_eq!(status(&r, ids::SYSTEM_IOMMU, "system"), Status::Ok);
+    assert_eq!(
+        status(&r, ids::P2P_IOMMU_TRANSLATED, "GPU0-GPU1"),
+        Status::Ok
+    );
+}
+
+/// Derived: two GPUs in the Sandy Bridge dump (see `sandy_with_gpus`): one per socket.
+#[test]
+fn gpus_on_two_sockets() {
+    let (_t, top) = unpack_sysfs(SANDY);
+    sandy_with_gpus(&top, true);
+    let r = doctor_on(&top, |_| {});
+    let x = find(&r, ids::P2P_CROSS_SOCKET, "GPU0-GPU1");
+    assert_eq!(x.status, Status::Degraded);
+    assert!(x.evidence.starts_with("SYS"), "{}", x.evidence);
+    // NCCL on Intel: P2P level PXB by default, SYS > PXB.
+    let n = find(&r, ids::P2P_NCCL_LEVEL, "GPU0-GPU1");
+    assert_eq!(n.status, Status::Degraded);
+    assert!(
+        n.evidence.contains("SYS") && n.evidence.contains("PXB (NCCL's default)"),
+        "{}",
+        n.evidence
+    );
+    // The bridges' config files are the 64-byte header: ACS unknown.
+    let a = find(&r, ids::P2P_ACS_ENABLED, "GPU0-GPU1");
+    assert_eq!(a.status, Status::Unknown);
+    assert!(a.evidence.contains("0000:00:1c.0"), "{}", a.evidence);
+    // NCCL_P2P_LEVEL=SYS lets NCCL use P2P there.
+    let r = doctor_on(&top, |i| {
+        i.env.insert("NCCL_P2P_LEVEL".into(), "SYS".into());
+    });
+    let n = find(&r, ids::P2P_NCCL_LEVEL, "GPU0-GPU1");
+    assert_eq!(n.status, Status::Ok, "{}", n.evidence);
+    assert!(n.evidence.contains("NCCL_P2P_LEVEL=SYS"));
+}
+
+/// Derived: ACS Request and Completion Redirect enabled on the root port 0000:80:02.2 above the
+/// ConnectX-3 (its `config` replaced by a 4 KiB space: the original 64-byte header, then an ACS
+/// extended capability at 0x100 with control RR|CR), and the Xeon Phi beside it made a GPU.
+#[test]
+fn acs_redirect_between_gpu_and_nic() {
+    let (_t, top) = unpack_sysfs(SANDY);
+    sandy_with_gpus(&top, false);
+    let cfg = "sys/devices/pci0000:80/0000:80:02.2/config";
+    let header = std::fs::read(top.join(cfg)).unwrap();
+    assert_eq!(header.len(), 64, "the dump has only the header");
+    write(&top, cfg, config_with_acs(&header, 0x4 | 0x8));
+    let r = doctor_on(&top, |_| {});
+    let f = find(&r, ids::P2P_ACS_ENABLED, "GPU0-NIC2 (mlx4_0)");
+    assert_eq!(f.path, Area::Gdr);
+    assert_eq!(f.status, Status::Degraded);
+    assert!(
+        f.evidence.contains("0000:80:02.2 ACS control RR CR"),
+        "{}",
+        f.evidence
+    );
+
+    // Control 0 (capability present, nothing enabled): no redirect; the other root port stays
+    // unknown (64-byte header).
+    write(&top, cfg, config_with_acs(&header, 0));
+    let r = doctor_on(&top, |_| {});
+    let f = find(&r, ids::P2P_ACS_ENABLED, "GPU0-NIC2 (mlx4_0)");
+    assert_eq!(f.status, Status::Unknown);
+    assert!(
+        f.evidence.contains("no redirect on 0000:80:02.2"),
+        "{}",
+        f.evidence
+    );
+}
+
+/// Derived: the Xeon Phi made a GPU (see `sandy_with_gpus`): its nearest RDMA NIC is the
+/// ConnectX-3 on the other root port of the same host bridge: PHB.
+#[test]
+fn gpu_and_nic_meet_at_the_cpu() {
+    let (_t, top) = unpack_sysfs(SANDY);
+    sandy_with_gpus(&top, false);
+    let r = doctor_on(&top, |_| {});
+    let f = find(&r, ids::GDR_NIC_FAR, "GPU0-NIC2 (mlx4_0)");
+    assert_eq!(f.status, Status::Degraded);
+    assert!(f.evidence.contains("PHB > GDR level PXB"), "{}", f.evidence);
+    assert!(f.remedy.contains("NCCL_NET_GDR_LEVEL=PHB"), "{}", f.remedy);
+    let r = doctor_on(&top, |i| {
+        i.env.insert("NCCL_NET_GDR_LEVEL".into(), "PHB".into());
+    });
+    assert_eq!(
+        status(&r, ids::GDR_NIC_FAR, "GPU0-NIC2 (mlx4_0)"),
+        Status::Ok
+    );
+    // No link files in this dump.
+    assert_eq!(
+        status(&r, ids::GDR_LINK_DEGRADED, "NIC2 (mlx4_0)"),
+        Status::Unknown
+    );
+}
+
+/// Derived: the ConnectX-3 (a PCIe Gen3 x8 part) given link files saying it trained at
+/// 2.5 GT/s x8 of 8 GT/s x8.
+#[test]
+fn nic_link_trained_low() {
+    let (_t, top) = unpack_sysfs(SANDY);
+    let d = "sys/devices/pci0000:80/0000:80:02.2/0000:82:00.0";
+    write(&top, &format!("{d}/current_link_speed"), "2.5 GT/s\n");
+    write(&top, &format!("{d}/max_link_speed"), "8 GT/s\n");
+    write(&top, &format!("{d}/current_link_width"), "8\n");
+    write(&top, &format!("{d}/max_link_width"), "8\n");
+    let r = doctor_on(&top, |_| {});
+    let f = find(&r, ids::GDR_LINK_DEGRADED, "NIC2 (mlx4_0)");
+    assert_eq!(f.status, Status::Degraded);
+    assert!(f.evidence.contains("Gen1 x8 of Gen3 x8"), "{}", f.evidence);
+    assert!(f.evidence.contains("2.00 of 7.88 GB/s"), "{}", f.evidence);
+}
+
+/// Derived: `nvidia_peermem` present in /sys/module of the Sandy Bridge dump (which has an RDMA
+/// NIC), first without `/sys/kernel/mm/memory_peers` (an inbox ib_core without peer-memory
+/// support), then with the `nv_mem` entry a MOFED ib_core shows.
+#[test]
+fn peermem_loaded_with_and_without_memory_peers() {
+    let (_t, top) = unpack_sysfs(SANDY);
+    mkdir(&top, "sys/module/nvidia_peermem");
+    let r = doctor_on(&top, |_| {});
+    assert_eq!(status(&r, ids::GDR_PEERMEM_MISSING, "system"), Status::Ok);
+    let f = find(&r, ids::GDR_PEERMEM_UNREGISTERED, "system");
+    assert_eq!(f.status, Status::Unavailable);
+    assert!(
+        f.evidence.contains("memory_peers is absent"),
+        "{}",
+        f.evidence
+    );
+    write(&top, "sys/kernel/mm/memory_peers/nv_mem/version", "1.3\n");
+    let r = doctor_on(&top, |_| {});
+    let f = find(&r, ids::GDR_PEERMEM_UNREGISTERED, "system");
+    assert_eq!(f.status, Status::Ok, "{}", f.evidence);
+    assert!(f.evidence.contains("nv_mem"));
+}
+
+/// Derived: nvidia-fs loaded (its /proc version file added) on the Sandy Bridge dump.
+#[test]
+fn nvidia_fs_version() {
+    let (_t, top) = unpack_sysfs(SANDY);
+    let r = doctor_on(&top, |_| {});
+    // The dump has no /proc/modules and no /sys/module: unknown, not missing.
+    assert_eq!(
+        status(&r, ids::GDS_NVIDIA_FS_MISSING, "system"),
+        Status::Unknown
+    );
+    write(&top, "proc/driver/nvidia-fs/version", "version: 2.26.6\n");
+    let r = doctor_on(&top, |_| {});
+    let f = find(&r, ids::GDS_NVIDIA_FS_MISSING, "system");
+    assert_eq!(f.status, Status::Ok);
+    assert!(f.evidence.contains("2.26.6"));
+}
+
+fn probe(dev: (u32, u32), magic: u64) -> PathInput {
+    PathInput {
+        path: PathBuf::from("/data"),
+        probe: Gathered::Got(PathProbe {
+            fs_magic: Some(magic),
+            dev: Some(dev),
+            odirect: OdirectProbe::Works,
+        }),
+    }
+}
+
+/// The Sandy Bridge dump's own block devices, each given as the device of a `--path` (the
+/// probe's facts are what `stat` and `statfs` would say for an ext4 file system there):
+/// `nvme0n1p1` (259:1 in /sys/class/block) and `sda` (8:0). And derived: a device-mapper
+/// volume dm-0 (253:0, `dm/name` vg0-data) over nvme0n1p1 added to the dump.
+#[test]
+fn block_devices_behind_a_path() {
+    let (_t, top) = unpack_sysfs(SANDY);
+    sandy_with_gpus(&top, false);
+    write(&top, "proc/driver/nvidia-fs/version", "version: 2.26.6\n");
+    let run = |dev| {
+        doctor_on(&top, |i| {
+            i.paths = vec![probe(dev, 0xEF53)];
+        })
+    };
+    let r = run((259, 1));
+    assert_eq!(status(&r, ids::GDS_DEVICE_MAPPER, "/data"), Status::Ok);
+    let f = find(&r, ids::GDS_NOT_NVME, "/data");
+    assert_eq!(f.status, Status::Ok);
+    assert!(f.evidence.contains("nvme0n1p1"), "{}", f.evidence);
+    // NVMe on socket 0, the GPU (former Xeon Phi) on socket 1.
+    let f = find(&r, ids::GDS_NVME_FAR, "/data: GPU0-NVME0");
+    assert_eq!(f.status, Status::Degraded);
+    assert!(f.evidence.contains("at SYS"), "{}", f.evidence);
+    // cuFile facts are not in a replay: native vs compat cannot be told.
+    assert_eq!(
+        status(&r, ids::GDS_HANDLE_REGISTER_FAILED, "/data"),
+        Status::NotRun
+    );
+
+    let r = run((8, 0));
+    let f = find(&r, ids::GDS_NOT_NVME, "/data");
+    assert_eq!(f.status, Status::Degraded);
+    assert!(f.evidence.contains("sda"), "{}", f.evidence);
+    assert_eq!(status(&r, ids::GDS_COMPAT_MODE, "/data"), Status::Degraded);
+
+    symlink(
+        &top,
+        "sys/class/block/dm-0",
+        "../../devices/virtual/block/dm-0",
+    );
+    write(&top, "sys/devices/virtual/block/dm-0/dev", "253:0\n");
+    write(&top, "sys/devices/virtual/block/dm-0/dm/name", "vg0-data\n");
+    symlink(
+        &top,
+        "sys/devices/virtual/block/dm-0/slaves/nvme0n1p1",
+        "../../../../pci0000:00/0000:00:02.0/block/nvme0n1/nvme0n1p1",
+    );
+    let r = run((253, 0));
+    let f = find(&r, ids::GDS_DEVICE_MAPPER, "/data");
+    assert_eq!(f.status, Status::Degraded);
+    assert!(
+        f.evidence.contains("vg0-data") && f.evidence.contains("nvme0n1p1"),
+        "{}",
+        f.evidence
+    );
+    let c = find(&r, ids::GDS_COMPAT_MODE, "/data");
+    assert_eq!(c.status, Status::Degraded);
+    assert!(
+        c.evidence.contains(ids::GDS_DEVICE_MAPPER),
+        "{}",
+        c.evidence
+    );
+}
+
+/// Derived: a cufile.json in the Sandy Bridge dump's /etc, with comments as NVIDIA ships it,
+/// that forbids compatibility mode; nvidia-fs is not loaded there (/proc/modules added without
+/// it), so cuFile can run neither way on an ext4 NVMe path.
+#[test]
+fn cufile_json_forbids_compat() {
+    let (_t, top) = unpack_sysfs(SANDY);
+    write(
+        &top,
+        "proc/modules",
+        "mlx4_ib 167936 0 - Live 0x0000000000000000\n",
+    );
+    write(
+        &top,
+        "etc/cufile.json",
+        "{\n  // GDS settings\n  \"properties\": {\n    /* no fallback */\n    \"allow_compat_mode\": false,\n    \"max_direct_io_size_kb\": 16384,\n  }\n}\n",
+    );
+    let r = doctor_on(&top, |i| i.paths = vec![probe((259, 1), 0xEF53)]);
+    let c = find(&r, ids::GDS_CUFILE_CONFIG, "system");
+    assert_eq!(c.status, Status::Ok);
+    assert!(
+        c.evidence.contains("allow_compat_mode false") && c.evidence.contains("16384"),
+        "{}",
+        c.evidence
+    );
+    assert_eq!(
+        status(&r, ids::GDS_NVIDIA_FS_MISSING, "system"),
+        Status::Degraded
+    );
+    let m = find(&r, ids::GDS_COMPAT_MODE, "/data");
+    assert_eq!(m.status, Status::Unavailable, "{}", m.evidence);
+
+    // A broken file is reported with its line.
+    write(
+        &top,
+        "etc/cufile.json",
+        "{\n  \"properties\": {\n    \"allow_compat_mode\": false\n    \"max_direct_io_size_kb\": 1\n  }\n}\n",
+    );
+    let r = doctor_on(&top, |_| {});
+    let c = find(&r, ids::GDS_CUFILE_CONFIG, "system");
+    assert_eq!(c.status, Status::Unknown);
+    assert!(c.evidence.contains("line 4, column 5"), "{}", c.evidence);
+
+    // CUFILE_ENV_PATH_JSON names another file.
+    write(
+        &top,
+        "opt/app/cufile.json",
+        "{ \"properties\": { \"use_pci_p2pdma\": true } }",
+    );
+    let r = doctor_on(&top, |i| {
+        i.env
+            .insert("CUFILE_ENV_PATH_JSON".into(), "/opt/app/cufile.json".into());
+    });
+    let c = find(&r, ids::GDS_CUFILE_CONFIG, "system");
+    assert!(
+        c.evidence
+            .contains("/opt/app/cufile.json (CUFILE_ENV_PATH_JSON)")
+            && c.evidence.contains("use_pci_p2pdma true"),
+        "{}",
+        c.evidence
+    );
+}
+
+/// The Sandy Bridge dump's /proc/meminfo (MemTotal 31.3 GiB) against memlock limits given as
+/// the live gathering would.
+#[test]
+fn memlock_against_memtotal() {
+    let (_t, top) = unpack_sysfs(SANDY);
+    let r = doctor_on(&top, |i| {
+        i.memlock = Gathered::Got(Memlock {
+            soft: Some(8 << 20),
+            hard: Some(8 << 20),
+        })
+    });
+    let f = find(&r, ids::SYSTEM_MEMLOCK_LOW, "system");
+    assert_eq!(f.status, Status::Degraded);
+    assert!(
+        f.evidence.contains("soft 8 MiB") && f.evidence.contains("MemTotal 31.3 GiB"),
+        "{}",
+        f.evidence
+    );
+    let r = doctor_on(&top, |i| {
+        i.memlock = Gathered::Got(Memlock {
+            soft: None,
+            hard: None,
+        })
+    });
+    assert_eq!(status(&r, ids::SYSTEM_MEMLOCK_LOW, "system"), Status::Ok);
+}
+
+/// Azure NDv2 (NCCL topology file): one InfiniBand NIC on NUMA 0; GPUs 0–3 reach it at PHB,
+/// GPUs 4–7 at SYS (INDEX.md). NCCL's default GDR level PXB turns GDR off for all of them.
+#[test]
+fn azure_ndv2_nic_distance() {
+    let xml = fixture("nccl-xml/nccl-azure-ndv2-topo.xml");
+    let loaded = gdpath::doctor::load(&gdpath::topo::Source::NcclXml(xml)).unwrap();
+    let input = gdpath::doctor::DoctorInput::new(
+        &loaded.machine,
+        loaded.view.as_ref(),
+        loaded.mode.clone(),
+    );
+    let r = gdpath::doctor::run(&input);
+    let far: Vec<&gdpath::Finding> = r
+        .findings
+        .iter()
+        .filter(|f| f.id.as_str() == ids::GDR_NIC_FAR)
+        .collect();
+    assert_eq!(far.len(), 8);
+    for (i, f) in far.iter().enumerate() {
+        assert!(
+            f.subject.starts_with(&format!("GPU{i}-NIC0")),
+            "{}",
+            f.subject
+        );
+        assert_eq!(f.status, Status::Degraded);
+        let class = if i < 4 { "PHB" } else { "SYS" };
+        assert!(
+            f.evidence.contains(&format!("at {class} > GDR level PXB")),
+            "{}",
+            f.evidence
+        );
+    }
+    // No files in an XML source: the file checks are unknown, not failures.
+    assert_eq!(status(&r, ids::SYSTEM_IOMMU, "system"), Status::Unknown);
+    assert_eq!(
+        status(&r, ids::GDR_NO_RDMA_DEVICE, "system"),
+        Status::Unknown
+    );
+}
