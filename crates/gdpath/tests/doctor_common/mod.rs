@@ -253,7 +253,7 @@ pub fn h200_tree() -> tempfile::TempDir {
 /// for read, write, NVLink and atomics and NS for PCIe; `can_access_peer` True. The CUDA GDR
 /// and dma-buf attributes are not in the probe (`None`).
 pub fn h200_facts() -> DriverFacts {
-    let gpu = |ordinal: u32, pci: &str, peer: &str| GpuFacts {
+    let gpu = |ordinal: u32, pci: &str| GpuFacts {
         ordinal,
         pci: pci.into(),
         name: "NVIDIA H200".into(),
@@ -269,9 +269,12 @@ pub fn h200_facts() -> DriverFacts {
         nvlinks: (0..18)
             .map(|link| NvLinkFacts {
                 link,
-                remote_pci: peer.into(),
-                remote_is_switch: false,
+                // As NVML reports it on the H200 VM (gdpath-cuda's device run, 2026-11-30):
+                // every link ends at an NVSwitch the VM does not see, not at the peer GPU.
+                remote_pci: "ffffffff:ff:ff.0".into(),
+                remote_is_switch: true,
                 gbps: Some(26.562),
+                version: Some("4.0".into()),
             })
             .collect(),
         gdr_supported: None,
@@ -298,10 +301,11 @@ pub fn h200_facts() -> DriverFacts {
         driver_version: Some("580.159.04".into()),
         cuda_driver_version: Some(13000),
         gpus: vec![
-            gpu(0, "0000:00:06.0", "0000:00:07.0"),
-            gpu(1, "0000:00:07.0", "0000:00:06.0"),
+            gpu(0, "0000:00:06.0"),
+            gpu(1, "0000:00:07.0"),
         ],
         pairs: vec![pair(0, 1), pair(1, 0)],
+        gaps: vec![],
     }
 }
 
