@@ -1,7 +1,7 @@
 //! Facts only the live machine gives, gathered by small system calls: the memlock limit, a
 //! probe of each `--path` directory, rdma-core's dma-buf entry point, and the environment.
-//! Driver (NVML/CUDA), UCX and cuFile facts come from `gdpath-cuda` and `gdpath-ucx`; the
-//! caller sets them on the [`DoctorInput`] this module returns.
+//! Driver (NVML/CUDA), UCX and cuFile facts come from `gdpath-cuda` and `gdpath-ucx` through
+//! [`super::hardware`].
 
 use super::{
     DoctorInput, Gathered, Memlock, Mode, OdirectProbe, PathInput, PathProbe, RdmaCoreFacts,
@@ -18,14 +18,20 @@ use std::sync::atomic::{AtomicU32, Ordering};
 const ENV_PREFIXES: [&str; 4] = ["NCCL_", "CUDA_", "CUFILE_", "UCX_"];
 
 /// A [`DoctorInput`] for the live machine with everything this module can gather: the
-/// environment, the memlock limit, rdma-core, and a probe of each path. Driver, UCX and cuFile
-/// facts are left as they come from `machine` (driver) or [`Gathered::Missing`].
+/// environment, the memlock limit, rdma-core, a probe of each path, and the driver, UCX and
+/// cuFile facts of [`super::hardware::gather`] (driver facts already on `machine` win).
 pub fn gather<'a>(
     machine: &'a Machine,
     view: &'a dyn SysView,
     paths: &[PathBuf],
 ) -> DoctorInput<'a> {
     let mut input = DoctorInput::new(machine, view, Mode::Live);
+    let hw = super::hardware::gather(paths);
+    if matches!(input.driver, Gathered::Missing) {
+        input.driver = hw.driver;
+    }
+    input.ucx = hw.ucx;
+    input.cufile = hw.cufile;
     input.env = environment();
     input.memlock = memlock();
     input.rdma_core = Gathered::Got(rdma_core());

@@ -17,6 +17,7 @@
 pub mod cufile_json;
 mod gdr;
 mod gds;
+pub mod hardware;
 pub mod live;
 pub mod measured;
 pub mod nccl;

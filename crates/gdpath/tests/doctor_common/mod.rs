@@ -300,10 +300,7 @@ pub fn h200_facts() -> DriverFacts {
     DriverFacts {
         driver_version: Some("580.159.04".into()),
         cuda_driver_version: Some(13000),
-        gpus: vec![
-            gpu(0, "0000:00:06.0"),
-            gpu(1, "0000:00:07.0"),
-        ],
+        gpus: vec![gpu(0, "0000:00:06.0"), gpu(1, "0000:00:07.0")],
         pairs: vec![pair(0, 1), pair(1, 0)],
         gaps: vec![],
     }
