@@ -164,26 +164,29 @@ pub fn h200_tree(root: &std::path::Path) {
     }
 }
 
-/// DriverFacts as `nvidia-smi nvlink -s` shows them: 18 links of 26.562 GB/s between the GPUs.
+/// DriverFacts as `nvidia-smi nvlink -s` shows them: 18 links of 26.562 GB/s per GPU. NVML on
+/// that VM reports every link's remote end as an NVSwitch at `ffffffff:ff:ff.0` (gdpath-cuda's
+/// device run, 2026-11-30), which the VM does not see as a PCI device.
 pub fn h200_facts() -> DriverFacts {
-    let gpu = |ordinal: u32, pci: &str, peer: &str| GpuFacts {
+    let gpu = |ordinal: u32, pci: &str| GpuFacts {
         ordinal,
         pci: pci.into(),
         name: "NVIDIA H200".into(),
         nvlinks: (0..18)
             .map(|link| NvLinkFacts {
                 link,
-                remote_pci: peer.into(),
-                remote_is_switch: false,
+                remote_pci: "ffffffff:ff:ff.0".into(),
+                remote_is_switch: true,
                 gbps: Some(26.562),
+                version: Some("4.0".into()),
             })
             .collect(),
         ..Default::default()
     };
     DriverFacts {
         gpus: vec![
-            gpu(0, "0000:00:06.0", "0000:00:07.0"),
-            gpu(1, "0000:00:07.0", "0000:00:06.0"),
+            gpu(0, "0000:00:06.0"),
+            gpu(1, "0000:00:07.0"),
         ],
         ..Default::default()
     }
