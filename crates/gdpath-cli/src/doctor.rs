@@ -28,6 +28,9 @@ pub struct DoctorArgs {
     /// Also measure each path's bandwidth against its fallback (not available in this build).
     #[arg(long)]
     measure: bool,
+    /// List every finding; by default passed (`ok`) and `not-run` checks are only counted.
+    #[arg(long)]
+    all: bool,
 }
 
 /// Runs `gdpath doctor`; errors become exit status 3 with the message on stderr.
@@ -101,9 +104,25 @@ fn title(a: Area) -> &'static str {
     }
 }
 
-fn line(o: &mut String, f: &Finding) {
-    let _ = writeln!(o, "  {} {:<28} {}", mark(f.status), f.id, f.subject);
-    let _ = writeln!(o, "      {}", f.evidence);
+/// Prints one group of findings that share id, status and remedy: once, with every subject.
+/// Pairs of an 8-GPU machine would otherwise repeat the same line 28 times.
+fn group(o: &mut String, fs: &[&Finding]) {
+    let f = fs[0];
+    let subjects: Vec<&str> = fs.iter().map(|f| f.subject.as_str()).collect();
+    let _ = writeln!(
+        o,
+        "  {} {:<28} {}",
+        mark(f.status),
+        f.id,
+        subjects.join(", ")
+    );
+    if fs.iter().all(|g| g.evidence == f.evidence) {
+        let _ = writeln!(o, "      {}", f.evidence);
+    } else {
+        for g in fs {
+            let _ = writeln!(o, "      {}: {}", g.subject, g.evidence);
+        }
+    }
     if !f.remedy.is_empty() && !matches!(f.status, Status::Ok | Status::NotRun) {
         let _ = writeln!(o, "      → {}", f.remedy);
     }
@@ -123,8 +142,27 @@ fn render(r: &Report, what: &str, args: &DoctorArgs) -> String {
     }
     for a in [Area::P2p, Area::Gdr, Area::Gds, Area::System] {
         let _ = writeln!(o, "\n{}", title(a));
+        let (mut ok, mut not_run) = (0usize, 0usize);
+        // Groups in first-seen order, keyed by what a reader acts on: id, status, remedy.
+        let mut groups: Vec<Vec<&Finding>> = Vec::new();
         for f in r.of(a) {
-            line(&mut o, f);
+            match f.status {
+                Status::Ok if !args.all => ok += 1,
+                Status::NotRun if !args.all => not_run += 1,
+                _ => match groups
+                    .iter_mut()
+                    .find(|g| g[0].id == f.id && g[0].status == f.status && g[0].remedy == f.remedy)
+                {
+                    Some(g) => g.push(f),
+                    None => groups.push(vec![f]),
+                },
+            }
+        }
+        for g in &groups {
+            group(&mut o, g);
+        }
+        if ok + not_run > 0 {
+            let _ = writeln!(o, "  ({ok} passed, {not_run} not run: --all lists them)");
         }
     }
     let _ = writeln!(o, "\nVerdict:");

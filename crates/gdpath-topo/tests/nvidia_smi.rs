@@ -184,10 +184,7 @@ pub fn h200_facts() -> DriverFacts {
         ..Default::default()
     };
     DriverFacts {
-        gpus: vec![
-            gpu(0, "0000:00:06.0"),
-            gpu(1, "0000:00:07.0"),
-        ],
+        gpus: vec![gpu(0, "0000:00:06.0"), gpu(1, "0000:00:07.0")],
         ..Default::default()
     }
 }
