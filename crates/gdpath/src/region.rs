@@ -72,6 +72,7 @@ pub struct FileRegion {
     direct: Option<File>,
     status: DirectStatus,
     align: DioAlign,
+    cache_block: u64,
     access: FileAccess,
 }
 
@@ -134,12 +135,14 @@ impl FileRegion {
             }
         };
         let align = dio_align(&buffered);
+        let cache_block = cache_block(&buffered, align);
         Ok(FileRegion {
             path: path.to_owned(),
             buffered,
             direct,
             status,
             align,
+            cache_block,
             access,
         })
     }
@@ -163,6 +166,14 @@ impl FileRegion {
     /// O_DIRECT alignment.
     pub fn align(&self) -> DioAlign {
         self.align
+    }
+    /// The unit, in bytes, in which the page cache and the file system track this file's data:
+    /// the largest of the page size, the file system block (`stx_blksize`) and the O_DIRECT
+    /// offset alignment. A power of two, at least [`DioAlign::offset`]. O_DIRECT I/O and
+    /// buffered I/O that run at the same time must not share one of these blocks (see
+    /// `backend::posix_direct`); O_DIRECT alignment alone (often 512 B) is finer than this.
+    pub fn cache_block(&self) -> u64 {
+        self.cache_block
     }
     /// The access mode it was registered with.
     pub fn access(&self) -> FileAccess {
@@ -201,6 +212,21 @@ fn dio_align(f: &File) -> DioAlign {
         offset: u64::from(stx.stx_dio_offset_align).max(512),
         memory: u64::from(stx.stx_dio_mem_align).max(1),
     }
+}
+
+fn cache_block(f: &File, align: DioAlign) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: sysconf has no memory effects; a failure (-1) falls back to 4096 below.
+    let page = u64::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+    // Some file systems (NFS, Lustre) report a preferred I/O size of MiBs as st_blksize; ignore
+    // such values so heads and tails stay small (the page is the page cache's own unit).
+    let block = f
+        .metadata()
+        .map(|m| m.blksize())
+        .ok()
+        .filter(|b| b.is_power_of_two() && *b <= 64 << 10)
+        .unwrap_or(page);
+    page.max(block).max(align.offset).next_power_of_two()
 }
 
 pub(crate) enum Storage {

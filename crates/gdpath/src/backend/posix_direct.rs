@@ -4,10 +4,13 @@
 //! - the aligned middle, in chunks of `chunk` bytes, through the O_DIRECT descriptor, straight
 //!   into registered memory when its address meets the file system's memory alignment, else
 //!   through an aligned bounce buffer (at most `bounce_budget` bytes of them);
-//! - an unaligned head and tail (each shorter than the O_DIRECT alignment, 512 B–4 KiB) through
-//!   the file's buffered descriptor, in the same ring. Linux keeps the two coherent: an O_DIRECT
-//!   read first writes back dirty page-cache pages of its range, and an O_DIRECT write
-//!   invalidates them. This avoids read-modify-write of partial blocks and writes past EOF.
+//! - an unaligned head and tail (each shorter than the page-cache block,
+//!   [`FileRegion::cache_block`](crate::region::FileRegion::cache_block), 4 KiB on ext4) through
+//!   the file's buffered descriptor, in the same ring. Linux keeps the two coherent per page: an
+//!   O_DIRECT read first writes back dirty page-cache pages of its range, and an O_DIRECT write
+//!   invalidates them; so no page is ever shared between a buffered piece and an O_DIRECT
+//!   piece (see `Worker::cut`). This avoids read-modify-write of partial blocks and writes past
+//!   EOF.
 //!
 //! Up to `queue_depth` requests are in flight. A short read or write is resubmitted for the rest
 //! (through the buffered descriptor when the rest is no longer aligned). New work arrives through
@@ -349,7 +352,17 @@ impl Worker {
             }));
             return;
         };
-        let a = file.align().offset;
+        // Cut at the page-cache block (page / file-system block, 4 KiB on ext4), not at the
+        // O_DIRECT offset alignment (`stx_dio_offset_align`, 512 B on most disks). Linux keeps
+        // O_DIRECT and the page cache coherent only per page: after an O_DIRECT write it
+        // invalidates the cached pages of its range, and that fails for a page another
+        // transfer's buffered head or tail has just dirtied (dmesg: "Page cache invalidation
+        // failure on direct I/O"). The page then keeps the old bytes of the 512 B sectors
+        // written directly, and its writeback (a whole 4 KiB block) puts them back on disk:
+        // neighbouring transfers lost data (`concurrent_unaligned_slices_sharing_blocks_*`).
+        // With cuts at this block every block is reached either only through the page cache
+        // or only through O_DIRECT by non-overlapping transfers, so they never collide.
+        let a = file.cache_block();
         let mem0 = base as usize + item.local().offset as usize;
         let (off, len, op) = (item.target().offset, item.target().len, item.op());
         let file_region = item.target().region.clone();
