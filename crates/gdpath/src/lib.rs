@@ -27,6 +27,7 @@
 pub mod agent;
 pub mod backend;
 pub mod bench;
+pub mod checkpoint;
 pub mod config;
 pub mod copy;
 pub mod error;
