@@ -148,6 +148,61 @@ impl GpuConfig {
     }
 }
 
+/// File ↔ GPU path settings (the `cufile` and `file-gpu` backends).
+///
+/// Memory bound: the staged path holds `2 × threads` pinned bounce buffers of `chunk` bytes
+/// (plus 8 KiB each for O_DIRECT realignment), kept in a pool for reuse: 128 MiB with the
+/// defaults on a 32-core machine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GdsConfig {
+    /// Use cuFile (GdsNative, GdsCompat) when it can register the file. `false` skips cuFile
+    /// entirely (no driver open, no handle registration).
+    pub cufile: bool,
+    /// Bytes per I/O request and per H2D/D2H copy (64 KiB ..= 1 GiB, a multiple of 4 KiB).
+    pub chunk: u64,
+    /// Threads per descriptor pair, each with two bounce buffers on two streams: its read of
+    /// chunk k+1 overlaps the copy of chunk k, and the threads' reads overlap each other
+    /// (several requests in flight: the queue depth is `threads`).
+    pub threads: usize,
+}
+
+/// 4 MiB: KvikIO's best task size on the H200 machine (issue 5), and large enough for disks.
+pub const DEFAULT_GDS_CHUNK: u64 = 4 << 20;
+
+impl Default for GdsConfig {
+    fn default() -> Self {
+        let cores = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(2);
+        GdsConfig {
+            cufile: true,
+            chunk: DEFAULT_GDS_CHUNK,
+            // Half the cores: one page-cache memcpy per thread saturates memory bandwidth long
+            // before every core is busy (16 threads on a 32-core H200 machine).
+            threads: (cores / 2).clamp(2, 16),
+        }
+    }
+}
+
+impl GdsConfig {
+    /// Checks the values; errors name the bad one.
+    pub fn validate(&self) -> Result<()> {
+        if self.chunk < 64 << 10 || self.chunk > 1 << 30 || self.chunk % 4096 != 0 {
+            return Err(Error::Config(format!(
+                "GDS chunk must be a multiple of 4 KiB in 64 KiB ..= 1 GiB, got {} bytes",
+                self.chunk
+            )));
+        }
+        if !(1..=256).contains(&self.threads) {
+            return Err(Error::Config(format!(
+                "GDS threads must be 1..=256, got {}",
+                self.threads
+            )));
+        }
+        Ok(())
+    }
+}
+
 /// Agent settings.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct AgentConfig {
@@ -156,4 +211,6 @@ pub struct AgentConfig {
     pub storage: StorageConfig,
     /// GPU paths.
     pub gpu: GpuConfig,
+    /// File ↔ GPU paths.
+    pub gds: GdsConfig,
 }

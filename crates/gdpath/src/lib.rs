@@ -32,6 +32,7 @@ pub mod config;
 pub mod copy;
 pub mod error;
 pub mod finding;
+pub mod gds;
 pub mod machine;
 pub mod memory;
 pub mod path;
@@ -41,7 +42,7 @@ pub mod transfer;
 
 pub use agent::{Agent, BackendInfo};
 pub use backend::{Backend, Capability, Drive, PlanChoice, Preference, Refusal, SplitItem};
-pub use config::{AgentConfig, GpuConfig, StorageConfig};
+pub use config::{AgentConfig, GdsConfig, GpuConfig, StorageConfig};
 pub use error::{Error, Result, Side};
 pub use finding::{Area, Finding, FindingId, Status};
 pub use gdpath_topo as topo;
