@@ -59,13 +59,17 @@ impl Agent {
     pub fn new(config: AgentConfig) -> Result<Agent> {
         config.storage.validate()?;
         config.gpu.validate()?;
+        config.gds.validate()?;
         let agent = Agent::bare(config);
         let st = agent.inner.config.storage.clone();
         agent.add_backend(Arc::new(backend::host_copy::HostCopy));
         agent.add_backend(Arc::new(backend::posix_direct::PosixDirect::new(&st)));
         agent.add_backend(Arc::new(backend::posix_buffered::PosixBuffered::new(&st)));
         match backend::cuda::CudaBackend::new(agent.inner.config.gpu.clone()) {
-            Ok(b) => agent.add_backend(Arc::new(b)),
+            Ok(b) => {
+                agent.add_backend(Arc::new(b));
+                agent.add_gds_backends()?;
+            }
             Err(e) => tracing::debug!(error = %e, "no cuda backend"),
         }
         Ok(agent)
@@ -135,6 +139,29 @@ impl Agent {
                 .iter()
                 .any(|c| c.local == class || c.target == class)
         })
+    }
+
+    /// Adds the file ↔ GPU backends, in planning order: `cufile` (GdsNative, preferred),
+    /// `file-gpu` (staged: PosixDirect / PosixBuffered into pinned bounce buffers) and
+    /// `cufile-compat` (GdsCompat, taken only when asked for). Needs the `cuda` backend.
+    ///
+    /// The `cufile.json` settings are cuFile's defaults here (not read); the lead wires the
+    /// doctor's parser in through [`crate::gds::CufileSettings`].
+    fn add_gds_backends(&self) -> Result<()> {
+        let cfg = self.inner.config.gds.clone();
+        let facts = crate::gds::GdsFacts::gather(
+            std::path::Path::new("/"),
+            std::env::var_os(crate::gds::CUFILE_ENV).as_deref(),
+        );
+        let (native, compat) = backend::cufile::CufileBackend::pair(
+            cfg.clone(),
+            facts,
+            crate::gds::CufileSettings::default(),
+        )?;
+        self.add_backend(Arc::new(native));
+        self.add_backend(backend::file_gpu::FileGpu::new(cfg)?);
+        self.add_backend(Arc::new(compat));
+        Ok(())
     }
 
     /// Registers memory and returns its region.

@@ -9,7 +9,9 @@
 //! [`Drive::Poll`] and complete from [`Backend::progress`], which waiters call.
 
 pub mod cuda;
+pub mod cufile;
 mod fileio;
+pub mod file_gpu;
 pub mod host_copy;
 pub mod posix_buffered;
 pub mod posix_direct;

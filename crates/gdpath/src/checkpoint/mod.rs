@@ -6,9 +6,11 @@
 //! in it. Loading onto a GPU is [`load`] (needs the CUDA backend).
 
 pub mod header;
+pub mod load;
 pub mod plan;
 
 pub use header::{Header, TensorEntry, MAX_HEADER_BYTES};
+pub use load::{load, LoadError, LoadedCheckpoint, LoadedTensor};
 pub use plan::{LoadPlan, PlannedTensor};
 pub use safetensors::Dtype;
 
