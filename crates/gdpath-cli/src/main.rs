@@ -3,6 +3,7 @@
 
 mod bench;
 mod copy;
+mod load;
 mod progress;
 mod topo;
 
@@ -24,8 +25,11 @@ enum Command {
     /// Measure a data path: bandwidth, IOPS, latency, data verified.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
-    /// Copy a file through registered host memory (into memory only, or out to another file).
+    /// Copy a file through registered host memory (into memory only, or out to another file),
+    /// or between a file and GPU memory (`gpu:N[@offset]`).
     Copy(copy::CopyArgs),
+    /// Load a safetensors checkpoint into one GPU allocation on the fastest path.
+    Load(load::LoadArgs),
 }
 
 fn main() -> ExitCode {
@@ -37,6 +41,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Bench(b) => bench::run(b),
         Command::Copy(c) => copy::run(c),
+        Command::Load(l) => load::run(l),
         Command::Topo(args) => topo::run(args),
     };
     match result {

@@ -33,6 +33,7 @@ pub mod copy;
 pub mod error;
 pub mod finding;
 pub mod gds;
+pub mod gpu_copy;
 pub mod machine;
 pub mod memory;
 pub mod path;
