@@ -18,18 +18,16 @@ pub const LOAD_ALIGN: u64 = 4096;
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum LoadError {
     /// The file is not a valid safetensors checkpoint (nothing was allocated on the GPU).
-    #[error("{path}: {source}")]
+    #[error("{path}: {error}")]
     Checkpoint {
         path: std::path::PathBuf,
-        #[source]
-        source: CheckpointError,
+        error: CheckpointError,
     },
     /// Registration, allocation or the transfer failed (the allocation is freed again).
-    #[error("{path}: {source}")]
+    #[error("{path}: {error}")]
     Engine {
         path: std::path::PathBuf,
-        #[source]
-        source: Error,
+        error: Error,
     },
 }
 
@@ -96,14 +94,14 @@ impl LoadedCheckpoint {
 /// transfer failures — the allocation is freed before returning.
 pub fn load(agent: &Agent, file: &std::path::Path, gpu: u32) -> Result<LoadedCheckpoint, LoadError> {
     let t0 = Instant::now();
-    let header = Header::read(file).map_err(|source| LoadError::Checkpoint {
+    let header = Header::read(file).map_err(|error| LoadError::Checkpoint {
         path: file.to_owned(),
-        source,
+        error,
     })?;
     let plan = LoadPlan::new(&header, LOAD_ALIGN);
-    let eng = |source: Error| LoadError::Engine {
+    let eng = |error: Error| LoadError::Engine {
         path: file.to_owned(),
-        source,
+        error,
     };
     let f = agent.register(Memory::File(FileSpec::read(file))).map_err(eng)?;
     let region = agent
