@@ -154,8 +154,8 @@ fn print_table(rows: &[BenchRow]) {
             format!("{:.3}", r.gbps_median),
             format!("{:.3}", r.gbps_max),
             format!("{:.0}", r.iops),
-            format!("{:.1}", r.latency_us_p50),
-            format!("{:.1}", r.latency_us_p99),
+            lat(r.latency_us_p50),
+            lat(r.latency_us_p99),
             if r.verified {
                 "yes".into()
             } else {
@@ -187,7 +187,11 @@ fn print_ratios(rows: &[BenchRow]) {
 fn run_gds(a: &StorageArgs, gpu: u32, blocks: Vec<u64>) -> Result<ExitCode> {
     use gdpath::bench::gds::{run, GdsBenchConfig, GdsPathChoice};
     let paths = match a.path.as_str() {
-        "all" => vec![GdsPathChoice::Gds, GdsPathChoice::Compat, GdsPathChoice::Staged],
+        "all" => vec![
+            GdsPathChoice::Gds,
+            GdsPathChoice::Compat,
+            GdsPathChoice::Staged,
+        ],
         "gds" => vec![GdsPathChoice::Gds],
         "compat" => vec![GdsPathChoice::Compat],
         "staged" => vec![GdsPathChoice::Staged],
@@ -196,7 +200,11 @@ fn run_gds(a: &StorageArgs, gpu: u32, blocks: Vec<u64>) -> Result<ExitCode> {
     let threads = match &a.threads {
         Some(t) => t
             .split(',')
-            .map(|x| x.trim().parse::<usize>().with_context(|| format!("--threads {x}")))
+            .map(|x| {
+                x.trim()
+                    .parse::<usize>()
+                    .with_context(|| format!("--threads {x}"))
+            })
             .collect::<Result<Vec<_>>>()?,
         None => vec![gdpath::GdsConfig::default().threads],
     };
@@ -238,7 +246,10 @@ fn run_gds(a: &StorageArgs, gpu: u32, blocks: Vec<u64>) -> Result<ExitCode> {
             println!(
                 "skipped {}: {}{}",
                 s.path.name(),
-                s.finding.as_ref().map(|f| format!("[{f}] ")).unwrap_or_default(),
+                s.finding
+                    .as_ref()
+                    .map(|f| format!("[{f}] "))
+                    .unwrap_or_default(),
                 s.detail
             );
         }
@@ -252,4 +263,13 @@ fn run_gds(a: &StorageArgs, gpu: u32, blocks: Vec<u64>) -> Result<ExitCode> {
         return Ok(ExitCode::from(2));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A latency cell: `-` where the bench does not measure per-I/O latency (the GPU rows).
+fn lat(us: f64) -> String {
+    if us > 0.0 {
+        format!("{us:.1}")
+    } else {
+        "-".into()
+    }
 }

@@ -108,7 +108,9 @@ fn run_gpu(a: &CopyArgs, src: Ep, dst: Ep) -> Result<ExitCode> {
     use gdpath::gpu_copy::{file_to_gpu, gpu_to_file};
     let agent = Agent::new(AgentConfig::default())?;
     let r = match (src, dst, &a.dst) {
-        (None, Some(d), _) => file_to_gpu(&agent, &a.src, d.map_err(anyhow::Error::msg)?, a.verify)?,
+        (None, Some(d), _) => {
+            file_to_gpu(&agent, &a.src, d.map_err(anyhow::Error::msg)?, a.verify)?
+        }
         (Some(s), None, Some(file)) => {
             let size = a.size.context("--size is needed to copy from GPU memory")?;
             gpu_to_file(&agent, s.map_err(anyhow::Error::msg)?, size, file, a.verify)?
@@ -126,18 +128,28 @@ fn run_gpu(a: &CopyArgs, src: Ep, dst: Ep) -> Result<ExitCode> {
         println!(
             "{} -> {}: {} in {:.3} s, {:.3} GB/s (1e9 B/s)",
             a.src.display(),
-            a.dst.as_ref().map_or(String::new(), |d| d.display().to_string()),
+            a.dst
+                .as_ref()
+                .map_or(String::new(), |d| d.display().to_string()),
             format_size(r.bytes),
             r.elapsed.as_secs_f64(),
             r.gbps
         );
         match &r.finding {
-            Some(f) => println!("  path: {} (fallback: {f}: {})", r.path, r.detail.as_deref().unwrap_or("")),
+            Some(f) => println!(
+                "  path: {} (fallback: {f}: {})",
+                r.path,
+                r.detail.as_deref().unwrap_or("")
+            ),
             None => println!("  path: {}", r.path),
         }
         if let Some(v) = r.verified {
             println!("  verified: {}", if v { "yes (xxh3)" } else { "NO" });
         }
     }
-    Ok(if r.verified == Some(false) { ExitCode::from(2) } else { ExitCode::SUCCESS })
+    Ok(if r.verified == Some(false) {
+        ExitCode::from(2)
+    } else {
+        ExitCode::SUCCESS
+    })
 }

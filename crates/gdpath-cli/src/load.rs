@@ -24,6 +24,13 @@ pub struct LoadArgs {
     /// Print every tensor (name, dtype, shape, bytes, device pointer).
     #[arg(long)]
     tensors: bool,
+    /// Load this many times with one agent (the first includes CUDA context creation and
+    /// cuFile driver open; later ones are the steady state a serving process sees).
+    #[arg(long, default_value_t = 1)]
+    repeat: usize,
+    /// Drop the file from the page cache (posix_fadvise DONTNEED) before each load.
+    #[arg(long)]
+    cold: bool,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -38,6 +45,24 @@ pub fn run(a: LoadArgs) -> Result<ExitCode> {
         cfg.gds.chunk = c;
     }
     let agent = Agent::new(cfg)?;
+    for i in 1..a.repeat.max(1) {
+        if a.cold {
+            drop_cache(&a.file);
+        }
+        let c = load(&agent, &a.file, a.gpu)?;
+        if !a.json {
+            println!(
+                "load {i}: {} in {:.3} s: {:.2} GB/s (1e9 B/s) via {}",
+                format_size(c.tensor_bytes),
+                c.elapsed.as_secs_f64(),
+                c.gbps(),
+                c.path
+            );
+        }
+    }
+    if a.cold {
+        drop_cache(&a.file);
+    }
     let c = load(&agent, &a.file, a.gpu)?;
     if a.json {
         let tensors: Vec<_> = c
@@ -100,4 +125,12 @@ pub fn run(a: LoadArgs) -> Result<ExitCode> {
         None => println!("path: {}", c.path),
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn drop_cache(path: &std::path::Path) {
+    if let Ok(f) = std::fs::File::open(path) {
+        use std::os::fd::AsRawFd;
+        // SAFETY: advisory call on an open descriptor.
+        unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    }
 }

@@ -43,11 +43,10 @@ impl GdsFacts {
     /// value counts as unset. Missing files are facts (absent), not errors.
     pub fn gather(root: &Path, cufile_env: Option<&OsStr>) -> GdsFacts {
         let under = |p: &Path| root.join(p.strip_prefix("/").unwrap_or(p));
-        let nvidia_fs_version = std::fs::read_to_string(under(Path::new(
-            "/proc/driver/nvidia-fs/version",
-        )))
-        .ok()
-        .map(|t| t.lines().next().unwrap_or("").trim().to_owned());
+        let nvidia_fs_version =
+            std::fs::read_to_string(under(Path::new("/proc/driver/nvidia-fs/version")))
+                .ok()
+                .map(|t| t.lines().next().unwrap_or("").trim().to_owned());
         let nvidia_fs_module = std::fs::read_to_string(under(Path::new("/proc/modules")))
             .map(|t| {
                 t.lines()
@@ -168,7 +167,10 @@ pub fn decide(
         })
     } else {
         let src = if !compat_in_file {
-            format!("allow_compat_mode is false in {}", facts.cufile_json.path.display())
+            format!(
+                "allow_compat_mode is false in {}",
+                facts.cufile_json.path.display()
+            )
         } else {
             "the cuFile driver does not allow compatibility mode (dcontrolflags)".to_owned()
         };
@@ -199,7 +201,10 @@ mod tests {
     fn facts_from_trees() {
         let t = tree(&[
             ("/proc/driver/nvidia-fs/version", "version: 2.17\nextra\n"),
-            ("/proc/modules", "nvidia_fs 200704 0 - Live 0x0\nnvidia 1 2 - Live 0x0\n"),
+            (
+                "/proc/modules",
+                "nvidia_fs 200704 0 - Live 0x0\nnvidia 1 2 - Live 0x0\n",
+            ),
             ("/etc/cufile.json", "{}"),
         ]);
         let f = GdsFacts::gather(t.path(), None);
@@ -210,12 +215,18 @@ mod tests {
 
         // The H200 device machine: no nvidia-fs, no cufile.json; env var points elsewhere.
         let t = tree(&[
-            ("/proc/modules", "nvidia_uvm 1 0 - Live 0x0\nnvidia_fs_x 1 0 - Live 0x0\n"),
+            (
+                "/proc/modules",
+                "nvidia_uvm 1 0 - Live 0x0\nnvidia_fs_x 1 0 - Live 0x0\n",
+            ),
             ("/opt/my/cufile.json", "{}"),
         ]);
         let f = GdsFacts::gather(t.path(), Some(OsStr::new("/opt/my/cufile.json")));
         assert_eq!(f.nvidia_fs_version, None);
-        assert!(!f.nvidia_fs_module, "a module merely starting with nvidia_fs is not it");
+        assert!(
+            !f.nvidia_fs_module,
+            "a module merely starting with nvidia_fs is not it"
+        );
         assert!(f.cufile_json.from_env && f.cufile_json.exists);
         let f = GdsFacts::gather(t.path(), Some(OsStr::new("")));
         assert!(!f.cufile_json.from_env && !f.cufile_json.exists);
@@ -256,12 +267,19 @@ mod tests {
         };
         let e = decide(&none, &off, Some(&DRV_COMPAT), true).unwrap_err();
         assert_eq!(e.0, ids::GDS_NVIDIA_FS_MISSING);
-        assert!(e.1.contains("allow_compat_mode is false in /etc/cufile.json"), "{}", e.1);
+        assert!(
+            e.1.contains("allow_compat_mode is false in /etc/cufile.json"),
+            "{}",
+            e.1
+        );
         let strict = DriverView {
             compat_allowed: false,
             ..DRV_COMPAT
         };
-        assert!(decide(&none, &dflt, Some(&strict), true).unwrap_err().1.contains("dcontrolflags"));
+        assert!(decide(&none, &dflt, Some(&strict), true)
+            .unwrap_err()
+            .1
+            .contains("dcontrolflags"));
         // PCI P2PDMA makes native possible without nvidia-fs.
         let p2p = CufileSettings {
             use_pci_p2pdma: Some(true),
@@ -275,6 +293,9 @@ mod tests {
             nvfs_loaded: true,
             compat_allowed: true,
         };
-        assert_eq!(decide(&none, &dflt, Some(&drv), true).unwrap().mode, GdsMode::Native);
+        assert_eq!(
+            decide(&none, &dflt, Some(&drv), true).unwrap().mode,
+            GdsMode::Native
+        );
     }
 }

@@ -28,7 +28,11 @@ impl GpuEndpoint {
         };
         let ordinal = match n.parse::<u32>() {
             Ok(v) => v,
-            Err(_) => return Some(Err(format!("{s}: expected gpu:N[@offset], N a GPU ordinal"))),
+            Err(_) => {
+                return Some(Err(format!(
+                    "{s}: expected gpu:N[@offset], N a GPU ordinal"
+                )))
+            }
         };
         let offset = match off.map(crate::bench::parse_size) {
             None => 0,
@@ -56,7 +60,12 @@ pub struct GpuCopyReport {
     pub verified: Option<bool>,
 }
 
-fn report(bytes: u64, elapsed: Duration, plan: Option<PlannedPair>, verified: Option<bool>) -> GpuCopyReport {
+fn report(
+    bytes: u64,
+    elapsed: Duration,
+    plan: Option<PlannedPair>,
+    verified: Option<bool>,
+) -> GpuCopyReport {
     let plan = plan.expect("one pair planned");
     GpuCopyReport {
         bytes,
@@ -71,12 +80,21 @@ fn report(bytes: u64, elapsed: Duration, plan: Option<PlannedPair>, verified: Op
 
 /// Reads all of `file` into a new allocation of `offset + len` bytes on GPU `ep.ordinal`, at
 /// `ep.offset`. `verify` compares XXH3 of the file and of the GPU bytes read back.
-pub fn file_to_gpu(agent: &Agent, file: &std::path::Path, ep: GpuEndpoint, verify: bool) -> Result<GpuCopyReport> {
+pub fn file_to_gpu(
+    agent: &Agent,
+    file: &std::path::Path,
+    ep: GpuEndpoint,
+    verify: bool,
+) -> Result<GpuCopyReport> {
     let f = agent.register(Memory::File(FileSpec::read(file)))?;
     let len = f.len()?;
     let gpu = agent.register(Memory::Gpu {
         ordinal: ep.ordinal,
-        len: ep.offset.checked_add(len).ok_or_else(|| Error::Config("offset + file length overflows".into()))?.max(1),
+        len: ep
+            .offset
+            .checked_add(len)
+            .ok_or_else(|| Error::Config("offset + file length overflows".into()))?
+            .max(1),
     })?;
     let req = || TransferRequest::read(vec![gpu.desc(ep.offset, len)], vec![f.desc(0, len)]);
     let plan = agent.plan(&req())?.into_iter().next();
@@ -86,9 +104,15 @@ pub fn file_to_gpu(agent: &Agent, file: &std::path::Path, ep: GpuEndpoint, verif
     let verified = if verify {
         let g = {
             // Checksum of the copied range only: read it back from offset.
-            let probe = agent.register(Memory::Gpu { ordinal: ep.ordinal, len: len.max(1) })?;
+            let probe = agent.register(Memory::Gpu {
+                ordinal: ep.ordinal,
+                len: len.max(1),
+            })?;
             agent
-                .post(TransferRequest::write(vec![gpu.desc(ep.offset, len)], vec![probe.desc(0, len)]))?
+                .post(TransferRequest::write(
+                    vec![gpu.desc(ep.offset, len)],
+                    vec![probe.desc(0, len)],
+                ))?
                 .wait()
                 .map_err(|e| e.error)?;
             gpu_checksum(agent, &probe, len)?
@@ -103,13 +127,31 @@ pub fn file_to_gpu(agent: &Agent, file: &std::path::Path, ep: GpuEndpoint, verif
 /// Writes `len` bytes of GPU memory (a new allocation on `ep.ordinal`, filled with a test
 /// pattern at `ep.offset`) to `file` (created or truncated). `verify` compares XXH3 of the
 /// pattern and of the file.
-pub fn gpu_to_file(agent: &Agent, ep: GpuEndpoint, len: u64, file: &std::path::Path, verify: bool) -> Result<GpuCopyReport> {
-    let total = ep.offset.checked_add(len).ok_or_else(|| Error::Config("offset + length overflows".into()))?;
-    let gpu = agent.register(Memory::Gpu { ordinal: ep.ordinal, len: total.max(1) })?;
-    let staged = agent.register(Memory::Gpu { ordinal: ep.ordinal, len: len.max(1) })?;
+pub fn gpu_to_file(
+    agent: &Agent,
+    ep: GpuEndpoint,
+    len: u64,
+    file: &std::path::Path,
+    verify: bool,
+) -> Result<GpuCopyReport> {
+    let total = ep
+        .offset
+        .checked_add(len)
+        .ok_or_else(|| Error::Config("offset + length overflows".into()))?;
+    let gpu = agent.register(Memory::Gpu {
+        ordinal: ep.ordinal,
+        len: total.max(1),
+    })?;
+    let staged = agent.register(Memory::Gpu {
+        ordinal: ep.ordinal,
+        len: len.max(1),
+    })?;
     let want = gpu_fill_pattern(agent, &staged, len, 0x5eed)?;
     agent
-        .post(TransferRequest::write(vec![staged.desc(0, len)], vec![gpu.desc(ep.offset, len)]))?
+        .post(TransferRequest::write(
+            vec![staged.desc(0, len)],
+            vec![gpu.desc(ep.offset, len)],
+        ))?
         .wait()
         .map_err(|e| e.error)?;
     drop(staged);
@@ -121,6 +163,10 @@ pub fn gpu_to_file(agent: &Agent, ep: GpuEndpoint, len: u64, file: &std::path::P
     let t = Instant::now();
     agent.post(req())?.wait().map_err(|e| e.error)?;
     let elapsed = t.elapsed();
-    let verified = if verify { Some(file_checksum(file, len)? == want) } else { None };
+    let verified = if verify {
+        Some(file_checksum(file, len)? == want)
+    } else {
+        None
+    };
     Ok(report(len, elapsed, plan, verified))
 }

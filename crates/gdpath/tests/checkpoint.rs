@@ -216,7 +216,9 @@ fn corrupted_minilm_copies_are_typed_errors() {
     bigger[0] += 1;
     h[&f32_name]["shape"] = json!(bigger);
     let p = write(dir.path(), "shape", &h, &data);
-    assert!(matches!(Header::read(&p), Err(CheckpointError::SizeMismatch { name, .. }) if name == f32_name));
+    assert!(
+        matches!(Header::read(&p), Err(CheckpointError::SizeMismatch { name, .. }) if name == f32_name)
+    );
 
     // Unknown dtype, reversed range, overflowing shape, missing field.
     for (case, patch) in [
@@ -250,25 +252,35 @@ fn corrupted_minilm_copies_are_typed_errors() {
     let mut h = header.clone();
     h.as_object_mut().unwrap().remove(&a.0);
     let p = write(dir.path(), "hole", &h, &data);
-    assert!(matches!(Header::read(&p), Err(CheckpointError::Hole { begin, end, before })
-        if begin == a.1 && end == a.2 && before == b.0));
+    assert!(
+        matches!(Header::read(&p), Err(CheckpointError::Hole { begin, end, before })
+        if begin == a.1 && end == a.2 && before == b.0)
+    );
 
     // A name given twice (the second entry would silently hide the first in a JSON map).
     let text = header.to_string();
     let dup = format!("{{\"{}\":{},{}", a.0, header[&a.0], &text[1..]);
     let p = write_raw(dir.path(), "dup", &dup, &data);
-    assert!(matches!(Header::read(&p), Err(CheckpointError::DuplicateName { name }) if name == a.0));
+    assert!(
+        matches!(Header::read(&p), Err(CheckpointError::DuplicateName { name }) if name == a.0)
+    );
 
     // Not UTF-8 and not JSON.
     let mut f = bytes.clone();
     f[20] = 0xff;
     let p = dir.path().join("utf8");
     std::fs::write(&p, &f).unwrap();
-    assert!(matches!(Header::read(&p), Err(CheckpointError::NotUtf8 { offset: 20 })));
+    assert!(matches!(
+        Header::read(&p),
+        Err(CheckpointError::NotUtf8 { offset: 20 })
+    ));
     let mut f = bytes.clone();
     f[8] = b'[';
     std::fs::write(&p, &f).unwrap();
-    assert!(matches!(Header::read(&p), Err(CheckpointError::NotJsonObject)));
+    assert!(matches!(
+        Header::read(&p),
+        Err(CheckpointError::NotJsonObject)
+    ));
 }
 
 /// Random byte flips in the real header never panic; every result is Ok or a typed error, and
@@ -325,10 +337,14 @@ fn synthetic_files_from_the_safetensors_crate() {
     let views: Vec<(&str, safetensors::tensor::TensorView)> = specs
         .iter()
         .zip(&bufs)
-        .map(|((n, d, s), b)| (*n, safetensors::tensor::TensorView::new(*d, s.clone(), b).unwrap()))
+        .map(|((n, d, s), b)| {
+            (
+                *n,
+                safetensors::tensor::TensorView::new(*d, s.clone(), b).unwrap(),
+            )
+        })
         .collect();
-    let meta: std::collections::HashMap<String, String> =
-        [("k".to_owned(), "v".to_owned())].into();
+    let meta: std::collections::HashMap<String, String> = [("k".to_owned(), "v".to_owned())].into();
     let p = dir.path().join("synthetic.safetensors");
     safetensors::serialize_to_file(views, &Some(meta), &p).unwrap();
     let bytes = std::fs::read(&p).unwrap();
@@ -370,7 +386,10 @@ fn synthetic_files_from_the_safetensors_crate() {
 
     // Too short, missing file.
     std::fs::write(&p, [1, 2, 3]).unwrap();
-    assert!(matches!(Header::read(&p), Err(CheckpointError::TooShort { file_len: 3 })));
+    assert!(matches!(
+        Header::read(&p),
+        Err(CheckpointError::TooShort { file_len: 3 })
+    ));
     assert!(matches!(
         Header::read(&dir.path().join("missing")),
         Err(CheckpointError::Open { .. })

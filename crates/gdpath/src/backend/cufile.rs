@@ -178,7 +178,11 @@ impl CufileBackend {
             backend: NAME,
             detail: format!("region {} is not GPU memory", g.region.id()),
         })?;
-        let path = f.region.file().map(|x| x.path().to_owned()).unwrap_or_default();
+        let path = f
+            .region
+            .file()
+            .map(|x| x.path().to_owned())
+            .unwrap_or_default();
         f.region.with_backend_handle(NAME, |h| {
             let reg = h
                 .and_then(|h| h.downcast_ref::<CufileRegistration>())
@@ -188,7 +192,17 @@ impl CufileBackend {
                     detail: format!("{} has no cuFile handle", path.display()),
                 })?;
             let stop = || item.stop_reason();
-            cufile_copy(reg, dev, g.offset, f.offset, f.len, to_gpu, &self.shared.cfg, &stop, &path)
+            cufile_copy(
+                reg,
+                dev,
+                g.offset,
+                f.offset,
+                f.len,
+                to_gpu,
+                &self.shared.cfg,
+                &stop,
+                &path,
+            )
         })?;
         Ok(f.len)
     }
@@ -239,9 +253,16 @@ fn cufile_copy(
                             available: 0,
                         })
                     }
-                    Ok(0) => return Err(cuda_err(what, CudaError::InvalidArgument("wrote 0 bytes".into()))),
+                    Ok(0) => {
+                        return Err(cuda_err(
+                            what,
+                            CudaError::InvalidArgument("wrote 0 bytes".into()),
+                        ))
+                    }
                     Ok(k) => done += k as u64,
-                    Err(e) => return Err(cuda_err(format!("{what} {} at {fo}", path.display()), e)),
+                    Err(e) => {
+                        return Err(cuda_err(format!("{what} {} at {fo}", path.display()), e))
+                    }
                 }
             }
         }
@@ -303,7 +324,10 @@ impl Backend for CufileBackend {
         let Some((g, f)) = gpu_and_file(local, target) else {
             return Err(Refusal {
                 finding: None,
-                detail: format!("{} moves data between files and GPU memory only", self.name()),
+                detail: format!(
+                    "{} moves data between files and GPU memory only",
+                    self.name()
+                ),
             });
         };
         if gpu_buffer(&g.region).is_none() {
@@ -318,7 +342,11 @@ impl Backend for CufileBackend {
                 detail: "cuFile switched off (GdsConfig::cufile)".into(),
             });
         }
-        let path = f.region.file().map(|x| x.path().display().to_string()).unwrap_or_default();
+        let path = f
+            .region
+            .file()
+            .map(|x| x.path().display().to_string())
+            .unwrap_or_default();
         f.region.with_backend_handle(NAME, |h| {
             let Some(reg) = h.and_then(|h| h.downcast_ref::<CufileRegistration>()) else {
                 return Err(Refusal {
@@ -377,7 +405,12 @@ pub fn registration_summary(region: &Region) -> Option<String> {
         let reg = h?.downcast_ref::<CufileRegistration>()?;
         Some(match (&reg.handle, &reg.decision) {
             (Err((id, why)), _) => format!("[{id}] {why}"),
-            (Ok(h), Ok(d)) => format!("fd {} registered, {:?} mode: {}", h.file().as_raw_fd(), d.mode, d.detail),
+            (Ok(h), Ok(d)) => format!(
+                "fd {} registered, {:?} mode: {}",
+                h.file().as_raw_fd(),
+                d.mode,
+                d.detail
+            ),
             (Ok(_), Err((id, why))) => format!("[{id}] {why}"),
         })
     })

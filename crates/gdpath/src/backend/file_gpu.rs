@@ -85,7 +85,11 @@ impl FileGpu {
         Ok(me)
     }
 
-    fn take(&self, ctx: &Context, n: usize) -> std::result::Result<Vec<PinnedHostBuffer>, CudaError> {
+    fn take(
+        &self,
+        ctx: &Context,
+        n: usize,
+    ) -> std::result::Result<Vec<PinnedHostBuffer>, CudaError> {
         let mut out = {
             let mut free = self.pool.lock().unwrap_or_else(|p| p.into_inner());
             let k = free.len().saturating_sub(n);
@@ -134,7 +138,11 @@ impl FileGpu {
             be: self,
             file,
             direct,
-            align: file.align().offset.max(file.align().memory).clamp(512, 4096) as usize,
+            align: file
+                .align()
+                .offset
+                .max(file.align().memory)
+                .clamp(512, 4096) as usize,
             dev,
             dev_off: gpu_d.offset as usize,
             file_off: file_d.offset,
@@ -264,7 +272,10 @@ impl Job<'_> {
         let ctx = self.dev.context();
         let cuda = |e: CudaError| crate::backend::cuda::memory::cuda_err("file → GPU copy", e);
         let mut bufs = self.be.take(ctx, 2).map_err(cuda)?;
-        let streams = [Stream::new(ctx).map_err(cuda)?, Stream::new(ctx).map_err(cuda)?];
+        let streams = [
+            Stream::new(ctx).map_err(cuda)?,
+            Stream::new(ctx).map_err(cuda)?,
+        ];
         let mut result = Ok(());
         for (k, c) in (w..self.chunks()).step_by(workers).enumerate() {
             if let Some(e) = (self.stop)() {
@@ -307,11 +318,17 @@ impl Job<'_> {
         let ctx = self.dev.context();
         let cuda = |e: CudaError| crate::backend::cuda::memory::cuda_err("GPU → file copy", e);
         let mut bufs = self.be.take(ctx, 2).map_err(cuda)?;
-        let streams = [Stream::new(ctx).map_err(cuda)?, Stream::new(ctx).map_err(cuda)?];
+        let streams = [
+            Stream::new(ctx).map_err(cuda)?,
+            Stream::new(ctx).map_err(cuda)?,
+        ];
         // The chunk each buffer holds (in flight from the GPU), still to be written.
         let mut pending: [Option<(usize, usize)>; 2] = [None, None];
         let mut result = Ok(());
-        let flush = |bufs: &[PinnedHostBuffer], pending: &mut [Option<(usize, usize)>; 2], s: usize| -> Result<()> {
+        let flush = |bufs: &[PinnedHostBuffer],
+                     pending: &mut [Option<(usize, usize)>; 2],
+                     s: usize|
+         -> Result<()> {
             if let Some((off, l)) = pending[s].take() {
                 streams[s].synchronize().map_err(cuda)?;
                 let f = self.file_off + off as u64;
@@ -329,7 +346,8 @@ impl Job<'_> {
             // Buffer s held chunk k-2: written already when chunk k-1 was enqueued.
             let (off, l) = self.chunk_at(c);
             let lead = self.write_lead(self.file_off + off as u64);
-            if let Err(e) = streams[s].copy_d2h(&mut bufs[s], lead, self.dev, self.dev_off + off, l) {
+            if let Err(e) = streams[s].copy_d2h(&mut bufs[s], lead, self.dev, self.dev_off + off, l)
+            {
                 result = Err(cuda(e));
                 break;
             }
@@ -486,8 +504,18 @@ impl Backend for FileGpu {
         use MemoryClass::{File, Gpu};
         let mut v = Vec::new();
         for (l, t) in [(Gpu, File), (File, Gpu)] {
-            v.push(Capability::both(l, t, Path::PosixDirect, Preference::Fallback));
-            v.push(Capability::both(l, t, Path::PosixBuffered, Preference::Fallback));
+            v.push(Capability::both(
+                l,
+                t,
+                Path::PosixDirect,
+                Preference::Fallback,
+            ));
+            v.push(Capability::both(
+                l,
+                t,
+                Path::PosixBuffered,
+                Preference::Fallback,
+            ));
         }
         v
     }

@@ -10,8 +10,8 @@
 
 pub mod cuda;
 pub mod cufile;
-mod fileio;
 pub mod file_gpu;
+mod fileio;
 pub mod host_copy;
 pub mod posix_buffered;
 pub mod posix_direct;

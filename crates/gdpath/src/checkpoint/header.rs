@@ -128,11 +128,12 @@ impl Header {
         }
         // Duplicate keys are an error (a JSON map keeps the last one silently, so two tensors
         // with one name would hide one of them): read the top-level keys in order first.
-        let entries: UniqueKeys = serde_json::from_str(text).map_err(|e| CheckpointError::Json {
-            line: e.line(),
-            column: e.column(),
-            message: e.to_string(),
-        })?;
+        let entries: UniqueKeys =
+            serde_json::from_str(text).map_err(|e| CheckpointError::Json {
+                line: e.line(),
+                column: e.column(),
+                message: e.to_string(),
+            })?;
         if let Some(name) = entries.duplicate {
             return Err(CheckpointError::DuplicateName { name });
         }
@@ -230,9 +231,15 @@ impl Header {
                 let p = prev.expect("cursor only moves past data_start after a tensor");
                 return Err(CheckpointError::Overlap {
                     first: p.name.clone(),
-                    first_range: (p.file_range.start - data_start, p.file_range.end - data_start),
+                    first_range: (
+                        p.file_range.start - data_start,
+                        p.file_range.end - data_start,
+                    ),
                     second: t.name.clone(),
-                    second_range: (t.file_range.start - data_start, t.file_range.end - data_start),
+                    second_range: (
+                        t.file_range.start - data_start,
+                        t.file_range.end - data_start,
+                    ),
                 });
             }
             if t.file_range.start > cursor {

@@ -27,7 +27,7 @@ pub enum LoadError {
     #[error("{path}: {error}")]
     Engine {
         path: std::path::PathBuf,
-        error: Error,
+        error: Box<Error>,
     },
 }
 
@@ -92,7 +92,11 @@ impl LoadedCheckpoint {
 /// Errors: [`LoadError::Checkpoint`] for a malformed file (see [`CheckpointError`]);
 /// [`LoadError::Engine`] for registration (`Error::Unsupported` without a GPU), allocation and
 /// transfer failures — the allocation is freed before returning.
-pub fn load(agent: &Agent, file: &std::path::Path, gpu: u32) -> Result<LoadedCheckpoint, LoadError> {
+pub fn load(
+    agent: &Agent,
+    file: &std::path::Path,
+    gpu: u32,
+) -> Result<LoadedCheckpoint, LoadError> {
     let t0 = Instant::now();
     let header = Header::read(file).map_err(|error| LoadError::Checkpoint {
         path: file.to_owned(),
@@ -101,9 +105,11 @@ pub fn load(agent: &Agent, file: &std::path::Path, gpu: u32) -> Result<LoadedChe
     let plan = LoadPlan::new(&header, LOAD_ALIGN);
     let eng = |error: Error| LoadError::Engine {
         path: file.to_owned(),
-        error,
+        error: Box::new(error),
     };
-    let f = agent.register(Memory::File(FileSpec::read(file))).map_err(eng)?;
+    let f = agent
+        .register(Memory::File(FileSpec::read(file)))
+        .map_err(eng)?;
     let region = agent
         .register(Memory::Gpu {
             ordinal: gpu,

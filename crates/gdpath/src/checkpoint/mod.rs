@@ -38,7 +38,9 @@ pub enum CheckpointError {
         source: Arc<std::io::Error>,
     },
     /// Fewer than the 8 bytes of the header length.
-    #[error("file of {file_len} bytes is too short for a safetensors header (8-byte length first)")]
+    #[error(
+        "file of {file_len} bytes is too short for a safetensors header (8-byte length first)"
+    )]
     TooShort { file_len: u64 },
     /// The header length is absurd (above [`MAX_HEADER_BYTES`]).
     #[error("header length {header_len} bytes is above the {max}-byte limit: not a safetensors file, or corrupt")]
@@ -72,7 +74,9 @@ pub enum CheckpointError {
     #[error("tensor {name:?}: shape {shape:?} overflows 64-bit byte counts")]
     ShapeOverflow { name: String, shape: Vec<u64> },
     /// The byte range's length is not `product(shape) × dtype size`.
-    #[error("tensor {name:?}: {dtype:?} {shape:?} needs {expected} bytes, data_offsets give {actual}")]
+    #[error(
+        "tensor {name:?}: {dtype:?} {shape:?} needs {expected} bytes, data_offsets give {actual}"
+    )]
     SizeMismatch {
         name: String,
         dtype: Dtype,
@@ -99,5 +103,9 @@ pub enum CheckpointError {
     },
     /// Bytes of the data section belong to no tensor (the format forbids holes).
     #[error("bytes [{begin}, {end}) of the data section belong to no tensor (before {before:?})")]
-    Hole { begin: u64, end: u64, before: String },
+    Hole {
+        begin: u64,
+        end: u64,
+        before: String,
+    },
 }
