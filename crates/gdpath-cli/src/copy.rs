@@ -11,11 +11,14 @@ use std::process::ExitCode;
 
 #[derive(Debug, Args)]
 pub struct CopyArgs {
-    /// Source file.
+    /// Source file, or `gpu:N[@offset]` (GPU memory filled with a test pattern; needs --size).
     src: PathBuf,
-    /// Destination file (created or truncated). Without it the file is read into host memory
-    /// only.
+    /// Destination file (created or truncated), or `gpu:N[@offset]`. Without it the file is
+    /// read into host memory only.
     dst: Option<PathBuf>,
+    /// Bytes to copy from a GPU source.
+    #[arg(long, value_parser = parse_size)]
+    size: Option<u64>,
     /// Bytes per window (two are held in host memory).
     #[arg(long, default_value = "32MiB", value_parser = parse_size)]
     window: u64,
@@ -37,6 +40,11 @@ pub struct CopyArgs {
 }
 
 pub fn run(a: CopyArgs) -> Result<ExitCode> {
+    let ep = |p: &PathBuf| p.to_str().and_then(gdpath::gpu_copy::GpuEndpoint::parse);
+    let (src_gpu, dst_gpu) = (ep(&a.src), a.dst.as_ref().and_then(ep));
+    if src_gpu.is_some() || dst_gpu.is_some() {
+        return run_gpu(&a, src_gpu, dst_gpu);
+    }
     let mut cfg = AgentConfig::default();
     cfg.storage.chunk = a.chunk;
     cfg.storage.queue_depth = a.qd;
@@ -92,4 +100,56 @@ pub fn run(a: CopyArgs) -> Result<ExitCode> {
         return Ok(ExitCode::from(2));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+type Ep = Option<std::result::Result<gdpath::gpu_copy::GpuEndpoint, String>>;
+
+fn run_gpu(a: &CopyArgs, src: Ep, dst: Ep) -> Result<ExitCode> {
+    use gdpath::gpu_copy::{file_to_gpu, gpu_to_file};
+    let agent = Agent::new(AgentConfig::default())?;
+    let r = match (src, dst, &a.dst) {
+        (None, Some(d), _) => {
+            file_to_gpu(&agent, &a.src, d.map_err(anyhow::Error::msg)?, a.verify)?
+        }
+        (Some(s), None, Some(file)) => {
+            let size = a.size.context("--size is needed to copy from GPU memory")?;
+            gpu_to_file(&agent, s.map_err(anyhow::Error::msg)?, size, file, a.verify)?
+        }
+        (Some(_), None, None) => anyhow::bail!("copy from GPU memory needs a destination file"),
+        (Some(_), Some(_), _) => anyhow::bail!("GPU to GPU copies are `gdpath bench p2p`'s"),
+        (None, None, _) => unreachable!("run_gpu is called with a GPU end"),
+    };
+    if a.json {
+        let out = serde_json::json!({
+            "schema_version": 1, "command": "copy", "src": a.src, "dst": a.dst, "report": r,
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else {
+        println!(
+            "{} -> {}: {} in {:.3} s, {:.3} GB/s (1e9 B/s)",
+            a.src.display(),
+            a.dst
+                .as_ref()
+                .map_or(String::new(), |d| d.display().to_string()),
+            format_size(r.bytes),
+            r.elapsed.as_secs_f64(),
+            r.gbps
+        );
+        match &r.finding {
+            Some(f) => println!(
+                "  path: {} (fallback: {f}: {})",
+                r.path,
+                r.detail.as_deref().unwrap_or("")
+            ),
+            None => println!("  path: {}", r.path),
+        }
+        if let Some(v) = r.verified {
+            println!("  verified: {}", if v { "yes (xxh3)" } else { "NO" });
+        }
+    }
+    Ok(if r.verified == Some(false) {
+        ExitCode::from(2)
+    } else {
+        ExitCode::SUCCESS
+    })
 }

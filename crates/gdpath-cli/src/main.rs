@@ -4,6 +4,8 @@
 mod bench;
 mod copy;
 mod doctor;
+mod load;
+mod p2p;
 mod progress;
 mod topo;
 
@@ -25,11 +27,17 @@ enum Command {
     /// Measure a data path: bandwidth, IOPS, latency, data verified.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
-    /// Copy a file through registered host memory (into memory only, or out to another file).
+    /// P2P capability matrices per GPU pair, as `nvidia-smi topo -p2p r|w|n|a|p`, with CUDA
+    /// access and the path gdpath takes.
+    P2p(p2p::P2pArgs),
+    /// Copy a file through registered host memory (into memory only, or out to another file),
+    /// or between a file and GPU memory (`gpu:N[@offset]`).
     Copy(copy::CopyArgs),
     /// Will P2P, GDR and GDS work here, and if not, why and what to do. Exit status: 0 all
     /// available, 1 some degraded, 2 some unavailable, 3 the doctor failed.
     Doctor(doctor::DoctorArgs),
+    /// Load a safetensors checkpoint into one GPU allocation on the fastest path.
+    Load(load::LoadArgs),
 }
 
 fn main() -> ExitCode {
@@ -41,8 +49,10 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Bench(b) => bench::run(b),
         Command::Copy(c) => copy::run(c),
+        Command::Load(l) => load::run(l),
         Command::Topo(args) => topo::run(args),
         Command::Doctor(args) => doctor::run(args),
+        Command::P2p(args) => p2p::run(args),
     };
     match result {
         Ok(code) => code,

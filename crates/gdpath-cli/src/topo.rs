@@ -92,6 +92,18 @@ pub fn run(args: TopoArgs) -> Result<ExitCode> {
         if !s.refused.is_empty() {
             println!("left out as private: {}", s.refused.join(", "));
         }
+        match &m.driver {
+            Some(d) => println!(
+                "driver facts stored: {} GPUs, {} GPU pairs (NVLink, P2P status)",
+                d.gpus.len(),
+                d.pairs.len()
+            ),
+            None => {
+                for n in &m.notes {
+                    println!("{n}");
+                }
+            }
+        }
         return Ok(ExitCode::SUCCESS);
     }
     let source = args.source.source();

@@ -81,10 +81,137 @@ impl StorageConfig {
     }
 }
 
+/// GPU path settings (the `cuda` backend).
+///
+/// Memory bound: the staging paths (pageable host memory, staged GPU ↔ GPU) hold pinned bounce
+/// buffers of `chunk` bytes, at most `2 * copy_threads` per pageable copy and `staging_buffers`
+/// per staged copy in flight; buffers are kept in a pool for reuse.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuConfig {
+    /// Use GPUDirect P2P between GPUs that allow it. `false` forces the staged path (GPU →
+    /// pinned bounce buffers → GPU), which is then reported with `p2p.disabled`.
+    pub p2p: bool,
+    /// Bytes per pinned bounce buffer and per pipelined copy (1 KiB ..= 1 GiB).
+    pub chunk: u64,
+    /// Bounce buffers (and streams per side) of one staged GPU ↔ GPU copy; at least 2.
+    pub staging_buffers: usize,
+    /// CPU threads copying between pageable memory and pinned bounce buffers, per descriptor
+    /// pair, each with two bounce buffers on two streams.
+    pub copy_threads: usize,
+    /// Threads executing GPU work items (each waits on its own streams).
+    pub workers: usize,
+}
+
+impl Default for GpuConfig {
+    fn default() -> Self {
+        let cores = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(2);
+        GpuConfig {
+            p2p: true,
+            chunk: 4 << 20,
+            staging_buffers: 6,
+            copy_threads: (cores / 2).clamp(2, 16),
+            workers: 4,
+        }
+    }
+}
+
+impl GpuConfig {
+    /// Checks the values; errors name the bad one.
+    pub fn validate(&self) -> Result<()> {
+        if self.chunk < 1024 || self.chunk > 1 << 30 {
+            return Err(Error::Config(format!(
+                "GPU chunk must be 1 KiB ..= 1 GiB, got {} bytes",
+                self.chunk
+            )));
+        }
+        if !(2..=64).contains(&self.staging_buffers) {
+            return Err(Error::Config(format!(
+                "staging buffers must be 2..=64, got {}",
+                self.staging_buffers
+            )));
+        }
+        if !(1..=256).contains(&self.copy_threads) {
+            return Err(Error::Config(format!(
+                "copy threads must be 1..=256, got {}",
+                self.copy_threads
+            )));
+        }
+        if !(1..=256).contains(&self.workers) {
+            return Err(Error::Config(format!(
+                "GPU workers must be 1..=256, got {}",
+                self.workers
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// File ↔ GPU path settings (the `cufile` and `file-gpu` backends).
+///
+/// Memory bound: the staged path holds `2 × threads` pinned bounce buffers of `chunk` bytes
+/// (plus 8 KiB each for O_DIRECT realignment), kept in a pool for reuse: 128 MiB with the
+/// defaults on a 32-core machine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GdsConfig {
+    /// Use cuFile (GdsNative, GdsCompat) when it can register the file. `false` skips cuFile
+    /// entirely (no driver open, no handle registration).
+    pub cufile: bool,
+    /// Bytes per I/O request and per H2D/D2H copy (64 KiB ..= 1 GiB, a multiple of 4 KiB).
+    pub chunk: u64,
+    /// Threads per descriptor pair, each with two bounce buffers on two streams: its read of
+    /// chunk k+1 overlaps the copy of chunk k, and the threads' reads overlap each other
+    /// (several requests in flight: the queue depth is `threads`).
+    pub threads: usize,
+}
+
+/// 4 MiB: KvikIO's best task size on the H200 machine (issue 5), and large enough for disks.
+pub const DEFAULT_GDS_CHUNK: u64 = 4 << 20;
+
+impl Default for GdsConfig {
+    fn default() -> Self {
+        let cores = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(2);
+        GdsConfig {
+            cufile: true,
+            chunk: DEFAULT_GDS_CHUNK,
+            // Three quarters of the cores, at most 24: measured on the 32-core H200 machine
+            // from tmpfs with 4 MiB chunks, 16 threads gave 46.9 GB/s and 24 gave 49.0
+            // (docs/gds.md); past that the page-cache memcpy is memory-bound.
+            threads: (cores * 3 / 4).clamp(2, 24),
+        }
+    }
+}
+
+impl GdsConfig {
+    /// Checks the values; errors name the bad one.
+    pub fn validate(&self) -> Result<()> {
+        if self.chunk < 64 << 10 || self.chunk > 1 << 30 || self.chunk % 4096 != 0 {
+            return Err(Error::Config(format!(
+                "GDS chunk must be a multiple of 4 KiB in 64 KiB ..= 1 GiB, got {} bytes",
+                self.chunk
+            )));
+        }
+        if !(1..=256).contains(&self.threads) {
+            return Err(Error::Config(format!(
+                "GDS threads must be 1..=256, got {}",
+                self.threads
+            )));
+        }
+        Ok(())
+    }
+}
+
 /// Agent settings.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct AgentConfig {
     /// The agent's name (peers see it as `Remote { agent }`); empty means `"local"`.
     pub name: String,
     pub storage: StorageConfig,
+    /// GPU paths.
+    pub gpu: GpuConfig,
+    /// File ↔ GPU paths.
+    pub gds: GdsConfig,
 }

@@ -27,11 +27,14 @@
 pub mod agent;
 pub mod backend;
 pub mod bench;
+pub mod checkpoint;
 pub mod config;
 pub mod copy;
 pub mod doctor;
 pub mod error;
 pub mod finding;
+pub mod gds;
+pub mod gpu_copy;
 pub mod machine;
 pub mod memory;
 pub mod path;
@@ -41,12 +44,13 @@ pub mod transfer;
 
 pub use agent::{Agent, BackendInfo};
 pub use backend::{Backend, Capability, Drive, PlanChoice, Preference, Refusal, SplitItem};
-pub use config::{AgentConfig, StorageConfig};
+pub use config::{AgentConfig, GdsConfig, GpuConfig, StorageConfig};
 pub use error::{Error, Result, Side};
 pub use finding::{Area, Finding, FindingId, Status};
 pub use gdpath_topo as topo;
 pub use memory::{
-    DirectIo, FileAccess, FileSpec, HostBuffer, Memory, MemoryClass, MemoryKind, RemoteMemory,
+    DirectIo, FileAccess, FileSpec, GpuPointer, HostBuffer, Memory, MemoryClass, MemoryKind,
+    RemoteMemory,
 };
 pub use path::Path;
 pub use region::{

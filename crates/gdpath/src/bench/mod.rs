@@ -3,6 +3,8 @@
 //!
 //! Units: bytes; bandwidth in GB/s = 1e9 B/s; latency in µs.
 
+pub mod gds;
+pub mod gpu;
 pub mod storage;
 
 use serde::{Deserialize, Serialize};

@@ -1,0 +1,558 @@
+//! `file-gpu`: file ↔ GPU memory through pinned bounce buffers, pipelined (the staged GDS
+//! fallback, reported as `PosixDirect`, or `PosixBuffered` where O_DIRECT is refused).
+//!
+//! A pair is cut into `chunk`-byte pieces whose interior boundaries are aligned in the file, and
+//! dealt round-robin to `threads` threads. Each thread owns two pinned bounce buffers on two
+//! streams: for a read it `pread`s chunk k+1 into one buffer while the H2D copy of chunk k runs
+//! from the other; for a write the D2H copy of chunk k+1 runs while chunk k is `pwrite`n. The
+//! threads' requests are the queue depth (several reads in flight, as KvikIO's thread pool).
+//! Threads rather than io_uring: from the page cache (tmpfs, warm files) an O_DIRECT or buffered
+//! read is a `memcpy` done by the thread that issues it (io_uring hands such requests to io-wq
+//! workers anyway), so CPU parallelism is what buys bandwidth; on a disk the same requests give
+//! it its queue depth.
+//!
+//! O_DIRECT: a read of file bytes `[s, e)` reads the aligned superset `[⌊s⌋, ⌈e⌉)` into the
+//! buffer (page-aligned, pinned) and copies `[s-⌊s⌋, e-⌊s⌋)` of it to the GPU; a write places the
+//! chunk at buffer offset `s-⌊s⌋`, writes the aligned middle through the O_DIRECT descriptor and
+//! the unaligned head and tail (each under one alignment unit) through the buffered one.
+
+use super::cuda::gpu_buffer;
+use super::{Backend, Capability, PlanChoice, Preference, Refusal};
+use crate::config::GdsConfig;
+use crate::error::{Error, Result};
+use crate::finding::ids;
+use crate::memory::MemoryClass;
+use crate::path::Path;
+use crate::region::{Descriptor, DirectStatus, FileRegion};
+use crate::transfer::{Op, WorkItem};
+use gdpath_cuda::{Context, CudaError, DeviceBuffer, PinnedHostBuffer, Stream};
+use std::os::fd::RawFd;
+use std::sync::Mutex;
+
+/// Backend name.
+pub const NAME: &str = "file-gpu";
+
+/// Extra bytes per bounce buffer for realignment (two alignment units of up to 4 KiB).
+const SLACK: usize = 8192;
+
+/// The staged file ↔ GPU backend. Needs the `cuda` backend for GPU memory.
+pub struct FileGpu {
+    cfg: GdsConfig,
+    pool: Mutex<Vec<PinnedHostBuffer>>,
+    tx: crossbeam_channel::Sender<WorkItem>,
+}
+
+impl std::fmt::Debug for FileGpu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FileGpu").field("cfg", &self.cfg).finish()
+    }
+}
+
+impl FileGpu {
+    /// Starts the backend's dispatcher threads. Errors: [`Error::Config`].
+    pub fn new(cfg: GdsConfig) -> Result<std::sync::Arc<FileGpu>> {
+        cfg.validate()?;
+        let (tx, rx) = crossbeam_channel::unbounded::<WorkItem>();
+        let me = std::sync::Arc::new(FileGpu {
+            cfg,
+            pool: Mutex::new(Vec::new()),
+            tx,
+        });
+        // Items run one after another per dispatcher, each with its own team of threads; four
+        // dispatchers let independent pairs (several tensors' files) overlap.
+        for i in 0..4 {
+            let rx = rx.clone();
+            let weak = std::sync::Arc::downgrade(&me);
+            std::thread::Builder::new()
+                .name(format!("gdpath-file-gpu-{i}"))
+                .spawn(move || {
+                    for item in rx {
+                        let r = match weak.upgrade() {
+                            Some(b) => b.execute(&item),
+                            None => Err(Error::Backend {
+                                backend: NAME,
+                                detail: "backend dropped".into(),
+                            }),
+                        };
+                        item.complete(r);
+                    }
+                })
+                .map_err(|e| Error::Backend {
+                    backend: NAME,
+                    detail: format!("starting threads: {e}"),
+                })?;
+        }
+        Ok(me)
+    }
+
+    fn take(
+        &self,
+        ctx: &Context,
+        n: usize,
+    ) -> std::result::Result<Vec<PinnedHostBuffer>, CudaError> {
+        let mut out = {
+            let mut free = self.pool.lock().unwrap_or_else(|p| p.into_inner());
+            let k = free.len().saturating_sub(n);
+            free.split_off(k)
+        };
+        while out.len() < n {
+            out.push(PinnedHostBuffer::new(ctx, self.cfg.chunk as usize + SLACK)?);
+        }
+        Ok(out)
+    }
+
+    fn give(&self, bufs: Vec<PinnedHostBuffer>) {
+        let mut free = self.pool.lock().unwrap_or_else(|p| p.into_inner());
+        let keep = 2 * self.cfg.threads;
+        for b in bufs {
+            if free.len() < keep {
+                free.push(b);
+            }
+        }
+    }
+
+    fn execute(&self, item: &WorkItem) -> Result<u64> {
+        if let Some(stop) = item.stop_reason() {
+            return Err(stop);
+        }
+        item.mark_started();
+        let (gpu_d, file_d) = match (item.local().region.kind().class(), item.op()) {
+            (MemoryClass::Gpu, _) => (item.local(), item.target()),
+            _ => (item.target(), item.local()),
+        };
+        // File → GPU is a read of the file whichever side is local.
+        let to_gpu = (gpu_d.region.id() == item.local().region.id()) == (item.op() == Op::Read);
+        let dev = gpu_buffer(&gpu_d.region).ok_or_else(|| Error::Backend {
+            backend: NAME,
+            detail: format!("region {} is not GPU memory", gpu_d.region.id()),
+        })?;
+        let file = file_d.region.file().ok_or_else(|| Error::Backend {
+            backend: NAME,
+            detail: format!("region {} is not a file", file_d.region.id()),
+        })?;
+        let direct = match item.path() {
+            Path::PosixDirect => file.direct_fd(),
+            _ => None,
+        };
+        let job = Job {
+            be: self,
+            file,
+            direct,
+            align: file
+                .align()
+                .offset
+                .max(file.align().memory)
+                .clamp(512, 4096) as usize,
+            dev,
+            dev_off: gpu_d.offset as usize,
+            file_off: file_d.offset,
+            len: file_d.len as usize,
+            chunk: self.cfg.chunk as usize,
+            stop: &|| item.stop_reason(),
+        };
+        run(&job, to_gpu, self.cfg.threads)?;
+        Ok(file_d.len)
+    }
+}
+
+/// One pair's copy.
+struct Job<'a> {
+    be: &'a FileGpu,
+    file: &'a FileRegion,
+    direct: Option<RawFd>,
+    /// O_DIRECT alignment (file offset, length and memory), bytes.
+    align: usize,
+    dev: &'a DeviceBuffer,
+    dev_off: usize,
+    file_off: u64,
+    len: usize,
+    chunk: usize,
+    stop: &'a (dyn Fn() -> Option<Error> + Sync),
+}
+
+impl Job<'_> {
+    /// Chunk `i`: (offset in the pair, length). Interior boundaries are multiples of `chunk` in
+    /// the file, so only the first and last chunk can be unaligned.
+    fn chunk_at(&self, i: usize) -> (usize, usize) {
+        let lead = (self.file_off % self.chunk as u64) as usize;
+        let start = if i == 0 { 0 } else { i * self.chunk - lead };
+        let end = ((i + 1) * self.chunk - lead).min(self.len);
+        (start, end - start)
+    }
+
+    fn chunks(&self) -> usize {
+        if self.len == 0 {
+            return 0;
+        }
+        let lead = (self.file_off % self.chunk as u64) as usize;
+        (lead + self.len).div_ceil(self.chunk)
+    }
+
+    fn io_err(&self, op: &'static str, off: u64, e: std::io::Error) -> Error {
+        Error::io(op, self.file.path(), off, e)
+    }
+
+    /// Reads file bytes `[s, s + l)` into `buf`; returns where they start in it.
+    fn read_chunk(&self, buf: &mut [u8], s: u64, l: usize) -> Result<usize> {
+        let a = self.align as u64;
+        if let Some(fd) = self.direct {
+            let lo = s / a * a;
+            let hi = (s + l as u64).div_ceil(a) * a;
+            let need = (s + l as u64 - lo) as usize;
+            match pread_full(fd, &mut buf[..(hi - lo) as usize], lo, need) {
+                Ok(got) if got >= need => return Ok((s - lo) as usize),
+                Ok(got) => {
+                    return Err(Error::ShortFile {
+                        path: self.file.path().to_owned(),
+                        offset: s,
+                        wanted: l as u64,
+                        available: (got as u64).saturating_sub(s - lo),
+                    })
+                }
+                // A file system may refuse one request it cannot align: do it buffered.
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
+                Err(e) => return Err(self.io_err("read", lo, e)),
+            }
+        }
+        let got = pread_full(self.file.buffered_fd(), &mut buf[..l], s, l)
+            .map_err(|e| self.io_err("read", s, e))?;
+        if got < l {
+            return Err(Error::ShortFile {
+                path: self.file.path().to_owned(),
+                offset: s,
+                wanted: l as u64,
+                available: got as u64,
+            });
+        }
+        Ok(0)
+    }
+
+    /// Where a chunk starting at file offset `s` sits in its bounce buffer for a write.
+    fn write_lead(&self, s: u64) -> usize {
+        if self.direct.is_some() {
+            (s % self.align as u64) as usize
+        } else {
+            0
+        }
+    }
+
+    /// Writes `buf[lead .. lead + l]` to file bytes `[s, s + l)`.
+    fn write_chunk(&self, buf: &[u8], lead: usize, s: u64, l: usize) -> Result<()> {
+        let a = self.align as u64;
+        let e = s + l as u64;
+        let bfd = self.file.buffered_fd();
+        let at = |f: u64| lead + (f - s) as usize;
+        if let Some(fd) = self.direct {
+            let (mid_lo, mid_hi) = (s.div_ceil(a) * a, e / a * a);
+            if mid_lo < mid_hi {
+                if s < mid_lo {
+                    pwrite_full(bfd, &buf[at(s)..at(mid_lo)], s)
+                        .map_err(|er| self.io_err("write", s, er))?;
+                }
+                match pwrite_full(fd, &buf[at(mid_lo)..at(mid_hi)], mid_lo) {
+                    Ok(()) => {}
+                    Err(er) if er.raw_os_error() == Some(libc::EINVAL) => {
+                        pwrite_full(bfd, &buf[at(mid_lo)..at(mid_hi)], mid_lo)
+                            .map_err(|er| self.io_err("write", mid_lo, er))?
+                    }
+                    Err(er) => return Err(self.io_err("write", mid_lo, er)),
+                }
+                if mid_hi < e {
+                    pwrite_full(bfd, &buf[at(mid_hi)..at(e)], mid_hi)
+                        .map_err(|er| self.io_err("write", mid_hi, er))?;
+                }
+                return Ok(());
+            }
+        }
+        pwrite_full(bfd, &buf[at(s)..at(e)], s).map_err(|er| self.io_err("write", s, er))
+    }
+
+    /// Chunks `w, w + workers, ...` of the pair, file → GPU.
+    fn reader(&self, w: usize, workers: usize) -> Result<()> {
+        let ctx = self.dev.context();
+        let cuda = |e: CudaError| crate::backend::cuda::memory::cuda_err("file → GPU copy", e);
+        let mut bufs = self.be.take(ctx, 2).map_err(cuda)?;
+        let streams = [
+            Stream::new(ctx).map_err(cuda)?,
+            Stream::new(ctx).map_err(cuda)?,
+        ];
+        let mut result = Ok(());
+        for (k, c) in (w..self.chunks()).step_by(workers).enumerate() {
+            if let Some(e) = (self.stop)() {
+                result = Err(e);
+                break;
+            }
+            let s = k % 2;
+            let (off, l) = self.chunk_at(c);
+            // The buffer's previous H2D must be done before it is overwritten.
+            if let Err(e) = streams[s].synchronize() {
+                result = Err(cuda(e));
+                break;
+            }
+            let r = bufs[s]
+                .as_mut_slice()
+                .map_err(cuda)
+                .and_then(|b| self.read_chunk(b, self.file_off + off as u64, l))
+                .and_then(|at| {
+                    streams[s]
+                        .copy_h2d(self.dev, self.dev_off + off, &bufs[s], at, l)
+                        .map_err(cuda)
+                });
+            if let Err(e) = r {
+                result = Err(e);
+                break;
+            }
+        }
+        for st in &streams {
+            if let Err(e) = st.synchronize() {
+                result = result.and(Err(cuda(e)));
+            }
+        }
+        drop(streams);
+        self.be.give(bufs);
+        result
+    }
+
+    /// Chunks `w, w + workers, ...` of the pair, GPU → file.
+    fn writer(&self, w: usize, workers: usize) -> Result<()> {
+        let ctx = self.dev.context();
+        let cuda = |e: CudaError| crate::backend::cuda::memory::cuda_err("GPU → file copy", e);
+        let mut bufs = self.be.take(ctx, 2).map_err(cuda)?;
+        let streams = [
+            Stream::new(ctx).map_err(cuda)?,
+            Stream::new(ctx).map_err(cuda)?,
+        ];
+        // The chunk each buffer holds (in flight from the GPU), still to be written.
+        let mut pending: [Option<(usize, usize)>; 2] = [None, None];
+        let mut result = Ok(());
+        let flush = |bufs: &[PinnedHostBuffer],
+                     pending: &mut [Option<(usize, usize)>; 2],
+                     s: usize|
+         -> Result<()> {
+            if let Some((off, l)) = pending[s].take() {
+                streams[s].synchronize().map_err(cuda)?;
+                let f = self.file_off + off as u64;
+                let b = bufs[s].as_slice().map_err(cuda)?;
+                self.write_chunk(b, self.write_lead(f), f, l)?;
+            }
+            Ok(())
+        };
+        for (k, c) in (w..self.chunks()).step_by(workers).enumerate() {
+            if let Some(e) = (self.stop)() {
+                result = Err(e);
+                break;
+            }
+            let s = k % 2;
+            // Buffer s held chunk k-2: written already when chunk k-1 was enqueued.
+            let (off, l) = self.chunk_at(c);
+            let lead = self.write_lead(self.file_off + off as u64);
+            if let Err(e) = streams[s].copy_d2h(&mut bufs[s], lead, self.dev, self.dev_off + off, l)
+            {
+                result = Err(cuda(e));
+                break;
+            }
+            pending[s] = Some((off, l));
+            // Write chunk k-1 while chunk k comes from the GPU.
+            if let Err(e) = flush(&bufs, &mut pending, 1 - s) {
+                result = Err(e);
+                break;
+            }
+        }
+        for s in [0, 1] {
+            let r = if result.is_ok() {
+                flush(&bufs, &mut pending, s)
+            } else {
+                streams[s].synchronize().map_err(cuda)
+            };
+            result = result.and(r);
+        }
+        drop(streams);
+        self.be.give(bufs);
+        result
+    }
+}
+
+/// Runs the job on up to `threads` threads (inline for a single chunk).
+fn run(job: &Job<'_>, to_gpu: bool, threads: usize) -> Result<()> {
+    let n = job.chunks();
+    let workers = threads.clamp(1, n.max(1));
+    let one = |w: usize| {
+        if to_gpu {
+            job.reader(w, workers)
+        } else {
+            job.writer(w, workers)
+        }
+    };
+    if workers == 1 {
+        return one(0);
+    }
+    std::thread::scope(|sc| {
+        let hs: Vec<_> = (0..workers).map(|w| sc.spawn(move || one(w))).collect();
+        // Join every thread before reporting, so none still touches the buffers.
+        let rs: Vec<Result<()>> = hs
+            .into_iter()
+            .map(|h| {
+                h.join().unwrap_or_else(|_| {
+                    Err(Error::Backend {
+                        backend: NAME,
+                        detail: "a copy thread panicked".into(),
+                    })
+                })
+            })
+            .collect();
+        rs.into_iter().collect::<Result<Vec<()>>>().map(|_| ())
+    })
+}
+
+/// `pread` until `need` bytes (or end of file, or the buffer is full); returns bytes read.
+fn pread_full(fd: RawFd, buf: &mut [u8], off: u64, need: usize) -> std::io::Result<usize> {
+    let mut got = 0;
+    while got < need.min(buf.len()) {
+        // SAFETY: the slice is valid for writes of its length.
+        let r = unsafe {
+            libc::pread(
+                fd,
+                buf[got..].as_mut_ptr().cast(),
+                buf.len() - got,
+                (off + got as u64) as libc::off_t,
+            )
+        };
+        if r < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if r == 0 {
+            break;
+        }
+        got += r as usize;
+    }
+    Ok(got)
+}
+
+fn pwrite_full(fd: RawFd, buf: &[u8], off: u64) -> std::io::Result<()> {
+    let mut done = 0;
+    while done < buf.len() {
+        // SAFETY: the slice is valid for reads of its length.
+        let r = unsafe {
+            libc::pwrite(
+                fd,
+                buf[done..].as_ptr().cast(),
+                buf.len() - done,
+                (off + done as u64) as libc::off_t,
+            )
+        };
+        if r < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if r == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::WriteZero,
+                "pwrite wrote nothing",
+            ));
+        }
+        done += r as usize;
+    }
+    Ok(())
+}
+
+/// The staged path for a file region: O_DIRECT when its descriptor is open, else buffered with
+/// the finding that says why.
+pub(crate) fn staged_choice(file: &FileRegion) -> PlanChoice {
+    match file.direct_status() {
+        DirectStatus::Enabled => PlanChoice::on(Path::PosixDirect),
+        DirectStatus::Refused => PlanChoice {
+            path: Path::PosixBuffered,
+            finding: Some(ids::STORAGE_ODIRECT_UNSUPPORTED.into()),
+            detail: Some(format!(
+                "{}: the file system refused O_DIRECT at open",
+                file.path().display()
+            )),
+        },
+        DirectStatus::Disabled => PlanChoice {
+            path: Path::PosixBuffered,
+            finding: Some(ids::STORAGE_ODIRECT_DISABLED.into()),
+            detail: Some(format!("{}: O_DIRECT switched off", file.path().display())),
+        },
+    }
+}
+
+/// The (GPU, file) descriptors of a pair, in either order.
+pub(crate) fn gpu_and_file<'a>(
+    local: &'a Descriptor,
+    target: &'a Descriptor,
+) -> Option<(&'a Descriptor, &'a Descriptor)> {
+    match (local.region.kind().class(), target.region.kind().class()) {
+        (MemoryClass::Gpu, MemoryClass::File) => Some((local, target)),
+        (MemoryClass::File, MemoryClass::Gpu) => Some((target, local)),
+        _ => None,
+    }
+}
+
+impl Backend for FileGpu {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn capabilities(&self) -> Vec<Capability> {
+        use MemoryClass::{File, Gpu};
+        let mut v = Vec::new();
+        for (l, t) in [(Gpu, File), (File, Gpu)] {
+            v.push(Capability::both(
+                l,
+                t,
+                Path::PosixDirect,
+                Preference::Fallback,
+            ));
+            v.push(Capability::both(
+                l,
+                t,
+                Path::PosixBuffered,
+                Preference::Fallback,
+            ));
+        }
+        v
+    }
+
+    fn plan(
+        &self,
+        _op: Op,
+        local: &Descriptor,
+        target: &Descriptor,
+    ) -> std::result::Result<PlanChoice, Refusal> {
+        let Some((g, f)) = gpu_and_file(local, target) else {
+            return Err(Refusal {
+                finding: None,
+                detail: format!("{NAME} moves data between files and GPU memory only"),
+            });
+        };
+        if gpu_buffer(&g.region).is_none() {
+            return Err(Refusal {
+                finding: None,
+                detail: format!("region {} has no device buffer", g.region.id()),
+            });
+        }
+        let file = f.region.file().ok_or_else(|| Refusal {
+            finding: None,
+            detail: format!("region {} is not a file", f.region.id()),
+        })?;
+        Ok(staged_choice(file))
+    }
+
+    fn submit(&self, items: Vec<WorkItem>) {
+        for item in items {
+            if let Err(crossbeam_channel::SendError(item)) = self.tx.send(item) {
+                item.complete(Err(Error::Backend {
+                    backend: NAME,
+                    detail: "dispatcher threads are gone".into(),
+                }));
+            }
+        }
+    }
+}

@@ -1,0 +1,330 @@
+//! `gdpath bench storage --gpu N`: file ↔ GPU memory on the GDS paths side by side, as `gdsio`
+//! does (block sizes, threads, GB/s min/median/max over runs, data verified, path per row).
+//!
+//! Each (path, block, threads) row uses a fresh agent whose [`GdsConfig`] has `chunk = block`
+//! and `threads`, and a strict request (`accept`) for the path under test: a path the machine
+//! cannot take is reported as skipped with its finding (e.g. `gds.handle-register-failed`)
+//! instead of silently measuring the fallback. Data: reads are checked by reading the GPU back
+//! through host memory and comparing XXH3 checksums with the file's; writes fill the GPU with
+//! [`fill_pattern`] first and check the file afterwards. Each row has one untimed warm-up run.
+
+use super::{fill_pattern, gbps, BenchRow, Checksum, Progress};
+use crate::config::{AgentConfig, GdsConfig};
+use crate::error::{Error, Result};
+use crate::finding::FindingId;
+use crate::memory::{FileAccess, FileSpec, HostBuffer, Memory};
+use crate::path::Path;
+use crate::region::Region;
+use crate::transfer::{Op, TransferRequest};
+use crate::Agent;
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::time::Instant;
+
+/// A GDS path to benchmark.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GdsPathChoice {
+    /// cuFile with nvidia-fs (`gds-native`).
+    Gds,
+    /// cuFile compatibility mode (`gds-compat`).
+    Compat,
+    /// gdpath's staged path (`posix-direct`, or `posix-buffered` where O_DIRECT is refused).
+    Staged,
+}
+
+impl GdsPathChoice {
+    /// The paths a strict request accepts for this choice.
+    pub fn accepted(self) -> Vec<Path> {
+        match self {
+            GdsPathChoice::Gds => vec![Path::GdsNative],
+            GdsPathChoice::Compat => vec![Path::GdsCompat],
+            GdsPathChoice::Staged => vec![Path::PosixDirect, Path::PosixBuffered],
+        }
+    }
+
+    /// `gds`, `compat`, `staged`.
+    pub fn name(self) -> &'static str {
+        match self {
+            GdsPathChoice::Gds => "gds",
+            GdsPathChoice::Compat => "compat",
+            GdsPathChoice::Staged => "staged",
+        }
+    }
+}
+
+/// Settings of a GDS bench.
+#[derive(Debug, Clone)]
+pub struct GdsBenchConfig {
+    pub file: PathBuf,
+    /// Bytes per run.
+    pub size: u64,
+    /// CUDA ordinal of the GPU.
+    pub gpu: u32,
+    /// Block sizes (bytes per request, `GdsConfig::chunk`).
+    pub blocks: Vec<u64>,
+    /// Thread counts (requests in flight, `GdsConfig::threads`).
+    pub threads: Vec<usize>,
+    pub op: Op,
+    /// Timed runs per row.
+    pub runs: usize,
+    pub paths: Vec<GdsPathChoice>,
+    /// Drop the file from the page cache (`posix_fadvise(DONTNEED)`) before each run.
+    pub cold: bool,
+    /// Allow writing over an existing file.
+    pub overwrite: bool,
+}
+
+/// A path the machine could not take.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Skipped {
+    pub path: GdsPathChoice,
+    pub finding: Option<FindingId>,
+    pub detail: String,
+}
+
+/// Rows, skipped paths and findings seen.
+#[derive(Debug, Clone, Default)]
+pub struct GdsBenchReport {
+    pub rows: Vec<BenchRow>,
+    pub skipped: Vec<Skipped>,
+    pub findings: Vec<FindingId>,
+}
+
+const SEED: u64 = 0x6764_7061_7468_6764;
+const WINDOW: u64 = 64 << 20;
+
+/// XXH3 of GPU bytes `[0, len)` of `gpu`, read back through a host window.
+pub fn gpu_checksum(agent: &Agent, gpu: &Region, len: u64) -> Result<u64> {
+    let w = WINDOW.min(len.max(1));
+    let host = agent.register(Memory::host(HostBuffer::zeroed(w as usize)))?;
+    let mut sum = Checksum::new();
+    let mut off = 0;
+    while off < len {
+        let l = w.min(len - off);
+        agent
+            .post(TransferRequest::read(
+                vec![host.desc(0, l)],
+                vec![gpu.desc(off, l)],
+            ))?
+            .wait()
+            .map_err(|e| e.error)?;
+        sum.update(&host.host_view()?[..l as usize]);
+        off += l;
+    }
+    Ok(sum.digest())
+}
+
+/// Fills GPU bytes `[0, len)` with [`fill_pattern`] (seed `seed`); returns its XXH3.
+pub fn gpu_fill_pattern(agent: &Agent, gpu: &Region, len: u64, seed: u64) -> Result<u64> {
+    let w = WINDOW.min(len.max(1));
+    let host = agent.register(Memory::host(HostBuffer::zeroed(w as usize)))?;
+    let mut sum = Checksum::new();
+    let mut off = 0;
+    while off < len {
+        let l = w.min(len - off);
+        {
+            let mut v = host.host_view()?;
+            fill_pattern(&mut v[..l as usize], off, seed);
+            sum.update(&v[..l as usize]);
+        }
+        agent
+            .post(TransferRequest::write(
+                vec![host.desc(0, l)],
+                vec![gpu.desc(off, l)],
+            ))?
+            .wait()
+            .map_err(|e| e.error)?;
+        off += l;
+    }
+    Ok(sum.digest())
+}
+
+/// XXH3 of file bytes `[0, len)`.
+pub fn file_checksum(path: &std::path::Path, len: u64) -> Result<u64> {
+    let err = |e| Error::io("read", path, 0, e);
+    let mut f = std::fs::File::open(path).map_err(err)?;
+    let mut sum = Checksum::new();
+    let mut buf = vec![0u8; 8 << 20];
+    let mut left = len;
+    while left > 0 {
+        let n = f
+            .read(&mut buf[..(left.min(8 << 20)) as usize])
+            .map_err(err)?;
+        if n == 0 {
+            break;
+        }
+        sum.update(&buf[..n]);
+        left -= n as u64;
+    }
+    Ok(sum.digest())
+}
+
+/// Writes `len` bytes of [`fill_pattern`] to `path` (created or truncated).
+pub fn write_pattern_file(path: &std::path::Path, len: u64, seed: u64) -> Result<()> {
+    let err = |e| Error::io("write", path, 0, e);
+    let mut f = std::fs::File::create(path).map_err(err)?;
+    let mut buf = vec![0u8; 8 << 20];
+    let mut off = 0;
+    while off < len {
+        let l = (8u64 << 20).min(len - off) as usize;
+        fill_pattern(&mut buf[..l], off, seed);
+        f.write_all(&buf[..l]).map_err(err)?;
+        off += l as u64;
+    }
+    f.sync_all().map_err(err)
+}
+
+fn drop_cache(path: &std::path::Path) {
+    if let Ok(f) = std::fs::File::open(path) {
+        use std::os::fd::AsRawFd;
+        // SAFETY: advisory call on an open descriptor.
+        unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    }
+}
+
+/// Runs the bench. Errors: file preparation, registration (no GPU: `Error::Unsupported`) and
+/// transfer failures; a path the machine cannot take is a [`Skipped`] entry, not an error.
+pub fn run(cfg: &GdsBenchConfig, progress: &dyn Progress) -> Result<GdsBenchReport> {
+    let mut report = GdsBenchReport::default();
+    let existing = std::fs::metadata(&cfg.file).map(|m| m.len()).ok();
+    match cfg.op {
+        Op::Read => {
+            if existing.is_none_or(|l| l < cfg.size) {
+                if existing.is_some() && !cfg.overwrite {
+                    return Err(Error::Config(format!(
+                        "{} is shorter than {} bytes: pass --overwrite to extend it with a test pattern",
+                        cfg.file.display(),
+                        cfg.size
+                    )));
+                }
+                write_pattern_file(&cfg.file, cfg.size, SEED)?;
+            }
+        }
+        Op::Write => {
+            if existing.is_some() && !cfg.overwrite {
+                return Err(Error::Config(format!(
+                    "{} exists: pass --overwrite to write over it",
+                    cfg.file.display()
+                )));
+            }
+        }
+    }
+    let file_sum = match cfg.op {
+        Op::Read => Some(file_checksum(&cfg.file, cfg.size)?),
+        Op::Write => None,
+    };
+    for &path in &cfg.paths {
+        if report.skipped.iter().any(|s| s.path == path) {
+            continue;
+        }
+        for &block in &cfg.blocks {
+            if report.skipped.iter().any(|s| s.path == path) {
+                break;
+            }
+            for &threads in &cfg.threads {
+                let agent = Agent::new(AgentConfig {
+                    name: "bench-gds".into(),
+                    gds: GdsConfig {
+                        chunk: block,
+                        threads,
+                        ..GdsConfig::default()
+                    },
+                    ..AgentConfig::default()
+                })?;
+                let access = match cfg.op {
+                    Op::Read => FileAccess::ReadOnly,
+                    Op::Write => FileAccess::Create { truncate: false },
+                };
+                let file =
+                    agent.register(Memory::File(FileSpec::read(&cfg.file).access(access)))?;
+                let gpu = agent.register(Memory::Gpu {
+                    ordinal: cfg.gpu,
+                    len: cfg.size,
+                })?;
+                let want = match cfg.op {
+                    Op::Write => Some(gpu_fill_pattern(&agent, &gpu, cfg.size, SEED ^ block)?),
+                    Op::Read => None,
+                };
+                let req = || {
+                    TransferRequest::new(
+                        cfg.op,
+                        vec![gpu.desc(0, cfg.size)],
+                        vec![file.desc(0, cfg.size)],
+                    )
+                    .accept(path.accepted())
+                };
+                let planned = match agent.plan(&req()) {
+                    Ok(p) => p.into_iter().next(),
+                    Err(Error::PathNotAccepted {
+                        finding, detail, ..
+                    }) => {
+                        report.skipped.push(Skipped {
+                            path,
+                            finding,
+                            detail,
+                        });
+                        break;
+                    }
+                    Err(e) => return Err(e),
+                };
+                progress.start(
+                    &format!(
+                        "{} {} block {}",
+                        path.name(),
+                        cfg.op,
+                        super::format_size(block)
+                    ),
+                    cfg.size * cfg.runs as u64,
+                );
+                // One untimed warm-up run: pinned bounce buffers are allocated and GPU pages
+                // mapped on first use, as in any steady-state loader.
+                agent.post(req())?.wait().map_err(|e| e.error)?;
+                let mut samples = Vec::new();
+                let mut row_path = planned.as_ref().map(|p| p.path.clone());
+                for _ in 0..cfg.runs {
+                    if cfg.cold {
+                        drop_cache(&cfg.file);
+                    }
+                    let t = Instant::now();
+                    let r = agent.post(req())?.wait().map_err(|e| e.error)?;
+                    samples.push(gbps(cfg.size, t.elapsed()));
+                    if let Some(p) = r.pairs.first() {
+                        row_path = Some(p.path.clone());
+                        if let Some(f) = &p.finding {
+                            if !report.findings.contains(f) {
+                                report.findings.push(f.clone());
+                            }
+                        }
+                    }
+                    progress.advance(cfg.size);
+                }
+                progress.finish();
+                let verified = match cfg.op {
+                    Op::Read => Some(gpu_checksum(&agent, &gpu, cfg.size)?) == file_sum,
+                    Op::Write => Some(file_checksum(&cfg.file, cfg.size)?) == want,
+                };
+                let name = row_path.map_or_else(|| path.name().to_owned(), |p| p.name());
+                let mut row = BenchRow::from_runs(
+                    name,
+                    cfg.op.to_string(),
+                    cfg.size,
+                    block,
+                    threads as u32,
+                    &samples,
+                    &[],
+                    verified,
+                );
+                row.src = Some(match cfg.op {
+                    Op::Read => cfg.file.display().to_string(),
+                    Op::Write => format!("gpu:{}", cfg.gpu),
+                });
+                row.dst = Some(match cfg.op {
+                    Op::Read => format!("gpu:{}", cfg.gpu),
+                    Op::Write => cfg.file.display().to_string(),
+                });
+                report.rows.push(row);
+            }
+        }
+    }
+    Ok(report)
+}

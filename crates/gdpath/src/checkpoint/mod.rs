@@ -1,0 +1,111 @@
+//! Checkpoints in the safetensors format: header validation and the plan that loads every
+//! tensor with one read into one GPU allocation.
+//!
+//! [`Header::read`] validates a file's header (see [`header`] for the format and the checks);
+//! [`LoadPlan::new`] turns it into one file range and one allocation with each tensor's offset
+//! in it. Loading onto a GPU is [`load`] (needs the CUDA backend).
+
+pub mod header;
+pub mod load;
+pub mod plan;
+
+pub use header::{Header, TensorEntry, MAX_HEADER_BYTES};
+pub use load::{load, LoadError, LoadedCheckpoint, LoadedTensor};
+pub use plan::{LoadPlan, PlannedTensor};
+pub use safetensors::Dtype;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Why a checkpoint cannot be loaded. Offsets in tensor variants (`begin`, `end`) are relative
+/// to the data section, as the header writes them; `data_start` and `file_len` are absolute.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum CheckpointError {
+    /// The file could not be opened.
+    #[error("cannot open {path}: {source}")]
+    Open {
+        path: PathBuf,
+        #[source]
+        source: Arc<std::io::Error>,
+    },
+    /// A read or `fstat` failed.
+    #[error("{op} {path}: {source}")]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: Arc<std::io::Error>,
+    },
+    /// Fewer than the 8 bytes of the header length.
+    #[error(
+        "file of {file_len} bytes is too short for a safetensors header (8-byte length first)"
+    )]
+    TooShort { file_len: u64 },
+    /// The header length is absurd (above [`MAX_HEADER_BYTES`]).
+    #[error("header length {header_len} bytes is above the {max}-byte limit: not a safetensors file, or corrupt")]
+    HeaderTooLarge { header_len: u64, max: u64 },
+    /// The header length reaches past the end of the file.
+    #[error("header length {header_len} bytes reaches past the end of the {file_len}-byte file")]
+    HeaderPastEof { header_len: u64, file_len: u64 },
+    /// The header is not UTF-8.
+    #[error("header is not UTF-8 (first bad byte at file offset {offset})")]
+    NotUtf8 { offset: u64 },
+    /// The header does not start with a JSON object.
+    #[error("header is not a JSON object")]
+    NotJsonObject,
+    /// The header is not valid JSON.
+    #[error("header JSON, line {line} column {column}: {message}")]
+    Json {
+        line: usize,
+        column: usize,
+        message: String,
+    },
+    /// Two entries have the same name.
+    #[error("tensor name {name:?} appears twice in the header")]
+    DuplicateName { name: String },
+    /// An entry is not `{dtype, shape, data_offsets}` with a known dtype.
+    #[error("tensor {name:?}: bad entry: {message}")]
+    BadEntry { name: String, message: String },
+    /// `data_offsets` end before they begin.
+    #[error("tensor {name:?}: data_offsets [{begin}, {end}] end before they begin")]
+    ReversedRange { name: String, begin: u64, end: u64 },
+    /// The product of the shape (times the dtype size) overflows 64 bits.
+    #[error("tensor {name:?}: shape {shape:?} overflows 64-bit byte counts")]
+    ShapeOverflow { name: String, shape: Vec<u64> },
+    /// The byte range's length is not `product(shape) × dtype size`.
+    #[error(
+        "tensor {name:?}: {dtype:?} {shape:?} needs {expected} bytes, data_offsets give {actual}"
+    )]
+    SizeMismatch {
+        name: String,
+        dtype: Dtype,
+        shape: Vec<u64>,
+        expected: u64,
+        actual: u64,
+    },
+    /// The tensor's bytes reach past the end of the file.
+    #[error("tensor {name:?}: data_offsets [{begin}, {end}] reach past the end of the file (data starts at byte {data_start}, file is {file_len} bytes)")]
+    PastEof {
+        name: String,
+        begin: u64,
+        end: u64,
+        data_start: u64,
+        file_len: u64,
+    },
+    /// Two tensors' byte ranges overlap.
+    #[error("tensors {first:?} {first_range:?} and {second:?} {second_range:?} overlap")]
+    Overlap {
+        first: String,
+        first_range: (u64, u64),
+        second: String,
+        second_range: (u64, u64),
+    },
+    /// Bytes of the data section belong to no tensor (the format forbids holes).
+    #[error("bytes [{begin}, {end}) of the data section belong to no tensor (before {before:?})")]
+    Hole {
+        begin: u64,
+        end: u64,
+        before: String,
+    },
+}

@@ -1,0 +1,172 @@
+//! `gdpath copy FILE gpu:N[@offset]` and `gdpath copy gpu:N[@offset] FILE`: one file ↔ GPU
+//! transfer on the path the planner picks, with the path, the finding and GB/s.
+
+use crate::bench::gds::{file_checksum, gpu_checksum, gpu_fill_pattern};
+use crate::error::{Error, Result};
+use crate::finding::FindingId;
+use crate::memory::{FileAccess, FileSpec, Memory};
+use crate::path::Path;
+use crate::transfer::{PlannedPair, TransferRequest};
+use crate::Agent;
+use serde::Serialize;
+use std::time::{Duration, Instant};
+
+/// `gpu:N` or `gpu:N@OFFSET` (offset in bytes, with the units of [`crate::bench::parse_size`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct GpuEndpoint {
+    pub ordinal: u32,
+    pub offset: u64,
+}
+
+impl GpuEndpoint {
+    /// `None` when `s` does not start with `gpu:`; `Some(Err)` when it does but is malformed.
+    pub fn parse(s: &str) -> Option<std::result::Result<GpuEndpoint, String>> {
+        let rest = s.strip_prefix("gpu:")?;
+        let (n, off) = match rest.split_once('@') {
+            Some((n, o)) => (n, Some(o)),
+            None => (rest, None),
+        };
+        let ordinal = match n.parse::<u32>() {
+            Ok(v) => v,
+            Err(_) => {
+                return Some(Err(format!(
+                    "{s}: expected gpu:N[@offset], N a GPU ordinal"
+                )))
+            }
+        };
+        let offset = match off.map(crate::bench::parse_size) {
+            None => 0,
+            Some(Ok(v)) => v,
+            Some(Err(e)) => return Some(Err(format!("{s}: offset: {e}"))),
+        };
+        Some(Ok(GpuEndpoint { ordinal, offset }))
+    }
+}
+
+/// The result of a file ↔ GPU copy.
+#[derive(Debug, Clone, Serialize)]
+pub struct GpuCopyReport {
+    pub bytes: u64,
+    /// Transfer time (first I/O to last completion).
+    pub elapsed: Duration,
+    /// GB/s (1e9 B/s) of `elapsed`.
+    pub gbps: f64,
+    pub path: Path,
+    /// Why the preferred path was not taken.
+    pub finding: Option<FindingId>,
+    /// The planner's evidence (e.g. cuFile's refusal).
+    pub detail: Option<String>,
+    /// Checksums of source and destination matched (`None`: not verified).
+    pub verified: Option<bool>,
+}
+
+fn report(
+    bytes: u64,
+    elapsed: Duration,
+    plan: Option<PlannedPair>,
+    verified: Option<bool>,
+) -> GpuCopyReport {
+    let plan = plan.expect("one pair planned");
+    GpuCopyReport {
+        bytes,
+        elapsed,
+        gbps: crate::bench::gbps(bytes, elapsed),
+        path: plan.path,
+        finding: plan.finding,
+        detail: plan.detail,
+        verified,
+    }
+}
+
+/// Reads all of `file` into a new allocation of `offset + len` bytes on GPU `ep.ordinal`, at
+/// `ep.offset`. `verify` compares XXH3 of the file and of the GPU bytes read back.
+pub fn file_to_gpu(
+    agent: &Agent,
+    file: &std::path::Path,
+    ep: GpuEndpoint,
+    verify: bool,
+) -> Result<GpuCopyReport> {
+    let f = agent.register(Memory::File(FileSpec::read(file)))?;
+    let len = f.len()?;
+    let gpu = agent.register(Memory::Gpu {
+        ordinal: ep.ordinal,
+        len: ep
+            .offset
+            .checked_add(len)
+            .ok_or_else(|| Error::Config("offset + file length overflows".into()))?
+            .max(1),
+    })?;
+    let req = || TransferRequest::read(vec![gpu.desc(ep.offset, len)], vec![f.desc(0, len)]);
+    let plan = agent.plan(&req())?.into_iter().next();
+    let t = Instant::now();
+    agent.post(req())?.wait().map_err(|e| e.error)?;
+    let elapsed = t.elapsed();
+    let verified = if verify {
+        let g = {
+            // Checksum of the copied range only: read it back from offset.
+            let probe = agent.register(Memory::Gpu {
+                ordinal: ep.ordinal,
+                len: len.max(1),
+            })?;
+            agent
+                .post(TransferRequest::write(
+                    vec![gpu.desc(ep.offset, len)],
+                    vec![probe.desc(0, len)],
+                ))?
+                .wait()
+                .map_err(|e| e.error)?;
+            gpu_checksum(agent, &probe, len)?
+        };
+        Some(g == file_checksum(file, len)?)
+    } else {
+        None
+    };
+    Ok(report(len, elapsed, plan, verified))
+}
+
+/// Writes `len` bytes of GPU memory (a new allocation on `ep.ordinal`, filled with a test
+/// pattern at `ep.offset`) to `file` (created or truncated). `verify` compares XXH3 of the
+/// pattern and of the file.
+pub fn gpu_to_file(
+    agent: &Agent,
+    ep: GpuEndpoint,
+    len: u64,
+    file: &std::path::Path,
+    verify: bool,
+) -> Result<GpuCopyReport> {
+    let total = ep
+        .offset
+        .checked_add(len)
+        .ok_or_else(|| Error::Config("offset + length overflows".into()))?;
+    let gpu = agent.register(Memory::Gpu {
+        ordinal: ep.ordinal,
+        len: total.max(1),
+    })?;
+    let staged = agent.register(Memory::Gpu {
+        ordinal: ep.ordinal,
+        len: len.max(1),
+    })?;
+    let want = gpu_fill_pattern(agent, &staged, len, 0x5eed)?;
+    agent
+        .post(TransferRequest::write(
+            vec![staged.desc(0, len)],
+            vec![gpu.desc(ep.offset, len)],
+        ))?
+        .wait()
+        .map_err(|e| e.error)?;
+    drop(staged);
+    let f = agent.register(Memory::File(
+        FileSpec::write(file).access(FileAccess::Create { truncate: true }),
+    ))?;
+    let req = || TransferRequest::write(vec![gpu.desc(ep.offset, len)], vec![f.desc(0, len)]);
+    let plan = agent.plan(&req())?.into_iter().next();
+    let t = Instant::now();
+    agent.post(req())?.wait().map_err(|e| e.error)?;
+    let elapsed = t.elapsed();
+    let verified = if verify {
+        Some(file_checksum(file, len)? == want)
+    } else {
+        None
+    };
+    Ok(report(len, elapsed, plan, verified))
+}

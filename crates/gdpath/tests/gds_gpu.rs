@@ -1,0 +1,341 @@
+//! GPU suite for the file ↔ GPU paths: every path both directions, byte-exact, sizes around the
+//! 4 KiB alignment, offsets into files and GPU regions, short files, tmpfs and ext4, and the
+//! real MiniLM checkpoint loaded and checked tensor by tensor against a CPU read.
+//!
+//! Run with `cargo test -p gdpath --test gds_gpu -- --ignored` on a machine with a GPU.
+//! `GDPATH_GDS_DIRS` (colon-separated) overrides the directories tested (default `/dev/shm`
+//! and `/var/tmp`).
+
+use gdpath::bench::fill_pattern;
+use gdpath::checkpoint::{load, Header};
+use gdpath::{
+    Agent, AgentConfig, DirectIo, Error, FileAccess, FileSpec, GdsConfig, HostBuffer, Memory, Path,
+    Region, TransferRequest,
+};
+use std::path::PathBuf;
+
+fn agent(chunk: u64, threads: usize) -> Agent {
+    Agent::new(AgentConfig {
+        gds: GdsConfig {
+            chunk,
+            threads,
+            ..GdsConfig::default()
+        },
+        ..AgentConfig::default()
+    })
+    .unwrap()
+}
+
+fn gpu_bytes(a: &Agent, g: &Region, off: u64, len: u64) -> Vec<u8> {
+    let h = a
+        .register(Memory::host(HostBuffer::zeroed(len as usize)))
+        .unwrap();
+    a.post(TransferRequest::read(
+        vec![h.desc(0, len)],
+        vec![g.desc(off, len)],
+    ))
+    .unwrap()
+    .wait()
+    .unwrap();
+    let v = h.host_view().unwrap().to_vec();
+    v
+}
+
+fn gpu_put(a: &Agent, g: &Region, off: u64, bytes: &[u8]) {
+    let h = a
+        .register(Memory::host(HostBuffer::from_slice(bytes)))
+        .unwrap();
+    let n = bytes.len() as u64;
+    a.post(TransferRequest::write(
+        vec![h.desc(0, n)],
+        vec![g.desc(off, n)],
+    ))
+    .unwrap()
+    .wait()
+    .unwrap();
+}
+
+fn dirs() -> Vec<PathBuf> {
+    std::env::var("GDPATH_GDS_DIRS")
+        .unwrap_or_else(|_| "/dev/shm:/var/tmp".into())
+        .split(':')
+        .map(PathBuf::from)
+        .collect()
+}
+
+fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut v = vec![0u8; len];
+    fill_pattern(&mut v, 0, seed);
+    v
+}
+
+/// The staged paths (O_DIRECT and buffered) and, when cuFile takes the file, the cuFile ones:
+/// reads and writes with sizes and offsets around 4 KiB and chunk boundaries, byte-exact.
+#[test]
+#[ignore = "needs an NVIDIA GPU: run the GPU suite"]
+fn every_path_both_directions_byte_exact() {
+    let chunk = 64 << 10;
+    let a = agent(chunk, 4);
+    let sizes = [
+        1u64,
+        511,
+        4095,
+        4096,
+        4097,
+        chunk - 1,
+        chunk,
+        chunk + 1,
+        3 * chunk + 4097,
+        1 << 20,
+    ];
+    let offs = [0u64, 1, 4095, 4096, 12_345];
+    let mut seen: Vec<(Path, Option<String>)> = Vec::new();
+    for dir in dirs() {
+        let td = tempfile::tempdir_in(&dir).unwrap();
+        for direct in [DirectIo::Auto, DirectIo::Off] {
+            let fpath = td.path().join(format!("data-{direct:?}"));
+            let file_len = (1u64 << 20) + 3 * 4096 + 77;
+            let src = pattern(file_len as usize, 7);
+            std::fs::write(&fpath, &src).unwrap();
+            let f = a
+                .register(Memory::File(
+                    FileSpec::read(&fpath)
+                        .access(FileAccess::ReadWrite)
+                        .direct(direct),
+                ))
+                .unwrap();
+            let g = a
+                .register(Memory::Gpu {
+                    ordinal: 0,
+                    len: 2 << 20,
+                })
+                .unwrap();
+            for &len in &sizes {
+                for &fo in &offs {
+                    if fo + len > file_len {
+                        continue;
+                    }
+                    let go = (fo * 7 + 3) % 8192;
+                    // File -> GPU.
+                    gpu_put(&a, &g, go, &vec![0xAA; len as usize]);
+                    let r = a
+                        .post(TransferRequest::read(
+                            vec![g.desc(go, len)],
+                            vec![f.desc(fo, len)],
+                        ))
+                        .unwrap()
+                        .wait()
+                        .unwrap();
+                    let p = &r.pairs[0];
+                    seen.push((p.path.clone(), p.finding.as_ref().map(|x| x.to_string())));
+                    assert_eq!(
+                        gpu_bytes(&a, &g, go, len),
+                        &src[fo as usize..(fo + len) as usize],
+                        "{} read len {len} file off {fo} gpu off {go} via {}",
+                        fpath.display(),
+                        p.path
+                    );
+                    if direct == DirectIo::Off {
+                        // Buffered, and a fallback says why (the first refusal: cuFile's where
+                        // it refused the file, else O_DIRECT being off).
+                        assert_eq!(p.path, Path::PosixBuffered);
+                        assert!(p.finding.is_some());
+                    }
+                    // GPU -> file (new bytes), then check the file and that neighbours are intact.
+                    let new = pattern(len as usize, len ^ fo);
+                    gpu_put(&a, &g, go, &new);
+                    a.post(TransferRequest::write(
+                        vec![g.desc(go, len)],
+                        vec![f.desc(fo, len)],
+                    ))
+                    .unwrap()
+                    .wait()
+                    .unwrap();
+                    let now = std::fs::read(&fpath).unwrap();
+                    assert_eq!(
+                        &now[fo as usize..(fo + len) as usize],
+                        &new[..],
+                        "write len {len} off {fo}"
+                    );
+                    assert_eq!(
+                        &now[..fo as usize],
+                        &src[..fo as usize],
+                        "bytes before the write"
+                    );
+                    assert_eq!(
+                        &now[(fo + len) as usize..],
+                        &src[(fo + len) as usize..],
+                        "bytes after the write"
+                    );
+                    std::fs::write(&fpath, &src).unwrap();
+                }
+            }
+        }
+    }
+    // Which paths ran, and why (cuFile refused on the device machine: the finding says so).
+    let mut kinds: Vec<_> = seen.iter().map(|(p, f)| format!("{p} {f:?}")).collect();
+    kinds.sort();
+    kinds.dedup();
+    eprintln!("paths taken: {kinds:?}");
+    assert!(seen.iter().any(|(p, _)| *p == Path::PosixBuffered));
+    assert!(seen
+        .iter()
+        .any(|(p, _)| matches!(p, Path::PosixDirect | Path::GdsNative)));
+}
+
+/// Strict requests for each GDS path: taken where possible, else a typed refusal naming the
+/// finding (cuFile's reason in the detail).
+#[test]
+#[ignore = "needs an NVIDIA GPU: run the GPU suite"]
+fn strict_paths_say_why() {
+    let a = agent(1 << 20, 4);
+    let td = tempfile::tempdir_in("/var/tmp").unwrap();
+    let p = td.path().join("f");
+    let src = pattern(3 << 20, 3);
+    std::fs::write(&p, &src).unwrap();
+    let f = a.register(Memory::File(FileSpec::read(&p))).unwrap();
+    let g = a
+        .register(Memory::Gpu {
+            ordinal: 0,
+            len: 3 << 20,
+        })
+        .unwrap();
+    for path in [Path::GdsNative, Path::GdsCompat, Path::PosixDirect] {
+        let req = TransferRequest::read(vec![g.desc(0, 3 << 20)], vec![f.desc(0, 3 << 20)])
+            .accept([path.clone()]);
+        match a.post(req) {
+            Ok(t) => {
+                let r = t.wait().unwrap();
+                assert_eq!(r.pairs[0].path, path);
+                assert_eq!(gpu_bytes(&a, &g, 0, 3 << 20), src);
+                eprintln!("{path}: taken");
+            }
+            Err(Error::PathNotAccepted {
+                finding, detail, ..
+            }) => {
+                let finding = finding.expect("a refusal names its finding");
+                eprintln!("{path}: refused [{finding}] {detail}");
+                assert!(path != Path::PosixDirect, "O_DIRECT on /var/tmp must work");
+                assert!(
+                    [
+                        "gds.handle-register-failed",
+                        "gds.cufile-missing",
+                        "gds.nvidia-fs-missing"
+                    ]
+                    .contains(&finding.as_str()),
+                    "{finding}"
+                );
+                if finding.as_str() == "gds.handle-register-failed" {
+                    assert!(detail.contains("cuFileHandleRegister"), "{detail}");
+                }
+            }
+            Err(e) => panic!("{path}: {e}"),
+        }
+    }
+}
+
+/// A read past the end of the file fails before any byte moves.
+#[test]
+#[ignore = "needs an NVIDIA GPU: run the GPU suite"]
+fn short_files_are_errors() {
+    let a = agent(64 << 10, 2);
+    let td = tempfile::tempdir_in("/dev/shm").unwrap();
+    let p = td.path().join("short");
+    std::fs::write(&p, pattern(10_000, 1)).unwrap();
+    let f = a.register(Memory::File(FileSpec::read(&p))).unwrap();
+    let g = a
+        .register(Memory::Gpu {
+            ordinal: 0,
+            len: 20_000,
+        })
+        .unwrap();
+    let e = a
+        .post(TransferRequest::read(
+            vec![g.desc(0, 10_001)],
+            vec![f.desc(0, 10_001)],
+        ))
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::ShortFile {
+                available: 10_000,
+                ..
+            }
+        ),
+        "{e}"
+    );
+}
+
+/// The real MiniLM checkpoint: every tensor's bytes on the GPU equal a CPU read of its range;
+/// a corrupted copy is refused before any GPU allocation.
+#[test]
+#[ignore = "needs an NVIDIA GPU: run the GPU suite"]
+fn minilm_loads_byte_exact() {
+    let path = match std::env::var("GDPATH_MINILM") {
+        Ok(p) => PathBuf::from(p),
+        Err(_) => {
+            let out = std::process::Command::new("bash")
+                .arg(concat!(
+                    env!("CARGO_MANIFEST_DIR"),
+                    "/../../scripts/fetch-minilm.sh"
+                ))
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "fetch-minilm.sh: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+        }
+    };
+    let a = agent(4 << 20, 8);
+    let c = load(&a, &path, 0).unwrap();
+    let h = Header::read(&path).unwrap();
+    assert_eq!(c.tensors.len(), h.tensors.len());
+    let cpu = std::fs::read(&path).unwrap();
+    let all = gpu_bytes(&a, &c.region, 0, c.read_bytes);
+    let base = gdpath::backend::cuda::gpu_buffer(&c.region)
+        .unwrap()
+        .device_ptr();
+    for t in &c.tensors {
+        assert_eq!(t.device_ptr, base + t.offset);
+        let r = t.file_range.start as usize..t.file_range.end as usize;
+        assert_eq!(
+            &all[t.offset as usize..t.offset as usize + r.len()],
+            &cpu[r],
+            "tensor {}",
+            t.name
+        );
+    }
+    eprintln!(
+        "MiniLM: {} tensors, {} bytes, {:.2} GB/s via {} {:?}",
+        c.tensors.len(),
+        c.tensor_bytes,
+        c.gbps(),
+        c.path,
+        c.finding
+    );
+    // Corrupted (truncated) copy: a checkpoint error, no GPU memory kept.
+    let td = tempfile::tempdir().unwrap();
+    let bad = td.path().join("bad.safetensors");
+    std::fs::write(&bad, &cpu[..cpu.len() - 100]).unwrap();
+    let free_before = free_gpu_memory(&a);
+    let e = load(&a, &bad, 0).unwrap_err();
+    assert!(
+        matches!(e, gdpath::checkpoint::LoadError::Checkpoint { .. }),
+        "{e}"
+    );
+    // The header is refused before any allocation (2 MiB slack for driver bookkeeping).
+    assert!(
+        free_gpu_memory(&a) + (2 << 20) >= free_before,
+        "GPU memory left allocated"
+    );
+}
+
+fn free_gpu_memory(_a: &Agent) -> u64 {
+    let cuda = gdpath_cuda::Cuda::load().unwrap();
+    let ctx = gdpath_cuda::Context::new(&cuda, 0).unwrap();
+    ctx.memory_info().unwrap().0
+}
