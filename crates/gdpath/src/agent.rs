@@ -145,19 +145,19 @@ impl Agent {
     /// `file-gpu` (staged: PosixDirect / PosixBuffered into pinned bounce buffers) and
     /// `cufile-compat` (GdsCompat, taken only when asked for). Needs the `cuda` backend.
     ///
-    /// The `cufile.json` settings are cuFile's defaults here (not read); the lead wires the
-    /// doctor's parser in through [`crate::gds::CufileSettings`].
+    /// The `cufile.json` in force (`$CUFILE_ENV_PATH_JSON`, else `/etc/cufile.json`) is read with
+    /// the same parser the doctor uses; a malformed one leaves cuFile's defaults, logged.
     fn add_gds_backends(&self) -> Result<()> {
         let cfg = self.inner.config.gds.clone();
         let facts = crate::gds::GdsFacts::gather(
             std::path::Path::new("/"),
             std::env::var_os(crate::gds::CUFILE_ENV).as_deref(),
         );
-        let (native, compat) = backend::cufile::CufileBackend::pair(
-            cfg.clone(),
-            facts,
-            crate::gds::CufileSettings::default(),
-        )?;
+        let (settings, problem) = facts.settings(std::path::Path::new("/"));
+        if let Some(problem) = problem {
+            tracing::warn!("cufile.json not used: {problem}");
+        }
+        let (native, compat) = backend::cufile::CufileBackend::pair(cfg.clone(), facts, settings)?;
         self.add_backend(Arc::new(native));
         self.add_backend(backend::file_gpu::FileGpu::new(cfg)?);
         self.add_backend(Arc::new(compat));

@@ -76,7 +76,7 @@ impl GdsFacts {
 }
 
 /// The `cufile.json` settings that change the GDS decision, as the doctor's parser
-/// (`doctor::cufile_json::CufileConfig`) reads them; `None` = not set (cuFile's default).
+/// (`crate::cufile_json::CufileConfig`) reads them; `None` = not set (cuFile's default).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct CufileSettings {
     /// `properties.allow_compat_mode` (cuFile default: true).
@@ -84,6 +84,42 @@ pub struct CufileSettings {
     /// `properties.use_pci_p2pdma` (cuFile ≥ 1.13: native GDS through the kernel's PCI P2PDMA,
     /// without nvidia-fs).
     pub use_pci_p2pdma: Option<bool>,
+}
+
+impl CufileSettings {
+    /// The settings a parsed `cufile.json` sets.
+    pub fn from_config(c: &crate::cufile_json::CufileConfig) -> Self {
+        CufileSettings {
+            allow_compat_mode: c.allow_compat_mode,
+            use_pci_p2pdma: c.use_pci_p2pdma,
+        }
+    }
+}
+
+impl GdsFacts {
+    /// The settings of the `cufile.json` in force (under `root`, `/` live). A missing file gives
+    /// cuFile's defaults; an unreadable or malformed one gives them too, with the reason
+    /// (cuFile itself then refuses to start, which the doctor reports as `gds.cufile-config`).
+    pub fn settings(&self, root: &Path) -> (CufileSettings, Option<String>) {
+        if !self.cufile_json.exists {
+            return (CufileSettings::default(), None);
+        }
+        let path = &self.cufile_json.path;
+        let file = root.join(path.strip_prefix("/").unwrap_or(path));
+        match std::fs::read_to_string(&file) {
+            Ok(text) => match crate::cufile_json::CufileConfig::parse(&text) {
+                Ok(c) => (CufileSettings::from_config(&c), None),
+                Err(e) => (
+                    CufileSettings::default(),
+                    Some(format!("{}: {e}", path.display())),
+                ),
+            },
+            Err(e) => (
+                CufileSettings::default(),
+                Some(format!("{}: {e}", path.display())),
+            ),
+        }
+    }
 }
 
 /// What the opened cuFile driver reports (`cuFileDriverGetProperties`), when it opened.
@@ -230,6 +266,28 @@ mod tests {
         assert!(f.cufile_json.from_env && f.cufile_json.exists);
         let f = GdsFacts::gather(t.path(), Some(OsStr::new("")));
         assert!(!f.cufile_json.from_env && !f.cufile_json.exists);
+    }
+
+    #[test]
+    fn settings_come_from_the_cufile_json_in_force() {
+        // Comments as NVIDIA ships them; compat mode switched off, P2PDMA on.
+        let json = "{\n  // NOTE: overridable with CUFILE_ENV_PATH_JSON\n  \"properties\": {\n    \
+                    /* as shipped */ \"allow_compat_mode\": false,\n    \"use_pci_p2pdma\": true\n  }\n}\n";
+        let t = tree(&[("/etc/cufile.json", json)]);
+        let f = GdsFacts::gather(t.path(), None);
+        let (s, problem) = f.settings(t.path());
+        assert_eq!(problem, None);
+        assert_eq!(s.allow_compat_mode, Some(false));
+        assert_eq!(s.use_pci_p2pdma, Some(true));
+
+        // Absent: cuFile's defaults, no problem. Malformed: defaults, and the reason names it.
+        let t = tree(&[]);
+        let (s, problem) = GdsFacts::gather(t.path(), None).settings(t.path());
+        assert_eq!((s, problem), (CufileSettings::default(), None));
+        let t = tree(&[("/etc/cufile.json", "{ \"properties\": { ")]);
+        let (s, problem) = GdsFacts::gather(t.path(), None).settings(t.path());
+        assert_eq!(s, CufileSettings::default());
+        assert!(problem.unwrap().contains("/etc/cufile.json"));
     }
 
     #[test]

@@ -30,6 +30,7 @@ pub mod bench;
 pub mod checkpoint;
 pub mod config;
 pub mod copy;
+pub mod cufile_json;
 pub mod doctor;
 pub mod error;
 pub mod finding;

@@ -14,7 +14,7 @@
 //!
 //! Rules and their sources are listed per finding id in `docs/doctor.md`.
 
-pub mod cufile_json;
+pub use crate::cufile_json;
 mod gdr;
 mod gds;
 pub mod hardware;
