@@ -75,7 +75,7 @@ enum TopoAction {
 /// Runs `gdpath topo`.
 pub fn run(args: TopoArgs) -> Result<ExitCode> {
     if let Some(TopoAction::Capture { output, sysfs_root }) = args.action {
-        let (m, s) = gdpath::machine::capture(sysfs_root.as_deref(), &output)
+        let (m, s, why) = gdpath::machine::capture(sysfs_root.as_deref(), &output)
             .with_context(|| format!("capturing into {}", output.display()))?;
         println!(
             "wrote {}: {} files, {} links, {} directory listings ({} GPUs, {} NICs, {} NVMe, \
@@ -99,19 +99,22 @@ pub fn run(args: TopoArgs) -> Result<ExitCode> {
                 d.pairs.len()
             ),
             None => {
-                for n in &m.notes {
-                    println!("{n}");
+                if let Some(why) = why {
+                    println!("no driver facts stored: NVLink facts unavailable: {why}");
                 }
             }
         }
         return Ok(ExitCode::SUCCESS);
     }
     let source = args.source.source();
-    let machine = gdpath::machine::load(&source)?;
+    let (machine, no_facts) = gdpath::machine::load_reporting(&source)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&machine.report())?);
     } else {
         print!("{}", render(&machine, &source, args.all));
+        if let Some(why) = no_facts {
+            println!("NVLink facts unavailable: {why}");
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

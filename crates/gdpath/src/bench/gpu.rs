@@ -121,7 +121,7 @@ pub fn run(cfg: &GpuBenchConfig) -> Result<GpuBenchReport> {
             backend: "cuda",
         });
     }
-    if cfg.runs == 0 || cfg.sizes.iter().any(|&s| s == 0) {
+    if cfg.runs == 0 || cfg.sizes.is_empty() || cfg.sizes.contains(&0) {
         return Err(Error::Config("runs and sizes must be at least 1".into()));
     }
     let facts = gdpath_cuda::gather_facts().ok();

@@ -13,6 +13,11 @@ use super::pool::StagingPool;
 use crate::error::Error;
 use gdpath_cuda::{CudaError, DeviceBuffer};
 
+/// Pieces each thread should get, for its two buffers to overlap memcpy with DMA.
+const PIECES_PER_THREAD: usize = 4;
+/// Smallest piece (bytes) worth a copy of its own.
+const MIN_PIECE: usize = 256 << 10;
+
 /// Host memory the threads of one copy touch in disjoint chunks.
 #[derive(Clone, Copy)]
 pub(crate) struct HostPtr(pub(crate) *mut u8);
@@ -61,7 +66,13 @@ pub(crate) unsafe fn copy(
     stop: &(dyn Fn() -> Option<Error> + Sync),
 ) -> Result<(), Stop> {
     gdpath_cuda::check_range("pageable copy", dev.len(), dev_off, len)?;
-    let chunk = pool.chunk();
+    // Pieces small enough that every thread gets several (so its memcpy overlaps its own DMA),
+    // at least 256 KiB (below that the per-copy cost of ~10 µs dominates), at most a buffer.
+    let chunk = len
+        .div_ceil(threads.max(1) * PIECES_PER_THREAD)
+        .next_multiple_of(4096)
+        .clamp(MIN_PIECE, pool.chunk().max(MIN_PIECE))
+        .min(pool.chunk());
     let n = len.div_ceil(chunk);
     let workers = threads.clamp(1, n.max(1));
     let job = Job {
