@@ -46,6 +46,35 @@ const PRIVATE_NAMES: [&str; 10] = [
     "sys_image_guid",
 ];
 
+/// The kernel command line, which is stored redacted: see [`redact_cmdline`].
+const CMDLINE: &str = "/proc/cmdline";
+
+/// Parameters of the kernel command line kept in a snapshot: those that decide IOMMU and PCIe
+/// behaviour for P2P and GDR (kernel-parameters.txt: `iommu`, `intel_iommu`, `amd_iommu`,
+/// `iommu.passthrough`, `iommu.strict`, `pci`, `pcie_acs_override`). Everything else (root
+/// device UUIDs, console settings, custom tokens) can identify a machine and is dropped.
+const CMDLINE_KEPT: [&str; 7] = [
+    "iommu",
+    "intel_iommu",
+    "amd_iommu",
+    "iommu.passthrough",
+    "iommu.strict",
+    "pci",
+    "pcie_acs_override",
+];
+
+/// `cmdline` with only the [`CMDLINE_KEPT`] parameters, space-separated, newline-terminated.
+pub fn redact_cmdline(cmdline: &[u8]) -> Vec<u8> {
+    let text = String::from_utf8_lossy(cmdline);
+    let kept: Vec<&str> = text
+        .split_whitespace()
+        .filter(|t| CMDLINE_KEPT.contains(&t.split('=').next().unwrap_or("")))
+        .collect();
+    let mut out = kept.join(" ").into_bytes();
+    out.push(b'\n');
+    out
+}
+
 /// `manifest.json` of a snapshot.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Manifest {
@@ -100,6 +129,9 @@ pub fn capture<V: SysView>(
         .collect();
     refused.sort();
     files.retain(|p, _| !is_private(p));
+    if let Some(cmdline) = files.get_mut(CMDLINE) {
+        *cmdline = redact_cmdline(cmdline);
+    }
     links.retain(|p, _| !is_private(p));
     for names in listings.values_mut() {
         names.retain(|n| !PRIVATE_NAMES.contains(&n.as_str()));
@@ -322,5 +354,21 @@ impl Snapshot {
             m.set_driver(d.clone());
         }
         Ok(m)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact_cmdline;
+
+    #[test]
+    fn cmdline_keeps_only_iommu_and_pci_parameters() {
+        let line = b"BOOT_IMAGE=/vmlinuz-6.8 root=UUID=1234-abcd ro quiet intel_iommu=on iommu=pt \
+                     pci=realloc console=ttyS0 hostname=gpu-node-17\n";
+        assert_eq!(
+            redact_cmdline(line),
+            b"intel_iommu=on iommu=pt pci=realloc\n".to_vec()
+        );
+        assert_eq!(redact_cmdline(b""), b"\n".to_vec());
     }
 }

@@ -66,6 +66,9 @@ pub fn capture(
         None => attach_live_driver(&mut machine).err(),
         Some(_) => None,
     };
+    // The doctor reads /proc and more /sys files through the same recording, so that
+    // `gdpath doctor --snapshot` replays its file-based checks too.
+    crate::doctor::read_files(&machine, &rec);
     let file = std::fs::File::create(out).map_err(TopoError::Write)?;
     let summary = snapshot::capture(
         &rec,
