@@ -85,21 +85,30 @@ fn version_text(v: i32) -> String {
     format!("{}.{}.{}", v / 1000, (v % 1000) / 10, v % 10)
 }
 
-/// Registers an anonymous file of `dir` (`O_TMPFILE | O_DIRECT`, gone when closed) with cuFile:
-/// `None` when that worked, else cuFile's error text, or why no such file could be opened.
+/// Registers a fresh temporary file of `dir`, opened `O_RDWR | O_DIRECT` as cuFile requires
+/// (cuFile refuses `O_TMPFILE` descriptors with `CU_FILE_INVALID_FILE_OPEN_FLAG`), with cuFile:
+/// `None` when that worked, else cuFile's error text, or why no such file could be opened. The
+/// file is unlinked before this returns.
 fn register_probe(driver: &CuFileDriver, dir: &Path) -> Option<String> {
+    let probe = match tempfile::Builder::new()
+        .prefix(".gdpath-cufile-probe")
+        .tempfile_in(dir)
+    {
+        Ok(p) => p,
+        Err(e) => return Some(format!("no temporary file in {}: {e}", dir.display())),
+    };
     let file = OpenOptions::new()
         .read(true)
         .write(true)
-        .custom_flags(libc::O_TMPFILE | libc::O_DIRECT)
-        .open(dir);
+        .custom_flags(libc::O_DIRECT)
+        .open(probe.path());
     match file {
         Ok(f) => CuFileHandle::register(driver, Arc::new(f))
             .err()
             .map(|e| e.to_string()),
         Err(e) => Some(format!(
-            "open(O_TMPFILE|O_DIRECT) in {} failed: {e}",
-            dir.display()
+            "open(O_DIRECT) of {} failed: {e}",
+            probe.path().display()
         )),
     }
 }
@@ -111,11 +120,18 @@ pub struct HardwareFacts {
     pub cufile: Gathered<CufileFacts>,
 }
 
-/// Gathers all three. cuFile is only tried when the driver facts show a GPU (it needs a CUDA
-/// context); otherwise it is `Failed` with the reason.
-pub fn gather(paths: &[PathBuf]) -> HardwareFacts {
-    let driver = driver();
-    let has_gpu = matches!(&driver, Gathered::Got(f) if !f.gpus.is_empty());
+/// Gathers all three; driver facts only when `known` (already on the machine) is `None`, in
+/// which case the returned `driver` is `Missing`. cuFile is only tried when the driver facts show
+/// a GPU (it needs a CUDA context); otherwise it is `Failed` with the reason.
+pub fn gather(paths: &[PathBuf], known: Option<&DriverFacts>) -> HardwareFacts {
+    let driver = match known {
+        Some(_) => Gathered::Missing,
+        None => driver(),
+    };
+    let has_gpu = match known {
+        Some(f) => !f.gpus.is_empty(),
+        None => matches!(&driver, Gathered::Got(f) if !f.gpus.is_empty()),
+    };
     let cufile = if has_gpu {
         cufile(paths)
     } else {

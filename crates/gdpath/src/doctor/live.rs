@@ -26,7 +26,7 @@ pub fn gather<'a>(
     paths: &[PathBuf],
 ) -> DoctorInput<'a> {
     let mut input = DoctorInput::new(machine, view, Mode::Live);
-    let hw = super::hardware::gather(paths);
+    let hw = super::hardware::gather(paths, machine.driver.as_ref());
     if matches!(input.driver, Gathered::Missing) {
         input.driver = hw.driver;
     }

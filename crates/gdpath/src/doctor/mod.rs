@@ -443,11 +443,18 @@ pub struct Loaded {
 pub fn load(source: &Source) -> Result<Loaded, TopoError> {
     let replay = |what: String| Mode::Replay { what };
     Ok(match source {
-        Source::Live => Loaded {
-            machine: gdpath_topo::load(source)?,
-            view: Box::new(DirView::live()),
-            mode: Mode::Live,
-        },
+        Source::Live => {
+            let mut machine = gdpath_topo::load(source)?;
+            // Live NVLink facts make the pair classes NV#, as `gdpath topo` prints them (and as
+            // a snapshot replays them); without a driver the reason is gathered again by
+            // `live::gather` and reported as a finding.
+            let _ = crate::machine::attach_live_driver(&mut machine);
+            Loaded {
+                machine,
+                view: Box::new(DirView::live()),
+                mode: Mode::Live,
+            }
+        }
         Source::SysfsRoot(dir) => Loaded {
             machine: gdpath_topo::load(source)?,
             view: Box::new(DirView::new(dir)),
