@@ -268,23 +268,9 @@ fn cufile_copy(
         }
         Ok(())
     };
-    if workers == 1 {
-        return one(0);
-    }
-    std::thread::scope(|s| {
-        let hs: Vec<_> = (0..workers).map(|w| s.spawn(move || one(w))).collect();
-        let rs: Vec<Result<()>> = hs
-            .into_iter()
-            .map(|h| {
-                h.join().unwrap_or_else(|_| {
-                    Err(Error::Backend {
-                        backend: NAME,
-                        detail: "a cuFile thread panicked".into(),
-                    })
-                })
-            })
-            .collect();
-        rs.into_iter().collect::<Result<Vec<()>>>().map(|_| ())
+    super::workers::fan_out(workers, one, || Error::Backend {
+        backend: NAME,
+        detail: "a cuFile thread panicked".into(),
     })
 }
 

@@ -383,24 +383,9 @@ fn run(job: &Job<'_>, to_gpu: bool, threads: usize) -> Result<()> {
             job.writer(w, workers)
         }
     };
-    if workers == 1 {
-        return one(0);
-    }
-    std::thread::scope(|sc| {
-        let hs: Vec<_> = (0..workers).map(|w| sc.spawn(move || one(w))).collect();
-        // Join every thread before reporting, so none still touches the buffers.
-        let rs: Vec<Result<()>> = hs
-            .into_iter()
-            .map(|h| {
-                h.join().unwrap_or_else(|_| {
-                    Err(Error::Backend {
-                        backend: NAME,
-                        detail: "a copy thread panicked".into(),
-                    })
-                })
-            })
-            .collect();
-        rs.into_iter().collect::<Result<Vec<()>>>().map(|_| ())
+    super::workers::fan_out(workers, one, || Error::Backend {
+        backend: NAME,
+        detail: "a copy thread panicked".into(),
     })
 }
 

@@ -88,32 +88,15 @@ pub(crate) unsafe fn copy(
         workers,
         stop,
     };
-    if workers == 1 {
-        return job.worker(0);
-    }
-    std::thread::scope(|s| {
-        let handles: Vec<_> = (0..workers)
-            .map(|w| {
-                let job = &job;
-                s.spawn(move || job.worker(w))
-            })
-            .collect();
-        // Join all before reporting, so no thread still touches the memory.
-        let results: Vec<Result<(), Stop>> = handles
-            .into_iter()
-            .map(|h| {
-                h.join().unwrap_or_else(|_| {
-                    Err(Stop::Cuda(CudaError::InvalidArgument(
-                        "a staging thread panicked".into(),
-                    )))
-                })
-            })
-            .collect();
-        results
-            .into_iter()
-            .collect::<Result<Vec<()>, Stop>>()
-            .map(|_| ())
-    })
+    crate::backend::workers::fan_out(
+        workers,
+        |w| job.worker(w),
+        || {
+            Stop::Cuda(CudaError::InvalidArgument(
+                "a staging thread panicked".into(),
+            ))
+        },
+    )
 }
 
 struct Job<'a> {
