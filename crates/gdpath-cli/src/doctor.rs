@@ -60,6 +60,10 @@ fn report(args: &DoctorArgs) -> Result<(Report, String)> {
     } else {
         args.paths.clone()
     };
+    for p in &paths {
+        // A mistyped --path would otherwise become "unknown" findings and a misleading exit.
+        anyhow::ensure!(p.is_dir(), "--path {}: not a directory", p.display());
+    }
     let input = match &loaded.mode {
         Mode::Live => live::gather(&loaded.machine, loaded.view.as_ref(), &paths),
         Mode::Replay { .. } => {

@@ -96,3 +96,42 @@ fn copy_prints_paths_and_verifies() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("is a directory"));
 }
+
+#[test]
+fn copy_onto_itself_is_refused_and_the_source_survives() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let f = dir.path().join("src");
+    let data: Vec<u8> = (0..100_003u32).map(|i| (i % 251) as u8).collect();
+    std::fs::write(&f, &data).unwrap();
+    let link = dir.path().join("link");
+    std::os::unix::fs::symlink(&f, &link).unwrap();
+    for (src, dst) in [(&f, &f), (&link, &f)] {
+        let out = gdpath().arg("copy").arg(src).arg(dst).output().unwrap();
+        assert!(
+            !out.status.success(),
+            "{} -> {} must fail",
+            src.display(),
+            dst.display()
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("same file"), "stderr: {err}");
+        assert_eq!(std::fs::read(&f).unwrap(), data, "the source is intact");
+    }
+}
+
+#[test]
+fn bench_storage_refuses_a_file_larger_than_the_free_space_and_leaves_nothing() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let f = dir.path().join("huge");
+    // 1 EiB: more than any file system here has free.
+    let out = gdpath()
+        .args(["bench", "storage", "--file"])
+        .arg(&f)
+        .args(["--size", "1048576TiB"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("bytes free"), "stderr: {err}");
+    assert!(!f.exists(), "no partial file left behind");
+}

@@ -78,6 +78,24 @@ fn wait(t: Transfer) -> Result<TransferReport> {
     t.wait().map_err(|e| e.error)
 }
 
+/// Refuses a copy whose destination is the source itself (same device and inode, through any
+/// path or link): opening the destination truncates it, which would destroy the source before a
+/// byte is read. A destination that does not exist yet cannot be the source.
+fn refuse_same_file(src: &std::path::Path, dst: &std::path::Path) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let (Ok(s), Ok(d)) = (std::fs::metadata(src), std::fs::metadata(dst)) else {
+        return Ok(());
+    };
+    if (s.dev(), s.ino()) == (d.dev(), d.ino()) {
+        return Err(Error::Config(format!(
+            "{} and {} are the same file: copying it onto itself would truncate it first",
+            src.display(),
+            dst.display()
+        )));
+    }
+    Ok(())
+}
+
 /// Copies `src` into host memory and, when `dst` is given, out to `dst` (created or truncated).
 /// Errors: typed file errors ([`Error::Open`], [`Error::NotAFile`], [`Error::Io`], ...).
 pub fn copy_file(
@@ -89,6 +107,9 @@ pub fn copy_file(
 ) -> Result<CopyReport> {
     if opts.window == 0 {
         return Err(Error::Config("copy window must be non-zero".into()));
+    }
+    if let Some(d) = dst {
+        refuse_same_file(src, d)?;
     }
     let src_r = agent.register(Memory::File(FileSpec::read(src).direct(opts.direct)))?;
     let size = src_r.len()?;

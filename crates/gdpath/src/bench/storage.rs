@@ -129,6 +129,42 @@ fn prepare_read_file(cfg: &StorageBenchConfig, progress: &dyn Progress) -> Resul
         }
         _ => {}
     }
+    let existed = path.exists();
+    ensure_space(path, cfg.size)?;
+    let written = write_pattern_file(cfg, progress);
+    if written.is_err() && !existed {
+        // Leave nothing behind that this run created (a partial file can be huge).
+        let _ = std::fs::remove_file(path);
+    }
+    written
+}
+
+/// Fails before writing when the file system holding `path` has fewer than `size` bytes free
+/// for unprivileged users (`statvfs` `f_bavail × f_frsize`), counting what the file already
+/// holds as reusable.
+fn ensure_space(path: &std::path::Path, size: u64) -> Result<()> {
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => std::path::Path::new("."),
+    };
+    let Ok(st) = nix::sys::statvfs::statvfs(dir) else {
+        return Ok(()); // unknown: let the write itself report ENOSPC
+    };
+    let free = (st.blocks_available() as u64).saturating_mul(st.fragment_size() as u64);
+    let have = std::fs::metadata(path).map_or(0, |m| m.len());
+    if size > free.saturating_add(have) {
+        return Err(Error::Config(format!(
+            "{} needs {size} bytes but its file system has {free} bytes free; choose a smaller \
+             --size or another --file",
+            path.display()
+        )));
+    }
+    Ok(())
+}
+
+/// Writes the test pattern into `cfg.file` (`cfg.size` bytes) and returns its checksum.
+fn write_pattern_file(cfg: &StorageBenchConfig, progress: &dyn Progress) -> Result<(u64, bool)> {
+    let path = &cfg.file;
     progress.start("writing the test file", cfg.size);
     let mut f = std::fs::OpenOptions::new()
         .write(true)

@@ -1,0 +1,45 @@
+//! `gdpath doctor` as a script runs it: exit status and JSON.
+
+use std::process::Command;
+
+fn gdpath() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_gdpath"))
+}
+
+#[test]
+fn a_missing_path_is_a_failure_of_the_doctor_not_a_finding() {
+    let out = gdpath()
+        .args(["doctor", "--path", "/nonexistent/gdpath-doctor-test"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "exit 3: the doctor itself failed"
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("not a directory"), "stderr: {err}");
+}
+
+#[test]
+fn snapshot_of_the_h200_machine_gives_json_and_the_unavailable_exit_status() {
+    let snap = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../assets/snapshots/h200x2.tar.gz"
+    );
+    let out = gdpath()
+        .args(["doctor", "--json", "--snapshot", snap])
+        .output()
+        .unwrap();
+    // GDR is unavailable there (no RDMA device): exit status 2.
+    assert_eq!(out.status.code(), Some(2));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["schema"], "gdpath.doctor/1");
+    let p2p = v["verdicts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["path"] == "p2p")
+        .unwrap();
+    assert_eq!(p2p["status"], "ok");
+}
