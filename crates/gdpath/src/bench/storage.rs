@@ -150,7 +150,7 @@ fn ensure_space(path: &std::path::Path, size: u64) -> Result<()> {
     let Ok(st) = nix::sys::statvfs::statvfs(dir) else {
         return Ok(()); // unknown: let the write itself report ENOSPC
     };
-    let free = (st.blocks_available() as u64).saturating_mul(st.fragment_size() as u64);
+    let free = st.blocks_available().saturating_mul(st.fragment_size());
     let have = std::fs::metadata(path).map_or(0, |m| m.len());
     if size > free.saturating_add(have) {
         return Err(Error::Config(format!(
