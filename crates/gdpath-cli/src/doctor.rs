@@ -25,7 +25,8 @@ pub struct DoctorArgs {
     /// Print JSON (schema gdpath.doctor/1) instead of text.
     #[arg(long)]
     json: bool,
-    /// Also measure each path's bandwidth against its fallback (not available in this build).
+    /// Also measure each path's bandwidth against its fallback (not implemented yet: listed as
+    /// not-run).
     #[arg(long)]
     measure: bool,
     /// List every finding; by default passed (`ok`) and `not-run` checks are only counted.
@@ -182,8 +183,8 @@ fn render(r: &Report, what: &str, args: &DoctorArgs) -> String {
     if args.measure {
         let _ = writeln!(
             o,
-            "\n--measure: measuring is not available in this build yet (the GPU transfer \
-             backends are not in it); the measured checks are listed as not-run."
+            "\n--measure: the bandwidth probe is not implemented yet; the measured checks are \
+             listed as not-run (`gdpath bench p2p|h2d|storage --gpu` measure the paths)."
         );
     }
     let code = r.exit_code();
