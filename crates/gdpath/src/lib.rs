@@ -33,6 +33,7 @@ pub mod error;
 pub mod finding;
 pub mod machine;
 pub mod memory;
+pub mod net;
 pub mod path;
 mod planner;
 pub mod region;

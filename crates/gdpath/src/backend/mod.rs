@@ -13,6 +13,7 @@ pub mod host_copy;
 pub mod posix_buffered;
 pub mod posix_direct;
 mod split;
+pub mod ucx;
 
 pub use split::SplitItem;
 
