@@ -4,6 +4,7 @@
 mod bench;
 mod copy;
 mod progress;
+mod serve;
 mod topo;
 
 use clap::{Parser, Subcommand};
@@ -26,6 +27,8 @@ enum Command {
     Bench(bench::BenchCommand),
     /// Copy a file through registered host memory (into memory only, or out to another file).
     Copy(copy::CopyArgs),
+    /// Serve exported memory regions to peer agents over UCX (remote read/write).
+    Serve(serve::ServeArgs),
 }
 
 fn main() -> ExitCode {
@@ -37,6 +40,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Bench(b) => bench::run(b),
         Command::Copy(c) => copy::run(c),
+        Command::Serve(a) => serve::run(a),
         Command::Topo(args) => topo::run(args),
     };
     match result {
