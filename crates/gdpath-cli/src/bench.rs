@@ -17,11 +17,11 @@ pub enum BenchCommand {
     /// File <-> host memory through the engine (O_DIRECT + io_uring, or buffered), like gdsio.
     Storage(StorageArgs),
     /// Put/get to a peer agent's memory over UCX, like ib_write_bw / ucx_perftest.
-    Net(NetArgs),
+    Net(NetBenchArgs),
 }
 
 #[derive(Debug, Args)]
-pub struct NetArgs {
+pub struct NetBenchArgs {
     /// The serving agent (`gdpath serve`), HOST:PORT.
     #[arg(long)]
     peer: std::net::SocketAddr,
@@ -50,7 +50,7 @@ pub struct NetArgs {
     #[arg(long, default_value_t = 0)]
     lat_iters: usize,
     #[command(flatten)]
-    net: crate::serve::NetArgs,
+    net: crate::serve::NetOpts,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -104,7 +104,7 @@ pub fn run(cmd: BenchCommand) -> Result<ExitCode> {
     }
 }
 
-fn run_net(a: NetArgs) -> Result<ExitCode> {
+fn run_net(a: NetBenchArgs) -> Result<ExitCode> {
     let cfg = net::NetBenchConfig {
         peer: a.peer,
         token: a.net.token()?,

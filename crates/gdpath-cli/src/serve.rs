@@ -24,7 +24,7 @@ pub struct ServeArgs {
     #[arg(long, default_value = "serve")]
     name: String,
     #[command(flatten)]
-    net: NetArgs,
+    net: NetOpts,
     /// Exit after this many seconds (default: run until killed).
     #[arg(long)]
     duration: Option<f64>,
@@ -32,7 +32,7 @@ pub struct ServeArgs {
 
 /// Network options shared by `serve` and `bench net`.
 #[derive(Debug, Args)]
-pub struct NetArgs {
+pub struct NetOpts {
     /// Shared secret (at least 16 bytes). Prefer --token-file or GDPATH_TOKEN: a command line
     /// is visible to other users. Never sent over the network as-is (HMAC challenge).
     #[arg(long)]
@@ -52,7 +52,7 @@ pub struct NetArgs {
     devices: Option<String>,
 }
 
-impl NetArgs {
+impl NetOpts {
     /// The token from --token, --token-file or GDPATH_TOKEN, in that order; none if absent.
     pub fn token(&self) -> Result<Token> {
         let secret = if let Some(t) = &self.token {
