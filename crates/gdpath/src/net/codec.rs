@@ -24,6 +24,8 @@
 
 use std::fmt;
 
+/// The UCX active-message id control messages are sent to.
+pub const AM_ID: u16 = 0x6764;
 /// First four bytes of every message.
 pub const MAGIC: [u8; 4] = *b"GDPN";
 /// The protocol version this build speaks (and the only one it accepts).
@@ -119,13 +121,14 @@ pub enum RefuseCode {
 }
 
 impl RefuseCode {
-    fn from_u8(b: u8) -> RefuseCode {
-        match b {
+    fn from_u8(b: u8) -> Option<RefuseCode> {
+        Some(match b {
             1 => RefuseCode::BadToken,
             2 => RefuseCode::Protocol,
             3 => RefuseCode::Busy,
-            _ => RefuseCode::Other,
-        }
+            255 => RefuseCode::Other,
+            _ => return None,
+        })
     }
 }
 
@@ -193,6 +196,8 @@ pub enum DecodeError {
     Version { got: u16 },
     #[error("unknown message kind {0}")]
     UnknownKind(u8),
+    #[error("unknown refusal code {0}")]
+    UnknownCode(u8),
     #[error("reserved flags {0:#04x} set")]
     Flags(u8),
     #[error("declared body length {declared} bytes, but {present} bytes present")]
@@ -340,7 +345,10 @@ pub fn decode(bytes: &[u8]) -> Result<Message, DecodeError> {
             metadata: metadata(&mut r)?,
         },
         Kind::Refused => Message::Refused {
-            code: RefuseCode::from_u8(r.u8("refusal code")?),
+            code: {
+                let c = r.u8("refusal code")?;
+                RefuseCode::from_u8(c).ok_or(DecodeError::UnknownCode(c))?
+            },
             reason: r.str16("refusal reason", MAX_NAME)?,
         },
         Kind::Metadata => Message::Metadata(metadata(&mut r)?),

@@ -33,7 +33,7 @@ pub(crate) use peer::PeerConn;
 pub(crate) use remote::RemoteMem;
 
 /// Active-message id of the control protocol.
-pub(crate) const CTRL_AM: u16 = 0x6764;
+pub(crate) const CTRL_AM: u16 = crate::net::codec::AM_ID;
 /// Notifications kept until the application takes them; more are dropped and counted.
 pub(crate) const MAX_QUEUED_NOTIFICATIONS: usize = 4096;
 /// Events kept for `Server::next_event`; more are dropped.

@@ -227,6 +227,14 @@ impl UcxBackend {
         };
         if let Err(e) = outcome {
             lock(&self.state).peers.retain(|p| p.id != peer.id);
+            // Let the control messages still in flight on it finish, so that the endpoint
+            // closes now (the peer sees it) rather than at some later progress round.
+            let end = Instant::now() + Duration::from_secs(1);
+            while Arc::strong_count(&peer) > 1 && Instant::now() < end {
+                if !self.progress_round().1 {
+                    std::thread::sleep(Duration::from_micros(50));
+                }
+            }
             return Err(e);
         }
         let transport = rma_transport_name(&peer.ep, MemType::Host);
