@@ -86,6 +86,11 @@ pub struct NetConfig {
     pub op_timeout: Duration,
     /// Most connected peers a serving agent accepts (default 256); more are refused.
     pub max_peers: usize,
+    /// How long one `Transfer::wait`/`poll` progress call keeps polling UCX while operations
+    /// are in flight and none completed (default 1 ms), like UCX's own busy-polling: measured
+    /// here, 8-byte put latency over `tcp` loopback was 29–36 µs with 1 ms and 174 µs without
+    /// (the waiter then sleeps between polls). Zero polls once.
+    pub poll_spin: Duration,
 }
 
 impl Default for NetConfig {
@@ -97,6 +102,7 @@ impl Default for NetConfig {
             connect_timeout: Duration::from_secs(10),
             op_timeout: Duration::from_secs(60),
             max_peers: 256,
+            poll_spin: Duration::from_millis(1),
         }
     }
 }

@@ -36,6 +36,7 @@ pub(crate) use remote::RemoteMem;
 pub(crate) const CTRL_AM: u16 = crate::net::codec::AM_ID;
 /// Notifications kept until the application takes them; more are dropped and counted.
 pub(crate) const MAX_QUEUED_NOTIFICATIONS: usize = 4096;
+
 /// Events kept for `Server::next_event`; more are dropped.
 const MAX_QUEUED_EVENTS: usize = 1024;
 
@@ -305,7 +306,16 @@ impl Backend for UcxBackend {
     }
 
     fn progress(&self) -> usize {
-        self.progress_round().0
+        // Spin while operations are in flight (NetConfig::poll_spin): a round trip over
+        // loopback takes tens of µs, and the waiter otherwise sleeps between calls.
+        let start = std::time::Instant::now();
+        loop {
+            let (done, _) = self.progress_round();
+            if done > 0 || start.elapsed() >= self.cfg.poll_spin || !lock(&self.state).ops.busy() {
+                return done;
+            }
+            std::hint::spin_loop();
+        }
     }
 }
 

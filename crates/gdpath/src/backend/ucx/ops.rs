@@ -4,7 +4,9 @@
 //! The items of one `submit` for one peer form a batch. Gets complete when their request does.
 //! Puts complete when an endpoint flush posted after them completes (UCX: a put's own request
 //! only means the local buffer may be reused; the flush means the data is in the target's
-//! memory). With a notification, the batch's items complete only after the notification was
+//! memory). Flushes are coalesced per peer: one is in flight at a time and covers every batch
+//! whose puts were posted before it; batches submitted meanwhile wait for the next one. A lone
+//! transfer is flushed at once (latency); many in flight share one round trip (throughput). With a notification, the batch's items complete only after the notification was
 //! sent, so that `Transfer::wait` returning means the peer has (or will get) it.
 //!
 //! A batch that does not finish within `NetConfig::op_timeout` fails its items with
@@ -32,9 +34,9 @@ struct Slot {
 }
 
 struct Batch {
+    seq: u64,
     peer: Arc<PeerConn>,
     slots: Vec<Slot>,
-    flush: Option<Request>,
     flush_done: Option<Result<()>>,
     notify: Option<Arc<[u8]>>,
     notify_req: Option<Request>,
@@ -60,8 +62,21 @@ struct Zombie {
     _regions: Vec<Region>,
 }
 
+/// The flush state of one peer's endpoint.
+struct Flusher {
+    peer: Arc<PeerConn>,
+    /// The flush in flight and the batches it covers.
+    inflight: Option<(Request, Vec<u64>)>,
+    /// Batches whose puts were posted after the flush in flight.
+    waiting: Vec<u64>,
+}
+
 #[derive(Default)]
 pub(crate) struct Ops {
+    /// When batch ages were last checked against the operation bound.
+    checked: Option<Instant>,
+    next_seq: u64,
+    flushers: Vec<Flusher>,
     batches: Vec<Batch>,
     sends: Vec<Send>,
     acks: Vec<PendingAck>,
@@ -76,11 +91,11 @@ fn remote_of(item: &WorkItem) -> Option<&RemoteMem> {
 }
 
 /// Tests a request: `Some(Ok)` finished, `Some(Err)` failed, `None` still in flight.
-fn test(req: &mut Request, label: &str) -> Option<Result<()>> {
+fn test(req: &mut Request, peer: &PeerConn) -> Option<Result<()>> {
     match req.test() {
         Ok(true) => Some(Ok(())),
         Ok(false) => None,
-        Err(e) => Some(Err(ucx_err(label, req.op(), e))),
+        Err(e) => Some(Err(ucx_err(&peer.label(), req.op(), e))),
     }
 }
 
@@ -124,10 +139,11 @@ impl Ops {
         for (peer, items) in groups {
             let label = peer.label();
             let notify = items.first().and_then(|i| i.notification());
+            self.next_seq += 1;
             let mut batch = Batch {
+                seq: self.next_seq,
                 peer: peer.clone(),
                 slots: Vec::with_capacity(items.len()),
-                flush: None,
                 flush_done: None,
                 notify,
                 notify_req: None,
@@ -160,53 +176,123 @@ impl Ops {
             if batch.slots.is_empty() {
                 continue;
             }
-            if puts {
-                match peer.ep.flush_nb() {
-                    Ok(r) => batch.flush = Some(r),
-                    Err(e) => batch.flush_done = Some(Err(ucx_err(&label, "flush", e))),
-                }
-            }
+            let seq = batch.seq;
             self.batches.push(batch);
+            if puts {
+                let f = match self.flushers.iter().position(|f| Arc::ptr_eq(&f.peer, &peer)) {
+                    Some(i) => i,
+                    None => {
+                        self.flushers.push(Flusher {
+                            peer: peer.clone(),
+                            inflight: None,
+                            waiting: Vec::new(),
+                        });
+                        self.flushers.len() - 1
+                    }
+                };
+                self.flushers[f].waiting.push(seq);
+                self.kick(f);
+            }
         }
+    }
+
+    /// Posts flusher `f`'s next flush if none is in flight and batches wait for one.
+    fn kick(&mut self, f: usize) {
+        let fl = &mut self.flushers[f];
+        if fl.inflight.is_some() || fl.waiting.is_empty() {
+            return;
+        }
+        let covers = std::mem::take(&mut fl.waiting);
+        match fl.peer.ep.flush_nb() {
+            Ok(r) => fl.inflight = Some((r, covers)),
+            Err(e) => {
+                let e = ucx_err(&fl.peer.label(), "flush", e);
+                self.flush_finished(&covers, Err(e));
+            }
+        }
+    }
+
+    fn flush_finished(&mut self, covers: &[u64], r: Result<()>) {
+        for b in &mut self.batches {
+            if covers.contains(&b.seq) {
+                b.flush_done = Some(r.clone());
+            }
+        }
+    }
+
+    /// Tests the flushes in flight; posts the next ones.
+    fn poll_flushes(&mut self) {
+        for f in 0..self.flushers.len() {
+            let fl = &mut self.flushers[f];
+            let finished = match fl.inflight.as_mut() {
+                Some((req, _)) => test(req, &fl.peer),
+                None => None,
+            };
+            if let Some(r) = finished {
+                let (_, covers) = self.flushers[f].inflight.take().expect("in flight");
+                self.flush_finished(&covers, r);
+            }
+            self.kick(f);
+        }
+        // Forget idle flushers of peers that failed.
+        self.flushers.retain(|f| {
+            f.inflight.is_some() || !f.waiting.is_empty() || f.peer.failure().is_none()
+        });
+    }
+
+    /// Batches in flight.
+    pub(crate) fn busy(&self) -> bool {
+        !self.batches.is_empty()
     }
 
     /// Tests everything in flight; completes finished items. Returns how many completed.
     pub(crate) fn poll(&mut self, b: &UcxBackend) -> usize {
+        self.poll_flushes();
         let mut done = 0;
         let timeout = b.cfg.op_timeout;
+        // Ages are checked every few milliseconds, not on every (spinning) poll.
+        let now = Instant::now();
+        let check = !timeout.is_zero()
+            && self
+                .checked
+                .is_none_or(|t| now.duration_since(t) >= std::time::Duration::from_millis(5));
+        if check {
+            self.checked = Some(now);
+        }
         let mut i = 0;
         while i < self.batches.len() {
             let (finished, n) = self.batches[i].poll();
             done += n;
             if finished {
                 self.batches.swap_remove(i);
-            } else if !timeout.is_zero() && self.batches[i].started.elapsed() > timeout {
+            } else if check && now.duration_since(self.batches[i].started) > timeout {
                 let batch = self.batches.swap_remove(i);
+                let seq = batch.seq;
+                for f in &mut self.flushers {
+                    f.waiting.retain(|s| *s != seq);
+                }
                 done += batch.abandon(&mut self.zombies, timeout);
             } else {
                 i += 1;
             }
         }
-        self.sends.retain_mut(|s| {
-            let label = s.peer.label();
-            match test(&mut s.req, &label) {
-                None => true,
-                Some(r) => {
-                    if let Err(e) = r {
-                        tracing::debug!(peer = %label, "control message: {e}");
-                    }
-                    if s.close {
-                        tracing::debug!(peer = %label, "closing refused connection");
-                    }
-                    false
+        self.sends.retain_mut(|s| match test(&mut s.req, &s.peer) {
+            None => true,
+            Some(r) => {
+                if let Err(e) = r {
+                    tracing::debug!(peer = %s.peer.label(), "control message: {e}");
                 }
+                if s.close {
+                    tracing::debug!(peer = %s.peer.label(), "closing refused connection");
+                }
+                false
             }
         });
         let mut ready = Vec::new();
         self.acks.retain_mut(|a| {
             let finished = match a.flush.as_mut() {
                 None => true,
-                Some(f) => test(f, &a.peer.label()).is_some(),
+                Some(f) => test(f, &a.peer).is_some(),
             };
             if finished {
                 ready.push((a.peer.clone(), std::mem::take(&mut a.ids)));
@@ -258,22 +344,16 @@ fn post(b: &UcxBackend, item: &WorkItem, label: &str) -> Result<Option<Request>>
 impl Batch {
     /// Returns (finished, items completed now).
     fn poll(&mut self) -> (bool, usize) {
-        let label = self.peer.label();
         for s in &mut self.slots {
             if s.local_done || s.result.is_some() {
                 continue;
             }
             if let Some(req) = s.req.as_mut() {
-                match test(req, &label) {
+                match test(req, &self.peer) {
                     Some(Ok(())) => s.local_done = true,
                     Some(Err(e)) => s.result = Some(Err(e)),
                     None => {}
                 }
-            }
-        }
-        if self.flush_done.is_none() {
-            if let Some(f) = self.flush.as_mut() {
-                self.flush_done = test(f, &label);
             }
         }
         for s in &mut self.slots {
@@ -312,7 +392,7 @@ impl Batch {
                         self.peer
                             .ep
                             .am_send(super::CTRL_AM, &[], &bytes)
-                            .map_err(|e| ucx_err(&label, "notify", e))
+                            .map_err(|e| ucx_err(&self.peer.label(), "notify", e))
                     });
                 match sent {
                     Ok(r) => self.notify_req = Some(r),
@@ -320,7 +400,7 @@ impl Batch {
                 }
             }
             if let Some(r) = self.notify_req.as_mut() {
-                self.notify_done = test(r, &label);
+                self.notify_done = test(r, &self.peer);
             }
             if self.notify_done.is_none() {
                 return (false, 0);
@@ -369,7 +449,6 @@ impl Batch {
                 n += 1;
             }
         }
-        reqs.extend(self.flush.take());
         reqs.extend(self.notify_req.take());
         reqs.retain_mut(|r| matches!(r.test(), Ok(false)));
         if !reqs.is_empty() {
