@@ -6,7 +6,7 @@ use clap::{Args, Subcommand};
 use comfy_table::{presets::UTF8_BORDERS_ONLY, Table};
 use gdpath::bench::net::{self, MemSpec};
 use gdpath::bench::{
-    format_size, parse_size, parse_size_range, storage, BenchRow, BENCH_SCHEMA_VERSION,
+    format_size, gpu, parse_size, parse_size_range, storage, BenchRow, BENCH_SCHEMA_VERSION,
 };
 use gdpath::{DirectIo, Op};
 use std::path::PathBuf;
@@ -16,6 +16,12 @@ use std::process::ExitCode;
 pub enum BenchCommand {
     /// File <-> host memory through the engine (O_DIRECT + io_uring, or buffered), like gdsio.
     Storage(StorageArgs),
+    /// Every GPU pair: P2P uni- and bidirectional, staged with P2P off, small-copy latency.
+    P2p(GpuArgs),
+    /// Every GPU: host -> GPU with pinned and pageable memory (gdpath's staging and the driver's).
+    H2d(GpuArgs),
+    /// Every GPU: GPU -> host, as h2d.
+    D2h(GpuArgs),
     /// Put/get to a peer agent's memory over UCX, like ib_write_bw / ucx_perftest.
     Net(NetBenchArgs),
 }
@@ -52,6 +58,23 @@ pub struct NetBenchArgs {
     #[command(flatten)]
     net: crate::serve::NetOpts,
     /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+
+#[derive(Debug, Args)]
+pub struct GpuArgs {
+    /// Copy sizes: a list `a,b` or a power-of-two sweep `4KiB..1GiB`.
+    #[arg(long, default_value = "4KiB..1GiB")]
+    sizes: String,
+    /// Timed runs per row (min/median/max are over runs).
+    #[arg(long, default_value_t = 5)]
+    runs: usize,
+    /// Only these GPUs (CUDA ordinals, comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    gpus: Option<Vec<u32>>,
+    /// Print JSON rows instead of a table.
     #[arg(long)]
     json: bool,
 }
@@ -101,7 +124,137 @@ pub fn run(cmd: BenchCommand) -> Result<ExitCode> {
     match cmd {
         BenchCommand::Storage(a) => run_storage(a),
         BenchCommand::Net(a) => run_net(a),
+        BenchCommand::P2p(a) => run_gpu(gpu::GpuBenchKind::P2p, a),
+        BenchCommand::H2d(a) => run_gpu(gpu::GpuBenchKind::H2d, a),
+        BenchCommand::D2h(a) => run_gpu(gpu::GpuBenchKind::D2h, a),
     }
+}
+
+fn run_gpu(kind: gpu::GpuBenchKind, a: GpuArgs) -> Result<ExitCode> {
+    let cfg = gpu::GpuBenchConfig {
+        kind,
+        sizes: parse_size_range(&a.sizes).context("--sizes")?,
+        runs: a.runs,
+        gpus: a.gpus.clone(),
+    };
+    let name = match kind {
+        gpu::GpuBenchKind::P2p => "bench p2p",
+        gpu::GpuBenchKind::H2d => "bench h2d",
+        gpu::GpuBenchKind::D2h => "bench d2h",
+    };
+    let started = std::time::SystemTime::now();
+    let report = gpu::run(&cfg).with_context(|| name.to_owned())?;
+    if a.json {
+        let out = serde_json::json!({
+            "schema_version": BENCH_SCHEMA_VERSION,
+            "command": name,
+            "started_unix_s": started.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
+            "units": {"gbps": "1e9 bytes/s", "latency": "us", "bytes": "bytes"},
+            "findings": report.findings,
+            "notes": report.notes,
+            "rows": report.rows,
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else {
+        let mut t = Table::new();
+        t.load_preset(UTF8_BORDERS_ONLY);
+        t.set_header([
+            "path",
+            "src",
+            "dst",
+            "size",
+            "GB/s min",
+            "GB/s median",
+            "GB/s max",
+            "latency µs",
+            "limit GB/s",
+            "% limit",
+            "verified",
+        ]);
+        for r in &report.rows {
+            let lim = r.limit_gbps;
+            t.add_row([
+                r.path.clone(),
+                r.src.clone().unwrap_or_default(),
+                r.dst.clone().unwrap_or_default(),
+                format_size(r.bytes),
+                format!("{:.2}", r.gbps_min),
+                format!("{:.2}", r.gbps_median),
+                format!("{:.2}", r.gbps_max),
+                r.latency_us.map(|l| format!("{l:.2}")).unwrap_or_default(),
+                lim.map(|l| format!("{l:.1}")).unwrap_or_default(),
+                lim.map(|l| format!("{:.0}", 100.0 * r.gbps_median / l))
+                    .unwrap_or_default(),
+                if r.verified {
+                    "yes".into()
+                } else {
+                    "NO".into()
+                },
+            ]);
+        }
+        println!("{t}");
+        for f in &report.findings {
+            println!("finding: {f}");
+        }
+        for n in &report.notes {
+            println!("note: {n}");
+        }
+        println!("GB/s = 1e9 bytes/s; limit = NVLink count x per-link rate, or PCIe gen x width (per direction; x2 for bidir)");
+    }
+    if report.rows.iter().any(|r| !r.verified) {
+        eprintln!("gdpath: data verification FAILED for at least one row");
+        return Ok(ExitCode::from(2));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn run_storage(a: StorageArgs) -> Result<ExitCode> {
+    let blocks = parse_size_range(&a.block).context("--block")?;
+    let cfg = storage::StorageBenchConfig {
+        file: a.file.clone(),
+        size: a.size,
+        blocks,
+        qd: a.qd,
+        op: if a.write { Op::Write } else { Op::Read },
+        runs: a.runs,
+        compare: a.compare,
+        direct: if a.buffered {
+            DirectIo::Off
+        } else {
+            DirectIo::Auto
+        },
+        cold: a.cold,
+        overwrite: a.overwrite,
+    };
+    let bars = progress::for_terminal(a.json);
+    let started = std::time::SystemTime::now();
+    let report = storage::run(&cfg, bars.as_ref())
+        .with_context(|| format!("bench storage on {}", a.file.display()))?;
+    let all_verified = report.rows.iter().all(|r| r.verified);
+    if a.json {
+        let out = serde_json::json!({
+            "schema_version": BENCH_SCHEMA_VERSION,
+            "command": "bench storage",
+            "file": a.file,
+            "started_unix_s": started.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
+            "units": {"gbps": "1e9 bytes/s", "latency": "us", "bytes": "bytes"},
+            "findings": report.findings,
+            "rows": report.rows,
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else {
+        print_table(&report.rows);
+        for f in &report.findings {
+            println!("finding: {f} (run `gdpath doctor` for evidence and remedy)");
+        }
+        print_ratios(&report.rows);
+        println!("GB/s = 1e9 bytes/s; latency per I/O, submission to completion");
+    }
+    if !all_verified {
+        eprintln!("gdpath: data verification FAILED for at least one row");
+        return Ok(ExitCode::from(2));
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn run_net(a: NetBenchArgs) -> Result<ExitCode> {
@@ -158,55 +311,6 @@ fn run_net(a: NetBenchArgs) -> Result<ExitCode> {
         }
         println!("{t}");
         println!("GB/s = 1e9 bytes/s over messages in flight; latency = one message at a time, post to completion (a put completes when it is in the peer's memory)");
-    }
-    if !all_verified {
-        eprintln!("gdpath: data verification FAILED for at least one row");
-        return Ok(ExitCode::from(2));
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
-fn run_storage(a: StorageArgs) -> Result<ExitCode> {
-    let blocks = parse_size_range(&a.block).context("--block")?;
-    let cfg = storage::StorageBenchConfig {
-        file: a.file.clone(),
-        size: a.size,
-        blocks,
-        qd: a.qd,
-        op: if a.write { Op::Write } else { Op::Read },
-        runs: a.runs,
-        compare: a.compare,
-        direct: if a.buffered {
-            DirectIo::Off
-        } else {
-            DirectIo::Auto
-        },
-        cold: a.cold,
-        overwrite: a.overwrite,
-    };
-    let bars = progress::for_terminal(a.json);
-    let started = std::time::SystemTime::now();
-    let report = storage::run(&cfg, bars.as_ref())
-        .with_context(|| format!("bench storage on {}", a.file.display()))?;
-    let all_verified = report.rows.iter().all(|r| r.verified);
-    if a.json {
-        let out = serde_json::json!({
-            "schema_version": BENCH_SCHEMA_VERSION,
-            "command": "bench storage",
-            "file": a.file,
-            "started_unix_s": started.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
-            "units": {"gbps": "1e9 bytes/s", "latency": "us", "bytes": "bytes"},
-            "findings": report.findings,
-            "rows": report.rows,
-        });
-        println!("{}", serde_json::to_string_pretty(&out)?);
-    } else {
-        print_table(&report.rows);
-        for f in &report.findings {
-            println!("finding: {f} (run `gdpath doctor` for evidence and remedy)");
-        }
-        print_ratios(&report.rows);
-        println!("GB/s = 1e9 bytes/s; latency per I/O, submission to completion");
     }
     if !all_verified {
         eprintln!("gdpath: data verification FAILED for at least one row");

@@ -3,6 +3,7 @@
 
 mod bench;
 mod copy;
+mod p2p;
 mod progress;
 mod serve;
 mod topo;
@@ -25,6 +26,9 @@ enum Command {
     /// Measure a data path: bandwidth, IOPS, latency, data verified.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+    /// P2P capability matrices per GPU pair, as `nvidia-smi topo -p2p r|w|n|a|p`, with CUDA
+    /// access and the path gdpath takes.
+    P2p(p2p::P2pArgs),
     /// Copy a file through registered host memory (into memory only, or out to another file).
     Copy(copy::CopyArgs),
     /// Serve exported memory regions to peer agents over UCX (remote read/write).
@@ -42,6 +46,7 @@ fn main() -> ExitCode {
         Command::Copy(c) => copy::run(c),
         Command::Serve(a) => serve::run(a),
         Command::Topo(args) => topo::run(args),
+        Command::P2p(args) => p2p::run(args),
     };
     match result {
         Ok(code) => code,

@@ -75,7 +75,7 @@ enum TopoAction {
 /// Runs `gdpath topo`.
 pub fn run(args: TopoArgs) -> Result<ExitCode> {
     if let Some(TopoAction::Capture { output, sysfs_root }) = args.action {
-        let (m, s) = gdpath::machine::capture(sysfs_root.as_deref(), &output)
+        let (m, s, why) = gdpath::machine::capture(sysfs_root.as_deref(), &output)
             .with_context(|| format!("capturing into {}", output.display()))?;
         println!(
             "wrote {}: {} files, {} links, {} directory listings ({} GPUs, {} NICs, {} NVMe, \
@@ -92,14 +92,29 @@ pub fn run(args: TopoArgs) -> Result<ExitCode> {
         if !s.refused.is_empty() {
             println!("left out as private: {}", s.refused.join(", "));
         }
+        match &m.driver {
+            Some(d) => println!(
+                "driver facts stored: {} GPUs, {} GPU pairs (NVLink, P2P status)",
+                d.gpus.len(),
+                d.pairs.len()
+            ),
+            None => {
+                if let Some(why) = why {
+                    println!("no driver facts stored: NVLink facts unavailable: {why}");
+                }
+            }
+        }
         return Ok(ExitCode::SUCCESS);
     }
     let source = args.source.source();
-    let machine = gdpath::machine::load(&source)?;
+    let (machine, no_facts) = gdpath::machine::load_reporting(&source)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&machine.report())?);
     } else {
         print!("{}", render(&machine, &source, args.all));
+        if let Some(why) = no_facts {
+            println!("NVLink facts unavailable: {why}");
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

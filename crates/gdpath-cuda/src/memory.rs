@@ -49,10 +49,15 @@ pub(crate) struct DevMem {
     pub(crate) ctx: Context,
     pub(crate) ptr: CUdeviceptr,
     pub(crate) len: usize,
+    /// False for memory borrowed with [`DeviceBuffer::from_raw`]: never freed here.
+    pub(crate) owned: bool,
 }
 
 impl Drop for DevMem {
     fn drop(&mut self) {
+        if !self.owned {
+            return;
+        }
         let api = self.ctx.api();
         let r = self.ctx.bind().and_then(|()| {
             // SAFETY: ptr came from cuMemAlloc in this context; no stream holds it any more.
@@ -95,8 +100,46 @@ impl DeviceBuffer {
                 ctx: ctx.clone(),
                 ptr,
                 len,
+                owned: true,
             }),
         })
+    }
+
+    /// Wrap device memory allocated elsewhere (PyTorch, cupy, NCCL, `cudaMalloc`) so streams can
+    /// copy to and from it. The wrapper never frees the memory.
+    ///
+    /// Errors: `InvalidArgument` for `len == 0`, a null pointer, or an address range that
+    /// overflows.
+    ///
+    /// # Safety
+    /// `[ptr, ptr + len)` must be device memory usable in `ctx` (allocated on its device, or
+    /// mapped into it) that stays allocated for as long as this value, any clone of its context
+    /// use, and every stream operation enqueued on it lives (synchronize before freeing).
+    pub unsafe fn from_raw(ctx: &Context, ptr: u64, len: usize) -> Result<DeviceBuffer, CudaError> {
+        if len == 0 || ptr == 0 {
+            return Err(CudaError::InvalidArgument(format!(
+                "device memory at {ptr:#x} of {len} bytes: null pointer or empty range"
+            )));
+        }
+        if ptr.checked_add(len as u64).is_none() {
+            return Err(CudaError::InvalidArgument(format!(
+                "device memory at {ptr:#x} of {len} bytes overflows the address space"
+            )));
+        }
+        Ok(DeviceBuffer {
+            inner: Arc::new(DevMem {
+                ctx: ctx.clone(),
+                ptr,
+                len,
+                owned: false,
+            }),
+        })
+    }
+
+    /// Whether the memory was allocated by [`DeviceBuffer::new`] (and is freed with the last
+    /// reference) rather than borrowed with [`DeviceBuffer::from_raw`].
+    pub fn is_owned(&self) -> bool {
+        self.inner.owned
     }
 
     /// Length in bytes.

@@ -54,15 +54,23 @@ impl std::fmt::Debug for Agent {
 
 impl Agent {
     /// An agent with the built-in backends: `host-copy` (host ↔ host), `posix-direct`
-    /// (file ↔ host, O_DIRECT + io_uring, preferred) and `posix-buffered` (file ↔ host, page
-    /// cache, fallback). Errors: [`Error::Config`] for invalid settings.
+    /// (file ↔ host, O_DIRECT + io_uring, preferred), `posix-buffered` (file ↔ host, page
+    /// cache, fallback) and, when the CUDA driver loads and sees a GPU, `cuda` (GPU memory,
+    /// pinned host memory, P2P / staged / host ↔ GPU paths). A machine without a driver is not an
+    /// error: GPU memory is then [`Error::Unsupported`] at registration.
+    /// Errors: [`Error::Config`] for invalid settings.
     pub fn new(config: AgentConfig) -> Result<Agent> {
         config.storage.validate()?;
+        config.gpu.validate()?;
         let agent = Agent::bare(config);
         let st = agent.inner.config.storage.clone();
         agent.add_backend(Arc::new(backend::host_copy::HostCopy));
         agent.add_backend(Arc::new(backend::posix_direct::PosixDirect::new(&st)));
         agent.add_backend(Arc::new(backend::posix_buffered::PosixBuffered::new(&st)));
+        match backend::cuda::CudaBackend::new(agent.inner.config.gpu.clone()) {
+            Ok(b) => agent.add_backend(Arc::new(b)),
+            Err(e) => tracing::debug!(error = %e, "no cuda backend"),
+        }
         Ok(agent)
     }
 
@@ -164,13 +172,15 @@ impl Agent {
 
     /// Registers memory and returns its region.
     ///
-    /// - Host memory: the region owns the buffer. `pinned: true` needs the CUDA backend, else
-    ///   [`Error::Unsupported`].
+    /// - Host memory: the region owns the buffer. `pinned: true` ([`Memory::pinned`]) needs the
+    ///   CUDA backend, which page-locks the buffer in place; else [`Error::Unsupported`].
     /// - Files: opened per [`crate::FileSpec`] (O_DIRECT where the file system allows it and
     ///   the policy asks); errors: [`Error::Open`], [`Error::NotAFile`], and
     ///   [`Error::Unsupported`] for [`DirectIo::Required`] on a file system that refuses O_DIRECT.
-    /// - GPU and remote memory: made by the backend that serves them, else
-    ///   [`Error::Unsupported`] naming the backend (`cuda`, `ucx`).
+    /// - GPU memory (`Memory::Gpu`, allocated; `Memory::GpuPointer`, someone else's) and remote
+    ///   memory: made by the backend that serves them, else [`Error::Unsupported`] naming the
+    ///   backend (`cuda`, `ucx`); driver errors (out of memory, bad ordinal) are
+    ///   [`Error::Backend`].
     ///
     /// Every backend that serves the region's memory class may then attach its registration
     /// (an error there fails the registration).
@@ -200,9 +210,12 @@ impl Agent {
                     Some(m) => Storage::Foreign(m?),
                     None => {
                         let (what, backend) = match &kind {
-                            MemoryKind::Gpu { ordinal } => {
-                                (format!("GPU {ordinal} memory"), "cuda")
-                            }
+                            MemoryKind::Gpu { ordinal } => (
+                                format!(
+                                    "GPU {ordinal} memory (no CUDA driver or no GPU on this machine)"
+                                ),
+                                "cuda",
+                            ),
                             _ => ("remote memory".to_owned(), "ucx"),
                         };
                         return Err(Error::Unsupported { what, backend });

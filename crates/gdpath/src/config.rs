@@ -81,10 +81,79 @@ impl StorageConfig {
     }
 }
 
+/// GPU path settings (the `cuda` backend).
+///
+/// Memory bound: the staging paths (pageable host memory, staged GPU ↔ GPU) hold pinned bounce
+/// buffers of `chunk` bytes, at most `2 * copy_threads` per pageable copy and `staging_buffers`
+/// per staged copy in flight; buffers are kept in a pool for reuse.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuConfig {
+    /// Use GPUDirect P2P between GPUs that allow it. `false` forces the staged path (GPU →
+    /// pinned bounce buffers → GPU), which is then reported with `p2p.disabled`.
+    pub p2p: bool,
+    /// Bytes per pinned bounce buffer and per pipelined copy (1 KiB ..= 1 GiB).
+    pub chunk: u64,
+    /// Bounce buffers (and streams per side) of one staged GPU ↔ GPU copy; at least 2.
+    pub staging_buffers: usize,
+    /// CPU threads copying between pageable memory and pinned bounce buffers, per descriptor
+    /// pair, each with two bounce buffers on two streams.
+    pub copy_threads: usize,
+    /// Threads executing GPU work items (each waits on its own streams).
+    pub workers: usize,
+}
+
+impl Default for GpuConfig {
+    fn default() -> Self {
+        let cores = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(2);
+        GpuConfig {
+            p2p: true,
+            chunk: 4 << 20,
+            staging_buffers: 6,
+            copy_threads: (cores / 2).clamp(2, 16),
+            workers: 4,
+        }
+    }
+}
+
+impl GpuConfig {
+    /// Checks the values; errors name the bad one.
+    pub fn validate(&self) -> Result<()> {
+        if self.chunk < 1024 || self.chunk > 1 << 30 {
+            return Err(Error::Config(format!(
+                "GPU chunk must be 1 KiB ..= 1 GiB, got {} bytes",
+                self.chunk
+            )));
+        }
+        if !(2..=64).contains(&self.staging_buffers) {
+            return Err(Error::Config(format!(
+                "staging buffers must be 2..=64, got {}",
+                self.staging_buffers
+            )));
+        }
+        if !(1..=256).contains(&self.copy_threads) {
+            return Err(Error::Config(format!(
+                "copy threads must be 1..=256, got {}",
+                self.copy_threads
+            )));
+        }
+        if !(1..=256).contains(&self.workers) {
+            return Err(Error::Config(format!(
+                "GPU workers must be 1..=256, got {}",
+                self.workers
+            )));
+        }
+        Ok(())
+    }
+}
+
 /// Agent settings.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct AgentConfig {
     /// The agent's name (peers see it as `Remote { agent }`); empty means `"local"`.
     pub name: String,
     pub storage: StorageConfig,
+    /// GPU paths.
+    pub gpu: GpuConfig,
 }

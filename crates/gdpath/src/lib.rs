@@ -41,12 +41,13 @@ pub mod transfer;
 
 pub use agent::{Agent, BackendInfo};
 pub use backend::{Backend, Capability, Drive, PlanChoice, Preference, Refusal, SplitItem};
-pub use config::{AgentConfig, StorageConfig};
+pub use config::{AgentConfig, GpuConfig, StorageConfig};
 pub use error::{Error, Result, Side};
 pub use finding::{Area, Finding, FindingId, Status};
 pub use gdpath_topo as topo;
 pub use memory::{
-    DirectIo, FileAccess, FileSpec, HostBuffer, Memory, MemoryClass, MemoryKind, RemoteMemory,
+    DirectIo, FileAccess, FileSpec, GpuPointer, HostBuffer, Memory, MemoryClass, MemoryKind,
+    RemoteMemory,
 };
 pub use path::Path;
 pub use region::{

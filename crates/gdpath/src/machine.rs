@@ -1,29 +1,71 @@
 //! The engine's entry to the machine model: load a machine from any source, or capture a
-//! snapshot of the live (or a copied) sysfs tree. Thin on purpose: the model is `gdpath-topo`
-//! (re-exported as [`crate::topo`]); this is where live driver facts (NVML) will be attached.
+//! snapshot of the live (or a copied) sysfs tree. The model is `gdpath-topo` (re-exported as
+//! [`crate::topo`]); this is where live driver facts (CUDA + NVML, `gdpath_cuda::gather_facts`)
+//! are attached, so that NVLink (`NV#`) appears in the matrix and a capture stores them.
 
 use crate::topo::snapshot::{self, CaptureSummary};
 use crate::topo::{sysfs, DirView, Machine, Recording, Source, TopoError};
 use std::path::Path;
 
-/// Reads the machine from `source` (see [`crate::topo::load`]).
+/// Reads the machine from `source` (see [`crate::topo::load`]). For the live machine the
+/// driver's facts are read too and attached ([`attach_live_driver`]); snapshots bring the facts
+/// recorded at capture. A missing driver is not an error: see [`load_reporting`] for why.
 pub fn load(source: &Source) -> Result<Machine, TopoError> {
-    crate::topo::load(source)
+    load_reporting(source).map(|(m, _)| m)
+}
+
+/// As [`load`], and why NVLink facts are unavailable when they are: the driver loader's error
+/// for the live machine, "the snapshot has no driver facts" for a snapshot captured without a
+/// driver. `None` when facts are attached, or for sources that carry their own links (XML).
+pub fn load_reporting(source: &Source) -> Result<(Machine, Option<String>), TopoError> {
+    let mut m = crate::topo::load(source)?;
+    let why = match source {
+        Source::Live => attach_live_driver(&mut m).err(),
+        Source::Snapshot(_) if m.driver.is_none() => Some(
+            "the snapshot has no driver facts (it was captured without an NVIDIA driver)".into(),
+        ),
+        _ => None,
+    };
+    Ok((m, why))
+}
+
+/// The live driver facts (CUDA + NVML). Errors: neither library could be used (the CUDA
+/// loader's error, naming `libcuda.so.1` and what installs it).
+pub fn live_driver_facts() -> Result<crate::topo::facts::DriverFacts, gdpath_cuda::CudaError> {
+    gdpath_cuda::gather_facts()
+}
+
+/// Reads the driver facts (`gdpath_cuda::gather_facts`) and attaches them
+/// ([`Machine::set_driver`]: NVLink counts become `NV#`). Errors: the reason they could not be
+/// read (the machine is left as it was).
+pub fn attach_live_driver(m: &mut Machine) -> Result<(), String> {
+    let f = live_driver_facts().map_err(|e| e.to_string())?;
+    for g in &f.gaps {
+        tracing::debug!(what = %g.what, reason = %g.reason, "driver fact missing");
+    }
+    m.set_driver(f);
+    Ok(())
 }
 
 /// Reads the machine from the live `/sys` (or from `sysfs_root` when given) while recording
-/// every file read, and writes the snapshot (tar.gz) to `out`. Returns the machine and what was
-/// written.
+/// every file read, and writes the snapshot (tar.gz) to `out`. For the live machine the driver
+/// facts are read and stored in the snapshot (`driver.json`), so a replay shows the same NVLink
+/// matrix; without a driver the snapshot has none. Returns the machine, what was written and,
+/// for the live machine without a driver, why no facts were stored.
 pub fn capture(
     sysfs_root: Option<&Path>,
     out: &Path,
-) -> Result<(Machine, CaptureSummary), TopoError> {
+) -> Result<(Machine, CaptureSummary, Option<String>), TopoError> {
     let (view, label) = match sysfs_root {
         Some(root) => (DirView::new(root), "sysfs-root"),
         None => (DirView::live(), "live"),
     };
     let rec = Recording::new(view);
-    let machine = sysfs::read_machine(&rec, label)?;
+    let mut machine = sysfs::read_machine(&rec, label)?;
+    let why = match sysfs_root {
+        None => attach_live_driver(&mut machine).err(),
+        Some(_) => None,
+    };
     let file = std::fs::File::create(out).map_err(TopoError::Write)?;
     let summary = snapshot::capture(
         &rec,
@@ -31,5 +73,5 @@ pub fn capture(
         machine.driver.as_ref(),
         std::io::BufWriter::new(file),
     )?;
-    Ok((machine, summary))
+    Ok((machine, summary, why))
 }

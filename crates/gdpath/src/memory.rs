@@ -144,6 +144,48 @@ pub struct RemoteMemory {
     pub rkey: Vec<u8>,
 }
 
+/// GPU memory gdpath does not own: a device pointer (`CUdeviceptr`), its length in bytes and the
+/// CUDA ordinal of the GPU holding it. Made only by the unsafe [`GpuPointer::new`], whose caller
+/// vouches that the memory outlives the region.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GpuPointer {
+    ordinal: u32,
+    ptr: u64,
+    len: u64,
+}
+
+impl GpuPointer {
+    /// `len` bytes of device memory at `ptr` on GPU `ordinal`.
+    ///
+    /// # Safety
+    /// `[ptr, ptr + len)` must be device memory allocated on GPU `ordinal` (or mapped into its
+    /// primary context) that stays allocated until the region registered from it, and every
+    /// transfer using that region, has been dropped.
+    pub unsafe fn new(ordinal: u32, ptr: u64, len: u64) -> Self {
+        GpuPointer { ordinal, ptr, len }
+    }
+
+    /// CUDA ordinal of the GPU.
+    pub fn ordinal(&self) -> u32 {
+        self.ordinal
+    }
+
+    /// The device address.
+    pub fn ptr(&self) -> u64 {
+        self.ptr
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// True for an empty range.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
 /// Memory handed to [`crate::Agent::register`].
 #[derive(Debug)]
 #[non_exhaustive]
@@ -153,8 +195,12 @@ pub enum Memory {
     Host { buffer: HostBuffer, pinned: bool },
     /// A file.
     File(FileSpec),
-    /// `len` bytes of memory on GPU `ordinal` (needs the CUDA backend).
+    /// `len` bytes of memory on GPU `ordinal`, allocated by the CUDA backend (`cuMemAlloc`) and
+    /// freed with the region. Needs the CUDA backend.
     Gpu { ordinal: u32, len: u64 },
+    /// GPU memory allocated by someone else (PyTorch, cupy, `cudaMalloc`), given by device
+    /// pointer and ordinal; never freed by gdpath. Needs the CUDA backend.
+    GpuPointer(GpuPointer),
     /// A peer's region (needs the UCX backend).
     Remote(RemoteMemory),
 }
@@ -165,6 +211,15 @@ impl Memory {
         Memory::Host {
             buffer,
             pinned: false,
+        }
+    }
+
+    /// Host memory to page-lock (`cuMemHostRegister`) at registration, so GPU copies use it
+    /// directly (pinned paths). Needs the CUDA backend.
+    pub fn pinned(buffer: HostBuffer) -> Self {
+        Memory::Host {
+            buffer,
+            pinned: true,
         }
     }
 
@@ -179,6 +234,9 @@ impl Memory {
             Memory::Host { pinned, .. } => MemoryKind::Host { pinned: *pinned },
             Memory::File(_) => MemoryKind::File,
             Memory::Gpu { ordinal, .. } => MemoryKind::Gpu { ordinal: *ordinal },
+            Memory::GpuPointer(p) => MemoryKind::Gpu {
+                ordinal: p.ordinal(),
+            },
             Memory::Remote(r) => MemoryKind::Remote {
                 agent: r.agent.clone(),
             },

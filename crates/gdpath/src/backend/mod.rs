@@ -8,6 +8,7 @@
 //! pools, CUDA host callbacks) complete from there; poll-driven backends (a UCX worker) declare
 //! [`Drive::Poll`] and complete from [`Backend::progress`], which waiters call.
 
+pub mod cuda;
 mod fileio;
 pub mod host_copy;
 pub mod posix_buffered;

@@ -3,6 +3,7 @@
 //!
 //! Units: bytes; bandwidth in GB/s = 1e9 B/s; latency in µs.
 
+pub mod gpu;
 pub mod net;
 pub mod storage;
 

@@ -283,6 +283,7 @@ pub fn run(cfg: &StorageBenchConfig, progress: &dyn Progress) -> Result<StorageB
                 direct: cfg.direct,
                 ..StorageConfig::default()
             },
+            ..AgentConfig::default()
         })?;
         let access = match cfg.op {
             Op::Read => FileAccess::ReadOnly,

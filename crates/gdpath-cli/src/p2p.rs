@@ -1,0 +1,386 @@
+//! `gdpath p2p`: the P2P capability matrices of every GPU pair, in the format of
+//! `nvidia-smi topo -p2p r|w|n|a|p` (codes and legend from its output), plus CUDA's
+//! `cuDeviceCanAccessPeer` and the path gdpath takes for each pair. `--json` for scripts
+//! (schema `gdpath.p2p/1`).
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use gdpath::topo::facts::{DriverFacts, NvmlP2pStatus, P2pCap};
+use gdpath::topo::Source;
+use serde::Serialize;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Debug, Args)]
+pub struct P2pArgs {
+    /// Replay the driver facts stored in a snapshot (`gdpath topo capture`).
+    #[arg(long, value_name = "FILE", conflicts_with = "facts")]
+    snapshot: Option<PathBuf>,
+    /// Read driver facts from a JSON file (the `driver.json` of a snapshot).
+    #[arg(long, value_name = "FILE")]
+    facts: Option<PathBuf>,
+    /// Print JSON (schema gdpath.p2p/1) instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// The five capabilities of `nvidia-smi topo -p2p`, with the letter it takes and our name.
+pub const CAPS: [(char, &str, &str); 5] = [
+    ('r', "read", "P2P read"),
+    ('w', "write", "P2P write"),
+    ('n', "nvlink", "NVLink"),
+    ('a', "atomics", "P2P atomics"),
+    ('p', "pci", "PCIe P2P"),
+];
+
+/// The legend `nvidia-smi topo -p2p` prints (R580), line for line.
+pub fn legend_lines() -> [&'static str; 7] {
+    [
+        "  X    = Self",
+        "  OK   = Status Ok",
+        "  CNS  = Chipset not supported",
+        "  GNS  = GPU not supported",
+        "  TNS  = Topology not supported",
+        "  NS   = Not supported",
+        "  U    = Unknown",
+    ]
+}
+
+fn cap_of(s: &NvmlP2pStatus, letter: char) -> P2pCap {
+    match letter {
+        'r' => s.read,
+        'w' => s.write,
+        'n' => s.nvlink,
+        'a' => s.atomics,
+        _ => s.pci,
+    }
+}
+
+/// The P2P view of a machine's driver facts.
+#[derive(Debug, Clone, Serialize)]
+pub struct P2pView {
+    pub schema: &'static str,
+    /// GPU ordinals, in order.
+    pub gpus: Vec<u32>,
+    /// Capability name → matrix of codes (`X` on the diagonal), rows = source GPU.
+    pub capabilities: Vec<(String, Vec<Vec<String>>)>,
+    /// `cuDeviceCanAccessPeer` per ordered pair (`X`, `yes`, `no`, `?`).
+    pub cuda_access: Vec<Vec<String>>,
+    /// The path gdpath's planner takes per ordered pair: `p2p-nvlink`, `p2p-pcie`, `staged`.
+    pub paths: Vec<Vec<String>>,
+    /// Why some facts are missing.
+    pub gaps: Vec<String>,
+}
+
+impl P2pView {
+    /// Builds the view from driver facts (live or recorded).
+    pub fn from_facts(f: &DriverFacts) -> P2pView {
+        let gpus: Vec<u32> = f.gpus.iter().map(|g| g.ordinal).collect();
+        let grid = |cell: &dyn Fn(u32, u32) -> String| -> Vec<Vec<String>> {
+            gpus.iter()
+                .map(|&a| {
+                    gpus.iter()
+                        .map(|&b| if a == b { "X".to_owned() } else { cell(a, b) })
+                        .collect()
+                })
+                .collect()
+        };
+        let capabilities = CAPS
+            .iter()
+            .map(|&(letter, name, _)| {
+                let m = grid(&|a, b| {
+                    f.pair(a, b)
+                        .and_then(|p| p.nvml)
+                        .map_or(P2pCap::U, |s| cap_of(&s, letter))
+                        .code()
+                        .to_owned()
+                });
+                (name.to_owned(), m)
+            })
+            .collect();
+        let access = |a: u32, b: u32| {
+            f.pair(a, b)
+                .and_then(|p| p.cuda)
+                .map(|c| c.access_supported)
+        };
+        let cuda_access = grid(&|a, b| {
+            match access(a, b) {
+                Some(true) => "yes",
+                Some(false) => "no",
+                None => "?",
+            }
+            .to_owned()
+        });
+        // The planner's rule (backend::cuda): P2P when access is possible both ways, over
+        // NVLink when links join the pair.
+        let paths = grid(&|a, b| match (access(a, b), access(b, a)) {
+            (Some(true), Some(true)) if f.nvlink_count(a, b) > 0 => {
+                format!("p2p-nvlink (NV{})", f.nvlink_count(a, b))
+            }
+            (Some(true), Some(true)) => "p2p-pcie".to_owned(),
+            (None, _) | (_, None) => "?".to_owned(),
+            _ => "staged".to_owned(),
+        });
+        P2pView {
+            schema: "gdpath.p2p/1",
+            gpus,
+            capabilities,
+            cuda_access,
+            paths,
+            gaps: f
+                .gaps
+                .iter()
+                .map(|g| format!("{}: {}", g.what, g.reason))
+                .collect(),
+        }
+    }
+
+    /// One capability as `nvidia-smi topo -p2p <letter>` prints it (tabs, a leading space).
+    pub fn smi_text(&self, letter: char) -> Option<String> {
+        let idx = CAPS.iter().position(|c| c.0 == letter)?;
+        let m = &self.capabilities[idx].1;
+        let mut o = String::from(" \t");
+        for g in &self.gpus {
+            let _ = write!(o, "GPU{g}\t");
+        }
+        o.push('\n');
+        for (i, g) in self.gpus.iter().enumerate() {
+            let _ = write!(o, " GPU{g}\t");
+            for c in &m[i] {
+                let _ = write!(o, "{c}\t");
+            }
+            o.push('\n');
+        }
+        Some(o)
+    }
+
+    fn grid_text(&self, title: &str, m: &[Vec<String>]) -> String {
+        let mut rows = vec![{
+            let mut h = vec![String::new()];
+            h.extend(self.gpus.iter().map(|g| format!("GPU{g}")));
+            h
+        }];
+        for (i, g) in self.gpus.iter().enumerate() {
+            let mut r = vec![format!("GPU{g}")];
+            r.extend(m[i].iter().cloned());
+            rows.push(r);
+        }
+        let w: Vec<usize> = (0..rows[0].len())
+            .map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0))
+            .collect();
+        let mut o = format!("{title}\n");
+        for r in rows {
+            let line: Vec<String> = r
+                .iter()
+                .enumerate()
+                .map(|(i, c)| format!("{c:<w$}", w = w[i]))
+                .collect();
+            let _ = writeln!(o, "  {}", line.join("  ").trim_end());
+        }
+        o
+    }
+
+    /// The human output: five matrices, the legend, CUDA access and gdpath's paths.
+    pub fn render(&self) -> String {
+        let mut o = String::new();
+        for (letter, _, title) in CAPS {
+            let _ = writeln!(o, "{title} (nvidia-smi topo -p2p {letter}):");
+            o.push_str(&self.smi_text(letter).unwrap_or_default());
+            o.push('\n');
+        }
+        let _ = writeln!(o, "Legend:\n");
+        for l in legend_lines() {
+            let _ = writeln!(o, "{l}");
+        }
+        o.push('\n');
+        o.push_str(&self.grid_text(
+            "CUDA peer access (cuDeviceCanAccessPeer):",
+            &self.cuda_access,
+        ));
+        o.push('\n');
+        o.push_str(&self.grid_text("gdpath path per pair (row = source):", &self.paths));
+        for g in &self.gaps {
+            let _ = writeln!(o, "\nunknown: {g}");
+        }
+        o
+    }
+}
+
+fn read_facts(a: &P2pArgs) -> Result<DriverFacts> {
+    if let Some(p) = &a.facts {
+        let text =
+            std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+        return serde_json::from_str(&text)
+            .with_context(|| format!("{} is not driver facts JSON", p.display()));
+    }
+    if let Some(p) = &a.snapshot {
+        let m = gdpath::machine::load(&Source::Snapshot(p.clone()))?;
+        return match m.driver {
+            Some(d) => Ok(d),
+            None => bail!(
+                "snapshot {} has no driver facts (captured without a driver); P2P status unknown",
+                p.display()
+            ),
+        };
+    }
+    gdpath::machine::live_driver_facts().context("P2P facts unavailable")
+}
+
+/// Runs `gdpath p2p`.
+pub fn run(a: P2pArgs) -> Result<ExitCode> {
+    let f = read_facts(&a)?;
+    let view = P2pView::from_facts(&f);
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&view)?);
+    } else if view.gpus.is_empty() {
+        println!("gdpath p2p: no GPU in the driver facts");
+    } else {
+        print!("{}", view.render());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gdpath::topo::facts::{CudaP2pAttrs, GpuFacts, GpuPairFacts, NvLinkFacts};
+
+    fn fixtures() -> PathBuf {
+        std::env::var_os("GDPATH_FIXTURES")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| {
+                PathBuf::from(concat!(
+                    env!("CARGO_MANIFEST_DIR"),
+                    "/../../../shared/fixtures"
+                ))
+            })
+    }
+
+    /// The `nvidia-smi topo -p2p <letter>` matrices printed in a fixture, by letter.
+    fn printed(text: &str) -> Vec<(char, Vec<Vec<String>>)> {
+        let mut out = Vec::new();
+        let mut lines = text.lines().peekable();
+        while let Some(l) = lines.next() {
+            let Some(letter) = l.strip_prefix("+ nvidia-smi topo -p2p ") else {
+                continue;
+            };
+            let letter = letter.trim().chars().next().unwrap();
+            lines.next(); // header
+            let mut m = Vec::new();
+            while let Some(r) = lines.peek() {
+                let cells: Vec<String> = r.split('\t').map(|c| c.trim().to_owned()).collect();
+                if !cells[0].starts_with("GPU") {
+                    break;
+                }
+                m.push(
+                    cells[1..]
+                        .iter()
+                        .filter(|c| !c.is_empty())
+                        .cloned()
+                        .collect(),
+                );
+                lines.next();
+            }
+            out.push((letter, m));
+        }
+        out
+    }
+
+    /// Facts as the H200 probe states them: NV18 through 18 direct links, NVML read/write/NVLink
+    /// /atomics OK and PCIe NS, CUDA access both ways.
+    fn h200() -> DriverFacts {
+        let gpu = |ordinal: u32, pci: &str, peer: &str| GpuFacts {
+            ordinal,
+            pci: pci.into(),
+            nvlinks: (0..18)
+                .map(|link| NvLinkFacts {
+                    link,
+                    remote_pci: peer.into(),
+                    gbps: Some(26.562),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        };
+        let st = NvmlP2pStatus {
+            read: P2pCap::Ok,
+            write: P2pCap::Ok,
+            nvlink: P2pCap::Ok,
+            atomics: P2pCap::Ok,
+            pci: P2pCap::Ns,
+        };
+        let pair = |a, b| GpuPairFacts {
+            a,
+            b,
+            nvml: Some(st),
+            cuda: Some(CudaP2pAttrs {
+                access_supported: true,
+                ..Default::default()
+            }),
+        };
+        DriverFacts {
+            gpus: vec![
+                gpu(0, "0000:00:06.0", "0000:00:07.0"),
+                gpu(1, "0000:00:07.0", "0000:00:06.0"),
+            ],
+            pairs: vec![pair(0, 1), pair(1, 0)],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn h200_matrices_match_the_probe_for_all_five_capabilities() {
+        let path = fixtures().join("device/h200x2-probe-2026-11-30.txt");
+        let text = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("fixture {} missing: {e}", path.display()));
+        let want = printed(&text);
+        assert_eq!(want.len(), 5, "the probe prints r w n a p");
+        let view = P2pView::from_facts(&h200());
+        for (letter, m) in want {
+            let ours = printed(&format!(
+                "+ nvidia-smi topo -p2p {letter}\n{}",
+                view.smi_text(letter).unwrap()
+            ));
+            assert_eq!(ours[0].1, m, "capability {letter}");
+        }
+        assert_eq!(view.paths[0][1], "p2p-nvlink (NV18)");
+        assert_eq!(view.cuda_access[1][0], "yes");
+        let text = view.render();
+        for l in legend_lines() {
+            assert!(text.contains(l), "legend line {l:?} missing");
+        }
+    }
+
+    #[test]
+    fn gns_pair_without_access_is_staged_and_missing_facts_are_u() {
+        // The 2× RTX 5090 fixture prints GNS for read/write; CUDA refuses access.
+        let path = fixtures().join("nvidia-smi/topo-club3090-1229-2x5090-phb-gns.txt");
+        let text = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("fixture {} missing: {e}", path.display()));
+        assert!(text.contains(" GPU0\tX\tGNS\t"), "fixture changed");
+        let mut f = h200();
+        for g in &mut f.gpus {
+            g.nvlinks.clear();
+        }
+        for p in &mut f.pairs {
+            p.nvml = Some(NvmlP2pStatus {
+                read: P2pCap::Gns,
+                write: P2pCap::Gns,
+                nvlink: P2pCap::Ns,
+                atomics: P2pCap::Gns,
+                pci: P2pCap::Gns,
+            });
+            p.cuda = Some(CudaP2pAttrs::default());
+        }
+        let view = P2pView::from_facts(&f);
+        let r = view.smi_text('r').unwrap();
+        assert!(r.contains(" GPU0\tX\tGNS\t"), "{r}");
+        assert_eq!(view.paths[0][1], "staged");
+        f.pairs.clear();
+        let view = P2pView::from_facts(&f);
+        assert!(view.smi_text('p').unwrap().contains(" GPU1\tU\tX\t"));
+        assert_eq!(view.paths[1][0], "?");
+        assert!(view.smi_text('z').is_none());
+    }
+}

@@ -1,0 +1,415 @@
+//! `cuda`: GPU memory regions and the GPU data paths.
+//!
+//! Memory ([`memory`]): `Memory::Gpu` (allocated here), `Memory::GpuPointer` (someone else's
+//! device memory) and pinned host memory (`Memory::pinned`, page-locked in place).
+//!
+//! Paths, chosen per descriptor pair by [`CudaBackend::plan`]:
+//!
+//! | pair | path | how |
+//! | --- | --- | --- |
+//! | GPU a ↔ GPU b, P2P possible | `P2pNvlink` (NVLink count > 0 in the driver facts) or `P2pPcie` | `cuMemcpyPeerAsync` with peer access on ([`direct`]) |
+//! | GPU a ↔ GPU b, P2P impossible or off | `Staged` + `p2p.unsupported` / `p2p.disabled` | pinned bounce buffers, pipelined ([`staged`]) |
+//! | GPU a ↔ GPU a | `DeviceLocal` | `cuMemcpyDtoDAsync` |
+//! | pinned host ↔ GPU | `HostToDevice`/`DeviceToHost { pinned: true }` | one async copy ([`direct`]) |
+//! | pageable host ↔ GPU | `… { pinned: false }` + `system.host-pageable` | threads + bounce buffers ([`pageable`]) |
+//!
+//! Execution: [`Backend::submit`] queues items to `GpuConfig::workers` threads; each runs its
+//! item's copies on pooled streams, waits for them, and completes the item from that thread.
+
+mod devices;
+mod direct;
+pub mod memory;
+mod pageable;
+mod pool;
+mod staged;
+
+pub use memory::{gpu_buffer, is_pinned, GpuMemory};
+
+use super::{Backend, Capability, PlanChoice, Preference, Refusal};
+use crate::config::GpuConfig;
+use crate::error::{Error, Result};
+use crate::finding::ids;
+use crate::memory::{Memory, MemoryClass, MemoryKind};
+use crate::path::Path;
+use crate::region::{BackendHandle, Descriptor, ForeignMemory, Region};
+use crate::transfer::{Op, WorkItem};
+use devices::{Gpus, PeerLink};
+use gdpath_cuda::CudaError;
+use memory::{cuda_err, PinnedHandle};
+use pageable::{Dir, HostPtr, Stop};
+use pool::StagingPool;
+use std::sync::Arc;
+
+/// Backend name.
+pub const NAME: &str = "cuda";
+
+struct Shared {
+    gpus: Gpus,
+    cfg: GpuConfig,
+    pool: StagingPool,
+}
+
+/// The CUDA backend. Made by [`CudaBackend::new`]; [`crate::Agent::new`] adds it when the
+/// driver loads and sees at least one GPU.
+pub struct CudaBackend {
+    shared: Arc<Shared>,
+    tx: crossbeam_channel::Sender<WorkItem>,
+}
+
+impl std::fmt::Debug for CudaBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CudaBackend")
+            .field("gpus", &self.shared.gpus.count())
+            .field("config", &self.shared.cfg)
+            .finish()
+    }
+}
+
+impl CudaBackend {
+    /// Loads the CUDA driver and starts `cfg.workers` threads.
+    ///
+    /// Errors: [`Error::Config`] for invalid settings; [`Error::Unsupported`] when libcuda
+    /// cannot be loaded (the loader's message, naming the library and what installs it, is in
+    /// `what`) or the driver sees no GPU.
+    pub fn new(cfg: GpuConfig) -> Result<CudaBackend> {
+        cfg.validate()?;
+        let gpus = Gpus::load().map_err(|e| Error::Unsupported {
+            what: format!("GPU memory ({e})"),
+            backend: NAME,
+        })?;
+        if gpus.count() == 0 {
+            return Err(Error::Unsupported {
+                what: "GPU memory (the CUDA driver sees no GPU)".into(),
+                backend: NAME,
+            });
+        }
+        let shared = Arc::new(Shared {
+            gpus,
+            pool: StagingPool::new(cfg.chunk as usize),
+            cfg,
+        });
+        let (tx, rx) = crossbeam_channel::unbounded::<WorkItem>();
+        for i in 0..shared.cfg.workers {
+            let (rx, sh) = (rx.clone(), shared.clone());
+            std::thread::Builder::new()
+                .name(format!("gdpath-cuda-{i}"))
+                .spawn(move || {
+                    // Ends when the backend (the only sender) is dropped.
+                    for item in rx {
+                        let r = sh.execute(&item);
+                        item.complete(r);
+                    }
+                })
+                .map_err(|e| Error::Backend {
+                    backend: NAME,
+                    detail: format!("starting worker threads: {e}"),
+                })?;
+        }
+        Ok(CudaBackend { shared, tx })
+    }
+
+    /// Number of GPUs the backend drives.
+    pub fn gpu_count(&self) -> u32 {
+        self.shared.gpus.count()
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &GpuConfig {
+        &self.shared.cfg
+    }
+}
+
+/// Source and destination of a pair (Write: local → target; Read: target → local).
+fn ends<'a>(
+    op: Op,
+    local: &'a Descriptor,
+    target: &'a Descriptor,
+) -> (&'a Descriptor, &'a Descriptor) {
+    match op {
+        Op::Write => (local, target),
+        Op::Read => (target, local),
+    }
+}
+
+impl Shared {
+    /// The path for moving `src` to `dst`.
+    fn choose(
+        &self,
+        src: &Descriptor,
+        dst: &Descriptor,
+    ) -> std::result::Result<PlanChoice, Refusal> {
+        let refuse = |d: String| Refusal {
+            finding: None,
+            detail: d,
+        };
+        match (src.region.kind(), dst.region.kind()) {
+            (MemoryKind::Gpu { ordinal: a }, MemoryKind::Gpu { ordinal: b }) => {
+                if a == b {
+                    return Ok(PlanChoice::on(Path::DeviceLocal));
+                }
+                let staged = |finding: &str, detail: String| PlanChoice {
+                    path: Path::Staged,
+                    finding: Some(finding.into()),
+                    detail: Some(detail),
+                };
+                match self.gpus.peer_link(*a, *b) {
+                    PeerLink::Impossible(why) => Ok(staged(ids::P2P_UNSUPPORTED, why)),
+                    PeerLink::Possible { .. } if !self.cfg.p2p => Ok(staged(
+                        ids::P2P_DISABLED,
+                        "P2P switched off in the agent's configuration (GpuConfig::p2p)".into(),
+                    )),
+                    PeerLink::Possible { nvlinks } => Ok(PlanChoice::on(if nvlinks > 0 {
+                        Path::P2pNvlink
+                    } else {
+                        Path::P2pPcie
+                    })),
+                }
+            }
+            (MemoryKind::Host { .. }, MemoryKind::Gpu { .. }) => {
+                Ok(host_choice(Path::HostToDevice {
+                    pinned: is_pinned(&src.region),
+                }))
+            }
+            (MemoryKind::Gpu { .. }, MemoryKind::Host { .. }) => {
+                Ok(host_choice(Path::DeviceToHost {
+                    pinned: is_pinned(&dst.region),
+                }))
+            }
+            (s, d) => Err(refuse(format!("{NAME} does not move {s} to {d}"))),
+        }
+    }
+
+    fn execute(&self, item: &WorkItem) -> Result<u64> {
+        if let Some(stop) = item.stop_reason() {
+            return Err(stop);
+        }
+        item.mark_started();
+        let (src, dst) = ends(item.op(), item.local(), item.target());
+        let len = src.len as usize;
+        let (so, dof) = (src.offset as usize, dst.offset as usize);
+        let stop = || item.stop_reason();
+        let what = format!("{} of {len} bytes", item.path());
+        let fail = |e: CudaError| cuda_err(&what, e);
+        let stopped = |e: Stop| match e {
+            Stop::Cuda(e) => cuda_err(&what, e),
+            Stop::Engine(e) => e,
+        };
+        match item.path() {
+            Path::P2pNvlink | Path::P2pPcie | Path::DeviceLocal => {
+                let (s, d) = (dev(src)?, dev(dst)?);
+                if s.ordinal() != d.ordinal() {
+                    self.gpus
+                        .ensure_peer_access(s.ordinal(), d.ordinal())
+                        .map_err(&fail)?;
+                }
+                direct::peer(&self.gpus, s, so, d, dof, len).map_err(&fail)?;
+            }
+            Path::Staged => {
+                let (s, d) = (dev(src)?, dev(dst)?);
+                staged::copy(
+                    &self.gpus,
+                    &self.pool,
+                    self.cfg.staging_buffers,
+                    s,
+                    so,
+                    d,
+                    dof,
+                    len,
+                    &stop,
+                )
+                .map_err(stopped)?;
+            }
+            Path::HostToDevice { pinned: true } => {
+                let d = dev(dst)?;
+                with_pinned(&src.region, |h| {
+                    direct::h2d_pinned(&self.gpus, h, so, d, dof, len)
+                })
+                .map_err(&fail)?;
+            }
+            Path::DeviceToHost { pinned: true } => {
+                let s = dev(src)?;
+                with_pinned(&dst.region, |h| {
+                    direct::d2h_pinned(&self.gpus, s, so, h, dof, len)
+                })
+                .map_err(&fail)?;
+            }
+            Path::HostToDevice { pinned: false } | Path::DeviceToHost { pinned: false } => {
+                let (host, gpu, hoff, goff, dir) = match item.path() {
+                    Path::HostToDevice { .. } => (src, dst, so, dof, Dir::HostToDevice),
+                    _ => (dst, src, dof, so, Dir::DeviceToHost),
+                };
+                let g = dev(gpu)?;
+                let base = host.region.host_ptr().ok_or_else(|| Error::Backend {
+                    backend: NAME,
+                    detail: format!("region {} is not host memory", host.region.id()),
+                })?;
+                // SAFETY: the planner checked the range against the region; the work item
+                // holds the region (in use, so no host view can alias it) until completion.
+                unsafe {
+                    pageable::copy(
+                        &self.gpus,
+                        &self.pool,
+                        self.cfg.copy_threads,
+                        dir,
+                        HostPtr(base.add(hoff)),
+                        g,
+                        goff,
+                        len,
+                        &stop,
+                    )
+                }
+                .map_err(stopped)?;
+            }
+            other => {
+                return Err(Error::Backend {
+                    backend: NAME,
+                    detail: format!("{other} is not a {NAME} path"),
+                })
+            }
+        }
+        Ok(len as u64)
+    }
+}
+
+/// The device buffer of a descriptor's region.
+fn dev(d: &Descriptor) -> Result<&gdpath_cuda::DeviceBuffer> {
+    gpu_buffer(&d.region).ok_or_else(|| Error::Backend {
+        backend: NAME,
+        detail: format!("region {} is not GPU memory", d.region.id()),
+    })
+}
+
+/// Pinned paths when the host side is page-locked, else the staging path with its finding.
+fn host_choice(path: Path) -> PlanChoice {
+    match path {
+        Path::HostToDevice { pinned: false } | Path::DeviceToHost { pinned: false } => PlanChoice {
+            path,
+            finding: Some(ids::HOST_PAGEABLE.into()),
+            detail: Some("host memory is pageable: copied through pinned bounce buffers".into()),
+        },
+        p => PlanChoice::on(p),
+    }
+}
+
+fn with_pinned<R>(
+    region: &Region,
+    f: impl FnOnce(&PinnedHandle) -> std::result::Result<R, CudaError>,
+) -> std::result::Result<R, CudaError> {
+    region.with_backend_handle(NAME, |h| {
+        match h.and_then(|h| h.downcast_ref::<PinnedHandle>()) {
+            Some(p) => f(p),
+            None => Err(CudaError::InvalidArgument(format!(
+                "region {} is not pinned by the {NAME} backend",
+                region.id()
+            ))),
+        }
+    })
+}
+
+impl Backend for CudaBackend {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn capabilities(&self) -> Vec<Capability> {
+        use MemoryClass::{Gpu, Host};
+        let one = |local, target, op, path, preference| Capability {
+            local,
+            target,
+            ops: vec![op],
+            path,
+            preference,
+        };
+        vec![
+            Capability::both(Gpu, Gpu, Path::P2pNvlink, Preference::Preferred),
+            Capability::both(Gpu, Gpu, Path::P2pPcie, Preference::Preferred),
+            Capability::both(Gpu, Gpu, Path::DeviceLocal, Preference::Preferred),
+            Capability::both(Gpu, Gpu, Path::Staged, Preference::Fallback),
+            one(
+                Host,
+                Gpu,
+                Op::Write,
+                Path::HostToDevice { pinned: true },
+                Preference::Preferred,
+            ),
+            one(
+                Host,
+                Gpu,
+                Op::Write,
+                Path::HostToDevice { pinned: false },
+                Preference::Fallback,
+            ),
+            one(
+                Host,
+                Gpu,
+                Op::Read,
+                Path::DeviceToHost { pinned: true },
+                Preference::Preferred,
+            ),
+            one(
+                Host,
+                Gpu,
+                Op::Read,
+                Path::DeviceToHost { pinned: false },
+                Preference::Fallback,
+            ),
+            one(
+                Gpu,
+                Host,
+                Op::Write,
+                Path::DeviceToHost { pinned: true },
+                Preference::Preferred,
+            ),
+            one(
+                Gpu,
+                Host,
+                Op::Write,
+                Path::DeviceToHost { pinned: false },
+                Preference::Fallback,
+            ),
+            one(
+                Gpu,
+                Host,
+                Op::Read,
+                Path::HostToDevice { pinned: true },
+                Preference::Preferred,
+            ),
+            one(
+                Gpu,
+                Host,
+                Op::Read,
+                Path::HostToDevice { pinned: false },
+                Preference::Fallback,
+            ),
+        ]
+    }
+
+    fn materialize(&self, memory: &Memory) -> Option<Result<Box<dyn ForeignMemory>>> {
+        memory::materialize(&self.shared.gpus, memory)
+    }
+
+    fn register(&self, region: &Region) -> Result<Option<BackendHandle>> {
+        memory::register(&self.shared.gpus, region)
+    }
+
+    fn plan(
+        &self,
+        op: Op,
+        local: &Descriptor,
+        target: &Descriptor,
+    ) -> std::result::Result<PlanChoice, Refusal> {
+        let (src, dst) = ends(op, local, target);
+        self.shared.choose(src, dst)
+    }
+
+    fn submit(&self, items: Vec<WorkItem>) {
+        for item in items {
+            if let Err(crossbeam_channel::SendError(item)) = self.tx.send(item) {
+                item.complete(Err(Error::Backend {
+                    backend: NAME,
+                    detail: "worker threads are gone".into(),
+                }));
+            }
+        }
+    }
+}

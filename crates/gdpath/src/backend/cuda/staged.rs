@@ -1,0 +1,77 @@
+//! Staged GPU → GPU copies for pairs without P2P (or with P2P switched off): source GPU →
+//! pinned bounce buffer → destination GPU, chunk by chunk.
+//!
+//! Pipeline: `S` bounce buffers, one D2H stream on the source GPU and one H2D stream on the
+//! destination GPU (one stream per direction keeps each copy engine working on one chunk at a
+//! time, in order, so the first chunk is ready as early as possible), and an event per buffer
+//! and direction. Chunk `i`'s D2H is enqueued once buffer `i % S` is free (the event after its
+//! previous H2D has fired); its H2D is enqueued once the event after its D2H has fired. So the
+//! source's D2H engine and the destination's H2D engine run at the same time, and the copy runs
+//! at about the slower of the two links instead of their harmonic sum.
+
+use super::devices::Gpus;
+use super::pageable::Stop;
+use super::pool::StagingPool;
+use crate::error::Error;
+use gdpath_cuda::{DeviceBuffer, Event};
+
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn copy(
+    gpus: &Gpus,
+    pool: &StagingPool,
+    buffers: usize,
+    src: &DeviceBuffer,
+    src_off: usize,
+    dst: &DeviceBuffer,
+    dst_off: usize,
+    len: usize,
+    stop: &dyn Fn() -> Option<Error>,
+) -> Result<(), Stop> {
+    gdpath_cuda::check_range("staged source", src.len(), src_off, len)?;
+    gdpath_cuda::check_range("staged destination", dst.len(), dst_off, len)?;
+    let chunk = pool.chunk();
+    let n = len.div_ceil(chunk);
+    if n == 0 {
+        return Ok(());
+    }
+    let s_count = buffers.clamp(2, n.max(2));
+    let mut bufs = pool.take(src.context(), s_count)?;
+    let d2h = gpus.stream(src.ordinal())?;
+    let h2d = gpus.stream(dst.ordinal())?;
+    let d2h_done = (0..s_count)
+        .map(|_| Event::new(src.context(), false))
+        .collect::<Result<Vec<_>, _>>()?;
+    let h2d_done = (0..s_count)
+        .map(|_| Event::new(dst.context(), false))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut h2d_pending = vec![false; s_count];
+    let piece = |i: usize| (i * chunk, chunk.min(len - i * chunk));
+    let (mut issued, mut done) = (0usize, 0usize);
+    while done < n {
+        while issued < n && issued - done < s_count {
+            if let Some(e) = stop() {
+                return Err(Stop::Engine(e));
+            }
+            let s = issued % s_count;
+            if h2d_pending[s] {
+                h2d_done[s].synchronize()?;
+            }
+            let (off, l) = piece(issued);
+            d2h.copy_d2h(&mut bufs[s], 0, src, src_off + off, l)?;
+            d2h_done[s].record(&d2h)?;
+            issued += 1;
+        }
+        let s = done % s_count;
+        d2h_done[s].synchronize()?;
+        let (off, l) = piece(done);
+        h2d.copy_h2d(dst, dst_off + off, &bufs[s], 0, l)?;
+        h2d_done[s].record(&h2d)?;
+        h2d_pending[s] = true;
+        done += 1;
+    }
+    d2h.synchronize()?;
+    h2d.synchronize()?;
+    drop((d2h, h2d));
+    pool.give(bufs);
+    Ok(())
+}

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# GPU suite: runs every GPU test binary in DIR (executables named gpu_*, as copied from
+# `cargo test --release --no-run` output) with --ignored, first with every GPU visible, then
+# with one GPU visible (CUDA_VISIBLE_DEVICES=0), so two-GPU and one-GPU machines are both covered.
+#
+# Build here:  cargo test --release -p gdpath --test gpu_paths --no-run   (and gdpath-cuda --test gpu)
+# Run there:   scripts/gpu-suite.sh DIR
+# Exit status: 0 when every binary passed in every configuration.
+set -u -o pipefail
+dir=${1:?usage: gpu-suite.sh DIR-with-test-binaries}
+shopt -s nullglob
+bins=("$dir"/gpu_*)
+if [ ${#bins[@]} -eq 0 ]; then
+    echo "gpu-suite: no gpu_* test binaries in $dir" >&2
+    exit 2
+fi
+# Tests that read fixtures find them in DIR/fixtures when shared/ is not beside the workspace.
+if [ -z "${GDPATH_FIXTURES:-}" ] && [ -d "$dir/fixtures" ]; then
+    export GDPATH_FIXTURES="$dir/fixtures"
+fi
+fail=0
+for visible in all 0; do
+    for b in "${bins[@]}"; do
+        [ -x "$b" ] && [ -f "$b" ] || continue
+        case "$b" in *.sh) continue ;; esac
+        echo "=== $(basename "$b") (GPUs visible: $visible) ==="
+        if [ "$visible" = all ]; then
+            "$b" --ignored --test-threads=1 || fail=1
+        else
+            CUDA_VISIBLE_DEVICES=$visible "$b" --ignored --test-threads=1 || fail=1
+        fi
+    done
+done
+if [ $fail -ne 0 ]; then echo "gpu-suite: FAILED" >&2; else echo "gpu-suite: all passed"; fi
+exit $fail
