@@ -281,6 +281,7 @@ fn run_net(a: NetBenchArgs) -> Result<ExitCode> {
             "command": "bench net",
             "peer": report.peer,
             "ucx_version": report.ucx_version,
+            "findings": report.findings,
             "started_unix_s": started.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
             "units": {"gbps": "1e9 bytes/s", "latency": "us", "bytes": "bytes"},
             "rows": report.rows,
@@ -310,6 +311,9 @@ fn run_net(a: NetBenchArgs) -> Result<ExitCode> {
             ]);
         }
         println!("{t}");
+        for f in &report.findings {
+            println!("finding: {f} (run `gdpath doctor` for evidence and remedy)");
+        }
         println!("GB/s = 1e9 bytes/s over messages in flight; latency = one message at a time, post to completion (a put completes when it is in the peer's memory)");
     }
     if !all_verified {

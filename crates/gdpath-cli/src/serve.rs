@@ -16,8 +16,8 @@ pub struct ServeArgs {
     /// token.
     #[arg(long, default_value = "127.0.0.1:18515")]
     listen: SocketAddr,
-    /// A region to export: `host:SIZE` (e.g. host:1GiB). Repeat for several. Only these are
-    /// visible to peers.
+    /// A region to export: `host:SIZE` (e.g. host:1GiB) or `gpu:N:SIZE` (needs a CUDA-enabled
+    /// UCX). Repeat for several. Only these are visible to peers.
     #[arg(long = "export", value_name = "KIND:SIZE")]
     exports: Vec<String>,
     /// The agent name peers see.
@@ -84,25 +84,32 @@ impl NetOpts {
     }
 }
 
-fn parse_export(s: &str) -> Result<u64> {
-    let Some((kind, size)) = s.split_once(':') else {
-        bail!("--export {s:?}: expected host:SIZE");
+/// A region to export: host memory or memory of a GPU, and its size in bytes.
+enum ExportSpec {
+    Host(u64),
+    Gpu(u32, u64),
+}
+
+fn parse_export(s: &str) -> Result<ExportSpec> {
+    let bad = || anyhow::anyhow!("--export {s:?}: expected host:SIZE or gpu:N:SIZE");
+    let (kind, rest) = s.split_once(':').ok_or_else(bad)?;
+    let spec = match kind {
+        "host" => ExportSpec::Host(parse_size(rest).with_context(|| format!("--export {s:?}"))?),
+        "gpu" => {
+            let (n, size) = rest.split_once(':').ok_or_else(bad)?;
+            let n: u32 = n.parse().map_err(|_| bad())?;
+            ExportSpec::Gpu(n, parse_size(size).with_context(|| format!("--export {s:?}"))?)
+        }
+        _ => bail!("--export {s:?}: unknown memory kind {kind:?} (expected host or gpu)"),
     };
-    let size = parse_size(size).with_context(|| format!("--export {s:?}"))?;
-    if size == 0 {
+    if matches!(spec, ExportSpec::Host(0) | ExportSpec::Gpu(_, 0)) {
         bail!("--export {s:?}: size must be > 0");
     }
-    match kind {
-        "host" => Ok(size),
-        k if k.starts_with("gpu") => {
-            bail!("--export {s:?}: GPU memory needs the CUDA backend, not in this build yet")
-        }
-        _ => bail!("--export {s:?}: unknown memory kind {kind:?} (expected host)"),
-    }
+    Ok(spec)
 }
 
 pub fn run(a: ServeArgs) -> Result<ExitCode> {
-    let sizes: Vec<u64> = a
+    let specs: Vec<ExportSpec> = a
         .exports
         .iter()
         .map(|e| parse_export(e))
@@ -114,11 +121,22 @@ pub fn run(a: ServeArgs) -> Result<ExitCode> {
     })?;
     agent.enable_net(a.net.config())?;
     let mut regions = Vec::new();
-    for size in sizes {
-        let len = usize::try_from(size).context("export size")?;
-        let r = agent.register(Memory::host(HostBuffer::zeroed(len)))?;
-        let id = agent.export(&r)?;
-        regions.push((id, size, r));
+    for spec in specs {
+        let (r, what) = match spec {
+            ExportSpec::Host(size) => {
+                let len = usize::try_from(size).context("export size")?;
+                let r = agent.register(Memory::host(HostBuffer::zeroed(len)))?;
+                (r, format!("host {}", format_size(size)))
+            }
+            ExportSpec::Gpu(ordinal, len) => {
+                let r = agent
+                    .register(Memory::Gpu { ordinal, len })
+                    .with_context(|| format!("GPU {ordinal} memory"))?;
+                (r, format!("gpu:{ordinal} {}", format_size(len)))
+            }
+        };
+        let id = agent.export(&r).with_context(|| format!("exporting {what}"))?;
+        regions.push((id, what, r));
     }
     let srv = agent
         .serve(a.listen, token.clone())
@@ -135,8 +153,8 @@ pub fn run(a: ServeArgs) -> Result<ExitCode> {
         },
         if token.is_none() { "no token" } else { "token required" }
     );
-    for (id, size, _) in &regions {
-        println!("export {id}: host {}", format_size(*size));
+    for (id, what, _) in &regions {
+        println!("export {id}: {what}");
     }
     use std::io::Write;
     std::io::stdout().flush().ok();

@@ -13,11 +13,13 @@
 //!   data arrived); µs;
 //! - verification: puts: the remote window is read back with gets and compared with what was
 //!   written; gets: the remote window is first written with a known pattern by puts, and what
-//!   the gets brought is compared with it (XXH3 checksums).
+//!   the gets brought is compared with it (XXH3 checksums). GPU memory is filled and read back
+//!   through the engine's CUDA backend.
 
 use super::{fill_pattern, format_size, BenchRow, Checksum, Progress, Stats};
 use crate::config::AgentConfig;
 use crate::error::{Error, Result};
+use crate::finding::FindingId;
 use crate::memory::{HostBuffer, Memory};
 use crate::net::codec::WireKind;
 use crate::net::{ConnectOptions, NetConfig, Peer, Token};
@@ -114,6 +116,8 @@ pub struct NetBenchReport {
     pub peer: String,
     /// UCX version of this side.
     pub ucx_version: String,
+    /// Findings attached to the pairs (e.g. `gdr.ucx-no-cuda` for staged GPU memory).
+    pub findings: Vec<FindingId>,
     pub rows: Vec<NetBenchRow>,
 }
 
@@ -192,12 +196,6 @@ pub fn run(cfg: &NetBenchConfig, progress: &dyn Progress) -> Result<NetBenchRepo
     if let Some(s) = cfg.sizes.iter().find(|&&s| s == 0 || s > 1 << 30) {
         return Err(Error::Config(format!("message size {s} is outside 1 B ..= 1 GiB")));
     }
-    if cfg.mem != MemSpec::Host {
-        return Err(Error::Unsupported {
-            what: format!("local {} memory in bench net", cfg.mem),
-            backend: "cuda",
-        });
-    }
     let agent = Agent::new(AgentConfig {
         name: "bench".into(),
         ..AgentConfig::default()
@@ -222,30 +220,48 @@ pub fn run(cfg: &NetBenchConfig, progress: &dyn Progress) -> Result<NetBenchRepo
         )));
     }
     let local_len = cfg.sizes.iter().map(|&s| s * window(s)).max().unwrap_or(0);
-    let local = agent.register(Memory::host(HostBuffer::zeroed(local_len as usize)))?;
+    let local = match cfg.mem {
+        MemSpec::Host => agent.register(Memory::host(HostBuffer::zeroed(local_len as usize)))?,
+        MemSpec::Gpu(ordinal) => agent.register(Memory::Gpu {
+            ordinal,
+            len: local_len,
+        })?,
+    };
+    let gpu_local = matches!(cfg.mem, MemSpec::Gpu(_));
+    // `mirror` holds the pattern (and a GPU's contents read back); `check` what came back.
+    let mirror = agent.register(Memory::host(HostBuffer::zeroed(local_len as usize)))?;
     let check = agent.register(Memory::host(HostBuffer::zeroed(local_len as usize)))?;
+    // Host ↔ local copies, through the engine (the CUDA backend for GPU memory).
+    let to_local = |span: u64| -> Result<()> {
+        if gpu_local {
+            once(&agent, Op::Write, &mirror, &local, span)
+        } else {
+            let m = mirror.host_view()?;
+            local.host_view()?[..span as usize].copy_from_slice(&m[..span as usize]);
+            Ok(())
+        }
+    };
     let ucx_version = agent
         .ucx_facts()
         .map(|f| f.version_string)
         .unwrap_or_default();
     let mut rows = Vec::new();
+    let mut findings: Vec<FindingId> = Vec::new();
     for (k, &s) in cfg.sizes.iter().enumerate() {
         let w = window(s);
         let span = s * w;
         let seed = 0x6770_0000 + k as u64;
-        // Reference data: local for puts; the remote window for gets (written by one put).
-        {
-            let mut v = local.host_view()?;
-            fill_pattern(&mut v[..span as usize], 0, seed);
-            if cfg.op == Op::Read {
-                // Keep the pattern in `check` and clear `local`, which the gets will fill.
-                let mut c = check.host_view()?;
-                c[..span as usize].copy_from_slice(&v[..span as usize]);
+        // Reference data in `mirror`: copied to local memory for puts; written to the remote
+        // window (one put) for gets, local memory cleared.
+        fill_pattern(&mut mirror.host_view()?[..span as usize], 0, seed);
+        match cfg.op {
+            Op::Write => to_local(span)?,
+            Op::Read => {
+                once(&agent, Op::Write, &mirror, &remote, span)?;
+                if !gpu_local {
+                    local.host_view()?[..span as usize].fill(0);
+                }
             }
-        }
-        if cfg.op == Op::Read {
-            once(&agent, Op::Write, &check, &remote, span)?;
-            local.host_view()?[..span as usize].fill(0);
         }
         let n = (cfg.bytes_per_run / s).clamp(w, MAX_MESSAGES.max(w));
         progress.start(
@@ -268,6 +284,7 @@ pub fn run(cfg: &NetBenchConfig, progress: &dyn Progress) -> Result<NetBenchRepo
         };
         let mut lat = Vec::with_capacity(iters);
         let mut path = None;
+        let mut finding = None;
         for _ in 0..iters {
             let t0 = Instant::now();
             let rep = agent
@@ -280,19 +297,23 @@ pub fn run(cfg: &NetBenchConfig, progress: &dyn Progress) -> Result<NetBenchRepo
                 .map_err(|e| e.error)?;
             lat.push(t0.elapsed().as_secs_f64() * 1e6);
             path.get_or_insert_with(|| rep.pairs[0].path.clone());
+            finding = finding.or_else(|| rep.pairs[0].finding.clone());
         }
         // Verify.
-        let verified = match cfg.op {
-            Op::Write => {
-                check.host_view()?[..span as usize].fill(0);
-                once(&agent, Op::Read, &check, &remote, span)?;
-                let (a, b) = (local.host_view()?, check.host_view()?);
-                Checksum::of(&a[..span as usize]) == Checksum::of(&b[..span as usize])
-            }
+        check.host_view()?[..span as usize].fill(0);
+        match cfg.op {
+            // What the peer holds now.
+            Op::Write => once(&agent, Op::Read, &check, &remote, span)?,
+            // What the gets brought.
+            Op::Read if gpu_local => once(&agent, Op::Read, &check, &local, span)?,
             Op::Read => {
-                let (a, b) = (local.host_view()?, check.host_view()?);
-                Checksum::of(&a[..span as usize]) == Checksum::of(&b[..span as usize])
+                let l = local.host_view()?;
+                check.host_view()?[..span as usize].copy_from_slice(&l[..span as usize]);
             }
+        }
+        let verified = {
+            let (a, b) = (mirror.host_view()?, check.host_view()?);
+            Checksum::of(&a[..span as usize]) == Checksum::of(&b[..span as usize])
         };
         let path = path.map(|p| p.name()).unwrap_or_default();
         let st = Stats::from_samples(&lat);
@@ -316,6 +337,11 @@ pub fn run(cfg: &NetBenchConfig, progress: &dyn Progress) -> Result<NetBenchRepo
         });
         row.latency_us = st.map(|s| s.median);
         row.transport = Some(peer.transport());
+        if let Some(f) = finding {
+            if !findings.contains(&f) {
+                findings.push(f);
+            }
+        }
         rows.push(NetBenchRow {
             row,
             latency_us_min: st.map_or(0.0, |s| s.min),
@@ -326,6 +352,7 @@ pub fn run(cfg: &NetBenchConfig, progress: &dyn Progress) -> Result<NetBenchRepo
     Ok(NetBenchReport {
         peer: peer.name(),
         ucx_version,
+        findings,
         rows,
     })
 }

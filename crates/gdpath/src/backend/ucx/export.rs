@@ -95,6 +95,17 @@ impl UcxBackend {
         region.check_usable()?;
         let kind = match region.kind() {
             MemoryKind::Host { .. } => WireKind::Host,
+            MemoryKind::Gpu { ordinal } if self.cuda => WireKind::Gpu(*ordinal),
+            MemoryKind::Gpu { .. } => {
+                return Err(Error::Unsupported {
+                    what: format!(
+                        "exporting GPU memory with UCX {}, which has no CUDA support [{}]",
+                        self.ctx.ucx().version_string(),
+                        crate::finding::ids::GDR_UCX_NO_CUDA
+                    ),
+                    backend: "ucx (CUDA-enabled, e.g. the libucx-cu13 wheel)",
+                })
+            }
             other => {
                 return Err(Error::Unsupported {
                     what: format!("exporting {other} memory"),

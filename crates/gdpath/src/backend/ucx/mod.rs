@@ -15,6 +15,7 @@ mod export;
 mod ops;
 pub(crate) mod peer;
 pub(crate) mod remote;
+mod staging;
 
 use crate::backend::{Backend, Capability, Drive, PlanChoice, Preference, Refusal};
 use crate::error::{Error, Result};
@@ -172,8 +173,29 @@ impl UcxBackend {
         Ok(handle)
     }
 
-    /// `ucp_mem_map` of a host region; `None` for kinds this backend does not map.
+    /// `ucp_mem_map` of a host region, or of a GPU region when UCX supports CUDA; `None` for
+    /// kinds this backend does not map (GPU memory then goes through staging buffers).
     fn map_region(&self, region: &Region) -> Result<Option<MemHandle>> {
+        if let Some(dev) = crate::backend::cuda::gpu_buffer(region) {
+            if !self.cuda || dev.is_empty() {
+                return Ok(None);
+            }
+            dev.context().bind().map_err(|e| Error::Backend {
+                backend: "ucx",
+                detail: format!("binding GPU {} context: {e}", dev.ordinal()),
+            })?;
+            // SAFETY: the device buffer is `len` bytes of CUDA memory owned by (or borrowed
+            // for) the region; the handle is the region's backend handle, dropped before the
+            // region's memory, and requests using it hold the region (work items).
+            let m = unsafe {
+                MemHandle::map(&self.ctx, dev.device_ptr() as *mut u8, dev.len(), MemType::Cuda)
+            }
+            .map_err(|source| Error::Ucx {
+                op: "ucp_mem_map (CUDA)",
+                source,
+            })?;
+            return Ok(Some(m));
+        }
         let Some(ptr) = region.host_ptr() else {
             return Ok(None);
         };
@@ -235,12 +257,20 @@ impl Backend for UcxBackend {
         let any = || Path::Ucx {
             transport: "any".into(),
         };
-        vec![Capability::both(
-            MemoryClass::Host,
-            MemoryClass::Remote,
-            any(),
-            Preference::Preferred,
-        )]
+        vec![
+            Capability::both(
+                MemoryClass::Host,
+                MemoryClass::Remote,
+                any(),
+                Preference::Preferred,
+            ),
+            Capability::both(
+                MemoryClass::Gpu,
+                MemoryClass::Remote,
+                any(),
+                Preference::Preferred,
+            ),
+        ]
     }
 
     fn drive(&self) -> Drive {
@@ -283,21 +313,39 @@ impl Backend for UcxBackend {
                 detail: "target is not a remote region of this agent's network backend".into(),
             });
         };
-        if local.region.host_ptr().is_none() {
-            return Err(Refusal {
-                finding: None,
-                detail: format!("local {} memory is not served yet", local.region.kind()),
-            });
-        }
         if let Some(why) = rm.peer.failure() {
             return Err(Refusal::because(
                 ids::NET_PEER_FAILED,
                 format!("peer {}: {why}", rm.peer.label()),
             ));
         }
-        Ok(PlanChoice::on(Path::Ucx {
-            transport: rm.peer.transport(),
-        }))
+        if local.region.host_ptr().is_some() {
+            return Ok(PlanChoice::on(Path::Ucx {
+                transport: rm.peer.transport(),
+            }));
+        }
+        if crate::backend::cuda::gpu_buffer(&local.region).is_none() {
+            return Err(Refusal {
+                finding: None,
+                detail: format!("local {} memory is not served", local.region.kind()),
+            });
+        }
+        if !self.cuda {
+            return Ok(PlanChoice {
+                path: Path::Ucx {
+                    transport: rm.peer.transport(),
+                },
+                finding: Some(ids::GDR_UCX_NO_CUDA.into()),
+                detail: Some(format!(
+                    "UCX {} has no CUDA support: GPU memory goes through pinned staging buffers",
+                    self.ctx.ucx().version_string()
+                )),
+            });
+        }
+        Ok(PlanChoice::on(
+            rm.peer
+                .gpu_path(matches!(rm.kind, crate::net::codec::WireKind::Gpu(_))),
+        ))
     }
 
     fn submit(&self, items: Vec<WorkItem>) {

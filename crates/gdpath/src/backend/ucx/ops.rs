@@ -14,7 +14,9 @@
 //! UCX finishes them (a request UCX may still touch is never released with its memory).
 
 use super::peer::PeerConn;
+use super::staging::{self, Stage, Stages};
 use super::{ucx_err, RemoteMem, UcxBackend};
+use crate::backend::cuda::gpu_buffer;
 use crate::error::{Error, Result};
 use crate::net::codec::Message;
 use crate::region::Region;
@@ -31,6 +33,8 @@ struct Slot {
     result: Option<Result<u64>>,
     put: bool,
     len: u64,
+    /// The pinned staging buffer of a GPU pair when UCX cannot move GPU memory itself.
+    stage: Option<Stage>,
 }
 
 struct Batch {
@@ -60,6 +64,7 @@ struct PendingAck {
 struct Zombie {
     reqs: Vec<Request>,
     _regions: Vec<Region>,
+    _stages: Vec<Stage>,
 }
 
 /// The flush state of one peer's endpoint.
@@ -78,6 +83,7 @@ pub(crate) struct Ops {
     next_seq: u64,
     flushers: Vec<Flusher>,
     batches: Vec<Batch>,
+    stages: Stages,
     sends: Vec<Send>,
     acks: Vec<PendingAck>,
     zombies: Vec<Zombie>,
@@ -156,8 +162,8 @@ impl Ops {
                     item.complete(Err(e));
                     continue;
                 }
-                match post(b, &item, &label) {
-                    Ok(req) => {
+                match post(b, &item, &label, &mut self.stages) {
+                    Ok((req, stage)) => {
                         let put = item.op() == Op::Write;
                         puts |= put;
                         let len = item.local().len;
@@ -168,6 +174,7 @@ impl Ops {
                             result: None,
                             put,
                             len,
+                            stage,
                         });
                     }
                     Err(e) => item.complete(Err(e)),
@@ -261,7 +268,7 @@ impl Ops {
         }
         let mut i = 0;
         while i < self.batches.len() {
-            let (finished, n) = self.batches[i].poll();
+            let (finished, n) = self.batches[i].poll(&mut self.stages);
             done += n;
             if finished {
                 self.batches.swap_remove(i);
@@ -315,35 +322,82 @@ impl Ops {
     }
 }
 
-/// Posts one item's put or get. `Ok(None)` when UCX completed it at once.
-fn post(b: &UcxBackend, item: &WorkItem, label: &str) -> Result<Option<Request>> {
+/// Posts one item's put or get: `(None, _)` when UCX completed it at once; a staging buffer
+/// when the local memory is GPU memory that this UCX build cannot move itself.
+fn post(
+    b: &UcxBackend,
+    item: &WorkItem,
+    label: &str,
+    stages: &mut Stages,
+) -> Result<(Option<Request>, Option<Stage>)> {
     let rm = remote_of(item).expect("grouped by remote target");
     if rm.withdrawn() {
         return Err(Error::Deregistered {
             region: item.target().region.id(),
         });
     }
-    let local = b.local_mem(&item.local().region)?;
     let (l, t) = (item.local(), item.target());
     let len = usize::try_from(l.len).map_err(|_| Error::Config("length above usize".into()))?;
     let loff =
         usize::try_from(l.offset).map_err(|_| Error::Config("offset above usize".into()))?;
+    let staged = match gpu_buffer(&l.region) {
+        Some(dev) if !b.cuda => {
+            let mut st = stages.take(&b.ctx, dev, len)?;
+            if item.op() == Op::Write {
+                item.mark_started();
+                if let Err(e) = staging::d2h(dev, loff, &mut st, len) {
+                    stages.give(st);
+                    return Err(e);
+                }
+            }
+            Some(st)
+        }
+        _ => None,
+    };
+    let (local, off) = match &staged {
+        Some(st) => (st.mem.clone(), 0),
+        None => (b.local_mem(&l.region)?, loff),
+    };
     item.mark_started();
     let r = match item.op() {
-        Op::Write => rm.peer.ep.put(&local, loff, &rm.remote, t.offset, len),
-        Op::Read => rm.peer.ep.get(&local, loff, &rm.remote, t.offset, len),
+        Op::Write => rm.peer.ep.put(&local, off, &rm.remote, t.offset, len),
+        Op::Read => rm.peer.ep.get(&local, off, &rm.remote, t.offset, len),
     };
-    let mut req = r.map_err(|e| ucx_err(label, "put/get", e))?;
+    let mut req = match r {
+        Ok(r) => r,
+        Err(e) => {
+            if let Some(st) = staged {
+                stages.give(st);
+            }
+            return Err(ucx_err(label, "put/get", e));
+        }
+    };
     match req.test() {
-        Ok(true) => Ok(None),
-        Ok(false) => Ok(Some(req)),
-        Err(e) => Err(ucx_err(label, req.op(), e)),
+        Ok(true) => Ok((None, staged)),
+        Ok(false) => Ok((Some(req), staged)),
+        Err(e) => {
+            // The request ended (failed): UCX no longer uses the staging buffer.
+            if let Some(st) = staged {
+                stages.give(st);
+            }
+            Err(ucx_err(label, req.op(), e))
+        }
     }
+}
+
+/// Finishes a staged get: copies the staging buffer to the pair's GPU range.
+fn unstage_get(item: &WorkItem, stage: &Stage, len: u64) -> Result<u64> {
+    let l = item.local();
+    let dev = gpu_buffer(&l.region).ok_or_else(|| Error::Backend {
+        backend: "ucx",
+        detail: "staged pair lost its GPU memory".into(),
+    })?;
+    staging::h2d(dev, l.offset as usize, stage, len as usize).map(|()| len)
 }
 
 impl Batch {
     /// Returns (finished, items completed now).
-    fn poll(&mut self) -> (bool, usize) {
+    fn poll(&mut self, stages: &mut Stages) -> (bool, usize) {
         for s in &mut self.slots {
             if s.local_done || s.result.is_some() {
                 continue;
@@ -355,6 +409,20 @@ impl Batch {
                     None => {}
                 }
             }
+        }
+        // Staging buffers: a put's is free once its request completed; a get's once copied to
+        // the GPU; a failed pair's once its request ended.
+        for s in &mut self.slots {
+            if s.stage.is_none() || !(s.local_done || s.result.is_some()) {
+                continue;
+            }
+            let st = s.stage.take().expect("checked");
+            if !s.put && s.result.is_none() {
+                if let Some(item) = s.item.as_ref() {
+                    s.result = Some(unstage_get(item, &st, s.len));
+                }
+            }
+            stages.give(st);
         }
         for s in &mut self.slots {
             if s.result.is_some() || !s.local_done {
@@ -432,11 +500,13 @@ impl Batch {
         let label = self.peer.label();
         let mut reqs: Vec<Request> = Vec::new();
         let mut regions: Vec<Region> = Vec::new();
+        let mut stages: Vec<Stage> = Vec::new();
         let mut n = 0;
         for s in &mut self.slots {
             if let Some(r) = s.req.take() {
                 reqs.push(r);
             }
+            stages.extend(s.stage.take());
             if let Some(item) = s.item.take() {
                 regions.push(item.local().region.clone());
                 regions.push(item.target().region.clone());
@@ -455,6 +525,7 @@ impl Batch {
             zombies.push(Zombie {
                 reqs,
                 _regions: regions,
+                _stages: stages,
             });
         }
         n

@@ -12,6 +12,7 @@ use crate::error::{Error, Result};
 use crate::net::auth::{nonce, Token};
 use crate::net::codec::{self, Message, RefuseCode, RegionMeta, NONCE_LEN};
 use crate::net::{ConnectOptions, NetEvent, Notification};
+use crate::path::Path;
 use crate::region::{Region, RegionInner};
 use gdpath_ucx::{Endpoint, Listener, MemType};
 use std::collections::HashSet;
@@ -54,6 +55,8 @@ struct PeerInner {
     /// This agent's regions made from the peer's regions, to mark when they are withdrawn.
     tracked: Vec<(u64, Weak<RegionInner>)>,
     transport: String,
+    /// Transports of the endpoint's lanes (all memory types).
+    lanes: Vec<String>,
 }
 
 /// One connection to a peer agent.
@@ -102,6 +105,7 @@ impl PeerConn {
                 withdrawn: HashSet::new(),
                 tracked: Vec::new(),
                 transport: "unknown".into(),
+                lanes: Vec::new(),
             }),
         }
     }
@@ -128,6 +132,29 @@ impl PeerConn {
     /// The UCX transport(s) of put/get on host memory, as `Path::Ucx { transport }` names them.
     pub(crate) fn transport(&self) -> String {
         lock(&self.inner).transport.clone()
+    }
+
+    /// The path GPU memory takes to this peer when UCX moves it itself (CUDA-enabled UCX):
+    /// `cuda_ipc` between GPUs of one host when the endpoint has that lane and the remote
+    /// memory is GPU memory; `Gdr` over an RDMA lane (the NIC reads or writes GPU memory);
+    /// else UCX's host transport with `cuda_copy` staging inside UCX.
+    pub(crate) fn gpu_path(&self, remote_gpu: bool) -> Path {
+        let g = lock(&self.inner);
+        let has = |t: &str| g.lanes.iter().any(|l| l == t);
+        if remote_gpu && has("cuda_ipc") {
+            return Path::Ucx {
+                transport: "cuda_ipc".into(),
+            };
+        }
+        let rdma = ["rc_mlx5", "dc_mlx5", "rc_verbs", "ud_mlx5", "ud_verbs"];
+        if let Some(t) = rdma.iter().find(|t| has(t)) {
+            return Path::Gdr {
+                transport: (*t).into(),
+            };
+        }
+        Path::Ucx {
+            transport: format!("{}+cuda_copy", g.transport),
+        }
     }
 
     pub(crate) fn metadata(&self) -> Vec<RegionMeta> {
@@ -238,7 +265,17 @@ impl UcxBackend {
             return Err(e);
         }
         let transport = rma_transport_name(&peer.ep, MemType::Host);
-        lock(&peer.inner).transport = transport;
+        let lanes: Vec<String> = match peer.ep.transports() {
+            Ok(t) => t.lanes.into_iter().map(|l| l.transport).collect(),
+            Err(e) => {
+                tracing::debug!("endpoint transports: {e}");
+                Vec::new()
+            }
+        };
+        let mut g = lock(&peer.inner);
+        g.transport = transport;
+        g.lanes = lanes;
+        drop(g);
         Ok(peer)
     }
 
