@@ -62,7 +62,6 @@ pub struct NetBenchArgs {
     json: bool,
 }
 
-
 #[derive(Debug, Args)]
 pub struct GpuArgs {
     /// Copy sizes: a list `a,b` or a power-of-two sweep `4KiB..1GiB`.
@@ -257,6 +256,17 @@ fn run_storage(a: StorageArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// GB/s with four significant digits down to 0.0001, scientific below (8-byte messages).
+fn fmt_gbps(v: f64) -> String {
+    if v >= 1.0 {
+        format!("{v:.3}")
+    } else if v >= 1e-4 {
+        format!("{v:.4}")
+    } else {
+        format!("{v:.2e}")
+    }
+}
+
 fn run_net(a: NetBenchArgs) -> Result<ExitCode> {
     let cfg = net::NetBenchConfig {
         peer: a.peer,
@@ -273,7 +283,8 @@ fn run_net(a: NetBenchArgs) -> Result<ExitCode> {
     };
     let bars = progress::for_terminal(a.json);
     let started = std::time::SystemTime::now();
-    let report = net::run(&cfg, bars.as_ref()).with_context(|| format!("bench net with {}", a.peer))?;
+    let report =
+        net::run(&cfg, bars.as_ref()).with_context(|| format!("bench net with {}", a.peer))?;
     let all_verified = report.rows.iter().all(|r| r.row.verified);
     if a.json {
         let out = serde_json::json!({
@@ -292,22 +303,35 @@ fn run_net(a: NetBenchArgs) -> Result<ExitCode> {
         let mut t = Table::new();
         t.load_preset(UTF8_BORDERS_ONLY);
         t.set_header([
-            "op", "size", "qd", "GB/s min", "GB/s median", "GB/s max", "lat µs min",
-            "lat µs median", "lat µs max", "transport", "verified",
+            "op",
+            "size",
+            "qd",
+            "GB/s min",
+            "GB/s median",
+            "GB/s max",
+            "lat µs min",
+            "lat µs median",
+            "lat µs max",
+            "transport",
+            "verified",
         ]);
         for r in &report.rows {
             t.add_row([
                 r.row.op.clone(),
                 format_size(r.row.block),
                 r.row.qd.to_string(),
-                format!("{:.3}", r.row.gbps_min),
-                format!("{:.3}", r.row.gbps_median),
-                format!("{:.3}", r.row.gbps_max),
+                fmt_gbps(r.row.gbps_min),
+                fmt_gbps(r.row.gbps_median),
+                fmt_gbps(r.row.gbps_max),
                 format!("{:.1}", r.latency_us_min),
                 format!("{:.1}", r.latency_us_median),
                 format!("{:.1}", r.latency_us_max),
                 r.row.transport.clone().unwrap_or_default(),
-                if r.row.verified { "yes".into() } else { "NO".into() },
+                if r.row.verified {
+                    "yes".into()
+                } else {
+                    "NO".into()
+                },
             ]);
         }
         println!("{t}");

@@ -98,7 +98,10 @@ fn parse_export(s: &str) -> Result<ExportSpec> {
         "gpu" => {
             let (n, size) = rest.split_once(':').ok_or_else(bad)?;
             let n: u32 = n.parse().map_err(|_| bad())?;
-            ExportSpec::Gpu(n, parse_size(size).with_context(|| format!("--export {s:?}"))?)
+            ExportSpec::Gpu(
+                n,
+                parse_size(size).with_context(|| format!("--export {s:?}"))?,
+            )
         }
         _ => bail!("--export {s:?}: unknown memory kind {kind:?} (expected host or gpu)"),
     };
@@ -135,7 +138,9 @@ pub fn run(a: ServeArgs) -> Result<ExitCode> {
                 (r, format!("gpu:{ordinal} {}", format_size(len)))
             }
         };
-        let id = agent.export(&r).with_context(|| format!("exporting {what}"))?;
+        let id = agent
+            .export(&r)
+            .with_context(|| format!("exporting {what}"))?;
         regions.push((id, what, r));
     }
     let srv = agent
@@ -151,7 +156,11 @@ pub fn run(a: ServeArgs) -> Result<ExitCode> {
         } else {
             "peer failure detection"
         },
-        if token.is_none() { "no token" } else { "token required" }
+        if token.is_none() {
+            "no token"
+        } else {
+            "token required"
+        }
     );
     for (id, what, _) in &regions {
         println!("export {id}: {what}");
@@ -174,11 +183,7 @@ pub fn run(a: ServeArgs) -> Result<ExitCode> {
             std::io::stdout().flush().ok();
         }
         for n in agent.take_notifications() {
-            println!(
-                "notification from {}: {} bytes",
-                n.from,
-                n.message.len()
-            );
+            println!("notification from {}: {} bytes", n.from, n.message.len());
         }
         if end.is_some_and(|e| Instant::now() >= e) {
             break;

@@ -57,7 +57,10 @@ impl Proc {
                         return l;
                     }
                 }
-                Err(_) => panic!("no line with {needle:?} within {timeout:?}; saw {:?}", self.seen),
+                Err(_) => panic!(
+                    "no line with {needle:?} within {timeout:?}; saw {:?}",
+                    self.seen
+                ),
             }
         }
     }
@@ -92,7 +95,14 @@ fn serve(prefix: &[&str], args: &[&str]) -> (Proc, SocketAddr) {
 }
 
 fn lo_serve(extra: &[&str]) -> (Proc, SocketAddr) {
-    let mut args = vec!["--listen", "127.0.0.1:0", "--devices", "lo", "--duration", "120"];
+    let mut args = vec![
+        "--listen",
+        "127.0.0.1:0",
+        "--devices",
+        "lo",
+        "--duration",
+        "120",
+    ];
     args.extend_from_slice(extra);
     serve(&[], &args)
 }
@@ -125,20 +135,36 @@ fn round_trip(agent: &Agent, addr: SocketAddr, len: usize, seed: u64) {
     let src = agent
         .register(Memory::host(HostBuffer::from_slice(&pattern(len, seed))))
         .unwrap();
-    let dst = agent.register(Memory::host(HostBuffer::zeroed(len))).unwrap();
+    let dst = agent
+        .register(Memory::host(HostBuffer::zeroed(len)))
+        .unwrap();
     let n = len as u64;
     let rep = agent
-        .post(TransferRequest::write(vec![src.desc(0, n)], vec![remote.desc(0, n)]))
+        .post(TransferRequest::write(
+            vec![src.desc(0, n)],
+            vec![remote.desc(0, n)],
+        ))
         .unwrap()
         .wait()
         .unwrap();
-    assert_eq!(rep.pairs[0].path, Path::Ucx { transport: "tcp".into() });
+    assert_eq!(
+        rep.pairs[0].path,
+        Path::Ucx {
+            transport: "tcp".into()
+        }
+    );
     agent
-        .post(TransferRequest::read(vec![dst.desc(0, n)], vec![remote.desc(0, n)]))
+        .post(TransferRequest::read(
+            vec![dst.desc(0, n)],
+            vec![remote.desc(0, n)],
+        ))
         .unwrap()
         .wait()
         .unwrap();
-    assert!(dst.host_view().unwrap()[..] == pattern(len, seed)[..], "not byte-exact");
+    assert!(
+        dst.host_view().unwrap()[..] == pattern(len, seed)[..],
+        "not byte-exact"
+    );
 }
 
 #[test]
@@ -153,19 +179,44 @@ fn bench_net_json_rows_are_verified_and_name_the_transport() {
     let (_srv, addr) = lo_serve(&["--export", "host:4MiB"]);
     for op in ["put", "get"] {
         let out = Command::new(BIN)
-            .args(["bench", "net", "--peer", &addr.to_string(), "--devices", "lo"])
+            .args([
+                "bench",
+                "net",
+                "--peer",
+                &addr.to_string(),
+                "--devices",
+                "lo",
+            ])
             .args(["--op", op, "--size", "8B,64KiB,1MiB", "--runs", "2"])
             .args(["--bytes-per-run", "4MiB", "--json"])
             .output()
             .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         let rows = j["rows"].as_array().unwrap();
         assert_eq!(rows.len(), 3);
         for r in rows {
-            for k in ["path", "op", "bytes", "block", "qd", "gbps_min", "gbps_median", "gbps_max",
-                "iops", "latency_us_p50", "latency_us_p99", "verified", "transport",
-                "latency_us_min", "latency_us_max"] {
+            for k in [
+                "path",
+                "op",
+                "bytes",
+                "block",
+                "qd",
+                "gbps_min",
+                "gbps_median",
+                "gbps_max",
+                "iops",
+                "latency_us_p50",
+                "latency_us_p99",
+                "verified",
+                "transport",
+                "latency_us_min",
+                "latency_us_max",
+            ] {
                 assert!(r.get(k).is_some(), "row lacks {k}: {r}");
             }
             assert_eq!(r["op"], op);
@@ -183,9 +234,23 @@ fn wrong_token_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let tok = dir.path().join("token");
     std::fs::write(&tok, "a shared secret of some length\n").unwrap();
-    let (mut srv, addr) = lo_serve(&["--export", "host:1MiB", "--token-file", tok.to_str().unwrap()]);
+    let (mut srv, addr) = lo_serve(&[
+        "--export",
+        "host:1MiB",
+        "--token-file",
+        tok.to_str().unwrap(),
+    ]);
     let out = Command::new(BIN)
-        .args(["bench", "net", "--peer", &addr.to_string(), "--devices", "lo", "--size", "4KiB"])
+        .args([
+            "bench",
+            "net",
+            "--peer",
+            &addr.to_string(),
+            "--devices",
+            "lo",
+            "--size",
+            "4KiB",
+        ])
         .env("GDPATH_TOKEN", "another secret of some length")
         .output()
         .unwrap();
@@ -195,12 +260,25 @@ fn wrong_token_is_refused() {
     srv.wait_line("refused:", T);
     // The right token works, from the environment.
     let out = Command::new(BIN)
-        .args(["bench", "net", "--peer", &addr.to_string(), "--devices", "lo", "--size", "4KiB"])
+        .args([
+            "bench",
+            "net",
+            "--peer",
+            &addr.to_string(),
+            "--devices",
+            "lo",
+            "--size",
+            "4KiB",
+        ])
         .args(["--runs", "1", "--bytes-per-run", "64KiB"])
         .env("GDPATH_TOKEN", "a shared secret of some length")
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     // And in the library.
     let a = client();
     let opts = ConnectOptions {
@@ -227,8 +305,12 @@ fn server_killed_mid_stream_fails_transfers_with_a_typed_error() {
     let (mut srv, addr) = lo_serve(&["--export", "host:16MiB"]);
     let a = client();
     let peer = a.connect(addr).unwrap();
-    let remote = a.register(peer.memory(peer.regions()[0].id).unwrap()).unwrap();
-    let src = a.register(Memory::host(HostBuffer::zeroed(16 << 20))).unwrap();
+    let remote = a
+        .register(peer.memory(peer.regions()[0].id).unwrap())
+        .unwrap();
+    let src = a
+        .register(Memory::host(HostBuffer::zeroed(16 << 20)))
+        .unwrap();
     let mut q = std::collections::VecDeque::new();
     let start = Instant::now();
     let mut killed_at = None;
@@ -240,7 +322,10 @@ fn server_killed_mid_stream_fails_transfers_with_a_typed_error() {
             killed_at = Some(Instant::now());
         }
         let off = (i % 16) << 20;
-        match a.post(TransferRequest::write(vec![src.desc(off, 1 << 20)], vec![remote.desc(off, 1 << 20)])) {
+        match a.post(TransferRequest::write(
+            vec![src.desc(off, 1 << 20)],
+            vec![remote.desc(off, 1 << 20)],
+        )) {
             Ok(t) => q.push_back(t),
             Err(e) => break e,
         }
@@ -250,7 +335,10 @@ fn server_killed_mid_stream_fails_transfers_with_a_typed_error() {
                 break e.error;
             }
         }
-        assert!(start.elapsed() < Duration::from_secs(60), "no failure after the kill");
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "no failure after the kill"
+        );
     };
     let took = killed_at.expect("killed").elapsed();
     assert!(
@@ -267,7 +355,14 @@ fn client_killed_mid_stream_server_keeps_serving_another() {
     let (mut srv, addr) = lo_serve(&["--export", "host:16MiB"]);
     let mut bench = Proc::spawn(
         Command::new(BIN)
-            .args(["bench", "net", "--peer", &addr.to_string(), "--devices", "lo"])
+            .args([
+                "bench",
+                "net",
+                "--peer",
+                &addr.to_string(),
+                "--devices",
+                "lo",
+            ])
             .args(["--size", "1MiB", "--runs", "100", "--bytes-per-run", "1GiB"]),
     );
     srv.wait_line("connected: bench@", T);
@@ -294,11 +389,18 @@ impl Netns {
         };
         let oct = 16 + tag % 200;
         let run = |args: &[&str]| -> Result<(), String> {
-            let o = Command::new("ip").args(args).output().map_err(|e| e.to_string())?;
+            let o = Command::new("ip")
+                .args(args)
+                .output()
+                .map_err(|e| e.to_string())?;
             if o.status.success() {
                 Ok(())
             } else {
-                Err(format!("ip {}: {}", args.join(" "), String::from_utf8_lossy(&o.stderr)))
+                Err(format!(
+                    "ip {}: {}",
+                    args.join(" "),
+                    String::from_utf8_lossy(&o.stderr)
+                ))
             }
         };
         let (va, vb) = (format!("gva{tag}"), format!("gvb{tag}"));
@@ -348,17 +450,46 @@ fn two_hosts_in_network_namespaces_over_veth() {
     let listen = format!("10.213.{oct}.1:18515");
     let (mut srv, addr) = serve(
         &["ip", "netns", "exec", &ns.a],
-        &["--listen", &listen, "--export", "host:8MiB", "--token-file", tok.to_str().unwrap(),
-          "--devices", &format!("gva{tag}"), "--duration", "60"],
+        &[
+            "--listen",
+            &listen,
+            "--export",
+            "host:8MiB",
+            "--token-file",
+            tok.to_str().unwrap(),
+            "--devices",
+            &format!("gva{tag}"),
+            "--duration",
+            "60",
+        ],
     );
     assert_eq!(addr.to_string(), listen);
     let out = Command::new("ip")
-        .args(["netns", "exec", &ns.b, BIN, "bench", "net", "--peer", &listen])
-        .args(["--token-file", tok.to_str().unwrap(), "--devices", &format!("gvb{tag}")])
-        .args(["--size", "4KiB,1MiB", "--runs", "1", "--bytes-per-run", "8MiB", "--json"])
+        .args([
+            "netns", "exec", &ns.b, BIN, "bench", "net", "--peer", &listen,
+        ])
+        .args([
+            "--token-file",
+            tok.to_str().unwrap(),
+            "--devices",
+            &format!("gvb{tag}"),
+        ])
+        .args([
+            "--size",
+            "4KiB,1MiB",
+            "--runs",
+            "1",
+            "--bytes-per-run",
+            "8MiB",
+            "--json",
+        ])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     for r in j["rows"].as_array().unwrap() {
         assert_eq!(r["verified"], true, "{r}");

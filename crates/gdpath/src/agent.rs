@@ -1,5 +1,6 @@
 //! The agent: owns backends and registered memory, plans and posts transfers.
 
+use crate::backend::ucx::UcxBackend;
 use crate::backend::{self, Backend, Capability, Drive};
 use crate::config::AgentConfig;
 use crate::error::{Error, Result, Side};
@@ -9,7 +10,6 @@ use crate::region::{Descriptor, FileRegion, Region, RegionId, Storage};
 use crate::transfer::{Op, PlannedPair, Transfer, TransferRequest, TransferShared, WorkItem};
 use serde::Serialize;
 use std::sync::atomic::{AtomicU64, Ordering};
-use crate::backend::ucx::UcxBackend;
 use std::sync::{Arc, Mutex, RwLock};
 
 static NEXT_AGENT: AtomicU64 = AtomicU64::new(1);

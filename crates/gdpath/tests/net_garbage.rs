@@ -41,9 +41,13 @@ fn raw_worker() -> Worker {
 #[test]
 fn server_refuses_garbage_and_keeps_serving() {
     let server = agent("srv");
-    let r = server.register(Memory::host(HostBuffer::zeroed(4096))).unwrap();
+    let r = server
+        .register(Memory::host(HostBuffer::zeroed(4096)))
+        .unwrap();
     server.export(&r).unwrap();
-    let srv = server.serve("127.0.0.1:0".parse().unwrap(), Token::none()).unwrap();
+    let srv = server
+        .serve("127.0.0.1:0".parse().unwrap(), Token::none())
+        .unwrap();
     let good_auth = codec::encode(&Message::Auth {
         client_nonce: [1; 32],
         mac: [2; 32],
@@ -51,7 +55,10 @@ fn server_refuses_garbage_and_keeps_serving() {
     })
     .unwrap();
     let cases: Vec<(&str, Vec<u8>)> = vec![
-        ("random bytes", (0..200u32).map(|i| (i * 7919 % 251) as u8).collect()),
+        (
+            "random bytes",
+            (0..200u32).map(|i| (i * 7919 % 251) as u8).collect(),
+        ),
         ("empty", vec![]),
         ("truncated auth", good_auth[..good_auth.len() - 5].to_vec()),
         ("wrong version", {
@@ -96,7 +103,9 @@ fn server_refuses_garbage_and_keeps_serving() {
 }
 
 /// A fake server: challenge, then `welcome(client_nonce, server_nonce)` as the reply.
-fn fake_server(welcome: impl Fn([u8; 32], [u8; 32]) -> Vec<u8> + Send + 'static) -> (std::net::SocketAddr, std::thread::JoinHandle<()>) {
+fn fake_server(
+    welcome: impl Fn([u8; 32], [u8; 32]) -> Vec<u8> + Send + 'static,
+) -> (std::net::SocketAddr, std::thread::JoinHandle<()>) {
     let (tx, rx) = std::sync::mpsc::channel();
     let h = std::thread::spawn(move || {
         let w = raw_worker();
@@ -110,11 +119,17 @@ fn fake_server(welcome: impl Fn([u8; 32], [u8; 32]) -> Vec<u8> + Send + 'static)
         let Ok(Message::Auth { client_nonce, .. }) = codec::decode(&auth.data) else {
             panic!("client did not answer with Auth");
         };
-        ep.am_send(AM_ID, &[], &welcome(client_nonce, sn)).unwrap().wait(T).unwrap();
+        ep.am_send(AM_ID, &[], &welcome(client_nonce, sn))
+            .unwrap()
+            .wait(T)
+            .unwrap();
         // Progress until the client, having refused us, closes its side.
         let t0 = std::time::Instant::now();
         let closed = w.progress_until(T, || ep.failure().is_some());
-        eprintln!("fake server: client closed={closed} after {:?}", t0.elapsed());
+        eprintln!(
+            "fake server: client closed={closed} after {:?}",
+            t0.elapsed()
+        );
     });
     (rx.recv().unwrap(), h)
 }
@@ -170,15 +185,28 @@ fn client_refuses_malformed_welcome() {
                 b
             })
         }),
-        ("bad server mac", Box::new(move |_, _| {
-            codec::encode(&Message::Welcome { mac: [0; 32], metadata: good.clone() }).unwrap()
-        })),
+        (
+            "bad server mac",
+            Box::new(move |_, _| {
+                codec::encode(&Message::Welcome {
+                    mac: [0; 32],
+                    metadata: good.clone(),
+                })
+                .unwrap()
+            }),
+        ),
     ];
     let client = agent("cli");
     for (what, make) in cases {
         let (addr, h) = fake_server(make);
         let err = client
-            .connect_with(addr, &ConnectOptions { token: Token::none(), timeout: T })
+            .connect_with(
+                addr,
+                &ConnectOptions {
+                    token: Token::none(),
+                    timeout: T,
+                },
+            )
             .unwrap_err();
         match (what, &err) {
             ("bad server mac", Error::AuthFailed { .. }) => {}
@@ -195,24 +223,42 @@ fn client_refuses_malformed_welcome() {
 }
 
 fn arb_message() -> impl Strategy<Value = Message> {
-    let region = (any::<u64>(), 0u64..1 << 40, 1u64..1 << 30, prop::collection::vec(any::<u8>(), 1..64), any::<bool>(), 0u32..8)
+    let region = (
+        any::<u64>(),
+        0u64..1 << 40,
+        1u64..1 << 30,
+        prop::collection::vec(any::<u8>(), 1..64),
+        any::<bool>(),
+        0u32..8,
+    )
         .prop_map(|(id, addr, len, rkey, gpu, o)| RegionMeta {
             id,
-            kind: if gpu { WireKind::Gpu(o) } else { WireKind::Host },
+            kind: if gpu {
+                WireKind::Gpu(o)
+            } else {
+                WireKind::Host
+            },
             addr,
             len,
             rkey,
         });
-    let md = ("[a-z]{0,20}", prop::collection::vec(region, 0..6)).prop_map(|(name, mut regions)| {
-        let mut seen = std::collections::HashSet::new();
-        regions.retain(|r| seen.insert(r.id));
-        Metadata { name, regions }
-    });
+    let md =
+        ("[a-z]{0,20}", prop::collection::vec(region, 0..6)).prop_map(|(name, mut regions)| {
+            let mut seen = std::collections::HashSet::new();
+            regions.retain(|r| seen.insert(r.id));
+            Metadata { name, regions }
+        });
     prop_oneof![
         any::<[u8; 32]>().prop_map(|n| Message::Challenge { server_nonce: n }),
-        (any::<[u8; 32]>(), any::<[u8; 32]>(), "[ -~]{0,40}")
-            .prop_map(|(c, m, name)| Message::Auth { client_nonce: c, mac: m, name }),
-        (any::<[u8; 32]>(), md.clone()).prop_map(|(mac, metadata)| Message::Welcome { mac, metadata }),
+        (any::<[u8; 32]>(), any::<[u8; 32]>(), "[ -~]{0,40}").prop_map(|(c, m, name)| {
+            Message::Auth {
+                client_nonce: c,
+                mac: m,
+                name,
+            }
+        }),
+        (any::<[u8; 32]>(), md.clone())
+            .prop_map(|(mac, metadata)| Message::Welcome { mac, metadata }),
         md.prop_map(Message::Metadata),
         prop::collection::vec(any::<u64>(), 0..20).prop_map(Message::Withdraw),
         prop::collection::vec(any::<u8>(), 0..300).prop_map(Message::Notify),

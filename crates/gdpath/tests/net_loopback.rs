@@ -84,7 +84,11 @@ fn setup() -> Setup {
 #[test]
 fn get_and_put_are_byte_exact_and_report_the_transport() {
     let s = setup();
-    assert!(s.peer.name().starts_with("srv@127.0.0.1:"), "{}", s.peer.name());
+    assert!(
+        s.peer.name().starts_with("srv@127.0.0.1:"),
+        "{}",
+        s.peer.name()
+    );
     let local = s
         .client
         .register(Memory::host(HostBuffer::zeroed(LEN)))
@@ -122,7 +126,10 @@ fn get_and_put_are_byte_exact_and_report_the_transport() {
         .unwrap();
     let v = s.exported.host_view().unwrap();
     assert!(v[8192..8192 + (1 << 20)] == pattern(LEN, 2)[4096..4096 + (1 << 20)]);
-    assert!(v[..8192] == pattern(LEN, 1)[..8192], "bytes before the put changed");
+    assert!(
+        v[..8192] == pattern(LEN, 1)[..8192],
+        "bytes before the put changed"
+    );
     drop(v);
     assert!(matches!(
         s.srv.next_event(T),
@@ -139,8 +146,11 @@ fn notification_arrives_after_the_write_is_visible() {
         .unwrap();
     s.client
         .post(
-            TransferRequest::write(vec![local.desc(0, LEN as u64)], vec![s.remote.desc(0, LEN as u64)])
-                .notify(*b"kv layer 0"),
+            TransferRequest::write(
+                vec![local.desc(0, LEN as u64)],
+                vec![s.remote.desc(0, LEN as u64)],
+            )
+            .notify(*b"kv layer 0"),
         )
         .unwrap()
         .wait()
@@ -168,9 +178,15 @@ fn out_of_bounds_remote_descriptors_are_rejected_before_posting() {
     for (off, len) in [(LEN as u64 - 10, 11u64), (u64::MAX - 1, 2), (LEN as u64, 1)] {
         let err = s
             .client
-            .post(TransferRequest::write(vec![local.desc(0, len)], vec![s.remote.desc(off, len)]))
+            .post(TransferRequest::write(
+                vec![local.desc(0, len)],
+                vec![s.remote.desc(off, len)],
+            ))
             .unwrap_err();
-        assert!(matches!(err, Error::OutOfBounds { .. }), "{off}+{len}: {err:?}");
+        assert!(
+            matches!(err, Error::OutOfBounds { .. }),
+            "{off}+{len}: {err:?}"
+        );
     }
     // Ranges outside the exported region cannot even be registered.
     let id = s.peer.regions()[0].id;
@@ -202,7 +218,10 @@ fn out_of_bounds_remote_descriptors_are_rejected_before_posting() {
         s.client.register(Memory::Remote(unknown)),
         Err(Error::PeerFailed { .. })
     ));
-    assert!(s.exported.host_view().unwrap()[..] == before[..], "memory changed");
+    assert!(
+        s.exported.host_view().unwrap()[..] == before[..],
+        "memory changed"
+    );
 }
 
 #[test]
@@ -213,7 +232,10 @@ fn withdrawn_region_fails_with_a_typed_error_and_memory_outlives_the_ack() {
         .register(Memory::host(HostBuffer::zeroed(4096)))
         .unwrap();
     s.client
-        .post(TransferRequest::read(vec![local.desc(0, 4096)], vec![s.remote.desc(0, 4096)]))
+        .post(TransferRequest::read(
+            vec![local.desc(0, 4096)],
+            vec![s.remote.desc(0, 4096)],
+        ))
         .unwrap()
         .wait()
         .unwrap();
@@ -226,7 +248,10 @@ fn withdrawn_region_fails_with_a_typed_error_and_memory_outlives_the_ack() {
     assert!(s.peer.wait_until(T, |p| p.regions().is_empty()));
     let err = s
         .client
-        .post(TransferRequest::read(vec![local.desc(0, 4096)], vec![s.remote.desc(0, 4096)]))
+        .post(TransferRequest::read(
+            vec![local.desc(0, 4096)],
+            vec![s.remote.desc(0, 4096)],
+        ))
         .unwrap_err();
     assert!(matches!(err, Error::Deregistered { .. }), "{err:?}");
     // The client acknowledged (after flushing), so the server released the region.
@@ -248,11 +273,19 @@ fn export_after_connect_reaches_the_peer() {
         .register(Memory::host(HostBuffer::from_slice(&pattern(8192, 5))))
         .unwrap();
     let id = s.server.export(&second).unwrap();
-    assert!(s.peer.wait_until(T, |p| p.regions().iter().any(|r| r.id == id)));
+    assert!(s
+        .peer
+        .wait_until(T, |p| p.regions().iter().any(|r| r.id == id)));
     let remote = s.client.register(s.peer.memory(id).unwrap()).unwrap();
-    let local = s.client.register(Memory::host(HostBuffer::zeroed(8192))).unwrap();
+    let local = s
+        .client
+        .register(Memory::host(HostBuffer::zeroed(8192)))
+        .unwrap();
     s.client
-        .post(TransferRequest::read(vec![local.desc(0, 8192)], vec![remote.desc(0, 8192)]))
+        .post(TransferRequest::read(
+            vec![local.desc(0, 8192)],
+            vec![remote.desc(0, 8192)],
+        ))
         .unwrap()
         .wait()
         .unwrap();
@@ -264,22 +297,35 @@ fn tokens_must_match_on_both_sides() {
     let good = Token::new("correct horse battery staple").unwrap();
     let bad = Token::new("incorrect horse battery staple").unwrap();
     let server = agent("srv", FailureMode::Detect);
-    let r = server.register(Memory::host(HostBuffer::zeroed(4096))).unwrap();
+    let r = server
+        .register(Memory::host(HostBuffer::zeroed(4096)))
+        .unwrap();
     server.export(&r).unwrap();
-    let srv = server.serve("127.0.0.1:0".parse().unwrap(), good.clone()).unwrap();
+    let srv = server
+        .serve("127.0.0.1:0".parse().unwrap(), good.clone())
+        .unwrap();
     let client = agent("cli", FailureMode::Detect);
     let opts = |token: Token| ConnectOptions { token, timeout: T };
     for (t, what) in [(bad, "wrong token"), (Token::none(), "no token")] {
         let err = client.connect_with(srv.local_addr(), &opts(t)).unwrap_err();
         assert!(matches!(err, Error::AuthFailed { .. }), "{what}: {err:?}");
-        assert!(matches!(srv.next_event(T), Some(NetEvent::Refused { .. })), "{what}");
+        assert!(
+            matches!(srv.next_event(T), Some(NetEvent::Refused { .. })),
+            "{what}"
+        );
     }
-    let peer = client.connect_with(srv.local_addr(), &opts(good.clone())).unwrap();
+    let peer = client
+        .connect_with(srv.local_addr(), &opts(good.clone()))
+        .unwrap();
     assert_eq!(peer.regions().len(), 1);
     // A server without the token cannot prove it: the client refuses it before using any key.
     let open = agent("open", FailureMode::Detect);
-    let srv2 = open.serve("127.0.0.1:0".parse().unwrap(), Token::none()).unwrap();
-    let err = client.connect_with(srv2.local_addr(), &opts(good)).unwrap_err();
+    let srv2 = open
+        .serve("127.0.0.1:0".parse().unwrap(), Token::none())
+        .unwrap();
+    let err = client
+        .connect_with(srv2.local_addr(), &opts(good))
+        .unwrap_err();
     assert!(matches!(err, Error::AuthFailed { .. }), "{err:?}");
     // Non-loopback listening needs a token.
     let err = open
@@ -313,10 +359,16 @@ fn a_thousand_transfers_in_flight_complete_byte_exact() {
         t.wait_timeout(T).unwrap();
     }
     let v = s.exported.host_view().unwrap();
-    assert!(v[..N * B] == pattern(LEN, 77)[..N * B], "puts not byte-exact");
+    assert!(
+        v[..N * B] == pattern(LEN, 77)[..N * B],
+        "puts not byte-exact"
+    );
     drop(v);
     // And back: 1000 gets in flight.
-    let dst = s.client.register(Memory::host(HostBuffer::zeroed(LEN))).unwrap();
+    let dst = s
+        .client
+        .register(Memory::host(HostBuffer::zeroed(LEN)))
+        .unwrap();
     let ts: Vec<_> = (0..N)
         .map(|i| {
             let off = (i * B) as u64;
@@ -345,10 +397,16 @@ fn fast_local_mode_uses_shared_memory() {
             .any(|m| t.contains(m)),
         "FastLocal between two workers of one host should use shared memory, got {t}"
     );
-    let local = s.client.register(Memory::host(HostBuffer::zeroed(LEN))).unwrap();
+    let local = s
+        .client
+        .register(Memory::host(HostBuffer::zeroed(LEN)))
+        .unwrap();
     let rep = s
         .client
-        .post(TransferRequest::read(vec![local.desc(0, LEN as u64)], vec![s.remote.desc(0, LEN as u64)]))
+        .post(TransferRequest::read(
+            vec![local.desc(0, LEN as u64)],
+            vec![s.remote.desc(0, LEN as u64)],
+        ))
         .unwrap()
         .wait()
         .unwrap();

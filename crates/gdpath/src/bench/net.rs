@@ -23,6 +23,7 @@ use crate::finding::FindingId;
 use crate::memory::{HostBuffer, Memory};
 use crate::net::codec::WireKind;
 use crate::net::{ConnectOptions, NetConfig, Peer, Token};
+use crate::path::Path;
 use crate::region::Region;
 use crate::transfer::{Op, Transfer, TransferRequest};
 use crate::Agent;
@@ -194,7 +195,9 @@ pub fn run(cfg: &NetBenchConfig, progress: &dyn Progress) -> Result<NetBenchRepo
         return Err(Error::Config("sizes, runs and qd must be non-zero".into()));
     }
     if let Some(s) = cfg.sizes.iter().find(|&&s| s == 0 || s > 1 << 30) {
-        return Err(Error::Config(format!("message size {s} is outside 1 B ..= 1 GiB")));
+        return Err(Error::Config(format!(
+            "message size {s} is outside 1 B ..= 1 GiB"
+        )));
     }
     let agent = Agent::new(AgentConfig {
         name: "bench".into(),
@@ -315,6 +318,10 @@ pub fn run(cfg: &NetBenchConfig, progress: &dyn Progress) -> Result<NetBenchRepo
             let (a, b) = (mirror.host_view()?, check.host_view()?);
             Checksum::of(&a[..span as usize]) == Checksum::of(&b[..span as usize])
         };
+        let transport = match &path {
+            Some(Path::Ucx { transport } | Path::Gdr { transport }) => transport.clone(),
+            _ => peer.transport(),
+        };
         let path = path.map(|p| p.name()).unwrap_or_default();
         let st = Stats::from_samples(&lat);
         let mut row = BenchRow::from_runs(
@@ -336,7 +343,7 @@ pub fn run(cfg: &NetBenchConfig, progress: &dyn Progress) -> Result<NetBenchRepo
             Op::Read => format!("{}", cfg.mem),
         });
         row.latency_us = st.map(|s| s.median);
-        row.transport = Some(peer.transport());
+        row.transport = Some(transport);
         if let Some(f) = finding {
             if !findings.contains(&f) {
                 findings.push(f);

@@ -143,7 +143,10 @@ mod tests {
         let cm = t.client_mac(&s, &c);
         assert!(t.verify_client(&s, &c, &cm));
         assert!(!t.verify_client(&c, &s, &cm), "nonce order");
-        assert!(!t.verify_server(&c, &s, &cm), "a client MAC is no server MAC");
+        assert!(
+            !t.verify_server(&c, &s, &cm),
+            "a client MAC is no server MAC"
+        );
         let other = Token::new("0123456789abcdeX").unwrap();
         assert!(!other.verify_client(&s, &c, &cm));
         assert!(!Token::none().verify_client(&s, &c, &cm));

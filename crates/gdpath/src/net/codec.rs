@@ -486,7 +486,8 @@ impl Writer {
             self.0.extend_from_slice(&o.to_le_bytes());
             self.0.extend_from_slice(&g.addr.to_le_bytes());
             self.0.extend_from_slice(&g.len.to_le_bytes());
-            self.0.extend_from_slice(&(g.rkey.len() as u16).to_le_bytes());
+            self.0
+                .extend_from_slice(&(g.rkey.len() as u16).to_le_bytes());
             self.0.extend_from_slice(&g.rkey);
         }
         Ok(())
@@ -695,7 +696,10 @@ mod tests {
         ];
         for g in bad {
             assert!(
-                matches!(decode(&with_region(g.clone())), Err(DecodeError::BadRegion { .. })),
+                matches!(
+                    decode(&with_region(g.clone())),
+                    Err(DecodeError::BadRegion { .. })
+                ),
                 "{g:?}"
             );
         }

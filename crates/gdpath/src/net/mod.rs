@@ -485,9 +485,9 @@ impl Agent {
 
     /// Facts about the UCX library the network backend uses (version, transports, CUDA).
     pub fn ucx_facts(&self) -> Result<gdpath_ucx::UcxFacts> {
-        self.net()?
-            .context()
-            .facts()
-            .map_err(|source| Error::Ucx { op: "facts", source })
+        self.net()?.context().facts().map_err(|source| Error::Ucx {
+            op: "facts",
+            source,
+        })
     }
 }

@@ -188,7 +188,12 @@ impl UcxBackend {
             // for) the region; the handle is the region's backend handle, dropped before the
             // region's memory, and requests using it hold the region (work items).
             let m = unsafe {
-                MemHandle::map(&self.ctx, dev.device_ptr() as *mut u8, dev.len(), MemType::Cuda)
+                MemHandle::map(
+                    &self.ctx,
+                    dev.device_ptr() as *mut u8,
+                    dev.len(),
+                    MemType::Cuda,
+                )
             }
             .map_err(|source| Error::Ucx {
                 op: "ucp_mem_map (CUDA)",
@@ -206,12 +211,13 @@ impl UcxBackend {
         // SAFETY: the region owns `len` bytes at `ptr`; the handle is stored as the region's
         // backend handle, which is dropped before the region's memory (field order of
         // RegionInner), and every request using it also holds the region (work items).
-        let m = unsafe { MemHandle::map(&self.ctx, ptr, len, MemType::Host) }.map_err(
-            |source| Error::Ucx {
-                op: "ucp_mem_map",
-                source,
-            },
-        )?;
+        let m =
+            unsafe { MemHandle::map(&self.ctx, ptr, len, MemType::Host) }.map_err(|source| {
+                Error::Ucx {
+                    op: "ucp_mem_map",
+                    source,
+                }
+            })?;
         Ok(Some(m))
     }
 
@@ -342,10 +348,7 @@ impl Backend for UcxBackend {
                 )),
             });
         }
-        Ok(PlanChoice::on(
-            rm.peer
-                .gpu_path(matches!(rm.kind, crate::net::codec::WireKind::Gpu(_))),
-        ))
+        Ok(PlanChoice::on(rm.peer.gpu_path()))
     }
 
     fn submit(&self, items: Vec<WorkItem>) {

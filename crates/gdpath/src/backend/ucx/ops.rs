@@ -186,7 +186,11 @@ impl Ops {
             let seq = batch.seq;
             self.batches.push(batch);
             if puts {
-                let f = match self.flushers.iter().position(|f| Arc::ptr_eq(&f.peer, &peer)) {
+                let f = match self
+                    .flushers
+                    .iter()
+                    .position(|f| Arc::ptr_eq(&f.peer, &peer))
+                {
                     Some(i) => i,
                     None => {
                         self.flushers.push(Flusher {
@@ -338,8 +342,7 @@ fn post(
     }
     let (l, t) = (item.local(), item.target());
     let len = usize::try_from(l.len).map_err(|_| Error::Config("length above usize".into()))?;
-    let loff =
-        usize::try_from(l.offset).map_err(|_| Error::Config("offset above usize".into()))?;
+    let loff = usize::try_from(l.offset).map_err(|_| Error::Config("offset above usize".into()))?;
     let staged = match gpu_buffer(&l.region) {
         Some(dev) if !b.cuda => {
             let mut st = stages.take(&b.ctx, dev, len)?;

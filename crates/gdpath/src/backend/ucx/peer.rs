@@ -120,9 +120,7 @@ impl PeerConn {
         if let Phase::Failed(e) = &lock(&self.inner).phase {
             return Some(e.to_string());
         }
-        self.ep
-            .failure()
-            .map(|s| format!("connection failed: {s}"))
+        self.ep.failure().map(|s| format!("connection failed: {s}"))
     }
 
     pub(crate) fn is_ready(&self) -> bool {
@@ -134,26 +132,31 @@ impl PeerConn {
         lock(&self.inner).transport.clone()
     }
 
-    /// The path GPU memory takes to this peer when UCX moves it itself (CUDA-enabled UCX):
-    /// `cuda_ipc` between GPUs of one host when the endpoint has that lane and the remote
-    /// memory is GPU memory; `Gdr` over an RDMA lane (the NIC reads or writes GPU memory);
-    /// else UCX's host transport with `cuda_copy` staging inside UCX.
-    pub(crate) fn gpu_path(&self, remote_gpu: bool) -> Path {
+    /// The path of GPU memory to this peer when UCX moves it itself (CUDA-enabled UCX). UCX
+    /// picks the protocol for CUDA memory per operation and does not report it through its API
+    /// (`docs/ucx.md`), so this names what is known: `Gdr { transport }` when the endpoint has
+    /// an RDMA lane (the NIC would read or write GPU memory), else `Ucx` with every transport
+    /// of the endpoint's lanes joined with `+` (e.g. `cma+cuda_copy+cuda_ipc`): the candidates,
+    /// not a claim that `cuda_ipc` moved the bytes. Measured on the H200 pair with UCX 1.22,
+    /// GPU0 → GPU1 puts between processes ran at 0.63–0.68 GB/s, i.e. not over `cuda_ipc`
+    /// (`docs/network.md`).
+    pub(crate) fn gpu_path(&self) -> Path {
         let g = lock(&self.inner);
-        let has = |t: &str| g.lanes.iter().any(|l| l == t);
-        if remote_gpu && has("cuda_ipc") {
-            return Path::Ucx {
-                transport: "cuda_ipc".into(),
-            };
-        }
         let rdma = ["rc_mlx5", "dc_mlx5", "rc_verbs", "ud_mlx5", "ud_verbs"];
-        if let Some(t) = rdma.iter().find(|t| has(t)) {
+        if let Some(t) = rdma.iter().find(|t| g.lanes.iter().any(|l| l == *t)) {
             return Path::Gdr {
                 transport: (*t).into(),
             };
         }
+        let mut names: Vec<&str> = g.lanes.iter().map(String::as_str).collect();
+        names.sort_unstable();
+        names.dedup();
         Path::Ucx {
-            transport: format!("{}+cuda_copy", g.transport),
+            transport: if names.is_empty() {
+                "unknown".into()
+            } else {
+                names.join("+")
+            },
         }
     }
 
@@ -239,7 +242,10 @@ impl UcxBackend {
             if let Some(s) = peer.ep.failure() {
                 break Err(Error::PeerFailed {
                     peer: addr.to_string(),
-                    detail: format!("connection failed: {s}"),
+                    detail: format!(
+                        "connection failed: {s} (is an agent serving there? both sides must use \
+                         the same failure mode: --fast-local on both or on neither)"
+                    ),
                 });
             }
             if Instant::now() >= deadline {
@@ -356,7 +362,11 @@ impl UcxBackend {
         let mut g = lock(&peer.inner);
         let phase = std::mem::replace(&mut g.phase, Phase::Ready);
         match (peer.role, phase, msg) {
-            (Role::Client, Phase::AwaitChallenge { token }, Message::Challenge { server_nonce }) => {
+            (
+                Role::Client,
+                Phase::AwaitChallenge { token },
+                Message::Challenge { server_nonce },
+            ) => {
                 let client_nonce = match nonce() {
                     Ok(n) => n,
                     Err(e) => {
@@ -400,7 +410,11 @@ impl UcxBackend {
                 g.metadata = metadata.regions;
                 g.phase = Phase::Ready;
             }
-            (Role::Client, Phase::AwaitChallenge { .. } | Phase::AwaitWelcome { .. }, Message::Refused { code, reason }) => {
+            (
+                Role::Client,
+                Phase::AwaitChallenge { .. } | Phase::AwaitWelcome { .. },
+                Message::Refused { code, reason },
+            ) => {
                 let detail = format!("refused ({code:?}): {}", sanitize(&reason));
                 let peer_name = g.label.clone();
                 g.phase = Phase::Failed(match code {
@@ -444,11 +458,15 @@ impl UcxBackend {
                     q.push_back(Notification { from, message });
                 }
             }
-            (Role::Server, Phase::AwaitAuth { server_nonce }, Message::Auth {
-                client_nonce,
-                mac,
-                name,
-            }) => {
+            (
+                Role::Server,
+                Phase::AwaitAuth { server_nonce },
+                Message::Auth {
+                    client_nonce,
+                    mac,
+                    name,
+                },
+            ) => {
                 let token = match lock(&self.listener).as_ref() {
                     Some(l) => l.token.clone(),
                     None => Token::none(),

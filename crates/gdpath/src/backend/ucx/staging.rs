@@ -24,7 +24,9 @@ pub(crate) struct Stage {
 
 impl std::fmt::Debug for Stage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Stage").field("len", &self.buf.len()).finish()
+        f.debug_struct("Stage")
+            .field("len", &self.buf.len())
+            .finish()
     }
 }
 
@@ -55,12 +57,13 @@ impl Stages {
             .as_mut_ptr();
         // SAFETY: the buffer is `buf.len()` bytes at `ptr`, owned by the Stage together with
         // this handle, which is dropped first (field order).
-        let mem = unsafe { MemHandle::map(ctx, ptr, buf.len(), MemType::Host) }.map_err(
-            |source| Error::Ucx {
-                op: "ucp_mem_map",
-                source,
-            },
-        )?;
+        let mem =
+            unsafe { MemHandle::map(ctx, ptr, buf.len(), MemType::Host) }.map_err(|source| {
+                Error::Ucx {
+                    op: "ucp_mem_map",
+                    source,
+                }
+            })?;
         Ok(Stage { mem, buf })
     }
 
