@@ -365,7 +365,9 @@ impl Backend for UcxBackend {
             if done > 0 || start.elapsed() >= self.cfg.poll_spin || !lock(&self.state).ops.busy() {
                 return done;
             }
-            std::hint::spin_loop();
+            // Yield rather than spin: on a loaded host (or with the peer on the same cores)
+            // a pure spin starves the thread that would answer.
+            std::thread::yield_now();
         }
     }
 }
