@@ -4,6 +4,7 @@ use crate::progress;
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use comfy_table::{presets::UTF8_BORDERS_ONLY, Table};
+use gdpath::bench::net::{self, MemSpec};
 use gdpath::bench::{
     format_size, gpu, parse_size, parse_size_range, storage, BenchRow, BENCH_SCHEMA_VERSION,
 };
@@ -21,6 +22,44 @@ pub enum BenchCommand {
     H2d(GpuArgs),
     /// Every GPU: GPU -> host, as h2d.
     D2h(GpuArgs),
+    /// Put/get to a peer agent's memory over UCX, like ib_write_bw / ucx_perftest.
+    Net(NetBenchArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct NetBenchArgs {
+    /// The serving agent (`gdpath serve`), HOST:PORT.
+    #[arg(long)]
+    peer: std::net::SocketAddr,
+    /// put (write to the peer) or get (read from it).
+    #[arg(long, default_value = "put", value_parser = ["put", "get"])]
+    op: String,
+    /// Local memory: host or gpu:N.
+    #[arg(long, default_value = "host", value_parser = MemSpec::parse)]
+    mem: MemSpec,
+    /// The peer's exported memory to use: host or gpu:N.
+    #[arg(long, default_value = "host", value_parser = MemSpec::parse)]
+    remote_mem: MemSpec,
+    /// Message sizes: a size, a list `a,b` or a power-of-two sweep `8B..1GiB`.
+    #[arg(long, default_value = "8B..1GiB")]
+    size: String,
+    /// Messages in flight.
+    #[arg(long, default_value_t = 16)]
+    qd: u32,
+    /// Timed bandwidth runs per size.
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
+    /// Bytes per bandwidth run (messages = this / size, at most 200000).
+    #[arg(long, default_value = "256MiB", value_parser = parse_size)]
+    bytes_per_run: u64,
+    /// Latency samples per size (default: 64 MiB / size, 5..=1000).
+    #[arg(long, default_value_t = 0)]
+    lat_iters: usize,
+    #[command(flatten)]
+    net: crate::serve::NetOpts,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -93,6 +132,7 @@ pub struct StorageArgs {
 pub fn run(cmd: BenchCommand) -> Result<ExitCode> {
     match cmd {
         BenchCommand::Storage(a) => run_storage(a),
+        BenchCommand::Net(a) => run_net(a),
         BenchCommand::P2p(a) => run_gpu(gpu::GpuBenchKind::P2p, a),
         BenchCommand::H2d(a) => run_gpu(gpu::GpuBenchKind::H2d, a),
         BenchCommand::D2h(a) => run_gpu(gpu::GpuBenchKind::D2h, a),
@@ -221,6 +261,97 @@ fn run_storage(a: StorageArgs) -> Result<ExitCode> {
         }
         print_ratios(&report.rows);
         println!("GB/s = 1e9 bytes/s; latency per I/O, submission to completion");
+    }
+    if !all_verified {
+        eprintln!("gdpath: data verification FAILED for at least one row");
+        return Ok(ExitCode::from(2));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// GB/s with four significant digits down to 0.0001, scientific below (8-byte messages).
+fn fmt_gbps(v: f64) -> String {
+    if v >= 1.0 {
+        format!("{v:.3}")
+    } else if v >= 1e-4 {
+        format!("{v:.4}")
+    } else {
+        format!("{v:.2e}")
+    }
+}
+
+fn run_net(a: NetBenchArgs) -> Result<ExitCode> {
+    let cfg = net::NetBenchConfig {
+        peer: a.peer,
+        token: a.net.token()?,
+        net: a.net.config(),
+        op: if a.op == "get" { Op::Read } else { Op::Write },
+        mem: a.mem,
+        remote_mem: a.remote_mem,
+        sizes: parse_size_range(&a.size).context("--size")?,
+        qd: a.qd,
+        runs: a.runs,
+        bytes_per_run: a.bytes_per_run,
+        lat_iters: a.lat_iters,
+    };
+    let bars = progress::for_terminal(a.json);
+    let started = std::time::SystemTime::now();
+    let report =
+        net::run(&cfg, bars.as_ref()).with_context(|| format!("bench net with {}", a.peer))?;
+    let all_verified = report.rows.iter().all(|r| r.row.verified);
+    if a.json {
+        let out = serde_json::json!({
+            "schema_version": BENCH_SCHEMA_VERSION,
+            "command": "bench net",
+            "peer": report.peer,
+            "ucx_version": report.ucx_version,
+            "findings": report.findings,
+            "started_unix_s": started.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
+            "units": {"gbps": "1e9 bytes/s", "latency": "us", "bytes": "bytes"},
+            "rows": report.rows,
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else {
+        println!("peer {} (UCX {})", report.peer, report.ucx_version);
+        let mut t = Table::new();
+        t.load_preset(UTF8_BORDERS_ONLY);
+        t.set_header([
+            "op",
+            "size",
+            "qd",
+            "GB/s min",
+            "GB/s median",
+            "GB/s max",
+            "lat µs min",
+            "lat µs median",
+            "lat µs max",
+            "transport",
+            "verified",
+        ]);
+        for r in &report.rows {
+            t.add_row([
+                r.row.op.clone(),
+                format_size(r.row.block),
+                r.row.qd.to_string(),
+                fmt_gbps(r.row.gbps_min),
+                fmt_gbps(r.row.gbps_median),
+                fmt_gbps(r.row.gbps_max),
+                format!("{:.1}", r.latency_us_min),
+                format!("{:.1}", r.latency_us_median),
+                format!("{:.1}", r.latency_us_max),
+                r.row.transport.clone().unwrap_or_default(),
+                if r.row.verified {
+                    "yes".into()
+                } else {
+                    "NO".into()
+                },
+            ]);
+        }
+        println!("{t}");
+        for f in &report.findings {
+            println!("finding: {f} (run `gdpath doctor` for evidence and remedy)");
+        }
+        println!("GB/s = 1e9 bytes/s over messages in flight; latency = one message at a time, post to completion (a put completes when it is in the peer's memory)");
     }
     if !all_verified {
         eprintln!("gdpath: data verification FAILED for at least one row");

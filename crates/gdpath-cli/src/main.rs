@@ -7,6 +7,7 @@ mod doctor;
 mod load;
 mod p2p;
 mod progress;
+mod serve;
 mod topo;
 
 use clap::{Parser, Subcommand};
@@ -38,6 +39,8 @@ enum Command {
     Doctor(doctor::DoctorArgs),
     /// Load a safetensors checkpoint into one GPU allocation on the fastest path.
     Load(load::LoadArgs),
+    /// Serve exported memory regions to peer agents over UCX (remote read/write).
+    Serve(serve::ServeArgs),
 }
 
 fn main() -> ExitCode {
@@ -50,6 +53,7 @@ fn main() -> ExitCode {
         Command::Bench(b) => bench::run(b),
         Command::Copy(c) => copy::run(c),
         Command::Load(l) => load::run(l),
+        Command::Serve(a) => serve::run(a),
         Command::Topo(args) => topo::run(args),
         Command::Doctor(args) => doctor::run(args),
         Command::P2p(args) => p2p::run(args),

@@ -1,5 +1,6 @@
 //! The agent: owns backends and registered memory, plans and posts transfers.
 
+use crate::backend::ucx::UcxBackend;
 use crate::backend::{self, Backend, Capability, Drive};
 use crate::config::AgentConfig;
 use crate::error::{Error, Result, Side};
@@ -9,7 +10,7 @@ use crate::region::{Descriptor, FileRegion, Region, RegionId, Storage};
 use crate::transfer::{Op, PlannedPair, Transfer, TransferRequest, TransferShared, WorkItem};
 use serde::Serialize;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 static NEXT_AGENT: AtomicU64 = AtomicU64::new(1);
 static NEXT_REGION: AtomicU64 = AtomicU64::new(1);
@@ -28,6 +29,8 @@ struct AgentInner {
     config: AgentConfig,
     backends: RwLock<Vec<Arc<dyn Backend>>>,
     next_transfer: AtomicU64,
+    /// The network (UCX) backend, once enabled (`crate::net`).
+    net: Mutex<Option<Arc<UcxBackend>>>,
 }
 
 /// The engine's entry point. Cheap to clone (`Arc`); shareable between threads, which may post
@@ -89,6 +92,7 @@ impl Agent {
                 config,
                 backends: RwLock::new(Vec::new()),
                 next_transfer: AtomicU64::new(1),
+                net: Mutex::new(None),
             }),
         }
     }
@@ -121,6 +125,35 @@ impl Agent {
                 capabilities: b.capabilities(),
             })
             .collect()
+    }
+
+    /// The network backend, enabled on first use with `make` (see `crate::net`).
+    pub(crate) fn net_backend(
+        &self,
+        make: impl FnOnce(&Agent) -> Result<Arc<UcxBackend>>,
+    ) -> Result<Arc<UcxBackend>> {
+        let mut slot = self.inner.net.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(b) = slot.as_ref() {
+            return Ok(b.clone());
+        }
+        let b = make(self)?;
+        self.add_backend(b.clone());
+        *slot = Some(b.clone());
+        Ok(b)
+    }
+
+    /// The network backend, if enabled.
+    pub(crate) fn net_backend_if_enabled(&self) -> Option<Arc<UcxBackend>> {
+        self.inner
+            .net
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// This agent's id (regions record it).
+    pub(crate) fn id(&self) -> u64 {
+        self.inner.id
     }
 
     /// The agent's name.
@@ -247,6 +280,14 @@ impl Agent {
                 region: region.id(),
             });
         }
+        if let Some(net) = self.net_backend_if_enabled() {
+            if net.is_exported(region) {
+                return Err(Error::RegionBusy {
+                    region: region.id(),
+                    reason: "exported to peer agents: unexport it first".into(),
+                });
+            }
+        }
         region.mark_deregistered()
     }
 
@@ -369,10 +410,15 @@ impl Agent {
         }
         let plans: Vec<PlannedPair> = planned.iter().map(|(_, p)| p.clone()).collect();
         let id = self.inner.next_transfer.fetch_add(1, Ordering::Relaxed);
-        let shared = TransferShared::new(id, request.deadline, plans, pollers);
         let TransferRequest {
-            op, local, target, ..
+            op,
+            local,
+            target,
+            deadline,
+            notify,
+            ..
         } = request;
+        let shared = TransferShared::new(id, deadline, plans, pollers, notify);
         // Build every item first: a region taken by a host view meanwhile fails the post here,
         // before any submission (the items already built report the error to nobody).
         let mut items: Vec<(Arc<dyn Backend>, WorkItem)> = Vec::with_capacity(local.len());

@@ -151,6 +151,26 @@ pub enum Error {
     /// An invalid configuration value.
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// The connection to a peer agent failed or was lost (killed, unreachable, reset, or no
+    /// completion within the network operation bound). `peer` is the peer's label
+    /// (`name@address`) or its address.
+    #[error("peer {peer}: {detail}")]
+    PeerFailed { peer: String, detail: String },
+    /// Authentication with a peer failed: wrong or missing token on either side, or the peer
+    /// refused the connection (`detail` says why).
+    #[error("authentication with {peer} failed: {detail}")]
+    AuthFailed { peer: String, detail: String },
+    /// A peer broke the agent protocol: malformed, oversized, unknown-version or unexpected
+    /// message. Nothing it sent was used.
+    #[error("protocol error from {peer}: {detail}")]
+    Protocol { peer: String, detail: String },
+    /// A UCX call failed outside any one descriptor pair (context, worker, listener, mapping).
+    #[error("UCX {op}: {source}")]
+    Ucx {
+        op: &'static str,
+        #[source]
+        source: gdpath_ucx::UcxError,
+    },
     /// A backend failed outside any one descriptor (e.g. io_uring setup).
     #[error("backend {backend}: {detail}")]
     Backend {

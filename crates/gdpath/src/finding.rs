@@ -103,6 +103,8 @@ pub mod ids {
     pub const GDR_PEERMEM_MISSING: &str = "gdr.peermem-missing";
     /// The UCX build in use has no CUDA transports: GPU memory goes through pinned staging.
     pub const GDR_UCX_NO_CUDA: &str = "gdr.ucx-no-cuda";
+    /// The peer agent of a remote region is gone (connection failed or closed).
+    pub const NET_PEER_FAILED: &str = "net.peer-failed";
     /// The nvidia-fs kernel module is not loaded: cuFile cannot do native GDS.
     pub const GDS_NVIDIA_FS_MISSING: &str = "gds.nvidia-fs-missing";
     /// cuFile runs in compatibility mode (POSIX reads through its own bounce buffers).

@@ -38,6 +38,7 @@ pub mod gds;
 pub mod gpu_copy;
 pub mod machine;
 pub mod memory;
+pub mod net;
 pub mod path;
 mod planner;
 pub mod region;

@@ -472,6 +472,24 @@ impl Region {
         Ok(())
     }
 
+    /// Marks the region deregistered even while pairs are in flight. The network backend does
+    /// this when the peer that exported a remote region withdraws it: later posts fail with
+    /// [`Error::Deregistered`]; pairs already in flight complete (the peer keeps the memory
+    /// until this agent acknowledges that they have).
+    pub(crate) fn mark_withdrawn(&self) {
+        lock(&self.inner.state).deregistered = true;
+    }
+
+    /// A weak handle that does not keep the region alive.
+    pub(crate) fn downgrade(&self) -> std::sync::Weak<RegionInner> {
+        Arc::downgrade(&self.inner)
+    }
+
+    /// The region behind a weak handle, while it is alive.
+    pub(crate) fn upgrade(weak: &std::sync::Weak<RegionInner>) -> Option<Region> {
+        weak.upgrade().map(|inner| Region { inner })
+    }
+
     /// Descriptor pairs in flight on this region.
     pub fn in_flight(&self) -> usize {
         lock(&self.inner.state).in_flight

@@ -42,6 +42,10 @@ pub struct TransferRequest {
     pub accept: Option<Vec<Path>>,
     /// After this instant no new work starts and `wait` returns [`Error::DeadlineExceeded`].
     pub deadline: Option<Instant>,
+    /// A notification (at most 64 KiB) that the network backend delivers to each peer agent
+    /// whose remote memory the transfer touched, once all of that peer's pairs completed and
+    /// their writes are visible there (NIXL's "notification"). Ignored by local backends.
+    pub notify: Option<Vec<u8>>,
 }
 
 impl TransferRequest {
@@ -53,6 +57,7 @@ impl TransferRequest {
             target,
             accept: None,
             deadline: None,
+            notify: None,
         }
     }
     /// Read `target` into `local`.
@@ -71,6 +76,12 @@ impl TransferRequest {
     /// Fail with [`Error::DeadlineExceeded`] when not done by `at`.
     pub fn deadline(mut self, at: Instant) -> Self {
         self.deadline = Some(at);
+        self
+    }
+    /// Deliver `message` to the peer agent(s) after the remote pairs complete (network
+    /// backend); see [`TransferRequest::notify`].
+    pub fn notify(mut self, message: impl Into<Vec<u8>>) -> Self {
+        self.notify = Some(message.into());
         self
     }
     /// Fail with [`Error::DeadlineExceeded`] when not done `within` from now.
@@ -214,6 +225,8 @@ pub(crate) struct TransferShared {
     cv: Condvar,
     /// Poll-driven backends this transfer uses: waiting progresses them.
     pollers: Vec<Arc<dyn Backend>>,
+    /// The request's notification, for the network backend.
+    notify: Option<Arc<[u8]>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -226,6 +239,7 @@ impl TransferShared {
         deadline: Option<Instant>,
         plans: Vec<PlannedPair>,
         pollers: Vec<Arc<dyn Backend>>,
+        notify: Option<Vec<u8>>,
     ) -> Arc<Self> {
         let n = plans.len();
         Arc::new(TransferShared {
@@ -242,6 +256,7 @@ impl TransferShared {
             }),
             cv: Condvar::new(),
             pollers,
+            notify: notify.map(Arc::from),
         })
     }
 
@@ -369,6 +384,16 @@ impl WorkItem {
     /// The request's deadline.
     pub fn deadline(&self) -> Option<Instant> {
         self.shared.deadline
+    }
+
+    /// The request's notification ([`TransferRequest::notify`]), shared by its items.
+    pub fn notification(&self) -> Option<Arc<[u8]>> {
+        self.shared.notify.clone()
+    }
+
+    /// The id of the transfer this item belongs to (unique within its agent).
+    pub fn transfer_id(&self) -> u64 {
+        self.shared.id
     }
 
     /// Records that the first I/O of this pair was issued (for latency reporting). Idempotent.

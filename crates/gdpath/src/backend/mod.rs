@@ -16,6 +16,7 @@ pub mod host_copy;
 pub mod posix_buffered;
 pub mod posix_direct;
 mod split;
+pub mod ucx;
 mod workers;
 
 pub use split::SplitItem;

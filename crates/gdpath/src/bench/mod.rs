@@ -5,6 +5,7 @@
 
 pub mod gds;
 pub mod gpu;
+pub mod net;
 pub mod storage;
 
 use serde::{Deserialize, Serialize};

@@ -1,0 +1,193 @@
+//! `gdpath serve`: an agent that exports memory regions to peer agents over UCX.
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use gdpath::bench::{format_size, parse_size};
+use gdpath::net::{FailureMode, NetConfig, NetEvent, Token};
+use gdpath::{Agent, AgentConfig, HostBuffer, Memory};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Address to listen on. Loopback unless told otherwise; a non-loopback address needs a
+    /// token.
+    #[arg(long, default_value = "127.0.0.1:18515")]
+    listen: SocketAddr,
+    /// A region to export: `host:SIZE` (e.g. host:1GiB) or `gpu:N:SIZE` (needs a CUDA-enabled
+    /// UCX). Repeat for several. Only these are visible to peers.
+    #[arg(long = "export", value_name = "KIND:SIZE")]
+    exports: Vec<String>,
+    /// The agent name peers see.
+    #[arg(long, default_value = "serve")]
+    name: String,
+    #[command(flatten)]
+    net: NetOpts,
+    /// Exit after this many seconds (default: run until killed).
+    #[arg(long)]
+    duration: Option<f64>,
+}
+
+/// Network options shared by `serve` and `bench net`.
+#[derive(Debug, Args)]
+pub struct NetOpts {
+    /// Shared secret (at least 16 bytes). Prefer --token-file or GDPATH_TOKEN: a command line
+    /// is visible to other users. Never sent over the network as-is (HMAC challenge).
+    #[arg(long)]
+    token: Option<String>,
+    /// Read the token from this file (trailing newline removed).
+    #[arg(long)]
+    token_file: Option<PathBuf>,
+    /// Let UCX use shared memory between processes of one host (UCX error mode none): fast,
+    /// but a dead peer is detected only by time bounds.
+    #[arg(long)]
+    fast_local: bool,
+    /// UCX transports (UCX_TLS), e.g. `tcp`.
+    #[arg(long)]
+    transports: Option<String>,
+    /// UCX network devices (UCX_NET_DEVICES), e.g. `lo` or `veth0`.
+    #[arg(long)]
+    devices: Option<String>,
+}
+
+impl NetOpts {
+    /// The token from --token, --token-file or GDPATH_TOKEN, in that order; none if absent.
+    pub fn token(&self) -> Result<Token> {
+        let secret = if let Some(t) = &self.token {
+            Some(t.clone())
+        } else if let Some(p) = &self.token_file {
+            let s = std::fs::read_to_string(p)
+                .with_context(|| format!("reading token file {}", p.display()))?;
+            Some(s.trim_end_matches(['\n', '\r']).to_owned())
+        } else {
+            std::env::var("GDPATH_TOKEN").ok().filter(|s| !s.is_empty())
+        };
+        match secret {
+            Some(s) => Ok(Token::new(s)?),
+            None => Ok(Token::none()),
+        }
+    }
+
+    pub fn config(&self) -> NetConfig {
+        NetConfig {
+            failure_mode: if self.fast_local {
+                FailureMode::FastLocal
+            } else {
+                FailureMode::Detect
+            },
+            transports: self.transports.clone(),
+            devices: self.devices.clone(),
+            ..NetConfig::default()
+        }
+    }
+}
+
+/// A region to export: host memory or memory of a GPU, and its size in bytes.
+enum ExportSpec {
+    Host(u64),
+    Gpu(u32, u64),
+}
+
+fn parse_export(s: &str) -> Result<ExportSpec> {
+    let bad = || anyhow::anyhow!("--export {s:?}: expected host:SIZE or gpu:N:SIZE");
+    let (kind, rest) = s.split_once(':').ok_or_else(bad)?;
+    let spec = match kind {
+        "host" => ExportSpec::Host(parse_size(rest).with_context(|| format!("--export {s:?}"))?),
+        "gpu" => {
+            let (n, size) = rest.split_once(':').ok_or_else(bad)?;
+            let n: u32 = n.parse().map_err(|_| bad())?;
+            ExportSpec::Gpu(
+                n,
+                parse_size(size).with_context(|| format!("--export {s:?}"))?,
+            )
+        }
+        _ => bail!("--export {s:?}: unknown memory kind {kind:?} (expected host or gpu)"),
+    };
+    if matches!(spec, ExportSpec::Host(0) | ExportSpec::Gpu(_, 0)) {
+        bail!("--export {s:?}: size must be > 0");
+    }
+    Ok(spec)
+}
+
+pub fn run(a: ServeArgs) -> Result<ExitCode> {
+    let specs: Vec<ExportSpec> = a
+        .exports
+        .iter()
+        .map(|e| parse_export(e))
+        .collect::<Result<_>>()?;
+    let token = a.net.token()?;
+    let agent = Agent::new(AgentConfig {
+        name: a.name.clone(),
+        ..AgentConfig::default()
+    })?;
+    agent.enable_net(a.net.config())?;
+    let mut regions = Vec::new();
+    for spec in specs {
+        let (r, what) = match spec {
+            ExportSpec::Host(size) => {
+                let len = usize::try_from(size).context("export size")?;
+                let r = agent.register(Memory::host(HostBuffer::zeroed(len)))?;
+                (r, format!("host {}", format_size(size)))
+            }
+            ExportSpec::Gpu(ordinal, len) => {
+                let r = agent
+                    .register(Memory::Gpu { ordinal, len })
+                    .with_context(|| format!("GPU {ordinal} memory"))?;
+                (r, format!("gpu:{ordinal} {}", format_size(len)))
+            }
+        };
+        let id = agent
+            .export(&r)
+            .with_context(|| format!("exporting {what}"))?;
+        regions.push((id, what, r));
+    }
+    let srv = agent
+        .serve(a.listen, token.clone())
+        .with_context(|| format!("listening on {}", a.listen))?;
+    let facts = agent.ucx_facts().ok();
+    println!(
+        "gdpath serve: listening on {} (UCX {}, {}, {})",
+        srv.local_addr(),
+        facts.map(|f| f.version_string).unwrap_or_default(),
+        if a.net.fast_local {
+            "fast-local: shared memory allowed, dead peers found by time bounds"
+        } else {
+            "peer failure detection"
+        },
+        if token.is_none() {
+            "no token"
+        } else {
+            "token required"
+        }
+    );
+    for (id, what, _) in &regions {
+        println!("export {id}: {what}");
+    }
+    use std::io::Write;
+    std::io::stdout().flush().ok();
+    let end = a
+        .duration
+        .map(|s| Instant::now() + Duration::from_secs_f64(s.max(0.0)));
+    loop {
+        if let Some(e) = srv.next_event(Duration::from_millis(200)) {
+            match e {
+                NetEvent::Connected { peer } => println!("connected: {peer}"),
+                NetEvent::Refused { addr, reason } => println!(
+                    "refused: {} ({reason})",
+                    addr.map_or_else(|| "?".into(), |a| a.to_string())
+                ),
+                NetEvent::Lost { peer, detail } => println!("lost: {peer} ({detail})"),
+            }
+            std::io::stdout().flush().ok();
+        }
+        for n in agent.take_notifications() {
+            println!("notification from {}: {} bytes", n.from, n.message.len());
+        }
+        if end.is_some_and(|e| Instant::now() >= e) {
+            break;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

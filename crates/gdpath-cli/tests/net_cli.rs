@@ -1,0 +1,501 @@
+//! `gdpath serve` and `gdpath bench net` as separate processes over 127.0.0.1
+//! (`--devices lo`), a peer killed with SIGKILL on either side, tokens, and two network
+//! namespaces joined by a veth pair (as root; skipped with a reason otherwise).
+
+use gdpath::bench::fill_pattern;
+use gdpath::net::{ConnectOptions, NetConfig, Token};
+use gdpath::{Agent, AgentConfig, Error, HostBuffer, Memory, Path, TransferRequest};
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{channel, Receiver};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_gdpath");
+const T: Duration = Duration::from_secs(30);
+
+/// A child process whose stdout lines arrive on a channel; killed when dropped.
+struct Proc {
+    child: Child,
+    lines: Receiver<String>,
+    seen: Vec<String>,
+}
+
+impl Proc {
+    fn spawn(cmd: &mut Command) -> Proc {
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn");
+        let out = child.stdout.take().unwrap();
+        let (tx, lines) = channel();
+        std::thread::spawn(move || {
+            for l in BufReader::new(out).lines() {
+                let Ok(l) = l else { break };
+                if tx.send(l).is_err() {
+                    break;
+                }
+            }
+        });
+        Proc {
+            child,
+            lines,
+            seen: Vec::new(),
+        }
+    }
+
+    /// Waits for a line containing `needle`; panics with what was seen after `timeout`.
+    fn wait_line(&mut self, needle: &str, timeout: Duration) -> String {
+        let end = Instant::now() + timeout;
+        loop {
+            let left = end.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(l) => {
+                    self.seen.push(l.clone());
+                    if l.contains(needle) {
+                        return l;
+                    }
+                }
+                Err(_) => panic!(
+                    "no line with {needle:?} within {timeout:?}; saw {:?}",
+                    self.seen
+                ),
+            }
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `gdpath serve` (optionally under a command prefix such as `ip netns exec NS`) and
+/// returns it with its listening address.
+fn serve(prefix: &[&str], args: &[&str]) -> (Proc, SocketAddr) {
+    let mut cmd = if prefix.is_empty() {
+        Command::new(BIN)
+    } else {
+        let mut c = Command::new(prefix[0]);
+        c.args(&prefix[1..]).arg(BIN);
+        c
+    };
+    cmd.arg("serve").args(args);
+    let mut p = Proc::spawn(&mut cmd);
+    let line = p.wait_line("listening on", T);
+    let addr = line
+        .split_whitespace()
+        .nth(4)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("no address in {line:?}"));
+    (p, addr)
+}
+
+fn lo_serve(extra: &[&str]) -> (Proc, SocketAddr) {
+    let mut args = vec![
+        "--listen",
+        "127.0.0.1:0",
+        "--devices",
+        "lo",
+        "--duration",
+        "120",
+    ];
+    args.extend_from_slice(extra);
+    serve(&[], &args)
+}
+
+fn client() -> Agent {
+    let a = Agent::new(AgentConfig {
+        name: "test".into(),
+        ..AgentConfig::default()
+    })
+    .unwrap();
+    a.enable_net(NetConfig {
+        devices: Some("lo".into()),
+        ..NetConfig::default()
+    })
+    .unwrap();
+    a
+}
+
+fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut v = vec![0u8; len];
+    fill_pattern(&mut v, 0, seed);
+    v
+}
+
+/// Writes then reads back `len` bytes of the peer's first region; asserts they match.
+fn round_trip(agent: &Agent, addr: SocketAddr, len: usize, seed: u64) {
+    let peer = agent.connect(addr).unwrap();
+    let id = peer.regions()[0].id;
+    let remote = agent.register(peer.memory(id).unwrap()).unwrap();
+    let src = agent
+        .register(Memory::host(HostBuffer::from_slice(&pattern(len, seed))))
+        .unwrap();
+    let dst = agent
+        .register(Memory::host(HostBuffer::zeroed(len)))
+        .unwrap();
+    let n = len as u64;
+    let rep = agent
+        .post(TransferRequest::write(
+            vec![src.desc(0, n)],
+            vec![remote.desc(0, n)],
+        ))
+        .unwrap()
+        .wait()
+        .unwrap();
+    assert_eq!(
+        rep.pairs[0].path,
+        Path::Ucx {
+            transport: "tcp".into()
+        }
+    );
+    agent
+        .post(TransferRequest::read(
+            vec![dst.desc(0, n)],
+            vec![remote.desc(0, n)],
+        ))
+        .unwrap()
+        .wait()
+        .unwrap();
+    assert!(
+        dst.host_view().unwrap()[..] == pattern(len, seed)[..],
+        "not byte-exact"
+    );
+}
+
+#[test]
+fn two_processes_over_loopback() {
+    let (mut srv, addr) = lo_serve(&["--export", "host:8MiB"]);
+    round_trip(&client(), addr, 8 << 20, 3);
+    srv.wait_line("connected: test@127.0.0.1", T);
+}
+
+#[test]
+fn bench_net_json_rows_are_verified_and_name_the_transport() {
+    let (_srv, addr) = lo_serve(&["--export", "host:4MiB"]);
+    for op in ["put", "get"] {
+        let out = Command::new(BIN)
+            .args([
+                "bench",
+                "net",
+                "--peer",
+                &addr.to_string(),
+                "--devices",
+                "lo",
+            ])
+            .args(["--op", op, "--size", "8B,64KiB,1MiB", "--runs", "2"])
+            .args(["--bytes-per-run", "4MiB", "--json"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let rows = j["rows"].as_array().unwrap();
+        assert_eq!(rows.len(), 3);
+        for r in rows {
+            for k in [
+                "path",
+                "op",
+                "bytes",
+                "block",
+                "qd",
+                "gbps_min",
+                "gbps_median",
+                "gbps_max",
+                "iops",
+                "latency_us_p50",
+                "latency_us_p99",
+                "verified",
+                "transport",
+                "latency_us_min",
+                "latency_us_max",
+            ] {
+                assert!(r.get(k).is_some(), "row lacks {k}: {r}");
+            }
+            assert_eq!(r["op"], op);
+            assert_eq!(r["transport"], "tcp");
+            assert_eq!(r["path"], "ucx:tcp");
+            assert_eq!(r["verified"], true);
+            assert!(r["gbps_median"].as_f64().unwrap() > 0.0);
+            assert!(r["latency_us_min"].as_f64().unwrap() > 0.0);
+        }
+    }
+}
+
+#[test]
+fn wrong_token_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let tok = dir.path().join("token");
+    std::fs::write(&tok, "a shared secret of some length\n").unwrap();
+    let (mut srv, addr) = lo_serve(&[
+        "--export",
+        "host:1MiB",
+        "--token-file",
+        tok.to_str().unwrap(),
+    ]);
+    let out = Command::new(BIN)
+        .args([
+            "bench",
+            "net",
+            "--peer",
+            &addr.to_string(),
+            "--devices",
+            "lo",
+            "--size",
+            "4KiB",
+        ])
+        .env("GDPATH_TOKEN", "another secret of some length")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("authentication"), "{err}");
+    srv.wait_line("refused:", T);
+    // The right token works, from the environment.
+    let out = Command::new(BIN)
+        .args([
+            "bench",
+            "net",
+            "--peer",
+            &addr.to_string(),
+            "--devices",
+            "lo",
+            "--size",
+            "4KiB",
+        ])
+        .args(["--runs", "1", "--bytes-per-run", "64KiB"])
+        .env("GDPATH_TOKEN", "a shared secret of some length")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // And in the library.
+    let a = client();
+    let opts = ConnectOptions {
+        token: Token::new("a shared secret of some length").unwrap(),
+        ..ConnectOptions::default()
+    };
+    assert_eq!(a.connect_with(addr, &opts).unwrap().regions().len(), 1);
+    assert!(matches!(a.connect(addr), Err(Error::AuthFailed { .. })));
+}
+
+#[test]
+fn serve_refuses_non_loopback_without_token() {
+    let out = Command::new(BIN)
+        .args(["serve", "--listen", "0.0.0.0:0", "--duration", "1"])
+        .env_remove("GDPATH_TOKEN")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("needs a token"));
+}
+
+#[test]
+fn server_killed_mid_stream_fails_transfers_with_a_typed_error() {
+    let (mut srv, addr) = lo_serve(&["--export", "host:16MiB"]);
+    let a = client();
+    let peer = a.connect(addr).unwrap();
+    let remote = a
+        .register(peer.memory(peer.regions()[0].id).unwrap())
+        .unwrap();
+    let src = a
+        .register(Memory::host(HostBuffer::zeroed(16 << 20)))
+        .unwrap();
+    let mut q = std::collections::VecDeque::new();
+    let start = Instant::now();
+    let mut killed_at = None;
+    let mut i = 0u64;
+    let err = loop {
+        if i == 32 && killed_at.is_none() {
+            srv.child.kill().unwrap(); // SIGKILL
+            srv.child.wait().unwrap();
+            killed_at = Some(Instant::now());
+        }
+        let off = (i % 16) << 20;
+        match a.post(TransferRequest::write(
+            vec![src.desc(off, 1 << 20)],
+            vec![remote.desc(off, 1 << 20)],
+        )) {
+            Ok(t) => q.push_back(t),
+            Err(e) => break e,
+        }
+        i += 1;
+        if q.len() >= 8 {
+            if let Err(e) = q.pop_front().unwrap().wait_timeout(T) {
+                break e.error;
+            }
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "no failure after the kill"
+        );
+    };
+    let took = killed_at.expect("killed").elapsed();
+    assert!(
+        matches!(err, Error::PeerFailed { .. } | Error::Refused { .. }),
+        "expected a peer failure, got {err:?}"
+    );
+    eprintln!("server killed: transfers failed after {took:?}: {err}");
+    assert!(took < Duration::from_secs(20), "detection took {took:?}");
+    assert!(peer.failure().is_some());
+}
+
+#[test]
+fn client_killed_mid_stream_server_keeps_serving_another() {
+    let (mut srv, addr) = lo_serve(&["--export", "host:16MiB"]);
+    let mut bench = Proc::spawn(
+        Command::new(BIN)
+            .args([
+                "bench",
+                "net",
+                "--peer",
+                &addr.to_string(),
+                "--devices",
+                "lo",
+            ])
+            .args(["--size", "1MiB", "--runs", "100", "--bytes-per-run", "1GiB"]),
+    );
+    srv.wait_line("connected: bench@", T);
+    std::thread::sleep(Duration::from_millis(500));
+    bench.child.kill().unwrap(); // SIGKILL mid-stream
+    bench.child.wait().unwrap();
+    srv.wait_line("lost: bench@", T);
+    round_trip(&client(), addr, 8 << 20, 11);
+    srv.wait_line("connected: test@", T);
+}
+
+/// Two network namespaces joined by a veth pair, each end with a private address of ours; the
+/// server listens on its veth address with a token and the bench crosses the link.
+struct Netns {
+    a: String,
+    b: String,
+}
+
+impl Netns {
+    fn create(tag: u32) -> Result<Netns, String> {
+        let n = Netns {
+            a: format!("gdp-a-{tag}"),
+            b: format!("gdp-b-{tag}"),
+        };
+        let oct = 16 + tag % 200;
+        let run = |args: &[&str]| -> Result<(), String> {
+            let o = Command::new("ip")
+                .args(args)
+                .output()
+                .map_err(|e| e.to_string())?;
+            if o.status.success() {
+                Ok(())
+            } else {
+                Err(format!(
+                    "ip {}: {}",
+                    args.join(" "),
+                    String::from_utf8_lossy(&o.stderr)
+                ))
+            }
+        };
+        let (va, vb) = (format!("gva{tag}"), format!("gvb{tag}"));
+        let (aa, ab) = (format!("10.213.{oct}.1/24"), format!("10.213.{oct}.2/24"));
+        run(&["netns", "add", &n.a])?;
+        run(&["netns", "add", &n.b])?;
+        run(&["link", "add", &va, "type", "veth", "peer", "name", &vb])?;
+        run(&["link", "set", &va, "netns", &n.a])?;
+        run(&["link", "set", &vb, "netns", &n.b])?;
+        for (ns, dev, addr) in [(&n.a, &va, &aa), (&n.b, &vb, &ab)] {
+            run(&["-n", ns, "addr", "add", addr, "dev", dev])?;
+            run(&["-n", ns, "link", "set", dev, "up"])?;
+            run(&["-n", ns, "link", "set", "lo", "up"])?;
+        }
+        Ok(n)
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        for ns in [&self.a, &self.b] {
+            let _ = Command::new("ip").args(["netns", "del", ns]).status();
+        }
+    }
+}
+
+#[test]
+fn two_hosts_in_network_namespaces_over_veth() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIP two_hosts_in_network_namespaces_over_veth: needs root for ip netns");
+        return;
+    }
+    if Command::new("ip").arg("-V").output().is_err() {
+        eprintln!("SKIP two_hosts_in_network_namespaces_over_veth: `ip` (iproute2) missing");
+        return;
+    }
+    let tag = std::process::id() % 10_000;
+    let ns = match Netns::create(tag) {
+        Ok(ns) => ns,
+        Err(e) => panic!("creating namespaces failed (root, iproute2 present): {e}"),
+    };
+    let oct = 16 + tag % 200;
+    let dir = tempfile::tempdir().unwrap();
+    let tok = dir.path().join("token");
+    std::fs::write(&tok, "veth test token 0123456789").unwrap();
+    let listen = format!("10.213.{oct}.1:18515");
+    let (mut srv, addr) = serve(
+        &["ip", "netns", "exec", &ns.a],
+        &[
+            "--listen",
+            &listen,
+            "--export",
+            "host:8MiB",
+            "--token-file",
+            tok.to_str().unwrap(),
+            "--devices",
+            &format!("gva{tag}"),
+            "--duration",
+            "60",
+        ],
+    );
+    assert_eq!(addr.to_string(), listen);
+    let out = Command::new("ip")
+        .args([
+            "netns", "exec", &ns.b, BIN, "bench", "net", "--peer", &listen,
+        ])
+        .args([
+            "--token-file",
+            tok.to_str().unwrap(),
+            "--devices",
+            &format!("gvb{tag}"),
+        ])
+        .args([
+            "--size",
+            "4KiB,1MiB",
+            "--runs",
+            "1",
+            "--bytes-per-run",
+            "8MiB",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for r in j["rows"].as_array().unwrap() {
+        assert_eq!(r["verified"], true, "{r}");
+        assert_eq!(r["transport"], "tcp", "{r}");
+    }
+    srv.wait_line(&format!("connected: bench@10.213.{oct}.2"), T);
+    drop(srv);
+    drop(ns);
+}

@@ -1,0 +1,378 @@
+//! The network backend: remote memory of peer agents, read and written through UCX (`put`/`get`
+//! on packed remote keys), with the agent-to-agent control protocol (`crate::net::codec`) on
+//! the same UCX connection as active messages.
+//!
+//! Modules: [`peer`] (connections, handshake, control messages), [`remote`] (a peer's region
+//! materialised as [`Memory::Remote`]), [`ops`] (descriptor pairs in flight, flushes,
+//! notifications), [`export`] (regions this agent exposes, withdrawal with acknowledgements).
+//!
+//! Progress: UCX moves data only while workers progress; over `tcp` the *target* worker serves
+//! put and get. The backend is [`Drive::Poll`]: `Transfer::wait`/`poll` call
+//! [`Backend::progress`]; a serving agent (`crate::net::Server`) runs a thread that does the
+//! same, so it serves its peers while the application does other things.
+
+mod export;
+mod ops;
+pub(crate) mod peer;
+pub(crate) mod remote;
+mod staging;
+
+use crate::backend::{Backend, Capability, Drive, PlanChoice, Preference, Refusal};
+use crate::error::{Error, Result};
+use crate::finding::ids;
+use crate::memory::{Memory, MemoryClass};
+use crate::net::{NetConfig, NetEvent, Notification};
+use crate::path::Path;
+use crate::region::{BackendHandle, Descriptor, ForeignMemory, Region};
+use crate::transfer::{Op, WorkItem};
+use gdpath_ucx::{Context, Features, MemHandle, MemType, UcxCfg, UcxError, Worker};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+pub(crate) use peer::PeerConn;
+pub(crate) use remote::RemoteMem;
+
+/// Active-message id of the control protocol.
+pub(crate) const CTRL_AM: u16 = crate::net::codec::AM_ID;
+/// Notifications kept until the application takes them; more are dropped and counted.
+pub(crate) const MAX_QUEUED_NOTIFICATIONS: usize = 4096;
+
+/// Events kept for `Server::next_event`; more are dropped.
+const MAX_QUEUED_EVENTS: usize = 1024;
+
+/// The registration of a local region with UCX (`ucp_mem_map`), kept as the region's backend
+/// handle and dropped (unmapped) before the region's memory is freed.
+pub(crate) struct LocalMem(pub(crate) MemHandle);
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Maps a UCX error of an operation with `peer` to the engine's error.
+pub(crate) fn ucx_err(peer: &str, op: &'static str, e: UcxError) -> Error {
+    match e {
+        UcxError::EndpointFailed { status, .. } => Error::PeerFailed {
+            peer: peer.to_owned(),
+            detail: format!("connection failed: {status}"),
+        },
+        UcxError::Timeout { op, timeout } => Error::PeerFailed {
+            peer: peer.to_owned(),
+            detail: format!("{op} did not complete within {timeout:?}"),
+        },
+        source => Error::Ucx { op, source },
+    }
+}
+
+/// Everything guarded by the backend's state lock. Lock order: state, then a peer's own lock.
+#[derive(Default)]
+pub(crate) struct State {
+    pub(crate) peers: Vec<Arc<PeerConn>>,
+    pub(crate) exports: export::Exports,
+    pub(crate) ops: ops::Ops,
+}
+
+/// The UCX backend of one agent: a UCX context and worker, its peers, its exports and the
+/// operations in flight.
+pub struct UcxBackend {
+    pub(crate) cfg: NetConfig,
+    pub(crate) agent_name: String,
+    pub(crate) agent_id: u64,
+    pub(crate) ctx: Context,
+    pub(crate) worker: Worker,
+    pub(crate) cuda: bool,
+    pub(crate) state: Mutex<State>,
+    pub(crate) listener: Mutex<Option<peer::ListenState>>,
+    progress_lock: Mutex<()>,
+    events: Mutex<VecDeque<NetEvent>>,
+    pub(crate) notifications: Mutex<VecDeque<Notification>>,
+    pub(crate) notifications_dropped: AtomicU64,
+    pub(crate) next_peer: AtomicU64,
+}
+
+impl std::fmt::Debug for UcxBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UcxBackend")
+            .field("agent", &self.agent_name)
+            .field("cfg", &self.cfg)
+            .finish()
+    }
+}
+
+impl UcxBackend {
+    /// Loads UCX and creates the context (RMA + active messages) and worker.
+    pub(crate) fn new(agent_name: &str, agent_id: u64, cfg: NetConfig) -> Result<Arc<Self>> {
+        let ucfg = UcxCfg {
+            features: Features::RMA | Features::AM,
+            transports: cfg.transports.clone(),
+            devices: cfg.devices.clone(),
+            ..UcxCfg::default()
+        };
+        let ctx = Context::new(&ucfg).map_err(|source| Error::Ucx {
+            op: "context",
+            source,
+        })?;
+        let worker = Worker::new(&ctx).map_err(|source| Error::Ucx {
+            op: "worker",
+            source,
+        })?;
+        worker.am_register(CTRL_AM).map_err(|source| Error::Ucx {
+            op: "am_register",
+            source,
+        })?;
+        let cuda = ctx.supports(MemType::Cuda).unwrap_or(false);
+        Ok(Arc::new(UcxBackend {
+            cfg,
+            agent_name: agent_name.to_owned(),
+            agent_id,
+            ctx,
+            worker,
+            cuda,
+            state: Mutex::new(State::default()),
+            listener: Mutex::new(None),
+            progress_lock: Mutex::new(()),
+            events: Mutex::new(VecDeque::new()),
+            notifications: Mutex::new(VecDeque::new()),
+            notifications_dropped: AtomicU64::new(0),
+            next_peer: AtomicU64::new(1),
+        }))
+    }
+
+    /// The UCX context (facts, memory types).
+    pub(crate) fn context(&self) -> &Context {
+        &self.ctx
+    }
+
+    pub(crate) fn push_event(&self, e: NetEvent) {
+        tracing::debug!(event = ?e, "net event");
+        let mut q = lock(&self.events);
+        if q.len() < MAX_QUEUED_EVENTS {
+            q.push_back(e);
+        }
+    }
+
+    pub(crate) fn pop_event(&self) -> Option<NetEvent> {
+        lock(&self.events).pop_front()
+    }
+
+    /// The region's UCX registration, made now if the region predates the backend.
+    pub(crate) fn local_mem(&self, region: &Region) -> Result<MemHandle> {
+        let found = region.with_backend_handle(self.name(), |h| {
+            h.and_then(|h| h.downcast_ref::<LocalMem>())
+                .map(|m| m.0.clone())
+        });
+        if let Some(m) = found {
+            return Ok(m);
+        }
+        let m = self.map_region(region)?.ok_or_else(|| Error::Unsupported {
+            what: format!("{} memory over the network", region.kind()),
+            backend: "ucx",
+        })?;
+        let handle = m.clone();
+        region.push_handle(self.name(), Box::new(LocalMem(m)));
+        Ok(handle)
+    }
+
+    /// `ucp_mem_map` of a host region, or of a GPU region when UCX supports CUDA; `None` for
+    /// kinds this backend does not map (GPU memory then goes through staging buffers).
+    fn map_region(&self, region: &Region) -> Result<Option<MemHandle>> {
+        if let Some(dev) = crate::backend::cuda::gpu_buffer(region) {
+            if !self.cuda || dev.is_empty() {
+                return Ok(None);
+            }
+            dev.context().bind().map_err(|e| Error::Backend {
+                backend: "ucx",
+                detail: format!("binding GPU {} context: {e}", dev.ordinal()),
+            })?;
+            // SAFETY: the device buffer is `len` bytes of CUDA memory owned by (or borrowed
+            // for) the region; the handle is the region's backend handle, dropped before the
+            // region's memory, and requests using it hold the region (work items).
+            let m = unsafe {
+                MemHandle::map(
+                    &self.ctx,
+                    dev.device_ptr() as *mut u8,
+                    dev.len(),
+                    MemType::Cuda,
+                )
+            }
+            .map_err(|source| Error::Ucx {
+                op: "ucp_mem_map (CUDA)",
+                source,
+            })?;
+            return Ok(Some(m));
+        }
+        let Some(ptr) = region.host_ptr() else {
+            return Ok(None);
+        };
+        let len = region.len()? as usize;
+        if len == 0 {
+            return Ok(None);
+        }
+        // SAFETY: the region owns `len` bytes at `ptr`; the handle is stored as the region's
+        // backend handle, which is dropped before the region's memory (field order of
+        // RegionInner), and every request using it also holds the region (work items).
+        let m =
+            unsafe { MemHandle::map(&self.ctx, ptr, len, MemType::Host) }.map_err(|source| {
+                Error::Ucx {
+                    op: "ucp_mem_map",
+                    source,
+                }
+            })?;
+        Ok(Some(m))
+    }
+
+    /// True when `region` is exported (or being withdrawn) by this agent.
+    pub(crate) fn is_exported(&self, region: &Region) -> bool {
+        lock(&self.state).exports.holds(region)
+    }
+
+    /// One progress round: UCX progress, new connections, control messages, completions,
+    /// failed peers. Returns (work items completed, whether anything happened). Only one thread
+    /// runs it at a time; others return at once.
+    pub(crate) fn progress_round(&self) -> (usize, bool) {
+        let Ok(_g) = self.progress_lock.try_lock() else {
+            return (0, false);
+        };
+        let mut events = 0u32;
+        for _ in 0..8 {
+            let n = self.worker.progress();
+            events += n;
+            if n == 0 {
+                break;
+            }
+        }
+        let mut activity = events > 0;
+        activity |= self.accept_connections();
+        activity |= self.dispatch_messages();
+        let done = {
+            let mut st = lock(&self.state);
+            let done = st.ops.poll(self);
+            activity |= self.reap_peers(&mut st);
+            done
+        };
+        (done, activity || done > 0)
+    }
+}
+
+impl Backend for UcxBackend {
+    fn name(&self) -> &'static str {
+        "ucx"
+    }
+
+    fn capabilities(&self) -> Vec<Capability> {
+        let any = || Path::Ucx {
+            transport: "any".into(),
+        };
+        vec![
+            Capability::both(
+                MemoryClass::Host,
+                MemoryClass::Remote,
+                any(),
+                Preference::Preferred,
+            ),
+            Capability::both(
+                MemoryClass::Gpu,
+                MemoryClass::Remote,
+                any(),
+                Preference::Preferred,
+            ),
+        ]
+    }
+
+    fn drive(&self) -> Drive {
+        Drive::Poll
+    }
+
+    fn materialize(&self, memory: &Memory) -> Option<Result<Box<dyn ForeignMemory>>> {
+        match memory {
+            Memory::Remote(r) => Some(self.materialize_remote(r)),
+            _ => None,
+        }
+    }
+
+    fn register(&self, region: &Region) -> Result<Option<BackendHandle>> {
+        if let Some(rm) = region
+            .foreign()
+            .and_then(|f| f.as_any().downcast_ref::<RemoteMem>())
+        {
+            rm.track(region);
+            return Ok(None);
+        }
+        Ok(self
+            .map_region(region)?
+            .map(|m| Box::new(LocalMem(m)) as BackendHandle))
+    }
+
+    fn plan(
+        &self,
+        _op: Op,
+        local: &Descriptor,
+        target: &Descriptor,
+    ) -> std::result::Result<PlanChoice, Refusal> {
+        let Some(rm) = target
+            .region
+            .foreign()
+            .and_then(|f| f.as_any().downcast_ref::<RemoteMem>())
+        else {
+            return Err(Refusal {
+                finding: None,
+                detail: "target is not a remote region of this agent's network backend".into(),
+            });
+        };
+        if let Some(why) = rm.peer.failure() {
+            return Err(Refusal::because(
+                ids::NET_PEER_FAILED,
+                format!("peer {}: {why}", rm.peer.label()),
+            ));
+        }
+        if local.region.host_ptr().is_some() {
+            return Ok(PlanChoice::on(Path::Ucx {
+                transport: rm.peer.transport(),
+            }));
+        }
+        if crate::backend::cuda::gpu_buffer(&local.region).is_none() {
+            return Err(Refusal {
+                finding: None,
+                detail: format!("local {} memory is not served", local.region.kind()),
+            });
+        }
+        if !self.cuda {
+            return Ok(PlanChoice {
+                path: Path::Ucx {
+                    transport: rm.peer.transport(),
+                },
+                finding: Some(ids::GDR_UCX_NO_CUDA.into()),
+                detail: Some(format!(
+                    "UCX {} has no CUDA support: GPU memory goes through pinned staging buffers",
+                    self.ctx.ucx().version_string()
+                )),
+            });
+        }
+        Ok(PlanChoice::on(rm.peer.gpu_path()))
+    }
+
+    fn submit(&self, items: Vec<WorkItem>) {
+        let mut st = lock(&self.state);
+        st.ops.submit(self, items);
+    }
+
+    fn progress(&self) -> usize {
+        // Spin while operations are in flight (NetConfig::poll_spin): a round trip over
+        // loopback takes tens of µs, and the waiter otherwise sleeps between calls.
+        let start = std::time::Instant::now();
+        loop {
+            let (done, _) = self.progress_round();
+            if done > 0 || start.elapsed() >= self.cfg.poll_spin || !lock(&self.state).ops.busy() {
+                return done;
+            }
+            // Yield rather than spin: on a loaded host (or with the peer on the same cores)
+            // a pure spin starves the thread that would answer.
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// A counter of the backend's ids (peers).
+pub(crate) fn next(c: &AtomicU64) -> u64 {
+    c.fetch_add(1, Ordering::Relaxed)
+}

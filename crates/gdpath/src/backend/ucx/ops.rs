@@ -1,0 +1,536 @@
+//! Descriptor pairs in flight: put/get requests, the flush that makes puts visible at the
+//! target, notifications after them, withdraw acknowledgements, and control messages sent.
+//!
+//! The items of one `submit` for one peer form a batch. Gets complete when their request does.
+//! Puts complete when an endpoint flush posted after them completes (UCX: a put's own request
+//! only means the local buffer may be reused; the flush means the data is in the target's
+//! memory). Flushes are coalesced per peer: one is in flight at a time and covers every batch
+//! whose puts were posted before it; batches submitted meanwhile wait for the next one. A lone
+//! transfer is flushed at once (latency); many in flight share one round trip (throughput). With a notification, the batch's items complete only after the notification was
+//! sent, so that `Transfer::wait` returning means the peer has (or will get) it.
+//!
+//! A batch that does not finish within `NetConfig::op_timeout` fails its items with
+//! [`Error::PeerFailed`]; its UCX requests and both regions of each pair are kept alive until
+//! UCX finishes them (a request UCX may still touch is never released with its memory).
+
+use super::peer::PeerConn;
+use super::staging::{self, Stage, Stages};
+use super::{ucx_err, RemoteMem, UcxBackend};
+use crate::backend::cuda::gpu_buffer;
+use crate::error::{Error, Result};
+use crate::net::codec::Message;
+use crate::region::Region;
+use crate::transfer::{Op, WorkItem};
+use gdpath_ucx::Request;
+use std::sync::Arc;
+use std::time::Instant;
+
+struct Slot {
+    item: Option<WorkItem>,
+    req: Option<Request>,
+    /// The request finished successfully (or completed at post).
+    local_done: bool,
+    result: Option<Result<u64>>,
+    put: bool,
+    len: u64,
+    /// The pinned staging buffer of a GPU pair when UCX cannot move GPU memory itself.
+    stage: Option<Stage>,
+}
+
+struct Batch {
+    seq: u64,
+    peer: Arc<PeerConn>,
+    slots: Vec<Slot>,
+    flush_done: Option<Result<()>>,
+    notify: Option<Arc<[u8]>>,
+    notify_req: Option<Request>,
+    notify_done: Option<Result<()>>,
+    started: Instant,
+}
+
+struct Send {
+    peer: Arc<PeerConn>,
+    req: Request,
+    close: bool,
+}
+
+struct PendingAck {
+    peer: Arc<PeerConn>,
+    ids: Vec<u64>,
+    flush: Option<Request>,
+}
+
+/// Requests that outlived their items (timeout), with the regions they may still touch.
+struct Zombie {
+    reqs: Vec<Request>,
+    _regions: Vec<Region>,
+    _stages: Vec<Stage>,
+}
+
+/// The flush state of one peer's endpoint.
+struct Flusher {
+    peer: Arc<PeerConn>,
+    /// The flush in flight and the batches it covers.
+    inflight: Option<(Request, Vec<u64>)>,
+    /// Batches whose puts were posted after the flush in flight.
+    waiting: Vec<u64>,
+}
+
+#[derive(Default)]
+pub(crate) struct Ops {
+    /// When batch ages were last checked against the operation bound.
+    checked: Option<Instant>,
+    next_seq: u64,
+    flushers: Vec<Flusher>,
+    batches: Vec<Batch>,
+    stages: Stages,
+    sends: Vec<Send>,
+    acks: Vec<PendingAck>,
+    zombies: Vec<Zombie>,
+}
+
+fn remote_of(item: &WorkItem) -> Option<&RemoteMem> {
+    item.target()
+        .region
+        .foreign()
+        .and_then(|f| f.as_any().downcast_ref::<RemoteMem>())
+}
+
+/// Tests a request: `Some(Ok)` finished, `Some(Err)` failed, `None` still in flight.
+fn test(req: &mut Request, peer: &PeerConn) -> Option<Result<()>> {
+    match req.test() {
+        Ok(true) => Some(Ok(())),
+        Ok(false) => None,
+        Err(e) => Some(Err(ucx_err(&peer.label(), req.op(), e))),
+    }
+}
+
+impl Ops {
+    pub(crate) fn track_send(&mut self, peer: Arc<PeerConn>, req: Request, close: bool) {
+        self.sends.push(Send { peer, req, close });
+    }
+
+    /// Flushes `peer`'s endpoint, then acknowledges the withdrawal of `ids`.
+    pub(crate) fn ack_after_flush(&mut self, peer: &Arc<PeerConn>, ids: Vec<u64>) {
+        let flush = match peer.ep.flush_nb() {
+            Ok(r) => Some(r),
+            Err(e) => {
+                tracing::debug!(peer = %peer.label(), "flush before withdraw ack: {e}");
+                None
+            }
+        };
+        self.acks.push(PendingAck {
+            peer: peer.clone(),
+            ids,
+            flush,
+        });
+    }
+
+    /// Posts every item (see the module docs). Items that cannot start complete at once.
+    pub(crate) fn submit(&mut self, b: &UcxBackend, items: Vec<WorkItem>) {
+        let mut groups: Vec<(Arc<PeerConn>, Vec<WorkItem>)> = Vec::new();
+        for item in items {
+            let Some(peer) = remote_of(&item).map(|r| r.peer.clone()) else {
+                item.complete(Err(Error::Backend {
+                    backend: "ucx",
+                    detail: "target is not a remote region".into(),
+                }));
+                continue;
+            };
+            match groups.iter_mut().find(|(p, _)| Arc::ptr_eq(p, &peer)) {
+                Some((_, v)) => v.push(item),
+                None => groups.push((peer, vec![item])),
+            }
+        }
+        for (peer, items) in groups {
+            let label = peer.label();
+            let notify = items.first().and_then(|i| i.notification());
+            self.next_seq += 1;
+            let mut batch = Batch {
+                seq: self.next_seq,
+                peer: peer.clone(),
+                slots: Vec::with_capacity(items.len()),
+                flush_done: None,
+                notify,
+                notify_req: None,
+                notify_done: None,
+                started: Instant::now(),
+            };
+            let mut puts = false;
+            for item in items {
+                if let Some(e) = item.stop_reason() {
+                    item.complete(Err(e));
+                    continue;
+                }
+                match post(b, &item, &label, &mut self.stages) {
+                    Ok((req, stage)) => {
+                        let put = item.op() == Op::Write;
+                        puts |= put;
+                        let len = item.local().len;
+                        batch.slots.push(Slot {
+                            local_done: req.is_none(),
+                            req,
+                            item: Some(item),
+                            result: None,
+                            put,
+                            len,
+                            stage,
+                        });
+                    }
+                    Err(e) => item.complete(Err(e)),
+                }
+            }
+            if batch.slots.is_empty() {
+                continue;
+            }
+            let seq = batch.seq;
+            self.batches.push(batch);
+            if puts {
+                let f = match self
+                    .flushers
+                    .iter()
+                    .position(|f| Arc::ptr_eq(&f.peer, &peer))
+                {
+                    Some(i) => i,
+                    None => {
+                        self.flushers.push(Flusher {
+                            peer: peer.clone(),
+                            inflight: None,
+                            waiting: Vec::new(),
+                        });
+                        self.flushers.len() - 1
+                    }
+                };
+                self.flushers[f].waiting.push(seq);
+                self.kick(f);
+            }
+        }
+    }
+
+    /// Posts flusher `f`'s next flush if none is in flight and batches wait for one.
+    fn kick(&mut self, f: usize) {
+        let fl = &mut self.flushers[f];
+        if fl.inflight.is_some() || fl.waiting.is_empty() {
+            return;
+        }
+        let covers = std::mem::take(&mut fl.waiting);
+        match fl.peer.ep.flush_nb() {
+            Ok(r) => fl.inflight = Some((r, covers)),
+            Err(e) => {
+                let e = ucx_err(&fl.peer.label(), "flush", e);
+                self.flush_finished(&covers, Err(e));
+            }
+        }
+    }
+
+    fn flush_finished(&mut self, covers: &[u64], r: Result<()>) {
+        for b in &mut self.batches {
+            if covers.contains(&b.seq) {
+                b.flush_done = Some(r.clone());
+            }
+        }
+    }
+
+    /// Tests the flushes in flight; posts the next ones.
+    fn poll_flushes(&mut self) {
+        for f in 0..self.flushers.len() {
+            let fl = &mut self.flushers[f];
+            let finished = match fl.inflight.as_mut() {
+                Some((req, _)) => test(req, &fl.peer),
+                None => None,
+            };
+            if let Some(r) = finished {
+                let (_, covers) = self.flushers[f].inflight.take().expect("in flight");
+                self.flush_finished(&covers, r);
+            }
+            self.kick(f);
+        }
+        // Forget idle flushers of peers that failed.
+        self.flushers.retain(|f| {
+            f.inflight.is_some() || !f.waiting.is_empty() || f.peer.failure().is_none()
+        });
+    }
+
+    /// Batches in flight.
+    pub(crate) fn busy(&self) -> bool {
+        !self.batches.is_empty()
+    }
+
+    /// Tests everything in flight; completes finished items. Returns how many completed.
+    pub(crate) fn poll(&mut self, b: &UcxBackend) -> usize {
+        self.poll_flushes();
+        let mut done = 0;
+        let timeout = b.cfg.op_timeout;
+        // Ages are checked every few milliseconds, not on every (spinning) poll.
+        let now = Instant::now();
+        let check = !timeout.is_zero()
+            && self
+                .checked
+                .is_none_or(|t| now.duration_since(t) >= std::time::Duration::from_millis(5));
+        if check {
+            self.checked = Some(now);
+        }
+        let mut i = 0;
+        while i < self.batches.len() {
+            let (finished, n) = self.batches[i].poll(&mut self.stages);
+            done += n;
+            if finished {
+                self.batches.swap_remove(i);
+            } else if check && now.duration_since(self.batches[i].started) > timeout {
+                let batch = self.batches.swap_remove(i);
+                let seq = batch.seq;
+                for f in &mut self.flushers {
+                    f.waiting.retain(|s| *s != seq);
+                }
+                done += batch.abandon(&mut self.zombies, timeout);
+            } else {
+                i += 1;
+            }
+        }
+        self.sends.retain_mut(|s| match test(&mut s.req, &s.peer) {
+            None => true,
+            Some(r) => {
+                if let Err(e) = r {
+                    tracing::debug!(peer = %s.peer.label(), "control message: {e}");
+                }
+                if s.close {
+                    tracing::debug!(peer = %s.peer.label(), "closing refused connection");
+                }
+                false
+            }
+        });
+        let mut ready = Vec::new();
+        self.acks.retain_mut(|a| {
+            let finished = match a.flush.as_mut() {
+                None => true,
+                Some(f) => test(f, &a.peer).is_some(),
+            };
+            if finished {
+                ready.push((a.peer.clone(), std::mem::take(&mut a.ids)));
+            }
+            !finished
+        });
+        for (peer, ids) in ready {
+            if let Ok(bytes) = crate::net::codec::encode(&Message::WithdrawAck(ids)) {
+                match peer.ep.am_send(super::CTRL_AM, &[], &bytes) {
+                    Ok(req) => self.track_send(peer, req, false),
+                    Err(e) => tracing::debug!("withdraw ack not sent: {e}"),
+                }
+            }
+        }
+        self.zombies.retain_mut(|z| {
+            z.reqs.retain_mut(|r| matches!(r.test(), Ok(false)));
+            !z.reqs.is_empty()
+        });
+        done
+    }
+}
+
+/// Posts one item's put or get: `(None, _)` when UCX completed it at once; a staging buffer
+/// when the local memory is GPU memory that this UCX build cannot move itself.
+fn post(
+    b: &UcxBackend,
+    item: &WorkItem,
+    label: &str,
+    stages: &mut Stages,
+) -> Result<(Option<Request>, Option<Stage>)> {
+    let rm = remote_of(item).expect("grouped by remote target");
+    if rm.withdrawn() {
+        return Err(Error::Deregistered {
+            region: item.target().region.id(),
+        });
+    }
+    let (l, t) = (item.local(), item.target());
+    let len = usize::try_from(l.len).map_err(|_| Error::Config("length above usize".into()))?;
+    let loff = usize::try_from(l.offset).map_err(|_| Error::Config("offset above usize".into()))?;
+    let staged = match gpu_buffer(&l.region) {
+        Some(dev) if !b.cuda => {
+            let mut st = stages.take(&b.ctx, dev, len)?;
+            if item.op() == Op::Write {
+                item.mark_started();
+                if let Err(e) = staging::d2h(dev, loff, &mut st, len) {
+                    stages.give(st);
+                    return Err(e);
+                }
+            }
+            Some(st)
+        }
+        _ => None,
+    };
+    let (local, off) = match &staged {
+        Some(st) => (st.mem.clone(), 0),
+        None => (b.local_mem(&l.region)?, loff),
+    };
+    item.mark_started();
+    let r = match item.op() {
+        Op::Write => rm.peer.ep.put(&local, off, &rm.remote, t.offset, len),
+        Op::Read => rm.peer.ep.get(&local, off, &rm.remote, t.offset, len),
+    };
+    let mut req = match r {
+        Ok(r) => r,
+        Err(e) => {
+            if let Some(st) = staged {
+                stages.give(st);
+            }
+            return Err(ucx_err(label, "put/get", e));
+        }
+    };
+    match req.test() {
+        Ok(true) => Ok((None, staged)),
+        Ok(false) => Ok((Some(req), staged)),
+        Err(e) => {
+            // The request ended (failed): UCX no longer uses the staging buffer.
+            if let Some(st) = staged {
+                stages.give(st);
+            }
+            Err(ucx_err(label, req.op(), e))
+        }
+    }
+}
+
+/// Finishes a staged get: copies the staging buffer to the pair's GPU range.
+fn unstage_get(item: &WorkItem, stage: &Stage, len: u64) -> Result<u64> {
+    let l = item.local();
+    let dev = gpu_buffer(&l.region).ok_or_else(|| Error::Backend {
+        backend: "ucx",
+        detail: "staged pair lost its GPU memory".into(),
+    })?;
+    staging::h2d(dev, l.offset as usize, stage, len as usize).map(|()| len)
+}
+
+impl Batch {
+    /// Returns (finished, items completed now).
+    fn poll(&mut self, stages: &mut Stages) -> (bool, usize) {
+        for s in &mut self.slots {
+            if s.local_done || s.result.is_some() {
+                continue;
+            }
+            if let Some(req) = s.req.as_mut() {
+                match test(req, &self.peer) {
+                    Some(Ok(())) => s.local_done = true,
+                    Some(Err(e)) => s.result = Some(Err(e)),
+                    None => {}
+                }
+            }
+        }
+        // Staging buffers: a put's is free once its request completed; a get's once copied to
+        // the GPU; a failed pair's once its request ended.
+        for s in &mut self.slots {
+            if s.stage.is_none() || !(s.local_done || s.result.is_some()) {
+                continue;
+            }
+            let st = s.stage.take().expect("checked");
+            if !s.put && s.result.is_none() {
+                if let Some(item) = s.item.as_ref() {
+                    s.result = Some(unstage_get(item, &st, s.len));
+                }
+            }
+            stages.give(st);
+        }
+        for s in &mut self.slots {
+            if s.result.is_some() || !s.local_done {
+                continue;
+            }
+            if !s.put {
+                s.result = Some(Ok(s.len));
+            } else if let Some(f) = &self.flush_done {
+                s.result = Some(f.clone().map(|()| s.len));
+            }
+        }
+        let mut n = 0;
+        if self.notify.is_none() {
+            // Complete each item as soon as its result is known.
+            for s in &mut self.slots {
+                if let Some(r) = &s.result {
+                    if let Some(item) = s.item.take() {
+                        item.complete(r.clone());
+                        n += 1;
+                    }
+                }
+            }
+            return (self.slots.iter().all(|s| s.item.is_none()), n);
+        }
+        if !self.slots.iter().all(|s| s.result.is_some()) {
+            return (false, 0);
+        }
+        let all_ok = self.slots.iter().all(|s| matches!(s.result, Some(Ok(_))));
+        if all_ok && self.notify_done.is_none() {
+            if self.notify_req.is_none() {
+                let msg = Message::Notify(self.notify.as_deref().unwrap_or_default().to_vec());
+                let sent = crate::net::codec::encode(&msg)
+                    .map_err(|e| Error::Config(e.to_string()))
+                    .and_then(|bytes| {
+                        self.peer
+                            .ep
+                            .am_send(super::CTRL_AM, &[], &bytes)
+                            .map_err(|e| ucx_err(&self.peer.label(), "notify", e))
+                    });
+                match sent {
+                    Ok(r) => self.notify_req = Some(r),
+                    Err(e) => self.notify_done = Some(Err(e)),
+                }
+            }
+            if let Some(r) = self.notify_req.as_mut() {
+                self.notify_done = test(r, &self.peer);
+            }
+            if self.notify_done.is_none() {
+                return (false, 0);
+            }
+        }
+        let notify_err = match &self.notify_done {
+            Some(Err(e)) => Some(e.clone()),
+            _ => None,
+        };
+        for s in &mut self.slots {
+            if let Some(item) = s.item.take() {
+                let r = match (&notify_err, s.result.take()) {
+                    (Some(e), Some(Ok(_))) => Err(e.clone()),
+                    (_, Some(r)) => r,
+                    (_, None) => Err(Error::Backend {
+                        backend: "ucx",
+                        detail: "no result".into(),
+                    }),
+                };
+                item.complete(r);
+                n += 1;
+            }
+        }
+        (true, n)
+    }
+
+    /// Fails the unfinished items after `timeout`; keeps their requests and regions alive.
+    fn abandon(mut self, zombies: &mut Vec<Zombie>, timeout: std::time::Duration) -> usize {
+        let label = self.peer.label();
+        let mut reqs: Vec<Request> = Vec::new();
+        let mut regions: Vec<Region> = Vec::new();
+        let mut stages: Vec<Stage> = Vec::new();
+        let mut n = 0;
+        for s in &mut self.slots {
+            if let Some(r) = s.req.take() {
+                reqs.push(r);
+            }
+            stages.extend(s.stage.take());
+            if let Some(item) = s.item.take() {
+                regions.push(item.local().region.clone());
+                regions.push(item.target().region.clone());
+                item.complete(Err(Error::PeerFailed {
+                    peer: label.clone(),
+                    detail: format!(
+                        "no completion within {timeout:?} (peer gone or not progressing)"
+                    ),
+                }));
+                n += 1;
+            }
+        }
+        reqs.extend(self.notify_req.take());
+        reqs.retain_mut(|r| matches!(r.test(), Ok(false)));
+        if !reqs.is_empty() {
+            zombies.push(Zombie {
+                reqs,
+                _regions: regions,
+                _stages: stages,
+            });
+        }
+        n
+    }
+}

@@ -1,0 +1,626 @@
+//! Connections to peer agents: the handshake (challenge, mutual HMAC authentication, metadata),
+//! control messages after it, and failure handling.
+//!
+//! Every connection is one UCX endpoint; control messages are active messages on it
+//! ([`super::CTRL_AM`]), routed to their connection by the endpoint they arrived on. Nothing a
+//! peer sends is used before [`codec::decode`] accepted it, and nothing but the handshake is
+//! accepted before authentication; packed rkeys are sent only in the welcome, after the
+//! client's MAC verified, and the client uses them only after the server's MAC verified.
+
+use super::{lock, next, State, UcxBackend, CTRL_AM, MAX_QUEUED_NOTIFICATIONS};
+use crate::error::{Error, Result};
+use crate::net::auth::{nonce, Token};
+use crate::net::codec::{self, Message, RefuseCode, RegionMeta, NONCE_LEN};
+use crate::net::{ConnectOptions, NetEvent, Notification};
+use crate::path::Path;
+use crate::region::{Region, RegionInner};
+use gdpath_ucx::{Endpoint, Listener, MemType};
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+/// Which side of the connection this agent is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Role {
+    /// This agent connected to a serving peer (it reads and writes the peer's exports).
+    Client,
+    /// A peer connected to this serving agent.
+    Server,
+}
+
+enum Phase {
+    AwaitChallenge {
+        token: Token,
+    },
+    AwaitWelcome {
+        token: Token,
+        server_nonce: [u8; NONCE_LEN],
+        client_nonce: [u8; NONCE_LEN],
+    },
+    AwaitAuth {
+        server_nonce: [u8; NONCE_LEN],
+    },
+    Ready,
+    Failed(Error),
+}
+
+struct PeerInner {
+    phase: Phase,
+    label: String,
+    /// The regions the peer exports (client role), as its last metadata listed them.
+    metadata: Vec<RegionMeta>,
+    withdrawn: HashSet<u64>,
+    /// This agent's regions made from the peer's regions, to mark when they are withdrawn.
+    tracked: Vec<(u64, Weak<RegionInner>)>,
+    transport: String,
+    /// Transports of the endpoint's lanes (all memory types).
+    lanes: Vec<String>,
+}
+
+/// One connection to a peer agent.
+pub(crate) struct PeerConn {
+    pub(crate) id: u64,
+    pub(crate) ep: Endpoint,
+    pub(crate) role: Role,
+    pub(crate) addr: Option<SocketAddr>,
+    since: Instant,
+    inner: Mutex<PeerInner>,
+}
+
+impl std::fmt::Debug for PeerConn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PeerConn")
+            .field("id", &self.id)
+            .field("label", &self.label())
+            .field("role", &self.role)
+            .finish()
+    }
+}
+
+/// Printable form of a name a peer chose: control characters become `?`.
+fn sanitize(s: &str) -> String {
+    s.chars()
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect()
+}
+
+fn addr_text(a: Option<SocketAddr>) -> String {
+    a.map_or_else(|| "?".into(), |a| a.to_string())
+}
+
+impl PeerConn {
+    fn new(id: u64, ep: Endpoint, role: Role, addr: Option<SocketAddr>, phase: Phase) -> Self {
+        PeerConn {
+            id,
+            ep,
+            role,
+            addr,
+            since: Instant::now(),
+            inner: Mutex::new(PeerInner {
+                phase,
+                label: addr_text(addr),
+                metadata: Vec::new(),
+                withdrawn: HashSet::new(),
+                tracked: Vec::new(),
+                transport: "unknown".into(),
+                lanes: Vec::new(),
+            }),
+        }
+    }
+
+    /// `name@address` once authenticated, the address before.
+    pub(crate) fn label(&self) -> String {
+        lock(&self.inner).label.clone()
+    }
+
+    /// Why the connection is unusable, if it is.
+    pub(crate) fn failure(&self) -> Option<String> {
+        if let Phase::Failed(e) = &lock(&self.inner).phase {
+            return Some(e.to_string());
+        }
+        self.ep.failure().map(|s| format!("connection failed: {s}"))
+    }
+
+    pub(crate) fn is_ready(&self) -> bool {
+        matches!(lock(&self.inner).phase, Phase::Ready) && self.ep.failure().is_none()
+    }
+
+    /// The UCX transport(s) of put/get on host memory, as `Path::Ucx { transport }` names them.
+    pub(crate) fn transport(&self) -> String {
+        lock(&self.inner).transport.clone()
+    }
+
+    /// The path of GPU memory to this peer when UCX moves it itself (CUDA-enabled UCX). UCX
+    /// picks the protocol for CUDA memory per operation and does not report it through its API
+    /// (`docs/ucx.md`), so this names what is known: `Gdr { transport }` when the endpoint has
+    /// an RDMA lane (the NIC would read or write GPU memory), else `Ucx` with every transport
+    /// of the endpoint's lanes joined with `+` (e.g. `cma+cuda_copy+cuda_ipc`): the candidates,
+    /// not a claim that `cuda_ipc` moved the bytes. Measured on the H200 pair with UCX 1.22,
+    /// GPU0 → GPU1 puts between processes ran at 0.63–0.68 GB/s, i.e. not over `cuda_ipc`
+    /// (`docs/network.md`).
+    pub(crate) fn gpu_path(&self) -> Path {
+        let g = lock(&self.inner);
+        let rdma = ["rc_mlx5", "dc_mlx5", "rc_verbs", "ud_mlx5", "ud_verbs"];
+        if let Some(t) = rdma.iter().find(|t| g.lanes.iter().any(|l| l == *t)) {
+            return Path::Gdr {
+                transport: (*t).into(),
+            };
+        }
+        let mut names: Vec<&str> = g.lanes.iter().map(String::as_str).collect();
+        names.sort_unstable();
+        names.dedup();
+        Path::Ucx {
+            transport: if names.is_empty() {
+                "unknown".into()
+            } else {
+                names.join("+")
+            },
+        }
+    }
+
+    pub(crate) fn metadata(&self) -> Vec<RegionMeta> {
+        lock(&self.inner).metadata.clone()
+    }
+
+    pub(crate) fn is_withdrawn(&self, id: u64) -> bool {
+        lock(&self.inner).withdrawn.contains(&id)
+    }
+
+    /// Remembers a local region made from the peer's region `id` (marked deregistered when the
+    /// peer withdraws it; at once if it already did).
+    pub(crate) fn track(&self, id: u64, region: &Region) {
+        let mut g = lock(&self.inner);
+        if g.withdrawn.contains(&id) {
+            region.mark_withdrawn();
+        }
+        g.tracked.retain(|(_, w)| w.strong_count() > 0);
+        g.tracked.push((id, region.downgrade()));
+    }
+
+    fn fail(&self, e: Error) {
+        lock(&self.inner).phase = Phase::Failed(e);
+    }
+
+    fn failed_error(&self) -> Option<Error> {
+        match &lock(&self.inner).phase {
+            Phase::Failed(e) => Some(e.clone()),
+            _ => None,
+        }
+    }
+}
+
+/// A listening socket and the token connecting peers must prove.
+pub(crate) struct ListenState {
+    pub(crate) listener: Listener,
+    pub(crate) token: Token,
+}
+
+impl UcxBackend {
+    /// Encodes and sends a control message; the request is tracked until it completes, then
+    /// the connection is closed if `close`.
+    pub(crate) fn send(
+        &self,
+        st: &mut State,
+        peer: &Arc<PeerConn>,
+        msg: &Message,
+        close: bool,
+    ) -> Result<()> {
+        let bytes = codec::encode(msg).map_err(|e| Error::Config(e.to_string()))?;
+        let req = peer
+            .ep
+            .am_send(CTRL_AM, &[], &bytes)
+            .map_err(|e| super::ucx_err(&peer.label(), "am_send", e))?;
+        st.ops.track_send(peer.clone(), req, close);
+        Ok(())
+    }
+
+    /// Connects to a serving agent and runs the handshake (see the module docs).
+    pub(crate) fn connect(&self, addr: SocketAddr, opts: &ConnectOptions) -> Result<Arc<PeerConn>> {
+        let ep = Endpoint::connect_with(&self.worker, addr, self.cfg.failure_mode.ucx())
+            .map_err(|e| super::ucx_err(&addr.to_string(), "connect", e))?;
+        let peer = Arc::new(PeerConn::new(
+            next(&self.next_peer),
+            ep,
+            Role::Client,
+            Some(addr),
+            Phase::AwaitChallenge {
+                token: opts.token.clone(),
+            },
+        ));
+        lock(&self.state).peers.push(peer.clone());
+        let deadline = Instant::now() + opts.timeout;
+        let outcome = loop {
+            let (_, busy) = self.progress_round();
+            if peer.is_ready() {
+                break Ok(());
+            }
+            if let Some(e) = peer.failed_error() {
+                break Err(e);
+            }
+            if let Some(s) = peer.ep.failure() {
+                break Err(Error::PeerFailed {
+                    peer: addr.to_string(),
+                    detail: format!(
+                        "connection failed: {s} (is an agent serving there? both sides must use \
+                         the same failure mode: --fast-local on both or on neither)"
+                    ),
+                });
+            }
+            if Instant::now() >= deadline {
+                break Err(Error::PeerFailed {
+                    peer: addr.to_string(),
+                    detail: format!("no handshake within {:?}", opts.timeout),
+                });
+            }
+            if !busy {
+                std::thread::sleep(Duration::from_micros(20));
+            }
+        };
+        if let Err(e) = outcome {
+            lock(&self.state).peers.retain(|p| p.id != peer.id);
+            // Let the control messages still in flight on it finish, so that the endpoint
+            // closes now (the peer sees it) rather than at some later progress round.
+            let end = Instant::now() + Duration::from_secs(1);
+            while Arc::strong_count(&peer) > 1 && Instant::now() < end {
+                if !self.progress_round().1 {
+                    std::thread::sleep(Duration::from_micros(50));
+                }
+            }
+            return Err(e);
+        }
+        let transport = rma_transport_name(&peer.ep, MemType::Host);
+        let lanes: Vec<String> = match peer.ep.transports() {
+            Ok(t) => t.lanes.into_iter().map(|l| l.transport).collect(),
+            Err(e) => {
+                tracing::debug!("endpoint transports: {e}");
+                Vec::new()
+            }
+        };
+        let mut g = lock(&peer.inner);
+        g.transport = transport;
+        g.lanes = lanes;
+        drop(g);
+        Ok(peer)
+    }
+
+    /// Accepts queued connection requests and challenges each new peer.
+    pub(crate) fn accept_connections(&self) -> bool {
+        let mut any = false;
+        loop {
+            let accepted = {
+                let l = lock(&self.listener);
+                match l.as_ref() {
+                    None => return any,
+                    Some(ls) => ls.listener.try_accept(),
+                }
+            };
+            let ep = match accepted {
+                Ok(Some(ep)) => ep,
+                Ok(None) => return any,
+                Err(e) => {
+                    tracing::warn!("accepting a connection failed: {e}");
+                    return any;
+                }
+            };
+            any = true;
+            let addr = ep.peer();
+            let mut st = lock(&self.state);
+            let server_nonce = match nonce() {
+                Ok(n) => n,
+                Err(e) => {
+                    tracing::warn!("{e}");
+                    continue;
+                }
+            };
+            let peer = Arc::new(PeerConn::new(
+                next(&self.next_peer),
+                ep,
+                Role::Server,
+                addr,
+                Phase::AwaitAuth { server_nonce },
+            ));
+            let serving = st.peers.iter().filter(|p| p.role == Role::Server).count();
+            if serving >= self.cfg.max_peers {
+                let reason = format!("server has its maximum of {} peers", self.cfg.max_peers);
+                self.refuse(&mut st, &peer, RefuseCode::Busy, reason);
+                continue;
+            }
+            st.peers.push(peer.clone());
+            if let Err(e) = self.send(&mut st, &peer, &Message::Challenge { server_nonce }, false) {
+                tracing::warn!("challenge to {} failed: {e}", addr_text(addr));
+                st.peers.retain(|p| p.id != peer.id);
+            }
+        }
+    }
+
+    /// Routes queued control messages to their connections.
+    pub(crate) fn dispatch_messages(&self) -> bool {
+        let mut any = false;
+        while let Some(m) = self.worker.am_try_recv(CTRL_AM) {
+            any = true;
+            let mut st = lock(&self.state);
+            let peer = m
+                .reply_ep
+                .and_then(|id| st.peers.iter().find(|p| p.ep.id() == id).cloned());
+            let Some(peer) = peer else {
+                tracing::debug!("control message from an unknown or closed connection dropped");
+                continue;
+            };
+            let mut bytes = m.header;
+            bytes.extend_from_slice(&m.data);
+            match codec::decode(&bytes) {
+                Ok(msg) => self.handle(&mut st, &peer, msg),
+                Err(e) => self.protocol_error(&mut st, &peer, e.to_string()),
+            }
+        }
+        any
+    }
+
+    fn handle(&self, st: &mut State, peer: &Arc<PeerConn>, msg: Message) {
+        let mut g = lock(&peer.inner);
+        let phase = std::mem::replace(&mut g.phase, Phase::Ready);
+        match (peer.role, phase, msg) {
+            (
+                Role::Client,
+                Phase::AwaitChallenge { token },
+                Message::Challenge { server_nonce },
+            ) => {
+                let client_nonce = match nonce() {
+                    Ok(n) => n,
+                    Err(e) => {
+                        g.phase = Phase::Failed(e);
+                        return;
+                    }
+                };
+                let mac = token.client_mac(&server_nonce, &client_nonce);
+                g.phase = Phase::AwaitWelcome {
+                    token,
+                    server_nonce,
+                    client_nonce,
+                };
+                drop(g);
+                let auth = Message::Auth {
+                    client_nonce,
+                    mac,
+                    name: self.agent_name.chars().take(codec::MAX_NAME / 4).collect(),
+                };
+                if let Err(e) = self.send(st, peer, &auth, false) {
+                    peer.fail(e);
+                }
+            }
+            (
+                Role::Client,
+                Phase::AwaitWelcome {
+                    token,
+                    server_nonce,
+                    client_nonce,
+                },
+                Message::Welcome { mac, metadata },
+            ) => {
+                if !token.verify_server(&client_nonce, &server_nonce, &mac) {
+                    g.phase = Phase::Failed(Error::AuthFailed {
+                        peer: g.label.clone(),
+                        detail: "the server did not prove it holds the same token".into(),
+                    });
+                    return;
+                }
+                g.label = format!("{}@{}", sanitize(&metadata.name), addr_text(peer.addr));
+                g.metadata = metadata.regions;
+                g.phase = Phase::Ready;
+            }
+            (
+                Role::Client,
+                Phase::AwaitChallenge { .. } | Phase::AwaitWelcome { .. },
+                Message::Refused { code, reason },
+            ) => {
+                let detail = format!("refused ({code:?}): {}", sanitize(&reason));
+                let peer_name = g.label.clone();
+                g.phase = Phase::Failed(match code {
+                    RefuseCode::BadToken => Error::AuthFailed {
+                        peer: peer_name,
+                        detail,
+                    },
+                    _ => Error::PeerFailed {
+                        peer: peer_name,
+                        detail,
+                    },
+                });
+            }
+            (Role::Client, Phase::Ready, Message::Metadata(md)) => {
+                g.metadata = md.regions;
+            }
+            (Role::Client, Phase::Ready, Message::Withdraw(ids)) => {
+                for id in &ids {
+                    g.withdrawn.insert(*id);
+                }
+                for (id, w) in &g.tracked {
+                    if ids.contains(id) {
+                        if let Some(r) = Region::upgrade(w) {
+                            r.mark_withdrawn();
+                        }
+                    }
+                }
+                drop(g);
+                // Acknowledge once every operation posted so far has completed: posts on
+                // these regions fail from now on (checked under the state lock we hold).
+                st.ops.ack_after_flush(peer, ids);
+            }
+            (role, Phase::Ready, Message::Notify(message)) => {
+                let from = g.label.clone();
+                drop(g);
+                let _ = role;
+                let mut q = lock(&self.notifications);
+                if q.len() >= MAX_QUEUED_NOTIFICATIONS {
+                    self.notifications_dropped.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    q.push_back(Notification { from, message });
+                }
+            }
+            (
+                Role::Server,
+                Phase::AwaitAuth { server_nonce },
+                Message::Auth {
+                    client_nonce,
+                    mac,
+                    name,
+                },
+            ) => {
+                let token = match lock(&self.listener).as_ref() {
+                    Some(l) => l.token.clone(),
+                    None => Token::none(),
+                };
+                if !token.verify_client(&server_nonce, &client_nonce, &mac) {
+                    drop(g);
+                    self.refuse(
+                        st,
+                        peer,
+                        RefuseCode::BadToken,
+                        "wrong or missing token".into(),
+                    );
+                    return;
+                }
+                g.label = format!("{}@{}", sanitize(&name), addr_text(peer.addr));
+                let label = g.label.clone();
+                drop(g);
+                let welcome = Message::Welcome {
+                    mac: token.server_mac(&client_nonce, &server_nonce),
+                    metadata: st.exports.metadata(&self.agent_name),
+                };
+                match self.send(st, peer, &welcome, false) {
+                    Ok(()) => self.push_event(NetEvent::Connected { peer: label }),
+                    Err(e) => {
+                        peer.fail(e.clone());
+                        st.peers.retain(|p| p.id != peer.id);
+                        self.push_event(NetEvent::Lost {
+                            peer: label,
+                            detail: e.to_string(),
+                        });
+                    }
+                }
+            }
+            (Role::Server, Phase::Ready, Message::WithdrawAck(ids)) => {
+                drop(g);
+                st.exports.acked(peer.id, &ids);
+            }
+            (_, phase, msg) => {
+                g.phase = phase;
+                drop(g);
+                self.protocol_error(st, peer, format!("unexpected {:?} message", msg.kind()));
+            }
+        }
+    }
+
+    /// Sends a refusal, drops the connection from the routing table and closes it once the
+    /// refusal is sent.
+    fn refuse(&self, st: &mut State, peer: &Arc<PeerConn>, code: RefuseCode, reason: String) {
+        let addr = peer.addr;
+        peer.fail(Error::AuthFailed {
+            peer: addr_text(addr),
+            detail: reason.clone(),
+        });
+        st.peers.retain(|p| p.id != peer.id);
+        let _ = self.send(
+            st,
+            peer,
+            &Message::Refused {
+                code,
+                reason: reason.clone(),
+            },
+            true,
+        );
+        self.push_event(NetEvent::Refused { addr, reason });
+    }
+
+    fn protocol_error(&self, st: &mut State, peer: &Arc<PeerConn>, detail: String) {
+        tracing::warn!(peer = %peer.label(), "protocol error: {detail}");
+        match peer.role {
+            Role::Server => self.refuse(st, peer, RefuseCode::Protocol, detail),
+            Role::Client => {
+                peer.fail(Error::Protocol {
+                    peer: peer.label(),
+                    detail,
+                });
+                st.peers.retain(|p| p.id != peer.id);
+            }
+        }
+    }
+
+    /// Drops connections that failed or did not finish the handshake in time. Returns whether
+    /// any was dropped.
+    pub(crate) fn reap_peers(&self, st: &mut State) -> bool {
+        let timeout = self.cfg.connect_timeout;
+        let mut gone: Vec<(Arc<PeerConn>, String)> = Vec::new();
+        for p in &st.peers {
+            if let Some(s) = p.ep.failure() {
+                gone.push((p.clone(), format!("connection failed: {s}")));
+            } else if !matches!(lock(&p.inner).phase, Phase::Ready | Phase::Failed(_))
+                && p.since.elapsed() > timeout
+            {
+                gone.push((p.clone(), format!("no handshake within {timeout:?}")));
+            }
+        }
+        for (p, detail) in &gone {
+            st.peers.retain(|x| x.id != p.id);
+            if p.role == Role::Server {
+                st.exports.peer_gone(p.id);
+            }
+            let label = p.label();
+            if p.failed_error().is_none() {
+                p.fail(Error::PeerFailed {
+                    peer: label.clone(),
+                    detail: detail.clone(),
+                });
+            }
+            self.push_event(NetEvent::Lost {
+                peer: label,
+                detail: detail.clone(),
+            });
+        }
+        !gone.is_empty()
+    }
+
+    /// Sends `msg` to every authenticated peer; returns the ids of those it was posted to.
+    pub(crate) fn broadcast(&self, st: &mut State, msg: &Message) -> Vec<u64> {
+        let ready: Vec<Arc<PeerConn>> = st
+            .peers
+            .iter()
+            .filter(|p| p.role == Role::Server && p.is_ready())
+            .cloned()
+            .collect();
+        let mut reached = Vec::new();
+        for p in ready {
+            match self.send(st, &p, msg, false) {
+                Ok(()) => reached.push(p.id),
+                Err(e) => tracing::warn!(peer = %p.label(), "control message not sent: {e}"),
+            }
+        }
+        reached
+    }
+}
+
+/// The transport(s) UCX uses for put/get of `mem` on `ep`, for `Path::Ucx { transport }`:
+/// distinct transport names of the RMA lanes (or of the active-message lanes UCX emulates RMA
+/// with, as over `tcp`), joined with `+`; `unknown` if UCX does not say.
+pub(crate) fn rma_transport_name(ep: &Endpoint, mem: MemType) -> String {
+    match ep.rma_transports(mem) {
+        Ok(t) => {
+            let mut names: Vec<String> = Vec::new();
+            for l in t.lanes {
+                if !names.contains(&l.transport) {
+                    names.push(l.transport);
+                }
+            }
+            if names.is_empty() {
+                "unknown".into()
+            } else {
+                names.join("+")
+            }
+        }
+        Err(e) => {
+            tracing::debug!("rma transports: {e}");
+            "unknown".into()
+        }
+    }
+}

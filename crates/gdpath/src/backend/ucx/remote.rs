@@ -1,0 +1,126 @@
+//! A peer's exported region, registered with this agent as [`Memory::Remote`].
+//!
+//! A [`RemoteMemory`] is accepted only when it lies inside a region the peer listed in its
+//! metadata with the same packed rkey: an application cannot make the backend post to an
+//! address or with a key the peer did not hand out. Every access is checked again against the
+//! range by `gdpath_ucx::RemoteRegion::check` before it is posted.
+
+use super::peer::{PeerConn, Role};
+use super::{lock, UcxBackend};
+use crate::error::{Error, Result};
+use crate::memory::RemoteMemory;
+use crate::net::codec::WireKind;
+use crate::region::{ForeignMemory, Region};
+use gdpath_ucx::{PackedRkey, RegionDesc, RemoteRegion};
+use std::any::Any;
+use std::fmt;
+use std::sync::Arc;
+
+/// A range of a peer's exported region, with its rkey unpacked on the peer's endpoint.
+pub(crate) struct RemoteMem {
+    pub(crate) peer: Arc<PeerConn>,
+    /// The exporting agent's id of the region.
+    pub(crate) region_id: u64,
+    /// What the exporter says the memory is.
+    pub(crate) kind: WireKind,
+    pub(crate) remote: RemoteRegion,
+}
+
+impl fmt::Debug for RemoteMem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RemoteMem")
+            .field("peer", &self.peer.label())
+            .field("region", &self.region_id)
+            .field("kind", &self.kind)
+            .field("addr", &format_args!("{:#x}", self.remote.base))
+            .field("len", &self.remote.len)
+            .finish()
+    }
+}
+
+impl ForeignMemory for RemoteMem {
+    fn len(&self) -> u64 {
+        self.remote.len
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+impl RemoteMem {
+    /// Remembers the local region made from this memory, so that a withdrawal marks it.
+    pub(crate) fn track(&self, region: &Region) {
+        self.peer.track(self.region_id, region);
+    }
+
+    /// True once the peer withdrew the region.
+    pub(crate) fn withdrawn(&self) -> bool {
+        self.peer.is_withdrawn(self.region_id)
+    }
+}
+
+impl UcxBackend {
+    /// Validates `r` against the metadata of the connected peer it names and unpacks its key.
+    ///
+    /// Errors: [`Error::PeerFailed`] (no ready connection to that agent),
+    /// [`Error::Config`] (zero length, or not inside an exported region with that key),
+    /// [`Error::Deregistered`]-like refusal as [`Error::Config`] when the peer withdrew it,
+    /// [`Error::Ucx`] when UCX refuses the key.
+    pub(crate) fn materialize_remote(&self, r: &RemoteMemory) -> Result<Box<dyn ForeignMemory>> {
+        if r.len == 0 {
+            return Err(Error::Config(format!(
+                "remote memory of agent {} has length 0",
+                r.agent
+            )));
+        }
+        let st = lock(&self.state);
+        let peers: Vec<&Arc<PeerConn>> = st
+            .peers
+            .iter()
+            .filter(|p| p.role == Role::Client && p.label() == r.agent)
+            .collect();
+        if peers.is_empty() {
+            return Err(Error::PeerFailed {
+                peer: r.agent.clone(),
+                detail: "no connection to this agent (Agent::connect first)".into(),
+            });
+        }
+        let end = r.addr.checked_add(r.len);
+        for p in peers {
+            if !p.is_ready() {
+                continue;
+            }
+            let found = p.metadata().into_iter().find(|m| {
+                m.rkey == r.rkey
+                    && r.addr >= m.addr
+                    && end.is_some_and(|e| m.addr.checked_add(m.len).is_some_and(|me| e <= me))
+            });
+            let Some(m) = found else { continue };
+            if p.is_withdrawn(m.id) {
+                return Err(Error::Config(format!(
+                    "region {} of agent {} was withdrawn by its owner",
+                    m.id, r.agent
+                )));
+            }
+            let desc = RegionDesc {
+                base: r.addr,
+                len: r.len,
+                rkey: PackedRkey(r.rkey.clone()),
+            };
+            let remote = RemoteRegion::new(&p.ep, &desc).map_err(|source| Error::Ucx {
+                op: "ucp_ep_rkey_unpack",
+                source,
+            })?;
+            return Ok(Box::new(RemoteMem {
+                peer: p.clone(),
+                region_id: m.id,
+                kind: m.kind,
+                remote,
+            }));
+        }
+        Err(Error::Config(format!(
+            "remote memory {:#x}+{} is not inside a region agent {} exports with this key",
+            r.addr, r.len, r.agent
+        )))
+    }
+}

@@ -1,0 +1,365 @@
+//! `gdpath bench net`: put/get bandwidth and latency to a peer agent's exported memory, in the
+//! manner of `ib_write_bw`/`ib_read_bw` and `ucx_perftest -t ucp_put_bw`, with data verified.
+//!
+//! Method, per message size `s` (bytes):
+//! - window `w` = min(`qd`, remote region length / `s`): messages in flight; message `i` moves
+//!   local bytes `[(i mod w)·s, +s)` to (put) or from (get) the same remote range;
+//! - bandwidth: `runs` timed runs of `n` messages (`n` = `bytes_per_run / s`, at least `w`, at
+//!   most [`MAX_MESSAGES`]), each message one engine transfer of one descriptor pair, `w` in
+//!   flight (a new one posted as the oldest completes); GB/s = n·s / (last completion − first
+//!   post), 1e9 B/s;
+//! - latency: `lat_iters` messages one at a time, post → `wait` returned (a put completes when
+//!   an endpoint flush confirmed it is in the peer's memory, i.e. one round trip; a get when the
+//!   data arrived); µs;
+//! - verification: puts: the remote window is read back with gets and compared with what was
+//!   written; gets: the remote window is first written with a known pattern by puts, and what
+//!   the gets brought is compared with it (XXH3 checksums). GPU memory is filled and read back
+//!   through the engine's CUDA backend.
+
+use super::{fill_pattern, format_size, BenchRow, Checksum, Progress, Stats};
+use crate::config::AgentConfig;
+use crate::error::{Error, Result};
+use crate::finding::FindingId;
+use crate::memory::{HostBuffer, Memory};
+use crate::net::codec::WireKind;
+use crate::net::{ConnectOptions, NetConfig, Peer, Token};
+use crate::path::Path;
+use crate::region::Region;
+use crate::transfer::{Op, Transfer, TransferRequest};
+use crate::Agent;
+use serde::Serialize;
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+/// Most messages in one timed run.
+pub const MAX_MESSAGES: u64 = 200_000;
+/// Bound on any one wait in the bench (a dead peer fails sooner in the default error mode).
+const WAIT: Duration = Duration::from_secs(120);
+
+/// Where the bench's memory lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MemSpec {
+    Host,
+    Gpu(u32),
+}
+
+impl MemSpec {
+    /// Parses `host` or `gpu:N`.
+    pub fn parse(s: &str) -> std::result::Result<MemSpec, String> {
+        match s {
+            "host" => Ok(MemSpec::Host),
+            _ => s
+                .strip_prefix("gpu:")
+                .and_then(|n| n.parse().ok())
+                .map(MemSpec::Gpu)
+                .ok_or_else(|| format!("bad memory {s:?}: expected host or gpu:N")),
+        }
+    }
+
+    fn wire(self) -> WireKind {
+        match self {
+            MemSpec::Host => WireKind::Host,
+            MemSpec::Gpu(n) => WireKind::Gpu(n),
+        }
+    }
+}
+
+impl std::fmt::Display for MemSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            MemSpec::Host => f.write_str("host"),
+            MemSpec::Gpu(n) => write!(f, "gpu:{n}"),
+        }
+    }
+}
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct NetBenchConfig {
+    /// The serving agent.
+    pub peer: SocketAddr,
+    pub token: Token,
+    pub net: NetConfig,
+    /// `Write` = put, `Read` = get.
+    pub op: Op,
+    /// Local memory.
+    pub mem: MemSpec,
+    /// The kind of the peer's exported region to use.
+    pub remote_mem: MemSpec,
+    /// Message sizes, bytes.
+    pub sizes: Vec<u64>,
+    /// Messages in flight.
+    pub qd: u32,
+    /// Timed bandwidth runs per size.
+    pub runs: usize,
+    /// Bytes per bandwidth run (messages = this / size, bounded).
+    pub bytes_per_run: u64,
+    /// Latency samples per size (0: `clamp(64 MiB / size, 5, 1000)`).
+    pub lat_iters: usize,
+}
+
+/// A row: the common bench row (with `transport`) plus latency min and max, µs.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct NetBenchRow {
+    #[serde(flatten)]
+    pub row: BenchRow,
+    pub latency_us_min: f64,
+    pub latency_us_median: f64,
+    pub latency_us_max: f64,
+}
+
+/// The outcome.
+#[derive(Debug, Clone, Serialize)]
+pub struct NetBenchReport {
+    /// The peer, `name@address`.
+    pub peer: String,
+    /// UCX version of this side.
+    pub ucx_version: String,
+    /// Findings attached to the pairs (e.g. `gdr.ucx-no-cuda` for staged GPU memory).
+    pub findings: Vec<FindingId>,
+    pub rows: Vec<NetBenchRow>,
+}
+
+fn op_name(op: Op) -> &'static str {
+    match op {
+        Op::Write => "put",
+        Op::Read => "get",
+    }
+}
+
+/// Posts `n` transfers of one pair each, `w` in flight; returns the elapsed time.
+#[allow(clippy::too_many_arguments)]
+fn stream(
+    agent: &Agent,
+    op: Op,
+    local: &Region,
+    remote: &Region,
+    s: u64,
+    w: u64,
+    n: u64,
+) -> Result<Duration> {
+    let mut q: VecDeque<Transfer> = VecDeque::with_capacity(w as usize);
+    let post = |i: u64| -> Result<Transfer> {
+        let off = (i % w) * s;
+        let (l, r) = (vec![local.desc(off, s)], vec![remote.desc(off, s)]);
+        agent.post(TransferRequest::new(op, l, r))
+    };
+    let start = Instant::now();
+    let mut next = 0;
+    while next < n.min(w) {
+        q.push_back(post(next)?);
+        next += 1;
+    }
+    while let Some(t) = q.pop_front() {
+        t.wait_timeout(WAIT).map_err(|e| e.error)?;
+        if next < n {
+            q.push_back(post(next)?);
+            next += 1;
+        }
+    }
+    Ok(start.elapsed())
+}
+
+fn once(agent: &Agent, op: Op, local: &Region, remote: &Region, len: u64) -> Result<()> {
+    agent
+        .post(TransferRequest::new(
+            op,
+            vec![local.desc(0, len)],
+            vec![remote.desc(0, len)],
+        ))?
+        .wait_timeout(WAIT)
+        .map(|_| ())
+        .map_err(|e| e.error)
+}
+
+/// Picks the peer's largest exported region of `kind`.
+fn pick_region(peer: &Peer, kind: WireKind) -> Result<(u64, u64)> {
+    peer.regions()
+        .into_iter()
+        .filter(|r| r.kind == kind)
+        .max_by_key(|r| r.len)
+        .map(|r| (r.id, r.len))
+        .ok_or_else(|| {
+            Error::Config(format!(
+                "peer {} exports no {kind} region (start it with `gdpath serve --export {kind}:SIZE`)",
+                peer.name()
+            ))
+        })
+}
+
+/// Runs the bench. Errors: connection, no suitable region, a failed transfer, bad settings.
+pub fn run(cfg: &NetBenchConfig, progress: &dyn Progress) -> Result<NetBenchReport> {
+    if cfg.sizes.is_empty() || cfg.runs == 0 || cfg.qd == 0 {
+        return Err(Error::Config("sizes, runs and qd must be non-zero".into()));
+    }
+    if let Some(s) = cfg.sizes.iter().find(|&&s| s == 0 || s > 1 << 30) {
+        return Err(Error::Config(format!(
+            "message size {s} is outside 1 B ..= 1 GiB"
+        )));
+    }
+    let agent = Agent::new(AgentConfig {
+        name: "bench".into(),
+        ..AgentConfig::default()
+    })?;
+    agent.enable_net(cfg.net.clone())?;
+    let peer = agent.connect_with(
+        cfg.peer,
+        &ConnectOptions {
+            token: cfg.token.clone(),
+            ..ConnectOptions::default()
+        },
+    )?;
+    let (rid, rlen) = pick_region(&peer, cfg.remote_mem.wire())?;
+    let remote = agent.register(peer.memory(rid)?)?;
+    let window = |s: u64| u64::from(cfg.qd).min(rlen / s).max(1);
+    let max_s = *cfg.sizes.iter().max().expect("non-empty");
+    if max_s > rlen {
+        return Err(Error::Config(format!(
+            "message size {} exceeds the peer's region of {}",
+            format_size(max_s),
+            format_size(rlen)
+        )));
+    }
+    let local_len = cfg.sizes.iter().map(|&s| s * window(s)).max().unwrap_or(0);
+    let local = match cfg.mem {
+        MemSpec::Host => agent.register(Memory::host(HostBuffer::zeroed(local_len as usize)))?,
+        MemSpec::Gpu(ordinal) => agent.register(Memory::Gpu {
+            ordinal,
+            len: local_len,
+        })?,
+    };
+    let gpu_local = matches!(cfg.mem, MemSpec::Gpu(_));
+    // `mirror` holds the pattern (and a GPU's contents read back); `check` what came back.
+    let mirror = agent.register(Memory::host(HostBuffer::zeroed(local_len as usize)))?;
+    let check = agent.register(Memory::host(HostBuffer::zeroed(local_len as usize)))?;
+    // Host ↔ local copies, through the engine (the CUDA backend for GPU memory).
+    let to_local = |span: u64| -> Result<()> {
+        if gpu_local {
+            once(&agent, Op::Write, &mirror, &local, span)
+        } else {
+            let m = mirror.host_view()?;
+            local.host_view()?[..span as usize].copy_from_slice(&m[..span as usize]);
+            Ok(())
+        }
+    };
+    let ucx_version = agent
+        .ucx_facts()
+        .map(|f| f.version_string)
+        .unwrap_or_default();
+    let mut rows = Vec::new();
+    let mut findings: Vec<FindingId> = Vec::new();
+    for (k, &s) in cfg.sizes.iter().enumerate() {
+        let w = window(s);
+        let span = s * w;
+        let seed = 0x6770_0000 + k as u64;
+        // Reference data in `mirror`: copied to local memory for puts; written to the remote
+        // window (one put) for gets, local memory cleared.
+        fill_pattern(&mut mirror.host_view()?[..span as usize], 0, seed);
+        match cfg.op {
+            Op::Write => to_local(span)?,
+            Op::Read => {
+                once(&agent, Op::Write, &mirror, &remote, span)?;
+                if !gpu_local {
+                    local.host_view()?[..span as usize].fill(0);
+                }
+            }
+        }
+        let n = (cfg.bytes_per_run / s).clamp(w, MAX_MESSAGES.max(w));
+        progress.start(
+            &format!("{} {}", op_name(cfg.op), format_size(s)),
+            n * s * cfg.runs as u64,
+        );
+        // One untimed warm-up pass of the window.
+        stream(&agent, cfg.op, &local, &remote, s, w, w)?;
+        let mut gbps = Vec::with_capacity(cfg.runs);
+        for _ in 0..cfg.runs {
+            let el = stream(&agent, cfg.op, &local, &remote, s, w, n)?;
+            gbps.push(super::gbps(n * s, el));
+            progress.advance(n * s);
+        }
+        progress.finish();
+        let iters = if cfg.lat_iters > 0 {
+            cfg.lat_iters
+        } else {
+            ((64u64 << 20) / s).clamp(5, 1000) as usize
+        };
+        let mut lat = Vec::with_capacity(iters);
+        let mut path = None;
+        let mut finding = None;
+        for _ in 0..iters {
+            let t0 = Instant::now();
+            let rep = agent
+                .post(TransferRequest::new(
+                    cfg.op,
+                    vec![local.desc(0, s)],
+                    vec![remote.desc(0, s)],
+                ))?
+                .wait_timeout(WAIT)
+                .map_err(|e| e.error)?;
+            lat.push(t0.elapsed().as_secs_f64() * 1e6);
+            path.get_or_insert_with(|| rep.pairs[0].path.clone());
+            finding = finding.or_else(|| rep.pairs[0].finding.clone());
+        }
+        // Verify.
+        check.host_view()?[..span as usize].fill(0);
+        match cfg.op {
+            // What the peer holds now.
+            Op::Write => once(&agent, Op::Read, &check, &remote, span)?,
+            // What the gets brought.
+            Op::Read if gpu_local => once(&agent, Op::Read, &check, &local, span)?,
+            Op::Read => {
+                let l = local.host_view()?;
+                check.host_view()?[..span as usize].copy_from_slice(&l[..span as usize]);
+            }
+        }
+        let verified = {
+            let (a, b) = (mirror.host_view()?, check.host_view()?);
+            Checksum::of(&a[..span as usize]) == Checksum::of(&b[..span as usize])
+        };
+        let transport = match &path {
+            Some(Path::Ucx { transport } | Path::Gdr { transport }) => transport.clone(),
+            _ => peer.transport(),
+        };
+        let path = path.map(|p| p.name()).unwrap_or_default();
+        let st = Stats::from_samples(&lat);
+        let mut row = BenchRow::from_runs(
+            path,
+            op_name(cfg.op),
+            n * s,
+            s,
+            w as u32,
+            &gbps,
+            &lat,
+            verified,
+        );
+        row.src = Some(match cfg.op {
+            Op::Write => format!("{}", cfg.mem),
+            Op::Read => format!("remote {}", cfg.remote_mem),
+        });
+        row.dst = Some(match cfg.op {
+            Op::Write => format!("remote {}", cfg.remote_mem),
+            Op::Read => format!("{}", cfg.mem),
+        });
+        row.latency_us = st.map(|s| s.median);
+        row.transport = Some(transport);
+        if let Some(f) = finding {
+            if !findings.contains(&f) {
+                findings.push(f);
+            }
+        }
+        rows.push(NetBenchRow {
+            row,
+            latency_us_min: st.map_or(0.0, |s| s.min),
+            latency_us_median: st.map_or(0.0, |s| s.median),
+            latency_us_max: st.map_or(0.0, |s| s.max),
+        });
+    }
+    Ok(NetBenchReport {
+        peer: peer.name(),
+        ucx_version,
+        findings,
+        rows,
+    })
+}

@@ -1,0 +1,734 @@
+//! The agent-to-agent control protocol's wire format: a hand-written, versioned binary codec.
+//!
+//! Everything a peer sends is untrusted. [`decode`] checks, before using any of it: the magic,
+//! the version, the message kind, that the declared body length equals the bytes present and
+//! stays under [`MAX_MESSAGE`], every count against its limit ([`MAX_REGIONS`],
+//! [`MAX_WITHDRAW`]) *and* against the bytes left (so a count cannot make it allocate), every
+//! string's length ([`MAX_NAME`]) and UTF-8, every packed rkey's length (1..=[`MAX_RKEY`]),
+//! every region's `addr + len` against wrapping, region ids for duplicates, and that no byte is
+//! left over. It never panics (fuzzed: `fuzz/fuzz_targets/metadata.rs`).
+//!
+//! Frame (little endian):
+//!
+//! | bytes | field |
+//! | --- | --- |
+//! | 4 | magic `GDPN` |
+//! | 2 | version ([`VERSION`]) |
+//! | 1 | kind ([`Kind`]) |
+//! | 1 | flags, must be 0 |
+//! | 4 | body length in bytes |
+//! | n | body, by kind (see [`Message`]) |
+//!
+//! Strings are `u16 length + UTF-8`; byte strings `u32 length + bytes` (notifications) or
+//! `u16 length + bytes` (rkeys); nonces and MACs are 32 raw bytes.
+
+use std::fmt;
+
+/// The UCX active-message id control messages are sent to.
+pub const AM_ID: u16 = 0x6764;
+/// First four bytes of every message.
+pub const MAGIC: [u8; 4] = *b"GDPN";
+/// The protocol version this build speaks (and the only one it accepts).
+pub const VERSION: u16 = 1;
+/// Frame header length in bytes.
+pub const HEADER_LEN: usize = 12;
+/// Largest message (header + body) in bytes: the UCX control-message bound
+/// (`gdpath_ucx::AM_MAX_MESSAGE`, 1 MiB).
+pub const MAX_MESSAGE: usize = 1 << 20;
+/// Most regions one metadata message may list.
+pub const MAX_REGIONS: usize = 4096;
+/// Most region ids one withdraw (or its acknowledgement) may list.
+pub const MAX_WITHDRAW: usize = 4096;
+/// Longest agent name or reason text, bytes of UTF-8.
+pub const MAX_NAME: usize = 256;
+/// Longest packed remote key accepted, bytes. UCX keys are tens to hundreds of bytes (one entry
+/// per memory domain); 4 KiB leaves room for CUDA and multi-rail builds.
+pub const MAX_RKEY: usize = 4096;
+/// Longest notification payload, bytes.
+pub const MAX_NOTIFY: usize = 64 * 1024;
+/// Nonce and MAC length (HMAC-SHA256 output), bytes.
+pub const NONCE_LEN: usize = 32;
+
+/// Message kinds (byte 6 of the frame).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Kind {
+    Challenge = 1,
+    Auth = 2,
+    Welcome = 3,
+    Refused = 4,
+    Metadata = 5,
+    Withdraw = 6,
+    WithdrawAck = 7,
+    Notify = 8,
+}
+
+impl Kind {
+    fn from_u8(b: u8) -> Option<Kind> {
+        Some(match b {
+            1 => Kind::Challenge,
+            2 => Kind::Auth,
+            3 => Kind::Welcome,
+            4 => Kind::Refused,
+            5 => Kind::Metadata,
+            6 => Kind::Withdraw,
+            7 => Kind::WithdrawAck,
+            8 => Kind::Notify,
+            _ => return None,
+        })
+    }
+}
+
+/// The memory behind an exported region, as the exporting agent declares it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WireKind {
+    /// Host memory (kind byte 0, ordinal 0).
+    Host,
+    /// GPU memory of this CUDA ordinal (kind byte 1).
+    Gpu(u32),
+}
+
+/// One exported region: the exporting agent's region id, its memory kind, its address in the
+/// exporter's address space, its length in bytes and its packed UCX remote key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RegionMeta {
+    pub id: u64,
+    pub kind: WireKind,
+    pub addr: u64,
+    pub len: u64,
+    pub rkey: Vec<u8>,
+}
+
+/// An agent's metadata: its name and the regions it exports.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Metadata {
+    pub name: String,
+    pub regions: Vec<RegionMeta>,
+}
+
+/// Why a server refused a connection (byte of [`Message::Refused`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum RefuseCode {
+    /// The client's MAC did not verify: wrong or missing token.
+    BadToken = 1,
+    /// The client broke the protocol (unexpected or malformed message).
+    Protocol = 2,
+    /// The server has as many peers as it accepts.
+    Busy = 3,
+    /// Anything else (text says).
+    Other = 255,
+}
+
+impl RefuseCode {
+    fn from_u8(b: u8) -> Option<RefuseCode> {
+        Some(match b {
+            1 => RefuseCode::BadToken,
+            2 => RefuseCode::Protocol,
+            3 => RefuseCode::Busy,
+            255 => RefuseCode::Other,
+            _ => return None,
+        })
+    }
+}
+
+/// A control message. Direction: S = the serving agent, C = the connecting one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Message {
+    /// S → C first: the server's nonce. Body: nonce[32].
+    Challenge { server_nonce: [u8; NONCE_LEN] },
+    /// C → S: the client's nonce, its MAC over both nonces, its name.
+    /// Body: nonce[32], mac[32], name (str16).
+    Auth {
+        client_nonce: [u8; NONCE_LEN],
+        mac: [u8; NONCE_LEN],
+        name: String,
+    },
+    /// S → C after a verified Auth: the server's MAC (mutual authentication) and its metadata,
+    /// rkeys included. Body: mac[32], metadata.
+    Welcome {
+        mac: [u8; NONCE_LEN],
+        metadata: Metadata,
+    },
+    /// S → C: the connection is refused. Body: code u8, reason (str16).
+    Refused { code: RefuseCode, reason: String },
+    /// S → C: the full, current metadata (after exports change).
+    Metadata(Metadata),
+    /// S → C: these regions are being unexported; stop using them and acknowledge.
+    /// Body: count u32, ids u64 × count.
+    Withdraw(Vec<u64>),
+    /// C → S: every operation on these regions has completed (the endpoint was flushed).
+    WithdrawAck(Vec<u64>),
+    /// Either way: an application notification, sent after the writes it follows completed.
+    /// Body: length u32, bytes.
+    Notify(Vec<u8>),
+}
+
+impl Message {
+    /// The message's kind.
+    pub fn kind(&self) -> Kind {
+        match self {
+            Message::Challenge { .. } => Kind::Challenge,
+            Message::Auth { .. } => Kind::Auth,
+            Message::Welcome { .. } => Kind::Welcome,
+            Message::Refused { .. } => Kind::Refused,
+            Message::Metadata(_) => Kind::Metadata,
+            Message::Withdraw(_) => Kind::Withdraw,
+            Message::WithdrawAck(_) => Kind::WithdrawAck,
+            Message::Notify(_) => Kind::Notify,
+        }
+    }
+}
+
+/// Why bytes from a peer were rejected. Offsets are from the start of the message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    #[error("message truncated: {what} needs {need} bytes at offset {at}, {have} left")]
+    Truncated {
+        what: &'static str,
+        at: usize,
+        need: usize,
+        have: usize,
+    },
+    #[error("bad magic {0:02x?} (not a gdpath agent)")]
+    BadMagic([u8; 4]),
+    #[error("protocol version {got} not supported (this build speaks {VERSION})")]
+    Version { got: u16 },
+    #[error("unknown message kind {0}")]
+    UnknownKind(u8),
+    #[error("unknown refusal code {0}")]
+    UnknownCode(u8),
+    #[error("reserved flags {0:#04x} set")]
+    Flags(u8),
+    #[error("declared body length {declared} bytes, but {present} bytes present")]
+    BodyLength { declared: u64, present: usize },
+    #[error("{what} of {len} exceeds the limit of {max}")]
+    TooLarge {
+        what: &'static str,
+        len: u64,
+        max: u64,
+    },
+    #[error("{what} is not valid UTF-8")]
+    Utf8 { what: &'static str },
+    #[error("region {id}: {detail}")]
+    BadRegion { id: u64, detail: String },
+    #[error("{0} unexpected trailing bytes")]
+    Trailing(usize),
+}
+
+/// Bounds-checked reader over untrusted bytes.
+struct Reader<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn left(&self) -> usize {
+        self.buf.len() - self.pos
+    }
+    fn take(&mut self, what: &'static str, n: usize) -> Result<&'a [u8], DecodeError> {
+        if n > self.left() {
+            return Err(DecodeError::Truncated {
+                what,
+                at: self.pos,
+                need: n,
+                have: self.left(),
+            });
+        }
+        let s = &self.buf[self.pos..self.pos + n];
+        self.pos += n;
+        Ok(s)
+    }
+    fn array<const N: usize>(&mut self, what: &'static str) -> Result<[u8; N], DecodeError> {
+        let mut a = [0u8; N];
+        a.copy_from_slice(self.take(what, N)?);
+        Ok(a)
+    }
+    fn u8(&mut self, what: &'static str) -> Result<u8, DecodeError> {
+        Ok(self.array::<1>(what)?[0])
+    }
+    fn u16(&mut self, what: &'static str) -> Result<u16, DecodeError> {
+        Ok(u16::from_le_bytes(self.array(what)?))
+    }
+    fn u32(&mut self, what: &'static str) -> Result<u32, DecodeError> {
+        Ok(u32::from_le_bytes(self.array(what)?))
+    }
+    fn u64(&mut self, what: &'static str) -> Result<u64, DecodeError> {
+        Ok(u64::from_le_bytes(self.array(what)?))
+    }
+    /// A `u16`-length UTF-8 string of at most `max` bytes.
+    fn str16(&mut self, what: &'static str, max: usize) -> Result<String, DecodeError> {
+        let n = self.u16(what)? as usize;
+        if n > max {
+            return Err(DecodeError::TooLarge {
+                what,
+                len: n as u64,
+                max: max as u64,
+            });
+        }
+        let b = self.take(what, n)?;
+        std::str::from_utf8(b)
+            .map(str::to_owned)
+            .map_err(|_| DecodeError::Utf8 { what })
+    }
+    /// A count of items of at least `item_len` bytes each, checked against `max` and the bytes
+    /// left, so that it cannot make the decoder allocate more than the message holds.
+    fn count(
+        &mut self,
+        what: &'static str,
+        max: usize,
+        item_len: usize,
+    ) -> Result<usize, DecodeError> {
+        let n = self.u32(what)? as usize;
+        if n > max {
+            return Err(DecodeError::TooLarge {
+                what,
+                len: n as u64,
+                max: max as u64,
+            });
+        }
+        let need = n.saturating_mul(item_len);
+        if need > self.left() {
+            return Err(DecodeError::Truncated {
+                what,
+                at: self.pos,
+                need,
+                have: self.left(),
+            });
+        }
+        Ok(n)
+    }
+}
+
+/// Decodes one message. See the module docs for every check made.
+pub fn decode(bytes: &[u8]) -> Result<Message, DecodeError> {
+    if bytes.len() > MAX_MESSAGE {
+        return Err(DecodeError::TooLarge {
+            what: "message",
+            len: bytes.len() as u64,
+            max: MAX_MESSAGE as u64,
+        });
+    }
+    let mut r = Reader { buf: bytes, pos: 0 };
+    let magic = r.array::<4>("magic")?;
+    if magic != MAGIC {
+        return Err(DecodeError::BadMagic(magic));
+    }
+    let version = r.u16("version")?;
+    if version != VERSION {
+        return Err(DecodeError::Version { got: version });
+    }
+    let kind_byte = r.u8("kind")?;
+    let kind = Kind::from_u8(kind_byte).ok_or(DecodeError::UnknownKind(kind_byte))?;
+    let flags = r.u8("flags")?;
+    if flags != 0 {
+        return Err(DecodeError::Flags(flags));
+    }
+    let declared = r.u32("body length")?;
+    if declared as usize != r.left() {
+        return Err(DecodeError::BodyLength {
+            declared: declared.into(),
+            present: r.left(),
+        });
+    }
+    let msg = match kind {
+        Kind::Challenge => Message::Challenge {
+            server_nonce: r.array("server nonce")?,
+        },
+        Kind::Auth => Message::Auth {
+            client_nonce: r.array("client nonce")?,
+            mac: r.array("client mac")?,
+            name: r.str16("client name", MAX_NAME)?,
+        },
+        Kind::Welcome => Message::Welcome {
+            mac: r.array("server mac")?,
+            metadata: metadata(&mut r)?,
+        },
+        Kind::Refused => Message::Refused {
+            code: {
+                let c = r.u8("refusal code")?;
+                RefuseCode::from_u8(c).ok_or(DecodeError::UnknownCode(c))?
+            },
+            reason: r.str16("refusal reason", MAX_NAME)?,
+        },
+        Kind::Metadata => Message::Metadata(metadata(&mut r)?),
+        Kind::Withdraw => Message::Withdraw(ids(&mut r)?),
+        Kind::WithdrawAck => Message::WithdrawAck(ids(&mut r)?),
+        Kind::Notify => {
+            let n = r.u32("notification length")? as usize;
+            if n > MAX_NOTIFY {
+                return Err(DecodeError::TooLarge {
+                    what: "notification",
+                    len: n as u64,
+                    max: MAX_NOTIFY as u64,
+                });
+            }
+            Message::Notify(r.take("notification", n)?.to_vec())
+        }
+    };
+    if r.left() != 0 {
+        return Err(DecodeError::Trailing(r.left()));
+    }
+    Ok(msg)
+}
+
+/// Smallest encoded region: id, kind, ordinal, addr, len, rkey length, one rkey byte.
+const MIN_REGION_LEN: usize = 8 + 1 + 4 + 8 + 8 + 2 + 1;
+
+fn metadata(r: &mut Reader<'_>) -> Result<Metadata, DecodeError> {
+    let name = r.str16("agent name", MAX_NAME)?;
+    let n = r.count("region count", MAX_REGIONS, MIN_REGION_LEN)?;
+    let mut regions: Vec<RegionMeta> = Vec::with_capacity(n);
+    for _ in 0..n {
+        let id = r.u64("region id")?;
+        let kind_b = r.u8("region kind")?;
+        let ordinal = r.u32("region ordinal")?;
+        let kind = match (kind_b, ordinal) {
+            (0, 0) => WireKind::Host,
+            (1, o) => WireKind::Gpu(o),
+            (k, o) => {
+                return Err(DecodeError::BadRegion {
+                    id,
+                    detail: format!("unknown memory kind {k} (ordinal {o})"),
+                })
+            }
+        };
+        let addr = r.u64("region address")?;
+        let len = r.u64("region length")?;
+        if len == 0 {
+            return Err(DecodeError::BadRegion {
+                id,
+                detail: "zero length".into(),
+            });
+        }
+        if addr.checked_add(len).is_none() {
+            return Err(DecodeError::BadRegion {
+                id,
+                detail: format!("{addr:#x}+{len} wraps the address space"),
+            });
+        }
+        let klen = r.u16("rkey length")? as usize;
+        if klen == 0 || klen > MAX_RKEY {
+            return Err(DecodeError::BadRegion {
+                id,
+                detail: format!("packed rkey of {klen} bytes (expected 1..={MAX_RKEY})"),
+            });
+        }
+        let rkey = r.take("rkey", klen)?.to_vec();
+        if regions.iter().any(|x| x.id == id) {
+            return Err(DecodeError::BadRegion {
+                id,
+                detail: "listed twice".into(),
+            });
+        }
+        regions.push(RegionMeta {
+            id,
+            kind,
+            addr,
+            len,
+            rkey,
+        });
+    }
+    Ok(Metadata { name, regions })
+}
+
+fn ids(r: &mut Reader<'_>) -> Result<Vec<u64>, DecodeError> {
+    let n = r.count("region id count", MAX_WITHDRAW, 8)?;
+    (0..n).map(|_| r.u64("region id")).collect()
+}
+
+/// Why a message could not be encoded (a local value over a protocol limit).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("cannot encode: {what} of {len} exceeds the protocol limit of {max}")]
+pub struct EncodeError {
+    pub what: &'static str,
+    pub len: usize,
+    pub max: usize,
+}
+
+struct Writer(Vec<u8>);
+
+impl Writer {
+    fn limit(what: &'static str, len: usize, max: usize) -> Result<(), EncodeError> {
+        if len > max {
+            Err(EncodeError { what, len, max })
+        } else {
+            Ok(())
+        }
+    }
+    fn str16(&mut self, what: &'static str, s: &str) -> Result<(), EncodeError> {
+        Self::limit(what, s.len(), MAX_NAME)?;
+        self.0.extend_from_slice(&(s.len() as u16).to_le_bytes());
+        self.0.extend_from_slice(s.as_bytes());
+        Ok(())
+    }
+    fn ids(&mut self, ids: &[u64]) -> Result<(), EncodeError> {
+        Self::limit("region id count", ids.len(), MAX_WITHDRAW)?;
+        self.0.extend_from_slice(&(ids.len() as u32).to_le_bytes());
+        for id in ids {
+            self.0.extend_from_slice(&id.to_le_bytes());
+        }
+        Ok(())
+    }
+    fn metadata(&mut self, m: &Metadata) -> Result<(), EncodeError> {
+        self.str16("agent name", &m.name)?;
+        Self::limit("region count", m.regions.len(), MAX_REGIONS)?;
+        self.0
+            .extend_from_slice(&(m.regions.len() as u32).to_le_bytes());
+        for g in &m.regions {
+            Self::limit("rkey", g.rkey.len(), MAX_RKEY)?;
+            self.0.extend_from_slice(&g.id.to_le_bytes());
+            let (k, o) = match g.kind {
+                WireKind::Host => (0u8, 0u32),
+                WireKind::Gpu(o) => (1, o),
+            };
+            self.0.push(k);
+            self.0.extend_from_slice(&o.to_le_bytes());
+            self.0.extend_from_slice(&g.addr.to_le_bytes());
+            self.0.extend_from_slice(&g.len.to_le_bytes());
+            self.0
+                .extend_from_slice(&(g.rkey.len() as u16).to_le_bytes());
+            self.0.extend_from_slice(&g.rkey);
+        }
+        Ok(())
+    }
+}
+
+/// Encodes a message. Errors when a field exceeds a protocol limit (the peer would refuse it).
+pub fn encode(msg: &Message) -> Result<Vec<u8>, EncodeError> {
+    let mut w = Writer(Vec::with_capacity(64));
+    w.0.extend_from_slice(&MAGIC);
+    w.0.extend_from_slice(&VERSION.to_le_bytes());
+    w.0.push(msg.kind() as u8);
+    w.0.push(0);
+    w.0.extend_from_slice(&[0; 4]); // body length, patched below
+    match msg {
+        Message::Challenge { server_nonce } => w.0.extend_from_slice(server_nonce),
+        Message::Auth {
+            client_nonce,
+            mac,
+            name,
+        } => {
+            w.0.extend_from_slice(client_nonce);
+            w.0.extend_from_slice(mac);
+            w.str16("client name", name)?;
+        }
+        Message::Welcome { mac, metadata } => {
+            w.0.extend_from_slice(mac);
+            w.metadata(metadata)?;
+        }
+        Message::Refused { code, reason } => {
+            w.0.push(*code as u8);
+            // Reasons are ours; cut rather than fail (on a char boundary).
+            let mut end = reason.len().min(MAX_NAME);
+            while !reason.is_char_boundary(end) {
+                end -= 1;
+            }
+            w.str16("refusal reason", &reason[..end])?;
+        }
+        Message::Metadata(m) => w.metadata(m)?,
+        Message::Withdraw(ids) | Message::WithdrawAck(ids) => w.ids(ids)?,
+        Message::Notify(b) => {
+            Writer::limit("notification", b.len(), MAX_NOTIFY)?;
+            w.0.extend_from_slice(&(b.len() as u32).to_le_bytes());
+            w.0.extend_from_slice(b);
+        }
+    }
+    Writer::limit("message", w.0.len(), MAX_MESSAGE)?;
+    let body = (w.0.len() - HEADER_LEN) as u32;
+    w.0[8..12].copy_from_slice(&body.to_le_bytes());
+    Ok(w.0)
+}
+
+impl fmt::Display for WireKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WireKind::Host => f.write_str("host"),
+            WireKind::Gpu(o) => write!(f, "gpu:{o}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Vec<Message> {
+        let md = Metadata {
+            name: "srv".into(),
+            regions: vec![
+                RegionMeta {
+                    id: 7,
+                    kind: WireKind::Host,
+                    addr: 0x7f00_0000_0000,
+                    len: 1 << 20,
+                    rkey: vec![1, 2, 3],
+                },
+                RegionMeta {
+                    id: 9,
+                    kind: WireKind::Gpu(1),
+                    addr: 0x1000,
+                    len: 4096,
+                    rkey: vec![9; 300],
+                },
+            ],
+        };
+        vec![
+            Message::Challenge {
+                server_nonce: [3; 32],
+            },
+            Message::Auth {
+                client_nonce: [4; 32],
+                mac: [5; 32],
+                name: "client é".into(),
+            },
+            Message::Welcome {
+                mac: [6; 32],
+                metadata: md.clone(),
+            },
+            Message::Refused {
+                code: RefuseCode::BadToken,
+                reason: "bad token".into(),
+            },
+            Message::Metadata(md),
+            Message::Withdraw(vec![1, 2, 3]),
+            Message::WithdrawAck(vec![]),
+            Message::Notify(b"layer 3 done".to_vec()),
+        ]
+    }
+
+    #[test]
+    fn round_trip_every_kind() {
+        for m in sample() {
+            let b = encode(&m).unwrap();
+            assert_eq!(decode(&b).unwrap(), m);
+        }
+    }
+
+    #[test]
+    fn every_truncation_is_refused() {
+        for m in sample() {
+            let b = encode(&m).unwrap();
+            for cut in 0..b.len() {
+                assert!(decode(&b[..cut]).is_err(), "{:?} cut at {cut}", m.kind());
+            }
+        }
+    }
+
+    #[test]
+    fn header_checks() {
+        let good = encode(&Message::Withdraw(vec![1])).unwrap();
+        let mut b = good.clone();
+        b[0] = b'X';
+        assert!(matches!(decode(&b), Err(DecodeError::BadMagic(_))));
+        let mut b = good.clone();
+        b[4] = 2;
+        assert_eq!(decode(&b), Err(DecodeError::Version { got: 2 }));
+        let mut b = good.clone();
+        b[6] = 99;
+        assert_eq!(decode(&b), Err(DecodeError::UnknownKind(99)));
+        let mut b = good.clone();
+        b[7] = 1;
+        assert_eq!(decode(&b), Err(DecodeError::Flags(1)));
+        let mut b = good.clone();
+        b.push(0);
+        assert!(matches!(decode(&b), Err(DecodeError::BodyLength { .. })));
+    }
+
+    #[test]
+    fn counts_cannot_outrun_the_bytes() {
+        // A withdraw claiming 4000 ids with none present must fail before allocating.
+        let mut b = encode(&Message::Withdraw(vec![])).unwrap();
+        b[12..16].copy_from_slice(&4000u32.to_le_bytes());
+        assert!(matches!(decode(&b), Err(DecodeError::Truncated { .. })));
+        b[12..16].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(matches!(decode(&b), Err(DecodeError::TooLarge { .. })));
+    }
+
+    fn with_region(g: RegionMeta) -> Vec<u8> {
+        // Encode by hand to bypass the encoder's own limits.
+        let mut body = vec![0u8, 0]; // empty name
+        body.extend_from_slice(&1u32.to_le_bytes());
+        body.extend_from_slice(&g.id.to_le_bytes());
+        let (k, o) = match g.kind {
+            WireKind::Host => (0u8, 0u32),
+            WireKind::Gpu(o) => (1, o),
+        };
+        body.push(k);
+        body.extend_from_slice(&o.to_le_bytes());
+        body.extend_from_slice(&g.addr.to_le_bytes());
+        body.extend_from_slice(&g.len.to_le_bytes());
+        body.extend_from_slice(&(g.rkey.len() as u16).to_le_bytes());
+        body.extend_from_slice(&g.rkey);
+        let mut b = MAGIC.to_vec();
+        b.extend_from_slice(&VERSION.to_le_bytes());
+        b.push(Kind::Metadata as u8);
+        b.push(0);
+        b.extend_from_slice(&(body.len() as u32).to_le_bytes());
+        b.extend_from_slice(&body);
+        b
+    }
+
+    #[test]
+    fn region_fields_are_checked() {
+        let ok = RegionMeta {
+            id: 1,
+            kind: WireKind::Host,
+            addr: 4096,
+            len: 4096,
+            rkey: vec![1],
+        };
+        assert!(decode(&with_region(ok.clone())).is_ok());
+        let bad = [
+            RegionMeta {
+                len: 0,
+                ..ok.clone()
+            },
+            RegionMeta {
+                addr: u64::MAX - 10,
+                len: 11,
+                ..ok.clone()
+            },
+            RegionMeta {
+                rkey: vec![0; MAX_RKEY + 1],
+                ..ok.clone()
+            },
+        ];
+        for g in bad {
+            assert!(
+                matches!(
+                    decode(&with_region(g.clone())),
+                    Err(DecodeError::BadRegion { .. })
+                ),
+                "{g:?}"
+            );
+        }
+        let mut b = with_region(ok.clone());
+        b[12 + 2 + 4 + 8] = 7; // kind byte
+        assert!(matches!(decode(&b), Err(DecodeError::BadRegion { .. })));
+        let dup = encode(&Message::Metadata(Metadata {
+            name: String::new(),
+            regions: vec![ok.clone(), ok],
+        }))
+        .unwrap();
+        assert!(matches!(decode(&dup), Err(DecodeError::BadRegion { .. })));
+    }
+
+    #[test]
+    fn encoder_refuses_over_limit_values() {
+        let long = "x".repeat(MAX_NAME + 1);
+        assert!(encode(&Message::Metadata(Metadata {
+            name: long,
+            regions: vec![]
+        }))
+        .is_err());
+        assert!(encode(&Message::Notify(vec![0; MAX_NOTIFY + 1])).is_err());
+        // Refusal reasons are cut, not refused.
+        let r = encode(&Message::Refused {
+            code: RefuseCode::Other,
+            reason: "é".repeat(MAX_NAME),
+        })
+        .unwrap();
+        assert!(decode(&r).is_ok());
+    }
+}

@@ -1,0 +1,493 @@
+//! Remote memory between agents: serve, export, connect, read and write a peer's regions.
+//!
+//! ```no_run
+//! use gdpath::{Agent, AgentConfig, HostBuffer, Memory, TransferRequest};
+//! use gdpath::net::Token;
+//!
+//! // Serving side: export one region, listen on loopback (no token needed there).
+//! let server = Agent::new(AgentConfig::default())?;
+//! let buf = server.register(Memory::host(HostBuffer::zeroed(1 << 20)))?;
+//! server.export(&buf)?;
+//! let srv = server.serve("127.0.0.1:0".parse()?, Token::none())?;
+//!
+//! // Client side: connect (metadata exchanged over the UCX connection), register the peer's
+//! // region as remote memory, write into it with a notification.
+//! let client = Agent::new(AgentConfig::default())?;
+//! let peer = client.connect(srv.local_addr())?;
+//! let id = peer.regions()[0].id;
+//! let remote = client.register(peer.memory(id)?)?;
+//! let local = client.register(Memory::host(HostBuffer::from_slice(&[7; 4096])))?;
+//! let report = client
+//!     .post(TransferRequest::write(vec![local.desc(0, 4096)], vec![remote.desc(0, 4096)]).notify(*b"done"))?
+//!     .wait()?;
+//! println!("{}", report.pairs[0].path); // e.g. ucx:tcp
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! Protocol and checks: [`codec`] (wire format, every field bounds-checked) and [`auth`]
+//! (mutual HMAC-SHA256 over nonces; the token never crosses the wire). See `docs/network.md`.
+
+pub mod auth;
+pub mod codec;
+
+pub use auth::{Token, MIN_TOKEN_LEN};
+
+use crate::agent::Agent;
+use crate::backend::ucx::{lock, PeerConn, UcxBackend};
+use crate::error::{Error, Result};
+use crate::memory::{Memory, RemoteMemory};
+use crate::region::Region;
+use codec::WireKind;
+use gdpath_ucx::ErrorMode;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How connections learn that a peer died (UCX error handling mode).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FailureMode {
+    /// UCX peer error handling (`UCP_ERR_HANDLING_MODE_PEER`): a killed or unreachable peer
+    /// fails the transfers that touch it with [`Error::PeerFailed`] within milliseconds
+    /// (measured: `docs/ucx.md`). UCX then excludes shared-memory transports, so two agents of
+    /// one host talk over `tcp` (loopback ≈ 0.3–1 GB/s on this class of machine).
+    #[default]
+    Detect,
+    /// No peer error handling (`UCP_ERR_HANDLING_MODE_NONE`): UCX may use shared memory
+    /// (`posix`, `sysv`, `cma`; ≈ 30 GB/s between processes of one host), but a dead peer ends
+    /// transfers only through the request deadline or [`NetConfig::op_timeout`].
+    FastLocal,
+}
+
+impl FailureMode {
+    pub(crate) fn ucx(self) -> ErrorMode {
+        match self {
+            FailureMode::Detect => ErrorMode::Peer,
+            FailureMode::FastLocal => ErrorMode::None,
+        }
+    }
+}
+
+/// Network backend settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NetConfig {
+    /// Dead-peer detection versus shared memory; see [`FailureMode`].
+    pub failure_mode: FailureMode,
+    /// `UCX_TLS` (e.g. `tcp`); `None` lets UCX choose.
+    pub transports: Option<String>,
+    /// `UCX_NET_DEVICES` (e.g. `lo`, `veth0`); `None` lets UCX use every device.
+    pub devices: Option<String>,
+    /// Bound on a handshake, both sides (default 10 s).
+    pub connect_timeout: Duration,
+    /// A batch of descriptor pairs that has not completed after this long fails with
+    /// [`Error::PeerFailed`] (default 60 s; zero: no bound). This is how
+    /// [`FailureMode::FastLocal`] detects a dead peer when the request has no deadline.
+    pub op_timeout: Duration,
+    /// Most connected peers a serving agent accepts (default 256); more are refused.
+    pub max_peers: usize,
+    /// How long one `Transfer::wait`/`poll` progress call keeps polling UCX while operations
+    /// are in flight and none completed (default 1 ms), like UCX's own busy-polling: measured
+    /// here, 8-byte put latency over `tcp` loopback was 29–36 µs with 1 ms and 174 µs without
+    /// (the waiter then sleeps between polls). Zero polls once.
+    pub poll_spin: Duration,
+}
+
+impl Default for NetConfig {
+    fn default() -> Self {
+        NetConfig {
+            failure_mode: FailureMode::Detect,
+            transports: None,
+            devices: None,
+            connect_timeout: Duration::from_secs(10),
+            op_timeout: Duration::from_secs(60),
+            max_peers: 256,
+            poll_spin: Duration::from_millis(1),
+        }
+    }
+}
+
+/// Options of [`Agent::connect_with`].
+#[derive(Debug, Clone)]
+pub struct ConnectOptions {
+    /// The server's token ([`Token::none`] for a loopback server without one).
+    pub token: Token,
+    /// Bound on connection and handshake (default 10 s).
+    pub timeout: Duration,
+}
+
+impl Default for ConnectOptions {
+    fn default() -> Self {
+        ConnectOptions {
+            token: Token::none(),
+            timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Something that happened to a serving agent's connections.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NetEvent {
+    /// A peer authenticated; `peer` is `name@address`.
+    Connected { peer: String },
+    /// A connection was refused (wrong token, protocol error, too many peers).
+    Refused {
+        addr: Option<SocketAddr>,
+        reason: String,
+    },
+    /// A connection failed or its handshake timed out.
+    Lost { peer: String, detail: String },
+}
+
+/// A notification from a peer ([`crate::TransferRequest::notify`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Notification {
+    /// The sender, `name@address`.
+    pub from: String,
+    /// The bytes it sent (at most [`codec::MAX_NOTIFY`]).
+    pub message: Vec<u8>,
+}
+
+/// A region a peer exports, as its metadata lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RemoteRegionInfo {
+    /// The exporter's id of the region.
+    pub id: u64,
+    /// Host or GPU memory, as the exporter declares it.
+    pub kind: WireKind,
+    /// Length in bytes.
+    pub len: u64,
+}
+
+/// A connection to a serving agent. Cheap to clone.
+#[derive(Clone)]
+pub struct Peer {
+    conn: Arc<PeerConn>,
+    backend: Arc<UcxBackend>,
+}
+
+impl std::fmt::Debug for Peer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Peer").field("name", &self.name()).finish()
+    }
+}
+
+impl Peer {
+    /// `name@address`: what [`RemoteMemory::agent`] and [`crate::MemoryKind::Remote`] name.
+    pub fn name(&self) -> String {
+        self.conn.label()
+    }
+
+    /// The server's socket address.
+    pub fn addr(&self) -> Option<SocketAddr> {
+        self.conn.addr
+    }
+
+    /// The regions the peer exports now (its latest metadata), withdrawn ones left out.
+    pub fn regions(&self) -> Vec<RemoteRegionInfo> {
+        self.conn
+            .metadata()
+            .into_iter()
+            .filter(|m| !self.conn.is_withdrawn(m.id))
+            .map(|m| RemoteRegionInfo {
+                id: m.id,
+                kind: m.kind,
+                len: m.len,
+            })
+            .collect()
+    }
+
+    /// The whole of exported region `id`, to pass to [`Agent::register`].
+    /// Errors: [`Error::Config`] when the peer does not export `id`.
+    pub fn memory(&self, id: u64) -> Result<Memory> {
+        self.memory_range(id, 0, u64::MAX)
+    }
+
+    /// `len` bytes at `offset` of exported region `id` (`len` is cut to the region's end when
+    /// it is `u64::MAX`). Errors: [`Error::Config`] for an unknown id or a range outside it.
+    pub fn memory_range(&self, id: u64, offset: u64, len: u64) -> Result<Memory> {
+        let m = self
+            .conn
+            .metadata()
+            .into_iter()
+            .find(|m| m.id == id && !self.conn.is_withdrawn(id))
+            .ok_or_else(|| {
+                Error::Config(format!("agent {} exports no region {id}", self.name()))
+            })?;
+        let len = if len == u64::MAX {
+            m.len.saturating_sub(offset)
+        } else {
+            len
+        };
+        match offset.checked_add(len) {
+            Some(end) if end <= m.len && len > 0 => {}
+            _ => {
+                return Err(Error::Config(format!(
+                    "range {offset}+{len} is outside region {id} of {} bytes",
+                    m.len
+                )))
+            }
+        }
+        Ok(Memory::Remote(RemoteMemory {
+            agent: self.name(),
+            addr: m.addr + offset,
+            len,
+            rkey: m.rkey,
+        }))
+    }
+
+    /// The UCX transport(s) that move host memory to and from this peer (`tcp`, `sysv+cma`,
+    /// ...), as transfer reports name them in `Path::Ucx { transport }`.
+    pub fn transport(&self) -> String {
+        self.conn.transport()
+    }
+
+    /// Why the connection is unusable, if it is.
+    pub fn failure(&self) -> Option<String> {
+        self.conn.failure()
+    }
+
+    /// Sends a notification on its own, after every write posted to this peer so far has
+    /// completed at the peer (endpoint flush first). Waits up to `timeout`.
+    pub fn notify(&self, message: &[u8], timeout: Duration) -> Result<()> {
+        let label = self.name();
+        let bytes = codec::encode(&codec::Message::Notify(message.to_vec()))
+            .map_err(|e| Error::Config(e.to_string()))?;
+        self.conn
+            .ep
+            .flush(timeout)
+            .map_err(|e| crate::backend::ucx::ucx_err(&label, "flush", e))?;
+        let req = self
+            .conn
+            .ep
+            .am_send(crate::backend::ucx::CTRL_AM, &[], &bytes)
+            .map_err(|e| crate::backend::ucx::ucx_err(&label, "notify", e))?;
+        req.wait(timeout)
+            .map_err(|e| crate::backend::ucx::ucx_err(&label, "notify", e))
+    }
+
+    /// Progresses the connection until `done(self)` or `timeout` (control messages such as
+    /// metadata updates and withdrawals arrive while the backend progresses). Returns `done`.
+    pub fn wait_until(&self, timeout: Duration, mut done: impl FnMut(&Peer) -> bool) -> bool {
+        let end = Instant::now() + timeout;
+        loop {
+            if done(self) {
+                return true;
+            }
+            if Instant::now() >= end {
+                return false;
+            }
+            if !self.backend.progress_round().1 {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        }
+    }
+}
+
+/// A serving agent's listener and progress thread. Dropping it stops both (connections stay
+/// open until the agent is dropped).
+pub struct Server {
+    backend: Arc<UcxBackend>,
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server").field("addr", &self.addr).finish()
+    }
+}
+
+impl Server {
+    /// The bound address (with the port chosen for port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The next connection event, waiting up to `timeout`.
+    pub fn next_event(&self, timeout: Duration) -> Option<NetEvent> {
+        let end = Instant::now() + timeout;
+        loop {
+            if let Some(e) = self.backend.pop_event() {
+                return Some(e);
+            }
+            if Instant::now() >= end {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// Authenticated peers connected now.
+    pub fn peers(&self) -> usize {
+        lock(&self.backend.state)
+            .peers
+            .iter()
+            .filter(|p| p.role == crate::backend::ucx::peer::Role::Server && p.is_ready())
+            .count()
+    }
+
+    /// Unexported regions still waiting for peers' acknowledgements (their memory is alive).
+    pub fn withdrawing(&self) -> usize {
+        lock(&self.backend.state).exports.retiring()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        *lock(&self.backend.listener) = None;
+    }
+}
+
+/// Progress loop of a serving agent: spins while there is traffic (over `tcp` the target's
+/// worker serves puts and gets), backs off to short sleeps when idle.
+fn serve_loop(b: Arc<UcxBackend>, stop: Arc<AtomicBool>) {
+    let mut last = Instant::now();
+    while !stop.load(Ordering::Acquire) {
+        let (_, active) = b.progress_round();
+        if active {
+            last = Instant::now();
+            continue;
+        }
+        let idle = last.elapsed();
+        if idle < Duration::from_millis(5) {
+            std::thread::yield_now();
+        } else if idle < Duration::from_secs(1) {
+            std::thread::sleep(Duration::from_micros(50));
+        } else {
+            std::thread::sleep(Duration::from_micros(500));
+        }
+    }
+}
+
+impl Agent {
+    fn net(&self) -> Result<Arc<UcxBackend>> {
+        self.net_backend(|a| UcxBackend::new(a.name(), a.id(), NetConfig::default()))
+    }
+
+    /// Enables the network backend with `cfg` (otherwise the first network call enables it
+    /// with [`NetConfig::default`]). Errors: [`Error::Ucx`] when UCX cannot be loaded or set
+    /// up; [`Error::Config`] when it is already enabled with another configuration.
+    pub fn enable_net(&self, cfg: NetConfig) -> Result<()> {
+        let b = self.net_backend(|a| UcxBackend::new(a.name(), a.id(), cfg.clone()))?;
+        if b.cfg != cfg {
+            return Err(Error::Config(
+                "the network backend is already enabled with another configuration".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Connects to a serving agent at `addr` without a token; see [`Agent::connect_with`].
+    pub fn connect(&self, addr: SocketAddr) -> Result<Peer> {
+        self.connect_with(addr, &ConnectOptions::default())
+    }
+
+    /// Connects to a serving agent and exchanges metadata over the UCX connection itself:
+    /// challenge, mutual authentication with `opts.token`, then the server's regions (id,
+    /// kind, length, packed rkey). Errors: [`Error::AuthFailed`] (wrong token either side),
+    /// [`Error::PeerFailed`] (unreachable, no answer within `opts.timeout`),
+    /// [`Error::Protocol`] (malformed metadata), [`Error::Ucx`].
+    pub fn connect_with(&self, addr: SocketAddr, opts: &ConnectOptions) -> Result<Peer> {
+        let backend = self.net()?;
+        let conn = backend.connect(addr, opts)?;
+        Ok(Peer { conn, backend })
+    }
+
+    /// Listens on `listen` and serves peers from a background thread: handshakes, metadata,
+    /// withdrawals, notifications, and (over `tcp`) the puts and gets peers post.
+    ///
+    /// A non-loopback address needs a token ([`Token::new`]), else [`Error::Config`]. One
+    /// listener per agent. Errors: [`Error::Ucx`] (address in use, no sockaddr transport).
+    pub fn serve(&self, listen: SocketAddr, token: Token) -> Result<Server> {
+        if !listen.ip().is_loopback() && token.is_none() {
+            return Err(Error::Config(format!(
+                "serving on {listen}, which is not a loopback address, needs a token"
+            )));
+        }
+        let b = self.net()?;
+        let mut slot = lock(&b.listener);
+        if slot.is_some() {
+            return Err(Error::Config("this agent already listens".into()));
+        }
+        let listener = gdpath_ucx::Listener::bind_with(&b.worker, listen, b.cfg.failure_mode.ucx())
+            .map_err(|source| Error::Ucx {
+                op: "listen",
+                source,
+            })?;
+        let addr = listener.local_addr().map_err(|source| Error::Ucx {
+            op: "listener address",
+            source,
+        })?;
+        *slot = Some(crate::backend::ucx::peer::ListenState { listener, token });
+        drop(slot);
+        let stop = Arc::new(AtomicBool::new(false));
+        let (b2, s2) = (b.clone(), stop.clone());
+        let thread = std::thread::Builder::new()
+            .name("gdpath-net".into())
+            .spawn(move || serve_loop(b2, s2))
+            .map_err(|e| Error::Backend {
+                backend: "ucx",
+                detail: format!("spawning the progress thread: {e}"),
+            })?;
+        Ok(Server {
+            backend: b,
+            addr,
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// Exports `region` to peers (host memory): it appears in the metadata they receive, and
+    /// peers already connected get an update. Returns the id peers know it by. Regions not
+    /// exported are never visible to peers.
+    pub fn export(&self, region: &Region) -> Result<u64> {
+        self.net()?.export(region)
+    }
+
+    /// Withdraws an exported region: peers are told, later posts on their side fail with
+    /// [`Error::Deregistered`], and its memory stays alive until every peer acknowledged that
+    /// its operations on it completed (or disconnected).
+    pub fn unexport(&self, region: &Region) -> Result<()> {
+        self.net()?.unexport(region)
+    }
+
+    /// Notifications received so far, oldest first.
+    pub fn take_notifications(&self) -> Vec<Notification> {
+        match self.net_backend_if_enabled() {
+            Some(b) => lock(&b.notifications).drain(..).collect(),
+            None => Vec::new(),
+        }
+    }
+
+    /// Waits up to `timeout` for a notification (progressing the backend when no serving
+    /// thread does).
+    pub fn wait_notification(&self, timeout: Duration) -> Option<Notification> {
+        let b = self.net_backend_if_enabled()?;
+        let end = Instant::now() + timeout;
+        loop {
+            if let Some(n) = lock(&b.notifications).pop_front() {
+                return Some(n);
+            }
+            if Instant::now() >= end {
+                return None;
+            }
+            if !b.progress_round().1 {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        }
+    }
+
+    /// Facts about the UCX library the network backend uses (version, transports, CUDA).
+    pub fn ucx_facts(&self) -> Result<gdpath_ucx::UcxFacts> {
+        self.net()?.context().facts().map_err(|source| Error::Ucx {
+            op: "facts",
+            source,
+        })
+    }
+}

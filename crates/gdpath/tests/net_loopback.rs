@@ -1,0 +1,415 @@
+//! Two agents in one process over UCX on 127.0.0.1 (`UCX_NET_DEVICES=lo`): handshake,
+//! metadata, put/get byte-exact, notifications, bounds, withdrawal, tokens, many in flight.
+
+use gdpath::bench::{fill_pattern, Checksum};
+use gdpath::net::{ConnectOptions, FailureMode, NetConfig, NetEvent, Peer, Server, Token};
+use gdpath::{
+    Agent, AgentConfig, Error, HostBuffer, Memory, Path, Region, RemoteMemory, TransferRequest,
+};
+use std::time::Duration;
+
+const T: Duration = Duration::from_secs(20);
+const LEN: usize = 4 << 20;
+
+fn cfg(mode: FailureMode) -> NetConfig {
+    NetConfig {
+        failure_mode: mode,
+        devices: Some("lo".into()),
+        ..NetConfig::default()
+    }
+}
+
+fn agent(name: &str, mode: FailureMode) -> Agent {
+    let a = Agent::new(AgentConfig {
+        name: name.into(),
+        ..AgentConfig::default()
+    })
+    .unwrap();
+    a.enable_net(cfg(mode)).unwrap();
+    a
+}
+
+fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut v = vec![0u8; len];
+    fill_pattern(&mut v, 0, seed);
+    v
+}
+
+/// Field order is drop order: the client side goes first, while the server still progresses
+/// (closing an endpoint flushes it, which needs the peer).
+struct Setup {
+    remote: Region,
+    peer: Peer,
+    client: Agent,
+    srv: Server,
+    exported: Region,
+    server: Agent,
+}
+
+fn setup_with(mode: FailureMode, token: Token, client_token: Token) -> Setup {
+    let server = agent("srv", mode);
+    let exported = server
+        .register(Memory::host(HostBuffer::from_slice(&pattern(LEN, 1))))
+        .unwrap();
+    let id = server.export(&exported).unwrap();
+    let srv = server.serve("127.0.0.1:0".parse().unwrap(), token).unwrap();
+    let client = agent("cli", mode);
+    let peer = client
+        .connect_with(
+            srv.local_addr(),
+            &ConnectOptions {
+                token: client_token,
+                timeout: T,
+            },
+        )
+        .unwrap();
+    let regions = peer.regions();
+    assert_eq!(regions.len(), 1, "{regions:?}");
+    assert_eq!((regions[0].id, regions[0].len), (id, LEN as u64));
+    let remote = client.register(peer.memory(id).unwrap()).unwrap();
+    Setup {
+        server,
+        srv,
+        exported,
+        client,
+        peer,
+        remote,
+    }
+}
+
+fn setup() -> Setup {
+    setup_with(FailureMode::Detect, Token::none(), Token::none())
+}
+
+#[test]
+fn get_and_put_are_byte_exact_and_report_the_transport() {
+    let s = setup();
+    assert!(
+        s.peer.name().starts_with("srv@127.0.0.1:"),
+        "{}",
+        s.peer.name()
+    );
+    let local = s
+        .client
+        .register(Memory::host(HostBuffer::zeroed(LEN)))
+        .unwrap();
+    // Get the whole region in 4 descriptors.
+    let q = (LEN / 4) as u64;
+    let descs = |r: &Region| (0..4).map(|i| r.desc(i * q, q)).collect::<Vec<_>>();
+    let rep = s
+        .client
+        .post(TransferRequest::read(descs(&local), descs(&s.remote)))
+        .unwrap()
+        .wait()
+        .unwrap();
+    assert_eq!(rep.bytes, LEN as u64);
+    let transport = s.peer.transport();
+    assert_eq!(transport, "tcp", "peer error handling over lo means tcp");
+    for p in &rep.pairs {
+        assert_eq!(
+            p.path,
+            Path::Ucx {
+                transport: transport.clone()
+            }
+        );
+    }
+    assert!(local.host_view().unwrap()[..] == pattern(LEN, 1)[..]);
+    // Put a new pattern at an offset, check it on the server.
+    local.host_view().unwrap().copy_from_slice(&pattern(LEN, 2));
+    s.client
+        .post(TransferRequest::write(
+            vec![local.desc(4096, 1 << 20)],
+            vec![s.remote.desc(8192, 1 << 20)],
+        ))
+        .unwrap()
+        .wait()
+        .unwrap();
+    let v = s.exported.host_view().unwrap();
+    assert!(v[8192..8192 + (1 << 20)] == pattern(LEN, 2)[4096..4096 + (1 << 20)]);
+    assert!(
+        v[..8192] == pattern(LEN, 1)[..8192],
+        "bytes before the put changed"
+    );
+    drop(v);
+    assert!(matches!(
+        s.srv.next_event(T),
+        Some(NetEvent::Connected { peer }) if peer.starts_with("cli@")
+    ));
+}
+
+#[test]
+fn notification_arrives_after_the_write_is_visible() {
+    let s = setup();
+    let local = s
+        .client
+        .register(Memory::host(HostBuffer::from_slice(&pattern(LEN, 9))))
+        .unwrap();
+    s.client
+        .post(
+            TransferRequest::write(
+                vec![local.desc(0, LEN as u64)],
+                vec![s.remote.desc(0, LEN as u64)],
+            )
+            .notify(*b"kv layer 0"),
+        )
+        .unwrap()
+        .wait()
+        .unwrap();
+    let n = s.server.wait_notification(T).expect("notification");
+    assert_eq!(n.message, b"kv layer 0");
+    assert!(n.from.starts_with("cli@"), "{}", n.from);
+    assert_eq!(
+        Checksum::of(&s.exported.host_view().unwrap()),
+        Checksum::of(&pattern(LEN, 9))
+    );
+    // The standalone form.
+    s.peer.notify(b"bye", T).unwrap();
+    assert_eq!(s.server.wait_notification(T).unwrap().message, b"bye");
+}
+
+#[test]
+fn out_of_bounds_remote_descriptors_are_rejected_before_posting() {
+    let s = setup();
+    let local = s
+        .client
+        .register(Memory::host(HostBuffer::zeroed(LEN)))
+        .unwrap();
+    let before = s.exported.host_view().unwrap().to_vec();
+    for (off, len) in [(LEN as u64 - 10, 11u64), (u64::MAX - 1, 2), (LEN as u64, 1)] {
+        let err = s
+            .client
+            .post(TransferRequest::write(
+                vec![local.desc(0, len)],
+                vec![s.remote.desc(off, len)],
+            ))
+            .unwrap_err();
+        assert!(
+            matches!(err, Error::OutOfBounds { .. }),
+            "{off}+{len}: {err:?}"
+        );
+    }
+    // Ranges outside the exported region cannot even be registered.
+    let id = s.peer.regions()[0].id;
+    assert!(matches!(
+        s.peer.memory_range(id, 1, LEN as u64),
+        Err(Error::Config(_))
+    ));
+    let Memory::Remote(mut forged) = s.peer.memory(id).unwrap() else {
+        unreachable!()
+    };
+    forged.len += 1;
+    assert!(matches!(
+        s.client.register(Memory::Remote(forged.clone())),
+        Err(Error::Config(_))
+    ));
+    forged.len -= 1;
+    forged.rkey[0] ^= 0xff;
+    assert!(matches!(
+        s.client.register(Memory::Remote(forged)),
+        Err(Error::Config(_))
+    ));
+    let unknown = RemoteMemory {
+        agent: "nobody@127.0.0.1:1".into(),
+        addr: 4096,
+        len: 4096,
+        rkey: vec![1],
+    };
+    assert!(matches!(
+        s.client.register(Memory::Remote(unknown)),
+        Err(Error::PeerFailed { .. })
+    ));
+    assert!(
+        s.exported.host_view().unwrap()[..] == before[..],
+        "memory changed"
+    );
+}
+
+#[test]
+fn withdrawn_region_fails_with_a_typed_error_and_memory_outlives_the_ack() {
+    let s = setup();
+    let local = s
+        .client
+        .register(Memory::host(HostBuffer::zeroed(4096)))
+        .unwrap();
+    s.client
+        .post(TransferRequest::read(
+            vec![local.desc(0, 4096)],
+            vec![s.remote.desc(0, 4096)],
+        ))
+        .unwrap()
+        .wait()
+        .unwrap();
+    // Deregistering an exported region is refused; unexport first.
+    assert!(matches!(
+        s.server.deregister(&s.exported),
+        Err(Error::RegionBusy { .. })
+    ));
+    s.server.unexport(&s.exported).unwrap();
+    assert!(s.peer.wait_until(T, |p| p.regions().is_empty()));
+    let err = s
+        .client
+        .post(TransferRequest::read(
+            vec![local.desc(0, 4096)],
+            vec![s.remote.desc(0, 4096)],
+        ))
+        .unwrap_err();
+    assert!(matches!(err, Error::Deregistered { .. }), "{err:?}");
+    // The client acknowledged (after flushing), so the server released the region.
+    let start = std::time::Instant::now();
+    while s.srv.withdrawing() > 0 {
+        assert!(start.elapsed() < T, "withdraw never acknowledged");
+        s.client.take_notifications();
+        s.peer.wait_until(Duration::from_millis(5), |_| false);
+    }
+    s.server.deregister(&s.exported).unwrap();
+    assert!(matches!(s.peer.memory(1), Err(Error::Config(_))));
+}
+
+#[test]
+fn export_after_connect_reaches_the_peer() {
+    let s = setup();
+    let second = s
+        .server
+        .register(Memory::host(HostBuffer::from_slice(&pattern(8192, 5))))
+        .unwrap();
+    let id = s.server.export(&second).unwrap();
+    assert!(s
+        .peer
+        .wait_until(T, |p| p.regions().iter().any(|r| r.id == id)));
+    let remote = s.client.register(s.peer.memory(id).unwrap()).unwrap();
+    let local = s
+        .client
+        .register(Memory::host(HostBuffer::zeroed(8192)))
+        .unwrap();
+    s.client
+        .post(TransferRequest::read(
+            vec![local.desc(0, 8192)],
+            vec![remote.desc(0, 8192)],
+        ))
+        .unwrap()
+        .wait()
+        .unwrap();
+    assert!(local.host_view().unwrap()[..] == pattern(8192, 5)[..]);
+}
+
+#[test]
+fn tokens_must_match_on_both_sides() {
+    let good = Token::new("correct horse battery staple").unwrap();
+    let bad = Token::new("incorrect horse battery staple").unwrap();
+    let server = agent("srv", FailureMode::Detect);
+    let r = server
+        .register(Memory::host(HostBuffer::zeroed(4096)))
+        .unwrap();
+    server.export(&r).unwrap();
+    let srv = server
+        .serve("127.0.0.1:0".parse().unwrap(), good.clone())
+        .unwrap();
+    let client = agent("cli", FailureMode::Detect);
+    let opts = |token: Token| ConnectOptions { token, timeout: T };
+    for (t, what) in [(bad, "wrong token"), (Token::none(), "no token")] {
+        let err = client.connect_with(srv.local_addr(), &opts(t)).unwrap_err();
+        assert!(matches!(err, Error::AuthFailed { .. }), "{what}: {err:?}");
+        assert!(
+            matches!(srv.next_event(T), Some(NetEvent::Refused { .. })),
+            "{what}"
+        );
+    }
+    let peer = client
+        .connect_with(srv.local_addr(), &opts(good.clone()))
+        .unwrap();
+    assert_eq!(peer.regions().len(), 1);
+    // A server without the token cannot prove it: the client refuses it before using any key.
+    let open = agent("open", FailureMode::Detect);
+    let srv2 = open
+        .serve("127.0.0.1:0".parse().unwrap(), Token::none())
+        .unwrap();
+    let err = client
+        .connect_with(srv2.local_addr(), &opts(good))
+        .unwrap_err();
+    assert!(matches!(err, Error::AuthFailed { .. }), "{err:?}");
+    // Non-loopback listening needs a token.
+    let err = open
+        .serve("0.0.0.0:0".parse().unwrap(), Token::none())
+        .unwrap_err();
+    assert!(matches!(err, Error::Config(_)), "{err:?}");
+}
+
+#[test]
+fn a_thousand_transfers_in_flight_complete_byte_exact() {
+    let s = setup();
+    const N: usize = 1000;
+    const B: usize = LEN / N / 8 * 8; // 4192 bytes each
+    let src = s
+        .client
+        .register(Memory::host(HostBuffer::from_slice(&pattern(LEN, 77))))
+        .unwrap();
+    let mut ts = Vec::with_capacity(N);
+    for i in 0..N {
+        let off = (i * B) as u64;
+        ts.push(
+            s.client
+                .post(TransferRequest::write(
+                    vec![src.desc(off, B as u64)],
+                    vec![s.remote.desc(off, B as u64)],
+                ))
+                .unwrap(),
+        );
+    }
+    for t in ts {
+        t.wait_timeout(T).unwrap();
+    }
+    let v = s.exported.host_view().unwrap();
+    assert!(
+        v[..N * B] == pattern(LEN, 77)[..N * B],
+        "puts not byte-exact"
+    );
+    drop(v);
+    // And back: 1000 gets in flight.
+    let dst = s
+        .client
+        .register(Memory::host(HostBuffer::zeroed(LEN)))
+        .unwrap();
+    let ts: Vec<_> = (0..N)
+        .map(|i| {
+            let off = (i * B) as u64;
+            s.client
+                .post(TransferRequest::read(
+                    vec![dst.desc(off, B as u64)],
+                    vec![s.remote.desc(off, B as u64)],
+                ))
+                .unwrap()
+        })
+        .collect();
+    for t in ts {
+        t.wait_timeout(T).unwrap();
+    }
+    assert!(dst.host_view().unwrap()[..N * B] == pattern(LEN, 77)[..N * B]);
+}
+
+#[test]
+fn fast_local_mode_uses_shared_memory() {
+    let s = setup_with(FailureMode::FastLocal, Token::none(), Token::none());
+    let t = s.peer.transport();
+    eprintln!("FastLocal transport: {t}");
+    assert!(
+        ["posix", "sysv", "cma", "xpmem", "knem"]
+            .iter()
+            .any(|m| t.contains(m)),
+        "FastLocal between two workers of one host should use shared memory, got {t}"
+    );
+    let local = s
+        .client
+        .register(Memory::host(HostBuffer::zeroed(LEN)))
+        .unwrap();
+    let rep = s
+        .client
+        .post(TransferRequest::read(
+            vec![local.desc(0, LEN as u64)],
+            vec![s.remote.desc(0, LEN as u64)],
+        ))
+        .unwrap()
+        .wait()
+        .unwrap();
+    assert_eq!(rep.pairs[0].path, Path::Ucx { transport: t });
+    assert!(local.host_view().unwrap()[..] == pattern(LEN, 1)[..]);
+}
