@@ -31,6 +31,9 @@ struct AgentInner {
     next_transfer: AtomicU64,
     /// The network (UCX) backend, once enabled (`crate::net`).
     net: Mutex<Option<Arc<UcxBackend>>>,
+    /// Why `Agent::new` could not add the cuda backend (libcuda missing, no GPU), for the error
+    /// a GPU registration gets.
+    cuda_unavailable: std::sync::OnceLock<String>,
 }
 
 /// The engine's entry point. Cheap to clone (`Arc`); shareable between threads, which may post
@@ -73,7 +76,15 @@ impl Agent {
                 agent.add_backend(Arc::new(b));
                 agent.add_gds_backends()?;
             }
-            Err(e) => tracing::debug!(error = %e, "no cuda backend"),
+            Err(e) => {
+                tracing::debug!(error = %e, "no cuda backend");
+                // `CudaBackend::new` says why in `what` ("GPU memory (<loader message>)").
+                let why = match e {
+                    Error::Unsupported { what, .. } => what,
+                    other => format!("GPU memory ({other})"),
+                };
+                let _ = agent.inner.cuda_unavailable.set(why);
+            }
         }
         Ok(agent)
     }
@@ -92,6 +103,7 @@ impl Agent {
                 config,
                 backends: RwLock::new(Vec::new()),
                 next_transfer: AtomicU64::new(1),
+                cuda_unavailable: std::sync::OnceLock::new(),
                 net: Mutex::new(None),
             }),
         }
@@ -238,9 +250,16 @@ impl Agent {
                     None => {
                         let (what, backend) = match &kind {
                             MemoryKind::Gpu { ordinal } => (
-                                format!(
-                                    "GPU {ordinal} memory (no CUDA driver or no GPU on this machine)"
-                                ),
+                                match self.inner.cuda_unavailable.get() {
+                                    Some(why) => why.replacen(
+                                        "GPU memory",
+                                        &format!("GPU {ordinal} memory"),
+                                        1,
+                                    ),
+                                    None => format!(
+                                        "GPU {ordinal} memory (this agent has no cuda backend)"
+                                    ),
+                                },
                                 "cuda",
                             ),
                             _ => ("remote memory".to_owned(), "ucx"),

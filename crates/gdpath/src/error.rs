@@ -107,7 +107,7 @@ pub enum Error {
     #[error("{path} was registered read-only; register it with FileAccess::ReadWrite to write")]
     ReadOnly { path: PathBuf },
     /// The memory kind or operation needs a backend this build or machine does not have.
-    #[error("{what} is not supported yet: it needs the {backend} backend")]
+    #[error("{what} is not available: it needs the {backend} backend")]
     Unsupported { what: String, backend: &'static str },
     /// No backend serves this pair of memory kinds for this operation.
     #[error("descriptor pair {index}: no backend moves data between {local} and {target}")]
