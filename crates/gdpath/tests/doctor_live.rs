@@ -221,3 +221,23 @@ fn doctor_live_here() {
         "nothing is not-run live"
     );
 }
+
+/// `--measure` on a machine without libcuda: one `unknown` P2P finding that names the missing
+/// library, never a panic. (On a machine with a driver the probe measures instead: the GPU
+/// machine run in docs/machines.md.)
+#[test]
+fn p2p_probe_without_a_driver_says_why() {
+    if gdpath_cuda::Cuda::load().is_ok() {
+        eprintln!("SKIP p2p_probe_without_a_driver_says_why: libcuda is present here");
+        return;
+    }
+    let fs = gdpath::doctor::measured::probe_p2p();
+    assert_eq!(fs.len(), 1, "{fs:?}");
+    assert_eq!(fs[0].id.as_str(), "p2p.measured-fallback");
+    assert_eq!(fs[0].status, gdpath::Status::Unknown);
+    assert!(
+        fs[0].evidence.contains("libcuda.so.1"),
+        "{}",
+        fs[0].evidence
+    );
+}

@@ -9,7 +9,8 @@
 //! absorbs run-to-run noise on machines where the two are close by nature (PCIe P2P vs. pinned
 //! staging through the same root complex), so it flags only paths that gain nothing.
 //!
-//! Measuring needs the GPU transfer backends; this build has only the rule.
+//! [`probe_p2p`] measures P2P against the staged path with the `gdpath bench p2p` harness;
+//! GDR and GDS have no probe yet and are listed `not-run`.
 
 use super::finding;
 use crate::finding::{ids, Area, Finding, Status};
@@ -75,9 +76,71 @@ pub fn not_available(area: Area) -> Option<Finding> {
         area,
         "system",
         Status::NotRun,
-        "measuring needs gdpath's GPU transfer backends, which this build does not have yet",
+        "no bandwidth probe for this path yet (P2P has one)",
         "",
     ))
+}
+
+/// Bytes per copy of the P2P probe: large enough to reach the link's plateau (≥ 64 MiB on
+/// NVLink, see docs/benchmarks.md), small enough to take well under a second per pair.
+const PROBE_BYTES: u64 = 64 << 20;
+
+/// Measures every ordered GPU pair with P2P on and with P2P off (the staged path) through the
+/// `gdpath bench p2p` harness (64 MiB copies, median of 3, data verified) and applies
+/// [`compare`] to each pair. A machine without a GPU driver gives one `Unknown` finding with the
+/// reason; one without two GPUs gives none.
+pub fn probe_p2p() -> Vec<Finding> {
+    use crate::bench::gpu::{run, GpuBenchConfig, GpuBenchKind};
+    let cfg = GpuBenchConfig {
+        kind: GpuBenchKind::P2p,
+        sizes: vec![PROBE_BYTES],
+        runs: 3,
+        gpus: None,
+    };
+    let report = match run(&cfg) {
+        Ok(r) => r,
+        Err(e) => {
+            return vec![finding(
+                ids::P2P_MEASURED_FALLBACK,
+                Area::P2p,
+                "system",
+                Status::Unknown,
+                format!("P2P probe could not run: {e}"),
+                "",
+            )]
+        }
+    };
+    let one_way = |staged: bool| {
+        report.rows.iter().filter(move |r| {
+            r.verified
+                && !r.path.ends_with("-bidir")
+                && (r.path == "staged") == staged
+                && (staged || r.path.starts_with("p2p-"))
+        })
+    };
+    let mut out = Vec::new();
+    for direct in one_way(false) {
+        let (Some(src), Some(dst)) = (&direct.src, &direct.dst) else {
+            continue;
+        };
+        let staged =
+            one_way(true).find(|r| r.src.as_ref() == Some(src) && r.dst.as_ref() == Some(dst));
+        if let Some(staged) = staged {
+            let subject = format!("{src}-{dst}");
+            out.extend(
+                compare(Area::P2p, &subject, direct.gbps_median, staged.gbps_median).map(
+                    |mut f| {
+                        f.evidence = format!(
+                            "{} ({} path, 64 MiB, median of 3, verified; gdpath bench p2p)",
+                            f.evidence, direct.path
+                        );
+                        f
+                    },
+                ),
+            );
+        }
+    }
+    out
 }
 
 #[cfg(test)]
