@@ -46,7 +46,7 @@ pub fn run(args: DoctorArgs) -> Result<ExitCode> {
             Ok(ExitCode::from(r.exit_code()))
         }
         Err(e) => {
-            eprintln!("gdpath doctor: {e:#}");
+            eprintln!("gdpath doctor: {}", crate::error_chain(&e));
             Ok(ExitCode::from(EXIT_FAILED))
         }
     }

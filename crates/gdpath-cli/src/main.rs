@@ -61,8 +61,41 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("gdpath: error: {e:#}");
+            eprintln!("gdpath: error: {}", error_chain(&e));
             ExitCode::from(1)
         }
+    }
+}
+
+/// The error and its causes joined by `: `, leaving out a cause whose text the message already
+/// holds (several error types put their source in their own message, and anyhow's `{:#}` would
+/// then print it twice: "No such file or directory (os error 2): No such file or directory").
+pub(crate) fn error_chain(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if out.contains(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::error_chain;
+
+    #[test]
+    fn a_cause_already_in_the_message_is_not_repeated() {
+        let io = std::io::Error::from(std::io::ErrorKind::NotFound);
+        let text = io.to_string();
+        let e = anyhow::Error::new(io).context(format!("cannot read x: {text}"));
+        assert_eq!(error_chain(&e), format!("cannot read x: {text}"));
+        let e = anyhow::anyhow!("inner").context("outer");
+        assert_eq!(error_chain(&e), "outer: inner");
     }
 }
