@@ -135,3 +135,20 @@ fn bench_storage_refuses_a_file_larger_than_the_free_space_and_leaves_nothing() 
     assert!(err.contains("bytes free"), "stderr: {err}");
     assert!(!f.exists(), "no partial file left behind");
 }
+
+#[test]
+fn copy_refuses_a_window_below_one_page() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let f = dir.path().join("src");
+    std::fs::write(&f, vec![7u8; 10_000]).unwrap();
+    let out = gdpath()
+        .arg("copy")
+        .arg(&f)
+        .arg(dir.path().join("dst"))
+        .args(["--window", "3"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("minimum of 4096 bytes"), "stderr: {err}");
+}

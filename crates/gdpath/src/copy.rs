@@ -22,7 +22,7 @@ pub const DEFAULT_WINDOW: u64 = 32 << 20;
 /// Copy settings.
 #[derive(Debug, Clone)]
 pub struct CopyOptions {
-    /// Bytes per window; two windows are allocated.
+    /// Bytes per window (at least [`MIN_WINDOW`]); two windows are allocated.
     pub window: u64,
     /// O_DIRECT policy for both files.
     pub direct: DirectIo,
@@ -78,6 +78,9 @@ fn wait(t: Transfer) -> Result<TransferReport> {
     t.wait().map_err(|e| e.error)
 }
 
+/// Smallest accepted [`CopyOptions::window`], in bytes: one page.
+pub const MIN_WINDOW: u64 = 4096;
+
 /// Refuses a copy whose destination is the source itself (same device and inode, through any
 /// path or link): opening the destination truncates it, which would destroy the source before a
 /// byte is read. A destination that does not exist yet cannot be the source.
@@ -105,8 +108,13 @@ pub fn copy_file(
     opts: &CopyOptions,
     progress: &dyn Progress,
 ) -> Result<CopyReport> {
-    if opts.window == 0 {
-        return Err(Error::Config("copy window must be non-zero".into()));
+    // Each window is one transfer per leg: below a page the per-transfer cost dominates and a
+    // large file takes minutes (a 3-byte window was seen to run for minutes).
+    if opts.window < MIN_WINDOW {
+        return Err(Error::Config(format!(
+            "copy window of {} bytes is below the minimum of {MIN_WINDOW} bytes (4 KiB)",
+            opts.window
+        )));
     }
     if let Some(d) = dst {
         refuse_same_file(src, d)?;
