@@ -14,9 +14,11 @@
 //! O_DIRECT: a read of file bytes `[s, e)` reads the aligned superset `[⌊s⌋, ⌈e⌉)` into the
 //! buffer (page-aligned, pinned) and copies `[s-⌊s⌋, e-⌊s⌋)` of it to the GPU; a write places the
 //! chunk at buffer offset `s-⌊s⌋`, writes the aligned middle through the O_DIRECT descriptor and
-//! the unaligned head and tail (each under one alignment unit) through the buffered one.
+//! the unaligned head and tail (each under one page-cache block, `FileRegion::cache_block`)
+//! through the buffered one, so no block is written both ways at once.
 
 use super::cuda::gpu_buffer;
+use super::fileio::{pread_at_least, pwrite_all};
 use super::{Backend, Capability, PlanChoice, Preference, Refusal};
 use crate::config::GdsConfig;
 use crate::error::{Error, Result};
@@ -32,8 +34,11 @@ use std::sync::Mutex;
 /// Backend name.
 pub const NAME: &str = "file-gpu";
 
-/// Extra bytes per bounce buffer for realignment (two alignment units of up to 4 KiB).
-const SLACK: usize = 8192;
+/// Largest cut unit (bytes): `FileRegion::cache_block` is at most 64 KiB.
+const MAX_ALIGN: usize = 64 << 10;
+
+/// Extra bytes per bounce buffer for realignment (two cut units).
+const SLACK: usize = 2 * MAX_ALIGN;
 
 /// The staged file ↔ GPU backend. Needs the `cuda` backend for GPU memory.
 pub struct FileGpu {
@@ -138,11 +143,15 @@ impl FileGpu {
             be: self,
             file,
             direct,
+            // Cut at the page-cache block, not only at the O_DIRECT alignment (512 B on ext4):
+            // a block written through the page cache (a head or tail) and through O_DIRECT at
+            // the same time by two transfers loses data — the race fixed in `posix_direct`.
             align: file
                 .align()
                 .offset
                 .max(file.align().memory)
-                .clamp(512, 4096) as usize,
+                .max(file.cache_block())
+                .clamp(512, MAX_ALIGN as u64) as usize,
             dev,
             dev_off: gpu_d.offset as usize,
             file_off: file_d.offset,
@@ -160,7 +169,8 @@ struct Job<'a> {
     be: &'a FileGpu,
     file: &'a FileRegion,
     direct: Option<RawFd>,
-    /// O_DIRECT alignment (file offset, length and memory), bytes.
+    /// Cut unit, bytes: the O_DIRECT alignment (file offset, length and memory) raised to the
+    /// page-cache block.
     align: usize,
     dev: &'a DeviceBuffer,
     dev_off: usize,
@@ -199,7 +209,7 @@ impl Job<'_> {
             let lo = s / a * a;
             let hi = (s + l as u64).div_ceil(a) * a;
             let need = (s + l as u64 - lo) as usize;
-            match pread_full(fd, &mut buf[..(hi - lo) as usize], lo, need) {
+            match pread_at_least(fd, &mut buf[..(hi - lo) as usize], lo, need).map_err(|(_, e)| e) {
                 Ok(got) if got >= need => return Ok((s - lo) as usize),
                 Ok(got) => {
                     return Err(Error::ShortFile {
@@ -214,8 +224,8 @@ impl Job<'_> {
                 Err(e) => return Err(self.io_err("read", lo, e)),
             }
         }
-        let got = pread_full(self.file.buffered_fd(), &mut buf[..l], s, l)
-            .map_err(|e| self.io_err("read", s, e))?;
+        let got = pread_at_least(self.file.buffered_fd(), &mut buf[..l], s, l)
+            .map_err(|(_, e)| self.io_err("read", s, e))?;
         if got < l {
             return Err(Error::ShortFile {
                 path: self.file.path().to_owned(),
@@ -246,25 +256,25 @@ impl Job<'_> {
             let (mid_lo, mid_hi) = (s.div_ceil(a) * a, e / a * a);
             if mid_lo < mid_hi {
                 if s < mid_lo {
-                    pwrite_full(bfd, &buf[at(s)..at(mid_lo)], s)
+                    pwrite(bfd, &buf[at(s)..at(mid_lo)], s)
                         .map_err(|er| self.io_err("write", s, er))?;
                 }
-                match pwrite_full(fd, &buf[at(mid_lo)..at(mid_hi)], mid_lo) {
+                match pwrite(fd, &buf[at(mid_lo)..at(mid_hi)], mid_lo) {
                     Ok(()) => {}
                     Err(er) if er.raw_os_error() == Some(libc::EINVAL) => {
-                        pwrite_full(bfd, &buf[at(mid_lo)..at(mid_hi)], mid_lo)
+                        pwrite(bfd, &buf[at(mid_lo)..at(mid_hi)], mid_lo)
                             .map_err(|er| self.io_err("write", mid_lo, er))?
                     }
                     Err(er) => return Err(self.io_err("write", mid_lo, er)),
                 }
                 if mid_hi < e {
-                    pwrite_full(bfd, &buf[at(mid_hi)..at(e)], mid_hi)
+                    pwrite(bfd, &buf[at(mid_hi)..at(e)], mid_hi)
                         .map_err(|er| self.io_err("write", mid_hi, er))?;
                 }
                 return Ok(());
             }
         }
-        pwrite_full(bfd, &buf[at(s)..at(e)], s).map_err(|er| self.io_err("write", s, er))
+        pwrite(bfd, &buf[at(s)..at(e)], s).map_err(|er| self.io_err("write", s, er))
     }
 
     /// Chunks `w, w + workers, ...` of the pair, file → GPU.
@@ -389,62 +399,9 @@ fn run(job: &Job<'_>, to_gpu: bool, threads: usize) -> Result<()> {
     })
 }
 
-/// `pread` until `need` bytes (or end of file, or the buffer is full); returns bytes read.
-fn pread_full(fd: RawFd, buf: &mut [u8], off: u64, need: usize) -> std::io::Result<usize> {
-    let mut got = 0;
-    while got < need.min(buf.len()) {
-        // SAFETY: the slice is valid for writes of its length.
-        let r = unsafe {
-            libc::pread(
-                fd,
-                buf[got..].as_mut_ptr().cast(),
-                buf.len() - got,
-                (off + got as u64) as libc::off_t,
-            )
-        };
-        if r < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.kind() == std::io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
-        }
-        if r == 0 {
-            break;
-        }
-        got += r as usize;
-    }
-    Ok(got)
-}
-
-fn pwrite_full(fd: RawFd, buf: &[u8], off: u64) -> std::io::Result<()> {
-    let mut done = 0;
-    while done < buf.len() {
-        // SAFETY: the slice is valid for reads of its length.
-        let r = unsafe {
-            libc::pwrite(
-                fd,
-                buf[done..].as_ptr().cast(),
-                buf.len() - done,
-                (off + done as u64) as libc::off_t,
-            )
-        };
-        if r < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.kind() == std::io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
-        }
-        if r == 0 {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::WriteZero,
-                "pwrite wrote nothing",
-            ));
-        }
-        done += r as usize;
-    }
-    Ok(())
+/// [`pwrite_all`] with the plain `io::Error` (the callers check for `EINVAL` to fall back).
+fn pwrite(fd: RawFd, buf: &[u8], off: u64) -> std::io::Result<()> {
+    pwrite_all(fd, buf, off).map_err(|(_, e)| e)
 }
 
 /// The staged path for a file region: O_DIRECT when its descriptor is open, else buffered with
