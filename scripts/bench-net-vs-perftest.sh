@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Host->host put over TCP loopback: `gdpath bench net` against `ucx_perftest` (Debian's
 # ucx-utils), same sizes, interleaved in one run, both with UCX_TLS=tcp UCX_NET_DEVICES=lo.
+# gdpath runs twice per size: every message its own transfer (qd 16, batch 1) and 16 messages
+# per transfer (qd 64, batch 16: one flush confirms 16 puts, as a NIXL descriptor list does).
 # Also 8-byte latency: gdpath put (post -> in the peer's memory, one round trip) and get
 # against ucx_perftest ucp_put_lat (half a ping-pong round trip) and ucp_get (one round trip).
 # Usage: scripts/bench-net-vs-perftest.sh [path/to/gdpath] [rounds]
@@ -26,10 +28,13 @@ for r in $(seq 1 "$ROUNDS"); do
     n=$(( s >= 1048576 ? 256 : (s >= 65536 ? 4096 : 20000) ))
     # perftest Final columns: iters, typical lat, avg lat, overall lat, avg BW MB/s, overall BW MB/s (MB = 2^20), ...
     p=$(perftest ucp_put_bw "$s" "$n" | awk '{printf "%.4f", $7*1048576/1e9}')
-    g=$("$GDPATH" bench net --peer 127.0.0.1:$((PORT+1)) --devices lo --transports tcp --op put \
-        --size "$s" --qd 16 --runs 1 --bytes-per-run $(( s * n )) --lat-iters 5 --json \
-        | python3 -c 'import json,sys; r=json.load(sys.stdin)["rows"][0]; print("%.4f %s" % (r["gbps_median"], r["transport"]))')
-    echo "round $r size $s: ucx_perftest put_bw ${p} GB/s; gdpath put ${g% *} GB/s (${g#* }); ratio $(python3 -c "print('%.2f' % (${g% *}/${p}))")"
+    gd() { # qd batch -> "GB/s transport"
+      "$GDPATH" bench net --peer 127.0.0.1:$((PORT+1)) --devices lo --transports tcp --op put \
+        --size "$s" --qd "$1" --batch "$2" --runs 1 --bytes-per-run $(( s * n )) --lat-iters 5 --json \
+        | python3 -c 'import json,sys; r=json.load(sys.stdin)["rows"][0]; print("%.4f %s" % (r["gbps_median"], r["transport"]))'
+    }
+    g=$(gd 16 1); gb=$(gd 64 16)
+    echo "round $r size $s: ucx_perftest put_bw ${p} GB/s; gdpath put qd16 batch1 ${g% *} GB/s (${g#* }), ratio $(python3 -c "print('%.2f' % (${g% *}/${p}))"); qd64 batch16 ${gb% *} GB/s, ratio $(python3 -c "print('%.2f' % (${gb% *}/${p}))")"
   done
   pl=$(perftest ucp_put_lat 8 20000 | awk '{print $4}')
   gl=$(perftest ucp_get 8 20000 | awk '{print $4}')

@@ -8,6 +8,7 @@ pkgs=(
   iproute2            # ip netns / veth: two-host network tests on one machine
   fio                 # storage benchmark baseline
   pkg-config
+  g++                 # libFuzzer, built by the libfuzzer-sys crate (scripts/fuzz.sh, CI)
 )
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi

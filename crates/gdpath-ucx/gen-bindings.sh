@@ -32,7 +32,7 @@ funcs=(
   ucp_rkey_pack ucp_rkey_buffer_release ucp_ep_rkey_unpack ucp_rkey_destroy
   ucp_put_nbx ucp_get_nbx
   ucp_am_send_nbx ucp_am_data_release
-  ucp_request_check_status ucp_request_free ucp_request_cancel
+  ucp_request_check_status ucp_request_free ucp_request_cancel ucp_request_query
 )
 fn_re="$(IFS='|'; echo "^(${funcs[*]})\$")"
 

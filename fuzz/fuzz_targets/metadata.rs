@@ -2,7 +2,8 @@
 //! handshake, region lists with packed rkeys, withdrawals, notifications). It must never panic,
 //! never allocate beyond the message, and whatever it accepts must encode back to the same bytes.
 //!
-//! Run: `cargo +nightly fuzz run metadata -- -max_total_time=60` (from the repository root).
+//! Run: `scripts/fuzz.sh SECONDS` (stable Rust; CI runs it for 30 s), or with AddressSanitizer
+//! `cargo +nightly fuzz run metadata -- -max_total_time=60` (from the repository root).
 #![no_main]
 
 use gdpath::net::codec::{decode, encode};

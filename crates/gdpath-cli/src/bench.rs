@@ -46,6 +46,10 @@ pub struct NetBenchArgs {
     /// Messages in flight.
     #[arg(long, default_value_t = 16)]
     qd: u32,
+    /// Messages per transfer (descriptor pairs of one request, completed by one flush), 1..=qd.
+    /// 1: every message is its own transfer.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    batch: u32,
     /// Timed bandwidth runs per size.
     #[arg(long, default_value_t = 3)]
     runs: usize,
@@ -290,6 +294,7 @@ fn run_net(a: NetBenchArgs) -> Result<ExitCode> {
         remote_mem: a.remote_mem,
         sizes: parse_size_range(&a.size).context("--size")?,
         qd: a.qd,
+        batch: a.batch.min(a.qd),
         runs: a.runs,
         bytes_per_run: a.bytes_per_run,
         lat_iters: a.lat_iters,
@@ -319,6 +324,7 @@ fn run_net(a: NetBenchArgs) -> Result<ExitCode> {
             "op",
             "size",
             "qd",
+            "batch",
             "GB/s min",
             "GB/s median",
             "GB/s max",
@@ -333,6 +339,7 @@ fn run_net(a: NetBenchArgs) -> Result<ExitCode> {
                 r.row.op.clone(),
                 format_size(r.row.block),
                 r.row.qd.to_string(),
+                r.batch.to_string(),
                 fmt_gbps(r.row.gbps_min),
                 fmt_gbps(r.row.gbps_median),
                 fmt_gbps(r.row.gbps_max),

@@ -58,6 +58,16 @@ impl Cuda {
         Ok(v as u32)
     }
 
+    /// Whether the calling thread has a CUDA context current (`cuCtxGetCurrent` non-NULL).
+    /// Libraries that issue CUDA calls on the caller's thread without choosing a context
+    /// themselves (UCX's CUDA transports) need one.
+    pub fn has_current_context(&self) -> bool {
+        let mut ctx: ffi::CUcontext = std::ptr::null_mut();
+        // SAFETY: out-pointer to a live handle.
+        let r = unsafe { (self.api.cuCtxGetCurrent)(&mut ctx) };
+        r == ffi::CUDA_SUCCESS && !ctx.is_null()
+    }
+
     /// Number of CUDA devices visible to this process (after `CUDA_VISIBLE_DEVICES`).
     pub fn device_count(&self) -> Result<u32, CudaError> {
         if self.init == ffi::CUDA_ERROR_NO_DEVICE {

@@ -93,6 +93,7 @@ driver_api! {
     cuDevicePrimaryCtxRetain: fn(*mut CUcontext, CUdevice) = ["cuDevicePrimaryCtxRetain"];
     cuDevicePrimaryCtxRelease: fn(CUdevice) = ["cuDevicePrimaryCtxRelease_v2", "cuDevicePrimaryCtxRelease"];
     cuCtxSetCurrent: fn(CUcontext) = ["cuCtxSetCurrent"];
+    cuCtxGetCurrent: fn(*mut CUcontext) = ["cuCtxGetCurrent"];
     cuCtxSynchronize: fn() = ["cuCtxSynchronize"];
     cuCtxEnablePeerAccess: fn(CUcontext, c_uint) = ["cuCtxEnablePeerAccess"];
     cuMemGetInfo: fn(*mut usize, *mut usize) = ["cuMemGetInfo_v2"];

@@ -165,6 +165,14 @@ pub enum UcxError {
     /// This UCX build cannot map or move memory of the given type.
     #[error("this UCX build does not support {0} memory (supported: {1})")]
     MemTypeUnsupported(crate::MemType, String),
+    /// UCX's detection found another memory type than the caller declared.
+    #[error("memory declared as {expected} was detected by UCX as {detected}")]
+    MemTypeMismatch {
+        /// The type the caller passed.
+        expected: crate::MemType,
+        /// What `ucp_mem_query` reported.
+        detected: String,
+    },
     /// A message exceeds the bound this crate accepts.
     #[error("message of {len} bytes exceeds the limit of {max} bytes")]
     MessageTooLarge {

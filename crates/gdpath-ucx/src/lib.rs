@@ -39,5 +39,5 @@ pub use error::{Result, Status, UcxError};
 pub use listener::Listener;
 pub use loader::{Ucx, UcxVersion, ENV_LIB, LIBUCP_SONAME, MIN_VERSION};
 pub use memory::{MemHandle, PackedRkey, RegionDesc, RemoteKey, RemoteRegion, MAX_PACKED_RKEY};
-pub use request::{Request, DROP_WAIT};
+pub use request::{ProtoInfo, Request, DROP_WAIT};
 pub use worker::{AmMessage, EpId, Worker, WorkerAddress, AM_MAX_MESSAGE, AM_MAX_QUEUED};

@@ -92,12 +92,22 @@ impl MemHandle {
             let have: Vec<String> = ctx.memory_types()?.iter().map(|m| m.to_string()).collect();
             return Err(UcxError::MemTypeUnsupported(mem_type, have.join(",")));
         }
+        // Existing device memory is mapped without its type: UCX then detects the type *and
+        // the system device* (GPU) of the range and packs that device into the remote key
+        // (UCX_PROTO_INFO then shows the peer's memory as `cuda/dev[N]`, as for memory UCX
+        // allocates itself). With the type given, the peer saw plain `cuda` and UCX 1.22 chose
+        // software emulation over shared memory instead of cuda_ipc (measured together with
+        // binding a CUDA context before rkey unpack; docs/benchmarks.md, Network). The detected
+        // type is checked against `mem_type` after mapping.
+        let detect = !allocate && mem_type != MemType::Host;
         // SAFETY: zeroed params; every field flagged exists since UCX 1.13.
         let mut p: sys::ucp_mem_map_params_t = unsafe { std::mem::zeroed() };
         p.field_mask = (sys::UCP_MEM_MAP_PARAM_FIELD_ADDRESS
             | sys::UCP_MEM_MAP_PARAM_FIELD_LENGTH
-            | sys::UCP_MEM_MAP_PARAM_FIELD_FLAGS
-            | sys::UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE) as u64;
+            | sys::UCP_MEM_MAP_PARAM_FIELD_FLAGS) as u64;
+        if !detect {
+            p.field_mask |= sys::UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE as u64;
+        }
         p.address = addr;
         p.length = len;
         p.flags = if allocate {
@@ -113,6 +123,32 @@ impl MemHandle {
             check("ucp_mem_map", unsafe {
                 ctx.inner.ucx.api.ucp_mem_map(ctx.inner.raw, &p, &mut raw)
             })?;
+        }
+        if detect {
+            // SAFETY: zeroed attr; MEM_TYPE is known since 1.13; raw was just mapped.
+            let mut attr: sys::ucp_mem_attr_t = unsafe { std::mem::zeroed() };
+            attr.field_mask = sys::UCP_MEM_ATTR_FIELD_MEM_TYPE as u64;
+            let st = unsafe { ctx.inner.ucx.api.ucp_mem_query(raw, &mut attr) };
+            let found = MemType::ALL.into_iter().find(|t| t.raw() == attr.mem_type);
+            if st != sys::UCS_OK || found != Some(mem_type) {
+                let _g = lock(&ctx.inner.lock);
+                // SAFETY: undo the mapping made above.
+                unsafe { ctx.inner.ucx.api.ucp_mem_unmap(ctx.inner.raw, raw) };
+                return Err(if st != sys::UCS_OK {
+                    UcxError::Status {
+                        op: "ucp_mem_query",
+                        status: crate::Status(st),
+                    }
+                } else {
+                    UcxError::MemTypeMismatch {
+                        expected: mem_type,
+                        detected: found.map_or_else(
+                            || format!("unknown ({})", attr.mem_type),
+                            |t| t.to_string(),
+                        ),
+                    }
+                });
+            }
         }
         let base = if allocate {
             // SAFETY: zeroed attr; ADDRESS is known since 1.13.
@@ -184,7 +220,12 @@ impl MemHandle {
     }
 
     /// Registers existing memory of `mem_type` (host memory, or a CUDA device pointer from
-    /// `cuMemAlloc`), passing the type to `ucp_mem_map` so UCX need not detect it.
+    /// `cuMemAlloc`). Host memory is mapped with its type given; device memory is detected by
+    /// UCX (so the remote key carries the GPU it lives on, which `cuda_ipc` needs) and the
+    /// detected type must equal `mem_type`.
+    ///
+    /// Errors: as [`MemHandle::alloc`], and [`UcxError::MemTypeMismatch`] when UCX finds the
+    /// range is not `mem_type` memory (e.g. a host pointer passed as CUDA).
     ///
     /// # Safety
     /// `addr..addr+len` must be valid memory of `mem_type` that stays allocated until this

@@ -89,6 +89,40 @@ impl Request {
         self.op
     }
 
+    /// UCX's description of the protocol this pending operation runs
+    /// (`ucp_request_query` with `UCP_REQUEST_ATTR_FIELD_INFO_STRING`): under UCX ≥ 1.15's
+    /// protocol selection it names the operation, memory types, length, protocol and the
+    /// `transport/device` pairs it uses (e.g. `… zero-copy cuda_ipc/cuda`). `None` when the operation already finished (no
+    /// request to ask), when the loaded libucp lacks the call, or when UCX has no description
+    /// for it (`<no debug info>`, e.g. RMA under UCX 1.13's older protocols).
+    /// [`ProtoInfo::parse`] reads the transports out of it.
+    pub fn info(&self) -> Option<String> {
+        if self.raw.is_null() {
+            return None;
+        }
+        let api = self.worker.api();
+        api.ucp_request_query.as_ref().ok()?;
+        let mut buf = vec![0u8; 512];
+        // SAFETY: zeroed attr; INFO_STRING(_SIZE) exist since UCX 1.13.
+        let mut attr: sys::ucp_request_attr_t = unsafe { std::mem::zeroed() };
+        attr.field_mask = (sys::UCP_REQUEST_ATTR_FIELD_INFO_STRING
+            | sys::UCP_REQUEST_ATTR_FIELD_INFO_STRING_SIZE) as u64;
+        attr.debug_string = buf.as_mut_ptr().cast();
+        attr.debug_string_size = buf.len();
+        let st = {
+            let _g = self.worker.guard();
+            // SAFETY: raw is a live (not yet released) request of this worker; UCX writes at
+            // most debug_string_size bytes, NUL-terminated, into buf.
+            unsafe { api.ucp_request_query(self.raw, &mut attr) }
+        };
+        if st != sys::UCS_OK {
+            return None;
+        }
+        let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+        let text = String::from_utf8_lossy(&buf[..end]).trim().to_owned();
+        (!text.is_empty() && !text.contains("<no debug info>")).then_some(text)
+    }
+
     /// Checks (without progressing) whether the operation finished; once it has, returns
     /// its result every time. `Ok(false)` while in flight.
     pub fn test(&mut self) -> Result<bool> {
@@ -180,5 +214,88 @@ impl Drop for Request {
             }
             std::mem::forget(std::mem::take(&mut self.pins));
         }
+    }
+}
+
+/// The transports named in a protocol description of [`Request::info`] (or a line of
+/// `UCX_PROTO_INFO`): the `transport/device` tokens UCX prints, such as `cuda_ipc/cuda`,
+/// `tcp/lo`, `rc_mlx5/mlx5_0:1`, and whether UCX emulates the operation in software (active
+/// messages carrying the data, the remote CPU copying it: `software emulation`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ProtoInfo {
+    /// Transport names in order of appearance, without duplicates (`cuda_ipc`, `tcp`, ...).
+    pub transports: Vec<String>,
+    /// True when the description says the operation is emulated in software.
+    pub emulated: bool,
+}
+
+/// Transport names of UCX 1.13–1.22 (`ucx_info -d`), used to tell `transport/device` tokens
+/// from other words containing a slash.
+const TRANSPORTS: &[&str] = &[
+    "self",
+    "tcp",
+    "sysv",
+    "posix",
+    "cma",
+    "knem",
+    "xpmem",
+    "cuda_ipc",
+    "cuda_copy",
+    "gdr_copy",
+    "rc_mlx5",
+    "dc_mlx5",
+    "ud_mlx5",
+    "rc_verbs",
+    "ud_verbs",
+    "srd",
+    "rocm_ipc",
+    "rocm_copy",
+];
+
+impl ProtoInfo {
+    /// Parses a description; transports UCX may add later are ignored.
+    pub fn parse(text: &str) -> ProtoInfo {
+        let mut transports: Vec<String> = Vec::new();
+        for word in text.split(|c: char| c.is_whitespace() || c == ',' || c == '|') {
+            let Some((tl, dev)) = word.split_once('/') else {
+                continue;
+            };
+            if dev.is_empty() || !TRANSPORTS.contains(&tl) {
+                continue;
+            }
+            if !transports.iter().any(|t| t == tl) {
+                transports.push(tl.to_owned());
+            }
+        }
+        ProtoInfo {
+            transports,
+            emulated: text.contains("emulation"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ProtoInfo;
+
+    #[test]
+    fn parses_protocol_descriptions_of_ucx_1_22() {
+        // Table rows UCX 1.22 printed on the H200 pair with UCX_PROTO_INFO=y (ucx_perftest
+        // and gdpath, 2026-11-30, docs/benchmarks.md), then constructed forms: a request
+        // description and a multi-lane row.
+        let ipc = ProtoInfo::parse("| 0..inf | zero-copy   | cuda_ipc/cuda |");
+        assert_eq!(ipc.transports, ["cuda_ipc"]);
+        assert!(!ipc.emulated);
+        let req = ProtoInfo::parse("{proto_send} put* from cuda/GPU0 to cuda/dev[0] length 1073741824 zero-copy cuda_ipc/cuda");
+        assert_eq!(req.transports, ["cuda_ipc"]);
+        let emu = ProtoInfo::parse("| 0..inf | software emulation | sysv/memory |");
+        assert_eq!(emu.transports, ["sysv"]);
+        assert!(emu.emulated);
+        let multi = ProtoInfo::parse(
+            "rendezvous zero-copy read from remote cma/memory, 50% on rc_mlx5/mlx5_0:1 and 50% on rc_mlx5/mlx5_1:1",
+        );
+        assert_eq!(multi.transports, ["cma", "rc_mlx5"]);
+        let none = ProtoInfo::parse("put* from host memory to host, 2/3 done");
+        assert!(none.transports.is_empty());
     }
 }

@@ -920,6 +920,13 @@ pub struct Ucp {
         ) -> ucs_status_t,
         ::libloading::Error,
     >,
+    pub ucp_request_query: Result<
+        unsafe extern "C" fn(
+            request: *mut ::std::os::raw::c_void,
+            attr: *mut ucp_request_attr_t,
+        ) -> ucs_status_t,
+        ::libloading::Error,
+    >,
     pub ucp_ep_create: Result<
         unsafe extern "C" fn(
             worker: ucp_worker_h,
@@ -1086,6 +1093,7 @@ impl Ucp {
         let ucp_listener_destroy = __library.get(b"ucp_listener_destroy\0").map(|sym| *sym);
         let ucp_listener_query = __library.get(b"ucp_listener_query\0").map(|sym| *sym);
         let ucp_conn_request_query = __library.get(b"ucp_conn_request_query\0").map(|sym| *sym);
+        let ucp_request_query = __library.get(b"ucp_request_query\0").map(|sym| *sym);
         let ucp_ep_create = __library.get(b"ucp_ep_create\0").map(|sym| *sym);
         let ucp_ep_close_nbx = __library.get(b"ucp_ep_close_nbx\0").map(|sym| *sym);
         let ucp_listener_reject = __library.get(b"ucp_listener_reject\0").map(|sym| *sym);
@@ -1135,6 +1143,7 @@ impl Ucp {
             ucp_listener_destroy,
             ucp_listener_query,
             ucp_conn_request_query,
+            ucp_request_query,
             ucp_ep_create,
             ucp_ep_close_nbx,
             ucp_listener_reject,
@@ -1361,6 +1370,16 @@ impl Ucp {
             .ucp_conn_request_query
             .as_ref()
             .expect("Expected function, got error."))(conn_request, attr)
+    }
+    pub unsafe fn ucp_request_query(
+        &self,
+        request: *mut ::std::os::raw::c_void,
+        attr: *mut ucp_request_attr_t,
+    ) -> ucs_status_t {
+        (self
+            .ucp_request_query
+            .as_ref()
+            .expect("Expected function, got error."))(request, attr)
     }
     pub unsafe fn ucp_ep_create(
         &self,

@@ -270,12 +270,18 @@ impl TransferShared {
         }
     }
 
-    pub(crate) fn complete(&self, index: usize, result: Result<u64>, elapsed: Duration) {
+    pub(crate) fn complete(
+        &self,
+        index: usize,
+        result: Result<u64>,
+        elapsed: Duration,
+        taken: Option<Path>,
+    ) {
         let plan = &self.plans[index];
         let outcome = result.map(|bytes| PairReport {
             index,
             bytes,
-            path: plan.path.clone(),
+            path: taken.unwrap_or_else(|| plan.path.clone()),
             finding: plan.finding.clone(),
             elapsed,
         });
@@ -404,14 +410,22 @@ impl WorkItem {
     /// Reports the pair's result: `Ok(bytes moved)` or the error. The backend must not touch
     /// the pair's memory afterwards.
     pub fn complete(mut self, result: Result<u64>) {
-        self.report(result);
+        self.report(result, None);
     }
 
-    fn report(&mut self, result: Result<u64>) {
+    /// As [`WorkItem::complete`], with the path the backend observed the bytes take when it
+    /// is more precise than the planned one (the network backend learns UCX's protocol only
+    /// once the operation runs). The pair's report carries `taken`; the plan keeps its path.
+    pub fn complete_on(mut self, result: Result<u64>, taken: Path) {
+        self.report(result, Some(taken));
+    }
+
+    fn report(&mut self, result: Result<u64>, taken: Option<Path>) {
         if let Some(pair) = self.pair.take() {
             drop(pair); // release the regions first
             let start = self.started.get().copied().unwrap_or(self.shared.posted);
-            self.shared.complete(self.index, result, start.elapsed());
+            self.shared
+                .complete(self.index, result, start.elapsed(), taken);
         }
     }
 }
@@ -423,10 +437,13 @@ impl Drop for WorkItem {
                 "backend for {} dropped descriptor pair {} without completing it",
                 self.path, self.index
             );
-            self.report(Err(Error::Backend {
-                backend: "engine",
-                detail,
-            }));
+            self.report(
+                Err(Error::Backend {
+                    backend: "engine",
+                    detail,
+                }),
+                None,
+            );
         }
     }
 }

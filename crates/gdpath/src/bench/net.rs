@@ -5,9 +5,11 @@
 //! - window `w` = min(`qd`, remote region length / `s`): messages in flight; message `i` moves
 //!   local bytes `[(i mod w)·s, +s)` to (put) or from (get) the same remote range;
 //! - bandwidth: `runs` timed runs of `n` messages (`n` = `bytes_per_run / s`, at least `w`, at
-//!   most [`MAX_MESSAGES`]), each message one engine transfer of one descriptor pair, `w` in
-//!   flight (a new one posted as the oldest completes); GB/s = n·s / (last completion − first
-//!   post), 1e9 B/s;
+//!   most [`MAX_MESSAGES`]), `b` = `batch` messages per engine transfer (one descriptor pair
+//!   each, as a NIXL transfer request carries a descriptor list; `b` = 1: every message its own
+//!   transfer), `w / b` transfers in flight (a new one posted as the oldest completes); a
+//!   transfer of puts completes when one flush confirmed all its puts; GB/s = n·s / (last
+//!   completion − first post), 1e9 B/s;
 //! - latency: `lat_iters` messages one at a time, post → `wait` returned (a put completes when
 //!   an endpoint flush confirmed it is in the peer's memory, i.e. one round trip; a get when the
 //!   data arrived); µs;
@@ -92,6 +94,8 @@ pub struct NetBenchConfig {
     pub sizes: Vec<u64>,
     /// Messages in flight.
     pub qd: u32,
+    /// Messages (descriptor pairs) per transfer in the bandwidth runs, 1..=`qd`.
+    pub batch: u32,
     /// Timed bandwidth runs per size.
     pub runs: usize,
     /// Bytes per bandwidth run (messages = this / size, bounded).
@@ -105,6 +109,8 @@ pub struct NetBenchConfig {
 pub struct NetBenchRow {
     #[serde(flatten)]
     pub row: BenchRow,
+    /// Messages per transfer in the bandwidth runs.
+    pub batch: u32,
     pub latency_us_min: f64,
     pub latency_us_median: f64,
     pub latency_us_max: f64,
@@ -129,7 +135,8 @@ fn op_name(op: Op) -> &'static str {
     }
 }
 
-/// Posts `n` transfers of one pair each, `w` in flight; returns the elapsed time.
+/// Posts `n` messages of `s` bytes in transfers of up to `b` pairs, `w` messages in flight
+/// (`b` ≤ `w`); message `i` uses window slot `i mod w`. Returns the elapsed time.
 #[allow(clippy::too_many_arguments)]
 fn stream(
     agent: &Agent,
@@ -138,23 +145,33 @@ fn stream(
     remote: &Region,
     s: u64,
     w: u64,
+    b: u64,
     n: u64,
 ) -> Result<Duration> {
-    let mut q: VecDeque<Transfer> = VecDeque::with_capacity(w as usize);
-    let post = |i: u64| -> Result<Transfer> {
-        let off = (i % w) * s;
-        let (l, r) = (vec![local.desc(off, s)], vec![remote.desc(off, s)]);
+    let b = b.clamp(1, w);
+    let in_flight = (w / b).max(1) as usize;
+    let mut q: VecDeque<Transfer> = VecDeque::with_capacity(in_flight);
+    // Transfer `t` carries messages [t·b, min((t+1)·b, n)).
+    let post = |t: u64| -> Result<Transfer> {
+        let msgs = t * b..((t + 1) * b).min(n);
+        let (mut l, mut r) = (Vec::new(), Vec::new());
+        for i in msgs {
+            let off = (i % w) * s;
+            l.push(local.desc(off, s));
+            r.push(remote.desc(off, s));
+        }
         agent.post(TransferRequest::new(op, l, r))
     };
+    let transfers = n.div_ceil(b);
     let start = Instant::now();
     let mut next = 0;
-    while next < n.min(w) {
+    while next < transfers.min(in_flight as u64) {
         q.push_back(post(next)?);
         next += 1;
     }
     while let Some(t) = q.pop_front() {
         t.wait_timeout(WAIT).map_err(|e| e.error)?;
-        if next < n {
+        if next < transfers {
             q.push_back(post(next)?);
             next += 1;
         }
@@ -272,10 +289,11 @@ pub fn run(cfg: &NetBenchConfig, progress: &dyn Progress) -> Result<NetBenchRepo
             n * s * cfg.runs as u64,
         );
         // One untimed warm-up pass of the window.
-        stream(&agent, cfg.op, &local, &remote, s, w, w)?;
+        let b = u64::from(cfg.batch).clamp(1, w);
+        stream(&agent, cfg.op, &local, &remote, s, w, b, w)?;
         let mut gbps = Vec::with_capacity(cfg.runs);
         for _ in 0..cfg.runs {
-            let el = stream(&agent, cfg.op, &local, &remote, s, w, n)?;
+            let el = stream(&agent, cfg.op, &local, &remote, s, w, b, n)?;
             gbps.push(super::gbps(n * s, el));
             progress.advance(n * s);
         }
@@ -286,20 +304,24 @@ pub fn run(cfg: &NetBenchConfig, progress: &dyn Progress) -> Result<NetBenchRepo
             ((64u64 << 20) / s).clamp(5, 1000) as usize
         };
         let mut lat = Vec::with_capacity(iters);
-        let mut path = None;
+        // The path a pair reports is the one the backend observed when it could (UCX's
+        // protocol for GPU memory), else the planned one: prefer an observed path.
+        let mut path: Option<Path> = None;
         let mut finding = None;
         for _ in 0..iters {
             let t0 = Instant::now();
-            let rep = agent
-                .post(TransferRequest::new(
-                    cfg.op,
-                    vec![local.desc(0, s)],
-                    vec![remote.desc(0, s)],
-                ))?
-                .wait_timeout(WAIT)
-                .map_err(|e| e.error)?;
+            let t = agent.post(TransferRequest::new(
+                cfg.op,
+                vec![local.desc(0, s)],
+                vec![remote.desc(0, s)],
+            ))?;
+            let planned = t.plan()[0].path.clone();
+            let rep = t.wait_timeout(WAIT).map_err(|e| e.error)?;
             lat.push(t0.elapsed().as_secs_f64() * 1e6);
-            path.get_or_insert_with(|| rep.pairs[0].path.clone());
+            let got = &rep.pairs[0].path;
+            if path.is_none() || (*got != planned && path.as_ref() == Some(&planned)) {
+                path = Some(got.clone());
+            }
             finding = finding.or_else(|| rep.pairs[0].finding.clone());
         }
         // Verify.
@@ -351,6 +373,7 @@ pub fn run(cfg: &NetBenchConfig, progress: &dyn Progress) -> Result<NetBenchRepo
         }
         rows.push(NetBenchRow {
             row,
+            batch: b as u32,
             latency_us_min: st.map_or(0.0, |s| s.min),
             latency_us_median: st.map_or(0.0, |s| s.median),
             latency_us_max: st.map_or(0.0, |s| s.max),

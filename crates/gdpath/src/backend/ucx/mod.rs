@@ -88,6 +88,9 @@ pub struct UcxBackend {
     pub(crate) notifications: Mutex<VecDeque<Notification>>,
     pub(crate) notifications_dropped: AtomicU64,
     pub(crate) next_peer: AtomicU64,
+    /// A retained CUDA primary context made current before UCX unpacks a remote key of GPU
+    /// memory (see [`UcxBackend::bind_cuda`]); `None` inside when CUDA cannot be loaded.
+    cuda_ctx: std::sync::OnceLock<Option<gdpath_cuda::Context>>,
 }
 
 impl std::fmt::Debug for UcxBackend {
@@ -135,7 +138,39 @@ impl UcxBackend {
             notifications: Mutex::new(VecDeque::new()),
             notifications_dropped: AtomicU64::new(0),
             next_peer: AtomicU64::new(1),
+            cuda_ctx: std::sync::OnceLock::new(),
         }))
+    }
+
+    /// Makes a CUDA context current on the calling thread unless one already is, for UCX calls
+    /// that touch CUDA state without a buffer of ours to bind (unpacking a peer's remote key of
+    /// GPU memory: UCX's `cuda_ipc` checks there whether it can reach the peer's GPU, in the
+    /// current context). NVIDIA's NIXL does the same around its UCX calls. Uses the primary
+    /// context of the first visible GPU, retained for the backend's life. No-op when UCX has no
+    /// CUDA support or no CUDA driver loads.
+    pub(crate) fn bind_cuda(&self) {
+        if !self.cuda {
+            return;
+        }
+        let Ok(cuda) = gdpath_cuda::Cuda::load() else {
+            return;
+        };
+        if cuda.has_current_context() {
+            return;
+        }
+        // Context::new binds the context it retains; later calls bind it again.
+        let mut fresh = false;
+        let ctx = self.cuda_ctx.get_or_init(|| {
+            fresh = true;
+            gdpath_cuda::Context::new(&cuda, 0)
+                .map_err(|e| tracing::debug!("no CUDA context for UCX: {e}"))
+                .ok()
+        });
+        if let (Some(c), false) = (ctx, fresh) {
+            if let Err(e) = c.bind() {
+                tracing::debug!("binding a CUDA context for UCX: {e}");
+            }
+        }
     }
 
     /// The UCX context (facts, memory types).

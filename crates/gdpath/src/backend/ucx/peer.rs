@@ -132,14 +132,12 @@ impl PeerConn {
         lock(&self.inner).transport.clone()
     }
 
-    /// The path of GPU memory to this peer when UCX moves it itself (CUDA-enabled UCX). UCX
-    /// picks the protocol for CUDA memory per operation and does not report it through its API
-    /// (`docs/ucx.md`), so this names what is known: `Gdr { transport }` when the endpoint has
-    /// an RDMA lane (the NIC would read or write GPU memory), else `Ucx` with every transport
-    /// of the endpoint's lanes joined with `+` (e.g. `cma+cuda_copy+cuda_ipc`): the candidates,
-    /// not a claim that `cuda_ipc` moved the bytes. Measured on the H200 pair with UCX 1.22,
-    /// GPU0 → GPU1 puts between processes ran at 0.63–0.68 GB/s, i.e. not over `cuda_ipc`
-    /// (`docs/network.md`).
+    /// The planned path of GPU memory to this peer when UCX moves it itself (CUDA-enabled UCX),
+    /// before UCX has chosen a protocol: `Gdr { transport }` when the endpoint has an RDMA lane
+    /// (the NIC would read or write GPU memory), else `Ucx` with every transport of the
+    /// endpoint's lanes joined with `+` (e.g. `cma+cuda_ipc+posix+sysv`): the candidates, not a
+    /// claim. Once an operation runs, `ops` replaces it with what UCX says it chose
+    /// (`ucp_request_query`; `docs/network.md`).
     pub(crate) fn gpu_path(&self) -> Path {
         let g = lock(&self.inner);
         let rdma = ["rc_mlx5", "dc_mlx5", "rc_verbs", "ud_mlx5", "ud_verbs"];

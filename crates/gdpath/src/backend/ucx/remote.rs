@@ -107,6 +107,9 @@ impl UcxBackend {
                 len: r.len,
                 rkey: PackedRkey(r.rkey.clone()),
             };
+            if m.kind != WireKind::Host {
+                self.bind_cuda();
+            }
             let remote = RemoteRegion::new(&p.ep, &desc).map_err(|source| Error::Ucx {
                 op: "ucp_ep_rkey_unpack",
                 source,

@@ -1,0 +1,207 @@
+//! GPU suite: GPU memory of this process ↔ memory exported by `gdpath serve` in another
+//! process, through UCX. Needs an NVIDIA GPU (ignored otherwise; run with `--ignored` through
+//! `scripts/gpu-suite.sh`). With a CUDA-enabled UCX the serving process exports GPU 1 when two
+//! GPUs are visible, else GPU 0; without, it exports host memory.
+//!
+//! Which UCX is loaded decides what is asserted (both are checked, never skipped silently):
+//! - a CUDA-enabled UCX (`GDPATH_UCX_LIB` pointing at the `libucx-cu13` wheel's libucp): the
+//!   bytes move between the processes over `cuda_ipc` (the pair's path is `ucx:cuda_ipc`, as
+//!   UCX's own protocol description says), never by software emulation;
+//! - a UCX without CUDA (Debian's and Ubuntu's packages): the engine stages the local GPU
+//!   memory through pinned host buffers and reports `gdr.ucx-no-cuda`.
+//!
+//! In both, every byte is checked after a put and after a get. The `gdpath` binary is the one
+//! cargo built for this test, or `GDPATH_BIN` when the test binary was copied to another
+//! machine.
+
+use gdpath::bench::fill_pattern;
+use gdpath::finding::ids;
+use gdpath::net::{FailureMode, NetConfig};
+use gdpath::{Agent, AgentConfig, HostBuffer, Memory, Path, TransferRequest};
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const LEN: u64 = 64 << 20;
+
+struct Serve(Child);
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn bin() -> String {
+    std::env::var("GDPATH_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_gdpath").to_owned())
+}
+
+/// Starts `gdpath serve` exporting `export` (`gpu:N:64MiB`, `host:64MiB`); returns it and its
+/// address.
+fn serve(export: &str, fast_local: bool) -> (Serve, std::net::SocketAddr) {
+    let mut cmd = Command::new(bin());
+    cmd.args(["serve", "--listen", "127.0.0.1:0", "--duration", "120"])
+        .args(["--export", export]);
+    if fast_local {
+        cmd.arg("--fast-local");
+    }
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawning {}: {e}", bin()));
+    let out = child.stdout.take().unwrap();
+    let child = Serve(child);
+    let mut lines = BufReader::new(out).lines();
+    let end = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < end {
+        let Some(Ok(l)) = lines.next() else { break };
+        if l.contains("listening on") {
+            let addr = l
+                .split_whitespace()
+                .nth(4)
+                .and_then(|a| a.parse().ok())
+                .unwrap_or_else(|| panic!("no address in {l:?}"));
+            std::thread::spawn(move || for _ in lines {});
+            return (child, addr);
+        }
+    }
+    panic!("gdpath serve did not start listening");
+}
+
+fn gpu_count() -> u32 {
+    gdpath_cuda::Cuda::load()
+        .and_then(|c| c.device_count())
+        .expect("this test needs an NVIDIA GPU and driver (run on the GPU machine)")
+}
+
+fn round_trip(fast_local: bool) {
+    let remote_gpu = if gpu_count() >= 2 { 1 } else { 0 };
+    let agent = Agent::new(AgentConfig {
+        name: "gpu-net-test".into(),
+        ..AgentConfig::default()
+    })
+    .unwrap();
+    agent
+        .enable_net(NetConfig {
+            failure_mode: if fast_local {
+                FailureMode::FastLocal
+            } else {
+                FailureMode::Detect
+            },
+            ..NetConfig::default()
+        })
+        .unwrap();
+    let cuda_ucx = agent.ucx_facts().expect("UCX facts").cuda_supported;
+    // A UCX without CUDA cannot export GPU memory (`serve` refuses): the peer exports host
+    // memory and the local GPU side is staged.
+    let export = if cuda_ucx {
+        format!("gpu:{remote_gpu}:64MiB")
+    } else {
+        "host:64MiB".to_owned()
+    };
+    let (_srv, addr) = serve(&export, fast_local);
+    let peer = agent.connect(addr).unwrap();
+    let remote = agent
+        .register(peer.memory(peer.regions()[0].id).unwrap())
+        .unwrap();
+    let gpu = agent
+        .register(Memory::Gpu {
+            ordinal: 0,
+            len: LEN,
+        })
+        .unwrap();
+    let mut want = vec![0u8; LEN as usize];
+    fill_pattern(&mut want, 0, 0x6e65_7447);
+    let host = agent
+        .register(Memory::host(HostBuffer::from_slice(&want)))
+        .unwrap();
+    let back = agent
+        .register(Memory::host(HostBuffer::zeroed(LEN as usize)))
+        .unwrap();
+    let wait = |r: TransferRequest| agent.post(r).unwrap().wait().unwrap();
+
+    // Host pattern → local GPU (CUDA backend), local GPU → remote GPU (the path under test),
+    // then the remote read back into host memory over the network and compared.
+    wait(TransferRequest::write(
+        vec![host.desc(0, LEN)],
+        vec![gpu.desc(0, LEN)],
+    ));
+    let put = wait(TransferRequest::write(
+        vec![gpu.desc(0, LEN)],
+        vec![remote.desc(0, LEN)],
+    ));
+    let get = wait(TransferRequest::read(
+        vec![back.desc(0, LEN)],
+        vec![remote.desc(0, LEN)],
+    ));
+    assert!(
+        back.host_view().unwrap()[..] == want[..],
+        "remote GPU memory differs from what was put"
+    );
+    // And a get into GPU memory: remote → local GPU (cleared first), then local GPU → host.
+    let zeros = agent
+        .register(Memory::host(HostBuffer::zeroed(LEN as usize)))
+        .unwrap();
+    wait(TransferRequest::write(
+        vec![zeros.desc(0, LEN)],
+        vec![gpu.desc(0, LEN)],
+    ));
+    let get_gpu = wait(TransferRequest::read(
+        vec![gpu.desc(0, LEN)],
+        vec![remote.desc(0, LEN)],
+    ));
+    let check = agent
+        .register(Memory::host(HostBuffer::zeroed(LEN as usize)))
+        .unwrap();
+    wait(TransferRequest::read(
+        vec![check.desc(0, LEN)],
+        vec![gpu.desc(0, LEN)],
+    ));
+    assert!(
+        check.host_view().unwrap()[..] == want[..],
+        "GPU memory got from the remote GPU differs"
+    );
+
+    let (pp, gp) = (&put.pairs[0], &get_gpu.pairs[0]);
+    println!(
+        "UCX {} (CUDA memory: {cuda_ucx}), {} mode: put GPU0 → remote {export} path {} \
+         ({:.1} GB/s), get remote → GPU0 path {}, get remote → host path {}",
+        agent.ucx_facts().unwrap().version_string,
+        if fast_local { "fast-local" } else { "detect" },
+        pp.path,
+        put.gbps(),
+        gp.path,
+        get.pairs[0].path
+    );
+    if cuda_ucx {
+        let ipc = Path::Ucx {
+            transport: "cuda_ipc".into(),
+        };
+        assert_eq!(pp.path, ipc, "put GPU → remote GPU did not run on cuda_ipc");
+        assert_eq!(gp.path, ipc, "get remote GPU → GPU did not run on cuda_ipc");
+        assert_eq!(pp.finding, None);
+    } else {
+        assert_eq!(
+            pp.finding.as_ref().map(|f| f.as_str()),
+            Some(ids::GDR_UCX_NO_CUDA)
+        );
+        assert_eq!(
+            gp.finding.as_ref().map(|f| f.as_str()),
+            Some(ids::GDR_UCX_NO_CUDA)
+        );
+    }
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU: run with scripts/gpu-suite.sh"]
+fn gpu_to_gpu_between_processes_fast_local() {
+    round_trip(true);
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU: run with scripts/gpu-suite.sh"]
+fn gpu_to_gpu_between_processes_with_peer_error_handling() {
+    round_trip(false);
+}
