@@ -167,6 +167,24 @@ impl Device {
             .unwrap_or_else(|| names::display_name(self.vendor, self.device, self.class, None))
     }
 
+    /// Why this function is an RDMA-capable NIC judging by its PCI identity alone, for sources
+    /// that list no RDMA devices (hwloc or NCCL XML, where `/sys/class/infiniband` is absent):
+    /// class 0x0207 (InfiniBand controller, PCI Code and ID Assignment Specification), Mellanox
+    /// ConnectX (vendor 0x15b3: InfiniBand or RoCE), Amazon EFA (0x1d0f:0xefa0–0xefa2). `None`
+    /// when the identity says nothing (an RDMA driver may still serve it: iWARP, Broadcom RoCE).
+    /// Whether the RDMA driver is loaded is a separate question only a live machine answers.
+    pub fn rdma_capable_by_id(&self) -> Option<&'static str> {
+        if self.class >> 8 == 0x0207 {
+            return Some("InfiniBand controller (class 0x0207)");
+        }
+        let network = self.class >> 16 == 0x02;
+        match (self.vendor, self.device) {
+            (names::vendor::MELLANOX, _) if network => Some("Mellanox ConnectX (InfiniBand/RoCE)"),
+            (names::vendor::AMAZON, 0xefa0..=0xefa2) => Some("Amazon EFA"),
+            _ => None,
+        }
+    }
+
     /// The name a matrix legend shows for a NIC or NVMe: the RDMA device, else the interface or
     /// block device, else the PCI address (`mlx5_0`, `eth0`, `nvme0n1`).
     pub fn os_name(&self) -> String {
@@ -182,6 +200,30 @@ impl Device {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rdma_capability_by_pci_identity() {
+        let dev = |class: u32, vendor: u16, device: u16| {
+            let mut d = Device::new(PciAddr {
+                domain: 0,
+                bus: 1,
+                device: 0,
+                function: 0,
+            });
+            (d.class, d.vendor, d.device) = (class, vendor, device);
+            d
+        };
+        assert!(dev(0x020700, UNKNOWN_ID, UNKNOWN_ID)
+            .rdma_capable_by_id()
+            .is_some());
+        assert!(dev(0x020000, 0x15b3, 0x101b).rdma_capable_by_id().is_some());
+        assert!(dev(0x020000, 0x1d0f, 0xefa0).rdma_capable_by_id().is_some());
+        // An ENA (Amazon Ethernet, 0x1d0f:0xec20) and an Intel NIC are not RDMA by identity.
+        assert!(dev(0x020000, 0x1d0f, 0xec20).rdma_capable_by_id().is_none());
+        assert!(dev(0x020000, 0x8086, 0x1572).rdma_capable_by_id().is_none());
+        // A Mellanox function that is not a network controller (e.g. a BlueField bridge).
+        assert!(dev(0x060400, 0x15b3, 0xa2d6).rdma_capable_by_id().is_none());
+    }
 
     #[test]
     fn kinds() {

@@ -518,3 +518,35 @@ fn azure_ndv2_nic_distance() {
         Status::Unknown
     );
 }
+
+/// AWS p4d (NCCL topology file): four EFA adapters (1d0f:efa0) without `<nic>` entries, so the
+/// file names no RDMA device; the doctor recognises them by PCI identity, still reports the
+/// driver question as unknown, and measures each GPU against its own switch's EFA (PIX).
+#[test]
+fn aws_p4d_efa_recognised_by_pci_identity() {
+    let xml = fixture("nccl-xml/nccl-aws-p4d-24xl-topo.xml");
+    let loaded = gdpath::doctor::load(&gdpath::topo::Source::NcclXml(xml)).unwrap();
+    let input = gdpath::doctor::DoctorInput::new(
+        &loaded.machine,
+        loaded.view.as_ref(),
+        loaded.mode.clone(),
+    );
+    let r = gdpath::doctor::run(&input);
+    let f = r
+        .findings
+        .iter()
+        .find(|f| f.id.as_str() == ids::GDR_NO_RDMA_DEVICE)
+        .unwrap();
+    assert_eq!(f.status, Status::Unknown);
+    assert_eq!(f.evidence.matches("(Amazon EFA)").count(), 4, "{}", f.evidence);
+    // Each GPU's nearest RDMA-capable NIC is the EFA under its own switch: not far.
+    let far: Vec<&gdpath::Finding> = r
+        .findings
+        .iter()
+        .filter(|f| f.id.as_str() == ids::GDR_NIC_FAR)
+        .collect();
+    assert_eq!(far.len(), 8);
+    for f in far {
+        assert_eq!(f.status, Status::Ok, "{}: {}", f.subject, f.evidence);
+    }
+}

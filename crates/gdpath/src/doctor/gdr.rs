@@ -25,9 +25,16 @@ pub(super) fn check(input: &DoctorInput) -> Vec<Finding> {
     let m = input.machine;
     let mut rdma_nics: Vec<&Device> = m.nics().filter(|n| !n.rdma.is_empty()).collect();
     // Sources without class devices (hwloc or NCCL XML) may name no RDMA device even for an
-    // InfiniBand NIC: judge the GPU↔NIC distance against every NIC there.
+    // InfiniBand NIC: judge the GPU↔NIC distance against the NICs that are RDMA-capable by
+    // PCI identity, else against every NIC there.
     if rdma_nics.is_empty() && input.view.read_dir("/sys/class").is_err() {
-        rdma_nics = m.nics().collect();
+        rdma_nics = m
+            .nics()
+            .filter(|n| n.rdma_capable_by_id().is_some())
+            .collect();
+        if rdma_nics.is_empty() {
+            rdma_nics = m.nics().collect();
+        }
     }
     for g in m.gpus() {
         let gf = input
@@ -106,17 +113,32 @@ fn rdma_devices(input: &DoctorInput) -> Finding {
             "/sys/class/infiniband absent (no RDMA driver loaded)",
             remedy,
         ),
-        Err(_) => finding(
-            id,
-            A,
-            "system",
-            Status::Unknown,
-            format!(
-                "the source ({}) names no RDMA device and has no /sys/class",
-                m.source
-            ),
-            "",
-        ),
+        Err(_) => {
+            // A file source (hwloc/NCCL XML): no RDMA device names, but the NICs' PCI identity
+            // may still say they are InfiniBand, RoCE or EFA adapters.
+            let by_id: Vec<String> = m
+                .nics()
+                .filter_map(|n| {
+                    n.rdma_capable_by_id()
+                        .map(|why| format!("{} {} ({why})", n.id, n.pci))
+                })
+                .collect();
+            let evidence = if by_id.is_empty() {
+                format!(
+                    "the source ({}) names no RDMA device, no NIC is RDMA-capable by its PCI \
+                     identity, and it has no /sys/class to tell",
+                    m.source
+                )
+            } else {
+                format!(
+                    "the source ({}) names no RDMA device but lists RDMA-capable NICs by PCI \
+                     identity: {}; whether their RDMA drivers are loaded is not in the file",
+                    m.source,
+                    by_id.join("; ")
+                )
+            };
+            finding(id, A, "system", Status::Unknown, evidence, "")
+        }
     }
 }
 
