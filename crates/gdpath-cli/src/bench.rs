@@ -408,6 +408,13 @@ fn print_table(rows: &[BenchRow]) {
 }
 
 fn print_ratios(rows: &[BenchRow]) {
+    if let Some(src) = rows
+        .iter()
+        .find(|r| r.path == "read-loop")
+        .and_then(|r| r.src.as_deref())
+    {
+        println!("read-loop: buffered read(2), one in flight; {src}");
+    }
     for r in rows.iter().filter(|r| r.path == "read-loop") {
         if let Some(e) = rows
             .iter()

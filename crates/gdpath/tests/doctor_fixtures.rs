@@ -538,7 +538,12 @@ fn aws_p4d_efa_recognised_by_pci_identity() {
         .find(|f| f.id.as_str() == ids::GDR_NO_RDMA_DEVICE)
         .unwrap();
     assert_eq!(f.status, Status::Unknown);
-    assert_eq!(f.evidence.matches("(Amazon EFA)").count(), 4, "{}", f.evidence);
+    assert_eq!(
+        f.evidence.matches("(Amazon EFA)").count(),
+        4,
+        "{}",
+        f.evidence
+    );
     // Each GPU's nearest RDMA-capable NIC is the EFA under its own switch: not far.
     let far: Vec<&gdpath::Finding> = r
         .findings

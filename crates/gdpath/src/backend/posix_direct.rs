@@ -382,7 +382,14 @@ impl Worker {
         if tail_start < end {
             spans.push((tail_start, end - tail_start, false));
         }
-        let split = SplitItem::new(item, spans.len());
+        // A pair inside one page-cache block has no O_DIRECT part at all: say so in its report
+        // (a `--block` below the block size reads entirely through the page cache).
+        let all_buffered = !spans.is_empty() && spans.iter().all(|&(_, _, direct)| !direct);
+        let split = SplitItem::taking(
+            item,
+            spans.len(),
+            all_buffered.then_some(Path::PosixBuffered),
+        );
         for (o, n, direct) in spans {
             self.pending.push_back(Piece {
                 split: split.clone(),

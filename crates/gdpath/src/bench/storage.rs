@@ -192,12 +192,22 @@ fn write_pattern_file(cfg: &StorageBenchConfig, progress: &dyn Progress) -> Resu
     Ok((h.digest(), true))
 }
 
-/// One streamed pass: per-I/O latencies (µs), the elapsed time, the path and finding.
+/// One streamed pass: per-I/O latencies (µs), the elapsed time, the paths the pairs took (in
+/// order of first appearance) and the first finding.
 struct Pass {
     elapsed: Duration,
     latencies_us: Vec<f64>,
-    path: Option<Path>,
+    paths: Vec<Path>,
     finding: Option<FindingId>,
+}
+
+/// A row's path label: the paths its pairs took, joined with `+` (`posix-direct+posix-buffered`
+/// when some pairs fit inside one page-cache block and went through the page cache).
+fn paths_label(paths: &[Path]) -> String {
+    if paths.is_empty() {
+        return "none".into();
+    }
+    paths.iter().map(Path::name).collect::<Vec<_>>().join("+")
 }
 
 /// Streams `size` bytes between `file` and the two windows. `before` runs on a window before it
@@ -220,17 +230,19 @@ fn stream(
     let mut pass = Pass {
         elapsed: Duration::ZERO,
         latencies_us: Vec::with_capacity(size.div_ceil(block) as usize),
-        path: None,
+        paths: Vec::new(),
         finding: None,
     };
     let mut finish = |t: Transfer, b: usize, off: u64, len: u64, pass: &mut Pass| -> Result<()> {
         let r = t.wait().map_err(|e| e.error)?;
         for p in &r.pairs {
             pass.latencies_us.push(p.elapsed.as_secs_f64() * 1e6);
-        }
-        if pass.path.is_none() {
-            pass.path = r.pairs.first().map(|p| p.path.clone());
-            pass.finding = r.pairs.first().and_then(|p| p.finding.clone());
+            if !pass.paths.contains(&p.path) {
+                pass.paths.push(p.path.clone());
+            }
+            if pass.finding.is_none() {
+                pass.finding = p.finding.clone();
+            }
         }
         progress.advance(len);
         after(&windows[b], off, len)
@@ -347,7 +359,7 @@ pub fn run(cfg: &StorageBenchConfig, progress: &dyn Progress) -> Result<StorageB
         let buffered = file.file().is_some_and(|f| f.direct_fd().is_none());
         let mut run_gbps = Vec::with_capacity(cfg.runs);
         let mut lats = Vec::new();
-        let mut path = None;
+        let mut paths: Vec<Path> = Vec::new();
         let mut finding = None;
         progress.start(
             &format!("{} {} qd {}", cfg.op, format_size(block), cfg.qd),
@@ -363,7 +375,11 @@ pub fn run(cfg: &StorageBenchConfig, progress: &dyn Progress) -> Result<StorageB
             )?;
             run_gbps.push(super::gbps(cfg.size, p.elapsed));
             lats.extend(p.latencies_us);
-            path = path.or(p.path);
+            for q in p.paths {
+                if !paths.contains(&q) {
+                    paths.push(q);
+                }
+            }
             finding = finding.or(p.finding);
         }
         // Untimed verification pass.
@@ -404,7 +420,7 @@ pub fn run(cfg: &StorageBenchConfig, progress: &dyn Progress) -> Result<StorageB
             }
         }
         rows.push(BenchRow::from_runs(
-            path.map_or_else(|| "none".into(), |p| p.name()),
+            paths_label(&paths),
             cfg.op.to_string(),
             cfg.size,
             block,
@@ -472,7 +488,7 @@ fn read_loop(
     }
     progress.finish();
     let ok = digest.is_some() && digest == reference;
-    Ok(BenchRow::from_runs(
+    let mut row = BenchRow::from_runs(
         "read-loop",
         "read",
         cfg.size,
@@ -481,5 +497,13 @@ fn read_loop(
         &run_gbps,
         &lats,
         ok,
-    ))
+    );
+    // Where its bytes came from: without --cold the page cache keeps the file after the first
+    // pass (if it fits in memory), while an O_DIRECT row always reads the device.
+    row.src = Some(if cfg.cold {
+        "file, page cache dropped before each run".into()
+    } else {
+        "file through the page cache (not dropped: warm after the first pass)".into()
+    });
+    Ok(row)
 }
