@@ -6,7 +6,7 @@ use clap::{Args, Subcommand};
 use comfy_table::{presets::UTF8_BORDERS_ONLY, Table};
 use gdpath::bench::net::{self, MemSpec};
 use gdpath::bench::{
-    format_size, gpu, parse_size, parse_size_range, storage, BenchRow, BENCH_SCHEMA_VERSION,
+    format_size, gpu, parse_size, parse_size_range, storage, BenchRow, BENCH_SCHEMA,
 };
 use gdpath::{DirectIo, Op};
 use std::path::PathBuf;
@@ -159,7 +159,7 @@ fn run_gpu(kind: gpu::GpuBenchKind, a: GpuArgs) -> Result<ExitCode> {
     let report = gpu::run(&cfg).with_context(|| name.to_owned())?;
     if a.json {
         let out = serde_json::json!({
-            "schema_version": BENCH_SCHEMA_VERSION,
+            "schema": BENCH_SCHEMA,
             "command": name,
             "started_unix_s": started.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
             "units": {"gbps": "1e9 bytes/s", "latency": "us", "bytes": "bytes"},
@@ -249,7 +249,7 @@ fn run_storage(a: StorageArgs) -> Result<ExitCode> {
     let all_verified = report.rows.iter().all(|r| r.verified);
     if a.json {
         let out = serde_json::json!({
-            "schema_version": BENCH_SCHEMA_VERSION,
+            "schema": BENCH_SCHEMA,
             "command": "bench storage",
             "file": a.file,
             "started_unix_s": started.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
@@ -306,7 +306,7 @@ fn run_net(a: NetBenchArgs) -> Result<ExitCode> {
     let all_verified = report.rows.iter().all(|r| r.row.verified);
     if a.json {
         let out = serde_json::json!({
-            "schema_version": BENCH_SCHEMA_VERSION,
+            "schema": BENCH_SCHEMA,
             "command": "bench net",
             "peer": report.peer,
             "ucx_version": report.ucx_version,
@@ -479,7 +479,7 @@ fn run_gds(a: &StorageArgs, gpu: u32, blocks: Vec<u64>) -> Result<ExitCode> {
             .map(|s| serde_json::json!({"path": s.path.name(), "finding": s.finding, "detail": s.detail}))
             .collect();
         let out = serde_json::json!({
-            "schema_version": BENCH_SCHEMA_VERSION,
+            "schema": BENCH_SCHEMA,
             "command": "bench storage --gpu",
             "file": a.file,
             "units": {"gbps": "1e9 bytes/s", "bytes": "bytes", "qd": "threads"},

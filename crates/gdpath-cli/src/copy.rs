@@ -63,7 +63,7 @@ pub fn run(a: CopyArgs) -> Result<ExitCode> {
         .with_context(|| format!("copy {}", a.src.display()))?;
     if a.json {
         let out = serde_json::json!({
-            "schema_version": 1,
+            "schema": "gdpath.copy/1",
             "command": "copy",
             "src": a.src,
             "dst": a.dst,
@@ -121,7 +121,7 @@ fn run_gpu(a: &CopyArgs, src: Ep, dst: Ep) -> Result<ExitCode> {
     };
     if a.json {
         let out = serde_json::json!({
-            "schema_version": 1, "command": "copy", "src": a.src, "dst": a.dst, "report": r,
+            "schema": "gdpath.copy/1", "command": "copy", "src": a.src, "dst": a.dst, "report": r,
         });
         println!("{}", serde_json::to_string_pretty(&out)?);
     } else {

@@ -77,7 +77,7 @@ pub fn run(a: LoadArgs) -> Result<ExitCode> {
             })
             .collect();
         let out = serde_json::json!({
-            "schema_version": 1,
+            "schema": "gdpath.load/1",
             "command": "load",
             "file": a.file,
             "gpu": a.gpu,

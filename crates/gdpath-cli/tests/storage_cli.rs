@@ -38,7 +38,7 @@ fn bench_storage_json_rows_have_the_shared_fields() {
         String::from_utf8_lossy(&out.stderr)
     );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(v["schema_version"], 1);
+    assert_eq!(v["schema"], "gdpath.bench/1");
     let rows = v["rows"].as_array().unwrap();
     assert_eq!(rows.len(), 4, "two block sizes × (engine, read-loop)");
     for r in rows {

@@ -11,8 +11,10 @@ pub mod storage;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
-/// Version of the bench JSON row schema ([`BenchRow`]); bumped on incompatible changes.
-pub const BENCH_SCHEMA_VERSION: u32 = 1;
+/// Schema name of the bench commands' JSON (`schema` field; rows are [`BenchRow`]s), in the
+/// `gdpath.<what>/<version>` form every gdpath JSON document uses (`gdpath.topo/1`,
+/// `gdpath.doctor/1`); the version is bumped on incompatible changes.
+pub const BENCH_SCHEMA: &str = "gdpath.bench/1";
 
 /// GB/s (1e9 bytes per second) for `bytes` in `elapsed`; 0 for a zero duration.
 pub fn gbps(bytes: u64, elapsed: Duration) -> f64 {
