@@ -194,11 +194,10 @@ impl Agent {
     /// the same parser the doctor uses; a malformed one leaves cuFile's defaults, logged.
     fn add_gds_backends(&self) -> Result<()> {
         let cfg = self.inner.config.gds.clone();
-        let facts = crate::gds::GdsFacts::gather(
-            std::path::Path::new("/"),
-            std::env::var_os(crate::gds::CUFILE_ENV).as_deref(),
-        );
-        let (settings, problem) = facts.settings(std::path::Path::new("/"));
+        let live = gdpath_topo::DirView::live();
+        let env = std::env::var(crate::gds::CUFILE_ENV).ok();
+        let facts = crate::gds::GdsFacts::gather(&live, env.as_deref());
+        let (settings, problem) = facts.settings(&live);
         if let Some(problem) = problem {
             tracing::warn!("cufile.json not used: {problem}");
         }

@@ -1,15 +1,17 @@
 //! GPUDirect Storage facts and the decision between the GDS paths.
 //!
-//! [`GdsFacts::gather`] reads what decides whether cuFile can do native GDS, from a root
-//! directory (`/` live, or a fixture tree): nvidia-fs (`/proc/driver/nvidia-fs/version`, else
-//! `nvidia_fs` in `/proc/modules`) and which `cufile.json` is in force (`$CUFILE_ENV_PATH_JSON`,
-//! else `/etc/cufile.json`, per the cuFile API reference). Parsing that file is the doctor's job
-//! (`doctor::cufile_json`); its settings come in here as [`CufileSettings`], so there is one
-//! parser. [`decide`] then says which GDS path cuFile can take, or why none.
+//! [`GdsFacts::gather`] reads what decides whether cuFile can do native GDS, through a
+//! [`SysView`] (the live machine, a copied tree or a snapshot — the same reader the doctor
+//! uses, so the engine's decision and the doctor's findings rest on the same facts):
+//! nvidia-fs (`/proc/driver/nvidia-fs/version`, else the module in `/sys/module` or
+//! `/proc/modules`) and which `cufile.json` is in force (`$CUFILE_ENV_PATH_JSON`, else
+//! `/etc/cufile.json`, per the cuFile API reference). That file is parsed by
+//! [`crate::cufile_json`] (one parser for engine and doctor) into [`CufileSettings`].
+//! [`decide`] then says which GDS path cuFile can take, or why none.
 
 use crate::finding::ids;
-use std::ffi::OsStr;
-use std::path::{Path, PathBuf};
+use gdpath_topo::view::SysView;
+use std::path::PathBuf;
 
 /// The environment variable naming the `cufile.json` cuFile reads (cuFile API reference).
 pub const CUFILE_ENV: &str = "CUFILE_ENV_PATH_JSON";
@@ -23,7 +25,8 @@ pub struct CufileJsonSource {
     pub path: PathBuf,
     /// True when it came from `$CUFILE_ENV_PATH_JSON`.
     pub from_env: bool,
-    /// Whether the file exists (under the fact root). Without it cuFile uses built-in defaults.
+    /// Whether the file exists (is readable through the view). Without it cuFile uses built-in
+    /// defaults.
     pub exists: bool,
 }
 
@@ -32,35 +35,33 @@ pub struct CufileJsonSource {
 pub struct GdsFacts {
     /// The text of `/proc/driver/nvidia-fs/version` (first line, trimmed), when present.
     pub nvidia_fs_version: Option<String>,
-    /// `nvidia_fs` is listed in `/proc/modules`.
-    pub nvidia_fs_module: bool,
+    /// The `nvidia_fs` module is loaded (`/sys/module` or `/proc/modules`); `None` when the
+    /// source has neither ([`crate::kmod::module_state`]).
+    pub nvidia_fs_module: Option<bool>,
+    /// Where `nvidia_fs_module` came from (`/proc/modules: nvidia_fs not listed`, ...).
+    pub nvidia_fs_evidence: String,
     pub cufile_json: CufileJsonSource,
 }
 
 impl GdsFacts {
-    /// Reads the facts under `root` (`/` for the live machine). `cufile_env` is the value of
-    /// `$CUFILE_ENV_PATH_JSON` (pass `std::env::var_os(CUFILE_ENV).as_deref()` live); an empty
-    /// value counts as unset. Missing files are facts (absent), not errors.
-    pub fn gather(root: &Path, cufile_env: Option<&OsStr>) -> GdsFacts {
-        let under = |p: &Path| root.join(p.strip_prefix("/").unwrap_or(p));
-        let nvidia_fs_version =
-            std::fs::read_to_string(under(Path::new("/proc/driver/nvidia-fs/version")))
-                .ok()
-                .map(|t| t.lines().next().unwrap_or("").trim().to_owned());
-        let nvidia_fs_module = std::fs::read_to_string(under(Path::new("/proc/modules")))
-            .map(|t| {
-                t.lines()
-                    .any(|l| l.split_whitespace().next() == Some("nvidia_fs"))
-            })
-            .unwrap_or(false);
-        let (path, from_env) = match cufile_env.filter(|v| !v.is_empty()) {
+    /// Reads the facts through `view` ([`gdpath_topo::DirView::live`] for this machine).
+    /// `cufile_env` is the value of `$CUFILE_ENV_PATH_JSON` (live: `std::env::var`; a replay:
+    /// the captured environment); an empty value counts as unset. Missing files are facts
+    /// (absent), not errors.
+    pub fn gather(view: &dyn SysView, cufile_env: Option<&str>) -> GdsFacts {
+        let nvidia_fs_version = view
+            .read_text("/proc/driver/nvidia-fs/version")
+            .map(|t| t.lines().next().unwrap_or("").trim().to_owned());
+        let (nvidia_fs_module, nvidia_fs_evidence) = crate::kmod::module_state(view, "nvidia_fs");
+        let (path, from_env) = match cufile_env.map(str::trim).filter(|v| !v.is_empty()) {
             Some(v) => (PathBuf::from(v), true),
             None => (PathBuf::from(CUFILE_DEFAULT_JSON), false),
         };
-        let exists = under(&path).is_file();
+        let exists = view.read(&path.to_string_lossy()).is_ok();
         GdsFacts {
             nvidia_fs_version,
             nvidia_fs_module,
+            nvidia_fs_evidence,
             cufile_json: CufileJsonSource {
                 path,
                 from_env,
@@ -71,7 +72,7 @@ impl GdsFacts {
 
     /// nvidia-fs is loaded (its proc file exists, or the module is listed).
     pub fn nvidia_fs_loaded(&self) -> bool {
-        self.nvidia_fs_version.is_some() || self.nvidia_fs_module
+        self.nvidia_fs_version.is_some() || self.nvidia_fs_module == Some(true)
     }
 }
 
@@ -97,23 +98,24 @@ impl CufileSettings {
 }
 
 impl GdsFacts {
-    /// The settings of the `cufile.json` in force (under `root`, `/` live). A missing file gives
+    /// The settings of the `cufile.json` in force, read through `view`. A missing file gives
     /// cuFile's defaults; an unreadable or malformed one gives them too, with the reason
     /// (cuFile itself then refuses to start, which the doctor reports as `gds.cufile-config`).
-    pub fn settings(&self, root: &Path) -> (CufileSettings, Option<String>) {
+    pub fn settings(&self, view: &dyn SysView) -> (CufileSettings, Option<String>) {
         if !self.cufile_json.exists {
             return (CufileSettings::default(), None);
         }
         let path = &self.cufile_json.path;
-        let file = root.join(path.strip_prefix("/").unwrap_or(path));
-        match std::fs::read_to_string(&file) {
-            Ok(text) => match crate::cufile_json::CufileConfig::parse(&text) {
-                Ok(c) => (CufileSettings::from_config(&c), None),
-                Err(e) => (
-                    CufileSettings::default(),
-                    Some(format!("{}: {e}", path.display())),
-                ),
-            },
+        match view.read(&path.to_string_lossy()) {
+            Ok(bytes) => {
+                match crate::cufile_json::CufileConfig::parse(&String::from_utf8_lossy(&bytes)) {
+                    Ok(c) => (CufileSettings::from_config(&c), None),
+                    Err(e) => (
+                        CufileSettings::default(),
+                        Some(format!("{}: {e}", path.display())),
+                    ),
+                }
+            }
             Err(e) => (
                 CufileSettings::default(),
                 Some(format!("{}: {e}", path.display())),
@@ -218,6 +220,8 @@ pub fn decide(
 mod tests {
     use super::*;
 
+    use gdpath_topo::DirView;
+
     fn tree(files: &[(&str, &str)]) -> tempfile::TempDir {
         let d = tempfile::tempdir().unwrap();
         for (p, text) in files {
@@ -243,9 +247,9 @@ mod tests {
             ),
             ("/etc/cufile.json", "{}"),
         ]);
-        let f = GdsFacts::gather(t.path(), None);
+        let f = GdsFacts::gather(&DirView::new(t.path()), None);
         assert_eq!(f.nvidia_fs_version.as_deref(), Some("version: 2.17"));
-        assert!(f.nvidia_fs_module && f.nvidia_fs_loaded());
+        assert!(f.nvidia_fs_module == Some(true) && f.nvidia_fs_loaded());
         assert_eq!(f.cufile_json.path, PathBuf::from("/etc/cufile.json"));
         assert!(f.cufile_json.exists && !f.cufile_json.from_env);
 
@@ -257,14 +261,15 @@ mod tests {
             ),
             ("/opt/my/cufile.json", "{}"),
         ]);
-        let f = GdsFacts::gather(t.path(), Some(OsStr::new("/opt/my/cufile.json")));
+        let f = GdsFacts::gather(&DirView::new(t.path()), Some("/opt/my/cufile.json"));
         assert_eq!(f.nvidia_fs_version, None);
-        assert!(
-            !f.nvidia_fs_module,
+        assert_eq!(
+            f.nvidia_fs_module,
+            Some(false),
             "a module merely starting with nvidia_fs is not it"
         );
         assert!(f.cufile_json.from_env && f.cufile_json.exists);
-        let f = GdsFacts::gather(t.path(), Some(OsStr::new("")));
+        let f = GdsFacts::gather(&DirView::new(t.path()), Some(""));
         assert!(!f.cufile_json.from_env && !f.cufile_json.exists);
     }
 
@@ -274,27 +279,29 @@ mod tests {
         let json = "{\n  // NOTE: overridable with CUFILE_ENV_PATH_JSON\n  \"properties\": {\n    \
                     /* as shipped */ \"allow_compat_mode\": false,\n    \"use_pci_p2pdma\": true\n  }\n}\n";
         let t = tree(&[("/etc/cufile.json", json)]);
-        let f = GdsFacts::gather(t.path(), None);
-        let (s, problem) = f.settings(t.path());
+        let f = GdsFacts::gather(&DirView::new(t.path()), None);
+        let (s, problem) = f.settings(&DirView::new(t.path()));
         assert_eq!(problem, None);
         assert_eq!(s.allow_compat_mode, Some(false));
         assert_eq!(s.use_pci_p2pdma, Some(true));
 
         // Absent: cuFile's defaults, no problem. Malformed: defaults, and the reason names it.
         let t = tree(&[]);
-        let (s, problem) = GdsFacts::gather(t.path(), None).settings(t.path());
+        let (s, problem) =
+            GdsFacts::gather(&DirView::new(t.path()), None).settings(&DirView::new(t.path()));
         assert_eq!((s, problem), (CufileSettings::default(), None));
         let t = tree(&[("/etc/cufile.json", "{ \"properties\": { ")]);
-        let (s, problem) = GdsFacts::gather(t.path(), None).settings(t.path());
+        let (s, problem) =
+            GdsFacts::gather(&DirView::new(t.path()), None).settings(&DirView::new(t.path()));
         assert_eq!(s, CufileSettings::default());
         assert!(problem.unwrap().contains("/etc/cufile.json"));
     }
 
     #[test]
     fn decisions() {
-        let none = GdsFacts::gather(tree(&[]).path(), None);
+        let none = GdsFacts::gather(&DirView::new(tree(&[]).path()), None);
         let nvfs = GdsFacts::gather(
-            tree(&[("/proc/driver/nvidia-fs/version", "2.17")]).path(),
+            &DirView::new(tree(&[("/proc/driver/nvidia-fs/version", "2.17")]).path()),
             None,
         );
         let dflt = CufileSettings::default();

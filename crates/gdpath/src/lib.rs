@@ -36,6 +36,7 @@ pub mod error;
 pub mod finding;
 pub mod gds;
 pub mod gpu_copy;
+pub mod kmod;
 pub mod machine;
 pub mod memory;
 pub mod net;

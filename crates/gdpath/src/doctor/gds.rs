@@ -2,8 +2,9 @@
 //! system, O_DIRECT, the block device behind it, and whether cuFile will run native.
 
 use super::cufile_json::CufileConfig;
-use super::{finding, module_loaded, DoctorInput, Gathered, OdirectProbe, PathInput, PathProbe};
+use super::{finding, DoctorInput, Gathered, OdirectProbe, PathInput, PathProbe};
 use crate::finding::{ids, Area, Finding, Status};
+use crate::gds::GdsFacts;
 use gdpath_topo::{Device, DeviceKind, LinkClass, PciAddr};
 
 const A: Area = Area::Gds;
@@ -56,9 +57,10 @@ pub fn fs_support(m: u64) -> (&'static str, Option<bool>) {
 }
 
 pub(super) fn check(input: &DoctorInput) -> Vec<Finding> {
-    let nvfs = nvidia_fs(input);
+    let facts = GdsFacts::gather(input.view, input.env(crate::gds::CUFILE_ENV));
+    let nvfs = nvidia_fs(&facts);
     let cufile = cufile(input);
-    let (config, cfg_finding) = config(input);
+    let (config, cfg_finding) = config(input, &facts);
     let mut out: Vec<Finding> = super::no_gpu(input, A).into_iter().collect();
     out.extend([nvfs.0.clone(), cufile.clone(), cfg_finding]);
     for p in &input.paths {
@@ -67,11 +69,11 @@ pub(super) fn check(input: &DoctorInput) -> Vec<Finding> {
     out
 }
 
-/// gds.nvidia-fs-missing, and whether nvidia-fs is loaded.
-fn nvidia_fs(input: &DoctorInput) -> (Finding, Option<bool>) {
+/// gds.nvidia-fs-missing, and whether nvidia-fs is loaded, from the facts the engine's GDS
+/// decision uses ([`GdsFacts::gather`]).
+fn nvidia_fs(facts: &GdsFacts) -> (Finding, Option<bool>) {
     let id = ids::GDS_NVIDIA_FS_MISSING;
-    if let Some(v) = input.text("/proc/driver/nvidia-fs/version") {
-        let v = v.lines().next().unwrap_or("").to_owned();
+    if let Some(v) = &facts.nvidia_fs_version {
         return (
             finding(
                 id,
@@ -84,9 +86,11 @@ fn nvidia_fs(input: &DoctorInput) -> (Finding, Option<bool>) {
             Some(true),
         );
     }
-    let (loaded, ev) = module_loaded(input, "nvidia_fs");
-    let ev = format!("/proc/driver/nvidia-fs/version absent; {ev}");
-    match loaded {
+    let ev = format!(
+        "/proc/driver/nvidia-fs/version absent; {}",
+        facts.nvidia_fs_evidence
+    );
+    match facts.nvidia_fs_module {
         Some(true) => (finding(id, A, "system", Status::Ok, ev, ""), Some(true)),
         Some(false) => (
             finding(
@@ -160,12 +164,14 @@ fn cufile(input: &DoctorInput) -> Finding {
     }
 }
 
-/// The `cufile.json` in force, through the view.
-fn config(input: &DoctorInput) -> (Option<CufileConfig>, Finding) {
+/// The `cufile.json` in force (as [`GdsFacts::gather`] locates it), through the view.
+fn config(input: &DoctorInput, facts: &GdsFacts) -> (Option<CufileConfig>, Finding) {
     let id = ids::GDS_CUFILE_CONFIG;
-    let (path, why) = match input.env("CUFILE_ENV_PATH_JSON").filter(|p| !p.is_empty()) {
-        Some(p) => (p.to_owned(), "CUFILE_ENV_PATH_JSON"),
-        None => ("/etc/cufile.json".to_owned(), "default location"),
+    let path = facts.cufile_json.path.to_string_lossy().into_owned();
+    let why = if facts.cufile_json.from_env {
+        crate::gds::CUFILE_ENV
+    } else {
+        "default location"
     };
     let force = input
         .env("CUFILE_FORCE_COMPAT_MODE")

@@ -503,31 +503,9 @@ fn no_gpu(input: &DoctorInput, area: Area) -> Option<Finding> {
     })
 }
 
-/// Whether a kernel module is loaded: `/sys/module/<name>` exists (listable) or `/proc/modules`
-/// has a line for it. Returns the evidence text with the answer.
+/// Whether a kernel module is loaded, with the evidence ([`crate::kmod::module_state`]).
 fn module_loaded(input: &DoctorInput, name: &str) -> (Option<bool>, String) {
-    if input.view.read_dir(&format!("/sys/module/{name}")).is_ok() {
-        return (Some(true), format!("/sys/module/{name} present"));
-    }
-    if let Some(mods) = input.text("/proc/modules") {
-        let found = mods
-            .lines()
-            .any(|l| l.split_whitespace().next() == Some(name));
-        return (
-            Some(found),
-            format!(
-                "/proc/modules: {name} {}",
-                if found { "listed" } else { "not listed" }
-            ),
-        );
-    }
-    if input.view.read_dir("/sys/module").is_ok() {
-        return (Some(false), format!("/sys/module/{name} absent"));
-    }
-    (
-        None,
-        "/sys/module and /proc/modules not readable".to_owned(),
-    )
+    crate::kmod::module_state(input.view, name)
 }
 
 /// The kernel release: `/proc/sys/kernel/osrelease`, else the third word of `/proc/version`.
