@@ -245,17 +245,7 @@ pub fn run(a: P2pArgs) -> Result<ExitCode> {
 mod tests {
     use super::*;
     use gdpath::topo::facts::{CudaP2pAttrs, GpuFacts, GpuPairFacts, NvLinkFacts};
-
-    fn fixtures() -> PathBuf {
-        std::env::var_os("GDPATH_FIXTURES")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| {
-                PathBuf::from(concat!(
-                    env!("CARGO_MANIFEST_DIR"),
-                    "/../../../shared/fixtures"
-                ))
-            })
-    }
+    use gdpath_testkit::fixtures;
 
     /// The `nvidia-smi topo -p2p <letter>` matrices printed in a fixture, by letter.
     fn printed(text: &str) -> Vec<(char, Vec<Vec<String>>)> {

@@ -1,25 +1,8 @@
 //! `gdpath topo` end to end: JSON schema on a fixture, capture and replay through the binary,
 //! and the live machine.
 
-use std::path::PathBuf;
+use gdpath_testkit::fixtures;
 use std::process::Command;
-
-fn fixtures() -> PathBuf {
-    let dir = std::env::var_os("GDPATH_FIXTURES")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/../../../shared/fixtures"
-            ))
-        });
-    assert!(
-        dir.join("INDEX.md").is_file(),
-        "fixtures not found at {}",
-        dir.display()
-    );
-    dir
-}
 
 fn gdpath(args: &[&str]) -> (bool, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_gdpath"))

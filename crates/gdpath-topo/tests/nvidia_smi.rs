@@ -135,9 +135,9 @@ pub fn h200_tree(root: &std::path::Path) {
     ];
     for (bdf, class, vendor, device) in devs {
         let d = format!("sys/devices/pci0000:00/{bdf}");
-        write(root, &format!("{d}/class"), &format!("{class}\n"));
-        write(root, &format!("{d}/vendor"), &format!("{vendor}\n"));
-        write(root, &format!("{d}/device"), &format!("{device}\n"));
+        write(root, &format!("{d}/class"), format!("{class}\n"));
+        write(root, &format!("{d}/vendor"), format!("{vendor}\n"));
+        write(root, &format!("{d}/device"), format!("{device}\n"));
         write(root, &format!("{d}/numa_node"), "-1\n");
         write(root, &format!("{d}/local_cpulist"), "0-31\n");
         if vendor == "0x10de" {

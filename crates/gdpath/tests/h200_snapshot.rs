@@ -6,6 +6,7 @@
 use gdpath::doctor::{self, DoctorInput};
 use gdpath::topo::{smi::SmiMatrix, LinkClass, Source};
 use gdpath::{Area, Status};
+use gdpath_testkit::fixtures;
 use std::path::PathBuf;
 
 fn snapshot() -> PathBuf {
@@ -13,18 +14,6 @@ fn snapshot() -> PathBuf {
         env!("CARGO_MANIFEST_DIR"),
         "/../../assets/snapshots/h200x2.tar.gz"
     ))
-}
-
-fn fixtures() -> PathBuf {
-    std::env::var_os("GDPATH_FIXTURES").map_or_else(
-        || {
-            PathBuf::from(concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/../../../shared/fixtures"
-            ))
-        },
-        PathBuf::from,
-    )
 }
 
 #[test]

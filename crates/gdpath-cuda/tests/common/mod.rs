@@ -8,22 +8,9 @@ use std::path::PathBuf;
 use gdpath_cuda::facts::p2p_cap_from_code;
 use gdpath_topo::facts::P2pCap;
 
-/// `GDPATH_FIXTURES`, else `shared/fixtures` beside the workspace. Missing: a test failure.
+/// The shared fixture folder ([`gdpath_testkit::fixtures`]).
 pub fn fixtures_dir() -> PathBuf {
-    let dir = std::env::var_os("GDPATH_FIXTURES")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/../../../shared/fixtures"
-            ))
-        });
-    assert!(
-        dir.is_dir(),
-        "fixture directory {} is missing: set GDPATH_FIXTURES or put shared/ beside the workspace",
-        dir.display()
-    );
-    dir
+    gdpath_testkit::fixtures()
 }
 
 pub fn probe_text() -> String {

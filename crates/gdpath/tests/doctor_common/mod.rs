@@ -1,5 +1,5 @@
 //! Helpers shared by the doctor tests: fixtures, derived trees, the H200 machine.
-#![allow(dead_code)]
+#![allow(dead_code, unused_imports)]
 
 use gdpath::doctor::{self, DoctorInput, Mode, Report};
 use gdpath::topo::facts::{
@@ -8,81 +8,15 @@ use gdpath::topo::facts::{
 };
 use gdpath::topo::Source;
 use gdpath::{Finding, Status};
+pub use gdpath_testkit::{fixture, fixtures, scratch, symlink, unpack_sysfs, write};
 use std::path::{Path, PathBuf};
-
-/// `../shared/fixtures` from the workspace root, or `$GDPATH_FIXTURES`. Missing is a failure.
-pub fn fixtures() -> PathBuf {
-    let dir = std::env::var_os("GDPATH_FIXTURES")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/../../../shared/fixtures"
-            ))
-        });
-    assert!(
-        dir.join("INDEX.md").is_file(),
-        "fixture directory {} not found (set GDPATH_FIXTURES to the shared/fixtures folder)",
-        dir.display()
-    );
-    dir
-}
-
-pub fn fixture(rel: &str) -> PathBuf {
-    let p = fixtures().join(rel);
-    assert!(p.is_file(), "fixture {} missing", p.display());
-    p
-}
-
-/// Unpacks a hwloc sysfs tarball into a temp dir; returns the guard and the top folder.
-pub fn unpack_sysfs(name: &str) -> (tempfile::TempDir, PathBuf) {
-    let file = std::fs::File::open(fixture(&format!("hwloc-sysfs/{name}"))).unwrap();
-    let tmp = scratch();
-    let mut ar = tar::Archive::new(bzip2::read::BzDecoder::new(file));
-    ar.set_preserve_permissions(false);
-    ar.unpack(tmp.path()).unwrap();
-    let tops: Vec<PathBuf> = std::fs::read_dir(tmp.path())
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.is_dir())
-        .collect();
-    assert_eq!(tops.len(), 1, "{name}: expected one top folder");
-    let top = tops[0].clone();
-    (tmp, top)
-}
-
-/// A temporary directory on tmpfs (`/dev/shm`) when there is one: unpacking a dump of ~9000
-/// small files takes ~14 s on this machine's virtual disk and well under a second on tmpfs.
-pub fn scratch() -> tempfile::TempDir {
-    let shm = Path::new("/dev/shm");
-    if shm.is_dir() {
-        if let Ok(t) = tempfile::tempdir_in(shm) {
-            return t;
-        }
-    }
-    tempfile::tempdir().unwrap()
-}
 
 pub const SANDY: &str = "hwloc-sysfs-32em64t-2n8c+dax+nvme+mic+dimms.tar.bz2";
 pub const QEMU: &str = "hwloc-sysfs-2pa-pcidomain32bits.tar.bz2";
 pub const POWER9: &str = "hwloc-sysfs-nvidiagpunumanodes.tar.bz2";
 
-pub fn write(root: &Path, rel: &str, data: impl AsRef<[u8]>) {
-    let p = root.join(rel);
-    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-    // The dumps' files are read-only for others; replace rather than open for writing.
-    let _ = std::fs::remove_file(&p);
-    std::fs::write(p, data).unwrap();
-}
-
 pub fn mkdir(root: &Path, rel: &str) {
     std::fs::create_dir_all(root.join(rel)).unwrap();
-}
-
-pub fn symlink(root: &Path, rel: &str, target: &str) {
-    let p = root.join(rel);
-    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-    std::os::unix::fs::symlink(target, p).unwrap();
 }
 
 /// Runs the doctor on a sysfs tree (replay mode unless `setup` changes it).

@@ -38,6 +38,12 @@ pub(crate) const CTRL_AM: u16 = crate::net::codec::AM_ID;
 /// Notifications kept until the application takes them; more are dropped and counted.
 pub(crate) const MAX_QUEUED_NOTIFICATIONS: usize = 4096;
 
+/// UCX transports that move data through an RDMA NIC (`ucx_info -d`): with GPU memory on
+/// either side, the NIC reads or writes that memory itself (GPUDirect RDMA, `Path::Gdr`).
+pub(crate) const RDMA_TRANSPORTS: &[&str] = &[
+    "rc_mlx5", "dc_mlx5", "ud_mlx5", "rc_verbs", "ud_verbs", "srd",
+];
+
 /// Events kept for `Server::next_event`; more are dropped.
 const MAX_QUEUED_EVENTS: usize = 1024;
 

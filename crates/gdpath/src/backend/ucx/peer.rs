@@ -140,8 +140,10 @@ impl PeerConn {
     /// (`ucp_request_query`; `docs/network.md`).
     pub(crate) fn gpu_path(&self) -> Path {
         let g = lock(&self.inner);
-        let rdma = ["rc_mlx5", "dc_mlx5", "rc_verbs", "ud_mlx5", "ud_verbs"];
-        if let Some(t) = rdma.iter().find(|t| g.lanes.iter().any(|l| l == *t)) {
+        if let Some(t) = super::RDMA_TRANSPORTS
+            .iter()
+            .find(|t| g.lanes.iter().any(|l| l == *t))
+        {
             return Path::Gdr {
                 transport: (*t).into(),
             };
