@@ -63,14 +63,15 @@ impl Request {
         op: &'static str,
         p: *mut c_void,
     ) -> Result<Request> {
-        let ep_name = pins
-            .as_ref()
-            .and_then(|p| p.ep.as_ref())
-            .map(|e| e.peer_name());
         if ptr_is_err(p) {
             let status = ptr_status(p);
-            return Err(match ep_name {
-                Some(peer) if status.is_peer_failure() => UcxError::EndpointFailed { peer, status },
+            // The peer's name only on failure: formatting it costs more than a small put.
+            let ep = pins.as_ref().and_then(|p| p.ep.as_ref());
+            return Err(match ep {
+                Some(e) if status.is_peer_failure() => UcxError::EndpointFailed {
+                    peer: e.peer_name(),
+                    status,
+                },
                 _ => UcxError::Status { op, status },
             });
         }

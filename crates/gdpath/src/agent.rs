@@ -349,12 +349,13 @@ impl Agent {
             self.check_side(i, Side::Target, td, target_reads)?;
         }
         let backends = self.backend_list();
+        let caps = crate::planner::capabilities(&backends);
         let accept = request.accept.as_deref();
         l.iter()
             .zip(t)
             .enumerate()
             .map(|(i, (ld, td))| {
-                let (bi, plan) = plan_pair(&backends, request.op, i, ld, td, accept)?;
+                let (bi, plan) = plan_pair(&backends, &caps, request.op, i, ld, td, accept)?;
                 Ok((backends[bi].clone(), plan))
             })
             .collect()

@@ -8,16 +8,24 @@
 //! path is not accepted counts as a refusal; if nothing accepted remains, the request fails
 //! before any byte moves.
 
-use crate::backend::{Backend, Preference, Refusal};
+use crate::backend::{Backend, Capability, Preference, Refusal};
 use crate::error::{Error, Result};
 use crate::path::Path;
 use crate::region::Descriptor;
 use crate::transfer::{Op, PlannedPair};
 use std::sync::Arc;
 
-/// Plans pair `index`. Returns the chosen backend's position in `backends` and the plan.
+/// The capabilities of each backend, in `backends` order: asked once per request, not per
+/// pair (a request of many small pairs would otherwise rebuild them for every pair).
+pub(crate) fn capabilities(backends: &[Arc<dyn Backend>]) -> Vec<Vec<Capability>> {
+    backends.iter().map(|b| b.capabilities()).collect()
+}
+
+/// Plans pair `index`. `caps` are [`capabilities`] of `backends`. Returns the chosen backend's
+/// position in `backends` and the plan.
 pub(crate) fn plan_pair(
     backends: &[Arc<dyn Backend>],
+    caps: &[Vec<Capability>],
     op: Op,
     index: usize,
     local: &Descriptor,
@@ -26,10 +34,9 @@ pub(crate) fn plan_pair(
 ) -> Result<(usize, PlannedPair)> {
     let (lc, tc) = (local.region.kind().class(), target.region.kind().class());
     let mut candidates: Vec<(Preference, usize)> = Vec::new();
-    for (bi, b) in backends.iter().enumerate() {
-        let best = b
-            .capabilities()
-            .into_iter()
+    for (bi, bc) in caps.iter().enumerate() {
+        let best = bc
+            .iter()
             .filter(|c| c.local == lc && c.target == tc && c.ops.contains(&op))
             .map(|c| c.preference)
             .min();
