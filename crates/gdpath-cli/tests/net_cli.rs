@@ -14,6 +14,14 @@ use std::time::{Duration, Instant};
 const BIN: &str = env!("CARGO_BIN_EXE_gdpath");
 const T: Duration = Duration::from_secs(30);
 
+/// UCX 1.13 (Debian's, CI) aborts on `async.c: Assertion handler->async == async` when several
+/// UCX contexts in one process create and close endpoints from different threads at once; the
+/// tests of this binary (each with a client agent in this process) run one at a time.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// A child process whose stdout lines arrive on a channel; killed when dropped.
 struct Proc {
     child: Child,
@@ -169,6 +177,7 @@ fn round_trip(agent: &Agent, addr: SocketAddr, len: usize, seed: u64) {
 
 #[test]
 fn two_processes_over_loopback() {
+    let _serial = serial();
     let (mut srv, addr) = lo_serve(&["--export", "host:8MiB"]);
     round_trip(&client(), addr, 8 << 20, 3);
     srv.wait_line("connected: test@127.0.0.1", T);
@@ -176,6 +185,7 @@ fn two_processes_over_loopback() {
 
 #[test]
 fn bench_net_json_rows_are_verified_and_name_the_transport() {
+    let _serial = serial();
     let (_srv, addr) = lo_serve(&["--export", "host:4MiB"]);
     for op in ["put", "get"] {
         let out = Command::new(BIN)
@@ -231,6 +241,7 @@ fn bench_net_json_rows_are_verified_and_name_the_transport() {
 
 #[test]
 fn wrong_token_is_refused() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let tok = dir.path().join("token");
     std::fs::write(&tok, "a shared secret of some length\n").unwrap();
@@ -291,6 +302,7 @@ fn wrong_token_is_refused() {
 
 #[test]
 fn serve_refuses_non_loopback_without_token() {
+    let _serial = serial();
     let out = Command::new(BIN)
         .args(["serve", "--listen", "0.0.0.0:0", "--duration", "1"])
         .env_remove("GDPATH_TOKEN")
@@ -302,6 +314,7 @@ fn serve_refuses_non_loopback_without_token() {
 
 #[test]
 fn server_killed_mid_stream_fails_transfers_with_a_typed_error() {
+    let _serial = serial();
     let (mut srv, addr) = lo_serve(&["--export", "host:16MiB"]);
     let a = client();
     let peer = a.connect(addr).unwrap();
@@ -352,6 +365,7 @@ fn server_killed_mid_stream_fails_transfers_with_a_typed_error() {
 
 #[test]
 fn client_killed_mid_stream_server_keeps_serving_another() {
+    let _serial = serial();
     let (mut srv, addr) = lo_serve(&["--export", "host:16MiB"]);
     let mut bench = Proc::spawn(
         Command::new(BIN)
@@ -429,6 +443,7 @@ impl Drop for Netns {
 
 #[test]
 fn two_hosts_in_network_namespaces_over_veth() {
+    let _serial = serial();
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         eprintln!("SKIP two_hosts_in_network_namespaces_over_veth: needs root for ip netns");

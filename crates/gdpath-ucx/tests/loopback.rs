@@ -10,6 +10,15 @@ use gdpath_ucx::{
     UcxCfg, UcxError, Worker, MAX_PACKED_RKEY,
 };
 
+/// UCX 1.13 (Debian's, CI) aborts on `async.c: Assertion handler->async == async` when several
+/// UCX contexts in one process create and close endpoints from different threads at once (a
+/// socket number reused by another context while UCX still tracks it; seen in CI on this file).
+/// The tests of this binary therefore run one at a time.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 const SIZES: [usize; 7] = [1, 7, 4096, 65_537, 1 << 20, 5 << 20, 16 << 20];
 
 /// Puts each size from client memory into server memory at an odd offset, flushes, and
@@ -66,22 +75,26 @@ fn put_get_roundtrip(transports: Option<&str>, mode: ErrorMode) {
 
 #[test]
 fn put_get_tcp_1b_to_16mib_byte_exact() {
+    let _serial = serial();
     put_get_roundtrip(Some("tcp"), ErrorMode::Peer);
 }
 
 #[test]
 fn put_get_default_transports_1b_to_16mib_byte_exact() {
+    let _serial = serial();
     put_get_roundtrip(None, ErrorMode::Peer);
 }
 
 #[test]
 fn put_get_shared_memory_1b_to_16mib_byte_exact() {
+    let _serial = serial();
     // Without peer error handling UCX may pick shared memory (see ErrorMode).
     put_get_roundtrip(None, ErrorMode::None);
 }
 
 #[test]
 fn rkey_pack_unpack_and_checked_bounds() {
+    let _serial = serial();
     let p = Pair::new(Some("tcp"));
     let server_mem = MemHandle::from_vec(&p.ctx, vec![0x11; 4096]).unwrap();
     let desc = server_mem.describe().unwrap();
@@ -156,6 +169,7 @@ fn rkey_pack_unpack_and_checked_bounds() {
 
 #[test]
 fn active_message_round_trip() {
+    let _serial = serial();
     let p = Pair::new(Some("tcp"));
     p.server.am_register(7).unwrap();
     p.client.am_register(8).unwrap();
@@ -205,6 +219,7 @@ fn active_message_round_trip() {
 
 #[test]
 fn connect_to_closed_port_is_a_typed_error_in_bounded_time() {
+    let _serial = serial();
     // A port nobody listens on: bind, note the port, close.
     let port = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -230,6 +245,7 @@ fn connect_to_closed_port_is_a_typed_error_in_bounded_time() {
 
 #[test]
 fn peer_endpoint_closed_surfaces_as_error() {
+    let _serial = serial();
     let p = Pair::new(Some("tcp"));
     let server_mem = MemHandle::alloc(&p.ctx, 4096, MemType::Host).unwrap();
     let region = RemoteRegion::new(&p.client_ep, &server_mem.describe().unwrap()).unwrap();
@@ -276,6 +292,7 @@ fn peer_endpoint_closed_surfaces_as_error() {
 
 #[test]
 fn graceful_close_with_both_sides_progressing() {
+    let _serial = serial();
     let p = Pair::new(Some("tcp"));
     let Pair {
         client_ep,
@@ -295,6 +312,7 @@ fn graceful_close_with_both_sides_progressing() {
 
 #[test]
 fn connect_by_worker_address() {
+    let _serial = serial();
     let ctx = Context::new(&common::cfg(Some("tcp"))).unwrap();
     let a = Worker::new(&ctx).unwrap();
     let b = Worker::new(&ctx).unwrap();
@@ -314,6 +332,7 @@ fn connect_by_worker_address() {
 
 #[test]
 fn memory_handles_check_type_and_bounds() {
+    let _serial = serial();
     let ctx = Context::new(&common::cfg(None)).unwrap();
     assert!(matches!(
         MemHandle::alloc(&ctx, 0, MemType::Host),
@@ -354,6 +373,7 @@ fn memory_handles_check_type_and_bounds() {
 
 #[test]
 fn worker_wait_wakes_on_signal_and_times_out() {
+    let _serial = serial();
     let ctx = Context::new(&UcxCfg {
         features: Features::RMA | Features::AM | Features::WAKEUP,
         ..common::cfg(Some("tcp"))
@@ -382,6 +402,7 @@ fn worker_wait_wakes_on_signal_and_times_out() {
 
 #[test]
 fn missing_library_is_a_typed_error_naming_it() {
+    let _serial = serial();
     let path = "/nonexistent/gdpath-test/libucp.so.0";
     let err = Ucx::load_from(path).unwrap_err();
     let UcxError::LibraryMissing { library, .. } = &err else {

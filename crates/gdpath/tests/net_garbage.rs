@@ -10,6 +10,15 @@ use gdpath_ucx::{Context, Endpoint, Features, Listener, UcxCfg, Worker};
 use proptest::prelude::*;
 use std::time::Duration;
 
+/// UCX 1.13 (Debian's, CI) aborts on `async.c: Assertion handler->async == async` when several
+/// UCX contexts in one process create and close endpoints from different threads at once (a
+/// socket number reused by another context while UCX still tracks it; seen in CI on this file).
+/// The tests of this binary therefore run one at a time.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 const T: Duration = Duration::from_secs(20);
 
 fn agent(name: &str) -> Agent {
@@ -40,6 +49,7 @@ fn raw_worker() -> Worker {
 
 #[test]
 fn server_refuses_garbage_and_keeps_serving() {
+    let _serial = serial();
     let server = agent("srv");
     let r = server
         .register(Memory::host(HostBuffer::zeroed(4096)))
@@ -136,6 +146,7 @@ fn fake_server(
 
 #[test]
 fn client_refuses_malformed_welcome() {
+    let _serial = serial();
     let region = |addr: u64, len: u64| RegionMeta {
         id: 1,
         kind: WireKind::Host,

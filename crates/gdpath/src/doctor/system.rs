@@ -82,6 +82,20 @@ fn driver(input: &DoctorInput) -> Finding {
         );
     }
     let live = !input.is_replay();
+    // A replayed source without /proc (hwloc or NCCL XML, a bare sysfs copy) cannot say
+    // whether the driver was loaded; a capture with /proc can.
+    let evidence = if live {
+        "/proc/driver/nvidia/version absent: the NVIDIA kernel driver is not loaded".to_owned()
+    } else if input.view.read_dir("/proc").is_err() {
+        format!(
+            "the source ({}) has no /proc: whether the NVIDIA kernel driver was loaded is not in it",
+            input.machine.source
+        )
+    } else {
+        "/proc/driver/nvidia/version absent in the source: the NVIDIA kernel driver was not \
+         loaded when it was captured"
+            .to_owned()
+    };
     finding(
         id,
         A,
@@ -91,7 +105,7 @@ fn driver(input: &DoctorInput) -> Finding {
         } else {
             Status::Unknown
         },
-        "/proc/driver/nvidia/version absent: the NVIDIA kernel driver is not loaded",
+        evidence,
         if live {
             "install and load the NVIDIA driver (`modprobe nvidia`; `nvidia-smi` should list the GPUs)"
         } else {
