@@ -110,6 +110,7 @@ driver_api! {
     cuEventDestroy: fn(CUevent) = ["cuEventDestroy_v2"];
     cuEventRecord: fn(CUevent, CUstream) = ["cuEventRecord"];
     cuEventSynchronize: fn(CUevent) = ["cuEventSynchronize"];
+    cuStreamWaitEvent: fn(CUstream, CUevent, c_uint) = ["cuStreamWaitEvent"];
     cuEventElapsedTime: fn(*mut f32, CUevent, CUevent) = ["cuEventElapsedTime_v2", "cuEventElapsedTime"];
     cuMemcpyHtoDAsync: fn(CUdeviceptr, *const c_void, usize, CUstream) = ["cuMemcpyHtoDAsync_v2"];
     cuMemcpyDtoHAsync: fn(*mut c_void, CUdeviceptr, usize, CUstream) = ["cuMemcpyDtoHAsync_v2"];

@@ -86,6 +86,17 @@ impl Stream {
         &self.ctx
     }
 
+    /// Make work enqueued on this stream after this call wait until the work before `event`'s
+    /// last `record` has finished (`cuStreamWaitEvent`), without blocking the CPU. The event may
+    /// belong to another device's context (CUDA driver API reference, cuStreamWaitEvent).
+    pub fn wait_event(&self, event: &Event) -> Result<(), CudaError> {
+        self.ctx.bind()?;
+        // SAFETY: our stream and a live event; flags 0 is the only defined value.
+        self.ctx.api().check("cuStreamWaitEvent", unsafe {
+            (self.ctx.api().cuStreamWaitEvent)(self.raw, event.raw, 0)
+        })
+    }
+
     /// Wait until all work enqueued so far has finished, then release the buffers it held.
     pub fn synchronize(&self) -> Result<(), CudaError> {
         self.ctx.bind()?;

@@ -4,10 +4,12 @@
 //! Pipeline: `S` bounce buffers, one D2H stream on the source GPU and one H2D stream on the
 //! destination GPU (one stream per direction keeps each copy engine working on one chunk at a
 //! time, in order, so the first chunk is ready as early as possible), and an event per buffer
-//! and direction. Chunk `i`'s D2H is enqueued once buffer `i % S` is free (the event after its
-//! previous H2D has fired); its H2D is enqueued once the event after its D2H has fired. So the
-//! source's D2H engine and the destination's H2D engine run at the same time, and the copy runs
-//! at about the slower of the two links instead of their harmonic sum.
+//! and direction. The whole pipeline is enqueued up front and ordered on the GPUs by stream
+//! waits (`cuStreamWaitEvent`), not by the CPU: chunk `i`'s D2H waits for the H2D that last used
+//! buffer `i % S`, its H2D waits for its D2H. So the source's D2H engine and the destination's
+//! H2D engine run at the same time, and the copy runs at about the slower of the two links
+//! instead of their harmonic sum, with no CPU round trip between chunks (the earlier version
+//! waited on events from the CPU between chunks: 0.76× of D2H at 64 MiB on the H200 pair).
 
 use super::devices::Gpus;
 use super::pageable::Stop;
@@ -44,30 +46,30 @@ pub(crate) fn copy(
     let h2d_done = (0..s_count)
         .map(|_| Event::new(dst.context(), false))
         .collect::<Result<Vec<_>, _>>()?;
-    let mut h2d_pending = vec![false; s_count];
     let piece = |i: usize| (i * chunk, chunk.min(len - i * chunk));
-    let (mut issued, mut done) = (0usize, 0usize);
-    while done < n {
-        while issued < n && issued - done < s_count {
-            if let Some(e) = stop() {
-                return Err(Stop::Engine(e));
+    // On any early return the streams are drained first: enqueued copies still use `bufs`.
+    let drain = |e: Stop| -> Stop {
+        let _ = d2h.synchronize();
+        let _ = h2d.synchronize();
+        e
+    };
+    for i in 0..n {
+        if let Some(e) = stop() {
+            return Err(drain(Stop::Engine(e)));
+        }
+        let s = i % s_count;
+        let (off, l) = piece(i);
+        let mut enqueue = || -> Result<(), gdpath_cuda::CudaError> {
+            if i >= s_count {
+                d2h.wait_event(&h2d_done[s])?;
             }
-            let s = issued % s_count;
-            if h2d_pending[s] {
-                h2d_done[s].synchronize()?;
-            }
-            let (off, l) = piece(issued);
             d2h.copy_d2h(&mut bufs[s], 0, src, src_off + off, l)?;
             d2h_done[s].record(&d2h)?;
-            issued += 1;
-        }
-        let s = done % s_count;
-        d2h_done[s].synchronize()?;
-        let (off, l) = piece(done);
-        h2d.copy_h2d(dst, dst_off + off, &bufs[s], 0, l)?;
-        h2d_done[s].record(&h2d)?;
-        h2d_pending[s] = true;
-        done += 1;
+            h2d.wait_event(&d2h_done[s])?;
+            h2d.copy_h2d(dst, dst_off + off, &bufs[s], 0, l)?;
+            h2d_done[s].record(&h2d)
+        };
+        enqueue().map_err(|e| drain(e.into()))?;
     }
     d2h.synchronize()?;
     h2d.synchronize()?;
