@@ -14,13 +14,7 @@ use std::time::{Duration, Instant};
 const BIN: &str = env!("CARGO_BIN_EXE_gdpath");
 const T: Duration = Duration::from_secs(30);
 
-/// UCX 1.13 (Debian's, CI) aborts on `async.c: Assertion handler->async == async` when several
-/// UCX contexts in one process create and close endpoints from different threads at once; the
-/// tests of this binary (each with a client agent in this process) run one at a time.
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    LOCK.lock().unwrap_or_else(|p| p.into_inner())
-}
+use gdpath_testkit::ucx_serial as serial;
 
 /// A child process whose stdout lines arrive on a channel; killed when dropped.
 struct Proc {

@@ -83,3 +83,12 @@ pub fn symlink(root: &Path, rel: &str, target: &str) {
     std::fs::create_dir_all(p.parent().unwrap()).unwrap();
     std::os::unix::fs::symlink(target, p).unwrap();
 }
+
+/// Serialises the tests of one test binary that use UCX: Debian's UCX 1.13 (CI) aborts on
+/// `async.c: Assertion handler->async == async` when several UCX contexts in one process create
+/// and close endpoints from different threads at once (a socket number reused by another
+/// context while UCX still tracks it; seen in CI). Hold the guard for the whole test.
+pub fn ucx_serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|p| p.into_inner())
+}

@@ -170,7 +170,8 @@ impl Device {
     /// Why this function is an RDMA-capable NIC judging by its PCI identity alone, for sources
     /// that list no RDMA devices (hwloc or NCCL XML, where `/sys/class/infiniband` is absent):
     /// class 0x0207 (InfiniBand controller, PCI Code and ID Assignment Specification), Mellanox
-    /// ConnectX (vendor 0x15b3: InfiniBand or RoCE), Amazon EFA (0x1d0f:0xefa0–0xefa2). `None`
+    /// ConnectX (vendor 0x15b3: InfiniBand or RoCE), Amazon EFA (0x1d0f:0xefa0–0xefa4; Linux's
+    /// `efa` driver table). `None`
     /// when the identity says nothing (an RDMA driver may still serve it: iWARP, Broadcom RoCE).
     /// Whether the RDMA driver is loaded is a separate question only a live machine answers.
     pub fn rdma_capable_by_id(&self) -> Option<&'static str> {
@@ -180,7 +181,7 @@ impl Device {
         let network = self.class >> 16 == 0x02;
         match (self.vendor, self.device) {
             (names::vendor::MELLANOX, _) if network => Some("Mellanox ConnectX (InfiniBand/RoCE)"),
-            (names::vendor::AMAZON, 0xefa0..=0xefa2) => Some("Amazon EFA"),
+            (names::vendor::AMAZON, 0xefa0..=0xefa4) => Some("Amazon EFA"),
             _ => None,
         }
     }

@@ -103,7 +103,8 @@ impl Request {
         }
         let api = self.worker.api();
         api.ucp_request_query.as_ref().ok()?;
-        let mut buf = vec![0u8; 512];
+        // UCX writes at most this much (truncating); multi-rail descriptions fit in 1 KiB.
+        let mut buf = vec![0u8; 1024];
         // SAFETY: zeroed attr; INFO_STRING(_SIZE) exist since UCX 1.13.
         let mut attr: sys::ucp_request_attr_t = unsafe { std::mem::zeroed() };
         attr.field_mask = (sys::UCP_REQUEST_ATTR_FIELD_INFO_STRING
@@ -245,6 +246,7 @@ const TRANSPORTS: &[&str] = &[
     "gdr_copy",
     "rc_mlx5",
     "dc_mlx5",
+    "gga_mlx5",
     "ud_mlx5",
     "rc_verbs",
     "ud_verbs",

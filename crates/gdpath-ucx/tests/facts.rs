@@ -36,6 +36,7 @@ fn ucx_info(args: &[&str]) -> Option<String> {
 
 #[test]
 fn loads_and_reports_version() {
+    let _serial = gdpath_testkit::ucx_serial();
     let ucx = Ucx::load().expect("libucp.so.0 (apt-get install libucx0)");
     let v = ucx.version();
     assert!(v >= MIN_VERSION, "{v}");
@@ -85,6 +86,7 @@ fn ucx_info_devices(text: &str) -> Vec<(String, String)> {
 
 #[test]
 fn transports_tcp_only_and_default() {
+    let _serial = gdpath_testkit::ucx_serial();
     let tcp = Context::new(&common::cfg(Some("tcp")))
         .unwrap()
         .facts()
@@ -136,6 +138,7 @@ fn transports_tcp_only_and_default() {
 
 #[test]
 fn cuda_support_matches_the_build() {
+    let _serial = gdpath_testkit::ucx_serial();
     let ctx = Context::new(&common::cfg(None)).unwrap();
     let f = ctx.facts().unwrap();
     assert_eq!(f.cuda_supported, f.memory_types.contains(&MemType::Cuda));
@@ -165,6 +168,7 @@ fn cuda_support_matches_the_build() {
 
 #[test]
 fn endpoint_transports_over_tcp() {
+    let _serial = gdpath_testkit::ucx_serial();
     let p = Pair::new(Some("tcp"));
     let t = p.client_ep.transports().unwrap();
     let ucx = p.ctx.ucx().clone();
@@ -196,6 +200,7 @@ fn endpoint_transports_over_tcp() {
 
 #[test]
 fn endpoint_transports_default() {
+    let _serial = gdpath_testkit::ucx_serial();
     // Peer error handling (the default): UCX uses only transports that detect peer failure.
     let p = Pair::new(None);
     let t = p.client_ep.transports().unwrap();

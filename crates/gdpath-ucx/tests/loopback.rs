@@ -10,14 +10,7 @@ use gdpath_ucx::{
     UcxCfg, UcxError, Worker, MAX_PACKED_RKEY,
 };
 
-/// UCX 1.13 (Debian's, CI) aborts on `async.c: Assertion handler->async == async` when several
-/// UCX contexts in one process create and close endpoints from different threads at once (a
-/// socket number reused by another context while UCX still tracks it; seen in CI on this file).
-/// The tests of this binary therefore run one at a time.
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    LOCK.lock().unwrap_or_else(|p| p.into_inner())
-}
+use gdpath_testkit::ucx_serial as serial;
 
 const SIZES: [usize; 7] = [1, 7, 4096, 65_537, 1 << 20, 5 << 20, 16 << 20];
 

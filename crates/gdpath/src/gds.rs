@@ -57,7 +57,12 @@ impl GdsFacts {
             Some(v) => (PathBuf::from(v), true),
             None => (PathBuf::from(CUFILE_DEFAULT_JSON), false),
         };
-        let exists = view.read(&path.to_string_lossy()).is_ok();
+        // Only "not found" means cuFile's built-in defaults; an unreadable file is reported
+        // by `settings` (and by the doctor) instead of passing for absent.
+        let exists = !matches!(
+            view.read(&path.to_string_lossy()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound
+        );
         GdsFacts {
             nvidia_fs_version,
             nvidia_fs_module,

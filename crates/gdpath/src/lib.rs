@@ -36,7 +36,7 @@ pub mod error;
 pub mod finding;
 pub mod gds;
 pub mod gpu_copy;
-pub mod kmod;
+pub(crate) mod kmod;
 pub mod machine;
 pub mod memory;
 pub mod net;

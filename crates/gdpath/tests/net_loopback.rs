@@ -8,14 +8,7 @@ use gdpath::{
 };
 use std::time::Duration;
 
-/// UCX 1.13 (Debian's, CI) aborts on `async.c: Assertion handler->async == async` when several
-/// UCX contexts in one process create and close endpoints from different threads at once (a
-/// socket number reused by another context while UCX still tracks it; seen in CI on this file).
-/// The tests of this binary therefore run one at a time.
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    LOCK.lock().unwrap_or_else(|p| p.into_inner())
-}
+use gdpath_testkit::ucx_serial as serial;
 
 const T: Duration = Duration::from_secs(20);
 const LEN: usize = 4 << 20;

@@ -76,6 +76,14 @@ fn roundtrip(
     r.pairs[0].path.clone()
 }
 
+/// The page-cache block the engine cuts at for files in `dir` (`FileRegion::cache_block`).
+fn cache_block(a: &gdpath::Agent, dir: &std::path::Path) -> u64 {
+    let probe = a
+        .register(Memory::File(FileSpec::write(dir.join("block-probe"))))
+        .unwrap();
+    probe.file().unwrap().cache_block()
+}
+
 /// True when `[off, off + len)` holds a whole page-cache block of `block` bytes: only such a
 /// pair has a part the O_DIRECT backend moves directly (it cuts heads and tails at the block).
 fn has_whole_block(off: u64, len: u64, block: u64) -> bool {
@@ -84,9 +92,9 @@ fn has_whole_block(off: u64, len: u64, block: u64) -> bool {
 }
 
 /// The O_DIRECT backend's path for a pair: `posix-direct` when some part goes direct, else
-/// `posix-buffered` (every byte through the page cache), which is what it reports.
-fn direct_backend_path(off: u64, len: u64) -> Path {
-    if len == 0 || has_whole_block(off, len, 4096) {
+/// `posix-buffered` (every byte through the page cache), which is what it plans and reports.
+fn direct_backend_path(off: u64, len: u64, block: u64) -> Path {
+    if len == 0 || has_whole_block(off, len, block) {
         Path::PosixDirect
     } else {
         Path::PosixBuffered
@@ -97,11 +105,16 @@ fn direct_backend_path(off: u64, len: u64) -> Path {
 fn alignment_edges_on_disk_use_posix_direct() {
     let dir = disk_dir();
     let a = agent();
+    let block = cache_block(&a, dir.path());
     for len in SIZES {
         for off in OFFSETS {
             for mem_off in [0, 1] {
                 let p = roundtrip(&a, dir.path(), len, off, mem_off);
-                assert_eq!(p, direct_backend_path(off, len), "len {len} off {off}");
+                assert_eq!(
+                    p,
+                    direct_backend_path(off, len, block),
+                    "len {len} off {off}"
+                );
             }
         }
     }
@@ -116,6 +129,7 @@ fn alignment_edges_on_tmpfs() {
     let probe = a
         .register(Memory::File(FileSpec::write(dir.path().join("probe"))))
         .unwrap();
+    let block = probe.file().unwrap().cache_block();
     let expect = if probe.file().unwrap().direct_fd().is_some() {
         Path::PosixDirect
     } else {
@@ -125,7 +139,7 @@ fn alignment_edges_on_tmpfs() {
     for len in SIZES {
         for off in [0, 1, 4096] {
             let want = match expect {
-                Path::PosixDirect => direct_backend_path(off, len),
+                Path::PosixDirect => direct_backend_path(off, len, block),
                 _ => Path::PosixBuffered,
             };
             assert_eq!(
@@ -951,4 +965,35 @@ fn concurrent_unaligned_slices_sharing_blocks_stay_intact() {
         let got = &on_disk[offs[t] as usize..(offs[t] + lens[t]) as usize];
         assert!(got == &want[..], "thread {t}: final file bytes differ");
     }
+}
+
+/// A pair that holds no whole page-cache block is planned (and reported) as `posix-buffered`:
+/// strict mode asking for `posix-direct` refuses it before any byte moves, and accepts a pair
+/// that does hold one.
+#[test]
+fn strict_posix_direct_refuses_a_pair_without_a_whole_block() {
+    let dir = disk_dir();
+    let a = agent();
+    let block = cache_block(&a, dir.path());
+    let f = a
+        .register(Memory::File(FileSpec::write(dir.path().join("strict"))))
+        .unwrap();
+    let src = a
+        .register(Memory::host(HostBuffer::from_slice(&pattern(
+            2 * block as usize,
+            7,
+        ))))
+        .unwrap();
+    let small = TransferRequest::write(vec![src.desc(0, 100)], vec![f.desc(1, 100)])
+        .accept([Path::PosixDirect]);
+    match a.post(small) {
+        Err(Error::PathNotAccepted { planned, .. }) => {
+            assert_eq!(planned, Some(Path::PosixBuffered))
+        }
+        other => panic!("expected PathNotAccepted, got {other:?}"),
+    }
+    let whole = TransferRequest::write(vec![src.desc(0, 2 * block)], vec![f.desc(0, 2 * block)])
+        .accept([Path::PosixDirect]);
+    let r = a.post(whole).unwrap().wait().unwrap();
+    assert_eq!(r.pairs[0].path, Path::PosixDirect);
 }

@@ -33,6 +33,14 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
+/// True when `[off, off + len)` holds a whole block of `block` bytes (block-aligned start and
+/// end inside the range): the only pairs with a part `submit` moves through O_DIRECT.
+fn holds_whole_block(off: u64, len: u64, block: u64) -> bool {
+    off.checked_next_multiple_of(block)
+        .and_then(|s| s.checked_add(block))
+        .is_some_and(|e| e <= off.saturating_add(len))
+}
+
 /// Backend name.
 pub const NAME: &str = "posix-direct";
 
@@ -145,7 +153,18 @@ impl Backend for PosixDirect {
             });
         };
         match file.direct_status() {
-            DirectStatus::Enabled => Ok(PlanChoice::on(Path::PosixDirect)),
+            // `submit` cuts heads and tails at the page-cache block: a pair holding no whole
+            // block has no O_DIRECT part and goes entirely through the page cache. Its plan says
+            // so, so strict mode (`accept`) and the report see the path really taken.
+            DirectStatus::Enabled => Ok(PlanChoice::on(
+                if target.len == 0
+                    || holds_whole_block(target.offset, target.len, file.cache_block())
+                {
+                    Path::PosixDirect
+                } else {
+                    Path::PosixBuffered
+                },
+            )),
             DirectStatus::Refused => Err(Refusal::because(
                 ids::STORAGE_ODIRECT_UNSUPPORTED,
                 format!(
@@ -382,14 +401,7 @@ impl Worker {
         if tail_start < end {
             spans.push((tail_start, end - tail_start, false));
         }
-        // A pair inside one page-cache block has no O_DIRECT part at all: say so in its report
-        // (a `--block` below the block size reads entirely through the page cache).
-        let all_buffered = !spans.is_empty() && spans.iter().all(|&(_, _, direct)| !direct);
-        let split = SplitItem::taking(
-            item,
-            spans.len(),
-            all_buffered.then_some(Path::PosixBuffered),
-        );
+        let split = SplitItem::new(item, spans.len());
         for (o, n, direct) in spans {
             self.pending.push_back(Piece {
                 split: split.clone(),

@@ -1,7 +1,6 @@
 //! A work item split into parts (chunks) that complete independently.
 
 use crate::error::{Error, Result};
-use crate::path::Path;
 use crate::transfer::WorkItem;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -14,27 +13,17 @@ pub struct SplitItem {
     remaining: AtomicUsize,
     bytes: AtomicU64,
     error: Mutex<Option<Error>>,
-    /// The path to report instead of the planned one (see [`SplitItem::taking`]).
-    taken: Option<Path>,
 }
 
 impl SplitItem {
     /// Wraps `item`, which will be done in `parts` parts (`parts` = 0 completes it at once with
     /// 0 bytes).
     pub fn new(item: WorkItem, parts: usize) -> Arc<Self> {
-        Self::taking(item, parts, None)
-    }
-
-    /// As [`SplitItem::new`]; the item then reports `taken` as its path when it is known before
-    /// the parts run to differ from the plan (e.g. an O_DIRECT pair whose every part goes
-    /// through the page cache).
-    pub fn taking(item: WorkItem, parts: usize, taken: Option<Path>) -> Arc<Self> {
         let s = Arc::new(SplitItem {
             item: Mutex::new(Some(item)),
             remaining: AtomicUsize::new(parts),
             bytes: AtomicU64::new(0),
             error: Mutex::new(None),
-            taken,
         });
         if parts == 0 {
             s.finish();
@@ -81,14 +70,10 @@ impl SplitItem {
         let item = self.item.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(item) = item {
             let err = self.error.lock().unwrap_or_else(|p| p.into_inner()).take();
-            let r = match err {
+            item.complete(match err {
                 Some(e) => Err(e),
                 None => Ok(self.bytes.load(Ordering::Relaxed)),
-            };
-            match &self.taken {
-                Some(p) => item.complete_on(r, p.clone()),
-                None => item.complete(r),
-            }
+            });
         }
     }
 }

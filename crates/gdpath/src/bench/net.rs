@@ -268,7 +268,10 @@ pub fn run(cfg: &NetBenchConfig, progress: &dyn Progress) -> Result<NetBenchRepo
     let mut rows = Vec::new();
     let mut findings: Vec<FindingId> = Vec::new();
     for (k, &s) in cfg.sizes.iter().enumerate() {
-        let w = window(s);
+        // Whole transfers in flight: with `b` not dividing the window, `window / b` transfers
+        // carry fewer messages, and the window (and the row's qd) is what really was in flight.
+        let b = u64::from(cfg.batch).clamp(1, window(s));
+        let w = window(s) / b * b;
         let span = s * w;
         let seed = 0x6770_0000 + k as u64;
         // Reference data in `mirror`: copied to local memory for puts; written to the remote
@@ -289,7 +292,6 @@ pub fn run(cfg: &NetBenchConfig, progress: &dyn Progress) -> Result<NetBenchRepo
             n * s * cfg.runs as u64,
         );
         // One untimed warm-up pass of the window.
-        let b = u64::from(cfg.batch).clamp(1, w);
         stream(&agent, cfg.op, &local, &remote, s, w, b, w)?;
         let mut gbps = Vec::with_capacity(cfg.runs);
         for _ in 0..cfg.runs {

@@ -86,7 +86,16 @@ fn driver(input: &DoctorInput) -> Finding {
     // whether the driver was loaded; a capture with /proc can.
     let evidence = if live {
         "/proc/driver/nvidia/version absent: the NVIDIA kernel driver is not loaded".to_owned()
-    } else if input.view.read_dir("/proc").is_err() {
+    } else if [
+        "/proc/version",
+        "/proc/modules",
+        "/proc/cpuinfo",
+        "/proc/cmdline",
+    ]
+    .iter()
+    .all(|p| input.view.read(p).is_err())
+    {
+        // Snapshots hold only what a reader read: probe files, not a listing of /proc.
         format!(
             "the source ({}) has no /proc: whether the NVIDIA kernel driver was loaded is not in it",
             input.machine.source

@@ -38,11 +38,16 @@ pub(crate) const CTRL_AM: u16 = crate::net::codec::AM_ID;
 /// Notifications kept until the application takes them; more are dropped and counted.
 pub(crate) const MAX_QUEUED_NOTIFICATIONS: usize = 4096;
 
-/// UCX transports that move data through an RDMA NIC (`ucx_info -d`): with GPU memory on
-/// either side, the NIC reads or writes that memory itself (GPUDirect RDMA, `Path::Gdr`).
+/// UCX transports that move data through an RDMA NIC (`ucx_info -d`), for the planned path of
+/// GPU memory (an endpoint lane on one of them: the NIC would read or write GPU memory).
 pub(crate) const RDMA_TRANSPORTS: &[&str] = &[
-    "rc_mlx5", "dc_mlx5", "ud_mlx5", "rc_verbs", "ud_verbs", "srd",
+    "rc_mlx5", "dc_mlx5", "gga_mlx5", "ud_mlx5", "rc_verbs", "ud_verbs", "srd",
 ];
+
+/// Those of [`RDMA_TRANSPORTS`] that do one-sided RMA (UD is datagrams only, so an operation
+/// UCX runs on it is emulated): the ones an observed protocol counts as GPUDirect RDMA.
+pub(crate) const RDMA_RMA_TRANSPORTS: &[&str] =
+    &["rc_mlx5", "dc_mlx5", "gga_mlx5", "rc_verbs", "srd"];
 
 /// Events kept for `Server::next_event`; more are dropped.
 const MAX_QUEUED_EVENTS: usize = 1024;
@@ -151,9 +156,13 @@ impl UcxBackend {
     /// Makes a CUDA context current on the calling thread unless one already is, for UCX calls
     /// that touch CUDA state without a buffer of ours to bind (unpacking a peer's remote key of
     /// GPU memory: UCX's `cuda_ipc` checks there whether it can reach the peer's GPU, in the
-    /// current context). NVIDIA's NIXL does the same around its UCX calls. Uses the primary
-    /// context of the first visible GPU, retained for the backend's life. No-op when UCX has no
-    /// CUDA support or no CUDA driver loads.
+    /// current context). NVIDIA's NIXL does the same around its UCX calls. A context already
+    /// current (an application that chose its GPU, e.g. `torch.cuda.set_device`) is left as it
+    /// is; otherwise the primary context of the first visible GPU is made current and retained
+    /// for the backend's life (field `cuda_ctx`, declared last so it is released after the
+    /// peers and requests that may use it). The thread keeps that context current afterwards,
+    /// as every gdpath-cuda call does (`docs/gpu.md`). No-op when UCX has no CUDA support or no
+    /// CUDA driver loads.
     pub(crate) fn bind_cuda(&self) {
         if !self.cuda {
             return;

@@ -80,8 +80,20 @@ struct Flusher {
     waiting: Vec<u64>,
 }
 
+/// What decides UCX's protocol choice for an operation on GPU memory, as far as the engine can
+/// tell: peer, put or get, local memory type, remote GPU memory, length. UCX's selection for
+/// equal parameters is the same, so one answer serves them all.
+type ObservedKey = (u64, bool, MemType, bool, usize);
+
+/// Bound on remembered protocol answers; the map is cleared when it fills.
+const MAX_OBSERVED: usize = 1024;
+
 #[derive(Default)]
 pub(crate) struct Ops {
+    /// The path UCX reported for earlier operations with the same [`ObservedKey`]: asked once
+    /// (building UCX's description costs about a microsecond), and given to operations that
+    /// finished at post, which have no request left to ask.
+    observed: std::collections::HashMap<ObservedKey, Path>,
     /// When batch ages were last checked against the operation bound.
     checked: Option<Instant>,
     next_seq: u64,
@@ -166,7 +178,7 @@ impl Ops {
                     item.complete(Err(e));
                     continue;
                 }
-                match post(b, &item, &label, &mut self.stages) {
+                match post(b, &item, &label, &mut self.stages, &mut self.observed) {
                     Ok((req, stage, taken)) => {
                         let put = item.op() == Op::Write;
                         puts |= put;
@@ -338,6 +350,7 @@ fn post(
     item: &WorkItem,
     label: &str,
     stages: &mut Stages,
+    observed: &mut std::collections::HashMap<ObservedKey, Path>,
 ) -> Result<(Option<Request>, Option<Stage>, Option<Path>)> {
     let rm = remote_of(item).expect("grouped by remote target");
     if rm.withdrawn() {
@@ -390,11 +403,33 @@ fn post(
             return Err(ucx_err(label, "put/get", e));
         }
     };
-    // GPU memory UCX moves itself: ask UCX which protocol it chose (a pending request only;
-    // one finished at post has nothing left to ask).
+    // GPU memory UCX moves itself: ask UCX which protocol it chose, once per kind of
+    // operation (a pending request only; one finished at post has nothing left to ask and takes
+    // the answer of an earlier equal operation, if any).
     let gpu = staged.is_none() && (local.mem_type() != MemType::Host || rm.kind != WireKind::Host);
     let taken = if gpu {
-        req.info().map(|i| observed_path(&ProtoInfo::parse(&i)))
+        let key = (
+            rm.peer.id,
+            item.op() == Op::Write,
+            local.mem_type(),
+            rm.kind != WireKind::Host,
+            len,
+        );
+        match observed.get(&key) {
+            Some(p) => Some(p.clone()),
+            None => {
+                let p = req
+                    .info()
+                    .and_then(|i| observed_path(&ProtoInfo::parse(&i)));
+                if let Some(p) = &p {
+                    if observed.len() >= MAX_OBSERVED {
+                        observed.clear();
+                    }
+                    observed.insert(key, p.clone());
+                }
+                p
+            }
+        }
     } else {
         None
     };
@@ -411,30 +446,36 @@ fn post(
     }
 }
 
-/// The path of an operation on GPU memory from UCX's description of its protocol: `Gdr` when
-/// an RDMA transport carries it (the NIC reads or writes GPU memory), else `Ucx` with the
-/// transports named (`cuda_ipc` for NVLink/PCIe peer copies between processes); a protocol UCX
-/// emulates with active messages (the target's CPU copying the data) says so, since it is
-/// orders of magnitude slower (0.68 GB/s against 394 GB/s for `cuda_ipc` on the H200 pair).
-fn observed_path(info: &ProtoInfo) -> Path {
-    if let Some(t) = info
+/// The path of an operation on GPU memory from UCX's description of its protocol, `None` when
+/// the description names no transport gdpath knows (the planned path then stands).
+/// - emulated in software (active messages, the target's CPU copying the data; 0.68 GB/s
+///   against 394 GB/s for `cuda_ipc` on the H200 pair): `Ucx { "<tl> (software emulation)" }`,
+///   never `Gdr`, whatever carries the messages;
+/// - an RDMA transport that does RMA (RC/DC/GGA, EFA's SRD) with no `cuda_copy` staging beside
+///   it: `Gdr`, the NIC reads or writes GPU memory itself;
+/// - otherwise `Ucx` with the transports named (`cuda_ipc` for NVLink/PCIe peer copies between
+///   processes; `cuda_copy+rc_mlx5` for a host-staged pipeline).
+fn observed_path(info: &ProtoInfo) -> Option<Path> {
+    if info.transports.is_empty() {
+        return None;
+    }
+    let joined = info.transports.join("+");
+    if info.emulated {
+        return Some(Path::Ucx {
+            transport: format!("{joined} (software emulation)"),
+        });
+    }
+    let staged = info.transports.iter().any(|t| t == "cuda_copy");
+    let rma_nic = info
         .transports
         .iter()
-        .find(|t| super::RDMA_TRANSPORTS.contains(&t.as_str()))
-    {
-        return Path::Gdr {
+        .find(|t| super::RDMA_RMA_TRANSPORTS.contains(&t.as_str()));
+    match rma_nic {
+        Some(t) if !staged => Some(Path::Gdr {
             transport: t.clone(),
-        };
+        }),
+        _ => Some(Path::Ucx { transport: joined }),
     }
-    let mut transport = if info.transports.is_empty() {
-        "unknown".to_owned()
-    } else {
-        info.transports.join("+")
-    };
-    if info.emulated {
-        transport.push_str(" (software emulation)");
-    }
-    Path::Ucx { transport }
 }
 
 /// Finishes a staged get: copies the staging buffer to the pair's GPU range.
@@ -588,5 +629,44 @@ impl Batch {
             });
         }
         n
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(transports: &[&str], emulated: bool) -> Option<Path> {
+        observed_path(&ProtoInfo {
+            transports: transports.iter().map(|t| (*t).to_owned()).collect(),
+            emulated,
+        })
+    }
+
+    #[test]
+    fn observed_paths() {
+        let ucx = |t: &str| {
+            Some(Path::Ucx {
+                transport: t.into(),
+            })
+        };
+        assert_eq!(p(&["cuda_ipc"], false), ucx("cuda_ipc"));
+        assert_eq!(p(&["sysv"], true), ucx("sysv (software emulation)"));
+        // Emulation over an RDMA NIC is not GPUDirect RDMA: the peer's CPU copies the data.
+        assert_eq!(p(&["rc_mlx5"], true), ucx("rc_mlx5 (software emulation)"));
+        assert_eq!(
+            p(&["rc_mlx5"], false),
+            Some(Path::Gdr {
+                transport: "rc_mlx5".into()
+            })
+        );
+        // A host-staged pipeline names cuda_copy beside the NIC: not GDR.
+        assert_eq!(
+            p(&["cuda_copy", "rc_mlx5"], false),
+            ucx("cuda_copy+rc_mlx5")
+        );
+        // UD cannot do RMA: never GDR.
+        assert_eq!(p(&["ud_mlx5"], false), ucx("ud_mlx5"));
+        assert_eq!(p(&[], false), None);
     }
 }

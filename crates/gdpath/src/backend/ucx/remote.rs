@@ -73,29 +73,36 @@ impl UcxBackend {
                 r.agent
             )));
         }
-        let st = lock(&self.state);
-        let peers: Vec<&Arc<PeerConn>> = st
-            .peers
-            .iter()
-            .filter(|p| p.role == Role::Client && p.label() == r.agent)
-            .collect();
-        if peers.is_empty() {
-            return Err(Error::PeerFailed {
-                peer: r.agent.clone(),
-                detail: "no connection to this agent (Agent::connect first)".into(),
-            });
-        }
-        let end = r.addr.checked_add(r.len);
-        for p in peers {
-            if !p.is_ready() {
-                continue;
+        // Find the region under the state lock, unpack its key outside it: binding a CUDA
+        // context for a GPU region may create one (hundreds of ms) and must not stall progress.
+        let found = {
+            let st = lock(&self.state);
+            let peers: Vec<&Arc<PeerConn>> = st
+                .peers
+                .iter()
+                .filter(|p| p.role == Role::Client && p.label() == r.agent)
+                .collect();
+            if peers.is_empty() {
+                return Err(Error::PeerFailed {
+                    peer: r.agent.clone(),
+                    detail: "no connection to this agent (Agent::connect first)".into(),
+                });
             }
-            let found = p.metadata().into_iter().find(|m| {
-                m.rkey == r.rkey
-                    && r.addr >= m.addr
-                    && end.is_some_and(|e| m.addr.checked_add(m.len).is_some_and(|me| e <= me))
-            });
-            let Some(m) = found else { continue };
+            let end = r.addr.checked_add(r.len);
+            peers.into_iter().filter(|p| p.is_ready()).find_map(|p| {
+                p.metadata()
+                    .into_iter()
+                    .find(|m| {
+                        m.rkey == r.rkey
+                            && r.addr >= m.addr
+                            && end.is_some_and(|e| {
+                                m.addr.checked_add(m.len).is_some_and(|me| e <= me)
+                            })
+                    })
+                    .map(|m| (p.clone(), m))
+            })
+        };
+        if let Some((p, m)) = found {
             if p.is_withdrawn(m.id) {
                 return Err(Error::Config(format!(
                     "region {} of agent {} was withdrawn by its owner",
@@ -115,7 +122,7 @@ impl UcxBackend {
                 source,
             })?;
             return Ok(Box::new(RemoteMem {
-                peer: p.clone(),
+                peer: p,
                 region_id: m.id,
                 kind: m.kind,
                 remote,
