@@ -427,7 +427,8 @@ impl Agent {
                 pollers.push(b.clone());
             }
         }
-        let plans: Vec<PlannedPair> = planned.iter().map(|(_, p)| p.clone()).collect();
+        let (backends, plans): (Vec<Arc<dyn Backend>>, Vec<PlannedPair>) =
+            planned.into_iter().unzip();
         let id = self.inner.next_transfer.fetch_add(1, Ordering::Relaxed);
         let TransferRequest {
             op,
@@ -441,9 +442,9 @@ impl Agent {
         // Build every item first: a region taken by a host view meanwhile fails the post here,
         // before any submission (the items already built report the error to nobody).
         let mut items: Vec<(Arc<dyn Backend>, WorkItem)> = Vec::with_capacity(local.len());
-        for ((ld, td), (b, plan)) in local.into_iter().zip(target).zip(planned) {
+        for (i, ((ld, td), b)) in local.into_iter().zip(target).zip(backends).enumerate() {
             let guards = [ld.region.begin_use()?, td.region.begin_use()?];
-            let item = WorkItem::new(plan.index, op, ld, td, plan.path, shared.clone(), guards);
+            let item = WorkItem::new(i, op, ld, td, shared.clone(), guards);
             items.push((b, item));
         }
         let mut groups: Vec<(Arc<dyn Backend>, Vec<WorkItem>)> = Vec::new();

@@ -313,7 +313,6 @@ impl TransferShared {
 pub struct WorkItem {
     index: usize,
     op: Op,
-    path: Path,
     pair: Option<ItemPair>,
     started: OnceLock<Instant>,
     shared: Arc<TransferShared>,
@@ -331,7 +330,7 @@ impl fmt::Debug for WorkItem {
             .field("transfer", &self.shared.id)
             .field("index", &self.index)
             .field("op", &self.op)
-            .field("path", &self.path)
+            .field("path", self.path())
             .finish()
     }
 }
@@ -342,14 +341,12 @@ impl WorkItem {
         op: Op,
         local: Descriptor,
         target: Descriptor,
-        path: Path,
         shared: Arc<TransferShared>,
         guards: [UseGuard; 2],
     ) -> Self {
         WorkItem {
             index,
             op,
-            path,
             pair: Some(ItemPair {
                 local,
                 target,
@@ -368,9 +365,9 @@ impl WorkItem {
     pub fn op(&self) -> Op {
         self.op
     }
-    /// The planned path.
+    /// The planned path (kept once, in the transfer's plan).
     pub fn path(&self) -> &Path {
-        &self.path
+        &self.shared.plans[self.index].path
     }
     /// The local descriptor (bounds already checked against its region).
     pub fn local(&self) -> &Descriptor {
@@ -435,7 +432,8 @@ impl Drop for WorkItem {
         if self.pair.is_some() {
             let detail = format!(
                 "backend for {} dropped descriptor pair {} without completing it",
-                self.path, self.index
+                self.path(),
+                self.index
             );
             self.report(
                 Err(Error::Backend {
