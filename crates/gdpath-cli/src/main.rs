@@ -44,6 +44,13 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // UCX writes its log (warnings such as "unused env variable") to stdout unless told
+    // otherwise, which would corrupt `--json` output and tables alike: send it to stderr, as
+    // gdpath's own log, unless the user chose a destination. Set before any thread starts and
+    // before libucp is loaded (UCX reads it when the library initialises).
+    if std::env::var_os("UCX_LOG_FILE").is_none() {
+        std::env::set_var("UCX_LOG_FILE", "stderr");
+    }
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_env("GDPATH_LOG"))
         .with_writer(std::io::stderr)

@@ -182,7 +182,10 @@ fn bench_net_json_rows_are_verified_and_name_the_transport() {
     let _serial = serial();
     let (_srv, addr) = lo_serve(&["--export", "host:4MiB"]);
     for op in ["put", "get"] {
+        // An environment variable UCX does not know makes it print a warning at start: that
+        // must land on stderr, not in the JSON on stdout.
         let out = Command::new(BIN)
+            .env("UCX_GDPATH_TEST_UNKNOWN", "1")
             .args([
                 "bench",
                 "net",
@@ -198,6 +201,11 @@ fn bench_net_json_rows_are_verified_and_name_the_transport() {
         assert!(
             out.status.success(),
             "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("UCX_GDPATH_TEST_UNKNOWN"),
+            "UCX's warning should be on stderr: {}",
             String::from_utf8_lossy(&out.stderr)
         );
         let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
