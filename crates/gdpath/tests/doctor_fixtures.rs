@@ -479,18 +479,22 @@ fn memlock_against_memtotal() {
     assert_eq!(status(&r, ids::SYSTEM_MEMLOCK_LOW, "system"), Status::Ok);
 }
 
-/// Azure NDv2 (NCCL topology file): one InfiniBand NIC on NUMA 0; GPUs 0–3 reach it at PHB,
-/// GPUs 4–7 at SYS (INDEX.md). NCCL's default GDR level PXB turns GDR off for all of them.
-#[test]
-fn azure_ndv2_nic_distance() {
-    let xml = fixture("nccl-xml/nccl-azure-ndv2-topo.xml");
-    let loaded = gdpath::doctor::load(&gdpath::topo::Source::NcclXml(xml)).unwrap();
+/// The doctor on an NCCL topology fixture (a replay: file checks are unknown, not failures).
+fn doctor_on_nccl_xml(rel: &str) -> gdpath::doctor::Report {
+    let loaded = gdpath::doctor::load(&gdpath::topo::Source::NcclXml(fixture(rel))).unwrap();
     let input = gdpath::doctor::DoctorInput::new(
         &loaded.machine,
         loaded.view.as_ref(),
         loaded.mode.clone(),
     );
-    let r = gdpath::doctor::run(&input);
+    gdpath::doctor::run(&input)
+}
+
+/// Azure NDv2 (NCCL topology file): one InfiniBand NIC on NUMA 0; GPUs 0–3 reach it at PHB,
+/// GPUs 4–7 at SYS (INDEX.md). NCCL's default GDR level PXB turns GDR off for all of them.
+#[test]
+fn azure_ndv2_nic_distance() {
+    let r = doctor_on_nccl_xml("nccl-xml/nccl-azure-ndv2-topo.xml");
     let far: Vec<&gdpath::Finding> = r
         .findings
         .iter()
@@ -524,14 +528,7 @@ fn azure_ndv2_nic_distance() {
 /// driver question as unknown, and measures each GPU against its own switch's EFA (PIX).
 #[test]
 fn aws_p4d_efa_recognised_by_pci_identity() {
-    let xml = fixture("nccl-xml/nccl-aws-p4d-24xl-topo.xml");
-    let loaded = gdpath::doctor::load(&gdpath::topo::Source::NcclXml(xml)).unwrap();
-    let input = gdpath::doctor::DoctorInput::new(
-        &loaded.machine,
-        loaded.view.as_ref(),
-        loaded.mode.clone(),
-    );
-    let r = gdpath::doctor::run(&input);
+    let r = doctor_on_nccl_xml("nccl-xml/nccl-aws-p4d-24xl-topo.xml");
     let f = r
         .findings
         .iter()
