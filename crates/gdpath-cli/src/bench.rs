@@ -285,6 +285,16 @@ fn fmt_gbps(v: f64) -> String {
 }
 
 fn run_net(a: NetBenchArgs) -> Result<ExitCode> {
+    if a.qd == 0 {
+        anyhow::bail!("--qd must be at least 1");
+    }
+    if a.batch > a.qd {
+        anyhow::bail!(
+            "--batch {} exceeds --qd {}: a transfer's messages are all in flight at once",
+            a.batch,
+            a.qd
+        );
+    }
     let cfg = net::NetBenchConfig {
         peer: a.peer,
         token: a.net.token()?,
@@ -294,7 +304,7 @@ fn run_net(a: NetBenchArgs) -> Result<ExitCode> {
         remote_mem: a.remote_mem,
         sizes: parse_size_range(&a.size).context("--size")?,
         qd: a.qd,
-        batch: a.batch.min(a.qd),
+        batch: a.batch,
         runs: a.runs,
         bytes_per_run: a.bytes_per_run,
         lat_iters: a.lat_iters,
@@ -358,7 +368,29 @@ fn run_net(a: NetBenchArgs) -> Result<ExitCode> {
         for f in &report.findings {
             println!("finding: {f} (run `gdpath doctor` for evidence and remedy)");
         }
-        println!("GB/s = 1e9 bytes/s over messages in flight; latency = one message at a time, post to completion (a put completes when it is in the peer's memory)");
+        for r in &report.rows {
+            if r.row.qd < a.qd || r.batch < a.batch {
+                println!(
+                    "note: {} messages ran with qd {} and batch {} (asked: {} and {}): the \
+                     peer's region holds only that many messages of that size, and a window \
+                     holds whole transfers",
+                    format_size(r.row.block),
+                    r.row.qd,
+                    r.batch,
+                    a.qd,
+                    a.batch
+                );
+            }
+        }
+        println!(
+            "GB/s = 1e9 bytes/s over messages in flight; latency = one message at a time, post to \
+             completion ({})",
+            if a.op == "get" {
+                "a get completes when its data is in local memory"
+            } else {
+                "a put completes when it is in the peer's memory"
+            }
+        );
     }
     if !all_verified {
         eprintln!("gdpath: data verification FAILED for at least one row");

@@ -35,7 +35,7 @@ pub struct ServeArgs {
 pub struct NetOpts {
     /// Shared secret (at least 16 bytes). Prefer --token-file or GDPATH_TOKEN: a command line
     /// is visible to other users. Never sent over the network as-is (HMAC challenge).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "token_file")]
     token: Option<String>,
     /// Read the token from this file (trailing newline removed).
     #[arg(long)]
@@ -53,8 +53,10 @@ pub struct NetOpts {
 }
 
 impl NetOpts {
-    /// The token from --token, --token-file or GDPATH_TOKEN, in that order; none if absent.
+    /// The token from --token or --token-file (not both), else GDPATH_TOKEN; none if absent.
+    /// A flag together with a different GDPATH_TOKEN is refused: which one was meant?
     pub fn token(&self) -> Result<Token> {
+        let env = std::env::var("GDPATH_TOKEN").ok().filter(|s| !s.is_empty());
         let secret = if let Some(t) = &self.token {
             Some(t.clone())
         } else if let Some(p) = &self.token_file {
@@ -62,8 +64,15 @@ impl NetOpts {
                 .with_context(|| format!("reading token file {}", p.display()))?;
             Some(s.trim_end_matches(['\n', '\r']).to_owned())
         } else {
-            std::env::var("GDPATH_TOKEN").ok().filter(|s| !s.is_empty())
+            env.clone()
         };
+        if let (Some(s), Some(e)) = (&secret, &env) {
+            if s != e {
+                anyhow::bail!(
+                    "--token/--token-file and GDPATH_TOKEN are both set and differ: unset one"
+                );
+            }
+        }
         match secret {
             Some(s) => Ok(Token::new(s)?),
             None => Ok(Token::none()),
@@ -128,7 +137,7 @@ pub fn run(a: ServeArgs) -> Result<ExitCode> {
         let (r, what) = match spec {
             ExportSpec::Host(size) => {
                 let len = usize::try_from(size).context("export size")?;
-                let r = agent.register(Memory::host(HostBuffer::zeroed(len)))?;
+                let r = agent.register(Memory::host(HostBuffer::try_zeroed(len)?))?;
                 (r, format!("host {}", format_size(size)))
             }
             ExportSpec::Gpu(ordinal, len) => {

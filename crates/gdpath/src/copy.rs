@@ -121,6 +121,15 @@ pub fn copy_file(
     }
     let src_r = agent.register(Memory::File(FileSpec::read(src).direct(opts.direct)))?;
     let size = src_r.len()?;
+    if size == 0 && reads_data(src) {
+        // procfs/sysfs files report size 0 but have contents: copying "0 bytes" would lose
+        // them silently.
+        return Err(Error::Config(format!(
+            "{} reports a size of 0 but has contents (a procfs or sysfs file?): its size is \
+             not known in advance, so it cannot be copied by descriptors; use cat or cp",
+            src.display()
+        )));
+    }
     let dst_r = match dst {
         Some(d) => Some(
             agent.register(Memory::File(
@@ -224,4 +233,13 @@ fn plain_hash(path: &std::path::Path) -> Result<u64> {
         }
         h.update(&buf[..n]);
     }
+}
+
+/// Whether reading `path` yields at least one byte (for files whose stat size is 0).
+fn reads_data(path: &std::path::Path) -> bool {
+    use std::io::Read;
+    let mut b = [0u8; 1];
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read(&mut b))
+        .is_ok_and(|n| n > 0)
 }

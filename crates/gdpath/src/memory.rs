@@ -271,6 +271,27 @@ impl HostBuffer {
         HostBuffer { ptr, len }
     }
 
+    /// As [`HostBuffer::zeroed`], but an allocation the system refuses (or a length above
+    /// `isize::MAX`) is an error naming the size instead of an abort: for sizes a user typed.
+    ///
+    /// Errors: [`crate::Error::Config`] with the size in bytes and GiB.
+    pub fn try_zeroed(len: usize) -> crate::Result<Self> {
+        if len == 0 {
+            return Ok(Self::zeroed(0));
+        }
+        let refuse = || {
+            crate::Error::Config(format!(
+                "cannot allocate {len} bytes ({:.1} GiB) of host memory",
+                len as f64 / (1u64 << 30) as f64
+            ))
+        };
+        let layout = Layout::from_size_align(len, HOST_ALIGN).map_err(|_| refuse())?;
+        // SAFETY: layout has a non-zero size.
+        let raw = unsafe { alloc::alloc_zeroed(layout) };
+        let ptr = NonNull::new(raw).ok_or_else(refuse)?;
+        Ok(HostBuffer { ptr, len })
+    }
+
     /// An aligned copy of `bytes`.
     pub fn from_slice(bytes: &[u8]) -> Self {
         let mut b = Self::zeroed(bytes.len());

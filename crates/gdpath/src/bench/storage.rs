@@ -121,7 +121,7 @@ fn prepare_read_file(cfg: &StorageBenchConfig, progress: &dyn Progress) -> Resul
         }
         Ok(md) if md.len() > 0 && !cfg.overwrite => {
             return Err(Error::Config(format!(
-                "{} has {} bytes, fewer than --size {}; pass --overwrite to fill it with a test pattern",
+                "{} has {} bytes, fewer than --size {}: pass a --size of at most its length to read it as it is, or --overwrite to replace its contents with a test pattern",
                 path.display(),
                 md.len(),
                 cfg.size

@@ -26,15 +26,13 @@ pub(super) fn check(input: &DoctorInput) -> Vec<Finding> {
     let mut rdma_nics: Vec<&Device> = m.nics().filter(|n| !n.rdma.is_empty()).collect();
     // Sources without class devices (hwloc or NCCL XML) may name no RDMA device even for an
     // InfiniBand NIC: judge the GPU↔NIC distance against the NICs that are RDMA-capable by
-    // PCI identity, else against every NIC there.
+    // PCI identity. A NIC nothing marks as RDMA-capable (e.g. the Ethernet NIC NCCL marks
+    // gdr="0" on Azure NC A100 v4) gets no GPU↔NIC verdict: GDR-level advice would not apply.
     if rdma_nics.is_empty() && input.view.read_dir("/sys/class").is_err() {
         rdma_nics = m
             .nics()
             .filter(|n| n.rdma_capable_by_id().is_some())
             .collect();
-        if rdma_nics.is_empty() {
-            rdma_nics = m.nics().collect();
-        }
     }
     for g in m.gpus() {
         let gf = input

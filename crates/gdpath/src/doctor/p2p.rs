@@ -300,6 +300,18 @@ pub(super) fn acs(
              BIOS's ACS/IOMMU settings) on bare metal; keep it only where the IOMMU must \
              isolate devices (VM passthrough)",
         )
+    } else if !unknown.is_empty() && matches!(m.source.as_str(), "nccl-xml" | "hwloc-xml") {
+        // A topology file carries no PCI config space (and NCCL's bridges are often
+        // synthetic): running as root cannot help; only the machine itself can tell.
+        fin(
+            Status::Unknown,
+            &format!(
+                "ACS of {} is not in the source ({}): it carries no PCI config space",
+                unknown.join(", "),
+                m.source
+            ),
+            "run `gdpath doctor` on the machine itself (as root) to read the ACS capability",
+        )
     } else if !unknown.is_empty() {
         fin(
             Status::Unknown,

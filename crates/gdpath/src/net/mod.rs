@@ -395,7 +395,22 @@ impl Agent {
     /// [`Error::Protocol`] (malformed metadata), [`Error::Ucx`].
     pub fn connect_with(&self, addr: SocketAddr, opts: &ConnectOptions) -> Result<Peer> {
         let backend = self.net()?;
-        let conn = backend.connect(addr, opts)?;
+        let mode = backend.cfg.failure_mode;
+        let conn = backend.connect(addr, opts).map_err(|e| match e {
+            // UCX says only "not connected" / "reset" here: name the usual causes.
+            Error::PeerFailed { peer, detail } => Error::PeerFailed {
+                peer,
+                detail: format!(
+                    "{detail} (is `gdpath serve` listening at {addr}? Both sides must use the \
+                     same failure mode: this side uses {})",
+                    match mode {
+                        FailureMode::FastLocal => "--fast-local",
+                        FailureMode::Detect => "peer error detection (no --fast-local)",
+                    }
+                ),
+            },
+            other => other,
+        })?;
         Ok(Peer { conn, backend })
     }
 
@@ -416,9 +431,19 @@ impl Agent {
             return Err(Error::Config("this agent already listens".into()));
         }
         let listener = gdpath_ucx::Listener::bind_with(&b.worker, listen, b.cfg.failure_mode.ucx())
-            .map_err(|source| Error::Ucx {
-                op: "listen",
-                source,
+            .map_err(|source| match source {
+                gdpath_ucx::UcxError::Status { status, .. }
+                    if status == gdpath_ucx::Status(gdpath_ucx::sys::UCS_ERR_BUSY) =>
+                {
+                    Error::Config(format!(
+                        "cannot listen on {listen}: address already in use (another `gdpath \
+                         serve`?); choose another port with --listen"
+                    ))
+                }
+                source => Error::Ucx {
+                    op: "listen",
+                    source,
+                },
             })?;
         let addr = listener.local_addr().map_err(|source| Error::Ucx {
             op: "listener address",
