@@ -141,9 +141,8 @@ pub fn run(a: ServeArgs) -> Result<ExitCode> {
                 (r, format!("host {}", format_size(size)))
             }
             ExportSpec::Gpu(ordinal, len) => {
-                let r = agent
-                    .register(Memory::Gpu { ordinal, len })
-                    .with_context(|| format!("GPU {ordinal} memory"))?;
+                // The engine's error names the GPU and the memory already.
+                let r = agent.register(Memory::Gpu { ordinal, len })?;
                 (r, format!("gpu:{ordinal} {}", format_size(len)))
             }
         };

@@ -106,7 +106,7 @@ impl FileRegion {
             if !ft.is_file() {
                 return Err(Error::NotAFile {
                     path: path.to_owned(),
-                    what: "not a regular file (device, FIFO or socket)",
+                    what: "a device, FIFO or socket",
                 });
             }
         }

@@ -244,7 +244,10 @@ fn peermem(input: &DoctorInput, dmabuf: &Dmabuf) -> Vec<Finding> {
     let mut known = false;
     for m in PEERMEM_MODULES {
         let (l, e) = module_loaded(input, m);
-        ev.push(e);
+        // "not readable" is the same sentence for every module: say it once.
+        if !ev.contains(&e) {
+            ev.push(e);
+        }
         known |= l.is_some();
         if l == Some(true) && loaded.is_none() {
             loaded = Some(m);

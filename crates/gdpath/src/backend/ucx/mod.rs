@@ -372,7 +372,12 @@ impl Backend for UcxBackend {
         if let Some(why) = rm.peer.failure() {
             return Err(Refusal::because(
                 ids::NET_PEER_FAILED,
-                format!("peer {}: {why}", rm.peer.label()),
+                // The failure's own text usually names the peer already.
+                if why.contains(&rm.peer.label()) {
+                    why
+                } else {
+                    format!("peer {}: {why}", rm.peer.label())
+                },
             ));
         }
         if local.region.host_ptr().is_some() {
