@@ -198,7 +198,10 @@ fn render(r: &Report, what: &str, args: &DoctorArgs) -> String {
         o,
         "\nexit status {code}: {}",
         match code {
-            0 => "every checked path available",
+            0 if r.verdicts.iter().all(|v| v.status == Status::Ok) => {
+                "every checked path available"
+            }
+            0 => "nothing degraded or unavailable, but some verdicts are unknown (see above)",
             1 => "some path degraded",
             _ => "some path unavailable",
         }

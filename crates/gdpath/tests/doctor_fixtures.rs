@@ -552,3 +552,17 @@ fn aws_p4d_efa_recognised_by_pci_identity() {
         assert_eq!(f.status, Status::Ok, "{}: {}", f.subject, f.evidence);
     }
 }
+
+/// AWS g5.48xlarge (NCCL topology file with bare `<pci busid>` entries, no class or vendor):
+/// its GPUs cannot be recognised, so their absence is unknown, not "no GPU".
+#[test]
+fn aws_g5_unclassified_entries_are_unknown_not_absent() {
+    let r = doctor_on_nccl_xml("nccl-xml/nccl-aws-g5.48xl-topo.xml");
+    assert_eq!(status(&r, ids::SYSTEM_NO_GPU, "system"), Status::Unknown);
+    assert_eq!(status(&r, ids::P2P_UNSUPPORTED, "system"), Status::Unknown);
+    assert_ne!(
+        r.exit_code(),
+        2,
+        "nothing in the file says a path is unavailable"
+    );
+}

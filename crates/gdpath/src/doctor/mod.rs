@@ -487,18 +487,52 @@ pub fn read_files(machine: &Machine, view: &dyn SysView) {
 /// `system.no-gpu` under `area` when the machine has no GPU: GDR and GDS need one, whatever
 /// else is in place.
 fn no_gpu(input: &DoctorInput, area: Area) -> Option<Finding> {
+    let (status, evidence) = gpu_absence(input)?;
+    Some(finding(
+        crate::finding::ids::SYSTEM_NO_GPU,
+        area,
+        "system",
+        status,
+        evidence,
+        "",
+    ))
+}
+
+/// `None` when the source has an NVIDIA GPU; else the status and evidence of its absence. A
+/// replayed file whose PCI entries carry neither class nor vendor (AWS g5.48xlarge's NCCL
+/// file: bare `<pci busid>`) may hold GPUs nobody can recognise: that is unknown, not absent.
+fn gpu_absence(input: &DoctorInput) -> Option<(Status, String)> {
     let m = input.machine;
-    (m.gpus().next().is_none()).then(|| {
-        finding(
-            crate::finding::ids::SYSTEM_NO_GPU,
-            area,
-            "system",
+    if m.gpus().next().is_some() {
+        return None;
+    }
+    let unclassified = m
+        .devices
+        .iter()
+        .filter(|d| {
+            d.class == gdpath_topo::names::UNKNOWN_CLASS
+                && d.vendor == gdpath_topo::names::UNKNOWN_ID
+        })
+        .count();
+    Some(if unclassified > 0 && input.is_replay() {
+        (
+            Status::Unknown,
+            format!(
+                "no recognisable NVIDIA GPU in the source ({}): {unclassified} of its {} PCI \
+                 functions carry neither class nor vendor, so GPUs among them cannot be told",
+                m.source,
+                m.devices.len()
+            ),
+        )
+    } else {
+        (
             Status::Unavailable,
             format!(
-                "no NVIDIA GPU in the source ({}): nothing to move data to or from",
+                "no NVIDIA GPU among the {} PCI functions of the source ({}): nothing to move \
+                 data to or from",
+                m.devices.len(),
                 m.source
             ),
-            "",
         )
     })
 }

@@ -13,11 +13,16 @@ pub(super) fn check(input: &DoctorInput) -> Vec<Finding> {
     let gpus: Vec<&Device> = m.gpus().collect();
     let mut out = Vec::new();
     if gpus.len() < 2 {
+        // GPUs the source cannot show (unclassified PCI entries) are unknown, not absent.
+        let status = match super::gpu_absence(input) {
+            Some((s @ Status::Unknown, _)) => s,
+            _ => Status::Unavailable,
+        };
         out.push(finding(
             ids::P2P_UNSUPPORTED,
             A,
             "system",
-            Status::Unavailable,
+            status,
             format!(
                 "{} GPU(s) in the PCI device list ({}): P2P needs two",
                 gpus.len(),

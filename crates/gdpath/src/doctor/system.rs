@@ -22,17 +22,13 @@ pub(super) fn check(input: &DoctorInput) -> Vec<Finding> {
 fn no_gpu(input: &DoctorInput) -> Finding {
     let m = input.machine;
     let n = m.gpus().count();
-    if n == 0 {
+    if let Some((status, evidence)) = super::gpu_absence(input) {
         finding(
             ids::SYSTEM_NO_GPU,
             A,
             "system",
-            Status::Unavailable,
-            format!(
-                "no NVIDIA GPU among the {} PCI functions of the source ({})",
-                m.devices.len(),
-                m.source
-            ),
+            status,
+            evidence,
             "run the doctor on a machine with NVIDIA GPUs (or replay one with --snapshot)",
         )
     } else {
