@@ -4,7 +4,9 @@
 //!
 //! Usage (two shells, or `&`):
 //!   put_stream serve PORT                      # target: maps 64 MiB, serves until killed
-//!   put_stream put HOST:PORT sockaddr|address SIZE N W
+//!   put_stream put HOST:PORT sockaddr|address SIZE N W [F]
+//! With F, an endpoint flush is posted after every F puts and waited for before the window
+//! moves past it (as the engine confirms each transfer of F puts).
 //! The target hands its worker address, region and packed rkey over a plain TCP socket on
 //! PORT+1; the initiator then connects either through UCX's listener (`sockaddr`, as gdpath's
 //! agents do) or by the worker address (`address`, as ucx_perftest does). Host memory, UCX's
@@ -67,6 +69,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let size: usize = args.get(3).ok_or("SIZE")?.parse()?;
             let n: usize = args.get(4).ok_or("N")?.parse()?;
             let w: usize = args.get(5).ok_or("W")?.parse()?;
+            let f: usize = args.get(6).map_or(Ok(0), |a| a.parse())?;
             let mut s = TcpStream::connect((peer.ip(), peer.port() + 1))?;
             let addr = WorkerAddress(recv_blob(&mut s)?);
             let base = u64::from_le_bytes(recv_blob(&mut s)?.try_into().map_err(|_| "base")?);
@@ -89,6 +92,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 }
                 let off = (slot * size) as u64;
                 inflight.push_back(ep.put(&local, slot * size, &remote, off, size)?);
+                if f > 0 && (i + 1) % f == 0 {
+                    inflight.push_back(ep.flush_nb()?);
+                }
             }
             for mut r in inflight {
                 r.wait_mut(T)?;
@@ -96,7 +102,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             ep.flush(T)?;
             let el = t0.elapsed().as_secs_f64();
             println!(
-                "{how}: {n} puts of {size} B, {w} in flight: {:.0} puts/s, {:.5} GB/s, lanes {:?}",
+                "{how}: {n} puts of {size} B, {w} in flight, flush every {f}: {:.0} puts/s, {:.5} GB/s, lanes {:?}",
                 n as f64 / el,
                 (n * size) as f64 / el / 1e9,
                 ep.transports()
