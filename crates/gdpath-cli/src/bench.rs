@@ -387,6 +387,9 @@ fn run_net(a: NetBenchArgs) -> Result<ExitCode> {
              completion ({})",
             if a.op == "get" {
                 "a get completes when its data is in local memory"
+            } else if a.net.local_completion() {
+                "--completion local: a put completes when its buffer is free; each bandwidth run \
+                 ends with a flush confirming all of them"
             } else {
                 "a put completes when it is in the peer's memory"
             }

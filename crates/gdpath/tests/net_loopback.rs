@@ -2,7 +2,9 @@
 //! metadata, put/get byte-exact, notifications, bounds, withdrawal, tokens, many in flight.
 
 use gdpath::bench::{fill_pattern, Checksum};
-use gdpath::net::{ConnectOptions, FailureMode, NetConfig, NetEvent, Peer, Server, Token};
+use gdpath::net::{
+    ConnectOptions, FailureMode, NetConfig, NetEvent, Peer, PutCompletion, Server, Token,
+};
 use gdpath::{
     Agent, AgentConfig, Error, HostBuffer, Memory, Path, Region, RemoteMemory, TransferRequest,
 };
@@ -422,4 +424,54 @@ fn fast_local_mode_uses_shared_memory() {
         .unwrap();
     assert_eq!(rep.pairs[0].path, Path::Ucx { transport: t });
     assert!(local.host_view().unwrap()[..] == pattern(LEN, 1)[..]);
+}
+
+/// `PutCompletion::Local`: puts complete when their buffers are free; `Peer::flush` then
+/// confirms them, and what the peer holds is byte-exact.
+#[test]
+fn local_put_completion_then_flush_is_byte_exact() {
+    let _serial = serial();
+    let s = setup();
+    let client = Agent::new(AgentConfig {
+        name: "cli-local".into(),
+        ..AgentConfig::default()
+    })
+    .unwrap();
+    client
+        .enable_net(NetConfig {
+            put_completion: PutCompletion::Local,
+            ..cfg(FailureMode::Detect)
+        })
+        .unwrap();
+    let peer = client.connect(s.srv.local_addr()).unwrap();
+    let id = peer.regions()[0].id;
+    let remote = client.register(peer.memory(id).unwrap()).unwrap();
+    let want = pattern(LEN, 77);
+    let src = client
+        .register(Memory::host(HostBuffer::from_slice(&want)))
+        .unwrap();
+    // 64 puts of 64 KiB in one transfer, then confirm them.
+    let chunk = (LEN / 64) as u64;
+    let (l, r): (Vec<_>, Vec<_>) = (0..64u64)
+        .map(|i| (src.desc(i * chunk, chunk), remote.desc(i * chunk, chunk)))
+        .unzip();
+    client
+        .post(TransferRequest::write(l, r))
+        .unwrap()
+        .wait()
+        .unwrap();
+    peer.flush(T).unwrap();
+    let back = client
+        .register(Memory::host(HostBuffer::zeroed(LEN)))
+        .unwrap();
+    client
+        .post(TransferRequest::read(
+            vec![back.desc(0, LEN as u64)],
+            vec![remote.desc(0, LEN as u64)],
+        ))
+        .unwrap()
+        .wait()
+        .unwrap();
+    assert!(back.host_view().unwrap()[..] == want[..], "not byte-exact");
+    drop((remote, peer, client));
 }

@@ -13,6 +13,9 @@
 //! - latency: `lat_iters` messages one at a time, post → `wait` returned (a put completes when
 //!   an endpoint flush confirmed it is in the peer's memory, i.e. one round trip; a get when the
 //!   data arrived); µs;
+//! - with `NetConfig::put_completion` = `Local` (CLI `--completion local`), puts complete when
+//!   UCX is done with the local buffer; each bandwidth run then ends with a flush of the peer
+//!   (timed), as `ucx_perftest -t ucp_put_bw` does, and put latency is local completion only;
 //! - verification: puts: the remote window is read back with gets and compared with what was
 //!   written; gets: the remote window is first written with a known pattern by puts, and what
 //!   the gets brought is compared with it (XXH3 checksums). GPU memory is filled and read back
@@ -136,10 +139,14 @@ fn op_name(op: Op) -> &'static str {
 }
 
 /// Posts `n` messages of `s` bytes in transfers of up to `b` pairs, `w` messages in flight
-/// (`b` ≤ `w`); message `i` uses window slot `i mod w`. Returns the elapsed time.
+/// (`b` ≤ `w`); message `i` uses window slot `i mod w`. With `confirm` (puts completing
+/// locally, [`crate::net::PutCompletion::Local`]) the run ends with a flush of the peer, so the
+/// time covers the bytes reaching its memory, as `ucx_perftest`'s final flush does. Returns the
+/// elapsed time.
 #[allow(clippy::too_many_arguments)]
 fn stream(
     agent: &Agent,
+    confirm: Option<&Peer>,
     op: Op,
     local: &Region,
     remote: &Region,
@@ -175,6 +182,9 @@ fn stream(
             q.push_back(post(next)?);
             next += 1;
         }
+    }
+    if let Some(p) = confirm {
+        p.flush(WAIT)?;
     }
     Ok(start.elapsed())
 }
@@ -229,6 +239,11 @@ pub fn run(cfg: &NetBenchConfig, progress: &dyn Progress) -> Result<NetBenchRepo
         },
     )?;
     let (rid, rlen) = pick_region(&peer, cfg.remote_mem.wire())?;
+    // Puts completing locally are confirmed by a flush at the end of each run and before
+    // verification.
+    let confirm = (cfg.op == Op::Write
+        && cfg.net.put_completion == crate::net::PutCompletion::Local)
+        .then_some(&peer);
     let remote = agent.register(peer.memory(rid)?)?;
     let window = |s: u64| u64::from(cfg.qd).min(rlen / s).max(1);
     let max_s = *cfg.sizes.iter().max().expect("non-empty");
@@ -292,10 +307,10 @@ pub fn run(cfg: &NetBenchConfig, progress: &dyn Progress) -> Result<NetBenchRepo
             n * s * cfg.runs as u64,
         );
         // One untimed warm-up pass of the window.
-        stream(&agent, cfg.op, &local, &remote, s, w, b, w)?;
+        stream(&agent, confirm, cfg.op, &local, &remote, s, w, b, w)?;
         let mut gbps = Vec::with_capacity(cfg.runs);
         for _ in 0..cfg.runs {
-            let el = stream(&agent, cfg.op, &local, &remote, s, w, b, n)?;
+            let el = stream(&agent, confirm, cfg.op, &local, &remote, s, w, b, n)?;
             gbps.push(super::gbps(n * s, el));
             progress.advance(n * s);
         }
@@ -327,6 +342,9 @@ pub fn run(cfg: &NetBenchConfig, progress: &dyn Progress) -> Result<NetBenchRepo
             finding = finding.or_else(|| rep.pairs[0].finding.clone());
         }
         // Verify.
+        if let Some(p) = confirm {
+            p.flush(WAIT)?;
+        }
         check.host_view()?[..span as usize].fill(0);
         match cfg.op {
             // What the peer holds now.

@@ -69,6 +69,22 @@ impl FailureMode {
     }
 }
 
+/// When a put (a write to a peer's memory) counts as complete.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PutCompletion {
+    /// When an endpoint flush confirmed the bytes are in the peer's memory (one flush round
+    /// trip per batch, coalesced across batches in flight). `Transfer::wait` returning means
+    /// the peer can read the data.
+    #[default]
+    Remote,
+    /// When UCX is done with the local buffer (it may be reused); the bytes may still be on
+    /// their way. Confirm them with [`Peer::flush`] (or any later transfer with remote
+    /// completion, or a notification, which always flushes first). What `ucx_perftest
+    /// -t ucp_put_bw` measures; over tcp, where UCX emulates RMA, each flush is a round trip
+    /// and remote completion per small transfer halves the message rate (docs/benchmarks.md).
+    Local,
+}
+
 /// Network backend settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NetConfig {
@@ -91,6 +107,8 @@ pub struct NetConfig {
     /// here, 8-byte put latency over `tcp` loopback was 29–36 µs with 1 ms and 174 µs without
     /// (the waiter then sleeps between polls). Zero polls once.
     pub poll_spin: Duration,
+    /// When puts complete (default [`PutCompletion::Remote`]).
+    pub put_completion: PutCompletion,
 }
 
 impl Default for NetConfig {
@@ -103,6 +121,7 @@ impl Default for NetConfig {
             op_timeout: Duration::from_secs(60),
             max_peers: 256,
             poll_spin: Duration::from_millis(1),
+            put_completion: PutCompletion::Remote,
         }
     }
 }
@@ -176,6 +195,17 @@ impl Peer {
     /// `name@address`: what [`RemoteMemory::agent`] and [`crate::MemoryKind::Remote`] name.
     pub fn name(&self) -> String {
         self.conn.label()
+    }
+
+    /// Waits until every put posted to this peer so far is in its memory (an endpoint flush):
+    /// the confirmation [`PutCompletion::Local`] leaves to the application.
+    ///
+    /// Errors: [`Error::PeerFailed`] when the connection failed or `timeout` passed first.
+    pub fn flush(&self, timeout: Duration) -> Result<()> {
+        self.conn
+            .ep
+            .flush(timeout)
+            .map_err(|e| crate::backend::ucx::ucx_err(&self.conn.label(), "flush", e))
     }
 
     /// The server's socket address.

@@ -50,6 +50,9 @@ struct Batch {
     notify_req: Option<Request>,
     notify_done: Option<Result<()>>,
     started: Instant,
+    /// Puts complete only after a flush confirmed them (`PutCompletion::Remote`, or a batch
+    /// with a notification, which must follow data the peer can read).
+    remote: bool,
 }
 
 struct Send {
@@ -161,6 +164,8 @@ impl Ops {
         for (peer, items) in groups {
             let label = peer.label();
             let notify = items.first().and_then(|i| i.notification());
+            let remote =
+                notify.is_some() || b.cfg.put_completion == crate::net::PutCompletion::Remote;
             self.next_seq += 1;
             let mut batch = Batch {
                 seq: self.next_seq,
@@ -171,6 +176,7 @@ impl Ops {
                 notify_req: None,
                 notify_done: None,
                 started: Instant::now(),
+                remote,
             };
             let mut puts = false;
             for item in items {
@@ -202,7 +208,7 @@ impl Ops {
             }
             let seq = batch.seq;
             self.batches.push(batch);
-            if puts {
+            if puts && remote {
                 let f = match self
                     .flushers
                     .iter()
@@ -528,7 +534,7 @@ impl Batch {
             if s.result.is_some() || !s.local_done {
                 continue;
             }
-            if !s.put {
+            if !s.put || !self.remote {
                 s.result = Some(Ok(s.len));
             } else if let Some(f) = &self.flush_done {
                 s.result = Some(f.clone().map(|()| s.len));
