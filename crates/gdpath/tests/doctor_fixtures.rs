@@ -479,6 +479,11 @@ fn memlock_against_memtotal() {
     assert_eq!(status(&r, ids::SYSTEM_MEMLOCK_LOW, "system"), Status::Ok);
 }
 
+/// The findings of `r` with id `id`, in report order.
+fn findings_with<'a>(r: &'a gdpath::doctor::Report, id: &str) -> Vec<&'a gdpath::Finding> {
+    r.findings.iter().filter(|f| f.id.as_str() == id).collect()
+}
+
 /// The doctor on an NCCL topology fixture (a replay: file checks are unknown, not failures).
 fn doctor_on_nccl_xml(rel: &str) -> gdpath::doctor::Report {
     let loaded = gdpath::doctor::load(&gdpath::topo::Source::NcclXml(fixture(rel))).unwrap();
@@ -495,11 +500,7 @@ fn doctor_on_nccl_xml(rel: &str) -> gdpath::doctor::Report {
 #[test]
 fn azure_ndv2_nic_distance() {
     let r = doctor_on_nccl_xml("nccl-xml/nccl-azure-ndv2-topo.xml");
-    let far: Vec<&gdpath::Finding> = r
-        .findings
-        .iter()
-        .filter(|f| f.id.as_str() == ids::GDR_NIC_FAR)
-        .collect();
+    let far = findings_with(&r, ids::GDR_NIC_FAR);
     assert_eq!(far.len(), 8);
     for (i, f) in far.iter().enumerate() {
         assert!(
@@ -542,11 +543,7 @@ fn aws_p4d_efa_recognised_by_pci_identity() {
         f.evidence
     );
     // Each GPU's nearest RDMA-capable NIC is the EFA under its own switch: not far.
-    let far: Vec<&gdpath::Finding> = r
-        .findings
-        .iter()
-        .filter(|f| f.id.as_str() == ids::GDR_NIC_FAR)
-        .collect();
+    let far = findings_with(&r, ids::GDR_NIC_FAR);
     assert_eq!(far.len(), 8);
     for f in far {
         assert_eq!(f.status, Status::Ok, "{}: {}", f.subject, f.evidence);
