@@ -18,56 +18,29 @@ use gdpath::bench::fill_pattern;
 use gdpath::finding::ids;
 use gdpath::net::{FailureMode, NetConfig};
 use gdpath::{Agent, AgentConfig, HostBuffer, Memory, Path, TransferRequest};
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+mod common;
+
+use common::Proc;
 
 const LEN: u64 = 64 << 20;
 
-struct Serve(Child);
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn bin() -> String {
-    std::env::var("GDPATH_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_gdpath").to_owned())
-}
-
 /// Starts `gdpath serve` exporting `export` (`gpu:N:64MiB`, `host:64MiB`); returns it and its
 /// address.
-fn serve(export: &str, fast_local: bool) -> (Serve, std::net::SocketAddr) {
-    let mut cmd = Command::new(bin());
-    cmd.args(["serve", "--listen", "127.0.0.1:0", "--duration", "120"])
-        .args(["--export", export]);
+fn serve(export: &str, fast_local: bool) -> (Proc, std::net::SocketAddr) {
+    let mut args = vec![
+        "--listen",
+        "127.0.0.1:0",
+        "--duration",
+        "120",
+        "--export",
+        export,
+    ];
     if fast_local {
-        cmd.arg("--fast-local");
+        args.push("--fast-local");
     }
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap_or_else(|e| panic!("spawning {}: {e}", bin()));
-    let out = child.stdout.take().unwrap();
-    let child = Serve(child);
-    let mut lines = BufReader::new(out).lines();
-    let end = Instant::now() + Duration::from_secs(60);
-    while Instant::now() < end {
-        let Some(Ok(l)) = lines.next() else { break };
-        if l.contains("listening on") {
-            let addr = l
-                .split_whitespace()
-                .nth(4)
-                .and_then(|a| a.parse().ok())
-                .unwrap_or_else(|| panic!("no address in {l:?}"));
-            std::thread::spawn(move || for _ in lines {});
-            return (child, addr);
-        }
-    }
-    panic!("gdpath serve did not start listening");
+    common::serve(&[], &args, Duration::from_secs(60))
 }
 
 fn gpu_count() -> u32 {

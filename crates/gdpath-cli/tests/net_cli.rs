@@ -5,96 +5,16 @@
 use gdpath::bench::fill_pattern;
 use gdpath::net::{ConnectOptions, NetConfig, Token};
 use gdpath::{Agent, AgentConfig, Error, HostBuffer, Memory, Path, TransferRequest};
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc::{channel, Receiver};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_gdpath");
+mod common;
+
+use common::{bin, Proc};
 const T: Duration = Duration::from_secs(30);
 
 use gdpath_testkit::ucx_serial as serial;
-
-/// A child process whose stdout lines arrive on a channel; killed when dropped.
-struct Proc {
-    child: Child,
-    lines: Receiver<String>,
-    seen: Vec<String>,
-}
-
-impl Proc {
-    fn spawn(cmd: &mut Command) -> Proc {
-        let mut child = cmd
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn");
-        let out = child.stdout.take().unwrap();
-        let (tx, lines) = channel();
-        std::thread::spawn(move || {
-            for l in BufReader::new(out).lines() {
-                let Ok(l) = l else { break };
-                if tx.send(l).is_err() {
-                    break;
-                }
-            }
-        });
-        Proc {
-            child,
-            lines,
-            seen: Vec::new(),
-        }
-    }
-
-    /// Waits for a line containing `needle`; panics with what was seen after `timeout`.
-    fn wait_line(&mut self, needle: &str, timeout: Duration) -> String {
-        let end = Instant::now() + timeout;
-        loop {
-            let left = end.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok(l) => {
-                    self.seen.push(l.clone());
-                    if l.contains(needle) {
-                        return l;
-                    }
-                }
-                Err(_) => panic!(
-                    "no line with {needle:?} within {timeout:?}; saw {:?}",
-                    self.seen
-                ),
-            }
-        }
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Starts `gdpath serve` (optionally under a command prefix such as `ip netns exec NS`) and
-/// returns it with its listening address.
-fn serve(prefix: &[&str], args: &[&str]) -> (Proc, SocketAddr) {
-    let mut cmd = if prefix.is_empty() {
-        Command::new(BIN)
-    } else {
-        let mut c = Command::new(prefix[0]);
-        c.args(&prefix[1..]).arg(BIN);
-        c
-    };
-    cmd.arg("serve").args(args);
-    let mut p = Proc::spawn(&mut cmd);
-    let line = p.wait_line("listening on", T);
-    let addr = line
-        .split_whitespace()
-        .nth(4)
-        .and_then(|a| a.parse().ok())
-        .unwrap_or_else(|| panic!("no address in {line:?}"));
-    (p, addr)
-}
 
 fn lo_serve(extra: &[&str]) -> (Proc, SocketAddr) {
     let mut args = vec![
@@ -106,7 +26,7 @@ fn lo_serve(extra: &[&str]) -> (Proc, SocketAddr) {
         "120",
     ];
     args.extend_from_slice(extra);
-    serve(&[], &args)
+    common::serve(&[], &args, T)
 }
 
 fn client() -> Agent {
@@ -184,7 +104,7 @@ fn bench_net_json_rows_are_verified_and_name_the_transport() {
     for op in ["put", "get"] {
         // An environment variable UCX does not know makes it print a warning at start: that
         // must land on stderr, not in the JSON on stdout.
-        let out = Command::new(BIN)
+        let out = Command::new(bin())
             .env("UCX_GDPATH_TEST_UNKNOWN", "1")
             .args([
                 "bench",
@@ -253,7 +173,7 @@ fn wrong_token_is_refused() {
         "--token-file",
         tok.to_str().unwrap(),
     ]);
-    let out = Command::new(BIN)
+    let out = Command::new(bin())
         .args([
             "bench",
             "net",
@@ -272,7 +192,7 @@ fn wrong_token_is_refused() {
     assert!(err.contains("authentication"), "{err}");
     srv.wait_line("refused:", T);
     // The right token works, from the environment.
-    let out = Command::new(BIN)
+    let out = Command::new(bin())
         .args([
             "bench",
             "net",
@@ -305,7 +225,7 @@ fn wrong_token_is_refused() {
 #[test]
 fn serve_refuses_non_loopback_without_token() {
     let _serial = serial();
-    let out = Command::new(BIN)
+    let out = Command::new(bin())
         .args(["serve", "--listen", "0.0.0.0:0", "--duration", "1"])
         .env_remove("GDPATH_TOKEN")
         .output()
@@ -370,7 +290,7 @@ fn client_killed_mid_stream_server_keeps_serving_another() {
     let _serial = serial();
     let (mut srv, addr) = lo_serve(&["--export", "host:16MiB"]);
     let mut bench = Proc::spawn(
-        Command::new(BIN)
+        Command::new(bin())
             .args([
                 "bench",
                 "net",
@@ -465,7 +385,7 @@ fn two_hosts_in_network_namespaces_over_veth() {
     let tok = dir.path().join("token");
     std::fs::write(&tok, "veth test token 0123456789").unwrap();
     let listen = format!("10.213.{oct}.1:18515");
-    let (mut srv, addr) = serve(
+    let (mut srv, addr) = common::serve(
         &["ip", "netns", "exec", &ns.a],
         &[
             "--listen",
@@ -479,11 +399,19 @@ fn two_hosts_in_network_namespaces_over_veth() {
             "--duration",
             "60",
         ],
+        T,
     );
     assert_eq!(addr.to_string(), listen);
     let out = Command::new("ip")
         .args([
-            "netns", "exec", &ns.b, BIN, "bench", "net", "--peer", &listen,
+            "netns",
+            "exec",
+            &ns.b,
+            &bin(),
+            "bench",
+            "net",
+            "--peer",
+            &listen,
         ])
         .args([
             "--token-file",

@@ -1,19 +1,9 @@
 //! `gdpath p2p` end to end: recorded facts render the five matrices; a missing driver or bad
 //! input is a clear error, never a panic.
 
-use std::process::Command;
+mod common;
 
-fn gdpath(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_gdpath"))
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+use common::gdpath;
 
 const FACTS: &str = r#"{
   "driver_version": "580.159.04",

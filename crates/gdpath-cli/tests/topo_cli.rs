@@ -2,19 +2,10 @@
 //! and the live machine.
 
 use gdpath_testkit::fixtures;
-use std::process::Command;
 
-fn gdpath(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_gdpath"))
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+mod common;
+
+use common::gdpath;
 
 #[test]
 fn json_from_nccl_xml() {

@@ -1,0 +1,105 @@
+//! Helpers shared by the CLI's integration tests: the `gdpath` binary, running it, and a
+//! `gdpath serve` child whose output lines are watched.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{channel, Receiver};
+use std::time::{Duration, Instant};
+
+/// The `gdpath` binary cargo built for these tests, or `$GDPATH_BIN` when the test binary was
+/// copied to another machine (the GPU suite).
+pub fn bin() -> String {
+    std::env::var("GDPATH_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_gdpath").to_owned())
+}
+
+/// Runs `gdpath ARGS`: (success, stdout, stderr).
+pub fn gdpath(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(bin()).args(args).output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A child process whose stdout lines arrive on a channel; killed when dropped.
+pub struct Proc {
+    pub child: Child,
+    lines: Receiver<String>,
+    seen: Vec<String>,
+}
+
+impl Proc {
+    pub fn spawn(cmd: &mut Command) -> Proc {
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn");
+        let out = child.stdout.take().unwrap();
+        let (tx, lines) = channel();
+        std::thread::spawn(move || {
+            for l in BufReader::new(out).lines() {
+                let Ok(l) = l else { break };
+                if tx.send(l).is_err() {
+                    break;
+                }
+            }
+        });
+        Proc {
+            child,
+            lines,
+            seen: Vec::new(),
+        }
+    }
+
+    /// Waits for a line containing `needle`; panics with what was seen after `timeout`.
+    pub fn wait_line(&mut self, needle: &str, timeout: Duration) -> String {
+        let end = Instant::now() + timeout;
+        loop {
+            let left = end.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(l) => {
+                    self.seen.push(l.clone());
+                    if l.contains(needle) {
+                        return l;
+                    }
+                }
+                Err(_) => panic!(
+                    "no line with {needle:?} within {timeout:?}; saw {:?}",
+                    self.seen
+                ),
+            }
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `gdpath serve` (optionally under a command prefix such as `ip netns exec NS`) and
+/// returns it with its listening address, waiting at most `timeout` for it to listen.
+pub fn serve(prefix: &[&str], args: &[&str], timeout: Duration) -> (Proc, SocketAddr) {
+    let mut cmd = if prefix.is_empty() {
+        Command::new(bin())
+    } else {
+        let mut c = Command::new(prefix[0]);
+        c.args(&prefix[1..]).arg(bin());
+        c
+    };
+    cmd.arg("serve").args(args);
+    let mut p = Proc::spawn(&mut cmd);
+    let line = p.wait_line("listening on", timeout);
+    let addr = line
+        .split_whitespace()
+        .nth(4)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("no address in {line:?}"));
+    (p, addr)
+}
