@@ -285,8 +285,9 @@ pub fn run(cfg: &NetBenchConfig, progress: &dyn Progress) -> Result<NetBenchRepo
     for (k, &s) in cfg.sizes.iter().enumerate() {
         // Whole transfers in flight: with `b` not dividing the window, `window / b` transfers
         // carry fewer messages, and the window (and the row's qd) is what really was in flight.
-        let b = u64::from(cfg.batch).clamp(1, window(s));
-        let w = window(s) / b * b;
+        let fits = window(s);
+        let b = u64::from(cfg.batch).clamp(1, fits);
+        let w = fits / b * b;
         let span = s * w;
         let seed = 0x6770_0000 + k as u64;
         // Reference data in `mirror`: copied to local memory for puts; written to the remote

@@ -173,18 +173,14 @@ impl UcxBackend {
         if cuda.has_current_context() {
             return;
         }
-        // Context::new binds the context it retains; later calls bind it again.
-        let mut fresh = false;
         let ctx = self.cuda_ctx.get_or_init(|| {
-            fresh = true;
             gdpath_cuda::Context::new(&cuda, 0)
                 .map_err(|e| tracing::debug!("no CUDA context for UCX: {e}"))
                 .ok()
         });
-        if let (Some(c), false) = (ctx, fresh) {
-            if let Err(e) = c.bind() {
-                tracing::debug!("binding a CUDA context for UCX: {e}");
-            }
+        // Binding again after Context::new (which binds) is a harmless cuCtxSetCurrent.
+        if let Some(Err(e)) = ctx.as_ref().map(|c| c.bind()) {
+            tracing::debug!("binding a CUDA context for UCX: {e}");
         }
     }
 
