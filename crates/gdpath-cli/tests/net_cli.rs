@@ -444,3 +444,86 @@ fn two_hosts_in_network_namespaces_over_veth() {
     drop(srv);
     drop(ns);
 }
+
+/// `--batch` and `--completion local` end to end: rows say the batch used and are verified.
+#[test]
+fn bench_net_batch_and_local_completion_are_verified() {
+    let _serial = serial();
+    let (_srv, addr) = lo_serve(&["--export", "host:4MiB"]);
+    let out = Command::new(bin())
+        .args([
+            "bench",
+            "net",
+            "--peer",
+            &addr.to_string(),
+            "--devices",
+            "lo",
+        ])
+        .args([
+            "--op", "put", "--size", "8B,64KiB", "--qd", "8", "--batch", "4",
+        ])
+        .args([
+            "--completion",
+            "local",
+            "--runs",
+            "2",
+            "--bytes-per-run",
+            "1MiB",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = j["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    for r in rows {
+        assert_eq!(r["batch"], 4, "{r}");
+        assert_eq!(r["qd"], 8, "{r}");
+        assert_eq!(r["verified"], true, "{r}");
+    }
+}
+
+/// Mistakes a newcomer makes are refused with a reason: a batch above the queue depth, two
+/// token sources at once, and a port already taken.
+#[test]
+fn bad_network_arguments_are_refused_with_a_reason() {
+    let _serial = serial();
+    let (ok, _, err) = common::gdpath(&[
+        "bench",
+        "net",
+        "--peer",
+        "127.0.0.1:9",
+        "--qd",
+        "4",
+        "--batch",
+        "8",
+    ]);
+    assert!(!ok && err.contains("exceeds --qd"), "{err}");
+    let (ok, _, err) = common::gdpath(&[
+        "bench",
+        "net",
+        "--peer",
+        "127.0.0.1:9",
+        "--token",
+        "a shared secret of some length",
+        "--token-file",
+        "/nonexistent",
+    ]);
+    assert!(!ok && err.contains("cannot be used with"), "{err}");
+    let (_srv, addr) = lo_serve(&["--export", "host:1MiB"]);
+    let (ok, _, err) = common::gdpath(&[
+        "serve",
+        "--listen",
+        &addr.to_string(),
+        "--export",
+        "host:1MiB",
+        "--duration",
+        "5",
+    ]);
+    assert!(!ok && err.contains("address already in use"), "{err}");
+}

@@ -152,3 +152,22 @@ fn copy_refuses_a_window_below_one_page() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("minimum of 4096 bytes"), "stderr: {err}");
 }
+
+/// A procfs file reports size 0 but has contents: copying it by descriptors would copy nothing,
+/// so `copy` refuses it and writes nothing.
+#[test]
+fn copy_refuses_a_file_whose_size_is_unknown() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let dst = dir.path().join("cpuinfo");
+    let out = gdpath()
+        .args(["copy", "/proc/cpuinfo", dst.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("reports a size of 0 but has contents"),
+        "{err}"
+    );
+    assert!(std::fs::metadata(&dst).map_or(true, |m| m.len() == 0));
+}

@@ -351,6 +351,16 @@ impl fmt::Debug for HostBuffer {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn an_impossible_host_allocation_is_an_error_not_an_abort() {
+        let e = super::HostBuffer::try_zeroed(usize::MAX)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("cannot allocate"), "{e}");
+        assert_eq!(super::HostBuffer::try_zeroed(4096).unwrap().len(), 4096);
+    }
+
     use super::*;
 
     #[test]
