@@ -486,7 +486,11 @@ fn findings_with<'a>(r: &'a gdpath::doctor::Report, id: &str) -> Vec<&'a gdpath:
 
 /// The doctor on an NCCL topology fixture (a replay: file checks are unknown, not failures).
 fn doctor_on_nccl_xml(rel: &str) -> gdpath::doctor::Report {
-    let loaded = gdpath::doctor::load(&gdpath::topo::Source::NcclXml(fixture(rel))).unwrap();
+    doctor_on_nccl_file(fixture(rel))
+}
+
+fn doctor_on_nccl_file(path: PathBuf) -> gdpath::doctor::Report {
+    let loaded = gdpath::doctor::load(&gdpath::topo::Source::NcclXml(path)).unwrap();
     let input = gdpath::doctor::DoctorInput::new(
         &loaded.machine,
         loaded.view.as_ref(),
@@ -562,4 +566,50 @@ fn aws_g5_unclassified_entries_are_unknown_not_absent() {
         2,
         "nothing in the file says a path is unavailable"
     );
+}
+
+/// AWS p4d: eight A100 SXM4 (10de:20b0), which NVSwitch joins on the real machine, but the file
+/// lists no NVLink and carries no driver facts. The PCIe verdicts (SYS across the sockets, PHB
+/// beyond NCCL's P2P level) are then unknown, not degraded: P2P most likely does not take that
+/// path. Derived: the same file with one `<nvlink>` entry (GPU0 → GPU1, NV12) lists NVLink, so
+/// the absence of NVLink between the other pairs is stated and their verdicts are firm again.
+#[test]
+fn aws_p4d_sxm_gpus_without_listed_nvlink_are_unknown() {
+    let r = doctor_on_nccl_xml("nccl-xml/nccl-aws-p4d-24xl-topo.xml");
+    let x = find(&r, ids::P2P_CROSS_SOCKET, "GPU0-GPU4");
+    assert_eq!(x.status, Status::Unknown, "{}", x.evidence);
+    assert!(
+        x.evidence.starts_with("SYS")
+            && x.evidence.contains("A100 SXM4 40GB)")
+            && x.evidence.contains("lists no NVLink"),
+        "{}",
+        x.evidence
+    );
+    let n = find(&r, ids::P2P_NCCL_LEVEL, "GPU0-GPU2");
+    assert_eq!(n.status, Status::Unknown, "{}", n.evidence);
+    // A clean PCIe path stays ok: GPU0 and GPU1 share a switch (PIX).
+    assert_eq!(status(&r, ids::P2P_NCCL_LEVEL, "GPU0-GPU1"), Status::Ok);
+    assert!(
+        findings_with(&r, ids::P2P_CROSS_SOCKET)
+            .iter()
+            .chain(findings_with(&r, ids::P2P_NCCL_LEVEL).iter())
+            .all(|f| f.status != Status::Degraded),
+        "no firm PCIe verdict while NVLink is unlisted"
+    );
+
+    let text = std::fs::read_to_string(fixture("nccl-xml/nccl-aws-p4d-24xl-topo.xml")).unwrap();
+    let gpu0 = r#"link_width="16"/> <!-- GPU 0 -->"#;
+    assert!(text.contains(gpu0));
+    let derived = text.replace(
+        gpu0,
+        r#"link_width="16"><gpu dev="0" sm="80" rank="0" gdr="1"><nvlink target="0000:10:1d.0" count="12" tclass="0x030200"/></gpu></pci>"#,
+    );
+    let tmp = scratch();
+    let file = tmp.path().join("p4d-one-nvlink.xml");
+    std::fs::write(&file, derived).unwrap();
+    let r = doctor_on_nccl_file(file);
+    assert_eq!(status(&r, ids::P2P_CROSS_SOCKET, "GPU0-GPU1"), Status::Ok);
+    let x = find(&r, ids::P2P_CROSS_SOCKET, "GPU0-GPU4");
+    assert_eq!(x.status, Status::Degraded, "{}", x.evidence);
+    assert!(!x.evidence.contains("NVLink"), "{}", x.evidence);
 }

@@ -221,17 +221,60 @@ fn pair(input: &DoctorInput, a: &Device, b: &Device, facts: Option<&DriverFacts>
         });
     }
 
+    // The PCIe-path verdicts below do not apply where NVLink carries P2P; see
+    // `nvlink_unlisted`.
+    let unlisted = nvlink_unlisted(m, a, b);
+    let pcie_verdict = |f: Finding| match &unlisted {
+        Some(why) => pcie_only(f, why),
+        None => f,
+    };
     // p2p.acs-enabled: ACS redirect on bridges between the pair.
-    out.push(acs(m, a, b, &s, nvlink, A));
+    out.push(pcie_verdict(acs(m, a, b, &s, nvlink, A)));
     // p2p.iommu-translated.
-    out.push(iommu(m, a, b, &s, nvlink));
+    out.push(pcie_verdict(iommu(m, a, b, &s, nvlink)));
     // p2p.cross-socket.
-    out.push(cross_socket(&s, class, pcie, nvlink));
+    out.push(pcie_verdict(cross_socket(&s, class, pcie, nvlink)));
     // p2p.disabled: environment.
     out.push(disabled(input, a, b, &s));
     // p2p.nccl-level.
-    out.push(nccl_level(input, &s, class, &pairs));
+    out.push(pcie_verdict(nccl_level(input, &s, class, &pairs)));
     out
+}
+
+/// Why the pair's PCIe path may not be its P2P path, when the source cannot tell: both GPUs are
+/// SXM parts (which sit on a baseboard that joins them with NVLink, directly or through
+/// NVSwitch: [`nvlink_norm`]), and the source lists no NVLink at all and carries no driver facts
+/// (a provider's NCCL topology file such as AWS p4d's, an hwloc export without the NVML plugin,
+/// a sysfs copy). `None` when NVLink between them is known to be absent or present.
+fn nvlink_unlisted(m: &Machine, a: &Device, b: &Device) -> Option<String> {
+    if m.driver.is_some() || !m.nvlinks.is_empty() {
+        return None;
+    }
+    let model = |d: &Device| d.name.clone().filter(|n| nvlink_norm(n).is_some());
+    let (ma, mb) = (model(a)?, model(b)?);
+    let models = if ma == mb {
+        ma
+    } else {
+        format!("{ma} and {mb}")
+    };
+    Some(format!(
+        "but both GPUs are SXM parts ({models}), which their baseboard joins with NVLink, and \
+         the source ({}) lists no NVLink: P2P most likely does not take this PCIe path",
+        m.source
+    ))
+}
+
+/// A PCIe-path verdict for a pair whose NVLink is unlisted: a problem found on the PCIe path
+/// becomes `unknown`, the evidence saying why; a clean PCIe path stays `ok`.
+fn pcie_only(mut f: Finding, why: &str) -> Finding {
+    if matches!(f.status, Status::Degraded | Status::Unavailable) {
+        f.status = Status::Unknown;
+        f.evidence = format!("{} — {why}", f.evidence);
+        f.remedy = "run `gdpath doctor` on the machine itself, where the driver reports NVLink \
+                    (`nvidia-smi topo -m` shows NV# between NVLink-joined GPUs)"
+            .into();
+    }
+    f
 }
 
 fn no_driver(input: &DoctorInput, id: &str, subject: &str, what: &str) -> Finding {
@@ -596,8 +639,9 @@ fn nccl_level(input: &DoctorInput, s: &str, class: LinkClass, pairs: &[&GpuPairF
 /// 4/5), A100 SXM4 12 (NVLink 3), V100 SXM2 6 (NVLink 2), P100 SXM2 4 (NVLink 1). PCIe and NVL
 /// cards (bridged) are not listed: their count depends on the bridges fitted.
 pub fn nvlink_norm(name: &str) -> Option<u32> {
-    let n = name.to_ascii_uppercase();
-    if n.contains("PCIE") || n.contains(" NVL") {
+    // NVML names (`NVIDIA A100-SXM4-40GB`) and PCI ID names (`A100 SXM4 40GB`) alike.
+    let n = name.to_ascii_uppercase().replace(' ', "-");
+    if n.contains("PCIE") || n.contains("-NVL") {
         return None;
     }
     let table: [(&str, u32); 7] = [
@@ -670,6 +714,9 @@ mod tests {
         assert_eq!(nvlink_norm("NVIDIA H200 NVL"), None);
         assert_eq!(nvlink_norm("NVIDIA H100 PCIe"), None);
         assert_eq!(nvlink_norm("NVIDIA A100-SXM4-80GB"), Some(12));
+        // PCI ID names (gdpath-topo's table) as well as NVML's.
+        assert_eq!(nvlink_norm("A100 SXM4 40GB"), Some(12));
+        assert_eq!(nvlink_norm("A100 PCIe 80GB"), None);
         assert_eq!(nvlink_norm("Tesla V100-SXM2-32GB"), Some(6));
         assert_eq!(nvlink_norm("NVIDIA L4"), None);
         assert_eq!(visible_ordinals("0,1"), Some(vec![0, 1]));
