@@ -17,6 +17,27 @@ use gdpath_cuda::{CudaError, DeviceBuffer};
 const PIECES_PER_THREAD: usize = 4;
 /// Smallest piece (bytes) worth a copy of its own.
 const MIN_PIECE: usize = 256 << 10;
+/// Fewest bytes that justify one more thread. Starting a thread costs tens of µs; one core's
+/// memcpy of pageable memory moves ~10 GB/s, so 4 MiB is ~400 µs of copying per thread. Measured
+/// on the H200 (docs/benchmarks.md): with a thread per 256 KiB piece, a 1 MiB pageable H2D ran at
+/// 2.2 GB/s against the driver's 9.3.
+const MIN_BYTES_PER_THREAD: usize = 4 << 20;
+
+/// How a copy of `len` bytes is cut: `(chunk, pieces, threads)`. Threads: at most `threads`, one
+/// per [`MIN_BYTES_PER_THREAD`] (a copy below that runs on the calling thread), never more than
+/// pieces. Chunk: small enough that every thread gets [`PIECES_PER_THREAD`] pieces, at least
+/// [`MIN_PIECE`] (below that the per-copy cost of ~10 µs dominates), at most `buffer` (the
+/// pool's bounce buffer size).
+fn cut(len: usize, threads: usize, buffer: usize) -> (usize, usize, usize) {
+    let want = threads.clamp(1, len.div_ceil(MIN_BYTES_PER_THREAD).max(1));
+    let chunk = len
+        .div_ceil(want * PIECES_PER_THREAD)
+        .next_multiple_of(4096)
+        .clamp(MIN_PIECE, buffer.max(MIN_PIECE))
+        .min(buffer);
+    let n = len.div_ceil(chunk);
+    (chunk, n, want.clamp(1, n.max(1)))
+}
 
 /// Host memory the threads of one copy touch in disjoint chunks.
 #[derive(Clone, Copy)]
@@ -66,15 +87,7 @@ pub(crate) unsafe fn copy(
     stop: &(dyn Fn() -> Option<Error> + Sync),
 ) -> Result<(), Stop> {
     gdpath_cuda::check_range("pageable copy", dev.len(), dev_off, len)?;
-    // Pieces small enough that every thread gets several (so its memcpy overlaps its own DMA),
-    // at least 256 KiB (below that the per-copy cost of ~10 µs dominates), at most a buffer.
-    let chunk = len
-        .div_ceil(threads.max(1) * PIECES_PER_THREAD)
-        .next_multiple_of(4096)
-        .clamp(MIN_PIECE, pool.chunk().max(MIN_PIECE))
-        .min(pool.chunk());
-    let n = len.div_ceil(chunk);
-    let workers = threads.clamp(1, n.max(1));
+    let (chunk, n, workers) = cut(len, threads, pool.chunk());
     let job = Job {
         gpus,
         pool,
@@ -167,5 +180,41 @@ impl Job<'_> {
         // SAFETY: inside the caller's range; the chunk is this thread's.
         unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), self.host.0.add(off), l) };
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cut;
+
+    const MIB: usize = 1 << 20;
+
+    #[test]
+    fn small_copies_run_on_the_calling_thread() {
+        // 1 MiB, 16 threads allowed, 8 MiB buffers: one thread, four 256 KiB pieces.
+        assert_eq!(cut(MIB, 16, 8 * MIB), (256 << 10, 4, 1));
+        // Below one piece: one piece of the whole (rounded to the minimum piece).
+        assert_eq!(cut(4096, 16, 8 * MIB), (256 << 10, 1, 1));
+    }
+
+    #[test]
+    fn threads_grow_with_the_bytes() {
+        // 16 MiB: four threads of 4 MiB, four 1 MiB pieces each.
+        assert_eq!(cut(16 * MIB, 16, 8 * MIB), (MIB, 16, 4));
+        // 1 GiB: every allowed thread, pieces capped at the buffer.
+        let (chunk, n, t) = cut(1 << 30, 16, 8 * MIB);
+        assert_eq!((chunk, n, t), (8 * MIB, 128, 16));
+    }
+
+    #[test]
+    fn pieces_cover_the_range_and_threads_never_exceed_pieces() {
+        for len in [1, 4095, MIB + 1, 5 * MIB + 17, 33 * MIB, 300 * MIB] {
+            for threads in [0, 1, 3, 16] {
+                let (chunk, n, t) = cut(len, threads, 8 * MIB);
+                assert!(chunk * n >= len && chunk * (n - 1) < len, "{len} {threads}");
+                assert!((1..=n).contains(&t), "{len} {threads}: {t} threads for {n} pieces");
+                assert!(t <= threads.max(1));
+            }
+        }
     }
 }
