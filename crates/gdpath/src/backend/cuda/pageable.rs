@@ -212,7 +212,10 @@ mod tests {
             for threads in [0, 1, 3, 16] {
                 let (chunk, n, t) = cut(len, threads, 8 * MIB);
                 assert!(chunk * n >= len && chunk * (n - 1) < len, "{len} {threads}");
-                assert!((1..=n).contains(&t), "{len} {threads}: {t} threads for {n} pieces");
+                assert!(
+                    (1..=n).contains(&t),
+                    "{len} {threads}: {t} threads for {n} pieces"
+                );
                 assert!(t <= threads.max(1));
             }
         }
