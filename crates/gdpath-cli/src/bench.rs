@@ -28,9 +28,10 @@ pub enum BenchCommand {
 
 #[derive(Debug, Args)]
 pub struct NetBenchArgs {
-    /// The serving agent (`gdpath serve`), HOST:PORT.
+    /// The serving agent (`gdpath serve`), HOST:PORT: an IP address or a name (an IPv4
+    /// address of the name when it has several).
     #[arg(long)]
-    peer: std::net::SocketAddr,
+    peer: String,
     /// put (write to the peer) or get (read from it).
     #[arg(long, default_value = "put", value_parser = ["put", "get"])]
     op: String,
@@ -133,6 +134,17 @@ pub struct StorageArgs {
     threads: Option<String>,
 }
 
+impl BenchCommand {
+    /// `--json` was given.
+    pub fn json(&self) -> bool {
+        match self {
+            BenchCommand::Storage(a) => a.json,
+            BenchCommand::Net(a) => a.json,
+            BenchCommand::P2p(a) | BenchCommand::H2d(a) | BenchCommand::D2h(a) => a.json,
+        }
+    }
+}
+
 pub fn run(cmd: BenchCommand) -> Result<ExitCode> {
     match cmd {
         BenchCommand::Storage(a) => run_storage(a),
@@ -223,6 +235,21 @@ fn run_gpu(kind: gpu::GpuBenchKind, a: GpuArgs) -> Result<ExitCode> {
 
 fn run_storage(a: StorageArgs) -> Result<ExitCode> {
     let blocks = parse_size_range(&a.block).context("--block")?;
+    // A block larger than the run would be cut to the run's size: every I/O would be smaller
+    // than the block its row reports. Refused, as `bench net` refuses --batch above --qd.
+    let too_big: Vec<String> = blocks
+        .iter()
+        .filter(|&&b| b > a.size)
+        .map(|&b| format_size(b))
+        .collect();
+    if !too_big.is_empty() {
+        return Err(crate::usage(format!(
+            "--block {} exceeds --size {}: no I/O of that size would be made (each run moves \
+             only --size bytes); choose blocks of at most --size, or a larger --size",
+            too_big.join(", "),
+            format_size(a.size)
+        )));
+    }
     if let Some(gpu) = a.gpu {
         return run_gds(&a, gpu, blocks);
     }
@@ -286,17 +313,17 @@ fn fmt_gbps(v: f64) -> String {
 
 fn run_net(a: NetBenchArgs) -> Result<ExitCode> {
     if a.qd == 0 {
-        anyhow::bail!("--qd must be at least 1");
+        return Err(crate::usage("--qd must be at least 1"));
     }
     if a.batch > a.qd {
-        anyhow::bail!(
+        return Err(crate::usage(format!(
             "--batch {} exceeds --qd {}: a transfer's messages are all in flight at once",
-            a.batch,
-            a.qd
-        );
+            a.batch, a.qd
+        )));
     }
+    let peer = crate::serve::resolve("--peer", &a.peer)?;
     let cfg = net::NetBenchConfig {
-        peer: a.peer,
+        peer,
         token: a.net.token()?,
         net: a.net.config(),
         op: if a.op == "get" { Op::Read } else { Op::Write },
@@ -311,8 +338,8 @@ fn run_net(a: NetBenchArgs) -> Result<ExitCode> {
     };
     let bars = progress::for_terminal(a.json);
     let started = std::time::SystemTime::now();
-    let report =
-        net::run(&cfg, bars.as_ref()).with_context(|| format!("bench net with {}", a.peer))?;
+    let report = net::run(&cfg, bars.as_ref())
+        .with_context(|| format!("bench net with {}", crate::serve::named(&a.peer, peer)))?;
     let all_verified = report.rows.iter().all(|r| r.row.verified);
     if a.json {
         let out = serde_json::json!({

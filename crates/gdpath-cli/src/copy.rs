@@ -36,7 +36,7 @@ pub struct CopyArgs {
     verify: bool,
     /// Print JSON.
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
 }
 
 pub fn run(a: CopyArgs) -> Result<ExitCode> {

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 /// Exit status when the doctor itself fails.
-const EXIT_FAILED: u8 = 3;
+pub(crate) const EXIT_FAILED: u8 = 3;
 
 #[derive(Debug, Args)]
 pub struct DoctorArgs {
@@ -24,7 +24,7 @@ pub struct DoctorArgs {
     paths: Vec<PathBuf>,
     /// Print JSON (schema gdpath.doctor/1) instead of text.
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
     /// Also measure P2P against its staged fallback per GPU pair (a few seconds); GDR and GDS
     /// have no probe yet and are listed as not-run.
     #[arg(long)]
@@ -34,22 +34,16 @@ pub struct DoctorArgs {
     all: bool,
 }
 
-/// Runs `gdpath doctor`; errors become exit status 3 with the message on stderr.
+/// Runs `gdpath doctor`; its errors become exit status [`EXIT_FAILED`] (in `main`, which
+/// prints them as every command's).
 pub fn run(args: DoctorArgs) -> Result<ExitCode> {
-    match report(&args) {
-        Ok((r, what)) => {
-            if args.json {
-                println!("{}", serde_json::to_string_pretty(&r)?);
-            } else {
-                print!("{}", render(&r, &what, &args));
-            }
-            Ok(ExitCode::from(r.exit_code()))
-        }
-        Err(e) => {
-            eprintln!("gdpath doctor: {}", crate::error_chain(&e));
-            Ok(ExitCode::from(EXIT_FAILED))
-        }
+    let (r, what) = report(&args)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+    } else {
+        print!("{}", render(&r, &what, &args));
     }
+    Ok(ExitCode::from(r.exit_code()))
 }
 
 /// The report and a description of what was examined.
@@ -63,7 +57,12 @@ fn report(args: &DoctorArgs) -> Result<(Report, String)> {
     };
     for p in &paths {
         // A mistyped --path would otherwise become "unknown" findings and a misleading exit.
-        anyhow::ensure!(p.is_dir(), "--path {}: not a directory", p.display());
+        if !p.is_dir() {
+            return Err(crate::usage(format!(
+                "--path {}: not a directory",
+                p.display()
+            )));
+        }
     }
     let input = match &loaded.mode {
         Mode::Live => live::gather(&loaded.machine, loaded.view.as_ref(), &paths),

@@ -33,7 +33,7 @@ pub struct LoadArgs {
     cold: bool,
     /// Print JSON.
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
 }
 
 pub fn run(a: LoadArgs) -> Result<ExitCode> {

@@ -43,6 +43,33 @@ enum Command {
     Serve(serve::ServeArgs),
 }
 
+impl Command {
+    /// `--json` was given: a failure is then also a JSON document on stdout.
+    fn json(&self) -> bool {
+        match self {
+            Command::Topo(a) => a.json,
+            Command::Bench(b) => b.json(),
+            Command::P2p(a) => a.json,
+            Command::Copy(a) => a.json,
+            Command::Doctor(a) => a.json,
+            Command::Load(a) => a.json,
+            Command::Serve(_) => false,
+        }
+    }
+
+    /// The exit status of a failed run: 1, or the doctor's own (3).
+    fn failure_status(&self) -> u8 {
+        match self {
+            Command::Doctor(_) => doctor::EXIT_FAILED,
+            _ => 1,
+        }
+    }
+}
+
+/// Schema name of the JSON document a failing `--json` run prints on stdout:
+/// `{"schema", "error", "kind"}` ([`error_kind`]).
+pub(crate) const ERROR_SCHEMA: &str = "gdpath.error/1";
+
 fn main() -> ExitCode {
     // UCX writes its log (warnings such as "unused env variable") to stdout unless told
     // otherwise, which would corrupt `--json` output and tables alike: send it to stderr, as
@@ -55,7 +82,11 @@ fn main() -> ExitCode {
         .with_env_filter(tracing_subscriber::EnvFilter::from_env("GDPATH_LOG"))
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return usage_failure(e),
+    };
+    let (json, status) = (cli.command.json(), cli.command.failure_status());
     let result = match cli.command {
         Command::Bench(b) => bench::run(b),
         Command::Copy(c) => copy::run(c),
@@ -68,10 +99,141 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("gdpath: error: {}", error_chain(&e));
-            ExitCode::from(1)
+            let message = error_chain(&e);
+            eprintln!("gdpath: error: {message}");
+            if json {
+                print_error_json(&message, &error_kind(&e));
+            }
+            ExitCode::from(status)
         }
     }
+}
+
+/// Command-line parsing failed (or asked for help): clap's message and status, and with
+/// `--json` on the command line also the error document with kind `usage`.
+fn usage_failure(e: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    let wants_json = std::env::args_os()
+        .skip(1)
+        .take_while(|a| a != "--")
+        .any(|a| a == "--json");
+    let help = matches!(
+        e.kind(),
+        ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    );
+    if !wants_json || help {
+        e.exit();
+    }
+    let _ = e.print();
+    let text = e.to_string();
+    let first = text.lines().next().unwrap_or_default();
+    print_error_json(first.strip_prefix("error: ").unwrap_or(first), "usage");
+    ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2))
+}
+
+fn print_error_json(message: &str, kind: &str) {
+    let doc = serde_json::json!({ "schema": ERROR_SCHEMA, "error": message, "kind": kind });
+    // Nothing better to do if stdout is gone: the message is on stderr already.
+    if let Ok(text) = serde_json::to_string_pretty(&doc) {
+        println!("{text}");
+    }
+}
+
+/// An error of the command line the CLI itself found (a bad argument, a name that does not
+/// resolve), with its [`error_kind`].
+#[derive(Debug)]
+pub(crate) struct CliError {
+    pub kind: &'static str,
+    pub message: String,
+}
+
+impl std::fmt::Display for CliError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for CliError {}
+
+/// A bad argument or combination of arguments (kind `usage`, as clap's own).
+pub(crate) fn usage(message: impl Into<String>) -> anyhow::Error {
+    CliError {
+        kind: "usage",
+        message: message.into(),
+    }
+    .into()
+}
+
+/// The machine-readable category of a failure, from the outermost typed error of its chain:
+/// an engine error ([`gdpath::Error`]) is its variant in snake_case (`peer_failed`, `open`,
+/// `config`, ...); the CLI's own are `usage` and `resolve`; a bare I/O error is `io`; anything
+/// else `other`.
+pub(crate) fn error_kind(e: &anyhow::Error) -> String {
+    for cause in e.chain() {
+        if let Some(c) = cause.downcast_ref::<CliError>() {
+            return c.kind.to_owned();
+        }
+        if let Some(g) = cause.downcast_ref::<gdpath::Error>() {
+            return engine_kind(g);
+        }
+        if cause.is::<std::io::Error>() {
+            return "io".to_owned();
+        }
+    }
+    "other".to_owned()
+}
+
+/// The variant name of an engine error in snake_case. Spelled out so that a renamed variant
+/// does not silently change the kind scripts match on; a variant added later falls back to
+/// its `Debug` name.
+fn engine_kind(e: &gdpath::Error) -> String {
+    use gdpath::Error as E;
+    let k = match e {
+        E::OutOfBounds { .. } => "out_of_bounds",
+        E::ListLengthMismatch { .. } => "list_length_mismatch",
+        E::PairLengthMismatch { .. } => "pair_length_mismatch",
+        E::ForeignRegion { .. } => "foreign_region",
+        E::Deregistered { .. } => "deregistered",
+        E::RegionBusy { .. } => "region_busy",
+        E::ShortFile { .. } => "short_file",
+        E::Misaligned { .. } => "misaligned",
+        E::Io { .. } => "io",
+        E::Open { .. } => "open",
+        E::NotAFile { .. } => "not_a_file",
+        E::ReadOnly { .. } => "read_only",
+        E::Unsupported { .. } => "unsupported",
+        E::NoPath { .. } => "no_path",
+        E::Refused { .. } => "refused",
+        E::PathNotAccepted { .. } => "path_not_accepted",
+        E::DeadlineExceeded => "deadline_exceeded",
+        E::Cancelled => "cancelled",
+        E::Config(_) => "config",
+        E::PeerFailed { .. } => "peer_failed",
+        E::AuthFailed { .. } => "auth_failed",
+        E::Protocol { .. } => "protocol",
+        E::Ucx { .. } => "ucx",
+        E::Backend { .. } => "backend",
+        other => return snake_case_variant(&format!("{other:?}")),
+    };
+    k.to_owned()
+}
+
+/// `"PeerFailed { .. }"` (a derived `Debug`) -> `"peer_failed"`.
+fn snake_case_variant(debug: &str) -> String {
+    let mut out = String::new();
+    for c in debug.chars().take_while(char::is_ascii_alphanumeric) {
+        if c.is_ascii_uppercase() {
+            if !out.is_empty() {
+                out.push('_');
+            }
+            out.push(c.to_ascii_lowercase());
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// The error and its causes joined by `: `, leaving out a cause whose text the message already
@@ -94,7 +256,29 @@ pub(crate) fn error_chain(e: &anyhow::Error) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::error_chain;
+    use super::{error_chain, error_kind, snake_case_variant, usage};
+
+    #[test]
+    fn the_kind_is_the_outermost_typed_error() {
+        let e = anyhow::Error::new(gdpath::Error::PeerFailed {
+            peer: "x".into(),
+            detail: "y".into(),
+        })
+        .context("bench net with x");
+        assert_eq!(error_kind(&e), "peer_failed");
+        let e = anyhow::Error::new(gdpath::Error::Config("c".into())).context("outer");
+        assert_eq!(error_kind(&e), "config");
+        let io = std::io::Error::from(std::io::ErrorKind::NotFound);
+        assert_eq!(error_kind(&anyhow::Error::new(io).context("reading")), "io");
+        assert_eq!(error_kind(&usage("--qd must be at least 1")), "usage");
+        assert_eq!(error_kind(&anyhow::anyhow!("untyped")), "other");
+        assert_eq!(
+            snake_case_variant("PeerFailed { peer: \"a\" }"),
+            "peer_failed"
+        );
+        assert_eq!(snake_case_variant("Config(\"x\")"), "config");
+        assert_eq!(snake_case_variant("DeadlineExceeded"), "deadline_exceeded");
+    }
 
     #[test]
     fn a_cause_already_in_the_message_is_not_repeated() {

@@ -22,7 +22,7 @@ pub struct P2pArgs {
     facts: Option<PathBuf>,
     /// Print JSON (schema gdpath.p2p/1) instead of text.
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
 }
 
 /// The five capabilities of `nvidia-smi topo -p2p`, with the letter it takes and our name.

@@ -5,17 +5,18 @@ use clap::Args;
 use gdpath::bench::{format_size, parse_size};
 use gdpath::net::{FailureMode, NetConfig, NetEvent, Token};
 use gdpath::{Agent, AgentConfig, HostBuffer, Memory};
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
-    /// Address to listen on. Loopback unless told otherwise; a non-loopback address needs a
+    /// Address to listen on, HOST:PORT: an IP address or a name (an IPv4 address of the name
+    /// when it has several). Loopback unless told otherwise; a non-loopback address needs a
     /// token.
     #[arg(long, default_value = "127.0.0.1:18515")]
-    listen: SocketAddr,
+    listen: String,
     /// A region to export: `host:SIZE` (e.g. host:1GiB) or `gpu:N:SIZE` (needs a CUDA-enabled
     /// UCX). Repeat for several. Only these are visible to peers.
     #[arg(long = "export", value_name = "KIND:SIZE")]
@@ -108,6 +109,68 @@ impl NetOpts {
     }
 }
 
+/// `HOST:PORT` (the value of `flag`) as one socket address: an IP address as it is (IPv6 as
+/// `[ADDR]:PORT`), a name through the system resolver, taking an IPv4 address when the name has
+/// several (`localhost` is often both ::1 and 127.0.0.1, and a server listening on one is not
+/// reached on the other). Errors (kind `usage` or `resolve`) name the value.
+pub fn resolve(flag: &str, s: &str) -> Result<SocketAddr> {
+    if let Ok(a) = s.parse::<SocketAddr>() {
+        return Ok(a);
+    }
+    let no_port = || {
+        crate::usage(format!(
+            "{flag} {s}: no port; expected HOST:PORT (e.g. localhost:18515, or [::1]:18515 for \
+             IPv6)"
+        ))
+    };
+    if s.parse::<IpAddr>().is_ok() {
+        return Err(no_port());
+    }
+    let Some((host, port)) = s.rsplit_once(':') else {
+        return Err(no_port());
+    };
+    if host.is_empty() {
+        return Err(crate::usage(format!(
+            "{flag} {s}: no host; expected HOST:PORT"
+        )));
+    }
+    if host.contains(':') {
+        return Err(crate::usage(format!(
+            "{flag} {s}: write an IPv6 address as [ADDR]:PORT"
+        )));
+    }
+    let port: u16 = port.parse().map_err(|_| {
+        crate::usage(format!(
+            "{flag} {s}: port {port:?} is not a number from 0 to 65535"
+        ))
+    })?;
+    let resolve_err = |detail: String| {
+        anyhow::Error::new(crate::CliError {
+            kind: "resolve",
+            message: format!("{flag} {s}: cannot resolve host name {host:?}: {detail}"),
+        })
+    };
+    let addrs: Vec<SocketAddr> = (host, port)
+        .to_socket_addrs()
+        .map_err(|e| resolve_err(e.to_string()))?
+        .collect();
+    addrs
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or_else(|| addrs.first())
+        .copied()
+        .ok_or_else(|| resolve_err("it has no address".into()))
+}
+
+/// `HOST:PORT` as given, with the address it resolved to when that differs (a name).
+pub fn named(given: &str, addr: SocketAddr) -> String {
+    if given == addr.to_string() {
+        given.to_owned()
+    } else {
+        format!("{given} ({addr})")
+    }
+}
+
 /// A region to export: host memory or memory of a GPU, and its size in bytes.
 enum ExportSpec {
     Host(u64),
@@ -142,6 +205,9 @@ pub fn run(a: ServeArgs) -> Result<ExitCode> {
         .map(|e| parse_export(e))
         .collect::<Result<_>>()?;
     let token = a.net.token()?;
+    // Resolved here, so the rule that a non-loopback address needs a token is checked (by
+    // `Agent::serve`) on the address listened on, whatever name it was given by.
+    let listen = resolve("--listen", &a.listen)?;
     let agent = Agent::new(AgentConfig {
         name: a.name.clone(),
         ..AgentConfig::default()
@@ -167,8 +233,8 @@ pub fn run(a: ServeArgs) -> Result<ExitCode> {
         regions.push((id, what, r));
     }
     let srv = agent
-        .serve(a.listen, token.clone())
-        .with_context(|| format!("listening on {}", a.listen))?;
+        .serve(listen, token.clone())
+        .with_context(|| format!("listening on {}", named(&a.listen, listen)))?;
     let facts = agent.ucx_facts().ok();
     println!(
         "gdpath serve: listening on {} (UCX {}, {}, {})",

@@ -53,7 +53,7 @@ pub struct TopoArgs {
     source: SourceArgs,
     /// Print JSON (schema gdpath.topo/1) instead of text.
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
     /// List every PCI function, not only GPUs, NICs, NVMe and the bridges above them.
     #[arg(long)]
     all: bool,

@@ -527,3 +527,92 @@ fn bad_network_arguments_are_refused_with_a_reason() {
     ]);
     assert!(!ok && err.contains("address already in use"), "{err}");
 }
+
+/// A peer that does not answer is a failure a `--json` script can read: a `gdpath.error/1`
+/// document on stdout with the engine's kind, the message also on stderr, exit status 1.
+#[test]
+fn bench_net_with_no_peer_prints_a_json_error() {
+    let _serial = serial();
+    let out = Command::new(bin())
+        .args(["bench", "net", "--peer", "127.0.0.1:1", "--devices", "lo"])
+        .args(["--size", "4KiB", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("stdout is not JSON ({e}); stderr: {stderr}"));
+    assert_eq!(j["schema"], "gdpath.error/1", "{j}");
+    assert_eq!(j["kind"], "peer_failed", "{j}");
+    let msg = j["error"].as_str().unwrap();
+    assert!(
+        msg.contains("127.0.0.1:1") && stderr.contains(msg),
+        "{j} / {stderr}"
+    );
+}
+
+/// `--listen` and `--peer` take a host name: `localhost` resolves to its IPv4 address on both
+/// sides, and the bench reaches the server by name.
+#[test]
+fn serve_and_bench_net_accept_host_names() {
+    let _serial = serial();
+    let (mut srv, addr) = common::serve(
+        &[],
+        &[
+            "--listen",
+            "localhost:0",
+            "--devices",
+            "lo",
+            "--export",
+            "host:1MiB",
+            "--duration",
+            "60",
+        ],
+        T,
+    );
+    assert_eq!(addr.ip(), std::net::Ipv4Addr::LOCALHOST, "{addr}");
+    let peer = format!("localhost:{}", addr.port());
+    let out = Command::new(bin())
+        .args(["bench", "net", "--peer", &peer, "--devices", "lo"])
+        .args(["--size", "4KiB", "--runs", "1", "--bytes-per-run", "64KiB"])
+        .args(["--json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j["rows"][0]["verified"], true, "{j}");
+    srv.wait_line("connected: bench@127.0.0.1", T);
+}
+
+/// A name that does not resolve, or a HOST without a port, is refused naming what was given.
+#[test]
+fn unresolvable_or_portless_addresses_are_refused_by_name() {
+    let (ok, out, err) =
+        common::gdpath(&["bench", "net", "--peer", "nonexistent.invalid:1", "--json"]);
+    assert!(!ok, "{err}");
+    assert!(
+        err.contains("--peer nonexistent.invalid:1: cannot resolve host name"),
+        "{err}"
+    );
+    let j: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(j["kind"], "resolve", "{j}");
+    let (ok, _, err) = common::gdpath(&["bench", "net", "--peer", "localhost"]);
+    assert!(!ok && err.contains("--peer localhost: no port"), "{err}");
+    let (ok, _, err) = common::gdpath(&["serve", "--listen", "localhost", "--duration", "1"]);
+    assert!(!ok && err.contains("--listen localhost: no port"), "{err}");
+    let (ok, _, err) = common::gdpath(&[
+        "serve",
+        "--listen",
+        "nonexistent.invalid:18515",
+        "--duration",
+        "1",
+    ]);
+    assert!(
+        !ok && err.contains("--listen nonexistent.invalid:18515: cannot resolve"),
+        "{err}"
+    );
+}

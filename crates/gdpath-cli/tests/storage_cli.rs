@@ -171,3 +171,44 @@ fn copy_refuses_a_file_whose_size_is_unknown() {
     );
     assert!(std::fs::metadata(&dst).map_or(true, |m| m.len() == 0));
 }
+
+/// A block larger than `--size` would be cut to the size, so no I/O of the block its row
+/// reports would be made: refused, naming the blocks and the size, before the file is made.
+/// A block equal to the size runs, and its rows report that block.
+#[test]
+fn bench_storage_refuses_a_block_larger_than_the_size() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let f = dir.path().join("b");
+    let out = gdpath()
+        .args(["bench", "storage", "--file"])
+        .arg(&f)
+        .args(["--size", "1MiB", "--block", "512KiB..4MiB", "--runs", "1"])
+        .args(["--json"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--block 2 MiB, 4 MiB exceeds --size 1 MiB"),
+        "stderr: {err}"
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["kind"], "usage", "{v}");
+    assert!(!f.exists(), "nothing written for a refused run");
+    let out = gdpath()
+        .args(["bench", "storage", "--file"])
+        .arg(&f)
+        .args(["--size", "1MiB", "--block", "1MiB", "--runs", "1", "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for r in v["rows"].as_array().unwrap() {
+        assert_eq!(r["block"], 1 << 20, "{r}");
+        assert_eq!(r["bytes"], 1 << 20, "{r}");
+    }
+}

@@ -290,6 +290,16 @@ pub fn run(cfg: &StorageBenchConfig, progress: &dyn Progress) -> Result<StorageB
             "block size {b} bytes is outside 1 B ..= 1 GiB"
         )));
     }
+    // A block larger than the run would be cut to `size`: no I/O of the block reported in its
+    // row would be made.
+    if let Some(&b) = cfg.blocks.iter().find(|&&b| b > cfg.size) {
+        return Err(Error::Config(format!(
+            "block size {} exceeds the size {} of a run: no I/O of that size would be made; \
+             choose blocks of at most the size",
+            format_size(b),
+            format_size(cfg.size)
+        )));
+    }
     if cfg.compare && cfg.op == Op::Write {
         return Err(Error::Config(
             "--compare runs a buffered read loop: use it with --read".into(),
@@ -506,4 +516,33 @@ fn read_loop(
         "file through the page cache (not dropped: warm after the first pass)".into()
     });
     Ok(row)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_block_larger_than_the_size_is_refused_before_touching_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("f");
+        let cfg = StorageBenchConfig {
+            file: file.clone(),
+            size: 1 << 20,
+            blocks: vec![512 << 10, 4 << 20],
+            qd: 4,
+            op: Op::Read,
+            runs: 1,
+            compare: false,
+            direct: DirectIo::Auto,
+            cold: false,
+            overwrite: false,
+        };
+        let err = run(&cfg, &super::super::NoProgress).unwrap_err();
+        assert!(
+            matches!(&err, Error::Config(m) if m.contains("4 MiB") && m.contains("1 MiB")),
+            "{err}"
+        );
+        assert!(!file.exists(), "refused before creating the test file");
+    }
 }

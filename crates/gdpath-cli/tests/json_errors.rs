@@ -1,0 +1,88 @@
+//! A failing `--json` run still gives a script a JSON document on stdout (schema
+//! `gdpath.error/1`: the message of stderr and a machine-readable kind) and a non-zero exit.
+
+use std::process::{Command, Output};
+
+mod common;
+
+fn run(args: &[&str]) -> Output {
+    Command::new(common::bin()).args(args).output().unwrap()
+}
+
+/// The error document on stdout; asserts the schema and that stderr carries the same message.
+fn error_doc(out: &Output) -> serde_json::Value {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not JSON ({e}): {:?}; stderr: {stderr}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    });
+    assert_eq!(v["schema"], "gdpath.error/1", "{v}");
+    let msg = v["error"].as_str().expect("error is a string");
+    assert!(
+        !msg.is_empty() && stderr.contains(msg),
+        "{msg:?} not in stderr {stderr:?}"
+    );
+    assert!(v["kind"].is_string(), "{v}");
+    v
+}
+
+#[test]
+fn copy_of_a_missing_file_is_a_json_error() {
+    let out = run(&["copy", "/nonexistent/gdpath-json-error", "x", "--json"]);
+    assert_eq!(out.status.code(), Some(1));
+    let v = error_doc(&out);
+    assert_eq!(v["kind"], "open", "{v}");
+    assert!(v["error"]
+        .as_str()
+        .unwrap()
+        .contains("/nonexistent/gdpath-json-error"));
+}
+
+#[test]
+fn without_json_stdout_stays_empty() {
+    let out = run(&["copy", "/nonexistent/gdpath-json-error", "x"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        out.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("gdpath: error: "));
+}
+
+#[test]
+fn a_bad_argument_value_is_a_json_usage_error_with_clap_s_status() {
+    let out = run(&[
+        "bench", "storage", "--file", "x", "--size", "lots", "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let v = error_doc(&out);
+    assert_eq!(v["kind"], "usage", "{v}");
+    assert!(v["error"].as_str().unwrap().contains("lots"), "{v}");
+}
+
+#[test]
+fn a_failing_doctor_keeps_its_exit_status_and_gives_json() {
+    let out = run(&[
+        "doctor",
+        "--path",
+        "/nonexistent/gdpath-doctor-test",
+        "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(3));
+    let v = error_doc(&out);
+    assert_eq!(v["kind"], "usage", "{v}");
+    assert!(
+        v["error"].as_str().unwrap().contains("not a directory"),
+        "{v}"
+    );
+}
+
+#[test]
+fn help_is_not_an_error() {
+    let out = run(&["bench", "storage", "--help", "--json"]);
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("Usage:"));
+}
