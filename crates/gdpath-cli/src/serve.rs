@@ -268,6 +268,7 @@ pub fn run(a: ServeArgs) -> Result<ExitCode> {
                     addr.map_or_else(|| "?".into(), |a| a.to_string())
                 ),
                 NetEvent::Lost { peer, detail } => println!("lost: {peer} ({detail})"),
+                NetEvent::Left { peer } => println!("left: {peer} (closed the connection cleanly)"),
             }
             std::io::stdout().flush().ok();
         }

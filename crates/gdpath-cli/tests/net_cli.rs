@@ -310,6 +310,44 @@ fn client_killed_mid_stream_server_keeps_serving_another() {
     srv.wait_line("connected: test@", T);
 }
 
+/// A `bench net` client that finishes says goodbye: `gdpath serve` prints `left:`, and no
+/// `lost:` follows when the client's endpoint closes (a client killed with SIGKILL is still
+/// `lost:`, above).
+#[test]
+fn bench_client_that_finishes_is_reported_as_left_not_lost() {
+    let _serial = serial();
+    let (mut srv, addr) = lo_serve(&["--export", "host:4MiB"]);
+    let out = Command::new(bin())
+        .args([
+            "bench",
+            "net",
+            "--peer",
+            &addr.to_string(),
+            "--devices",
+            "lo",
+        ])
+        .args(["--size", "64KiB", "--runs", "1", "--bytes-per-run", "1MiB"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    srv.wait_line("connected: bench@", T);
+    let ended = srv.wait_line("bench@", T);
+    assert!(
+        ended.starts_with("left: bench@127.0.0.1:") && ended.contains("cleanly"),
+        "{ended}"
+    );
+    // The next line about any peer is the next client's: nothing about the bench in between.
+    round_trip(&client(), addr, 1 << 20, 5);
+    let next = srv.wait_line("@", T);
+    assert!(next.starts_with("connected: test@"), "{next}");
+    let ended = srv.wait_line("test@", T);
+    assert!(ended.starts_with("left: test@"), "{ended}");
+}
+
 /// Two network namespaces joined by a veth pair, each end with a private address of ours; the
 /// server listens on its veth address with a token and the bench crosses the link.
 struct Netns {

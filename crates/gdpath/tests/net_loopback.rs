@@ -475,3 +475,252 @@ fn local_put_completion_then_flush_is_byte_exact() {
     assert!(back.host_view().unwrap()[..] == want[..], "not byte-exact");
     drop((remote, peer, client));
 }
+
+/// Events the server reports within `quiet` of the last one (after the expected ones).
+fn events_until_quiet(srv: &Server, quiet: Duration) -> Vec<NetEvent> {
+    std::iter::from_fn(|| srv.next_event(quiet)).collect()
+}
+
+/// Waits for the server's next event that is not `Connected` (connections are reported as
+/// they come; this test is about how they end).
+fn next_ending(srv: &Server) -> NetEvent {
+    loop {
+        match srv.next_event(T) {
+            Some(NetEvent::Connected { .. }) => continue,
+            Some(e) => return e,
+            None => panic!("no event within {T:?}"),
+        }
+    }
+}
+
+/// A client that closes its connection (`Peer::close`, its last `Peer` dropped, its agent
+/// dropped) is reported as `Left`, never `Lost`, even when its endpoint closes afterwards;
+/// puts it completed only locally are in the server's memory first (flushed before the
+/// goodbye), and what the server held for it (a withdrawal waiting for its acknowledgement)
+/// is released.
+#[test]
+fn clean_disconnect_is_reported_as_left_not_lost() {
+    let _serial = serial();
+    let server = agent("srv", FailureMode::Detect);
+    let exported = server
+        .register(Memory::host(HostBuffer::zeroed(LEN)))
+        .unwrap();
+    let id = server.export(&exported).unwrap();
+    let extra = server
+        .register(Memory::host(HostBuffer::zeroed(4096)))
+        .unwrap();
+    server.export(&extra).unwrap();
+    let srv = server
+        .serve("127.0.0.1:0".parse().unwrap(), Token::none())
+        .unwrap();
+
+    // 1. Explicit close, with puts that completed only locally.
+    let client = Agent::new(AgentConfig {
+        name: "cli".into(),
+        ..AgentConfig::default()
+    })
+    .unwrap();
+    client
+        .enable_net(NetConfig {
+            put_completion: PutCompletion::Local,
+            ..cfg(FailureMode::Detect)
+        })
+        .unwrap();
+    let peer = client.connect(srv.local_addr()).unwrap();
+    let remote = client.register(peer.memory(id).unwrap()).unwrap();
+    let want = pattern(LEN, 21);
+    let src = client
+        .register(Memory::host(HostBuffer::from_slice(&want)))
+        .unwrap();
+    let chunk = (LEN / 16) as u64;
+    let (l, r): (Vec<_>, Vec<_>) = (0..16u64)
+        .map(|i| (src.desc(i * chunk, chunk), remote.desc(i * chunk, chunk)))
+        .unzip();
+    client
+        .post(TransferRequest::write(l, r))
+        .unwrap()
+        .wait()
+        .unwrap();
+    // A withdrawal the client never acknowledges (nothing progresses it): the goodbye
+    // releases it, as a lost peer would.
+    server.unexport(&extra).unwrap();
+    assert_eq!(srv.withdrawing(), 1);
+    assert_eq!(srv.peers(), 1);
+    peer.clone().close(T).unwrap();
+    match next_ending(&srv) {
+        NetEvent::Left { peer } => assert!(peer.starts_with("cli@127.0.0.1:"), "{peer}"),
+        e => panic!("expected Left, got {e:?}"),
+    }
+    assert!(
+        exported.host_view().unwrap()[..] == want[..],
+        "puts completed locally were not flushed before the goodbye"
+    );
+    assert_eq!(
+        srv.withdrawing(),
+        0,
+        "the goodbye did not release the withdrawal"
+    );
+    assert_eq!(srv.peers(), 0);
+    // The connection is closed for every handle: posts are refused, closing again is fine.
+    assert!(peer.failure().is_some_and(|f| f.contains("closed")));
+    let err = client
+        .post(TransferRequest::write(
+            vec![src.desc(0, 4096)],
+            vec![remote.desc(0, 4096)],
+        ))
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::Refused { detail, .. } if detail.contains("closed the connection")),
+        "{err:?}"
+    );
+    peer.close(T).unwrap();
+    // The endpoint closes with its last handle (the region): the server, which saw the
+    // goodbye, reports nothing more.
+    drop(remote);
+    let after = events_until_quiet(&srv, Duration::from_secs(2));
+    assert!(after.is_empty(), "after the goodbye: {after:?}");
+
+    // 2. The last clone of a Peer dropped (no region made from it alive): goodbye at once.
+    let client2 = agent("cli2", FailureMode::Detect);
+    let peer2 = client2.connect(srv.local_addr()).unwrap();
+    let clone = peer2.clone();
+    assert!(matches!(
+        srv.next_event(T),
+        Some(NetEvent::Connected { peer }) if peer.starts_with("cli2@")
+    ));
+    drop(peer2);
+    assert_eq!(
+        srv.next_event(Duration::from_millis(300)),
+        None,
+        "a clone is still alive"
+    );
+    drop(clone);
+    match next_ending(&srv) {
+        NetEvent::Left { peer } => assert!(peer.starts_with("cli2@"), "{peer}"),
+        e => panic!("expected Left, got {e:?}"),
+    }
+    drop(client2);
+
+    // 3. The last Peer dropped while a region made from it is alive: the connection stays
+    // usable through the region; dropping the agent says goodbye.
+    let client3 = agent("cli3", FailureMode::Detect);
+    let peer3 = client3.connect(srv.local_addr()).unwrap();
+    let remote3 = client3.register(peer3.memory(id).unwrap()).unwrap();
+    drop(peer3);
+    let local3 = client3
+        .register(Memory::host(HostBuffer::zeroed(4096)))
+        .unwrap();
+    client3
+        .post(TransferRequest::read(
+            vec![local3.desc(0, 4096)],
+            vec![remote3.desc(0, 4096)],
+        ))
+        .unwrap()
+        .wait()
+        .unwrap();
+    assert!(local3.host_view().unwrap()[..] == want[..4096]);
+    drop((local3, client3));
+    match next_ending(&srv) {
+        NetEvent::Left { peer } => assert!(peer.starts_with("cli3@"), "{peer}"),
+        e => panic!("expected Left, got {e:?}"),
+    }
+    drop(remote3);
+    let after = events_until_quiet(&srv, Duration::from_secs(2));
+    assert!(after.is_empty(), "after the goodbyes: {after:?}");
+}
+
+/// `FastLocal` (no UCX peer error handling: the server's endpoint may never fail): a clean
+/// disconnect is still `Left`, the server drops the connection after `connect_timeout`
+/// without reporting it, and keeps serving.
+#[test]
+fn fast_local_clean_disconnect_is_left_and_the_server_keeps_serving() {
+    let _serial = serial();
+    let server = Agent::new(AgentConfig {
+        name: "srv".into(),
+        ..AgentConfig::default()
+    })
+    .unwrap();
+    server
+        .enable_net(NetConfig {
+            connect_timeout: Duration::from_millis(500),
+            ..cfg(FailureMode::FastLocal)
+        })
+        .unwrap();
+    let exported = server
+        .register(Memory::host(HostBuffer::from_slice(&pattern(8192, 4))))
+        .unwrap();
+    let id = server.export(&exported).unwrap();
+    let srv = server
+        .serve("127.0.0.1:0".parse().unwrap(), Token::none())
+        .unwrap();
+    for name in ["fl1", "fl2"] {
+        let client = agent(name, FailureMode::FastLocal);
+        let peer = client.connect(srv.local_addr()).unwrap();
+        let remote = client.register(peer.memory(id).unwrap()).unwrap();
+        let local = client
+            .register(Memory::host(HostBuffer::zeroed(8192)))
+            .unwrap();
+        client
+            .post(TransferRequest::read(
+                vec![local.desc(0, 8192)],
+                vec![remote.desc(0, 8192)],
+            ))
+            .unwrap()
+            .wait()
+            .unwrap();
+        assert!(local.host_view().unwrap()[..] == pattern(8192, 4)[..]);
+        let t = std::time::Instant::now();
+        drop((remote, local, peer));
+        eprintln!("{name}: closed in {:?}", t.elapsed());
+        match next_ending(&srv) {
+            NetEvent::Left { peer } => assert!(peer.starts_with(&format!("{name}@")), "{peer}"),
+            e => panic!("expected Left, got {e:?}"),
+        }
+        let t = std::time::Instant::now();
+        drop(client);
+        eprintln!("{name}: agent dropped in {:?}", t.elapsed());
+        // Past connect_timeout the server dropped the connection, silently.
+        let after = events_until_quiet(&srv, Duration::from_secs(1));
+        assert!(after.is_empty(), "after the goodbye: {after:?}");
+    }
+}
+
+/// A server that does not answer the goodbye (its progress thread stopped) bounds
+/// `Peer::close`, which then says why.
+#[test]
+fn close_without_an_answer_is_bounded_and_an_error() {
+    let _serial = serial();
+    let server = agent("srv", FailureMode::Detect);
+    let r = server
+        .register(Memory::host(HostBuffer::zeroed(4096)))
+        .unwrap();
+    server.export(&r).unwrap();
+    let srv = server
+        .serve("127.0.0.1:0".parse().unwrap(), Token::none())
+        .unwrap();
+    let client = agent("cli", FailureMode::Detect);
+    let peer = client.connect(srv.local_addr()).unwrap();
+    drop(srv); // stops the server's progress thread; the connection stays open
+    let start = std::time::Instant::now();
+    let err = peer.close(Duration::from_millis(300)).unwrap_err();
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
+    assert!(
+        matches!(&err, Error::PeerFailed { detail, .. } if detail.contains("goodbye")),
+        "{err:?}"
+    );
+    // The server progresses again (from this thread) while the client goes away.
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            while !stop.load(std::sync::atomic::Ordering::Acquire) {
+                server.wait_notification(Duration::from_millis(5));
+            }
+        });
+        drop(client);
+        stop.store(true, std::sync::atomic::Ordering::Release);
+    });
+}

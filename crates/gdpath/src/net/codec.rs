@@ -61,6 +61,7 @@ pub enum Kind {
     Withdraw = 6,
     WithdrawAck = 7,
     Notify = 8,
+    Bye = 9,
 }
 
 impl Kind {
@@ -74,6 +75,7 @@ impl Kind {
             6 => Kind::Withdraw,
             7 => Kind::WithdrawAck,
             8 => Kind::Notify,
+            9 => Kind::Bye,
             _ => return None,
         })
     }
@@ -162,6 +164,12 @@ pub enum Message {
     /// Either way: an application notification, sent after the writes it follows completed.
     /// Body: length u32, bytes.
     Notify(Vec<u8>),
+    /// Either way, after authentication: this side is closing the connection on purpose (its
+    /// operations on it were flushed first). The receiver releases the peer's state and
+    /// reports a clean disconnect rather than a lost peer; a server answers with `Bye` before
+    /// the client closes its endpoint, so that the endpoint failure the close causes at the
+    /// server is never mistaken for a death. Body: empty.
+    Bye,
 }
 
 impl Message {
@@ -176,6 +184,7 @@ impl Message {
             Message::Withdraw(_) => Kind::Withdraw,
             Message::WithdrawAck(_) => Kind::WithdrawAck,
             Message::Notify(_) => Kind::Notify,
+            Message::Bye => Kind::Bye,
         }
     }
 }
@@ -365,6 +374,8 @@ pub fn decode(bytes: &[u8]) -> Result<Message, DecodeError> {
             }
             Message::Notify(r.take("notification", n)?.to_vec())
         }
+        // Empty body: a byte present is refused below as trailing.
+        Kind::Bye => Message::Bye,
     };
     if r.left() != 0 {
         return Err(DecodeError::Trailing(r.left()));
@@ -533,6 +544,7 @@ pub fn encode(msg: &Message) -> Result<Vec<u8>, EncodeError> {
             w.0.extend_from_slice(&(b.len() as u32).to_le_bytes());
             w.0.extend_from_slice(b);
         }
+        Message::Bye => {}
     }
     Writer::limit("message", w.0.len(), MAX_MESSAGE)?;
     let body = (w.0.len() - HEADER_LEN) as u32;
@@ -594,6 +606,7 @@ mod tests {
             Message::Withdraw(vec![1, 2, 3]),
             Message::WithdrawAck(vec![]),
             Message::Notify(b"layer 3 done".to_vec()),
+            Message::Bye,
         ]
     }
 
@@ -730,5 +743,41 @@ mod tests {
         })
         .unwrap();
         assert!(decode(&r).is_ok());
+    }
+
+    #[test]
+    fn bye_is_a_bare_header_and_refuses_a_body() {
+        let b = encode(&Message::Bye).unwrap();
+        assert_eq!(b.len(), HEADER_LEN);
+        assert_eq!(b[6], Kind::Bye as u8);
+        assert_eq!(&b[8..12], &[0; 4]);
+        assert_eq!(decode(&b), Ok(Message::Bye));
+        // A body, declared or not, is refused; so is a header cut short.
+        let mut with_body = b.clone();
+        with_body[8..12].copy_from_slice(&1u32.to_le_bytes());
+        with_body.push(0);
+        assert_eq!(decode(&with_body), Err(DecodeError::Trailing(1)));
+        let mut undeclared = b.clone();
+        undeclared.push(0);
+        assert!(matches!(
+            decode(&undeclared),
+            Err(DecodeError::BodyLength { .. })
+        ));
+        let mut overdeclared = b.clone();
+        overdeclared[8..12].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(matches!(
+            decode(&overdeclared),
+            Err(DecodeError::BodyLength { .. })
+        ));
+        for cut in 0..b.len() {
+            assert!(decode(&b[..cut]).is_err(), "cut at {cut}");
+        }
+        // The next kind number is still unknown.
+        let mut unknown = b;
+        unknown[6] = Kind::Bye as u8 + 1;
+        assert_eq!(
+            decode(&unknown),
+            Err(DecodeError::UnknownKind(Kind::Bye as u8 + 1))
+        );
     }
 }

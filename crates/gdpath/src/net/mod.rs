@@ -154,8 +154,14 @@ pub enum NetEvent {
         addr: Option<SocketAddr>,
         reason: String,
     },
-    /// A connection failed or its handshake timed out.
+    /// A connection failed or its handshake timed out: the peer died, was killed, or its
+    /// network went away, without saying goodbye. `detail` says why (e.g. `connection
+    /// failed: UCS_ERR_ENDPOINT_TIMEOUT (-80)`, `no handshake within 10s`).
     Lost { peer: String, detail: String },
+    /// A peer closed its connection cleanly ([`Peer::close`], its last [`Peer`] handle or its
+    /// agent dropped, a `gdpath bench net` run ending): it said goodbye after its operations
+    /// completed, and what the server held for it was released. `peer` is `name@address`.
+    Left { peer: String },
 }
 
 /// A notification from a peer ([`crate::TransferRequest::notify`]).
@@ -179,10 +185,28 @@ pub struct RemoteRegionInfo {
 }
 
 /// A connection to a serving agent. Cheap to clone.
+///
+/// The connection closes cleanly (the server reports [`NetEvent::Left`]) on [`Peer::close`],
+/// when the last clone is dropped (waiting up to 2 s for the server's answer; while regions
+/// made from the peer's regions are alive, once they are dropped too, or when the agent is
+/// dropped), or when the agent is dropped.
 #[derive(Clone)]
 pub struct Peer {
     conn: Arc<PeerConn>,
     backend: Arc<UcxBackend>,
+    _last: Arc<LastHandle>,
+}
+
+/// Shared by the clones of one [`Peer`]: dropping the last says goodbye.
+struct LastHandle {
+    conn: Arc<PeerConn>,
+    backend: Arc<UcxBackend>,
+}
+
+impl Drop for LastHandle {
+    fn drop(&mut self) {
+        self.backend.release_peer(&self.conn);
+    }
 }
 
 impl std::fmt::Debug for Peer {
@@ -294,6 +318,20 @@ impl Peer {
             .map_err(|e| crate::backend::ucx::ucx_err(&label, "notify", e))?;
         req.wait(timeout)
             .map_err(|e| crate::backend::ucx::ucx_err(&label, "notify", e))
+    }
+
+    /// Closes the connection cleanly, for every clone of this handle: new transfers to the
+    /// peer are refused, those in flight complete (an endpoint flush), then a goodbye goes to
+    /// the server, which reports [`NetEvent::Left`] (not [`NetEvent::Lost`]) and answers.
+    /// Waits up to `timeout` for all of it. Regions made from the peer's regions can no longer
+    /// be used: posts on them are [`Error::Refused`] with finding `net.peer-failed` ("this
+    /// agent closed the connection"). Closing a closed peer is `Ok`.
+    ///
+    /// Errors: [`Error::PeerFailed`] when the connection had already failed, failed while
+    /// closing, or the server did not answer within `timeout` (it may then report this agent
+    /// as lost).
+    pub fn close(self, timeout: Duration) -> Result<()> {
+        self.backend.close_peer(&self.conn, timeout)
     }
 
     /// Progresses the connection until `done(self)` or `timeout` (control messages such as
@@ -441,7 +479,14 @@ impl Agent {
             },
             other => other,
         })?;
-        Ok(Peer { conn, backend })
+        Ok(Peer {
+            _last: Arc::new(LastHandle {
+                conn: conn.clone(),
+                backend: backend.clone(),
+            }),
+            conn,
+            backend,
+        })
     }
 
     /// Listens on `listen` and serves peers from a background thread: handshakes, metadata,

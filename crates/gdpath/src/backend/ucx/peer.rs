@@ -6,6 +6,14 @@
 //! peer sends is used before [`codec::decode`] accepted it, and nothing but the handshake is
 //! accepted before authentication; packed rkeys are sent only in the welcome, after the
 //! client's MAC verified, and the client uses them only after the server's MAC verified.
+//!
+//! Closing on purpose ([`UcxBackend::close_peer`]: `Peer::close`, the last `Peer` handle
+//! dropped, the backend dropped): the client stops new operations, flushes its endpoint (every
+//! operation posted before is done at the server), sends `Bye` and waits (bounded) for the
+//! server's `Bye` in answer; only then does its endpoint close. The server, on `Bye`, releases
+//! the peer's state as for a lost peer, reports [`NetEvent::Left`] and answers; the endpoint
+//! failure that the client's close then causes at the server is not reported. A peer that dies
+//! without a goodbye is still [`NetEvent::Lost`].
 
 use super::{lock, next, State, UcxBackend, CTRL_AM, MAX_QUEUED_NOTIFICATIONS};
 use crate::error::{Error, Result};
@@ -14,10 +22,10 @@ use crate::net::codec::{self, Message, RefuseCode, RegionMeta, NONCE_LEN};
 use crate::net::{ConnectOptions, NetEvent, Notification};
 use crate::path::Path;
 use crate::region::{Region, RegionInner};
-use gdpath_ucx::{Endpoint, Listener, MemType};
+use gdpath_ucx::{Endpoint, Listener, MemType, Request};
 use std::collections::HashSet;
 use std::net::SocketAddr;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -43,6 +51,21 @@ enum Phase {
         server_nonce: [u8; NONCE_LEN],
     },
     Ready,
+    /// Client closing on purpose: no new operations. `flush`, posted when closing began,
+    /// covers every operation posted before; once it completed `Bye` is sent (`flush` is then
+    /// `None`) and the server's answering `Bye` ends the connection ([`Phase::Closed`]).
+    Closing {
+        since: Instant,
+        flush: Option<Request>,
+    },
+    /// Server: the client said goodbye. Its state is released and [`NetEvent::Left`] reported;
+    /// the connection is dropped without an event once its endpoint fails (the client closed
+    /// it) or after `connect_timeout`.
+    Leaving {
+        since: Instant,
+    },
+    /// Client: closed on purpose, the goodbye answered.
+    Closed,
     Failed(Error),
 }
 
@@ -59,6 +82,10 @@ struct PeerInner {
     lanes: Vec<String>,
 }
 
+/// How long a goodbye may take when nobody gave a bound: the last `Peer` handle dropped, or
+/// the backend dropped with client connections left.
+pub(crate) const GOODBYE_WAIT: Duration = Duration::from_secs(2);
+
 /// One connection to a peer agent.
 pub(crate) struct PeerConn {
     pub(crate) id: u64,
@@ -66,6 +93,9 @@ pub(crate) struct PeerConn {
     pub(crate) role: Role,
     pub(crate) addr: Option<SocketAddr>,
     since: Instant,
+    /// Client: the last `Peer` handle was dropped while regions made from the peer's were
+    /// still alive; the goodbye is said once they are gone ([`UcxBackend::reap_peers`]).
+    released: AtomicBool,
     inner: Mutex<PeerInner>,
 }
 
@@ -98,6 +128,7 @@ impl PeerConn {
             role,
             addr,
             since: Instant::now(),
+            released: AtomicBool::new(false),
             inner: Mutex::new(PeerInner {
                 phase,
                 label: addr_text(addr),
@@ -117,14 +148,33 @@ impl PeerConn {
 
     /// Why the connection is unusable, if it is.
     pub(crate) fn failure(&self) -> Option<String> {
-        if let Phase::Failed(e) = &lock(&self.inner).phase {
-            return Some(e.to_string());
+        match &lock(&self.inner).phase {
+            Phase::Failed(e) => return Some(e.to_string()),
+            Phase::Closing { .. } | Phase::Closed => {
+                return Some("this agent closed the connection".into())
+            }
+            Phase::Leaving { .. } => return Some("the peer closed the connection".into()),
+            _ => {}
         }
         self.ep.failure().map(|s| format!("connection failed: {s}"))
     }
 
     pub(crate) fn is_ready(&self) -> bool {
         matches!(lock(&self.inner).phase, Phase::Ready) && self.ep.failure().is_none()
+    }
+
+    /// Server: the client said goodbye (the connection only waits to be dropped).
+    fn is_leaving(&self) -> bool {
+        matches!(lock(&self.inner).phase, Phase::Leaving { .. })
+    }
+
+    /// True while a local region made from one of the peer's regions is alive (a transfer in
+    /// flight on the connection holds its regions).
+    fn has_live_regions(&self) -> bool {
+        lock(&self.inner)
+            .tracked
+            .iter()
+            .any(|(_, w)| w.strong_count() > 0)
     }
 
     /// The UCX transport(s) of put/get on host memory, as `Path::Ucx { transport }` names them.
@@ -321,7 +371,11 @@ impl UcxBackend {
                 addr,
                 Phase::AwaitAuth { server_nonce },
             ));
-            let serving = st.peers.iter().filter(|p| p.role == Role::Server).count();
+            let serving = st
+                .peers
+                .iter()
+                .filter(|p| p.role == Role::Server && !p.is_leaving())
+                .count();
             if serving >= self.cfg.max_peers {
                 let reason = format!("server has its maximum of {} peers", self.cfg.max_peers);
                 self.refuse(&mut st, &peer, RefuseCode::Busy, reason);
@@ -447,10 +501,11 @@ impl UcxBackend {
                 // these regions fail from now on (checked under the state lock we hold).
                 st.ops.ack_after_flush(peer, ids);
             }
-            (role, Phase::Ready, Message::Notify(message)) => {
+            (_, phase @ (Phase::Ready | Phase::Closing { .. }), Message::Notify(message)) => {
+                // A notification that crossed our goodbye is still the application's.
+                g.phase = phase;
                 let from = g.label.clone();
                 drop(g);
-                let _ = role;
                 let mut q = lock(&self.notifications);
                 if q.len() >= MAX_QUEUED_NOTIFICATIONS {
                     self.notifications_dropped.fetch_add(1, Ordering::Relaxed);
@@ -504,6 +559,47 @@ impl UcxBackend {
                 drop(g);
                 st.exports.acked(peer.id, &ids);
             }
+            (Role::Server, Phase::Ready, Message::Bye) => {
+                // A clean disconnect: its operations were flushed before the goodbye, so
+                // nothing of it is in flight; release it as a lost peer is released.
+                g.phase = Phase::Leaving {
+                    since: Instant::now(),
+                };
+                let label = g.label.clone();
+                drop(g);
+                st.exports.peer_gone(peer.id);
+                self.push_event(NetEvent::Left { peer: label });
+                // The answer tells the client it may close its endpoint now.
+                if let Err(e) = self.send(st, peer, &Message::Bye, false) {
+                    tracing::debug!(peer = %peer.label(), "goodbye answer not sent: {e}");
+                }
+            }
+            (Role::Client, Phase::Closing { flush, .. }, Message::Bye) => {
+                // The answer (or the server closing at the same time, before our flush
+                // completed: its request is kept until UCX ends it, as dropping it would wait).
+                g.phase = Phase::Closed;
+                drop(g);
+                st.peers.retain(|p| p.id != peer.id);
+                if let Some(f) = flush {
+                    st.ops.track_send(peer.clone(), f, false);
+                }
+            }
+            (Role::Client, Phase::Ready, Message::Bye) => {
+                // The server closes the connection on purpose.
+                g.phase = Phase::Failed(Error::PeerFailed {
+                    peer: g.label.clone(),
+                    detail: "the peer closed the connection".into(),
+                });
+                drop(g);
+                st.peers.retain(|p| p.id != peer.id);
+            }
+            (role, phase @ (Phase::Closing { .. } | Phase::Leaving { .. }), msg) => {
+                // Either side is past the goodbye: what still arrives (metadata, a withdraw
+                // whose acknowledgement the goodbye replaces) is dropped, not a protocol error.
+                g.phase = phase;
+                drop(g);
+                tracing::debug!(peer = %peer.label(), ?role, "{:?} after goodbye dropped", msg.kind());
+            }
             (_, phase, msg) => {
                 g.phase = phase;
                 drop(g);
@@ -547,20 +643,65 @@ impl UcxBackend {
         }
     }
 
-    /// Drops connections that failed or did not finish the handshake in time. Returns whether
-    /// any was dropped.
+    /// Drops connections that failed or did not finish the handshake in time ([`NetEvent::Lost`]),
+    /// and those past a goodbye whose endpoint failed or that waited `connect_timeout` (no
+    /// event). Advances goodbyes: sends `Bye` once a closing connection's flush completed, and
+    /// starts one for a released client connection whose regions are all gone. Returns whether
+    /// any connection changed.
     pub(crate) fn reap_peers(&self, st: &mut State) -> bool {
         let timeout = self.cfg.connect_timeout;
         let mut gone: Vec<(Arc<PeerConn>, String)> = Vec::new();
+        let mut quiet: Vec<(Arc<PeerConn>, Option<String>)> = Vec::new();
+        let mut bye: Vec<Arc<PeerConn>> = Vec::new();
+        let mut release: Vec<Arc<PeerConn>> = Vec::new();
         for p in &st.peers {
-            if let Some(s) = p.ep.failure() {
-                gone.push((p.clone(), format!("connection failed: {s}")));
-            } else if !matches!(lock(&p.inner).phase, Phase::Ready | Phase::Failed(_))
-                && p.since.elapsed() > timeout
-            {
-                gone.push((p.clone(), format!("no handshake within {timeout:?}")));
+            let failed = p.ep.failure();
+            let mut g = lock(&p.inner);
+            match &mut g.phase {
+                Phase::Closing { since, flush } => {
+                    if let Some(s) = failed {
+                        quiet.push((p.clone(), Some(format!("connection failed: {s}"))));
+                    } else if since.elapsed() > timeout {
+                        quiet.push((
+                            p.clone(),
+                            Some(format!("no answer to the goodbye within {timeout:?}")),
+                        ));
+                    } else if let Some(f) = flush {
+                        match f.test() {
+                            Ok(false) => {}
+                            Ok(true) => {
+                                *flush = None;
+                                bye.push(p.clone());
+                            }
+                            Err(e) => quiet.push((
+                                p.clone(),
+                                Some(format!("flush before the goodbye failed: {e}")),
+                            )),
+                        }
+                    }
+                }
+                Phase::Leaving { since } => {
+                    if failed.is_some() || since.elapsed() > timeout {
+                        quiet.push((p.clone(), None));
+                    }
+                }
+                phase => {
+                    if let Some(s) = failed {
+                        gone.push((p.clone(), format!("connection failed: {s}")));
+                    } else if !matches!(phase, Phase::Ready | Phase::Failed(_) | Phase::Closed)
+                        && p.since.elapsed() > timeout
+                    {
+                        gone.push((p.clone(), format!("no handshake within {timeout:?}")));
+                    } else if matches!(phase, Phase::Ready)
+                        && p.role == Role::Client
+                        && p.released.load(Ordering::Acquire)
+                    {
+                        release.push(p.clone());
+                    }
+                }
             }
         }
+        let mut changed = !gone.is_empty() || !quiet.is_empty() || !bye.is_empty();
         for (p, detail) in &gone {
             st.peers.retain(|x| x.id != p.id);
             if p.role == Role::Server {
@@ -578,7 +719,135 @@ impl UcxBackend {
                 detail: detail.clone(),
             });
         }
-        !gone.is_empty()
+        for (p, why) in quiet {
+            st.peers.retain(|x| x.id != p.id);
+            if let Some(detail) = why {
+                // A goodbye that did not finish: the close reports why.
+                let label = p.label();
+                let old = std::mem::replace(
+                    &mut lock(&p.inner).phase,
+                    Phase::Failed(Error::PeerFailed {
+                        peer: label,
+                        detail,
+                    }),
+                );
+                // A flush still in flight is kept until UCX ends it (dropping it would wait).
+                if let Phase::Closing { flush: Some(f), .. } = old {
+                    st.ops.track_send(p.clone(), f, false);
+                }
+            }
+        }
+        for p in bye {
+            if let Err(e) = self.send(st, &p, &Message::Bye, false) {
+                tracing::debug!(peer = %p.label(), "goodbye not sent: {e}");
+                st.peers.retain(|x| x.id != p.id);
+                p.fail(e);
+            }
+        }
+        for p in release {
+            if !p.has_live_regions() {
+                changed |= self.begin_goodbye(st, &p);
+            }
+        }
+        changed
+    }
+
+    /// Starts closing client connection `peer` on purpose: phase [`Phase::Closing`] (new
+    /// operations are refused), and an endpoint flush, after which `Bye` goes out
+    /// ([`UcxBackend::reap_peers`]). Returns false, doing nothing, unless `peer` is a ready
+    /// client connection; one whose flush cannot be posted (a failed endpoint) is dropped.
+    fn begin_goodbye(&self, st: &mut State, peer: &Arc<PeerConn>) -> bool {
+        if peer.role != Role::Client || !peer.is_ready() {
+            return false;
+        }
+        match peer.ep.flush_nb() {
+            Ok(flush) => {
+                lock(&peer.inner).phase = Phase::Closing {
+                    since: Instant::now(),
+                    flush: Some(flush),
+                };
+            }
+            Err(e) => {
+                st.peers.retain(|p| p.id != peer.id);
+                peer.fail(super::ucx_err(&peer.label(), "flush", e));
+            }
+        }
+        true
+    }
+
+    /// Closes client connection `conn` on purpose: no new operations, an endpoint flush (every
+    /// operation posted before completes at the peer), `Bye`, and the server's `Bye` in
+    /// answer, waiting up to `timeout` in all. The server then reports [`NetEvent::Left`], not
+    /// [`NetEvent::Lost`]. The endpoint itself closes when the last handle on it (a `Peer`, a
+    /// region made from the peer's) is gone. Closing again, or a connection that already
+    /// failed, does nothing more.
+    ///
+    /// Errors: [`Error::PeerFailed`] when the connection had failed, failed while closing, or
+    /// no answer came within `timeout` (the server may then report the peer lost).
+    pub(crate) fn close_peer(&self, conn: &Arc<PeerConn>, timeout: Duration) -> Result<()> {
+        let end = Instant::now() + timeout;
+        let listed = |st: &State| st.peers.iter().any(|p| p.id == conn.id);
+        {
+            let mut st = lock(&self.state);
+            if listed(&st)
+                && !self.begin_goodbye(&mut st, conn)
+                && !matches!(lock(&conn.inner).phase, Phase::Closing { .. })
+            {
+                // Failed (or never ready): there is nobody to say goodbye to.
+                st.peers.retain(|p| p.id != conn.id);
+            }
+        }
+        loop {
+            if !listed(&lock(&self.state)) {
+                break;
+            }
+            if Instant::now() >= end {
+                let mut st = lock(&self.state);
+                if listed(&st) {
+                    st.peers.retain(|p| p.id != conn.id);
+                    let label = conn.label();
+                    let old = std::mem::replace(
+                        &mut lock(&conn.inner).phase,
+                        Phase::Failed(Error::PeerFailed {
+                            peer: label,
+                            detail: format!("no answer to the goodbye within {timeout:?}"),
+                        }),
+                    );
+                    if let Phase::Closing { flush: Some(f), .. } = old {
+                        st.ops.track_send(conn.clone(), f, false);
+                    }
+                }
+                break;
+            }
+            if !self.progress_round().1 {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        }
+        match &lock(&conn.inner).phase {
+            Phase::Closed => Ok(()),
+            Phase::Failed(e) => Err(e.clone()),
+            _ => Err(Error::PeerFailed {
+                peer: conn.label(),
+                detail: "the connection is not open".into(),
+            }),
+        }
+    }
+
+    /// The last `Peer` handle of client connection `conn` is gone: says goodbye now (waiting
+    /// up to [`GOODBYE_WAIT`]), or, while regions made from the peer's are alive (they may
+    /// still be used), once they are gone ([`UcxBackend::reap_peers`]) or the backend is
+    /// dropped.
+    pub(crate) fn release_peer(&self, conn: &Arc<PeerConn>) {
+        if conn.role != Role::Client {
+            return;
+        }
+        if conn.has_live_regions() {
+            conn.released.store(true, Ordering::Release);
+            return;
+        }
+        if let Err(e) = self.close_peer(conn, GOODBYE_WAIT) {
+            tracing::debug!(peer = %conn.label(), "closing a dropped peer: {e}");
+        }
     }
 
     /// Sends `msg` to every authenticated peer; returns the ids of those it was posted to.
@@ -597,6 +866,46 @@ impl UcxBackend {
             }
         }
         reached
+    }
+}
+
+/// An agent going away (its last handle dropped) says goodbye to the peers it is still
+/// connected to, so that they report a clean disconnect: every ready client connection at
+/// once, then waiting up to [`GOODBYE_WAIT`] for the answers.
+impl Drop for UcxBackend {
+    fn drop(&mut self) {
+        let closing: Vec<Arc<PeerConn>> = {
+            let mut st = lock(&self.state);
+            let ready: Vec<Arc<PeerConn>> = st
+                .peers
+                .iter()
+                .filter(|p| p.role == Role::Client && p.is_ready())
+                .cloned()
+                .collect();
+            ready
+                .into_iter()
+                .filter(|p| self.begin_goodbye(&mut st, p))
+                .collect()
+        };
+        if closing.is_empty() {
+            return;
+        }
+        let end = Instant::now() + GOODBYE_WAIT;
+        while Instant::now() < end {
+            let open = {
+                let st = lock(&self.state);
+                closing
+                    .iter()
+                    .any(|c| st.peers.iter().any(|p| p.id == c.id))
+            };
+            if !open {
+                return;
+            }
+            if !self.progress_round().1 {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        }
+        tracing::debug!("goodbyes not answered within {GOODBYE_WAIT:?}");
     }
 }
 
