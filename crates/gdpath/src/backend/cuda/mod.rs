@@ -11,7 +11,7 @@
 //! | GPU a ↔ GPU b, P2P impossible or off | `Staged` + `p2p.unsupported` / `p2p.disabled` | pinned bounce buffers, pipelined ([`staged`]) |
 //! | GPU a ↔ GPU a | `DeviceLocal` | `cuMemcpyDtoDAsync` |
 //! | pinned host ↔ GPU | `HostToDevice`/`DeviceToHost { pinned: true }` | one async copy ([`direct`]) |
-//! | pageable host ↔ GPU | `… { pinned: false }` + `system.host-pageable` | threads + bounce buffers ([`pageable`]) |
+//! | pageable host ↔ GPU | `… { pinned: false }` + `system.host-pageable` | threads + bounce buffers ([`pageable`]); the driver's own copy below 8 MiB |
 //!
 //! Execution: [`Backend::submit`] queues items to `GpuConfig::workers` threads; each runs its
 //! item's copies on pooled streams, waits for them, and completes the item from that thread.
@@ -285,7 +285,11 @@ fn host_choice(path: Path) -> PlanChoice {
         Path::HostToDevice { pinned: false } | Path::DeviceToHost { pinned: false } => PlanChoice {
             path,
             finding: Some(ids::HOST_PAGEABLE.into()),
-            detail: Some("host memory is pageable: copied through pinned bounce buffers".into()),
+            detail: Some(
+                "host memory is pageable: copied through pinned bounce buffers (gdpath's \
+                 pipeline from 8 MiB, the driver's own below)"
+                    .into(),
+            ),
         },
         p => PlanChoice::on(p),
     }

@@ -6,7 +6,8 @@
 //! size, dealt round-robin to `threads` CPU threads; each thread owns two bounce buffers, each
 //! with its own stream, so that its `memcpy` into (or out of) one buffer overlaps the DMA of the
 //! other, and the threads' DMAs overlap each other on the copy engine. Pageable memory bandwidth
-//! of one core (~10 GB/s) is what the thread count multiplies.
+//! of one core (~10 GB/s) is what the thread count multiplies. Below [`DRIVER_BELOW`] the
+//! driver's own copy is faster (no threads to start) and is used instead.
 
 use super::devices::Gpus;
 use super::pool::StagingPool;
@@ -22,6 +23,12 @@ const MIN_PIECE: usize = 256 << 10;
 /// on the H200 (docs/benchmarks.md): with a thread per 256 KiB piece, a 1 MiB pageable H2D ran at
 /// 2.2 GB/s against the driver's 9.3.
 const MIN_BYTES_PER_THREAD: usize = 4 << 20;
+/// Copies below this size use the driver's own pageable copy. Measured on the H200 on
+/// 2026-11-30 (docs/benchmarks.md, `gdpath bench h2d|d2h`): the driver's staging ran at 11.3 /
+/// 11.4 / 12.4 GB/s (H2D) and 9.8 / 12.6 / 13.7 (D2H) at 1 / 4 / 16 MiB, gdpath's pipeline at
+/// 4.2 / 7.0 / 14.2 and 4.7 / 7.6 / 14.7: the driver wins below 16 MiB, gdpath from there up
+/// (28.6 against 8.0 GB/s at 64 MiB).
+pub(crate) const DRIVER_BELOW: usize = 8 << 20;
 
 /// How a copy of `len` bytes is cut: `(chunk, pieces, threads)`. Threads: at most `threads`, one
 /// per [`MIN_BYTES_PER_THREAD`] (a copy below that runs on the calling thread), never more than
@@ -87,6 +94,24 @@ pub(crate) unsafe fn copy(
     stop: &(dyn Fn() -> Option<Error> + Sync),
 ) -> Result<(), Stop> {
     gdpath_cuda::check_range("pageable copy", dev.len(), dev_off, len)?;
+    if len < DRIVER_BELOW {
+        if let Some(e) = stop() {
+            return Err(Stop::Engine(e));
+        }
+        let s = gpus.stream(dev.ordinal())?;
+        // SAFETY: the caller guarantees `host .. host + len` valid and unaliased for the call;
+        // the copy is synchronized before returning.
+        return Ok(match dir {
+            Dir::HostToDevice => s.write_from_slice(dev, dev_off, unsafe {
+                std::slice::from_raw_parts(host.0, len)
+            }),
+            Dir::DeviceToHost => s.read_into_slice(
+                unsafe { std::slice::from_raw_parts_mut(host.0, len) },
+                dev,
+                dev_off,
+            ),
+        }?);
+    }
     let (chunk, n, workers) = cut(len, threads, pool.chunk());
     let job = Job {
         gpus,
