@@ -724,3 +724,44 @@ fn close_without_an_answer_is_bounded_and_an_error() {
         stop.store(true, std::sync::atomic::Ordering::Release);
     });
 }
+
+/// The server goes away, and a direct wait on the connection (a flush) is the first to see
+/// it: closing the peer afterwards returns the failure at once (it hung on its own lock once).
+#[test]
+fn close_after_a_flush_saw_the_server_die_is_an_error_not_a_hang() {
+    let _serial = serial();
+    let server = agent("srv", FailureMode::Detect);
+    let r = server
+        .register(Memory::host(HostBuffer::zeroed(4096)))
+        .unwrap();
+    server.export(&r).unwrap();
+    let srv = server
+        .serve("127.0.0.1:0".parse().unwrap(), Token::none())
+        .unwrap();
+    let client = agent("cli", FailureMode::Detect);
+    let peer = client.connect(srv.local_addr()).unwrap();
+    drop(srv);
+    drop(r);
+    drop(server); // closes its endpoints: the client's fails
+    let start = std::time::Instant::now();
+    let mut flushed = Ok(());
+    while start.elapsed() < Duration::from_secs(10) {
+        flushed = peer.flush(Duration::from_secs(1));
+        if flushed.is_err() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(flushed.is_err(), "the flush never saw the server go");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(peer.close(Duration::from_secs(1)));
+    });
+    let closed = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("Peer::close hung after the connection failed");
+    assert!(
+        matches!(&closed, Err(Error::PeerFailed { .. })),
+        "{closed:?}"
+    );
+}

@@ -793,8 +793,21 @@ impl UcxBackend {
                 && !self.begin_goodbye(&mut st, conn)
                 && !matches!(lock(&conn.inner).phase, Phase::Closing { .. })
             {
-                // Failed (or never ready): there is nobody to say goodbye to.
+                // Failed (or never ready): there is nobody to say goodbye to. Its phase may
+                // still say ready when the endpoint failed under a direct wait (a flush) that no
+                // reap has seen yet: record why it is closed, as the answer below reads it.
                 st.peers.retain(|p| p.id != conn.id);
+                let mut g = lock(&conn.inner);
+                if !matches!(g.phase, Phase::Failed(_)) {
+                    let detail = match conn.ep.failure() {
+                        Some(s) => format!("connection failed: {s}"),
+                        None => "closed before the connection was ready".into(),
+                    };
+                    g.phase = Phase::Failed(Error::PeerFailed {
+                        peer: g.label.clone(),
+                        detail,
+                    });
+                }
             }
         }
         loop {
@@ -823,11 +836,13 @@ impl UcxBackend {
                 std::thread::sleep(Duration::from_micros(50));
             }
         }
-        match &lock(&conn.inner).phase {
+        // One guard for the answer: `conn.label()` would take the same lock again.
+        let g = lock(&conn.inner);
+        match &g.phase {
             Phase::Closed => Ok(()),
             Phase::Failed(e) => Err(e.clone()),
             _ => Err(Error::PeerFailed {
-                peer: conn.label(),
+                peer: g.label.clone(),
                 detail: "the connection is not open".into(),
             }),
         }
