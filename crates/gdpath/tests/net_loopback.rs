@@ -765,3 +765,41 @@ fn close_after_a_flush_saw_the_server_die_is_an_error_not_a_hang() {
         "{closed:?}"
     );
 }
+
+/// Two writes posted back to back, the second with a notification, then `Peer::close` at
+/// once: the second's flush can be posted after the goodbye's (flushes are coalesced per
+/// peer), so the goodbye must wait for it, or the server, past the goodbye, drops the
+/// notification.
+#[test]
+fn a_notification_posted_before_close_reaches_the_server() {
+    let _serial = serial();
+    // The order of the acknowledgements is timing; try it a few times.
+    for _ in 0..10 {
+        notification_then_close();
+    }
+}
+
+fn notification_then_close() {
+    let s = setup();
+    let local = s
+        .client
+        .register(Memory::host(HostBuffer::from_slice(&pattern(LEN, 5))))
+        .unwrap();
+    let req = || {
+        TransferRequest::write(
+            vec![local.desc(0, LEN as u64)],
+            vec![s.remote.desc(0, LEN as u64)],
+        )
+    };
+    let a = s.client.post(req()).unwrap();
+    let b = s.client.post(req().notify(*b"last layer")).unwrap();
+    s.peer.clone().close(T).unwrap();
+    a.wait().unwrap();
+    b.wait().unwrap();
+    let n = s
+        .server
+        .wait_notification(T)
+        .expect("the notification posted before the close");
+    assert_eq!(n.message, b"last layer");
+    assert!(matches!(next_ending(&s.srv), NetEvent::Left { .. }));
+}

@@ -163,6 +163,17 @@ impl Ops {
         }
         for (peer, items) in groups {
             let label = peer.label();
+            // Planned while the connection was open, posted after it closed (a goodbye begun,
+            // a failure seen) in between: nothing may follow the goodbye's flush.
+            if let Some(why) = peer.failure() {
+                for item in items {
+                    item.complete(Err(Error::PeerFailed {
+                        peer: label.clone(),
+                        detail: why.clone(),
+                    }));
+                }
+                continue;
+            }
             let notify = items.first().and_then(|i| i.notification());
             let remote =
                 notify.is_some() || b.cfg.put_completion == crate::net::PutCompletion::Remote;
@@ -277,6 +288,26 @@ impl Ops {
     /// Batches in flight.
     pub(crate) fn busy(&self) -> bool {
         !self.batches.is_empty()
+    }
+
+    /// Ids of the peers that batches, flushes or control messages in flight still involve
+    /// (sorted): a goodbye to one of them waits until they are done.
+    pub(crate) fn peers_in_flight(&self) -> Vec<u64> {
+        let mut ids: Vec<u64> = self
+            .batches
+            .iter()
+            .map(|b| b.peer.id)
+            .chain(
+                self.flushers
+                    .iter()
+                    .filter(|f| f.inflight.is_some() || !f.waiting.is_empty())
+                    .map(|f| f.peer.id),
+            )
+            .chain(self.sends.iter().map(|s| s.peer.id))
+            .collect();
+        ids.sort_unstable();
+        ids.dedup();
+        ids
     }
 
     /// Tests everything in flight; completes finished items. Returns how many completed.
