@@ -223,7 +223,7 @@ fn pair(input: &DoctorInput, a: &Device, b: &Device, facts: Option<&DriverFacts>
 
     // The PCIe-path verdicts below do not apply where NVLink carries P2P; see
     // `nvlink_unlisted`.
-    let unlisted = nvlink_unlisted(m, a, b);
+    let unlisted = nvlink_unlisted(m, facts, a, b);
     let pcie_verdict = |f: Finding| match &unlisted {
         Some(why) => pcie_only(f, why),
         None => f,
@@ -243,11 +243,17 @@ fn pair(input: &DoctorInput, a: &Device, b: &Device, facts: Option<&DriverFacts>
 
 /// Why the pair's PCIe path may not be its P2P path, when the source cannot tell: both GPUs are
 /// SXM parts (which sit on a baseboard that joins them with NVLink, directly or through
-/// NVSwitch: [`nvlink_norm`]), and the source lists no NVLink at all and carries no driver facts
+/// NVSwitch: [`nvlink_norm`]), and the source lists no NVLink at all and no driver facts are at
+/// hand (neither attached to the machine nor gathered for this run)
 /// (a provider's NCCL topology file such as AWS p4d's, an hwloc export without the NVML plugin,
 /// a sysfs copy). `None` when NVLink between them is known to be absent or present.
-fn nvlink_unlisted(m: &Machine, a: &Device, b: &Device) -> Option<String> {
-    if m.driver.is_some() || !m.nvlinks.is_empty() {
+fn nvlink_unlisted(
+    m: &Machine,
+    facts: Option<&DriverFacts>,
+    a: &Device,
+    b: &Device,
+) -> Option<String> {
+    if facts.is_some() || m.driver.is_some() || !m.nvlinks.is_empty() {
         return None;
     }
     let model = |d: &Device| d.name.clone().filter(|n| nvlink_norm(n).is_some());
