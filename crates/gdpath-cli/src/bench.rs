@@ -235,21 +235,9 @@ fn run_gpu(kind: gpu::GpuBenchKind, a: GpuArgs) -> Result<ExitCode> {
 
 fn run_storage(a: StorageArgs) -> Result<ExitCode> {
     let blocks = parse_size_range(&a.block).context("--block")?;
-    // A block larger than the run would be cut to the run's size: every I/O would be smaller
-    // than the block its row reports. Refused, as `bench net` refuses --batch above --qd.
-    let too_big: Vec<String> = blocks
-        .iter()
-        .filter(|&&b| b > a.size)
-        .map(|&b| format_size(b))
-        .collect();
-    if !too_big.is_empty() {
-        return Err(crate::usage(format!(
-            "--block {} exceeds --size {}: no I/O of that size would be made (each run moves \
-             only --size bytes); choose blocks of at most --size, or a larger --size",
-            too_big.join(", "),
-            format_size(a.size)
-        )));
-    }
+    // Checked here too, before the GPU bench's file is made, as a usage error.
+    gdpath::bench::check_blocks(&blocks, a.size)
+        .map_err(|e| crate::usage(format!("--block, --size: {e}")))?;
     if let Some(gpu) = a.gpu {
         return run_gds(&a, gpu, blocks);
     }

@@ -189,7 +189,7 @@ fn bench_storage_refuses_a_block_larger_than_the_size() {
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("--block 2 MiB, 4 MiB exceeds --size 1 MiB"),
+        err.contains("block 2 MiB, 4 MiB exceeds the size 1 MiB of a run"),
         "stderr: {err}"
     );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();

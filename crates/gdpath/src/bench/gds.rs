@@ -185,6 +185,7 @@ fn drop_cache(path: &std::path::Path) {
 /// Runs the bench. Errors: file preparation, registration (no GPU: `Error::Unsupported`) and
 /// transfer failures; a path the machine cannot take is a [`Skipped`] entry, not an error.
 pub fn run(cfg: &GdsBenchConfig, progress: &dyn Progress) -> Result<GdsBenchReport> {
+    super::check_blocks(&cfg.blocks, cfg.size)?;
     let mut report = GdsBenchReport::default();
     let existing = std::fs::metadata(&cfg.file).map(|m| m.len()).ok();
     match cfg.op {

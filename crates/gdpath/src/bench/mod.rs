@@ -234,6 +234,26 @@ pub fn parse_size_range(s: &str) -> Result<Vec<u64>, SizeError> {
     s.split(',').map(parse_size).collect()
 }
 
+/// Refuses block sizes larger than the bytes a run moves (`size`): such a block would be cut to
+/// `size`, so no I/O of the block its row reports would be made. Shared by the storage and GDS
+/// benches. Errors: [`crate::Error::Config`] naming every such block and the size.
+pub fn check_blocks(blocks: &[u64], size: u64) -> crate::Result<()> {
+    let too_big: Vec<String> = blocks
+        .iter()
+        .filter(|&&b| b > size)
+        .map(|&b| format_size(b))
+        .collect();
+    if too_big.is_empty() {
+        return Ok(());
+    }
+    Err(crate::Error::Config(format!(
+        "block {} exceeds the size {} of a run: no I/O of that size would be made; choose \
+         blocks of at most the size, or a larger size",
+        too_big.join(", "),
+        format_size(size)
+    )))
+}
+
 /// Prints bytes with the largest binary unit that divides them exactly (`4 KiB`, `1 GiB`,
 /// `1.50 GiB` otherwise, `511 B`).
 pub fn format_size(bytes: u64) -> String {

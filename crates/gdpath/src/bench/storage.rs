@@ -290,16 +290,7 @@ pub fn run(cfg: &StorageBenchConfig, progress: &dyn Progress) -> Result<StorageB
             "block size {b} bytes is outside 1 B ..= 1 GiB"
         )));
     }
-    // A block larger than the run would be cut to `size`: no I/O of the block reported in its
-    // row would be made.
-    if let Some(&b) = cfg.blocks.iter().find(|&&b| b > cfg.size) {
-        return Err(Error::Config(format!(
-            "block size {} exceeds the size {} of a run: no I/O of that size would be made; \
-             choose blocks of at most the size",
-            format_size(b),
-            format_size(cfg.size)
-        )));
-    }
+    super::check_blocks(&cfg.blocks, cfg.size)?;
     if cfg.compare && cfg.op == Op::Write {
         return Err(Error::Config(
             "--compare runs a buffered read loop: use it with --read".into(),
