@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{bin, Proc};
+use common::{bin, json_ok, Proc};
 const T: Duration = Duration::from_secs(30);
 
 use gdpath_testkit::ucx_serial as serial;
@@ -468,12 +468,7 @@ fn two_hosts_in_network_namespaces_over_veth() {
         ])
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let j = json_ok(&out);
     for r in j["rows"].as_array().unwrap() {
         assert_eq!(r["verified"], true, "{r}");
         assert_eq!(r["transport"], "tcp", "{r}");
@@ -511,12 +506,7 @@ fn bench_net_batch_and_local_completion_are_verified() {
         ])
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let j = json_ok(&out);
     let rows = j["rows"].as_array().unwrap();
     assert_eq!(rows.len(), 2);
     for r in rows {
@@ -616,12 +606,7 @@ fn serve_and_bench_net_accept_host_names() {
         .args(["--json"])
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let j = json_ok(&out);
     assert_eq!(j["rows"][0]["verified"], true, "{j}");
     srv.wait_line("connected: bench@127.0.0.1", T);
 }

@@ -24,6 +24,22 @@ pub fn gdpath(args: &[&str]) -> (bool, String, String) {
     )
 }
 
+/// The JSON document a successful run printed on stdout; panics with its stderr if the run
+/// failed, or with the text if stdout is not JSON.
+pub fn json_ok(out: &std::process::Output) -> serde_json::Value {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
+}
+
 /// A child process whose stdout lines arrive on a channel; killed when dropped.
 pub struct Proc {
     pub child: Child,
