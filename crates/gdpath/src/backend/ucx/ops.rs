@@ -290,24 +290,15 @@ impl Ops {
         !self.batches.is_empty()
     }
 
-    /// Ids of the peers that batches, flushes or control messages in flight still involve
-    /// (sorted): a goodbye to one of them waits until they are done.
-    pub(crate) fn peers_in_flight(&self) -> Vec<u64> {
-        let mut ids: Vec<u64> = self
-            .batches
-            .iter()
-            .map(|b| b.peer.id)
-            .chain(
-                self.flushers
-                    .iter()
-                    .filter(|f| f.inflight.is_some() || !f.waiting.is_empty())
-                    .map(|f| f.peer.id),
-            )
-            .chain(self.sends.iter().map(|s| s.peer.id))
-            .collect();
-        ids.sort_unstable();
-        ids.dedup();
-        ids
+    /// Whether batches, flushes or control messages in flight still involve peer `id` (a
+    /// goodbye to it waits until they are done).
+    pub(crate) fn involves(&self, id: u64) -> bool {
+        self.batches.iter().any(|b| b.peer.id == id)
+            || self
+                .flushers
+                .iter()
+                .any(|f| f.peer.id == id && (f.inflight.is_some() || !f.waiting.is_empty()))
+            || self.sends.iter().any(|s| s.peer.id == id)
     }
 
     /// Tests everything in flight; completes finished items. Returns how many completed.

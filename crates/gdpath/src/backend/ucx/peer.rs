@@ -654,7 +654,6 @@ impl UcxBackend {
         let mut quiet: Vec<(Arc<PeerConn>, Option<String>)> = Vec::new();
         let mut bye: Vec<Arc<PeerConn>> = Vec::new();
         let mut release: Vec<Arc<PeerConn>> = Vec::new();
-        let in_flight = st.ops.peers_in_flight();
         for p in &st.peers {
             let failed = p.ep.failure();
             let mut g = lock(&p.inner);
@@ -673,7 +672,7 @@ impl UcxBackend {
                             // Work posted before the goodbye still running (a batch's own
                             // flush, its notification): the goodbye goes after it, or the
                             // server would drop what follows.
-                            Ok(true) if in_flight.binary_search(&p.id).is_ok() => {}
+                            Ok(true) if st.ops.involves(p.id) => {}
                             Ok(true) => {
                                 *flush = None;
                                 bye.push(p.clone());
