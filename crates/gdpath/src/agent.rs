@@ -417,8 +417,10 @@ impl Agent {
         }
     }
 
-    /// Plans and starts a transfer; returns at once. Every check of [`Agent::plan`] happens
-    /// first, so a failed post moved no byte.
+    /// Plans and starts a transfer; returns once it is started. Backends may finish small work
+    /// before returning (host memcpy; GPU copies of at most 256 KiB per post, where handing them
+    /// to a thread costs more than the copy). Every check of [`Agent::plan`] happens first, so a
+    /// failed post moved no byte.
     pub fn post(&self, request: TransferRequest) -> Result<Transfer> {
         let planned = self.plan_with_backends(&request)?;
         let mut pollers: Vec<Arc<dyn Backend>> = Vec::new();

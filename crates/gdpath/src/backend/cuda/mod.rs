@@ -14,7 +14,8 @@
 //! | pageable host ↔ GPU | `… { pinned: false }` + `system.host-pageable` | threads + bounce buffers ([`pageable`]); the driver's own copy below 8 MiB |
 //!
 //! Execution: [`Backend::submit`] queues items to `GpuConfig::workers` threads; each runs its
-//! item's copies on pooled streams, waits for them, and completes the item from that thread.
+//! item's copies on pooled streams, waits for them, and completes the item from that thread. A
+//! submission of at most [`INLINE_MAX`] bytes runs on the posting thread instead.
 
 mod devices;
 mod direct;
@@ -64,6 +65,14 @@ impl std::fmt::Debug for CudaBackend {
             .finish()
     }
 }
+
+/// A submission of at most this many bytes (all its pairs together) is copied on the posting
+/// thread, so `Agent::post` returns with it done; larger ones go to the worker threads. Measured
+/// on the H200 (2026-11-30 09:37 UTC, `gdpath bench h2d` / `bench p2p`, 200 runs, three rounds;
+/// docs/benchmarks.md): executing inline took a 4 KiB pageable H2D from 0.13 to 0.29–0.35 GB/s
+/// (≈ 31 → 12–14 µs per transfer), 64 KiB from 1.5–1.6 to 2.7–3.1, 256 KiB from 4.2–5.4 to
+/// 7.1–8.2, and staged GPU0→GPU1 at 4 KiB from 0.09–0.10 to 0.18–0.21 GB/s.
+const INLINE_MAX: u64 = 256 << 10;
 
 impl CudaBackend {
     /// Loads the CUDA driver and starts `cfg.workers` threads.
@@ -407,6 +416,15 @@ impl Backend for CudaBackend {
     }
 
     fn submit(&self, items: Vec<WorkItem>) {
+        // Small work runs on the posting thread: handing it to a worker and waking the waiter
+        // costs more than the copy (see INLINE_MAX).
+        if items.iter().map(|i| i.local().len).sum::<u64>() <= INLINE_MAX {
+            for item in items {
+                let r = self.shared.execute(&item);
+                item.complete(r);
+            }
+            return;
+        }
         for item in items {
             if let Err(crossbeam_channel::SendError(item)) = self.tx.send(item) {
                 item.complete(Err(Error::Backend {
