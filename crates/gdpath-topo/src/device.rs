@@ -112,6 +112,13 @@ pub struct Device {
     /// (`/proc/driver/nvidia/gpus/*/numa_status`, coherent GPU memory on POWER9 or Grace): the
     /// `GPU NUMA ID` column of `nvidia-smi topo -m`.
     pub gpu_numa_id: Option<u32>,
+    /// What an NCCL topology file says of GPUDirect RDMA through this NIC: the `gdr` attribute
+    /// of its `<net>` entries, which NCCL writes from its network plugin's answer for the device
+    /// (1: it can read and write GPU memory; 0: it cannot, e.g. the socket transport on an
+    /// Ethernet NIC); true when any entry says 1. `None` when the source does not say (every
+    /// other source, and NCCL files without the attribute).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nccl_gdr: Option<bool>,
     /// True when the PCI address is not a real one (NCCL XML's virtual switches `ffff:ff:xx.0`,
     /// or a NIC that NCCL XML lists without an address).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
@@ -156,6 +163,7 @@ impl Device {
             acs: None,
             iommu_group: None,
             gpu_numa_id: None,
+            nccl_gdr: None,
             synthetic: false,
         }
     }

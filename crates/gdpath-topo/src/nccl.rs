@@ -14,8 +14,8 @@
 //! - a `<pci>` with a `<gpu>` child is a GPU even without class or vendor (NCCL only lists
 //!   NVIDIA GPUs); one with a `<nic>` child is a NIC;
 //! - `<net name>` names go to `rdma` when they look like RDMA devices (`mlx5_0`, `efa_0`, …),
-//!   else to `netdevs`. A `<nic>` directly under `<cpu>` has no PCI address: it gets a synthetic
-//!   one (`ffff:fe:NN.0`) and a note;
+//!   else to `netdevs`; their `gdr` attribute to `nccl_gdr`. A `<nic>` directly under `<cpu>`
+//!   has no PCI address: it gets a synthetic one (`ffff:fe:NN.0`) and a note;
 //! - `<nvlink target count tclass>`: a GPU target gives NV`count` for the pair; an NVSwitch
 //!   target (`tclass` 0x068000) joins every pair of GPUs with switch links, at the smaller of
 //!   their counts; a link whose target is the GPU itself is ignored with a note.
@@ -260,6 +260,11 @@ impl<'a, 'b> Reader<'a, 'b> {
 
     fn nets(&mut self, nic: Node, d: &mut Device) {
         for net in nic.children().filter(|c| c.has_tag_name("net")) {
+            match net.attribute("gdr").map(str::trim) {
+                Some("1") => d.nccl_gdr = Some(true),
+                Some("0") => d.nccl_gdr = Some(d.nccl_gdr == Some(true)),
+                _ => {}
+            }
             if let Some(name) = net.attribute("name") {
                 if RDMA_PREFIXES.iter().any(|p| name.starts_with(p)) {
                     d.rdma.push(name.to_owned());

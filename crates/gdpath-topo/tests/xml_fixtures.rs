@@ -127,6 +127,8 @@ fn nccl_azure_ncv4_self_nvlinks_and_bare_nic() {
     assert_eq!(nics.len(), 1);
     assert_eq!(nics[0].netdevs, ["eth0"]);
     assert!(nics[0].synthetic);
+    // `<net name="eth0" … gdr="0"/>`: NCCL found no GPUDirect RDMA through it.
+    assert_eq!(nics[0].nccl_gdr, Some(false));
     assert!(m.nvlinks.is_empty(), "self-targeted nvlinks are ignored");
     assert_eq!(m.notes.iter().filter(|n| n.contains("itself")).count(), 4);
     assert_eq!(
@@ -140,6 +142,10 @@ fn nccl_azure_ncv4_self_nvlinks_and_bare_nic() {
 fn nccl_aws_p4d() {
     let m = nccl("nccl-aws-p4d-24xl-topo.xml");
     assert_eq!((m.gpus().count(), m.nics().count()), (8, 4));
+    assert!(
+        m.nics().all(|n| n.nccl_gdr.is_none()),
+        "no <net> entries, no gdr"
+    );
     assert!(m
         .nics()
         .all(|n| n.name.as_deref() == Some("Amazon Elastic Fabric Adapter (EFA)")));

@@ -613,3 +613,35 @@ fn aws_p4d_sxm_gpus_without_listed_nvlink_are_unknown() {
     assert_eq!(x.status, Status::Degraded, "{}", x.evidence);
     assert!(!x.evidence.contains("NVLink"), "{}", x.evidence);
 }
+
+/// Azure NC A100 v4 (NCCL topology dump): its one network device, eth0, is marked `gdr="0"`:
+/// NCCL found no NIC that can read or write GPU memory, so GDR is unavailable, said from the
+/// file (no RDMA device name, no RDMA-capable PCI identity either).
+#[test]
+fn azure_ncv4_nic_marked_gdr_0_makes_gdr_unavailable() {
+    let r = doctor_on_nccl_xml("nccl-xml/nccl-azure-ncv4-topo.xml");
+    let f = find(&r, ids::GDR_NO_RDMA_DEVICE, "system");
+    assert_eq!(f.status, Status::Unavailable, "{}", f.evidence);
+    assert!(
+        f.evidence.contains("gdr=0") && f.evidence.contains("eth0 on NIC0"),
+        "{}",
+        f.evidence
+    );
+    assert!(!f.remedy.is_empty());
+
+    // Derived: the same file with eth0 marked gdr="1" (as NCCL writes it where its network
+    // plugin can read and write GPU memory through the NIC): the check passes, saying so.
+    let text = std::fs::read_to_string(fixture("nccl-xml/nccl-azure-ncv4-topo.xml")).unwrap();
+    assert_eq!(text.matches(r#"maxconn="65536" gdr="0""#).count(), 1);
+    let tmp = scratch();
+    let file = tmp.path().join("ncv4-gdr1.xml");
+    std::fs::write(
+        &file,
+        text.replace(r#"maxconn="65536" gdr="0""#, r#"maxconn="65536" gdr="1""#),
+    )
+    .unwrap();
+    let r = doctor_on_nccl_file(file);
+    let f = find(&r, ids::GDR_NO_RDMA_DEVICE, "system");
+    assert_eq!(f.status, Status::Ok, "{}", f.evidence);
+    assert!(f.evidence.contains("eth0 on NIC0 gdr=1"), "{}", f.evidence);
+}

@@ -121,6 +121,53 @@ fn rdma_devices(input: &DoctorInput) -> Finding {
                         .map(|why| format!("{} {} ({why})", n.id, n.pci))
                 })
                 .collect();
+            // An NCCL dump also says, per network device, whether NCCL found GPUDirect RDMA
+            // through it when the file was written (`<net gdr>`).
+            let nccl_says = |g: bool| -> Vec<String> {
+                m.nics()
+                    .filter(|n| n.nccl_gdr == Some(g))
+                    .map(|n| {
+                        let names: Vec<&str> = n
+                            .rdma
+                            .iter()
+                            .chain(&n.netdevs)
+                            .map(String::as_str)
+                            .collect();
+                        format!("{} on {}", names.join(","), n.id)
+                    })
+                    .collect()
+            };
+            let (yes, no) = (nccl_says(true), nccl_says(false));
+            if by_id.is_empty() && !yes.is_empty() {
+                return finding(
+                    id,
+                    A,
+                    "system",
+                    Status::Ok,
+                    format!(
+                        "the source ({}) marks {} gdr=1: NCCL read and wrote GPU memory through \
+                         it when the file was written",
+                        m.source,
+                        yes.join("; ")
+                    ),
+                    "",
+                );
+            }
+            if by_id.is_empty() && !no.is_empty() && no.len() == m.nics().count() {
+                return finding(
+                    id,
+                    A,
+                    "system",
+                    Status::Unavailable,
+                    format!(
+                        "the source ({}) marks every network device gdr=0 ({}): NCCL found no \
+                         NIC that can read or write GPU memory",
+                        m.source,
+                        no.join("; ")
+                    ),
+                    remedy,
+                );
+            }
             let evidence = if by_id.is_empty() {
                 format!(
                     "the source ({}) names no RDMA device, no NIC is RDMA-capable by its PCI \
