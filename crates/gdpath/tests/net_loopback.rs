@@ -85,6 +85,35 @@ fn setup() -> Setup {
     setup_with(FailureMode::Detect, Token::none(), Token::none())
 }
 
+/// A client agent whose puts complete locally (`PutCompletion::Local`).
+fn local_completion_client(name: &str) -> Agent {
+    let client = Agent::new(AgentConfig {
+        name: name.into(),
+        ..AgentConfig::default()
+    })
+    .unwrap();
+    client
+        .enable_net(NetConfig {
+            put_completion: PutCompletion::Local,
+            ..cfg(FailureMode::Detect)
+        })
+        .unwrap();
+    client
+}
+
+/// Writes all of `src` to `remote` as `n` equal puts in one transfer, and waits for it.
+fn write_in_chunks(client: &Agent, src: &Region, remote: &Region, n: u64) {
+    let chunk = LEN as u64 / n;
+    let (l, r): (Vec<_>, Vec<_>) = (0..n)
+        .map(|i| (src.desc(i * chunk, chunk), remote.desc(i * chunk, chunk)))
+        .unzip();
+    client
+        .post(TransferRequest::write(l, r))
+        .unwrap()
+        .wait()
+        .unwrap();
+}
+
 #[test]
 fn get_and_put_are_byte_exact_and_report_the_transport() {
     let _serial = serial();
@@ -432,17 +461,7 @@ fn fast_local_mode_uses_shared_memory() {
 fn local_put_completion_then_flush_is_byte_exact() {
     let _serial = serial();
     let s = setup();
-    let client = Agent::new(AgentConfig {
-        name: "cli-local".into(),
-        ..AgentConfig::default()
-    })
-    .unwrap();
-    client
-        .enable_net(NetConfig {
-            put_completion: PutCompletion::Local,
-            ..cfg(FailureMode::Detect)
-        })
-        .unwrap();
+    let client = local_completion_client("cli-local");
     let peer = client.connect(s.srv.local_addr()).unwrap();
     let id = peer.regions()[0].id;
     let remote = client.register(peer.memory(id).unwrap()).unwrap();
@@ -451,15 +470,7 @@ fn local_put_completion_then_flush_is_byte_exact() {
         .register(Memory::host(HostBuffer::from_slice(&want)))
         .unwrap();
     // 64 puts of 64 KiB in one transfer, then confirm them.
-    let chunk = (LEN / 64) as u64;
-    let (l, r): (Vec<_>, Vec<_>) = (0..64u64)
-        .map(|i| (src.desc(i * chunk, chunk), remote.desc(i * chunk, chunk)))
-        .unzip();
-    client
-        .post(TransferRequest::write(l, r))
-        .unwrap()
-        .wait()
-        .unwrap();
+    write_in_chunks(&client, &src, &remote, 64);
     peer.flush(T).unwrap();
     let back = client
         .register(Memory::host(HostBuffer::zeroed(LEN)))
@@ -515,32 +526,14 @@ fn clean_disconnect_is_reported_as_left_not_lost() {
         .unwrap();
 
     // 1. Explicit close, with puts that completed only locally.
-    let client = Agent::new(AgentConfig {
-        name: "cli".into(),
-        ..AgentConfig::default()
-    })
-    .unwrap();
-    client
-        .enable_net(NetConfig {
-            put_completion: PutCompletion::Local,
-            ..cfg(FailureMode::Detect)
-        })
-        .unwrap();
+    let client = local_completion_client("cli");
     let peer = client.connect(srv.local_addr()).unwrap();
     let remote = client.register(peer.memory(id).unwrap()).unwrap();
     let want = pattern(LEN, 21);
     let src = client
         .register(Memory::host(HostBuffer::from_slice(&want)))
         .unwrap();
-    let chunk = (LEN / 16) as u64;
-    let (l, r): (Vec<_>, Vec<_>) = (0..16u64)
-        .map(|i| (src.desc(i * chunk, chunk), remote.desc(i * chunk, chunk)))
-        .unzip();
-    client
-        .post(TransferRequest::write(l, r))
-        .unwrap()
-        .wait()
-        .unwrap();
+    write_in_chunks(&client, &src, &remote, 16);
     // A withdrawal the client never acknowledges (nothing progresses it): the goodbye
     // releases it, as a lost peer would.
     server.unexport(&extra).unwrap();
