@@ -85,6 +85,22 @@ fn setup() -> Setup {
     setup_with(FailureMode::Detect, Token::none(), Token::none())
 }
 
+/// A serving agent exporting one 4 KiB host region, and a client connected to it:
+/// (server, region, listener, client, peer).
+fn one_small_export() -> (Agent, Region, Server, Agent, Peer) {
+    let server = agent("srv", FailureMode::Detect);
+    let r = server
+        .register(Memory::host(HostBuffer::zeroed(4096)))
+        .unwrap();
+    server.export(&r).unwrap();
+    let srv = server
+        .serve("127.0.0.1:0".parse().unwrap(), Token::none())
+        .unwrap();
+    let client = agent("cli", FailureMode::Detect);
+    let peer = client.connect(srv.local_addr()).unwrap();
+    (server, r, srv, client, peer)
+}
+
 /// A client agent whose puts complete locally (`PutCompletion::Local`).
 fn local_completion_client(name: &str) -> Agent {
     let client = Agent::new(AgentConfig {
@@ -683,16 +699,7 @@ fn fast_local_clean_disconnect_is_left_and_the_server_keeps_serving() {
 #[test]
 fn close_without_an_answer_is_bounded_and_an_error() {
     let _serial = serial();
-    let server = agent("srv", FailureMode::Detect);
-    let r = server
-        .register(Memory::host(HostBuffer::zeroed(4096)))
-        .unwrap();
-    server.export(&r).unwrap();
-    let srv = server
-        .serve("127.0.0.1:0".parse().unwrap(), Token::none())
-        .unwrap();
-    let client = agent("cli", FailureMode::Detect);
-    let peer = client.connect(srv.local_addr()).unwrap();
+    let (server, _r, srv, client, peer) = one_small_export();
     drop(srv); // stops the server's progress thread; the connection stays open
     let start = std::time::Instant::now();
     let err = peer.close(Duration::from_millis(300)).unwrap_err();
@@ -723,16 +730,7 @@ fn close_without_an_answer_is_bounded_and_an_error() {
 #[test]
 fn close_after_a_flush_saw_the_server_die_is_an_error_not_a_hang() {
     let _serial = serial();
-    let server = agent("srv", FailureMode::Detect);
-    let r = server
-        .register(Memory::host(HostBuffer::zeroed(4096)))
-        .unwrap();
-    server.export(&r).unwrap();
-    let srv = server
-        .serve("127.0.0.1:0".parse().unwrap(), Token::none())
-        .unwrap();
-    let client = agent("cli", FailureMode::Detect);
-    let peer = client.connect(srv.local_addr()).unwrap();
+    let (server, r, srv, _client, peer) = one_small_export();
     drop(srv);
     drop(r);
     drop(server); // closes its endpoints: the client's fails
