@@ -56,14 +56,6 @@ impl Command {
             Command::Serve(_) => false,
         }
     }
-
-    /// The exit status of a failed run: 1, or the doctor's own (3).
-    fn failure_status(&self) -> u8 {
-        match self {
-            Command::Doctor(_) => doctor::EXIT_FAILED,
-            _ => 1,
-        }
-    }
 }
 
 /// Schema name of the JSON document a failing `--json` run prints on stdout:
@@ -86,7 +78,8 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => return usage_failure(e),
     };
-    let (json, status) = (cli.command.json(), cli.command.failure_status());
+    let json = cli.command.json();
+    let is_doctor = matches!(cli.command, Command::Doctor(_));
     let result = match cli.command {
         Command::Bench(b) => bench::run(b),
         Command::Copy(c) => copy::run(c),
@@ -101,16 +94,18 @@ fn main() -> ExitCode {
         Err(e) => {
             let message = error_chain(&e);
             eprintln!("gdpath: error: {message}");
+            let kind = error_kind(&e);
             if json {
-                print_error_json(&message, &error_kind(&e));
+                print_error_json(&message, &kind);
             }
-            ExitCode::from(status)
+            ExitCode::from(failure_status(is_doctor, kind == "usage"))
         }
     }
 }
 
-/// Command-line parsing failed (or asked for help): clap's message and status, and with
-/// `--json` on the command line also the error document with kind `usage`.
+/// Command-line parsing failed (or asked for help): clap's message, status 2 (3 for `doctor`,
+/// whose 2 means "unavailable"), and with `--json` on the command line also the error
+/// document with kind `usage`.
 fn usage_failure(e: clap::Error) -> ExitCode {
     use clap::error::ErrorKind;
     let wants_json = std::env::args_os()
@@ -123,14 +118,37 @@ fn usage_failure(e: clap::Error) -> ExitCode {
             | ErrorKind::DisplayVersion
             | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
     );
-    if !wants_json || help {
+    if help {
         e.exit();
     }
     let _ = e.print();
-    let text = e.to_string();
-    let first = text.lines().next().unwrap_or_default();
-    print_error_json(first.strip_prefix("error: ").unwrap_or(first), "usage");
-    ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2))
+    if wants_json {
+        let text = e.to_string();
+        let first = text.lines().next().unwrap_or_default();
+        print_error_json(first.strip_prefix("error: ").unwrap_or(first), "usage");
+    }
+    let doctor = subcommand_word().as_deref() == Some("doctor");
+    ExitCode::from(failure_status(doctor, true))
+}
+
+/// Exit status of a bad command line, as clap's own.
+const USAGE_STATUS: u8 = 2;
+
+/// The exit status of a failed run: the doctor's own (3; its 1 and 2 are verdicts, so a bad
+/// doctor command line is 3 too); otherwise 2 for a bad command line, 1 for anything else.
+fn failure_status(doctor: bool, usage: bool) -> u8 {
+    if doctor {
+        doctor::EXIT_FAILED
+    } else if usage {
+        USAGE_STATUS
+    } else {
+        1
+    }
+}
+
+/// The first command-line word that is not an option: the subcommand, when there is one.
+fn subcommand_word() -> Option<String> {
+    std::env::args().skip(1).find(|a| !a.starts_with('-'))
 }
 
 fn print_error_json(message: &str, kind: &str) {

@@ -86,3 +86,17 @@ fn help_is_not_an_error() {
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).contains("Usage:"));
 }
+
+/// The doctor's exit statuses 1 and 2 are verdicts (degraded, unavailable): a command line it
+/// cannot parse is 3 ("the doctor failed"), never clap's 2; other commands keep 2.
+#[test]
+fn a_bad_doctor_command_line_is_3_not_unavailable() {
+    let out = run(&["doctor", "--no-such-option"]);
+    assert_eq!(out.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--no-such-option"));
+    let out = run(&["doctor", "--no-such-option", "--json"]);
+    assert_eq!(out.status.code(), Some(3));
+    assert_eq!(error_doc(&out)["kind"], "usage");
+    let out = run(&["topo", "--no-such-option"]);
+    assert_eq!(out.status.code(), Some(2));
+}

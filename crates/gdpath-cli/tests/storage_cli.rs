@@ -186,7 +186,7 @@ fn bench_storage_refuses_a_block_larger_than_the_size() {
         .args(["--json"])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2), "a bad command line, as clap's");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains("block 2 MiB, 4 MiB exceeds the size 1 MiB of a run"),
