@@ -186,8 +186,8 @@ pub(crate) fn usage(message: impl Into<String>) -> anyhow::Error {
 
 /// The machine-readable category of a failure, from the outermost typed error of its chain:
 /// an engine error ([`gdpath::Error`]) is its variant in snake_case (`peer_failed`, `open`,
-/// `config`, ...); the CLI's own are `usage` and `resolve`; a bare I/O error is `io`; anything
-/// else `other`.
+/// `config`, ...); a malformed checkpoint `checkpoint`; the CLI's own are `usage` and
+/// `resolve`; a bare I/O error is `io`; anything else `other`.
 pub(crate) fn error_kind(e: &anyhow::Error) -> String {
     for cause in e.chain() {
         if let Some(c) = cause.downcast_ref::<CliError>() {
@@ -195,6 +195,13 @@ pub(crate) fn error_kind(e: &anyhow::Error) -> String {
         }
         if let Some(g) = cause.downcast_ref::<gdpath::Error>() {
             return engine_kind(g);
+        }
+        // Errors that box the engine's (a checkpoint load's) name it as their source.
+        if let Some(g) = cause.downcast_ref::<Box<gdpath::Error>>() {
+            return engine_kind(g);
+        }
+        if cause.is::<gdpath::checkpoint::CheckpointError>() {
+            return "checkpoint".to_owned();
         }
         if cause.is::<std::io::Error>() {
             return "io".to_owned();

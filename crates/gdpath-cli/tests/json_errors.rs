@@ -100,3 +100,17 @@ fn a_bad_doctor_command_line_is_3_not_unavailable() {
     let out = run(&["topo", "--no-such-option"]);
     assert_eq!(out.status.code(), Some(2));
 }
+
+/// A malformed checkpoint is kind `checkpoint`, whatever the machine (the header is read before
+/// anything touches a GPU's memory for the load).
+#[test]
+fn a_malformed_checkpoint_is_kind_checkpoint() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let f = dir.path().join("bad.safetensors");
+    std::fs::write(&f, b"xx").unwrap();
+    let out = run(&["load", f.to_str().unwrap(), "--json"]);
+    assert_eq!(out.status.code(), Some(1));
+    let v = error_doc(&out);
+    assert_eq!(v["kind"], "checkpoint", "{v}");
+    assert!(v["error"].as_str().unwrap().contains("too short"), "{v}");
+}

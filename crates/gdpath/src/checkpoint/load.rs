@@ -21,12 +21,14 @@ pub enum LoadError {
     #[error("{path}: {error}")]
     Checkpoint {
         path: std::path::PathBuf,
+        #[source]
         error: CheckpointError,
     },
     /// Registration, allocation or the transfer failed (the allocation is freed again).
     #[error("{path}: {error}")]
     Engine {
         path: std::path::PathBuf,
+        #[source]
         error: Box<Error>,
     },
 }
