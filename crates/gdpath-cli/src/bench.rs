@@ -493,7 +493,11 @@ fn run_gds(a: &StorageArgs, gpu: u32, blocks: Vec<u64>) -> Result<ExitCode> {
         "gds" => vec![GdsPathChoice::Gds],
         "compat" => vec![GdsPathChoice::Compat],
         "staged" => vec![GdsPathChoice::Staged],
-        other => anyhow::bail!("--path {other}: expected gds, compat, staged or all"),
+        other => {
+            return Err(crate::usage(format!(
+                "--path {other}: expected gds, compat, staged or all"
+            )))
+        }
     };
     let threads = match &a.threads {
         Some(t) => t

@@ -115,8 +115,14 @@ fn run_gpu(a: &CopyArgs, src: Ep, dst: Ep) -> Result<ExitCode> {
             let size = a.size.context("--size is needed to copy from GPU memory")?;
             gpu_to_file(&agent, s.map_err(anyhow::Error::msg)?, size, file, a.verify)?
         }
-        (Some(_), None, None) => anyhow::bail!("copy from GPU memory needs a destination file"),
-        (Some(_), Some(_), _) => anyhow::bail!("GPU to GPU copies are `gdpath bench p2p`'s"),
+        (Some(_), None, None) => {
+            return Err(crate::usage(
+                "copy from GPU memory needs a destination file",
+            ))
+        }
+        (Some(_), Some(_), _) => {
+            return Err(crate::usage("GPU to GPU copies are `gdpath bench p2p`'s"))
+        }
         (None, None, _) => unreachable!("run_gpu is called with a GPU end"),
     };
     if a.json {

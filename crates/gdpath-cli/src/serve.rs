@@ -1,6 +1,6 @@
 //! `gdpath serve`: an agent that exports memory regions to peer agents over UCX.
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::Args;
 use gdpath::bench::{format_size, parse_size};
 use gdpath::net::{FailureMode, NetConfig, NetEvent, Token};
@@ -74,9 +74,9 @@ impl NetOpts {
         };
         if let (Some(s), Some(e)) = (&secret, &env) {
             if s != e {
-                anyhow::bail!(
-                    "--token/--token-file and GDPATH_TOKEN are both set and differ: unset one"
-                );
+                return Err(crate::usage(
+                    "--token/--token-file and GDPATH_TOKEN are both set and differ: unset one",
+                ));
             }
         }
         match secret {
@@ -178,7 +178,7 @@ enum ExportSpec {
 }
 
 fn parse_export(s: &str) -> Result<ExportSpec> {
-    let bad = || anyhow::anyhow!("--export {s:?}: expected host:SIZE or gpu:N:SIZE");
+    let bad = || crate::usage(format!("--export {s:?}: expected host:SIZE or gpu:N:SIZE"));
     let (kind, rest) = s.split_once(':').ok_or_else(bad)?;
     let spec = match kind {
         "host" => ExportSpec::Host(parse_size(rest).with_context(|| format!("--export {s:?}"))?),
@@ -190,10 +190,14 @@ fn parse_export(s: &str) -> Result<ExportSpec> {
                 parse_size(size).with_context(|| format!("--export {s:?}"))?,
             )
         }
-        _ => bail!("--export {s:?}: unknown memory kind {kind:?} (expected host or gpu)"),
+        _ => {
+            return Err(crate::usage(format!(
+                "--export {s:?}: unknown memory kind {kind:?} (expected host or gpu)"
+            )))
+        }
     };
     if matches!(spec, ExportSpec::Host(0) | ExportSpec::Gpu(_, 0)) {
-        bail!("--export {s:?}: size must be > 0");
+        return Err(crate::usage(format!("--export {s:?}: size must be > 0")));
     }
     Ok(spec)
 }

@@ -114,3 +114,29 @@ fn a_malformed_checkpoint_is_kind_checkpoint() {
     assert_eq!(v["kind"], "checkpoint", "{v}");
     assert!(v["error"].as_str().unwrap().contains("too short"), "{v}");
 }
+
+/// Command-line mistakes the CLI finds itself (not clap) are usage errors too: status 2, kind
+/// `usage` (with --json), naming the value.
+#[test]
+fn the_cli_s_own_argument_checks_are_usage_errors() {
+    // `serve` has no --json: the status and the message.
+    for (spec, says) in [
+        ("host:0", "size must be > 0"),
+        ("disk:1MiB", "unknown memory kind"),
+    ] {
+        let out = run(&["serve", "--export", spec]);
+        assert_eq!(out.status.code(), Some(2), "{spec}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(spec) && err.contains(says), "{err}");
+    }
+    let out = Command::new(common::bin())
+        .args(["bench", "net", "--peer", "127.0.0.1:9", "--json"])
+        .args(["--token", "one shared secret of some length"])
+        .env("GDPATH_TOKEN", "another shared secret of some length")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let v = error_doc(&out);
+    assert_eq!(v["kind"], "usage", "{v}");
+    assert!(v["error"].as_str().unwrap().contains("differ"), "{v}");
+}
