@@ -89,6 +89,13 @@ fn round_trip(agent: &Agent, addr: SocketAddr, len: usize, seed: u64) {
     );
 }
 
+/// `gdpath bench net --peer PEER --devices lo`, to which a test adds its own arguments.
+fn bench_net(peer: &str) -> Command {
+    let mut c = Command::new(bin());
+    c.args(["bench", "net", "--peer", peer, "--devices", "lo"]);
+    c
+}
+
 #[test]
 fn two_processes_over_loopback() {
     let _serial = serial();
@@ -104,16 +111,8 @@ fn bench_net_json_rows_are_verified_and_name_the_transport() {
     for op in ["put", "get"] {
         // An environment variable UCX does not know makes it print a warning at start: that
         // must land on stderr, not in the JSON on stdout.
-        let out = Command::new(bin())
+        let out = bench_net(&addr.to_string())
             .env("UCX_GDPATH_TEST_UNKNOWN", "1")
-            .args([
-                "bench",
-                "net",
-                "--peer",
-                &addr.to_string(),
-                "--devices",
-                "lo",
-            ])
             .args(["--op", op, "--size", "8B,64KiB,1MiB", "--runs", "2"])
             .args(["--bytes-per-run", "4MiB", "--json"])
             .output()
@@ -173,17 +172,8 @@ fn wrong_token_is_refused() {
         "--token-file",
         tok.to_str().unwrap(),
     ]);
-    let out = Command::new(bin())
-        .args([
-            "bench",
-            "net",
-            "--peer",
-            &addr.to_string(),
-            "--devices",
-            "lo",
-            "--size",
-            "4KiB",
-        ])
+    let out = bench_net(&addr.to_string())
+        .args(["--size", "4KiB"])
         .env("GDPATH_TOKEN", "another secret of some length")
         .output()
         .unwrap();
@@ -192,17 +182,8 @@ fn wrong_token_is_refused() {
     assert!(err.contains("authentication"), "{err}");
     srv.wait_line("refused:", T);
     // The right token works, from the environment.
-    let out = Command::new(bin())
-        .args([
-            "bench",
-            "net",
-            "--peer",
-            &addr.to_string(),
-            "--devices",
-            "lo",
-            "--size",
-            "4KiB",
-        ])
+    let out = bench_net(&addr.to_string())
+        .args(["--size", "4KiB"])
         .args(["--runs", "1", "--bytes-per-run", "64KiB"])
         .env("GDPATH_TOKEN", "a shared secret of some length")
         .output()
@@ -289,18 +270,14 @@ fn server_killed_mid_stream_fails_transfers_with_a_typed_error() {
 fn client_killed_mid_stream_server_keeps_serving_another() {
     let _serial = serial();
     let (mut srv, addr) = lo_serve(&["--export", "host:16MiB"]);
-    let mut bench = Proc::spawn(
-        Command::new(bin())
-            .args([
-                "bench",
-                "net",
-                "--peer",
-                &addr.to_string(),
-                "--devices",
-                "lo",
-            ])
-            .args(["--size", "1MiB", "--runs", "100", "--bytes-per-run", "1GiB"]),
-    );
+    let mut bench = Proc::spawn(bench_net(&addr.to_string()).args([
+        "--size",
+        "1MiB",
+        "--runs",
+        "100",
+        "--bytes-per-run",
+        "1GiB",
+    ]));
     srv.wait_line("connected: bench@", T);
     std::thread::sleep(Duration::from_millis(500));
     bench.child.kill().unwrap(); // SIGKILL mid-stream
@@ -317,15 +294,7 @@ fn client_killed_mid_stream_server_keeps_serving_another() {
 fn bench_client_that_finishes_is_reported_as_left_not_lost() {
     let _serial = serial();
     let (mut srv, addr) = lo_serve(&["--export", "host:4MiB"]);
-    let out = Command::new(bin())
-        .args([
-            "bench",
-            "net",
-            "--peer",
-            &addr.to_string(),
-            "--devices",
-            "lo",
-        ])
+    let out = bench_net(&addr.to_string())
         .args(["--size", "64KiB", "--runs", "1", "--bytes-per-run", "1MiB"])
         .output()
         .unwrap();
@@ -483,15 +452,7 @@ fn two_hosts_in_network_namespaces_over_veth() {
 fn bench_net_batch_and_local_completion_are_verified() {
     let _serial = serial();
     let (_srv, addr) = lo_serve(&["--export", "host:4MiB"]);
-    let out = Command::new(bin())
-        .args([
-            "bench",
-            "net",
-            "--peer",
-            &addr.to_string(),
-            "--devices",
-            "lo",
-        ])
+    let out = bench_net(&addr.to_string())
         .args([
             "--op", "put", "--size", "8B,64KiB", "--qd", "8", "--batch", "4",
         ])
@@ -561,8 +522,7 @@ fn bad_network_arguments_are_refused_with_a_reason() {
 #[test]
 fn bench_net_with_no_peer_prints_a_json_error() {
     let _serial = serial();
-    let out = Command::new(bin())
-        .args(["bench", "net", "--peer", "127.0.0.1:1", "--devices", "lo"])
+    let out = bench_net("127.0.0.1:1")
         .args(["--size", "4KiB", "--json"])
         .output()
         .unwrap();
@@ -600,8 +560,7 @@ fn serve_and_bench_net_accept_host_names() {
     );
     assert_eq!(addr.ip(), std::net::Ipv4Addr::LOCALHOST, "{addr}");
     let peer = format!("localhost:{}", addr.port());
-    let out = Command::new(bin())
-        .args(["bench", "net", "--peer", &peer, "--devices", "lo"])
+    let out = bench_net(&peer)
         .args(["--size", "4KiB", "--runs", "1", "--bytes-per-run", "64KiB"])
         .args(["--json"])
         .output()

@@ -6,7 +6,8 @@ use gdpath::net::{
     ConnectOptions, FailureMode, NetConfig, NetEvent, Peer, PutCompletion, Server, Token,
 };
 use gdpath::{
-    Agent, AgentConfig, Error, HostBuffer, Memory, Path, Region, RemoteMemory, TransferRequest,
+    Agent, AgentConfig, Error, HostBuffer, Memory, Path, Region, RemoteMemory, TransferReport,
+    TransferRequest,
 };
 use std::time::Duration;
 
@@ -99,6 +100,22 @@ fn one_small_export() -> (Agent, Region, Server, Agent, Peer) {
     let client = agent("cli", FailureMode::Detect);
     let peer = client.connect(srv.local_addr()).unwrap();
     (server, r, srv, client, peer)
+}
+
+/// Reads `remote[0..len]` into a fresh host region of `client`: (that region, the report).
+fn read_back(client: &Agent, remote: &Region, len: usize) -> (Region, TransferReport) {
+    let back = client
+        .register(Memory::host(HostBuffer::zeroed(len)))
+        .unwrap();
+    let rep = client
+        .post(TransferRequest::read(
+            vec![back.desc(0, len as u64)],
+            vec![remote.desc(0, len as u64)],
+        ))
+        .unwrap()
+        .wait()
+        .unwrap();
+    (back, rep)
 }
 
 /// A client agent whose puts complete locally (`PutCompletion::Local`).
@@ -454,19 +471,7 @@ fn fast_local_mode_uses_shared_memory() {
             .any(|m| t.contains(m)),
         "FastLocal between two workers of one host should use shared memory, got {t}"
     );
-    let local = s
-        .client
-        .register(Memory::host(HostBuffer::zeroed(LEN)))
-        .unwrap();
-    let rep = s
-        .client
-        .post(TransferRequest::read(
-            vec![local.desc(0, LEN as u64)],
-            vec![s.remote.desc(0, LEN as u64)],
-        ))
-        .unwrap()
-        .wait()
-        .unwrap();
+    let (local, rep) = read_back(&s.client, &s.remote, LEN);
     assert_eq!(rep.pairs[0].path, Path::Ucx { transport: t });
     assert!(local.host_view().unwrap()[..] == pattern(LEN, 1)[..]);
 }
@@ -488,17 +493,7 @@ fn local_put_completion_then_flush_is_byte_exact() {
     // 64 puts of 64 KiB in one transfer, then confirm them.
     write_in_chunks(&client, &src, &remote, 64);
     peer.flush(T).unwrap();
-    let back = client
-        .register(Memory::host(HostBuffer::zeroed(LEN)))
-        .unwrap();
-    client
-        .post(TransferRequest::read(
-            vec![back.desc(0, LEN as u64)],
-            vec![remote.desc(0, LEN as u64)],
-        ))
-        .unwrap()
-        .wait()
-        .unwrap();
+    let (back, _) = read_back(&client, &remote, LEN);
     assert!(back.host_view().unwrap()[..] == want[..], "not byte-exact");
     drop((remote, peer, client));
 }
@@ -517,6 +512,14 @@ fn next_ending(srv: &Server) -> NetEvent {
             Some(e) => return e,
             None => panic!("no event within {T:?}"),
         }
+    }
+}
+
+/// The server's next ending is a clean `Left` of a peer whose label starts with `prefix`.
+fn expect_left(srv: &Server, prefix: &str) {
+    match next_ending(srv) {
+        NetEvent::Left { peer } => assert!(peer.starts_with(prefix), "{peer}"),
+        e => panic!("expected Left, got {e:?}"),
     }
 }
 
@@ -556,10 +559,7 @@ fn clean_disconnect_is_reported_as_left_not_lost() {
     assert_eq!(srv.withdrawing(), 1);
     assert_eq!(srv.peers(), 1);
     peer.clone().close(T).unwrap();
-    match next_ending(&srv) {
-        NetEvent::Left { peer } => assert!(peer.starts_with("cli@127.0.0.1:"), "{peer}"),
-        e => panic!("expected Left, got {e:?}"),
-    }
+    expect_left(&srv, "cli@127.0.0.1:");
     assert!(
         exported.host_view().unwrap()[..] == want[..],
         "puts completed locally were not flushed before the goodbye"
@@ -604,10 +604,7 @@ fn clean_disconnect_is_reported_as_left_not_lost() {
         "a clone is still alive"
     );
     drop(clone);
-    match next_ending(&srv) {
-        NetEvent::Left { peer } => assert!(peer.starts_with("cli2@"), "{peer}"),
-        e => panic!("expected Left, got {e:?}"),
-    }
+    expect_left(&srv, "cli2@");
     drop(client2);
 
     // 3. The last Peer dropped while a region made from it is alive: the connection stays
@@ -616,23 +613,10 @@ fn clean_disconnect_is_reported_as_left_not_lost() {
     let peer3 = client3.connect(srv.local_addr()).unwrap();
     let remote3 = client3.register(peer3.memory(id).unwrap()).unwrap();
     drop(peer3);
-    let local3 = client3
-        .register(Memory::host(HostBuffer::zeroed(4096)))
-        .unwrap();
-    client3
-        .post(TransferRequest::read(
-            vec![local3.desc(0, 4096)],
-            vec![remote3.desc(0, 4096)],
-        ))
-        .unwrap()
-        .wait()
-        .unwrap();
+    let (local3, _) = read_back(&client3, &remote3, 4096);
     assert!(local3.host_view().unwrap()[..] == want[..4096]);
     drop((local3, client3));
-    match next_ending(&srv) {
-        NetEvent::Left { peer } => assert!(peer.starts_with("cli3@"), "{peer}"),
-        e => panic!("expected Left, got {e:?}"),
-    }
+    expect_left(&srv, "cli3@");
     drop(remote3);
     let after = events_until_quiet(&srv, Duration::from_secs(2));
     assert!(after.is_empty(), "after the goodbyes: {after:?}");
@@ -666,25 +650,12 @@ fn fast_local_clean_disconnect_is_left_and_the_server_keeps_serving() {
         let client = agent(name, FailureMode::FastLocal);
         let peer = client.connect(srv.local_addr()).unwrap();
         let remote = client.register(peer.memory(id).unwrap()).unwrap();
-        let local = client
-            .register(Memory::host(HostBuffer::zeroed(8192)))
-            .unwrap();
-        client
-            .post(TransferRequest::read(
-                vec![local.desc(0, 8192)],
-                vec![remote.desc(0, 8192)],
-            ))
-            .unwrap()
-            .wait()
-            .unwrap();
+        let (local, _) = read_back(&client, &remote, 8192);
         assert!(local.host_view().unwrap()[..] == pattern(8192, 4)[..]);
         let t = std::time::Instant::now();
         drop((remote, local, peer));
         eprintln!("{name}: closed in {:?}", t.elapsed());
-        match next_ending(&srv) {
-            NetEvent::Left { peer } => assert!(peer.starts_with(&format!("{name}@")), "{peer}"),
-            e => panic!("expected Left, got {e:?}"),
-        }
+        expect_left(&srv, &format!("{name}@"));
         let t = std::time::Instant::now();
         drop(client);
         eprintln!("{name}: agent dropped in {:?}", t.elapsed());
@@ -792,5 +763,5 @@ fn notification_then_close() {
         .wait_notification(T)
         .expect("the notification posted before the close");
     assert_eq!(n.message, b"last layer");
-    assert!(matches!(next_ending(&s.srv), NetEvent::Left { .. }));
+    expect_left(&s.srv, "cli@");
 }
