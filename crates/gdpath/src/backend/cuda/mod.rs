@@ -294,11 +294,11 @@ fn host_choice(path: Path) -> PlanChoice {
         Path::HostToDevice { pinned: false } | Path::DeviceToHost { pinned: false } => PlanChoice {
             path,
             finding: Some(ids::HOST_PAGEABLE.into()),
-            detail: Some(
+            detail: Some(format!(
                 "host memory is pageable: copied through pinned bounce buffers (gdpath's \
-                 pipeline from 8 MiB, the driver's own below)"
-                    .into(),
-            ),
+                 pipeline from {} MiB, the driver's own below)",
+                pageable::DRIVER_BELOW >> 20
+            )),
         },
         p => PlanChoice::on(p),
     }

@@ -28,7 +28,7 @@ const MIN_BYTES_PER_THREAD: usize = 4 << 20;
 /// 11.4 / 12.4 GB/s (H2D) and 9.8 / 12.6 / 13.7 (D2H) at 1 / 4 / 16 MiB, gdpath's pipeline at
 /// 4.2 / 7.0 / 14.2 and 4.7 / 7.6 / 14.7: the driver wins at 4 MiB and below, gdpath at 16 MiB
 /// and above (28.6 against 8.0 GB/s at 64 MiB); 8 MiB, between, splits the unmeasured middle.
-pub(crate) const DRIVER_BELOW: usize = 8 << 20;
+pub(super) const DRIVER_BELOW: usize = 8 << 20;
 
 /// How a copy of `len` bytes is cut: `(chunk, pieces, threads)`. Threads: at most `threads`, one
 /// per [`MIN_BYTES_PER_THREAD`] (a copy below that runs on the calling thread), never more than
