@@ -168,6 +168,16 @@ impl Device {
         }
     }
 
+    /// The names of this function's interfaces: its RDMA devices, then its network interfaces
+    /// (`mlx5_0`, `eth0`).
+    pub fn interface_names(&self) -> Vec<&str> {
+        self.rdma
+            .iter()
+            .chain(&self.netdevs)
+            .map(String::as_str)
+            .collect()
+    }
+
     /// The readable name, or one made from vendor and class when the reader gave none.
     pub fn display_name(&self) -> String {
         self.name

@@ -289,15 +289,11 @@ impl<'a, 'b> Reader<'a, 'b> {
         d.synthetic = true;
         d.kind = DeviceKind::Nic;
         self.nets(nic, &mut d);
-        let names: Vec<String> = d.rdma.iter().chain(&d.netdevs).cloned().collect();
-        d.name = Some(format!(
-            "NIC {} (no PCI address in the file)",
-            names.join(", ")
-        ));
+        let names = d.interface_names().join(", ");
+        d.name = Some(format!("NIC {names} (no PCI address in the file)"));
         self.notes.push(format!(
-            "line {}: NIC {} has no PCI address; placed under CPU {} as {pci}",
+            "line {}: NIC {names} has no PCI address; placed under CPU {} as {pci}",
             self.line(nic),
-            names.join(", "),
             ctx.0.map_or_else(|| "?".to_owned(), |n| n.to_string())
         ));
         self.devices.push(d);

@@ -126,15 +126,7 @@ fn rdma_devices(input: &DoctorInput) -> Finding {
             let nccl_says = |g: bool| -> Vec<String> {
                 m.nics()
                     .filter(|n| n.nccl_gdr == Some(g))
-                    .map(|n| {
-                        let names: Vec<&str> = n
-                            .rdma
-                            .iter()
-                            .chain(&n.netdevs)
-                            .map(String::as_str)
-                            .collect();
-                        format!("{} on {}", names.join(","), n.id)
-                    })
+                    .map(|n| format!("{} on {}", n.interface_names().join(","), n.id))
                     .collect()
             };
             let (yes, no) = (nccl_says(true), nccl_says(false));
