@@ -724,21 +724,10 @@ impl UcxBackend {
             });
         }
         for (p, why) in quiet {
-            st.peers.retain(|x| x.id != p.id);
-            if let Some(detail) = why {
+            match why {
                 // A goodbye that did not finish: the close reports why.
-                let label = p.label();
-                let old = std::mem::replace(
-                    &mut lock(&p.inner).phase,
-                    Phase::Failed(Error::PeerFailed {
-                        peer: label,
-                        detail,
-                    }),
-                );
-                // A flush still in flight is kept until UCX ends it (dropping it would wait).
-                if let Phase::Closing { flush: Some(f), .. } = old {
-                    st.ops.track_send(p.clone(), f, false);
-                }
+                Some(detail) => end_unanswered(st, &p, detail),
+                None => st.peers.retain(|x| x.id != p.id),
             }
         }
         for p in bye {
@@ -800,18 +789,11 @@ impl UcxBackend {
                 // Failed (or never ready): there is nobody to say goodbye to. Its phase may
                 // still say ready when the endpoint failed under a direct wait (a flush) that no
                 // reap has seen yet: record why it is closed, as the answer below reads it.
-                st.peers.retain(|p| p.id != conn.id);
-                let mut g = lock(&conn.inner);
-                if !matches!(g.phase, Phase::Failed(_)) {
-                    let detail = match conn.ep.failure() {
-                        Some(s) => format!("connection failed: {s}"),
-                        None => "closed before the connection was ready".into(),
-                    };
-                    g.phase = Phase::Failed(Error::PeerFailed {
-                        peer: g.label.clone(),
-                        detail,
-                    });
-                }
+                let detail = match conn.ep.failure() {
+                    Some(s) => format!("connection failed: {s}"),
+                    None => "closed before the connection was ready".into(),
+                };
+                end_unanswered(&mut st, conn, detail);
             }
         }
         loop {
@@ -821,18 +803,8 @@ impl UcxBackend {
             if Instant::now() >= end {
                 let mut st = lock(&self.state);
                 if listed(&st) {
-                    st.peers.retain(|p| p.id != conn.id);
-                    let label = conn.label();
-                    let old = std::mem::replace(
-                        &mut lock(&conn.inner).phase,
-                        Phase::Failed(Error::PeerFailed {
-                            peer: label,
-                            detail: format!("no answer to the goodbye within {timeout:?}"),
-                        }),
-                    );
-                    if let Phase::Closing { flush: Some(f), .. } = old {
-                        st.ops.track_send(conn.clone(), f, false);
-                    }
+                    let detail = format!("no answer to the goodbye within {timeout:?}");
+                    end_unanswered(&mut st, conn, detail);
                 }
                 break;
             }
@@ -950,5 +922,27 @@ pub(crate) fn rma_transport_name(ep: &Endpoint, mem: MemType) -> String {
             tracing::debug!("rma transports: {e}");
             "unknown".into()
         }
+    }
+}
+
+/// Ends a client connection whose goodbye cannot finish (failed, or not answered in time):
+/// drops it from the peers and marks it failed with `detail`, which is what `Peer::close`
+/// answers (an earlier failure is kept). A goodbye flush still in flight is kept until UCX
+/// ends it: dropping a request UCX may still complete would wait for it.
+fn end_unanswered(st: &mut State, p: &Arc<PeerConn>, detail: String) {
+    st.peers.retain(|x| x.id != p.id);
+    let old = {
+        let mut g = lock(&p.inner);
+        if matches!(g.phase, Phase::Failed(_)) {
+            return;
+        }
+        let failed = Phase::Failed(Error::PeerFailed {
+            peer: g.label.clone(),
+            detail,
+        });
+        std::mem::replace(&mut g.phase, failed)
+    };
+    if let Phase::Closing { flush: Some(f), .. } = old {
+        st.ops.track_send(p.clone(), f, false);
     }
 }
