@@ -5,7 +5,7 @@ use crate::backend::{self, Backend, Capability, Drive};
 use crate::config::AgentConfig;
 use crate::error::{Error, Result, Side};
 use crate::memory::{DirectIo, Memory, MemoryClass, MemoryKind};
-use crate::planner::plan_pair;
+use crate::planner::{plan_pair, BackendSet};
 use crate::region::{Descriptor, FileRegion, Region, RegionId, Storage};
 use crate::transfer::{Op, PlannedPair, Transfer, TransferRequest, TransferShared, WorkItem};
 use serde::Serialize;
@@ -27,7 +27,8 @@ struct AgentInner {
     id: u64,
     name: String,
     config: AgentConfig,
-    backends: RwLock<Vec<Arc<dyn Backend>>>,
+    /// Replaced whole when a backend is added, so that a transfer takes it with one `Arc` clone.
+    backends: RwLock<Arc<BackendSet>>,
     next_transfer: AtomicU64,
     /// The network (UCX) backend, once enabled (`crate::net`).
     net: Mutex<Option<Arc<UcxBackend>>>,
@@ -101,7 +102,7 @@ impl Agent {
                 id: NEXT_AGENT.fetch_add(1, Ordering::Relaxed),
                 name,
                 config,
-                backends: RwLock::new(Vec::new()),
+                backends: RwLock::new(Arc::new(BackendSet::default())),
                 next_transfer: AtomicU64::new(1),
                 cuda_unavailable: std::sync::OnceLock::new(),
                 net: Mutex::new(None),
@@ -112,14 +113,15 @@ impl Agent {
     /// Adds a backend. It is asked to register regions created from now on, and tried by the
     /// planner after backends of the same preference added before it.
     pub fn add_backend(&self, backend: Arc<dyn Backend>) {
-        self.inner
+        let mut set = self
+            .inner
             .backends
             .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(backend);
+            .unwrap_or_else(|p| p.into_inner());
+        *set = Arc::new(set.with(backend));
     }
 
-    fn backend_list(&self) -> Vec<Arc<dyn Backend>> {
+    fn backend_set(&self) -> Arc<BackendSet> {
         self.inner
             .backends
             .read()
@@ -129,12 +131,14 @@ impl Agent {
 
     /// The backends, in planner order within each preference.
     pub fn backends(&self) -> Vec<BackendInfo> {
-        self.backend_list()
+        let set = self.backend_set();
+        set.list
             .iter()
-            .map(|b| BackendInfo {
+            .zip(&set.caps)
+            .map(|(b, caps)| BackendInfo {
                 name: b.name(),
                 drive: b.drive(),
-                capabilities: b.capabilities(),
+                capabilities: caps.clone(),
             })
             .collect()
     }
@@ -178,14 +182,6 @@ impl Agent {
         &self.inner.config
     }
 
-    fn serves(backends: &[Arc<dyn Backend>], class: MemoryClass) -> bool {
-        backends.iter().any(|b| {
-            b.capabilities()
-                .iter()
-                .any(|c| c.local == class || c.target == class)
-        })
-    }
-
     /// Adds the file ↔ GPU backends, in planning order: `cufile` (GdsNative, preferred),
     /// `file-gpu` (staged: PosixDirect / PosixBuffered into pinned bounce buffers) and
     /// `cufile-compat` (GdsCompat, taken only when asked for). Needs the `cuda` backend.
@@ -223,11 +219,11 @@ impl Agent {
     /// Every backend that serves the region's memory class may then attach its registration
     /// (an error there fails the registration).
     pub fn register(&self, memory: Memory) -> Result<Region> {
-        let backends = self.backend_list();
+        let backends = self.backend_set();
         let kind = memory.kind();
         let storage = match memory {
             Memory::Host { buffer, pinned } => {
-                if pinned && !Self::serves(&backends, MemoryClass::Gpu) {
+                if pinned && backends.serving(MemoryClass::Gpu).next().is_none() {
                     return Err(Error::Unsupported {
                         what: "pinned host memory".into(),
                         backend: "cuda",
@@ -243,7 +239,7 @@ impl Agent {
                 Storage::File(FileRegion::open(&spec.path, spec.access, mode)?)
             }
             other => {
-                let made = backends.iter().find_map(|b| b.materialize(&other));
+                let made = backends.list.iter().find_map(|b| b.materialize(&other));
                 match made {
                     Some(m) => Storage::Foreign(m?),
                     None => {
@@ -275,15 +271,9 @@ impl Agent {
             kind,
             storage,
         );
-        for b in &backends {
-            let serves = b
-                .capabilities()
-                .iter()
-                .any(|c| c.local == class || c.target == class);
-            if serves {
-                if let Some(h) = b.register(&region)? {
-                    region.push_handle(b.name(), h);
-                }
+        for b in backends.serving(class) {
+            if let Some(h) = b.register(&region)? {
+                region.push_handle(b.name(), h);
             }
         }
         Ok(region)
@@ -348,17 +338,14 @@ impl Agent {
             self.check_side(i, Side::Local, ld, local_reads)?;
             self.check_side(i, Side::Target, td, target_reads)?;
         }
-        let backends = self.backend_list();
-        let caps = crate::planner::capabilities(&backends);
+        let set = self.backend_set();
         let accept = request.accept.as_deref();
-        l.iter()
-            .zip(t)
-            .enumerate()
-            .map(|(i, (ld, td))| {
-                let (bi, plan) = plan_pair(&backends, &caps, request.op, i, ld, td, accept)?;
-                Ok((backends[bi].clone(), plan))
-            })
-            .collect()
+        let mut planned = Vec::with_capacity(l.len());
+        for (i, (ld, td)) in l.iter().zip(t).enumerate() {
+            let (bi, plan) = plan_pair(&set, request.op, i, ld, td, accept)?;
+            planned.push((set.list[bi].clone(), plan));
+        }
+        Ok(planned)
     }
 
     /// Checks one descriptor: ownership, usability, bounds; for files, that a read range exists

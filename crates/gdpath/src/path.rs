@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
+use std::sync::Arc;
 
 /// The data path that moved a descriptor pair's bytes. Names follow `DESIGN.md`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -31,11 +32,11 @@ pub enum Path {
     /// Host memory ↔ host memory, memcpy.
     HostCopy,
     /// UCX moved the bytes with the named transport (`tcp`, `posix`, `sysv`, `cma`, `rc_mlx5`,
-    /// `cuda_ipc`, …).
-    Ucx { transport: String },
+    /// `cuda_ipc`, …). Shared (`Arc<str>`): every pair's plan and report carries it.
+    Ucx { transport: Arc<str> },
     /// An RDMA NIC read or wrote GPU memory itself (GPUDirect RDMA), through UCX transport
     /// `transport`.
-    Gdr { transport: String },
+    Gdr { transport: Arc<str> },
 }
 
 impl Path {

@@ -10,22 +10,46 @@
 
 use crate::backend::{Backend, Capability, Preference, Refusal};
 use crate::error::{Error, Result};
+use crate::memory::MemoryClass;
 use crate::path::Path;
 use crate::region::Descriptor;
 use crate::transfer::{Op, PlannedPair};
 use std::sync::Arc;
 
-/// The capabilities of each backend, in `backends` order: asked once per request, not per
-/// pair (a request of many small pairs would otherwise rebuild them for every pair).
-pub(crate) fn capabilities(backends: &[Arc<dyn Backend>]) -> Vec<Vec<Capability>> {
-    backends.iter().map(|b| b.capabilities()).collect()
+/// An agent's backends in planner order, with the capabilities of each asked once, when it was
+/// added (a backend's capabilities do not change; planning reads them for every pair).
+#[derive(Default)]
+pub(crate) struct BackendSet {
+    pub(crate) list: Vec<Arc<dyn Backend>>,
+    pub(crate) caps: Vec<Vec<Capability>>,
 }
 
-/// Plans pair `index`. `caps` are [`capabilities`] of `backends`. Returns the chosen backend's
-/// position in `backends` and the plan.
+impl BackendSet {
+    /// This set with `backend` added last.
+    pub(crate) fn with(&self, backend: Arc<dyn Backend>) -> BackendSet {
+        let mut list = self.list.clone();
+        let mut caps = self.caps.clone();
+        caps.push(backend.capabilities());
+        list.push(backend);
+        BackendSet { list, caps }
+    }
+
+    /// The backends that serve memory of `class` on either side of a pair.
+    pub(crate) fn serving(
+        &self,
+        class: MemoryClass,
+    ) -> impl Iterator<Item = &Arc<dyn Backend>> + '_ {
+        self.list
+            .iter()
+            .zip(&self.caps)
+            .filter(move |(_, caps)| caps.iter().any(|c| c.local == class || c.target == class))
+            .map(|(b, _)| b)
+    }
+}
+
+/// Plans pair `index`. Returns the chosen backend's position in `set.list` and the plan.
 pub(crate) fn plan_pair(
-    backends: &[Arc<dyn Backend>],
-    caps: &[Vec<Capability>],
+    set: &BackendSet,
     op: Op,
     index: usize,
     local: &Descriptor,
@@ -34,7 +58,7 @@ pub(crate) fn plan_pair(
 ) -> Result<(usize, PlannedPair)> {
     let (lc, tc) = (local.region.kind().class(), target.region.kind().class());
     let mut candidates: Vec<(Preference, usize)> = Vec::new();
-    for (bi, bc) in caps.iter().enumerate() {
+    for (bi, bc) in set.caps.iter().enumerate() {
         let best = bc
             .iter()
             .filter(|c| c.local == lc && c.target == tc && c.ops.contains(&op))
@@ -55,7 +79,7 @@ pub(crate) fn plan_pair(
     let mut first_refusal: Option<(&'static str, Refusal)> = None;
     let mut not_accepted: Option<Path> = None;
     for (pos, &(_, bi)) in candidates.iter().enumerate() {
-        let b = &backends[bi];
+        let b = &set.list[bi];
         match b.plan(op, local, target) {
             Ok(choice) => {
                 if let Some(acc) = accept {

@@ -176,7 +176,7 @@ fn get_and_put_are_byte_exact_and_report_the_transport() {
         assert_eq!(
             p.path,
             Path::Ucx {
-                transport: transport.clone()
+                transport: transport.as_str().into()
             }
         );
     }
@@ -472,7 +472,12 @@ fn fast_local_mode_uses_shared_memory() {
         "FastLocal between two workers of one host should use shared memory, got {t}"
     );
     let (local, rep) = read_back(&s.client, &s.remote, LEN);
-    assert_eq!(rep.pairs[0].path, Path::Ucx { transport: t });
+    assert_eq!(
+        rep.pairs[0].path,
+        Path::Ucx {
+            transport: t.into()
+        }
+    );
     assert!(local.host_view().unwrap()[..] == pattern(LEN, 1)[..]);
 }
 

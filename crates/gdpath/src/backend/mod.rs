@@ -123,7 +123,8 @@ pub trait Backend: Send + Sync + 'static {
     /// A short stable name (`posix-direct`, `cuda`, `cufile`, `ucx`).
     fn name(&self) -> &'static str;
 
-    /// The memory-kind pairs served.
+    /// The memory-kind pairs served. Asked once, when the backend is added to an agent: they
+    /// must not change afterwards.
     fn capabilities(&self) -> Vec<Capability>;
 
     /// How completions happen; default [`Drive::Threads`].

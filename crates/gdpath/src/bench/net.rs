@@ -362,7 +362,7 @@ pub fn run(cfg: &NetBenchConfig, progress: &dyn Progress) -> Result<NetBenchRepo
             Checksum::of(&a[..span as usize]) == Checksum::of(&b[..span as usize])
         };
         let transport = match &path {
-            Some(Path::Ucx { transport } | Path::Gdr { transport }) => transport.clone(),
+            Some(Path::Ucx { transport } | Path::Gdr { transport }) => transport.to_string(),
             _ => peer.transport(),
         };
         let path = path.map(|p| p.name()).unwrap_or_default();

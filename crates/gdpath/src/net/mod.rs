@@ -293,7 +293,7 @@ impl Peer {
     /// The UCX transport(s) that move host memory to and from this peer (`tcp`, `sysv+cma`,
     /// ...), as transfer reports name them in `Path::Ucx { transport }`.
     pub fn transport(&self) -> String {
-        self.conn.transport()
+        self.conn.transport().to_string()
     }
 
     /// Why the connection is unusable, if it is.

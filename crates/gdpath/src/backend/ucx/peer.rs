@@ -77,7 +77,7 @@ struct PeerInner {
     withdrawn: HashSet<u64>,
     /// This agent's regions made from the peer's regions, to mark when they are withdrawn.
     tracked: Vec<(u64, Weak<RegionInner>)>,
-    transport: String,
+    transport: Arc<str>,
     /// Transports of the endpoint's lanes (all memory types).
     lanes: Vec<String>,
 }
@@ -178,7 +178,7 @@ impl PeerConn {
     }
 
     /// The UCX transport(s) of put/get on host memory, as `Path::Ucx { transport }` names them.
-    pub(crate) fn transport(&self) -> String {
+    pub(crate) fn transport(&self) -> Arc<str> {
         lock(&self.inner).transport.clone()
     }
 
@@ -205,7 +205,7 @@ impl PeerConn {
             transport: if names.is_empty() {
                 "unknown".into()
             } else {
-                names.join("+")
+                names.join("+").into()
             },
         }
     }
@@ -329,7 +329,7 @@ impl UcxBackend {
             }
         };
         let mut g = lock(&peer.inner);
-        g.transport = transport;
+        g.transport = transport.into();
         g.lanes = lanes;
         drop(g);
         Ok(peer)
