@@ -375,16 +375,7 @@ impl Server {
 
     /// The next connection event, waiting up to `timeout`.
     pub fn next_event(&self, timeout: Duration) -> Option<NetEvent> {
-        let end = Instant::now() + timeout;
-        loop {
-            if let Some(e) = self.backend.pop_event() {
-                return Some(e);
-            }
-            if Instant::now() >= end {
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        self.backend.wait_event(timeout)
     }
 
     /// Authenticated peers connected now.

@@ -28,7 +28,7 @@ use crate::transfer::{Op, WorkItem};
 use gdpath_ucx::{Context, Features, MemHandle, MemType, UcxCfg, UcxError, Worker};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 pub(crate) use peer::PeerConn;
 pub(crate) use remote::RemoteMem;
@@ -96,6 +96,8 @@ pub struct UcxBackend {
     pub(crate) listener: Mutex<Option<peer::ListenState>>,
     progress_lock: Mutex<()>,
     events: Mutex<VecDeque<NetEvent>>,
+    /// Signalled when an event is queued.
+    event_cv: Condvar,
     pub(crate) notifications: Mutex<VecDeque<Notification>>,
     pub(crate) notifications_dropped: AtomicU64,
     pub(crate) next_peer: AtomicU64,
@@ -146,6 +148,7 @@ impl UcxBackend {
             listener: Mutex::new(None),
             progress_lock: Mutex::new(()),
             events: Mutex::new(VecDeque::new()),
+            event_cv: Condvar::new(),
             notifications: Mutex::new(VecDeque::new()),
             notifications_dropped: AtomicU64::new(0),
             next_peer: AtomicU64::new(1),
@@ -194,11 +197,19 @@ impl UcxBackend {
         let mut q = lock(&self.events);
         if q.len() < MAX_QUEUED_EVENTS {
             q.push_back(e);
+            self.event_cv.notify_all();
         }
     }
 
-    pub(crate) fn pop_event(&self) -> Option<NetEvent> {
-        lock(&self.events).pop_front()
+    /// The oldest queued event, waiting up to `timeout` for one (events are pushed by whichever
+    /// thread progresses the backend: a serving agent's progress thread).
+    pub(crate) fn wait_event(&self, timeout: std::time::Duration) -> Option<NetEvent> {
+        let q = lock(&self.events);
+        let (mut q, _) = self
+            .event_cv
+            .wait_timeout_while(q, timeout, |q| q.is_empty())
+            .unwrap_or_else(|p| p.into_inner());
+        q.pop_front()
     }
 
     /// The region's UCX registration, made now if the region predates the backend.
