@@ -1,0 +1,105 @@
+//! GPU suite: `gdpath load` as a user runs it, on a safetensors file written here. Needs an
+//! NVIDIA GPU (ignored otherwise; run with `--ignored` through `scripts/gpu-suite.sh`). The
+//! library's loader is checked byte for byte by `gdpath`'s `gds_gpu` suite; this one holds the
+//! command to what it prints: the one-time setup timed apart from the loads (`start`), every
+//! tensor placed, and the figures of the last load. The `gdpath` binary is the one cargo built
+//! for this test, or `GDPATH_BIN` when the test binary was copied to another machine.
+
+use std::process::Command;
+
+mod common;
+
+/// Writes a safetensors file of `tensors` (name, element count of F32) with distinct bytes;
+/// returns the total tensor bytes.
+fn write_checkpoint(path: &std::path::Path, tensors: &[(&str, usize)]) -> u64 {
+    let mut header = serde_json::Map::new();
+    let mut off = 0usize;
+    for (name, n) in tensors {
+        header.insert(
+            (*name).to_owned(),
+            serde_json::json!({"dtype": "F32", "shape": [n], "data_offsets": [off, off + 4 * n]}),
+        );
+        off += 4 * n;
+    }
+    let h = serde_json::to_vec(&serde_json::Value::Object(header)).unwrap();
+    let mut bytes = (h.len() as u64).to_le_bytes().to_vec();
+    bytes.extend_from_slice(&h);
+    bytes.extend((0..off).map(|i| (i % 251) as u8));
+    std::fs::write(path, bytes).unwrap();
+    off as u64
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU: run with scripts/gpu-suite.sh"]
+fn load_times_its_setup_apart_and_places_every_tensor() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("model.safetensors");
+    let tensors = [
+        ("embed.weight", 3 << 20),
+        ("head.bias", 1000),
+        ("head.weight", 1 << 20),
+    ];
+    let bytes = write_checkpoint(&f, &tensors);
+    let file = f.to_str().unwrap();
+
+    let out = Command::new(common::bin())
+        .args(["load", file, "--gpu", "0", "--repeat", "2", "--json"])
+        .output()
+        .unwrap();
+    let v = common::json_ok(&out);
+    assert_eq!(v["schema"], "gdpath.load/1", "{v}");
+    // The start phase ran and succeeded (it is `null` when a step of it failed).
+    let start = v["start_s"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("no start_s: {v}"));
+    assert!(start > 0.0, "{v}");
+    assert_eq!(v["tensor_bytes"].as_u64(), Some(bytes), "{v}");
+    let listed = v["tensors"].as_array().unwrap();
+    assert_eq!(listed.len(), tensors.len(), "{v}");
+    for (name, n) in tensors {
+        let t = listed
+            .iter()
+            .find(|t| t["name"] == name)
+            .unwrap_or_else(|| panic!("{name} not listed: {v}"));
+        let r = t["file_range"].as_array().unwrap();
+        assert_eq!(
+            r[1].as_u64().unwrap() - r[0].as_u64().unwrap(),
+            4 * n as u64
+        );
+        let ptr = u64::from_str_radix(
+            t["device_ptr"].as_str().unwrap().trim_start_matches("0x"),
+            16,
+        )
+        .unwrap();
+        assert_ne!(ptr, 0, "{name}: {v}");
+    }
+    assert!(v["gbps"].as_f64().unwrap() > 0.0, "{v}");
+    let path = v["path"].as_str().unwrap();
+    assert!(
+        ["gds-native", "gds-compat", "posix-direct", "posix-buffered"].contains(&path),
+        "{v}"
+    );
+    eprintln!(
+        "gdpath load: start {start:.3} s, last load {:.2} GB/s via {path}",
+        v["gbps"].as_f64().unwrap()
+    );
+
+    // The text form says the same: the setup line first, then each load.
+    let out = Command::new(common::bin())
+        .args(["load", file, "--gpu", "0", "--repeat", "2"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[0].starts_with("start: "), "{text}");
+    assert!(lines[1].starts_with("load 1: "), "{text}");
+    assert!(
+        text.contains(&format!("{} tensors", tensors.len())),
+        "{text}"
+    );
+}
