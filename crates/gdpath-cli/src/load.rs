@@ -138,21 +138,21 @@ pub fn run(a: LoadArgs) -> Result<ExitCode> {
 
 /// One-time setup a serving process pays once, done before the timed loads: the GPU's CUDA
 /// context and the file path's own (cuFile's driver open and file registration attempt, the
-/// bounce buffers), by reading the file's first 4 KiB onto the GPU. On the H200 it took
-/// 0.12 s for the context and ≈ 0.6 s for cuFile's driver open, which made a first 1 GiB load
-/// from the page cache 1.4 GB/s against 40 for the next. `safetensors`/PyTorch timings start
-/// with CUDA up too. Seconds taken; `None` when a step failed (the load then reports why).
+/// staged path's pinned bounce buffers), by reading the file's first `threads × chunk` bytes
+/// onto the GPU: the staged path deals a pair's chunks round-robin to its threads, so that read
+/// makes each thread take its two bounce buffers once, and they stay pooled. On the H200 it
+/// took 0.12 s for the context and ≈ 0.6 s for cuFile's driver open, which made a first 1 GiB
+/// load from the page cache 1.4 GB/s against 40 for the next; with the context and the driver
+/// set up, the 48 pinned buffers (≈ 200 MiB) allocated by the first load still took 0.1–0.17 s
+/// of it. `safetensors`/PyTorch timings start with CUDA up too. Seconds taken; `None` when a
+/// step failed (the load then reports why).
 fn start(agent: &Agent, file: &std::path::Path, gpu: u32) -> Option<f64> {
     let t = std::time::Instant::now();
     let f = agent.register(Memory::File(FileSpec::read(file))).ok()?;
-    let g = agent
-        .register(Memory::Gpu {
-            ordinal: gpu,
-            len: 4096,
-        })
-        .ok()?;
-    let len = f.len().ok()?.min(4096);
+    let gds = &agent.config().gds;
+    let len = f.len().ok()?.min((gds.threads as u64).max(1) * gds.chunk);
     if len > 0 {
+        let g = agent.register(Memory::Gpu { ordinal: gpu, len }).ok()?;
         agent
             .post(TransferRequest::read(
                 vec![g.desc(0, len)],
