@@ -22,4 +22,5 @@ fi
 echo "### gdpath doctor --path /dev/shm --path /var/tmp"
 $g doctor --path /dev/shm --path /var/tmp | tee "$out/doctor.txt"; echo "doctor exit status: ${PIPESTATUS[0]}"
 echo "### GPU suite"
-"$(dirname "$0")/gpu-suite.sh" "$dir/bins"
+# The CLI's GPU tests (gpu_net, gpu_load) run this `gdpath`, not the one cargo built for them.
+GDPATH_BIN=${GDPATH_BIN:-$(realpath "$g")} "$(dirname "$0")/gpu-suite.sh" "$dir/bins"

@@ -3,8 +3,9 @@
 # `cargo test --release --no-run` output) with --ignored, first with every GPU visible, then
 # with one GPU visible (CUDA_VISIBLE_DEVICES=0), so two-GPU and one-GPU machines are both covered.
 #
-# Build here:  cargo test --release -p gdpath --test gpu_paths --no-run   (and gdpath-cuda --test gpu)
-# Run there:   scripts/gpu-suite.sh DIR
+# Build here:  cargo test --release -p gdpath --test gpu_paths --test gds_gpu --no-run,
+#              -p gdpath-cuda --test gpu, -p gdpath-cli --test gpu_net --test gpu_load
+# Run there:   GDPATH_BIN=path/to/gdpath scripts/gpu-suite.sh DIR   (GDPATH_BIN for the CLI tests)
 # Exit status: 0 when every binary passed in every configuration.
 set -u -o pipefail
 dir=${1:?usage: gpu-suite.sh DIR-with-test-binaries}

@@ -2,16 +2,17 @@
 //! NVIDIA GPU (ignored otherwise; run with `--ignored` through `scripts/gpu-suite.sh`). The
 //! library's loader is checked byte for byte by `gdpath`'s `gds_gpu` suite; this one holds the
 //! command to what it prints: the one-time setup timed apart from the loads (`start`), every
-//! tensor placed, and the figures of the last load. The `gdpath` binary is the one cargo built
+//! tensor listed where the file has it and placed in one GPU allocation without overlap, and
+//! the figures of the last load. The `gdpath` binary is the one cargo built
 //! for this test, or `GDPATH_BIN` when the test binary was copied to another machine.
 
 use std::process::Command;
 
 mod common;
 
-/// Writes a safetensors file of `tensors` (name, element count of F32) with distinct bytes;
-/// returns the total tensor bytes.
-fn write_checkpoint(path: &std::path::Path, tensors: &[(&str, usize)]) -> u64 {
+/// Writes a safetensors file of `tensors` (name, element count of F32), data in that order;
+/// returns (total tensor bytes, where the data section starts in the file).
+fn write_checkpoint(path: &std::path::Path, tensors: &[(&str, usize)]) -> (u64, u64) {
     let mut header = serde_json::Map::new();
     let mut off = 0usize;
     for (name, n) in tensors {
@@ -26,7 +27,7 @@ fn write_checkpoint(path: &std::path::Path, tensors: &[(&str, usize)]) -> u64 {
     bytes.extend_from_slice(&h);
     bytes.extend((0..off).map(|i| (i % 251) as u8));
     std::fs::write(path, bytes).unwrap();
-    off as u64
+    (off as u64, 8 + h.len() as u64)
 }
 
 #[test]
@@ -39,7 +40,7 @@ fn load_times_its_setup_apart_and_places_every_tensor() {
         ("head.bias", 1000),
         ("head.weight", 1 << 20),
     ];
-    let bytes = write_checkpoint(&f, &tensors);
+    let (bytes, data_start) = write_checkpoint(&f, &tensors);
     let file = f.to_str().unwrap();
 
     let out = Command::new(common::bin())
@@ -56,23 +57,44 @@ fn load_times_its_setup_apart_and_places_every_tensor() {
     assert_eq!(v["tensor_bytes"].as_u64(), Some(bytes), "{v}");
     let listed = v["tensors"].as_array().unwrap();
     assert_eq!(listed.len(), tensors.len(), "{v}");
+    // Each tensor: its file range where it was written, and a device pointer inside one GPU
+    // allocation (pointer − offset the same for all), ranges not overlapping, all within the
+    // bytes read.
+    let read = v["read_bytes"].as_u64().unwrap();
+    let (mut base, mut file_off, mut placed) = (None, data_start, Vec::new());
     for (name, n) in tensors {
         let t = listed
             .iter()
             .find(|t| t["name"] == name)
             .unwrap_or_else(|| panic!("{name} not listed: {v}"));
-        let r = t["file_range"].as_array().unwrap();
+        let len = 4 * n as u64;
+        assert_eq!(t["dtype"], "F32", "{t}");
+        assert_eq!(t["shape"], serde_json::json!([n]), "{t}");
         assert_eq!(
-            r[1].as_u64().unwrap() - r[0].as_u64().unwrap(),
-            4 * n as u64
+            t["file_range"],
+            serde_json::json!([file_off, file_off + len]),
+            "{t}"
         );
+        file_off += len;
         let ptr = u64::from_str_radix(
             t["device_ptr"].as_str().unwrap().trim_start_matches("0x"),
             16,
         )
         .unwrap();
-        assert_ne!(ptr, 0, "{name}: {v}");
+        let off = t["offset"].as_u64().unwrap();
+        assert!(off + len <= read, "{t}: beyond the {read} bytes read");
+        assert_eq!(
+            *base.get_or_insert(ptr - off),
+            ptr - off,
+            "{t}: another allocation"
+        );
+        placed.push((off, off + len));
     }
+    placed.sort_unstable();
+    assert!(
+        placed.windows(2).all(|w| w[0].1 <= w[1].0),
+        "overlapping: {placed:?}"
+    );
     assert!(v["gbps"].as_f64().unwrap() > 0.0, "{v}");
     let path = v["path"].as_str().unwrap();
     assert!(

@@ -113,12 +113,13 @@ impl Agent {
     /// Adds a backend. It is asked to register regions created from now on, and tried by the
     /// planner after backends of the same preference added before it.
     pub fn add_backend(&self, backend: Arc<dyn Backend>) {
+        let caps = backend.capabilities();
         let mut set = self
             .inner
             .backends
             .write()
             .unwrap_or_else(|p| p.into_inner());
-        *set = Arc::new(set.with(backend));
+        *set = Arc::new(set.with(backend, caps));
     }
 
     fn backend_set(&self) -> Arc<BackendSet> {

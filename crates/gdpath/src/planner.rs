@@ -25,13 +25,13 @@ pub(crate) struct BackendSet {
 }
 
 impl BackendSet {
-    /// This set with `backend` added last.
-    pub(crate) fn with(&self, backend: Arc<dyn Backend>) -> BackendSet {
+    /// This set with `backend`, whose capabilities are `caps`, added last.
+    pub(crate) fn with(&self, backend: Arc<dyn Backend>, caps: Vec<Capability>) -> BackendSet {
         let mut list = self.list.clone();
-        let mut caps = self.caps.clone();
-        caps.push(backend.capabilities());
+        let mut all = self.caps.clone();
+        all.push(caps);
         list.push(backend);
-        BackendSet { list, caps }
+        BackendSet { list, caps: all }
     }
 
     /// The backends that serve memory of `class` on either side of a pair.

@@ -503,6 +503,51 @@ fn local_put_completion_then_flush_is_byte_exact() {
     drop((remote, peer, client));
 }
 
+/// A client that only posts puts completing locally (UCX finishes each at post, so no
+/// transfer needs a progress round) still reads what the server sends: a withdrawal fails its
+/// next posts with `Deregistered`; the acknowledgement follows as the connection progresses.
+#[test]
+fn a_client_that_only_posts_local_puts_still_sees_a_withdrawal() {
+    let _serial = serial();
+    let s = setup();
+    let client = local_completion_client("cli-local");
+    let peer = client.connect(s.srv.local_addr()).unwrap();
+    let id = peer.regions()[0].id;
+    let remote = client.register(peer.memory(id).unwrap()).unwrap();
+    let src = client
+        .register(Memory::host(HostBuffer::zeroed(4096)))
+        .unwrap();
+    let put = || {
+        client
+            .post(TransferRequest::write(
+                vec![src.desc(0, 4096)],
+                vec![remote.desc(0, 4096)],
+            ))
+            .and_then(|t| t.wait().map(|_| ()).map_err(|e| e.error))
+    };
+    put().unwrap();
+    s.server.unexport(&s.exported).unwrap();
+    let start = std::time::Instant::now();
+    let err = loop {
+        assert!(
+            start.elapsed() < T,
+            "puts kept succeeding after the withdrawal"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+        if let Err(e) = put() {
+            break e;
+        }
+    };
+    assert!(matches!(err, Error::Deregistered { .. }), "{err:?}");
+    while s.srv.withdrawing() > 0 {
+        assert!(start.elapsed() < T, "withdraw never acknowledged");
+        // Both clients of the region acknowledge (the setup's own one too).
+        peer.wait_until(Duration::from_millis(5), |_| false);
+        s.peer.wait_until(Duration::from_millis(5), |_| false);
+    }
+    drop((remote, peer, client));
+}
+
 /// Events the server reports within `quiet` of the last one (after the expected ones).
 fn events_until_quiet(srv: &Server, quiet: Duration) -> Vec<NetEvent> {
     std::iter::from_fn(|| srv.next_event(quiet)).collect()

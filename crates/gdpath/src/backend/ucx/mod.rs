@@ -52,6 +52,12 @@ pub(crate) const RDMA_RMA_TRANSPORTS: &[&str] =
 /// Events kept for `Server::next_event`; more are dropped.
 const MAX_QUEUED_EVENTS: usize = 1024;
 
+/// How long a posting thread lets the backend go without a progress round. Work UCX finishes at
+/// post completes without one (`ops`), so a client that only posts would otherwise never read
+/// what its peers send (withdrawals, metadata, goodbyes). A round costs a few µs; once per
+/// millisecond of posting is nothing beside the puts.
+const STALE_ROUND: std::time::Duration = std::time::Duration::from_millis(1);
+
 /// The registration of a local region with UCX (`ucp_mem_map`), kept as the region's backend
 /// handle and dropped (unmapped) before the region's memory is freed.
 pub(crate) struct LocalMem(pub(crate) MemHandle);
@@ -95,6 +101,9 @@ pub struct UcxBackend {
     pub(crate) state: Mutex<State>,
     pub(crate) listener: Mutex<Option<peer::ListenState>>,
     progress_lock: Mutex<()>,
+    /// When the last progress round started, in ns since `epoch`.
+    last_round: AtomicU64,
+    epoch: std::time::Instant,
     events: Mutex<VecDeque<NetEvent>>,
     /// Signalled when an event is queued.
     event_cv: Condvar,
@@ -147,6 +156,8 @@ impl UcxBackend {
             state: Mutex::new(State::default()),
             listener: Mutex::new(None),
             progress_lock: Mutex::new(()),
+            last_round: AtomicU64::new(0),
+            epoch: std::time::Instant::now(),
             events: Mutex::new(VecDeque::new()),
             event_cv: Condvar::new(),
             notifications: Mutex::new(VecDeque::new()),
@@ -290,6 +301,8 @@ impl UcxBackend {
         let Ok(_g) = self.progress_lock.try_lock() else {
             return (0, false);
         };
+        self.last_round
+            .store(self.epoch.elapsed().as_nanos() as u64, Ordering::Relaxed);
         let mut events = 0u32;
         for _ in 0..8 {
             let n = self.worker.progress();
@@ -414,6 +427,12 @@ impl Backend for UcxBackend {
     }
 
     fn submit(&self, items: Vec<WorkItem>) {
+        // Before posting, so that a withdrawal that already arrived fails these items.
+        let since = (self.epoch.elapsed().as_nanos() as u64)
+            .saturating_sub(self.last_round.load(Ordering::Relaxed));
+        if since >= STALE_ROUND.as_nanos() as u64 {
+            self.progress_round();
+        }
         let mut st = lock(&self.state);
         st.ops.submit(self, items);
     }

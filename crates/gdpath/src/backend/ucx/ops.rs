@@ -1,14 +1,19 @@
 //! Descriptor pairs in flight: put/get requests, the flush that makes puts visible at the
 //! target, notifications after them, withdraw acknowledgements, and control messages sent.
 //!
-//! The items of one `submit` for one peer form a batch; items whose operation UCX finished at
-//! post complete before `submit` returns. Gets complete when their request does.
+//! The items of one `submit` for one peer form a batch. Gets complete when their request does.
 //! Puts complete when an endpoint flush posted after them completes (UCX: a put's own request
 //! only means the local buffer may be reused; the flush means the data is in the target's
 //! memory). Flushes are coalesced per peer: one is in flight at a time and covers every batch
 //! whose puts were posted before it; batches submitted meanwhile wait for the next one. A lone
-//! transfer is flushed at once (latency); many in flight share one round trip (throughput). With a notification, the batch's items complete only after the notification was
-//! sent, so that `Transfer::wait` returning means the peer has (or will get) it.
+//! transfer is flushed at once (latency); many in flight share one round trip (throughput). With
+//! a notification, the batch's items complete only after the notification was sent, so that
+//! `Transfer::wait` returning means the peer has (or will get) it; no notification is sent for
+//! a batch of which an item failed, at post or later.
+//!
+//! A batch is polled once right after posting: what is already finished then (gets and
+//! locally completing puts that UCX finished at post, with their notification if it was sent
+//! at once) completes before `submit` returns, without a progress round.
 //!
 //! A batch that does not finish within `NetConfig::op_timeout` fails its items with
 //! [`Error::PeerFailed`]; its UCX requests and both regions of each pair are kept alive until
@@ -50,6 +55,9 @@ struct Batch {
     notify: Option<Arc<[u8]>>,
     notify_req: Option<Request>,
     notify_done: Option<Result<()>>,
+    /// An item of the batch failed before it became a slot (stopped, or refused at post): the
+    /// transfer fails, so its notification is not sent.
+    failed_at_post: bool,
     started: Instant,
     /// Puts complete only after a flush confirmed them (`PutCompletion::Remote`, or a batch
     /// with a notification, which must follow data the peer can read).
@@ -187,12 +195,14 @@ impl Ops {
                 notify,
                 notify_req: None,
                 notify_done: None,
+                failed_at_post: false,
                 started: Instant::now(),
                 remote,
             };
             let mut puts = false;
             for item in items {
                 if let Some(e) = item.stop_reason() {
+                    batch.failed_at_post = true;
                     item.complete(Err(e));
                     continue;
                 }
@@ -212,16 +222,20 @@ impl Ops {
                             taken,
                         });
                     }
-                    Err(e) => item.complete(Err(e)),
+                    Err(e) => {
+                        batch.failed_at_post = true;
+                        item.complete(Err(e));
+                    }
                 }
             }
             if batch.slots.is_empty() {
                 continue;
             }
-            // Items UCX finished at post (a put copied out with local completion) complete
-            // now, without a progress round: progressing the worker when nothing waits on it
-            // drains the peer's replies early, which over loopback tcp made small puts up to
-            // 1.3× slower (docs/benchmarks.md, "Completing at post").
+            // Complete what UCX finished at post now, not in a progress round: progressing the
+            // worker while nothing waits on it lowered a bare put loop over loopback tcp from
+            // 0.43–0.55 to 0.33–0.48 GB/s (docs/benchmarks.md, "Fourth session"; no gain was
+            // measurable for the engine itself). `UcxBackend::submit` still runs a round when
+            // none ran for a while, so control messages keep being read.
             if batch.poll(&mut self.stages).0 {
                 continue;
             }
@@ -588,7 +602,8 @@ impl Batch {
         if !self.slots.iter().all(|s| s.result.is_some()) {
             return (false, 0);
         }
-        let all_ok = self.slots.iter().all(|s| matches!(s.result, Some(Ok(_))));
+        let all_ok =
+            !self.failed_at_post && self.slots.iter().all(|s| matches!(s.result, Some(Ok(_))));
         if all_ok && self.notify_done.is_none() {
             if self.notify_req.is_none() {
                 let msg = Message::Notify(self.notify.as_deref().unwrap_or_default().to_vec());

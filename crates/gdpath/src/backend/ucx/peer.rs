@@ -78,8 +78,8 @@ struct PeerInner {
     /// This agent's regions made from the peer's regions, to mark when they are withdrawn.
     tracked: Vec<(u64, Weak<RegionInner>)>,
     transport: Arc<str>,
-    /// Transports of the endpoint's lanes (all memory types).
-    lanes: Vec<String>,
+    /// The planned path of GPU memory ([`PeerConn::gpu_path`]), from the endpoint's lanes.
+    gpu_path: Path,
 }
 
 /// How long a goodbye may take when nobody gave a bound: the last `Peer` handle dropped, or
@@ -116,6 +116,29 @@ fn sanitize(s: &str) -> String {
         .collect()
 }
 
+/// [`PeerConn::gpu_path`] for an endpoint whose lanes use `lanes` (transport names, all memory
+/// types).
+fn gpu_path_of(lanes: &[String]) -> Path {
+    if let Some(t) = super::RDMA_TRANSPORTS
+        .iter()
+        .find(|t| lanes.iter().any(|l| l == *t))
+    {
+        return Path::Gdr {
+            transport: (*t).into(),
+        };
+    }
+    let mut names: Vec<&str> = lanes.iter().map(String::as_str).collect();
+    names.sort_unstable();
+    names.dedup();
+    Path::Ucx {
+        transport: if names.is_empty() {
+            "unknown".into()
+        } else {
+            names.join("+").into()
+        },
+    }
+}
+
 fn addr_text(a: Option<SocketAddr>) -> String {
     a.map_or_else(|| "?".into(), |a| a.to_string())
 }
@@ -136,7 +159,7 @@ impl PeerConn {
                 withdrawn: HashSet::new(),
                 tracked: Vec::new(),
                 transport: "unknown".into(),
-                lanes: Vec::new(),
+                gpu_path: gpu_path_of(&[]),
             }),
         }
     }
@@ -189,25 +212,7 @@ impl PeerConn {
     /// claim. Once an operation runs, `ops` replaces it with what UCX says it chose
     /// (`ucp_request_query`; `docs/network.md`).
     pub(crate) fn gpu_path(&self) -> Path {
-        let g = lock(&self.inner);
-        if let Some(t) = super::RDMA_TRANSPORTS
-            .iter()
-            .find(|t| g.lanes.iter().any(|l| l == *t))
-        {
-            return Path::Gdr {
-                transport: (*t).into(),
-            };
-        }
-        let mut names: Vec<&str> = g.lanes.iter().map(String::as_str).collect();
-        names.sort_unstable();
-        names.dedup();
-        Path::Ucx {
-            transport: if names.is_empty() {
-                "unknown".into()
-            } else {
-                names.join("+").into()
-            },
-        }
+        lock(&self.inner).gpu_path.clone()
     }
 
     pub(crate) fn metadata(&self) -> Vec<RegionMeta> {
@@ -330,7 +335,7 @@ impl UcxBackend {
         };
         let mut g = lock(&peer.inner);
         g.transport = transport.into();
-        g.lanes = lanes;
+        g.gpu_path = gpu_path_of(&lanes);
         drop(g);
         Ok(peer)
     }
