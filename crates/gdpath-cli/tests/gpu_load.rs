@@ -107,16 +107,8 @@ fn load_times_its_setup_apart_and_places_every_tensor() {
     );
 
     // The text form says the same: the setup line first, then each load.
-    let out = Command::new(common::bin())
-        .args(["load", file, "--gpu", "0", "--repeat", "2"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8_lossy(&out.stdout);
+    let (ok, text, err) = common::gdpath(&["load", file, "--gpu", "0", "--repeat", "2"]);
+    assert!(ok, "{err}");
     let lines: Vec<&str> = text.lines().collect();
     assert!(lines[0].starts_with("start: "), "{text}");
     assert!(lines[1].starts_with("load 1: "), "{text}");

@@ -134,6 +134,16 @@ fn local_completion_client(name: &str) -> Agent {
     client
 }
 
+/// A [`local_completion_client`] connected to `s`'s server: (client, peer, the server's
+/// exported region as the client's remote memory).
+fn local_completion_peer(s: &Setup) -> (Agent, Peer, Region) {
+    let client = local_completion_client("cli-local");
+    let peer = client.connect(s.srv.local_addr()).unwrap();
+    let id = peer.regions()[0].id;
+    let remote = client.register(peer.memory(id).unwrap()).unwrap();
+    (client, peer, remote)
+}
+
 /// Writes all of `src` to `remote` as `n` equal puts in one transfer, and waits for it.
 fn write_in_chunks(client: &Agent, src: &Region, remote: &Region, n: u64) {
     let chunk = LEN as u64 / n;
@@ -487,10 +497,7 @@ fn fast_local_mode_uses_shared_memory() {
 fn local_put_completion_then_flush_is_byte_exact() {
     let _serial = serial();
     let s = setup();
-    let client = local_completion_client("cli-local");
-    let peer = client.connect(s.srv.local_addr()).unwrap();
-    let id = peer.regions()[0].id;
-    let remote = client.register(peer.memory(id).unwrap()).unwrap();
+    let (client, peer, remote) = local_completion_peer(&s);
     let want = pattern(LEN, 77);
     let src = client
         .register(Memory::host(HostBuffer::from_slice(&want)))
@@ -510,10 +517,7 @@ fn local_put_completion_then_flush_is_byte_exact() {
 fn a_client_that_only_posts_local_puts_still_sees_a_withdrawal() {
     let _serial = serial();
     let s = setup();
-    let client = local_completion_client("cli-local");
-    let peer = client.connect(s.srv.local_addr()).unwrap();
-    let id = peer.regions()[0].id;
-    let remote = client.register(peer.memory(id).unwrap()).unwrap();
+    let (client, peer, remote) = local_completion_peer(&s);
     let src = client
         .register(Memory::host(HostBuffer::zeroed(4096)))
         .unwrap();
