@@ -245,6 +245,46 @@ fn notification_arrives_after_the_write_is_visible() {
     assert_eq!(s.server.wait_notification(T).unwrap().message, b"bye");
 }
 
+/// A transfer with a notification of which one pair fails at post (its region withdrawn after
+/// planning) fails, and the peer gets no notification for it.
+#[test]
+fn no_notification_for_a_transfer_of_which_a_pair_failed_at_post() {
+    let _serial = serial();
+    let s = setup();
+    let other = s
+        .server
+        .register(Memory::host(HostBuffer::zeroed(4096)))
+        .unwrap();
+    let other_id = s.server.export(&other).unwrap();
+    assert!(s.peer.wait_until(T, |p| p.regions().len() == 2));
+    let remote_other = s.client.register(s.peer.memory(other_id).unwrap()).unwrap();
+    let local = s
+        .client
+        .register(Memory::host(HostBuffer::zeroed(8192)))
+        .unwrap();
+    // The withdrawal reaches the client's socket while the client does not progress; the next
+    // post plans both pairs, then its progress round (none ran for over 1 ms) reads the
+    // withdrawal, so the pair on the withdrawn region fails at post.
+    s.server.unexport(&s.exported).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    let err = s
+        .client
+        .post(
+            TransferRequest::write(
+                vec![local.desc(0, 4096), local.desc(4096, 4096)],
+                vec![s.remote.desc(0, 4096), remote_other.desc(0, 4096)],
+            )
+            .notify(*b"first"),
+        )
+        .unwrap()
+        .wait()
+        .unwrap_err();
+    assert!(matches!(err.error, Error::Deregistered { .. }), "{err:?}");
+    // Notifications arrive in order: the standalone one after it is the first the server gets.
+    s.peer.notify(b"second", T).unwrap();
+    assert_eq!(s.server.wait_notification(T).unwrap().message, b"second");
+}
+
 #[test]
 fn out_of_bounds_remote_descriptors_are_rejected_before_posting() {
     let _serial = serial();
