@@ -6,7 +6,8 @@
 //! Which UCX is loaded decides what is asserted (both are checked, never skipped silently):
 //! - a CUDA-enabled UCX (`GDPATH_UCX_LIB` pointing at the `libucx-cu13` wheel's libucp): the
 //!   bytes move between the processes over `cuda_ipc` (the pair's path is `ucx:cuda_ipc`, as
-//!   UCX's own protocol description says), never by software emulation;
+//!   UCX's own protocol description says), never by software emulation; except the get on a
+//!   GPU without an active NVLink, which UCX emulates by design and the path must say so;
 //! - a UCX without CUDA (Debian's and Ubuntu's packages): the engine stages the local GPU
 //!   memory through pinned host buffers and reports `gdr.ucx-no-cuda`.
 //!
@@ -47,6 +48,20 @@ fn gpu_count() -> u32 {
     gdpath_cuda::Cuda::load()
         .and_then(|c| c.device_count())
         .expect("this test needs an NVIDIA GPU and driver (run on the GPU machine)")
+}
+
+/// Whether CUDA device 0 (this process's GPU) has an active NVLink, as NVML reports its links.
+fn gpu0_has_active_nvlink() -> bool {
+    let pci = gdpath_cuda::Cuda::load()
+        .and_then(|c| c.device(0))
+        .and_then(|d| d.pci_bus_id())
+        .expect("CUDA device 0's PCI address");
+    let facts =
+        gdpath_cuda::nvml::read().expect("NVML (the driver is present: this is a GPU test)");
+    facts
+        .gpus
+        .iter()
+        .any(|g| g.pci == pci && !g.nvlinks.is_empty())
 }
 
 fn round_trip(fast_local: bool) {
@@ -153,7 +168,19 @@ fn round_trip(fast_local: bool) {
             transport: "cuda_ipc".into(),
         };
         assert_eq!(pp.path, ipc, "put GPU → remote GPU did not run on cuda_ipc");
-        assert_eq!(gp.path, ipc, "get remote GPU → GPU did not run on cuda_ipc");
+        if gpu0_has_active_nvlink() {
+            assert_eq!(gp.path, ipc, "get remote GPU → GPU did not run on cuda_ipc");
+        } else {
+            // UCX keeps cuda_ipc's get for GPUs with an active NVLink and emulates it elsewhere
+            // (openucx/ucx PR #7566, "disable get_zcopy on gpus with no active nvlinks"): the
+            // engine must then say so, not claim cuda_ipc.
+            let name = gp.path.name();
+            assert!(name.contains("software emulation"), "get reported {name}");
+            eprintln!(
+                "GPU 0 has no active NVLink: UCX emulates the GPU → GPU get between processes \
+                 (reported {name}); cuda_ipc get not checked on this machine"
+            );
+        }
         assert_eq!(pp.finding, None);
     } else {
         assert_eq!(
