@@ -236,6 +236,31 @@ fn nvlinks_down() {
     assert!(find(&r, ids::P2P_UNSUPPORTED, PAIR)
         .evidence
         .starts_with("NV16"));
+    // Links still up: UCX keeps cuda_ipc's gets, so the remedy does not warn of them.
+    assert!(!find(&r, ids::P2P_NVLINK_DEGRADED, "GPU0")
+        .remedy
+        .contains("gets"));
+}
+
+/// Variant: no NVLink up at all (as NVML shows the GPU of a one-GPU H200 VM): degraded, and the
+/// remedy says what else that costs: UCX emulates GPU → GPU gets between processes.
+#[test]
+fn no_nvlink_up() {
+    let mut f = h200_facts();
+    for g in &mut f.gpus {
+        g.nvlinks.clear();
+    }
+    let r = doctor_h200(f, |_| {});
+    for g in ["GPU0", "GPU1"] {
+        let n = find(&r, ids::P2P_NVLINK_DEGRADED, g);
+        assert_eq!(n.status, Status::Degraded);
+        assert!(n.evidence.contains("0 of 18"), "{}", n.evidence);
+        assert!(
+            n.remedy.contains("emulates them in software") && n.remedy.contains("post writes"),
+            "{}",
+            n.remedy
+        );
+    }
 }
 
 /// Variant: NVML P2P read and write "NS" while the 18 NVLinks are up (what a GPU in a bad state

@@ -683,9 +683,17 @@ fn nvlink_per_gpu(g: &Device, facts: Option<&DriverFacts>) -> Option<Finding> {
                     "; links down lower NV# and P2P bandwidth"
                 }
             ),
-            "check `nvidia-smi nvlink -s` and `nvidia-smi -q -d NVLINK` for links down or \
-             with errors; reseat or service the baseboard; on NVSwitch systems check \
-             nvidia-fabricmanager",
+            if up == 0 {
+                "check `nvidia-smi nvlink -s` and `nvidia-smi -q -d NVLINK` for links down or \
+                 with errors; reseat or service the baseboard; on NVSwitch systems check \
+                 nvidia-fabricmanager. Until a link is up, UCX's cuda_ipc also refuses GPU → GPU \
+                 reads (gets) between processes on this GPU and emulates them in software \
+                 (openucx/ucx PR #7566; seen with UCX 1.22 on a one-GPU H200 VM): post writes"
+            } else {
+                "check `nvidia-smi nvlink -s` and `nvidia-smi -q -d NVLINK` for links down or \
+                 with errors; reseat or service the baseboard; on NVSwitch systems check \
+                 nvidia-fabricmanager"
+            },
         )),
         Some(n) => Some(finding(
             id,
