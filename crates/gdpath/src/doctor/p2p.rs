@@ -683,17 +683,18 @@ fn nvlink_per_gpu(g: &Device, facts: Option<&DriverFacts>) -> Option<Finding> {
                     "; links down lower NV# and P2P bandwidth"
                 }
             ),
-            if up == 0 {
+            format!(
                 "check `nvidia-smi nvlink -s` and `nvidia-smi -q -d NVLINK` for links down or \
                  with errors; reseat or service the baseboard; on NVSwitch systems check \
-                 nvidia-fabricmanager. Until a link is up, UCX's cuda_ipc also refuses GPU → GPU \
-                 reads (gets) between processes on this GPU and emulates them in software \
-                 (openucx/ucx PR #7566; seen with UCX 1.22 on a one-GPU H200 VM): post writes"
-            } else {
-                "check `nvidia-smi nvlink -s` and `nvidia-smi -q -d NVLINK` for links down or \
-                 with errors; reseat or service the baseboard; on NVSwitch systems check \
-                 nvidia-fabricmanager"
-            },
+                 nvidia-fabricmanager{}",
+                if up == 0 {
+                    ". Until a link is up, UCX's cuda_ipc also refuses GPU → GPU reads (gets) \
+                     between processes on this GPU and emulates them in software (openucx/ucx \
+                     PR #7566; seen with UCX 1.22 on a one-GPU H200 VM): post writes"
+                } else {
+                    ""
+                }
+            ),
         )),
         Some(n) => Some(finding(
             id,
