@@ -5,27 +5,10 @@ use std::process::{Command, Output};
 
 mod common;
 
+use common::error_doc;
+
 fn run(args: &[&str]) -> Output {
     Command::new(common::bin()).args(args).output().unwrap()
-}
-
-/// The error document on stdout; asserts the schema and that stderr carries the same message.
-fn error_doc(out: &Output) -> serde_json::Value {
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "stdout is not JSON ({e}): {:?}; stderr: {stderr}",
-            String::from_utf8_lossy(&out.stdout)
-        )
-    });
-    assert_eq!(v["schema"], "gdpath.error/1", "{v}");
-    let msg = v["error"].as_str().expect("error is a string");
-    assert!(
-        !msg.is_empty() && stderr.contains(msg),
-        "{msg:?} not in stderr {stderr:?}"
-    );
-    assert!(v["kind"].is_string(), "{v}");
-    v
 }
 
 #[test]

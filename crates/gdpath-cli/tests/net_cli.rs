@@ -117,17 +117,12 @@ fn bench_net_json_rows_are_verified_and_name_the_transport() {
             .args(["--bytes-per-run", "4MiB", "--json"])
             .output()
             .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let j = json_ok(&out);
         assert!(
             String::from_utf8_lossy(&out.stderr).contains("UCX_GDPATH_TEST_UNKNOWN"),
             "UCX's warning should be on stderr: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         let rows = j["rows"].as_array().unwrap();
         assert_eq!(rows.len(), 3);
         for r in rows {
@@ -528,9 +523,7 @@ fn bench_net_with_no_peer_prints_a_json_error() {
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    let j: serde_json::Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("stdout is not JSON ({e}); stderr: {stderr}"));
-    assert_eq!(j["schema"], "gdpath.error/1", "{j}");
+    let j = common::error_doc(&out);
     assert_eq!(j["kind"], "peer_failed", "{j}");
     let msg = j["error"].as_str().unwrap();
     assert!(

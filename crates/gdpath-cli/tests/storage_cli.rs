@@ -2,8 +2,12 @@
 
 use std::process::Command;
 
+mod common;
+
+use common::{error_doc, json_ok};
+
 fn gdpath() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_gdpath"))
+    Command::new(common::bin())
 }
 
 #[test]
@@ -27,17 +31,12 @@ fn bench_storage_json_rows_have_the_shared_fields() {
         ])
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "stderr: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let v = json_ok(&out);
     assert!(
         out.stderr.is_empty(),
         "quiet when piped: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["schema"], "gdpath.bench/1");
     let rows = v["rows"].as_array().unwrap();
     assert_eq!(rows.len(), 4, "two block sizes × (engine, read-loop)");
@@ -192,7 +191,7 @@ fn bench_storage_refuses_a_block_larger_than_the_size() {
         err.contains("block 2 MiB, 4 MiB exceeds the size 1 MiB of a run"),
         "stderr: {err}"
     );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = error_doc(&out);
     assert_eq!(v["kind"], "usage", "{v}");
     assert!(!f.exists(), "nothing written for a refused run");
     let out = gdpath()
@@ -201,12 +200,7 @@ fn bench_storage_refuses_a_block_larger_than_the_size() {
         .args(["--size", "1MiB", "--block", "1MiB", "--runs", "1", "--json"])
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "stderr: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = json_ok(&out);
     for r in v["rows"].as_array().unwrap() {
         assert_eq!(r["block"], 1 << 20, "{r}");
         assert_eq!(r["bytes"], 1 << 20, "{r}");

@@ -86,6 +86,18 @@ fn setup() -> Setup {
     setup_with(FailureMode::Detect, Token::none(), Token::none())
 }
 
+/// Exports `buf` on `s`'s server after the client connected, waits until the client's peer
+/// lists it, and registers it on the client: (the server's region, the client's remote region).
+fn export_late(s: &Setup, buf: HostBuffer) -> (Region, Region) {
+    let region = s.server.register(Memory::host(buf)).unwrap();
+    let id = s.server.export(&region).unwrap();
+    assert!(s
+        .peer
+        .wait_until(T, |p| p.regions().iter().any(|r| r.id == id)));
+    let remote = s.client.register(s.peer.memory(id).unwrap()).unwrap();
+    (region, remote)
+}
+
 /// A serving agent exporting one 4 KiB host region, and a client connected to it:
 /// (server, region, listener, client, peer).
 fn one_small_export() -> (Agent, Region, Server, Agent, Peer) {
@@ -251,13 +263,7 @@ fn notification_arrives_after_the_write_is_visible() {
 fn no_notification_for_a_transfer_of_which_a_pair_failed_at_post() {
     let _serial = serial();
     let s = setup();
-    let other = s
-        .server
-        .register(Memory::host(HostBuffer::zeroed(4096)))
-        .unwrap();
-    let other_id = s.server.export(&other).unwrap();
-    assert!(s.peer.wait_until(T, |p| p.regions().len() == 2));
-    let remote_other = s.client.register(s.peer.memory(other_id).unwrap()).unwrap();
+    let (_other, remote_other) = export_late(&s, HostBuffer::zeroed(4096));
     let local = s
         .client
         .register(Memory::host(HostBuffer::zeroed(8192)))
@@ -389,15 +395,7 @@ fn withdrawn_region_fails_with_a_typed_error_and_memory_outlives_the_ack() {
 fn export_after_connect_reaches_the_peer() {
     let _serial = serial();
     let s = setup();
-    let second = s
-        .server
-        .register(Memory::host(HostBuffer::from_slice(&pattern(8192, 5))))
-        .unwrap();
-    let id = s.server.export(&second).unwrap();
-    assert!(s
-        .peer
-        .wait_until(T, |p| p.regions().iter().any(|r| r.id == id)));
-    let remote = s.client.register(s.peer.memory(id).unwrap()).unwrap();
+    let (_second, remote) = export_late(&s, HostBuffer::from_slice(&pattern(8192, 5)));
     let local = s
         .client
         .register(Memory::host(HostBuffer::zeroed(8192)))

@@ -40,6 +40,26 @@ pub fn json_ok(out: &std::process::Output) -> serde_json::Value {
     })
 }
 
+/// The `gdpath.error/1` document a failing `--json` run printed on stdout; asserts its schema,
+/// that its message is a non-empty string stderr carries too, and that it names a kind.
+pub fn error_doc(out: &std::process::Output) -> serde_json::Value {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not JSON ({e}): {:?}; stderr: {stderr}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    });
+    assert_eq!(v["schema"], "gdpath.error/1", "{v}");
+    let msg = v["error"].as_str().expect("error is a string");
+    assert!(
+        !msg.is_empty() && stderr.contains(msg),
+        "{msg:?} not in stderr {stderr:?}"
+    );
+    assert!(v["kind"].is_string(), "{v}");
+    v
+}
+
 /// A child process whose stdout lines arrive on a channel; killed when dropped.
 pub struct Proc {
     pub child: Child,
