@@ -21,8 +21,10 @@ impl Features {
     pub const AM: Features = Features(sys::UCP_FEATURE_AM as u64);
     /// Tag matching (`UCP_FEATURE_TAG`).
     pub const TAG: Features = Features(sys::UCP_FEATURE_TAG as u64);
-    /// Blocking waits on an event fd (`UCP_FEATURE_WAKEUP`). Off by default: UCX then prefers
-    /// transports that can raise events, which may exclude the fastest shared-memory ones.
+    /// Blocking waits on an event fd (`UCP_FEATURE_WAKEUP`). Off by default: UCX then puts
+    /// active-message lanes only on transports that can raise events (`UCT_IFACE_FLAG_WAKEUP`
+    /// in UCX's wireup); tcp, the shared-memory transports and verbs can, RMA-only transports
+    /// (cma, cuda_ipc) are not affected.
     pub const WAKEUP: Features = Features(sys::UCP_FEATURE_WAKEUP as u64);
 
     /// The raw `UCP_FEATURE_*` mask.

@@ -591,6 +591,52 @@ fn a_client_that_only_posts_local_puts_still_sees_a_withdrawal() {
 }
 
 /// Events the server reports within `quiet` of the last one (after the expected ones).
+/// CPU time of this process so far (user + system), from `getrusage(RUSAGE_SELF)`.
+fn cpu_time() -> Duration {
+    // SAFETY: `ru` is written by getrusage before it is read.
+    let ru = unsafe {
+        let mut ru: libc::rusage = std::mem::zeroed();
+        assert_eq!(libc::getrusage(libc::RUSAGE_SELF, &mut ru), 0);
+        ru
+    };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// A serving agent with a connected, idle peer blocks on UCX's event fd instead of polling
+/// (the polling loop it replaced cost 3–6 % of a core), and a peer's next transfer wakes it.
+/// The only thread of this process that runs while the test sleeps is the server's.
+#[test]
+fn an_idle_server_blocks_and_a_peer_wakes_it() {
+    let _serial = serial();
+    let s = setup();
+    // Past the serving thread's polling phase after the handshake.
+    std::thread::sleep(Duration::from_millis(300));
+    let before = cpu_time();
+    std::thread::sleep(Duration::from_secs(1));
+    let idle = cpu_time().saturating_sub(before);
+    println!("serving thread, idle with one peer: {idle:?} of CPU in 1 s");
+    assert!(
+        idle < Duration::from_millis(10),
+        "an idle serving agent used {idle:?} of CPU in 1 s: it polls instead of blocking"
+    );
+    // The sleeping server serves the next write (over tcp its worker writes the data).
+    let want = pattern(64 << 10, 5);
+    let src = s
+        .client
+        .register(Memory::host(HostBuffer::from_slice(&want)))
+        .unwrap();
+    s.client
+        .post(TransferRequest::write(
+            vec![src.desc(0, want.len() as u64)],
+            vec![s.remote.desc(0, want.len() as u64)],
+        ))
+        .unwrap()
+        .wait_timeout(T)
+        .unwrap();
+    assert!(s.exported.host_view().unwrap()[..want.len()] == want[..]);
+}
+
 fn events_until_quiet(srv: &Server, quiet: Duration) -> Vec<NetEvent> {
     std::iter::from_fn(|| srv.next_event(quiet)).collect()
 }

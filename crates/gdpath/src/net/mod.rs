@@ -396,6 +396,7 @@ impl Server {
 impl Drop for Server {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
+        self.backend.wake.kick(&self.backend.worker);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -404,25 +405,33 @@ impl Drop for Server {
 }
 
 /// Progress loop of a serving agent: spins while there is traffic (over `tcp` the target's
-/// worker serves puts and gets), backs off to short sleeps when idle.
+/// worker serves puts and gets), yields for [`SERVE_SPIN`] after the last activity (a peer's
+/// next request then finds it awake), then blocks on UCX's event fd ([`SERVE_SLEEP`] at most,
+/// so that goodbye and handshake deadlines are checked).
 fn serve_loop(b: Arc<UcxBackend>, stop: Arc<AtomicBool>) {
     let mut last = Instant::now();
     while !stop.load(Ordering::Acquire) {
+        let seen = b.wake.seen();
         let (_, active) = b.progress_round();
         if active {
             last = Instant::now();
             continue;
         }
-        let idle = last.elapsed();
-        if idle < Duration::from_millis(5) {
+        if last.elapsed() < SERVE_SPIN {
             std::thread::yield_now();
-        } else if idle < Duration::from_secs(1) {
-            std::thread::sleep(Duration::from_micros(50));
-        } else {
+        } else if !b.wake.sleep(&b.worker, seen, SERVE_SLEEP) {
             std::thread::sleep(Duration::from_micros(500));
         }
     }
 }
+
+/// How long the serving thread keeps polling after the last activity: request/response
+/// traffic (latency runs, handshakes) stays on the polling path, whose wake-up is a yield.
+const SERVE_SPIN: Duration = Duration::from_millis(5);
+
+/// The longest idle block of the serving thread on UCX's event fd (also bounds how late it
+/// notices its stop flag and the deadlines `reap_peers` checks).
+const SERVE_SLEEP: Duration = Duration::from_millis(100);
 
 impl Agent {
     fn net(&self) -> Result<Arc<UcxBackend>> {

@@ -9,13 +9,15 @@
 //! Progress: UCX moves data only while workers progress; over `tcp` the *target* worker serves
 //! put and get. The backend is [`Drive::Poll`]: `Transfer::wait`/`poll` call
 //! [`Backend::progress`]; a serving agent (`crate::net::Server`) runs a thread that does the
-//! same, so it serves its peers while the application does other things.
+//! same, so it serves its peers while the application does other things, and blocks on UCX's
+//! event fd when idle ([`wake`]).
 
 mod export;
 mod ops;
 pub(crate) mod peer;
 pub(crate) mod remote;
 mod staging;
+pub(crate) mod wake;
 
 use crate::backend::{Backend, Capability, Drive, PlanChoice, Preference, Refusal};
 use crate::error::{Error, Result};
@@ -103,6 +105,8 @@ pub struct UcxBackend {
     progress_lock: Mutex<()>,
     /// When the last progress round started, in ns since `epoch`.
     last_round: AtomicU64,
+    /// The serving thread's idle sleep; posts from other threads wake it.
+    pub(crate) wake: wake::Wakeup,
     epoch: std::time::Instant,
     events: Mutex<VecDeque<NetEvent>>,
     /// Signalled when an event is queued.
@@ -125,10 +129,15 @@ impl std::fmt::Debug for UcxBackend {
 }
 
 impl UcxBackend {
-    /// Loads UCX and creates the context (RMA + active messages) and worker.
+    /// Loads UCX and creates the context (RMA, active messages, and wakeup for a serving
+    /// thread's idle waits) and worker.
     pub(crate) fn new(agent_name: &str, agent_id: u64, cfg: NetConfig) -> Result<Arc<Self>> {
         let ucfg = UcxCfg {
-            features: Features::RMA | Features::AM,
+            // WAKEUP makes UCX put the control (AM) lane on a transport that can raise events
+            // (tcp, shared memory and verbs can); RMA lanes (cma, cuda_ipc) are chosen as
+            // without it. Measured: the same transports per path with and without it
+            // (docs/benchmarks.md, "Idle serving").
+            features: Features::RMA | Features::AM | Features::WAKEUP,
             transports: cfg.transports.clone(),
             devices: cfg.devices.clone(),
             ..UcxCfg::default()
@@ -157,6 +166,7 @@ impl UcxBackend {
             listener: Mutex::new(None),
             progress_lock: Mutex::new(()),
             last_round: AtomicU64::new(0),
+            wake: wake::Wakeup::default(),
             epoch: std::time::Instant::now(),
             events: Mutex::new(VecDeque::new()),
             event_cv: Condvar::new(),
@@ -435,6 +445,8 @@ impl Backend for UcxBackend {
         }
         let mut st = lock(&self.state);
         st.ops.submit(self, items);
+        drop(st);
+        self.wake.kick(&self.worker);
     }
 
     fn progress(&self) -> usize {

@@ -268,6 +268,7 @@ impl UcxBackend {
             .am_send(CTRL_AM, &[], &bytes)
             .map_err(|e| super::ucx_err(&peer.label(), "am_send", e))?;
         st.ops.track_send(peer.clone(), req, close);
+        self.wake.kick(&self.worker);
         Ok(())
     }
 
