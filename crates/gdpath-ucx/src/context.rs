@@ -108,8 +108,15 @@ pub struct UcxCfg {
     pub transports: Option<String>,
     /// Devices (`UCX_NET_DEVICES`), e.g. `"lo"` or `"mlx5_0:1"`; `None` keeps the default.
     pub devices: Option<String>,
-    /// Other UCX settings as (name without the `UCX_` prefix, value), applied last.
+    /// Other UCX settings as (name without the `UCX_` prefix, value), applied last; a value
+    /// UCX refuses is an error (UCX ≥ 1.13 accepts names it does not know: it keeps them for
+    /// its transports).
     pub extra: Vec<(String, String)>,
+    /// Settings the caller prefers but the user may override, as (name without the `UCX_`
+    /// prefix, value): skipped when the environment sets `UCX_<name>`, and when UCX refuses
+    /// the value; applied before `extra`. A transport's setting is harmless where UCX was
+    /// built without that transport.
+    pub defaults: Vec<(String, String)>,
 }
 
 impl Default for UcxCfg {
@@ -119,6 +126,7 @@ impl Default for UcxCfg {
             transports: None,
             devices: None,
             extra: Vec::new(),
+            defaults: Vec::new(),
         }
     }
 }
@@ -220,7 +228,8 @@ impl Context {
     /// Creates a context on an already loaded libucp.
     ///
     /// Errors: [`UcxError::InvalidArgument`] for a setting containing NUL,
-    /// [`UcxError::Status`] from `ucp_config_modify` (unknown setting) or `ucp_init_version`
+    /// [`UcxError::Status`] from `ucp_config_modify` (a value of `transports`, `devices` or
+    /// `extra` UCX refuses; refused `defaults` are skipped) or `ucp_init_version`
     /// (e.g. `UCS_ERR_NO_DEVICE` when no requested transport exists).
     pub fn with_ucx(ucx: Arc<Ucx>, cfg: &UcxCfg) -> Result<Context> {
         let api = &ucx.api;
@@ -241,12 +250,31 @@ impl Context {
             push(k.trim_start_matches("UCX_"), v)?;
         }
 
+        let mut defaults: Vec<(CString, CString)> = Vec::new();
+        for (k, v) in &cfg.defaults {
+            let k = k.trim_start_matches("UCX_");
+            if std::env::var_os(format!("UCX_{k}")).is_some() {
+                continue; // the user's choice wins
+            }
+            let (Ok(k), Ok(v)) = (CString::new(k), CString::new(v.as_str())) else {
+                return Err(UcxError::InvalidArgument(format!("{k:?}={v:?}")));
+            };
+            defaults.push((k, v));
+        }
+
         let mut config: *mut sys::ucp_config_t = std::ptr::null_mut();
         // SAFETY: NULL env prefix and file name read the defaults and UCX_* variables.
         check("ucp_config_read", unsafe {
             api.ucp_config_read(std::ptr::null(), std::ptr::null(), &mut config)
         })?;
         let result = (|| {
+            for (k, v) in &defaults {
+                // SAFETY: config is live; k and v are NUL-terminated.
+                let st = unsafe { api.ucp_config_modify(config, k.as_ptr(), v.as_ptr()) };
+                if st != sys::UCS_OK {
+                    tracing::debug!("UCX refused the default {k:?}={v:?} (status {st}); skipped");
+                }
+            }
             for (k, v) in &settings {
                 // SAFETY: config is live; k and v are NUL-terminated.
                 check("ucp_config_modify", unsafe {

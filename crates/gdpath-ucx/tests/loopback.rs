@@ -408,3 +408,29 @@ fn missing_library_is_a_typed_error_naming_it() {
         "{msg}"
     );
 }
+
+/// A setting UCX refuses (a size that does not parse) is an error in `extra` and skipped in
+/// `defaults`. (UCX 1.13 accepts names it does not know: it keeps them for transports, so a
+/// default for a transport this UCX was built without, e.g. cuda_ipc's, is harmless.)
+#[test]
+fn refused_defaults_are_skipped_refused_extras_are_errors() {
+    let _serial = serial();
+    let bad = || vec![("RNDV_THRESH".to_owned(), "not-a-size".to_owned())];
+    let refused = Context::new(&UcxCfg {
+        extra: bad(),
+        ..common::cfg(Some("tcp"))
+    });
+    assert!(
+        matches!(refused, Err(UcxError::Status { .. })),
+        "a malformed extra setting was accepted: {refused:?}"
+    );
+    let unknown = vec![("NO_SUCH_GDPATH_SETTING".to_owned(), "1".to_owned())];
+    for defaults in [bad(), unknown] {
+        let ctx = Context::new(&UcxCfg {
+            defaults: defaults.clone(),
+            ..common::cfg(Some("tcp"))
+        })
+        .unwrap_or_else(|e| panic!("default {defaults:?} stopped the context: {e}"));
+        Worker::new(&ctx).unwrap();
+    }
+}

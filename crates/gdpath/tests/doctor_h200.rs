@@ -256,7 +256,8 @@ fn no_nvlink_up() {
         assert_eq!(n.status, Status::Degraded);
         assert!(n.evidence.contains("0 of 18"), "{}", n.evidence);
         assert!(
-            n.remedy.contains("emulates them in software") && n.remedy.contains("post writes"),
+            n.remedy.contains("emulates them in software")
+                && n.remedy.contains("UCX_CUDA_IPC_ENABLE_GET_ZCOPY=y"),
             "{}",
             n.remedy
         );

@@ -688,9 +688,11 @@ fn nvlink_per_gpu(g: &Device, facts: Option<&DriverFacts>) -> Option<Finding> {
                  with errors; reseat or service the baseboard; on NVSwitch systems check \
                  nvidia-fabricmanager{}",
                 if up == 0 {
-                    ". Until a link is up, UCX's cuda_ipc also refuses GPU → GPU reads (gets) \
-                     between processes on this GPU and emulates them in software (openucx/ucx \
-                     PR #7566; seen with UCX 1.22 on a one-GPU H200 VM): post writes"
+                    ". Until a link is up, UCX's default also turns cuda_ipc's GPU → GPU reads \
+                     (gets) between processes off on this GPU and emulates them in software \
+                     (openucx/ucx PR #7566; seen with UCX 1.22 on a one-GPU H200 VM): gdpath \
+                     sets UCX_CUDA_IPC_ENABLE_GET_ZCOPY=y unless the environment sets it; \
+                     other UCX applications need that setting, or post writes"
                 } else {
                     ""
                 }

@@ -35,6 +35,18 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 pub(crate) use peer::PeerConn;
 pub(crate) use remote::RemoteMem;
 
+/// Settings of UCX's CUDA transports gdpath prefers, unless the environment sets them
+/// (`UCX_<name>`); applied only where UCX supports CUDA memory.
+///
+/// `CUDA_IPC_ENABLE_GET_ZCOPY=y`: UCX's default (`auto`) turns cuda_ipc's get off on a GPU
+/// without an active NVLink (openucx/ucx PR #7566: concurrent PCIe reads were slower than
+/// writes in OSU all-to-all runs), and UCX then emulates a GPU → GPU get between processes in
+/// software, through host memory and the CPU: on the one-GPU H200 VM a 64 MiB get reported
+/// `ucx:sysv (software emulation)` where the put ran on cuda_ipc (docs/benchmarks.md). A
+/// peer-to-peer read, even over PCIe, beats a copy through host memory; NVIDIA's NIXL enables
+/// the same setting for the same reason (ai-dynamo/nixl PR #2208).
+const UCX_CUDA_DEFAULTS: &[(&str, &str)] = &[("CUDA_IPC_ENABLE_GET_ZCOPY", "y")];
+
 /// Active-message id of the control protocol.
 pub(crate) const CTRL_AM: u16 = crate::net::codec::AM_ID;
 /// Notifications kept until the application takes them; more are dropped and counted.
@@ -132,7 +144,7 @@ impl UcxBackend {
     /// Loads UCX and creates the context (RMA, active messages, and wakeup for a serving
     /// thread's idle waits) and worker.
     pub(crate) fn new(agent_name: &str, agent_id: u64, cfg: NetConfig) -> Result<Arc<Self>> {
-        let ucfg = UcxCfg {
+        let mut ucfg = UcxCfg {
             // WAKEUP makes UCX put the control (AM) lane on a transport that can raise events
             // (tcp, shared memory and verbs can); RMA lanes (cma, cuda_ipc) are chosen as
             // without it. Measured: the same transports per path with and without it
@@ -142,10 +154,25 @@ impl UcxBackend {
             devices: cfg.devices.clone(),
             ..UcxCfg::default()
         };
-        let ctx = Context::new(&ucfg).map_err(|source| Error::Ucx {
-            op: "context",
-            source,
-        })?;
+        let context = |ucfg: &UcxCfg| {
+            Context::new(ucfg).map_err(|source| Error::Ucx {
+                op: "context",
+                source,
+            })
+        };
+        let mut ctx = context(&ucfg)?;
+        let cuda = ctx.supports(MemType::Cuda).unwrap_or(false);
+        if cuda {
+            // Only a UCX with CUDA transports gets their settings: UCX warns about a setting
+            // no transport used ("invalid configuration"). Which it has is known once a
+            // context exists, so the context is made again.
+            ucfg.defaults = UCX_CUDA_DEFAULTS
+                .iter()
+                .map(|&(k, v)| (k.to_owned(), v.to_owned()))
+                .collect();
+            drop(ctx);
+            ctx = context(&ucfg)?;
+        }
         let worker = Worker::new(&ctx).map_err(|source| Error::Ucx {
             op: "worker",
             source,
@@ -154,7 +181,6 @@ impl UcxBackend {
             op: "am_register",
             source,
         })?;
-        let cuda = ctx.supports(MemType::Cuda).unwrap_or(false);
         Ok(Arc::new(UcxBackend {
             cfg,
             agent_name: agent_name.to_owned(),
