@@ -4,29 +4,18 @@
 //! the decoder (proptest), which must never panic.
 
 use gdpath::net::codec::{self, Message, Metadata, RegionMeta, WireKind, AM_ID};
-use gdpath::net::{ConnectOptions, NetConfig, NetEvent, Token};
-use gdpath::{Agent, AgentConfig, Error, HostBuffer, Memory};
+use gdpath::net::{ConnectOptions, FailureMode, NetEvent, Token};
+use gdpath::Error;
 use gdpath_ucx::{Context, Endpoint, Features, Listener, UcxCfg, Worker};
 use proptest::prelude::*;
 use std::time::Duration;
 
 use gdpath_testkit::ucx_serial as serial;
 
-const T: Duration = Duration::from_secs(20);
+mod net_common;
+use net_common::{agent, small_server};
 
-fn agent(name: &str) -> Agent {
-    let a = Agent::new(AgentConfig {
-        name: name.into(),
-        ..AgentConfig::default()
-    })
-    .unwrap();
-    a.enable_net(NetConfig {
-        devices: Some("lo".into()),
-        ..NetConfig::default()
-    })
-    .unwrap();
-    a
-}
+const T: Duration = Duration::from_secs(20);
 
 fn raw_worker() -> Worker {
     let ctx = Context::new(&UcxCfg {
@@ -43,14 +32,7 @@ fn raw_worker() -> Worker {
 #[test]
 fn server_refuses_garbage_and_keeps_serving() {
     let _serial = serial();
-    let server = agent("srv");
-    let r = server
-        .register(Memory::host(HostBuffer::zeroed(4096)))
-        .unwrap();
-    server.export(&r).unwrap();
-    let srv = server
-        .serve("127.0.0.1:0".parse().unwrap(), Token::none())
-        .unwrap();
+    let (_server, _r, srv) = small_server(Token::none());
     let good_auth = codec::encode(&Message::Auth {
         client_nonce: [1; 32],
         mac: [2; 32],
@@ -100,7 +82,7 @@ fn server_refuses_garbage_and_keeps_serving() {
         eps.push(ep);
     }
     // A well-behaved agent still connects and reads.
-    let client = agent("cli");
+    let client = agent("cli", FailureMode::Detect);
     let peer = client.connect(srv.local_addr()).unwrap();
     assert_eq!(peer.regions().len(), 1);
 }
@@ -200,7 +182,7 @@ fn client_refuses_malformed_welcome() {
             }),
         ),
     ];
-    let client = agent("cli");
+    let client = agent("cli", FailureMode::Detect);
     for (what, make) in cases {
         let (addr, h) = fake_server(make);
         let err = client

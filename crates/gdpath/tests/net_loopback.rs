@@ -13,26 +13,11 @@ use std::time::Duration;
 
 use gdpath_testkit::ucx_serial as serial;
 
+mod net_common;
+use net_common::{agent, cfg, small_server};
+
 const T: Duration = Duration::from_secs(20);
 const LEN: usize = 4 << 20;
-
-fn cfg(mode: FailureMode) -> NetConfig {
-    NetConfig {
-        failure_mode: mode,
-        devices: Some("lo".into()),
-        ..NetConfig::default()
-    }
-}
-
-fn agent(name: &str, mode: FailureMode) -> Agent {
-    let a = Agent::new(AgentConfig {
-        name: name.into(),
-        ..AgentConfig::default()
-    })
-    .unwrap();
-    a.enable_net(cfg(mode)).unwrap();
-    a
-}
 
 fn pattern(len: usize, seed: u64) -> Vec<u8> {
     let mut v = vec![0u8; len];
@@ -101,14 +86,7 @@ fn export_late(s: &Setup, buf: HostBuffer) -> (Region, Region) {
 /// A serving agent exporting one 4 KiB host region, and a client connected to it:
 /// (server, region, listener, client, peer).
 fn one_small_export() -> (Agent, Region, Server, Agent, Peer) {
-    let server = agent("srv", FailureMode::Detect);
-    let r = server
-        .register(Memory::host(HostBuffer::zeroed(4096)))
-        .unwrap();
-    server.export(&r).unwrap();
-    let srv = server
-        .serve("127.0.0.1:0".parse().unwrap(), Token::none())
-        .unwrap();
+    let (server, r, srv) = small_server(Token::none());
     let client = agent("cli", FailureMode::Detect);
     let peer = client.connect(srv.local_addr()).unwrap();
     (server, r, srv, client, peer)
@@ -416,14 +394,7 @@ fn tokens_must_match_on_both_sides() {
     let _serial = serial();
     let good = Token::new("correct horse battery staple").unwrap();
     let bad = Token::new("incorrect horse battery staple").unwrap();
-    let server = agent("srv", FailureMode::Detect);
-    let r = server
-        .register(Memory::host(HostBuffer::zeroed(4096)))
-        .unwrap();
-    server.export(&r).unwrap();
-    let srv = server
-        .serve("127.0.0.1:0".parse().unwrap(), good.clone())
-        .unwrap();
+    let (_server, _r, srv) = small_server(good.clone());
     let client = agent("cli", FailureMode::Detect);
     let opts = |token: Token| ConnectOptions { token, timeout: T };
     for (t, what) in [(bad, "wrong token"), (Token::none(), "no token")] {
