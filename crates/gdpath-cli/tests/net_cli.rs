@@ -126,23 +126,8 @@ fn bench_net_json_rows_are_verified_and_name_the_transport() {
         let rows = j["rows"].as_array().unwrap();
         assert_eq!(rows.len(), 3);
         for r in rows {
-            for k in [
-                "path",
-                "op",
-                "bytes",
-                "block",
-                "qd",
-                "gbps_min",
-                "gbps_median",
-                "gbps_max",
-                "iops",
-                "latency_us_p50",
-                "latency_us_p99",
-                "verified",
-                "transport",
-                "latency_us_min",
-                "latency_us_max",
-            ] {
+            let net_fields = ["transport", "latency_us_min", "latency_us_max"];
+            for k in common::BENCH_ROW_FIELDS.iter().chain(&net_fields) {
                 assert!(r.get(k).is_some(), "row lacks {k}: {r}");
             }
             assert_eq!(r["op"], op);
