@@ -171,23 +171,24 @@ fn round_trip(fast_local: bool) {
         };
         assert_eq!(pp.path, ipc, "put GPU → remote GPU did not run on cuda_ipc");
         let user_get_setting = std::env::var("UCX_CUDA_IPC_ENABLE_GET_ZCOPY").ok();
-        if gpu0_has_active_nvlink() || user_get_setting.is_none() {
+        if user_get_setting.is_none() {
             // gdpath sets UCX_CUDA_IPC_ENABLE_GET_ZCOPY=y where the environment does not:
             // UCX's own default keeps cuda_ipc's get only for GPUs with an active NVLink
             // (openucx/ucx PR #7566) and emulates it elsewhere.
             assert_eq!(gp.path, ipc, "get remote GPU → GPU did not run on cuda_ipc");
         } else {
-            // The user chose UCX's setting: without an active NVLink the get may be emulated,
-            // and the engine must then say so, not claim cuda_ipc.
+            // The user chose the setting (UCX's `auto` emulates the get where GPU 0 has no
+            // active NVLink, `n` everywhere): an emulated get must say so, not claim cuda_ipc.
             let name = gp.path.name();
             assert!(
                 gp.path == ipc || name.contains("software emulation"),
                 "get reported {name}"
             );
             eprintln!(
-                "GPU 0 has no active NVLink and UCX_CUDA_IPC_ENABLE_GET_ZCOPY={} is set: the \
+                "UCX_CUDA_IPC_ENABLE_GET_ZCOPY={} is set (GPU 0 has an active NVLink: {}): the \
                  GPU → GPU get between processes ran on {name}",
-                user_get_setting.unwrap_or_default()
+                user_get_setting.unwrap_or_default(),
+                gpu0_has_active_nvlink()
             );
         }
         assert_eq!(pp.finding, None);

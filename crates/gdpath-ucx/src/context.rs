@@ -21,10 +21,10 @@ impl Features {
     pub const AM: Features = Features(sys::UCP_FEATURE_AM as u64);
     /// Tag matching (`UCP_FEATURE_TAG`).
     pub const TAG: Features = Features(sys::UCP_FEATURE_TAG as u64);
-    /// Blocking waits on an event fd (`UCP_FEATURE_WAKEUP`). Off by default: UCX then puts
-    /// active-message lanes only on transports that can raise events (`UCT_IFACE_FLAG_WAKEUP`
-    /// in UCX's wireup); tcp, the shared-memory transports and verbs can, RMA-only transports
-    /// (cma, cuda_ipc) are not affected.
+    /// Blocking waits on an event fd (`UCP_FEATURE_WAKEUP`). Off by default. Together with
+    /// [`Features::TAG`], UCX's wireup puts the active-message lane only on a transport that
+    /// can raise events; without TAG the lanes are chosen as without WAKEUP, and traffic on a
+    /// transport that cannot raise events does not wake a waiter (bound the wait).
     pub const WAKEUP: Features = Features(sys::UCP_FEATURE_WAKEUP as u64);
 
     /// The raw `UCP_FEATURE_*` mask.
@@ -113,9 +113,10 @@ pub struct UcxCfg {
     /// its transports).
     pub extra: Vec<(String, String)>,
     /// Settings the caller prefers but the user may override, as (name without the `UCX_`
-    /// prefix, value): skipped when the environment sets `UCX_<name>`, and when UCX refuses
-    /// the value; applied before `extra`. A transport's setting is harmless where UCX was
-    /// built without that transport.
+    /// prefix, value): skipped when the environment sets `UCX_<name>` (a value in UCX's
+    /// configuration file is overridden), and when UCX refuses the value (it checks the values
+    /// of its UCP settings here; a transport's setting is kept unchecked for the transport);
+    /// applied before `extra`.
     pub defaults: Vec<(String, String)>,
 }
 

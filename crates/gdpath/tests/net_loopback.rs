@@ -561,7 +561,6 @@ fn a_client_that_only_posts_local_puts_still_sees_a_withdrawal() {
     drop((remote, peer, client));
 }
 
-/// Events the server reports within `quiet` of the last one (after the expected ones).
 /// CPU time of this process so far (user + system), from `getrusage(RUSAGE_SELF)`.
 fn cpu_time() -> Duration {
     // SAFETY: `ru` is written by getrusage before it is read.
@@ -575,8 +574,9 @@ fn cpu_time() -> Duration {
 }
 
 /// A serving agent with a connected, idle peer blocks on UCX's event fd instead of polling
-/// (the polling loop it replaced cost 3–6 % of a core), and a peer's next transfer wakes it.
-/// The only thread of this process that runs while the test sleeps is the server's.
+/// (the polling loop it replaced cost 3–6 % of a core), and a peer's transfer wakes it at
+/// once, not at the end of its longest sleep (100 ms). While the test sleeps only the server's
+/// thread and UCX's async thread of this process can run.
 #[test]
 fn an_idle_server_blocks_and_a_peer_wakes_it() {
     let _serial = serial();
@@ -591,23 +591,37 @@ fn an_idle_server_blocks_and_a_peer_wakes_it() {
         idle < Duration::from_millis(10),
         "an idle serving agent used {idle:?} of CPU in 1 s: it polls instead of blocking"
     );
-    // The sleeping server serves the next write (over tcp its worker writes the data).
+    // Ten writes, each after the server went back to sleep (over tcp its worker writes the
+    // data, so each completes only once it woke). Woken by the network: a few ms in all;
+    // by its sleep's bound: about a second.
     let want = pattern(64 << 10, 5);
     let src = s
         .client
         .register(Memory::host(HostBuffer::from_slice(&want)))
         .unwrap();
-    s.client
-        .post(TransferRequest::write(
-            vec![src.desc(0, want.len() as u64)],
-            vec![s.remote.desc(0, want.len() as u64)],
-        ))
-        .unwrap()
-        .wait_timeout(T)
-        .unwrap();
+    let mut busy = Duration::ZERO;
+    for _ in 0..10 {
+        std::thread::sleep(Duration::from_millis(20));
+        let t0 = std::time::Instant::now();
+        s.client
+            .post(TransferRequest::write(
+                vec![src.desc(0, want.len() as u64)],
+                vec![s.remote.desc(0, want.len() as u64)],
+            ))
+            .unwrap()
+            .wait_timeout(T)
+            .unwrap();
+        busy += t0.elapsed();
+    }
+    println!("ten writes to a sleeping server: {busy:?}");
+    assert!(
+        busy < Duration::from_millis(500),
+        "ten writes to a sleeping server took {busy:?}: it was not woken by them"
+    );
     assert!(s.exported.host_view().unwrap()[..want.len()] == want[..]);
 }
 
+/// Events the server reports within `quiet` of the last one (after the expected ones).
 fn events_until_quiet(srv: &Server, quiet: Duration) -> Vec<NetEvent> {
     std::iter::from_fn(|| srv.next_event(quiet)).collect()
 }

@@ -226,10 +226,16 @@ impl Peer {
     ///
     /// Errors: [`Error::PeerFailed`] when the connection failed or `timeout` passed first.
     pub fn flush(&self, timeout: Duration) -> Result<()> {
-        self.conn
+        let r = self
+            .conn
             .ep
             .flush(timeout)
-            .map_err(|e| crate::backend::ucx::ucx_err(&self.conn.label(), "flush", e))
+            .map_err(|e| crate::backend::ucx::ucx_err(&self.conn.label(), "flush", e));
+        // The flush progressed the worker outside a progress round: what it received (a
+        // control message, a connection request) waits for a round, which a sleeping serving
+        // thread would only run after its timeout.
+        self.backend.wake.kick(&self.backend.worker);
+        r
     }
 
     /// The server's socket address.
@@ -307,17 +313,20 @@ impl Peer {
         let label = self.name();
         let bytes = codec::encode(&codec::Message::Notify(message.to_vec()))
             .map_err(|e| Error::Config(e.to_string()))?;
-        self.conn
-            .ep
-            .flush(timeout)
-            .map_err(|e| crate::backend::ucx::ucx_err(&label, "flush", e))?;
-        let req = self
-            .conn
-            .ep
-            .am_send(crate::backend::ucx::CTRL_AM, &[], &bytes)
-            .map_err(|e| crate::backend::ucx::ucx_err(&label, "notify", e))?;
-        req.wait(timeout)
-            .map_err(|e| crate::backend::ucx::ucx_err(&label, "notify", e))
+        let label = label.as_str();
+        let ucx = |op| move |e| crate::backend::ucx::ucx_err(label, op, e);
+        let r = (|| {
+            self.conn.ep.flush(timeout).map_err(ucx("flush"))?;
+            let req = self
+                .conn
+                .ep
+                .am_send(crate::backend::ucx::CTRL_AM, &[], &bytes)
+                .map_err(ucx("notify"))?;
+            req.wait(timeout).map_err(ucx("notify"))
+        })();
+        // As in `flush`: this progressed the worker outside a progress round.
+        self.backend.wake.kick(&self.backend.worker);
+        r
     }
 
     /// Closes the connection cleanly, for every clone of this handle: new transfers to the
@@ -412,7 +421,11 @@ fn serve_loop(b: Arc<UcxBackend>, stop: Arc<AtomicBool>) {
     let mut last = Instant::now();
     while !stop.load(Ordering::Acquire) {
         let seen = b.wake.seen();
-        let (_, active) = b.progress_round();
+        let Some((_, active)) = b.try_progress_round() else {
+            // An application thread is progressing the worker: not idle.
+            std::thread::yield_now();
+            continue;
+        };
         if active {
             last = Instant::now();
             continue;

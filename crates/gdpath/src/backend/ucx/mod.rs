@@ -41,8 +41,10 @@ pub(crate) use remote::RemoteMem;
 /// `CUDA_IPC_ENABLE_GET_ZCOPY=y`: UCX's default (`auto`) turns cuda_ipc's get off on a GPU
 /// without an active NVLink (openucx/ucx PR #7566: concurrent PCIe reads were slower than
 /// writes in OSU all-to-all runs), and UCX then emulates a GPU → GPU get between processes in
-/// software, through host memory and the CPU: on the one-GPU H200 VM a 64 MiB get reported
-/// `ucx:sysv (software emulation)` where the put ran on cuda_ipc (docs/benchmarks.md). A
+/// software, through host memory and the CPU: on the one-GPU H200 VM a get reported
+/// `ucx:sysv (software emulation)` (`--fast-local`) or `ucx:tcp (software emulation)` (peer
+/// error handling), 0.56 GB/s for 1 GiB where cuda_ipc then moved 2070 GB/s
+/// (docs/benchmarks.md). A
 /// peer-to-peer read, even over PCIe, beats a copy through host memory; NVIDIA's NIXL enables
 /// the same setting for the same reason (ai-dynamo/nixl PR #2208).
 const UCX_CUDA_DEFAULTS: &[(&str, &str)] = &[("CUDA_IPC_ENABLE_GET_ZCOPY", "y")];
@@ -145,33 +147,34 @@ impl UcxBackend {
     /// thread's idle waits) and worker.
     pub(crate) fn new(agent_name: &str, agent_id: u64, cfg: NetConfig) -> Result<Arc<Self>> {
         let mut ucfg = UcxCfg {
-            // WAKEUP makes UCX put the control (AM) lane on a transport that can raise events
-            // (tcp, shared memory and verbs can); RMA lanes (cma, cuda_ipc) are chosen as
-            // without it. Measured: the same transports per path with and without it
-            // (docs/benchmarks.md, "Idle serving").
+            // WAKEUP (for the serving thread's idle waits) leaves lane selection alone without
+            // TAG (UCX's wireup): the same transports per path with and without it, measured
+            // (docs/benchmarks.md, "Idle serving"). A sleeping server woke for tcp and for
+            // shared memory (sysv/posix) within the same ≈ 30 ms one-message bench; a
+            // transport that raised no event would wait for the sleep's 100 ms bound.
             features: Features::RMA | Features::AM | Features::WAKEUP,
             transports: cfg.transports.clone(),
             devices: cfg.devices.clone(),
             ..UcxCfg::default()
         };
-        let context = |ucfg: &UcxCfg| {
-            Context::new(ucfg).map_err(|source| Error::Ucx {
-                op: "context",
-                source,
-            })
-        };
-        let mut ctx = context(&ucfg)?;
+        let mut ctx = Context::new(&ucfg).map_err(|source| Error::Ucx {
+            op: "context",
+            source,
+        })?;
         let cuda = ctx.supports(MemType::Cuda).unwrap_or(false);
         if cuda {
             // Only a UCX with CUDA transports gets their settings: UCX warns about a setting
             // no transport used ("invalid configuration"). Which it has is known once a
-            // context exists, so the context is made again.
+            // context exists, so the context is made again; should that fail, the first one
+            // (UCX's defaults) serves.
             ucfg.defaults = UCX_CUDA_DEFAULTS
                 .iter()
                 .map(|&(k, v)| (k.to_owned(), v.to_owned()))
                 .collect();
-            drop(ctx);
-            ctx = context(&ucfg)?;
+            match Context::new(&ucfg) {
+                Ok(c) => ctx = c,
+                Err(e) => tracing::debug!("UCX context with gdpath's CUDA defaults: {e}"),
+            }
         }
         let worker = Worker::new(&ctx).map_err(|source| Error::Ucx {
             op: "worker",
@@ -334,8 +337,15 @@ impl UcxBackend {
     /// failed peers. Returns (work items completed, whether anything happened). Only one thread
     /// runs it at a time; others return at once.
     pub(crate) fn progress_round(&self) -> (usize, bool) {
+        self.try_progress_round().unwrap_or((0, false))
+    }
+
+    /// [`UcxBackend::progress_round`], or `None` when another thread is running one (its
+    /// caller must not conclude that nothing is pending: UCX wants a progress call that found
+    /// nothing before `ucp_worker_arm`).
+    pub(crate) fn try_progress_round(&self) -> Option<(usize, bool)> {
         let Ok(_g) = self.progress_lock.try_lock() else {
-            return (0, false);
+            return None;
         };
         self.last_round
             .store(self.epoch.elapsed().as_nanos() as u64, Ordering::Relaxed);
@@ -356,7 +366,7 @@ impl UcxBackend {
             activity |= self.reap_peers(&mut st);
             done
         };
-        (done, activity || done > 0)
+        Some((done, activity || done > 0))
     }
 }
 

@@ -840,6 +840,8 @@ impl UcxBackend {
         }
         if conn.has_live_regions() {
             conn.released.store(true, Ordering::Release);
+            // `reap_peers` starts the goodbye once the regions are gone: a round should see it.
+            self.wake.kick(&self.worker);
             return;
         }
         if let Err(e) = self.close_peer(conn, GOODBYE_WAIT) {
