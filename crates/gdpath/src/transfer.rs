@@ -213,6 +213,9 @@ struct State {
     remaining: usize,
     bytes_done: u64,
     finished_at: Option<Instant>,
+    /// Threads blocked on `cv`: completion wakes them only if there are any (a notify is a
+    /// futex call even with nobody waiting, and most transfers are not waited on by then).
+    waiters: usize,
 }
 
 pub(crate) struct TransferShared {
@@ -253,6 +256,7 @@ impl TransferShared {
                 remaining: n,
                 bytes_done: 0,
                 finished_at: if n == 0 { Some(Instant::now()) } else { None },
+                waiters: 0,
             }),
             cv: Condvar::new(),
             pollers,
@@ -296,7 +300,9 @@ impl TransferShared {
         st.remaining -= 1;
         if st.remaining == 0 {
             st.finished_at = Some(Instant::now());
-            self.cv.notify_all();
+            if st.waiters > 0 {
+                self.cv.notify_all();
+            }
         }
     }
 
@@ -554,11 +560,13 @@ impl Transfer {
                 }
             }
             let wait = until.map_or(tick, |u| u.saturating_duration_since(now).min(tick));
+            st.waiters += 1;
             st = sh
                 .cv
                 .wait_timeout(st, wait)
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
+            st.waiters -= 1;
         }
         let finished = st.finished_at.unwrap_or_else(Instant::now);
         let mut pairs = Vec::with_capacity(st.outcomes.len());
