@@ -127,7 +127,7 @@ fn bench_net_json_rows_are_verified_and_name_the_transport() {
         assert_eq!(rows.len(), 3);
         for r in rows {
             let net_fields = ["transport", "latency_us_min", "latency_us_max"];
-            for k in common::BENCH_ROW_FIELDS.iter().chain(&net_fields) {
+            for k in gdpath::bench::ROW_FIELDS.iter().chain(&net_fields) {
                 assert!(r.get(k).is_some(), "row lacks {k}: {r}");
             }
             assert_eq!(r["op"], op);

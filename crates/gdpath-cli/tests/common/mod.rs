@@ -24,23 +24,6 @@ pub fn gdpath(args: &[&str]) -> (bool, String, String) {
     )
 }
 
-/// The fields every `gdpath.bench/1` row has, whatever the bench command (net rows add
-/// `transport` and latency min/max).
-pub const BENCH_ROW_FIELDS: [&str; 12] = [
-    "path",
-    "op",
-    "bytes",
-    "block",
-    "qd",
-    "gbps_min",
-    "gbps_median",
-    "gbps_max",
-    "iops",
-    "latency_us_p50",
-    "latency_us_p99",
-    "verified",
-];
-
 /// The JSON document a successful run printed on stdout; panics with its stderr if the run
 /// failed, or with the text if stdout is not JSON.
 pub fn json_ok(out: &std::process::Output) -> serde_json::Value {

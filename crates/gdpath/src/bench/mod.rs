@@ -75,6 +75,24 @@ pub fn percentile_sorted(sorted: &[f64], p: f64) -> f64 {
     sorted[lo] + (sorted[hi] - sorted[lo]) * (rank - lo as f64)
 }
 
+/// The JSON fields every [`BenchRow`] carries, whichever bench made it (`gdpath.bench/1`):
+/// what a consumer of `--json` may rely on. Network rows add `transport` and the latency
+/// min/max of [`NetBenchRow`](net::NetBenchRow).
+pub const ROW_FIELDS: [&str; 12] = [
+    "path",
+    "op",
+    "bytes",
+    "block",
+    "qd",
+    "gbps_min",
+    "gbps_median",
+    "gbps_max",
+    "iops",
+    "latency_us_p50",
+    "latency_us_p99",
+    "verified",
+];
+
 /// One benchmark result row, shared by the storage, GPU and network benches (`--json` prints
 /// one per line). Optional fields are omitted when `None`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -416,20 +434,7 @@ mod tests {
         assert_eq!(r.gbps_median, 2.0);
         assert!((r.iops - 2e9 / (1 << 20) as f64).abs() < 1e-6);
         let j = serde_json::to_value(&r).unwrap();
-        for k in [
-            "path",
-            "op",
-            "bytes",
-            "block",
-            "qd",
-            "gbps_min",
-            "gbps_median",
-            "gbps_max",
-            "iops",
-            "latency_us_p50",
-            "latency_us_p99",
-            "verified",
-        ] {
+        for k in ROW_FIELDS {
             assert!(j.get(k).is_some(), "missing {k}");
         }
         for k in ["src", "dst", "latency_us", "limit_gbps", "transport"] {

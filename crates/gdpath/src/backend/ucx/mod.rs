@@ -44,9 +44,9 @@ pub(crate) use remote::RemoteMem;
 /// software, through host memory and the CPU: on the one-GPU H200 VM a get reported
 /// `ucx:sysv (software emulation)` (`--fast-local`) or `ucx:tcp (software emulation)` (peer
 /// error handling), 0.56 GB/s for 1 GiB where cuda_ipc then moved 2070 GB/s
-/// (docs/benchmarks.md). A
-/// peer-to-peer read, even over PCIe, beats a copy through host memory; NVIDIA's NIXL enables
-/// the same setting for the same reason (ai-dynamo/nixl PR #2208).
+/// (docs/benchmarks.md). A peer-to-peer read, even over PCIe, beats a copy through host
+/// memory; NVIDIA's NIXL enables the same setting for the same reason (ai-dynamo/nixl PR
+/// #2208).
 const UCX_CUDA_DEFAULTS: &[(&str, &str)] = &[("CUDA_IPC_ENABLE_GET_ZCOPY", "y")];
 
 /// Active-message id of the control protocol.
