@@ -234,7 +234,7 @@ impl Peer {
         // The flush progressed the worker outside a progress round: what it received (a
         // control message, a connection request) waits for a round, which a sleeping serving
         // thread would only run after its timeout.
-        self.backend.wake.kick(&self.backend.worker);
+        self.backend.kick();
         r
     }
 
@@ -325,7 +325,7 @@ impl Peer {
             req.wait(timeout).map_err(ucx("notify"))
         })();
         // As in `flush`: this progressed the worker outside a progress round.
-        self.backend.wake.kick(&self.backend.worker);
+        self.backend.kick();
         r
     }
 
@@ -405,7 +405,7 @@ impl Server {
 impl Drop for Server {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
-        self.backend.wake.kick(&self.backend.worker);
+        self.backend.kick();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }

@@ -333,6 +333,12 @@ impl UcxBackend {
         lock(&self.state).exports.holds(region)
     }
 
+    /// Records work posted outside the serving thread's progress rounds and wakes that thread
+    /// if it sleeps on the event fd ([`wake::Wakeup::kick`]).
+    pub(crate) fn kick(&self) {
+        self.wake.kick(&self.worker);
+    }
+
     /// One progress round: UCX progress, new connections, control messages, completions,
     /// failed peers. Returns (work items completed, whether anything happened). Only one thread
     /// runs it at a time; others return at once.
@@ -482,7 +488,7 @@ impl Backend for UcxBackend {
         let mut st = lock(&self.state);
         st.ops.submit(self, items);
         drop(st);
-        self.wake.kick(&self.worker);
+        self.kick();
     }
 
     fn progress(&self) -> usize {

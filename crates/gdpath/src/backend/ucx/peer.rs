@@ -268,7 +268,7 @@ impl UcxBackend {
             .am_send(CTRL_AM, &[], &bytes)
             .map_err(|e| super::ucx_err(&peer.label(), "am_send", e))?;
         st.ops.track_send(peer.clone(), req, close);
-        self.wake.kick(&self.worker);
+        self.kick();
         Ok(())
     }
 
@@ -841,7 +841,7 @@ impl UcxBackend {
         if conn.has_live_regions() {
             conn.released.store(true, Ordering::Release);
             // `reap_peers` starts the goodbye once the regions are gone: a round should see it.
-            self.wake.kick(&self.worker);
+            self.kick();
             return;
         }
         if let Err(e) = self.close_peer(conn, GOODBYE_WAIT) {
