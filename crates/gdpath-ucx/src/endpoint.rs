@@ -461,12 +461,15 @@ impl Endpoint {
             })
         };
         self.inner.dirty.store(true, Ordering::Release);
-        let pins = Pins {
+        // An operation UCX finished at post (a small put copied out, the common case) touches
+        // nothing afterwards: only a pending one pins what it uses. An error keeps the
+        // endpoint, to name the peer.
+        let pins = (!r.is_null()).then(|| Pins {
             mem: Some(local.clone()),
             rkey: Some(remote.rkey.clone()),
             ..self.pins()
-        };
-        Request::from_ptr(w.clone(), Some(pins), op, r)
+        });
+        Request::from_ptr(w.clone(), pins, op, r)
     }
 
     /// Writes `len` bytes from `local[local_off..]` to `remote[remote_off..]`

@@ -5,15 +5,25 @@ use crate::backend::{self, Backend, Capability, Drive};
 use crate::config::AgentConfig;
 use crate::error::{Error, Result, Side};
 use crate::memory::{DirectIo, Memory, MemoryClass, MemoryKind};
-use crate::planner::{plan_pair, BackendSet};
-use crate::region::{Descriptor, FileRegion, Region, RegionId, Storage};
-use crate::transfer::{Op, PlannedPair, Transfer, TransferRequest, TransferShared, WorkItem};
+use crate::planner::{plan_pairs, BackendSet};
+use crate::region::{Descriptor, FileRegion, Region, RegionId, Storage, UseGuard};
+use crate::transfer::{
+    Op, PlannedPair, Pollers, Transfer, TransferRequest, TransferShared, WorkItem,
+};
 use serde::Serialize;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 static NEXT_AGENT: AtomicU64 = AtomicU64::new(1);
 static NEXT_REGION: AtomicU64 = AtomicU64::new(1);
+
+/// A checked request's plan: the backend set it was planned with, each pair's backend (its
+/// position in the set) and each pair's plan.
+struct Planned {
+    set: Arc<BackendSet>,
+    backends: Vec<usize>,
+    plans: Vec<PlannedPair>,
+}
 
 /// A backend as the agent lists it.
 #[derive(Debug, Clone, Serialize)]
@@ -304,17 +314,17 @@ impl Agent {
     /// mismatch, foreign / deregistered / busy regions, out of bounds, short file, read-only
     /// file, no path, and (strict mode) [`Error::PathNotAccepted`].
     pub fn plan(&self, request: &TransferRequest) -> Result<Vec<PlannedPair>> {
-        Ok(self
-            .plan_with_backends(request)?
-            .into_iter()
-            .map(|(_, p)| p)
-            .collect())
+        Ok(self.check_and_plan(request, None)?.plans)
     }
 
-    fn plan_with_backends(
+    /// Checks every pair of `request` and plans it. With `guards`, each pair's two regions are
+    /// taken in use as they are checked (what a post needs; the check of a region and the
+    /// start of its use are then one step), in pair order.
+    fn check_and_plan(
         &self,
         request: &TransferRequest,
-    ) -> Result<Vec<(Arc<dyn Backend>, PlannedPair)>> {
+        mut guards: Option<&mut Vec<[UseGuard; 2]>>,
+    ) -> Result<Planned> {
         let (l, t) = (&request.local, &request.target);
         if l.len() != t.len() {
             return Err(Error::ListLengthMismatch {
@@ -336,27 +346,44 @@ impl Agent {
             Op::Write => (true, false),
         };
         for (i, (ld, td)) in l.iter().zip(t).enumerate() {
-            self.check_side(i, Side::Local, ld, local_reads)?;
-            self.check_side(i, Side::Target, td, target_reads)?;
+            let take = guards.is_some();
+            let lg = self.check_side(i, Side::Local, ld, local_reads, take)?;
+            let tg = self.check_side(i, Side::Target, td, target_reads, take)?;
+            if let (Some(g), Some(lg), Some(tg)) = (guards.as_deref_mut(), lg, tg) {
+                g.push([lg, tg]);
+            }
         }
         let set = self.backend_set();
-        let accept = request.accept.as_deref();
-        let mut planned = Vec::with_capacity(l.len());
-        for (i, (ld, td)) in l.iter().zip(t).enumerate() {
-            let (bi, plan) = plan_pair(&set, request.op, i, ld, td, accept)?;
-            planned.push((set.list[bi].clone(), plan));
-        }
-        Ok(planned)
+        let (backends, plans) = plan_pairs(&set, request.op, l, t, request.accept.as_deref())?;
+        Ok(Planned {
+            set,
+            backends,
+            plans,
+        })
     }
 
     /// Checks one descriptor: ownership, usability, bounds; for files, that a read range exists
-    /// (else [`Error::ShortFile`]) and that a written file is writable.
-    fn check_side(&self, index: usize, side: Side, d: &Descriptor, is_read: bool) -> Result<()> {
+    /// (else [`Error::ShortFile`]) and that a written file is writable. With `take`, the region
+    /// is taken in use (the usability check and the start of its use are one step) and the
+    /// guard returned.
+    fn check_side(
+        &self,
+        index: usize,
+        side: Side,
+        d: &Descriptor,
+        is_read: bool,
+        take: bool,
+    ) -> Result<Option<UseGuard>> {
         let r = &d.region;
         if r.inner.agent != self.inner.id {
             return Err(Error::ForeignRegion { region: r.id() });
         }
-        r.check_usable()?;
+        let guard = if take {
+            Some(r.begin_use()?)
+        } else {
+            r.check_usable()?;
+            None
+        };
         let end = d.offset.checked_add(d.len);
         if let Some(f) = r.file() {
             let size = f.size()?;
@@ -389,11 +416,11 @@ impl Agent {
                     });
                 }
             }
-            return Ok(());
+            return Ok(guard);
         }
         let len = r.len()?;
         match end {
-            Some(e) if e <= len => Ok(()),
+            Some(e) if e <= len => Ok(guard),
             _ => Err(Error::OutOfBounds {
                 index,
                 side,
@@ -410,15 +437,23 @@ impl Agent {
     /// to a thread costs more than the copy). Every check of [`Agent::plan`] happens first, so a
     /// failed post moved no byte.
     pub fn post(&self, request: TransferRequest) -> Result<Transfer> {
-        let planned = self.plan_with_backends(&request)?;
-        let mut pollers: Vec<Arc<dyn Backend>> = Vec::new();
-        for (b, _) in &planned {
-            if b.drive() == Drive::Poll && !pollers.iter().any(|p| Arc::ptr_eq(p, b)) {
+        let mut guards = Vec::with_capacity(request.local.len());
+        let Planned {
+            set,
+            backends,
+            plans,
+        } = self.check_and_plan(&request, Some(&mut guards))?;
+        let mut pollers = Pollers::default();
+        for (k, &bi) in backends.iter().enumerate() {
+            // Pairs on one backend are the rule: look at each backend once.
+            if backends[..k].contains(&bi) {
+                continue;
+            }
+            let b = &set.list[bi];
+            if b.drive() == Drive::Poll {
                 pollers.push(b.clone());
             }
         }
-        let (backends, plans): (Vec<Arc<dyn Backend>>, Vec<PlannedPair>) =
-            planned.into_iter().unzip();
         let id = self.inner.next_transfer.fetch_add(1, Ordering::Relaxed);
         let TransferRequest {
             op,
@@ -429,27 +464,41 @@ impl Agent {
             ..
         } = request;
         let shared = TransferShared::new(id, deadline, plans, pollers, notify);
-        // Build every item first: a region taken by a host view meanwhile fails the post here,
-        // before any submission (the items already built report the error to nobody).
-        let mut items: Vec<(Arc<dyn Backend>, WorkItem)> = Vec::with_capacity(local.len());
-        for (i, ((ld, td), b)) in local.into_iter().zip(target).zip(backends).enumerate() {
-            let guards = [ld.region.begin_use()?, td.region.begin_use()?];
+        // Items grouped by backend, in pair order within each group.
+        let n = local.len();
+        let one = backends
+            .first()
+            .filter(|&&b| backends.iter().all(|&x| x == b));
+        let mut groups: Vec<(usize, Vec<WorkItem>)> = Vec::new();
+        let mut all: Vec<WorkItem> = Vec::with_capacity(if one.is_some() { n } else { 0 });
+        let pairs = local.into_iter().zip(target).zip(guards).zip(&backends);
+        for (i, (((ld, td), guards), &bi)) in pairs.enumerate() {
             let item = WorkItem::new(i, op, ld, td, shared.clone(), guards);
-            items.push((b, item));
-        }
-        let mut groups: Vec<(Arc<dyn Backend>, Vec<WorkItem>)> = Vec::new();
-        for (b, item) in items {
             if item.local().len == 0 {
                 item.complete(Ok(0));
                 continue;
             }
-            match groups.iter_mut().find(|(g, _)| Arc::ptr_eq(g, &b)) {
+            if one.is_some() {
+                all.push(item);
+                continue;
+            }
+            match groups.iter_mut().find(|(g, _)| *g == bi) {
                 Some((_, v)) => v.push(item),
-                None => groups.push((b, vec![item])),
+                None => {
+                    // Room for every pair left: no reallocation for the largest group.
+                    let mut v = Vec::with_capacity(n - i);
+                    v.push(item);
+                    groups.push((bi, v));
+                }
             }
         }
-        for (b, v) in groups {
-            b.submit(v);
+        if let Some(&bi) = one {
+            if !all.is_empty() {
+                set.list[bi].submit(all);
+            }
+        }
+        for (bi, v) in groups {
+            set.list[bi].submit(v);
         }
         Ok(Transfer { shared })
     }

@@ -12,7 +12,7 @@ use crate::backend::{Backend, Capability, Preference, Refusal};
 use crate::error::{Error, Result};
 use crate::memory::MemoryClass;
 use crate::path::Path;
-use crate::region::Descriptor;
+use crate::region::{Descriptor, RegionId};
 use crate::transfer::{Op, PlannedPair};
 use std::sync::Arc;
 
@@ -22,6 +22,36 @@ use std::sync::Arc;
 pub(crate) struct BackendSet {
     pub(crate) list: Vec<Arc<dyn Backend>>,
     pub(crate) caps: Vec<Vec<Capability>>,
+    /// For each (local class, target class, operation), the positions in `list` of the
+    /// backends with a capability for it, best preference first, then in registration order
+    /// ([`slot`]): computed when the set is built rather than for every pair posted.
+    candidates: [Vec<usize>; SLOTS],
+    /// Per slot: every candidate plans per region ([`Backend::plan_per_region`]).
+    per_region: [bool; SLOTS],
+}
+
+const CLASSES: [MemoryClass; 4] = [
+    MemoryClass::Host,
+    MemoryClass::File,
+    MemoryClass::Gpu,
+    MemoryClass::Remote,
+];
+const OPS: [Op; 2] = [Op::Read, Op::Write];
+const SLOTS: usize = CLASSES.len() * CLASSES.len() * OPS.len();
+
+/// The index of a (local class, target class, operation) in [`BackendSet`]'s tables.
+fn slot(local: MemoryClass, target: MemoryClass, op: Op) -> usize {
+    let class = |c| match c {
+        MemoryClass::Host => 0,
+        MemoryClass::File => 1,
+        MemoryClass::Gpu => 2,
+        MemoryClass::Remote => 3,
+    };
+    let op = match op {
+        Op::Read => 0,
+        Op::Write => 1,
+    };
+    (class(local) * CLASSES.len() + class(target)) * OPS.len() + op
 }
 
 impl BackendSet {
@@ -31,7 +61,35 @@ impl BackendSet {
         let mut all = self.caps.clone();
         all.push(caps);
         list.push(backend);
-        BackendSet { list, caps: all }
+        let mut candidates: [Vec<usize>; SLOTS] = Default::default();
+        let mut per_region = [false; SLOTS];
+        for lc in CLASSES {
+            for tc in CLASSES {
+                for op in OPS {
+                    let mut c: Vec<(Preference, usize)> = all
+                        .iter()
+                        .enumerate()
+                        .filter_map(|(bi, bc)| {
+                            bc.iter()
+                                .filter(|c| c.local == lc && c.target == tc && c.ops.contains(&op))
+                                .map(|c| c.preference)
+                                .min()
+                                .map(|p| (p, bi))
+                        })
+                        .collect();
+                    c.sort_by_key(|&(p, bi)| (p, bi));
+                    let k = slot(lc, tc, op);
+                    per_region[k] = c.iter().all(|&(_, bi)| list[bi].plan_per_region());
+                    candidates[k] = c.into_iter().map(|(_, bi)| bi).collect();
+                }
+            }
+        }
+        BackendSet {
+            list,
+            caps: all,
+            candidates,
+            per_region,
+        }
     }
 
     /// The backends that serve memory of `class` on either side of a pair.
@@ -47,6 +105,42 @@ impl BackendSet {
     }
 }
 
+/// Plans every pair of a request (`local[i]` with `target[i]`): each backend's position in
+/// `set.list` and each plan, in pair order. A pair on the same two regions as the pair before
+/// takes that pair's plan when every candidate plans per region
+/// ([`Backend::plan_per_region`]): a request of many small pairs is then planned once.
+pub(crate) fn plan_pairs(
+    set: &BackendSet,
+    op: Op,
+    local: &[Descriptor],
+    target: &[Descriptor],
+    accept: Option<&[Path]>,
+) -> Result<(Vec<usize>, Vec<PlannedPair>)> {
+    let mut backends = Vec::with_capacity(local.len());
+    let mut plans: Vec<PlannedPair> = Vec::with_capacity(local.len());
+    // The regions of the last pair planned, when its plan may be reused.
+    let mut reusable: Option<(RegionId, RegionId)> = None;
+    for (i, (ld, td)) in local.iter().zip(target).enumerate() {
+        let regions = (ld.region.id(), td.region.id());
+        if reusable == Some(regions) {
+            let last = plans.last().expect("a pair was planned");
+            let plan = PlannedPair {
+                index: i,
+                ..last.clone()
+            };
+            backends.push(*backends.last().expect("a pair was planned"));
+            plans.push(plan);
+            continue;
+        }
+        let (bi, plan) = plan_pair(set, op, i, ld, td, accept)?;
+        let (lc, tc) = (ld.region.kind().class(), td.region.kind().class());
+        reusable = set.per_region[slot(lc, tc, op)].then_some(regions);
+        backends.push(bi);
+        plans.push(plan);
+    }
+    Ok((backends, plans))
+}
+
 /// Plans pair `index`. Returns the chosen backend's position in `set.list` and the plan.
 pub(crate) fn plan_pair(
     set: &BackendSet,
@@ -57,18 +151,7 @@ pub(crate) fn plan_pair(
     accept: Option<&[Path]>,
 ) -> Result<(usize, PlannedPair)> {
     let (lc, tc) = (local.region.kind().class(), target.region.kind().class());
-    let mut candidates: Vec<(Preference, usize)> = Vec::new();
-    for (bi, bc) in set.caps.iter().enumerate() {
-        let best = bc
-            .iter()
-            .filter(|c| c.local == lc && c.target == tc && c.ops.contains(&op))
-            .map(|c| c.preference)
-            .min();
-        if let Some(p) = best {
-            candidates.push((p, bi));
-        }
-    }
-    candidates.sort_by_key(|&(p, bi)| (p, bi));
+    let candidates = &set.candidates[slot(lc, tc, op)];
     if candidates.is_empty() {
         return Err(Error::NoPath {
             index,
@@ -78,7 +161,7 @@ pub(crate) fn plan_pair(
     }
     let mut first_refusal: Option<(&'static str, Refusal)> = None;
     let mut not_accepted: Option<Path> = None;
-    for (pos, &(_, bi)) in candidates.iter().enumerate() {
+    for (pos, &bi) in candidates.iter().enumerate() {
         let b = &set.list[bi];
         match b.plan(op, local, target) {
             Ok(choice) => {

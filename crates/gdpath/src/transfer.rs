@@ -218,6 +218,30 @@ struct State {
     waiters: usize,
 }
 
+/// The poll-driven backends a transfer uses: none or one nearly always, held without an
+/// allocation.
+#[derive(Default)]
+pub(crate) enum Pollers {
+    #[default]
+    None,
+    One(Arc<dyn Backend>),
+    Many(Vec<Arc<dyn Backend>>),
+}
+
+impl Pollers {
+    /// Adds `b` (the caller adds each backend once).
+    pub(crate) fn push(&mut self, b: Arc<dyn Backend>) {
+        *self = match std::mem::take(self) {
+            Pollers::None => Pollers::One(b),
+            Pollers::One(a) => Pollers::Many(vec![a, b]),
+            Pollers::Many(mut v) => {
+                v.push(b);
+                Pollers::Many(v)
+            }
+        };
+    }
+}
+
 pub(crate) struct TransferShared {
     id: u64,
     posted: Instant,
@@ -227,7 +251,7 @@ pub(crate) struct TransferShared {
     state: Mutex<State>,
     cv: Condvar,
     /// Poll-driven backends this transfer uses: waiting progresses them.
-    pollers: Vec<Arc<dyn Backend>>,
+    pollers: Pollers,
     /// The request's notification, for the network backend.
     notify: Option<Arc<[u8]>>,
 }
@@ -241,7 +265,7 @@ impl TransferShared {
         id: u64,
         deadline: Option<Instant>,
         plans: Vec<PlannedPair>,
-        pollers: Vec<Arc<dyn Backend>>,
+        pollers: Pollers,
         notify: Option<Vec<u8>>,
     ) -> Arc<Self> {
         let n = plans.len();
@@ -274,12 +298,15 @@ impl TransferShared {
         }
     }
 
+    /// Records pair `index`'s outcome; `now` (read once by the caller) ends the transfer when it
+    /// is the last pair.
     pub(crate) fn complete(
         &self,
         index: usize,
         result: Result<u64>,
         elapsed: Duration,
         taken: Option<Path>,
+        now: Instant,
     ) {
         let plan = &self.plans[index];
         let outcome = result.map(|bytes| PairReport {
@@ -290,7 +317,7 @@ impl TransferShared {
             elapsed,
         });
         let mut st = lock(&self.state);
-        if st.outcomes[index].is_some() {
+        if !matches!(st.outcomes.get(index), Some(None)) {
             return; // a backend bug must not corrupt the count
         }
         if let Ok(r) = &outcome {
@@ -299,7 +326,7 @@ impl TransferShared {
         st.outcomes[index] = Some(outcome);
         st.remaining -= 1;
         if st.remaining == 0 {
-            st.finished_at = Some(Instant::now());
+            st.finished_at = Some(now);
             if st.waiters > 0 {
                 self.cv.notify_all();
             }
@@ -307,7 +334,11 @@ impl TransferShared {
     }
 
     fn progress_pollers(&self) -> usize {
-        self.pollers.iter().map(|b| b.progress()).sum()
+        match &self.pollers {
+            Pollers::None => 0,
+            Pollers::One(b) => b.progress(),
+            Pollers::Many(v) => v.iter().map(|b| b.progress()).sum(),
+        }
     }
 }
 
@@ -407,7 +438,13 @@ impl WorkItem {
 
     /// Records that the first I/O of this pair was issued (for latency reporting). Idempotent.
     pub fn mark_started(&self) {
-        let _ = self.started.set(Instant::now());
+        self.mark_started_at(Instant::now());
+    }
+
+    /// As [`WorkItem::mark_started`], with the instant read by the caller: a backend posting
+    /// many pairs at once reads the clock once for all of them.
+    pub fn mark_started_at(&self, at: Instant) {
+        let _ = self.started.set(at);
     }
 
     /// Reports the pair's result: `Ok(bytes moved)` or the error. The backend must not touch
@@ -423,12 +460,29 @@ impl WorkItem {
         self.report(result, Some(taken));
     }
 
+    /// As [`WorkItem::complete`] / [`WorkItem::complete_on`], with the completion instant read
+    /// by the caller: a backend completing many pairs at once reads the clock once.
+    pub(crate) fn complete_at(mut self, result: Result<u64>, taken: Option<Path>, now: Instant) {
+        self.report_at(result, taken, now);
+    }
+
     fn report(&mut self, result: Result<u64>, taken: Option<Path>) {
+        // One clock read serves the pair's elapsed time and, for the last pair, the
+        // transfer's end.
+        self.report_at(result, taken, Instant::now());
+    }
+
+    fn report_at(&mut self, result: Result<u64>, taken: Option<Path>, now: Instant) {
         if let Some(pair) = self.pair.take() {
             drop(pair); // release the regions first
             let start = self.started.get().copied().unwrap_or(self.shared.posted);
-            self.shared
-                .complete(self.index, result, start.elapsed(), taken);
+            self.shared.complete(
+                self.index,
+                result,
+                now.saturating_duration_since(start),
+                taken,
+                now,
+            );
         }
     }
 }
@@ -502,8 +556,7 @@ impl Transfer {
     // does not matter.
     #[allow(clippy::result_large_err)]
     pub fn wait(self) -> std::result::Result<TransferReport, TransferError> {
-        let until = self.shared.deadline;
-        self.wait_until(until)
+        self.wait_until(None)
     }
 
     /// As [`Transfer::wait`], giving up after `timeout` (or the request's deadline, if earlier)
@@ -515,9 +568,7 @@ impl Transfer {
         self,
         timeout: Duration,
     ) -> std::result::Result<TransferReport, TransferError> {
-        let t = Instant::now() + timeout;
-        let until = Some(self.shared.deadline.map_or(t, |d| d.min(t)));
-        self.wait_until(until)
+        self.wait_until(Some(timeout))
     }
 
     // The error carries every pair's outcome; it is returned once per transfer, so its size
@@ -525,11 +576,15 @@ impl Transfer {
     #[allow(clippy::result_large_err)]
     fn wait_until(
         self,
-        until: Option<Instant>,
+        timeout: Option<Duration>,
     ) -> std::result::Result<TransferReport, TransferError> {
         let sh = &self.shared;
+        // The bound is the request's deadline or `timeout` from now, whichever is earlier. It
+        // is computed when the transfer is first found unfinished: most waits in a stream of
+        // small transfers find it done, and need no clock read.
+        let mut until: Option<Option<Instant>> = None;
         // Poll-driven backends need the waiter to progress them: wake often.
-        let tick = if sh.pollers.is_empty() {
+        let tick = if matches!(sh.pollers, Pollers::None) {
             Duration::from_millis(100)
         } else {
             Duration::from_micros(50)
@@ -544,6 +599,13 @@ impl Transfer {
                 return Err(self.failure(Error::Cancelled));
             }
             let now = Instant::now();
+            let until = *until.get_or_insert_with(|| {
+                // A timeout too far to represent is no bound.
+                match (sh.deadline, timeout.and_then(|t| now.checked_add(t))) {
+                    (Some(d), Some(t)) => Some(d.min(t)),
+                    (d, t) => d.or(t),
+                }
+            });
             if let Some(u) = until {
                 if now >= u {
                     drop(st);
@@ -551,7 +613,7 @@ impl Transfer {
                     return Err(self.failure(Error::DeadlineExceeded));
                 }
             }
-            if !sh.pollers.is_empty() {
+            if !matches!(sh.pollers, Pollers::None) {
                 drop(st);
                 let n = sh.progress_pollers();
                 st = lock(&sh.state);
@@ -569,21 +631,22 @@ impl Transfer {
             st.waiters -= 1;
         }
         let finished = st.finished_at.unwrap_or_else(Instant::now);
-        let mut pairs = Vec::with_capacity(st.outcomes.len());
-        let mut first_err = None;
-        for o in st.outcomes.iter() {
-            match o {
-                Some(Ok(r)) => pairs.push(r.clone()),
-                Some(Err(e)) => {
-                    first_err.get_or_insert_with(|| e.clone());
-                }
-                None => {}
-            }
-        }
-        drop(st);
+        let first_err = st.outcomes.iter().find_map(|o| match o {
+            Some(Err(e)) => Some(e.clone()),
+            _ => None,
+        });
         if let Some(e) = first_err {
+            drop(st);
             return Err(self.failure(e));
         }
+        // `wait` consumes the transfer and every pair has reported: the outcomes are no longer
+        // read, so they are moved out rather than cloned.
+        let pairs: Vec<PairReport> = std::mem::take(&mut st.outcomes)
+            .into_iter()
+            .flatten()
+            .filter_map(std::result::Result::ok)
+            .collect();
+        drop(st);
         let bytes = pairs.iter().map(|p| p.bytes).sum();
         Ok(TransferReport {
             pairs,

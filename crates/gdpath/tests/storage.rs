@@ -120,6 +120,75 @@ fn alignment_edges_on_disk_use_posix_direct() {
     }
 }
 
+/// A run of pairs on the same two regions is planned once only where every candidate
+/// backend's answer ignores offsets and lengths (`Backend::plan_per_region`): pairs of one
+/// request on one file, one aligned and one not, still get their own paths; pairs between two
+/// host regions share the plan, each with its own index.
+#[test]
+fn pairs_on_the_same_regions_keep_their_own_plans() {
+    let dir = disk_dir();
+    let a = agent();
+    let block = cache_block(&a, dir.path());
+    let data = pattern(4 * block as usize, 11);
+    let f = a
+        .register(Memory::File(FileSpec::read(file_in(
+            dir.path(),
+            "same-regions",
+            &data,
+        ))))
+        .unwrap();
+    let dst = host_zeroed(&a, 4 * block as usize);
+    // Pair 0 holds whole blocks; pair 1 (a few bytes inside the third block) holds none; pair
+    // 2 is aligned again.
+    let (l, t): (Vec<_>, Vec<_>) = [(0, 2 * block), (2 * block + 1, 10), (3 * block, block)]
+        .into_iter()
+        .map(|(off, len)| (dst.desc(off, len), f.desc(off, len)))
+        .unzip();
+    let want: Vec<Path> = [(0, 2 * block), (2 * block + 1, 10), (3 * block, block)]
+        .into_iter()
+        .map(|(off, len)| direct_backend_path(off, len, block))
+        .collect();
+    let plan = a
+        .plan(&TransferRequest::read(l.clone(), t.clone()))
+        .unwrap();
+    let got: Vec<Path> = plan.iter().map(|p| p.path.clone()).collect();
+    assert_eq!(got, want);
+    assert_eq!(
+        want[1],
+        Path::PosixBuffered,
+        "the test needs a mixed request"
+    );
+    let r = a.post(TransferRequest::read(l, t)).unwrap().wait().unwrap();
+    let got: Vec<Path> = r.pairs.iter().map(|p| p.path.clone()).collect();
+    assert_eq!(got, want);
+    let back = bytes_of(&dst);
+    for (off, len) in [(0, 2 * block), (2 * block + 1, 10), (3 * block, block)] {
+        let (o, n) = (off as usize, len as usize);
+        assert_eq!(&back[o..o + n], &data[o..o + n], "pair at {off}");
+    }
+
+    // Host ↔ host: one plan for the run, every pair its own index and result.
+    let src = host(&a, &data[..64]);
+    let out = host_zeroed(&a, 64);
+    let (l, t): (Vec<_>, Vec<_>) = (0..8)
+        .map(|k| (out.desc(k * 8, 8), src.desc(k * 8, 8)))
+        .unzip();
+    let plan = a
+        .plan(&TransferRequest::read(l.clone(), t.clone()))
+        .unwrap();
+    assert_eq!(
+        plan.iter().map(|p| p.index).collect::<Vec<_>>(),
+        (0..8).collect::<Vec<_>>()
+    );
+    assert!(plan.iter().all(|p| p.path == Path::HostCopy));
+    let r = a.post(TransferRequest::read(l, t)).unwrap().wait().unwrap();
+    assert_eq!(
+        r.pairs.iter().map(|p| p.index).collect::<Vec<_>>(),
+        (0..8).collect::<Vec<_>>()
+    );
+    assert_eq!(bytes_of(&out), &data[..64]);
+}
+
 #[test]
 fn alignment_edges_on_tmpfs() {
     let Some(dir) = shm_dir() else { return };

@@ -42,6 +42,11 @@ impl Backend for HostCopy {
         }
     }
 
+    fn plan_per_region(&self) -> bool {
+        // The answer follows from the regions' memory (and, for ucx, the peer's state).
+        true
+    }
+
     fn submit(&self, items: Vec<WorkItem>) {
         for item in items {
             if let Some(stop) = item.stop_reason() {

@@ -155,6 +155,14 @@ pub trait Backend: Send + Sync + 'static {
         target: &Descriptor,
     ) -> std::result::Result<PlanChoice, Refusal>;
 
+    /// Whether [`Backend::plan`]'s answer depends only on the operation and the two regions of
+    /// a pair, not on its offsets and lengths. The planner then plans a run of consecutive
+    /// pairs of one request on the same two regions once, when every candidate backend for
+    /// them says so. Default `false` (O_DIRECT's alignment, for one, depends on offsets).
+    fn plan_per_region(&self) -> bool {
+        false
+    }
+
     /// Starts the items (all planned on this backend). Must not block on their I/O; must
     /// complete every item exactly once (an item dropped unreported completes with an error).
     fn submit(&self, items: Vec<WorkItem>);

@@ -441,21 +441,23 @@ impl Backend for UcxBackend {
                 detail: "target is not a remote region of this agent's network backend".into(),
             });
         };
-        if let Some(why) = rm.peer.failure() {
-            return Err(Refusal::because(
-                ids::NET_PEER_FAILED,
-                // The failure's own text usually names the peer already.
-                if why.contains(&rm.peer.label()) {
-                    why
-                } else {
-                    format!("peer {}: {why}", rm.peer.label())
-                },
-            ));
-        }
-        if local.region.host_ptr().is_some() {
-            return Ok(PlanChoice::on(Path::Ucx {
-                transport: rm.peer.transport(),
-            }));
+        let host = local.region.host_ptr().is_some();
+        let path = match rm.peer.planned_path(!host && self.cuda) {
+            Ok(p) => p,
+            Err(why) => {
+                return Err(Refusal::because(
+                    ids::NET_PEER_FAILED,
+                    // The failure's own text usually names the peer already.
+                    if why.contains(&rm.peer.label()) {
+                        why
+                    } else {
+                        format!("peer {}: {why}", rm.peer.label())
+                    },
+                ));
+            }
+        };
+        if host {
+            return Ok(PlanChoice::on(path));
         }
         if crate::backend::cuda::gpu_buffer(&local.region).is_none() {
             return Err(Refusal {
@@ -463,30 +465,36 @@ impl Backend for UcxBackend {
                 detail: format!("local {} memory is not served", local.region.kind()),
             });
         }
-        if !self.cuda {
-            return Ok(PlanChoice {
-                path: Path::Ucx {
-                    transport: rm.peer.transport(),
-                },
-                finding: Some(ids::GDR_UCX_NO_CUDA.into()),
-                detail: Some(format!(
-                    "UCX {} has no CUDA support: GPU memory goes through pinned staging buffers",
-                    self.ctx.ucx().version_string()
-                )),
-            });
+        if self.cuda {
+            return Ok(PlanChoice::on(path));
         }
-        Ok(PlanChoice::on(rm.peer.gpu_path()))
+        Ok(PlanChoice {
+            path,
+            finding: Some(ids::GDR_UCX_NO_CUDA.into()),
+            detail: Some(format!(
+                "UCX {} has no CUDA support: GPU memory goes through pinned staging buffers",
+                self.ctx.ucx().version_string()
+            )),
+        })
+    }
+
+    fn plan_per_region(&self) -> bool {
+        // The answer follows from the regions' memory (and, for ucx, the peer's state).
+        true
     }
 
     fn submit(&self, items: Vec<WorkItem>) {
-        // Before posting, so that a withdrawal that already arrived fails these items.
-        let since = (self.epoch.elapsed().as_nanos() as u64)
+        // Before posting, so that a withdrawal that already arrived fails these items. The
+        // clock is read once: for this check and as the items' start.
+        let mut now = std::time::Instant::now();
+        let since = (now.saturating_duration_since(self.epoch).as_nanos() as u64)
             .saturating_sub(self.last_round.load(Ordering::Relaxed));
         if since >= STALE_ROUND.as_nanos() as u64 {
             self.progress_round();
+            now = std::time::Instant::now();
         }
         let mut st = lock(&self.state);
-        st.ops.submit(self, items);
+        st.ops.submit(self, items, now);
         drop(st);
         self.kick();
     }

@@ -27,9 +27,9 @@ use crate::error::{Error, Result};
 use crate::net::codec::Message;
 use crate::net::codec::WireKind;
 use crate::path::Path;
-use crate::region::Region;
+use crate::region::{Region, RegionId};
 use crate::transfer::{Op, WorkItem};
-use gdpath_ucx::{MemType, ProtoInfo, Request};
+use gdpath_ucx::{MemHandle, MemType, ProtoInfo, Request};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -124,6 +124,26 @@ fn remote_of(item: &WorkItem) -> Option<&RemoteMem> {
         .and_then(|f| f.as_any().downcast_ref::<RemoteMem>())
 }
 
+/// Groups items by the peer whose memory they target, in item order within each group; items
+/// whose target is not a remote region complete with an error.
+fn by_peer(items: Vec<WorkItem>) -> Vec<(Arc<PeerConn>, Vec<WorkItem>)> {
+    let mut groups: Vec<(Arc<PeerConn>, Vec<WorkItem>)> = Vec::new();
+    for item in items {
+        let Some(peer) = remote_of(&item).map(|r| r.peer.clone()) else {
+            item.complete(Err(Error::Backend {
+                backend: "ucx",
+                detail: "target is not a remote region".into(),
+            }));
+            continue;
+        };
+        match groups.iter_mut().find(|(p, _)| Arc::ptr_eq(p, &peer)) {
+            Some((_, v)) => v.push(item),
+            None => groups.push((peer, vec![item])),
+        }
+    }
+    groups
+}
+
 /// Tests a request: `Some(Ok)` finished, `Some(Err)` failed, `None` still in flight.
 fn test(req: &mut Request, peer: &PeerConn) -> Option<Result<()>> {
     match req.test() {
@@ -155,111 +175,128 @@ impl Ops {
     }
 
     /// Posts every item (see the module docs). Items that cannot start complete at once.
-    pub(crate) fn submit(&mut self, b: &UcxBackend, items: Vec<WorkItem>) {
-        let mut groups: Vec<(Arc<PeerConn>, Vec<WorkItem>)> = Vec::new();
-        for item in items {
-            let Some(peer) = remote_of(&item).map(|r| r.peer.clone()) else {
-                item.complete(Err(Error::Backend {
-                    backend: "ucx",
-                    detail: "target is not a remote region".into(),
-                }));
-                continue;
-            };
-            match groups.iter_mut().find(|(p, _)| Arc::ptr_eq(p, &peer)) {
-                Some((_, v)) => v.push(item),
-                None => groups.push((peer, vec![item])),
+    /// `now`: the caller's clock read, the start of the items' I/O.
+    pub(crate) fn submit(&mut self, b: &UcxBackend, items: Vec<WorkItem>, now: Instant) {
+        // Items of one transfer almost always target one peer: posted as they came.
+        let first = items.first().and_then(remote_of).map(|r| r.peer.clone());
+        if let Some(p) = first {
+            if items
+                .iter()
+                .all(|i| remote_of(i).is_some_and(|r| Arc::ptr_eq(&r.peer, &p)))
+            {
+                self.submit_to(b, p, items, now);
+                return;
             }
         }
-        for (peer, items) in groups {
+        for (peer, items) in by_peer(items) {
+            self.submit_to(b, peer, items, now);
+        }
+    }
+
+    /// Posts `items`, all on `peer`'s memory, as one batch.
+    fn submit_to(
+        &mut self,
+        b: &UcxBackend,
+        peer: Arc<PeerConn>,
+        items: Vec<WorkItem>,
+        now: Instant,
+    ) {
+        // Planned while the connection was open, posted after it closed (a goodbye begun,
+        // a failure seen) in between: nothing may follow the goodbye's flush.
+        if let Some(why) = peer.failure() {
             let label = peer.label();
-            // Planned while the connection was open, posted after it closed (a goodbye begun,
-            // a failure seen) in between: nothing may follow the goodbye's flush.
-            if let Some(why) = peer.failure() {
-                for item in items {
-                    item.complete(Err(Error::PeerFailed {
-                        peer: label.clone(),
-                        detail: why.clone(),
-                    }));
-                }
+            for item in items {
+                item.complete(Err(Error::PeerFailed {
+                    peer: label.clone(),
+                    detail: why.clone(),
+                }));
+            }
+            return;
+        }
+        let notify = items.first().and_then(|i| i.notification());
+        let remote = notify.is_some() || b.cfg.put_completion == crate::net::PutCompletion::Remote;
+        self.next_seq += 1;
+        let started = now;
+        let mut batch = Batch {
+            seq: self.next_seq,
+            peer: peer.clone(),
+            slots: Vec::with_capacity(items.len()),
+            flush_done: None,
+            notify,
+            notify_req: None,
+            notify_done: None,
+            failed_at_post: false,
+            started,
+            remote,
+        };
+        let mut puts = false;
+        let mut cache = PostCache::default();
+        for item in items {
+            if let Some(e) = item.stop_reason() {
+                batch.failed_at_post = true;
+                item.complete(Err(e));
                 continue;
             }
-            let notify = items.first().and_then(|i| i.notification());
-            let remote =
-                notify.is_some() || b.cfg.put_completion == crate::net::PutCompletion::Remote;
-            self.next_seq += 1;
-            let mut batch = Batch {
-                seq: self.next_seq,
-                peer: peer.clone(),
-                slots: Vec::with_capacity(items.len()),
-                flush_done: None,
-                notify,
-                notify_req: None,
-                notify_done: None,
-                failed_at_post: false,
-                started: Instant::now(),
-                remote,
-            };
-            let mut puts = false;
-            for item in items {
-                if let Some(e) = item.stop_reason() {
+            match post(
+                b,
+                &item,
+                started,
+                &mut cache,
+                &mut self.stages,
+                &mut self.observed,
+            ) {
+                Ok((req, stage, taken)) => {
+                    let put = item.op() == Op::Write;
+                    puts |= put;
+                    let len = item.local().len;
+                    batch.slots.push(Slot {
+                        local_done: req.is_none(),
+                        req,
+                        item: Some(item),
+                        result: None,
+                        put,
+                        len,
+                        stage,
+                        taken,
+                    });
+                }
+                Err(e) => {
                     batch.failed_at_post = true;
                     item.complete(Err(e));
-                    continue;
-                }
-                match post(b, &item, &label, &mut self.stages, &mut self.observed) {
-                    Ok((req, stage, taken)) => {
-                        let put = item.op() == Op::Write;
-                        puts |= put;
-                        let len = item.local().len;
-                        batch.slots.push(Slot {
-                            local_done: req.is_none(),
-                            req,
-                            item: Some(item),
-                            result: None,
-                            put,
-                            len,
-                            stage,
-                            taken,
-                        });
-                    }
-                    Err(e) => {
-                        batch.failed_at_post = true;
-                        item.complete(Err(e));
-                    }
                 }
             }
-            if batch.slots.is_empty() {
-                continue;
-            }
-            // Complete what UCX finished at post now, not in a progress round: progressing the
-            // worker while nothing waits on it lowered a bare put loop over loopback tcp from
-            // 0.43–0.55 to 0.33–0.48 GB/s (docs/benchmarks.md, "Fourth session"; no gain was
-            // measurable for the engine itself). `UcxBackend::submit` still runs a round when
-            // none ran for a while, so control messages keep being read.
-            if batch.poll(&mut self.stages).0 {
-                continue;
-            }
-            let seq = batch.seq;
-            self.batches.push(batch);
-            if puts && remote {
-                let f = match self
-                    .flushers
-                    .iter()
-                    .position(|f| Arc::ptr_eq(&f.peer, &peer))
-                {
-                    Some(i) => i,
-                    None => {
-                        self.flushers.push(Flusher {
-                            peer: peer.clone(),
-                            inflight: None,
-                            waiting: Vec::new(),
-                        });
-                        self.flushers.len() - 1
-                    }
-                };
-                self.flushers[f].waiting.push(seq);
-                self.kick(f);
-            }
+        }
+        if batch.slots.is_empty() {
+            return;
+        }
+        // Complete what UCX finished at post now, not in a progress round: progressing the
+        // worker while nothing waits on it lowered a bare put loop over loopback tcp from
+        // 0.43–0.55 to 0.33–0.48 GB/s (docs/benchmarks.md, "Fourth session"; no gain was
+        // measurable for the engine itself). `UcxBackend::submit` still runs a round when
+        // none ran for a while, so control messages keep being read.
+        if batch.poll(&mut self.stages).0 {
+            return;
+        }
+        let seq = batch.seq;
+        self.batches.push(batch);
+        if puts && remote {
+            let f = match self
+                .flushers
+                .iter()
+                .position(|f| Arc::ptr_eq(&f.peer, &peer))
+            {
+                Some(i) => i,
+                None => {
+                    self.flushers.push(Flusher {
+                        peer: peer.clone(),
+                        inflight: None,
+                        waiting: Vec::new(),
+                    });
+                    self.flushers.len() - 1
+                }
+            };
+            self.flushers[f].waiting.push(seq);
+            self.kick(f);
         }
     }
 
@@ -393,20 +430,38 @@ impl Ops {
     }
 }
 
+/// What the previous item of a batch looked up, for the next one: the pairs of a transfer
+/// usually share their local region and their remote region, and each lookup takes a lock.
+#[derive(Default)]
+struct PostCache {
+    /// The target region last checked, and whether the peer had withdrawn it.
+    withdrawn: Option<(RegionId, bool)>,
+    /// The local region last used, and its UCX registration.
+    local: Option<(RegionId, MemHandle)>,
+}
+
 /// Posts one item's put or get: `(None, _)` when UCX completed it at once; a staging buffer
 /// when the local memory is GPU memory that this UCX build cannot move itself.
 fn post(
     b: &UcxBackend,
     item: &WorkItem,
-    label: &str,
+    started: Instant,
+    cache: &mut PostCache,
     stages: &mut Stages,
     observed: &mut std::collections::HashMap<ObservedKey, Path>,
 ) -> Result<(Option<Request>, Option<Stage>, Option<Path>)> {
     let rm = remote_of(item).expect("grouped by remote target");
-    if rm.withdrawn() {
-        return Err(Error::Deregistered {
-            region: item.target().region.id(),
-        });
+    let tid = item.target().region.id();
+    let withdrawn = match cache.withdrawn {
+        Some((id, w)) if id == tid => w,
+        _ => {
+            let w = rm.withdrawn();
+            cache.withdrawn = Some((tid, w));
+            w
+        }
+    };
+    if withdrawn {
+        return Err(Error::Deregistered { region: tid });
     }
     let (l, t) = (item.local(), item.target());
     let len = usize::try_from(l.len).map_err(|_| Error::Config("length above usize".into()))?;
@@ -437,9 +492,22 @@ fn post(
     };
     let (local, off) = match &staged {
         Some(st) => (st.mem.clone(), 0),
-        None => (b.local_mem(&l.region)?, loff),
+        None => {
+            let lid = l.region.id();
+            let mem = match &cache.local {
+                Some((id, m)) if *id == lid => m.clone(),
+                _ => {
+                    let m = b.local_mem(&l.region)?;
+                    cache.local = Some((lid, m.clone()));
+                    m
+                }
+            };
+            (mem, loff)
+        }
     };
-    item.mark_started();
+    // A staged put started with its copy out of the GPU (marked above); otherwise the pair
+    // starts now, with its batch.
+    item.mark_started_at(started);
     let r = match item.op() {
         Op::Write => rm.peer.ep.put(&local, off, &rm.remote, t.offset, len),
         Op::Read => rm.peer.ep.get(&local, off, &rm.remote, t.offset, len),
@@ -450,7 +518,7 @@ fn post(
             if let Some(st) = staged {
                 stages.give(st);
             }
-            return Err(ucx_err(label, "put/get", e));
+            return Err(ucx_err(&rm.peer.label(), "put/get", e));
         }
     };
     // GPU memory UCX moves itself: ask UCX which protocol it chose, once per kind of
@@ -491,7 +559,7 @@ fn post(
             if let Some(st) = staged {
                 stages.give(st);
             }
-            Err(ucx_err(label, req.op(), e))
+            Err(ucx_err(&rm.peer.label(), req.op(), e))
         }
     }
 }
@@ -540,16 +608,15 @@ fn unstage_get(item: &WorkItem, stage: &Stage, len: u64) -> Result<u64> {
     staging::h2d(dev, l.offset as usize, stage, len as usize).map(|()| len)
 }
 
-fn finish(item: WorkItem, r: Result<u64>, taken: Option<Path>) {
-    match taken {
-        Some(p) => item.complete_on(r, p),
-        None => item.complete(r),
-    }
+/// Completes `item`; `now` is the poll's clock read, made at its first completion.
+fn finish(item: WorkItem, r: Result<u64>, taken: Option<Path>, now: &mut Option<Instant>) {
+    item.complete_at(r, taken, *now.get_or_insert_with(Instant::now));
 }
 
 impl Batch {
     /// Returns (finished, items completed now).
     fn poll(&mut self, stages: &mut Stages) -> (bool, usize) {
+        let mut now = None;
         for s in &mut self.slots {
             if s.local_done || s.result.is_some() {
                 continue;
@@ -592,7 +659,7 @@ impl Batch {
             for s in &mut self.slots {
                 if let Some(r) = &s.result {
                     if let Some(item) = s.item.take() {
-                        finish(item, r.clone(), s.taken.take());
+                        finish(item, r.clone(), s.taken.take(), &mut now);
                         n += 1;
                     }
                 }
@@ -641,7 +708,7 @@ impl Batch {
                         detail: "no result".into(),
                     }),
                 };
-                finish(item, r, s.taken.take());
+                finish(item, r, s.taken.take(), &mut now);
                 n += 1;
             }
         }

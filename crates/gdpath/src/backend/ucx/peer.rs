@@ -78,7 +78,7 @@ struct PeerInner {
     /// This agent's regions made from the peer's regions, to mark when they are withdrawn.
     tracked: Vec<(u64, Weak<RegionInner>)>,
     transport: Arc<str>,
-    /// The planned path of GPU memory ([`PeerConn::gpu_path`]), from the endpoint's lanes.
+    /// The planned path of GPU memory ([`PeerConn::planned_path`]), from the endpoint's lanes.
     gpu_path: Path,
 }
 
@@ -116,8 +116,8 @@ fn sanitize(s: &str) -> String {
         .collect()
 }
 
-/// [`PeerConn::gpu_path`] for an endpoint whose lanes use `lanes` (transport names, all memory
-/// types).
+/// The GPU path of [`PeerConn::planned_path`] for an endpoint whose lanes use `lanes`
+/// (transport names, all memory types).
 fn gpu_path_of(lanes: &[String]) -> Path {
     if let Some(t) = super::RDMA_TRANSPORTS
         .iter()
@@ -171,7 +171,37 @@ impl PeerConn {
 
     /// Why the connection is unusable, if it is.
     pub(crate) fn failure(&self) -> Option<String> {
-        match &lock(&self.inner).phase {
+        self.failure_in(&lock(&self.inner))
+    }
+
+    /// The planned path of a pair between local memory and this peer, or why the connection is
+    /// unusable ([`PeerConn::failure`]); one lock for both answers, as the planner asks for
+    /// every pair.
+    ///
+    /// - Host memory (`gpu` false; also GPU memory staged through host buffers): `Ucx` with
+    ///   the endpoint's transport.
+    /// - GPU memory UCX moves itself (CUDA-enabled UCX), before UCX has chosen a protocol:
+    ///   `Gdr { transport }` when the endpoint has an RDMA lane (the NIC would read or write
+    ///   GPU memory), else `Ucx` with every transport of the endpoint's lanes joined with `+`
+    ///   (e.g. `cma+cuda_ipc+posix+sysv`): the candidates, not a claim. Once an operation runs,
+    ///   `ops` replaces it with what UCX says it chose (`ucp_request_query`;
+    ///   `docs/network.md`).
+    pub(crate) fn planned_path(&self, gpu: bool) -> std::result::Result<Path, String> {
+        let inner = lock(&self.inner);
+        if let Some(why) = self.failure_in(&inner) {
+            return Err(why);
+        }
+        Ok(if gpu {
+            inner.gpu_path.clone()
+        } else {
+            Path::Ucx {
+                transport: inner.transport.clone(),
+            }
+        })
+    }
+
+    fn failure_in(&self, inner: &PeerInner) -> Option<String> {
+        match &inner.phase {
             Phase::Failed(e) => return Some(e.to_string()),
             Phase::Closing { .. } | Phase::Closed => {
                 return Some("this agent closed the connection".into())
@@ -203,16 +233,6 @@ impl PeerConn {
     /// The UCX transport(s) of put/get on host memory, as `Path::Ucx { transport }` names them.
     pub(crate) fn transport(&self) -> Arc<str> {
         lock(&self.inner).transport.clone()
-    }
-
-    /// The planned path of GPU memory to this peer when UCX moves it itself (CUDA-enabled UCX),
-    /// before UCX has chosen a protocol: `Gdr { transport }` when the endpoint has an RDMA lane
-    /// (the NIC would read or write GPU memory), else `Ucx` with every transport of the
-    /// endpoint's lanes joined with `+` (e.g. `cma+cuda_ipc+posix+sysv`): the candidates, not a
-    /// claim. Once an operation runs, `ops` replaces it with what UCX says it chose
-    /// (`ucp_request_query`; `docs/network.md`).
-    pub(crate) fn gpu_path(&self) -> Path {
-        lock(&self.inner).gpu_path.clone()
     }
 
     pub(crate) fn metadata(&self) -> Vec<RegionMeta> {
