@@ -247,7 +247,7 @@ fn no_notification_for_a_transfer_of_which_a_pair_failed_at_post() {
         .register(Memory::host(HostBuffer::zeroed(8192)))
         .unwrap();
     // The withdrawal reaches the client's socket while the client does not progress; the next
-    // post plans both pairs, then its progress round (none ran for over 1 ms) reads the
+    // post plans both pairs, then its progress round (none ran for over 50 ms) reads the
     // withdrawal, so the pair on the withdrawn region fails at post.
     s.server.unexport(&s.exported).unwrap();
     std::thread::sleep(Duration::from_millis(100));

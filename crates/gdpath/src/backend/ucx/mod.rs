@@ -70,9 +70,12 @@ const MAX_QUEUED_EVENTS: usize = 1024;
 
 /// How long a posting thread lets the backend go without a progress round. Work UCX finishes at
 /// post completes without one (`ops`), so a client that only posts would otherwise never read
-/// what its peers send (withdrawals, metadata, goodbyes). A round costs a few µs; once per
-/// millisecond of posting is nothing beside the puts.
-const STALE_ROUND: std::time::Duration = std::time::Duration::from_millis(1);
+/// what its peers send (withdrawals, metadata, goodbyes): it reads them within this bound.
+/// Not shorter: a round in the middle of a stream of puts costs more than its CPU time. Over
+/// tcp loopback (4 KiB puts completing at post, engine ÷ ucx_perftest of the same rounds, 20
+/// rounds each) a round before every post gave 0.65×, every 1 ms 0.72× / 0.76×, every 10 ms
+/// 0.81×, every 50 ms 0.83×, never 0.815× / 0.875× (docs/benchmarks.md, "Sixth session").
+const STALE_ROUND: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// The registration of a local region with UCX (`ucp_mem_map`), kept as the region's backend
 /// handle and dropped (unmapped) before the region's memory is freed.
