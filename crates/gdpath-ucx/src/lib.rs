@@ -9,9 +9,10 @@
 //! - Facts: [`Context::facts`] (version, transports and devices, memory types, CUDA),
 //!   [`Endpoint::transports`] and [`Endpoint::rma_transports`].
 //!
-//! Ownership: every handle keeps what it depends on alive (a request pins its memory handle,
-//! remote key and endpoint; an endpoint its worker; a worker its context), so nothing is
-//! released while UCX may still use it, in whatever order Rust drops them.
+//! Ownership: every handle keeps what it depends on alive (a pending request pins its memory
+//! handle, remote key and endpoint; an endpoint its worker; a worker its context), so nothing
+//! is released while UCX may still use it, in whatever order Rust drops them. A request UCX
+//! finished at post pins nothing: UCX no longer touches its memory.
 //!
 //! Raw bindings are in [`sys`] (generated once by `gen-bindings.sh` from UCX 1.13 headers,
 //! bindgen's dynamic-loading mode); see `docs/ucx.md` for versions and transports.

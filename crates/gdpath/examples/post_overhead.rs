@@ -4,7 +4,7 @@
 //! transfers of 1 and of 16 pairs, and checks every byte at the end.
 //!
 //! Usage: `cargo run --release -p gdpath --example post_overhead [PAIRS_PER_RUN]`
-//! (default 400 000). Pin it (`taskset -c 1`) and compare builds in alternation: the figure
+//! (default 400 000, at least 16 384). Pin it (`taskset -c 1`) and compare builds in alternation: the figure
 //! moves with the machine's load.
 
 use gdpath::{Agent, AgentConfig, HostBuffer, Memory, TransferRequest};
@@ -14,7 +14,11 @@ const PAIR: u64 = 8;
 const SLOTS: u64 = 1024;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let pairs: u64 = std::env::args().nth(1).map_or(Ok(400_000), |a| a.parse())?;
+    // At least every slot written by transfers of 16 pairs, so that the check covers them all.
+    let pairs: u64 = std::env::args()
+        .nth(1)
+        .map_or(Ok(400_000), |a| a.parse::<u64>())?
+        .max(16 * SLOTS);
     let agent = Agent::new(AgentConfig::default())?;
     let mut pattern = vec![0u8; (SLOTS * PAIR) as usize];
     for (i, b) in pattern.iter_mut().enumerate() {

@@ -472,8 +472,8 @@ impl Agent {
         let mut groups: Vec<(usize, Vec<WorkItem>)> = Vec::new();
         let mut all: Vec<WorkItem> = Vec::with_capacity(if one.is_some() { n } else { 0 });
         let pairs = local.into_iter().zip(target).zip(guards).zip(&backends);
-        for (i, (((ld, td), guards), &bi)) in pairs.enumerate() {
-            let item = WorkItem::new(i, op, ld, td, shared.clone(), guards);
+        for (i, (((ld, td), pair_guards), &bi)) in pairs.enumerate() {
+            let item = WorkItem::new(i, op, ld, td, shared.clone(), pair_guards);
             if item.local().len == 0 {
                 item.complete(Ok(0));
                 continue;

@@ -39,19 +39,10 @@ const CLASSES: [MemoryClass; 4] = [
 const OPS: [Op; 2] = [Op::Read, Op::Write];
 const SLOTS: usize = CLASSES.len() * CLASSES.len() * OPS.len();
 
-/// The index of a (local class, target class, operation) in [`BackendSet`]'s tables.
+/// The index of a (local class, target class, operation) in [`BackendSet`]'s tables: the
+/// enums' declaration order (test `slots_are_one_to_one`).
 fn slot(local: MemoryClass, target: MemoryClass, op: Op) -> usize {
-    let class = |c| match c {
-        MemoryClass::Host => 0,
-        MemoryClass::File => 1,
-        MemoryClass::Gpu => 2,
-        MemoryClass::Remote => 3,
-    };
-    let op = match op {
-        Op::Read => 0,
-        Op::Write => 1,
-    };
-    (class(local) * CLASSES.len() + class(target)) * OPS.len() + op
+    ((local as usize) * CLASSES.len() + target as usize) * OPS.len() + op as usize
 }
 
 impl BackendSet {
@@ -61,7 +52,7 @@ impl BackendSet {
         let mut all = self.caps.clone();
         all.push(caps);
         list.push(backend);
-        let mut candidates: [Vec<usize>; SLOTS] = Default::default();
+        let mut candidates: [Vec<usize>; SLOTS] = std::array::from_fn(|_| Vec::new());
         let mut per_region = [false; SLOTS];
         for lc in CLASSES {
             for tc in CLASSES {
@@ -142,7 +133,7 @@ pub(crate) fn plan_pairs(
 }
 
 /// Plans pair `index`. Returns the chosen backend's position in `set.list` and the plan.
-pub(crate) fn plan_pair(
+fn plan_pair(
     set: &BackendSet,
     op: Op,
     index: usize,
@@ -231,5 +222,76 @@ pub(crate) fn plan_pair(
             finding,
             detail,
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::PlanChoice;
+    use crate::transfer::WorkItem;
+
+    #[test]
+    fn slots_are_one_to_one() {
+        let mut seen = [false; SLOTS];
+        for lc in CLASSES {
+            for tc in CLASSES {
+                for op in OPS {
+                    let k = slot(lc, tc, op);
+                    assert!(!seen[k], "slot {k} used twice");
+                    seen[k] = true;
+                }
+            }
+        }
+        assert!(seen.iter().all(|&s| s));
+    }
+
+    /// A backend that only declares capabilities (the table is built from them alone).
+    struct Declares(&'static str, Vec<Capability>, bool);
+
+    impl Backend for Declares {
+        fn name(&self) -> &'static str {
+            self.0
+        }
+        fn capabilities(&self) -> Vec<Capability> {
+            self.1.clone()
+        }
+        fn plan(
+            &self,
+            _: Op,
+            _: &Descriptor,
+            _: &Descriptor,
+        ) -> std::result::Result<PlanChoice, Refusal> {
+            Ok(PlanChoice::on(Path::HostCopy))
+        }
+        fn plan_per_region(&self) -> bool {
+            self.2
+        }
+        fn submit(&self, items: Vec<WorkItem>) {
+            drop(items);
+        }
+    }
+
+    #[test]
+    fn candidates_are_preferred_first_then_in_order_added() {
+        use MemoryClass::{File, Host};
+        let cap = |l, t, p| Capability::both(l, t, Path::HostCopy, p);
+        let mut set = BackendSet::default();
+        for (name, caps, per_region) in [
+            ("a", vec![cap(Host, Host, Preference::Fallback)], true),
+            ("b", vec![cap(Host, Host, Preference::Preferred)], true),
+            ("c", vec![cap(Host, File, Preference::Preferred)], false),
+            ("d", vec![cap(Host, Host, Preference::Fallback)], true),
+        ] {
+            let b: Arc<dyn Backend> = Arc::new(Declares(name, caps.clone(), per_region));
+            set = set.with(b, caps);
+        }
+        for op in OPS {
+            assert_eq!(set.candidates[slot(Host, Host, op)], vec![1, 0, 3]);
+            assert!(set.per_region[slot(Host, Host, op)]);
+            assert_eq!(set.candidates[slot(Host, File, op)], vec![2]);
+            assert!(!set.per_region[slot(Host, File, op)]);
+            assert!(set.candidates[slot(File, Host, op)].is_empty());
+        }
     }
 }

@@ -86,7 +86,11 @@ impl TransferRequest {
     }
     /// Fail with [`Error::DeadlineExceeded`] when not done `within` from now.
     pub fn timeout(self, within: Duration) -> Self {
-        self.deadline(Instant::now() + within)
+        // A bound too far to represent is no bound (as in `Transfer::wait_timeout`).
+        match Instant::now().checked_add(within) {
+            Some(at) => self.deadline(at),
+            None => self,
+        }
     }
     /// Total bytes of the local side.
     pub fn total_bytes(&self) -> u64 {
@@ -443,7 +447,7 @@ impl WorkItem {
 
     /// As [`WorkItem::mark_started`], with the instant read by the caller: a backend posting
     /// many pairs at once reads the clock once for all of them.
-    pub fn mark_started_at(&self, at: Instant) {
+    pub(crate) fn mark_started_at(&self, at: Instant) {
         let _ = self.started.set(at);
     }
 
@@ -582,7 +586,7 @@ impl Transfer {
         // The bound is the request's deadline or `timeout` from now, whichever is earlier. It
         // is computed when the transfer is first found unfinished: most waits in a stream of
         // small transfers find it done, and need no clock read.
-        let mut until: Option<Option<Instant>> = None;
+        let mut bound: Option<Option<Instant>> = None;
         // Poll-driven backends need the waiter to progress them: wake often.
         let tick = if matches!(sh.pollers, Pollers::None) {
             Duration::from_millis(100)
@@ -599,7 +603,7 @@ impl Transfer {
                 return Err(self.failure(Error::Cancelled));
             }
             let now = Instant::now();
-            let until = *until.get_or_insert_with(|| {
+            let until = *bound.get_or_insert_with(|| {
                 // A timeout too far to represent is no bound.
                 match (sh.deadline, timeout.and_then(|t| now.checked_add(t))) {
                     (Some(d), Some(t)) => Some(d.min(t)),

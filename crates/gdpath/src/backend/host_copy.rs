@@ -43,7 +43,7 @@ impl Backend for HostCopy {
     }
 
     fn plan_per_region(&self) -> bool {
-        // The answer follows from the regions' memory (and, for ucx, the peer's state).
+        // Both regions being host memory decides it.
         true
     }
 

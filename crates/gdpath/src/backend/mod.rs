@@ -155,10 +155,13 @@ pub trait Backend: Send + Sync + 'static {
         target: &Descriptor,
     ) -> std::result::Result<PlanChoice, Refusal>;
 
-    /// Whether [`Backend::plan`]'s answer depends only on the operation and the two regions of
-    /// a pair, not on its offsets and lengths. The planner then plans a run of consecutive
-    /// pairs of one request on the same two regions once, when every candidate backend for
-    /// them says so. Default `false` (O_DIRECT's alignment, for one, depends on offsets).
+    /// Whether [`Backend::plan`]'s whole answer (acceptance, path, finding and detail, or the
+    /// refusal and its text) depends only on the operation and the two regions of a pair, not
+    /// on its offsets and lengths. The planner then plans a run of consecutive pairs of one
+    /// request on the same two regions once, when every candidate backend for them says so;
+    /// state that changes with time (a peer's connection) is then read once per run. Asked
+    /// once, when the backend is added to an agent. Default `false` (O_DIRECT's alignment, for
+    /// one, depends on offsets).
     fn plan_per_region(&self) -> bool {
         false
     }

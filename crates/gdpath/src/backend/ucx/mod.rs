@@ -70,11 +70,13 @@ const MAX_QUEUED_EVENTS: usize = 1024;
 
 /// How long a posting thread lets the backend go without a progress round. Work UCX finishes at
 /// post completes without one (`ops`), so a client that only posts would otherwise never read
-/// what its peers send (withdrawals, metadata, goodbyes): it reads them within this bound.
-/// Not shorter: a round in the middle of a stream of puts costs more than its CPU time. Over
-/// tcp loopback (4 KiB puts completing at post, engine ÷ ucx_perftest of the same rounds, 20
-/// rounds each) a round before every post gave 0.65×, every 1 ms 0.72× / 0.76×, every 10 ms
-/// 0.81×, every 50 ms 0.83×, never 0.815× / 0.875× (docs/benchmarks.md, "Sixth session").
+/// what its peers send (withdrawals, metadata, goodbyes): it reads them within this bound (a
+/// client that waits for anything reads them then). Rounds amid a stream of small puts slowed
+/// it: over tcp loopback (4 KiB puts completing at post, engine ÷ ucx_perftest of the same
+/// rounds, two sets of 20) a round before every post gave 0.65×, every 1 ms 0.72× / 0.76×,
+/// every 10 ms 0.81×, every 50 ms 0.83×, never 0.815× / 0.875×, and 40 more rounds 0.82× at
+/// 50 ms against 0.72× for the 1 ms build (docs/benchmarks.md, "Sixth session"; a fifth-session
+/// set of about six rounds had pointed the other way, within its noise).
 const STALE_ROUND: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// The registration of a local region with UCX (`ucp_mem_map`), kept as the region's backend
@@ -482,7 +484,7 @@ impl Backend for UcxBackend {
     }
 
     fn plan_per_region(&self) -> bool {
-        // The answer follows from the regions' memory (and, for ucx, the peer's state).
+        // The local region's memory and the target's peer decide it, never the ranges.
         true
     }
 

@@ -15,6 +15,10 @@
 //! locally completing puts that UCX finished at post, with their notification if it was sent
 //! at once) completes before `submit` returns, without a progress round.
 //!
+//! A pair's reported time (`PairReport::elapsed`) counts from its batch's submission (one clock
+//! read for the batch), so it includes posting the pairs before it in the batch; a staged put
+//! counts from its copy out of the GPU.
+//!
 //! A batch that does not finish within `NetConfig::op_timeout` fails its items with
 //! [`Error::PeerFailed`]; its UCX requests and both regions of each pair are kept alive until
 //! UCX finishes them (a request UCX may still touch is never released with its memory).
