@@ -246,25 +246,60 @@ fn server_killed_mid_stream_fails_transfers_with_a_typed_error() {
     assert!(peer.failure().is_some());
 }
 
+/// UCX 1.13 (Debian's, the CI's) can abort the target of a put stream whose client was
+/// killed: its software put handler (`ucp_put_handler`, puts over tcp are active messages)
+/// answers each put on the endpoint UCX has just marked failed, and treats the error as fatal
+/// ("Fatal: unexpected error: Endpoint timeout", `ucs_fatal`). Seen on 1 of 20 kills with the
+/// engine of 6e477af and of 2eff9d7 alike (docs/network.md, "Known UCX defects"). True when
+/// `srv` died that way.
+fn died_in_ucx_put_handler(srv: &mut Proc) -> bool {
+    let exited = matches!(srv.child.try_wait(), Ok(Some(_)));
+    let err = srv.stderr();
+    exited
+        && err.iter().any(|l| l.contains("Fatal: unexpected error"))
+        && err.iter().any(|l| l.contains("ucp_put_handler"))
+}
+
 #[test]
 fn client_killed_mid_stream_server_keeps_serving_another() {
     let _serial = serial();
-    let (mut srv, addr) = lo_serve(&["--export", "host:16MiB"]);
-    let mut bench = Proc::spawn(bench_net(&addr.to_string()).args([
-        "--size",
-        "1MiB",
-        "--runs",
-        "100",
-        "--bytes-per-run",
-        "1GiB",
-    ]));
-    srv.wait_line("connected: bench@", T);
-    std::thread::sleep(Duration::from_millis(500));
-    bench.child.kill().unwrap(); // SIGKILL mid-stream
-    bench.child.wait().unwrap();
-    srv.wait_line("lost: bench@", T);
-    round_trip(&client(), addr, 8 << 20, 11);
-    srv.wait_line("connected: test@", T);
+    // A server that survives is required; one that dies of the UCX defect above is reported
+    // and the scenario run again with a fresh one, at most three times.
+    for attempt in 1..=3 {
+        let (mut srv, addr) = lo_serve(&["--export", "host:16MiB"]);
+        let mut bench = Proc::spawn(bench_net(&addr.to_string()).args([
+            "--size",
+            "1MiB",
+            "--runs",
+            "100",
+            "--bytes-per-run",
+            "1GiB",
+        ]));
+        srv.wait_line("connected: bench@", T);
+        std::thread::sleep(Duration::from_millis(500));
+        bench.child.kill().unwrap(); // SIGKILL mid-stream
+        bench.child.wait().unwrap();
+        match srv.try_wait_line("lost: bench@", T) {
+            Ok(_) => {
+                round_trip(&client(), addr, 8 << 20, 11);
+                srv.wait_line("connected: test@", T);
+                return;
+            }
+            Err(seen) => {
+                // Give a dying process time to exit before looking at how it ended.
+                std::thread::sleep(Duration::from_millis(200));
+                assert!(
+                    died_in_ucx_put_handler(&mut srv),
+                    "no line with \"lost: bench@\" within {T:?}; saw {seen:?}"
+                );
+                eprintln!(
+                    "KNOWN UCX DEFECT (attempt {attempt} of 3): gdpath serve aborted in UCX's \
+                     ucp_put_handler after its client was killed; running the scenario again"
+                );
+            }
+        }
+    }
+    panic!("gdpath serve aborted in UCX's put handler in all three attempts");
 }
 
 /// A `bench net` client that finishes says goodbye: `gdpath serve` prints `left:`, and no

@@ -6,6 +6,7 @@ use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{channel, Receiver};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// The `gdpath` binary cargo built for these tests, or `$GDPATH_BIN` when the test binary was
@@ -60,20 +61,31 @@ pub fn error_doc(out: &std::process::Output) -> serde_json::Value {
     v
 }
 
-/// A child process whose stdout lines arrive on a channel; killed when dropped.
+/// A child process whose stdout lines arrive on a channel; its stderr is passed through to the
+/// test's and kept; killed when dropped.
 pub struct Proc {
     pub child: Child,
     lines: Receiver<String>,
     seen: Vec<String>,
+    stderr: Arc<Mutex<Vec<String>>>,
 }
 
 impl Proc {
     pub fn spawn(cmd: &mut Command) -> Proc {
         let mut child = cmd
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(Stdio::piped())
             .spawn()
             .expect("spawn");
+        let stderr = Arc::new(Mutex::new(Vec::new()));
+        let (err, kept) = (child.stderr.take().unwrap(), stderr.clone());
+        std::thread::spawn(move || {
+            for l in BufReader::new(err).lines() {
+                let Ok(l) = l else { break };
+                eprintln!("{l}");
+                kept.lock().unwrap().push(l);
+            }
+        });
         let out = child.stdout.take().unwrap();
         let (tx, lines) = channel();
         std::thread::spawn(move || {
@@ -88,11 +100,22 @@ impl Proc {
             child,
             lines,
             seen: Vec::new(),
+            stderr,
         }
     }
 
-    /// Waits for a line containing `needle`; panics with what was seen after `timeout`.
-    pub fn wait_line(&mut self, needle: &str, timeout: Duration) -> String {
+    /// The stderr lines so far.
+    pub fn stderr(&self) -> Vec<String> {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// Waits for a line containing `needle`: `Err` with the lines seen when `timeout` passes or
+    /// the process closes its stdout (exits) first.
+    pub fn try_wait_line(
+        &mut self,
+        needle: &str,
+        timeout: Duration,
+    ) -> Result<String, Vec<String>> {
         let end = Instant::now() + timeout;
         loop {
             let left = end.saturating_duration_since(Instant::now());
@@ -100,15 +123,20 @@ impl Proc {
                 Ok(l) => {
                     self.seen.push(l.clone());
                     if l.contains(needle) {
-                        return l;
+                        return Ok(l);
                     }
                 }
-                Err(_) => panic!(
-                    "no line with {needle:?} within {timeout:?}; saw {:?}",
-                    self.seen
-                ),
+                Err(_) => return Err(self.seen.clone()),
             }
         }
+    }
+
+    /// Waits for a line containing `needle`; panics with what was seen after `timeout` (or
+    /// when the process exits first).
+    pub fn wait_line(&mut self, needle: &str, timeout: Duration) -> String {
+        self.try_wait_line(needle, timeout).unwrap_or_else(|seen| {
+            panic!("no line with {needle:?} within {timeout:?}; saw {seen:?}")
+        })
     }
 }
 
