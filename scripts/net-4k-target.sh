@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Issue 6's small-message target, as measured since the fifth session: host -> host 4 KiB puts
+# over tcp loopback, `gdpath bench net --completion local --qd 64 --batch B` against
+# `ucx_perftest -t ucp_put_bw` (Debian's ucx-utils) in the same rounds. Each round runs perftest
+# and then every gdpath binary given, each against a fresh `gdpath serve` of its own; the server
+# is pinned to CPU 0 and the client to CPU 1 (`taskset`), UCX_TLS=tcp UCX_NET_DEVICES=lo,
+# 200 000 puts per run. The figure is engine GB/s / perftest GB/s of the same round (perftest's
+# overall bandwidth, MB = 2^20 converted to 1e9 B); a round's figure moves by ±0.3 with the
+# stream's two modes (docs/benchmarks.md, "Fifth session"), so the script ends with the median
+# and quartiles of every binary over all rounds. Sets of 20 rounds of one build have had medians
+# 0.07 apart: compare builds in the same run, over 40 rounds or more.
+# Usage: scripts/net-4k-target.sh ROUNDS GDPATH [GDPATH...]   (BATCH=16, N=200000 by default)
+set -uo pipefail
+rounds=${1:?usage: net-4k-target.sh ROUNDS GDPATH [GDPATH...]}
+shift
+[ $# -ge 1 ] || { echo "usage: net-4k-target.sh ROUNDS GDPATH [GDPATH...]" >&2; exit 2; }
+batch=${BATCH:-16}; n=${N:-200000}; size=4096
+export UCX_TLS=tcp UCX_NET_DEVICES=lo
+port=$((20000 + RANDOM % 20000))
+results=$(mktemp); trap 'rm -f "$results"' EXIT
+date -u +"start %Y-%m-%dT%H:%M:%SZ"; uname -srm; nproc
+for r in $(seq "$rounds"); do
+  port=$((port + 1 + $#))
+  taskset -c 0 ucx_perftest -p "$port" >/dev/null 2>&1 & srv=$!
+  sleep 0.3
+  pt=$(taskset -c 1 ucx_perftest 127.0.0.1 -p "$port" -t ucp_put_bw -s "$size" -n "$n" 2>/dev/null \
+    | awk '/Final/ {printf "%.4f", $7 * 1048576 / 1e9}')
+  wait "$srv" 2>/dev/null
+  line="round $r: ucx_perftest ${pt:-?} GB/s"
+  k=0
+  for g in "$@"; do
+    k=$((k + 1))
+    taskset -c 0 "$g" serve --listen "127.0.0.1:$((port + k))" --export host:256MiB >/dev/null 2>&1 & s=$!
+    sleep 0.5
+    gb=$(taskset -c 1 "$g" bench net --peer "127.0.0.1:$((port + k))" --op put --size "$size" \
+      --qd 64 --batch "$batch" --completion local --runs 1 --bytes-per-run $((size * n)) \
+      --lat-iters 5 --json 2>/dev/null | awk -F': ' '/"gbps_median"/ {gsub(/,/, "", $2); print $2; exit}')
+    kill "$s" 2>/dev/null; wait "$s" 2>/dev/null
+    if [ -n "${pt:-}" ] && [ -n "${gb:-}" ]; then
+      ratio=$(awk -v a="$gb" -v b="$pt" 'BEGIN {printf "%.3f", a / b}')
+      echo "$k $ratio" >> "$results"
+      line="$line | $g $(printf '%.4f' "$gb") GB/s ($ratio x)"
+    else
+      line="$line | $g FAILED"
+    fi
+  done
+  echo "$line"
+done
+k=0
+for g in "$@"; do
+  k=$((k + 1))
+  awk -v k="$k" '$1 == k {print $2}' "$results" | sort -n | awk -v g="$g" '
+    {v[NR] = $1}
+    END {
+      if (NR == 0) { print g ": no round completed"; exit }
+      med = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
+      q1 = v[int((NR + 3) / 4)]; q3 = v[int((3 * NR + 3) / 4)]
+      ok = 0; for (i = 1; i <= NR; i++) if (v[i] >= 0.9) ok++
+      printf "%s: median %.3fx of ucx_perftest over %d rounds (quartiles %.3f / %.3f), %d rounds >= 0.9x\n", g, med, NR, q1, q3, ok
+    }'
+done
+date -u +"end %Y-%m-%dT%H:%M:%SZ"
