@@ -8,7 +8,7 @@ use crate::memory::{DirectIo, Memory, MemoryClass, MemoryKind};
 use crate::planner::{plan_pairs, BackendSet};
 use crate::region::{Descriptor, FileRegion, Region, RegionId, Storage, UseGuard};
 use crate::transfer::{
-    Op, PlannedPair, Pollers, Transfer, TransferRequest, TransferShared, WorkItem,
+    group_items, Op, PlannedPair, Pollers, Transfer, TransferRequest, TransferShared, WorkItem,
 };
 use serde::Serialize;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -464,40 +464,17 @@ impl Agent {
             ..
         } = request;
         let shared = TransferShared::new(id, deadline, plans, pollers, notify);
-        // Items grouped by backend, in pair order within each group.
-        let n = local.len();
-        let one = backends
-            .first()
-            .filter(|&&b| backends.iter().all(|&x| x == b));
-        let mut groups: Vec<(usize, Vec<WorkItem>)> = Vec::new();
-        let mut all: Vec<WorkItem> = Vec::with_capacity(if one.is_some() { n } else { 0 });
-        let pairs = local.into_iter().zip(target).zip(guards).zip(&backends);
-        for (i, (((ld, td), pair_guards), &bi)) in pairs.enumerate() {
+        let mut items = Vec::with_capacity(local.len());
+        let pairs = local.into_iter().zip(target).zip(guards);
+        for (i, ((ld, td), pair_guards)) in pairs.enumerate() {
             let item = WorkItem::new(i, op, ld, td, shared.clone(), pair_guards);
             if item.local().len == 0 {
                 item.complete(Ok(0));
                 continue;
             }
-            if one.is_some() {
-                all.push(item);
-                continue;
-            }
-            match groups.iter_mut().find(|(g, _)| *g == bi) {
-                Some((_, v)) => v.push(item),
-                None => {
-                    // Room for every pair left: no reallocation for the largest group.
-                    let mut v = Vec::with_capacity(n - i);
-                    v.push(item);
-                    groups.push((bi, v));
-                }
-            }
+            items.push(item);
         }
-        if let Some(&bi) = one {
-            if !all.is_empty() {
-                set.list[bi].submit(all);
-            }
-        }
-        for (bi, v) in groups {
+        for (bi, v) in group_items(items, |item| backends[item.index()]) {
             set.list[bi].submit(v);
         }
         Ok(Transfer { shared })

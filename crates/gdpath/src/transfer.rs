@@ -365,6 +365,30 @@ struct ItemPair {
     _guards: [UseGuard; 2],
 }
 
+/// Splits `items` by `key` (a backend's position, a peer's address), keeping each key's items
+/// in order. When every item has the same key (one transfer on one backend and one peer, the
+/// rule) the input vector is passed on as it is.
+pub(crate) fn group_items(
+    items: Vec<WorkItem>,
+    key: impl Fn(&WorkItem) -> usize,
+) -> Vec<(usize, Vec<WorkItem>)> {
+    let Some(first) = items.first().map(&key) else {
+        return Vec::new();
+    };
+    if items.iter().all(|i| key(i) == first) {
+        return vec![(first, items)];
+    }
+    let mut groups: Vec<(usize, Vec<WorkItem>)> = Vec::new();
+    for item in items {
+        let k = key(&item);
+        match groups.iter_mut().find(|(g, _)| *g == k) {
+            Some((_, v)) => v.push(item),
+            None => groups.push((k, vec![item])),
+        }
+    }
+    groups
+}
+
 impl fmt::Debug for WorkItem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("WorkItem")

@@ -32,7 +32,7 @@ use crate::net::codec::Message;
 use crate::net::codec::WireKind;
 use crate::path::Path;
 use crate::region::{Region, RegionId};
-use crate::transfer::{Op, WorkItem};
+use crate::transfer::{group_items, Op, WorkItem};
 use gdpath_ucx::{MemHandle, MemType, ProtoInfo, Request};
 use std::sync::Arc;
 use std::time::Instant;
@@ -128,26 +128,6 @@ fn remote_of(item: &WorkItem) -> Option<&RemoteMem> {
         .and_then(|f| f.as_any().downcast_ref::<RemoteMem>())
 }
 
-/// Groups items by the peer whose memory they target, in item order within each group; items
-/// whose target is not a remote region complete with an error.
-fn by_peer(items: Vec<WorkItem>) -> Vec<(Arc<PeerConn>, Vec<WorkItem>)> {
-    let mut groups: Vec<(Arc<PeerConn>, Vec<WorkItem>)> = Vec::new();
-    for item in items {
-        let Some(peer) = remote_of(&item).map(|r| r.peer.clone()) else {
-            item.complete(Err(Error::Backend {
-                backend: "ucx",
-                detail: "target is not a remote region".into(),
-            }));
-            continue;
-        };
-        match groups.iter_mut().find(|(p, _)| Arc::ptr_eq(p, &peer)) {
-            Some((_, v)) => v.push(item),
-            None => groups.push((peer, vec![item])),
-        }
-    }
-    groups
-}
-
 /// Tests a request: `Some(Ok)` finished, `Some(Err)` failed, `None` still in flight.
 fn test(req: &mut Request, peer: &PeerConn) -> Option<Result<()>> {
     match req.test() {
@@ -181,19 +161,21 @@ impl Ops {
     /// Posts every item (see the module docs). Items that cannot start complete at once.
     /// `now`: the caller's clock read, the start of the items' I/O.
     pub(crate) fn submit(&mut self, b: &UcxBackend, items: Vec<WorkItem>, now: Instant) {
-        // Items of one transfer almost always target one peer: posted as they came.
-        let first = items.first().and_then(remote_of).map(|r| r.peer.clone());
-        if let Some(p) = first {
-            if items
-                .iter()
-                .all(|i| remote_of(i).is_some_and(|r| Arc::ptr_eq(&r.peer, &p)))
-            {
-                self.submit_to(b, p, items, now);
-                return;
+        // Keyed by the peer connection's address; 0 (no connection) for a target that is not
+        // a remote region.
+        let peer_of = |i: &WorkItem| remote_of(i).map_or(0, |r| Arc::as_ptr(&r.peer) as usize);
+        for (key, items) in group_items(items, peer_of) {
+            match items.first().and_then(remote_of).map(|r| r.peer.clone()) {
+                Some(peer) if key != 0 => self.submit_to(b, peer, items, now),
+                _ => {
+                    for item in items {
+                        item.complete(Err(Error::Backend {
+                            backend: "ucx",
+                            detail: "target is not a remote region".into(),
+                        }));
+                    }
+                }
             }
-        }
-        for (peer, items) in by_peer(items) {
-            self.submit_to(b, peer, items, now);
         }
     }
 
@@ -220,7 +202,6 @@ impl Ops {
         let notify = items.first().and_then(|i| i.notification());
         let remote = notify.is_some() || b.cfg.put_completion == crate::net::PutCompletion::Remote;
         self.next_seq += 1;
-        let started = now;
         let mut batch = Batch {
             seq: self.next_seq,
             peer: peer.clone(),
@@ -230,7 +211,7 @@ impl Ops {
             notify_req: None,
             notify_done: None,
             failed_at_post: false,
-            started,
+            started: now,
             remote,
         };
         let mut puts = false;
@@ -244,7 +225,7 @@ impl Ops {
             match post(
                 b,
                 &item,
-                started,
+                now,
                 &mut cache,
                 &mut self.stages,
                 &mut self.observed,
