@@ -9,7 +9,12 @@
 # stream's two modes (docs/benchmarks.md, "Fifth session"), so the script ends with the median
 # and quartiles of every binary over all rounds. Sets of 20 rounds of one build have had medians
 # 0.07 apart: compare builds in the same run, over 40 rounds or more.
-# Usage: scripts/net-4k-target.sh ROUNDS GDPATH [GDPATH...]   (BATCH=16, N=200000 by default)
+# Each run also shows, in brackets, the TCP segments the host sent during it (`nstat`
+# TcpOutSegs, both directions of the loopback connection): under BBR a stream of 200 000 puts
+# runs either coalesced in ≈ 180-250 k segments (fast) or in ≈ 280-400 k (slow), and that mode
+# decides a run's figure more than the program does (docs/benchmarks.md, "Seventh session").
+# CC=cubic (root) runs the rounds under that congestion control and restores the host's at exit.
+# Usage: scripts/net-4k-target.sh ROUNDS GDPATH [GDPATH...]   (BATCH=16, N=200000, CC unset)
 set -uo pipefail
 rounds=${1:?usage: net-4k-target.sh ROUNDS GDPATH [GDPATH...]}
 shift
@@ -17,29 +22,45 @@ shift
 batch=${BATCH:-16}; n=${N:-200000}; size=4096
 export UCX_TLS=tcp UCX_NET_DEVICES=lo
 port=$((20000 + RANDOM % 20000))
-results=$(mktemp); trap 'rm -f "$results"' EXIT
+results=$(mktemp)
+cc_was=$(sysctl -n net.ipv4.tcp_congestion_control 2>/dev/null || echo "?")
+restore() {
+  rm -f "$results"
+  if [ -n "${CC:-}" ]; then sysctl -qw net.ipv4.tcp_congestion_control="$cc_was"; fi
+}
+trap restore EXIT
+if [ -n "${CC:-}" ]; then
+  sysctl -qw net.ipv4.tcp_congestion_control="$CC" || { echo "cannot set congestion control $CC" >&2; exit 2; }
+fi
+# Thousands of TCP segments this host sent since the previous call (nstat keeps the last count).
+segs() { nstat TcpOutSegs 2>/dev/null | awk '/TcpOutSegs/ {printf "%dk", $2 / 1000}'; }
 date -u +"start %Y-%m-%dT%H:%M:%SZ"; uname -srm; nproc
+echo "congestion control: $(sysctl -n net.ipv4.tcp_congestion_control 2>/dev/null || echo '?')"
 for r in $(seq "$rounds"); do
   port=$((port + 1 + $#))
   taskset -c 0 ucx_perftest -p "$port" >/dev/null 2>&1 & srv=$!
   sleep 0.3
+  segs >/dev/null
   pt=$(taskset -c 1 ucx_perftest 127.0.0.1 -p "$port" -t ucp_put_bw -s "$size" -n "$n" 2>/dev/null \
     | awk '/Final/ {printf "%.4f", $7 * 1048576 / 1e9}')
+  seg=$(segs)
   wait "$srv" 2>/dev/null
-  line="round $r: ucx_perftest ${pt:-?} GB/s"
+  line="round $r: ucx_perftest ${pt:-?} GB/s [$seg]"
   k=0
   for g in "$@"; do
     k=$((k + 1))
     taskset -c 0 "$g" serve --listen "127.0.0.1:$((port + k))" --export host:256MiB >/dev/null 2>&1 & s=$!
     sleep 0.5
+    segs >/dev/null
     gb=$(taskset -c 1 "$g" bench net --peer "127.0.0.1:$((port + k))" --op put --size "$size" \
       --qd 64 --batch "$batch" --completion local --runs 1 --bytes-per-run $((size * n)) \
       --lat-iters 5 --json 2>/dev/null | awk -F': ' '/"gbps_median"/ {gsub(/,/, "", $2); print $2; exit}')
+    seg=$(segs)
     kill "$s" 2>/dev/null; wait "$s" 2>/dev/null
     if [ -n "${pt:-}" ] && [ -n "${gb:-}" ]; then
       ratio=$(awk -v a="$gb" -v b="$pt" 'BEGIN {printf "%.3f", a / b}')
       echo "$k $ratio" >> "$results"
-      line="$line | $g $(printf '%.4f' "$gb") GB/s ($ratio x)"
+      line="$line | $g $(printf '%.4f' "$gb") GB/s ($ratio x) [$seg]"
     else
       line="$line | $g FAILED"
     fi
