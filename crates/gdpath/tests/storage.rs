@@ -130,13 +130,7 @@ fn pairs_on_the_same_regions_keep_their_own_plans() {
     let a = agent();
     let block = cache_block(&a, dir.path());
     let data = pattern(4 * block as usize, 11);
-    let f = a
-        .register(Memory::File(FileSpec::read(file_in(
-            dir.path(),
-            "same-regions",
-            &data,
-        ))))
-        .unwrap();
+    let f = readable_file(&a, dir.path(), "same-regions", &data);
     let dst = host_zeroed(&a, 4 * block as usize);
     // Pair 0 holds whole blocks; pair 1 (a few bytes inside the third block) holds none; pair
     // 2 is aligned again.
@@ -284,13 +278,7 @@ fn forced_buffered_fallback_reports_finding() {
         assert_eq!(roundtrip(&a, dir.path(), len, 4095, 0), Path::PosixBuffered);
     }
     let data = pattern(10_000, 7);
-    let f = a
-        .register(Memory::File(FileSpec::read(file_in(
-            dir.path(),
-            "b",
-            &data,
-        ))))
-        .unwrap();
+    let f = readable_file(&a, dir.path(), "b", &data);
     let dst = host_zeroed(&a, 10_000);
     let r = a
         .post(TransferRequest::read(
@@ -497,13 +485,7 @@ fn file_of_one_gib_plus_one_round_trips() {
 fn short_file_reports_available_bytes_before_moving() {
     let dir = disk_dir();
     let a = agent();
-    let f = a
-        .register(Memory::File(FileSpec::read(file_in(
-            dir.path(),
-            "s",
-            &[1u8; 5000],
-        ))))
-        .unwrap();
+    let f = readable_file(&a, dir.path(), "s", &[1u8; 5000]);
     let dst = host(&a, &[9u8; 8192]);
     let e = a
         .post(TransferRequest::read(
@@ -530,8 +512,7 @@ fn short_file_reports_available_bytes_before_moving() {
 fn read_only_and_directory_and_missing_files_are_typed_errors() {
     let dir = disk_dir();
     let a = agent();
-    let p = file_in(dir.path(), "ro", &[0u8; 100]);
-    let f = a.register(Memory::File(FileSpec::read(&p))).unwrap();
+    let f = readable_file(&a, dir.path(), "ro", &[0u8; 100]);
     let src = host(&a, &[1u8; 100]);
     let e = a
         .post(TransferRequest::write(
@@ -769,13 +750,7 @@ fn memory_cannot_be_taken_back_while_a_transfer_uses_it() {
 fn deadline_in_the_past_times_out_with_completed_list() {
     let dir = disk_dir();
     let a = agent();
-    let f = a
-        .register(Memory::File(FileSpec::read(file_in(
-            dir.path(),
-            "d",
-            &[3u8; 65536],
-        ))))
-        .unwrap();
+    let f = readable_file(&a, dir.path(), "d", &[3u8; 65536]);
     let dst = host_zeroed(&a, 65536);
     let descs: Vec<_> = (0..16).map(|i| dst.desc(i * 4096, 4096)).collect();
     let tds: Vec<_> = (0..16).map(|i| f.desc(i * 4096, 4096)).collect();

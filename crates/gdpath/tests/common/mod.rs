@@ -2,7 +2,7 @@
 #![allow(dead_code)]
 
 use gdpath::bench::fill_pattern;
-use gdpath::{Agent, AgentConfig, DirectIo, HostBuffer, Memory, Region, StorageConfig};
+use gdpath::{Agent, AgentConfig, DirectIo, FileSpec, HostBuffer, Memory, Region, StorageConfig};
 use std::path::{Path, PathBuf};
 
 /// A temporary directory on the work disk (ext4 here; accepts O_DIRECT).
@@ -60,6 +60,14 @@ pub fn file_in(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
     let p = dir.join(name);
     std::fs::write(&p, bytes).expect("write test file");
     p
+}
+
+/// Writes `bytes` to a fresh file `name` in `dir` and registers it for reading (default
+/// O_DIRECT policy).
+pub fn readable_file(agent: &Agent, dir: &Path, name: &str, bytes: &[u8]) -> Region {
+    agent
+        .register(Memory::File(FileSpec::read(file_in(dir, name, bytes))))
+        .expect("register file")
 }
 
 /// A mounted ramfs, which refuses O_DIRECT (no direct I/O support), unmounted on drop.
