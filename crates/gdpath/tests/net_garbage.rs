@@ -87,6 +87,55 @@ fn server_refuses_garbage_and_keeps_serving() {
     assert_eq!(peer.regions().len(), 1);
 }
 
+/// A client that connects and never answers the challenge is dropped as `Lost` once
+/// `connect_timeout` passed: not before, and not a whole idle sleep of the serving thread
+/// (100 ms) after it, since that thread, asleep on UCX's event fd, wakes for the deadline.
+#[test]
+fn a_silent_client_is_dropped_at_the_handshake_deadline() {
+    let _serial = serial();
+    let timeout = Duration::from_millis(330);
+    let server = gdpath::Agent::new(gdpath::AgentConfig {
+        name: "srv".into(),
+        ..gdpath::AgentConfig::default()
+    })
+    .unwrap();
+    server
+        .enable_net(gdpath::net::NetConfig {
+            connect_timeout: timeout,
+            ..net_common::cfg(FailureMode::Detect)
+        })
+        .unwrap();
+    let srv = server
+        .serve("127.0.0.1:0".parse().unwrap(), Token::none())
+        .unwrap();
+    let w = raw_worker();
+    let ep = Endpoint::connect(&w, srv.local_addr()).unwrap();
+    let start = std::time::Instant::now();
+    ep.wait_connected(T).unwrap();
+    let ch = w.am_recv(AM_ID, T).unwrap();
+    assert!(matches!(
+        codec::decode(&ch.data),
+        Ok(Message::Challenge { .. })
+    ));
+    // Silence from here on: the server's thread spins 5 ms, then sleeps until the deadline.
+    let (detail, at) = match srv.next_event(T) {
+        Some(NetEvent::Lost { detail, .. }) => (detail, start.elapsed()),
+        e => panic!("expected Lost for the silent client, got {e:?}"),
+    };
+    eprintln!("silent client lost after {at:?}: {detail}");
+    assert!(detail.contains("no handshake within"), "{detail}");
+    // The server's clock started when it accepted, after `start`: never early.
+    assert!(at >= timeout, "dropped before the deadline: {at:?}");
+    // Wake-up latency only. A thread that slept whole 100 ms periods from its first idle
+    // moment (5 ms after the challenge) would wake at 405 ms, 75 ms late.
+    assert!(
+        at < timeout + Duration::from_millis(50),
+        "dropped {:?} after the deadline",
+        at - timeout
+    );
+    drop(ep);
+}
+
 /// A fake server: challenge, then `welcome(client_nonce, server_nonce)` as the reply.
 fn fake_server(
     welcome: impl Fn([u8; 32], [u8; 32]) -> Vec<u8> + Send + 'static,

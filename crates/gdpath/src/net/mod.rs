@@ -432,18 +432,29 @@ fn serve_loop(b: Arc<UcxBackend>, stop: Arc<AtomicBool>) {
         }
         if last.elapsed() < SERVE_SPIN {
             std::thread::yield_now();
-        } else if !b.wake.sleep(&b.worker, seen, SERVE_SLEEP) {
+        } else if !b.wake.sleep(&b.worker, seen, idle_sleep(&b)) {
             std::thread::sleep(Duration::from_micros(500));
         }
     }
+}
+
+/// How long the idle serving thread may block: [`SERVE_SLEEP`], or less when a connection's
+/// handshake or goodbye deadline comes sooner (1 ms past it, as the deadline is exclusive).
+fn idle_sleep(b: &UcxBackend) -> Duration {
+    let next = b.next_reap_deadline(&lock(&b.state));
+    next.map_or(SERVE_SLEEP, |d| {
+        (d + Duration::from_millis(1))
+            .saturating_duration_since(Instant::now())
+            .min(SERVE_SLEEP)
+    })
 }
 
 /// How long the serving thread keeps polling after the last activity: request/response
 /// traffic (latency runs, handshakes) stays on the polling path, whose wake-up is a yield.
 const SERVE_SPIN: Duration = Duration::from_millis(5);
 
-/// The longest idle block of the serving thread on UCX's event fd (also bounds how late it
-/// notices its stop flag and the deadlines `reap_peers` checks).
+/// The longest idle block of the serving thread on UCX's event fd (bounds how late it notices
+/// its stop flag; connection deadlines shorten the block, [`idle_sleep`]).
 const SERVE_SLEEP: Duration = Duration::from_millis(100);
 
 impl Agent {

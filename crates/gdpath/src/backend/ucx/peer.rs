@@ -144,6 +144,19 @@ fn addr_text(a: Option<SocketAddr>) -> String {
 }
 
 impl PeerConn {
+    /// When this connection, in `phase`, is dropped for taking too long: `timeout` after a
+    /// goodbye started (either side) or, before the handshake finished, after the connection
+    /// was made. `None` in phases that wait on nothing.
+    fn deadline(&self, phase: &Phase, timeout: Duration) -> Option<Instant> {
+        match phase {
+            Phase::Closing { since, .. } | Phase::Leaving { since } => Some(*since + timeout),
+            Phase::Ready | Phase::Failed(_) | Phase::Closed => None,
+            Phase::AwaitChallenge { .. } | Phase::AwaitWelcome { .. } | Phase::AwaitAuth { .. } => {
+                Some(self.since + timeout)
+            }
+        }
+    }
+
     fn new(id: u64, ep: Endpoint, role: Role, addr: Option<SocketAddr>, phase: Phase) -> Self {
         PeerConn {
             id,
@@ -676,6 +689,7 @@ impl UcxBackend {
     /// any connection changed.
     pub(crate) fn reap_peers(&self, st: &mut State) -> bool {
         let timeout = self.cfg.connect_timeout;
+        let now = Instant::now();
         let mut gone: Vec<(Arc<PeerConn>, String)> = Vec::new();
         let mut quiet: Vec<(Arc<PeerConn>, Option<String>)> = Vec::new();
         let mut bye: Vec<Arc<PeerConn>> = Vec::new();
@@ -687,7 +701,7 @@ impl UcxBackend {
                 Phase::Closing { since, flush } => {
                     if let Some(s) = failed {
                         quiet.push((p.clone(), Some(format!("connection failed: {s}"))));
-                    } else if since.elapsed() > timeout {
+                    } else if now > *since + timeout {
                         quiet.push((
                             p.clone(),
                             Some(format!("no answer to the goodbye within {timeout:?}")),
@@ -711,16 +725,14 @@ impl UcxBackend {
                     }
                 }
                 Phase::Leaving { since } => {
-                    if failed.is_some() || since.elapsed() > timeout {
+                    if failed.is_some() || now > *since + timeout {
                         quiet.push((p.clone(), None));
                     }
                 }
                 phase => {
                     if let Some(s) = failed {
                         gone.push((p.clone(), format!("connection failed: {s}")));
-                    } else if !matches!(phase, Phase::Ready | Phase::Failed(_) | Phase::Closed)
-                        && p.since.elapsed() > timeout
-                    {
+                    } else if p.deadline(phase, timeout).is_some_and(|d| now > d) {
                         gone.push((p.clone(), format!("no handshake within {timeout:?}")));
                     } else if matches!(phase, Phase::Ready)
                         && p.role == Role::Client
@@ -769,6 +781,18 @@ impl UcxBackend {
             }
         }
         changed
+    }
+
+    /// The earliest instant at which [`UcxBackend::reap_peers`] may drop a connection for
+    /// taking too long (a handshake, a goodbye), or `None` when no connection is waiting on a
+    /// deadline. A sleeping serving thread wakes by then, so that these deadlines are kept to
+    /// within its wake-up latency rather than its longest sleep.
+    pub(crate) fn next_reap_deadline(&self, st: &State) -> Option<Instant> {
+        let timeout = self.cfg.connect_timeout;
+        st.peers
+            .iter()
+            .filter_map(|p| p.deadline(&lock(&p.inner).phase, timeout))
+            .min()
     }
 
     /// Starts closing client connection `peer` on purpose: phase [`Phase::Closing`] (new
