@@ -819,6 +819,33 @@ fn close_without_an_answer_is_bounded_and_an_error() {
     });
 }
 
+/// Dropping the last `Peer` of a server that stopped answering holds the drop for at most
+/// 100 ms (2 s before); the goodbye stays under way, and when the server serves again the
+/// client agent's drop finishes it: the server reports a clean disconnect.
+#[test]
+fn dropping_the_last_peer_does_not_wait_long_for_a_silent_server() {
+    let _serial = serial();
+    let (server, _r, srv, client, peer) = one_small_export();
+    drop(srv); // stops the server's progress thread; the connection stays open
+    let start = std::time::Instant::now();
+    drop(peer);
+    let took = start.elapsed();
+    eprintln!("last Peer dropped in {took:?}");
+    // 100 ms of waiting and a margin for a loaded machine; far below the 2 s it was.
+    assert!(took < Duration::from_millis(600), "drop took {took:?}");
+    // Serving again (on a new port: the connection holds the old one) restarts the progress
+    // thread, which also serves the connection made before.
+    let srv = server
+        .serve("127.0.0.1:0".parse().unwrap(), Token::none())
+        .unwrap();
+    let start = std::time::Instant::now();
+    drop(client);
+    eprintln!("client agent dropped in {:?}", start.elapsed());
+    expect_left(&srv, "cli@");
+    let after = events_until_quiet(&srv, Duration::from_secs(1));
+    assert!(after.is_empty(), "after the goodbye: {after:?}");
+}
+
 /// The server goes away, and a direct wait on the connection (a flush) is the first to see
 /// it: closing the peer afterwards returns the failure at once (it hung on its own lock once).
 #[test]

@@ -187,9 +187,11 @@ pub struct RemoteRegionInfo {
 /// A connection to a serving agent. Cheap to clone.
 ///
 /// The connection closes cleanly (the server reports [`NetEvent::Left`]) on [`Peer::close`],
-/// when the last clone is dropped (waiting up to 2 s for the server's answer; while regions
-/// made from the peer's regions are alive, once they are dropped too, or when the agent is
-/// dropped), or when the agent is dropped.
+/// when the last clone is dropped (the drop waits up to 100 ms for `Bye` to be sent, after
+/// the flush of what was posted before; the rest finishes in later progress rounds or when
+/// the agent is dropped; while regions made from the peer's regions are alive, the goodbye
+/// starts once they are dropped too, or when the agent is dropped), or when the agent is
+/// dropped.
 #[derive(Clone)]
 pub struct Peer {
     conn: Arc<PeerConn>,
@@ -340,7 +342,11 @@ impl Peer {
     /// closing, or the server did not answer within `timeout` (it may then report this agent
     /// as lost).
     pub fn close(self, timeout: Duration) -> Result<()> {
-        self.backend.close_peer(&self.conn, timeout)
+        self.backend.close_peer(
+            &self.conn,
+            timeout,
+            crate::backend::ucx::peer::CloseUntil::Answered,
+        )
     }
 
     /// Progresses the connection until `done(self)` or `timeout` (control messages such as

@@ -86,6 +86,12 @@ struct PeerInner {
 /// the backend dropped with client connections left.
 pub(crate) const GOODBYE_WAIT: Duration = Duration::from_secs(2);
 
+/// How long dropping the last `Peer` waits for its `Bye` to go out: a responsive server
+/// answers the flush before it within a round trip (µs over loopback, ms across a
+/// datacenter); a goodbye not sent by then finishes in later progress rounds or when the
+/// agent is dropped.
+const DROP_WAIT: Duration = Duration::from_millis(100);
+
 /// One connection to a peer agent.
 pub(crate) struct PeerConn {
     pub(crate) id: u64,
@@ -825,9 +831,20 @@ impl UcxBackend {
     /// region made from the peer's) is gone. Closing again, or a connection that already
     /// failed, does nothing more.
     ///
-    /// Errors: [`Error::PeerFailed`] when the connection had failed, failed while closing, or
-    /// no answer came within `timeout` (the server may then report the peer lost).
-    pub(crate) fn close_peer(&self, conn: &Arc<PeerConn>, timeout: Duration) -> Result<()> {
+    /// With [`CloseUntil::ByeSent`] it returns `Ok` as soon as `Bye` is sent, or after
+    /// `timeout` with the goodbye still under way: the rest (the flush, `Bye`, the answer) is
+    /// left to later progress rounds, [`UcxBackend::reap_peers`] ending the connection on the
+    /// answer or after `connect_timeout`, and to the backend's drop, which waits for it.
+    ///
+    /// Errors: [`Error::PeerFailed`] when the connection had failed or failed while closing,
+    /// or, waiting for the answer, none came within `timeout` (the server may then report the
+    /// peer lost).
+    pub(crate) fn close_peer(
+        &self,
+        conn: &Arc<PeerConn>,
+        timeout: Duration,
+        until: CloseUntil,
+    ) -> Result<()> {
         let end = Instant::now() + timeout;
         let listed = |st: &State| st.peers.iter().any(|p| p.id == conn.id);
         {
@@ -847,10 +864,22 @@ impl UcxBackend {
             }
         }
         loop {
-            if !listed(&lock(&self.state)) {
-                break;
+            {
+                let st = lock(&self.state);
+                if !listed(&st) {
+                    break;
+                }
+                // `Closing` without its flush: the flush completed and `Bye` went out.
+                if until == CloseUntil::ByeSent
+                    && matches!(lock(&conn.inner).phase, Phase::Closing { flush: None, .. })
+                {
+                    return Ok(());
+                }
             }
             if Instant::now() >= end {
+                if until == CloseUntil::ByeSent {
+                    return Ok(());
+                }
                 let mut st = lock(&self.state);
                 if listed(&st) {
                     let detail = format!("no answer to the goodbye within {timeout:?}");
@@ -874,10 +903,12 @@ impl UcxBackend {
         }
     }
 
-    /// The last `Peer` handle of client connection `conn` is gone: says goodbye now (waiting
-    /// up to [`GOODBYE_WAIT`]), or, while regions made from the peer's are alive (they may
-    /// still be used), once they are gone ([`UcxBackend::reap_peers`]) or the backend is
-    /// dropped.
+    /// The last `Peer` handle of client connection `conn` is gone: says goodbye now, waiting
+    /// up to [`DROP_WAIT`] for `Bye` to be sent (the flush before it needs the server), so
+    /// that a server that stopped answering holds up the drop for no longer than that; or,
+    /// while regions made from the peer's are alive (they may still be used), once they are
+    /// gone ([`UcxBackend::reap_peers`]) or the backend is dropped. Nobody reads the answer of
+    /// a dropped peer: the server reports [`NetEvent::Left`] on `Bye`.
     pub(crate) fn release_peer(&self, conn: &Arc<PeerConn>) {
         if conn.role != Role::Client {
             return;
@@ -888,7 +919,7 @@ impl UcxBackend {
             self.kick();
             return;
         }
-        if let Err(e) = self.close_peer(conn, GOODBYE_WAIT) {
+        if let Err(e) = self.close_peer(conn, DROP_WAIT, CloseUntil::ByeSent) {
             tracing::debug!(peer = %conn.label(), "closing a dropped peer: {e}");
         }
     }
@@ -914,7 +945,8 @@ impl UcxBackend {
 
 /// An agent going away (its last handle dropped) says goodbye to the peers it is still
 /// connected to, so that they report a clean disconnect: every ready client connection at
-/// once, then waiting up to [`GOODBYE_WAIT`] for the answers.
+/// once, then waiting up to [`GOODBYE_WAIT`] for the answers (to those goodbyes and to any
+/// already under way).
 impl Drop for UcxBackend {
     fn drop(&mut self) {
         let closing: Vec<Arc<PeerConn>> = {
@@ -925,9 +957,20 @@ impl Drop for UcxBackend {
                 .filter(|p| p.role == Role::Client && p.is_ready())
                 .cloned()
                 .collect();
+            // Goodbyes already under way (a dropped `Peer` returns once its `Bye` is sent)
+            // are waited for as well.
+            let under_way: Vec<Arc<PeerConn>> = st
+                .peers
+                .iter()
+                .filter(|p| {
+                    p.role == Role::Client && matches!(lock(&p.inner).phase, Phase::Closing { .. })
+                })
+                .cloned()
+                .collect();
             ready
                 .into_iter()
                 .filter(|p| self.begin_goodbye(&mut st, p))
+                .chain(under_way)
                 .collect()
         };
         if closing.is_empty() {
@@ -975,6 +1018,15 @@ pub(crate) fn rma_transport_name(ep: &Endpoint, mem: MemType) -> String {
             "unknown".into()
         }
     }
+}
+
+/// How far [`UcxBackend::close_peer`] waits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CloseUntil {
+    /// The server's `Bye` in answer (`Peer::close`, whose result says whether it came).
+    Answered,
+    /// Our `Bye` sent, after the flush of everything posted before it (a dropped `Peer`).
+    ByeSent,
 }
 
 /// Ends a client connection whose goodbye cannot finish (failed, or not answered in time):
