@@ -187,11 +187,10 @@ pub struct RemoteRegionInfo {
 /// A connection to a serving agent. Cheap to clone.
 ///
 /// The connection closes cleanly (the server reports [`NetEvent::Left`]) on [`Peer::close`],
-/// when the last clone is dropped (the drop waits up to 100 ms for `Bye` to be sent, after
-/// the flush of what was posted before; the rest finishes in later progress rounds or when
-/// the agent is dropped; while regions made from the peer's regions are alive, the goodbye
-/// starts once they are dropped too, or when the agent is dropped), or when the agent is
-/// dropped.
+/// when the last clone is dropped (the drop waits up to 100 ms for the goodbye; one not
+/// finished by then finishes in later progress rounds or when the agent is dropped; while
+/// regions made from the peer's regions are alive, the goodbye starts once they are dropped
+/// too, or when the agent is dropped), or when the agent is dropped.
 #[derive(Clone)]
 pub struct Peer {
     conn: Arc<PeerConn>,
@@ -345,7 +344,7 @@ impl Peer {
         self.backend.close_peer(
             &self.conn,
             timeout,
-            crate::backend::ucx::peer::CloseUntil::Answered,
+            crate::backend::ucx::peer::OnTimeout::Fail,
         )
     }
 

@@ -86,9 +86,9 @@ struct PeerInner {
 /// the backend dropped with client connections left.
 pub(crate) const GOODBYE_WAIT: Duration = Duration::from_secs(2);
 
-/// How long dropping the last `Peer` waits for its `Bye` to go out: a responsive server
-/// answers the flush before it within a round trip (µs over loopback, ms across a
-/// datacenter); a goodbye not sent by then finishes in later progress rounds or when the
+/// How long dropping the last `Peer` waits for its goodbye (flush, `Bye`, the answer): a
+/// responsive server finishes it within a few round trips (µs over loopback, ms across a
+/// datacenter); a goodbye not finished by then finishes in later progress rounds or when the
 /// agent is dropped.
 const DROP_WAIT: Duration = Duration::from_millis(100);
 
@@ -831,19 +831,19 @@ impl UcxBackend {
     /// region made from the peer's) is gone. Closing again, or a connection that already
     /// failed, does nothing more.
     ///
-    /// With [`CloseUntil::ByeSent`] it returns `Ok` as soon as `Bye` is sent, or after
-    /// `timeout` with the goodbye still under way: the rest (the flush, `Bye`, the answer) is
-    /// left to later progress rounds, [`UcxBackend::reap_peers`] ending the connection on the
-    /// answer or after `connect_timeout`, and to the backend's drop, which waits for it.
+    /// With [`OnTimeout::LeaveUnderWay`], a goodbye not finished within `timeout` is not
+    /// failed but left to later progress rounds ([`UcxBackend::reap_peers`] ends the
+    /// connection on the answer, or after `connect_timeout`) and to the backend's drop, which
+    /// waits for it; the call then returns `Ok`.
     ///
-    /// Errors: [`Error::PeerFailed`] when the connection had failed or failed while closing,
-    /// or, waiting for the answer, none came within `timeout` (the server may then report the
-    /// peer lost).
+    /// Errors: [`Error::PeerFailed`] when the connection had failed, failed while closing, or
+    /// (with [`OnTimeout::Fail`]) no answer came within `timeout` (the server may then report
+    /// the peer lost).
     pub(crate) fn close_peer(
         &self,
         conn: &Arc<PeerConn>,
         timeout: Duration,
-        until: CloseUntil,
+        on_timeout: OnTimeout,
     ) -> Result<()> {
         let end = Instant::now() + timeout;
         let listed = |st: &State| st.peers.iter().any(|p| p.id == conn.id);
@@ -864,20 +864,11 @@ impl UcxBackend {
             }
         }
         loop {
-            {
-                let st = lock(&self.state);
-                if !listed(&st) {
-                    break;
-                }
-                // `Closing` without its flush: the flush completed and `Bye` went out.
-                if until == CloseUntil::ByeSent
-                    && matches!(lock(&conn.inner).phase, Phase::Closing { flush: None, .. })
-                {
-                    return Ok(());
-                }
+            if !listed(&lock(&self.state)) {
+                break;
             }
             if Instant::now() >= end {
-                if until == CloseUntil::ByeSent {
+                if on_timeout == OnTimeout::LeaveUnderWay {
                     return Ok(());
                 }
                 let mut st = lock(&self.state);
@@ -904,11 +895,10 @@ impl UcxBackend {
     }
 
     /// The last `Peer` handle of client connection `conn` is gone: says goodbye now, waiting
-    /// up to [`DROP_WAIT`] for `Bye` to be sent (the flush before it needs the server), so
-    /// that a server that stopped answering holds up the drop for no longer than that; or,
-    /// while regions made from the peer's are alive (they may still be used), once they are
-    /// gone ([`UcxBackend::reap_peers`]) or the backend is dropped. Nobody reads the answer of
-    /// a dropped peer: the server reports [`NetEvent::Left`] on `Bye`.
+    /// up to [`DROP_WAIT`] for it to finish, so that a server that stopped answering holds up
+    /// the drop for no longer than that (the goodbye then stays under way); or, while regions
+    /// made from the peer's are alive (they may still be used), once they are gone
+    /// ([`UcxBackend::reap_peers`]) or the backend is dropped.
     pub(crate) fn release_peer(&self, conn: &Arc<PeerConn>) {
         if conn.role != Role::Client {
             return;
@@ -919,7 +909,7 @@ impl UcxBackend {
             self.kick();
             return;
         }
-        if let Err(e) = self.close_peer(conn, DROP_WAIT, CloseUntil::ByeSent) {
+        if let Err(e) = self.close_peer(conn, DROP_WAIT, OnTimeout::LeaveUnderWay) {
             tracing::debug!(peer = %conn.label(), "closing a dropped peer: {e}");
         }
     }
@@ -1020,13 +1010,14 @@ pub(crate) fn rma_transport_name(ep: &Endpoint, mem: MemType) -> String {
     }
 }
 
-/// How far [`UcxBackend::close_peer`] waits.
+/// What [`UcxBackend::close_peer`] does with a goodbye not finished in time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum CloseUntil {
-    /// The server's `Bye` in answer (`Peer::close`, whose result says whether it came).
-    Answered,
-    /// Our `Bye` sent, after the flush of everything posted before it (a dropped `Peer`).
-    ByeSent,
+pub(crate) enum OnTimeout {
+    /// End the connection as failed and say why (`Peer::close`, whose result reports it).
+    Fail,
+    /// Leave it under way for later progress rounds and the backend's drop (a dropped `Peer`:
+    /// nobody reads its result).
+    LeaveUnderWay,
 }
 
 /// Ends a client connection whose goodbye cannot finish (failed, or not answered in time):
