@@ -819,6 +819,45 @@ fn close_without_an_answer_is_bounded_and_an_error() {
     });
 }
 
+/// `connect_timeout: Duration::MAX` means no bound: the deadlines computed from it must not
+/// overflow (`Instant + Duration` panics), on the server's handshake and goodbye or on the
+/// client's; nor must `Peer::close(Duration::MAX)`.
+#[test]
+fn an_unbounded_connect_timeout_is_no_deadline() {
+    let _serial = serial();
+    let unbounded = |name: &str| {
+        let a = Agent::new(AgentConfig {
+            name: name.into(),
+            ..AgentConfig::default()
+        })
+        .unwrap();
+        a.enable_net(NetConfig {
+            connect_timeout: Duration::MAX,
+            ..cfg(FailureMode::Detect)
+        })
+        .unwrap();
+        a
+    };
+    let server = unbounded("srv");
+    let exported = server
+        .register(Memory::host(HostBuffer::from_slice(&pattern(4096, 9))))
+        .unwrap();
+    let id = server.export(&exported).unwrap();
+    let srv = server
+        .serve("127.0.0.1:0".parse().unwrap(), Token::none())
+        .unwrap();
+    let client = unbounded("unb");
+    let peer = client.connect(srv.local_addr()).unwrap();
+    let remote = client.register(peer.memory(id).unwrap()).unwrap();
+    let (local, _) = read_back(&client, &remote, 4096);
+    assert!(local.host_view().unwrap()[..] == pattern(4096, 9)[..]);
+    drop((remote, local));
+    // No bound on the close either.
+    peer.close(Duration::MAX).unwrap();
+    expect_left(&srv, "unb@");
+    assert_eq!(srv.peers(), 0);
+}
+
 /// Dropping the last `Peer` of a server that stopped answering holds the drop for at most
 /// 100 ms (2 s before); the goodbye stays under way, and when the server serves again the
 /// client agent's drop finishes it: the server reports a clean disconnect.

@@ -351,12 +351,12 @@ impl Peer {
     /// Progresses the connection until `done(self)` or `timeout` (control messages such as
     /// metadata updates and withdrawals arrive while the backend progresses). Returns `done`.
     pub fn wait_until(&self, timeout: Duration, mut done: impl FnMut(&Peer) -> bool) -> bool {
-        let end = Instant::now() + timeout;
+        let end = Instant::now().checked_add(timeout); // too long to represent: no bound
         loop {
             if done(self) {
                 return true;
             }
-            if Instant::now() >= end {
+            if end.is_some_and(|e| Instant::now() >= e) {
                 return false;
             }
             if !self.backend.progress_round().1 {
@@ -420,8 +420,8 @@ impl Drop for Server {
 
 /// Progress loop of a serving agent: spins while there is traffic (over `tcp` the target's
 /// worker serves puts and gets), yields for [`SERVE_SPIN`] after the last activity (a peer's
-/// next request then finds it awake), then blocks on UCX's event fd ([`SERVE_SLEEP`] at most,
-/// so that goodbye and handshake deadlines are checked).
+/// next request then finds it awake), then blocks on UCX's event fd until the next goodbye or
+/// handshake deadline, [`SERVE_SLEEP`] at most ([`idle_sleep`]).
 fn serve_loop(b: Arc<UcxBackend>, stop: Arc<AtomicBool>) {
     let mut last = Instant::now();
     while !stop.load(Ordering::Acquire) {
@@ -444,14 +444,15 @@ fn serve_loop(b: Arc<UcxBackend>, stop: Arc<AtomicBool>) {
 }
 
 /// How long the idle serving thread may block: [`SERVE_SLEEP`], or less when a connection's
-/// handshake or goodbye deadline comes sooner (1 ms past it, as the deadline is exclusive).
+/// handshake or goodbye deadline comes sooner. It wakes 1 ms past the deadline: the deadline
+/// is exclusive, and the wait on UCX's event fd counts whole milliseconds (a shorter margin
+/// would round the last millisecond down to polls that return at once).
 fn idle_sleep(b: &UcxBackend) -> Duration {
     let next = b.next_reap_deadline(&lock(&b.state));
-    next.map_or(SERVE_SLEEP, |d| {
-        (d + Duration::from_millis(1))
-            .saturating_duration_since(Instant::now())
-            .min(SERVE_SLEEP)
-    })
+    next.and_then(|d| d.checked_add(Duration::from_millis(1)))
+        .map_or(SERVE_SLEEP, |d| {
+            d.saturating_duration_since(Instant::now()).min(SERVE_SLEEP)
+        })
 }
 
 /// How long the serving thread keeps polling after the last activity: request/response
@@ -598,12 +599,12 @@ impl Agent {
     /// thread does).
     pub fn wait_notification(&self, timeout: Duration) -> Option<Notification> {
         let b = self.net_backend_if_enabled()?;
-        let end = Instant::now() + timeout;
+        let end = Instant::now().checked_add(timeout); // too long to represent: no bound
         loop {
             if let Some(n) = lock(&b.notifications).pop_front() {
                 return Some(n);
             }
-            if Instant::now() >= end {
+            if end.is_some_and(|e| Instant::now() >= e) {
                 return None;
             }
             if !b.progress_round().1 {

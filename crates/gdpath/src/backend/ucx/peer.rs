@@ -82,14 +82,13 @@ struct PeerInner {
     gpu_path: Path,
 }
 
-/// How long a goodbye may take when nobody gave a bound: the last `Peer` handle dropped, or
-/// the backend dropped with client connections left.
+/// How long a goodbye may take when the backend is dropped with client connections left.
 pub(crate) const GOODBYE_WAIT: Duration = Duration::from_secs(2);
 
 /// How long dropping the last `Peer` waits for its goodbye (flush, `Bye`, the answer): a
 /// responsive server finishes it within a few round trips (µs over loopback, ms across a
-/// datacenter); a goodbye not finished by then finishes in later progress rounds or when the
-/// agent is dropped.
+/// datacenter) plus the time to deliver puts still buffered (the flush covers them); a goodbye
+/// not finished by then finishes in later progress rounds or when the agent is dropped.
 const DROP_WAIT: Duration = Duration::from_millis(100);
 
 /// One connection to a peer agent.
@@ -155,10 +154,10 @@ impl PeerConn {
     /// was made. `None` in phases that wait on nothing.
     fn deadline(&self, phase: &Phase, timeout: Duration) -> Option<Instant> {
         match phase {
-            Phase::Closing { since, .. } | Phase::Leaving { since } => Some(*since + timeout),
+            Phase::Closing { since, .. } | Phase::Leaving { since } => after(*since, timeout),
             Phase::Ready | Phase::Failed(_) | Phase::Closed => None,
             Phase::AwaitChallenge { .. } | Phase::AwaitWelcome { .. } | Phase::AwaitAuth { .. } => {
-                Some(self.since + timeout)
+                after(self.since, timeout)
             }
         }
     }
@@ -325,7 +324,8 @@ impl UcxBackend {
             },
         ));
         lock(&self.state).peers.push(peer.clone());
-        let deadline = Instant::now() + opts.timeout;
+        // A timeout too long to represent is no bound.
+        let deadline = Instant::now().checked_add(opts.timeout);
         let outcome = loop {
             let (_, busy) = self.progress_round();
             if peer.is_ready() {
@@ -343,7 +343,7 @@ impl UcxBackend {
                     ),
                 });
             }
-            if Instant::now() >= deadline {
+            if deadline.is_some_and(|d| Instant::now() >= d) {
                 break Err(Error::PeerFailed {
                     peer: addr.to_string(),
                     detail: format!("no handshake within {:?}", opts.timeout),
@@ -707,7 +707,7 @@ impl UcxBackend {
                 Phase::Closing { since, flush } => {
                     if let Some(s) = failed {
                         quiet.push((p.clone(), Some(format!("connection failed: {s}"))));
-                    } else if now > *since + timeout {
+                    } else if after(*since, timeout).is_some_and(|d| now > d) {
                         quiet.push((
                             p.clone(),
                             Some(format!("no answer to the goodbye within {timeout:?}")),
@@ -731,7 +731,7 @@ impl UcxBackend {
                     }
                 }
                 Phase::Leaving { since } => {
-                    if failed.is_some() || now > *since + timeout {
+                    if failed.is_some() || after(*since, timeout).is_some_and(|d| now > d) {
                         quiet.push((p.clone(), None));
                     }
                 }
@@ -832,9 +832,10 @@ impl UcxBackend {
     /// failed, does nothing more.
     ///
     /// With [`OnTimeout::LeaveUnderWay`], a goodbye not finished within `timeout` is not
-    /// failed but left to later progress rounds ([`UcxBackend::reap_peers`] ends the
-    /// connection on the answer, or after `connect_timeout`) and to the backend's drop, which
-    /// waits for it; the call then returns `Ok`.
+    /// failed but left to later progress rounds ([`UcxBackend::reap_peers`] sends `Bye` once
+    /// the flush completed and ends the connection after `connect_timeout`; the answer ends it
+    /// when it arrives) and to the backend's drop, which waits for it; the call then returns
+    /// `Ok`.
     ///
     /// Errors: [`Error::PeerFailed`] when the connection had failed, failed while closing, or
     /// (with [`OnTimeout::Fail`]) no answer came within `timeout` (the server may then report
@@ -845,7 +846,7 @@ impl UcxBackend {
         timeout: Duration,
         on_timeout: OnTimeout,
     ) -> Result<()> {
-        let end = Instant::now() + timeout;
+        let end = Instant::now().checked_add(timeout);
         let listed = |st: &State| st.peers.iter().any(|p| p.id == conn.id);
         {
             let mut st = lock(&self.state);
@@ -867,7 +868,7 @@ impl UcxBackend {
             if !listed(&lock(&self.state)) {
                 break;
             }
-            if Instant::now() >= end {
+            if end.is_some_and(|e| Instant::now() >= e) {
                 if on_timeout == OnTimeout::LeaveUnderWay {
                     return Ok(());
                 }
@@ -947,8 +948,8 @@ impl Drop for UcxBackend {
                 .filter(|p| p.role == Role::Client && p.is_ready())
                 .cloned()
                 .collect();
-            // Goodbyes already under way (a dropped `Peer` returns once its `Bye` is sent)
-            // are waited for as well.
+            // Goodbyes already under way (a dropped `Peer` leaves its own under way after
+            // `DROP_WAIT`) are waited for as well.
             let under_way: Vec<Arc<PeerConn>> = st
                 .peers
                 .iter()
@@ -1008,6 +1009,12 @@ pub(crate) fn rma_transport_name(ep: &Endpoint, mem: MemType) -> String {
             "unknown".into()
         }
     }
+}
+
+/// `timeout` after `since`, or `None` (no deadline) when that is beyond what `Instant` holds:
+/// a `connect_timeout` of `Duration::MAX` means no bound.
+fn after(since: Instant, timeout: Duration) -> Option<Instant> {
+    since.checked_add(timeout)
 }
 
 /// What [`UcxBackend::close_peer`] does with a goodbye not finished in time.
