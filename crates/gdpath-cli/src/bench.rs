@@ -41,9 +41,10 @@ pub struct NetBenchArgs {
     /// The peer's exported memory to use: host or gpu:N.
     #[arg(long, default_value = "host", value_parser = MemSpec::parse)]
     remote_mem: MemSpec,
-    /// Message sizes: a size, a list `a,b` or a power-of-two sweep `8B..1GiB`.
-    #[arg(long, default_value = "8B..1GiB")]
-    size: String,
+    /// Message sizes: a size, a list `a,b` or a power-of-two sweep `8B..1GiB` [default:
+    /// 8B..1GiB, without the sizes larger than the peer's region]
+    #[arg(long)]
+    size: Option<String>,
     /// Messages in flight.
     #[arg(long, default_value_t = 16)]
     qd: u32,
@@ -228,7 +229,7 @@ fn run_gpu(kind: gpu::GpuBenchKind, a: GpuArgs) -> Result<ExitCode> {
     }
     if report.rows.iter().any(|r| !r.verified) {
         eprintln!("gdpath: data verification FAILED for at least one row");
-        return Ok(ExitCode::from(2));
+        return Ok(ExitCode::from(crate::NOT_VERIFIED_STATUS));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -283,7 +284,7 @@ fn run_storage(a: StorageArgs) -> Result<ExitCode> {
     }
     if !all_verified {
         eprintln!("gdpath: data verification FAILED for at least one row");
-        return Ok(ExitCode::from(2));
+        return Ok(ExitCode::from(crate::NOT_VERIFIED_STATUS));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -298,6 +299,9 @@ fn fmt_gbps(v: f64) -> String {
         format!("{v:.2e}")
     }
 }
+
+/// `bench net`'s sweep when `--size` is not given (sizes above the peer's region are skipped).
+const DEFAULT_NET_SIZES: &str = "8B..1GiB";
 
 fn run_net(a: NetBenchArgs) -> Result<ExitCode> {
     if a.qd == 0 {
@@ -317,22 +321,32 @@ fn run_net(a: NetBenchArgs) -> Result<ExitCode> {
         op: if a.op == "get" { Op::Read } else { Op::Write },
         mem: a.mem,
         remote_mem: a.remote_mem,
-        sizes: parse_size_range(&a.size).context("--size")?,
+        sizes: parse_size_range(a.size.as_deref().unwrap_or(DEFAULT_NET_SIZES))
+            .context("--size")?,
+        fit_sizes: a.size.is_none(),
         qd: a.qd,
         batch: a.batch,
         runs: a.runs,
         bytes_per_run: a.bytes_per_run,
         lat_iters: a.lat_iters,
+        stop: Some(crate::interrupt::flag()),
     };
     let bars = progress::for_terminal(a.json);
     let started = std::time::SystemTime::now();
-    let report = net::run(&cfg, bars.as_ref())
-        .with_context(|| format!("bench net with {}", crate::serve::named(&a.peer, peer)))?;
+    let report = match net::run(&cfg, bars.as_ref()) {
+        // A signal: the run stopped and the connection closed with a goodbye.
+        Err(gdpath::Error::Cancelled) => {
+            eprintln!("gdpath: bench net interrupted; the peer was told goodbye");
+            return Ok(ExitCode::from(130));
+        }
+        r => r.with_context(|| format!("bench net with {}", crate::serve::named(&a.peer, peer)))?,
+    };
     let all_verified = report.rows.iter().all(|r| r.row.verified);
     if a.json {
         let out = serde_json::json!({
             "schema": BENCH_SCHEMA,
             "command": "bench net",
+            "skipped_sizes": report.skipped_sizes,
             "peer": report.peer,
             "ucx_version": report.ucx_version,
             "findings": report.findings,
@@ -343,6 +357,14 @@ fn run_net(a: NetBenchArgs) -> Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&out)?);
     } else {
         println!("peer {} (UCX {})", report.peer, report.ucx_version);
+        if let (Some(lo), Some(hi)) = (report.skipped_sizes.first(), report.skipped_sizes.last()) {
+            println!(
+                "note: sizes {}..{} skipped: larger than the peer's region (choose sizes with \
+                 --size)",
+                format_size(*lo),
+                format_size(*hi)
+            );
+        }
         let mut t = Table::new();
         t.load_preset(UTF8_BORDERS_ONLY);
         t.set_header([
@@ -411,8 +433,11 @@ fn run_net(a: NetBenchArgs) -> Result<ExitCode> {
         );
     }
     if !all_verified {
-        eprintln!("gdpath: data verification FAILED for at least one row");
-        return Ok(ExitCode::from(2));
+        eprintln!(
+            "gdpath: data verification FAILED for at least one row (was another client \
+             writing the same region of the peer?)"
+        );
+        return Ok(ExitCode::from(crate::NOT_VERIFIED_STATUS));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -562,7 +587,7 @@ fn run_gds(a: &StorageArgs, gpu: u32, blocks: Vec<u64>) -> Result<ExitCode> {
     }
     if !all_verified {
         eprintln!("gdpath: data verification FAILED for at least one row");
-        return Ok(ExitCode::from(2));
+        return Ok(ExitCode::from(crate::NOT_VERIFIED_STATUS));
     }
     Ok(ExitCode::SUCCESS)
 }

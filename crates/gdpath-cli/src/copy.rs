@@ -97,7 +97,7 @@ pub fn run(a: CopyArgs) -> Result<ExitCode> {
         }
     }
     if r.verified == Some(false) {
-        return Ok(ExitCode::from(2));
+        return Ok(ExitCode::from(crate::NOT_VERIFIED_STATUS));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -154,7 +154,7 @@ fn run_gpu(a: &CopyArgs, src: Ep, dst: Ep) -> Result<ExitCode> {
         }
     }
     Ok(if r.verified == Some(false) {
-        ExitCode::from(2)
+        ExitCode::from(crate::NOT_VERIFIED_STATUS)
     } else {
         ExitCode::SUCCESS
     })

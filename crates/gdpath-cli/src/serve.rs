@@ -262,7 +262,8 @@ pub fn run(a: ServeArgs) -> Result<ExitCode> {
     std::io::stdout().flush().ok();
     let end = a
         .duration
-        .map(|s| Instant::now() + Duration::from_secs_f64(s.max(0.0)));
+        .and_then(|s| Instant::now().checked_add(Duration::from_secs_f64(s.max(0.0))));
+    let signalled = crate::interrupt::flag();
     loop {
         if let Some(e) = srv.next_event(Duration::from_millis(200)) {
             match e {
@@ -279,9 +280,20 @@ pub fn run(a: ServeArgs) -> Result<ExitCode> {
         for n in agent.take_notifications() {
             println!("notification from {}: {} bytes", n.from, n.message.len());
         }
-        if end.is_some_and(|e| Instant::now() >= e) {
+        if signalled.load(std::sync::atomic::Ordering::Relaxed)
+            || end.is_some_and(|e| Instant::now() >= e)
+        {
             break;
         }
     }
-    Ok(ExitCode::SUCCESS)
+    let told = srv.stop(STOP_WAIT);
+    println!("stopped: told {told} connected client(s) goodbye");
+    std::io::stdout().flush().ok();
+    // Exit without dropping the agent: closing the endpoints would progress UCX once more,
+    // and UCX 1.13 aborts when a client's puts are still queued on a connection that failed
+    // (docs/network.md, "Known UCX defects"). The system frees what the agent holds.
+    std::process::exit(0);
 }
+
+/// How long a stopping server waits for its goodbyes to clients to be sent.
+const STOP_WAIT: Duration = Duration::from_secs(1);

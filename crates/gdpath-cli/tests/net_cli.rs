@@ -611,3 +611,130 @@ fn unresolvable_or_portless_addresses_are_refused_by_name() {
         "{err}"
     );
 }
+
+/// Sends `sig` to the child process of `p`.
+fn signal(p: &Proc, sig: libc::c_int) {
+    // SAFETY: kill(2) on our own child's pid.
+    let r = unsafe { libc::kill(p.child.id() as libc::pid_t, sig) };
+    assert_eq!(r, 0, "kill: {}", std::io::Error::last_os_error());
+}
+
+/// Ctrl-C on a `bench net` client mid-stream: the client finishes the transfers in flight,
+/// says goodbye (the server prints `left:`, not `lost:`) and exits with 130.
+#[test]
+fn an_interrupted_bench_says_goodbye() {
+    let _serial = serial();
+    let (mut srv, addr) = lo_serve(&["--export", "host:64MiB"]);
+    let mut cl = Proc::spawn(bench_net(&addr.to_string()).args([
+        "--size",
+        "1MiB",
+        "--runs",
+        "5",
+        "--bytes-per-run",
+        "4GiB",
+    ]));
+    srv.wait_line("connected: bench@", T);
+    std::thread::sleep(Duration::from_millis(500)); // into the stream
+    signal(&cl, libc::SIGINT);
+    let status = cl.child.wait().unwrap();
+    assert_eq!(status.code(), Some(130), "{:?}", cl.stderr());
+    assert!(
+        cl.stderr().iter().any(|l| l.contains("interrupted")),
+        "{:?}",
+        cl.stderr()
+    );
+    let ended = srv.wait_line("bench@", T);
+    assert!(ended.starts_with("left: bench@"), "{ended}");
+}
+
+/// SIGTERM to `gdpath serve` with a client streaming puts: the server tells it goodbye, says
+/// so and exits with 0; the client fails with "the peer closed the connection", not a
+/// transport timeout.
+#[test]
+fn a_terminated_server_tells_its_clients_goodbye() {
+    let _serial = serial();
+    let (mut srv, addr) = lo_serve(&["--export", "host:64MiB"]);
+    let mut cl = Proc::spawn(bench_net(&addr.to_string()).args([
+        "--size",
+        "1MiB",
+        "--runs",
+        "5",
+        "--bytes-per-run",
+        "4GiB",
+    ]));
+    srv.wait_line("connected: bench@", T);
+    std::thread::sleep(Duration::from_millis(500));
+    signal(&srv, libc::SIGTERM);
+    let told = srv.wait_line("stopped:", T);
+    assert!(told.contains("told 1 connected client"), "{told}");
+    let status = srv.child.wait().unwrap();
+    assert_eq!(status.code(), Some(0), "{:?}", srv.stderr());
+    let status = cl.child.wait().unwrap();
+    assert_eq!(status.code(), Some(1));
+    let err = cl.stderr().join("\n");
+    assert!(err.contains("the peer closed the connection"), "{err}");
+}
+
+/// Without `--size` the default sweep (8 B … 1 GiB) leaves out what does not fit the peer's
+/// region, and says which; an explicit size that does not fit is still an error.
+#[test]
+fn the_default_sweep_fits_the_peers_region() {
+    let _serial = serial();
+    let (_srv, addr) = lo_serve(&["--export", "host:64KiB"]);
+    let out = bench_net(&addr.to_string())
+        .args([
+            "--runs",
+            "1",
+            "--bytes-per-run",
+            "64KiB",
+            "--lat-iters",
+            "5",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    let j = json_ok(&out);
+    let rows = j["rows"].as_array().unwrap();
+    let blocks: Vec<u64> = rows.iter().map(|r| r["block"].as_u64().unwrap()).collect();
+    assert_eq!(blocks.first(), Some(&8));
+    assert_eq!(blocks.last(), Some(&(64 << 10)));
+    assert!(rows.iter().all(|r| r["verified"] == true), "{j}");
+    let skipped: Vec<u64> = j["skipped_sizes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .collect();
+    assert_eq!(skipped.first(), Some(&(128 << 10)));
+    assert_eq!(skipped.last(), Some(&(1 << 30)));
+    let out = bench_net(&addr.to_string())
+        .args(["--size", "1MiB", "--runs", "1"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("exceeds the peer's region"), "{err}");
+}
+
+/// A client with a token against a server without one is told that, not "wrong token".
+#[test]
+fn a_token_the_server_does_not_have_is_named() {
+    let _serial = serial();
+    let (mut srv, addr) = lo_serve(&["--export", "host:64KiB"]);
+    let out = bench_net(&addr.to_string())
+        .args([
+            "--size",
+            "4KiB",
+            "--runs",
+            "1",
+            "--token",
+            "0123456789abcdef0123",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("this server has none"), "{err}");
+    let refused = srv.wait_line("refused:", T);
+    assert!(refused.contains("this server has none"), "{refused}");
+}

@@ -116,9 +116,10 @@ pub enum Error {
         local: MemoryKind,
         target: MemoryKind,
     },
-    /// Every backend that serves the pair's memory kinds refused it; `finding` says why.
+    /// Every backend that serves the pair's memory kinds refused it (often there is one, such
+    /// as the network backend for a peer that failed); `finding` says why.
     #[error(
-        "descriptor pair {index}: no backend can move it{}: {detail}",
+        "descriptor pair {index} refused{}: {detail}",
         finding.as_ref().map(|f| format!(" [{f}]")).unwrap_or_default()
     )]
     Refused {

@@ -35,6 +35,8 @@ use crate::Agent;
 use serde::Serialize;
 use std::collections::VecDeque;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Most messages in one timed run.
@@ -95,6 +97,10 @@ pub struct NetBenchConfig {
     pub remote_mem: MemSpec,
     /// Message sizes, bytes.
     pub sizes: Vec<u64>,
+    /// Skip the sizes larger than the peer's region (listed in
+    /// [`NetBenchReport::skipped_sizes`]) instead of failing with [`Error::Config`]: for a
+    /// default sweep, which the user did not fit to the peer.
+    pub fit_sizes: bool,
     /// Messages in flight.
     pub qd: u32,
     /// Messages (descriptor pairs) per transfer in the bandwidth runs, 1..=`qd`.
@@ -105,6 +111,10 @@ pub struct NetBenchConfig {
     pub bytes_per_run: u64,
     /// Latency samples per size (0: `clamp(64 MiB / size, 5, 1000)`).
     pub lat_iters: usize,
+    /// Set from elsewhere (a signal handler) to end the run early: it stops before its next
+    /// transfer and [`run`] returns [`Error::Cancelled`]; the connection then closes with a
+    /// goodbye, as at the end of a run.
+    pub stop: Option<Arc<AtomicBool>>,
 }
 
 /// A row: the common bench row (with `transport`) plus latency min and max, µs.
@@ -129,6 +139,9 @@ pub struct NetBenchReport {
     /// Findings attached to the pairs (e.g. `gdr.ucx-no-cuda` for staged GPU memory).
     pub findings: Vec<FindingId>,
     pub rows: Vec<NetBenchRow>,
+    /// Sizes left out because they exceed the peer's region (only with
+    /// [`NetBenchConfig::fit_sizes`]), bytes.
+    pub skipped_sizes: Vec<u64>,
 }
 
 fn op_name(op: Op) -> &'static str {
@@ -142,10 +155,12 @@ fn op_name(op: Op) -> &'static str {
 /// (`b` ≤ `w`); message `i` uses window slot `i mod w`. With `confirm` (puts completing
 /// locally, [`crate::net::PutCompletion::Local`]) the run ends with a flush of the peer, so the
 /// time covers the bytes reaching its memory, as `ucx_perftest`'s final flush does. Returns the
-/// elapsed time.
+/// elapsed time. Stops with [`Error::Cancelled`] once `stop` is set, after the transfers in
+/// flight finished.
 #[allow(clippy::too_many_arguments)]
 fn stream(
     agent: &Agent,
+    stop: Option<&AtomicBool>,
     confirm: Option<&Peer>,
     op: Op,
     local: &Region,
@@ -178,6 +193,14 @@ fn stream(
     }
     while let Some(t) = q.pop_front() {
         t.wait_timeout(WAIT).map_err(|e| e.error)?;
+        if let Err(e) = check_stop(stop) {
+            // The transfers in flight finish first: their work items hold the backend, whose
+            // drop says goodbye to the peer.
+            for t in q.drain(..) {
+                t.wait_timeout(WAIT).map_err(|e| e.error)?;
+            }
+            return Err(e);
+        }
         if next < transfers {
             q.push_back(post(next)?);
             next += 1;
@@ -187,6 +210,14 @@ fn stream(
         p.flush(WAIT)?;
     }
     Ok(start.elapsed())
+}
+
+/// [`Error::Cancelled`] once `stop` is set ([`NetBenchConfig::stop`]).
+fn check_stop(stop: Option<&AtomicBool>) -> Result<()> {
+    match stop {
+        Some(f) if f.load(Ordering::Relaxed) => Err(Error::Cancelled),
+        _ => Ok(()),
+    }
 }
 
 fn once(agent: &Agent, op: Op, local: &Region, remote: &Region, len: u64) -> Result<()> {
@@ -241,12 +272,22 @@ pub fn run(cfg: &NetBenchConfig, progress: &dyn Progress) -> Result<NetBenchRepo
     let (rid, rlen) = pick_region(&peer, cfg.remote_mem.wire())?;
     // Puts completing locally are confirmed by a flush at the end of each run and before
     // verification.
+    let stop = cfg.stop.as_deref();
     let confirm = (cfg.op == Op::Write
         && cfg.net.put_completion == crate::net::PutCompletion::Local)
         .then_some(&peer);
     let remote = agent.register(peer.memory(rid)?)?;
     let window = |s: u64| u64::from(cfg.qd).min(rlen / s).max(1);
-    let max_s = *cfg.sizes.iter().max().expect("non-empty");
+    let (sizes, skipped_sizes): (Vec<u64>, Vec<u64>) = if cfg.fit_sizes {
+        cfg.sizes.iter().partition(|&&s| s <= rlen)
+    } else {
+        (cfg.sizes.clone(), Vec::new())
+    };
+    let max_s = sizes
+        .iter()
+        .copied()
+        .max()
+        .unwrap_or_else(|| *cfg.sizes.iter().min().expect("non-empty"));
     if max_s > rlen {
         return Err(Error::Config(format!(
             "message size {} exceeds the peer's region of {}",
@@ -254,7 +295,7 @@ pub fn run(cfg: &NetBenchConfig, progress: &dyn Progress) -> Result<NetBenchRepo
             format_size(rlen)
         )));
     }
-    let local_len = cfg.sizes.iter().map(|&s| s * window(s)).max().unwrap_or(0);
+    let local_len = sizes.iter().map(|&s| s * window(s)).max().unwrap_or(0);
     let local = match cfg.mem {
         MemSpec::Host => agent.register(Memory::host(HostBuffer::zeroed(local_len as usize)))?,
         MemSpec::Gpu(ordinal) => agent.register(Memory::Gpu {
@@ -282,7 +323,7 @@ pub fn run(cfg: &NetBenchConfig, progress: &dyn Progress) -> Result<NetBenchRepo
         .unwrap_or_default();
     let mut rows = Vec::new();
     let mut findings: Vec<FindingId> = Vec::new();
-    for (k, &s) in cfg.sizes.iter().enumerate() {
+    for (k, &s) in sizes.iter().enumerate() {
         // Whole transfers in flight: with `b` not dividing the window, `window / b` transfers
         // carry fewer messages, and the window (and the row's qd) is what really was in flight.
         let fits = window(s);
@@ -308,10 +349,10 @@ pub fn run(cfg: &NetBenchConfig, progress: &dyn Progress) -> Result<NetBenchRepo
             n * s * cfg.runs as u64,
         );
         // One untimed warm-up pass of the window.
-        stream(&agent, confirm, cfg.op, &local, &remote, s, w, b, w)?;
+        stream(&agent, stop, confirm, cfg.op, &local, &remote, s, w, b, w)?;
         let mut gbps = Vec::with_capacity(cfg.runs);
         for _ in 0..cfg.runs {
-            let el = stream(&agent, confirm, cfg.op, &local, &remote, s, w, b, n)?;
+            let el = stream(&agent, stop, confirm, cfg.op, &local, &remote, s, w, b, n)?;
             gbps.push(super::gbps(n * s, el));
             progress.advance(n * s);
         }
@@ -327,6 +368,7 @@ pub fn run(cfg: &NetBenchConfig, progress: &dyn Progress) -> Result<NetBenchRepo
         let mut path: Option<Path> = None;
         let mut finding = None;
         for _ in 0..iters {
+            check_stop(stop)?;
             let t0 = Instant::now();
             let t = agent.post(TransferRequest::new(
                 cfg.op,
@@ -405,5 +447,6 @@ pub fn run(cfg: &NetBenchConfig, progress: &dyn Progress) -> Result<NetBenchRepo
         ucx_version,
         findings,
         rows,
+        skipped_sizes,
     })
 }

@@ -405,16 +405,31 @@ impl Server {
     pub fn withdrawing(&self) -> usize {
         lock(&self.backend.state).exports.retiring()
     }
-}
 
-impl Drop for Server {
-    fn drop(&mut self) {
+    /// Stops serving on purpose: the progress thread and the listener stop, then every
+    /// connected client is told goodbye (its connection fails with [`Error::PeerFailed`],
+    /// "the peer closed the connection", rather than with a transport error some time later),
+    /// waiting up to `timeout` for the goodbyes to be sent. Returns how many clients were told.
+    /// Dropping a `Server` stops it without telling anyone.
+    pub fn stop(mut self, timeout: Duration) -> usize {
+        self.halt();
+        self.backend.leave_clients(timeout)
+    }
+
+    /// Stops the progress thread and the listener (once).
+    fn halt(&mut self) {
         self.stop.store(true, Ordering::Release);
         self.backend.kick();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
         *lock(&self.backend.listener) = None;
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.halt();
     }
 }
 
@@ -493,18 +508,34 @@ impl Agent {
     /// [`Error::Protocol`] (malformed metadata), [`Error::Ucx`].
     pub fn connect_with(&self, addr: SocketAddr, opts: &ConnectOptions) -> Result<Peer> {
         let backend = self.net()?;
-        let mode = backend.cfg.failure_mode;
+        let cfg = &backend.cfg;
+        // UCX says only "not connected" / "reset" / "unreachable" here: name the usual causes,
+        // the choices of this side first.
+        let mut limits = Vec::new();
+        if let Some(d) = &cfg.devices {
+            limits.push(format!("devices {d}"));
+        }
+        if let Some(t) = &cfg.transports {
+            limits.push(format!("transports {t}"));
+        }
+        let limits = if limits.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; this side limits UCX to {}, which may not reach it",
+                limits.join(" and ")
+            )
+        };
+        let mode = match cfg.failure_mode {
+            FailureMode::FastLocal => "--fast-local",
+            FailureMode::Detect => "peer error detection (no --fast-local)",
+        };
         let conn = backend.connect(addr, opts).map_err(|e| match e {
-            // UCX says only "not connected" / "reset" here: name the usual causes.
             Error::PeerFailed { peer, detail } => Error::PeerFailed {
                 peer,
                 detail: format!(
                     "{detail} (is `gdpath serve` listening at {addr}? Both sides must use the \
-                     same failure mode: this side uses {})",
-                    match mode {
-                        FailureMode::FastLocal => "--fast-local",
-                        FailureMode::Detect => "peer error detection (no --fast-local)",
-                    }
+                     same failure mode: this side uses {mode}{limits})"
                 ),
             },
             other => other,

@@ -511,10 +511,19 @@ impl UcxBackend {
             }
             (
                 Role::Client,
-                Phase::AwaitChallenge { .. } | Phase::AwaitWelcome { .. },
+                phase @ (Phase::AwaitChallenge { .. } | Phase::AwaitWelcome { .. }),
                 Message::Refused { code, reason },
             ) => {
-                let detail = format!("refused ({code:?}): {}", sanitize(&reason));
+                let mut detail = format!("refused ({code:?}): {}", sanitize(&reason));
+                let no_token = match &phase {
+                    Phase::AwaitChallenge { token } | Phase::AwaitWelcome { token, .. } => {
+                        token.is_none()
+                    }
+                    _ => false,
+                };
+                if code == RefuseCode::BadToken && no_token {
+                    detail.push_str(" (this side used no token: pass the server's with --token)");
+                }
                 let peer_name = g.label.clone();
                 g.phase = Phase::Failed(match code {
                     RefuseCode::BadToken => Error::AuthFailed {
@@ -573,12 +582,15 @@ impl UcxBackend {
                 };
                 if !token.verify_client(&server_nonce, &client_nonce, &mac) {
                     drop(g);
-                    self.refuse(
-                        st,
-                        peer,
-                        RefuseCode::BadToken,
-                        "wrong or missing token".into(),
-                    );
+                    // Without a token of its own the server still checks the MAC: a client
+                    // that fails it used one (or sent a bad MAC).
+                    let reason = if token.is_none() {
+                        "the client used a token and this server has none (connect without \
+                         one, or start the server with the same token)"
+                    } else {
+                        "wrong or missing token"
+                    };
+                    self.refuse(st, peer, RefuseCode::BadToken, reason.into());
                     return;
                 }
                 g.label = format!("{}@{}", sanitize(&name), addr_text(peer.addr));
@@ -913,6 +925,33 @@ impl UcxBackend {
         if let Err(e) = self.close_peer(conn, DROP_WAIT, OnTimeout::LeaveUnderWay) {
             tracing::debug!(peer = %conn.label(), "closing a dropped peer: {e}");
         }
+    }
+
+    /// A serving agent stopping: sends `Bye` to every authenticated client (each then fails
+    /// its connection with "the peer closed the connection" instead of a transport error),
+    /// marks them as leaving (what they still send is dropped), and progresses until the
+    /// goodbyes are sent or `timeout` passes. Returns how many clients were told.
+    pub(crate) fn leave_clients(&self, timeout: Duration) -> usize {
+        let told = {
+            let mut st = lock(&self.state);
+            let told = self.broadcast(&mut st, &Message::Bye);
+            let now = Instant::now();
+            for p in st.peers.iter().filter(|p| told.contains(&p.id)) {
+                lock(&p.inner).phase = Phase::Leaving { since: now };
+            }
+            told
+        };
+        let end = Instant::now().checked_add(timeout);
+        while told.iter().any(|id| lock(&self.state).ops.involves(*id)) {
+            if end.is_some_and(|e| Instant::now() >= e) {
+                tracing::debug!("goodbyes to clients not all sent within {timeout:?}");
+                break;
+            }
+            if !self.progress_round().1 {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        }
+        told.len()
     }
 
     /// Sends `msg` to every authenticated peer; returns the ids of those it was posted to.
