@@ -336,7 +336,11 @@ fn run_net(a: NetBenchArgs) -> Result<ExitCode> {
     let report = match net::run(&cfg, bars.as_ref()) {
         // A signal: the run stopped and the connection closed with a goodbye.
         Err(gdpath::Error::Cancelled) => {
-            eprintln!("gdpath: bench net interrupted; the peer was told goodbye");
+            let message = "bench net interrupted; the peer was told goodbye";
+            eprintln!("gdpath: {message}");
+            if a.json {
+                crate::print_error_json(message, "cancelled");
+            }
             return Ok(ExitCode::from(130));
         }
         r => r.with_context(|| format!("bench net with {}", crate::serve::named(&a.peer, peer)))?,

@@ -620,7 +620,8 @@ fn signal(p: &Proc, sig: libc::c_int) {
 }
 
 /// Ctrl-C on a `bench net` client mid-stream: the client finishes the transfers in flight,
-/// says goodbye (the server prints `left:`, not `lost:`) and exits with 130.
+/// says goodbye (the server prints `left:`, not `lost:`) and exits with 130 (with `--json`,
+/// after an error document of kind `cancelled`).
 #[test]
 fn an_interrupted_bench_says_goodbye() {
     let _serial = serial();
@@ -632,6 +633,7 @@ fn an_interrupted_bench_says_goodbye() {
         "5",
         "--bytes-per-run",
         "4GiB",
+        "--json",
     ]));
     srv.wait_line("connected: bench@", T);
     std::thread::sleep(Duration::from_millis(500)); // into the stream
@@ -643,6 +645,9 @@ fn an_interrupted_bench_says_goodbye() {
         "{:?}",
         cl.stderr()
     );
+    // With --json the interruption is also the error document on stdout.
+    let doc = cl.try_wait_line("\"kind\"", T).unwrap_or_default();
+    assert!(doc.contains("cancelled"), "{doc:?}");
     let ended = srv.wait_line("bench@", T);
     assert!(ended.starts_with("left: bench@"), "{ended}");
 }
