@@ -55,10 +55,10 @@ pub struct NetBenchArgs {
     /// Timed bandwidth runs per size.
     #[arg(long, default_value_t = 3)]
     runs: usize,
-    /// Bytes per bandwidth run (messages = this / size, at most 200000).
+    /// Bytes per bandwidth run (messages = this / size, at least qd and at most 200000).
     #[arg(long, default_value = "256MiB", value_parser = parse_size)]
     bytes_per_run: u64,
-    /// Latency samples per size (default: 64 MiB / size, 5..=1000).
+    /// Latency samples per size; 0: 64 MiB / size, 5..=1000.
     #[arg(long, default_value_t = 0)]
     lat_iters: usize,
     #[command(flatten)]

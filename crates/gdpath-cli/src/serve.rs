@@ -258,6 +258,12 @@ pub fn run(a: ServeArgs) -> Result<ExitCode> {
     for (id, what, _) in &regions {
         println!("export {id}: {what}");
     }
+    if regions.is_empty() {
+        eprintln!(
+            "gdpath serve: nothing exported: clients can connect but find no memory to use \
+             (add --export host:SIZE)"
+        );
+    }
     use std::io::Write;
     std::io::stdout().flush().ok();
     let end = a

@@ -254,7 +254,8 @@ pub fn run(cfg: &NetBenchConfig, progress: &dyn Progress) -> Result<NetBenchRepo
     }
     if let Some(s) = cfg.sizes.iter().find(|&&s| s == 0 || s > 1 << 30) {
         return Err(Error::Config(format!(
-            "message size {s} is outside 1 B ..= 1 GiB"
+            "message size {} is outside 1 B ..= 1 GiB",
+            format_size(*s)
         )));
     }
     let agent = Agent::new(AgentConfig {
