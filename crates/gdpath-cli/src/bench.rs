@@ -336,7 +336,7 @@ fn run_net(a: NetBenchArgs) -> Result<ExitCode> {
     let report = match net::run(&cfg, bars.as_ref()) {
         // A signal: the run stopped and the connection closed with a goodbye.
         Err(gdpath::Error::Cancelled) => {
-            let message = "bench net interrupted; the peer was told goodbye";
+            let message = "bench net interrupted after the transfers in flight finished";
             eprintln!("gdpath: {message}");
             if a.json {
                 crate::print_error_json(message, "cancelled");

@@ -135,9 +135,9 @@ fn usage_failure(e: clap::Error) -> ExitCode {
 /// Exit status of a bad command line, as clap's own.
 const USAGE_STATUS: u8 = 2;
 
-/// Exit status of a command that ran but whose data did not verify (a bench row, a copy, a
-/// load): apart from a bad command line (2) and any other failure (1), so that a script can
-/// tell them.
+/// Exit status of a command that ran but whose data did not verify (a bench row, a copy):
+/// apart from a bad command line (2) and any other failure (1), so that a script can tell
+/// them.
 pub(crate) const NOT_VERIFIED_STATUS: u8 = 3;
 
 /// The exit status of a failed run: the doctor's own (3; its 1 and 2 are verdicts, so a bad

@@ -203,6 +203,8 @@ fn parse_export(s: &str) -> Result<ExportSpec> {
 }
 
 pub fn run(a: ServeArgs) -> Result<ExitCode> {
+    // Before "listening on" is printed: a script may signal the server as soon as it sees it.
+    let signalled = crate::interrupt::flag();
     let specs: Vec<ExportSpec> = a
         .exports
         .iter()
@@ -269,7 +271,6 @@ pub fn run(a: ServeArgs) -> Result<ExitCode> {
     let end = a
         .duration
         .and_then(|s| Instant::now().checked_add(Duration::from_secs_f64(s.max(0.0))));
-    let signalled = crate::interrupt::flag();
     loop {
         if let Some(e) = srv.next_event(Duration::from_millis(200)) {
             match e {

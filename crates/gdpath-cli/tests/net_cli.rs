@@ -214,7 +214,7 @@ fn server_killed_mid_stream_fails_transfers_with_a_typed_error() {
     let err = loop {
         if i == 32 && killed_at.is_none() {
             srv.child.kill().unwrap(); // SIGKILL
-            srv.child.wait().unwrap();
+            srv.wait_exit(T);
             killed_at = Some(Instant::now());
         }
         let off = (i % 16) << 20;
@@ -638,7 +638,7 @@ fn an_interrupted_bench_says_goodbye() {
     srv.wait_line("connected: bench@", T);
     std::thread::sleep(Duration::from_millis(500)); // into the stream
     signal(&cl, libc::SIGINT);
-    let status = cl.child.wait().unwrap();
+    let status = cl.wait_exit(T);
     assert_eq!(status.code(), Some(130), "{:?}", cl.stderr());
     assert!(
         cl.stderr().iter().any(|l| l.contains("interrupted")),
@@ -672,9 +672,9 @@ fn a_terminated_server_tells_its_clients_goodbye() {
     signal(&srv, libc::SIGTERM);
     let told = srv.wait_line("stopped:", T);
     assert!(told.contains("told 1 connected client"), "{told}");
-    let status = srv.child.wait().unwrap();
+    let status = srv.wait_exit(T);
     assert_eq!(status.code(), Some(0), "{:?}", srv.stderr());
-    let status = cl.child.wait().unwrap();
+    let status = cl.wait_exit(T);
     assert_eq!(status.code(), Some(1));
     let err = cl.stderr().join("\n");
     assert!(err.contains("the peer closed the connection"), "{err}");

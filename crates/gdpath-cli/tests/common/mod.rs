@@ -68,6 +68,7 @@ pub struct Proc {
     lines: Receiver<String>,
     seen: Vec<String>,
     stderr: Arc<Mutex<Vec<String>>>,
+    stderr_reader: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Proc {
@@ -79,7 +80,7 @@ impl Proc {
             .expect("spawn");
         let stderr = Arc::new(Mutex::new(Vec::new()));
         let (err, kept) = (child.stderr.take().unwrap(), stderr.clone());
-        std::thread::spawn(move || {
+        let stderr_reader = std::thread::spawn(move || {
             for l in BufReader::new(err).lines() {
                 let Ok(l) = l else { break };
                 eprintln!("{l}");
@@ -101,7 +102,28 @@ impl Proc {
             lines,
             seen: Vec::new(),
             stderr,
+            stderr_reader: Some(stderr_reader),
         }
+    }
+
+    /// Waits up to `timeout` for the process to exit (panics after it), then for its stderr to
+    /// be read to the end, so that [`Proc::stderr`] holds all of it.
+    pub fn wait_exit(&mut self, timeout: Duration) -> std::process::ExitStatus {
+        let end = Instant::now() + timeout;
+        let status = loop {
+            if let Some(s) = self.child.try_wait().expect("try_wait") {
+                break s;
+            }
+            assert!(
+                Instant::now() < end,
+                "the process did not exit within {timeout:?}"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        if let Some(h) = self.stderr_reader.take() {
+            let _ = h.join();
+        }
+        status
     }
 
     /// The stderr lines so far.

@@ -128,12 +128,16 @@ fn remote_of(item: &WorkItem) -> Option<&RemoteMem> {
         .and_then(|f| f.as_any().downcast_ref::<RemoteMem>())
 }
 
-/// Tests a request: `Some(Ok)` finished, `Some(Err)` failed, `None` still in flight.
+/// Tests a request: `Some(Ok)` finished, `Some(Err)` failed, `None` still in flight. A request
+/// that failed on a connection already failed for a known reason (the server said goodbye, a
+/// goodbye went unanswered) fails with that reason rather than UCX's transport status.
 fn test(req: &mut Request, peer: &PeerConn) -> Option<Result<()>> {
     match req.test() {
         Ok(true) => Some(Ok(())),
         Ok(false) => None,
-        Err(e) => Some(Err(ucx_err(&peer.label(), req.op(), e))),
+        Err(e) => Some(Err(peer
+            .failed_error()
+            .unwrap_or_else(|| ucx_err(&peer.label(), req.op(), e)))),
     }
 }
 

@@ -276,7 +276,7 @@ impl PeerConn {
         lock(&self.inner).phase = Phase::Failed(e);
     }
 
-    fn failed_error(&self) -> Option<Error> {
+    pub(crate) fn failed_error(&self) -> Option<Error> {
         match &lock(&self.inner).phase {
             Phase::Failed(e) => Some(e.clone()),
             _ => None,
@@ -578,7 +578,13 @@ impl UcxBackend {
             ) => {
                 let token = match lock(&self.listener).as_ref() {
                     Some(l) => l.token.clone(),
-                    None => Token::none(),
+                    None => {
+                        // The listener is gone: the server is stopping (`Server::stop`).
+                        drop(g);
+                        let reason = "the server is stopping".into();
+                        self.refuse(st, peer, RefuseCode::Other, reason);
+                        return;
+                    }
                 };
                 if !token.verify_client(&server_nonce, &client_nonce, &mac) {
                     drop(g);
@@ -936,8 +942,17 @@ impl UcxBackend {
             let mut st = lock(&self.state);
             let told = self.broadcast(&mut st, &Message::Bye);
             let now = Instant::now();
-            for p in st.peers.iter().filter(|p| told.contains(&p.id)) {
+            let leaving: Vec<Arc<PeerConn>> = st
+                .peers
+                .iter()
+                .filter(|p| told.contains(&p.id))
+                .cloned()
+                .collect();
+            for p in leaving {
                 lock(&p.inner).phase = Phase::Leaving { since: now };
+                // What it held (withdrawals waiting for its acknowledgement) is released, as
+                // for a client that said goodbye.
+                st.exports.peer_gone(p.id);
             }
             told
         };
