@@ -619,24 +619,27 @@ fn signal(p: &Proc, sig: libc::c_int) {
     assert_eq!(r, 0, "kill: {}", std::io::Error::last_os_error());
 }
 
+/// A `gdpath serve` and a `bench net` client (with `extra` arguments) half a second into a
+/// stream of 1 MiB puts that would last many seconds: (server, client).
+fn streaming_bench(extra: &[&str]) -> (Proc, Proc) {
+    let (mut srv, addr) = lo_serve(&["--export", "host:64MiB"]);
+    let cl = Proc::spawn(
+        bench_net(&addr.to_string())
+            .args(["--size", "1MiB", "--runs", "5", "--bytes-per-run", "4GiB"])
+            .args(extra),
+    );
+    srv.wait_line("connected: bench@", T);
+    std::thread::sleep(Duration::from_millis(500));
+    (srv, cl)
+}
+
 /// Ctrl-C on a `bench net` client mid-stream: the client finishes the transfers in flight,
 /// says goodbye (the server prints `left:`, not `lost:`) and exits with 130 (with `--json`,
 /// after an error document of kind `cancelled`).
 #[test]
 fn an_interrupted_bench_says_goodbye() {
     let _serial = serial();
-    let (mut srv, addr) = lo_serve(&["--export", "host:64MiB"]);
-    let mut cl = Proc::spawn(bench_net(&addr.to_string()).args([
-        "--size",
-        "1MiB",
-        "--runs",
-        "5",
-        "--bytes-per-run",
-        "4GiB",
-        "--json",
-    ]));
-    srv.wait_line("connected: bench@", T);
-    std::thread::sleep(Duration::from_millis(500)); // into the stream
+    let (mut srv, mut cl) = streaming_bench(&["--json"]);
     signal(&cl, libc::SIGINT);
     let status = cl.wait_exit(T);
     assert_eq!(status.code(), Some(130), "{:?}", cl.stderr());
@@ -658,17 +661,7 @@ fn an_interrupted_bench_says_goodbye() {
 #[test]
 fn a_terminated_server_tells_its_clients_goodbye() {
     let _serial = serial();
-    let (mut srv, addr) = lo_serve(&["--export", "host:64MiB"]);
-    let mut cl = Proc::spawn(bench_net(&addr.to_string()).args([
-        "--size",
-        "1MiB",
-        "--runs",
-        "5",
-        "--bytes-per-run",
-        "4GiB",
-    ]));
-    srv.wait_line("connected: bench@", T);
-    std::thread::sleep(Duration::from_millis(500));
+    let (mut srv, mut cl) = streaming_bench(&[]);
     signal(&srv, libc::SIGTERM);
     let told = srv.wait_line("stopped:", T);
     assert!(told.contains("told 1 connected client"), "{told}");
