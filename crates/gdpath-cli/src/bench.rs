@@ -351,6 +351,7 @@ fn run_net(a: NetBenchArgs) -> Result<ExitCode> {
             "schema": BENCH_SCHEMA,
             "command": "bench net",
             "skipped_sizes": report.skipped_sizes,
+            "remote_region": {"id": report.remote_region.0, "bytes": report.remote_region.1},
             "peer": report.peer,
             "ucx_version": report.ucx_version,
             "findings": report.findings,
@@ -360,7 +361,13 @@ fn run_net(a: NetBenchArgs) -> Result<ExitCode> {
         });
         println!("{}", serde_json::to_string_pretty(&out)?);
     } else {
-        println!("peer {} (UCX {})", report.peer, report.ucx_version);
+        println!(
+            "peer {} (UCX {}), its region {} of {}",
+            report.peer,
+            report.ucx_version,
+            report.remote_region.0,
+            format_size(report.remote_region.1)
+        );
         if let (Some(lo), Some(hi)) = (report.skipped_sizes.first(), report.skipped_sizes.last()) {
             println!(
                 "note: sizes {}..{} skipped: larger than the peer's region (choose sizes with \

@@ -703,6 +703,7 @@ fn the_default_sweep_fits_the_peers_region() {
         .iter()
         .map(|v| v.as_u64().unwrap())
         .collect();
+    assert_eq!(j["remote_region"]["bytes"], 64 << 10, "{j}");
     assert_eq!(skipped.first(), Some(&(128 << 10)));
     assert_eq!(skipped.last(), Some(&(1 << 30)));
     let out = bench_net(&addr.to_string())

@@ -142,6 +142,9 @@ pub struct NetBenchReport {
     /// Sizes left out because they exceed the peer's region (only with
     /// [`NetBenchConfig::fit_sizes`]), bytes.
     pub skipped_sizes: Vec<u64>,
+    /// The peer's region the run used (its largest of the kind asked for): id and length,
+    /// bytes.
+    pub remote_region: (u64, u64),
 }
 
 fn op_name(op: Op) -> &'static str {
@@ -449,5 +452,6 @@ pub fn run(cfg: &NetBenchConfig, progress: &dyn Progress) -> Result<NetBenchRepo
         findings,
         rows,
         skipped_sizes,
+        remote_region: (rid, rlen),
     })
 }
