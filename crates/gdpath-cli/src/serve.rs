@@ -21,8 +21,8 @@ pub struct ServeArgs {
     /// UCX). Repeat for several. Only these are visible to peers.
     #[arg(long = "export", value_name = "KIND:SIZE")]
     exports: Vec<String>,
-    /// The agent name peers see.
-    #[arg(long, default_value = "serve")]
+    /// The agent name peers see (1 to 64 characters).
+    #[arg(long, default_value = "serve", value_parser = parse_name)]
     name: String,
     #[command(flatten)]
     net: NetOpts,
@@ -168,6 +168,16 @@ pub fn named(given: &str, addr: SocketAddr) -> String {
         given.to_owned()
     } else {
         format!("{given} ({addr})")
+    }
+}
+
+/// `--name`: 1 to [`AGENT_NAME_CHARS`] characters, what the metadata peers receive carries.
+fn parse_name(s: &str) -> std::result::Result<String, String> {
+    use gdpath::net::codec::AGENT_NAME_CHARS;
+    match s.chars().count() {
+        0 => Err("the name is empty".into()),
+        n if n > AGENT_NAME_CHARS => Err(format!("{n} characters; at most {AGENT_NAME_CHARS}")),
+        _ => Ok(s.to_owned()),
     }
 }
 

@@ -519,6 +519,12 @@ fn bad_network_arguments_are_refused_with_a_reason() {
         "/nonexistent",
     ]);
     assert!(!ok && err.contains("cannot be used with"), "{err}");
+    // A name peers would see cut, or an empty one, is refused rather than changed.
+    let long = "n".repeat(65);
+    for (name, why) in [("", "empty"), (long.as_str(), "at most 64")] {
+        let (ok, _, err) = common::gdpath(&["serve", "--name", name]);
+        assert!(!ok && err.contains(why), "{name:?}: {err}");
+    }
     let (_srv, addr) = lo_serve(&["--export", "host:1MiB"]);
     let (ok, _, err) = common::gdpath(&[
         "serve",

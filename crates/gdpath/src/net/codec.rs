@@ -41,6 +41,8 @@ pub const MAX_REGIONS: usize = 4096;
 pub const MAX_WITHDRAW: usize = 4096;
 /// Longest agent name or reason text, bytes of UTF-8.
 pub const MAX_NAME: usize = 256;
+/// Characters of an agent's name that the metadata it sends carries (longer names are cut).
+pub const AGENT_NAME_CHARS: usize = 64;
 /// Longest packed remote key accepted, bytes. UCX keys are tens to hundreds of bytes (one entry
 /// per memory domain); 4 KiB leaves room for CUDA and multi-rail builds.
 pub const MAX_RKEY: usize = 4096;

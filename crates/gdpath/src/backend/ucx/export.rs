@@ -10,7 +10,7 @@ use super::peer::Role;
 use super::{lock, UcxBackend};
 use crate::error::{Error, Result};
 use crate::memory::MemoryKind;
-use crate::net::codec::{Message, Metadata, RegionMeta, WireKind};
+use crate::net::codec::{self, Message, Metadata, RegionMeta, WireKind};
 use crate::region::Region;
 use gdpath_ucx::MemHandle;
 use std::collections::{BTreeMap, HashSet};
@@ -45,7 +45,7 @@ impl Exports {
     /// This agent's metadata: its name and the live exports.
     pub(crate) fn metadata(&self, name: &str) -> Metadata {
         Metadata {
-            name: name.chars().take(64).collect(),
+            name: name.chars().take(codec::AGENT_NAME_CHARS).collect(),
             regions: self.live.values().map(|e| e.meta.clone()).collect(),
         }
     }
