@@ -478,6 +478,34 @@ const SERVE_SPIN: Duration = Duration::from_millis(5);
 /// its stop flag; connection deadlines shorten the block, [`idle_sleep`]).
 const SERVE_SLEEP: Duration = Duration::from_millis(100);
 
+/// UCX says only "not connected" / "reset" / "unreachable" when a connection fails: the usual
+/// causes, this side's own choices among them.
+fn unreachable_hint(cfg: &NetConfig, addr: SocketAddr) -> String {
+    let mode = match cfg.failure_mode {
+        FailureMode::FastLocal => "--fast-local",
+        FailureMode::Detect => "peer error detection (no --fast-local)",
+    };
+    let mut limits = Vec::new();
+    if let Some(d) = &cfg.devices {
+        limits.push(format!("devices {d}"));
+    }
+    if let Some(t) = &cfg.transports {
+        limits.push(format!("transports {t}"));
+    }
+    let limits = if limits.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "; this side limits UCX to {}, which may not reach it",
+            limits.join(" and ")
+        )
+    };
+    format!(
+        "is `gdpath serve` listening at {addr}? Both sides must use the same failure mode: this \
+         side uses {mode}{limits}"
+    )
+}
+
 impl Agent {
     fn net(&self) -> Result<Arc<UcxBackend>> {
         self.net_backend(|a| UcxBackend::new(a.name(), a.id(), NetConfig::default()))
@@ -508,35 +536,10 @@ impl Agent {
     /// [`Error::Protocol`] (malformed metadata), [`Error::Ucx`].
     pub fn connect_with(&self, addr: SocketAddr, opts: &ConnectOptions) -> Result<Peer> {
         let backend = self.net()?;
-        let cfg = &backend.cfg;
-        // UCX says only "not connected" / "reset" / "unreachable" here: name the usual causes,
-        // the choices of this side first.
-        let mut limits = Vec::new();
-        if let Some(d) = &cfg.devices {
-            limits.push(format!("devices {d}"));
-        }
-        if let Some(t) = &cfg.transports {
-            limits.push(format!("transports {t}"));
-        }
-        let limits = if limits.is_empty() {
-            String::new()
-        } else {
-            format!(
-                "; this side limits UCX to {}, which may not reach it",
-                limits.join(" and ")
-            )
-        };
-        let mode = match cfg.failure_mode {
-            FailureMode::FastLocal => "--fast-local",
-            FailureMode::Detect => "peer error detection (no --fast-local)",
-        };
         let conn = backend.connect(addr, opts).map_err(|e| match e {
             Error::PeerFailed { peer, detail } => Error::PeerFailed {
                 peer,
-                detail: format!(
-                    "{detail} (is `gdpath serve` listening at {addr}? Both sides must use the \
-                     same failure mode: this side uses {mode}{limits})"
-                ),
+                detail: format!("{detail} ({})", unreachable_hint(&backend.cfg, addr)),
             },
             other => other,
         })?;
