@@ -607,14 +607,16 @@ mod tests {
     fn uses_and_views_exclude_each_other_under_contention() {
         let r = host_region(64);
         let stop = Arc::new(AtomicBool::new(false));
+        let used = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let users: Vec<_> = (0..2)
             .map(|_| {
-                let (r, stop) = (r.clone(), stop.clone());
+                let (r, stop, used) = (r.clone(), stop.clone(), used.clone());
                 std::thread::spawn(move || {
                     let mut taken = 0u64;
                     while !stop.load(Ordering::Relaxed) {
                         if let Ok(g) = r.begin_use() {
                             taken += 1;
+                            used.fetch_add(1, Ordering::Relaxed);
                             drop(g);
                         }
                     }
@@ -623,9 +625,12 @@ mod tests {
             })
             .collect();
         let mut views = 0u64;
-        // Enough views to have raced many uses; bounded in time on a loaded machine.
-        let until = std::time::Instant::now() + std::time::Duration::from_secs(2);
-        while views < 50_000 && std::time::Instant::now() < until {
+        // Enough views to have raced many uses, and at least one use (on a loaded machine the
+        // users may not have been scheduled during the first 50 000 views); bounded in time.
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while (views < 50_000 || used.load(Ordering::Relaxed) == 0)
+            && std::time::Instant::now() < until
+        {
             if let Ok(v) = r.host_view() {
                 views += 1;
                 // While the view is out no use may start, and none was out when it was granted.
