@@ -227,11 +227,7 @@ fn run_gpu(kind: gpu::GpuBenchKind, a: GpuArgs) -> Result<ExitCode> {
         }
         println!("GB/s = 1e9 bytes/s; limit = NVLink count x per-link rate, or PCIe gen x width (per direction; x2 for bidir)");
     }
-    if report.rows.iter().any(|r| !r.verified) {
-        eprintln!("gdpath: data verification FAILED for at least one row");
-        return Ok(ExitCode::from(crate::NOT_VERIFIED_STATUS));
-    }
-    Ok(ExitCode::SUCCESS)
+    Ok(verdict(report.rows.iter().all(|r| r.verified), ""))
 }
 
 fn run_storage(a: StorageArgs) -> Result<ExitCode> {
@@ -282,11 +278,17 @@ fn run_storage(a: StorageArgs) -> Result<ExitCode> {
         print_ratios(&report.rows);
         println!("GB/s = 1e9 bytes/s; latency per I/O, submission to completion");
     }
-    if !all_verified {
-        eprintln!("gdpath: data verification FAILED for at least one row");
-        return Ok(ExitCode::from(crate::NOT_VERIFIED_STATUS));
+    Ok(verdict(all_verified, ""))
+}
+
+/// A bench's exit status: success when every row verified, else
+/// [`crate::NOT_VERIFIED_STATUS`] after saying so (with `hint` on what may have caused it).
+fn verdict(all_verified: bool, hint: &str) -> ExitCode {
+    if all_verified {
+        return ExitCode::SUCCESS;
     }
-    Ok(ExitCode::SUCCESS)
+    eprintln!("gdpath: data verification FAILED for at least one row{hint}");
+    ExitCode::from(crate::NOT_VERIFIED_STATUS)
 }
 
 /// GB/s with four significant digits down to 0.0001, scientific below (8-byte messages).
@@ -443,14 +445,10 @@ fn run_net(a: NetBenchArgs) -> Result<ExitCode> {
             }
         );
     }
-    if !all_verified {
-        eprintln!(
-            "gdpath: data verification FAILED for at least one row (was another client \
-             writing the same region of the peer?)"
-        );
-        return Ok(ExitCode::from(crate::NOT_VERIFIED_STATUS));
-    }
-    Ok(ExitCode::SUCCESS)
+    Ok(verdict(
+        all_verified,
+        " (was another client writing the same region of the peer?)",
+    ))
 }
 
 fn print_table(rows: &[BenchRow]) {
@@ -596,11 +594,7 @@ fn run_gds(a: &StorageArgs, gpu: u32, blocks: Vec<u64>) -> Result<ExitCode> {
         }
         println!("GB/s = 1e9 bytes/s; qd = threads, each with 2 requests' buffers");
     }
-    if !all_verified {
-        eprintln!("gdpath: data verification FAILED for at least one row");
-        return Ok(ExitCode::from(crate::NOT_VERIFIED_STATUS));
-    }
-    Ok(ExitCode::SUCCESS)
+    Ok(verdict(all_verified, ""))
 }
 
 /// A latency cell: `-` where the bench does not measure per-I/O latency (the GPU rows).

@@ -351,18 +351,7 @@ impl Peer {
     /// Progresses the connection until `done(self)` or `timeout` (control messages such as
     /// metadata updates and withdrawals arrive while the backend progresses). Returns `done`.
     pub fn wait_until(&self, timeout: Duration, mut done: impl FnMut(&Peer) -> bool) -> bool {
-        let end = Instant::now().checked_add(timeout); // too long to represent: no bound
-        loop {
-            if done(self) {
-                return true;
-            }
-            if end.is_some_and(|e| Instant::now() >= e) {
-                return false;
-            }
-            if !self.backend.progress_round().1 {
-                std::thread::sleep(Duration::from_micros(50));
-            }
-        }
+        self.backend.progress_until(timeout, || done(self))
     }
 }
 
@@ -633,18 +622,12 @@ impl Agent {
     /// thread does).
     pub fn wait_notification(&self, timeout: Duration) -> Option<Notification> {
         let b = self.net_backend_if_enabled()?;
-        let end = Instant::now().checked_add(timeout); // too long to represent: no bound
-        loop {
-            if let Some(n) = lock(&b.notifications).pop_front() {
-                return Some(n);
-            }
-            if end.is_some_and(|e| Instant::now() >= e) {
-                return None;
-            }
-            if !b.progress_round().1 {
-                std::thread::sleep(Duration::from_micros(50));
-            }
-        }
+        let mut got = None;
+        b.progress_until(timeout, || {
+            got = lock(&b.notifications).pop_front();
+            got.is_some()
+        });
+        got
     }
 
     /// Facts about the UCX library the network backend uses (version, transports, CUDA).

@@ -344,6 +344,28 @@ impl UcxBackend {
         self.wake.kick(&self.worker);
     }
 
+    /// Runs progress rounds until `done()` or `timeout` passes (a timeout too long to
+    /// represent is no bound), sleeping 50 µs after a round that found nothing to do. Returns
+    /// whether `done()` held; it is checked before every round.
+    pub(crate) fn progress_until(
+        &self,
+        timeout: std::time::Duration,
+        mut done: impl FnMut() -> bool,
+    ) -> bool {
+        let end = std::time::Instant::now().checked_add(timeout);
+        loop {
+            if done() {
+                return true;
+            }
+            if end.is_some_and(|e| std::time::Instant::now() >= e) {
+                return false;
+            }
+            if !self.progress_round().1 {
+                std::thread::sleep(std::time::Duration::from_micros(50));
+            }
+        }
+    }
+
     /// One progress round: UCX progress, new connections, control messages, completions,
     /// failed peers. Returns (work items completed, whether anything happened). Only one thread
     /// runs it at a time; others return at once.

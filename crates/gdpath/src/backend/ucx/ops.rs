@@ -168,9 +168,9 @@ impl Ops {
         // Keyed by the peer connection's address; 0 (no connection) for a target that is not
         // a remote region.
         let peer_of = |i: &WorkItem| remote_of(i).map_or(0, |r| Arc::as_ptr(&r.peer) as usize);
-        for (key, items) in group_items(items, peer_of) {
+        for (_, items) in group_items(items, peer_of) {
             match items.first().and_then(remote_of).map(|r| r.peer.clone()) {
-                Some(peer) if key != 0 => self.submit_to(b, peer, items, now),
+                Some(peer) => self.submit_to(b, peer, items, now),
                 _ => {
                     for item in items {
                         item.complete(Err(Error::Backend {

@@ -864,7 +864,6 @@ impl UcxBackend {
         timeout: Duration,
         on_timeout: OnTimeout,
     ) -> Result<()> {
-        let end = Instant::now().checked_add(timeout);
         let listed = |st: &State| st.peers.iter().any(|p| p.id == conn.id);
         {
             let mut st = lock(&self.state);
@@ -882,23 +881,14 @@ impl UcxBackend {
                 end_unanswered(&mut st, conn, detail);
             }
         }
-        loop {
-            if !listed(&lock(&self.state)) {
-                break;
+        if !self.progress_until(timeout, || !listed(&lock(&self.state))) {
+            if on_timeout == OnTimeout::LeaveUnderWay {
+                return Ok(());
             }
-            if end.is_some_and(|e| Instant::now() >= e) {
-                if on_timeout == OnTimeout::LeaveUnderWay {
-                    return Ok(());
-                }
-                let mut st = lock(&self.state);
-                if listed(&st) {
-                    let detail = format!("no answer to the goodbye within {timeout:?}");
-                    end_unanswered(&mut st, conn, detail);
-                }
-                break;
-            }
-            if !self.progress_round().1 {
-                std::thread::sleep(Duration::from_micros(50));
+            let mut st = lock(&self.state);
+            if listed(&st) {
+                let detail = format!("no answer to the goodbye within {timeout:?}");
+                end_unanswered(&mut st, conn, detail);
             }
         }
         // One guard for the answer: `conn.label()` would take the same lock again.
@@ -956,15 +946,12 @@ impl UcxBackend {
             }
             told
         };
-        let end = Instant::now().checked_add(timeout);
-        while told.iter().any(|id| lock(&self.state).ops.involves(*id)) {
-            if end.is_some_and(|e| Instant::now() >= e) {
-                tracing::debug!("goodbyes to clients not all sent within {timeout:?}");
-                break;
-            }
-            if !self.progress_round().1 {
-                std::thread::sleep(Duration::from_micros(50));
-            }
+        let sent = self.progress_until(timeout, || {
+            let st = lock(&self.state);
+            !told.iter().any(|id| st.ops.involves(*id))
+        });
+        if !sent {
+            tracing::debug!("goodbyes to clients not all sent within {timeout:?}");
         }
         told.len()
     }
@@ -1021,22 +1008,15 @@ impl Drop for UcxBackend {
         if closing.is_empty() {
             return;
         }
-        let end = Instant::now() + GOODBYE_WAIT;
-        while Instant::now() < end {
-            let open = {
-                let st = lock(&self.state);
-                closing
-                    .iter()
-                    .any(|c| st.peers.iter().any(|p| p.id == c.id))
-            };
-            if !open {
-                return;
-            }
-            if !self.progress_round().1 {
-                std::thread::sleep(Duration::from_micros(50));
-            }
+        let answered = self.progress_until(GOODBYE_WAIT, || {
+            let st = lock(&self.state);
+            !closing
+                .iter()
+                .any(|c| st.peers.iter().any(|p| p.id == c.id))
+        });
+        if !answered {
+            tracing::debug!("goodbyes not answered within {GOODBYE_WAIT:?}");
         }
-        tracing::debug!("goodbyes not answered within {GOODBYE_WAIT:?}");
     }
 }
 
