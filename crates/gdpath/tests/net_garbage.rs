@@ -94,17 +94,13 @@ fn server_refuses_garbage_and_keeps_serving() {
 fn a_silent_client_is_dropped_at_the_handshake_deadline() {
     let _serial = serial();
     let timeout = Duration::from_millis(330);
-    let server = gdpath::Agent::new(gdpath::AgentConfig {
-        name: "srv".into(),
-        ..gdpath::AgentConfig::default()
-    })
-    .unwrap();
-    server
-        .enable_net(gdpath::net::NetConfig {
+    let server = net_common::agent_with(
+        "srv",
+        gdpath::net::NetConfig {
             connect_timeout: timeout,
             ..net_common::cfg(FailureMode::Detect)
-        })
-        .unwrap();
+        },
+    );
     let srv = server
         .serve("127.0.0.1:0".parse().unwrap(), Token::none())
         .unwrap();

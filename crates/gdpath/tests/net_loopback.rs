@@ -6,15 +6,14 @@ use gdpath::net::{
     ConnectOptions, FailureMode, NetConfig, NetEvent, Peer, PutCompletion, Server, Token,
 };
 use gdpath::{
-    Agent, AgentConfig, Error, HostBuffer, Memory, Path, Region, RemoteMemory, TransferReport,
-    TransferRequest,
+    Agent, Error, HostBuffer, Memory, Path, Region, RemoteMemory, TransferReport, TransferRequest,
 };
 use std::time::Duration;
 
 use gdpath_testkit::ucx_serial as serial;
 
 mod net_common;
-use net_common::{agent, cfg, small_server};
+use net_common::{agent, agent_with, cfg, export_and_serve, small_server};
 
 const T: Duration = Duration::from_secs(20);
 const LEN: usize = 4 << 20;
@@ -110,18 +109,13 @@ fn read_back(client: &Agent, remote: &Region, len: usize) -> (Region, TransferRe
 
 /// A client agent whose puts complete locally (`PutCompletion::Local`).
 fn local_completion_client(name: &str) -> Agent {
-    let client = Agent::new(AgentConfig {
-        name: name.into(),
-        ..AgentConfig::default()
-    })
-    .unwrap();
-    client
-        .enable_net(NetConfig {
+    agent_with(
+        name,
+        NetConfig {
             put_completion: PutCompletion::Local,
             ..cfg(FailureMode::Detect)
-        })
-        .unwrap();
-    client
+        },
+    )
 }
 
 /// A [`local_completion_client`] connected to `s`'s server: (client, peer, the server's
@@ -751,24 +745,14 @@ fn clean_disconnect_is_reported_as_left_not_lost() {
 #[test]
 fn fast_local_clean_disconnect_is_left_and_the_server_keeps_serving() {
     let _serial = serial();
-    let server = Agent::new(AgentConfig {
-        name: "srv".into(),
-        ..AgentConfig::default()
-    })
-    .unwrap();
-    server
-        .enable_net(NetConfig {
+    let server = agent_with(
+        "srv",
+        NetConfig {
             connect_timeout: Duration::from_millis(500),
             ..cfg(FailureMode::FastLocal)
-        })
-        .unwrap();
-    let exported = server
-        .register(Memory::host(HostBuffer::from_slice(&pattern(8192, 4))))
-        .unwrap();
-    let id = server.export(&exported).unwrap();
-    let srv = server
-        .serve("127.0.0.1:0".parse().unwrap(), Token::none())
-        .unwrap();
+        },
+    );
+    let (_exported, id, srv) = export_and_serve(&server, &pattern(8192, 4), Token::none());
     for name in ["fl1", "fl2"] {
         let client = agent(name, FailureMode::FastLocal);
         let peer = client.connect(srv.local_addr()).unwrap();
@@ -826,26 +810,16 @@ fn close_without_an_answer_is_bounded_and_an_error() {
 fn an_unbounded_connect_timeout_is_no_deadline() {
     let _serial = serial();
     let unbounded = |name: &str| {
-        let a = Agent::new(AgentConfig {
-            name: name.into(),
-            ..AgentConfig::default()
-        })
-        .unwrap();
-        a.enable_net(NetConfig {
-            connect_timeout: Duration::MAX,
-            ..cfg(FailureMode::Detect)
-        })
-        .unwrap();
-        a
+        agent_with(
+            name,
+            NetConfig {
+                connect_timeout: Duration::MAX,
+                ..cfg(FailureMode::Detect)
+            },
+        )
     };
     let server = unbounded("srv");
-    let exported = server
-        .register(Memory::host(HostBuffer::from_slice(&pattern(4096, 9))))
-        .unwrap();
-    let id = server.export(&exported).unwrap();
-    let srv = server
-        .serve("127.0.0.1:0".parse().unwrap(), Token::none())
-        .unwrap();
+    let (_exported, id, srv) = export_and_serve(&server, &pattern(4096, 9), Token::none());
     let client = unbounded("unb");
     let peer = client.connect(srv.local_addr()).unwrap();
     let remote = client.register(peer.memory(id).unwrap()).unwrap();
