@@ -8,6 +8,7 @@ use gdpath::bench::net::{self, MemSpec};
 use gdpath::bench::{
     format_size, gpu, parse_size, parse_size_range, storage, BenchRow, BENCH_SCHEMA,
 };
+use gdpath::net::{NetConfig, PutCompletion};
 use gdpath::{DirectIo, Op};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -41,7 +42,7 @@ pub struct NetBenchArgs {
     /// The peer's exported memory to use: host or gpu:N.
     #[arg(long, default_value = "host", value_parser = MemSpec::parse)]
     remote_mem: MemSpec,
-    /// Message sizes: a size, a list `a,b` or a power-of-two sweep `8B..1GiB` [default:
+    /// Message sizes: a size, a power-of-two sweep `8B..1GiB`, or a list of either `4KiB,1MiB..8MiB` [default:
     /// 8B..1GiB, without the sizes larger than the peer's region]
     #[arg(long)]
     size: Option<String>,
@@ -61,6 +62,11 @@ pub struct NetBenchArgs {
     /// Latency samples per size; 0: 64 MiB / size, 5..=1000.
     #[arg(long, default_value_t = 0)]
     lat_iters: usize,
+    /// When a put counts as done: `remote` (confirmed in the peer's memory by a flush, one
+    /// round trip per transfer) or `local` (the local buffer is free; each bandwidth run ends
+    /// with one flush, like ucx_perftest). Gets always complete when their data arrived.
+    #[arg(long, default_value = "remote", value_parser = ["remote", "local"])]
+    completion: String,
     #[command(flatten)]
     net: crate::serve::NetOpts,
     /// Print JSON instead of a table.
@@ -70,7 +76,7 @@ pub struct NetBenchArgs {
 
 #[derive(Debug, Args)]
 pub struct GpuArgs {
-    /// Copy sizes: a list `a,b` or a power-of-two sweep `4KiB..1GiB`.
+    /// Copy sizes: a size, a power-of-two sweep `4KiB..1GiB`, or a list of either `4KiB,1MiB..8MiB`.
     #[arg(long, default_value = "4KiB..1GiB")]
     sizes: String,
     /// Timed runs per row (min/median/max are over runs).
@@ -93,7 +99,7 @@ pub struct StorageArgs {
     /// Bytes per run (KiB/MiB/GiB binary, kB/MB/GB decimal).
     #[arg(long, default_value = "1GiB", value_parser = parse_size)]
     size: u64,
-    /// Block size (bytes per I/O), a list `a,b` or a power-of-two sweep `1MiB..64MiB`.
+    /// Block size (bytes per I/O): a size, a power-of-two sweep `1MiB..64MiB`, or a list of either.
     #[arg(long, default_value = "1MiB")]
     block: String,
     /// I/Os in flight.
@@ -319,7 +325,14 @@ fn run_net(a: NetBenchArgs) -> Result<ExitCode> {
     let cfg = net::NetBenchConfig {
         peer,
         token: a.net.token()?,
-        net: a.net.config(),
+        net: NetConfig {
+            put_completion: if a.completion == "local" {
+                PutCompletion::Local
+            } else {
+                PutCompletion::Remote
+            },
+            ..a.net.config()
+        },
         op: if a.op == "get" { Op::Read } else { Op::Write },
         mem: a.mem,
         remote_mem: a.remote_mem,
@@ -437,7 +450,7 @@ fn run_net(a: NetBenchArgs) -> Result<ExitCode> {
              completion ({})",
             if a.op == "get" {
                 "a get completes when its data is in local memory"
-            } else if a.net.local_completion() {
+            } else if a.completion == "local" {
                 "--completion local: a put completes when its buffer is free; each bandwidth run \
                  ends with a flush confirming all of them"
             } else {

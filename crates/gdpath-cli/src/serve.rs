@@ -51,11 +51,6 @@ pub struct NetOpts {
     /// UCX network devices (UCX_NET_DEVICES), e.g. `lo` or `veth0`.
     #[arg(long)]
     devices: Option<String>,
-    /// When a put counts as done: `remote` (confirmed in the peer's memory by a flush, one
-    /// round trip per transfer) or `local` (the local buffer is free; runs end with one flush,
-    /// like ucx_perftest). Only the writing side uses it.
-    #[arg(long, default_value = "remote", value_parser = ["remote", "local"])]
-    completion: String,
 }
 
 impl NetOpts {
@@ -85,11 +80,8 @@ impl NetOpts {
         }
     }
 
-    /// `--completion local`.
-    pub fn local_completion(&self) -> bool {
-        self.completion == "local"
-    }
-
+    /// The network settings these options give; puts complete remotely (the writing side,
+    /// `bench net --completion`, changes that).
     pub fn config(&self) -> NetConfig {
         NetConfig {
             failure_mode: if self.fast_local {
@@ -99,11 +91,6 @@ impl NetOpts {
             },
             transports: self.transports.clone(),
             devices: self.devices.clone(),
-            put_completion: if self.completion == "local" {
-                gdpath::net::PutCompletion::Local
-            } else {
-                gdpath::net::PutCompletion::Remote
-            },
             ..NetConfig::default()
         }
     }

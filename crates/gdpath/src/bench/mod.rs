@@ -183,7 +183,7 @@ pub enum SizeError {
     Bad(String),
     #[error("size {0:?} does not fit in 64 bits")]
     Overflow(String),
-    #[error("bad range {0:?}: expected MIN..MAX with MIN <= MAX, e.g. 1MiB..64MiB")]
+    #[error("bad range {0:?}: expected MIN..MAX with 0 < MIN <= MAX, e.g. 1MiB..64MiB")]
     Range(String),
 }
 
@@ -229,27 +229,43 @@ pub fn parse_size(s: &str) -> Result<u64, SizeError> {
     Ok(v.round() as u64)
 }
 
-/// Parses a size or a `MIN..MAX` sweep: powers of two from MIN up to MAX (MAX included even when
-/// not on the sequence), e.g. `1MiB..8MiB` → 1, 2, 4, 8 MiB. A list `a,b,c` is also accepted.
+/// Parses a comma-separated list whose items are sizes or `MIN..MAX` sweeps (powers of two from
+/// MIN up to MAX, MAX included even when not on the sequence): `1MiB..8MiB` → 1, 2, 4, 8 MiB;
+/// `4KiB,1MiB..4MiB` → 4 KiB, 1, 2, 4 MiB. Sizes come in the order written; a size named twice
+/// is kept once, where it first appears. Errors: the first item that is not a size or a sweep
+/// with 0 < MIN <= MAX.
 pub fn parse_size_range(s: &str) -> Result<Vec<u64>, SizeError> {
-    if let Some((a, b)) = s.split_once("..") {
-        let (lo, hi) = (parse_size(a)?, parse_size(b)?);
-        if lo == 0 || lo > hi {
-            return Err(SizeError::Range(s.to_owned()));
+    let mut out: Vec<u64> = Vec::new();
+    for item in s.split(',') {
+        for size in parse_size_item(item)? {
+            if !out.contains(&size) {
+                out.push(size);
+            }
         }
-        let mut out = Vec::new();
-        let mut x = lo;
-        while x < hi {
-            out.push(x);
-            x = match x.checked_mul(2) {
-                Some(y) => y,
-                None => break,
-            };
-        }
-        out.push(hi);
-        return Ok(out);
     }
-    s.split(',').map(parse_size).collect()
+    Ok(out)
+}
+
+/// One item of [`parse_size_range`]: a size, or a sweep.
+fn parse_size_item(item: &str) -> Result<Vec<u64>, SizeError> {
+    let Some((a, b)) = item.split_once("..") else {
+        return Ok(vec![parse_size(item)?]);
+    };
+    let (lo, hi) = (parse_size(a)?, parse_size(b)?);
+    if lo == 0 || lo > hi {
+        return Err(SizeError::Range(item.trim().to_owned()));
+    }
+    let mut out = Vec::new();
+    let mut x = lo;
+    while x < hi {
+        out.push(x);
+        x = match x.checked_mul(2) {
+            Some(y) => y,
+            None => break,
+        };
+    }
+    out.push(hi);
+    Ok(out)
 }
 
 /// Refuses block sizes larger than the bytes a run moves (`size`): such a block would be cut to
@@ -400,6 +416,19 @@ mod tests {
         );
         assert_eq!(parse_size_range("4k,1m").unwrap(), vec![4096, 1 << 20]);
         assert!(parse_size_range("8MiB..1MiB").is_err());
+        // Lists mix sizes and sweeps, in the order written, each size once.
+        assert_eq!(
+            parse_size_range("4KiB, 8B..64B,16B").unwrap(),
+            vec![4096, 8, 16, 32, 64]
+        );
+        assert!(matches!(
+            parse_size_range("4KiB,0..8B"),
+            Err(SizeError::Range(r)) if r == "0..8B"
+        ));
+        assert!(matches!(
+            parse_size_range("4KiB,,8B"),
+            Err(SizeError::Empty)
+        ));
         assert_eq!(format_size(4096), "4 KiB");
         assert_eq!(format_size(511), "511 B");
         assert_eq!(format_size(3 << 29), "1.50 GiB");
