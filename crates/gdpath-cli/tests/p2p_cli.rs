@@ -5,26 +5,8 @@ mod common;
 
 use common::gdpath;
 
-const FACTS: &str = r#"{
-  "driver_version": "580.159.04",
-  "cuda_driver_version": 13000,
-  "gpus": [
-    {"ordinal": 0, "pci": "0000:00:06.0", "name": "NVIDIA H200", "memory_bytes": 0,
-     "bar1_total_bytes": null, "bar1_used_bytes": null, "pcie": null,
-     "nvlinks": [{"link": 0, "remote_pci": "ffffffff:ff:ff.0", "remote_is_switch": true, "gbps": 26.562}],
-     "gdr_supported": true, "dma_buf_supported": true},
-    {"ordinal": 1, "pci": "0000:00:07.0", "name": "NVIDIA H200", "memory_bytes": 0,
-     "bar1_total_bytes": null, "bar1_used_bytes": null, "pcie": null,
-     "nvlinks": [{"link": 0, "remote_pci": "ffffffff:ff:ff.0", "remote_is_switch": true, "gbps": 26.562}],
-     "gdr_supported": true, "dma_buf_supported": true}
-  ],
-  "pairs": [
-    {"a": 0, "b": 1, "nvml": {"read": "OK", "write": "OK", "nvlink": "OK", "atomics": "OK", "pci": "NS"},
-     "cuda": {"access_supported": true, "native_atomics": true, "cuda_array_access": true, "performance_rank": 0}},
-    {"a": 1, "b": 0, "nvml": {"read": "OK", "write": "OK", "nvlink": "OK", "atomics": "OK", "pci": "NS"},
-     "cuda": {"access_supported": true, "native_atomics": true, "cuda_array_access": true, "performance_rank": 0}}
-  ]
-}"#;
+/// The H200 machine's driver facts, as `gdpath p2p --facts` reads them.
+const FACTS: &str = gdpath_testkit::H200_DRIVER_FACTS_JSON;
 
 #[test]
 fn recorded_facts_render_text_and_json() {
@@ -38,7 +20,7 @@ fn recorded_facts_render_text_and_json() {
         "{out}"
     );
     assert!(out.contains(" GPU1\tOK\tX\t"), "{out}");
-    assert!(out.contains("p2p-nvlink (NV1)"), "{out}");
+    assert!(out.contains("p2p-nvlink (NV18)"), "{out}");
     let (ok, out, err) = gdpath(&["p2p", "--json", "--facts", f.to_str().unwrap()]);
     assert!(ok, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();

@@ -34,6 +34,17 @@ pub fn fixture(rel: &str) -> PathBuf {
     p
 }
 
+/// Driver facts of the two-GPU H200 machine (nvidia-h200-x2) as its probe
+/// (`device/h200x2-probe-2026-11-30.txt`) and gdpath-cuda's device run of 2026-11-30 show them,
+/// as `gdpath_topo::facts::DriverFacts` JSON (`gdpath p2p --facts` reads the same form):
+/// driver 580.159.04, CUDA 13.0 (13000); two NVIDIA H200 at 0000:00:06.0 and 0000:00:07.0 with
+/// 143771 MiB, BAR1 262144 MiB (1 MiB used), PCIe Gen5 x16 of Gen5 x16; 18 NVLinks 4.0 of
+/// 26.562 GB/s each, whose remote end NVML reports as an NVSwitch at `ffffffff:ff:ff.0` that
+/// the VM does not see; `topo -p2p` OK for read, write, NVLink and atomics, NS for PCIe; CUDA
+/// peer access, native atomics and array access, performance rank 0. The CUDA GDR and dma-buf
+/// attributes are not in the probe (`null`). One copy for every crate's tests.
+pub const H200_DRIVER_FACTS_JSON: &str = include_str!("../data/h200x2-driver-facts.json");
+
 /// A temporary directory on tmpfs (`/dev/shm`) when there is one, else in the system temp
 /// folder: unpacking a sysfs dump of ~9000 small files takes ~14 s on this machine's virtual
 /// disk and well under a second on tmpfs.

@@ -5,7 +5,7 @@
 
 mod common;
 use common::*;
-use gdpath_topo::facts::{DriverFacts, GpuFacts, NvLinkFacts};
+use gdpath_topo::facts::DriverFacts;
 use gdpath_topo::smi::{legend_lines, SmiMatrix};
 use gdpath_topo::snapshot::{self, Snapshot};
 use gdpath_topo::{sysfs, DirView, LinkClass, Recording};
@@ -164,29 +164,11 @@ pub fn h200_tree(root: &std::path::Path) {
     }
 }
 
-/// DriverFacts as `nvidia-smi nvlink -s` shows them: 18 links of 26.562 GB/s per GPU. NVML on
-/// that VM reports every link's remote end as an NVSwitch at `ffffffff:ff:ff.0` (gdpath-cuda's
-/// device run, 2026-11-30), which the VM does not see as a PCI device.
+/// Driver facts of the H200 machine ([`gdpath_testkit::H200_DRIVER_FACTS_JSON`]): among them
+/// 18 NVLinks of 26.562 GB/s per GPU, each ending at an NVSwitch the VM does not see as a PCI
+/// device.
 pub fn h200_facts() -> DriverFacts {
-    let gpu = |ordinal: u32, pci: &str| GpuFacts {
-        ordinal,
-        pci: pci.into(),
-        name: "NVIDIA H200".into(),
-        nvlinks: (0..18)
-            .map(|link| NvLinkFacts {
-                link,
-                remote_pci: "ffffffff:ff:ff.0".into(),
-                remote_is_switch: true,
-                gbps: Some(26.562),
-                version: Some("4.0".into()),
-            })
-            .collect(),
-        ..Default::default()
-    };
-    DriverFacts {
-        gpus: vec![gpu(0, "0000:00:06.0"), gpu(1, "0000:00:07.0")],
-        ..Default::default()
-    }
+    serde_json::from_str(gdpath_testkit::H200_DRIVER_FACTS_JSON).unwrap()
 }
 
 #[test]

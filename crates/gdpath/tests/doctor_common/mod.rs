@@ -2,10 +2,7 @@
 #![allow(dead_code, unused_imports)]
 
 use gdpath::doctor::{self, DoctorInput, Mode, Report};
-use gdpath::topo::facts::{
-    CudaP2pAttrs, DriverFacts, GpuFacts, GpuPairFacts, NvLinkFacts, NvmlP2pStatus, P2pCap,
-    PcieLinkFacts,
-};
+use gdpath::topo::facts::DriverFacts;
 use gdpath::topo::Source;
 use gdpath::{Finding, Status};
 pub use gdpath_testkit::{fixture, fixtures, scratch, symlink, unpack_sysfs, write};
@@ -181,63 +178,10 @@ pub fn h200_tree() -> tempfile::TempDir {
     tmp
 }
 
-/// Driver facts of the H200 machine as its probe shows them: driver 580.159.04, CUDA 13.0
-/// (13000), two NVIDIA H200 at 00:06.0 and 00:07.0 with 143771 MiB, BAR1 262144 MiB (1 MiB
-/// used), PCIe Gen5 x16 of Gen5 x16, 18 NVLinks at 26.562 GB/s to each other; `topo -p2p` OK
-/// for read, write, NVLink and atomics and NS for PCIe; `can_access_peer` True. The CUDA GDR
-/// and dma-buf attributes are not in the probe (`None`).
+/// Driver facts of the H200 machine as its probe shows them
+/// ([`gdpath_testkit::H200_DRIVER_FACTS_JSON`]).
 pub fn h200_facts() -> DriverFacts {
-    let gpu = |ordinal: u32, pci: &str| GpuFacts {
-        ordinal,
-        pci: pci.into(),
-        name: "NVIDIA H200".into(),
-        memory_bytes: 143_771 << 20,
-        bar1_total_bytes: Some(262_144 << 20),
-        bar1_used_bytes: Some(1 << 20),
-        pcie: Some(PcieLinkFacts {
-            cur_gen: 5,
-            max_gen: 5,
-            cur_width: 16,
-            max_width: 16,
-        }),
-        nvlinks: (0..18)
-            .map(|link| NvLinkFacts {
-                link,
-                // As NVML reports it on the H200 VM (gdpath-cuda's device run, 2026-11-30):
-                // every link ends at an NVSwitch the VM does not see, not at the peer GPU.
-                remote_pci: "ffffffff:ff:ff.0".into(),
-                remote_is_switch: true,
-                gbps: Some(26.562),
-                version: Some("4.0".into()),
-            })
-            .collect(),
-        gdr_supported: None,
-        dma_buf_supported: None,
-    };
-    let pair = |a, b| GpuPairFacts {
-        a,
-        b,
-        nvml: Some(NvmlP2pStatus {
-            read: P2pCap::Ok,
-            write: P2pCap::Ok,
-            nvlink: P2pCap::Ok,
-            atomics: P2pCap::Ok,
-            pci: P2pCap::Ns,
-        }),
-        cuda: Some(CudaP2pAttrs {
-            access_supported: true,
-            native_atomics: true,
-            cuda_array_access: true,
-            performance_rank: 0,
-        }),
-    };
-    DriverFacts {
-        driver_version: Some("580.159.04".into()),
-        cuda_driver_version: Some(13000),
-        gpus: vec![gpu(0, "0000:00:06.0"), gpu(1, "0000:00:07.0")],
-        pairs: vec![pair(0, 1), pair(1, 0)],
-        gaps: vec![],
-    }
+    serde_json::from_str(gdpath_testkit::H200_DRIVER_FACTS_JSON).unwrap()
 }
 
 /// Runs the doctor on the H200 tree with its driver facts attached to the machine (as the
