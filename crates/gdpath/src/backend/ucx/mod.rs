@@ -151,6 +151,10 @@ impl UcxBackend {
     /// Loads UCX and creates the context (RMA, active messages, and wakeup for a serving
     /// thread's idle waits) and worker.
     pub(crate) fn new(agent_name: &str, agent_id: u64, cfg: NetConfig) -> Result<Arc<Self>> {
+        let cuda_defaults: Vec<(String, String)> = UCX_CUDA_DEFAULTS
+            .iter()
+            .map(|&(k, v)| (k.to_owned(), v.to_owned()))
+            .collect();
         let mut ucfg = UcxCfg {
             // WAKEUP (for the serving thread's idle waits) leaves lane selection alone without
             // TAG (UCX's wireup): the same transports per path with and without it, measured
@@ -160,25 +164,34 @@ impl UcxBackend {
             features: Features::RMA | Features::AM | Features::WAKEUP,
             transports: cfg.transports.clone(),
             devices: cfg.devices.clone(),
+            defaults: cuda_defaults,
             ..UcxCfg::default()
         };
-        let mut ctx = Context::new(&ucfg).map_err(|source| Error::Ucx {
+        let ucx_err = |source| Error::Ucx {
             op: "context",
             source,
-        })?;
+        };
+        // The CUDA settings go in from the start, so that where UCX has CUDA transports (what
+        // they are for) one context serves. Which transports UCX has is known only once a
+        // context exists, and a UCX without CUDA transports warns about a setting none of them
+        // used ("invalid configuration", when the worker is created): there the context is
+        // made again without them, 0.65 ms for the second context of Debian's UCX 1.13 here
+        // (docs/network.md). Should that fail, the first context serves; should the first fail,
+        // UCX's defaults are tried before giving up.
+        let mut ctx = match Context::new(&ucfg) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::debug!("UCX context with gdpath's CUDA defaults: {e}");
+                ucfg.defaults.clear();
+                Context::new(&ucfg).map_err(ucx_err)?
+            }
+        };
         let cuda = ctx.supports(MemType::Cuda).unwrap_or(false);
-        if cuda {
-            // Only a UCX with CUDA transports gets their settings: UCX warns about a setting
-            // no transport used ("invalid configuration"). Which it has is known once a
-            // context exists, so the context is made again; should that fail, the first one
-            // (UCX's defaults) serves.
-            ucfg.defaults = UCX_CUDA_DEFAULTS
-                .iter()
-                .map(|&(k, v)| (k.to_owned(), v.to_owned()))
-                .collect();
+        if !cuda && !ucfg.defaults.is_empty() {
+            ucfg.defaults.clear();
             match Context::new(&ucfg) {
                 Ok(c) => ctx = c,
-                Err(e) => tracing::debug!("UCX context with gdpath's CUDA defaults: {e}"),
+                Err(e) => tracing::debug!("UCX context without gdpath's CUDA defaults: {e}"),
             }
         }
         let worker = Worker::new(&ctx).map_err(|source| Error::Ucx {
