@@ -13,7 +13,8 @@
 # TcpOutSegs, both directions of the loopback connection): under BBR a stream of 200 000 puts
 # runs either coalesced in ≈ 180-250 k segments (fast) or in ≈ 280-400 k (slow), and that mode
 # decides a run's figure more than the program does (docs/benchmarks.md, "Seventh session" and
-# "Eighth session"); the summary also gives the median over the rounds where both ran coalesced.
+# "Eighth session"); the summary also gives the median over the rounds where both ran coalesced,
+# and for each program how many of its runs were coalesced and its median GB/s in each mode.
 # CC=cubic (root) runs the rounds under that congestion control and restores the host's at exit.
 # Usage: scripts/net-4k-target.sh ROUNDS GDPATH [GDPATH...]   (BATCH=16, N=200000, CC unset)
 set -uo pipefail
@@ -63,7 +64,7 @@ for r in $(seq "$rounds"); do
     kill "$s" 2>/dev/null; wait "$s" 2>/dev/null
     if [ -n "${pt:-}" ] && [ -n "${gb:-}" ]; then
       ratio=$(awk -v a="$gb" -v b="$pt" 'BEGIN {printf "%.3f", a / b}')
-      echo "$k $ratio ${pt_seg:-0} ${seg%k}" >> "$results"
+      echo "$k $ratio ${pt_seg:-0} ${seg%k} $pt $gb" >> "$results"
       line="$line | $g $(printf '%.4f' "$gb") GB/s ($ratio x) [$seg]"
     else
       line="$line | $g FAILED"
@@ -93,5 +94,23 @@ for g in "$@"; do
       med = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
       printf "%s: both runs coalesced in %d rounds, median %.3fx there\n", g, NR, med
     }'
+  # Each program on its own, split by mode: how often it ran coalesced, and its median GB/s in
+  # each mode (the seventh to ninth sessions' reading: the engine falls into the slow mode more
+  # often, and trails within the fast one).
+  for who in "ucx_perftest:3:5" "$g:4:6"; do
+    IFS=: read -r name segcol gbcol <<< "$who"
+    awk -v k="$k" -v m="$coalesced_max" -v s="$segcol" -v c="$gbcol" \
+      '$1 == k && $s > 0 {print ($s < m ? "fast" : "slow"), $c}' "$results" | sort -k1,1 -k2,2n \
+      | awk -v name="$name" '
+      {n[$1]++; v[$1, n[$1]] = $2}
+      function med(mode,  c) {
+        c = n[mode]; if (c == 0) return "-"
+        return sprintf("%.3f", (c % 2) ? v[mode, (c + 1) / 2] : (v[mode, c / 2] + v[mode, c / 2 + 1]) / 2)
+      }
+      END {
+        printf "  %s: coalesced in %d of %d runs; median GB/s coalesced %s, uncoalesced %s\n",
+          name, n["fast"], n["fast"] + n["slow"], med("fast"), med("slow")
+      }'
+  done
 done
 date -u +"end %Y-%m-%dT%H:%M:%SZ"
