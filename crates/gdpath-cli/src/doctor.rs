@@ -25,8 +25,9 @@ pub struct DoctorArgs {
     /// Print JSON (schema gdpath.doctor/1) instead of text.
     #[arg(long)]
     pub(crate) json: bool,
-    /// Also measure P2P against its staged fallback per GPU pair (a few seconds); GDR and GDS
-    /// have no probe yet and are listed as not-run.
+    /// Also measure P2P against its staged fallback per GPU pair, and GDS against its staged
+    /// fallback in each --path (a 256 MiB file written there and removed; a few seconds). GDR
+    /// has no probe yet and is listed as not-run.
     #[arg(long)]
     measure: bool,
     /// List every finding; by default passed (`ok`) and `not-run` checks are only counted.
@@ -79,14 +80,15 @@ fn report(args: &DoctorArgs) -> Result<(Report, String)> {
         // Only live: a replay has no GPUs to measure.
         if matches!(loaded.mode, Mode::Live) {
             r.extend(measured::probe_p2p());
+            r.extend(measured::probe_gds(&paths));
         } else {
-            r.extend(measured::not_available(Area::P2p));
+            r.extend(
+                [Area::P2p, Area::Gds]
+                    .into_iter()
+                    .filter_map(measured::not_live),
+            );
         }
-        r.extend(
-            [Area::Gdr, Area::Gds]
-                .into_iter()
-                .filter_map(measured::not_available),
-        );
+        r.extend(measured::not_available(Area::Gdr));
     }
     let what = match &loaded.mode {
         Mode::Live => "this machine (live)".to_owned(),
@@ -188,8 +190,9 @@ fn render(r: &Report, what: &str, args: &DoctorArgs) -> String {
     if args.measure {
         let _ = writeln!(
             o,
-            "\n--measure: P2P was measured against the staged path (64 MiB copies per GPU pair); \
-             GDR and GDS have no probe yet and are listed as not-run."
+            "\n--measure: P2P was measured against the staged path (64 MiB copies per GPU pair), \
+             GDS against it in each --path (256 MiB reads into GPU 0); GDR has no probe yet and \
+             is listed as not-run."
         );
     }
     let code = r.exit_code();

@@ -43,3 +43,41 @@ fn snapshot_of_the_h200_machine_gives_json_and_the_unavailable_exit_status() {
         .unwrap();
     assert_eq!(p2p["status"], "ok");
 }
+
+/// `--measure` on a replay measures nothing: P2P and GDS say a replay has nothing to measure,
+/// GDR that it has no probe; all three `not-run`.
+#[test]
+fn measure_on_a_snapshot_is_not_run_with_the_reason() {
+    let snap = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../assets/snapshots/h200x2.tar.gz"
+    );
+    let out = gdpath()
+        .args(["doctor", "--json", "--measure", "--snapshot", snap])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let finding = |id: &str| {
+        v["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["id"] == id)
+            .unwrap_or_else(|| panic!("no {id} in {v}"))
+            .clone()
+    };
+    for id in ["p2p.measured-fallback", "gds.measured-fallback"] {
+        let f = finding(id);
+        assert_eq!(f["status"], "not-run", "{f}");
+        assert!(f["evidence"].as_str().unwrap().contains("replay"), "{f}");
+    }
+    let gdr = finding("gdr.measured-fallback");
+    assert_eq!(gdr["status"], "not-run", "{gdr}");
+    assert!(
+        gdr["evidence"]
+            .as_str()
+            .unwrap()
+            .contains("no bandwidth probe"),
+        "{gdr}"
+    );
+}

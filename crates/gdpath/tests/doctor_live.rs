@@ -241,3 +241,30 @@ fn p2p_probe_without_a_driver_says_why() {
         fs[0].evidence
     );
 }
+
+/// The GDS probe on a machine without libcuda: one `unknown` finding per directory naming the
+/// missing library, and no probe file written there.
+#[test]
+fn gds_probe_without_a_driver_says_why_and_writes_nothing() {
+    if gdpath_cuda::Cuda::load().is_ok() {
+        eprintln!(
+            "SKIP gds_probe_without_a_driver_says_why_and_writes_nothing: libcuda is present here"
+        );
+        return;
+    }
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let dirs = [a.path().to_owned(), b.path().to_owned()];
+    let fs = gdpath::doctor::measured::probe_gds(&dirs);
+    assert_eq!(fs.len(), 2, "{fs:?}");
+    for (f, d) in fs.iter().zip(&dirs) {
+        assert_eq!(f.id.as_str(), "gds.measured-fallback");
+        assert_eq!(f.status, gdpath::Status::Unknown);
+        assert_eq!(f.subject, d.display().to_string());
+        assert!(f.evidence.contains("libcuda.so.1"), "{}", f.evidence);
+        assert_eq!(
+            std::fs::read_dir(d).unwrap().count(),
+            0,
+            "nothing written in {d:?}"
+        );
+    }
+}

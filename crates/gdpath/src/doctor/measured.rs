@@ -9,14 +9,35 @@
 //! absorbs run-to-run noise on machines where the two are close by nature (PCIe P2P vs. pinned
 //! staging through the same root complex), so it flags only paths that gain nothing.
 //!
+//! GDS is held to a different rule: on one NVMe drive both paths are bound by the drive, and
+//! GDS's gain there is the CPU and host-memory bandwidth it does not use, not throughput
+//! (NVIDIA's GPUDirect Storage design guide, "Bandwidth from Storage"). So GDS counts as
+//! degraded only when it loses to its own fallback: `direct < 0.8 × fallback` ([`GDS_MIN_SHARE`]),
+//! which a direct DMA path through a root complex that forwards P2P slowly, or across sockets,
+//! shows.
+//!
 //! [`probe_p2p`] measures P2P against the staged path with the `gdpath bench p2p` harness;
-//! GDR and GDS have no probe yet and are listed `not-run`.
+//! [`probe_gds`] reads a file into GPU memory through cuFile's GDS path and through gdpath's
+//! staged path with the `gdpath bench storage --gpu` harness. GDR has no probe yet (neither
+//! machine here has an RDMA NIC) and is listed `not-run`.
 
 use super::finding;
 use crate::finding::{ids, Area, Finding, Status};
 
-/// The factor by which a direct path must beat its fallback.
+/// The factor by which a direct P2P or GDR path must beat its fallback.
 pub const MIN_SPEEDUP: f64 = 1.2;
+/// The share of its fallback's bandwidth below which GDS counts as degraded (see the module
+/// docs: a drive bounds both paths).
+pub const GDS_MIN_SHARE: f64 = 0.8;
+
+/// The ratio direct ÷ fallback at or below which `area`'s direct path is degraded (strictly
+/// below for GDS).
+fn threshold(area: Area) -> f64 {
+    match area {
+        Area::Gds => GDS_MIN_SHARE,
+        _ => MIN_SPEEDUP,
+    }
+}
 
 /// The finding id for a measured fallback on `area`; `None` for areas without a direct path
 /// (storage, system).
@@ -30,8 +51,9 @@ pub fn id_for(area: Area) -> Option<&'static str> {
 }
 
 /// Compares measured bandwidths (GB/s = 1e9 B/s) of a direct path and its fallback. `Degraded`
-/// when `direct ≤ 1.2 × fallback`; `Ok` above; `Unknown` when either figure is not a positive
-/// finite number. `None` for an area without a direct path.
+/// when `direct ≤ 1.2 × fallback` (P2P, GDR) or `direct < 0.8 × fallback` (GDS); `Ok` otherwise;
+/// `Unknown` when either figure is not a positive finite number. `None` for an area without a
+/// direct path.
 pub fn compare(area: Area, subject: &str, direct_gbps: f64, fallback_gbps: f64) -> Option<Finding> {
     let id = id_for(area)?;
     let valid = |x: f64| x.is_finite() && x > 0.0;
@@ -48,37 +70,54 @@ pub fn compare(area: Area, subject: &str, direct_gbps: f64, fallback_gbps: f64) 
         ));
     }
     let ratio = direct_gbps / fallback_gbps;
+    let limit = threshold(area);
     let ev = format!(
         "measured direct {direct_gbps:.2} GB/s vs fallback {fallback_gbps:.2} GB/s ({ratio:.2}×; \
-         threshold {MIN_SPEEDUP}×)"
+         threshold {limit}×)"
     );
-    Some(if ratio <= MIN_SPEEDUP {
-        finding(
-            id,
-            area,
-            subject,
-            Status::Degraded,
-            ev,
+    let degraded = match area {
+        Area::Gds => ratio < limit,
+        _ => ratio <= limit,
+    };
+    let remedy = match area {
+        Area::Gds => {
+            "GDS reads slower than the CPU path it replaces: its DMA probably crosses a root \
+             complex that forwards P2P slowly, or another socket (see gds.nvme-far, \
+             p2p.acs-enabled and system.iommu); read with the GPU nearest the drive"
+        }
+        _ => {
             "the path reports available but gains nothing over its fallback: the driver is \
              probably routing it through host memory (ACS, IOMMU, a root complex that forwards \
-             P2P slowly); see the other findings for this subject",
-        )
+             P2P slowly); see the other findings for this subject"
+        }
+    };
+    Some(if degraded {
+        finding(id, area, subject, Status::Degraded, ev, remedy)
     } else {
         finding(id, area, subject, Status::Ok, ev, "")
     })
 }
 
-/// The finding `--measure` gives in a build without transfer backends: `not-run`, saying so.
+/// The finding `--measure` gives for an area without a probe (GDR): `not-run`, saying so.
 pub fn not_available(area: Area) -> Option<Finding> {
-    let id = id_for(area)?;
-    Some(finding(
-        id,
+    not_run(
         area,
-        "system",
-        Status::NotRun,
-        "no bandwidth probe for this path yet (P2P has one)",
-        "",
-    ))
+        "no bandwidth probe for this path yet (P2P and GDS have one)",
+    )
+}
+
+/// The finding `--measure` gives in a replay (a snapshot or a published topology): `not-run`,
+/// since there is no GPU or file to measure.
+pub fn not_live(area: Area) -> Option<Finding> {
+    not_run(
+        area,
+        "a replay has nothing to measure: run --measure on the machine itself",
+    )
+}
+
+fn not_run(area: Area, why: &str) -> Option<Finding> {
+    let id = id_for(area)?;
+    Some(finding(id, area, "system", Status::NotRun, why, ""))
 }
 
 /// Bytes per copy of the P2P probe: large enough to reach the link's plateau (≥ 64 MiB on
@@ -143,6 +182,121 @@ pub fn probe_p2p() -> Vec<Finding> {
     out
 }
 
+/// Bytes the GDS probe reads per run: enough for a drive to reach its sequential rate, a
+/// fraction of a second on an NVMe drive.
+const GDS_PROBE_BYTES: u64 = 256 << 20;
+
+/// Measures, in each directory of `dirs`, a read of a 256 MiB file (written there with a
+/// pattern first, removed afterwards) into GPU 0 through cuFile's GDS path and through gdpath's
+/// staged path (O_DIRECT into pinned bounce buffers, then copies to the GPU), with the `gdpath
+/// bench storage --gpu` harness (page cache dropped before each run, median of 3, data
+/// verified), and applies [`compare`]. Per directory, one finding:
+/// - `ok` / `degraded` when both paths ran;
+/// - `not-run` when cuFile did not take its GDS path there (nvidia-fs missing, a file system
+///   it refuses; the evidence names cuFile's reason and the staged figure; the static `gds.*`
+///   findings say why);
+/// - `unknown` when the probe could not run (no GPU or CUDA driver, a directory not writable,
+///   data that did not verify), with the reason.
+pub fn probe_gds(dirs: &[std::path::PathBuf]) -> Vec<Finding> {
+    // Without a GPU no file is written: the reason is the same for every directory.
+    let gpu = match gdpath_cuda::Cuda::load() {
+        Err(e) => Err(e.to_string()),
+        Ok(c) => match c.device_count() {
+            Ok(0) => Err("the CUDA driver sees no GPU".to_owned()),
+            Ok(_) => Ok(()),
+            Err(e) => Err(e.to_string()),
+        },
+    };
+    dirs.iter()
+        .map(|d| match &gpu {
+            Ok(()) => probe_gds_in(d),
+            Err(why) => gds_unknown(d, why),
+        })
+        .collect()
+}
+
+/// `unknown`: the GDS probe could not run in `dir`, for `why`.
+fn gds_unknown(dir: &std::path::Path, why: &str) -> Finding {
+    finding(
+        ids::GDS_MEASURED_FALLBACK,
+        Area::Gds,
+        dir.display().to_string(),
+        Status::Unknown,
+        format!("GDS probe could not run: {why}"),
+        "",
+    )
+}
+
+fn probe_gds_in(dir: &std::path::Path) -> Finding {
+    use crate::bench::gds::{run, GdsBenchConfig, GdsPathChoice};
+    use crate::config::GdsConfig;
+    let subject = dir.display().to_string();
+    let unknown = |why: String| gds_unknown(dir, &why);
+    let file = dir.join(format!(".gdpath-doctor-gds-{}.tmp", std::process::id()));
+    if file.exists() {
+        return unknown(format!("{} exists; not touching it", file.display()));
+    }
+    let defaults = GdsConfig::default();
+    let cfg = GdsBenchConfig {
+        file: file.clone(),
+        size: GDS_PROBE_BYTES,
+        gpu: 0,
+        blocks: vec![defaults.chunk],
+        threads: vec![defaults.threads],
+        op: crate::transfer::Op::Read,
+        runs: 3,
+        paths: vec![GdsPathChoice::Gds, GdsPathChoice::Staged],
+        cold: true,
+        overwrite: false,
+    };
+    let result = run(&cfg, &crate::bench::NoProgress);
+    let _ = std::fs::remove_file(&file);
+    let report = match result {
+        Ok(r) => r,
+        Err(e) => return unknown(e.to_string()),
+    };
+    if let Some(bad) = report.rows.iter().find(|r| !r.verified) {
+        return unknown(format!("the {} read did not verify", bad.path));
+    }
+    let native = report.rows.iter().find(|r| r.path == "gds-native");
+    let staged = report.rows.iter().find(|r| r.path.starts_with("posix-"));
+    let how = |r: &crate::bench::BenchRow| {
+        format!(
+            "{} {:.2} GB/s (256 MiB into GPU 0, page cache dropped, median of 3, verified)",
+            r.path, r.gbps_median
+        )
+    };
+    match (native, staged) {
+        (Some(n), Some(st)) => {
+            let mut f = compare(Area::Gds, &subject, n.gbps_median, st.gbps_median)
+                .expect("GDS has a direct path");
+            f.evidence = format!("{}: {}; {}", f.evidence, how(n), how(st));
+            f
+        }
+        (None, staged) => {
+            let why = report
+                .skipped
+                .iter()
+                .find(|s| s.path == GdsPathChoice::Gds)
+                .map(|s| match &s.finding {
+                    Some(id) => format!("{id}: {}", s.detail),
+                    None => s.detail.clone(),
+                })
+                .unwrap_or_else(|| "no row".into());
+            let staged = staged.map_or_else(|| "the staged path did not run".into(), how);
+            finding(
+                ids::GDS_MEASURED_FALLBACK,
+                Area::Gds,
+                &subject,
+                Status::NotRun,
+                format!("cuFile did not take its GDS path here ({why}); {staged}"),
+                "",
+            )
+        }
+        (Some(_), None) => unknown("the staged path did not run".into()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -155,15 +309,27 @@ mod tests {
             (f.id.as_str(), f.status),
             (ids::P2P_MEASURED_FALLBACK, Status::Ok)
         );
-        // Exactly at the threshold counts as a fallback; just above does not.
+        // P2P and GDR: exactly at the threshold counts as a fallback; just above does not.
         assert_eq!(
-            compare(Area::Gds, "/data", 12.0, 10.0).unwrap().status,
+            compare(Area::P2p, "GPU0-GPU1", 12.0, 10.0).unwrap().status,
             Status::Degraded
         );
         assert_eq!(
-            compare(Area::Gds, "/data", 12.01, 10.0).unwrap().status,
+            compare(Area::P2p, "GPU0-GPU1", 12.01, 10.0).unwrap().status,
             Status::Ok
         );
+        // GDS: level with the staged path is fine (one drive bounds both); below 0.8× is not.
+        assert_eq!(
+            compare(Area::Gds, "/data", 10.0, 10.0).unwrap().status,
+            Status::Ok
+        );
+        assert_eq!(
+            compare(Area::Gds, "/data", 8.0, 10.0).unwrap().status,
+            Status::Ok
+        );
+        let slow = compare(Area::Gds, "/data", 7.99, 10.0).unwrap();
+        assert_eq!(slow.status, Status::Degraded);
+        assert!(slow.remedy.contains("nearest the drive"), "{}", slow.remedy);
         assert_eq!(
             compare(Area::Gdr, "GPU0-NIC0", 10.0, 11.0).unwrap().status,
             Status::Degraded
@@ -177,6 +343,7 @@ mod tests {
             Status::Unknown
         );
         assert!(compare(Area::System, "x", 1.0, 1.0).is_none());
-        assert_eq!(not_available(Area::P2p).unwrap().status, Status::NotRun);
+        assert_eq!(not_available(Area::Gdr).unwrap().status, Status::NotRun);
+        assert!(not_live(Area::P2p).unwrap().evidence.contains("replay"));
     }
 }
