@@ -18,6 +18,7 @@
 # CC=cubic (root) runs the rounds under that congestion control and restores the host's at exit.
 # Usage: scripts/net-4k-target.sh ROUNDS GDPATH [GDPATH...]   (BATCH=16, N=200000, CC unset)
 set -uo pipefail
+export LC_ALL=C  # sort -n and awk read "0.63" alike in every locale
 rounds=${1:?usage: net-4k-target.sh ROUNDS GDPATH [GDPATH...]}
 shift
 [ $# -ge 1 ] || { echo "usage: net-4k-target.sh ROUNDS GDPATH [GDPATH...]" >&2; exit 2; }
@@ -25,9 +26,10 @@ batch=${BATCH:-16}; n=${N:-200000}; size=4096
 export UCX_TLS=tcp UCX_NET_DEVICES=lo
 port=$((20000 + RANDOM % 20000))
 results=$(mktemp)
+pt_results=$(mktemp)
 cc_was=$(sysctl -n net.ipv4.tcp_congestion_control 2>/dev/null || echo "?")
 restore() {
-  rm -f "$results"
+  rm -f "$results" "$pt_results"
   if [ -n "${CC:-}" ]; then sysctl -qw net.ipv4.tcp_congestion_control="$cc_was"; fi
 }
 trap restore EXIT
@@ -37,8 +39,23 @@ fi
 # Thousands of TCP segments this host sent since the previous call (nstat keeps the last count).
 segs() { nstat TcpOutSegs 2>/dev/null | awk '/TcpOutSegs/ {printf "%dk", $2 / 1000}'; }
 # Below this many thousand segments per 200 000 puts a run counts as coalesced (the fast mode);
-# the modes' ranges measured so far: 176-261 k and 266-414 k.
-coalesced_max=265
+# the modes' ranges measured so far: 176-261 k and 266-414 k. Scaled with N.
+coalesced_max=$((265 * n / 200000))
+# Reads "SEGMENTS(k) GB/s" lines; prints how many runs were coalesced and the median GB/s of
+# each mode, for the program named $1.
+modes() {
+  awk -v m="$coalesced_max" '$1 > 0 {print ($1 < m ? "fast" : "slow"), $2}' | sort -k1,1 -k2,2n \
+    | awk -v name="$1" '
+    {n[$1]++; v[$1, n[$1]] = $2}
+    function med(mode,  c) {
+      c = n[mode]; if (c == 0) return "-"
+      return sprintf("%.3f", (c % 2) ? v[mode, (c + 1) / 2] : (v[mode, c / 2] + v[mode, c / 2 + 1]) / 2)
+    }
+    END {
+      printf "  %s: coalesced in %d of %d runs; median GB/s coalesced %s, uncoalesced %s\n",
+        name, n["fast"], n["fast"] + n["slow"], med("fast"), med("slow")
+    }'
+}
 date -u +"start %Y-%m-%dT%H:%M:%SZ"; uname -srm; nproc
 echo "congestion control: $(sysctl -n net.ipv4.tcp_congestion_control 2>/dev/null || echo '?')"
 for r in $(seq "$rounds"); do
@@ -48,8 +65,9 @@ for r in $(seq "$rounds"); do
   segs >/dev/null
   pt=$(taskset -c 1 ucx_perftest 127.0.0.1 -p "$port" -t ucp_put_bw -s "$size" -n "$n" 2>/dev/null \
     | awk '/Final/ {printf "%.4f", $7 * 1048576 / 1e9}')
-  seg=$(segs); pt_seg=${seg%k}
+  seg=$(segs); pt_seg=${seg%k}; pt_seg=${pt_seg:-0}
   wait "$srv" 2>/dev/null
+  [ -n "${pt:-}" ] && echo "$pt_seg $pt" >> "$pt_results"
   line="round $r: ucx_perftest ${pt:-?} GB/s [$seg]"
   k=0
   for g in "$@"; do
@@ -60,11 +78,11 @@ for r in $(seq "$rounds"); do
     gb=$(taskset -c 1 "$g" bench net --peer "127.0.0.1:$((port + k))" --op put --size "$size" \
       --qd 64 --batch "$batch" --completion local --runs 1 --bytes-per-run $((size * n)) \
       --lat-iters 5 --json 2>/dev/null | awk -F': ' '/"gbps_median"/ {gsub(/,/, "", $2); print $2; exit}')
-    seg=$(segs)
+    seg=$(segs); g_seg=${seg%k}; g_seg=${g_seg:-0}
     kill "$s" 2>/dev/null; wait "$s" 2>/dev/null
     if [ -n "${pt:-}" ] && [ -n "${gb:-}" ]; then
       ratio=$(awk -v a="$gb" -v b="$pt" 'BEGIN {printf "%.3f", a / b}')
-      echo "$k $ratio ${pt_seg:-0} ${seg%k} $pt $gb" >> "$results"
+      echo "$k $ratio $pt_seg $g_seg $pt $gb" >> "$results"
       line="$line | $g $(printf '%.4f' "$gb") GB/s ($ratio x) [$seg]"
     else
       line="$line | $g FAILED"
@@ -94,23 +112,10 @@ for g in "$@"; do
       med = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
       printf "%s: both runs coalesced in %d rounds, median %.3fx there\n", g, NR, med
     }'
-  # Each program on its own, split by mode: how often it ran coalesced, and its median GB/s in
+  # The binary on its own, split by mode: how often it ran coalesced, and its median GB/s in
   # each mode (the seventh to ninth sessions' reading: the engine falls into the slow mode more
-  # often, and trails within the fast one).
-  for who in "ucx_perftest:3:5" "$g:4:6"; do
-    IFS=: read -r name segcol gbcol <<< "$who"
-    awk -v k="$k" -v m="$coalesced_max" -v s="$segcol" -v c="$gbcol" \
-      '$1 == k && $s > 0 {print ($s < m ? "fast" : "slow"), $c}' "$results" | sort -k1,1 -k2,2n \
-      | awk -v name="$name" '
-      {n[$1]++; v[$1, n[$1]] = $2}
-      function med(mode,  c) {
-        c = n[mode]; if (c == 0) return "-"
-        return sprintf("%.3f", (c % 2) ? v[mode, (c + 1) / 2] : (v[mode, c / 2] + v[mode, c / 2 + 1]) / 2)
-      }
-      END {
-        printf "  %s: coalesced in %d of %d runs; median GB/s coalesced %s, uncoalesced %s\n",
-          name, n["fast"], n["fast"] + n["slow"], med("fast"), med("slow")
-      }'
-  done
+  # often, and trails within the fast one). perftest's line follows the binaries'.
+  awk -v k="$k" '$1 == k && $4 > 0 {print $4, $6}' "$results" | modes "$g"
 done
+modes ucx_perftest < "$pt_results"
 date -u +"end %Y-%m-%dT%H:%M:%SZ"

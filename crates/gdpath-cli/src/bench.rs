@@ -65,13 +65,31 @@ pub struct NetBenchArgs {
     /// When a put counts as done: `remote` (confirmed in the peer's memory by a flush, one
     /// round trip per transfer) or `local` (the local buffer is free; each bandwidth run ends
     /// with one flush, like ucx_perftest). Gets always complete when their data arrived.
-    #[arg(long, default_value = "remote", value_parser = ["remote", "local"])]
-    completion: String,
+    #[arg(long, value_enum, default_value_t = Completion::Remote)]
+    completion: Completion,
     #[command(flatten)]
     net: crate::serve::NetOpts,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
+}
+
+/// `bench net --completion`: when a put counts as done.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Completion {
+    /// Confirmed in the peer's memory by a flush.
+    Remote,
+    /// The local buffer is free.
+    Local,
+}
+
+impl From<Completion> for PutCompletion {
+    fn from(c: Completion) -> Self {
+        match c {
+            Completion::Remote => PutCompletion::Remote,
+            Completion::Local => PutCompletion::Local,
+        }
+    }
 }
 
 #[derive(Debug, Args)]
@@ -326,11 +344,7 @@ fn run_net(a: NetBenchArgs) -> Result<ExitCode> {
         peer,
         token: a.net.token()?,
         net: NetConfig {
-            put_completion: if a.completion == "local" {
-                PutCompletion::Local
-            } else {
-                PutCompletion::Remote
-            },
+            put_completion: a.completion.into(),
             ..a.net.config()
         },
         op: if a.op == "get" { Op::Read } else { Op::Write },
@@ -450,7 +464,7 @@ fn run_net(a: NetBenchArgs) -> Result<ExitCode> {
              completion ({})",
             if a.op == "get" {
                 "a get completes when its data is in local memory"
-            } else if a.completion == "local" {
+            } else if a.completion == Completion::Local {
                 "--completion local: a put completes when its buffer is free; each bandwidth run \
                  ends with a flush confirming all of them"
             } else {

@@ -244,7 +244,7 @@ pub fn run(a: P2pArgs) -> Result<ExitCode> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gdpath::topo::facts::{CudaP2pAttrs, GpuFacts, GpuPairFacts, NvLinkFacts};
+    use gdpath::topo::facts::CudaP2pAttrs;
     use gdpath_testkit::fixtures;
 
     /// The `nvidia-smi topo -p2p <letter>` matrices printed in a fixture, by letter.
@@ -277,46 +277,10 @@ mod tests {
         out
     }
 
-    /// Facts as the H200 probe states them: NV18 through 18 direct links, NVML read/write/NVLink
-    /// /atomics OK and PCIe NS, CUDA access both ways.
+    /// The H200 machine's driver facts (`gdpath_testkit::H200_DRIVER_FACTS_JSON`): NV18
+    /// through 18 links, NVML read/write/NVLink/atomics OK and PCIe NS, CUDA access both ways.
     fn h200() -> DriverFacts {
-        let gpu = |ordinal: u32, pci: &str, peer: &str| GpuFacts {
-            ordinal,
-            pci: pci.into(),
-            nvlinks: (0..18)
-                .map(|link| NvLinkFacts {
-                    link,
-                    remote_pci: peer.into(),
-                    gbps: Some(26.562),
-                    ..Default::default()
-                })
-                .collect(),
-            ..Default::default()
-        };
-        let st = NvmlP2pStatus {
-            read: P2pCap::Ok,
-            write: P2pCap::Ok,
-            nvlink: P2pCap::Ok,
-            atomics: P2pCap::Ok,
-            pci: P2pCap::Ns,
-        };
-        let pair = |a, b| GpuPairFacts {
-            a,
-            b,
-            nvml: Some(st),
-            cuda: Some(CudaP2pAttrs {
-                access_supported: true,
-                ..Default::default()
-            }),
-        };
-        DriverFacts {
-            gpus: vec![
-                gpu(0, "0000:00:06.0", "0000:00:07.0"),
-                gpu(1, "0000:00:07.0", "0000:00:06.0"),
-            ],
-            pairs: vec![pair(0, 1), pair(1, 0)],
-            ..Default::default()
-        }
+        serde_json::from_str(gdpath_testkit::H200_DRIVER_FACTS_JSON).unwrap()
     }
 
     #[test]

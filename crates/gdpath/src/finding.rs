@@ -174,6 +174,6 @@ pub mod ids {
     pub const P2P_MEASURED_FALLBACK: &str = "p2p.measured-fallback";
     /// Measured: GDR ran at no more than 1.2× the staged fallback.
     pub const GDR_MEASURED_FALLBACK: &str = "gdr.measured-fallback";
-    /// Measured: GDS ran at no more than 1.2× the POSIX fallback.
+    /// Measured: GDS read below 0.8× the staged (POSIX) fallback.
     pub const GDS_MEASURED_FALLBACK: &str = "gds.measured-fallback";
 }

@@ -372,7 +372,7 @@ fn doctor_gds_probe_measures_each_directory() {
             .filter(|e| {
                 e.file_name()
                     .to_string_lossy()
-                    .starts_with(".gdpath-doctor-gds-")
+                    .starts_with(".gdpath-doctor-gds")
             })
             .collect();
         assert!(left.is_empty(), "probe file left in {}", d.display());

@@ -1,13 +1,14 @@
 //! `--measure`: flags a path that is reported available but runs at fallback speed — P2P "OK"
-//! yet GPU↔GPU at staged bandwidth, GDR at bounce-buffer speed, GDS at POSIX speed.
+//! yet GPU↔GPU at staged bandwidth, GDR at bounce-buffer speed — and GDS that reads slower
+//! than the CPU path it replaces.
 //!
-//! The rule: with `direct` the measured bandwidth of the direct path and `fallback` that of its
-//! fallback (same sizes, same direction), the direct path is a silent fallback when
-//! `direct ≤ 1.2 × fallback`. A real direct path beats its fallback by far more: on the H200
-//! machine P2P over NVLink ran at ≈ 394 GB/s against ≈ 55 GB/s for a pinned host copy, one
-//! direction of the staged path (fixtures/device/h200x2-probe-2026-11-30.txt). The 20 % margin
-//! absorbs run-to-run noise on machines where the two are close by nature (PCIe P2P vs. pinned
-//! staging through the same root complex), so it flags only paths that gain nothing.
+//! The rule for P2P and GDR: with `direct` the measured bandwidth of the direct path and
+//! `fallback` that of its fallback (same sizes, same direction), the direct path is a silent
+//! fallback when `direct ≤ 1.2 × fallback`. A real direct path beats its fallback by far more:
+//! on the H200 machine P2P over NVLink ran at ≈ 394 GB/s against ≈ 55 GB/s for a pinned host
+//! copy, one direction of the staged path (fixtures/device/h200x2-probe-2026-11-30.txt). The
+//! 20 % margin absorbs run-to-run noise on machines where the two are close by nature (PCIe P2P
+//! vs. pinned staging through the same root complex), so it flags only paths that gain nothing.
 //!
 //! GDS is held to a different rule: on one NVMe drive both paths are bound by the drive, and
 //! GDS's gain there is the CPU and host-memory bandwidth it does not use, not throughput
@@ -30,12 +31,28 @@ pub const MIN_SPEEDUP: f64 = 1.2;
 /// docs: a drive bounds both paths).
 pub const GDS_MIN_SHARE: f64 = 0.8;
 
-/// The ratio direct ÷ fallback at or below which `area`'s direct path is degraded (strictly
-/// below for GDS).
-fn threshold(area: Area) -> f64 {
+/// How `area`'s measurement is judged: the ratio direct ÷ fallback, whether being at it is
+/// already degraded (P2P, GDR: `≤ 1.2`) or only being below it (GDS: `< 0.8`), the words for
+/// the evidence, and the remedy when degraded.
+fn rule(area: Area) -> (f64, bool, &'static str, &'static str) {
     match area {
-        Area::Gds => GDS_MIN_SHARE,
-        _ => MIN_SPEEDUP,
+        Area::Gds => (
+            GDS_MIN_SHARE,
+            false,
+            "degraded below",
+            "GDS reads slower than the CPU path it replaces: its DMA probably crosses a root \
+             complex that forwards P2P slowly, or another socket (see gds.nvme-far for the \
+             GPU measured, p2p.acs-enabled and system.iommu); read with the GPU nearest the \
+             drive",
+        ),
+        _ => (
+            MIN_SPEEDUP,
+            true,
+            "degraded at or below",
+            "the path reports available but gains nothing over its fallback: the driver is \
+             probably routing it through host memory (ACS, IOMMU, a root complex that forwards \
+             P2P slowly); see the other findings for this subject",
+        ),
     }
 }
 
@@ -70,27 +87,12 @@ pub fn compare(area: Area, subject: &str, direct_gbps: f64, fallback_gbps: f64) 
         ));
     }
     let ratio = direct_gbps / fallback_gbps;
-    let limit = threshold(area);
+    let (limit, at_limit_too, words, remedy) = rule(area);
     let ev = format!(
         "measured direct {direct_gbps:.2} GB/s vs fallback {fallback_gbps:.2} GB/s ({ratio:.2}×; \
-         threshold {limit}×)"
+         {words} {limit}×)"
     );
-    let degraded = match area {
-        Area::Gds => ratio < limit,
-        _ => ratio <= limit,
-    };
-    let remedy = match area {
-        Area::Gds => {
-            "GDS reads slower than the CPU path it replaces: its DMA probably crosses a root \
-             complex that forwards P2P slowly, or another socket (see gds.nvme-far, \
-             p2p.acs-enabled and system.iommu); read with the GPU nearest the drive"
-        }
-        _ => {
-            "the path reports available but gains nothing over its fallback: the driver is \
-             probably routing it through host memory (ACS, IOMMU, a root complex that forwards \
-             P2P slowly); see the other findings for this subject"
-        }
-    };
+    let degraded = ratio < limit || (at_limit_too && ratio == limit);
     Some(if degraded {
         finding(id, area, subject, Status::Degraded, ev, remedy)
     } else {
@@ -185,18 +187,23 @@ pub fn probe_p2p() -> Vec<Finding> {
 /// Bytes the GDS probe reads per run: enough for a drive to reach its sequential rate, a
 /// fraction of a second on an NVMe drive.
 const GDS_PROBE_BYTES: u64 = 256 << 20;
+/// What the GDS probe needs of a directory.
+const GDS_PROBE_NEEDS: &str = "--measure needs a writable --path with 256 MiB free";
 
-/// Measures, in each directory of `dirs`, a read of a 256 MiB file (written there with a
-/// pattern first, removed afterwards) into GPU 0 through cuFile's GDS path and through gdpath's
-/// staged path (O_DIRECT into pinned bounce buffers, then copies to the GPU), with the `gdpath
-/// bench storage --gpu` harness (page cache dropped before each run, median of 3, data
-/// verified), and applies [`compare`]. Per directory, one finding:
+/// Measures, in each directory of `dirs`, a read
+/// of a 256 MiB file (created there with an unpredictable `.gdpath-doctor-gds*` name, filled
+/// with a pattern, removed afterwards; an interrupted doctor can leave it behind) into GPU 0
+/// through cuFile's GDS path and through gdpath's staged path (O_DIRECT into pinned bounce
+/// buffers, then copies to the GPU), with the `gdpath bench storage --gpu` harness (page cache
+/// dropped before each run, median of 3, data verified), and applies [`compare`]. Per
+/// directory, one finding:
 /// - `ok` / `degraded` when both paths ran;
 /// - `not-run` when cuFile did not take its GDS path there (nvidia-fs missing, a file system
 ///   it refuses; the evidence names cuFile's reason and the staged figure; the static `gds.*`
 ///   findings say why);
-/// - `unknown` when the probe could not run (no GPU or CUDA driver, a directory not writable,
-///   data that did not verify), with the reason.
+/// - `unavailable` when a path's data did not verify;
+/// - `unknown` when the probe could not run (no GPU or CUDA driver, a directory not writable
+///   or without 256 MiB free, a failed transfer), with the reason.
 pub fn probe_gds(dirs: &[std::path::PathBuf]) -> Vec<Finding> {
     // Without a GPU no file is written: the reason is the same for every directory.
     let gpu = match gdpath_cuda::Cuda::load() {
@@ -210,90 +217,162 @@ pub fn probe_gds(dirs: &[std::path::PathBuf]) -> Vec<Finding> {
     dirs.iter()
         .map(|d| match &gpu {
             Ok(()) => probe_gds_in(d),
-            Err(why) => gds_unknown(d, why),
+            Err(why) => gds_finding(
+                d,
+                Status::Unknown,
+                format!("GDS probe could not run: {why}"),
+                "",
+            ),
         })
         .collect()
 }
 
-/// `unknown`: the GDS probe could not run in `dir`, for `why`.
-fn gds_unknown(dir: &std::path::Path, why: &str) -> Finding {
+/// A `gds.measured-fallback` finding for `dir`.
+fn gds_finding(dir: &std::path::Path, status: Status, evidence: String, remedy: &str) -> Finding {
     finding(
         ids::GDS_MEASURED_FALLBACK,
         Area::Gds,
         dir.display().to_string(),
-        Status::Unknown,
-        format!("GDS probe could not run: {why}"),
-        "",
+        status,
+        evidence,
+        remedy,
     )
 }
 
 fn probe_gds_in(dir: &std::path::Path) -> Finding {
     use crate::bench::gds::{run, GdsBenchConfig, GdsPathChoice};
     use crate::config::GdsConfig;
-    let subject = dir.display().to_string();
-    let unknown = |why: String| gds_unknown(dir, &why);
-    let file = dir.join(format!(".gdpath-doctor-gds-{}.tmp", std::process::id()));
-    if file.exists() {
-        return unknown(format!("{} exists; not touching it", file.display()));
-    }
+    let unknown = |why: String, remedy: &str| {
+        gds_finding(
+            dir,
+            Status::Unknown,
+            format!("GDS probe could not run: {why}"),
+            remedy,
+        )
+    };
+    // Created exclusively (O_EXCL) under a random name: nothing that already exists there,
+    // a link included, is opened or written. Removed when the guard drops.
+    let file = match tempfile::Builder::new()
+        .prefix(".gdpath-doctor-gds")
+        .tempfile_in(dir)
+    {
+        Ok(f) => f,
+        Err(e) => {
+            return unknown(
+                format!("no file can be created in {}: {e}", dir.display()),
+                GDS_PROBE_NEEDS,
+            )
+        }
+    };
     let defaults = GdsConfig::default();
+    let runs = 3;
     let cfg = GdsBenchConfig {
-        file: file.clone(),
+        file: file.path().to_owned(),
         size: GDS_PROBE_BYTES,
         gpu: 0,
         blocks: vec![defaults.chunk],
         threads: vec![defaults.threads],
         op: crate::transfer::Op::Read,
-        runs: 3,
+        runs,
         paths: vec![GdsPathChoice::Gds, GdsPathChoice::Staged],
         cold: true,
-        overwrite: false,
+        // The file exists (empty): the harness fills it.
+        overwrite: true,
     };
     let result = run(&cfg, &crate::bench::NoProgress);
-    let _ = std::fs::remove_file(&file);
+    let removed = file.close();
     let report = match result {
         Ok(r) => r,
-        Err(e) => return unknown(e.to_string()),
+        // Writing the pattern file (no space, a quota) is the probe's own doing.
+        Err(e @ crate::error::Error::Io { op: "write", .. }) => {
+            return unknown(e.to_string(), GDS_PROBE_NEEDS)
+        }
+        Err(e) => return unknown(e.to_string(), ""),
     };
-    if let Some(bad) = report.rows.iter().find(|r| !r.verified) {
-        return unknown(format!("the {} read did not verify", bad.path));
+    let mut left = String::new();
+    if let Err(e) = removed {
+        left = format!("; the probe file could not be removed: {e}");
     }
-    let native = report.rows.iter().find(|r| r.path == "gds-native");
-    let staged = report.rows.iter().find(|r| r.path.starts_with("posix-"));
+    if let Some(bad) = report.rows.iter().find(|r| !r.verified) {
+        return gds_finding(
+            dir,
+            Status::Unavailable,
+            format!(
+                "the {} read of {} into GPU 0 did not match the file{left}",
+                bad.path,
+                crate::bench::format_size(GDS_PROBE_BYTES)
+            ),
+            "do not use this path for this directory: data read through it is wrong",
+        );
+    }
+    // Rows follow the order of `cfg.paths` for the choices that were not skipped.
+    let skipped = |c: GdsPathChoice| report.skipped.iter().find(|s| s.path == c);
+    let mut rows = report.rows.iter();
+    let native = skipped(GdsPathChoice::Gds)
+        .is_none()
+        .then(|| rows.next())
+        .flatten();
+    let staged = skipped(GdsPathChoice::Staged)
+        .is_none()
+        .then(|| rows.next())
+        .flatten();
     let how = |r: &crate::bench::BenchRow| {
         format!(
-            "{} {:.2} GB/s (256 MiB into GPU 0, page cache dropped, median of 3, verified)",
-            r.path, r.gbps_median
+            "{} {:.2} GB/s ({} into GPU 0, median of {runs}, verified)",
+            r.path,
+            r.gbps_median,
+            crate::bench::format_size(GDS_PROBE_BYTES)
+        )
+    };
+    let why_skipped = |c: GdsPathChoice| {
+        skipped(c).map_or_else(
+            || "no row".to_owned(),
+            |s| match &s.finding {
+                Some(id) => format!("{id}: {}", s.detail),
+                None => s.detail.clone(),
+            },
         )
     };
     match (native, staged) {
         (Some(n), Some(st)) => {
-            let mut f = compare(Area::Gds, &subject, n.gbps_median, st.gbps_median)
-                .expect("GDS has a direct path");
-            f.evidence = format!("{}: {}; {}", f.evidence, how(n), how(st));
+            let mut f = compare(
+                Area::Gds,
+                &dir.display().to_string(),
+                n.gbps_median,
+                st.gbps_median,
+            )
+            .expect("GDS has a direct path");
+            f.evidence = format!("{}: {}; {}{left}", f.evidence, how(n), how(st));
             f
         }
-        (None, staged) => {
-            let why = report
-                .skipped
-                .iter()
-                .find(|s| s.path == GdsPathChoice::Gds)
-                .map(|s| match &s.finding {
-                    Some(id) => format!("{id}: {}", s.detail),
-                    None => s.detail.clone(),
-                })
-                .unwrap_or_else(|| "no row".into());
-            let staged = staged.map_or_else(|| "the staged path did not run".into(), how);
-            finding(
-                ids::GDS_MEASURED_FALLBACK,
-                Area::Gds,
-                &subject,
+        (None, st) => {
+            let staged = st.map_or_else(
+                || {
+                    format!(
+                        "the staged path did not run either ({})",
+                        why_skipped(GdsPathChoice::Staged)
+                    )
+                },
+                how,
+            );
+            gds_finding(
+                dir,
                 Status::NotRun,
-                format!("cuFile did not take its GDS path here ({why}); {staged}"),
+                format!(
+                    "cuFile did not take its GDS path here ({}); {staged}{left}",
+                    why_skipped(GdsPathChoice::Gds)
+                ),
                 "",
             )
         }
-        (Some(_), None) => unknown("the staged path did not run".into()),
+        (Some(n), None) => unknown(
+            format!(
+                "{}, but the staged path did not run ({}){left}",
+                how(n),
+                why_skipped(GdsPathChoice::Staged)
+            ),
+            "",
+        ),
     }
 }
 

@@ -151,8 +151,10 @@ impl UcxBackend {
     /// Loads UCX and creates the context (RMA, active messages, and wakeup for a serving
     /// thread's idle waits) and worker.
     pub(crate) fn new(agent_name: &str, agent_id: u64, cfg: NetConfig) -> Result<Arc<Self>> {
+        // A setting the environment already makes is the user's (and UCX's to warn about).
         let cuda_defaults: Vec<(String, String)> = UCX_CUDA_DEFAULTS
             .iter()
+            .filter(|(k, _)| std::env::var_os(format!("UCX_{k}")).is_none())
             .map(|&(k, v)| (k.to_owned(), v.to_owned()))
             .collect();
         let mut ucfg = UcxCfg {
@@ -176,15 +178,19 @@ impl UcxBackend {
         // context exists, and a UCX without CUDA transports warns about a setting none of them
         // used ("invalid configuration", when the worker is created): there the context is
         // made again without them, 0.65 ms for the second context of Debian's UCX 1.13 here
-        // (docs/network.md). Should that fail, the first context serves; should the first fail,
-        // UCX's defaults are tried before giving up.
+        // (docs/network.md). Should that fail, the first context serves; should UCX refuse the
+        // first at `ucp_init`, one without the settings is tried before giving up (a missing
+        // library or a setting UCX refuses fails both alike, so it is not tried again).
         let mut ctx = match Context::new(&ucfg) {
             Ok(c) => c,
-            Err(e) => {
+            Err(e @ gdpath_ucx::UcxError::Status { op: "ucp_init", .. })
+                if !ucfg.defaults.is_empty() =>
+            {
                 tracing::debug!("UCX context with gdpath's CUDA defaults: {e}");
                 ucfg.defaults.clear();
                 Context::new(&ucfg).map_err(ucx_err)?
             }
+            Err(e) => return Err(ucx_err(e)),
         };
         let cuda = ctx.supports(MemType::Cuda).unwrap_or(false);
         if !cuda && !ucfg.defaults.is_empty() {
