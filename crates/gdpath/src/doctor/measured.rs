@@ -190,9 +190,9 @@ const GDS_PROBE_BYTES: u64 = 256 << 20;
 /// What the GDS probe needs of a directory.
 const GDS_PROBE_NEEDS: &str = "--measure needs a writable --path with 256 MiB free";
 
-/// Measures, in each directory of `dirs`, a read
-/// of a 256 MiB file (created there with an unpredictable `.gdpath-doctor-gds*` name, filled
-/// with a pattern, removed afterwards; an interrupted doctor can leave it behind) into GPU 0
+/// Measures, in each directory of `dirs`, a read of a 256 MiB file (created there with an
+/// unpredictable `.gdpath-doctor-gds*` name, filled with a pattern, removed afterwards; an
+/// interrupted doctor can leave it behind) into GPU 0
 /// through cuFile's GDS path and through gdpath's staged path (O_DIRECT into pinned bounce
 /// buffers, then copies to the GPU), with the `gdpath bench storage --gpu` harness (page cache
 /// dropped before each run, median of 3, data verified), and applies [`compare`]. Per
