@@ -2,6 +2,12 @@
 
 use std::process::Command;
 
+/// The snapshot of the two-GPU H200 machine shipped with gdpath.
+const H200_SNAPSHOT: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../assets/snapshots/h200x2.tar.gz"
+);
+
 fn gdpath() -> Command {
     Command::new(env!("CARGO_BIN_EXE_gdpath"))
 }
@@ -23,12 +29,8 @@ fn a_missing_path_is_a_failure_of_the_doctor_not_a_finding() {
 
 #[test]
 fn snapshot_of_the_h200_machine_gives_json_and_the_unavailable_exit_status() {
-    let snap = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../assets/snapshots/h200x2.tar.gz"
-    );
     let out = gdpath()
-        .args(["doctor", "--json", "--snapshot", snap])
+        .args(["doctor", "--json", "--snapshot", H200_SNAPSHOT])
         .output()
         .unwrap();
     // GDR is unavailable there (no RDMA device): exit status 2.
@@ -48,12 +50,8 @@ fn snapshot_of_the_h200_machine_gives_json_and_the_unavailable_exit_status() {
 /// GDR that it has no probe; all three `not-run`.
 #[test]
 fn measure_on_a_snapshot_is_not_run_with_the_reason() {
-    let snap = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../assets/snapshots/h200x2.tar.gz"
-    );
     let out = gdpath()
-        .args(["doctor", "--json", "--measure", "--snapshot", snap])
+        .args(["doctor", "--json", "--measure", "--snapshot", H200_SNAPSHOT])
         .output()
         .unwrap();
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
