@@ -29,7 +29,7 @@ pub const AM_ID: u16 = 0x6764;
 /// First four bytes of every message.
 pub const MAGIC: [u8; 4] = *b"GDPN";
 /// The protocol version this build speaks (and the only one it accepts).
-pub const VERSION: u16 = 1;
+pub const VERSION: u16 = 2;
 /// Frame header length in bytes.
 pub const HEADER_LEN: usize = 12;
 /// Largest message (header + body) in bytes: the UCX control-message bound
@@ -48,6 +48,8 @@ pub const AGENT_NAME_CHARS: usize = 64;
 pub const MAX_RKEY: usize = 4096;
 /// Longest notification payload, bytes.
 pub const MAX_NOTIFY: usize = 64 * 1024;
+/// Most writes one [`Message::Writes`] carries.
+pub const MAX_WRITES: usize = 1024;
 /// Nonce and MAC length (HMAC-SHA256 output), bytes.
 pub const NONCE_LEN: usize = 32;
 
@@ -64,6 +66,8 @@ pub enum Kind {
     WithdrawAck = 7,
     Notify = 8,
     Bye = 9,
+    Writes = 10,
+    WritesAck = 11,
 }
 
 impl Kind {
@@ -78,6 +82,8 @@ impl Kind {
             7 => Kind::WithdrawAck,
             8 => Kind::Notify,
             9 => Kind::Bye,
+            10 => Kind::Writes,
+            11 => Kind::WritesAck,
             _ => return None,
         })
     }
@@ -172,6 +178,19 @@ pub enum Message {
     /// the client closes its endpoint, so that the endpoint failure the close causes at the
     /// server is never mistaken for a death. Body: empty.
     Bye,
+    /// C → S: writes into one of the server's exported host regions, the bytes carried in the
+    /// message (for transports on which UCX emulates puts with a message each: many small
+    /// writes go in one). Body: seq u64, region u64, count u32, (offset u64, len u32) × count,
+    /// then the writes' bytes back to back, exactly as many as the lengths add up to.
+    Writes {
+        seq: u64,
+        region: u64,
+        records: Vec<(u64, u32)>,
+        data: Vec<u8>,
+    },
+    /// S → C: the writes of message `seq` are in the region's memory, or why none was made.
+    /// Body: seq u64, status u8 (0 done, 1 refused), then for a refusal the reason (str16).
+    WritesAck { seq: u64, error: Option<String> },
 }
 
 impl Message {
@@ -187,6 +206,8 @@ impl Message {
             Message::WithdrawAck(_) => Kind::WithdrawAck,
             Message::Notify(_) => Kind::Notify,
             Message::Bye => Kind::Bye,
+            Message::Writes { .. } => Kind::Writes,
+            Message::WritesAck { .. } => Kind::WritesAck,
         }
     }
 }
@@ -378,6 +399,43 @@ pub fn decode(bytes: &[u8]) -> Result<Message, DecodeError> {
         }
         // Empty body: a byte present is refused below as trailing.
         Kind::Bye => Message::Bye,
+        Kind::Writes => {
+            let seq = r.u64("writes seq")?;
+            let region = r.u64("writes region")?;
+            let n = r.count("write count", MAX_WRITES, 12)?;
+            let mut records = Vec::with_capacity(n);
+            let mut total: usize = 0;
+            for _ in 0..n {
+                let off = r.u64("write offset")?;
+                let len = r.u32("write length")?;
+                if off.checked_add(len.into()).is_none() {
+                    return Err(DecodeError::BadRegion {
+                        id: region,
+                        detail: format!("write at {off} of {len} bytes wraps around"),
+                    });
+                }
+                total = total.saturating_add(len as usize);
+                records.push((off, len));
+            }
+            // The bytes must be exactly what the records say: no more (refused below as
+            // trailing), no less.
+            let data = r.take("write bytes", total)?.to_vec();
+            Message::Writes {
+                seq,
+                region,
+                records,
+                data,
+            }
+        }
+        Kind::WritesAck => {
+            let seq = r.u64("writes ack seq")?;
+            let error = match r.u8("writes ack status")? {
+                0 => None,
+                1 => Some(r.str16("writes refusal", MAX_NAME)?),
+                c => return Err(DecodeError::UnknownCode(c)),
+            };
+            Message::WritesAck { seq, error }
+        }
     };
     if r.left() != 0 {
         return Err(DecodeError::Trailing(r.left()));
@@ -547,6 +605,45 @@ pub fn encode(msg: &Message) -> Result<Vec<u8>, EncodeError> {
             w.0.extend_from_slice(b);
         }
         Message::Bye => {}
+        Message::Writes {
+            seq,
+            region,
+            records,
+            data,
+        } => {
+            Writer::limit("write count", records.len(), MAX_WRITES)?;
+            let total: usize = records.iter().map(|&(_, l)| l as usize).sum();
+            if total != data.len() {
+                return Err(EncodeError {
+                    what: "write bytes (not what the records add up to)",
+                    len: data.len(),
+                    max: total,
+                });
+            }
+            w.0.extend_from_slice(&seq.to_le_bytes());
+            w.0.extend_from_slice(&region.to_le_bytes());
+            w.0.extend_from_slice(&(records.len() as u32).to_le_bytes());
+            for &(off, len) in records {
+                w.0.extend_from_slice(&off.to_le_bytes());
+                w.0.extend_from_slice(&len.to_le_bytes());
+            }
+            Writer::limit("message", w.0.len() + data.len(), MAX_MESSAGE)?;
+            w.0.extend_from_slice(data);
+        }
+        Message::WritesAck { seq, error } => {
+            w.0.extend_from_slice(&seq.to_le_bytes());
+            match error {
+                None => w.0.push(0),
+                Some(e) => {
+                    w.0.push(1);
+                    let mut end = e.len().min(MAX_NAME);
+                    while !e.is_char_boundary(end) {
+                        end -= 1;
+                    }
+                    w.str16("writes refusal", &e[..end])?;
+                }
+            }
+        }
     }
     Writer::limit("message", w.0.len(), MAX_MESSAGE)?;
     let body = (w.0.len() - HEADER_LEN) as u32;
@@ -609,7 +706,63 @@ mod tests {
             Message::WithdrawAck(vec![]),
             Message::Notify(b"layer 3 done".to_vec()),
             Message::Bye,
+            Message::Writes {
+                seq: 7,
+                region: 3,
+                records: vec![(0, 4), (4096, 2), (8, 0)],
+                data: b"abcdxy".to_vec(),
+            },
+            Message::WritesAck {
+                seq: 7,
+                error: None,
+            },
+            Message::WritesAck {
+                seq: 8,
+                error: Some("region 3 is not exported".into()),
+            },
         ]
+    }
+
+    #[test]
+    fn writes_must_carry_exactly_their_bytes() {
+        let m = |records: Vec<(u64, u32)>, data: &[u8]| Message::Writes {
+            seq: 1,
+            region: 1,
+            records,
+            data: data.to_vec(),
+        };
+        // The encoder refuses a mismatch of its own making.
+        assert!(encode(&m(vec![(0, 4)], b"abc")).is_err());
+        let good = encode(&m(vec![(0, 4)], b"abcd")).unwrap();
+        // One byte more than the records say: trailing (the declared body length grows too).
+        let mut b = good.clone();
+        b.push(b'e');
+        let body = (b.len() - HEADER_LEN) as u32;
+        b[8..12].copy_from_slice(&body.to_le_bytes());
+        assert_eq!(decode(&b), Err(DecodeError::Trailing(1)));
+        // A length that claims more bytes than the message holds.
+        let mut b = good.clone();
+        let len_at = HEADER_LEN + 8 + 8 + 4 + 8;
+        b[len_at..len_at + 4].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(matches!(decode(&b), Err(DecodeError::Truncated { .. })));
+        // An offset that wraps around.
+        let mut b = good.clone();
+        let off_at = HEADER_LEN + 8 + 8 + 4;
+        b[off_at..off_at + 8].copy_from_slice(&(u64::MAX - 1).to_le_bytes());
+        assert!(matches!(decode(&b), Err(DecodeError::BadRegion { .. })));
+        // More records than allowed.
+        let mut b = good;
+        let count_at = HEADER_LEN + 16;
+        b[count_at..count_at + 4].copy_from_slice(&(MAX_WRITES as u32 + 1).to_le_bytes());
+        assert!(matches!(decode(&b), Err(DecodeError::TooLarge { .. })));
+        // An unknown acknowledgement status.
+        let mut b = encode(&Message::WritesAck {
+            seq: 1,
+            error: None,
+        })
+        .unwrap();
+        b[HEADER_LEN + 8] = 9;
+        assert_eq!(decode(&b), Err(DecodeError::UnknownCode(9)));
     }
 
     #[test]
@@ -637,8 +790,8 @@ mod tests {
         b[0] = b'X';
         assert!(matches!(decode(&b), Err(DecodeError::BadMagic(_))));
         let mut b = good.clone();
-        b[4] = 2;
-        assert_eq!(decode(&b), Err(DecodeError::Version { got: 2 }));
+        b[4] = 1;
+        assert_eq!(decode(&b), Err(DecodeError::Version { got: 1 }));
         let mut b = good.clone();
         b[6] = 99;
         assert_eq!(decode(&b), Err(DecodeError::UnknownKind(99)));
@@ -776,10 +929,10 @@ mod tests {
         }
         // The next kind number is still unknown.
         let mut unknown = b;
-        unknown[6] = Kind::Bye as u8 + 1;
+        unknown[6] = Kind::WritesAck as u8 + 1;
         assert_eq!(
             decode(&unknown),
-            Err(DecodeError::UnknownKind(Kind::Bye as u8 + 1))
+            Err(DecodeError::UnknownKind(Kind::WritesAck as u8 + 1))
         );
     }
 }
