@@ -87,6 +87,75 @@ fn server_refuses_garbage_and_keeps_serving() {
     assert_eq!(peer.regions().len(), 1);
 }
 
+/// Packed writes from an authenticated but untrusted client (a raw UCX endpoint that speaks
+/// the protocol): a write inside the exported region lands and is acknowledged; a message with
+/// one write past the region's end, or to a region that is not exported, is refused whole (the
+/// acknowledgement says why) and changes no byte; the server keeps serving.
+#[test]
+fn packed_writes_are_checked_against_the_export_before_any_byte_lands() {
+    let _serial = serial();
+    let (_server, region, srv) = small_server(Token::none());
+    let w = raw_worker();
+    let ep = Endpoint::connect(&w, srv.local_addr()).unwrap();
+    ep.wait_connected(T).unwrap();
+    let Ok(Message::Challenge { server_nonce }) = codec::decode(&w.am_recv(AM_ID, T).unwrap().data)
+    else {
+        panic!("first message is a challenge")
+    };
+    let client_nonce = [7u8; 32];
+    let auth = Message::Auth {
+        client_nonce,
+        mac: Token::none().client_mac(&server_nonce, &client_nonce),
+        name: "raw".into(),
+    };
+    ep.am_send(AM_ID, &[], &codec::encode(&auth).unwrap())
+        .unwrap()
+        .wait(T)
+        .unwrap();
+    let Ok(Message::Welcome { metadata, .. }) = codec::decode(&w.am_recv(AM_ID, T).unwrap().data)
+    else {
+        panic!("authenticated")
+    };
+    let (id, len) = (metadata.regions[0].id, metadata.regions[0].len);
+    assert_eq!(len, 4096);
+    let write = |seq: u64, region: u64, records: Vec<(u64, u32)>, data: &[u8]| {
+        let m = Message::Writes {
+            seq,
+            region,
+            records,
+            data: data.to_vec(),
+        };
+        ep.am_send(AM_ID, &[], &codec::encode(&m).unwrap())
+            .unwrap()
+            .wait(T)
+            .unwrap();
+        match codec::decode(&w.am_recv(AM_ID, T).unwrap().data) {
+            Ok(Message::WritesAck { seq: s, error }) => {
+                assert_eq!(s, seq);
+                error
+            }
+            other => panic!("expected an acknowledgement, got {other:?}"),
+        }
+    };
+    assert_eq!(write(1, id, vec![(0, 3), (4093, 3)], b"abcxyz"), None);
+    let refused = write(2, id, vec![(10, 2), (4095, 2)], b"QQRR").expect("refused");
+    assert!(refused.contains("past the end"), "{refused}");
+    let refused = write(3, id + 100, vec![(0, 1)], b"Z").expect("refused");
+    assert!(refused.contains("not exported"), "{refused}");
+    let v = region.host_view().unwrap();
+    assert_eq!(&v[..3], b"abc");
+    assert_eq!(&v[4093..], b"xyz");
+    assert!(
+        v[3..4093].iter().all(|&b| b == 0),
+        "a refused message wrote nothing"
+    );
+    drop(v);
+    // A well-behaved agent still connects.
+    let client = agent("cli", FailureMode::Detect);
+    assert_eq!(client.connect(srv.local_addr()).unwrap().regions().len(), 1);
+    drop(ep);
+}
+
 /// A client that connects and never answers the challenge is dropped as `Lost` once
 /// `connect_timeout` passed: not before, and not a whole idle sleep of the serving thread
 /// (100 ms) after it, since that thread, asleep on UCX's event fd, wakes for the deadline.

@@ -198,6 +198,77 @@ fn get_and_put_are_byte_exact_and_report_the_transport() {
     ));
 }
 
+/// Small host writes over tcp go as packed `Writes` messages: 300 scattered pairs of 1 B to
+/// 64 KiB (the largest packed), across two remote regions in one request, land byte-exact,
+/// report `tcp (packed writes)`, and complete only once acknowledged (a flush of the peer
+/// afterwards has nothing left to confirm). A pair above 64 KiB keeps UCX's put.
+#[test]
+fn small_writes_over_tcp_are_packed_byte_exact() {
+    let _serial = serial();
+    let s = setup();
+    let local = s
+        .client
+        .register(Memory::host(HostBuffer::from_slice(&pattern(LEN, 9))))
+        .unwrap();
+    // Pair i: length from 1 B to 64 KiB, at scattered offsets that do not overlap.
+    let (mut l, mut t, mut expect) = (Vec::new(), Vec::new(), Vec::new());
+    let mut at = 0u64;
+    for i in 0..300u64 {
+        let len = [1, 7, 4096, 65536, 100][(i % 5) as usize];
+        if at + len > LEN as u64 {
+            break;
+        }
+        let src = (i * 4099) % (LEN as u64 - len);
+        l.push(local.desc(src, len));
+        t.push(s.remote.desc(at, len));
+        expect.push((at, src, len));
+        at += len + 13;
+    }
+    let n = l.len();
+    let rep = s
+        .client
+        .post(TransferRequest::write(l, t))
+        .unwrap()
+        .wait()
+        .unwrap();
+    assert_eq!(rep.pairs.len(), n);
+    for p in &rep.pairs {
+        assert_eq!(
+            p.path,
+            Path::Ucx {
+                transport: "tcp (packed writes)".into()
+            }
+        );
+    }
+    let src = pattern(LEN, 9);
+    let v = s.exported.host_view().unwrap();
+    for (at, from, len) in expect {
+        let (at, from, len) = (at as usize, from as usize, len as usize);
+        assert!(
+            v[at..at + len] == src[from..from + len],
+            "pair at {at} of {len} B"
+        );
+    }
+    drop(v);
+    // Above 64 KiB: UCX's own put.
+    let rep = s
+        .client
+        .post(TransferRequest::write(
+            vec![local.desc(0, 65537)],
+            vec![s.remote.desc(0, 65537)],
+        ))
+        .unwrap()
+        .wait()
+        .unwrap();
+    assert_eq!(
+        rep.pairs[0].path,
+        Path::Ucx {
+            transport: "tcp".into()
+        }
+    );
+    assert!(s.exported.host_view().unwrap()[..65537] == src[..65537]);
+}
+
 #[test]
 fn notification_arrives_after_the_write_is_visible() {
     let _serial = serial();

@@ -50,6 +50,65 @@ impl Exports {
         }
     }
 
+    /// Copies a peer's writes ([`Message::Writes`]) into live export `region`: every write is
+    /// checked against the region's length before any byte is copied, so a refused message
+    /// changes nothing. Like a UCX put into the region, the copy takes no local guard: an
+    /// exported region is there to be written by peers. Errors (the reason sent back): a
+    /// region not exported (or being withdrawn), GPU memory (peers move it with UCX, which
+    /// handles GPU memory itself), a write past the region's end.
+    pub(crate) fn apply_writes(
+        &self,
+        region: u64,
+        records: &[(u64, u32)],
+        data: &[u8],
+    ) -> std::result::Result<(), String> {
+        let total: u64 = records.iter().map(|&(_, l)| u64::from(l)).sum();
+        if total != data.len() as u64 {
+            return Err(format!(
+                "the writes add up to {total} bytes and {} came",
+                data.len()
+            ));
+        }
+        let e = self
+            .live
+            .get(&region)
+            .ok_or_else(|| format!("region {region} is not exported"))?;
+        if e.meta.kind != WireKind::Host {
+            return Err(format!(
+                "region {region} is {} memory: packed writes are for host memory",
+                e.meta.kind
+            ));
+        }
+        for &(off, len) in records {
+            if off
+                .checked_add(len.into())
+                .is_none_or(|end| end > e.meta.len)
+            {
+                return Err(format!(
+                    "write at {off} of {len} bytes is past the end of region {region} ({} bytes)",
+                    e.meta.len
+                ));
+            }
+        }
+        let mut at = 0usize;
+        for &(off, len) in records {
+            let len = len as usize;
+            let src = &data[at..at + len];
+            // SAFETY: `meta.addr` is the start of the export's host mapping, alive while the
+            // export is live (it holds the region and its UCX registration); the range was
+            // checked against `meta.len` above; `src` is a separate buffer.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    src.as_ptr(),
+                    (e.meta.addr as *mut u8).add(off as usize),
+                    len,
+                );
+            }
+            at += len;
+        }
+        Ok(())
+    }
+
     /// Peer `peer` acknowledged the withdrawal of `ids`.
     pub(crate) fn acked(&mut self, peer: u64, ids: &[u64]) {
         for r in &mut self.retiring {

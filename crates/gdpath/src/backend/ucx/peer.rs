@@ -78,6 +78,9 @@ struct PeerInner {
     /// This agent's regions made from the peer's regions, to mark when they are withdrawn.
     tracked: Vec<(u64, Weak<RegionInner>)>,
     transport: Arc<str>,
+    /// Host memory moves over tcp, where every UCX put is a message with an acknowledgement:
+    /// small host writes go as this agent's own packed `Writes` messages instead (`ops`).
+    packs_writes: bool,
     /// The planned path of GPU memory ([`PeerConn::planned_path`]), from the endpoint's lanes.
     gpu_path: Path,
 }
@@ -177,6 +180,7 @@ impl PeerConn {
                 withdrawn: HashSet::new(),
                 tracked: Vec::new(),
                 transport: "unknown".into(),
+                packs_writes: false,
                 gpu_path: gpu_path_of(&[]),
             }),
         }
@@ -228,6 +232,13 @@ impl PeerConn {
             _ => {}
         }
         self.ep.failure().map(|s| format!("connection failed: {s}"))
+    }
+
+    /// Whether small host writes to this peer go as packed `Writes` messages, and the
+    /// transport name their path reports.
+    pub(crate) fn packed_writes(&self) -> Option<Arc<str>> {
+        let g = lock(&self.inner);
+        g.packs_writes.then(|| g.transport.clone())
     }
 
     pub(crate) fn is_ready(&self) -> bool {
@@ -373,8 +384,13 @@ impl UcxBackend {
                 Vec::new()
             }
         };
+        // Over tcp every UCX put is a message the target answers, whether UCX runs tcp's own
+        // put (a client-server endpoint's `rma_bw` lane) or emulates it over active messages
+        // (UCX 1.13 without a listener): the target's CPU copies each, and acknowledges each.
+        let packs_writes = transport == "tcp";
         let mut g = lock(&peer.inner);
         g.transport = transport.into();
+        g.packs_writes = packs_writes;
         g.gpu_path = gpu_path_of(&lanes);
         drop(g);
         Ok(peer)
@@ -617,6 +633,34 @@ impl UcxBackend {
                         });
                     }
                 }
+            }
+            (
+                Role::Server,
+                Phase::Ready,
+                Message::Writes {
+                    seq,
+                    region,
+                    records,
+                    data,
+                },
+            ) => {
+                drop(g);
+                let error = st.exports.apply_writes(region, &records, &data).err();
+                if let Some(e) = &error {
+                    tracing::debug!(peer = %peer.label(), "writes {seq} refused: {e}");
+                }
+                if let Err(e) = self.send(st, peer, &Message::WritesAck { seq, error }, false) {
+                    tracing::debug!(peer = %peer.label(), "writes acknowledgement not sent: {e}");
+                }
+            }
+            (
+                Role::Client,
+                phase @ (Phase::Ready | Phase::Closing { .. }),
+                Message::WritesAck { seq, error },
+            ) => {
+                g.phase = phase;
+                drop(g);
+                st.ops.writes_acked(peer, seq, error);
             }
             (Role::Server, Phase::Ready, Message::WithdrawAck(ids)) => {
                 drop(g);
