@@ -3,7 +3,7 @@
 //! agent. Both are refused; the server keeps serving others. Plus random and truncated input to
 //! the decoder (proptest), which must never panic.
 
-use gdpath::net::codec::{self, Message, Metadata, RegionMeta, WireKind, AM_ID};
+use gdpath::net::codec::{self, Message, Metadata, RegionMeta, WireKind, WritesStatus, AM_ID};
 use gdpath::net::{ConnectOptions, FailureMode, NetEvent, Token};
 use gdpath::Error;
 use gdpath_ucx::{Context, Endpoint, Features, Listener, UcxCfg, Worker};
@@ -130,18 +130,25 @@ fn packed_writes_are_checked_against_the_export_before_any_byte_lands() {
             .wait(T)
             .unwrap();
         match codec::decode(&w.am_recv(AM_ID, T).unwrap().data) {
-            Ok(Message::WritesAck { seq: s, error }) => {
+            Ok(Message::WritesAck { seq: s, status }) => {
                 assert_eq!(s, seq);
-                error
+                status
             }
             other => panic!("expected an acknowledgement, got {other:?}"),
         }
     };
-    assert_eq!(write(1, id, vec![(0, 3), (4093, 3)], b"abcxyz"), None);
-    let refused = write(2, id, vec![(10, 2), (4095, 2)], b"QQRR").expect("refused");
-    assert!(refused.contains("past the end"), "{refused}");
-    let refused = write(3, id + 100, vec![(0, 1)], b"Z").expect("refused");
-    assert!(refused.contains("not exported"), "{refused}");
+    assert_eq!(
+        write(1, id, vec![(0, 3), (4093, 3)], b"abcxyz"),
+        WritesStatus::Done
+    );
+    match write(2, id, vec![(10, 2), (4095, 2)], b"QQRR") {
+        WritesStatus::Refused(why) => assert!(why.contains("past the end"), "{why}"),
+        s => panic!("expected a refusal, got {s:?}"),
+    }
+    assert_eq!(
+        write(3, id + 100, vec![(0, 1)], b"Z"),
+        WritesStatus::NotExported
+    );
     let v = region.host_view().unwrap();
     assert_eq!(&v[..3], b"abc");
     assert_eq!(&v[4093..], b"xyz");

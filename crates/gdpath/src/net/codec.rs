@@ -189,8 +189,22 @@ pub enum Message {
         data: Vec<u8>,
     },
     /// S → C: the writes of message `seq` are in the region's memory, or why none was made.
-    /// Body: seq u64, status u8 (0 done, 1 refused), then for a refusal the reason (str16).
-    WritesAck { seq: u64, error: Option<String> },
+    /// Body: seq u64, status u8 (0 done, 1 the region is not exported, 2 refused), then for a
+    /// refusal the reason (str16).
+    WritesAck { seq: u64, status: WritesStatus },
+}
+
+/// The answer to a [`Message::Writes`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WritesStatus {
+    /// Every write is in the region's memory.
+    Done,
+    /// The region is not (or no longer) exported: withdrawn while the writes were on the way,
+    /// or never. No write was made.
+    NotExported,
+    /// Refused for the reason given (GPU memory, a write past the region's end). No write was
+    /// made.
+    Refused(String),
 }
 
 impl Message {
@@ -429,12 +443,13 @@ pub fn decode(bytes: &[u8]) -> Result<Message, DecodeError> {
         }
         Kind::WritesAck => {
             let seq = r.u64("writes ack seq")?;
-            let error = match r.u8("writes ack status")? {
-                0 => None,
-                1 => Some(r.str16("writes refusal", MAX_NAME)?),
+            let status = match r.u8("writes ack status")? {
+                0 => WritesStatus::Done,
+                1 => WritesStatus::NotExported,
+                2 => WritesStatus::Refused(r.str16("writes refusal", MAX_NAME)?),
                 c => return Err(DecodeError::UnknownCode(c)),
             };
-            Message::WritesAck { seq, error }
+            Message::WritesAck { seq, status }
         }
     };
     if r.left() != 0 {
@@ -630,12 +645,13 @@ pub fn encode(msg: &Message) -> Result<Vec<u8>, EncodeError> {
             Writer::limit("message", w.0.len() + data.len(), MAX_MESSAGE)?;
             w.0.extend_from_slice(data);
         }
-        Message::WritesAck { seq, error } => {
+        Message::WritesAck { seq, status } => {
             w.0.extend_from_slice(&seq.to_le_bytes());
-            match error {
-                None => w.0.push(0),
-                Some(e) => {
-                    w.0.push(1);
+            match status {
+                WritesStatus::Done => w.0.push(0),
+                WritesStatus::NotExported => w.0.push(1),
+                WritesStatus::Refused(e) => {
+                    w.0.push(2);
                     let mut end = e.len().min(MAX_NAME);
                     while !e.is_char_boundary(end) {
                         end -= 1;
@@ -714,11 +730,15 @@ mod tests {
             },
             Message::WritesAck {
                 seq: 7,
-                error: None,
+                status: WritesStatus::Done,
             },
             Message::WritesAck {
                 seq: 8,
-                error: Some("region 3 is not exported".into()),
+                status: WritesStatus::NotExported,
+            },
+            Message::WritesAck {
+                seq: 9,
+                status: WritesStatus::Refused("write past the end".into()),
             },
         ]
     }
@@ -758,7 +778,7 @@ mod tests {
         // An unknown acknowledgement status.
         let mut b = encode(&Message::WritesAck {
             seq: 1,
-            error: None,
+            status: WritesStatus::Done,
         })
         .unwrap();
         b[HEADER_LEN + 8] = 9;

@@ -10,7 +10,7 @@ use super::peer::Role;
 use super::{lock, UcxBackend};
 use crate::error::{Error, Result};
 use crate::memory::MemoryKind;
-use crate::net::codec::{self, Message, Metadata, RegionMeta, WireKind};
+use crate::net::codec::{self, Message, Metadata, RegionMeta, WireKind, WritesStatus};
 use crate::region::Region;
 use gdpath_ucx::MemHandle;
 use std::collections::{BTreeMap, HashSet};
@@ -53,41 +53,52 @@ impl Exports {
     /// Copies a peer's writes ([`Message::Writes`]) into live export `region`: every write is
     /// checked against the region's length before any byte is copied, so a refused message
     /// changes nothing. Like a UCX put into the region, the copy takes no local guard: an
-    /// exported region is there to be written by peers. Errors (the reason sent back): a
-    /// region not exported (or being withdrawn), GPU memory (peers move it with UCX, which
-    /// handles GPU memory itself), a write past the region's end.
+    /// exported region is there to be written by peers. The answer: done; the region not
+    /// exported (or being withdrawn); refused with the reason (GPU memory, which peers move
+    /// with UCX itself; a write past the region's end; bytes that do not match the writes).
     pub(crate) fn apply_writes(
         &self,
         region: u64,
         records: &[(u64, u32)],
         data: &[u8],
-    ) -> std::result::Result<(), String> {
+    ) -> WritesStatus {
+        match self.try_apply_writes(region, records, data) {
+            Ok(()) => WritesStatus::Done,
+            Err(None) => WritesStatus::NotExported,
+            Err(Some(why)) => WritesStatus::Refused(why),
+        }
+    }
+
+    /// [`Exports::apply_writes`]: `Err(None)` for a region not exported.
+    fn try_apply_writes(
+        &self,
+        region: u64,
+        records: &[(u64, u32)],
+        data: &[u8],
+    ) -> std::result::Result<(), Option<String>> {
         let total: u64 = records.iter().map(|&(_, l)| u64::from(l)).sum();
         if total != data.len() as u64 {
-            return Err(format!(
+            return Err(Some(format!(
                 "the writes add up to {total} bytes and {} came",
                 data.len()
-            ));
+            )));
         }
-        let e = self
-            .live
-            .get(&region)
-            .ok_or_else(|| format!("region {region} is not exported"))?;
+        let e = self.live.get(&region).ok_or(None)?;
         if e.meta.kind != WireKind::Host {
-            return Err(format!(
+            return Err(Some(format!(
                 "region {region} is {} memory: packed writes are for host memory",
                 e.meta.kind
-            ));
+            )));
         }
         for &(off, len) in records {
             if off
                 .checked_add(len.into())
                 .is_none_or(|end| end > e.meta.len)
             {
-                return Err(format!(
+                return Err(Some(format!(
                     "write at {off} of {len} bytes is past the end of region {region} ({} bytes)",
                     e.meta.len
-                ));
+                )));
             }
         }
         let mut at = 0usize;

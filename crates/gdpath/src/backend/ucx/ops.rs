@@ -33,8 +33,8 @@ use super::staging::{self, Stage, Stages};
 use super::{ucx_err, RemoteMem, UcxBackend};
 use crate::backend::cuda::gpu_buffer;
 use crate::error::{Error, Result};
-use crate::net::codec::Message;
 use crate::net::codec::WireKind;
+use crate::net::codec::{Message, WritesStatus};
 use crate::path::Path;
 use crate::region::{Region, RegionId};
 use crate::transfer::{group_items, Op, WorkItem};
@@ -456,8 +456,9 @@ impl Ops {
         }
     }
 
-    /// The peer acknowledged `Writes` message `seq` (`error`: why it made none of them).
-    pub(crate) fn writes_acked(&mut self, peer: &PeerConn, seq: u64, error: Option<String>) {
+    /// The peer answered `Writes` message `seq`: its pairs complete, or fail with
+    /// [`Error::Deregistered`] (the region was withdrawn before they arrived) or the reason.
+    pub(crate) fn writes_acked(&mut self, peer: &PeerConn, seq: u64, status: WritesStatus) {
         let found = self.batches.iter_mut().find_map(|b| {
             if b.peer.id != peer.id {
                 return None;
@@ -473,9 +474,15 @@ impl Ops {
         let label = peer.label();
         for s in &mut b.slots[m.slots] {
             if s.result.is_none() {
-                s.result = Some(match &error {
-                    None => Ok(s.len),
-                    Some(why) => Err(Error::Backend {
+                s.result = Some(match &status {
+                    WritesStatus::Done => Ok(s.len),
+                    WritesStatus::NotExported => Err(Error::Deregistered {
+                        region: s
+                            .item
+                            .as_ref()
+                            .map_or(RegionId(0), |i| i.target().region.id()),
+                    }),
+                    WritesStatus::Refused(why) => Err(Error::Backend {
                         backend: "ucx",
                         detail: format!("{label} refused the writes: {why}"),
                     }),

@@ -645,22 +645,22 @@ impl UcxBackend {
                 },
             ) => {
                 drop(g);
-                let error = st.exports.apply_writes(region, &records, &data).err();
-                if let Some(e) = &error {
-                    tracing::debug!(peer = %peer.label(), "writes {seq} refused: {e}");
+                let status = st.exports.apply_writes(region, &records, &data);
+                if status != codec::WritesStatus::Done {
+                    tracing::debug!(peer = %peer.label(), "writes {seq} not made: {status:?}");
                 }
-                if let Err(e) = self.send(st, peer, &Message::WritesAck { seq, error }, false) {
+                if let Err(e) = self.send(st, peer, &Message::WritesAck { seq, status }, false) {
                     tracing::debug!(peer = %peer.label(), "writes acknowledgement not sent: {e}");
                 }
             }
             (
                 Role::Client,
                 phase @ (Phase::Ready | Phase::Closing { .. }),
-                Message::WritesAck { seq, error },
+                Message::WritesAck { seq, status },
             ) => {
                 g.phase = phase;
                 drop(g);
-                st.ops.writes_acked(peer, seq, error);
+                st.ops.writes_acked(peer, seq, status);
             }
             (Role::Server, Phase::Ready, Message::WithdrawAck(ids)) => {
                 drop(g);
