@@ -31,10 +31,10 @@ for r in $(seq 1 "$ROUNDS"); do
     gd() { # qd batch -> "GB/s transport"
       "$GDPATH" bench net --peer 127.0.0.1:$((PORT+1)) --devices lo --transports tcp --op put \
         --size "$s" --qd "$1" --batch "$2" --runs 1 --bytes-per-run $(( s * n )) --lat-iters 5 --json \
-        | python3 -c 'import json,sys; r=json.load(sys.stdin)["rows"][0]; print("%.4f %s" % (r["gbps_median"], r["transport"]))'
+        | python3 -c 'import json,sys; r=json.load(sys.stdin)["rows"][0]; print("%.4f|%s" % (r["gbps_median"], r["transport"]))'
     }
     g=$(gd 16 1); gb=$(gd 64 16)
-    echo "round $r size $s: ucx_perftest put_bw ${p} GB/s; gdpath put qd16 batch1 ${g% *} GB/s (${g#* }), ratio $(python3 -c "print('%.2f' % (${g% *}/${p}))"); qd64 batch16 ${gb% *} GB/s, ratio $(python3 -c "print('%.2f' % (${gb% *}/${p}))")"
+    echo "round $r size $s: ucx_perftest put_bw ${p} GB/s; gdpath put qd16 batch1 ${g%%|*} GB/s (${g#*|}), ratio $(python3 -c "print('%.2f' % (${g%%|*}/${p}))"); qd64 batch16 ${gb%%|*} GB/s (${gb#*|}), ratio $(python3 -c "print('%.2f' % (${gb%%|*}/${p}))")"
   done
   pl=$(perftest ucp_put_lat 8 20000 | awk '{print $4}')
   gl=$(perftest ucp_get 8 20000 | awk '{print $4}')
