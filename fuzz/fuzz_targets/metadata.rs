@@ -1,5 +1,6 @@
 //! Fuzzes the decoder of the agent-to-agent control protocol (the metadata a peer sends:
-//! handshake, region lists with packed rkeys, withdrawals, notifications). It must never panic,
+//! handshake, region lists with packed rkeys, withdrawals, notifications, packed writes and their
+//! acknowledgements). It must never panic,
 //! never allocate beyond the message, and whatever it accepts must encode back to the same bytes.
 //!
 //! Run: `scripts/fuzz.sh SECONDS` (stable Rust; CI runs it for 30 s), or with AddressSanitizer

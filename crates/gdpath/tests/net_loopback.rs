@@ -198,6 +198,49 @@ fn get_and_put_are_byte_exact_and_report_the_transport() {
     ));
 }
 
+/// A packed write through a sub-range of an export (`Peer::memory_range` at an offset) lands
+/// at that offset of the export, as a UCX put through the same range does.
+#[test]
+fn packed_writes_into_a_sub_range_land_at_its_offset() {
+    let _serial = serial();
+    let s = setup();
+    let id = s.peer.regions()[0].id;
+    let sub = s
+        .client
+        .register(s.peer.memory_range(id, 8192, 65536).unwrap())
+        .unwrap();
+    let local = s
+        .client
+        .register(Memory::host(HostBuffer::from_slice(&[0xab; 4096])))
+        .unwrap();
+    let rep = s
+        .client
+        .post(TransferRequest::write(
+            vec![local.desc(0, 4096)],
+            vec![sub.desc(100, 4096)],
+        ))
+        .unwrap()
+        .wait()
+        .unwrap();
+    assert_eq!(
+        rep.pairs[0].path,
+        Path::Ucx {
+            transport: "tcp (packed writes)".into()
+        }
+    );
+    let before = pattern(LEN, 1);
+    let v = s.exported.host_view().unwrap();
+    assert!(v[8192 + 100..8192 + 100 + 4096].iter().all(|&b| b == 0xab));
+    assert!(
+        v[..8292] == before[..8292],
+        "bytes before the range changed"
+    );
+    assert!(
+        v[12388..] == before[12388..],
+        "bytes after the write changed"
+    );
+}
+
 /// Small host writes over tcp go as packed `Writes` messages: 300 scattered pairs of 1 B to
 /// 64 KiB (the largest packed), across two remote regions in one request, land byte-exact,
 /// report `tcp (packed writes)`, and complete only once acknowledged (a flush of the peer
@@ -975,18 +1018,27 @@ fn a_notification_posted_before_close_reaches_the_server() {
     }
 }
 
+/// The same with writes of 4 KiB, which go as packed writes: closing waits for their
+/// acknowledgements instead of failing them.
+#[test]
+fn a_notification_after_packed_writes_posted_before_close_reaches_the_server() {
+    let _serial = serial();
+    for _ in 0..10 {
+        notification_then_close_of(4096);
+    }
+}
+
 fn notification_then_close() {
+    notification_then_close_of(LEN as u64);
+}
+
+fn notification_then_close_of(len: u64) {
     let s = setup();
     let local = s
         .client
         .register(Memory::host(HostBuffer::from_slice(&pattern(LEN, 5))))
         .unwrap();
-    let req = || {
-        TransferRequest::write(
-            vec![local.desc(0, LEN as u64)],
-            vec![s.remote.desc(0, LEN as u64)],
-        )
-    };
+    let req = || TransferRequest::write(vec![local.desc(0, len)], vec![s.remote.desc(0, len)]);
     let a = s.client.post(req()).unwrap();
     let b = s.client.post(req().notify(*b"last layer")).unwrap();
     s.peer.clone().close(T).unwrap();

@@ -5,8 +5,9 @@
 //! stays under [`MAX_MESSAGE`], every count against its limit ([`MAX_REGIONS`],
 //! [`MAX_WITHDRAW`]) *and* against the bytes left (so a count cannot make it allocate), every
 //! string's length ([`MAX_NAME`]) and UTF-8, every packed rkey's length (1..=[`MAX_RKEY`]),
-//! every region's `addr + len` against wrapping, region ids for duplicates, and that no byte is
-//! left over. It never panics (fuzzed: `fuzz/fuzz_targets/metadata.rs`).
+//! every region's `addr + len` against wrapping, region ids for duplicates, packed writes
+//! ([`MAX_WRITES`], no write wrapping, exactly the bytes the writes add up to), and that no byte
+//! is left over. It never panics (fuzzed: `fuzz/fuzz_targets/metadata.rs`).
 //!
 //! Frame (little endian):
 //!
@@ -627,12 +628,22 @@ pub fn encode(msg: &Message) -> Result<Vec<u8>, EncodeError> {
             data,
         } => {
             Writer::limit("write count", records.len(), MAX_WRITES)?;
-            let total: usize = records.iter().map(|&(_, l)| l as usize).sum();
-            if total != data.len() {
+            if let Some(&(off, len)) = records
+                .iter()
+                .find(|&&(off, len)| off.checked_add(len.into()).is_none())
+            {
+                return Err(EncodeError {
+                    what: "write end (wraps around)",
+                    len: len as usize,
+                    max: (u64::MAX - off) as usize,
+                });
+            }
+            let total = records.iter().map(|&(_, l)| u64::from(l)).sum::<u64>();
+            if total != data.len() as u64 {
                 return Err(EncodeError {
                     what: "write bytes (not what the records add up to)",
                     len: data.len(),
-                    max: total,
+                    max: total as usize,
                 });
             }
             w.0.extend_from_slice(&seq.to_le_bytes());

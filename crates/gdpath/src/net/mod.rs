@@ -82,6 +82,8 @@ pub enum PutCompletion {
     /// completion, or a notification, which always flushes first). What `ucx_perftest
     /// -t ucp_put_bw` measures; over tcp, where UCX emulates RMA, each flush is a round trip
     /// and remote completion per small transfer halves the message rate (docs/benchmarks.md).
+    /// Packed writes (host writes of at most 64 KiB over tcp, when every pair of a request is
+    /// one; docs/network.md) complete when the peer acknowledged them, in either mode.
     Local,
 }
 
@@ -227,6 +229,18 @@ impl Peer {
     ///
     /// Errors: [`Error::PeerFailed`] when the connection failed or `timeout` passed first.
     pub fn flush(&self, timeout: Duration) -> Result<()> {
+        // Packed writes (tcp) are in the peer's memory once acknowledged, which an endpoint
+        // flush does not wait for: wait for their acknowledgements first.
+        let id = self.conn.id;
+        let acked = self.backend.progress_until(timeout, || {
+            !self.backend.packed_in_flight(id) || self.conn.failure().is_some()
+        });
+        if !acked {
+            return Err(Error::PeerFailed {
+                peer: self.conn.label(),
+                detail: format!("packed writes not acknowledged within {timeout:?}"),
+            });
+        }
         let r = self
             .conn
             .ep
@@ -298,7 +312,8 @@ impl Peer {
     }
 
     /// The UCX transport(s) that move host memory to and from this peer (`tcp`, `sysv+cma`,
-    /// ...), as transfer reports name them in `Path::Ucx { transport }`.
+    /// ...), as transfer reports name them in `Path::Ucx { transport }`; packed writes over
+    /// tcp report `tcp (packed writes)`.
     pub fn transport(&self) -> String {
         self.conn.transport().to_string()
     }

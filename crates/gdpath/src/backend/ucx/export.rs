@@ -101,13 +101,20 @@ impl Exports {
                 )));
             }
         }
+        // The owner may hold a host view of the region (`&mut [u8]`): no copy under it.
+        let _in_use = e
+            .region
+            .begin_use()
+            .map_err(|err| Some(format!("region {region} is busy here: {err}")))?;
         let mut at = 0usize;
         for &(off, len) in records {
             let len = len as usize;
             let src = &data[at..at + len];
             // SAFETY: `meta.addr` is the start of the export's host mapping, alive while the
-            // export is live (it holds the region and its UCX registration); the range was
-            // checked against `meta.len` above; `src` is a separate buffer.
+            // export is live (it holds the region and its UCX registration; unexporting takes
+            // the state lock this runs under); the range was checked against `meta.len` above;
+            // no host view is out (the use guard above); `src` is a separate buffer. Peers'
+            // UCX puts may write the same bytes meanwhile, as they may into any export.
             unsafe {
                 std::ptr::copy_nonoverlapping(
                     src.as_ptr(),

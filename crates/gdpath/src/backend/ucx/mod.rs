@@ -366,6 +366,11 @@ impl UcxBackend {
     /// Runs progress rounds until `done()` or `timeout` passes (a timeout too long to
     /// represent is no bound), sleeping 50 µs after a round that found nothing to do. Returns
     /// whether `done()` held; it is checked before every round.
+    /// Whether packed writes to peer `id` wait for their acknowledgement.
+    pub(crate) fn packed_in_flight(&self, id: u64) -> bool {
+        lock(&self.state).ops.packed_in_flight(id)
+    }
+
     pub(crate) fn progress_until(
         &self,
         timeout: std::time::Duration,

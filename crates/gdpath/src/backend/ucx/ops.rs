@@ -409,21 +409,14 @@ impl Ops {
                 item.complete(Err(e));
                 continue;
             }
-            let bytes = match local_bytes(b, &item, &mut cache) {
-                Ok(v) => v,
-                Err(e) => {
-                    batch.failed_at_post = true;
-                    item.complete(Err(e));
-                    continue;
-                }
-            };
             let t = item.target();
-            let region = remote_of(&item).expect("packable").region_id;
+            let rm = remote_of(&item).expect("packable");
+            let (region, at) = (rm.region_id, rm.base_off + t.offset);
             let len = item.local().len;
             let full = cur.as_ref().is_some_and(|m| {
                 m.region != region
                     || m.records.len() >= crate::net::codec::MAX_WRITES
-                    || m.data.len() + bytes.len() > PACK_MESSAGE_MAX
+                    || m.data.len() + len as usize > PACK_MESSAGE_MAX
             });
             if full {
                 send(self, &mut batch, cur.take().expect("checked"));
@@ -434,8 +427,14 @@ impl Ops {
                 data: Vec::new(),
                 first: batch.slots.len(),
             });
-            m.records.push((t.offset, len as u32));
-            m.data.extend_from_slice(bytes);
+            let before = m.data.len();
+            if let Err(e) = append_local(b, &item, &mut cache, &mut m.data) {
+                m.data.truncate(before);
+                batch.failed_at_post = true;
+                item.complete(Err(e));
+                continue;
+            }
+            m.records.push((at, len as u32));
             item.mark_started_at(now);
             batch.slots.push(Slot {
                 item: Some(item),
@@ -454,7 +453,9 @@ impl Ops {
         if batch.slots.is_empty() {
             return;
         }
-        if !batch.poll(&mut self.stages).0 {
+        if batch.poll(&mut self.stages).0 {
+            batch.keep_pending_sends(&mut self.zombies);
+        } else {
             self.batches.push(batch);
         }
     }
@@ -548,6 +549,13 @@ impl Ops {
         });
     }
 
+    /// Whether packed writes to peer `id` wait for their acknowledgement.
+    pub(crate) fn packed_in_flight(&self, id: u64) -> bool {
+        self.batches
+            .iter()
+            .any(|b| b.peer.id == id && !b.packed.is_empty())
+    }
+
     /// Batches in flight.
     pub(crate) fn busy(&self) -> bool {
         !self.batches.is_empty()
@@ -583,7 +591,8 @@ impl Ops {
             let (finished, n) = self.batches[i].poll(&mut self.stages);
             done += n;
             if finished {
-                self.batches.swap_remove(i);
+                let mut batch = self.batches.swap_remove(i);
+                batch.keep_pending_sends(&mut self.zombies);
             } else if check && now.duration_since(self.batches[i].started) > timeout {
                 let batch = self.batches.swap_remove(i);
                 let seq = batch.seq;
@@ -643,10 +652,16 @@ fn packable(item: &WorkItem) -> bool {
         && remote_of(item).is_some_and(|r| r.kind == WireKind::Host)
 }
 
-/// The bytes a packable `item` writes, read from its local host memory (its UCX mapping: the
-/// item holds the region in use, so no host view can be taken). Fails as [`post`] does for a
-/// region the peer withdrew.
-fn local_bytes<'a>(b: &UcxBackend, item: &'a WorkItem, cache: &mut PostCache) -> Result<&'a [u8]> {
+/// Appends the bytes a packable `item` writes to `out`, copied from its local host memory
+/// through its UCX mapping (the item holds the region in use, so no host view can be taken;
+/// the bytes are copied without forming a reference, as another transfer or a peer may write
+/// the same memory meanwhile). Fails as [`post`] does for a region the peer withdrew.
+fn append_local(
+    b: &UcxBackend,
+    item: &WorkItem,
+    cache: &mut PostCache,
+    out: &mut Vec<u8>,
+) -> Result<()> {
     let rm = remote_of(item).expect("packable");
     let tid = item.target().region.id();
     let withdrawn = match cache.withdrawn {
@@ -682,14 +697,20 @@ fn local_bytes<'a>(b: &UcxBackend, item: &'a WorkItem, cache: &mut PostCache) ->
             ),
         });
     }
-    // SAFETY: the range lies in the mapping (checked above), which the region keeps alive; the
-    // item holds the region in use until it completes, after this copy; `'a` is the item's.
-    Ok(unsafe {
-        std::slice::from_raw_parts(
+    let len = l.len as usize;
+    out.reserve(len);
+    // SAFETY: the source range lies in the mapping (checked above), which the region keeps
+    // alive while the item holds it in use; the destination has `len` bytes reserved past its
+    // length, which are initialized by the copy before `set_len`.
+    unsafe {
+        std::ptr::copy_nonoverlapping(
             (mem.addr() as *const u8).add(l.offset as usize),
-            l.len as usize,
-        )
-    })
+            out.as_mut_ptr().add(out.len()),
+            len,
+        );
+        out.set_len(out.len() + len);
+    }
+    Ok(())
 }
 
 /// What the previous item of a batch looked up, for the next one: the pairs of a transfer
@@ -882,7 +903,14 @@ impl Batch {
         // Packed writes: a send that failed fails its pairs; a peer that failed fails what
         // still waits for an acknowledgement.
         if !self.packed.is_empty() {
-            let failure = self.peer.failure();
+            // Only a failed connection: one this agent is closing still delivers the
+            // acknowledgements (its goodbye waits for this batch).
+            let failure = self.peer.failed_error().map(|e| e.to_string()).or_else(|| {
+                self.peer
+                    .ep
+                    .failure()
+                    .map(|s| format!("connection failed: {s}"))
+            });
             for m in &mut self.packed {
                 let failed = match m.req.as_mut().and_then(|r| test(r, &self.peer)) {
                     Some(Ok(())) => {
@@ -1003,6 +1031,24 @@ impl Batch {
             }
         }
         (true, n)
+    }
+
+    /// Moves the sends of packed messages UCX has not finished (a batch failed while they were
+    /// in flight) to `zombies`: dropping a pending request would wait for it.
+    fn keep_pending_sends(&mut self, zombies: &mut Vec<Zombie>) {
+        let mut reqs: Vec<Request> = self
+            .packed
+            .iter_mut()
+            .filter_map(|m| m.req.take())
+            .collect();
+        reqs.retain_mut(|r| matches!(r.test(), Ok(false)));
+        if !reqs.is_empty() {
+            zombies.push(Zombie {
+                reqs,
+                _regions: Vec::new(),
+                _stages: Vec::new(),
+            });
+        }
     }
 
     /// Fails the unfinished items after `timeout`; keeps their requests and regions alive.

@@ -650,7 +650,10 @@ impl UcxBackend {
                     tracing::debug!(peer = %peer.label(), "writes {seq} not made: {status:?}");
                 }
                 if let Err(e) = self.send(st, peer, &Message::WritesAck { seq, status }, false) {
+                    // The writer would wait for it until its operation bound: the connection is
+                    // unusable, say so.
                     tracing::debug!(peer = %peer.label(), "writes acknowledgement not sent: {e}");
+                    peer.fail(e);
                 }
             }
             (

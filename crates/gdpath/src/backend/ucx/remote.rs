@@ -23,6 +23,9 @@ pub(crate) struct RemoteMem {
     pub(crate) region_id: u64,
     /// What the exporter says the memory is.
     pub(crate) kind: WireKind,
+    /// Where this range starts inside the exported region, bytes (a `RemoteMemory` may be a
+    /// sub-range of an export): offsets of packed writes are relative to the export.
+    pub(crate) base_off: u64,
     pub(crate) remote: RemoteRegion,
 }
 
@@ -125,6 +128,7 @@ impl UcxBackend {
                 peer: p,
                 region_id: m.id,
                 kind: m.kind,
+                base_off: r.addr - m.addr,
                 remote,
             }));
         }
