@@ -67,6 +67,10 @@ pub struct NetBenchArgs {
     /// with one flush, like ucx_perftest). Gets always complete when their data arrived.
     #[arg(long, value_enum, default_value_t = Completion::Remote)]
     completion: Completion,
+    /// Send every put as a UCX put, also where small host writes over tcp would go as packed
+    /// writes (the engine's own messages, acknowledged by the peer; docs/network.md).
+    #[arg(long)]
+    no_pack: bool,
     #[command(flatten)]
     net: crate::serve::NetOpts,
     /// Print JSON instead of a table.
@@ -345,6 +349,7 @@ fn run_net(a: NetBenchArgs) -> Result<ExitCode> {
         token: a.net.token()?,
         net: NetConfig {
             put_completion: a.completion.into(),
+            pack_writes: !a.no_pack,
             ..a.net.config()
         },
         op: if a.op == "get" { Op::Read } else { Op::Write },

@@ -111,6 +111,9 @@ pub struct NetConfig {
     pub poll_spin: Duration,
     /// When puts complete (default [`PutCompletion::Remote`]).
     pub put_completion: PutCompletion,
+    /// Send small host writes to peers reached over tcp as packed writes (default `true`;
+    /// docs/network.md, "Packed writes over tcp"); `false` keeps one UCX put per pair.
+    pub pack_writes: bool,
 }
 
 impl Default for NetConfig {
@@ -124,6 +127,7 @@ impl Default for NetConfig {
             max_peers: 256,
             poll_spin: Duration::from_millis(1),
             put_completion: PutCompletion::Remote,
+            pack_writes: true,
         }
     }
 }

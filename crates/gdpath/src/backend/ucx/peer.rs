@@ -387,7 +387,7 @@ impl UcxBackend {
         // Over tcp every UCX put is a message the target answers, whether UCX runs tcp's own
         // put (a client-server endpoint's `rma_bw` lane) or emulates it over active messages
         // (UCX 1.13 without a listener): the target's CPU copies each, and acknowledges each.
-        let packs_writes = transport == "tcp";
+        let packs_writes = self.cfg.pack_writes && transport == "tcp";
         let mut g = lock(&peer.inner);
         g.transport = transport.into();
         g.packs_writes = packs_writes;
