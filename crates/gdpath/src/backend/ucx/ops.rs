@@ -246,22 +246,9 @@ impl Ops {
                 return;
             }
         }
-        let notify = items.first().and_then(|i| i.notification());
-        let remote = notify.is_some() || b.cfg.put_completion == crate::net::PutCompletion::Remote;
-        self.next_seq += 1;
-        let mut batch = Batch {
-            seq: self.next_seq,
-            peer: peer.clone(),
-            slots: Vec::with_capacity(items.len()),
-            flush_done: None,
-            notify,
-            notify_req: None,
-            notify_done: None,
-            failed_at_post: false,
-            started: now,
-            remote,
-            packed: Vec::new(),
-        };
+        let remote = items.first().and_then(|i| i.notification()).is_some()
+            || b.cfg.put_completion == crate::net::PutCompletion::Remote;
+        let mut batch = self.new_batch(&peer, &items, now, remote);
         let mut puts = false;
         let mut cache = PostCache::default();
         for item in items {
@@ -333,6 +320,30 @@ impl Ops {
         }
     }
 
+    /// An empty batch for `items` on `peer`, numbered, with the notification of the request.
+    fn new_batch(
+        &mut self,
+        peer: &Arc<PeerConn>,
+        items: &[WorkItem],
+        now: Instant,
+        remote: bool,
+    ) -> Batch {
+        self.next_seq += 1;
+        Batch {
+            seq: self.next_seq,
+            peer: peer.clone(),
+            slots: Vec::with_capacity(items.len()),
+            flush_done: None,
+            notify: items.first().and_then(|i| i.notification()),
+            notify_req: None,
+            notify_done: None,
+            failed_at_post: false,
+            started: now,
+            remote,
+            packed: Vec::new(),
+        }
+    }
+
     /// Posts `items` (all [`packable`], on `peer`, which packs writes) as one batch of `Writes`
     /// messages: consecutive pairs on the same remote region share a message of up to
     /// [`codec::MAX_WRITES`](crate::net::codec::MAX_WRITES) writes and [`PACK_MESSAGE_MAX`]
@@ -347,21 +358,7 @@ impl Ops {
         now: Instant,
         transport: &str,
     ) {
-        let notify = items.first().and_then(|i| i.notification());
-        self.next_seq += 1;
-        let mut batch = Batch {
-            seq: self.next_seq,
-            peer: peer.clone(),
-            slots: Vec::with_capacity(items.len()),
-            flush_done: None,
-            notify,
-            notify_req: None,
-            notify_done: None,
-            failed_at_post: false,
-            started: now,
-            remote: true,
-            packed: Vec::new(),
-        };
+        let mut batch = self.new_batch(&peer, &items, now, true);
         let path = Path::Ucx {
             transport: format!("{transport} (packed writes)").into(),
         };
@@ -662,29 +659,9 @@ fn append_local(
     cache: &mut PostCache,
     out: &mut Vec<u8>,
 ) -> Result<()> {
-    let rm = remote_of(item).expect("packable");
-    let tid = item.target().region.id();
-    let withdrawn = match cache.withdrawn {
-        Some((id, w)) if id == tid => w,
-        _ => {
-            let w = rm.withdrawn();
-            cache.withdrawn = Some((tid, w));
-            w
-        }
-    };
-    if withdrawn {
-        return Err(Error::Deregistered { region: tid });
-    }
+    cache.live_remote(item)?;
     let l = item.local();
-    let lid = l.region.id();
-    let mem = match &cache.local {
-        Some((id, m)) if *id == lid => m.clone(),
-        _ => {
-            let m = b.local_mem(&l.region)?;
-            cache.local = Some((lid, m.clone()));
-            m
-        }
-    };
+    let mem = cache.local_mem(b, &l.region)?;
     let end = l.offset.checked_add(l.len);
     if end.is_none_or(|e| e > mem.len() as u64) {
         return Err(Error::Backend {
@@ -723,6 +700,39 @@ struct PostCache {
     local: Option<(RegionId, MemHandle)>,
 }
 
+impl PostCache {
+    /// `item`'s remote memory, or [`Error::Deregistered`] once the peer withdrew it.
+    fn live_remote<'a>(&mut self, item: &'a WorkItem) -> Result<&'a RemoteMem> {
+        let rm = remote_of(item).expect("grouped by remote target");
+        let tid = item.target().region.id();
+        let withdrawn = match self.withdrawn {
+            Some((id, w)) if id == tid => w,
+            _ => {
+                let w = rm.withdrawn();
+                self.withdrawn = Some((tid, w));
+                w
+            }
+        };
+        if withdrawn {
+            return Err(Error::Deregistered { region: tid });
+        }
+        Ok(rm)
+    }
+
+    /// The UCX registration of local `region`.
+    fn local_mem(&mut self, b: &UcxBackend, region: &Region) -> Result<MemHandle> {
+        let id = region.id();
+        match &self.local {
+            Some((cached, m)) if *cached == id => Ok(m.clone()),
+            _ => {
+                let m = b.local_mem(region)?;
+                self.local = Some((id, m.clone()));
+                Ok(m)
+            }
+        }
+    }
+}
+
 /// Posts one item's put or get: `(None, _)` when UCX completed it at once; a staging buffer
 /// when the local memory is GPU memory that this UCX build cannot move itself.
 fn post(
@@ -733,19 +743,7 @@ fn post(
     stages: &mut Stages,
     observed: &mut std::collections::HashMap<ObservedKey, Path>,
 ) -> Result<(Option<Request>, Option<Stage>, Option<Path>)> {
-    let rm = remote_of(item).expect("grouped by remote target");
-    let tid = item.target().region.id();
-    let withdrawn = match cache.withdrawn {
-        Some((id, w)) if id == tid => w,
-        _ => {
-            let w = rm.withdrawn();
-            cache.withdrawn = Some((tid, w));
-            w
-        }
-    };
-    if withdrawn {
-        return Err(Error::Deregistered { region: tid });
-    }
+    let rm = cache.live_remote(item)?;
     let (l, t) = (item.local(), item.target());
     let len = usize::try_from(l.len).map_err(|_| Error::Config("length above usize".into()))?;
     let loff = usize::try_from(l.offset).map_err(|_| Error::Config("offset above usize".into()))?;
@@ -775,18 +773,7 @@ fn post(
     };
     let (local, off) = match &staged {
         Some(st) => (st.mem.clone(), 0),
-        None => {
-            let lid = l.region.id();
-            let mem = match &cache.local {
-                Some((id, m)) if *id == lid => m.clone(),
-                _ => {
-                    let m = b.local_mem(&l.region)?;
-                    cache.local = Some((lid, m.clone()));
-                    m
-                }
-            };
-            (mem, loff)
-        }
+        None => (cache.local_mem(b, &l.region)?, loff),
     };
     // A staged put started with its copy out of the GPU (marked above); otherwise the pair
     // starts now, with its batch.
