@@ -6,7 +6,8 @@ use gdpath::net::{
     ConnectOptions, FailureMode, NetConfig, NetEvent, Peer, PutCompletion, Server, Token,
 };
 use gdpath::{
-    Agent, Error, HostBuffer, Memory, Path, Region, RemoteMemory, TransferReport, TransferRequest,
+    Agent, Descriptor, Error, HostBuffer, Memory, Path, Region, RemoteMemory, TransferReport,
+    TransferRequest,
 };
 use std::time::Duration;
 
@@ -107,6 +108,15 @@ fn read_back(client: &Agent, remote: &Region, len: usize) -> (Region, TransferRe
     (back, rep)
 }
 
+/// Writes one pair, `local` → `remote`, with `client`, and waits: the report.
+fn write_one(client: &Agent, local: Descriptor, remote: Descriptor) -> TransferReport {
+    client
+        .post(TransferRequest::write(vec![local], vec![remote]))
+        .unwrap()
+        .wait()
+        .unwrap()
+}
+
 /// A client agent whose puts complete locally (`PutCompletion::Local`).
 fn local_completion_client(name: &str) -> Agent {
     agent_with(
@@ -180,14 +190,11 @@ fn get_and_put_are_byte_exact_and_report_the_transport() {
     assert!(local.host_view().unwrap()[..] == pattern(LEN, 1)[..]);
     // Put a new pattern at an offset, check it on the server.
     local.host_view().unwrap().copy_from_slice(&pattern(LEN, 2));
-    s.client
-        .post(TransferRequest::write(
-            vec![local.desc(4096, 1 << 20)],
-            vec![s.remote.desc(8192, 1 << 20)],
-        ))
-        .unwrap()
-        .wait()
-        .unwrap();
+    write_one(
+        &s.client,
+        local.desc(4096, 1 << 20),
+        s.remote.desc(8192, 1 << 20),
+    );
     let v = s.exported.host_view().unwrap();
     assert!(v[8192..8192 + (1 << 20)] == pattern(LEN, 2)[4096..4096 + (1 << 20)]);
     assert!(
@@ -216,15 +223,7 @@ fn packed_writes_into_a_sub_range_land_at_its_offset() {
         .client
         .register(Memory::host(HostBuffer::from_slice(&[0xab; 4096])))
         .unwrap();
-    let rep = s
-        .client
-        .post(TransferRequest::write(
-            vec![local.desc(0, 4096)],
-            vec![sub.desc(100, 4096)],
-        ))
-        .unwrap()
-        .wait()
-        .unwrap();
+    let rep = write_one(&s.client, local.desc(0, 4096), sub.desc(100, 4096));
     assert_eq!(
         rep.pairs[0].path,
         Path::Ucx {
@@ -244,10 +243,10 @@ fn packed_writes_into_a_sub_range_land_at_its_offset() {
     );
 }
 
-/// Small host writes over tcp go as packed `Writes` messages: 300 scattered pairs of 1 B to
-/// 64 KiB (the largest packed), across two remote regions in one request, land byte-exact,
-/// report `tcp (packed writes)`, and complete only once acknowledged (a flush of the peer
-/// afterwards has nothing left to confirm). A pair above 64 KiB keeps UCX's put.
+/// Small host writes over tcp go as packed `Writes` messages: up to 300 scattered pairs of 1 B
+/// to 64 KiB (the largest packed) in one request to one remote region report `tcp (packed
+/// writes)` and are in the peer's memory as soon as `wait` returns, with no flush (they
+/// complete on the acknowledgement). A pair above 64 KiB keeps UCX's put.
 #[test]
 fn small_writes_over_tcp_are_packed_byte_exact() {
     let _serial = serial();
@@ -297,15 +296,7 @@ fn small_writes_over_tcp_are_packed_byte_exact() {
     }
     drop(v);
     // Above 64 KiB: UCX's own put.
-    let rep = s
-        .client
-        .post(TransferRequest::write(
-            vec![local.desc(0, 65537)],
-            vec![s.remote.desc(0, 65537)],
-        ))
-        .unwrap()
-        .wait()
-        .unwrap();
+    let rep = write_one(&s.client, local.desc(0, 65537), s.remote.desc(0, 65537));
     assert_eq!(
         rep.pairs[0].path,
         Path::Ucx {

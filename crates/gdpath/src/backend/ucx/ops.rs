@@ -892,11 +892,11 @@ impl Batch {
         if !self.packed.is_empty() {
             // Only a failed connection: one this agent is closing still delivers the
             // acknowledgements (its goodbye waits for this batch).
-            let failure = self.peer.failed_error().map(|e| e.to_string()).or_else(|| {
-                self.peer
-                    .ep
-                    .failure()
-                    .map(|s| format!("connection failed: {s}"))
+            let failure = self.peer.failed_error().or_else(|| {
+                self.peer.ep.failure().map(|s| Error::PeerFailed {
+                    peer: self.peer.label(),
+                    detail: format!("connection failed: {s}"),
+                })
             });
             for m in &mut self.packed {
                 let failed = match m.req.as_mut().and_then(|r| test(r, &self.peer)) {
@@ -907,12 +907,7 @@ impl Batch {
                     Some(Err(e)) => Some(e),
                     None => None,
                 }
-                .or_else(|| {
-                    failure.clone().map(|why| Error::PeerFailed {
-                        peer: self.peer.label(),
-                        detail: why,
-                    })
-                });
+                .or_else(|| failure.clone());
                 if let Some(e) = failed {
                     for s in &mut self.slots[m.slots.clone()] {
                         if s.result.is_none() {
