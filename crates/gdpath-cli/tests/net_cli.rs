@@ -469,7 +469,8 @@ fn two_hosts_in_network_namespaces_over_veth() {
     drop(ns);
 }
 
-/// `--batch` and `--completion local` end to end: rows say the batch used and are verified.
+/// `--batch` and `--completion local` end to end, with `--no-pack` (UCX puts): rows say the
+/// batch used, the plain `tcp` transport, and are verified.
 #[test]
 fn bench_net_batch_and_local_completion_are_verified() {
     let _serial = serial();
@@ -481,6 +482,8 @@ fn bench_net_batch_and_local_completion_are_verified() {
         .args([
             "--completion",
             "local",
+            // UCX puts that complete locally: without it these sizes go as packed writes.
+            "--no-pack",
             "--runs",
             "2",
             "--bytes-per-run",
@@ -496,6 +499,7 @@ fn bench_net_batch_and_local_completion_are_verified() {
         assert_eq!(r["batch"], 4, "{r}");
         assert_eq!(r["qd"], 8, "{r}");
         assert_eq!(r["verified"], true, "{r}");
+        assert_eq!(r["transport"], "tcp", "{r}");
     }
 }
 
