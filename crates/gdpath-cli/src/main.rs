@@ -1,6 +1,7 @@
 //! The `gdpath` command. A thin dispatcher: each subcommand lives in its own module, which
 //! parses its arguments (clap), calls the `gdpath` crate and formats the result.
 
+mod alloc;
 mod bench;
 mod copy;
 mod doctor;

@@ -12,10 +12,22 @@ use crate::capture::capture;
 use crate::context::{Features, MemType};
 use crate::error::{check, ptr_is_err, Result, Status, UcxError};
 use crate::memory::{MemHandle, RemoteRegion};
-use crate::request::{Pins, Request};
+use crate::request::{IovPin, Pins, Request};
 use crate::sockaddr::CSockAddr;
 use crate::sys;
 use crate::worker::{EpId, Worker, WorkerAddress, AM_MAX_MESSAGE};
+
+/// One piece of an active message's payload for [`Endpoint::am_send_parts`]: `len` bytes at
+/// `offset` in a host memory mapping.
+#[derive(Debug, Clone)]
+pub struct AmPart {
+    /// The registered host memory the bytes are in.
+    pub mem: MemHandle,
+    /// Offset of the first byte in `mem`, bytes.
+    pub offset: usize,
+    /// Length, bytes.
+    pub len: usize,
+}
 
 /// How long dropping an endpoint flushes its outstanding operations before force-closing it.
 pub const CLOSE_WAIT: Duration = Duration::from_secs(5);
@@ -543,6 +555,94 @@ impl Endpoint {
         self.inner.dirty.store(true, Ordering::Release);
         let pins = Pins {
             bytes: vec![h, d],
+            ..self.pins()
+        };
+        Request::from_ptr(w.clone(), Some(pins), "ucp_am_send_nbx", r)
+    }
+
+    /// Sends an active message to `id` whose payload is `head` followed by the bytes of each
+    /// of `parts`, read in place from their registered host memory (`ucp_am_send_nbx` with
+    /// UCX's IOV datatype, eager protocol, reply endpoint attached): UCX copies them straight
+    /// into its send buffers, so a message gathered from many buffers costs one copy, not one
+    /// into a staging buffer first. The receiver sees one contiguous payload, as from
+    /// [`Endpoint::am_send`].
+    ///
+    /// The parts' bytes must not change until the request completes (as a put's source); the
+    /// request holds their mappings and `head` until then.
+    ///
+    /// Errors: [`UcxError::MessageTooLarge`] beyond [`AM_MAX_MESSAGE`] bytes in all,
+    /// [`UcxError::LocalOutOfBounds`] for a part outside its mapping,
+    /// [`UcxError::InvalidArgument`] for a part in GPU memory or registered with another
+    /// context, [`UcxError::EndpointFailed`], [`UcxError::FeatureMissing`] without AM.
+    pub fn am_send_parts(&self, id: u16, head: Vec<u8>, parts: &[AmPart]) -> Result<Request> {
+        self.worker().context().require(Features::AM, "AM")?;
+        let total = parts
+            .iter()
+            .fold(head.len(), |t, p| t.saturating_add(p.len));
+        if total > AM_MAX_MESSAGE {
+            return Err(UcxError::MessageTooLarge {
+                len: total,
+                max: AM_MAX_MESSAGE,
+            });
+        }
+        let head = head.into_boxed_slice();
+        let mut iov = Vec::with_capacity(parts.len() + 1);
+        iov.push(sys::ucp_dt_iov_t {
+            buffer: head.as_ptr() as *mut c_void,
+            length: head.len(),
+        });
+        let mut mems: Vec<MemHandle> = Vec::new();
+        for p in parts {
+            if p.mem.mem_type() != MemType::Host {
+                return Err(UcxError::InvalidArgument(format!(
+                    "an active message's parts must be host memory, not {}",
+                    p.mem.mem_type()
+                )));
+            }
+            if !Arc::ptr_eq(&p.mem.inner.ctx.inner, &self.worker().context().inner) {
+                return Err(UcxError::InvalidArgument(
+                    "local memory is registered with another context".into(),
+                ));
+            }
+            let addr = p.mem.range(p.offset, p.len)?;
+            iov.push(sys::ucp_dt_iov_t {
+                buffer: addr.cast(),
+                length: p.len,
+            });
+            if !mems
+                .last()
+                .is_some_and(|m| Arc::ptr_eq(&m.inner, &p.mem.inner))
+            {
+                mems.push(p.mem.clone());
+            }
+        }
+        let iov = iov.into_boxed_slice();
+        self.ensure_ok()?;
+        let w = self.worker();
+        let _g = w.guard();
+        // SAFETY: zeroed params; FLAGS and DATATYPE known since 1.10.
+        let mut prm: sys::ucp_request_param_t = unsafe { std::mem::zeroed() };
+        prm.op_attr_mask = sys::UCP_OP_ATTR_FIELD_FLAGS | sys::UCP_OP_ATTR_FIELD_DATATYPE;
+        prm.flags = sys::UCP_AM_SEND_FLAG_REPLY | sys::UCP_AM_SEND_FLAG_EAGER;
+        prm.datatype = sys::UCP_DATATYPE_IOV as sys::ucp_datatype_t;
+        // SAFETY: the iov array, `head` and every mapping an entry points into (bounds
+        // checked above) are pinned by the request until it completes.
+        let r = unsafe {
+            w.api().ucp_am_send_nbx(
+                self.inner.raw,
+                id as u32,
+                std::ptr::null(),
+                0,
+                iov.as_ptr().cast(),
+                iov.len(),
+                &prm,
+            )
+        };
+        self.inner.dirty.store(true, Ordering::Release);
+        let pins = Pins {
+            mems,
+            bytes: vec![head],
+            iov: Some(IovPin(iov)),
             ..self.pins()
         };
         Request::from_ptr(w.clone(), Some(pins), "ucp_am_send_nbx", r)

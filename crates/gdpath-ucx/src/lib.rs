@@ -34,11 +34,14 @@ mod worker;
 
 pub use context::{Context, Features, MemType, Resource, UcxCfg, UcxFacts};
 pub use endpoint::{
-    Endpoint, EpTransports, ErrorMode, Lane, RmaBasis, RmaTransports, TransportSource, CLOSE_WAIT,
+    AmPart, Endpoint, EpTransports, ErrorMode, Lane, RmaBasis, RmaTransports, TransportSource,
+    CLOSE_WAIT,
 };
 pub use error::{Result, Status, UcxError};
 pub use listener::Listener;
 pub use loader::{Ucx, UcxVersion, ENV_LIB, LIBUCP_SONAME, MIN_VERSION};
 pub use memory::{MemHandle, PackedRkey, RegionDesc, RemoteKey, RemoteRegion, MAX_PACKED_RKEY};
 pub use request::{ProtoInfo, Request, DROP_WAIT};
-pub use worker::{AmMessage, EpId, Worker, WorkerAddress, AM_MAX_MESSAGE, AM_MAX_QUEUED};
+pub use worker::{
+    AmData, AmMessage, EpId, Worker, WorkerAddress, AM_HOLD_MIN, AM_MAX_MESSAGE, AM_MAX_QUEUED,
+};

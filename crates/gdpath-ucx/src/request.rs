@@ -20,10 +20,23 @@ pub const DROP_WAIT: Duration = Duration::from_secs(30);
 #[allow(dead_code)]
 pub(crate) struct Pins {
     pub(crate) mem: Option<MemHandle>,
+    /// The mappings an IOV send reads from ([`Endpoint::am_send_parts`]).
+    pub(crate) mems: Vec<MemHandle>,
     pub(crate) rkey: Option<RemoteKey>,
     pub(crate) bytes: Vec<Box<[u8]>>,
+    /// An IOV send's entry array: UCX reads it until the send completes.
+    pub(crate) iov: Option<IovPin>,
     pub(crate) ep: Option<Endpoint>,
 }
+
+/// An IOV descriptor array held for UCX. Its raw pointers point into mappings the same
+/// [`Pins`] hold; Rust never reads them.
+pub(crate) struct IovPin(#[allow(dead_code)] pub(crate) Box<[sys::ucp_dt_iov_t]>);
+
+// SAFETY: the array is only allocated and freed here, never dereferenced by Rust; what it
+// points to is kept alive by the same Pins.
+unsafe impl Send for IovPin {}
+unsafe impl Sync for IovPin {}
 
 /// A posted operation (put, get, flush, active message). Owns what the operation touches
 /// (local memory handle, remote key, copied message bytes), so the memory stays valid

@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use common::{pattern, BgProgress, Pair, T};
 use gdpath_ucx::{
-    Context, Endpoint, ErrorMode, Features, MemHandle, MemType, RegionDesc, RemoteRegion, Ucx,
-    UcxCfg, UcxError, Worker, MAX_PACKED_RKEY,
+    AmPart, Context, Endpoint, ErrorMode, Features, MemHandle, MemType, RegionDesc, RemoteRegion,
+    Ucx, UcxCfg, UcxError, Worker, AM_HOLD_MIN, MAX_PACKED_RKEY,
 };
 
 use gdpath_testkit::ucx_serial as serial;
@@ -183,7 +183,7 @@ fn active_message_round_trip() {
     };
     assert_eq!(msg.id, 7);
     assert_eq!(msg.header, b"hello");
-    assert!(msg.data == payload);
+    assert!(*msg.data == payload[..]);
     assert_eq!(msg.reply_ep, Some(p.server_ep.id()));
 
     p.server_ep
@@ -193,7 +193,7 @@ fn active_message_round_trip() {
         .unwrap();
     let reply = p.client.am_recv(8, T).unwrap();
     assert_eq!(
-        (reply.header.as_slice(), reply.data.as_slice()),
+        (reply.header.as_slice(), &*reply.data),
         (&b""[..], &b"pong"[..])
     );
     assert_eq!(reply.reply_ep, Some(p.client_ep.id()));
@@ -208,6 +208,148 @@ fn active_message_round_trip() {
         p.client.am_recv(99, Duration::from_millis(50)),
         Err(UcxError::Timeout { .. })
     ));
+}
+
+/// Waits for the next message to `id` on a worker the background thread progresses.
+fn next_message(w: &Worker, id: u16) -> gdpath_ucx::AmMessage {
+    let start = Instant::now();
+    loop {
+        if let Some(m) = w.am_try_recv(id) {
+            return m;
+        }
+        assert!(start.elapsed() < T, "no active message within {T:?}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[test]
+fn active_message_gathered_from_mappings_arrives_whole() {
+    let _serial = serial();
+    let p = Pair::new(Some("tcp"));
+    p.server.am_register(7).unwrap();
+    let a = MemHandle::from_vec(&p.ctx, pattern(120_000, 1)).unwrap();
+    let b = MemHandle::from_vec(&p.ctx, pattern(5_000, 2)).unwrap();
+    let mut a_bytes = vec![0u8; 120_000];
+    a.read(0, &mut a_bytes).unwrap();
+    let mut b_bytes = vec![0u8; 5_000];
+    b.read(0, &mut b_bytes).unwrap();
+    let part = |mem: &MemHandle, offset, len| AmPart {
+        mem: mem.clone(),
+        offset,
+        len,
+    };
+    // Parts from two mappings, one of them twice, an empty one, behind a head: over 64 KiB,
+    // which UCX's tcp sends in fragments and assembles at the receiver.
+    let parts = [
+        part(&a, 3, 100_000),
+        part(&b, 0, 5_000),
+        part(&a, 0, 0),
+        part(&a, 119_990, 10),
+    ];
+    p.client_ep
+        .am_send_parts(7, b"head".to_vec(), &parts)
+        .unwrap()
+        .wait(T)
+        .unwrap();
+    let msg = next_message(&p.server, 7);
+    let mut want = b"head".to_vec();
+    want.extend_from_slice(&a_bytes[3..100_003]);
+    want.extend_from_slice(&b_bytes);
+    want.extend_from_slice(&a_bytes[119_990..]);
+    assert!(msg.header.is_empty());
+    assert_eq!(msg.data.len(), want.len());
+    assert!(*msg.data == want[..], "gathered payload not byte-exact");
+    // UCX hands an assembled message over for keeping (UCP_AM_RECV_ATTR_FLAG_DATA): the
+    // receiver's copy and allocation per message that AM_HOLD_MIN avoids.
+    assert!(
+        msg.data.is_held(),
+        "an assembled 105 KB payload was copied, not held"
+    );
+
+    // A short message is always copied out (only large payloads are held).
+    p.client_ep
+        .am_send_parts(7, Vec::new(), &[part(&a, 10, AM_HOLD_MIN - 1)])
+        .unwrap()
+        .wait(T)
+        .unwrap();
+    let small = next_message(&p.server, 7);
+    assert!(*small.data == a_bytes[10..10 + AM_HOLD_MIN - 1]);
+    assert!(!small.data.is_held());
+    // A clone is a copy with the same bytes.
+    let copy = msg.clone();
+    assert!(!copy.data.is_held() && copy == msg);
+
+    // Bounds, and the total bound, are checked before anything is sent.
+    assert!(matches!(
+        p.client_ep
+            .am_send_parts(7, Vec::new(), &[part(&b, 4_999, 2)]),
+        Err(UcxError::LocalOutOfBounds { .. })
+    ));
+    let big = MemHandle::alloc(&p.ctx, gdpath_ucx::AM_MAX_MESSAGE, MemType::Host).unwrap();
+    assert!(matches!(
+        p.client_ep
+            .am_send_parts(7, vec![1], &[part(&big, 0, gdpath_ucx::AM_MAX_MESSAGE)]),
+        Err(UcxError::MessageTooLarge { .. })
+    ));
+    assert_eq!(p.server.am_dropped(), 0);
+}
+
+#[test]
+fn held_payloads_outlive_or_precede_their_worker_safely() {
+    let _serial = serial();
+    let p = Pair::new(Some("tcp"));
+    p.server.am_register(7).unwrap();
+    const N: usize = 100_000;
+    let src = MemHandle::from_vec(&p.ctx, pattern(N, 5)).unwrap();
+    let whole = AmPart {
+        mem: src.clone(),
+        offset: 0,
+        len: N,
+    };
+    for _ in 0..3 {
+        p.client_ep
+            .am_send_parts(7, Vec::new(), std::slice::from_ref(&whole))
+            .unwrap()
+            .wait(T)
+            .unwrap();
+    }
+    let first = next_message(&p.server, 7);
+    // One taken and dropped while its worker lives; one left queued.
+    drop(next_message(&p.server, 7));
+    let start = Instant::now();
+    while p.server.am_queued(7) < 1 {
+        assert!(start.elapsed() < T, "third message did not arrive");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let mut want = vec![0u8; N];
+    src.read(0, &mut want).unwrap();
+    assert!(*first.data == want[..]);
+    assert!(
+        first.data.is_held(),
+        "the case under test is a held payload"
+    );
+    // Drop every handle on the server worker while one message is queued and one is held
+    // here: the held one keeps the worker alive; the queued one goes back to UCX when the
+    // worker does, after `first` is dropped.
+    let Pair {
+        client_ep,
+        server_ep,
+        bg,
+        listener,
+        client,
+        server,
+        ctx,
+        ..
+    } = p;
+    drop(bg);
+    drop((
+        client_ep, server_ep, listener, client, server, src, whole, ctx,
+    ));
+    assert!(
+        *first.data == want[..],
+        "a held payload changed before it was dropped"
+    );
+    drop(first);
 }
 
 #[test]

@@ -123,7 +123,7 @@ fn packed_writes_are_checked_against_the_export_before_any_byte_lands() {
             seq,
             region,
             records,
-            data: data.to_vec(),
+            data: data.to_vec().into(),
         };
         ep.am_send(AM_ID, &[], &codec::encode(&m).unwrap())
             .unwrap()

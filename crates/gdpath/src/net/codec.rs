@@ -24,6 +24,7 @@
 //! `u16 length + bytes` (rkeys); nonces and MACs are 32 raw bytes.
 
 use std::fmt;
+use std::sync::Arc;
 
 /// The UCX active-message id control messages are sent to.
 pub const AM_ID: u16 = 0x6764;
@@ -187,7 +188,7 @@ pub enum Message {
         seq: u64,
         region: u64,
         records: Vec<(u64, u32)>,
-        data: Vec<u8>,
+        data: WriteBytes,
     },
     /// S → C: the writes of message `seq` are in the region's memory, or why none was made.
     /// Body: seq u64, status u8 (0 done, 1 the region is not exported, 2 refused), then for a
@@ -206,6 +207,54 @@ pub enum WritesStatus {
     /// Refused for the reason given (GPU memory, a write past the region's end). No write was
     /// made.
     Refused(String),
+}
+
+/// The bytes of a [`Message::Writes`]: the tail of the buffer the message arrived in, so that
+/// [`decode_owned`] hands a packed message's up to 64 KiB of writes over without copying them.
+#[derive(Clone)]
+pub struct WriteBytes {
+    buf: Arc<dyn AsRef<[u8]> + Send + Sync>,
+    start: usize,
+}
+
+impl WriteBytes {
+    /// The bytes of `buf` from `start` on.
+    fn tail(buf: Arc<dyn AsRef<[u8]> + Send + Sync>, start: usize) -> Self {
+        debug_assert!(start <= (*buf).as_ref().len());
+        WriteBytes { buf, start }
+    }
+}
+
+impl Default for WriteBytes {
+    fn default() -> Self {
+        Vec::new().into()
+    }
+}
+
+impl From<Vec<u8>> for WriteBytes {
+    fn from(buf: Vec<u8>) -> Self {
+        WriteBytes::tail(Arc::new(buf), 0)
+    }
+}
+
+impl std::ops::Deref for WriteBytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &(*self.buf).as_ref()[self.start..]
+    }
+}
+
+impl PartialEq for WriteBytes {
+    fn eq(&self, other: &Self) -> bool {
+        **self == **other
+    }
+}
+impl Eq for WriteBytes {}
+
+impl fmt::Debug for WriteBytes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} bytes", self.len())
+    }
 }
 
 impl Message {
@@ -349,6 +398,30 @@ impl<'a> Reader<'a> {
 
 /// Decodes one message. See the module docs for every check made.
 pub fn decode(bytes: &[u8]) -> Result<Message, DecodeError> {
+    let (mut msg, writes_at) = decode_in_place(bytes)?;
+    if let (Message::Writes { data, .. }, Some(at)) = (&mut msg, writes_at) {
+        *data = bytes[at..].to_vec().into();
+    }
+    Ok(msg)
+}
+
+/// [`decode`] of a message the caller owns (a `Vec<u8>`, a received UCX payload): a
+/// [`Message::Writes`] keeps `bytes` as its [`WriteBytes`] instead of copying its writes out.
+/// The same checks and errors.
+pub fn decode_owned<B>(bytes: B) -> Result<Message, DecodeError>
+where
+    B: AsRef<[u8]> + Send + Sync + 'static,
+{
+    let (mut msg, writes_at) = decode_in_place(bytes.as_ref())?;
+    if let (Message::Writes { data, .. }, Some(at)) = (&mut msg, writes_at) {
+        *data = WriteBytes::tail(Arc::new(bytes), at);
+    }
+    Ok(msg)
+}
+
+/// Decodes every field but a [`Message::Writes`]'s bytes, which it leaves empty: their offset
+/// comes back instead (they run to the end of the message; trailing bytes are refused).
+fn decode_in_place(bytes: &[u8]) -> Result<(Message, Option<usize>), DecodeError> {
     if bytes.len() > MAX_MESSAGE {
         return Err(DecodeError::TooLarge {
             what: "message",
@@ -378,6 +451,7 @@ pub fn decode(bytes: &[u8]) -> Result<Message, DecodeError> {
             present: r.left(),
         });
     }
+    let mut writes_at = None;
     let msg = match kind {
         Kind::Challenge => Message::Challenge {
             server_nonce: r.array("server nonce")?,
@@ -434,12 +508,13 @@ pub fn decode(bytes: &[u8]) -> Result<Message, DecodeError> {
             }
             // The bytes must be exactly what the records say: no more (refused below as
             // trailing), no less.
-            let data = r.take("write bytes", total)?.to_vec();
+            writes_at = Some(r.pos);
+            r.take("write bytes", total)?;
             Message::Writes {
                 seq,
                 region,
                 records,
-                data,
+                data: WriteBytes::default(),
             }
         }
         Kind::WritesAck => {
@@ -456,7 +531,7 @@ pub fn decode(bytes: &[u8]) -> Result<Message, DecodeError> {
     if r.left() != 0 {
         return Err(DecodeError::Trailing(r.left()));
     }
-    Ok(msg)
+    Ok((msg, writes_at))
 }
 
 /// Smallest encoded region: id, kind, ordinal, addr, len, rkey length, one rkey byte.
@@ -536,6 +611,66 @@ pub struct EncodeError {
 struct Writer(Vec<u8>);
 
 impl Writer {
+    /// The frame header of a message of `kind`, its body length left for [`Writer::finish`].
+    fn start(kind: Kind) -> Self {
+        let mut w = Writer(Vec::with_capacity(64));
+        w.0.extend_from_slice(&MAGIC);
+        w.0.extend_from_slice(&VERSION.to_le_bytes());
+        w.0.push(kind as u8);
+        w.0.push(0);
+        w.0.extend_from_slice(&[0; 4]); // body length, patched by finish
+        w
+    }
+    /// Checks the message's size, `after` bytes that the caller sends beyond what is written
+    /// included, and patches the body length.
+    fn finish(mut self, after: usize) -> Result<Vec<u8>, EncodeError> {
+        let len = self.0.len().saturating_add(after);
+        Self::limit("message", len, MAX_MESSAGE)?;
+        let body = (len - HEADER_LEN) as u32;
+        self.0[8..12].copy_from_slice(&body.to_le_bytes());
+        Ok(self.0)
+    }
+    /// A [`Message::Writes`] body up to its bytes, `data_len` of which must follow.
+    fn writes_head(
+        &mut self,
+        seq: u64,
+        region: u64,
+        records: &[(u64, u32)],
+        data_len: usize,
+    ) -> Result<(), EncodeError> {
+        Self::limit("write count", records.len(), MAX_WRITES)?;
+        if let Some(&(off, len)) = records
+            .iter()
+            .find(|&&(off, len)| off.checked_add(len.into()).is_none())
+        {
+            return Err(EncodeError {
+                what: "write end (wraps around)",
+                len: len as usize,
+                max: (u64::MAX - off) as usize,
+            });
+        }
+        let total = records.iter().map(|&(_, l)| u64::from(l)).sum::<u64>();
+        if total != data_len as u64 {
+            return Err(EncodeError {
+                what: "write bytes (not what the records add up to)",
+                len: data_len,
+                max: total as usize,
+            });
+        }
+        self.0.extend_from_slice(&seq.to_le_bytes());
+        self.0.extend_from_slice(&region.to_le_bytes());
+        self.0
+            .extend_from_slice(&(records.len() as u32).to_le_bytes());
+        for &(off, len) in records {
+            self.0.extend_from_slice(&off.to_le_bytes());
+            self.0.extend_from_slice(&len.to_le_bytes());
+        }
+        Self::limit(
+            "message",
+            self.0.len().saturating_add(data_len),
+            MAX_MESSAGE,
+        )
+    }
     fn limit(what: &'static str, len: usize, max: usize) -> Result<(), EncodeError> {
         if len > max {
             Err(EncodeError { what, len, max })
@@ -583,12 +718,7 @@ impl Writer {
 
 /// Encodes a message. Errors when a field exceeds a protocol limit (the peer would refuse it).
 pub fn encode(msg: &Message) -> Result<Vec<u8>, EncodeError> {
-    let mut w = Writer(Vec::with_capacity(64));
-    w.0.extend_from_slice(&MAGIC);
-    w.0.extend_from_slice(&VERSION.to_le_bytes());
-    w.0.push(msg.kind() as u8);
-    w.0.push(0);
-    w.0.extend_from_slice(&[0; 4]); // body length, patched below
+    let mut w = Writer::start(msg.kind());
     match msg {
         Message::Challenge { server_nonce } => w.0.extend_from_slice(server_nonce),
         Message::Auth {
@@ -627,33 +757,7 @@ pub fn encode(msg: &Message) -> Result<Vec<u8>, EncodeError> {
             records,
             data,
         } => {
-            Writer::limit("write count", records.len(), MAX_WRITES)?;
-            if let Some(&(off, len)) = records
-                .iter()
-                .find(|&&(off, len)| off.checked_add(len.into()).is_none())
-            {
-                return Err(EncodeError {
-                    what: "write end (wraps around)",
-                    len: len as usize,
-                    max: (u64::MAX - off) as usize,
-                });
-            }
-            let total = records.iter().map(|&(_, l)| u64::from(l)).sum::<u64>();
-            if total != data.len() as u64 {
-                return Err(EncodeError {
-                    what: "write bytes (not what the records add up to)",
-                    len: data.len(),
-                    max: total as usize,
-                });
-            }
-            w.0.extend_from_slice(&seq.to_le_bytes());
-            w.0.extend_from_slice(&region.to_le_bytes());
-            w.0.extend_from_slice(&(records.len() as u32).to_le_bytes());
-            for &(off, len) in records {
-                w.0.extend_from_slice(&off.to_le_bytes());
-                w.0.extend_from_slice(&len.to_le_bytes());
-            }
-            Writer::limit("message", w.0.len() + data.len(), MAX_MESSAGE)?;
+            w.writes_head(*seq, *region, records, data.len())?;
             w.0.extend_from_slice(data);
         }
         Message::WritesAck { seq, status } => {
@@ -672,10 +776,22 @@ pub fn encode(msg: &Message) -> Result<Vec<u8>, EncodeError> {
             }
         }
     }
-    Writer::limit("message", w.0.len(), MAX_MESSAGE)?;
-    let body = (w.0.len() - HEADER_LEN) as u32;
-    w.0[8..12].copy_from_slice(&body.to_le_bytes());
-    Ok(w.0)
+    w.finish(0)
+}
+
+/// Everything of a [`Message::Writes`] but its bytes: the frame and body up to the last
+/// record, with the body length counting the `data_len` bytes the caller sends right after
+/// (`gdpath_ucx::Endpoint::am_send_parts` reads them in place). The same checks and errors as
+/// [`encode`], with `data_len` standing for the bytes.
+pub fn encode_writes_head(
+    seq: u64,
+    region: u64,
+    records: &[(u64, u32)],
+    data_len: usize,
+) -> Result<Vec<u8>, EncodeError> {
+    let mut w = Writer::start(Kind::Writes);
+    w.writes_head(seq, region, records, data_len)?;
+    w.finish(data_len)
 }
 
 impl fmt::Display for WireKind {
@@ -737,7 +853,7 @@ mod tests {
                 seq: 7,
                 region: 3,
                 records: vec![(0, 4), (4096, 2), (8, 0)],
-                data: b"abcdxy".to_vec(),
+                data: b"abcdxy".to_vec().into(),
             },
             Message::WritesAck {
                 seq: 7,
@@ -755,12 +871,42 @@ mod tests {
     }
 
     #[test]
+    fn writes_head_and_owned_decode_match_the_whole_message() {
+        let records = vec![(0, 4), (4096, 2), (8, 0)];
+        let whole = encode(&Message::Writes {
+            seq: 7,
+            region: 3,
+            records: records.clone(),
+            data: b"abcdxy".to_vec().into(),
+        })
+        .unwrap();
+        // The head followed by the bytes is the message, byte for byte.
+        let mut split = encode_writes_head(7, 3, &records, 6).unwrap();
+        split.extend_from_slice(b"abcdxy");
+        assert_eq!(split, whole);
+        // Decoding in place gives what decoding a copy gives, for every kind.
+        for m in sample() {
+            let b = encode(&m).unwrap();
+            assert_eq!(decode_owned(b.clone()), Ok(m));
+            assert_eq!(decode_owned(b.clone()), decode(&b));
+        }
+        assert_eq!(
+            decode_owned(whole[..whole.len() - 1].to_vec()),
+            decode(&whole[..whole.len() - 1])
+        );
+        // The head's own checks: the bytes must be what the records add up to, and fit.
+        assert!(encode_writes_head(7, 3, &records, 5).is_err());
+        let big = vec![(0, MAX_MESSAGE as u32)];
+        assert!(encode_writes_head(7, 3, &big, MAX_MESSAGE).is_err());
+    }
+
+    #[test]
     fn writes_must_carry_exactly_their_bytes() {
         let m = |records: Vec<(u64, u32)>, data: &[u8]| Message::Writes {
             seq: 1,
             region: 1,
             records,
-            data: data.to_vec(),
+            data: data.to_vec().into(),
         };
         // The encoder refuses a mismatch of its own making.
         assert!(encode(&m(vec![(0, 4)], b"abc")).is_err());

@@ -38,7 +38,7 @@ use crate::net::codec::{Message, WritesStatus};
 use crate::path::Path;
 use crate::region::{Region, RegionId};
 use crate::transfer::{group_items, Op, WorkItem};
-use gdpath_ucx::{MemHandle, MemType, ProtoInfo, Request};
+use gdpath_ucx::{AmPart, MemHandle, MemType, ProtoInfo, Request};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -81,8 +81,20 @@ struct PackedMsg {
     seq: u64,
     /// The send, until UCX finished it.
     req: Option<Request>,
+    /// The local regions the send reads its bytes from in place, held as long as `req`.
+    sources: Vec<Region>,
     /// The batch's slots it carries.
     slots: std::ops::Range<usize>,
+}
+
+impl PackedMsg {
+    /// The send and the regions it reads, if UCX has not finished it: whoever takes them keeps
+    /// them alive until it does (dropping a pending request would wait for it).
+    fn pending_send(&mut self) -> Option<(Request, Vec<Region>)> {
+        let mut r = self.req.take()?;
+        let sources = std::mem::take(&mut self.sources);
+        matches!(r.test(), Ok(false)).then_some((r, sources))
+    }
 }
 
 /// The `Writes` message being filled: its remote region, its writes, their bytes, and the
@@ -90,7 +102,12 @@ struct PackedMsg {
 struct Filling {
     region: u64,
     records: Vec<(u64, u32)>,
-    data: Vec<u8>,
+    /// Where each write's bytes are, read in place when the message is sent.
+    parts: Vec<AmPart>,
+    /// The local regions the parts are in (each once).
+    sources: Vec<Region>,
+    /// The parts' lengths added up.
+    bytes: usize,
     first: usize,
 }
 
@@ -368,29 +385,26 @@ impl Ops {
             let Filling {
                 region,
                 records,
-                data,
+                parts,
+                sources,
+                bytes,
                 first,
             } = m;
             ops.next_writes += 1;
             let seq = ops.next_writes;
             let slots = first..batch.slots.len();
-            let msg = Message::Writes {
-                seq,
-                region,
-                records,
-                data,
-            };
-            let sent = crate::net::codec::encode(&msg)
+            let sent = crate::net::codec::encode_writes_head(seq, region, &records, bytes)
                 .map_err(|e| Error::Config(e.to_string()))
-                .and_then(|bytes| {
+                .and_then(|head| {
                     peer.ep
-                        .am_send(super::CTRL_AM, &[], &bytes)
+                        .am_send_parts(super::CTRL_AM, head, &parts)
                         .map_err(|e| ucx_err(&peer.label(), "writes", e))
                 });
             match sent {
                 Ok(req) => batch.packed.push(PackedMsg {
                     seq,
                     req: Some(req),
+                    sources,
                     slots,
                 }),
                 Err(e) => {
@@ -413,24 +427,33 @@ impl Ops {
             let full = cur.as_ref().is_some_and(|m| {
                 m.region != region
                     || m.records.len() >= crate::net::codec::MAX_WRITES
-                    || m.data.len() + len as usize > PACK_MESSAGE_MAX
+                    || m.bytes + len as usize > PACK_MESSAGE_MAX
             });
             if full {
                 send(self, &mut batch, cur.take().expect("checked"));
             }
+            let part = match local_part(b, &item, &mut cache) {
+                Ok(p) => p,
+                Err(e) => {
+                    batch.failed_at_post = true;
+                    item.complete(Err(e));
+                    continue;
+                }
+            };
             let m = cur.get_or_insert_with(|| Filling {
                 region,
                 records: Vec::new(),
-                data: Vec::new(),
+                parts: Vec::new(),
+                sources: Vec::new(),
+                bytes: 0,
                 first: batch.slots.len(),
             });
-            let before = m.data.len();
-            if let Err(e) = append_local(b, &item, &mut cache, &mut m.data) {
-                m.data.truncate(before);
-                batch.failed_at_post = true;
-                item.complete(Err(e));
-                continue;
+            let source = &item.local().region;
+            if !m.sources.iter().any(|r| r.id() == source.id()) {
+                m.sources.push(source.clone());
             }
+            m.bytes += part.len;
+            m.parts.push(part);
             m.records.push((at, len as u32));
             item.mark_started_at(now);
             batch.slots.push(Slot {
@@ -471,9 +494,9 @@ impl Ops {
             tracing::debug!(peer = %peer.label(), "acknowledgement of unknown writes {seq} dropped");
             return;
         };
-        let m = b.packed.swap_remove(i);
+        let mut m = b.packed.swap_remove(i);
         let label = peer.label();
-        for s in &mut b.slots[m.slots] {
+        for s in &mut b.slots[m.slots.clone()] {
             if s.result.is_none() {
                 s.result = Some(match &status {
                     WritesStatus::Done => Ok(s.len),
@@ -491,14 +514,12 @@ impl Ops {
             }
         }
         // A send UCX has not reported finished keeps its bytes until it does.
-        if let Some(mut r) = m.req {
-            if matches!(r.test(), Ok(false)) {
-                self.zombies.push(Zombie {
-                    reqs: vec![r],
-                    _regions: Vec::new(),
-                    _stages: Vec::new(),
-                });
-            }
+        if let Some((r, sources)) = m.pending_send() {
+            self.zombies.push(Zombie {
+                reqs: vec![r],
+                _regions: sources,
+                _stages: Vec::new(),
+            });
         }
     }
 
@@ -649,16 +670,9 @@ fn packable(item: &WorkItem) -> bool {
         && remote_of(item).is_some_and(|r| r.kind == WireKind::Host)
 }
 
-/// Appends the bytes a packable `item` writes to `out`, copied from its local host memory
-/// through its UCX mapping (the item holds the region in use, so no host view can be taken;
-/// the bytes are copied without forming a reference, as another transfer or a peer may write
-/// the same memory meanwhile). Fails as [`post`] does for a region the peer withdrew.
-fn append_local(
-    b: &UcxBackend,
-    item: &WorkItem,
-    cache: &mut PostCache,
-    out: &mut Vec<u8>,
-) -> Result<()> {
+/// Where a packed pair's bytes are in its local mapping, checked: the remote region still
+/// exported as this side knows it, the range inside the mapping.
+fn local_part(b: &UcxBackend, item: &WorkItem, cache: &mut PostCache) -> Result<AmPart> {
     cache.live_remote(item)?;
     let l = item.local();
     let mem = cache.local_mem(b, &l.region)?;
@@ -674,20 +688,12 @@ fn append_local(
             ),
         });
     }
-    let len = l.len as usize;
-    out.reserve(len);
-    // SAFETY: the source range lies in the mapping (checked above), which the region keeps
-    // alive while the item holds it in use; the destination has `len` bytes reserved past its
-    // length, which are initialized by the copy before `set_len`.
-    unsafe {
-        std::ptr::copy_nonoverlapping(
-            (mem.addr() as *const u8).add(l.offset as usize),
-            out.as_mut_ptr().add(out.len()),
-            len,
-        );
-        out.set_len(out.len() + len);
-    }
-    Ok(())
+    // Both fit in usize: inside a mapping of `mem.len()` bytes.
+    Ok(AmPart {
+        mem,
+        offset: l.offset as usize,
+        len: l.len as usize,
+    })
 }
 
 /// What the previous item of a batch looked up, for the next one: the pairs of a transfer
@@ -902,6 +908,7 @@ impl Batch {
                 let failed = match m.req.as_mut().and_then(|r| test(r, &self.peer)) {
                     Some(Ok(())) => {
                         m.req = None;
+                        m.sources.clear();
                         None
                     }
                     Some(Err(e)) => Some(e),
@@ -1018,19 +1025,24 @@ impl Batch {
     /// Moves the sends of packed messages UCX has not finished (a batch failed while they were
     /// in flight) to `zombies`: dropping a pending request would wait for it.
     fn keep_pending_sends(&mut self, zombies: &mut Vec<Zombie>) {
-        let mut reqs: Vec<Request> = self
-            .packed
-            .iter_mut()
-            .filter_map(|m| m.req.take())
-            .collect();
-        reqs.retain_mut(|r| matches!(r.test(), Ok(false)));
+        let (reqs, regions) = self.pending_sends();
         if !reqs.is_empty() {
             zombies.push(Zombie {
                 reqs,
-                _regions: Vec::new(),
+                _regions: regions,
                 _stages: Vec::new(),
             });
         }
+    }
+
+    /// The packed sends UCX has not finished, and the regions they read.
+    fn pending_sends(&mut self) -> (Vec<Request>, Vec<Region>) {
+        let (mut reqs, mut regions) = (Vec::new(), Vec::new());
+        for (r, sources) in self.packed.iter_mut().filter_map(PackedMsg::pending_send) {
+            reqs.push(r);
+            regions.extend(sources);
+        }
+        (reqs, regions)
     }
 
     /// Fails the unfinished items after `timeout`; keeps their requests and regions alive.
@@ -1058,8 +1070,10 @@ impl Batch {
             }
         }
         reqs.extend(self.notify_req.take());
-        reqs.extend(self.packed.iter_mut().filter_map(|m| m.req.take()));
         reqs.retain_mut(|r| matches!(r.test(), Ok(false)));
+        let (sends, sources) = self.pending_sends();
+        reqs.extend(sends);
+        regions.extend(sources);
         if !reqs.is_empty() {
             zombies.push(Zombie {
                 reqs,

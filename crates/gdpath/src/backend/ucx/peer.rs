@@ -463,9 +463,16 @@ impl UcxBackend {
                 tracing::debug!("control message from an unknown or closed connection dropped");
                 continue;
             };
-            let mut bytes = m.header;
-            bytes.extend_from_slice(&m.data);
-            match codec::decode(&bytes) {
+            // Our senders put the whole message in the payload (decoded in place, held in UCX's
+            // buffer where large); a header is taken as its start.
+            let decoded = if m.header.is_empty() {
+                codec::decode_owned(m.data)
+            } else {
+                let mut b = m.header;
+                b.extend_from_slice(&m.data);
+                codec::decode_owned(b)
+            };
+            match decoded {
                 Ok(msg) => self.handle(&mut st, &peer, msg),
                 Err(e) => self.protocol_error(&mut st, &peer, e.to_string()),
             }
