@@ -76,7 +76,7 @@ fn main() {
     let desc = RegionDesc {
         base: u64::from_le_bytes(msg.header[..8].try_into().unwrap()),
         len: u64::from_le_bytes(msg.header[8..].try_into().unwrap()),
-        rkey: PackedRkey(msg.data),
+        rkey: PackedRkey(msg.data.to_vec()),
     };
     assert_eq!(desc.len, LEN as u64);
     let region = RemoteRegion::new(&ep, &desc).unwrap();
