@@ -35,7 +35,7 @@ mod worker;
 pub use context::{Context, Features, MemType, Resource, UcxCfg, UcxFacts};
 pub use endpoint::{
     AmPart, Endpoint, EpTransports, ErrorMode, Lane, RmaBasis, RmaTransports, TransportSource,
-    CLOSE_WAIT,
+    AM_GATHER_COPY_MAX, CLOSE_WAIT,
 };
 pub use error::{Result, Status, UcxError};
 pub use listener::Listener;
