@@ -1,36 +1,62 @@
 //! The allocator policy of a serving process (glibc only): keep freed memory instead of giving
 //! it back to the kernel after every message.
+//!
+//! A server that receives packed writes (docs/network.md, "Packed writes over tcp") gets each
+//! message of more than one tcp segment assembled by UCX in a fresh allocation of up to 512 KiB,
+//! freed when the writes are applied. At glibc's defaults that memory goes back to the kernel
+//! per message and its pages fault back in on the next: a 64 KiB allocation trims the heap
+//! (`M_TRIM_THRESHOLD`, 128 KiB), a 256 KiB one is a `mmap` of its own (`M_MMAP_THRESHOLD`,
+//! 128 KiB at start). Measured on loopback tcp, server and client pinned to one CPU each
+//! (`bench net --qd 64 --batch 16`, 2026-11-30): 64 KiB writes 0.84–0.97 GB/s at the defaults
+//! against 1.57–1.90 with the trim threshold raised; 256 KiB writes 0.61–0.80 against 2.40–2.44
+//! with the mmap threshold raised too.
 
-/// Freed bytes glibc may keep at the top of a heap before it returns them to the kernel
-/// (`M_TRIM_THRESHOLD`, glibc's default 128 KiB). A server that receives packed writes
-/// allocates and frees a buffer of up to 64 KiB per message in its progress thread's arena
-/// (UCX assembles each multi-fragment message in a fresh allocation); at the default glibc
-/// trims the heap and faults the pages back in per message. Measured on loopback tcp, 64 KiB
-/// writes (`bench net --size 64KiB --qd 64 --batch 16`, server and client pinned to one CPU
-/// each, 2026-11-30): 0.84–0.97 GB/s at the default against 1.57–1.90 with 64 MiB.
+/// Freed bytes glibc may keep at the top of a heap before returning them (`M_TRIM_THRESHOLD`).
 pub const TRIM_THRESHOLD: usize = 64 << 20;
+/// Allocations from this many bytes on get a `mmap` of their own (`M_MMAP_THRESHOLD`): above
+/// the largest control message (`gdpath_ucx::AM_MAX_MESSAGE`, 1 MiB).
+pub const MMAP_THRESHOLD: usize = 4 << 20;
 
-/// Raises glibc's trim threshold to [`TRIM_THRESHOLD`], unless the user chose one
-/// (`MALLOC_TRIM_THRESHOLD_`, or `GLIBC_TUNABLES` naming `malloc.trim_threshold`). Returns
-/// whether it was set. Call before the threads that allocate start; elsewhere than glibc it
-/// does nothing.
-pub fn keep_freed_memory() -> bool {
-    let chosen = std::env::var_os("MALLOC_TRIM_THRESHOLD_").is_some()
-        || std::env::var("GLIBC_TUNABLES").is_ok_and(|t| t.contains("malloc.trim_threshold"));
-    if chosen {
-        return false;
+/// Sets glibc's trim and mmap thresholds to [`TRIM_THRESHOLD`] and [`MMAP_THRESHOLD`], each
+/// unless the user chose it (`MALLOC_TRIM_THRESHOLD_` / `MALLOC_MMAP_THRESHOLD_`, or
+/// `GLIBC_TUNABLES` naming `malloc.trim_threshold` / `malloc.mmap_threshold`). Returns how many
+/// it set. Call before the threads that allocate start; elsewhere than glibc it does nothing.
+pub fn keep_freed_memory() -> usize {
+    let chosen = |env: &str, tunable: &str| {
+        std::env::var_os(env).is_some()
+            || std::env::var("GLIBC_TUNABLES").is_ok_and(|t| t.contains(tunable))
+    };
+    let mut set = 0;
+    if !chosen("MALLOC_TRIM_THRESHOLD_", "malloc.trim_threshold") {
+        set += usize::from(mallopt::trim_threshold(TRIM_THRESHOLD));
     }
-    set_trim_threshold(TRIM_THRESHOLD)
+    if !chosen("MALLOC_MMAP_THRESHOLD_", "malloc.mmap_threshold") {
+        set += usize::from(mallopt::mmap_threshold(MMAP_THRESHOLD));
+    }
+    set
 }
 
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
-fn set_trim_threshold(bytes: usize) -> bool {
-    let v = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
-    // SAFETY: mallopt only changes the allocator's parameters; 1 means it accepted them.
-    unsafe { libc::mallopt(libc::M_TRIM_THRESHOLD, v) == 1 }
+mod mallopt {
+    fn set(param: libc::c_int, bytes: usize) -> bool {
+        let v = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+        // SAFETY: mallopt only changes the allocator's parameters; 1 means it accepted them.
+        unsafe { libc::mallopt(param, v) == 1 }
+    }
+    pub fn trim_threshold(bytes: usize) -> bool {
+        set(libc::M_TRIM_THRESHOLD, bytes)
+    }
+    pub fn mmap_threshold(bytes: usize) -> bool {
+        set(libc::M_MMAP_THRESHOLD, bytes)
+    }
 }
 
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-fn set_trim_threshold(_bytes: usize) -> bool {
-    false
+mod mallopt {
+    pub fn trim_threshold(_bytes: usize) -> bool {
+        false
+    }
+    pub fn mmap_threshold(_bytes: usize) -> bool {
+        false
+    }
 }

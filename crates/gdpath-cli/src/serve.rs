@@ -200,13 +200,9 @@ fn parse_export(s: &str) -> Result<ExportSpec> {
 }
 
 pub fn run(a: ServeArgs) -> Result<ExitCode> {
-    // Peers' packed writes arrive as a message each: see alloc::TRIM_THRESHOLD.
-    if crate::alloc::keep_freed_memory() {
-        tracing::debug!(
-            "glibc trim threshold {} bytes",
-            crate::alloc::TRIM_THRESHOLD
-        );
-    }
+    // Peers' packed writes arrive in an allocation each: see crate::alloc.
+    let set = crate::alloc::keep_freed_memory();
+    tracing::debug!("{set} of glibc's trim and mmap thresholds raised");
     // Before "listening on" is printed: a script may signal the server as soon as it sees it.
     let signalled = crate::interrupt::flag();
     let specs: Vec<ExportSpec> = a

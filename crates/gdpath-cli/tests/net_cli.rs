@@ -69,13 +69,14 @@ fn round_trip(agent: &Agent, addr: SocketAddr, len: usize, seed: u64) {
         .unwrap()
         .wait()
         .unwrap();
+    // Host writes over tcp go as the engine's packed writes; reads are UCX's get.
     assert_eq!(
         rep.pairs[0].path,
         Path::Ucx {
-            transport: "tcp".into()
+            transport: "tcp (packed writes)".into()
         }
     );
-    agent
+    let rep = agent
         .post(TransferRequest::read(
             vec![dst.desc(0, n)],
             vec![remote.desc(0, n)],
@@ -83,6 +84,12 @@ fn round_trip(agent: &Agent, addr: SocketAddr, len: usize, seed: u64) {
         .unwrap()
         .wait()
         .unwrap();
+    assert_eq!(
+        rep.pairs[0].path,
+        Path::Ucx {
+            transport: "tcp".into()
+        }
+    );
     assert!(
         dst.host_view().unwrap()[..] == pattern(len, seed)[..],
         "not byte-exact"
@@ -131,8 +138,8 @@ fn bench_net_json_rows_are_verified_and_name_the_transport() {
                 assert!(r.get(k).is_some(), "row lacks {k}: {r}");
             }
             assert_eq!(r["op"], op);
-            // Puts of at most 64 KiB over tcp go as the engine's packed writes.
-            let packed = op == "put" && r["block"].as_u64().unwrap() <= 65536;
+            // Puts over tcp go as the engine's packed writes, gets as UCX's.
+            let packed = op == "put";
             let transport = if packed { "tcp (packed writes)" } else { "tcp" };
             assert_eq!(r["transport"], transport, "{r}");
             assert_eq!(r["path"], format!("ucx:{transport}"), "{r}");
@@ -458,11 +465,9 @@ fn two_hosts_in_network_namespaces_over_veth() {
     let j = json_ok(&out);
     for r in j["rows"].as_array().unwrap() {
         assert_eq!(r["verified"], true, "{r}");
-        // 4 KiB puts across the veth go as the engine's packed writes over tcp; 1 MiB ones
-        // as UCX puts.
-        let packed = r["block"].as_u64().unwrap() <= 65536;
-        let transport = if packed { "tcp (packed writes)" } else { "tcp" };
-        assert_eq!(r["transport"], transport, "{r}");
+        // Puts across the veth go as the engine's packed writes over tcp (1 MiB ones in two
+        // pieces).
+        assert_eq!(r["transport"], "tcp (packed writes)", "{r}");
     }
     srv.wait_line(&format!("connected: bench@10.213.{oct}.2"), T);
     drop(srv);

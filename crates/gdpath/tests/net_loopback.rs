@@ -243,10 +243,11 @@ fn packed_writes_into_a_sub_range_land_at_its_offset() {
     );
 }
 
-/// Small host writes over tcp go as packed `Writes` messages: up to 300 scattered pairs of 1 B
-/// to 64 KiB (the largest packed) in one request to one remote region report `tcp (packed
-/// writes)` and are in the peer's memory as soon as `wait` returns, with no flush (they
-/// complete on the acknowledgement). A pair above 64 KiB keeps UCX's put.
+/// Host writes over tcp go as packed `Writes` messages: up to 300 scattered pairs of 1 B to
+/// 64 KiB in one request to one remote region report `tcp (packed writes)` and are in the
+/// peer's memory as soon as `wait` returns, with no flush (they complete on the
+/// acknowledgement). Then pairs longer than a piece (512 KiB), between short ones: each goes in
+/// pieces and completes when all of them are acknowledged.
 #[test]
 fn small_writes_over_tcp_are_packed_byte_exact() {
     let _serial = serial();
@@ -295,15 +296,40 @@ fn small_writes_over_tcp_are_packed_byte_exact() {
         );
     }
     drop(v);
-    // Above 64 KiB: UCX's own put.
-    let rep = write_one(&s.client, local.desc(0, 65537), s.remote.desc(0, 65537));
-    assert_eq!(
-        rep.pairs[0].path,
-        Path::Ucx {
-            transport: "tcp".into()
-        }
-    );
-    assert!(s.exported.host_view().unwrap()[..65537] == src[..65537]);
+    // 1 MiB + 3 B goes in three pieces (512 KiB, 512 KiB, 3 B, the last one sharing its
+    // message with the 7 B pair after it), 600 KiB in two; short pairs around them.
+    let pairs: [(u64, u64, u64); 4] = [
+        (5, 0, 100),
+        (777, 200, (1 << 20) + 3),
+        (3, (1 << 20) + 300, 7),
+        (9, (2 << 20), 600 << 10),
+    ];
+    let rep = s
+        .client
+        .post(TransferRequest::write(
+            pairs.iter().map(|&(f, _, n)| local.desc(f, n)).collect(),
+            pairs.iter().map(|&(_, a, n)| s.remote.desc(a, n)).collect(),
+        ))
+        .unwrap()
+        .wait()
+        .unwrap();
+    assert_eq!(rep.pairs.len(), pairs.len());
+    for p in &rep.pairs {
+        assert_eq!(
+            p.path,
+            Path::Ucx {
+                transport: "tcp (packed writes)".into()
+            }
+        );
+    }
+    let v = s.exported.host_view().unwrap();
+    for (from, at, len) in pairs {
+        let (from, at, len) = (from as usize, at as usize, len as usize);
+        assert!(
+            v[at..at + len] == src[from..from + len],
+            "pair at {at} of {len} B"
+        );
+    }
 }
 
 #[test]

@@ -54,6 +54,8 @@ struct Slot {
     stage: Option<Stage>,
     /// The path UCX said it runs the operation on (GPU memory only; see [`observed_path`]).
     taken: Option<Path>,
+    /// Packed writes: the acknowledgements still needed (one per piece, [`PACK_PIECE_MAX`]).
+    pieces: u32,
 }
 
 struct Batch {
@@ -108,17 +110,21 @@ struct Filling {
     sources: Vec<Region>,
     /// The parts' lengths added up.
     bytes: usize,
+    /// The batch slots of its first and last write (a long pair's pieces share one slot).
     first: usize,
+    last: usize,
 }
 
-/// A pair at most this long goes in a packed `Writes` message (where the peer packs writes);
-/// longer ones keep UCX's put. At the bound a write fills a message alone and still gained
-/// (64 KiB, 16 per transfer, loopback: 0.58–0.67 GB/s packed against 0.44 by UCX's put, 2
-/// rounds); longer ones were not compared (1 MiB by UCX's put: 0.5–1.0 GB/s).
-const PACK_PAIR_MAX: u64 = 64 << 10;
-/// Bytes of writes one `Writes` message carries at most. Larger messages ran slower over
-/// loopback tcp (4 KiB writes in messages of 256 KiB: 0.34 GB/s, of 64 KiB: 0.63–1.05 GB/s;
-/// 64 KiB writes 16 to a message of 256 KiB: 0.35–0.42 GB/s against 0.64–0.71 one per message).
+/// A packed pair longer than this goes in pieces of this many bytes, each in a `Writes` message
+/// of its own, and completes when every piece is acknowledged. Pinned loopback tcp, `bench net
+/// --qd 64 --batch 16`, a server that keeps freed memory (gdpath serve): 256 KiB pairs
+/// 2.40–2.44 GB/s packed against 0.66–0.72 by UCX's put.
+const PACK_PIECE_MAX: u64 = 512 << 10;
+// A message then carries at most one piece of a pair (all but the last are full).
+const _: () = assert!(PACK_PIECE_MAX as usize > PACK_MESSAGE_MAX);
+/// Bytes of writes one `Writes` message gathers at most, unless one pair alone is longer.
+/// Larger messages of small writes ran slower over loopback tcp (4 KiB writes in messages of
+/// 256 KiB: 0.34 GB/s, of 64 KiB: 0.63–1.05 GB/s; measured before servers kept freed memory).
 const PACK_MESSAGE_MAX: usize = 64 << 10;
 
 struct Send {
@@ -295,6 +301,7 @@ impl Ops {
                         len,
                         stage,
                         taken,
+                        pieces: 0,
                     });
                 }
                 Err(e) => {
@@ -389,10 +396,11 @@ impl Ops {
                 sources,
                 bytes,
                 first,
+                last,
             } = m;
             ops.next_writes += 1;
             let seq = ops.next_writes;
-            let slots = first..batch.slots.len();
+            let slots = first..last + 1;
             let sent = crate::net::codec::encode_writes_head(seq, region, &records, bytes)
                 .map_err(|e| Error::Config(e.to_string()))
                 .and_then(|head| {
@@ -424,15 +432,7 @@ impl Ops {
             let rm = remote_of(&item).expect("packable");
             let (region, at) = (rm.region_id, rm.base_off + t.offset);
             let len = item.local().len;
-            let full = cur.as_ref().is_some_and(|m| {
-                m.region != region
-                    || m.records.len() >= crate::net::codec::MAX_WRITES
-                    || m.bytes + len as usize > PACK_MESSAGE_MAX
-            });
-            if full {
-                send(self, &mut batch, cur.take().expect("checked"));
-            }
-            let part = match local_part(b, &item, &mut cache) {
+            let whole = match local_part(b, &item, &mut cache) {
                 Ok(p) => p,
                 Err(e) => {
                     batch.failed_at_post = true;
@@ -440,21 +440,9 @@ impl Ops {
                     continue;
                 }
             };
-            let m = cur.get_or_insert_with(|| Filling {
-                region,
-                records: Vec::new(),
-                parts: Vec::new(),
-                sources: Vec::new(),
-                bytes: 0,
-                first: batch.slots.len(),
-            });
-            let source = &item.local().region;
-            if !m.sources.iter().any(|r| r.id() == source.id()) {
-                m.sources.push(source.clone());
-            }
-            m.bytes += part.len;
-            m.parts.push(part);
-            m.records.push((at, len as u32));
+            let source = item.local().region.clone();
+            let slot = batch.slots.len();
+            let pieces = len.div_ceil(PACK_PIECE_MAX).max(1);
             item.mark_started_at(now);
             batch.slots.push(Slot {
                 item: Some(item),
@@ -465,7 +453,41 @@ impl Ops {
                 len,
                 stage: None,
                 taken: Some(path.clone()),
+                pieces: pieces.try_into().unwrap_or(u32::MAX),
             });
+            for k in 0..pieces {
+                let off = k * PACK_PIECE_MAX;
+                let n = (len - off).min(PACK_PIECE_MAX);
+                let full = cur.as_ref().is_some_and(|m| {
+                    m.region != region
+                        || m.records.len() >= crate::net::codec::MAX_WRITES
+                        || m.bytes + n as usize > PACK_MESSAGE_MAX
+                });
+                if full {
+                    send(self, &mut batch, cur.take().expect("checked"));
+                }
+                let m = cur.get_or_insert_with(|| Filling {
+                    region,
+                    records: Vec::new(),
+                    parts: Vec::new(),
+                    sources: Vec::new(),
+                    bytes: 0,
+                    first: slot,
+                    last: slot,
+                });
+                if !m.sources.iter().any(|r| r.id() == source.id()) {
+                    m.sources.push(source.clone());
+                }
+                m.bytes += n as usize;
+                m.last = slot;
+                // In bounds: `whole` is checked, and the pieces lie inside it.
+                m.parts.push(AmPart {
+                    offset: whole.offset + off as usize,
+                    len: n as usize,
+                    mem: whole.mem.clone(),
+                });
+                m.records.push((at + off, n as u32));
+            }
         }
         if let Some(m) = cur.take() {
             send(self, &mut batch, m);
@@ -498,6 +520,13 @@ impl Ops {
         let label = peer.label();
         for s in &mut b.slots[m.slots.clone()] {
             if s.result.is_none() {
+                if status == WritesStatus::Done {
+                    // A message carries at most one piece of a pair: the others are full.
+                    s.pieces = s.pieces.saturating_sub(1);
+                    if s.pieces > 0 {
+                        continue;
+                    }
+                }
                 s.result = Some(match &status {
                     WritesStatus::Done => Ok(s.len),
                     WritesStatus::NotExported => Err(Error::Deregistered {
@@ -661,11 +690,10 @@ impl Ops {
     }
 }
 
-/// Whether `item` may go in a packed `Writes` message: a write of at most [`PACK_PAIR_MAX`]
-/// bytes from host memory to a peer's host region.
+/// Whether `item` may go in packed `Writes` messages: a write from host memory to a peer's
+/// host region.
 fn packable(item: &WorkItem) -> bool {
     item.op() == Op::Write
-        && item.local().len <= PACK_PAIR_MAX
         && gpu_buffer(&item.local().region).is_none()
         && remote_of(item).is_some_and(|r| r.kind == WireKind::Host)
 }
