@@ -256,11 +256,13 @@ fn small_writes_over_tcp_are_packed_byte_exact() {
         .client
         .register(Memory::host(HostBuffer::from_slice(&pattern(LEN, 9))))
         .unwrap();
-    // Pair i: length from 1 B to 64 KiB, at scattered offsets that do not overlap.
+    // Pair i: length from 1 B to 64 KiB (8 KiB where this UCX's own put wins above that), at
+    // scattered offsets that do not overlap.
+    let top = gdpath::net::packed_write_max().unwrap().min(65536);
     let (mut l, mut t, mut expect) = (Vec::new(), Vec::new(), Vec::new());
     let mut at = 0u64;
     for i in 0..300u64 {
-        let len = [1, 7, 4096, 65536, 100][(i % 5) as usize];
+        let len = [1, 7, 4096, top, 100][(i % 5) as usize];
         if at + len > LEN as u64 {
             break;
         }
@@ -314,11 +316,21 @@ fn small_writes_over_tcp_are_packed_byte_exact() {
         .wait()
         .unwrap();
     assert_eq!(rep.pairs.len(), pairs.len());
+    // Packed where this UCX's own put is slow (1.13); else the request keeps UCX's put.
+    let long_packed = gdpath::net::packed_write_max().unwrap() > (1 << 20);
+    let transport = if long_packed {
+        "tcp (packed writes)"
+    } else {
+        "tcp"
+    };
+    if !long_packed {
+        eprintln!("this UCX puts long pairs itself: the pieces are not exercised here");
+    }
     for p in &rep.pairs {
         assert_eq!(
             p.path,
             Path::Ucx {
-                transport: "tcp (packed writes)".into()
+                transport: transport.into()
             }
         );
     }

@@ -657,3 +657,60 @@ impl Agent {
         })
     }
 }
+
+/// The longest pair packed over tcp with UCX `version`, given the environment's
+/// `UCX_PROTO_ENABLE` (`proto`). UCX's put over tcp is fast from 1.16 on, where UCX's new
+/// protocol infrastructure is on by default: on the H200 pair (pinned loopback, `bench net
+/// --qd 64 --batch 16`, 2026-11-30) UCX 1.16 and 1.22 put 16 KiB–256 KiB at 1.6–5.2 GB/s
+/// against 0.9–1.7 packed, while at 4 KiB packing still won (1.09–1.14 against 0.39–0.61 GB/s;
+/// 8 KiB even); with `UCX_PROTO_ENABLE=n` UCX 1.16 put 64 KiB at 1.09 GB/s against 3.49 packed.
+/// UCX 1.13 (Debian 12) puts 64 KiB at 0.8 GB/s with its new protocols on or off, and packing
+/// wins at every size (docs/benchmarks.md, "Tenth session"). A connection packs when [`NetConfig::pack_writes`] is on and host memory moves over tcp; `u64::MAX` means every length. Versions 1.14 and 1.15 were not
+/// measured and are taken as 1.13.
+pub fn pack_limit(version: gdpath_ucx::UcxVersion, proto: Option<&str>) -> u64 {
+    let new_protocols = match proto.map(|v| v.trim().to_ascii_lowercase()).as_deref() {
+        Some("n" | "no" | "off" | "0" | "false") => false,
+        Some("y" | "yes" | "on" | "1" | "true") => true,
+        _ => (version.major, version.minor) >= (1, 16),
+    };
+    if new_protocols && (version.major, version.minor) >= (1, 16) {
+        PACK_FAST_PUT_MAX
+    } else {
+        u64::MAX
+    }
+}
+
+/// The longest pair packed where UCX's own put is fast ([`pack_limit`]).
+const PACK_FAST_PUT_MAX: u64 = 8 << 10;
+
+/// [`pack_limit`] for the UCX this process loads (`gdpath_ucx::Ucx::load`, which honours
+/// `GDPATH_UCX_LIB`) and its `UCX_PROTO_ENABLE`. Errors: UCX cannot be loaded.
+pub fn packed_write_max() -> Result<u64, gdpath_ucx::UcxError> {
+    let ucx = gdpath_ucx::Ucx::load()?;
+    let proto = std::env::var("UCX_PROTO_ENABLE").ok();
+    Ok(pack_limit(ucx.version(), proto.as_deref()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pack_limit_follows_what_ucx_own_put_does() {
+        let v = |minor| gdpath_ucx::UcxVersion {
+            major: 1,
+            minor,
+            release: 0,
+        };
+        // UCX 1.13: its put is slow over tcp whatever the protocols; everything packs.
+        assert_eq!(pack_limit(v(13), None), u64::MAX);
+        assert_eq!(pack_limit(v(13), Some("y")), u64::MAX);
+        // From 1.16 the new protocols are on by default, and UCX's put wins above 8 KiB.
+        assert_eq!(pack_limit(v(16), None), PACK_FAST_PUT_MAX);
+        assert_eq!(pack_limit(v(22), Some(" Yes ")), PACK_FAST_PUT_MAX);
+        assert_eq!(pack_limit(v(22), Some("maybe")), PACK_FAST_PUT_MAX);
+        // Turned off, 1.16 puts slowly again.
+        assert_eq!(pack_limit(v(16), Some("n")), u64::MAX);
+        assert_eq!(pack_limit(v(16), Some("OFF")), u64::MAX);
+    }
+}

@@ -263,8 +263,8 @@ impl Ops {
             }
             return;
         }
-        if let Some(transport) = peer.packed_writes() {
-            if items.iter().all(packable) {
+        if let Some((max, transport)) = peer.packed_writes() {
+            if items.iter().all(|i| packable(i, max)) {
                 self.submit_packed(b, peer, items, now, &transport);
                 return;
             }
@@ -690,10 +690,11 @@ impl Ops {
     }
 }
 
-/// Whether `item` may go in packed `Writes` messages: a write from host memory to a peer's
-/// host region.
-fn packable(item: &WorkItem) -> bool {
+/// Whether `item` may go in packed `Writes` messages: a write of at most `max` bytes from host
+/// memory to a peer's host region.
+fn packable(item: &WorkItem, max: u64) -> bool {
     item.op() == Op::Write
+        && item.local().len <= max
         && gpu_buffer(&item.local().region).is_none()
         && remote_of(item).is_some_and(|r| r.kind == WireKind::Host)
 }

@@ -79,8 +79,9 @@ struct PeerInner {
     tracked: Vec<(u64, Weak<RegionInner>)>,
     transport: Arc<str>,
     /// Host memory moves over tcp, where every UCX put is a message with an acknowledgement:
-    /// small host writes go as this agent's own packed `Writes` messages instead (`ops`).
-    packs_writes: bool,
+    /// host writes of at most this many bytes go as this agent's own packed `Writes` messages
+    /// instead (`ops`, [`crate::net::pack_limit`]); 0: none.
+    pack_max: u64,
     /// The planned path of GPU memory ([`PeerConn::planned_path`]), from the endpoint's lanes.
     gpu_path: Path,
 }
@@ -180,7 +181,7 @@ impl PeerConn {
                 withdrawn: HashSet::new(),
                 tracked: Vec::new(),
                 transport: "unknown".into(),
-                packs_writes: false,
+                pack_max: 0,
                 gpu_path: gpu_path_of(&[]),
             }),
         }
@@ -234,11 +235,11 @@ impl PeerConn {
         self.ep.failure().map(|s| format!("connection failed: {s}"))
     }
 
-    /// Whether small host writes to this peer go as packed `Writes` messages, and the
-    /// transport name their path reports.
-    pub(crate) fn packed_writes(&self) -> Option<Arc<str>> {
+    /// Whether host writes to this peer go as packed `Writes` messages: the longest pair that
+    /// does, and the transport name their path reports.
+    pub(crate) fn packed_writes(&self) -> Option<(u64, Arc<str>)> {
         let g = lock(&self.inner);
-        g.packs_writes.then(|| g.transport.clone())
+        (g.pack_max > 0).then(|| (g.pack_max, g.transport.clone()))
     }
 
     pub(crate) fn is_ready(&self) -> bool {
@@ -387,10 +388,15 @@ impl UcxBackend {
         // Over tcp every UCX put is a message the target answers, whether UCX runs tcp's own
         // put (a client-server endpoint's `rma_bw` lane) or emulates it over active messages
         // (UCX 1.13 without a listener): the target's CPU copies each, and acknowledges each.
-        let packs_writes = self.cfg.pack_writes && transport == "tcp";
+        let pack_max = if self.cfg.pack_writes && transport == "tcp" {
+            let proto = std::env::var("UCX_PROTO_ENABLE").ok();
+            crate::net::pack_limit(self.ctx.ucx().version(), proto.as_deref())
+        } else {
+            0
+        };
         let mut g = lock(&peer.inner);
         g.transport = transport.into();
-        g.packs_writes = packs_writes;
+        g.pack_max = pack_max;
         g.gpu_path = gpu_path_of(&lanes);
         drop(g);
         Ok(peer)
