@@ -12,9 +12,9 @@
 //! a batch of which an item failed, at post or later.
 //!
 //! Where a peer's host memory moves over tcp ([`PeerConn::packed_writes`]), a batch of host →
-//! remote-host writes of at most 64 KiB each goes as `Writes` messages instead of UCX puts
-//! ([`Ops::submit_packed`]; docs/network.md, "Packed writes over tcp"): its items complete when
-//! the peer acknowledges their message.
+//! remote-host writes no longer than that connection packs ([`crate::net::pack_limit`]) goes
+//! as `Writes` messages instead of UCX puts ([`Ops::submit_packed`]; docs/network.md, "Packed
+//! writes over tcp"): its items complete when the peer acknowledges their messages.
 //!
 //! A batch is polled once right after posting: what is already finished then (gets and
 //! locally completing puts that UCX finished at post, with their notification if it was sent
@@ -371,9 +371,11 @@ impl Ops {
     /// Posts `items` (all [`packable`], on `peer`, which packs writes) as one batch of `Writes`
     /// messages: consecutive pairs on the same remote region share a message of up to
     /// [`codec::MAX_WRITES`](crate::net::codec::MAX_WRITES) writes and [`PACK_MESSAGE_MAX`]
-    /// bytes. The peer checks every write against its export before copying any, and
-    /// acknowledges each message; a pair completes with its message's acknowledgement (remote
-    /// completion, whatever `put_completion` says), and its path reads `<tl> (packed writes)`.
+    /// bytes, and a pair longer than [`PACK_PIECE_MAX`] goes in pieces of that size, one per
+    /// message. The bytes are read in place when UCX sends ([`AmPart`]). The peer checks every
+    /// write against its export before copying any, and acknowledges each message; a pair
+    /// completes with the acknowledgement of its last piece (remote completion, whatever
+    /// `put_completion` says), and its path reads `<tl> (packed writes)`.
     fn submit_packed(
         &mut self,
         b: &UcxBackend,
