@@ -67,8 +67,8 @@ pub struct NetBenchArgs {
     /// with one flush, like ucx_perftest). Gets always complete when their data arrived.
     #[arg(long, value_enum, default_value_t = Completion::Remote)]
     completion: Completion,
-    /// Send every put as a UCX put, also where small host writes over tcp would go as packed
-    /// writes (the engine's own messages, acknowledged by the peer; docs/network.md).
+    /// Send every put as a UCX put, also where host writes over tcp would go as packed writes
+    /// (the engine's own messages, acknowledged by the peer; docs/network.md).
     #[arg(long)]
     no_pack: bool,
     #[command(flatten)]

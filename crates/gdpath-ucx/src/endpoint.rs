@@ -585,12 +585,12 @@ impl Endpoint {
     /// Sends an active message to `id` whose payload is `head` followed by the bytes of each
     /// of `parts`, from their registered host memory (`ucp_am_send_nbx`, eager protocol,
     /// reply endpoint attached). Parts of at least [`AM_IN_PLACE_MIN`] bytes are read in place
-    /// (UCX's IOV datatype: UCX copies them straight into its send buffers, with no staging
-    /// buffer allocated per message); shorter ones are copied into runs between them, since
-    /// UCX's IOV costs per entry. A message of at most [`AM_GATHER_COPY_MAX`] bytes is copied
-    /// whole and sent as [`Endpoint::am_send`] sends: UCX sends a short contiguous message at
-    /// once, without the request an IOV send costs. The receiver sees one contiguous payload
-    /// either way.
+    /// (UCX's IOV datatype: UCX packs them into its send buffers or sends them zero-copy, and
+    /// no staging buffer is allocated per message); shorter ones are copied into runs between
+    /// them, since UCX's IOV costs per entry. A message of at most [`AM_GATHER_COPY_MAX`] bytes
+    /// is copied whole and sent as [`Endpoint::am_send`] sends, which lets UCX take its short
+    /// protocol (often finished at post, with no request). The receiver sees one contiguous
+    /// payload either way.
     ///
     /// The parts' bytes must not change until the request completes (as a put's source); the
     /// request holds their mappings and `head` until then.
@@ -665,6 +665,8 @@ impl Endpoint {
         let copied: Vec<Box<[u8]>> = copied.into_iter().map(Vec::into_boxed_slice).collect();
         let iov: Vec<sys::ucp_dt_iov_t> = segs
             .iter()
+            // An empty run (no head) is left out rather than handed over as a dangling pointer.
+            .filter(|s| !matches!(**s, Seg::Copied(i) if copied[i].is_empty()))
             .map(|s| match *s {
                 Seg::Copied(i) => sys::ucp_dt_iov_t {
                     buffer: copied[i].as_ptr() as *mut c_void,

@@ -35,7 +35,7 @@ mod worker;
 pub use context::{Context, Features, MemType, Resource, UcxCfg, UcxFacts};
 pub use endpoint::{
     AmPart, Endpoint, EpTransports, ErrorMode, Lane, RmaBasis, RmaTransports, TransportSource,
-    AM_GATHER_COPY_MAX, CLOSE_WAIT,
+    AM_GATHER_COPY_MAX, AM_IN_PLACE_MIN, CLOSE_WAIT,
 };
 pub use error::{Result, Status, UcxError};
 pub use listener::Listener;
@@ -43,5 +43,6 @@ pub use loader::{Ucx, UcxVersion, ENV_LIB, LIBUCP_SONAME, MIN_VERSION};
 pub use memory::{MemHandle, PackedRkey, RegionDesc, RemoteKey, RemoteRegion, MAX_PACKED_RKEY};
 pub use request::{ProtoInfo, Request, DROP_WAIT};
 pub use worker::{
-    AmData, AmMessage, EpId, Worker, WorkerAddress, AM_HOLD_MIN, AM_MAX_MESSAGE, AM_MAX_QUEUED,
+    am_held_live, AmData, AmMessage, EpId, Worker, WorkerAddress, AM_HOLD_MIN, AM_MAX_MESSAGE,
+    AM_MAX_QUEUED,
 };

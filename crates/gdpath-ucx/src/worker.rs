@@ -55,6 +55,15 @@ enum Repr {
     Held(Held),
 }
 
+/// Payloads held in UCX's buffers and not yet given back, process-wide ([`am_held_live`]).
+static HELD_LIVE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// How many received payloads this process holds in UCX's buffers ([`AmData`]) and has not
+/// given back to UCX: a diagnostic, and what tests check for leaks.
+pub fn am_held_live() -> usize {
+    HELD_LIVE.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// A payload UCX let us keep.
 struct Held {
     ptr: *mut c_void,
@@ -78,6 +87,7 @@ impl Held {
     unsafe fn release_locked(&mut self, w: &WorkerInner) {
         w.ctx.inner.ucx.api.ucp_am_data_release(w.raw, self.ptr);
         self.queued = Weak::new();
+        HELD_LIVE.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
     }
 }
 
@@ -512,6 +522,7 @@ unsafe extern "C" fn am_recv_cb(
             queued: arg.worker.clone(),
             taken: None,
         };
+        HELD_LIVE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         (AmData(Repr::Held(held)), sys::UCS_INPROGRESS)
     } else {
         (copy(data, length).into(), sys::UCS_OK)

@@ -300,6 +300,7 @@ fn held_payloads_outlive_or_precede_their_worker_safely() {
     let p = Pair::new(Some("tcp"));
     p.server.am_register(7).unwrap();
     const N: usize = 100_000;
+    let held_before = gdpath_ucx::am_held_live();
     let src = MemHandle::from_vec(&p.ctx, pattern(N, 5)).unwrap();
     let whole = AmPart {
         mem: src.clone(),
@@ -349,7 +350,15 @@ fn held_payloads_outlive_or_precede_their_worker_safely() {
         *first.data == want[..],
         "a held payload changed before it was dropped"
     );
+    // Two are held still: `first`, and the queued one that its worker (alive through `first`)
+    // gives back when it goes.
+    assert_eq!(gdpath_ucx::am_held_live(), held_before + 2);
     drop(first);
+    assert_eq!(
+        gdpath_ucx::am_held_live(),
+        held_before,
+        "a held payload was not given back to UCX"
+    );
 }
 
 #[test]

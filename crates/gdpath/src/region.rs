@@ -543,6 +543,13 @@ pub(crate) struct UseGuard {
     region: Region,
 }
 
+impl UseGuard {
+    /// The region held in use.
+    pub(crate) fn region(&self) -> &Region {
+        &self.region
+    }
+}
+
 impl Drop for UseGuard {
     fn drop(&mut self) {
         // Taken by `begin_use`, so the count is at least one.

@@ -123,8 +123,8 @@ fn local_completion_client(name: &str) -> Agent {
         name,
         NetConfig {
             put_completion: PutCompletion::Local,
-            // These tests are about UCX puts that complete locally; packed writes (tcp, at
-            // most 64 KiB) always wait for the peer.
+            // These tests are about UCX puts that complete locally; packed writes (host
+            // writes over tcp) always wait for the peer.
             pack_writes: false,
             ..cfg(FailureMode::Detect)
         },
@@ -340,6 +340,29 @@ fn small_writes_over_tcp_are_packed_byte_exact() {
         assert!(
             v[at..at + len] == src[from..from + len],
             "pair at {at} of {len} B"
+        );
+    }
+    drop(v);
+    // A lone long pair, checked as soon as `wait` returns: it completes with its last piece,
+    // not its first (nothing after it in the transfer to wait for instead).
+    let n = (1 << 20) + 3;
+    for round in 0..20u64 {
+        let data = pattern(n, 100 + round);
+        local.host_view().unwrap()[..n].copy_from_slice(&data);
+        let rep = write_one(
+            &s.client,
+            local.desc(0, n as u64),
+            s.remote.desc(64, n as u64),
+        );
+        assert_eq!(
+            rep.pairs[0].path,
+            Path::Ucx {
+                transport: transport.into()
+            }
+        );
+        assert!(
+            s.exported.host_view().unwrap()[64..64 + n] == data[..],
+            "round {round}: the pair's bytes were not all there when it completed"
         );
     }
 }

@@ -210,7 +210,8 @@ pub enum WritesStatus {
 }
 
 /// The bytes of a [`Message::Writes`]: the tail of the buffer the message arrived in, so that
-/// [`decode_owned`] hands a packed message's up to 64 KiB of writes over without copying them.
+/// [`decode_owned`] hands a packed message's writes (up to a 512 KiB piece) over without copying
+/// them.
 #[derive(Clone)]
 pub struct WriteBytes {
     buf: Arc<dyn AsRef<[u8]> + Send + Sync>,

@@ -82,8 +82,8 @@ pub enum PutCompletion {
     /// completion, or a notification, which always flushes first). What `ucx_perftest
     /// -t ucp_put_bw` measures; over tcp, where UCX emulates RMA, each flush is a round trip
     /// and remote completion per small transfer halves the message rate (docs/benchmarks.md).
-    /// Packed writes (host writes of at most 64 KiB over tcp, when every pair of a request is
-    /// one; docs/network.md) complete when the peer acknowledged them, in either mode.
+    /// Packed writes (host writes over tcp up to [`pack_limit`], when every pair of a request
+    /// is one; docs/network.md) complete when the peer acknowledged them, in either mode.
     Local,
 }
 
@@ -111,8 +111,9 @@ pub struct NetConfig {
     pub poll_spin: Duration,
     /// When puts complete (default [`PutCompletion::Remote`]).
     pub put_completion: PutCompletion,
-    /// Send small host writes to peers reached over tcp as packed writes (default `true`;
-    /// docs/network.md, "Packed writes over tcp"); `false` keeps one UCX put per pair.
+    /// Send host writes to peers reached over tcp as packed writes, up to [`pack_limit`]
+    /// (default `true`; docs/network.md, "Packed writes over tcp"); `false` keeps one UCX put
+    /// per pair.
     pub pack_writes: bool,
 }
 
@@ -668,9 +669,10 @@ impl Agent {
 /// wins at every size (docs/benchmarks.md, "Tenth session"). A connection packs when [`NetConfig::pack_writes`] is on and host memory moves over tcp; `u64::MAX` means every length. Versions 1.14 and 1.15 were not
 /// measured and are taken as 1.13.
 pub fn pack_limit(version: gdpath_ucx::UcxVersion, proto: Option<&str>) -> u64 {
-    let new_protocols = match proto.map(|v| v.trim().to_ascii_lowercase()).as_deref() {
-        Some("n" | "no" | "off" | "0" | "false") => false,
-        Some("y" | "yes" | "on" | "1" | "true") => true,
+    // The values UCX's own boolean parser accepts (it refuses others at start-up).
+    let new_protocols = match proto.map(str::to_ascii_lowercase).as_deref() {
+        Some("n" | "no" | "0") => false,
+        Some("y" | "yes" | "1") => true,
         _ => (version.major, version.minor) >= (1, 16),
     };
     if new_protocols && (version.major, version.minor) >= (1, 16) {
@@ -707,10 +709,11 @@ mod tests {
         assert_eq!(pack_limit(v(13), Some("y")), u64::MAX);
         // From 1.16 the new protocols are on by default, and UCX's put wins above 8 KiB.
         assert_eq!(pack_limit(v(16), None), PACK_FAST_PUT_MAX);
-        assert_eq!(pack_limit(v(22), Some(" Yes ")), PACK_FAST_PUT_MAX);
+        assert_eq!(pack_limit(v(22), Some("Yes")), PACK_FAST_PUT_MAX);
         assert_eq!(pack_limit(v(22), Some("maybe")), PACK_FAST_PUT_MAX);
         // Turned off, 1.16 puts slowly again.
         assert_eq!(pack_limit(v(16), Some("n")), u64::MAX);
-        assert_eq!(pack_limit(v(16), Some("OFF")), u64::MAX);
+        assert_eq!(pack_limit(v(16), Some("NO")), u64::MAX);
+        assert_eq!(pack_limit(v(16), Some("0")), u64::MAX);
     }
 }

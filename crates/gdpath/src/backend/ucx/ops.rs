@@ -36,7 +36,7 @@ use crate::error::{Error, Result};
 use crate::net::codec::WireKind;
 use crate::net::codec::{Message, WritesStatus};
 use crate::path::Path;
-use crate::region::{Region, RegionId};
+use crate::region::{Region, RegionId, UseGuard};
 use crate::transfer::{group_items, Op, WorkItem};
 use gdpath_ucx::{AmPart, MemHandle, MemType, ProtoInfo, Request};
 use std::sync::Arc;
@@ -76,38 +76,45 @@ struct Batch {
     /// Packed `Writes` messages of this batch (see [`Ops::submit_packed`]), each with the
     /// slots it carries; their slots complete when the peer acknowledges the message.
     packed: Vec<PackedMsg>,
+    /// The seq of `packed[0]`: a batch's messages have consecutive seqs.
+    packed_base: u64,
+    /// Messages of `packed` not yet acknowledged.
+    packed_open: usize,
 }
 
-/// One `Writes` message in flight.
+/// One `Writes` message in flight (its seq: [`Batch::packed_base`] + its index).
 struct PackedMsg {
-    seq: u64,
     /// The send, until UCX finished it.
     req: Option<Request>,
-    /// The local regions the send reads its bytes from in place, held as long as `req`.
-    sources: Vec<Region>,
+    /// The local regions the send reads its bytes from in place, held in use as long as `req`:
+    /// no host view of them can be taken, and they cannot be deregistered, while UCX may still
+    /// read them, whatever became of the pairs.
+    sources: Vec<UseGuard>,
     /// The batch's slots it carries.
     slots: std::ops::Range<usize>,
+    /// The peer acknowledged it.
+    acked: bool,
 }
 
 impl PackedMsg {
     /// The send and the regions it reads, if UCX has not finished it: whoever takes them keeps
-    /// them alive until it does (dropping a pending request would wait for it).
-    fn pending_send(&mut self) -> Option<(Request, Vec<Region>)> {
+    /// them until it does (dropping a pending request would wait for it).
+    fn pending_send(&mut self) -> Option<(Request, Vec<UseGuard>)> {
         let mut r = self.req.take()?;
         let sources = std::mem::take(&mut self.sources);
         matches!(r.test(), Ok(false)).then_some((r, sources))
     }
 }
 
-/// The `Writes` message being filled: its remote region, its writes, their bytes, and the
-/// batch slot of its first write.
+/// The `Writes` message being filled: its remote region, its writes, where their bytes are,
+/// the regions those are in, and the batch slots of its first and last write.
 struct Filling {
     region: u64,
     records: Vec<(u64, u32)>,
     /// Where each write's bytes are, read in place when the message is sent.
     parts: Vec<AmPart>,
-    /// The local regions the parts are in (each once).
-    sources: Vec<Region>,
+    /// The local regions the parts are in (each once), held in use.
+    sources: Vec<UseGuard>,
     /// The parts' lengths added up.
     bytes: usize,
     /// The batch slots of its first and last write (a long pair's pieces share one slot).
@@ -143,6 +150,8 @@ struct PendingAck {
 struct Zombie {
     reqs: Vec<Request>,
     _regions: Vec<Region>,
+    /// Regions packed sends read in place, still in use.
+    _uses: Vec<UseGuard>,
     _stages: Vec<Stage>,
 }
 
@@ -365,6 +374,8 @@ impl Ops {
             started: now,
             remote,
             packed: Vec::new(),
+            packed_base: 0,
+            packed_open: 0,
         }
     }
 
@@ -411,12 +422,19 @@ impl Ops {
                         .map_err(|e| ucx_err(&peer.label(), "writes", e))
                 });
             match sent {
-                Ok(req) => batch.packed.push(PackedMsg {
-                    seq,
-                    req: Some(req),
-                    sources,
-                    slots,
-                }),
+                Ok(req) => {
+                    if batch.packed.is_empty() {
+                        batch.packed_base = seq;
+                    }
+                    debug_assert_eq!(seq, batch.packed_base + batch.packed.len() as u64);
+                    batch.packed_open += 1;
+                    batch.packed.push(PackedMsg {
+                        req: Some(req),
+                        sources,
+                        slots,
+                        acked: false,
+                    })
+                }
                 Err(e) => {
                     for s in &mut batch.slots[slots] {
                         s.result = Some(Err(e.clone()));
@@ -458,6 +476,10 @@ impl Ops {
                 pieces: pieces.try_into().unwrap_or(u32::MAX),
             });
             for k in 0..pieces {
+                if batch.slots[slot].result.is_some() {
+                    // A message with an earlier piece failed at send: the pair has failed.
+                    break;
+                }
                 let off = k * PACK_PIECE_MAX;
                 let n = (len - off).min(PACK_PIECE_MAX);
                 let full = cur.as_ref().is_some_and(|m| {
@@ -477,8 +499,15 @@ impl Ops {
                     first: slot,
                     last: slot,
                 });
-                if !m.sources.iter().any(|r| r.id() == source.id()) {
-                    m.sources.push(source.clone());
+                if !m.sources.iter().any(|g| g.region().id() == source.id()) {
+                    // Cannot fail while the item holds the region in use itself.
+                    match source.begin_use() {
+                        Ok(g) => m.sources.push(g),
+                        Err(e) => {
+                            batch.slots[slot].result = Some(Err(e));
+                            break;
+                        }
+                    }
                 }
                 m.bytes += n as usize;
                 m.last = slot;
@@ -508,17 +537,19 @@ impl Ops {
     /// [`Error::Deregistered`] (the region was withdrawn before they arrived) or the reason.
     pub(crate) fn writes_acked(&mut self, peer: &PeerConn, seq: u64, status: WritesStatus) {
         let found = self.batches.iter_mut().find_map(|b| {
-            if b.peer.id != peer.id {
+            if b.peer.id != peer.id || seq < b.packed_base {
                 return None;
             }
-            let i = b.packed.iter().position(|m| m.seq == seq)?;
-            Some((b, i))
+            let i = usize::try_from(seq - b.packed_base).ok()?;
+            b.packed.get(i).is_some_and(|m| !m.acked).then_some((b, i))
         });
         let Some((b, i)) = found else {
             tracing::debug!(peer = %peer.label(), "acknowledgement of unknown writes {seq} dropped");
             return;
         };
-        let mut m = b.packed.swap_remove(i);
+        b.packed_open -= 1;
+        let m = &mut b.packed[i];
+        m.acked = true;
         let label = peer.label();
         for s in &mut b.slots[m.slots.clone()] {
             if s.result.is_none() {
@@ -548,7 +579,8 @@ impl Ops {
         if let Some((r, sources)) = m.pending_send() {
             self.zombies.push(Zombie {
                 reqs: vec![r],
-                _regions: sources,
+                _regions: Vec::new(),
+                _uses: sources,
                 _stages: Vec::new(),
             });
         }
@@ -602,7 +634,7 @@ impl Ops {
     pub(crate) fn packed_in_flight(&self, id: u64) -> bool {
         self.batches
             .iter()
-            .any(|b| b.peer.id == id && !b.packed.is_empty())
+            .any(|b| b.peer.id == id && b.packed_open > 0)
     }
 
     /// Batches in flight.
@@ -926,7 +958,7 @@ impl Batch {
         let mut now = None;
         // Packed writes: a send that failed fails its pairs; a peer that failed fails what
         // still waits for an acknowledgement.
-        if !self.packed.is_empty() {
+        if self.packed_open > 0 {
             // Only a failed connection: one this agent is closing still delivers the
             // acknowledgements (its goodbye waits for this batch).
             let failure = self.peer.failed_error().or_else(|| {
@@ -935,8 +967,20 @@ impl Batch {
                     detail: format!("connection failed: {s}"),
                 })
             });
+            // One endpoint's sends finish in order: testing stops at the first pending one, so
+            // a transfer of many pieces is not tested whole in every round.
+            let mut testing = true;
             for m in &mut self.packed {
-                let failed = match m.req.as_mut().and_then(|r| test(r, &self.peer)) {
+                if m.acked {
+                    continue;
+                }
+                let tested = if testing {
+                    m.req.as_mut().and_then(|r| test(r, &self.peer))
+                } else {
+                    None
+                };
+                testing &= m.req.is_none() || tested.is_some();
+                let failed = match tested {
                     Some(Ok(())) => {
                         m.req = None;
                         m.sources.clear();
@@ -1056,18 +1100,19 @@ impl Batch {
     /// Moves the sends of packed messages UCX has not finished (a batch failed while they were
     /// in flight) to `zombies`: dropping a pending request would wait for it.
     fn keep_pending_sends(&mut self, zombies: &mut Vec<Zombie>) {
-        let (reqs, regions) = self.pending_sends();
+        let (reqs, uses) = self.pending_sends();
         if !reqs.is_empty() {
             zombies.push(Zombie {
                 reqs,
-                _regions: regions,
+                _regions: Vec::new(),
+                _uses: uses,
                 _stages: Vec::new(),
             });
         }
     }
 
-    /// The packed sends UCX has not finished, and the regions they read.
-    fn pending_sends(&mut self) -> (Vec<Request>, Vec<Region>) {
+    /// The packed sends UCX has not finished, and the regions they read, in use.
+    fn pending_sends(&mut self) -> (Vec<Request>, Vec<UseGuard>) {
         let (mut reqs, mut regions) = (Vec::new(), Vec::new());
         for (r, sources) in self.packed.iter_mut().filter_map(PackedMsg::pending_send) {
             reqs.push(r);
@@ -1102,13 +1147,13 @@ impl Batch {
         }
         reqs.extend(self.notify_req.take());
         reqs.retain_mut(|r| matches!(r.test(), Ok(false)));
-        let (sends, sources) = self.pending_sends();
+        let (sends, uses) = self.pending_sends();
         reqs.extend(sends);
-        regions.extend(sources);
         if !reqs.is_empty() {
             zombies.push(Zombie {
                 reqs,
                 _regions: regions,
+                _uses: uses,
                 _stages: stages,
             });
         }
