@@ -289,15 +289,18 @@ fn small_writes_over_tcp_are_packed_byte_exact() {
         );
     }
     let src = pattern(LEN, 9);
-    let v = s.exported.host_view().unwrap();
-    for (at, from, len) in expect {
-        let (at, from, len) = (at as usize, from as usize, len as usize);
-        assert!(
-            v[at..at + len] == src[from..from + len],
-            "pair at {at} of {len} B"
-        );
-    }
-    drop(v);
+    // Each (at, from, len): the export's bytes at `at` are the source's at `from`.
+    let landed = |expect: &[(u64, u64, u64)]| {
+        let v = s.exported.host_view().unwrap();
+        for &(at, from, len) in expect {
+            let (at, from, len) = (at as usize, from as usize, len as usize);
+            assert!(
+                v[at..at + len] == src[from..from + len],
+                "pair at {at} of {len} B"
+            );
+        }
+    };
+    landed(&expect);
     // 1 MiB + 3 B goes in three pieces (512 KiB, 512 KiB, 3 B, the last one sharing its
     // message with the 7 B pair after it), 600 KiB in two; short pairs around them.
     let pairs: [(u64, u64, u64); 4] = [
@@ -334,15 +337,7 @@ fn small_writes_over_tcp_are_packed_byte_exact() {
             }
         );
     }
-    let v = s.exported.host_view().unwrap();
-    for (from, at, len) in pairs {
-        let (from, at, len) = (from as usize, at as usize, len as usize);
-        assert!(
-            v[at..at + len] == src[from..from + len],
-            "pair at {at} of {len} B"
-        );
-    }
-    drop(v);
+    landed(&pairs.map(|(from, at, len)| (at, from, len)));
     // A lone long pair, checked as soon as `wait` returns: it completes with its last piece,
     // not its first (nothing after it in the transfer to wait for instead).
     let n = (1 << 20) + 3;
