@@ -421,12 +421,13 @@ impl Ops {
                         .am_send_parts(super::CTRL_AM, head, &parts)
                         .map_err(|e| ucx_err(&peer.label(), "writes", e))
                 });
+            if batch.packed.is_empty() {
+                batch.packed_base = seq;
+            }
+            // Every seq of the batch has its entry, so that an ack's index is `seq - base`.
+            debug_assert_eq!(seq, batch.packed_base + batch.packed.len() as u64);
             match sent {
                 Ok(req) => {
-                    if batch.packed.is_empty() {
-                        batch.packed_base = seq;
-                    }
-                    debug_assert_eq!(seq, batch.packed_base + batch.packed.len() as u64);
                     batch.packed_open += 1;
                     batch.packed.push(PackedMsg {
                         req: Some(req),
@@ -436,9 +437,16 @@ impl Ops {
                     })
                 }
                 Err(e) => {
-                    for s in &mut batch.slots[slots] {
+                    for s in &mut batch.slots[slots.clone()] {
                         s.result = Some(Err(e.clone()));
                     }
+                    // Not sent: no acknowledgement is awaited (a stray one finds it done).
+                    batch.packed.push(PackedMsg {
+                        req: None,
+                        sources: Vec::new(),
+                        slots,
+                        acked: true,
+                    })
                 }
             }
         };
@@ -476,10 +484,6 @@ impl Ops {
                 pieces: pieces.try_into().unwrap_or(u32::MAX),
             });
             for k in 0..pieces {
-                if batch.slots[slot].result.is_some() {
-                    // A message with an earlier piece failed at send: the pair has failed.
-                    break;
-                }
                 let off = k * PACK_PIECE_MAX;
                 let n = (len - off).min(PACK_PIECE_MAX);
                 let full = cur.as_ref().is_some_and(|m| {
@@ -490,6 +494,27 @@ impl Ops {
                 if full {
                     send(self, &mut batch, cur.take().expect("checked"));
                 }
+                if batch.slots[slot].result.is_some() {
+                    // The message with the previous piece failed at send: the pair has failed.
+                    break;
+                }
+                // The message holds each local region it reads in use; taken before the message
+                // is started, so that a refusal leaves no empty message behind. It cannot fail
+                // while the item holds the region in use itself.
+                let held = cur
+                    .as_ref()
+                    .is_some_and(|m| m.sources.iter().any(|g| g.region().id() == source.id()));
+                let guard = if held {
+                    None
+                } else {
+                    match source.begin_use() {
+                        Ok(g) => Some(g),
+                        Err(e) => {
+                            batch.slots[slot].result = Some(Err(e));
+                            break;
+                        }
+                    }
+                };
                 let m = cur.get_or_insert_with(|| Filling {
                     region,
                     records: Vec::new(),
@@ -499,16 +524,7 @@ impl Ops {
                     first: slot,
                     last: slot,
                 });
-                if !m.sources.iter().any(|g| g.region().id() == source.id()) {
-                    // Cannot fail while the item holds the region in use itself.
-                    match source.begin_use() {
-                        Ok(g) => m.sources.push(g),
-                        Err(e) => {
-                            batch.slots[slot].result = Some(Err(e));
-                            break;
-                        }
-                    }
-                }
+                m.sources.extend(guard);
                 m.bytes += n as usize;
                 m.last = slot;
                 // In bounds: `whole` is checked, and the pieces lie inside it.
@@ -967,8 +983,10 @@ impl Batch {
                     detail: format!("connection failed: {s}"),
                 })
             });
-            // One endpoint's sends finish in order: testing stops at the first pending one, so
-            // a transfer of many pieces is not tested whole in every round.
+            // One endpoint's sends finish mostly in order: testing stops at the first pending
+            // one, so a transfer of many pieces is not tested whole in every round. A later
+            // send that finished first is seen once the earlier one has (its sources are then
+            // held until that or its acknowledgement); a failed connection is seen for all.
             let mut testing = true;
             for m in &mut self.packed {
                 if m.acked {
