@@ -435,6 +435,17 @@ impl Endpoint {
         Request::from_ptr(w.clone(), Some(self.pins()), "ucp_ep_flush_nbx", r)
     }
 
+    /// Local memory must be registered with this endpoint's context.
+    fn check_same_context(&self, mem: &MemHandle) -> Result<()> {
+        if Arc::ptr_eq(&mem.inner.ctx.inner, &self.worker().context().inner) {
+            Ok(())
+        } else {
+            Err(UcxError::InvalidArgument(
+                "local memory is registered with another context".into(),
+            ))
+        }
+    }
+
     fn rma(
         &self,
         get: bool,
@@ -450,11 +461,7 @@ impl Endpoint {
                 "remote key was unpacked on another endpoint".into(),
             ));
         }
-        if !Arc::ptr_eq(&local.inner.ctx.inner, &self.worker().context().inner) {
-            return Err(UcxError::InvalidArgument(
-                "local memory is registered with another context".into(),
-            ));
-        }
+        self.check_same_context(local)?;
         let laddr = local.range(local_off, len)?;
         let raddr = remote.check(remote_off, len as u64)?;
         self.ensure_ok()?;
@@ -542,43 +549,74 @@ impl Endpoint {
     /// Errors: [`UcxError::MessageTooLarge`] beyond [`AM_MAX_MESSAGE`] bytes in all,
     /// [`UcxError::EndpointFailed`], [`UcxError::FeatureMissing`] without AM.
     pub fn am_send(&self, id: u16, header: &[u8], data: &[u8]) -> Result<Request> {
+        self.am_check(header.len().saturating_add(data.len()))?;
+        self.am_send_contig(id, header.into(), data.into())
+    }
+
+    /// What every active message needs: the AM feature, and at most [`AM_MAX_MESSAGE`] bytes.
+    fn am_check(&self, total: usize) -> Result<()> {
         self.worker().context().require(Features::AM, "AM")?;
-        let total = header.len().saturating_add(data.len());
         if total > AM_MAX_MESSAGE {
             return Err(UcxError::MessageTooLarge {
                 len: total,
                 max: AM_MAX_MESSAGE,
             });
         }
-        self.am_send_contig(id, header.into(), data.into())
+        Ok(())
     }
 
     /// Posts an active message of one header and one contiguous payload, both checked.
     fn am_send_contig(&self, id: u16, h: Box<[u8]>, d: Box<[u8]>) -> Result<Request> {
-        self.ensure_ok()?;
-        let w = self.worker();
-        let _g = w.guard();
-        // SAFETY: zeroed params; FLAGS known since 1.10.
-        let mut p: sys::ucp_request_param_t = unsafe { std::mem::zeroed() };
-        p.op_attr_mask = sys::UCP_OP_ATTR_FIELD_FLAGS;
-        p.flags = sys::UCP_AM_SEND_FLAG_REPLY | sys::UCP_AM_SEND_FLAG_EAGER;
-        // SAFETY: header and payload boxes are pinned by the request until it completes.
-        let r = unsafe {
-            w.api().ucp_am_send_nbx(
-                self.inner.raw,
-                id as u32,
-                h.as_ptr().cast(),
-                h.len(),
-                d.as_ptr().cast(),
-                d.len(),
-                &p,
-            )
-        };
-        self.inner.dirty.store(true, Ordering::Release);
+        let header = (h.as_ptr(), h.len());
+        let (data, len) = (d.as_ptr().cast(), d.len());
         let pins = Pins {
             bytes: vec![h, d],
             ..self.pins()
         };
+        // SAFETY: both boxes move into the request's pins; their heap bytes stay where they are.
+        unsafe { self.am_post(id, header, data, len, false, pins) }
+    }
+
+    /// Posts `ucp_am_send_nbx` (eager, reply endpoint attached) of the header `(ptr, len)` and
+    /// `count` payload elements at `data`: bytes, or with `iov`, the entries of that IOV array.
+    /// `pins` is what the request keeps alive until it completes.
+    ///
+    /// # Safety
+    /// The header, `data` and what IOV entries point to are held by `pins`.
+    unsafe fn am_post(
+        &self,
+        id: u16,
+        header: (*const u8, usize),
+        data: *const c_void,
+        count: usize,
+        iov: bool,
+        pins: Pins,
+    ) -> Result<Request> {
+        self.ensure_ok()?;
+        let w = self.worker();
+        let _g = w.guard();
+        // SAFETY: zeroed params; FLAGS and DATATYPE known since 1.10.
+        let mut prm: sys::ucp_request_param_t = unsafe { std::mem::zeroed() };
+        prm.op_attr_mask = sys::UCP_OP_ATTR_FIELD_FLAGS;
+        prm.flags = sys::UCP_AM_SEND_FLAG_REPLY | sys::UCP_AM_SEND_FLAG_EAGER;
+        if iov {
+            prm.op_attr_mask |= sys::UCP_OP_ATTR_FIELD_DATATYPE;
+            prm.datatype = sys::UCP_DATATYPE_IOV as sys::ucp_datatype_t;
+        }
+        // SAFETY: live endpoint; what the operation reads is held by `pins` (the caller's
+        // contract), which the request keeps until it completes.
+        let r = unsafe {
+            w.api().ucp_am_send_nbx(
+                self.inner.raw,
+                id as u32,
+                header.0.cast(),
+                header.1,
+                data,
+                count,
+                &prm,
+            )
+        };
+        self.inner.dirty.store(true, Ordering::Release);
         Request::from_ptr(w.clone(), Some(pins), "ucp_am_send_nbx", r)
     }
 
@@ -600,16 +638,10 @@ impl Endpoint {
     /// [`UcxError::InvalidArgument`] for a part in GPU memory or registered with another
     /// context, [`UcxError::EndpointFailed`], [`UcxError::FeatureMissing`] without AM.
     pub fn am_send_parts(&self, id: u16, head: Vec<u8>, parts: &[AmPart]) -> Result<Request> {
-        self.worker().context().require(Features::AM, "AM")?;
         let total = parts
             .iter()
             .fold(head.len(), |t, p| t.saturating_add(p.len));
-        if total > AM_MAX_MESSAGE {
-            return Err(UcxError::MessageTooLarge {
-                len: total,
-                max: AM_MAX_MESSAGE,
-            });
-        }
+        self.am_check(total)?;
         let mut checked = Vec::with_capacity(parts.len());
         for p in parts {
             if p.mem.mem_type() != MemType::Host {
@@ -618,11 +650,7 @@ impl Endpoint {
                     p.mem.mem_type()
                 )));
             }
-            if !Arc::ptr_eq(&p.mem.inner.ctx.inner, &self.worker().context().inner) {
-                return Err(UcxError::InvalidArgument(
-                    "local memory is registered with another context".into(),
-                ));
-            }
+            self.check_same_context(&p.mem)?;
             checked.push(p.mem.range(p.offset, p.len)?);
         }
         // The payload as runs of copied bytes (the head, small parts) and large parts in place.
@@ -679,35 +707,16 @@ impl Endpoint {
             })
             .collect();
         let iov = iov.into_boxed_slice();
-        self.ensure_ok()?;
-        let w = self.worker();
-        let _g = w.guard();
-        // SAFETY: zeroed params; FLAGS and DATATYPE known since 1.10.
-        let mut prm: sys::ucp_request_param_t = unsafe { std::mem::zeroed() };
-        prm.op_attr_mask = sys::UCP_OP_ATTR_FIELD_FLAGS | sys::UCP_OP_ATTR_FIELD_DATATYPE;
-        prm.flags = sys::UCP_AM_SEND_FLAG_REPLY | sys::UCP_AM_SEND_FLAG_EAGER;
-        prm.datatype = sys::UCP_DATATYPE_IOV as sys::ucp_datatype_t;
-        // SAFETY: the iov array, the copied runs and every mapping an entry points into
-        // (bounds checked above) are pinned by the request until it completes.
-        let r = unsafe {
-            w.api().ucp_am_send_nbx(
-                self.inner.raw,
-                id as u32,
-                std::ptr::null(),
-                0,
-                iov.as_ptr().cast(),
-                iov.len(),
-                &prm,
-            )
-        };
-        self.inner.dirty.store(true, Ordering::Release);
+        let (data, count) = (iov.as_ptr().cast(), iov.len());
         let pins = Pins {
             mems,
             bytes: copied,
             iov: Some(IovPin(iov)),
             ..self.pins()
         };
-        Request::from_ptr(w.clone(), Some(pins), "ucp_am_send_nbx", r)
+        // SAFETY: the iov array, the copied runs and every mapping an entry points into
+        // (bounds checked above) move into the request's pins.
+        unsafe { self.am_post(id, (std::ptr::null(), 0), data, count, true, pins) }
     }
 
     /// UCX's description of the endpoint's configuration (`ucp_ep_print_info`): lanes,

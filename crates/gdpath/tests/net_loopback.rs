@@ -38,9 +38,7 @@ struct Setup {
 
 fn setup_with(mode: FailureMode, token: Token, client_token: Token) -> Setup {
     let server = agent("srv", mode);
-    let exported = server
-        .register(Memory::host(HostBuffer::from_slice(&pattern(LEN, 1))))
-        .unwrap();
+    let exported = host_pattern(&server, 1);
     let id = server.export(&exported).unwrap();
     let srv = server.serve("127.0.0.1:0".parse().unwrap(), token).unwrap();
     let client = agent("cli", mode);
@@ -108,6 +106,13 @@ fn read_back(client: &Agent, remote: &Region, len: usize) -> (Region, TransferRe
     (back, rep)
 }
 
+/// A host region of `agent` holding `pattern(LEN, seed)`.
+fn host_pattern(agent: &Agent, seed: u64) -> Region {
+    agent
+        .register(Memory::host(HostBuffer::from_slice(&pattern(LEN, seed))))
+        .unwrap()
+}
+
 /// Writes one pair, `local` → `remote`, with `client`, and waits: the report.
 fn write_one(client: &Agent, local: Descriptor, remote: Descriptor) -> TransferReport {
     client
@@ -115,6 +120,19 @@ fn write_one(client: &Agent, local: Descriptor, remote: Descriptor) -> TransferR
         .unwrap()
         .wait()
         .unwrap()
+}
+
+/// Asserts that `rep` has pairs and that every one reports `Path::Ucx { transport }`.
+fn assert_ucx_paths(rep: &TransferReport, transport: &str) {
+    assert!(!rep.pairs.is_empty(), "no pairs reported");
+    for p in &rep.pairs {
+        assert_eq!(
+            p.path,
+            Path::Ucx {
+                transport: transport.into()
+            }
+        );
+    }
 }
 
 /// A client agent whose puts complete locally (`PutCompletion::Local`).
@@ -179,14 +197,7 @@ fn get_and_put_are_byte_exact_and_report_the_transport() {
     assert_eq!(rep.bytes, LEN as u64);
     let transport = s.peer.transport();
     assert_eq!(transport, "tcp", "peer error handling over lo means tcp");
-    for p in &rep.pairs {
-        assert_eq!(
-            p.path,
-            Path::Ucx {
-                transport: transport.as_str().into()
-            }
-        );
-    }
+    assert_ucx_paths(&rep, &transport);
     assert!(local.host_view().unwrap()[..] == pattern(LEN, 1)[..]);
     // Put a new pattern at an offset, check it on the server.
     local.host_view().unwrap().copy_from_slice(&pattern(LEN, 2));
@@ -224,12 +235,7 @@ fn packed_writes_into_a_sub_range_land_at_its_offset() {
         .register(Memory::host(HostBuffer::from_slice(&[0xab; 4096])))
         .unwrap();
     let rep = write_one(&s.client, local.desc(0, 4096), sub.desc(100, 4096));
-    assert_eq!(
-        rep.pairs[0].path,
-        Path::Ucx {
-            transport: "tcp (packed writes)".into()
-        }
-    );
+    assert_ucx_paths(&rep, "tcp (packed writes)");
     let before = pattern(LEN, 1);
     let v = s.exported.host_view().unwrap();
     assert!(v[8192 + 100..8192 + 100 + 4096].iter().all(|&b| b == 0xab));
@@ -252,10 +258,7 @@ fn packed_writes_into_a_sub_range_land_at_its_offset() {
 fn small_writes_over_tcp_are_packed_byte_exact() {
     let _serial = serial();
     let s = setup();
-    let local = s
-        .client
-        .register(Memory::host(HostBuffer::from_slice(&pattern(LEN, 9))))
-        .unwrap();
+    let local = host_pattern(&s.client, 9);
     // Pair i: length from 1 B to 64 KiB (8 KiB where this UCX's own put wins above that), at
     // scattered offsets that do not overlap.
     let top = gdpath::net::packed_write_max().unwrap().min(65536);
@@ -280,14 +283,7 @@ fn small_writes_over_tcp_are_packed_byte_exact() {
         .wait()
         .unwrap();
     assert_eq!(rep.pairs.len(), n);
-    for p in &rep.pairs {
-        assert_eq!(
-            p.path,
-            Path::Ucx {
-                transport: "tcp (packed writes)".into()
-            }
-        );
-    }
+    assert_ucx_paths(&rep, "tcp (packed writes)");
     let src = pattern(LEN, 9);
     // Each (at, from, len): the export's bytes at `at` are the source's at `from`.
     let landed = |expect: &[(u64, u64, u64)]| {
@@ -329,14 +325,7 @@ fn small_writes_over_tcp_are_packed_byte_exact() {
     if !long_packed {
         eprintln!("this UCX puts long pairs itself: the pieces are not exercised here");
     }
-    for p in &rep.pairs {
-        assert_eq!(
-            p.path,
-            Path::Ucx {
-                transport: transport.into()
-            }
-        );
-    }
+    assert_ucx_paths(&rep, transport);
     landed(&pairs.map(|(from, at, len)| (at, from, len)));
     // A lone long pair, checked as soon as `wait` returns: it completes with its last piece,
     // not its first (nothing after it in the transfer to wait for instead).
@@ -349,12 +338,7 @@ fn small_writes_over_tcp_are_packed_byte_exact() {
             local.desc(0, n as u64),
             s.remote.desc(64, n as u64),
         );
-        assert_eq!(
-            rep.pairs[0].path,
-            Path::Ucx {
-                transport: transport.into()
-            }
-        );
+        assert_ucx_paths(&rep, transport);
         assert!(
             s.exported.host_view().unwrap()[64..64 + n] == data[..],
             "round {round}: the pair's bytes were not all there when it completed"
@@ -366,10 +350,7 @@ fn small_writes_over_tcp_are_packed_byte_exact() {
 fn notification_arrives_after_the_write_is_visible() {
     let _serial = serial();
     let s = setup();
-    let local = s
-        .client
-        .register(Memory::host(HostBuffer::from_slice(&pattern(LEN, 9))))
-        .unwrap();
+    let local = host_pattern(&s.client, 9);
     s.client
         .post(
             TransferRequest::write(
@@ -589,10 +570,7 @@ fn a_thousand_transfers_in_flight_complete_byte_exact() {
     let s = setup();
     const N: usize = 1000;
     const B: usize = LEN / N / 8 * 8; // 4192 bytes each
-    let src = s
-        .client
-        .register(Memory::host(HostBuffer::from_slice(&pattern(LEN, 77))))
-        .unwrap();
+    let src = host_pattern(&s.client, 77);
     let mut ts = Vec::with_capacity(N);
     for i in 0..N {
         let off = (i * B) as u64;
@@ -649,12 +627,7 @@ fn fast_local_mode_uses_shared_memory() {
         "FastLocal between two workers of one host should use shared memory, got {t}"
     );
     let (local, rep) = read_back(&s.client, &s.remote, LEN);
-    assert_eq!(
-        rep.pairs[0].path,
-        Path::Ucx {
-            transport: t.into()
-        }
-    );
+    assert_ucx_paths(&rep, &t);
     assert!(local.host_view().unwrap()[..] == pattern(LEN, 1)[..]);
 }
 
@@ -1084,10 +1057,7 @@ fn notification_then_close() {
 
 fn notification_then_close_of(len: u64) {
     let s = setup();
-    let local = s
-        .client
-        .register(Memory::host(HostBuffer::from_slice(&pattern(LEN, 5))))
-        .unwrap();
+    let local = host_pattern(&s.client, 5);
     let req = || TransferRequest::write(vec![local.desc(0, len)], vec![s.remote.desc(0, len)]);
     let a = s.client.post(req()).unwrap();
     let b = s.client.post(req().notify(*b"last layer")).unwrap();
