@@ -215,8 +215,9 @@ impl fmt::Debug for Context {
     }
 }
 
-pub(crate) fn lock(m: &Mutex<()>) -> MutexGuard<'_, ()> {
-    // A panic while holding the lock cannot leave UCX state half-changed from Rust's view.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding a lock cannot leave UCX state, or the queues and lists this crate
+    // guards (each changed by one push, pop or swap), half-changed from Rust's view.
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 

@@ -7,6 +7,8 @@ use std::os::raw::c_void;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use crate::context::lock;
+
 use crate::endpoint::{Endpoint, ErrorMode};
 use crate::error::{check, Result, UcxError};
 use crate::sockaddr::{from_storage, CSockAddr};
@@ -41,9 +43,7 @@ impl fmt::Debug for Listener {
 unsafe extern "C" fn conn_cb(conn: sys::ucp_conn_request_h, arg: *mut c_void) {
     // SAFETY: arg is this listener's queue, alive until after ucp_listener_destroy.
     let q = &*(arg as *const ConnQueue);
-    q.lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .push_back(conn as usize);
+    lock(q).push_back(conn as usize);
 }
 
 impl Listener {
@@ -112,10 +112,7 @@ impl Listener {
     fn pop(&self) -> Option<sys::ucp_conn_request_h> {
         // SAFETY: queue alive while self is.
         let q = unsafe { &*self.queue };
-        q.lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .pop_front()
-            .map(|c| c as sys::ucp_conn_request_h)
+        lock(q).pop_front().map(|c| c as sys::ucp_conn_request_h)
     }
 
     /// Accepts a queued connection request without progressing; `Ok(None)` if none.
@@ -145,9 +142,7 @@ impl Listener {
     pub fn accept(&self, timeout: Duration) -> Result<Endpoint> {
         // SAFETY: queue alive while self is.
         let q = unsafe { &*self.queue };
-        let ready = self.worker.progress_until(timeout, || {
-            !q.lock().unwrap_or_else(|p| p.into_inner()).is_empty()
-        });
+        let ready = self.worker.progress_until(timeout, || !lock(q).is_empty());
         if !ready {
             return Err(UcxError::Timeout {
                 op: "accept",

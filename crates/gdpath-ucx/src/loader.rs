@@ -5,6 +5,7 @@ use std::fmt;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
+use crate::context::lock;
 use crate::error::{Result, Status, UcxError};
 use crate::sys;
 
@@ -98,7 +99,7 @@ impl Ucx {
     /// [`UcxError::LibraryMissing`] first.
     pub fn load_from(library: impl AsRef<str>) -> Result<Arc<Ucx>> {
         let library = library.as_ref().to_string();
-        let mut slot = LOADED.lock().unwrap_or_else(|p| p.into_inner());
+        let mut slot = lock(&LOADED);
         if let Some(loaded) = slot.as_ref() {
             if loaded.library == library {
                 return Ok(loaded.clone());

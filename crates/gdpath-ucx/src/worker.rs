@@ -189,7 +189,7 @@ impl Drop for WorkerInner {
         {
             let _g = lock(&self.lock);
             // Payloads still queued in UCX's buffers go back before the worker does.
-            let mut q = self.am.lock().unwrap_or_else(|p| p.into_inner());
+            let mut q = lock(&self.am);
             for m in q.queues.values_mut().flat_map(|q| q.iter_mut()) {
                 if let Repr::Held(h) = &mut m.data.0 {
                     // SAFETY: the worker is alive until destroyed below, and locked.
@@ -426,17 +426,13 @@ impl Worker {
             drop(unsafe { Box::from_raw(arg) });
             return check("ucp_worker_set_am_recv_handler", st);
         }
-        self.inner
-            .am_args
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(arg);
+        lock(&self.inner.am_args).push(arg);
         Ok(())
     }
 
     /// Pops the oldest queued message for `id` without progressing.
     pub fn am_try_recv(&self, id: u16) -> Option<AmMessage> {
-        let mut q = self.inner.am.lock().unwrap_or_else(|p| p.into_inner());
+        let mut q = lock(&self.inner.am);
         let mut m = q.queues.get_mut(&id).and_then(|q| q.pop_front())?;
         if let Repr::Held(h) = &mut m.data.0 {
             h.taken = Some(self.inner.clone());
@@ -446,7 +442,7 @@ impl Worker {
 
     /// How many messages for `id` are queued.
     pub fn am_queued(&self, id: u16) -> usize {
-        let q = self.inner.am.lock().unwrap_or_else(|p| p.into_inner());
+        let q = lock(&self.inner.am);
         q.queues.get(&id).map_or(0, VecDeque::len)
     }
 
@@ -468,11 +464,7 @@ impl Worker {
     /// Messages dropped because they exceeded [`AM_MAX_MESSAGE`], [`AM_MAX_QUEUED`], or came
     /// with the rendezvous protocol (which this crate's senders never use).
     pub fn am_dropped(&self) -> u64 {
-        self.inner
-            .am
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .dropped
+        lock(&self.inner.am).dropped
     }
 }
 
@@ -488,7 +480,7 @@ unsafe extern "C" fn am_recv_cb(
     // SAFETY: arg is the AmHandlerArg registered with this id; it outlives the worker.
     let arg = &*(arg as *const AmHandlerArg);
     let param = &*param;
-    let mut q = arg.queues.lock().unwrap_or_else(|p| p.into_inner());
+    let mut q = lock(&arg.queues);
     // Eager data is readable now (FLAG_DATA only says UCX would let us keep it); rendezvous
     // data would need ucp_am_recv_data_nbx, which this crate's senders never require.
     let rndv = param.recv_attr & sys::UCP_AM_RECV_ATTR_FLAG_RNDV as u64 != 0;
