@@ -15,9 +15,14 @@ if [ ${#bins[@]} -eq 0 ]; then
     echo "gpu-suite: no gpu_* test binaries in $dir" >&2
     exit 2
 fi
-# Tests that read fixtures find them in DIR/fixtures when shared/ is not beside the workspace.
-if [ -z "${GDPATH_FIXTURES:-}" ] && [ -d "$dir/fixtures" ]; then
-    export GDPATH_FIXTURES="$dir/fixtures"
+# Test binaries built elsewhere look for the repository's fixtures/ where they were built: point
+# them at DIR/fixtures, or at ./fixtures when run from a checkout (the device's working tree).
+if [ -z "${GDPATH_FIXTURES:-}" ]; then
+    if [ -d "$dir/fixtures" ]; then
+        export GDPATH_FIXTURES="$dir/fixtures"
+    elif [ -d fixtures ]; then
+        export GDPATH_FIXTURES="$PWD/fixtures"
+    fi
 fi
 fail=0
 for visible in all 0; do

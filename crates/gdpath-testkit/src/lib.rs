@@ -3,9 +3,9 @@
 //! directories and small file trees.
 //!
 //! Fixtures: `$GDPATH_FIXTURES` when set (test binaries copied to another machine carry them
-//! beside themselves), else `shared/fixtures` beside the workspace (`../shared/fixtures` from
-//! the repository root, where the project's fixtures live). A missing folder or file is a test
-//! failure that names the path, never a silent skip.
+//! beside themselves), else the repository's own `fixtures/` folder (vendored with their
+//! sources and licences, `fixtures/README.md`). A missing folder or file is a test failure that
+//! names the path, never a silent skip.
 
 use std::path::{Path, PathBuf};
 
@@ -13,15 +13,10 @@ use std::path::{Path, PathBuf};
 pub fn fixtures() -> PathBuf {
     let dir = std::env::var_os("GDPATH_FIXTURES")
         .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/../../../shared/fixtures"
-            ))
-        });
+        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../fixtures")));
     assert!(
         dir.is_dir(),
-        "fixture directory {} not found (set GDPATH_FIXTURES to the shared/fixtures folder)",
+        "fixture directory {} not found (set GDPATH_FIXTURES to the repository's fixtures folder)",
         dir.display()
     );
     dir

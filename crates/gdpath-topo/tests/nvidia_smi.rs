@@ -1,6 +1,6 @@
-//! `nvidia-smi topo -m` text: the posted matrices in ../shared/fixtures/nvidia-smi parse, render
+//! `nvidia-smi topo -m` text: the posted matrices in fixtures/nvidia-smi parse, render
 //! and parse back to the same matrix; the legend matches nvidia-smi's; and the H200 machine of
-//! ../shared/fixtures/device, rebuilt as a sysfs tree from the facts its probe states, gives the
+//! fixtures/device, rebuilt as a sysfs tree from the facts its probe states, gives the
 //! probe's cells.
 
 mod common;

@@ -1,4 +1,4 @@
-//! Every hwloc sysfs dump in ../shared/fixtures/hwloc-sysfs: what INDEX.md says a reader must
+//! Every hwloc sysfs dump in fixtures/hwloc-sysfs: what INDEX.md says a reader must
 //! find, read through `--sysfs-root`, and replayed from a snapshot with identical JSON.
 
 mod common;

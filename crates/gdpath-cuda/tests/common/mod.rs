@@ -1,4 +1,4 @@
-//! Reading the H200 probe fixture (`shared/fixtures/device/h200x2-probe-2026-11-30.txt`):
+//! Reading the H200 probe fixture (`fixtures/device/h200x2-probe-2026-11-30.txt`):
 //! what `nvidia-smi` printed on the device machine, used as the expected values of the CPU
 //! conversion tests and of the GPU suite.
 #![allow(dead_code)]
