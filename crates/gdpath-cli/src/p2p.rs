@@ -215,7 +215,7 @@ fn read_facts(a: &P2pArgs) -> Result<DriverFacts> {
             .with_context(|| format!("{} is not driver facts JSON", p.display()));
     }
     if let Some(p) = &a.snapshot {
-        let m = gdpath::machine::load(&Source::Snapshot(p.clone()))?;
+        let m = gdpath_doctor::machine::load(&Source::Snapshot(p.clone()))?;
         return match m.driver {
             Some(d) => Ok(d),
             None => bail!(
@@ -224,7 +224,7 @@ fn read_facts(a: &P2pArgs) -> Result<DriverFacts> {
             ),
         };
     }
-    gdpath::machine::live_driver_facts().context("P2P facts unavailable")
+    gdpath_doctor::machine::live_driver_facts().context("P2P facts unavailable")
 }
 
 /// Runs `gdpath p2p`.

@@ -82,7 +82,7 @@ pub struct LoadedCheckpoint {
 impl LoadedCheckpoint {
     /// Tensor bytes per second of [`LoadedCheckpoint::elapsed`], in GB/s (1e9 B/s).
     pub fn gbps(&self) -> f64 {
-        crate::bench::gbps(self.tensor_bytes, self.elapsed)
+        crate::units::gbps(self.tensor_bytes, self.elapsed)
     }
 }
 
