@@ -3,16 +3,6 @@
 //! (colon-separated) overrides the directories tested (default `/dev/shm` and `/var/tmp`), as
 //! in the engine's `gds_gpu` suite.
 
-use std::path::PathBuf;
-
-fn dirs() -> Vec<PathBuf> {
-    std::env::var("GDPATH_GDS_DIRS")
-        .unwrap_or_else(|_| "/dev/shm:/var/tmp".into())
-        .split(':')
-        .map(PathBuf::from)
-        .collect()
-}
-
 /// `doctor --measure`'s GDS probe in each test directory: one finding per directory, `ok` or
 /// `degraded` where cuFile took its GDS path (both figures in the evidence), `not-run` where it
 /// did not (cuFile's reason and the staged figure), never `unknown` on a machine with a GPU;
@@ -21,7 +11,7 @@ fn dirs() -> Vec<PathBuf> {
 #[ignore = "needs an NVIDIA GPU: run the GPU suite"]
 fn doctor_gds_probe_measures_each_directory() {
     use gdpath::Status;
-    let dirs = dirs();
+    let dirs = gdpath_testkit::gds_dirs();
     let fs = gdpath_doctor::measured::probe_gds(&dirs);
     assert_eq!(fs.len(), dirs.len(), "{fs:?}");
     for (f, d) in fs.iter().zip(&dirs) {

@@ -54,14 +54,6 @@ fn gpu_put(a: &Agent, g: &Region, off: u64, bytes: &[u8]) {
     .unwrap();
 }
 
-fn dirs() -> Vec<PathBuf> {
-    std::env::var("GDPATH_GDS_DIRS")
-        .unwrap_or_else(|_| "/dev/shm:/var/tmp".into())
-        .split(':')
-        .map(PathBuf::from)
-        .collect()
-}
-
 fn pattern(len: usize, seed: u64) -> Vec<u8> {
     let mut v = vec![0u8; len];
     gdpath_cuda::pattern::fill(&mut v, seed, 0);
@@ -89,7 +81,7 @@ fn every_path_both_directions_byte_exact() {
     ];
     let offs = [0u64, 1, 4095, 4096, 12_345];
     let mut seen: Vec<(Path, Option<String>)> = Vec::new();
-    for dir in dirs() {
+    for dir in gdpath_testkit::gds_dirs() {
         let td = tempfile::tempdir_in(&dir).unwrap();
         for direct in [DirectIo::Auto, DirectIo::Off] {
             let fpath = td.path().join(format!("data-{direct:?}"));
