@@ -8,11 +8,12 @@
 //! pair (recording the [`FindingId`] when the preferred path was not taken), optionally in strict
 //! mode, and returns a [`Transfer`] to poll, wait on, time out or cancel. See `docs/engine.md`.
 //!
-//! The crate root is the user API. The interface a backend is written against ([`backend::Backend`],
-//! its capabilities, plans and refusals, the [`backend::WorkItem`]s it executes, the handles and
-//! foreign memory it keeps on a region) is under [`backend`] only. Also here: checkpoint loading
-//! ([`checkpoint`]), the facts behind the GDS decision that the doctor reports too ([`gds`],
-//! [`cufile_json`], [`kmod`]), the network ([`net`]), OS calls ([`os`]) and units ([`units`]).
+//! The crate root is the user API. The interface a backend is written against
+//! ([`backend::Backend`], its capabilities, plans and refusals, the [`backend::WorkItem`]s it
+//! executes, the handles and foreign memory it keeps on a region) is under [`backend`] only.
+//! Also here: checkpoint loading ([`checkpoint`]), the facts behind the GDS decision that the
+//! doctor reports too ([`gds`], [`cufile_json`], [`kmod`]), the network ([`net`]), OS calls
+//! ([`os`]) and units ([`units`]).
 //!
 //! ```
 //! use gdpath::{Agent, AgentConfig, FileSpec, HostBuffer, Memory, Path, TransferRequest};
