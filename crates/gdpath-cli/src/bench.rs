@@ -1,15 +1,14 @@
-//! `gdpath bench ...`: argument parsing and output of the benchmarks in `gdpath::bench`.
+//! `gdpath bench ...`: argument parsing and output of the benchmarks of `gdpath_bench`.
 
 use crate::progress;
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use comfy_table::{presets::UTF8_BORDERS_ONLY, Table};
-use gdpath::bench::net::{self, MemSpec};
-use gdpath::bench::{
-    format_size, gpu, parse_size, parse_size_range, storage, BenchRow, BENCH_SCHEMA,
-};
 use gdpath::net::{NetConfig, PutCompletion};
+use gdpath::units::{format_size, parse_size, parse_size_range};
 use gdpath::{DirectIo, Op};
+use gdpath_bench::net::{self, MemSpec};
+use gdpath_bench::{gpu, storage, BenchRow, BENCH_SCHEMA};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -261,7 +260,7 @@ fn run_gpu(kind: gpu::GpuBenchKind, a: GpuArgs) -> Result<ExitCode> {
 fn run_storage(a: StorageArgs) -> Result<ExitCode> {
     let blocks = parse_size_range(&a.block).context("--block")?;
     // Checked here too, before the GPU bench's file is made, as a usage error.
-    gdpath::bench::check_blocks(&blocks, a.size)
+    gdpath_bench::check_blocks(&blocks, a.size)
         .map_err(|e| crate::usage(format!("--block, --size: {e}")))?;
     if let Some(gpu) = a.gpu {
         return run_gds(&a, gpu, blocks);
@@ -549,7 +548,7 @@ fn print_ratios(rows: &[BenchRow]) {
 }
 
 fn run_gds(a: &StorageArgs, gpu: u32, blocks: Vec<u64>) -> Result<ExitCode> {
-    use gdpath::bench::gds::{run, GdsBenchConfig, GdsPathChoice};
+    use gdpath_bench::gds::{run, GdsBenchConfig, GdsPathChoice};
     let paths = match a.path.as_str() {
         "all" => vec![
             GdsPathChoice::Gds,

@@ -1,11 +1,12 @@
-//! `gdpath copy`: argument parsing and output of `gdpath::copy`.
+//! `gdpath copy`: argument parsing and output of `gdpath_bench::copy` and
+//! `gdpath_bench::gpu_copy`.
 
 use crate::progress;
 use anyhow::{Context, Result};
 use clap::Args;
-use gdpath::bench::{format_size, parse_size};
-use gdpath::copy::{copy_file, CopyOptions};
+use gdpath::units::{format_size, parse_size};
 use gdpath::{Agent, AgentConfig, DirectIo};
+use gdpath_bench::copy::{copy_file, CopyOptions};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -40,7 +41,10 @@ pub struct CopyArgs {
 }
 
 pub fn run(a: CopyArgs) -> Result<ExitCode> {
-    let ep = |p: &PathBuf| p.to_str().and_then(gdpath::gpu_copy::GpuEndpoint::parse);
+    let ep = |p: &PathBuf| {
+        p.to_str()
+            .and_then(gdpath_bench::gpu_copy::GpuEndpoint::parse)
+    };
     let (src_gpu, dst_gpu) = (ep(&a.src), a.dst.as_ref().and_then(ep));
     if src_gpu.is_some() || dst_gpu.is_some() {
         return run_gpu(&a, src_gpu, dst_gpu);
@@ -71,7 +75,7 @@ pub fn run(a: CopyArgs) -> Result<ExitCode> {
         });
         println!("{}", serde_json::to_string_pretty(&out)?);
     } else {
-        let leg = |l: &Option<gdpath::copy::Leg>| match l {
+        let leg = |l: &Option<gdpath_bench::copy::Leg>| match l {
             Some(l) => match &l.finding {
                 Some(f) => format!("{} (fallback: {f})", l.path),
                 None => l.path.to_string(),
@@ -102,10 +106,10 @@ pub fn run(a: CopyArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-type Ep = Option<std::result::Result<gdpath::gpu_copy::GpuEndpoint, String>>;
+type Ep = Option<std::result::Result<gdpath_bench::gpu_copy::GpuEndpoint, String>>;
 
 fn run_gpu(a: &CopyArgs, src: Ep, dst: Ep) -> Result<ExitCode> {
-    use gdpath::gpu_copy::{file_to_gpu, gpu_to_file};
+    use gdpath_bench::gpu_copy::{file_to_gpu, gpu_to_file};
     let agent = Agent::new(AgentConfig::default())?;
     let r = match (src, dst, &a.dst) {
         (None, Some(d), _) => {

@@ -5,8 +5,8 @@
 use crate::topo::SourceArgs;
 use anyhow::{Context, Result};
 use clap::Args;
-use gdpath::doctor::{self, live, measured, DoctorInput, Mode, Report};
 use gdpath::{Area, Finding, Status};
+use gdpath_doctor::{self as doctor, live, measured, DoctorInput, Mode, Report};
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;

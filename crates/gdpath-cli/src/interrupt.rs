@@ -22,8 +22,7 @@ pub fn flag() -> Arc<AtomicBool> {
             if seen.swap(true, Ordering::SeqCst) {
                 // At once: not through exit(3), whose handlers (UCX's among them) would run
                 // while the main thread may be inside UCX.
-                // SAFETY: _exit ends the process; nothing runs after it.
-                unsafe { libc::_exit(130) };
+                gdpath::os::exit_immediately(130);
             }
             eprintln!("gdpath: stopping (a second signal stops at once)");
         });

@@ -2,8 +2,8 @@
 
 use anyhow::Result;
 use clap::Args;
-use gdpath::bench::format_size;
 use gdpath::checkpoint::load;
+use gdpath::units::format_size;
 use gdpath::{Agent, AgentConfig, FileSpec, Memory, TransferRequest};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -19,7 +19,7 @@ pub struct LoadArgs {
     #[arg(long)]
     threads: Option<usize>,
     /// Bytes per request (default 4 MiB).
-    #[arg(long, value_parser = gdpath::bench::parse_size)]
+    #[arg(long, value_parser = gdpath::units::parse_size)]
     chunk: Option<u64>,
     /// Print every tensor (name, dtype, shape, bytes, device pointer).
     #[arg(long)]
@@ -165,10 +165,8 @@ fn start(agent: &Agent, file: &std::path::Path, gpu: u32) -> Option<f64> {
     Some(t.elapsed().as_secs_f64())
 }
 
+/// Drops the file from the page cache before a cold load; best effort (a refused eviction
+/// leaves that load warm, not failed).
 fn drop_cache(path: &std::path::Path) {
-    if let Ok(f) = std::fs::File::open(path) {
-        use std::os::fd::AsRawFd;
-        // SAFETY: advisory call on an open descriptor.
-        unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
-    }
+    let _ = gdpath::os::evict_page_cache(path);
 }

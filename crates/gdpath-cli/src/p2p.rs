@@ -5,8 +5,10 @@
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use gdpath::backend::cuda::gpu_pair_path_from_facts;
 use gdpath::topo::facts::{DriverFacts, NvmlP2pStatus, P2pCap};
 use gdpath::topo::Source;
+use gdpath::Path;
 use serde::Serialize;
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -67,7 +69,9 @@ pub struct P2pView {
     pub capabilities: Vec<(String, Vec<Vec<String>>)>,
     /// `cuDeviceCanAccessPeer` per ordered pair (`X`, `yes`, `no`, `?`).
     pub cuda_access: Vec<Vec<String>>,
-    /// The path gdpath's planner takes per ordered pair: `p2p-nvlink`, `p2p-pcie`, `staged`.
+    /// The path gdpath's planner takes per ordered pair
+    /// ([`gdpath::backend::cuda::gpu_pair_path`]): `p2p-nvlink (NV#)`, `p2p-pcie`, `staged`, `?`
+    /// without CUDA's answers.
     pub paths: Vec<Vec<String>>,
     /// Why some facts are missing.
     pub gaps: Vec<String>,
@@ -112,15 +116,10 @@ impl P2pView {
             }
             .to_owned()
         });
-        // The planner's rule (backend::cuda): P2P when access is possible both ways, over
-        // NVLink when links join the pair.
-        let paths = grid(&|a, b| match (access(a, b), access(b, a)) {
-            (Some(true), Some(true)) if f.nvlink_count(a, b) > 0 => {
-                format!("p2p-nvlink (NV{})", f.nvlink_count(a, b))
-            }
-            (Some(true), Some(true)) => "p2p-pcie".to_owned(),
-            (None, _) | (_, None) => "?".to_owned(),
-            _ => "staged".to_owned(),
+        let paths = grid(&|a, b| match gpu_pair_path_from_facts(f, a, b) {
+            Some(Path::P2pNvlink) => format!("p2p-nvlink (NV{})", f.nvlink_count(a, b)),
+            Some(path) => path.name(),
+            None => "?".to_owned(),
         });
         P2pView {
             schema: "gdpath.p2p/1",
@@ -215,7 +214,7 @@ fn read_facts(a: &P2pArgs) -> Result<DriverFacts> {
             .with_context(|| format!("{} is not driver facts JSON", p.display()));
     }
     if let Some(p) = &a.snapshot {
-        let m = gdpath::machine::load(&Source::Snapshot(p.clone()))?;
+        let m = gdpath_doctor::machine::load(&Source::Snapshot(p.clone()))?;
         return match m.driver {
             Some(d) => Ok(d),
             None => bail!(
@@ -224,7 +223,7 @@ fn read_facts(a: &P2pArgs) -> Result<DriverFacts> {
             ),
         };
     }
-    gdpath::machine::live_driver_facts().context("P2P facts unavailable")
+    gdpath_doctor::machine::live_driver_facts().context("P2P facts unavailable")
 }
 
 /// Runs `gdpath p2p`.

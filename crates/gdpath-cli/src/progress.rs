@@ -1,6 +1,6 @@
 //! Progress bars: drawn on stderr when it is a terminal, nothing otherwise.
 
-use gdpath::bench::{NoProgress, Progress};
+use gdpath_bench::{NoProgress, Progress};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::IsTerminal;
 use std::sync::Mutex;

@@ -2,8 +2,8 @@
 
 use anyhow::{Context, Result};
 use clap::Args;
-use gdpath::bench::{format_size, parse_size};
 use gdpath::net::{FailureMode, NetConfig, NetEvent, Token};
+use gdpath::units::{format_size, parse_size};
 use gdpath::{Agent, AgentConfig, HostBuffer, Memory};
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;

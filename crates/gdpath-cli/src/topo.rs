@@ -75,7 +75,7 @@ enum TopoAction {
 /// Runs `gdpath topo`.
 pub fn run(args: TopoArgs) -> Result<ExitCode> {
     if let Some(TopoAction::Capture { output, sysfs_root }) = args.action {
-        let (m, s, why) = gdpath::machine::capture(sysfs_root.as_deref(), &output)
+        let (m, s, why) = gdpath_doctor::machine::capture(sysfs_root.as_deref(), &output)
             .with_context(|| format!("capturing into {}", output.display()))?;
         println!(
             "wrote {}: {} files, {} links, {} directory listings ({} GPUs, {} NICs, {} NVMe, \
@@ -107,7 +107,7 @@ pub fn run(args: TopoArgs) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let source = args.source.source();
-    let (machine, no_facts) = gdpath::machine::load_reporting(&source)?;
+    let (machine, no_facts) = gdpath_doctor::machine::load_reporting(&source)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&machine.report())?);
     } else {

@@ -17,10 +17,10 @@
 //! cargo built for this test, or `GDPATH_BIN` when the test binary was copied to another
 //! machine.
 
-use gdpath::bench::fill_pattern;
 use gdpath::finding::ids;
 use gdpath::net::{FailureMode, NetConfig};
 use gdpath::{Agent, AgentConfig, HostBuffer, Memory, Path, TransferRequest};
+use gdpath_bench::fill_pattern;
 use std::time::Duration;
 
 mod common;

@@ -2,9 +2,9 @@
 //! (`--devices lo`), a peer killed with SIGKILL on either side, tokens, and two network
 //! namespaces joined by a veth pair (as root; skipped with a reason otherwise).
 
-use gdpath::bench::fill_pattern;
 use gdpath::net::{ConnectOptions, NetConfig, Token};
 use gdpath::{Agent, AgentConfig, Error, HostBuffer, Memory, Path, TransferRequest};
+use gdpath_bench::fill_pattern;
 use std::net::SocketAddr;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -136,7 +136,7 @@ fn bench_net_json_rows_are_verified_and_name_the_transport() {
         assert_eq!(rows.len(), 3);
         for r in rows {
             let net_fields = ["transport", "latency_us_min", "latency_us_max"];
-            for k in gdpath::bench::ROW_FIELDS.iter().chain(&net_fields) {
+            for k in gdpath_bench::ROW_FIELDS.iter().chain(&net_fields) {
                 assert!(r.get(k).is_some(), "row lacks {k}: {r}");
             }
             assert_eq!(r["op"], op);

@@ -41,7 +41,7 @@ fn bench_storage_json_rows_have_the_shared_fields() {
     let rows = v["rows"].as_array().unwrap();
     assert_eq!(rows.len(), 4, "two block sizes × (engine, read-loop)");
     for r in rows {
-        for k in gdpath::bench::ROW_FIELDS {
+        for k in gdpath_bench::ROW_FIELDS {
             assert!(!r[k].is_null(), "row lacks {k}: {r}");
         }
         assert_eq!(r["verified"], true);

@@ -90,6 +90,16 @@ pub fn symlink(root: &Path, rel: &str, target: &str) {
     std::os::unix::fs::symlink(target, p).unwrap();
 }
 
+/// The directories the GPU suites test the file ↔ GPU paths in: `$GDPATH_GDS_DIRS`
+/// (colon-separated) when set, else `/dev/shm` (tmpfs) and `/var/tmp` (usually the root disk).
+pub fn gds_dirs() -> Vec<PathBuf> {
+    std::env::var("GDPATH_GDS_DIRS")
+        .unwrap_or_else(|_| "/dev/shm:/var/tmp".into())
+        .split(':')
+        .map(PathBuf::from)
+        .collect()
+}
+
 /// Serialises the tests of one test binary that use UCX: Debian's UCX 1.13 (CI) aborts on
 /// `async.c: Assertion handler->async == async` when several UCX contexts in one process create
 /// and close endpoints from different threads at once (a socket number reused by another

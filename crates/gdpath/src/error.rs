@@ -186,6 +186,40 @@ fn path_list(paths: &[Path]) -> String {
 }
 
 impl Error {
+    /// The error's kind: its variant's name in snake_case (`out_of_bounds`, `open`, `config`,
+    /// `peer_failed`, ...). A contract: scripts match on it (`gdpath --json` prints it as the
+    /// `kind` of its `gdpath.error/1` document), so a kind never changes once released, a
+    /// renamed variant keeps its old kind, and a new variant gets a new one here (the match is
+    /// exhaustive so that it must be named).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Error::OutOfBounds { .. } => "out_of_bounds",
+            Error::ListLengthMismatch { .. } => "list_length_mismatch",
+            Error::PairLengthMismatch { .. } => "pair_length_mismatch",
+            Error::ForeignRegion { .. } => "foreign_region",
+            Error::Deregistered { .. } => "deregistered",
+            Error::RegionBusy { .. } => "region_busy",
+            Error::ShortFile { .. } => "short_file",
+            Error::Misaligned { .. } => "misaligned",
+            Error::Io { .. } => "io",
+            Error::Open { .. } => "open",
+            Error::NotAFile { .. } => "not_a_file",
+            Error::ReadOnly { .. } => "read_only",
+            Error::Unsupported { .. } => "unsupported",
+            Error::NoPath { .. } => "no_path",
+            Error::Refused { .. } => "refused",
+            Error::PathNotAccepted { .. } => "path_not_accepted",
+            Error::DeadlineExceeded => "deadline_exceeded",
+            Error::Cancelled => "cancelled",
+            Error::Config(_) => "config",
+            Error::PeerFailed { .. } => "peer_failed",
+            Error::AuthFailed { .. } => "auth_failed",
+            Error::Protocol { .. } => "protocol",
+            Error::Ucx { .. } => "ucx",
+            Error::Backend { .. } => "backend",
+        }
+    }
+
     /// An [`Error::Io`] from an OS error number.
     pub fn io(op: &'static str, path: &std::path::Path, offset: u64, e: std::io::Error) -> Self {
         Error::Io {
@@ -199,3 +233,50 @@ impl Error {
 
 /// The engine's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `Debug`'s variant name in snake_case: `PeerFailed { .. }` → `peer_failed`.
+    fn snake_case_variant(e: &Error) -> String {
+        let mut out = String::new();
+        for c in format!("{e:?}")
+            .chars()
+            .take_while(char::is_ascii_alphanumeric)
+        {
+            if c.is_ascii_uppercase() && !out.is_empty() {
+                out.push('_');
+            }
+            out.push(c.to_ascii_lowercase());
+        }
+        out
+    }
+
+    #[test]
+    fn a_kind_is_the_variant_name_in_snake_case() {
+        let io = std::io::Error::from(std::io::ErrorKind::NotFound);
+        let cases = [
+            Error::PeerFailed {
+                peer: "a".into(),
+                detail: "b".into(),
+            },
+            Error::Config("x".into()),
+            Error::DeadlineExceeded,
+            Error::Cancelled,
+            Error::io("read", std::path::Path::new("/x"), 0, io),
+            Error::ListLengthMismatch {
+                local: 1,
+                target: 2,
+            },
+            Error::Unsupported {
+                what: "w".into(),
+                backend: "b",
+            },
+        ];
+        for e in cases {
+            assert_eq!(e.kind(), snake_case_variant(&e), "{e:?}");
+        }
+        assert_eq!(Error::Config("x".into()).kind(), "config");
+    }
+}

@@ -1,11 +1,19 @@
 //! gdpath: the engine for the GPUDirect data paths (P2P, GDR, GDS) and their host-memory
 //! fallbacks. See `DESIGN.md` for the layers; this crate sits between the hardware layers
-//! (`gdpath-topo`, `gdpath-cuda`, `gdpath-ucx`) and the `gdpath` command.
+//! (`gdpath-topo`, `gdpath-cuda`, `gdpath-ucx`) and the crates built on the engine: the doctor
+//! (`gdpath-doctor`), the bench harness (`gdpath-bench`) and the `gdpath` command.
 //!
-//! The engine: an [`Agent`] owns [`Backend`]s and registered memory ([`Region`]s). A
+//! The engine: an [`Agent`] owns backends and registered memory ([`Region`]s). A
 //! [`TransferRequest`] pairs local and target [`Descriptor`]s; [`Agent::post`] plans a path per
 //! pair (recording the [`FindingId`] when the preferred path was not taken), optionally in strict
 //! mode, and returns a [`Transfer`] to poll, wait on, time out or cancel. See `docs/engine.md`.
+//!
+//! The crate root is the user API. The interface a backend is written against
+//! ([`backend::Backend`], its capabilities, plans and refusals, the [`backend::WorkItem`]s it
+//! executes, the handles and foreign memory it keeps on a region) is under [`backend`] only.
+//! Also here: checkpoint loading ([`checkpoint`]), the facts behind the GDS decision that the
+//! doctor reports too ([`gds`], [`cufile_json`], [`kmod`]), the network ([`net`]), OS calls
+//! ([`os`]) and units ([`units`]).
 //!
 //! ```
 //! use gdpath::{Agent, AgentConfig, FileSpec, HostBuffer, Memory, Path, TransferRequest};
@@ -26,27 +34,23 @@
 
 pub mod agent;
 pub mod backend;
-pub mod bench;
 pub mod checkpoint;
 pub mod config;
-pub mod copy;
 pub mod cufile_json;
-pub mod doctor;
 pub mod error;
 pub mod finding;
 pub mod gds;
-pub mod gpu_copy;
-pub(crate) mod kmod;
-pub mod machine;
+pub mod kmod;
 pub mod memory;
 pub mod net;
+pub mod os;
 pub mod path;
 mod planner;
-pub mod region;
-pub mod transfer;
+mod region;
+mod transfer;
+pub mod units;
 
 pub use agent::{Agent, BackendInfo};
-pub use backend::{Backend, Capability, Drive, PlanChoice, Preference, Refusal, SplitItem};
 pub use config::{AgentConfig, GdsConfig, GpuConfig, StorageConfig};
 pub use error::{Error, Result, Side};
 pub use finding::{Area, Finding, FindingId, Status};
@@ -56,11 +60,8 @@ pub use memory::{
     RemoteMemory,
 };
 pub use path::Path;
-pub use region::{
-    BackendHandle, Descriptor, DioAlign, DirectStatus, FileRegion, ForeignMemory, HostView, Region,
-    RegionId,
-};
+pub use region::{Descriptor, DioAlign, DirectStatus, FileRegion, HostView, Region, RegionId};
 pub use transfer::{
     Op, PairOutcome, PairReport, PlannedPair, Transfer, TransferError, TransferReport,
-    TransferRequest, TransferStatus, WorkItem,
+    TransferRequest, TransferStatus,
 };

@@ -27,7 +27,7 @@ pub enum MemoryKind {
 }
 
 impl MemoryKind {
-    /// The kind without its parameters, as backends declare it in [`crate::Capability`].
+    /// The kind without its parameters, as backends declare it in [`crate::backend::Capability`].
     pub fn class(&self) -> MemoryClass {
         match self {
             MemoryKind::Host { .. } => MemoryClass::Host,

@@ -163,7 +163,7 @@ pub struct TransferReport {
 impl TransferReport {
     /// Throughput in GB/s (1e9 bytes per second).
     pub fn gbps(&self) -> f64 {
-        crate::bench::gbps(self.bytes, self.elapsed)
+        crate::units::gbps(self.bytes, self.elapsed)
     }
     /// The distinct paths taken, in first-use order.
     pub fn paths(&self) -> Vec<Path> {

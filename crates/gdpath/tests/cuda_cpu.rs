@@ -7,7 +7,7 @@ use gdpath::backend::cuda::CudaBackend;
 use gdpath::{Agent, AgentConfig, Error, GpuConfig, GpuPointer, HostBuffer, Memory};
 
 fn driver_present() -> bool {
-    match gdpath::machine::live_driver_facts() {
+    match gdpath_cuda::gather_facts() {
         Ok(f) => {
             eprintln!(
                 "SKIPPED: an NVIDIA driver is installed here ({} GPUs); absence not testable",

@@ -6,7 +6,6 @@
 //! `GDPATH_GDS_DIRS` (colon-separated) overrides the directories tested (default `/dev/shm`
 //! and `/var/tmp`).
 
-use gdpath::bench::fill_pattern;
 use gdpath::checkpoint::{load, Header};
 use gdpath::{
     Agent, AgentConfig, DirectIo, Error, FileAccess, FileSpec, GdsConfig, HostBuffer, Memory, Path,
@@ -55,17 +54,9 @@ fn gpu_put(a: &Agent, g: &Region, off: u64, bytes: &[u8]) {
     .unwrap();
 }
 
-fn dirs() -> Vec<PathBuf> {
-    std::env::var("GDPATH_GDS_DIRS")
-        .unwrap_or_else(|_| "/dev/shm:/var/tmp".into())
-        .split(':')
-        .map(PathBuf::from)
-        .collect()
-}
-
 fn pattern(len: usize, seed: u64) -> Vec<u8> {
     let mut v = vec![0u8; len];
-    fill_pattern(&mut v, 0, seed);
+    gdpath_cuda::pattern::fill(&mut v, seed, 0);
     v
 }
 
@@ -90,7 +81,7 @@ fn every_path_both_directions_byte_exact() {
     ];
     let offs = [0u64, 1, 4095, 4096, 12_345];
     let mut seen: Vec<(Path, Option<String>)> = Vec::new();
-    for dir in dirs() {
+    for dir in gdpath_testkit::gds_dirs() {
         let td = tempfile::tempdir_in(&dir).unwrap();
         for direct in [DirectIo::Auto, DirectIo::Off] {
             let fpath = td.path().join(format!("data-{direct:?}"));
@@ -338,43 +329,4 @@ fn free_gpu_memory(_a: &Agent) -> u64 {
     let cuda = gdpath_cuda::Cuda::load().unwrap();
     let ctx = gdpath_cuda::Context::new(&cuda, 0).unwrap();
     ctx.memory_info().unwrap().0
-}
-
-/// `doctor --measure`'s GDS probe in each test directory: one finding per directory, `ok` or
-/// `degraded` where cuFile took its GDS path (both figures in the evidence), `not-run` where it
-/// did not (cuFile's reason and the staged figure), never `unknown` on a machine with a GPU;
-/// and no probe file left behind.
-#[test]
-#[ignore = "needs an NVIDIA GPU: run the GPU suite"]
-fn doctor_gds_probe_measures_each_directory() {
-    use gdpath::Status;
-    let dirs = dirs();
-    let fs = gdpath::doctor::measured::probe_gds(&dirs);
-    assert_eq!(fs.len(), dirs.len(), "{fs:?}");
-    for (f, d) in fs.iter().zip(&dirs) {
-        eprintln!("{}: {:?} {}", d.display(), f.status, f.evidence);
-        assert_eq!(f.id.as_str(), "gds.measured-fallback");
-        assert_eq!(f.subject, d.display().to_string());
-        match f.status {
-            Status::Ok | Status::Degraded => {
-                assert!(f.evidence.contains("gds-native"), "{}", f.evidence);
-                assert!(f.evidence.contains("posix-"), "{}", f.evidence);
-            }
-            Status::NotRun => {
-                assert!(f.evidence.contains("cuFile did not take"), "{}", f.evidence);
-                assert!(f.evidence.contains("posix-"), "{}", f.evidence);
-            }
-            s => panic!("{}: {s:?} {}", d.display(), f.evidence),
-        }
-        let left: Vec<_> = std::fs::read_dir(d)
-            .unwrap()
-            .filter_map(|e| e.ok())
-            .filter(|e| {
-                e.file_name()
-                    .to_string_lossy()
-                    .starts_with(".gdpath-doctor-gds")
-            })
-            .collect();
-        assert!(left.is_empty(), "probe file left in {}", d.display());
-    }
 }

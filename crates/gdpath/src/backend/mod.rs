@@ -19,14 +19,16 @@ mod split;
 pub mod ucx;
 mod workers;
 
+pub use crate::region::{BackendHandle, ForeignMemory};
+pub use crate::transfer::WorkItem;
 pub use split::SplitItem;
 
 use crate::error::Result;
 use crate::finding::FindingId;
 use crate::memory::{Memory, MemoryClass};
 use crate::path::Path;
-use crate::region::{BackendHandle, Descriptor, ForeignMemory, Region};
-use crate::transfer::{Op, WorkItem};
+use crate::region::{Descriptor, Region};
+use crate::transfer::Op;
 use serde::Serialize;
 
 /// Whether a capability's path is the one to use when possible, or the one used when the

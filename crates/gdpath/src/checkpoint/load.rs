@@ -33,6 +33,17 @@ pub enum LoadError {
     },
 }
 
+impl LoadError {
+    /// The error's kind for scripts: [`CheckpointError::kind`] for a malformed file, the
+    /// engine's [`Error::kind`] for the rest.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            LoadError::Checkpoint { error, .. } => error.kind(),
+            LoadError::Engine { error, .. } => error.kind(),
+        }
+    }
+}
+
 /// One tensor on the GPU.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LoadedTensor {
@@ -82,7 +93,7 @@ pub struct LoadedCheckpoint {
 impl LoadedCheckpoint {
     /// Tensor bytes per second of [`LoadedCheckpoint::elapsed`], in GB/s (1e9 B/s).
     pub fn gbps(&self) -> f64 {
-        crate::bench::gbps(self.tensor_bytes, self.elapsed)
+        crate::units::gbps(self.tensor_bytes, self.elapsed)
     }
 }
 

@@ -109,3 +109,12 @@ pub enum CheckpointError {
         before: String,
     },
 }
+
+impl CheckpointError {
+    /// The error's kind for scripts: `checkpoint`, for every variant (the file is not a valid
+    /// safetensors checkpoint, or could not be read as one; the message says which check
+    /// failed). A contract as [`crate::Error::kind`]: `gdpath load --json` prints it.
+    pub fn kind(&self) -> &'static str {
+        "checkpoint"
+    }
+}

@@ -1,7 +1,6 @@
 //! Helpers shared by the engine's integration tests: real files in real directories.
 #![allow(dead_code)]
 
-use gdpath::bench::fill_pattern;
 use gdpath::{Agent, AgentConfig, DirectIo, FileSpec, HostBuffer, Memory, Region, StorageConfig};
 use std::path::{Path, PathBuf};
 
@@ -34,9 +33,10 @@ pub fn buffered_agent() -> Agent {
     agent_with(|s| s.direct = DirectIo::Off)
 }
 
+/// `len` bytes of the test pattern copies are verified with (`gdpath_cuda::pattern`).
 pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
     let mut v = vec![0u8; len];
-    fill_pattern(&mut v, 0, seed);
+    gdpath_cuda::pattern::fill(&mut v, seed, 0);
     v
 }
 

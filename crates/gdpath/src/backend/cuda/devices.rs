@@ -2,16 +2,17 @@
 //! on first use), the driver facts that choose NVLink vs PCIe, peer access, and a pool of
 //! streams per GPU.
 
+use crate::path::Path;
 use gdpath_cuda::{enable_peer_access, Context, Cuda, CudaError, Stream};
 use gdpath_topo::facts::DriverFacts;
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
-/// Whether P2P is possible for an ordered GPU pair, and over what.
+/// Whether P2P is possible for an ordered GPU pair, and over what ([`super::gpu_pair_path`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum PeerLink {
-    /// `cuDeviceCanAccessPeer` is 1 both ways; `nvlinks` links join the pair (0: PCIe).
-    Possible { nvlinks: u32 },
+    /// `cuDeviceCanAccessPeer` is 1 both ways: the P2P path (NVLink or PCIe).
+    Possible(Path),
     /// Not possible; the text is the evidence (the driver call and its answer, or its error).
     Impossible(String),
 }
@@ -95,21 +96,27 @@ impl Gpus {
             (Ok(da), Ok(db)) => (da, db),
             (Err(e), _) | (_, Err(e)) => return PeerLink::Impossible(e.to_string()),
         };
-        for (x, y) in [(&da, &db), (&db, &da)] {
+        let mut access = [None; 2];
+        let mut refused = None;
+        for (answer, (x, y)) in access.iter_mut().zip([(&da, &db), (&db, &da)]) {
             match x.can_access_peer(y) {
-                Ok(true) => {}
-                Ok(false) => {
-                    return PeerLink::Impossible(format!(
-                        "cuDeviceCanAccessPeer(GPU {}, GPU {}) = 0",
-                        x.ordinal(),
-                        y.ordinal()
-                    ))
-                }
+                Ok(ok) => *answer = Some(ok),
                 Err(e) => return PeerLink::Impossible(e.to_string()),
             }
+            if *answer == Some(false) && refused.is_none() {
+                refused = Some(format!(
+                    "cuDeviceCanAccessPeer(GPU {}, GPU {}) = 0",
+                    x.ordinal(),
+                    y.ordinal()
+                ));
+            }
         }
-        let nvlinks = self.facts().map(|f| f.nvlink_count(a, b)).unwrap_or(0);
-        PeerLink::Possible { nvlinks }
+        let nvlinks = || self.facts().map(|f| f.nvlink_count(a, b)).unwrap_or(0);
+        match super::gpu_pair_path(access, nvlinks) {
+            Some(path @ (Path::P2pNvlink | Path::P2pPcie)) => PeerLink::Possible(path),
+            // Staged: a direction answered 0, which `refused` names.
+            _ => PeerLink::Impossible(refused.unwrap_or_default()),
+        }
     }
 
     /// Enables peer access both ways between `a` and `b`, once per process (it stays enabled

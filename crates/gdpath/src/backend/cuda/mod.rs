@@ -7,7 +7,7 @@
 //!
 //! | pair | path | how |
 //! | --- | --- | --- |
-//! | GPU a ↔ GPU b, P2P possible | `P2pNvlink` (NVLink count > 0 in the driver facts) or `P2pPcie` | `cuMemcpyPeerAsync` with peer access on ([`direct`]) |
+//! | GPU a ↔ GPU b, P2P possible ([`gpu_pair_path`]) | `P2pNvlink` (NVLink count > 0 in the driver facts) or `P2pPcie` | `cuMemcpyPeerAsync` with peer access on ([`direct`]) |
 //! | GPU a ↔ GPU b, P2P impossible or off | `Staged` + `p2p.unsupported` / `p2p.disabled` | pinned bounce buffers, pipelined ([`staged`]) |
 //! | GPU a ↔ GPU a | `DeviceLocal` | `cuMemcpyDtoDAsync` |
 //! | pinned host ↔ GPU | `HostToDevice`/`DeviceToHost { pinned: true }` | one async copy ([`direct`]) |
@@ -21,10 +21,12 @@ mod devices;
 mod direct;
 pub mod memory;
 mod pageable;
+mod pair;
 mod pool;
 mod staged;
 
 pub use memory::{gpu_buffer, is_pinned, GpuMemory};
+pub use pair::{gpu_pair_path, gpu_pair_path_from_facts};
 
 use super::{Backend, Capability, PlanChoice, Preference, Refusal};
 use crate::config::GpuConfig;
@@ -163,15 +165,11 @@ impl Shared {
                 };
                 match self.gpus.peer_link(*a, *b) {
                     PeerLink::Impossible(why) => Ok(staged(ids::P2P_UNSUPPORTED, why)),
-                    PeerLink::Possible { .. } if !self.cfg.p2p => Ok(staged(
+                    PeerLink::Possible(_) if !self.cfg.p2p => Ok(staged(
                         ids::P2P_DISABLED,
                         "P2P switched off in the agent's configuration (GpuConfig::p2p)".into(),
                     )),
-                    PeerLink::Possible { nvlinks } => Ok(PlanChoice::on(if nvlinks > 0 {
-                        Path::P2pNvlink
-                    } else {
-                        Path::P2pPcie
-                    })),
+                    PeerLink::Possible(path) => Ok(PlanChoice::on(path)),
                 }
             }
             (MemoryKind::Host { .. }, MemoryKind::Gpu { .. }) => {

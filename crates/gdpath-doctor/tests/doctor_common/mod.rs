@@ -1,10 +1,10 @@
 //! Helpers shared by the doctor tests: fixtures, derived trees, the H200 machine.
 #![allow(dead_code, unused_imports)]
 
-use gdpath::doctor::{self, DoctorInput, Mode, Report};
 use gdpath::topo::facts::DriverFacts;
 use gdpath::topo::Source;
 use gdpath::{Finding, Status};
+use gdpath_doctor::{self as doctor, DoctorInput, Mode, Report};
 pub use gdpath_testkit::{fixture, fixtures, scratch, symlink, unpack_sysfs, write};
 use std::path::{Path, PathBuf};
 

@@ -8,8 +8,6 @@ use super::{
 };
 use gdpath_topo::{Machine, SysView};
 use std::collections::BTreeMap;
-use std::ffi::CString;
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -67,22 +65,19 @@ pub fn environment() -> BTreeMap<String, String> {
 
 /// `getrlimit(RLIMIT_MEMLOCK)` of this process, in bytes (`None` = unlimited).
 pub fn memlock() -> Gathered<Memlock> {
-    let mut r = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes one rlimit through a valid pointer.
-    let rc = unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut r) };
-    if rc != 0 {
-        return Gathered::Failed(std::io::Error::last_os_error().to_string());
+    use nix::sys::resource::{getrlimit, Resource, RLIM_INFINITY};
+    match getrlimit(Resource::RLIMIT_MEMLOCK) {
+        Ok((soft, hard)) => {
+            // rlim_t is u64 on 64-bit Linux targets and u32 on some 32-bit ones.
+            #[allow(clippy::unnecessary_cast)]
+            let conv = |v: libc::rlim_t| (v != RLIM_INFINITY).then_some(v as u64);
+            Gathered::Got(Memlock {
+                soft: conv(soft),
+                hard: conv(hard),
+            })
+        }
+        Err(e) => Gathered::Failed(std::io::Error::from(e).to_string()),
     }
-    // rlim_t is u64 on 64-bit Linux targets and u32 on some 32-bit ones.
-    #[allow(clippy::unnecessary_cast)]
-    let conv = |v: libc::rlim_t| (v != libc::RLIM_INFINITY).then_some(v as u64);
-    Gathered::Got(Memlock {
-        soft: conv(r.rlim_cur),
-        hard: conv(r.rlim_max),
-    })
 }
 
 /// Major and minor of a Linux `dev_t` (glibc's encoding: 12 bits of major in bits 8–19 and the
@@ -95,18 +90,10 @@ pub fn split_dev(dev: u64) -> (u32, u32) {
 
 /// `statfs(2)` `f_type` of the file system holding `path`.
 pub fn fs_magic(path: &Path) -> std::io::Result<u64> {
-    let c = CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "path contains NUL"))?;
-    // SAFETY: statfs is plain data; zeroed is a valid value of it.
-    let mut buf: libc::statfs = unsafe { std::mem::zeroed() };
-    // SAFETY: `c` is a NUL-terminated path and `buf` a valid statfs to write.
-    let rc = unsafe { libc::statfs(c.as_ptr(), &mut buf) };
-    if rc != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
+    let st = nix::sys::statfs::statfs(path).map_err(std::io::Error::from)?;
     // f_type is a signed word; magics are 32-bit values.
     #[allow(clippy::unnecessary_cast)]
-    Ok((buf.f_type as i64 as u64) & 0xffff_ffff)
+    Ok((st.filesystem_type().0 as i64 as u64) & 0xffff_ffff)
 }
 
 static PROBE_SEQ: AtomicU32 = AtomicU32::new(0);
@@ -174,24 +161,15 @@ pub fn probe_path(dir: &Path) -> std::io::Result<PathProbe> {
 /// needed to register GPU memory through dma-buf).
 pub fn rdma_core() -> RdmaCoreFacts {
     const LIB: &str = "libibverbs.so.1";
-    let lib = CString::new(LIB).expect("no NUL");
-    let sym = CString::new("ibv_reg_dmabuf_mr").expect("no NUL");
-    // SAFETY: dlopen with a valid C string; RTLD_LOCAL keeps its symbols out of the global
-    // namespace. libibverbs' constructors only read its configuration directories.
-    let h = unsafe { libc::dlopen(lib.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
-    if h.is_null() {
-        return RdmaCoreFacts {
+    match gdpath::os::library_exports(LIB, "ibv_reg_dmabuf_mr") {
+        None => RdmaCoreFacts {
             library: None,
             has_reg_dmabuf_mr: false,
-        };
-    }
-    // SAFETY: `h` is a live handle; the symbol is only compared with null, never called.
-    let f = unsafe { libc::dlsym(h, sym.as_ptr()) };
-    // SAFETY: `h` came from dlopen above and is closed once.
-    unsafe { libc::dlclose(h) };
-    RdmaCoreFacts {
-        library: Some(LIB.to_owned()),
-        has_reg_dmabuf_mr: !f.is_null(),
+        },
+        Some(has) => RdmaCoreFacts {
+            library: Some(LIB.to_owned()),
+            has_reg_dmabuf_mr: has,
+        },
     }
 }
 

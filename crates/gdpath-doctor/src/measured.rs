@@ -23,7 +23,7 @@
 //! machine here has an RDMA NIC) and is listed `not-run`.
 
 use super::finding;
-use crate::finding::{ids, Area, Finding, Status};
+use gdpath::finding::{ids, Area, Finding, Status};
 
 /// The factor by which a direct P2P or GDR path must beat its fallback.
 pub const MIN_SPEEDUP: f64 = 1.2;
@@ -131,7 +131,7 @@ const PROBE_BYTES: u64 = 64 << 20;
 /// [`compare`] to each pair. A machine without a GPU driver gives one `Unknown` finding with the
 /// reason; one without two GPUs gives none.
 pub fn probe_p2p() -> Vec<Finding> {
-    use crate::bench::gpu::{run, GpuBenchConfig, GpuBenchKind};
+    use gdpath_bench::gpu::{run, GpuBenchConfig, GpuBenchKind};
     let cfg = GpuBenchConfig {
         kind: GpuBenchKind::P2p,
         sizes: vec![PROBE_BYTES],
@@ -240,8 +240,8 @@ fn gds_finding(dir: &std::path::Path, status: Status, evidence: String, remedy: 
 }
 
 fn probe_gds_in(dir: &std::path::Path) -> Finding {
-    use crate::bench::gds::{run, GdsBenchConfig, GdsPathChoice};
-    use crate::config::GdsConfig;
+    use gdpath::GdsConfig;
+    use gdpath_bench::gds::{run, GdsBenchConfig, GdsPathChoice};
     let unknown = |why: String, remedy: &str| {
         gds_finding(
             dir,
@@ -272,19 +272,19 @@ fn probe_gds_in(dir: &std::path::Path) -> Finding {
         gpu: 0,
         blocks: vec![defaults.chunk],
         threads: vec![defaults.threads],
-        op: crate::transfer::Op::Read,
+        op: gdpath::Op::Read,
         runs,
         paths: vec![GdsPathChoice::Gds, GdsPathChoice::Staged],
         cold: true,
         // The file exists (empty): the harness fills it.
         overwrite: true,
     };
-    let result = run(&cfg, &crate::bench::NoProgress);
+    let result = run(&cfg, &gdpath_bench::NoProgress);
     let removed = file.close();
     let report = match result {
         Ok(r) => r,
         // Writing the pattern file (no space, a quota) is the probe's own doing.
-        Err(e @ crate::error::Error::Io { op: "write", .. }) => {
+        Err(e @ gdpath::Error::Io { op: "write", .. }) => {
             return unknown(e.to_string(), GDS_PROBE_NEEDS)
         }
         Err(e) => return unknown(e.to_string(), ""),
@@ -300,7 +300,7 @@ fn probe_gds_in(dir: &std::path::Path) -> Finding {
             format!(
                 "the {} read of {} into GPU 0 did not match the file{left}",
                 bad.path,
-                crate::bench::format_size(GDS_PROBE_BYTES)
+                gdpath::units::format_size(GDS_PROBE_BYTES)
             ),
             "do not use this path for this directory: data read through it is wrong",
         );
@@ -316,12 +316,12 @@ fn probe_gds_in(dir: &std::path::Path) -> Finding {
         .is_none()
         .then(|| rows.next())
         .flatten();
-    let how = |r: &crate::bench::BenchRow| {
+    let how = |r: &gdpath_bench::BenchRow| {
         format!(
             "{} {:.2} GB/s ({} into GPU 0, median of {runs}, verified)",
             r.path,
             r.gbps_median,
-            crate::bench::format_size(GDS_PROBE_BYTES)
+            gdpath::units::format_size(GDS_PROBE_BYTES)
         )
     };
     let why_skipped = |c: GdsPathChoice| {

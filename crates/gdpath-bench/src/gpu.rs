@@ -19,18 +19,15 @@
 //! or PCIe generation × width after line encoding (NVML's maximum link, since idle GPUs train
 //! down); twice that for bidirectional rows.
 
-use crate::backend::cuda::gpu_buffer;
-use crate::bench::{gbps, BenchRow};
-use crate::config::{AgentConfig, GpuConfig};
-use crate::error::{Error, Result};
-use crate::finding::{ids, FindingId};
-use crate::memory::{HostBuffer, Memory};
-use crate::path::Path;
-use crate::region::Region;
-use crate::topo::facts::DriverFacts;
-use crate::topo::PcieLink;
-use crate::transfer::TransferRequest;
-use crate::Agent;
+use crate::BenchRow;
+use gdpath::backend::cuda::gpu_buffer;
+use gdpath::finding::{ids, FindingId};
+use gdpath::topo::facts::DriverFacts;
+use gdpath::topo::PcieLink;
+use gdpath::units::gbps;
+use gdpath::{
+    Agent, AgentConfig, Error, GpuConfig, HostBuffer, Memory, Path, Region, Result, TransferRequest,
+};
 use gdpath_cuda::{
     enable_peer_access, pattern, Context, Cuda, CudaError, DeviceBuffer, Event, PinnedHostBuffer,
     Stream,
@@ -238,7 +235,7 @@ fn latency(size: u64, reps: usize, secs: &[f64]) -> Option<f64> {
     }
     let mut per: Vec<f64> = secs.iter().map(|s| s / reps as f64 * 1e6).collect();
     per.sort_by(f64::total_cmp);
-    Some(crate::bench::percentile_sorted(&per, 50.0))
+    Some(crate::percentile_sorted(&per, 50.0))
 }
 
 fn verify_dev(s: &Stream, buf: &DeviceBuffer, len: u64, seed: u64) -> Result<bool> {

@@ -2,7 +2,7 @@
 //! container.
 
 use super::{bytes, finding, kernel_release, DoctorInput, Gathered};
-use crate::finding::{ids, Area, Finding, Status};
+use gdpath::finding::{ids, Area, Finding, Status};
 
 const A: Area = Area::System;
 

@@ -1,30 +1,37 @@
-//! `gdpath doctor`: one readiness check for P2P, GDR and GDS that says why and what to do.
+//! gdpath-doctor: `gdpath doctor`, one readiness check for P2P, GDR and GDS that says why and
+//! what to do: the findings' rules, the live facts they need, the measured probes, and the
+//! machine loader that attaches live driver facts ([`machine`]).
 //!
 //! The doctor is a pure function of facts: [`run`] takes a [`DoctorInput`] — the machine
 //! (topology), a [`SysView`] through which every `/proc` and `/sys` file is read (so a snapshot
 //! or a copied tree replays those reads), driver facts (NVML/CUDA), UCX, cuFile and rdma-core
 //! facts, the process environment, the memlock limit, and a probe of each `--path` directory —
-//! and returns a [`Report`] of [`Finding`]s with stable ids ([`crate::finding::ids`]), a verdict
+//! and returns a [`Report`] of [`Finding`]s with stable ids ([`gdpath::finding::ids`]), a verdict
 //! per data path and an exit code.
 //!
 //! Facts that only the live machine can give (the memlock limit of this process, an O_DIRECT
 //! open, a cuFile handle registration) are [`Gathered::Missing`] when replaying a capture; their
-//! checks then report [`Status::NotRun`]. Live gathering that this module can do itself is in
-//! [`live`]; driver, UCX and cuFile facts come from the crates that load those libraries.
+//! checks then report [`Status::NotRun`]. Live gathering that this crate does itself is in
+//! [`live`]; driver, UCX and cuFile facts come from the crates that load those libraries
+//! ([`hardware`]); the GDS facts the engine decides by are the engine's own ([`gdpath::gds`]),
+//! so the doctor's findings and the engine's path rest on the same reads. [`measured`] runs
+//! benches of `gdpath-bench` as probes (`doctor --measure`).
 //!
 //! Rules and their sources are listed per finding id in `docs/doctor.md`.
 
-pub use crate::cufile_json;
+#![deny(unsafe_code)]
+
 mod gdr;
 mod gds;
 pub mod hardware;
 pub mod live;
+pub mod machine;
 pub mod measured;
 pub mod nccl;
 mod p2p;
 mod system;
 
-use crate::finding::{Area, Finding, Status};
+use gdpath::finding::{Area, Finding, Status};
 use gdpath_topo::facts::DriverFacts;
 use gdpath_topo::snapshot::Snapshot;
 use gdpath_topo::{DirView, Machine, Source, SysView, TopoError};
@@ -489,7 +496,7 @@ pub fn read_files(machine: &Machine, view: &dyn SysView) {
 fn no_gpu(input: &DoctorInput, area: Area) -> Option<Finding> {
     let (status, evidence) = gpu_absence(input)?;
     Some(finding(
-        crate::finding::ids::SYSTEM_NO_GPU,
+        gdpath::finding::ids::SYSTEM_NO_GPU,
         area,
         "system",
         status,
@@ -537,9 +544,9 @@ fn gpu_absence(input: &DoctorInput) -> Option<(Status, String)> {
     })
 }
 
-/// Whether a kernel module is loaded, with the evidence ([`crate::kmod::module_state`]).
+/// Whether a kernel module is loaded, with the evidence ([`gdpath::kmod::module_state`]).
 fn module_loaded(input: &DoctorInput, name: &str) -> (Option<bool>, String) {
-    crate::kmod::module_state(input.view, name)
+    gdpath::kmod::module_state(input.view, name)
 }
 
 /// The kernel release: `/proc/sys/kernel/osrelease`, else the third word of `/proc/version`.

@@ -21,17 +21,14 @@
 //!   the gets brought is compared with it (XXH3 checksums). GPU memory is filled and read back
 //!   through the engine's CUDA backend.
 
-use super::{fill_pattern, format_size, BenchRow, Checksum, Progress, Stats};
-use crate::config::AgentConfig;
-use crate::error::{Error, Result};
-use crate::finding::FindingId;
-use crate::memory::{HostBuffer, Memory};
-use crate::net::codec::WireKind;
-use crate::net::{ConnectOptions, NetConfig, Peer, Token};
-use crate::path::Path;
-use crate::region::Region;
-use crate::transfer::{Op, Transfer, TransferRequest};
-use crate::Agent;
+use super::{fill_pattern, BenchRow, Checksum, Progress, Stats};
+use gdpath::net::codec::WireKind;
+use gdpath::net::{ConnectOptions, NetConfig, Peer, Token};
+use gdpath::units::format_size;
+use gdpath::{
+    Agent, AgentConfig, Error, FindingId, HostBuffer, Memory, Op, Path, Region, Result, Transfer,
+    TransferRequest,
+};
 use serde::Serialize;
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -156,7 +153,7 @@ fn op_name(op: Op) -> &'static str {
 
 /// Posts `n` messages of `s` bytes in transfers of up to `b` pairs, `w` messages in flight
 /// (`b` ≤ `w`); message `i` uses window slot `i mod w`. With `confirm` (puts completing
-/// locally, [`crate::net::PutCompletion::Local`]) the run ends with a flush of the peer, so the
+/// locally, [`gdpath::net::PutCompletion::Local`]) the run ends with a flush of the peer, so the
 /// time covers the bytes reaching its memory, as `ucx_perftest`'s final flush does. Returns the
 /// elapsed time. Stops with [`Error::Cancelled`] once `stop` is set, after the transfers in
 /// flight finished.
@@ -278,7 +275,7 @@ pub fn run(cfg: &NetBenchConfig, progress: &dyn Progress) -> Result<NetBenchRepo
     // verification.
     let stop = cfg.stop.as_deref();
     let confirm = (cfg.op == Op::Write
-        && cfg.net.put_completion == crate::net::PutCompletion::Local)
+        && cfg.net.put_completion == gdpath::net::PutCompletion::Local)
         .then_some(&peer);
     let remote = agent.register(peer.memory(rid)?)?;
     let window = |s: u64| u64::from(cfg.qd).min(rlen / s).max(1);
@@ -357,7 +354,7 @@ pub fn run(cfg: &NetBenchConfig, progress: &dyn Progress) -> Result<NetBenchRepo
         let mut gbps = Vec::with_capacity(cfg.runs);
         for _ in 0..cfg.runs {
             let el = stream(&agent, stop, confirm, cfg.op, &local, &remote, s, w, b, n)?;
-            gbps.push(super::gbps(n * s, el));
+            gbps.push(gdpath::units::gbps(n * s, el));
             progress.advance(n * s);
         }
         progress.finish();

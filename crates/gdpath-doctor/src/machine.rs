@@ -1,13 +1,13 @@
 //! The engine's entry to the machine model: load a machine from any source, or capture a
 //! snapshot of the live (or a copied) sysfs tree. The model is `gdpath-topo` (re-exported as
-//! [`crate::topo`]); this is where live driver facts (CUDA + NVML, `gdpath_cuda::gather_facts`)
+//! [`gdpath_topo`]); this is where live driver facts (CUDA + NVML, `gdpath_cuda::gather_facts`)
 //! are attached, so that NVLink (`NV#`) appears in the matrix and a capture stores them.
 
-use crate::topo::snapshot::{self, CaptureSummary};
-use crate::topo::{sysfs, DirView, Machine, Recording, Source, TopoError};
+use gdpath_topo::snapshot::{self, CaptureSummary};
+use gdpath_topo::{sysfs, DirView, Machine, Recording, Source, TopoError};
 use std::path::Path;
 
-/// Reads the machine from `source` (see [`crate::topo::load`]). For the live machine the
+/// Reads the machine from `source` (see [`gdpath_topo::load`]). For the live machine the
 /// driver's facts are read too and attached ([`attach_live_driver`]); snapshots bring the facts
 /// recorded at capture. A missing driver is not an error: see [`load_reporting`] for why.
 pub fn load(source: &Source) -> Result<Machine, TopoError> {
@@ -18,7 +18,7 @@ pub fn load(source: &Source) -> Result<Machine, TopoError> {
 /// for the live machine, "the snapshot has no driver facts" for a snapshot captured without a
 /// driver. `None` when facts are attached, or for sources that carry their own links (XML).
 pub fn load_reporting(source: &Source) -> Result<(Machine, Option<String>), TopoError> {
-    let mut m = crate::topo::load(source)?;
+    let mut m = gdpath_topo::load(source)?;
     let why = match source {
         Source::Live => attach_live_driver(&mut m).err(),
         Source::Snapshot(_) if m.driver.is_none() => Some(
@@ -31,7 +31,7 @@ pub fn load_reporting(source: &Source) -> Result<(Machine, Option<String>), Topo
 
 /// The live driver facts (CUDA + NVML). Errors: neither library could be used (the CUDA
 /// loader's error, naming `libcuda.so.1` and what installs it).
-pub fn live_driver_facts() -> Result<crate::topo::facts::DriverFacts, gdpath_cuda::CudaError> {
+pub fn live_driver_facts() -> Result<gdpath_topo::facts::DriverFacts, gdpath_cuda::CudaError> {
     gdpath_cuda::gather_facts()
 }
 
@@ -68,7 +68,7 @@ pub fn capture(
     };
     // The doctor reads /proc and more /sys files through the same recording, so that
     // `gdpath doctor --snapshot` replays its file-based checks too.
-    crate::doctor::read_files(&machine, &rec);
+    crate::read_files(&machine, &rec);
     let file = std::fs::File::create(out).map_err(TopoError::Write)?;
     let summary = snapshot::capture(
         &rec,

@@ -3,7 +3,7 @@
 
 use super::nccl::{self, NcclLevel};
 use super::{bytes, finding, kernel_release, kernel_version, module_loaded, DoctorInput, Gathered};
-use crate::finding::{ids, Area, Finding, Status};
+use gdpath::finding::{ids, Area, Finding, Status};
 use gdpath_topo::facts::GpuFacts;
 use gdpath_topo::{Device, DeviceKind, LinkClass, PcieLink};
 

@@ -5,14 +5,11 @@
 //! read into the other buffer. Memory held: 2 × `window` bytes of host memory plus the engine's
 //! bounce budget.
 
-use crate::bench::{Checksum, Progress};
-use crate::error::{Error, Result};
-use crate::finding::FindingId;
-use crate::memory::{DirectIo, FileAccess, FileSpec, HostBuffer, Memory};
-use crate::path::Path;
-use crate::region::Region;
-use crate::transfer::{Op, Transfer, TransferReport, TransferRequest};
-use crate::Agent;
+use crate::{Checksum, Progress};
+use gdpath::{
+    Agent, DirectIo, Error, FileAccess, FileSpec, FindingId, HostBuffer, Memory, Op, Path, Region,
+    Result, Transfer, TransferReport, TransferRequest,
+};
 use serde::Serialize;
 use std::time::{Duration, Instant};
 
@@ -209,7 +206,7 @@ pub fn copy_file(
     Ok(CopyReport {
         bytes: size,
         elapsed,
-        gbps: crate::bench::gbps(size, elapsed),
+        gbps: gdpath::units::gbps(size, elapsed),
         read: read_leg,
         write: write_leg,
         verified,

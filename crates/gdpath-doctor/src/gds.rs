@@ -1,10 +1,10 @@
 //! GDS checks: nvidia-fs, cuFile and its configuration, and per `--path` directory the file
 //! system, O_DIRECT, the block device behind it, and whether cuFile will run native.
 
-use super::cufile_json::CufileConfig;
 use super::{finding, DoctorInput, Gathered, OdirectProbe, PathInput, PathProbe};
-use crate::finding::{ids, Area, Finding, Status};
-use crate::gds::GdsFacts;
+use gdpath::cufile_json::CufileConfig;
+use gdpath::finding::{ids, Area, Finding, Status};
+use gdpath::gds::GdsFacts;
 use gdpath_topo::{Device, DeviceKind, LinkClass, PciAddr};
 
 const A: Area = Area::Gds;
@@ -57,7 +57,7 @@ pub fn fs_support(m: u64) -> (&'static str, Option<bool>) {
 }
 
 pub(super) fn check(input: &DoctorInput) -> Vec<Finding> {
-    let facts = GdsFacts::gather(input.view, input.env(crate::gds::CUFILE_ENV));
+    let facts = GdsFacts::gather(input.view, input.env(gdpath::gds::CUFILE_ENV));
     let nvfs = nvidia_fs(&facts);
     let cufile = cufile(input);
     let (config, cfg_finding) = config(input, &facts);
@@ -169,7 +169,7 @@ fn config(input: &DoctorInput, facts: &GdsFacts) -> (Option<CufileConfig>, Findi
     let id = ids::GDS_CUFILE_CONFIG;
     let path = facts.cufile_json.path.to_string_lossy().into_owned();
     let why = if facts.cufile_json.from_env {
-        crate::gds::CUFILE_ENV
+        gdpath::gds::CUFILE_ENV
     } else {
         "default location"
     };

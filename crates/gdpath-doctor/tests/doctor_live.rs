@@ -2,10 +2,10 @@
 //! (`/proc/self/mountinfo`, `/proc/self/limits`, the kernel release), and the doctor run live.
 
 mod doctor_common;
-use gdpath::doctor::{self, live, Gathered, OdirectProbe};
 use gdpath::finding::ids;
 use gdpath::topo::Source;
 use gdpath::{Area, Status};
+use gdpath_doctor::{self as doctor, live, Gathered, OdirectProbe};
 use std::path::Path;
 
 /// (major:minor, fstype) of every mount, from /proc/self/mountinfo.
@@ -33,7 +33,7 @@ fn magic_of(fstype: &str) -> Option<u64> {
 }
 
 /// Probes `dir` and checks the device number and file-system magic against mountinfo.
-fn probe_matches_mountinfo(dir: &Path) -> gdpath::doctor::PathProbe {
+fn probe_matches_mountinfo(dir: &Path) -> gdpath_doctor::PathProbe {
     let p = live::probe_path(dir).unwrap();
     let (ma, mi) = p.dev.unwrap();
     let key = format!("{ma}:{mi}");
@@ -231,7 +231,7 @@ fn p2p_probe_without_a_driver_says_why() {
         eprintln!("SKIP p2p_probe_without_a_driver_says_why: libcuda is present here");
         return;
     }
-    let fs = gdpath::doctor::measured::probe_p2p();
+    let fs = gdpath_doctor::measured::probe_p2p();
     assert_eq!(fs.len(), 1, "{fs:?}");
     assert_eq!(fs[0].id.as_str(), "p2p.measured-fallback");
     assert_eq!(fs[0].status, gdpath::Status::Unknown);
@@ -254,7 +254,7 @@ fn gds_probe_without_a_driver_says_why_and_writes_nothing() {
     }
     let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let dirs = [a.path().to_owned(), b.path().to_owned()];
-    let fs = gdpath::doctor::measured::probe_gds(&dirs);
+    let fs = gdpath_doctor::measured::probe_gds(&dirs);
     assert_eq!(fs.len(), 2, "{fs:?}");
     for (f, d) in fs.iter().zip(&dirs) {
         assert_eq!(f.id.as_str(), "gds.measured-fallback");

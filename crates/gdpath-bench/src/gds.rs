@@ -8,15 +8,12 @@
 //! through host memory and comparing XXH3 checksums with the file's; writes fill the GPU with
 //! [`fill_pattern`] first and check the file afterwards. Each row has one untimed warm-up run.
 
-use super::{fill_pattern, gbps, BenchRow, Checksum, Progress};
-use crate::config::{AgentConfig, GdsConfig};
-use crate::error::{Error, Result};
-use crate::finding::FindingId;
-use crate::memory::{FileAccess, FileSpec, HostBuffer, Memory};
-use crate::path::Path;
-use crate::region::Region;
-use crate::transfer::{Op, TransferRequest};
-use crate::Agent;
+use super::{fill_pattern, BenchRow, Checksum, Progress};
+use gdpath::units::{format_size, gbps};
+use gdpath::{
+    Agent, AgentConfig, Error, FileAccess, FileSpec, FindingId, GdsConfig, HostBuffer, Memory, Op,
+    Path, Region, Result, TransferRequest,
+};
 use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::time::Instant;
@@ -174,14 +171,6 @@ pub fn write_pattern_file(path: &std::path::Path, len: u64, seed: u64) -> Result
     f.sync_all().map_err(err)
 }
 
-fn drop_cache(path: &std::path::Path) {
-    if let Ok(f) = std::fs::File::open(path) {
-        use std::os::fd::AsRawFd;
-        // SAFETY: advisory call on an open descriptor.
-        unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
-    }
-}
-
 /// Runs the bench. Errors: file preparation, registration (no GPU: `Error::Unsupported`) and
 /// transfer failures; a path the machine cannot take is a [`Skipped`] entry, not an error.
 pub fn run(cfg: &GdsBenchConfig, progress: &dyn Progress) -> Result<GdsBenchReport> {
@@ -269,12 +258,7 @@ pub fn run(cfg: &GdsBenchConfig, progress: &dyn Progress) -> Result<GdsBenchRepo
                     Err(e) => return Err(e),
                 };
                 progress.start(
-                    &format!(
-                        "{} {} block {}",
-                        path.name(),
-                        cfg.op,
-                        super::format_size(block)
-                    ),
+                    &format!("{} {} block {}", path.name(), cfg.op, format_size(block)),
                     cfg.size * cfg.runs as u64,
                 );
                 // One untimed warm-up run: pinned bounce buffers are allocated and GPU pages
@@ -284,7 +268,8 @@ pub fn run(cfg: &GdsBenchConfig, progress: &dyn Progress) -> Result<GdsBenchRepo
                 let mut row_path = planned.as_ref().map(|p| p.path.clone());
                 for _ in 0..cfg.runs {
                     if cfg.cold {
-                        drop_cache(&cfg.file);
+                        // Best effort: a refused eviction leaves this run warm, not failed.
+                        let _ = gdpath::os::evict_page_cache(&cfg.file);
                     }
                     let t = Instant::now();
                     let r = agent.post(req())?.wait().map_err(|e| e.error)?;

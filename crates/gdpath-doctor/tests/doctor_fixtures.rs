@@ -3,9 +3,9 @@
 
 mod doctor_common;
 use doctor_common::*;
-use gdpath::doctor::{Gathered, Memlock, OdirectProbe, PathInput, PathProbe};
 use gdpath::finding::ids;
 use gdpath::{Area, Status};
+use gdpath_doctor::{Gathered, Memlock, OdirectProbe, PathInput, PathProbe};
 use std::path::PathBuf;
 
 #[test]
@@ -480,23 +480,20 @@ fn memlock_against_memtotal() {
 }
 
 /// The findings of `r` with id `id`, in report order.
-fn findings_with<'a>(r: &'a gdpath::doctor::Report, id: &str) -> Vec<&'a gdpath::Finding> {
+fn findings_with<'a>(r: &'a gdpath_doctor::Report, id: &str) -> Vec<&'a gdpath::Finding> {
     r.findings.iter().filter(|f| f.id.as_str() == id).collect()
 }
 
 /// The doctor on an NCCL topology fixture (a replay: file checks are unknown, not failures).
-fn doctor_on_nccl_xml(rel: &str) -> gdpath::doctor::Report {
+fn doctor_on_nccl_xml(rel: &str) -> gdpath_doctor::Report {
     doctor_on_nccl_file(fixture(rel))
 }
 
-fn doctor_on_nccl_file(path: PathBuf) -> gdpath::doctor::Report {
-    let loaded = gdpath::doctor::load(&gdpath::topo::Source::NcclXml(path)).unwrap();
-    let input = gdpath::doctor::DoctorInput::new(
-        &loaded.machine,
-        loaded.view.as_ref(),
-        loaded.mode.clone(),
-    );
-    gdpath::doctor::run(&input)
+fn doctor_on_nccl_file(path: PathBuf) -> gdpath_doctor::Report {
+    let loaded = gdpath_doctor::load(&gdpath::topo::Source::NcclXml(path)).unwrap();
+    let input =
+        gdpath_doctor::DoctorInput::new(&loaded.machine, loaded.view.as_ref(), loaded.mode.clone());
+    gdpath_doctor::run(&input)
 }
 
 /// Azure NDv2 (NCCL topology file): one InfiniBand NIC on NUMA 0; GPUs 0–3 reach it at PHB,

@@ -3,9 +3,9 @@
 //! `nvidia-smi topo -m` printed on that machine (the probe fixture), and the doctor's verdicts
 //! that the live run gave there, for the checks that do not need live hardware.
 
-use gdpath::doctor::{self, DoctorInput};
 use gdpath::topo::{smi::SmiMatrix, LinkClass, Source};
 use gdpath::{Area, Status};
+use gdpath_doctor::{self as doctor, DoctorInput};
 use gdpath_testkit::fixtures;
 use std::path::PathBuf;
 
@@ -18,7 +18,7 @@ fn snapshot() -> PathBuf {
 
 #[test]
 fn replay_matches_nvidia_smi_on_that_machine() {
-    let m = gdpath::machine::load(&Source::Snapshot(snapshot())).expect("snapshot loads");
+    let m = gdpath_doctor::machine::load(&Source::Snapshot(snapshot())).expect("snapshot loads");
     assert_eq!(m.gpus().count(), 2);
     let driver = m.driver.as_ref().expect("the capture stored driver facts");
     assert_eq!(driver.driver_version.as_deref(), Some("580.159.04"));

@@ -3,9 +3,9 @@
 
 mod doctor_common;
 use doctor_common::*;
-use gdpath::doctor::{self, DoctorInput, Mode};
 use gdpath::topo::{snapshot, sysfs, DirView, Recording, Source};
 use gdpath::Finding;
+use gdpath_doctor::{self as doctor, DoctorInput, Mode};
 
 /// (id, path, subject, status, remedy) and evidence with the replayed source's name removed.
 fn comparable(f: &Finding, name: &str) -> String {

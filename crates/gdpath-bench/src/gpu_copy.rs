@@ -1,17 +1,15 @@
 //! `gdpath copy FILE gpu:N[@offset]` and `gdpath copy gpu:N[@offset] FILE`: one file ↔ GPU
 //! transfer on the path the planner picks, with the path, the finding and GB/s.
 
-use crate::bench::gds::{file_checksum, gpu_checksum, gpu_fill_pattern};
-use crate::error::{Error, Result};
-use crate::finding::FindingId;
-use crate::memory::{FileAccess, FileSpec, Memory};
-use crate::path::Path;
-use crate::transfer::{PlannedPair, TransferRequest};
-use crate::Agent;
+use crate::gds::{file_checksum, gpu_checksum, gpu_fill_pattern};
+use gdpath::{
+    Agent, Error, FileAccess, FileSpec, FindingId, Memory, Path, PlannedPair, Result,
+    TransferRequest,
+};
 use serde::Serialize;
 use std::time::{Duration, Instant};
 
-/// `gpu:N` or `gpu:N@OFFSET` (offset in bytes, with the units of [`crate::bench::parse_size`]).
+/// `gpu:N` or `gpu:N@OFFSET` (offset in bytes, with the units of [`gdpath::units::parse_size`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct GpuEndpoint {
     pub ordinal: u32,
@@ -34,7 +32,7 @@ impl GpuEndpoint {
                 )))
             }
         };
-        let offset = match off.map(crate::bench::parse_size) {
+        let offset = match off.map(gdpath::units::parse_size) {
             None => 0,
             Some(Ok(v)) => v,
             Some(Err(e)) => return Some(Err(format!("{s}: offset: {e}"))),
@@ -70,7 +68,7 @@ fn report(
     GpuCopyReport {
         bytes,
         elapsed,
-        gbps: crate::bench::gbps(bytes, elapsed),
+        gbps: gdpath::units::gbps(bytes, elapsed),
         path: plan.path,
         finding: plan.finding,
         detail: plan.detail,

@@ -4,12 +4,12 @@
 
 mod doctor_common;
 use doctor_common::*;
-use gdpath::doctor::{
-    CufileFacts, Gathered, OdirectProbe, PathInput, PathProbe, RdmaCoreFacts, UcxFacts,
-};
 use gdpath::finding::ids;
 use gdpath::topo::facts::P2pCap;
 use gdpath::{Area, Status};
+use gdpath_doctor::{
+    CufileFacts, Gathered, OdirectProbe, PathInput, PathProbe, RdmaCoreFacts, UcxFacts,
+};
 use std::path::PathBuf;
 
 const PAIR: &str = "GPU0-GPU1";
@@ -343,7 +343,7 @@ fn environment_disables_p2p() {
 fn h200_tree_without_driver_facts() {
     let tmp = h200_tree();
     let r = doctor_on(tmp.path(), |i| {
-        i.mode = gdpath::doctor::Mode::Live;
+        i.mode = gdpath_doctor::Mode::Live;
         i.driver = Gathered::Failed("libnvidia-ml.so.1: cannot open shared object file".into());
     });
     assert_eq!(status(&r, ids::P2P_UNSUPPORTED, PAIR), Status::Unknown);

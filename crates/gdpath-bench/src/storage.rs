@@ -10,18 +10,14 @@
 //! a position-dependent pattern and compare its checksum with a plain read-back of the file.
 //! Like `fio` by default, writes are not followed by `fsync`.
 
-use super::{fill_pattern, format_size, BenchRow, Checksum, Progress};
-use crate::config::{AgentConfig, StorageConfig};
-use crate::error::{Error, Result};
-use crate::finding::FindingId;
-use crate::memory::{DirectIo, FileAccess, FileSpec, HostBuffer, Memory};
-use crate::path::Path;
-use crate::region::Region;
-use crate::transfer::{Op, Transfer, TransferRequest};
-use crate::Agent;
+use super::{fill_pattern, BenchRow, Checksum, Progress};
+use gdpath::units::format_size;
+use gdpath::{
+    Agent, AgentConfig, DirectIo, Error, FileAccess, FileSpec, FindingId, HostBuffer, Memory, Op,
+    Path, Region, Result, StorageConfig, Transfer, TransferRequest,
+};
 use std::collections::VecDeque;
 use std::io::{Read, Write};
-use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -70,20 +66,6 @@ fn io_err(op: &'static str, path: &std::path::Path, e: std::io::Error) -> Error 
 fn window_for(block: u64, qd: u32) -> u64 {
     let w = (2 * u64::from(qd)).saturating_mul(block).min(MAX_WINDOW);
     (w / block * block).max(block)
-}
-
-fn drop_cache(path: &std::path::Path) -> Result<()> {
-    let f = std::fs::File::open(path).map_err(|e| io_err("open", path, e))?;
-    // SAFETY: plain advisory syscall on an open descriptor.
-    let rc = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
-    if rc != 0 {
-        return Err(io_err(
-            "posix_fadvise",
-            path,
-            std::io::Error::from_raw_os_error(rc),
-        ));
-    }
-    Ok(())
 }
 
 /// Checksum of the first `size` bytes of a file, read with plain buffered reads.
@@ -368,13 +350,13 @@ pub fn run(cfg: &StorageBenchConfig, progress: &dyn Progress) -> Result<StorageB
         );
         for _ in 0..cfg.runs {
             if cfg.cold && buffered {
-                drop_cache(&cfg.file)?;
+                gdpath::os::evict_page_cache(&cfg.file)?;
             }
             let ok = |_: &Region, _: u64, _: u64| Ok(());
             let p = stream(
                 &agent, &file, &windows, cfg.size, block, cfg.op, progress, ok, ok,
             )?;
-            run_gbps.push(super::gbps(cfg.size, p.elapsed));
+            run_gbps.push(gdpath::units::gbps(cfg.size, p.elapsed));
             lats.extend(p.latencies_us);
             for q in p.paths {
                 if !paths.contains(&q) {
@@ -462,7 +444,7 @@ fn read_loop(
     for run in 0..=cfg.runs {
         let verify = run == cfg.runs;
         if cfg.cold {
-            drop_cache(path)?;
+            gdpath::os::evict_page_cache(path)?;
         }
         let mut f = std::fs::File::open(path).map_err(|e| io_err("open", path, e))?;
         let mut h = Checksum::new();
@@ -484,7 +466,7 @@ fn read_loop(
         if verify {
             digest = Some(h.digest());
         } else {
-            run_gbps.push(super::gbps(cfg.size, t0.elapsed()));
+            run_gbps.push(gdpath::units::gbps(cfg.size, t0.elapsed()));
         }
     }
     progress.finish();
@@ -529,7 +511,7 @@ mod tests {
             cold: false,
             overwrite: false,
         };
-        let err = run(&cfg, &super::super::NoProgress).unwrap_err();
+        let err = run(&cfg, &crate::NoProgress).unwrap_err();
         assert!(
             matches!(&err, Error::Config(m) if m.contains("4 MiB") && m.contains("1 MiB")),
             "{err}"

@@ -1,30 +1,37 @@
-//! Benchmark plumbing shared by every `gdpath bench` command: statistics over samples, the JSON
-//! row, size parsing and printing, data verification, and a progress callback.
+//! gdpath-bench: the bench harness of `gdpath bench`, the per-path benches and the verified
+//! one-shot copies of `gdpath copy`, on top of the engine (`gdpath`).
 //!
-//! Units: bytes; bandwidth in GB/s = 1e9 B/s; latency in µs.
+//! Here: statistics over samples ([`Stats`]), the versioned JSON row every bench prints
+//! ([`BenchRow`], schema [`BENCH_SCHEMA`]), data verification (a position-dependent
+//! [`fill_pattern`] and a streaming [`Checksum`]), a progress sink the CLI draws ([`Progress`]),
+//! and the benches: [`storage`] (file ↔ host), [`gds`] (file ↔ GPU), [`gpu`] (host ↔ GPU,
+//! GPU ↔ GPU) and [`net`] (agent ↔ agent over UCX). [`copy`] (file → host → file) and
+//! [`gpu_copy`] (file ↔ GPU) are one-shot copies rather than benches; they live here because
+//! they verify with the same checksums and fill patterns and report through the same progress
+//! sink as the benches.
+//!
+//! Units: bytes; bandwidth in GB/s = 1e9 B/s ([`gdpath::units::gbps`]); latency in µs. Sizes
+//! are parsed and printed by [`gdpath::units`].
+//!
+//! Layering: this crate uses the engine's public API only; the doctor (`gdpath-doctor`) runs
+//! some of these benches as its measured probes, never the other way round.
 
+#![deny(unsafe_code)]
+
+pub mod copy;
 pub mod gds;
 pub mod gpu;
+pub mod gpu_copy;
 pub mod net;
 pub mod storage;
 
+use gdpath::units::format_size;
 use serde::{Deserialize, Serialize};
-use std::time::Duration;
 
 /// Schema name of the bench commands' JSON (`schema` field; rows are [`BenchRow`]s), in the
 /// `gdpath.<what>/<version>` form every gdpath JSON document uses (`gdpath.topo/1`,
 /// `gdpath.doctor/1`); the version is bumped on incompatible changes.
 pub const BENCH_SCHEMA: &str = "gdpath.bench/1";
-
-/// GB/s (1e9 bytes per second) for `bytes` in `elapsed`; 0 for a zero duration.
-pub fn gbps(bytes: u64, elapsed: Duration) -> f64 {
-    let s = elapsed.as_secs_f64();
-    if s > 0.0 {
-        bytes as f64 / s / 1e9
-    } else {
-        0.0
-    }
-}
 
 /// Summary statistics of a sample set.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -97,7 +104,7 @@ pub const ROW_FIELDS: [&str; 12] = [
 /// one per line). Optional fields are omitted when `None`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BenchRow {
-    /// The path name ([`crate::Path::name`]), or a baseline's name (`read-loop`, `fio`).
+    /// The path name ([`gdpath::Path::name`]), or a baseline's name (`read-loop`, `fio`).
     pub path: String,
     /// `read`, `write`, `copy`, `put`, `get`, ...
     pub op: String,
@@ -174,104 +181,10 @@ impl BenchRow {
     }
 }
 
-/// Errors of [`parse_size`] and [`parse_size_range`].
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum SizeError {
-    #[error("empty size")]
-    Empty,
-    #[error("bad size {0:?}: expected a number with an optional unit B, KiB, MiB, GiB, TiB (binary), kB, MB, GB, TB (decimal), or K/M/G/T (binary)")]
-    Bad(String),
-    #[error("size {0:?} does not fit in 64 bits")]
-    Overflow(String),
-    #[error("bad range {0:?}: expected MIN..MAX with 0 < MIN <= MAX, e.g. 1MiB..64MiB")]
-    Range(String),
-}
-
-/// Parses `4096`, `4KiB`, `1.5GiB`, `64M`, `1GB` (= 1e9). Binary units (KiB, K, ...) are powers
-/// of 1024, decimal ones (kB, MB, GB, TB) powers of 1000; case-insensitive except that `b`
-/// alone means bytes.
-pub fn parse_size(s: &str) -> Result<u64, SizeError> {
-    let t = s.trim();
-    if t.is_empty() {
-        return Err(SizeError::Empty);
-    }
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let unit = unit.trim().to_ascii_lowercase();
-    let mult: u64 = match unit.as_str() {
-        "" | "b" => 1,
-        "k" | "kib" => 1 << 10,
-        "m" | "mib" => 1 << 20,
-        "g" | "gib" => 1 << 30,
-        "t" | "tib" => 1 << 40,
-        "kb" => 1_000,
-        "mb" => 1_000_000,
-        "gb" => 1_000_000_000,
-        "tb" => 1_000_000_000_000,
-        _ => return Err(SizeError::Bad(s.to_owned())),
-    };
-    if num.is_empty() || num.matches('.').count() > 1 {
-        return Err(SizeError::Bad(s.to_owned()));
-    }
-    if !num.contains('.') {
-        let n: u64 = num.parse().map_err(|_| SizeError::Overflow(s.to_owned()))?;
-        return n
-            .checked_mul(mult)
-            .ok_or_else(|| SizeError::Overflow(s.to_owned()));
-    }
-    let f: f64 = num.parse().map_err(|_| SizeError::Bad(s.to_owned()))?;
-    let v = f * mult as f64;
-    if !v.is_finite() || v >= u64::MAX as f64 {
-        return Err(SizeError::Overflow(s.to_owned()));
-    }
-    Ok(v.round() as u64)
-}
-
-/// Parses a comma-separated list whose items are sizes or `MIN..MAX` sweeps (powers of two from
-/// MIN up to MAX, MAX included even when not on the sequence): `1MiB..8MiB` → 1, 2, 4, 8 MiB;
-/// `4KiB,1MiB..4MiB` → 4 KiB, 1, 2, 4 MiB. Sizes come in the order written; a size named twice
-/// is kept once, where it first appears. Errors: the first item that is not a size or a sweep
-/// with 0 < MIN <= MAX.
-pub fn parse_size_range(s: &str) -> Result<Vec<u64>, SizeError> {
-    let mut out: Vec<u64> = Vec::new();
-    for item in s.split(',') {
-        for size in parse_size_item(item)? {
-            if !out.contains(&size) {
-                out.push(size);
-            }
-        }
-    }
-    Ok(out)
-}
-
-/// One item of [`parse_size_range`]: a size, or a sweep.
-fn parse_size_item(item: &str) -> Result<Vec<u64>, SizeError> {
-    let Some((a, b)) = item.split_once("..") else {
-        return Ok(vec![parse_size(item)?]);
-    };
-    let (lo, hi) = (parse_size(a)?, parse_size(b)?);
-    if lo == 0 || lo > hi {
-        return Err(SizeError::Range(item.trim().to_owned()));
-    }
-    let mut out = Vec::new();
-    let mut x = lo;
-    while x < hi {
-        out.push(x);
-        x = match x.checked_mul(2) {
-            Some(y) => y,
-            None => break,
-        };
-    }
-    out.push(hi);
-    Ok(out)
-}
-
 /// Refuses block sizes larger than the bytes a run moves (`size`): such a block would be cut to
 /// `size`, so no I/O of the block its row reports would be made. Shared by the storage and GDS
-/// benches. Errors: [`crate::Error::Config`] naming every such block and the size.
-pub fn check_blocks(blocks: &[u64], size: u64) -> crate::Result<()> {
+/// benches. Errors: [`gdpath::Error::Config`] naming every such block and the size.
+pub fn check_blocks(blocks: &[u64], size: u64) -> gdpath::Result<()> {
     let too_big: Vec<String> = blocks
         .iter()
         .filter(|&&b| b > size)
@@ -280,33 +193,12 @@ pub fn check_blocks(blocks: &[u64], size: u64) -> crate::Result<()> {
     if too_big.is_empty() {
         return Ok(());
     }
-    Err(crate::Error::Config(format!(
+    Err(gdpath::Error::Config(format!(
         "block {} exceeds the size {} of a run: no I/O of that size would be made; choose \
          blocks of at most the size, or a larger size",
         too_big.join(", "),
         format_size(size)
     )))
-}
-
-/// Prints bytes with the largest binary unit that divides them exactly (`4 KiB`, `1 GiB`,
-/// `1.50 GiB` otherwise, `511 B`).
-pub fn format_size(bytes: u64) -> String {
-    const UNITS: [(&str, u64); 4] = [
-        ("TiB", 1 << 40),
-        ("GiB", 1 << 30),
-        ("MiB", 1 << 20),
-        ("KiB", 1 << 10),
-    ];
-    for (name, m) in UNITS {
-        if bytes >= m {
-            return if bytes % m == 0 {
-                format!("{} {name}", bytes / m)
-            } else {
-                format!("{:.2} {name}", bytes as f64 / m as f64)
-            };
-        }
-    }
-    format!("{bytes} B")
 }
 
 /// A streaming checksum (XXH3-64) for verifying data: what was written against what was read
@@ -389,51 +281,6 @@ impl Progress for NoProgress {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sizes_parse_and_print() {
-        assert_eq!(parse_size("4096").unwrap(), 4096);
-        assert_eq!(parse_size("4KiB").unwrap(), 4096);
-        assert_eq!(parse_size("64 MiB").unwrap(), 64 << 20);
-        assert_eq!(parse_size("1GiB").unwrap(), 1 << 30);
-        assert_eq!(parse_size("1gb").unwrap(), 1_000_000_000);
-        assert_eq!(parse_size("1.5GiB").unwrap(), 3 << 29);
-        assert_eq!(parse_size("2M").unwrap(), 2 << 20);
-        assert!(matches!(parse_size("12 parsecs"), Err(SizeError::Bad(_))));
-        assert!(matches!(parse_size(""), Err(SizeError::Empty)));
-        assert!(matches!(
-            parse_size("99999999999TiB"),
-            Err(SizeError::Overflow(_))
-        ));
-        assert!(matches!(parse_size("1.2.3M"), Err(SizeError::Bad(_))));
-        assert_eq!(
-            parse_size_range("1MiB..8MiB").unwrap(),
-            vec![1 << 20, 2 << 20, 4 << 20, 8 << 20]
-        );
-        assert_eq!(
-            parse_size_range("1MiB..3MiB").unwrap(),
-            vec![1 << 20, 2 << 20, 3 << 20]
-        );
-        assert_eq!(parse_size_range("4k,1m").unwrap(), vec![4096, 1 << 20]);
-        assert!(parse_size_range("8MiB..1MiB").is_err());
-        // Lists mix sizes and sweeps, in the order written, each size once.
-        assert_eq!(
-            parse_size_range("4KiB, 8B..64B,16B").unwrap(),
-            vec![4096, 8, 16, 32, 64]
-        );
-        assert!(matches!(
-            parse_size_range("4KiB,0..8B"),
-            Err(SizeError::Range(r)) if r == "0..8B"
-        ));
-        assert!(matches!(
-            parse_size_range("4KiB,,8B"),
-            Err(SizeError::Empty)
-        ));
-        assert_eq!(format_size(4096), "4 KiB");
-        assert_eq!(format_size(511), "511 B");
-        assert_eq!(format_size(3 << 29), "1.50 GiB");
-        assert_eq!(format_size(1 << 30), "1 GiB");
-    }
 
     #[test]
     fn stats_percentiles() {

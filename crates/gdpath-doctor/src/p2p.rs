@@ -2,7 +2,7 @@
 
 use super::nccl::{self, CpuKind, NcclLevel};
 use super::{finding, DoctorInput, Gathered};
-use crate::finding::{ids, Area, Finding, Status};
+use gdpath::finding::{ids, Area, Finding, Status};
 use gdpath_topo::facts::{DriverFacts, GpuFacts, GpuPairFacts, P2pCap};
 use gdpath_topo::{AcsState, Device, LinkClass, Machine};
 

@@ -1,0 +1,42 @@
+//! Dropping a file's pages from the page cache, so that the next read comes from the device
+//! (a cold read for a bench or a load).
+
+use crate::error::{Error, Result};
+use nix::fcntl::{posix_fadvise, PosixFadviseAdvice};
+use std::os::fd::AsRawFd;
+use std::path::Path;
+
+/// Asks the kernel to drop the page-cache pages of the whole file at `path`
+/// (`posix_fadvise(POSIX_FADV_DONTNEED)` over offset 0, length 0 = to the end). Dirty pages are
+/// not dropped (write them back first, e.g. with `fsync`); pages other processes have mapped
+/// may stay. Advisory: success says the kernel took the advice, not that every page left.
+///
+/// Errors: [`Error::Io`] with op `open` when the file cannot be opened for reading, or op
+/// `posix_fadvise` when the call fails (offset 0).
+pub fn evict_page_cache(path: &Path) -> Result<()> {
+    let f = std::fs::File::open(path).map_err(|e| Error::io("open", path, 0, e))?;
+    posix_fadvise(f.as_raw_fd(), 0, 0, PosixFadviseAdvice::POSIX_FADV_DONTNEED)
+        .map_err(|e| Error::io("posix_fadvise", path, 0, std::io::Error::from(e)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn evicting_a_file_works_and_a_missing_one_is_an_open_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("x");
+        std::fs::write(&f, vec![7u8; 1 << 20]).unwrap();
+        evict_page_cache(&f).unwrap();
+        // The data is still there, read back from the device.
+        assert_eq!(std::fs::read(&f).unwrap(), vec![7u8; 1 << 20]);
+        let missing = dir.path().join("missing");
+        match evict_page_cache(&missing) {
+            Err(Error::Io {
+                op: "open", path, ..
+            }) => assert_eq!(path, missing),
+            other => panic!("{other:?}"),
+        }
+    }
+}
