@@ -30,6 +30,9 @@ pub type CUfunction = *mut c_void;
 pub const CUDA_SUCCESS: CUresult = 0;
 pub const CUDA_ERROR_NO_DEVICE: CUresult = 100;
 pub const CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED: CUresult = 704;
+/// `cuMemHostRegister` on memory that is already page-locked (registered, or allocated pinned
+/// by `cuMemHostAlloc` / `cudaHostAlloc`).
+pub const CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED: CUresult = 712;
 
 /// `CU_MEMHOSTALLOC_PORTABLE` / `CU_MEMHOSTREGISTER_PORTABLE`: pinned for every context.
 pub const CU_MEMHOST_PORTABLE: c_uint = 1;

@@ -461,7 +461,18 @@ impl<M: HostMemory> HostRegistration<M> {
     ///
     /// Errors: `InvalidArgument` for empty memory; the driver's error (e.g.
     /// `CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED`) — `mem` is dropped in that case.
-    pub fn new(ctx: &Context, mut mem: M) -> Result<HostRegistration<M>, CudaError> {
+    pub fn new(ctx: &Context, mem: M) -> Result<HostRegistration<M>, CudaError> {
+        Self::lock(ctx, mem, false)
+    }
+
+    /// Page-locks `mem` (`cuMemHostRegister_v2`); with `accept_locked`, memory the driver says
+    /// is page-locked already (`CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED`) is taken as it is
+    /// and left locked on drop.
+    fn lock(
+        ctx: &Context,
+        mut mem: M,
+        accept_locked: bool,
+    ) -> Result<HostRegistration<M>, CudaError> {
         let len = mem.len();
         if len == 0 {
             return Err(CudaError::InvalidArgument(
@@ -471,19 +482,29 @@ impl<M: HostMemory> HostRegistration<M> {
         let ptr = mem.as_mut_ptr();
         ctx.bind()?;
         // SAFETY: ptr/len describe live memory owned by `mem` (HostMemory contract).
-        ctx.api().check("cuMemHostRegister_v2", unsafe {
+        let r = unsafe {
             (ctx.api().cuMemHostRegister)(ptr as *mut c_void, len, ffi::CU_MEMHOST_PORTABLE)
-        })?;
+        };
+        let registered = !(accept_locked && r == ffi::CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED);
+        if registered {
+            ctx.api().check("cuMemHostRegister_v2", r)?;
+        }
         Ok(HostRegistration {
             inner: Arc::new(RegMem {
                 ctx: ctx.clone(),
                 ptr,
                 len,
                 writers: AtomicUsize::new(0),
-                registered: true,
+                registered,
                 mem: Some(mem),
             }),
         })
+    }
+
+    /// False when the memory was page-locked already by its owner and is used as it is (see
+    /// [`HostRegistration::from_raw_or_locked`]); true when this registration locked it.
+    pub fn locked_here(&self) -> bool {
+        self.inner.registered
     }
 
     /// Unregister and give the memory back.
@@ -541,6 +562,22 @@ impl HostRegistration<RawHostMemory> {
         len: usize,
     ) -> Result<HostRegistration<RawHostMemory>, CudaError> {
         HostRegistration::new(ctx, RawHostMemory { ptr, len })
+    }
+
+    /// As [`HostRegistration::from_raw`], for memory its owner may have page-locked already
+    /// (PyTorch's pinned memory, `cudaHostAlloc`, another `cudaHostRegister`): where the driver
+    /// answers `CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED`, the memory is used as it is (copies
+    /// from it are asynchronous DMA all the same) and left locked on drop
+    /// ([`HostRegistration::locked_here`] is then false).
+    ///
+    /// # Safety
+    /// As [`HostRegistration::from_raw`].
+    pub unsafe fn from_raw_or_locked(
+        ctx: &Context,
+        ptr: *mut u8,
+        len: usize,
+    ) -> Result<HostRegistration<RawHostMemory>, CudaError> {
+        HostRegistration::lock(ctx, RawHostMemory { ptr, len }, true)
     }
 }
 

@@ -6,7 +6,7 @@ use crate::config::AgentConfig;
 use crate::error::{Error, Result, Side};
 use crate::memory::{DirectIo, Memory, MemoryClass, MemoryKind};
 use crate::planner::{plan_pairs, BackendSet};
-use crate::region::{Descriptor, FileRegion, Region, RegionId, Storage, UseGuard};
+use crate::region::{Descriptor, Extra, FileRegion, Region, RegionId, Storage, UseGuard};
 use crate::transfer::{
     group_items, Op, PlannedPair, Pollers, Transfer, TransferRequest, TransferShared, WorkItem,
 };
@@ -219,6 +219,9 @@ impl Agent {
     ///
     /// - Host memory: the region owns the buffer. `pinned: true` ([`Memory::pinned`]) needs the
     ///   CUDA backend, which page-locks the buffer in place; else [`Error::Unsupported`].
+    /// - Host memory someone else owns ([`Memory::HostPointer`]): the same, without owning it
+    ///   (see [`Agent::register_kept`]); memory its owner already page-locked stays as it is.
+    ///   Read-only memory is never written ([`Error::ReadOnlyMemory`] at post).
     /// - Files: opened per [`crate::FileSpec`] (O_DIRECT where the file system allows it and
     ///   the policy asks); errors: [`Error::Open`], [`Error::NotAFile`], and
     ///   [`Error::Unsupported`] for [`DirectIo::Required`] on a file system that refuses O_DIRECT.
@@ -230,17 +233,53 @@ impl Agent {
     /// Every backend that serves the region's memory class may then attach its registration
     /// (an error there fails the registration).
     pub fn register(&self, memory: Memory) -> Result<Region> {
+        self.register_with(memory, Extra::default())
+    }
+
+    /// As [`Agent::register`] for memory someone else owns ([`Memory::HostPointer`],
+    /// [`Memory::GpuPointer`]): the region holds `keep` (the owner, or a reference to it: a
+    /// Python object, an `Arc` of a framework's allocation) and drops it after its backend
+    /// registrations and its memory, when its last handle goes — after every transfer that used
+    /// it, since work items hold the region. That is how a caller keeps the promise of
+    /// [`crate::HostPointer::new`] / [`crate::GpuPointer::new`] for memory whose owner is freed
+    /// by a garbage collector. `keep`'s drop may run on any thread (a backend's, after the last
+    /// pair completed), so it must not block. Errors: those of [`Agent::register`] (`keep` is
+    /// dropped then).
+    pub fn register_kept(
+        &self,
+        memory: Memory,
+        keep: impl std::any::Any + Send + Sync,
+    ) -> Result<Region> {
+        self.register_with(
+            memory,
+            Extra {
+                read_only: false,
+                keep: Some(Box::new(keep)),
+            },
+        )
+    }
+
+    fn register_with(&self, memory: Memory, mut extra: Extra) -> Result<Region> {
         let backends = self.backend_set();
         let kind = memory.kind();
+        extra.read_only = !memory.writable();
+        let need_cuda_for_pinned = |pinned: bool| {
+            if pinned && backends.serving(MemoryClass::Gpu).next().is_none() {
+                return Err(Error::Unsupported {
+                    what: "pinned host memory".into(),
+                    backend: "cuda",
+                });
+            }
+            Ok(())
+        };
         let storage = match memory {
             Memory::Host { buffer, pinned } => {
-                if pinned && backends.serving(MemoryClass::Gpu).next().is_none() {
-                    return Err(Error::Unsupported {
-                        what: "pinned host memory".into(),
-                        backend: "cuda",
-                    });
-                }
+                need_cuda_for_pinned(pinned)?;
                 Storage::Host(buffer)
+            }
+            Memory::HostPointer { memory, pinned } => {
+                need_cuda_for_pinned(pinned)?;
+                Storage::Borrowed(memory)
             }
             Memory::File(spec) => {
                 let mode = match spec.direct {
@@ -281,6 +320,7 @@ impl Agent {
             self.inner.id,
             kind,
             storage,
+            extra,
         );
         for b in backends.serving(class) {
             if let Some(h) = b.register(&region)? {
@@ -384,6 +424,15 @@ impl Agent {
             r.check_usable()?;
             None
         };
+        if !is_read && r.is_read_only() {
+            return Err(Error::ReadOnlyMemory {
+                region: r.id(),
+                detail: format!(
+                    "descriptor {index} ({side}) would be written by this {}",
+                    if side == Side::Local { "read" } else { "write" }
+                ),
+            });
+        }
         let end = d.offset.checked_add(d.len);
         if let Some(f) = r.file() {
             let size = f.size()?;

@@ -106,6 +106,12 @@ pub enum Error {
     /// A write was requested into a file region registered read-only.
     #[error("{path} was registered read-only; register it with FileAccess::ReadWrite to write")]
     ReadOnly { path: PathBuf },
+    /// Memory registered read-only (a read-only Python buffer, [`crate::HostPointer::new`] with
+    /// `writable: false`, [`crate::GpuPointer::read_only`]) would be written: as a read's local
+    /// descriptor, a write's target, through a host view, or by peers it is exported to (a UCX
+    /// remote key lets them write). `detail` says which.
+    #[error("region {region} is read-only memory: {detail}")]
+    ReadOnlyMemory { region: RegionId, detail: String },
     /// The memory kind or operation needs a backend this build or machine does not have.
     #[error("{what} is not available: it needs the {backend} backend")]
     Unsupported { what: String, backend: &'static str },
@@ -205,6 +211,7 @@ impl Error {
             Error::Open { .. } => "open",
             Error::NotAFile { .. } => "not_a_file",
             Error::ReadOnly { .. } => "read_only",
+            Error::ReadOnlyMemory { .. } => "read_only_memory",
             Error::Unsupported { .. } => "unsupported",
             Error::NoPath { .. } => "no_path",
             Error::Refused { .. } => "refused",
@@ -272,6 +279,10 @@ mod tests {
             Error::Unsupported {
                 what: "w".into(),
                 backend: "b",
+            },
+            Error::ReadOnlyMemory {
+                region: RegionId(1),
+                detail: "d".into(),
             },
         ];
         for e in cases {

@@ -56,8 +56,8 @@ pub use error::{Error, Result, Side};
 pub use finding::{Area, Finding, FindingId, Status};
 pub use gdpath_topo as topo;
 pub use memory::{
-    DirectIo, FileAccess, FileSpec, GpuPointer, HostBuffer, Memory, MemoryClass, MemoryKind,
-    RemoteMemory,
+    DirectIo, FileAccess, FileSpec, GpuPointer, HostBuffer, HostPointer, Memory, MemoryClass,
+    MemoryKind, RemoteMemory,
 };
 pub use path::Path;
 pub use region::{Descriptor, DioAlign, DirectStatus, FileRegion, HostView, Region, RegionId};

@@ -146,23 +146,43 @@ pub struct RemoteMemory {
 
 /// GPU memory gdpath does not own: a device pointer (`CUdeviceptr`), its length in bytes and the
 /// CUDA ordinal of the GPU holding it. Made only by the unsafe [`GpuPointer::new`], whose caller
-/// vouches that the memory outlives the region.
+/// vouches that the memory outlives the region ([`crate::Agent::register_kept`] ties it to the
+/// object that owns it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GpuPointer {
     ordinal: u32,
     ptr: u64,
     len: u64,
+    writable: bool,
 }
 
 impl GpuPointer {
-    /// `len` bytes of device memory at `ptr` on GPU `ordinal`.
+    /// `len` bytes of device memory at `ptr` on GPU `ordinal`, writable.
     ///
     /// # Safety
     /// `[ptr, ptr + len)` must be device memory allocated on GPU `ordinal` (or mapped into its
     /// primary context) that stays allocated until the region registered from it, and every
     /// transfer using that region, has been dropped.
     pub unsafe fn new(ordinal: u32, ptr: u64, len: u64) -> Self {
-        GpuPointer { ordinal, ptr, len }
+        GpuPointer {
+            ordinal,
+            ptr,
+            len,
+            writable: true,
+        }
+    }
+
+    /// The same memory, read-only: the region is never written (see
+    /// [`crate::Error::ReadOnlyMemory`]). For memory its owner declares read-only (a
+    /// `__cuda_array_interface__` with `readonly`, a DLPack tensor flagged read-only).
+    pub fn read_only(mut self) -> Self {
+        self.writable = false;
+        self
+    }
+
+    /// Whether the region may be written.
+    pub fn writable(&self) -> bool {
+        self.writable
     }
 
     /// CUDA ordinal of the GPU.
@@ -186,6 +206,61 @@ impl GpuPointer {
     }
 }
 
+/// Host memory gdpath does not own: an address, a length in bytes and whether it may be written
+/// (a NumPy array, a `bytearray`, a PyTorch tensor's storage, an `mmap`). Made only by the unsafe
+/// [`HostPointer::new`], whose caller vouches that the memory outlives the region
+/// ([`crate::Agent::register_kept`] ties it to the object that owns it). Unlike a [`HostBuffer`]
+/// it has no alignment: O_DIRECT then goes through bounce buffers where the address is not
+/// aligned (`docs/engine.md`, posix-direct).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HostPointer {
+    ptr: NonNull<u8>,
+    len: usize,
+    writable: bool,
+}
+
+// SAFETY: a HostPointer is an address and a length; the caller of `new` vouched for the memory,
+// and the engine accesses it only as registered memory (in use or viewed, never both).
+unsafe impl Send for HostPointer {}
+// SAFETY: as above.
+unsafe impl Sync for HostPointer {}
+
+impl HostPointer {
+    /// `len` bytes of host memory at `ptr`; `writable: false` makes the region read-only (it is
+    /// never written: [`crate::Error::ReadOnlyMemory`]).
+    ///
+    /// # Safety
+    /// `[ptr, ptr + len)` must be host memory, readable (and writable when `writable`), that
+    /// stays valid at this address until the region registered from it, and every transfer
+    /// using that region, has been dropped; while a transfer uses it nothing else may write it
+    /// (nor read it while the transfer writes it). A null `ptr` is allowed only for `len == 0`.
+    pub unsafe fn new(ptr: *mut u8, len: usize, writable: bool) -> Self {
+        // An empty range is never dereferenced; a dangling aligned pointer stands in for null.
+        let ptr = NonNull::new(ptr).unwrap_or(NonNull::dangling());
+        HostPointer { ptr, len, writable }
+    }
+
+    /// The start address.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True for an empty range.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Whether the region may be written.
+    pub fn writable(&self) -> bool {
+        self.writable
+    }
+}
+
 /// Memory handed to [`crate::Agent::register`].
 #[derive(Debug)]
 #[non_exhaustive]
@@ -201,6 +276,11 @@ pub enum Memory {
     /// GPU memory allocated by someone else (PyTorch, cupy, `cudaMalloc`), given by device
     /// pointer and ordinal; never freed by gdpath. Needs the CUDA backend.
     GpuPointer(GpuPointer),
+    /// Host memory allocated by someone else, never freed by gdpath. `pinned: true` asks for
+    /// page-locked memory (needs the CUDA backend): the backend page-locks it at registration,
+    /// or, when its owner already did (PyTorch's pinned memory, `cudaHostAlloc`), uses it as it
+    /// is and leaves it locked.
+    HostPointer { memory: HostPointer, pinned: bool },
     /// A peer's region (needs the UCX backend).
     Remote(RemoteMemory),
 }
@@ -228,10 +308,22 @@ impl Memory {
         Memory::File(spec)
     }
 
+    /// False for memory registered read-only ([`HostPointer::new`] with `writable: false`,
+    /// [`GpuPointer::read_only`]); files are read-only through their [`FileAccess`] instead.
+    pub fn writable(&self) -> bool {
+        match self {
+            Memory::HostPointer { memory, .. } => memory.writable(),
+            Memory::GpuPointer(p) => p.writable(),
+            _ => true,
+        }
+    }
+
     /// The kind the registered region will have.
     pub fn kind(&self) -> MemoryKind {
         match self {
-            Memory::Host { pinned, .. } => MemoryKind::Host { pinned: *pinned },
+            Memory::Host { pinned, .. } | Memory::HostPointer { pinned, .. } => {
+                MemoryKind::Host { pinned: *pinned }
+            }
             Memory::File(_) => MemoryKind::File,
             Memory::Gpu { ordinal, .. } => MemoryKind::Gpu { ordinal: *ordinal },
             Memory::GpuPointer(p) => MemoryKind::Gpu {

@@ -7,7 +7,7 @@
 //! transfer is in flight is a typed error ([`Error::RegionBusy`]).
 
 use crate::error::{Error, Result};
-use crate::memory::{DirectIo, FileAccess, HostBuffer, MemoryKind};
+use crate::memory::{DirectIo, FileAccess, HostBuffer, HostPointer, MemoryKind};
 use std::any::Any;
 use std::fmt;
 use std::fs::File;
@@ -232,8 +232,18 @@ fn cache_block(f: &File, align: DioAlign) -> u64 {
 
 pub(crate) enum Storage {
     Host(HostBuffer),
+    /// Host memory someone else owns ([`crate::Memory::HostPointer`]).
+    Borrowed(HostPointer),
     File(FileRegion),
     Foreign(Box<dyn ForeignMemory>),
+}
+
+/// What a region holds beyond its memory: whether it may be written, and the object that keeps
+/// borrowed memory alive ([`crate::Agent::register_kept`]).
+#[derive(Default)]
+pub(crate) struct Extra {
+    pub(crate) read_only: bool,
+    pub(crate) keep: Option<Box<dyn Any + Send + Sync>>,
 }
 
 /// A region's use, in one atomic word: the work items (descriptor pairs) in flight that touch
@@ -277,13 +287,17 @@ impl UseState {
 }
 
 pub(crate) struct RegionInner {
-    // Field order is drop order: backend registrations go before the memory they refer to.
+    // Field order is drop order: backend registrations go before the memory they refer to, and
+    // the memory before the object that keeps borrowed memory alive (`keep`).
     handles: Mutex<Vec<(&'static str, BackendHandle)>>,
     pub(crate) id: RegionId,
     pub(crate) agent: u64,
     pub(crate) kind: MemoryKind,
     pub(crate) storage: Storage,
     state: UseState,
+    read_only: bool,
+    /// Held only to be dropped last (after `storage`).
+    _keep: Option<Box<dyn Any + Send + Sync>>,
 }
 
 /// A handle to registered memory. Clones share the registration; the memory is freed when the
@@ -303,7 +317,13 @@ impl fmt::Debug for Region {
 }
 
 impl Region {
-    pub(crate) fn new(id: RegionId, agent: u64, kind: MemoryKind, storage: Storage) -> Self {
+    pub(crate) fn new(
+        id: RegionId,
+        agent: u64,
+        kind: MemoryKind,
+        storage: Storage,
+        extra: Extra,
+    ) -> Self {
         Region {
             inner: Arc::new(RegionInner {
                 handles: Mutex::new(Vec::new()),
@@ -312,8 +332,17 @@ impl Region {
                 kind,
                 storage,
                 state: UseState::default(),
+                read_only: extra.read_only,
+                _keep: extra.keep,
             }),
         }
+    }
+
+    /// True for memory registered read-only ([`crate::HostPointer::new`] with `writable: false`,
+    /// [`crate::GpuPointer::read_only`]): no transfer writes it ([`Error::ReadOnlyMemory`]), it
+    /// gives no host view and is never exported. Files say it through their access mode.
+    pub fn is_read_only(&self) -> bool {
+        self.inner.read_only
     }
 
     /// The region's id.
@@ -330,6 +359,7 @@ impl Region {
     pub fn len(&self) -> Result<u64> {
         match &self.inner.storage {
             Storage::Host(b) => Ok(b.len() as u64),
+            Storage::Borrowed(p) => Ok(p.len() as u64),
             Storage::File(f) => f.size(),
             Storage::Foreign(m) => Ok(m.len()),
         }
@@ -349,10 +379,12 @@ impl Region {
         }
     }
 
-    /// The host buffer's start address, for host regions (backends use it).
+    /// The host memory's start address, for host regions (backends use it). Not aligned for
+    /// borrowed memory ([`crate::Memory::HostPointer`]).
     pub fn host_ptr(&self) -> Option<*mut u8> {
         match &self.inner.storage {
             Storage::Host(b) => Some(b.as_ptr()),
+            Storage::Borrowed(p) => Some(p.as_ptr()),
             _ => None,
         }
     }
@@ -389,13 +421,24 @@ impl Region {
 
     /// Exclusive access to a host region's bytes. Fails with [`Error::RegionBusy`] while a
     /// transfer uses the region or another view is out; while the view lives, posting a transfer
-    /// on the region fails the same way. Not a host region: [`Error::Unsupported`].
+    /// on the region fails the same way. Not a host region: [`Error::Unsupported`]; read-only
+    /// memory (the view is writable): [`Error::ReadOnlyMemory`].
     pub fn host_view(&self) -> Result<HostView<'_>> {
-        let Storage::Host(buf) = &self.inner.storage else {
-            return Err(Error::Unsupported {
-                what: format!("a host view of {} memory", self.inner.kind),
-                backend: "host",
-            });
+        let (ptr, len) = match &self.inner.storage {
+            Storage::Host(b) => (b.as_ptr(), b.len()),
+            Storage::Borrowed(_) if self.inner.read_only => {
+                return Err(Error::ReadOnlyMemory {
+                    region: self.inner.id,
+                    detail: "a host view of it would be writable".into(),
+                })
+            }
+            Storage::Borrowed(p) => (p.as_ptr(), p.len()),
+            _ => {
+                return Err(Error::Unsupported {
+                    what: format!("a host view of {} memory", self.inner.kind),
+                    backend: "host",
+                })
+            }
         };
         let taken = self.inner.state.update(|w| {
             (w & (UseState::COUNT | UseState::VIEWED) == 0).then_some(w | UseState::VIEWED)
@@ -412,14 +455,14 @@ impl Region {
         }
         Ok(HostView {
             region: self,
-            ptr: buf.as_ptr(),
-            len: buf.len(),
+            ptr,
+            len,
         })
     }
 
     /// Takes a host region's buffer back: succeeds only when this is the last handle (no
     /// descriptor, transfer or clone holds the region). Otherwise the region is returned with the
-    /// reason.
+    /// reason; memory gdpath does not own ([`crate::Memory::HostPointer`]) has no buffer to give.
     pub fn into_host_buffer(self) -> std::result::Result<HostBuffer, (Region, Error)> {
         let id = self.inner.id;
         if !matches!(self.inner.storage, Storage::Host(_)) {
@@ -605,6 +648,7 @@ mod tests {
             0,
             MemoryKind::Host { pinned: false },
             Storage::Host(HostBuffer::zeroed(len)),
+            Extra::default(),
         )
     }
 

@@ -618,8 +618,16 @@ impl Agent {
 
     /// Exports `region` to peers (host memory): it appears in the metadata they receive, and
     /// peers already connected get an update. Returns the id peers know it by. Regions not
-    /// exported are never visible to peers.
+    /// exported are never visible to peers. Read-only memory is refused
+    /// ([`Error::ReadOnlyMemory`]): a peer's remote key could write it.
     pub fn export(&self, region: &Region) -> Result<u64> {
+        if region.is_read_only() {
+            return Err(Error::ReadOnlyMemory {
+                region: region.id(),
+                detail: "exported memory can be written by peers (a UCX remote key grants                          writes)"
+                    .into(),
+            });
+        }
         self.net()?.export(region)
     }
 

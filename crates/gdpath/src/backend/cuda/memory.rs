@@ -7,6 +7,9 @@
 //! - `Memory::Host { pinned: true }`: the region's own buffer, page-locked in place
 //!   (`cuMemHostRegister`, portable) at registration and unregistered when the region is freed,
 //!   before the buffer itself (the region drops backend handles first).
+//! - `Memory::HostPointer { pinned: true }`: the same for someone else's memory; where its owner
+//!   page-locked it already (the driver answers `CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED`:
+//!   PyTorch's pinned tensors, `cudaHostAlloc`) it is used as it is and left locked.
 
 use super::devices::Gpus;
 use crate::error::{Error, Result};
@@ -117,9 +120,11 @@ pub(crate) fn register(gpus: &Gpus, region: &Region) -> Result<Option<BackendHan
     let ctx = gpus
         .context(0)
         .map_err(|e| cuda_err("pinning host memory", e))?;
-    // SAFETY: the region owns the buffer at `ptr` for `len` bytes; the handle returned here is
-    // dropped (unregistering it) before the buffer, and every copy holds the region.
-    let reg = unsafe { HostRegistration::from_raw(&ctx, ptr, len as usize) }
+    // SAFETY: the region holds the memory at `ptr` for `len` bytes (its own buffer, or borrowed
+    // memory it keeps alive); the handle returned here is dropped (unregistering it) before the
+    // memory, and every copy holds the region. Memory its owner page-locked already (PyTorch's
+    // pinned memory) is used as it is and left locked.
+    let reg = unsafe { HostRegistration::from_raw_or_locked(&ctx, ptr, len as usize) }
         .map_err(|e| cuda_err(format!("pinning {len} bytes of host memory"), e))?;
     Ok(Some(Box::new(PinnedHandle(Mutex::new(reg)))))
 }
