@@ -220,6 +220,8 @@ struct State {
     /// Threads blocked on `cv`: completion wakes them only if there are any (a notify is a
     /// futex call even with nobody waiting, and most transfers are not waited on by then).
     waiters: usize,
+    /// Run once when the last pair completes ([`Transfer::on_complete`]).
+    hooks: Vec<Box<dyn FnOnce() + Send>>,
 }
 
 /// The poll-driven backends a transfer uses: none or one nearly always, held without an
@@ -285,6 +287,7 @@ impl TransferShared {
                 bytes_done: 0,
                 finished_at: if n == 0 { Some(Instant::now()) } else { None },
                 waiters: 0,
+                hooks: Vec::new(),
             }),
             cv: Condvar::new(),
             pollers,
@@ -333,6 +336,13 @@ impl TransferShared {
             st.finished_at = Some(now);
             if st.waiters > 0 {
                 self.cv.notify_all();
+            }
+            if !st.hooks.is_empty() {
+                let hooks = std::mem::take(&mut st.hooks);
+                drop(st);
+                for h in hooks {
+                    h();
+                }
             }
         }
     }
@@ -578,13 +588,42 @@ impl Transfer {
         self.shared.cancelled.store(true, Ordering::Release);
     }
 
+    /// Runs `hook` once every pair has completed (successfully or not; a cancelled transfer's
+    /// pairs complete too, as their backends stop): at once on this thread when that has
+    /// happened already, else on the thread that completes the last pair — a backend's thread,
+    /// or a waiter progressing a poll-driven backend — after the transfer's result is final, so
+    /// [`Transfer::wait`] then returns without blocking. The hook must not block (it holds up
+    /// that thread's other completions); each hook runs once, in the order they were added.
+    ///
+    /// For event loops that sleep on a file descriptor: the Python binding's hook writes an
+    /// eventfd that asyncio watches (`await transfer`). A transfer on a poll-driven backend
+    /// ([`Transfer::needs_progress`]) completes only while something progresses that backend.
+    pub fn on_complete(&self, hook: impl FnOnce() + Send + 'static) {
+        let mut st = lock(&self.shared.state);
+        if st.remaining == 0 {
+            drop(st);
+            hook();
+        } else {
+            st.hooks.push(Box::new(hook));
+        }
+    }
+
+    /// True when the transfer uses a poll-driven backend (the network backend, `ucx`): its
+    /// pairs complete only while something progresses that backend — [`Transfer::wait`] and
+    /// [`Transfer::poll`] do, and so does a serving agent's thread (`Agent::serve`). A caller
+    /// that waits through [`Transfer::on_complete`] alone must then progress it (e.g. with
+    /// [`Transfer::wait_shared`] on a thread of its own).
+    pub fn needs_progress(&self) -> bool {
+        !matches!(self.shared.pollers, Pollers::None)
+    }
+
     /// Waits for every pair, or until the request's deadline (then the transfer is cancelled and
     /// the error is [`Error::DeadlineExceeded`] with the pairs that completed).
     // The error carries every pair's outcome; it is returned once per transfer, so its size
     // does not matter.
     #[allow(clippy::result_large_err)]
     pub fn wait(self) -> std::result::Result<TransferReport, TransferError> {
-        self.wait_until(None)
+        self.wait_until(None, true)
     }
 
     /// As [`Transfer::wait`], giving up after `timeout` (or the request's deadline, if earlier)
@@ -596,15 +635,31 @@ impl Transfer {
         self,
         timeout: Duration,
     ) -> std::result::Result<TransferReport, TransferError> {
-        self.wait_until(Some(timeout))
+        self.wait_until(Some(timeout), true)
     }
 
+    /// As [`Transfer::wait`] (`timeout: None`) or [`Transfer::wait_timeout`], without consuming
+    /// the transfer: for a transfer shared between threads, one waiting while another may
+    /// cancel it (the Python binding's `Transfer`). It may be called again, and after the
+    /// transfer ended it returns the same result at once; the report is cloned.
+    // The error carries every pair's outcome, as for `wait`.
+    #[allow(clippy::result_large_err)]
+    pub fn wait_shared(
+        &self,
+        timeout: Option<Duration>,
+    ) -> std::result::Result<TransferReport, TransferError> {
+        self.wait_until(timeout, false)
+    }
+
+    /// The wait of [`Transfer::wait`] (`take`: the outcomes are moved out, the transfer being
+    /// consumed) and of [`Transfer::wait_shared`] (they are cloned).
     // The error carries every pair's outcome; it is returned once per transfer, so its size
     // does not matter.
     #[allow(clippy::result_large_err)]
     fn wait_until(
-        self,
+        &self,
         timeout: Option<Duration>,
+        take: bool,
     ) -> std::result::Result<TransferReport, TransferError> {
         let sh = &self.shared;
         // The bound is the request's deadline or `timeout` from now, whichever is earlier. It
@@ -668,12 +723,20 @@ impl Transfer {
             return Err(self.failure(e));
         }
         // `wait` consumes the transfer and every pair has reported: the outcomes are no longer
-        // read, so they are moved out rather than cloned.
-        let pairs: Vec<PairReport> = std::mem::take(&mut st.outcomes)
-            .into_iter()
-            .flatten()
-            .filter_map(std::result::Result::ok)
-            .collect();
+        // read, so they are moved out rather than cloned (`wait_shared` clones them).
+        let pairs: Vec<PairReport> = if take {
+            std::mem::take(&mut st.outcomes)
+                .into_iter()
+                .flatten()
+                .filter_map(std::result::Result::ok)
+                .collect()
+        } else {
+            st.outcomes
+                .iter()
+                .flatten()
+                .filter_map(|o| o.as_ref().ok().cloned())
+                .collect()
+        };
         drop(st);
         let bytes = pairs.iter().map(|p| p.bytes).sum();
         Ok(TransferReport {

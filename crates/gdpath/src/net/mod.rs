@@ -658,6 +658,19 @@ impl Agent {
         got
     }
 
+    /// Runs `hook` after each notification is queued, on the thread that progressed the network
+    /// backend (the serving thread of [`Agent::serve`], or a waiter); the notification is then
+    /// there for [`Agent::take_notifications`] / [`Agent::wait_notification`]. The hook must
+    /// not block. For event loops that sleep on a file descriptor (the Python binding's `await
+    /// agent.notification()` writes an eventfd). Notifications arrive only while something
+    /// progresses the backend: a serving agent's thread does. Enables the network backend with
+    /// its defaults if it is not enabled yet (errors: as [`Agent::enable_net`]).
+    pub fn on_notification(&self, hook: impl Fn() + Send + Sync + 'static) -> Result<()> {
+        let b = self.net()?;
+        lock(&b.notification_hooks).push(Arc::new(hook));
+        Ok(())
+    }
+
     /// Facts about the UCX library the network backend uses (version, transports, CUDA).
     pub fn ucx_facts(&self) -> Result<gdpath_ucx::UcxFacts> {
         self.net()?.context().facts().map_err(|source| Error::Ucx {

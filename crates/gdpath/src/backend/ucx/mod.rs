@@ -102,6 +102,9 @@ pub(crate) fn ucx_err(peer: &str, op: &'static str, e: UcxError) -> Error {
     }
 }
 
+/// A hook run after each notification is queued (`Agent::on_notification`).
+pub(crate) type NotificationHook = std::sync::Arc<dyn Fn() + Send + Sync>;
+
 /// Everything guarded by the backend's state lock. Lock order: state, then a peer's own lock.
 #[derive(Default)]
 pub(crate) struct State {
@@ -132,6 +135,8 @@ pub struct UcxBackend {
     event_cv: Condvar,
     pub(crate) notifications: Mutex<VecDeque<Notification>>,
     pub(crate) notifications_dropped: AtomicU64,
+    /// Called after a notification is queued (`Agent::on_notification`).
+    pub(crate) notification_hooks: Mutex<Vec<NotificationHook>>,
     pub(crate) next_peer: AtomicU64,
     /// A retained CUDA primary context made current before UCX unpacks a remote key of GPU
     /// memory (see [`UcxBackend::bind_cuda`]); `None` inside when CUDA cannot be loaded.
@@ -225,6 +230,7 @@ impl UcxBackend {
             event_cv: Condvar::new(),
             notifications: Mutex::new(VecDeque::new()),
             notifications_dropped: AtomicU64::new(0),
+            notification_hooks: Mutex::new(Vec::new()),
             next_peer: AtomicU64::new(1),
             cuda_ctx: std::sync::OnceLock::new(),
         }))

@@ -594,6 +594,11 @@ impl UcxBackend {
                     self.notifications_dropped.fetch_add(1, Ordering::Relaxed);
                 } else {
                     q.push_back(Notification { from, message });
+                    drop(q);
+                    let hooks = lock(&self.notification_hooks).clone();
+                    for h in hooks {
+                        h();
+                    }
                 }
             }
             (
