@@ -64,7 +64,7 @@ pub fn run(a: LoadArgs) -> Result<ExitCode> {
                 format_size(c.tensor_bytes),
                 c.elapsed.as_secs_f64(),
                 c.gbps(),
-                c.path
+                path_text(&c.path)
             );
         }
     }
@@ -80,7 +80,7 @@ pub fn run(a: LoadArgs) -> Result<ExitCode> {
                 serde_json::json!({
                     "name": t.name, "dtype": format!("{:?}", t.dtype), "shape": t.shape,
                     "file_range": [t.file_range.start, t.file_range.end],
-                    "device_ptr": format!("{:#x}", t.device_ptr), "offset": t.offset,
+                    "device_ptr": format!("{:#x}", t.addr), "offset": t.offset,
                 })
             })
             .collect();
@@ -96,7 +96,7 @@ pub fn run(a: LoadArgs) -> Result<ExitCode> {
             "transfer_s": c.transfer.as_secs_f64(),
             "start_s": started,
             "gbps": c.gbps(),
-            "path": c.path.name(),
+            "path": c.path.as_ref().map(gdpath::Path::name),
             "finding": c.finding,
             "detail": c.detail,
         });
@@ -111,7 +111,7 @@ pub fn run(a: LoadArgs) -> Result<ExitCode> {
                 format!("{:?}", t.dtype),
                 format!("{:?}", t.shape),
                 format_size(t.bytes()),
-                t.device_ptr
+                t.addr
             );
         }
     }
@@ -128,12 +128,18 @@ pub fn run(a: LoadArgs) -> Result<ExitCode> {
     match &c.finding {
         Some(f) => println!(
             "path: {} (fallback: {f}: {})",
-            c.path,
+            path_text(&c.path),
             c.detail.as_deref().unwrap_or("")
         ),
-        None => println!("path: {}", c.path),
+        None => println!("path: {}", path_text(&c.path)),
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The path a load took, or why it has none (a checkpoint of no tensor bytes reads nothing).
+fn path_text(p: &Option<gdpath::Path>) -> String {
+    p.as_ref()
+        .map_or_else(|| "none (no bytes to read)".to_owned(), ToString::to_string)
 }
 
 /// One-time setup a serving process pays once, done before the timed loads: the GPU's CUDA

@@ -83,14 +83,15 @@ fn a_cancelled_transfer_runs_its_hooks_once_its_pairs_have_drained() {
     t.on_complete(move || tx.send(()).unwrap());
     // Another thread waits while this one cancels: the waiter returns with `Cancelled` at once.
     let t2 = t.clone();
-    let waiter = std::thread::spawn(move || t2.wait_shared(None));
+    let waiter = std::thread::spawn(move || {
+        t2.wait_shared(None)
+            .map(|r| r.pairs.len())
+            .map_err(|e| e.error.kind())
+    });
     t.cancel();
     let r = waiter.join().unwrap();
-    match r {
-        // Every pair may have completed before the cancel was seen.
-        Ok(rep) => assert_eq!(rep.pairs.len(), 64),
-        Err(e) => assert_eq!(e.error.kind(), "cancelled", "{e}"),
-    }
+    // Every pair may have completed before the cancel was seen.
+    assert!(matches!(r, Ok(64) | Err("cancelled")), "{r:?}");
     rx.recv_timeout(Duration::from_secs(30))
         .expect("the hook ran once the pairs ended");
 }

@@ -291,7 +291,7 @@ fn minilm_loads_byte_exact() {
         .unwrap()
         .device_ptr();
     for t in &c.tensors {
-        assert_eq!(t.device_ptr, base + t.offset);
+        assert_eq!(t.addr, base + t.offset);
         let r = t.file_range.start as usize..t.file_range.end as usize;
         assert_eq!(
             &all[t.offset as usize..t.offset as usize + r.len()],
@@ -301,7 +301,7 @@ fn minilm_loads_byte_exact() {
         );
     }
     eprintln!(
-        "MiniLM: {} tensors, {} bytes, {:.2} GB/s via {} {:?}",
+        "MiniLM: {} tensors, {} bytes, {:.2} GB/s via {:?} {:?}",
         c.tensors.len(),
         c.tensor_bytes,
         c.gbps(),

@@ -41,7 +41,11 @@ fn hooks_fire_for_notifications_and_network_transfers() {
     // Nobody else progresses the client's backend: a thread of its own waits (as the Python
     // binding's `await` does for such transfers), and the hook runs from inside that wait.
     let t2 = t.clone();
-    let waiter = std::thread::spawn(move || t2.wait_shared(Some(T)).map(|r| r.bytes));
+    let waiter = std::thread::spawn(move || {
+        t2.wait_shared(Some(T))
+            .map(|r| r.bytes)
+            .map_err(|e| e.to_string())
+    });
     trx.recv_timeout(T).expect("transfer hook");
     assert_eq!(waiter.join().unwrap().unwrap(), 8192);
     // The server's serving thread received the notification and ran the hook; nobody waited.

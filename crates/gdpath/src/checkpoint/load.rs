@@ -1,14 +1,16 @@
-//! Loading a checkpoint onto a GPU: validate, allocate once, read once on the fastest path.
+//! Loading a checkpoint: validate every header, allocate once (on a GPU or in host memory), read
+//! every file with one transfer on the fastest path.
 
-use super::{CheckpointError, Dtype, Header, LoadPlan};
+use super::{CheckpointError, CheckpointPlan, Dtype, Header, Index};
 use crate::backend::cuda::gpu_buffer;
 use crate::error::Error;
 use crate::finding::FindingId;
-use crate::memory::{FileSpec, Memory};
+use crate::memory::{FileSpec, HostBuffer, Memory};
 use crate::path::Path;
 use crate::region::Region;
-use crate::transfer::TransferRequest;
+use crate::transfer::{PairReport, TransferRequest};
 use crate::Agent;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 /// O_DIRECT / cuFile alignment the load plan uses (bytes).
@@ -44,17 +46,30 @@ impl LoadError {
     }
 }
 
-/// One tensor on the GPU.
+/// Where a checkpoint is loaded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Destination {
+    /// One allocation on the GPU with this CUDA ordinal (`Memory::Gpu`; needs the CUDA backend).
+    Gpu(u32),
+    /// One host allocation ([`HostBuffer`], 4 KiB-aligned, so O_DIRECT reads land in place);
+    /// `pinned` page-locks it (needs the CUDA backend).
+    Host { pinned: bool },
+}
+
+/// One tensor in the loaded allocation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LoadedTensor {
     pub name: String,
     pub dtype: Dtype,
     pub shape: Vec<u64>,
-    /// Absolute byte range in the file.
+    /// Index of its file in [`Checkpoint::files`] (0 for a single file).
+    pub file: usize,
+    /// Absolute byte range in its file.
     pub file_range: std::ops::Range<u64>,
-    /// Device address (`CUdeviceptr`) of the tensor's first byte, valid while
-    /// [`LoadedCheckpoint::region`] lives.
-    pub device_ptr: u64,
+    /// Address of the tensor's first byte, valid while [`LoadedCheckpoint::region`] lives: a
+    /// device pointer (`CUdeviceptr`) for [`Destination::Gpu`], a host address for
+    /// [`Destination::Host`].
+    pub addr: u64,
     /// Offset in the allocation (bytes).
     pub offset: u64,
 }
@@ -66,25 +81,31 @@ impl LoadedTensor {
     }
 }
 
-/// A checkpoint on a GPU: one allocation holding every tensor.
+/// A loaded checkpoint: one allocation holding every tensor loaded.
 #[derive(Debug)]
 pub struct LoadedCheckpoint {
-    /// The GPU allocation (`Memory::Gpu`); dropping every handle frees it.
+    /// The allocation (`Memory::Gpu`, or host memory); dropping every handle frees it.
     pub region: Region,
-    /// Tensors in file order.
+    /// Tensors in plan order (file by file, in file order within each).
     pub tensors: Vec<LoadedTensor>,
-    /// Tensor bytes (the data section).
+    /// Tensor bytes loaded.
     pub tensor_bytes: u64,
-    /// Bytes read from the file (the data section plus the aligned lead-in).
+    /// Bytes read from the files (the tensors plus each read's aligned lead-in).
     pub read_bytes: u64,
-    /// The path that moved the bytes (`gds-native`, `posix-direct`, ...).
-    pub path: Path,
-    /// Why the preferred path was not taken (e.g. `gds.handle-register-failed`).
+    /// The path that moved the first read's bytes (`gds-native`, `posix-direct`, ...); `None`
+    /// when nothing was read (only tensors of no bytes). Every read's is in `pairs`.
+    pub path: Option<Path>,
+    /// Why the preferred path was not taken for the first read (e.g.
+    /// `gds.handle-register-failed`).
     pub finding: Option<FindingId>,
     /// The planner's evidence for `finding`.
     pub detail: Option<String>,
-    /// Wall time from opening the file to the last byte on the GPU (header, allocation,
-    /// registration and transfer).
+    /// One report per read of the plan (`pairs[i]` is `plan.reads[i]`).
+    pub pairs: Vec<PairReport>,
+    /// The plan it was loaded with.
+    pub plan: CheckpointPlan,
+    /// Wall time from opening the files (or, for [`Checkpoint::load`], from the call) to the
+    /// last byte in place (headers, allocation, registration and transfer).
     pub elapsed: Duration,
     /// Time of the transfer alone (first I/O to last completion).
     pub transfer: Duration,
@@ -97,10 +118,250 @@ impl LoadedCheckpoint {
     }
 }
 
+/// A checkpoint of one or several safetensors files (a sharded checkpoint): every header read
+/// and validated, tensor names unique across the files. Nothing is allocated until
+/// [`Checkpoint::load`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Checkpoint {
+    /// The files, in load order.
+    pub files: Vec<PathBuf>,
+    /// Their headers (`headers[i]` is `files[i]`'s).
+    pub headers: Vec<Header>,
+}
+
+impl Checkpoint {
+    /// Reads and validates the headers of `files`. Errors: [`LoadError::Checkpoint`] naming the
+    /// file: a malformed header ([`CheckpointError`]), a tensor name in two files
+    /// ([`CheckpointError::DuplicateAcrossFiles`]), no file ([`CheckpointError::NoFiles`]).
+    pub fn open<P: AsRef<std::path::Path>>(files: &[P]) -> Result<Checkpoint, LoadError> {
+        let Some(first) = files.first() else {
+            return Err(LoadError::Checkpoint {
+                path: PathBuf::new(),
+                error: CheckpointError::NoFiles,
+            });
+        };
+        let mut headers = Vec::with_capacity(files.len());
+        let mut seen: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+        for f in files {
+            let path = f.as_ref();
+            headers.push(Header::read(path).map_err(|error| LoadError::Checkpoint {
+                path: path.to_owned(),
+                error,
+            })?);
+        }
+        for (i, h) in headers.iter().enumerate() {
+            for t in &h.tensors {
+                if let Some(j) = seen.insert(&t.name, i) {
+                    return Err(LoadError::Checkpoint {
+                        path: first.as_ref().to_owned(),
+                        error: CheckpointError::DuplicateAcrossFiles {
+                            name: t.name.clone(),
+                            first: files[j].as_ref().to_owned(),
+                            second: files[i].as_ref().to_owned(),
+                        },
+                    });
+                }
+            }
+        }
+        Ok(Checkpoint {
+            files: files.iter().map(|f| f.as_ref().to_owned()).collect(),
+            headers,
+        })
+    }
+
+    /// Opens the sharded checkpoint that the index at `index` lists (see [`Index`]): its shards
+    /// in name order, each checked to hold exactly the tensors the weight map gives it.
+    /// Errors: as [`Checkpoint::open`], and [`CheckpointError::BadIndex`] (naming the index)
+    /// for a malformed index or one that disagrees with its shards.
+    pub fn open_index(index: &std::path::Path) -> Result<Checkpoint, LoadError> {
+        let bad = |error| LoadError::Checkpoint {
+            path: index.to_owned(),
+            error,
+        };
+        let ix = Index::read(index).map_err(bad)?;
+        let ck = Checkpoint::open(&ix.shards)?;
+        for (i, h) in ck.headers.iter().enumerate() {
+            for t in &h.tensors {
+                if ix.weight_map.get(&t.name) != Some(&i) {
+                    return Err(bad(CheckpointError::BadIndex {
+                        message: format!(
+                            "tensor {:?} of {} is not mapped to that file",
+                            t.name,
+                            ck.files[i].display()
+                        ),
+                    }));
+                }
+            }
+        }
+        if let Some((name, &i)) = ix
+            .weight_map
+            .iter()
+            .find(|(name, &i)| !ck.headers[i].tensors.iter().any(|t| &t.name == *name))
+        {
+            return Err(bad(CheckpointError::BadIndex {
+                message: format!(
+                    "tensor {name:?} is mapped to {}, which does not hold it",
+                    ck.files[i].display()
+                ),
+            }));
+        }
+        Ok(ck)
+    }
+
+    /// The plan for every tensor (`names: None`) or for the tensors named (in file order,
+    /// whatever the order given; a name given twice is placed once), reads aligned to
+    /// [`LOAD_ALIGN`]. Errors: [`CheckpointError::NoSuchTensor`].
+    pub fn plan(&self, names: Option<&[&str]>) -> Result<CheckpointPlan, CheckpointError> {
+        let headers: Vec<&Header> = self.headers.iter().collect();
+        let Some(names) = names else {
+            return Ok(CheckpointPlan::whole(&headers, LOAD_ALIGN));
+        };
+        let wanted: std::collections::HashSet<&str> = names.iter().copied().collect();
+        let mut found = 0;
+        let picks: Vec<_> = headers
+            .iter()
+            .enumerate()
+            .flat_map(|(i, h)| h.tensors.iter().map(move |t| (i, t)))
+            .filter(|(_, t)| wanted.contains(t.name.as_str()))
+            .inspect(|_| found += 1)
+            .collect();
+        if found != wanted.len() {
+            let have: std::collections::HashSet<&str> =
+                picks.iter().map(|(_, t)| t.name.as_str()).collect();
+            let missing = names.iter().find(|n| !have.contains(*n)).expect("one is");
+            return Err(CheckpointError::NoSuchTensor {
+                name: (*missing).to_owned(),
+            });
+        }
+        Ok(CheckpointPlan::new(picks, LOAD_ALIGN))
+    }
+
+    /// Loads every tensor (`names: None`) or the tensors named into one allocation at `dest`,
+    /// with one transfer of one descriptor pair per read of the plan ([`Checkpoint::plan`]),
+    /// on the path the planner picks per pair (GDS where cuFile can for a GPU, O_DIRECT where
+    /// the file system allows, else buffered). Errors: [`LoadError::Checkpoint`] for an
+    /// unknown name (nothing allocated); [`LoadError::Engine`] for allocation, registration
+    /// (`Error::Unsupported` for a GPU or pinned memory without the CUDA backend) and transfer
+    /// failures, the allocation freed before returning.
+    pub fn load(
+        &self,
+        agent: &Agent,
+        dest: Destination,
+        names: Option<&[&str]>,
+    ) -> Result<LoadedCheckpoint, LoadError> {
+        let t0 = Instant::now();
+        let first = &self.files[0];
+        let plan = self.plan(names).map_err(|error| LoadError::Checkpoint {
+            path: first.clone(),
+            error,
+        })?;
+        let eng = |path: &std::path::Path| {
+            let path = path.to_owned();
+            move |error: Error| LoadError::Engine {
+                path,
+                error: Box::new(error),
+            }
+        };
+        let memory = match dest {
+            Destination::Gpu(ordinal) => Memory::Gpu {
+                ordinal,
+                len: plan.len,
+            },
+            Destination::Host { pinned } => {
+                let len = usize::try_from(plan.len).map_err(|_| {
+                    eng(first)(Error::Config(format!(
+                        "{} bytes do not fit in host memory",
+                        plan.len
+                    )))
+                })?;
+                let buffer = HostBuffer::try_zeroed(len).map_err(eng(first))?;
+                Memory::Host { buffer, pinned }
+            }
+        };
+        let region = agent.register(memory).map_err(eng(first))?;
+        let mut files: Vec<Option<Region>> = vec![None; self.files.len()];
+        let (mut local, mut target) = (Vec::new(), Vec::new());
+        for r in &plan.reads {
+            let f = match &files[r.file] {
+                Some(f) => f.clone(),
+                None => {
+                    let path = &self.files[r.file];
+                    let f = agent
+                        .register(Memory::File(FileSpec::read(path)))
+                        .map_err(eng(path))?;
+                    files[r.file] = Some(f.clone());
+                    f
+                }
+            };
+            local.push(region.desc(r.at, r.len));
+            target.push(f.desc(r.offset, r.len));
+        }
+        let t = agent
+            .post(TransferRequest::read(local, target))
+            .map_err(eng(first))?;
+        let (finding, detail) = t
+            .plan()
+            .first()
+            .map(|p| (p.finding.clone(), p.detail.clone()))
+            .unwrap_or_default();
+        let report = t.wait().map_err(|e| {
+            // The pair that failed names its file.
+            let file = e
+                .outcomes
+                .iter()
+                .find_map(|o| match o {
+                    crate::transfer::PairOutcome::Failed { index, .. } => Some(*index),
+                    _ => None,
+                })
+                .map_or(first, |i| &self.files[plan.reads[i].file]);
+            eng(file)(e.error)
+        })?;
+        let base = match dest {
+            Destination::Gpu(_) => gpu_buffer(&region).map(|b| b.device_ptr()),
+            Destination::Host { .. } => region.host_ptr().map(|p| p as u64),
+        }
+        .ok_or_else(|| {
+            eng(first)(Error::Backend {
+                backend: "engine",
+                detail: "the checkpoint region has no memory address".into(),
+            })
+        })?;
+        let tensors = plan
+            .tensors
+            .iter()
+            .map(|t| LoadedTensor {
+                name: t.entry.name.clone(),
+                dtype: t.entry.dtype,
+                shape: t.entry.shape.clone(),
+                file: t.file,
+                file_range: t.entry.file_range.clone(),
+                addr: base + t.offset,
+                offset: t.offset,
+            })
+            .collect();
+        let first_pair = report.pairs.first();
+        Ok(LoadedCheckpoint {
+            region,
+            tensors,
+            tensor_bytes: plan.tensor_bytes,
+            read_bytes: plan.reads.iter().map(|r| r.len).sum(),
+            path: first_pair.map(|p| p.path.clone()),
+            finding: first_pair.and(finding),
+            detail: first_pair.and(detail),
+            transfer: report.elapsed,
+            pairs: report.pairs,
+            plan,
+            elapsed: t0.elapsed(),
+        })
+    }
+}
+
 /// Loads the safetensors checkpoint at `file` onto GPU `gpu`: validates the header (before any
 /// GPU memory is allocated), allocates one buffer, reads every tensor with one transfer on the
 /// path the planner picks (GDS where cuFile can, else the staged O_DIRECT path, else buffered),
-/// and returns each tensor's device pointer, dtype, shape and byte range.
+/// and returns each tensor's device pointer, dtype, shape and byte range. The same as
+/// [`Checkpoint::open`] of the one file and [`Checkpoint::load`] of all of it onto the GPU,
+/// with `elapsed` counted from opening the file.
 ///
 /// Errors: [`LoadError::Checkpoint`] for a malformed file (see [`CheckpointError`]);
 /// [`LoadError::Engine`] for registration (`Error::Unsupported` without a GPU), allocation and
@@ -111,71 +372,7 @@ pub fn load(
     gpu: u32,
 ) -> Result<LoadedCheckpoint, LoadError> {
     let t0 = Instant::now();
-    let header = Header::read(file).map_err(|error| LoadError::Checkpoint {
-        path: file.to_owned(),
-        error,
-    })?;
-    let plan = LoadPlan::new(&header, LOAD_ALIGN);
-    let eng = |error: Error| LoadError::Engine {
-        path: file.to_owned(),
-        error: Box::new(error),
-    };
-    let f = agent
-        .register(Memory::File(FileSpec::read(file)))
-        .map_err(eng)?;
-    let region = agent
-        .register(Memory::Gpu {
-            ordinal: gpu,
-            len: plan.read_len,
-        })
-        .map_err(eng)?;
-    let report = agent
-        .post(TransferRequest::read(
-            vec![region.desc(0, plan.read_len)],
-            vec![f.desc(plan.read_offset, plan.read_len)],
-        ))
-        .map_err(eng)?
-        .wait()
-        .map_err(|e| eng(e.error))?;
-    let elapsed = t0.elapsed();
-    let base = gpu_buffer(&region)
-        .ok_or_else(|| {
-            eng(Error::Backend {
-                backend: "cuda",
-                detail: "the checkpoint region has no device buffer".into(),
-            })
-        })?
-        .device_ptr();
-    let tensors = plan
-        .tensors
-        .iter()
-        .map(|t| LoadedTensor {
-            name: t.entry.name.clone(),
-            dtype: t.entry.dtype,
-            shape: t.entry.shape.clone(),
-            file_range: t.entry.file_range.clone(),
-            device_ptr: base + t.offset,
-            offset: t.offset,
-        })
-        .collect();
-    let pair = &report.pairs[0];
-    let detail = agent
-        .plan(&TransferRequest::read(
-            vec![region.desc(0, plan.read_len)],
-            vec![f.desc(plan.read_offset, plan.read_len)],
-        ))
-        .ok()
-        .and_then(|p| p.into_iter().next())
-        .and_then(|p| p.detail);
-    Ok(LoadedCheckpoint {
-        region,
-        tensors,
-        tensor_bytes: plan.tensor_bytes,
-        read_bytes: plan.read_len,
-        path: pair.path.clone(),
-        finding: pair.finding.clone(),
-        detail,
-        elapsed,
-        transfer: report.elapsed,
-    })
+    let mut c = Checkpoint::open(&[file])?.load(agent, Destination::Gpu(gpu), None)?;
+    c.elapsed = t0.elapsed();
+    Ok(c)
 }

@@ -3,15 +3,21 @@
 //!
 //! [`Header::read`] validates a file's header (see [`header`] for the format and the checks);
 //! [`LoadPlan::new`] turns it into one file range and one allocation with each tensor's offset
-//! in it. Loading onto a GPU is [`load`] (needs the CUDA backend).
+//! in it. Loading onto a GPU is [`load`] (needs the CUDA backend). A checkpoint of several files
+//! (a sharded checkpoint, listed by its `model.safetensors.index.json`: [`index`]) is a
+//! [`Checkpoint`]; [`Checkpoint::load`] loads all of it, or the tensors named, into one
+//! allocation on a GPU or in host memory ([`Destination`]) with one transfer
+//! ([`CheckpointPlan`]).
 
 pub mod header;
+pub mod index;
 pub mod load;
 pub mod plan;
 
 pub use header::{Header, TensorEntry, MAX_HEADER_BYTES};
-pub use load::{load, LoadError, LoadedCheckpoint, LoadedTensor};
-pub use plan::{LoadPlan, PlannedTensor};
+pub use index::Index;
+pub use load::{load, Checkpoint, Destination, LoadError, LoadedCheckpoint, LoadedTensor};
+pub use plan::{CheckpointPlan, LoadPlan, PlacedTensor, PlannedRead, PlannedTensor};
 pub use safetensors::Dtype;
 
 use std::path::PathBuf;
@@ -108,6 +114,23 @@ pub enum CheckpointError {
         end: u64,
         before: String,
     },
+    /// Two files of one checkpoint hold a tensor of the same name.
+    #[error("tensor {name:?} is in both {first} and {second}")]
+    DuplicateAcrossFiles {
+        name: String,
+        first: PathBuf,
+        second: PathBuf,
+    },
+    /// A tensor asked for by name is in none of the checkpoint's files.
+    #[error("no tensor named {name:?} in the checkpoint")]
+    NoSuchTensor { name: String },
+    /// A sharded checkpoint's index (`model.safetensors.index.json`) is malformed or does not
+    /// describe its files (`message` says how).
+    #[error("index: {message}")]
+    BadIndex { message: String },
+    /// A checkpoint of no files.
+    #[error("a checkpoint needs at least one file")]
+    NoFiles,
 }
 
 impl CheckpointError {
