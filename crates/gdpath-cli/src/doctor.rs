@@ -3,10 +3,10 @@
 //! 2 some unavailable, 3 the doctor itself failed.
 
 use crate::topo::SourceArgs;
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::Args;
 use gdpath::{Area, Finding, Status};
-use gdpath_doctor::{self as doctor, live, measured, DoctorInput, Mode, Report};
+use gdpath_doctor::Report;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -40,72 +40,21 @@ pub struct DoctorArgs {
 pub fn run(args: DoctorArgs) -> Result<ExitCode> {
     let (r, what) = report(&args)?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&r)?);
+        println!("{}", gdpath_doctor::document::doctor_json(&r));
     } else {
         print!("{}", render(&r, &what, &args));
     }
     Ok(ExitCode::from(r.exit_code()))
 }
 
-/// The report and a description of what was examined.
+/// The report and a description of what was examined (`gdpath_doctor::document::doctor`); a
+/// `--path` that is not a directory is a usage error.
 fn report(args: &DoctorArgs) -> Result<(Report, String)> {
-    let source = args.source.source();
-    let loaded = doctor::load(&source).context("reading the machine")?;
-    let paths = if args.paths.is_empty() {
-        vec![std::env::current_dir().context("current directory")?]
-    } else {
-        args.paths.clone()
-    };
-    for p in &paths {
-        // A mistyped --path would otherwise become "unknown" findings and a misleading exit.
-        if !p.is_dir() {
-            return Err(crate::usage(format!(
-                "--path {}: not a directory",
-                p.display()
-            )));
-        }
-    }
-    // Each directory once (`/data` and `/data/`, or a link to it, are one), as first written.
-    let mut seen = Vec::new();
-    let paths: Vec<PathBuf> = paths
-        .into_iter()
-        .filter(|p| {
-            let c = std::fs::canonicalize(p).unwrap_or_else(|_| p.clone());
-            let new = !seen.contains(&c);
-            seen.push(c);
-            new
-        })
-        .collect();
-    let input = match &loaded.mode {
-        Mode::Live => live::gather(&loaded.machine, loaded.view.as_ref(), &paths),
-        Mode::Replay { .. } => {
-            let mut i =
-                DoctorInput::new(&loaded.machine, loaded.view.as_ref(), loaded.mode.clone());
-            i.env = live::environment();
-            i.paths = live::unprobed(&paths);
-            i
-        }
-    };
-    let mut r = doctor::run(&input);
-    if args.measure {
-        // Only live: a replay has no GPUs to measure.
-        if matches!(loaded.mode, Mode::Live) {
-            r.extend(measured::probe_p2p());
-            r.extend(measured::probe_gds(&paths));
-        } else {
-            r.extend(
-                [Area::P2p, Area::Gds]
-                    .into_iter()
-                    .filter_map(measured::not_live),
-            );
-        }
-        r.extend(measured::not_available(Area::Gdr));
-    }
-    let what = match &loaded.mode {
-        Mode::Live => "this machine (live)".to_owned(),
-        Mode::Replay { what } => format!("{what} (replay: live-only checks not run)"),
-    };
-    Ok((r, what))
+    use gdpath_doctor::document::{doctor, DoctorError};
+    doctor(&args.source.source(), &args.paths, args.measure).map_err(|e| match e {
+        e @ DoctorError::NotADirectory(_) => crate::usage(e.to_string()),
+        e => anyhow::Error::new(e),
+    })
 }
 
 fn mark(s: Status) -> &'static str {

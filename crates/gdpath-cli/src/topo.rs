@@ -107,9 +107,9 @@ pub fn run(args: TopoArgs) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let source = args.source.source();
-    let (machine, no_facts) = gdpath_doctor::machine::load_reporting(&source)?;
+    let (machine, no_facts) = gdpath_doctor::document::topo(&source)?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&machine.report())?);
+        println!("{}", gdpath_doctor::document::topo_json(&machine));
     } else {
         print!("{}", render(&machine, &source, args.all));
         if let Some(why) = no_facts {

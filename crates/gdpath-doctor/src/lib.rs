@@ -17,10 +17,13 @@
 //! so the doctor's findings and the engine's path rest on the same reads. [`measured`] runs
 //! benches of `gdpath-bench` as probes (`doctor --measure`).
 //!
-//! Rules and their sources are listed per finding id in `docs/doctor.md`.
+//! Rules and their sources are listed per finding id in `docs/doctor.md`. The `--json`
+//! documents of `gdpath topo` and `gdpath doctor` are built in [`document`], for the CLI and the
+//! Python module alike.
 
 #![deny(unsafe_code)]
 
+pub mod document;
 mod gdr;
 mod gds;
 pub mod hardware;
