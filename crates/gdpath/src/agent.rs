@@ -394,7 +394,14 @@ impl Agent {
             }
         }
         let set = self.backend_set();
-        let (backends, plans) = plan_pairs(&set, request.op, l, t, request.accept.as_deref())?;
+        let (backends, plans) = plan_pairs(
+            &set,
+            request.op,
+            l,
+            t,
+            request.accept.as_deref(),
+            request.preferred_only,
+        )?;
         Ok(Planned {
             set,
             backends,

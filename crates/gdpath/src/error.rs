@@ -187,6 +187,10 @@ pub enum Error {
 }
 
 fn path_list(paths: &[Path]) -> String {
+    if paths.is_empty() {
+        // `TransferRequest::preferred_only`.
+        return "[the preferred path]".into();
+    }
     let names: Vec<String> = paths.iter().map(Path::name).collect();
     format!("[{}]", names.join(", "))
 }

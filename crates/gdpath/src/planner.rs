@@ -99,13 +99,16 @@ impl BackendSet {
 /// Plans every pair of a request (`local[i]` with `target[i]`): each backend's position in
 /// `set.list` and each plan, in pair order. A pair on the same two regions as the pair before
 /// takes that pair's plan when every candidate plans per region
-/// ([`Backend::plan_per_region`]): a request of many small pairs is then planned once.
+/// ([`Backend::plan_per_region`]): a request of many small pairs is then planned once. With
+/// `preferred_only` ([`crate::TransferRequest::preferred_only`]) a plan that carries a finding
+/// (a fallback, or a degraded acceptance) fails the request.
 pub(crate) fn plan_pairs(
     set: &BackendSet,
     op: Op,
     local: &[Descriptor],
     target: &[Descriptor],
     accept: Option<&[Path]>,
+    preferred_only: bool,
 ) -> Result<(Vec<usize>, Vec<PlannedPair>)> {
     let mut backends = Vec::with_capacity(local.len());
     let mut plans: Vec<PlannedPair> = Vec::with_capacity(local.len());
@@ -124,6 +127,16 @@ pub(crate) fn plan_pairs(
             continue;
         }
         let (bi, plan) = plan_pair(set, op, i, ld, td, accept)?;
+        if preferred_only && plan.finding.is_some() {
+            // A fallback, or a degraded acceptance: not the preferred path.
+            return Err(Error::PathNotAccepted {
+                index: i,
+                accepted: Vec::new(),
+                planned: Some(plan.path),
+                finding: plan.finding,
+                detail: plan.detail.unwrap_or_default(),
+            });
+        }
         let (lc, tc) = (ld.region.kind().class(), td.region.kind().class());
         reusable = set.per_region[slot(lc, tc, op)].then_some(regions);
         backends.push(bi);

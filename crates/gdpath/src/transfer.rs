@@ -40,6 +40,11 @@ pub struct TransferRequest {
     /// Strict mode: when set, every pair must use one of these paths, or the request fails at
     /// post, before any byte moves, with [`Error::PathNotAccepted`].
     pub accept: Option<Vec<Path>>,
+    /// Strict mode without naming paths: every pair must take its preferred path, planned
+    /// without a finding (no fallback, nothing degraded such as pageable host memory), or the
+    /// request fails at post with [`Error::PathNotAccepted`] (its `accepted` list empty,
+    /// `planned` and `finding` saying what would have happened).
+    pub preferred_only: bool,
     /// After this instant no new work starts and `wait` returns [`Error::DeadlineExceeded`].
     pub deadline: Option<Instant>,
     /// A notification (at most 64 KiB) that the network backend delivers to each peer agent
@@ -56,6 +61,7 @@ impl TransferRequest {
             local,
             target,
             accept: None,
+            preferred_only: false,
             deadline: None,
             notify: None,
         }
@@ -71,6 +77,11 @@ impl TransferRequest {
     /// Accept only these paths (strict mode).
     pub fn accept(mut self, paths: impl IntoIterator<Item = Path>) -> Self {
         self.accept = Some(paths.into_iter().collect());
+        self
+    }
+    /// Accept only each pair's preferred path (see [`TransferRequest::preferred_only`]).
+    pub fn preferred_only(mut self) -> Self {
+        self.preferred_only = true;
         self
     }
     /// Fail with [`Error::DeadlineExceeded`] when not done by `at`.

@@ -314,6 +314,64 @@ fn forced_buffered_fallback_reports_finding() {
     );
 }
 
+/// `TransferRequest::preferred_only`: a fallback (O_DIRECT switched off) fails at post with
+/// what would have happened; the preferred path passes.
+#[test]
+fn preferred_only_refuses_a_fallback_before_moving() {
+    let dir = disk_dir();
+    let data = pattern(10_000, 5);
+    let a = buffered_agent();
+    let f = readable_file(&a, dir.path(), "p", &data);
+    let dst = host_zeroed(&a, 10_000);
+    let req = || TransferRequest::read(vec![dst.desc(0, 8192)], vec![f.desc(0, 8192)]);
+    match a.post(req().preferred_only()) {
+        Err(e @ Error::PathNotAccepted { .. }) => {
+            let Error::PathNotAccepted {
+                index,
+                ref accepted,
+                ref planned,
+                ref finding,
+                ..
+            } = e
+            else {
+                unreachable!()
+            };
+            assert_eq!(index, 0);
+            assert!(accepted.is_empty());
+            assert_eq!(planned, &Some(Path::PosixBuffered));
+            assert_eq!(
+                finding.as_ref().map(|f| f.as_str()),
+                Some(ids::STORAGE_ODIRECT_DISABLED)
+            );
+            assert!(e.to_string().contains("the preferred path"), "{e}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(bytes_of(&dst).iter().all(|&b| b == 0), "nothing moved");
+    assert_eq!(dst.in_flight(), 0);
+    // Without the restriction it falls back; with O_DIRECT usable the preferred path passes.
+    a.post(req()).unwrap().wait().unwrap();
+    let a = agent();
+    let f = a
+        .register(Memory::File(FileSpec::read(dir.path().join("p"))))
+        .unwrap();
+    if f.file().unwrap().direct_status() == gdpath::DirectStatus::Enabled {
+        let dst = host_zeroed(&a, 8192);
+        let r = a
+            .post(
+                TransferRequest::read(vec![dst.desc(0, 8192)], vec![f.desc(0, 8192)])
+                    .preferred_only(),
+            )
+            .unwrap()
+            .wait()
+            .unwrap();
+        assert_eq!(r.pairs[0].path, Path::PosixDirect);
+        assert_eq!(bytes_of(&dst), &data[..8192]);
+    } else {
+        eprintln!("SKIP (part): O_DIRECT is refused where the test files are");
+    }
+}
+
 #[test]
 fn refusing_file_system_falls_back_and_strict_mode_fails_first() {
     let Some(fs) = Ramfs::mount() else {
