@@ -62,8 +62,77 @@ impl Path {
     }
 }
 
+impl std::str::FromStr for Path {
+    type Err = crate::Error;
+
+    /// The inverse of [`Path::name`]: `posix-direct`, `h2d-pinned`, `ucx:tcp`, `gdr:rc_mlx5`, ...
+    /// (for strict-mode lists given as text: the Python binding's `accept=`). Errors:
+    /// [`crate::Error::Config`] naming the unknown name and the known ones.
+    fn from_str(s: &str) -> Result<Path, crate::Error> {
+        let fixed = [
+            Path::P2pNvlink,
+            Path::P2pPcie,
+            Path::DeviceLocal,
+            Path::HostToDevice { pinned: true },
+            Path::HostToDevice { pinned: false },
+            Path::DeviceToHost { pinned: true },
+            Path::DeviceToHost { pinned: false },
+            Path::Staged,
+            Path::GdsNative,
+            Path::GdsCompat,
+            Path::PosixDirect,
+            Path::PosixBuffered,
+            Path::HostCopy,
+        ];
+        if let Some(p) = fixed.iter().find(|p| p.name() == s) {
+            return Ok(p.clone());
+        }
+        match s.split_once(':') {
+            Some(("ucx", t)) if !t.is_empty() => Ok(Path::Ucx {
+                transport: t.into(),
+            }),
+            Some(("gdr", t)) if !t.is_empty() => Ok(Path::Gdr {
+                transport: t.into(),
+            }),
+            _ => {
+                let known: Vec<String> = fixed.iter().map(Path::name).collect();
+                Err(crate::Error::Config(format!(
+                    "unknown path {s:?}: one of {}, ucx:TRANSPORT, gdr:TRANSPORT",
+                    known.join(", ")
+                )))
+            }
+        }
+    }
+}
+
 impl fmt::Display for Path {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_parse_back() {
+        for p in [
+            Path::PosixDirect,
+            Path::HostToDevice { pinned: false },
+            Path::DeviceToHost { pinned: true },
+            Path::Ucx {
+                transport: "sysv+cma".into(),
+            },
+            Path::Gdr {
+                transport: "rc_mlx5".into(),
+            },
+        ] {
+            assert_eq!(p.name().parse::<Path>().unwrap(), p);
+        }
+        let e = "posix".parse::<Path>().unwrap_err();
+        assert_eq!(e.kind(), "config");
+        assert!(e.to_string().contains("posix-direct"), "{e}");
+        assert!("ucx:".parse::<Path>().is_err());
     }
 }

@@ -1,0 +1,167 @@
+"""Exceptions of gdpath.
+
+Every error the engine reports is a :class:`GdpathError` whose ``kind`` is the engine's stable
+error kind (``gdpath::Error::kind()`` in Rust, the ``kind`` of the CLI's ``gdpath.error/1``
+JSON): ``out_of_bounds``, ``read_only_memory``, ``short_file``, ``open``, ``unsupported``,
+``path_not_accepted``, ``peer_failed``, ``deadline_exceeded``, ``cancelled`` ... plus
+``checkpoint`` for a malformed checkpoint, ``usage`` for a bad argument of ``gdpath.doctor`` and
+``topology`` for a machine description that cannot be read. ``finding`` is the doctor's finding
+id that explains a refusal (``storage.odirect-unsupported``, ``gds.compat-mode``), or ``None``.
+
+Subclasses group kinds a caller may want to catch alone; each is still a ``GdpathError`` with its
+``kind``. A failed transfer raises :class:`TransferError` (its ``kind`` is the cause's) with the
+``outcomes`` of every descriptor pair.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Tuple
+
+__all__ = [
+    "GdpathError",
+    "DescriptorError",
+    "ReadOnlyMemoryError",
+    "UnsupportedError",
+    "PathNotAcceptedError",
+    "StorageError",
+    "PeerError",
+    "CheckpointError",
+    "TransferError",
+    "DeadlineExceeded",
+    "Cancelled",
+]
+
+
+class GdpathError(Exception):
+    """An error reported by the gdpath engine.
+
+    Attributes:
+        kind: the engine's error kind (stable; see the module docstring).
+        finding: the finding id that explains the refusal, or ``None``.
+        message: the engine's message (also ``str(error)``).
+        index: the descriptor pair the error is about, where it names one.
+    """
+
+    kind: str
+    finding: Optional[str]
+    message: str
+    index: Optional[int]
+
+    def __init__(self, message: str, kind: str = "other", finding: Optional[str] = None, **details: Any):
+        super().__init__(message)
+        self.message = message
+        self.kind = kind
+        self.finding = finding
+        self.index = details.pop("index", None)
+        for k, v in details.items():
+            setattr(self, k, v)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(kind={self.kind!r}, finding={self.finding!r}, message={self.message!r})"
+
+
+class DescriptorError(GdpathError, ValueError):
+    """A request the engine refused before moving a byte: lists or pairs of different lengths,
+    a descriptor outside its region, a region of another agent (kinds ``out_of_bounds``,
+    ``list_length_mismatch``, ``pair_length_mismatch``, ``foreign_region``, ``short_file``)."""
+
+
+class ReadOnlyMemoryError(GdpathError):
+    """Read-only memory (``bytes``, a read-only array, ``read_only=True``) would be written
+    (kinds ``read_only_memory``, and ``read_only`` for a file opened with mode ``"r"``)."""
+
+
+class UnsupportedError(GdpathError):
+    """What was asked needs a backend this machine does not have (``unsupported``: GPU or pinned
+    memory without a CUDA driver, remote memory without UCX) or no backend moves the pair
+    (``no_path``), or every backend refused it (``refused``, with its ``finding``)."""
+
+
+class PathNotAcceptedError(GdpathError):
+    """Strict mode: a pair cannot take an accepted path (``path_not_accepted``). ``planned`` is
+    the path it would have taken, ``finding`` why the accepted one is impossible."""
+
+    planned: Optional[str]
+
+
+class StorageError(GdpathError, OSError):
+    """A file could not be opened, read or written (kinds ``open``, ``io``, ``not_a_file``,
+    ``misaligned``)."""
+
+
+class PeerError(GdpathError, ConnectionError):
+    """A peer agent failed, refused authentication or broke the protocol (kinds
+    ``peer_failed``, ``auth_failed``, ``protocol``, ``ucx``)."""
+
+
+class CheckpointError(GdpathError, ValueError):
+    """A file that is not a valid safetensors checkpoint, an index that does not describe its
+    shards, or a tensor name it does not hold (kind ``checkpoint``)."""
+
+
+class TransferError(GdpathError):
+    """A posted transfer that failed, was cancelled or ran past its deadline. ``kind`` and
+    ``finding`` are the cause's (the first failed pair's, ``cancelled`` or
+    ``deadline_exceeded``); ``outcomes`` has one ``(index, state, detail)`` per pair, ``state``
+    being ``"done"`` (``detail``: its ``PairReport``), ``"failed"`` (its error message) or
+    ``"not_done"``."""
+
+    outcomes: List[Tuple[int, str, Any]]
+
+    def completed(self) -> List[int]:
+        """Indices of the pairs that completed."""
+        return [i for i, state, _ in self.outcomes if state == "done"]
+
+
+class DeadlineExceeded(TransferError, TimeoutError):
+    """The transfer did not complete by its deadline (or the wait's timeout); it was cancelled."""
+
+
+class Cancelled(TransferError):
+    """The transfer was cancelled."""
+
+
+_BY_KIND: Dict[str, type] = {
+    "out_of_bounds": DescriptorError,
+    "list_length_mismatch": DescriptorError,
+    "pair_length_mismatch": DescriptorError,
+    "foreign_region": DescriptorError,
+    "short_file": DescriptorError,
+    "read_only_memory": ReadOnlyMemoryError,
+    "read_only": ReadOnlyMemoryError,
+    "unsupported": UnsupportedError,
+    "no_path": UnsupportedError,
+    "refused": UnsupportedError,
+    "path_not_accepted": PathNotAcceptedError,
+    "open": StorageError,
+    "io": StorageError,
+    "not_a_file": StorageError,
+    "misaligned": StorageError,
+    "peer_failed": PeerError,
+    "auth_failed": PeerError,
+    "protocol": PeerError,
+    "ucx": PeerError,
+    "checkpoint": CheckpointError,
+}
+
+
+def _from_native(kind: str, message: str, finding: Optional[str], details: Optional[Dict[str, Any]]) -> GdpathError:
+    """Builds the exception for an error of ``kind`` (called by the native module)."""
+    details = dict(details or {})
+    if details.pop("transfer_failed", False):
+        cls: type = {"deadline_exceeded": DeadlineExceeded, "cancelled": Cancelled}.get(kind, TransferError)
+    elif kind == "deadline_exceeded":
+        cls = DeadlineExceeded
+        details.setdefault("outcomes", [])
+    elif kind == "cancelled":
+        cls = Cancelled
+        details.setdefault("outcomes", [])
+    else:
+        cls = _BY_KIND.get(kind, GdpathError)
+    if issubclass(cls, OSError):
+        # OSError's own constructor reads its arguments as (errno, strerror): build it as a
+        # GdpathError and keep the message as its only argument.
+        e = cls.__new__(cls, message)
+        GdpathError.__init__(e, message, kind, finding, **details)
+        return e
+    return cls(message, kind, finding, **details)

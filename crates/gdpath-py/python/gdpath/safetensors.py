@@ -1,0 +1,240 @@
+"""Safetensors checkpoints through gdpath's loader: a drop-in for ``safetensors.torch.load_file``
+and ``safetensors.numpy.load_file``, and ``safe_open``.
+
+:func:`load_file` validates every header first (nothing is allocated for a malformed file),
+makes **one allocation** for the whole checkpoint — on the GPU for ``device="cuda:N"``, in
+host memory for ``device="cpu"`` — and reads it with one engine transfer on the fastest path
+the machine has (GDS, O_DIRECT through pinned bounce buffers, buffered), one read per file.
+Each tensor is a view of that allocation (made through DLPack, no copy) that holds it: the
+allocation is freed when the last of its tensors is freed. Dtypes, shapes and names are those
+of the file (bf16 and fp8 included); a sharded checkpoint (several files, or its
+``model.safetensors.index.json``) is one plan and one allocation.
+
+PyTorch is needed only for ``framework="pt"`` (the default of ``load_file``), NumPy only for
+``framework="numpy"``; installing gdpath needs neither.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+
+from . import _native, default_agent
+
+__all__ = ["load_file", "safe_open"]
+
+PathLike = Union[str, "os.PathLike[str]"]
+Files = Union[PathLike, Sequence[PathLike]]
+
+
+def _gpu_of(device: Any) -> Optional[int]:
+    """The CUDA ordinal ``device`` names (``"cuda:1"``, ``1``, ``torch.device``), or ``None``
+    for ``"cpu"``."""
+    if isinstance(device, int) and not isinstance(device, bool):
+        if device < 0:
+            raise ValueError(f"device {device}: a CUDA ordinal is not negative")
+        return device
+    text = str(device)
+    if text == "cpu":
+        return None
+    if text == "cuda":
+        try:
+            import torch
+
+            return int(torch.cuda.current_device())
+        except Exception:
+            return 0
+    if text.startswith("cuda:") and text[5:].isdigit():
+        return int(text[5:])
+    raise ValueError(f"device {device!r}: \"cpu\", \"cuda\", \"cuda:N\" or a CUDA ordinal")
+
+
+def _open(files: Files) -> "_native.Checkpoint":
+    """A checkpoint of one file, of several (a list), or of the shards an index lists."""
+    if isinstance(files, (str, os.PathLike)):
+        path = os.fspath(files)
+        if path.endswith(".index.json"):
+            return _native.Checkpoint.open_index(path)
+        return _native.Checkpoint([path])
+    return _native.Checkpoint([os.fspath(f) for f in files])
+
+
+def _framework(framework: str) -> str:
+    if framework in ("pt", "torch", "pytorch"):
+        return "pt"
+    if framework in ("np", "numpy"):
+        return "np"
+    raise ValueError(f"framework {framework!r}: \"pt\" (PyTorch) or \"numpy\"")
+
+
+def _torch_dtypes() -> Dict[str, Any]:
+    import torch
+
+    names = {
+        "F64": "float64",
+        "F32": "float32",
+        "F16": "float16",
+        "BF16": "bfloat16",
+        "I64": "int64",
+        "I32": "int32",
+        "I16": "int16",
+        "I8": "int8",
+        "U8": "uint8",
+        "U16": "uint16",
+        "U32": "uint32",
+        "U64": "uint64",
+        "BOOL": "bool",
+        "F8_E4M3": "float8_e4m3fn",
+        "F8_E5M2": "float8_e5m2",
+    }
+    return {k: getattr(torch, v) for k, v in names.items() if hasattr(torch, v)}
+
+
+def _numpy_dtypes() -> Dict[str, Any]:
+    import numpy as np
+
+    return {
+        "F64": np.float64,
+        "F32": np.float32,
+        "F16": np.float16,
+        "I64": np.int64,
+        "I32": np.int32,
+        "I16": np.int16,
+        "I8": np.int8,
+        "U8": np.uint8,
+        "U16": np.uint16,
+        "U32": np.uint32,
+        "U64": np.uint64,
+        "BOOL": np.bool_,
+    }
+
+
+class _Builder:
+    """Makes framework tensors from a loaded checkpoint's DLPack views."""
+
+    def __init__(self, framework: str):
+        self.framework = _framework(framework)
+        if self.framework == "pt":
+            import torch
+
+            self._from = torch.from_dlpack
+            self._dtypes = _torch_dtypes()
+        else:
+            import numpy as np
+
+            self._from = np.from_dlpack
+            self._dtypes = _numpy_dtypes()
+
+    def tensor(self, loaded: "_native.LoadedCheckpoint", i: int, info: "_native.TensorInfo") -> Any:
+        dtype = self._dtypes.get(info.dtype)
+        if dtype is None:
+            lib = "PyTorch" if self.framework == "pt" else "NumPy"
+            raise TypeError(f"tensor {info.name!r}: {lib} has no dtype for safetensors' {info.dtype}")
+        raw = self._from(loaded.view(i))  # 1-D uint8, the tensor's bytes in place
+        return raw.view(dtype).reshape(tuple(info.shape))
+
+
+def load_file(
+    filename: Files,
+    device: Any = "cpu",
+    *,
+    framework: str = "pt",
+    agent: Optional["_native.Agent"] = None,
+) -> Dict[str, Any]:
+    """Loads a safetensors checkpoint: ``{name: tensor}`` in file order, as
+    ``safetensors.torch.load_file`` (``framework="pt"``, the default) or
+    ``safetensors.numpy.load_file`` (``framework="numpy"``, ``device="cpu"`` only) return it.
+
+    ``filename``: a ``.safetensors`` file, a list of them (a sharded checkpoint), or a
+    ``model.safetensors.index.json``. ``device``: ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or an
+    ordinal. ``agent``: the :class:`gdpath.Agent` to load with (default
+    :func:`gdpath.default_agent`). The GIL is released while the bytes move.
+
+    Raises :class:`gdpath.CheckpointError` (kind ``checkpoint``) for a malformed file or index
+    before anything is allocated; :class:`gdpath.GdpathError` with the engine's kind for the
+    rest (``unsupported`` for a GPU without a CUDA driver); ``TypeError`` for a dtype the
+    framework lacks (NumPy has no bf16 or fp8, as with ``safetensors.numpy``).
+    """
+    build = _Builder(framework)
+    gpu = _gpu_of(device)
+    if build.framework == "np" and gpu is not None:
+        raise ValueError("framework=\"numpy\" loads into host memory: device must be \"cpu\"")
+    ck = _open(filename)
+    loaded = ck.load(agent or default_agent(), gpu=gpu)
+    return {t.name: build.tensor(loaded, i, t) for i, t in enumerate(loaded.tensors)}
+
+
+class safe_open:
+    """``safe_open(filename, framework="pt", device="cpu")``, as ``safetensors.safe_open``:
+    ``keys()`` (sorted), ``metadata()`` (the ``__metadata__`` dict, or ``None``),
+    ``get_tensor(name)``, ``get_tensors()``, iteration over the keys, and use as a context
+    manager. ``filename`` may also be a list of files or an index (a sharded checkpoint).
+
+    Opening reads and validates the headers only. ``get_tensor(name)`` loads that tensor
+    alone (one allocation of its own); ``get_tensors()`` and :meth:`tensors` load every tensor
+    with one transfer into one allocation, as :func:`load_file`.
+    """
+
+    def __init__(
+        self,
+        filename: Files,
+        framework: str = "pt",
+        device: Any = "cpu",
+        *,
+        agent: Optional["_native.Agent"] = None,
+    ):
+        self._build = _Builder(framework)
+        self._gpu = _gpu_of(device)
+        if self._build.framework == "np" and self._gpu is not None:
+            raise ValueError("framework=\"numpy\" loads into host memory: device must be \"cpu\"")
+        self._agent = agent or default_agent()
+        self._ck = _open(filename)
+        self._infos = {t.name: t for t in self._ck.tensors()}
+
+    def __enter__(self) -> "safe_open":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+    def keys(self) -> List[str]:
+        """Tensor names, sorted."""
+        return sorted(self._infos)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.keys())
+
+    def __len__(self) -> int:
+        return len(self._infos)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._infos
+
+    def metadata(self) -> Optional[Dict[str, str]]:
+        """The files' ``__metadata__`` (merged, first file first), or ``None`` if none has one."""
+        merged: Dict[str, str] = {}
+        for i in range(len(self._ck.files)):
+            for k, v in self._ck.metadata(i).items():
+                merged.setdefault(k, v)
+        return merged or None
+
+    def info(self, name: str) -> "_native.TensorInfo":
+        """Dtype, shape, byte count and file of tensor ``name``."""
+        return self._infos[name]
+
+    def get_tensor(self, name: str) -> Any:
+        """Tensor ``name``, loaded now into an allocation of its own. Raises
+        :class:`gdpath.CheckpointError` for a name the checkpoint does not hold."""
+        loaded = self._ck.load(self._agent, gpu=self._gpu, names=[name])
+        return self._build.tensor(loaded, 0, loaded.tensors[0])
+
+    def tensors(self) -> Iterator[Tuple[str, Any]]:
+        """``(name, tensor)`` for every tensor in file order, all loaded with one transfer into
+        one allocation."""
+        loaded = self._ck.load(self._agent, gpu=self._gpu)
+        for i, t in enumerate(loaded.tensors):
+            yield t.name, self._build.tensor(loaded, i, t)
+
+    def get_tensors(self) -> Dict[str, Any]:
+        """Every tensor, as :func:`load_file` returns them."""
+        return dict(self.tensors())

@@ -1,0 +1,662 @@
+//! `gdpath.Agent`, `gdpath.Region`, `gdpath.Descriptor`: registration, descriptors and posts,
+//! bound to the engine's `Agent`, `Region`, `Descriptor` and `TransferRequest`.
+
+use crate::error::IntoPy;
+use crate::memory::{resolve, Options};
+use crate::transfer::{seconds, PlannedPair, Transfer};
+use crate::waker::{Inner as WakerInner, Waker};
+use gdpath::{AgentConfig, MemoryKind, Op, TransferRequest};
+use pyo3::exceptions::{PyIndexError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PySlice, PySliceMethods};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+/// The token `agent.notification()` waiters are signalled with (transfer tokens count up from
+/// 1 and never reach it).
+pub const NOTIFICATION_TOKEN: u64 = u64::MAX;
+
+/// The engine's agent: owns backends and registered memory, plans and posts transfers.
+///
+/// `Agent(name=None, strict=False)`: `name` is what peers see (`name@address`; default
+/// `"local"`); `strict=True` posts every request in the engine's strict mode unless it names
+/// its own `accept=` paths: a pair that would not take its preferred path (a fallback, or a
+/// degraded path such as pageable host memory) fails at post with `PathNotAccepted`, before
+/// any byte moves. Creating an agent loads the CUDA driver where there is one (GPU memory and
+/// pinned host memory need it); none is not an error.
+#[pyclass(module = "gdpath._native", name = "Agent", frozen)]
+pub struct Agent {
+    pub(crate) agent: gdpath::Agent,
+    strict: bool,
+    /// Event loops waiting for notifications (`agent.notification()`), signalled by the
+    /// engine's notification hook once it is installed.
+    notify_wakers: Arc<Mutex<Vec<Arc<WakerInner>>>>,
+    hooked: Mutex<bool>,
+}
+
+impl Agent {
+    /// An agent with the engine's defaults and `name`.
+    pub fn create(py: Python<'_>, name: Option<String>, strict: bool) -> PyResult<Agent> {
+        let cfg = AgentConfig {
+            name: name.unwrap_or_default(),
+            ..AgentConfig::default()
+        };
+        let agent = py.detach(move || gdpath::Agent::new(cfg)).py_err(py)?;
+        Ok(Agent {
+            agent,
+            strict,
+            notify_wakers: Arc::new(Mutex::new(Vec::new())),
+            hooked: Mutex::new(false),
+        })
+    }
+}
+
+/// Descriptors from what `post` accepts on one side: a `Region` (all of it), a `Descriptor`, or
+/// a sequence of them (pair `i` of the request is element `i` of both sides).
+fn descriptors(py: Python<'_>, side: &Bound<'_, PyAny>) -> PyResult<Vec<gdpath::Descriptor>> {
+    let one = |o: &Bound<'_, PyAny>| -> PyResult<Option<gdpath::Descriptor>> {
+        if let Ok(d) = o.cast::<Descriptor>() {
+            return Ok(Some(d.get().engine(py)));
+        }
+        if let Ok(r) = o.cast::<Region>() {
+            let r = &r.get().region;
+            return Ok(Some(r.desc(0, r.len().py_err(py)?)));
+        }
+        Ok(None)
+    };
+    if let Some(d) = one(side)? {
+        return Ok(vec![d]);
+    }
+    if side.is_instance_of::<pyo3::types::PyString>()
+        || side.is_instance_of::<pyo3::types::PyBytes>()
+    {
+        return Err(PyTypeError::new_err(
+            "a side of a transfer is a Region, a Descriptor or a list of them",
+        ));
+    }
+    let mut out = Vec::new();
+    for item in side.try_iter().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "a side of a transfer is a Region, a Descriptor or a list of them, not {}",
+            side.get_type()
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_default()
+        ))
+    })? {
+        let item = item?;
+        match one(&item)? {
+            Some(d) => out.push(d),
+            None => {
+                return Err(PyTypeError::new_err(format!(
+                    "a descriptor list holds Regions and Descriptors, not {}",
+                    item.get_type().name()?
+                )))
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn op_of(op: &str) -> PyResult<Op> {
+    match op {
+        "read" => Ok(Op::Read),
+        "write" => Ok(Op::Write),
+        other => Err(PyValueError::new_err(format!(
+            "op {other:?}: \"read\" (remote → local) or \"write\" (local → remote)"
+        ))),
+    }
+}
+
+#[pymethods]
+impl Agent {
+    #[new]
+    #[pyo3(signature = (name=None, strict=false))]
+    fn new(py: Python<'_>, name: Option<String>, strict: bool) -> PyResult<Agent> {
+        Agent::create(py, name, strict)
+    }
+
+    /// The agent's name.
+    #[getter]
+    fn name(&self) -> &str {
+        self.agent.name()
+    }
+
+    /// Whether posts default to the engine's strict mode (see the class).
+    #[getter]
+    fn strict(&self) -> bool {
+        self.strict
+    }
+
+    /// The backends, in planner order within each preference (`host-copy`, `posix-direct`,
+    /// `posix-buffered`, `cuda`, `cufile`, ..., `ucx`).
+    #[getter]
+    fn backends(&self) -> Vec<&'static str> {
+        self.agent.backends().iter().map(|b| b.name).collect()
+    }
+
+    /// Registers `obj` and returns its `Region`, zero-copy: the region aliases the object's
+    /// memory and keeps the object alive until the region and every transfer on it are gone.
+    ///
+    /// Accepted: `gdpath.File`; objects with the buffer protocol (`bytearray`, `bytes`,
+    /// `memoryview`, NumPy arrays, `mmap`); DLPack (`__dlpack__`: PyTorch tensors, CuPy
+    /// arrays; host or GPU memory); `__cuda_array_interface__`. Memory must be one contiguous
+    /// span. `pinned`: `None` uses page-locked memory where the object says it is
+    /// (`tensor.is_pinned()`, DLPack `kDLCUDAHost`), `True` page-locks host memory now
+    /// (`cuMemHostRegister`; needs the CUDA driver), `False` registers it pageable.
+    /// `read_only=True` registers writable memory read-only; read-only objects (`bytes`) are
+    /// always read-only: a transfer that would write them fails with `read_only_memory`.
+    /// `gpu`: the CUDA ordinal of a `__cuda_array_interface__` object that does not name its
+    /// device.
+    ///
+    /// Errors: `TypeError` / `ValueError` for what cannot be registered; the engine's as
+    /// `gdpath.GdpathError` (`unsupported` for GPU or pinned memory without a CUDA driver,
+    /// `open` / `not_a_file` for files, ...).
+    #[pyo3(signature = (obj, *, pinned=None, read_only=false, gpu=None))]
+    fn register(
+        &self,
+        py: Python<'_>,
+        obj: Bound<'_, PyAny>,
+        pinned: Option<bool>,
+        read_only: bool,
+        gpu: Option<u32>,
+    ) -> PyResult<Region> {
+        let r = resolve(
+            &obj,
+            &Options {
+                pinned,
+                read_only,
+                gpu,
+            },
+        )?;
+        let agent = self.agent.clone();
+        let (memory, keep) = (r.memory, r.keep);
+        let region = py
+            .detach(move || match keep {
+                Some(k) => agent.register_kept(memory, k),
+                None => agent.register(memory),
+            })
+            .py_err(py)?;
+        Ok(Region {
+            region,
+            obj: (r.via != "file").then(|| obj.unbind()),
+            via: r.via,
+        })
+    }
+
+    /// Deregisters `region` now: later posts on it fail with `deregistered`. Its memory (and
+    /// the object it keeps) is released when the last handle goes. Errors: `region_busy`
+    /// while transfers use it or it is exported, `foreign_region` for another agent's.
+    fn deregister(&self, py: Python<'_>, region: &Region) -> PyResult<()> {
+        self.agent.deregister(&region.region).py_err(py)
+    }
+
+    /// Posts a transfer: `op` is `"read"` (remote → local) or `"write"` (local → remote);
+    /// `local` and `remote` are a `Region`, a `Descriptor` or equal-length lists of them (pair
+    /// `i` is `local[i]` with `remote[i]`, of equal lengths). Every check happens before any
+    /// byte moves (lengths, bounds, regions, short files, read-only memory, a path for each
+    /// pair). `accept`: strict mode, the path names every pair must take (`"posix-direct"`,
+    /// `"gds-native"`, `"h2d-pinned"`, `"ucx:tcp"`, ...). `timeout`: seconds until the
+    /// request's deadline (then `deadline_exceeded`). `notify`: bytes (at most 64 KiB)
+    /// delivered to each peer whose memory the transfer wrote, after the writes are visible
+    /// there. Returns a `Transfer`; the GIL is released while posting (small host copies run
+    /// on this thread).
+    #[pyo3(signature = (op, local, remote, *, accept=None, timeout=None, notify=None))]
+    fn post(
+        &self,
+        py: Python<'_>,
+        op: &str,
+        local: Bound<'_, PyAny>,
+        remote: Bound<'_, PyAny>,
+        accept: Option<Vec<String>>,
+        timeout: Option<f64>,
+        notify: Option<Vec<u8>>,
+    ) -> PyResult<Transfer> {
+        let req = self.request(py, op, &local, &remote, accept, timeout, notify)?;
+        let deadline = req.deadline;
+        let agent = self.agent.clone();
+        let t = py.detach(move || agent.post(req)).py_err(py)?;
+        Ok(Transfer::new(t, deadline))
+    }
+
+    /// The planner's choice for each pair of the same request, without moving data (the same
+    /// checks as `post`).
+    #[pyo3(signature = (op, local, remote, *, accept=None))]
+    fn plan(
+        &self,
+        py: Python<'_>,
+        op: &str,
+        local: Bound<'_, PyAny>,
+        remote: Bound<'_, PyAny>,
+        accept: Option<Vec<String>>,
+    ) -> PyResult<Vec<PlannedPair>> {
+        let req = self.request(py, op, &local, &remote, accept, None, None)?;
+        let agent = self.agent.clone();
+        let plans = py.detach(move || agent.plan(&req)).py_err(py)?;
+        Ok(plans.iter().map(PlannedPair::from).collect())
+    }
+
+    /// Enables the network backend with these settings (else the first network call enables
+    /// it with the defaults): `fast_local` lets UCX use shared memory between agents of one
+    /// host (a dead peer is then noticed only by `op_timeout`); `transports` is `UCX_TLS`
+    /// (`"tcp"`), `devices` `UCX_NET_DEVICES` (`"lo"`); timeouts in seconds. Errors: `ucx`
+    /// when UCX cannot be loaded, `config` when already enabled otherwise.
+    #[pyo3(signature = (*, fast_local=false, transports=None, devices=None, connect_timeout=10.0, op_timeout=60.0))]
+    fn enable_net(
+        &self,
+        py: Python<'_>,
+        fast_local: bool,
+        transports: Option<String>,
+        devices: Option<String>,
+        connect_timeout: f64,
+        op_timeout: f64,
+    ) -> PyResult<()> {
+        let cfg = crate::net::config(fast_local, transports, devices, connect_timeout, op_timeout)?;
+        let agent = self.agent.clone();
+        py.detach(move || agent.enable_net(cfg)).py_err(py)
+    }
+
+    /// Listens on `addr` (`"127.0.0.1:18515"`; port 0 picks one: `server.address`) and serves
+    /// peers from a thread of the engine: handshakes, metadata, withdrawals, notifications.
+    /// A non-loopback address needs a `token` (`str` or `bytes`, at least 16 bytes).
+    /// Errors: `config` (no token off loopback, address in use), `ucx`.
+    #[pyo3(signature = (addr, *, token=None))]
+    fn serve(
+        &self,
+        py: Python<'_>,
+        addr: &str,
+        token: Option<crate::net::TokenArg>,
+    ) -> PyResult<crate::net::Server> {
+        let addr = crate::net::address(addr)?;
+        let token = crate::net::token(py, token.map(|t| t.0))?;
+        let agent = self.agent.clone();
+        let s = py.detach(move || agent.serve(addr, token)).py_err(py)?;
+        Ok(crate::net::Server::new(s))
+    }
+
+    /// Connects to a serving agent at `addr` with `token` (the server's), waiting up to
+    /// `timeout` seconds for the handshake. Errors: `auth_failed` (wrong token either side),
+    /// `peer_failed` (unreachable, no answer), `protocol`, `ucx`.
+    #[pyo3(signature = (addr, *, token=None, timeout=10.0))]
+    fn connect(
+        &self,
+        py: Python<'_>,
+        addr: &str,
+        token: Option<crate::net::TokenArg>,
+        timeout: f64,
+    ) -> PyResult<crate::net::Peer> {
+        let addr = crate::net::address(addr)?;
+        let opts = gdpath::net::ConnectOptions {
+            token: crate::net::token(py, token.map(|t| t.0))?,
+            timeout: seconds(timeout)?,
+        };
+        let agent = self.agent.clone();
+        let p = py
+            .detach(move || agent.connect_with(addr, &opts))
+            .py_err(py)?;
+        Ok(crate::net::Peer::new(p, self.agent.clone()))
+    }
+
+    /// Exports `region` to peers (host memory; GPU memory where UCX supports CUDA) and
+    /// returns the id they know it by. Errors: `read_only_memory` (a peer could write it).
+    fn export(&self, py: Python<'_>, region: &Region) -> PyResult<u64> {
+        let (agent, r) = (self.agent.clone(), region.region.clone());
+        py.detach(move || agent.export(&r)).py_err(py)
+    }
+
+    /// Withdraws an exported region: peers' later posts on it fail with `deregistered`; its
+    /// memory stays alive until every peer acknowledged.
+    fn unexport(&self, py: Python<'_>, region: &Region) -> PyResult<()> {
+        let (agent, r) = (self.agent.clone(), region.region.clone());
+        py.detach(move || agent.unexport(&r)).py_err(py)
+    }
+
+    /// Notifications received so far, oldest first (and removed).
+    fn take_notifications(&self) -> Vec<crate::net::Notification> {
+        self.agent
+            .take_notifications()
+            .into_iter()
+            .map(Into::into)
+            .collect()
+    }
+
+    /// The next notification, waiting up to `timeout` seconds (the GIL released; `0` does not
+    /// wait), or `None`. `await agent.notification()` waits without blocking.
+    #[pyo3(signature = (timeout=0.0))]
+    fn wait_notification(
+        &self,
+        py: Python<'_>,
+        timeout: f64,
+    ) -> PyResult<Option<crate::net::Notification>> {
+        let t = seconds(timeout)?;
+        let agent = self.agent.clone();
+        Ok(py
+            .detach(move || agent.wait_notification(t))
+            .map(Into::into))
+    }
+
+    /// `await agent.notification()`: the next notification, waiting in asyncio without
+    /// blocking the loop (the engine's notification hook wakes it through an eventfd). The
+    /// agent must be progressed by its serving thread (`serve`) for notifications to arrive.
+    fn notification<'py>(slf: Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        slf.py()
+            .import("gdpath._aio")?
+            .call_method1("wait_notification", (slf,))
+    }
+
+    /// Installs the engine's notification hook (once) and adds `waker` to those it signals
+    /// (with token `2**64 - 1`). For `gdpath._aio`.
+    fn _notify_notifications(&self, py: Python<'_>, waker: &Waker) -> PyResult<()> {
+        {
+            let mut w = self.notify_wakers.lock().unwrap_or_else(|p| p.into_inner());
+            let h = waker.handle();
+            if !w.iter().any(|x| Arc::ptr_eq(x, &h)) {
+                w.push(h);
+            }
+        }
+        let mut hooked = self.hooked.lock().unwrap_or_else(|p| p.into_inner());
+        if !*hooked {
+            let wakers = self.notify_wakers.clone();
+            let agent = self.agent.clone();
+            py.detach(move || {
+                agent.on_notification(move || {
+                    for w in wakers.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+                        w.signal(NOTIFICATION_TOKEN);
+                    }
+                })
+            })
+            .py_err(py)?;
+            *hooked = true;
+        }
+        Ok(())
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "gdpath.Agent(name={:?}, strict={}, backends={:?})",
+            self.agent.name(),
+            self.strict,
+            self.backends()
+        )
+    }
+}
+
+impl Agent {
+    #[allow(clippy::too_many_arguments)]
+    fn request(
+        &self,
+        py: Python<'_>,
+        op: &str,
+        local: &Bound<'_, PyAny>,
+        remote: &Bound<'_, PyAny>,
+        accept: Option<Vec<String>>,
+        timeout: Option<f64>,
+        notify: Option<Vec<u8>>,
+    ) -> PyResult<TransferRequest> {
+        let mut req = TransferRequest::new(
+            op_of(op)?,
+            descriptors(py, local)?,
+            descriptors(py, remote)?,
+        );
+        match accept {
+            Some(names) => {
+                let paths = names
+                    .iter()
+                    .map(|n| n.parse::<gdpath::Path>())
+                    .collect::<Result<Vec<_>, _>>()
+                    .py_err(py)?;
+                req = req.accept(paths);
+            }
+            None if self.strict => req = req.preferred_only(),
+            None => {}
+        }
+        if let Some(t) = timeout {
+            let d = seconds(t)?;
+            req = match Instant::now().checked_add(d) {
+                Some(at) => req.deadline(at),
+                None => req,
+            };
+        }
+        if let Some(n) = notify {
+            req = req.notify(n);
+        }
+        Ok(req)
+    }
+}
+
+/// Registered memory. `len(region)` is its length in bytes (a file's current size);
+/// `region.desc(offset, length)` and `region[a:b]` give descriptors. Keeps the registered
+/// object (`region.obj`) alive, and with it the memory.
+#[pyclass(module = "gdpath._native", name = "Region", frozen)]
+pub struct Region {
+    pub(crate) region: gdpath::Region,
+    obj: Option<Py<PyAny>>,
+    via: &'static str,
+}
+
+impl Region {
+    /// A region the module made itself (remote memory, a checkpoint allocation).
+    pub fn made(region: gdpath::Region, via: &'static str) -> Region {
+        Region {
+            region,
+            obj: None,
+            via,
+        }
+    }
+
+    fn length(&self, py: Python<'_>) -> PyResult<u64> {
+        self.region.len().py_err(py)
+    }
+}
+
+/// `(offset, length)` of `slice` over `len` bytes, as Python slices clip; step must be 1.
+fn slice_range(slice: &Bound<'_, PySlice>, len: u64) -> PyResult<(u64, u64)> {
+    let len_isize = isize::try_from(len).map_err(|_| PyValueError::new_err("region too large"))?;
+    let ix = slice.indices(len_isize)?;
+    if ix.step != 1 {
+        return Err(PyValueError::new_err(
+            "descriptors are contiguous: slice step must be 1",
+        ));
+    }
+    let start = ix.start.max(0) as u64;
+    let stop = (ix.stop.max(ix.start)).max(0) as u64;
+    Ok((start, stop - start))
+}
+
+#[pymethods]
+impl Region {
+    /// A descriptor of `length` bytes at `offset` (default: from `offset` to the end). Bounds
+    /// are checked at post (`out_of_bounds`), as the engine does.
+    #[pyo3(signature = (offset=0, length=None))]
+    fn desc(slf: &Bound<'_, Self>, offset: u64, length: Option<u64>) -> PyResult<Descriptor> {
+        let py = slf.py();
+        let length = match length {
+            Some(l) => l,
+            None => slf.get().length(py)?.saturating_sub(offset),
+        };
+        Ok(Descriptor {
+            region: slf.clone().unbind(),
+            offset,
+            length,
+        })
+    }
+
+    /// `region[a:b]`: the descriptor of bytes `a..b` (clipped as Python slices are).
+    fn __getitem__(slf: &Bound<'_, Self>, key: &Bound<'_, PyAny>) -> PyResult<Descriptor> {
+        let slice = key
+            .cast::<PySlice>()
+            .map_err(|_| PyTypeError::new_err("a region is sliced with [start:stop]"))?;
+        let (offset, length) = slice_range(slice, slf.get().length(slf.py())?)?;
+        Ok(Descriptor {
+            region: slf.clone().unbind(),
+            offset,
+            length,
+        })
+    }
+
+    /// Length in bytes (a file's current size).
+    fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
+        Ok(self.length(py)? as usize)
+    }
+
+    /// Length in bytes, as an int of any size.
+    #[getter]
+    fn nbytes(&self, py: Python<'_>) -> PyResult<u64> {
+        self.length(py)
+    }
+
+    /// The region's id, unique within the process.
+    #[getter]
+    fn id(&self) -> u64 {
+        self.region.id().0
+    }
+
+    /// The memory kind: `"host (pageable)"`, `"host (pinned)"`, `"GPU 0"`, `"file"`,
+    /// `"remote (name@address)"`.
+    #[getter]
+    fn kind(&self) -> String {
+        self.region.kind().to_string()
+    }
+
+    /// `"cpu"` for host memory, `"cuda:N"` for GPU N, `"file"`, `"remote"`.
+    #[getter]
+    fn device(&self) -> String {
+        match self.region.kind() {
+            MemoryKind::Host { .. } => "cpu".into(),
+            MemoryKind::Gpu { ordinal } => format!("cuda:{ordinal}"),
+            MemoryKind::File => "file".into(),
+            MemoryKind::Remote { .. } => "remote".into(),
+        }
+    }
+
+    /// Whether host memory is page-locked (registered with CUDA).
+    #[getter]
+    fn pinned(&self) -> bool {
+        matches!(self.region.kind(), MemoryKind::Host { pinned: true })
+    }
+
+    /// Whether the region is read-only memory (never written by a transfer).
+    #[getter]
+    fn read_only(&self) -> bool {
+        self.region.is_read_only()
+    }
+
+    /// How the object was registered: `"buffer"`, `"dlpack"`, `"cuda_array_interface"`,
+    /// `"file"`, `"remote"`, `"checkpoint"`.
+    #[getter]
+    fn source(&self) -> &'static str {
+        self.via
+    }
+
+    /// The registered object (`None` for files and memory gdpath made).
+    #[getter]
+    fn obj(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+        self.obj.as_ref().map(|o| o.clone_ref(py))
+    }
+
+    /// The file's path, for file regions.
+    #[getter]
+    fn path(&self) -> Option<std::path::PathBuf> {
+        self.region.file().map(|f| f.path().to_owned())
+    }
+
+    /// Descriptor pairs in flight on the region now.
+    #[getter]
+    fn in_flight(&self) -> usize {
+        self.region.in_flight()
+    }
+
+    fn __repr__(&self) -> String {
+        let len = self
+            .region
+            .len()
+            .map(|l| l.to_string())
+            .unwrap_or_else(|_| "?".into());
+        format!(
+            "gdpath.Region(id={}, kind={:?}, bytes={len}{})",
+            self.region.id().0,
+            self.region.kind().to_string(),
+            if self.region.is_read_only() {
+                ", read_only"
+            } else {
+                ""
+            }
+        )
+    }
+}
+
+/// `length` bytes at `offset` of a region (bytes). Slicing a descriptor gives one relative to
+/// it; bounds are checked at post.
+#[pyclass(module = "gdpath._native", name = "Descriptor", frozen)]
+pub struct Descriptor {
+    region: Py<Region>,
+    offset: u64,
+    length: u64,
+}
+
+impl Descriptor {
+    fn engine(&self, py: Python<'_>) -> gdpath::Descriptor {
+        self.region
+            .bind(py)
+            .get()
+            .region
+            .desc(self.offset, self.length)
+    }
+}
+
+#[pymethods]
+impl Descriptor {
+    #[new]
+    #[pyo3(signature = (region, offset=0, length=None))]
+    fn new(region: Bound<'_, Region>, offset: u64, length: Option<u64>) -> PyResult<Descriptor> {
+        Region::desc(&region, offset, length)
+    }
+
+    /// The region.
+    #[getter]
+    fn region(&self, py: Python<'_>) -> Py<Region> {
+        self.region.clone_ref(py)
+    }
+
+    /// Offset in the region (bytes).
+    #[getter]
+    fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// Length (bytes).
+    #[getter]
+    fn length(&self) -> u64 {
+        self.length
+    }
+
+    fn __len__(&self) -> usize {
+        self.length as usize
+    }
+
+    /// `d[a:b]`: bytes `a..b` of this descriptor (clipped as Python slices are).
+    fn __getitem__(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<Descriptor> {
+        let slice = key
+            .cast::<PySlice>()
+            .map_err(|_| PyTypeError::new_err("a descriptor is sliced with [start:stop]"))?;
+        let (offset, length) = slice_range(slice, self.length)?;
+        let offset = self
+            .offset
+            .checked_add(offset)
+            .ok_or_else(|| PyIndexError::new_err("offset overflows"))?;
+        Ok(Descriptor {
+            region: self.region.clone_ref(py),
+            offset,
+            length,
+        })
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> String {
+        format!(
+            "gdpath.Descriptor(region={}, offset={}, length={})",
+            self.region.bind(py).get().region.id().0,
+            self.offset,
+            self.length
+        )
+    }
+}

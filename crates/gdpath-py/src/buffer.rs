@@ -1,0 +1,143 @@
+//! Host memory through the buffer protocol (PEP 3118): `bytearray`, `bytes`, `memoryview`,
+//! NumPy arrays, `mmap`, `array.array`.
+//!
+//! The region keeps a `memoryview` of the object: it holds one export of the buffer for as
+//! long as it lives, so the exporter can neither free nor move the memory (a `bytearray` with a
+//! view out refuses to resize, "BufferError: Existing exports of data"). The address, length
+//! and read-only flag are read once, through a second, short-lived export of that memoryview.
+//!
+//! `PyObject_GetBuffer` / `PyBuffer_Release` and `Py_buffer` joined the limited API in Python
+//! 3.11 (PEP 688 era), and so are not in PyO3's `abi3-py39` bindings; they are exported by
+//! every CPython 3 and `Py_buffer`'s layout has not changed since 3.3, which is why 3.11 could
+//! declare it stable. They are declared here for the one use above.
+
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyMemoryView;
+use std::ffi::{c_char, c_int, c_void};
+
+/// CPython's `Py_buffer` (Include/pybuffer.h, unchanged since 3.3).
+#[repr(C)]
+struct PyBufferView {
+    buf: *mut c_void,
+    obj: *mut pyo3::ffi::PyObject,
+    len: isize,
+    itemsize: isize,
+    readonly: c_int,
+    ndim: c_int,
+    format: *mut c_char,
+    shape: *mut isize,
+    strides: *mut isize,
+    suboffsets: *mut isize,
+    internal: *mut c_void,
+}
+
+/// `PyBUF_STRIDES | PyBUF_FORMAT` (= `PyBUF_RECORDS_RO`): shape and strides, read-only allowed,
+/// no suboffsets (an exporter that needs them refuses).
+const PYBUF_RECORDS_RO: c_int = 0x0010 | 0x0008 | 0x0004;
+
+extern "C" {
+    fn PyObject_GetBuffer(
+        obj: *mut pyo3::ffi::PyObject,
+        view: *mut PyBufferView,
+        flags: c_int,
+    ) -> c_int;
+    fn PyBuffer_Release(view: *mut PyBufferView);
+}
+
+/// The memory a buffer-protocol object exports, and the memoryview that keeps it exported.
+pub struct HostExport {
+    pub ptr: *mut u8,
+    pub len: usize,
+    pub readonly: bool,
+    pub view: Py<PyMemoryView>,
+}
+
+/// Whether a buffer of `ndim` dimensions (`shape`, `strides` in bytes, `itemsize` bytes per
+/// item) is one contiguous span, in C or in Fortran order.
+fn contiguous(shape: &[isize], strides: Option<&[isize]>, itemsize: isize) -> bool {
+    let Some(strides) = strides else {
+        return true; // no strides: C-contiguous by definition
+    };
+    if shape.contains(&0) {
+        return true; // no bytes
+    }
+    let dense = |order: &mut dyn Iterator<Item = usize>| {
+        let mut expect = itemsize;
+        for i in order {
+            if shape[i] != 1 && strides[i] != expect {
+                return false;
+            }
+            expect *= shape[i];
+        }
+        true
+    };
+    dense(&mut (0..shape.len()).rev()) || dense(&mut (0..shape.len()))
+}
+
+/// Exports `obj`'s memory through the buffer protocol. `Ok(None)` when `obj` does not support
+/// it. Errors: `ValueError` for memory that is not one contiguous span (a strided NumPy view:
+/// copy it with `numpy.ascontiguousarray`, or register its base).
+pub fn export(obj: &Bound<'_, PyAny>) -> PyResult<Option<HostExport>> {
+    let view = match PyMemoryView::from(obj) {
+        Ok(v) => v,
+        Err(e) if e.is_instance_of::<PyTypeError>(obj.py()) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    // SAFETY: a zeroed Py_buffer is what PyObject_GetBuffer fills; `view` is a live object and
+    // the GIL is held (we have a Bound).
+    let mut b: PyBufferView = unsafe { std::mem::zeroed() };
+    let rc = unsafe { PyObject_GetBuffer(view.as_ptr(), &mut b, PYBUF_RECORDS_RO) };
+    if rc != 0 {
+        return Err(PyErr::fetch(obj.py()));
+    }
+    let ndim = b.ndim.max(0) as usize;
+    // SAFETY: with PyBUF_STRIDES the exporter fills `shape` and `strides` with `ndim` entries
+    // (or leaves them null for ndim 0), valid until the release below.
+    let (shape, strides) = unsafe {
+        let shape = if b.shape.is_null() || ndim == 0 {
+            &[][..]
+        } else {
+            std::slice::from_raw_parts(b.shape, ndim)
+        };
+        let strides =
+            (!b.strides.is_null() && ndim > 0).then(|| std::slice::from_raw_parts(b.strides, ndim));
+        (shape, strides)
+    };
+    let dense = contiguous(shape, strides, b.itemsize);
+    let (ptr, len, readonly) = (b.buf as *mut u8, b.len.max(0) as usize, b.readonly != 0);
+    // SAFETY: `b` was filled by a successful PyObject_GetBuffer and is released once.
+    unsafe { PyBuffer_Release(&mut b) };
+    if !dense {
+        return Err(PyValueError::new_err(format!(
+            "the {} object's memory is not contiguous (strides {:?} for shape {:?}): \
+             register a contiguous copy (numpy.ascontiguousarray) or the array it views",
+            obj.get_type().name()?,
+            strides.map(<[isize]>::to_vec).unwrap_or_default(),
+            shape.to_vec()
+        )));
+    }
+    Ok(Some(HostExport {
+        ptr,
+        len,
+        readonly,
+        view: view.unbind(),
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::contiguous;
+
+    #[test]
+    fn c_and_fortran_orders_are_contiguous_strided_views_are_not() {
+        assert!(contiguous(&[2, 3], None, 4));
+        assert!(contiguous(&[2, 3], Some(&[12, 4]), 4));
+        assert!(contiguous(&[2, 3], Some(&[4, 8]), 4));
+        assert!(contiguous(&[2, 1, 3], Some(&[12, 999, 4]), 4));
+        assert!(contiguous(&[0, 3], Some(&[0, 8]), 4));
+        assert!(!contiguous(&[2, 3], Some(&[24, 4]), 4));
+        assert!(!contiguous(&[4], Some(&[8]), 4));
+        assert!(!contiguous(&[4], Some(&[-4]), 4));
+    }
+}

@@ -1,0 +1,250 @@
+//! Safetensors checkpoints through the engine's loader (`gdpath::checkpoint`): headers checked,
+//! one allocation (a GPU's or host memory), one transfer. `gdpath.safetensors` builds the
+//! tensors from [`Loaded::view`]s (DLPack, zero-copy), so each tensor is a view of the one
+//! allocation and holds it: the allocation is freed when the last tensor is.
+
+use crate::agent::{Agent, Region};
+use crate::dlpack::{View, KDL_CPU, KDL_CUDA};
+use crate::error::IntoPy;
+use crate::transfer::PairReport;
+use gdpath::checkpoint::{self as ck, Destination};
+use pyo3::exceptions::PyIndexError;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use std::path::PathBuf;
+
+/// One tensor of a checkpoint: `name`, `dtype` (the safetensors name: `F32`, `BF16`,
+/// `F8_E4M3`, ...), `shape`, `nbytes`, and `file` (its index in `Checkpoint.files`).
+#[pyclass(module = "gdpath._native", name = "TensorInfo", frozen, get_all)]
+pub struct TensorInfo {
+    pub name: String,
+    pub dtype: String,
+    pub shape: Vec<u64>,
+    pub nbytes: u64,
+    pub file: usize,
+}
+
+#[pymethods]
+impl TensorInfo {
+    fn __repr__(&self) -> String {
+        format!(
+            "TensorInfo(name={:?}, dtype={}, shape={:?}, nbytes={})",
+            self.name, self.dtype, self.shape, self.nbytes
+        )
+    }
+}
+
+/// A checkpoint of one or several safetensors files, every header read and validated, tensor
+/// names unique across files; nothing loaded yet. `Checkpoint(paths)` or
+/// `Checkpoint.open_index("model.safetensors.index.json")`. Errors: `gdpath.CheckpointError`
+/// (kind `checkpoint`) naming the file and the check that failed.
+#[pyclass(module = "gdpath._native", name = "Checkpoint", frozen)]
+pub struct Checkpoint {
+    ck: ck::Checkpoint,
+}
+
+#[pymethods]
+impl Checkpoint {
+    #[new]
+    fn new(py: Python<'_>, paths: Vec<PathBuf>) -> PyResult<Checkpoint> {
+        let ck = py.detach(move || ck::Checkpoint::open(&paths)).py_err(py)?;
+        Ok(Checkpoint { ck })
+    }
+
+    /// The sharded checkpoint an index lists (its shards checked against its weight map).
+    #[staticmethod]
+    fn open_index(py: Python<'_>, index: PathBuf) -> PyResult<Checkpoint> {
+        let ck = py
+            .detach(move || ck::Checkpoint::open_index(&index))
+            .py_err(py)?;
+        Ok(Checkpoint { ck })
+    }
+
+    /// The files, in load order.
+    #[getter]
+    fn files(&self) -> Vec<PathBuf> {
+        self.ck.files.clone()
+    }
+
+    /// Every tensor, file by file, in file order within each.
+    fn tensors(&self) -> Vec<TensorInfo> {
+        self.ck
+            .headers
+            .iter()
+            .enumerate()
+            .flat_map(|(i, h)| {
+                h.tensors.iter().map(move |t| TensorInfo {
+                    name: t.name.clone(),
+                    dtype: format!("{:?}", t.dtype),
+                    shape: t.shape.clone(),
+                    nbytes: t.bytes(),
+                    file: i,
+                })
+            })
+            .collect()
+    }
+
+    /// The `__metadata__` of file `file` (a dict of str; empty without one).
+    #[pyo3(signature = (file=0))]
+    fn metadata<'py>(&self, py: Python<'py>, file: usize) -> PyResult<Bound<'py, PyDict>> {
+        let h = self
+            .ck
+            .headers
+            .get(file)
+            .ok_or_else(|| PyIndexError::new_err(format!("no file {file}")))?;
+        let d = PyDict::new(py);
+        for (k, v) in &h.metadata {
+            d.set_item(k, v)?;
+        }
+        Ok(d)
+    }
+
+    /// Loads every tensor (`names=None`) or those named into one allocation with one transfer:
+    /// on GPU `gpu`, or in host memory (`gpu=None`; `pinned` page-locks it). The GIL is
+    /// released while the bytes move. Errors: `checkpoint` (an unknown name), the engine's
+    /// (`unsupported` without a CUDA driver for a GPU, transfer failures).
+    #[pyo3(signature = (agent, *, gpu=None, names=None, pinned=false))]
+    fn load(
+        &self,
+        py: Python<'_>,
+        agent: &Agent,
+        gpu: Option<u32>,
+        names: Option<Vec<String>>,
+        pinned: bool,
+    ) -> PyResult<Loaded> {
+        let dest = match gpu {
+            Some(g) => Destination::Gpu(g),
+            None => Destination::Host { pinned },
+        };
+        let device = match gpu {
+            Some(g) => (KDL_CUDA, g as i32),
+            None => (KDL_CPU, 0),
+        };
+        let (a, c) = (agent.agent.clone(), self.ck.clone());
+        let loaded = py
+            .detach(move || {
+                let names: Option<Vec<&str>> = names
+                    .as_ref()
+                    .map(|v| v.iter().map(String::as_str).collect());
+                c.load(&a, dest, names.as_deref())
+            })
+            .py_err(py)?;
+        Ok(Loaded {
+            device,
+            pairs: loaded
+                .pairs
+                .iter()
+                .map(|p| Py::new(py, PairReport::from(p)))
+                .collect::<PyResult<_>>()?,
+            tensors: loaded
+                .tensors
+                .iter()
+                .map(|t| TensorInfo {
+                    name: t.name.clone(),
+                    dtype: format!("{:?}", t.dtype),
+                    shape: t.shape.clone(),
+                    nbytes: t.bytes(),
+                    file: t.file,
+                })
+                .collect(),
+            addrs: loaded.tensors.iter().map(|t| t.addr).collect(),
+            inner: loaded,
+        })
+    }
+
+    fn __repr__(&self) -> String {
+        format!("gdpath.Checkpoint(files={:?})", self.ck.files)
+    }
+}
+
+/// A loaded checkpoint: the allocation and its tensors. `view(i)` exports tensor `i`'s bytes
+/// through DLPack (each export holds the allocation); `path`, `finding`, `pairs`, `elapsed`,
+/// `gbps` say how the bytes came.
+#[pyclass(module = "gdpath._native", name = "LoadedCheckpoint", frozen)]
+pub struct Loaded {
+    inner: ck::LoadedCheckpoint,
+    device: (i32, i32),
+    tensors: Vec<TensorInfo>,
+    addrs: Vec<u64>,
+    pairs: Vec<Py<PairReport>>,
+}
+
+#[pymethods]
+impl Loaded {
+    /// The tensors loaded, in plan order.
+    #[getter]
+    fn tensors(&self, py: Python<'_>) -> PyResult<Vec<Py<TensorInfo>>> {
+        self.tensors
+            .iter()
+            .map(|t| {
+                Py::new(
+                    py,
+                    TensorInfo {
+                        name: t.name.clone(),
+                        dtype: t.dtype.clone(),
+                        shape: t.shape.clone(),
+                        nbytes: t.nbytes,
+                        file: t.file,
+                    },
+                )
+            })
+            .collect()
+    }
+
+    /// Tensor `i`'s bytes as a DLPack-exportable view (1-D `uint8`).
+    fn view(&self, i: usize) -> PyResult<View> {
+        let t = self
+            .tensors
+            .get(i)
+            .ok_or_else(|| PyIndexError::new_err(format!("no tensor {i}")))?;
+        Ok(View::new(
+            self.inner.region.clone(),
+            self.addrs[i],
+            t.nbytes,
+            self.device,
+        ))
+    }
+
+    /// The allocation as a `Region` (to post transfers from it).
+    #[getter]
+    fn region(&self) -> Region {
+        Region::made(self.inner.region.clone(), "checkpoint")
+    }
+
+    /// The path of the first read (`posix-direct`, `gds-native`, ...), `None` if nothing was
+    /// read.
+    #[getter]
+    fn path(&self) -> Option<String> {
+        self.inner.path.as_ref().map(gdpath::Path::name)
+    }
+
+    /// Why the preferred path was not taken for the first read, if it was not.
+    #[getter]
+    fn finding(&self) -> Option<String> {
+        self.inner.finding.as_ref().map(|f| f.as_str().to_owned())
+    }
+
+    /// One report per read (a read per file, or per run of adjacent tensors).
+    #[getter]
+    fn pairs(&self, py: Python<'_>) -> Vec<Py<PairReport>> {
+        self.pairs.iter().map(|p| p.clone_ref(py)).collect()
+    }
+
+    /// Tensor bytes loaded.
+    #[getter]
+    fn tensor_bytes(&self) -> u64 {
+        self.inner.tensor_bytes
+    }
+
+    /// Seconds from the call to the last byte in place.
+    #[getter]
+    fn elapsed(&self) -> f64 {
+        self.inner.elapsed.as_secs_f64()
+    }
+
+    /// Tensor bytes per second of `elapsed`, GB/s (1e9 B/s).
+    #[getter]
+    fn gbps(&self) -> f64 {
+        self.inner.gbps()
+    }
+}

@@ -1,0 +1,153 @@
+//! Engine errors as Python exceptions. The classes are defined in Python
+//! (`python/gdpath/errors.py`: `GdpathError` with `.kind` and `.finding`, and subclasses chosen
+//! by kind); this module hands each error's kind, message, finding id and details to
+//! `gdpath.errors._from_native`, which builds the exception.
+
+use gdpath::checkpoint::LoadError;
+use gdpath::{Error, PairOutcome, TransferError};
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyDict, PyList};
+
+static FROM_NATIVE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+
+/// An exception of kind `kind` (an engine [`Error::kind`], `checkpoint`, or one of the
+/// binding's own: `usage`, `topology`) with `message`, the finding id that explains it and
+/// `details` (attributes set on the exception).
+pub fn raise(
+    py: Python<'_>,
+    kind: &str,
+    message: &str,
+    finding: Option<&str>,
+    details: Option<Bound<'_, PyDict>>,
+) -> PyErr {
+    let make = FROM_NATIVE.get_or_try_init(py, || -> PyResult<Py<PyAny>> {
+        Ok(py
+            .import("gdpath.errors")?
+            .getattr("_from_native")?
+            .unbind())
+    });
+    let made = make.and_then(|f| f.bind(py).call1((kind, message, finding, details)));
+    match made {
+        Ok(exc) => PyErr::from_value(exc),
+        // The package is broken (errors.py missing): say so rather than lose the error.
+        Err(e) => e,
+    }
+}
+
+/// The finding id an engine error carries (refusals and strict-mode failures).
+fn finding_of(e: &Error) -> Option<String> {
+    match e {
+        Error::Refused { finding, .. } | Error::PathNotAccepted { finding, .. } => {
+            finding.as_ref().map(|f| f.as_str().to_owned())
+        }
+        _ => None,
+    }
+}
+
+/// Details an engine error names (set as attributes): the descriptor index, the side, the
+/// planned path of a strict-mode failure.
+fn details_of<'py>(py: Python<'py>, e: &Error) -> PyResult<Option<Bound<'py, PyDict>>> {
+    let d = PyDict::new(py);
+    match e {
+        Error::OutOfBounds { index, side, .. } => {
+            d.set_item("index", index)?;
+            d.set_item("side", side.to_string())?;
+        }
+        Error::PairLengthMismatch { index, .. }
+        | Error::NoPath { index, .. }
+        | Error::Refused { index, .. } => d.set_item("index", index)?,
+        Error::PathNotAccepted { index, planned, .. } => {
+            d.set_item("index", index)?;
+            d.set_item("planned", planned.as_ref().map(|p| p.name()))?;
+        }
+        _ => return Ok(None),
+    }
+    Ok(Some(d))
+}
+
+/// An engine error as a Python exception.
+pub fn engine(py: Python<'_>, e: &Error) -> PyErr {
+    let details = details_of(py, e).unwrap_or(None);
+    raise(
+        py,
+        e.kind(),
+        &e.to_string(),
+        finding_of(e).as_deref(),
+        details,
+    )
+}
+
+/// A failed, cancelled or timed-out transfer: the cause's kind and finding, and `outcomes` (one
+/// `(index, "done" | "failed" | "not_done", detail)` per pair: the pair's report, its error's
+/// message, or `None`).
+pub fn transfer(py: Python<'_>, e: &TransferError) -> PyErr {
+    let build = || -> PyResult<Bound<'_, PyDict>> {
+        let outcomes = PyList::empty(py);
+        for o in &e.outcomes {
+            let item = match o {
+                PairOutcome::Done(r) => (
+                    r.index,
+                    "done",
+                    Bound::new(py, crate::transfer::PairReport::from(r))?.into_any(),
+                ),
+                PairOutcome::Failed { index, error } => (
+                    *index,
+                    "failed",
+                    error.to_string().into_pyobject(py)?.into_any(),
+                ),
+                PairOutcome::NotDone { index } => (*index, "not_done", py.None().into_bound(py)),
+            };
+            outcomes.append(item)?;
+        }
+        let d = details_of(py, &e.error)?.unwrap_or_else(|| PyDict::new(py));
+        d.set_item("outcomes", outcomes)?;
+        d.set_item("transfer_failed", true)?;
+        Ok(d)
+    };
+    match build() {
+        Ok(d) => raise(
+            py,
+            e.error.kind(),
+            &e.to_string(),
+            finding_of(&e.error).as_deref(),
+            Some(d),
+        ),
+        Err(err) => err,
+    }
+}
+
+/// A checkpoint load's error: `checkpoint` for a malformed file or index, the engine's kind
+/// for the rest.
+pub fn load(py: Python<'_>, e: &LoadError) -> PyErr {
+    match e {
+        LoadError::Engine { error, .. } => {
+            let details = details_of(py, error).unwrap_or(None);
+            raise(
+                py,
+                error.kind(),
+                &e.to_string(),
+                finding_of(error).as_deref(),
+                details,
+            )
+        }
+        LoadError::Checkpoint { .. } => raise(py, e.kind(), &e.to_string(), None, None),
+    }
+}
+
+/// `Result<T, gdpath::Error>` → `PyResult<T>`.
+pub trait IntoPy<T> {
+    fn py_err(self, py: Python<'_>) -> PyResult<T>;
+}
+
+impl<T> IntoPy<T> for Result<T, Error> {
+    fn py_err(self, py: Python<'_>) -> PyResult<T> {
+        self.map_err(|e| engine(py, &e))
+    }
+}
+
+impl<T> IntoPy<T> for Result<T, LoadError> {
+    fn py_err(self, py: Python<'_>) -> PyResult<T> {
+        self.map_err(|e| load(py, &e))
+    }
+}

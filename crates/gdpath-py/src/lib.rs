@@ -1,0 +1,46 @@
+//! The Python module `gdpath` (its native part, `gdpath._native`): the engine's agent,
+//! registration of Python objects in place (buffer protocol, DLPack,
+//! `__cuda_array_interface__`), transfers that release the GIL and complete into asyncio
+//! through an eventfd, the network, safetensors checkpoints through the engine's loader, and
+//! the topology and doctor documents. It parses and presents; every rule is the engine's.
+//! The Python half (`python/gdpath`) holds the exceptions, the asyncio glue and
+//! `gdpath.safetensors`. Reference: `docs/python.md`.
+
+mod agent;
+mod buffer;
+mod checkpoint;
+mod dlpack;
+mod docs;
+mod error;
+mod memory;
+mod net;
+mod transfer;
+mod waker;
+
+use pyo3::prelude::*;
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<agent::Agent>()?;
+    m.add_class::<agent::Region>()?;
+    m.add_class::<agent::Descriptor>()?;
+    m.add_class::<memory::File>()?;
+    m.add_class::<transfer::Transfer>()?;
+    m.add_class::<transfer::TransferReport>()?;
+    m.add_class::<transfer::PairReport>()?;
+    m.add_class::<transfer::PlannedPair>()?;
+    m.add_class::<waker::Waker>()?;
+    m.add_class::<net::Server>()?;
+    m.add_class::<net::Peer>()?;
+    m.add_class::<net::RemoteRegion>()?;
+    m.add_class::<net::Notification>()?;
+    m.add_class::<checkpoint::Checkpoint>()?;
+    m.add_class::<checkpoint::Loaded>()?;
+    m.add_class::<checkpoint::TensorInfo>()?;
+    m.add_class::<dlpack::View>()?;
+    m.add_function(wrap_pyfunction!(docs::topo_json, m)?)?;
+    m.add_function(wrap_pyfunction!(docs::doctor_json, m)?)?;
+    m.add("NOTIFICATION_TOKEN", agent::NOTIFICATION_TOKEN)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

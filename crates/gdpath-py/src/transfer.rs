@@ -1,0 +1,292 @@
+//! Posted transfers and their reports. `Transfer` shares the engine's transfer between the
+//! Python object, waiters (which release the GIL) and the asyncio machinery: completion is
+//! signalled through [`crate::waker::Waker`] from the engine's completion hook
+//! ([`gdpath::Transfer::on_complete`]), so `await transfer` never polls.
+
+use crate::error;
+use crate::waker::{Inner as WakerInner, Waker};
+use pyo3::prelude::*;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// One descriptor pair's result: `index`, `bytes`, the `path` that moved it (`posix-direct`,
+/// `h2d-pinned`, `ucx:tcp`, ...), the `finding` id that says why it was not the preferred path
+/// (`None` when it was), and `elapsed` seconds from its first I/O to its last completion.
+#[pyclass(module = "gdpath._native", name = "PairReport", frozen, get_all)]
+pub struct PairReport {
+    pub index: usize,
+    pub bytes: u64,
+    pub path: String,
+    pub finding: Option<String>,
+    pub elapsed: f64,
+}
+
+impl From<&gdpath::PairReport> for PairReport {
+    fn from(p: &gdpath::PairReport) -> Self {
+        PairReport {
+            index: p.index,
+            bytes: p.bytes,
+            path: p.path.name(),
+            finding: p.finding.as_ref().map(|f| f.as_str().to_owned()),
+            elapsed: p.elapsed.as_secs_f64(),
+        }
+    }
+}
+
+#[pymethods]
+impl PairReport {
+    fn __repr__(&self) -> String {
+        format!(
+            "PairReport(index={}, bytes={}, path={:?}, finding={:?}, elapsed={:.6})",
+            self.index, self.bytes, self.path, self.finding, self.elapsed
+        )
+    }
+}
+
+/// A completed transfer: `bytes` moved, `elapsed` seconds from post to the last completion,
+/// `pairs` (one [`PairReport`] per descriptor pair, in request order), `paths` (the distinct
+/// paths in first-use order) and `gbps` (bytes / elapsed in GB/s, 1e9 B/s).
+#[pyclass(module = "gdpath._native", name = "TransferReport", frozen, get_all)]
+pub struct TransferReport {
+    pub bytes: u64,
+    pub elapsed: f64,
+    pub gbps: f64,
+    pub pairs: Vec<Py<PairReport>>,
+    pub paths: Vec<String>,
+}
+
+impl TransferReport {
+    pub fn new(py: Python<'_>, r: &gdpath::TransferReport) -> PyResult<TransferReport> {
+        Ok(TransferReport {
+            bytes: r.bytes,
+            elapsed: r.elapsed.as_secs_f64(),
+            gbps: r.gbps(),
+            pairs: r
+                .pairs
+                .iter()
+                .map(|p| Py::new(py, PairReport::from(p)))
+                .collect::<PyResult<_>>()?,
+            paths: r.paths().iter().map(gdpath::Path::name).collect(),
+        })
+    }
+}
+
+#[pymethods]
+impl TransferReport {
+    fn __repr__(&self) -> String {
+        format!(
+            "TransferReport(bytes={}, elapsed={:.6}, gbps={:.3}, paths={:?})",
+            self.bytes, self.elapsed, self.gbps, self.paths
+        )
+    }
+}
+
+/// The planner's choice for one pair, before any byte moves: `index`, `backend`, `path`,
+/// `finding` (why not the preferred path) and `detail` (the evidence).
+#[pyclass(module = "gdpath._native", name = "PlannedPair", frozen, get_all)]
+pub struct PlannedPair {
+    pub index: usize,
+    pub backend: String,
+    pub path: String,
+    pub finding: Option<String>,
+    pub detail: Option<String>,
+}
+
+impl From<&gdpath::PlannedPair> for PlannedPair {
+    fn from(p: &gdpath::PlannedPair) -> Self {
+        PlannedPair {
+            index: p.index,
+            backend: p.backend.to_owned(),
+            path: p.path.name(),
+            finding: p.finding.as_ref().map(|f| f.as_str().to_owned()),
+            detail: p.detail.clone(),
+        }
+    }
+}
+
+#[pymethods]
+impl PlannedPair {
+    fn __repr__(&self) -> String {
+        format!(
+            "PlannedPair(index={}, backend={:?}, path={:?}, finding={:?})",
+            self.index, self.backend, self.path, self.finding
+        )
+    }
+}
+
+/// A posted transfer. `wait(timeout=None)` blocks (without the GIL) and returns the
+/// [`TransferReport`] or raises; `done()` says whether every pair has completed; `cancel()`
+/// starts no more I/O; `report` is the report once done (`None` before; raises if it failed);
+/// `await transfer` waits in asyncio without blocking the loop. Dropping it lets it finish in
+/// the background (its regions stay alive until then).
+#[pyclass(module = "gdpath._native", name = "Transfer", frozen)]
+pub struct Transfer {
+    pub(crate) inner: Arc<gdpath::Transfer>,
+    /// When the request's deadline passes, if it has one (asyncio's wake-up for it).
+    deadline: Option<Instant>,
+    cancelled: Mutex<bool>,
+    /// The event loops awaiting it (`_notify`), woken by `cancel` too.
+    awaiting: Mutex<Vec<(Arc<WakerInner>, u64)>>,
+}
+
+impl Transfer {
+    pub fn new(t: gdpath::Transfer, deadline: Option<Instant>) -> Transfer {
+        Transfer {
+            inner: Arc::new(t),
+            deadline,
+            cancelled: Mutex::new(false),
+            awaiting: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn result(&self, py: Python<'_>, timeout: Option<Duration>) -> PyResult<TransferReport> {
+        let t = self.inner.clone();
+        let r = py.detach(move || t.wait_shared(timeout));
+        match r {
+            Ok(rep) => TransferReport::new(py, &rep),
+            Err(e) => Err(error::transfer(py, &e)),
+        }
+    }
+}
+
+#[pymethods]
+impl Transfer {
+    /// Waits for every pair (the GIL released) up to `timeout` seconds (`None`: up to the
+    /// request's deadline, else until done) and returns the report. Raises the engine's error
+    /// as a `gdpath.TransferError` (with `.kind`, `.finding`, `.outcomes`): the first pair's
+    /// failure, `cancelled`, or `deadline_exceeded` — a timeout cancels the transfer, as the
+    /// engine's `wait_timeout` does. After the end it returns (or raises) the same at once.
+    #[pyo3(signature = (timeout=None))]
+    fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<TransferReport> {
+        let timeout = timeout.map(seconds).transpose()?;
+        self.result(py, timeout)
+    }
+
+    /// True once every pair has completed (successfully or not). Progresses a poll-driven
+    /// backend (the network's) once.
+    fn done(&self, py: Python<'_>) -> bool {
+        let t = self.inner.clone();
+        py.detach(move || t.poll().finished)
+    }
+
+    /// Starts no more I/O: pairs not started end as `cancelled`; I/O in the kernel completes.
+    /// An `await` of the transfer returns at once (raising `gdpath.Cancelled`).
+    fn cancel(&self) {
+        self.inner.cancel();
+        *self.cancelled.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        for (w, token) in self
+            .awaiting
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+        {
+            w.signal(*token);
+        }
+    }
+
+    /// Whether `cancel()` was called.
+    #[getter]
+    fn cancelled(&self) -> bool {
+        *self.cancelled.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The report once every pair has completed, else `None`; raises the transfer's error if
+    /// it failed.
+    #[getter]
+    fn report(&self, py: Python<'_>) -> PyResult<Option<TransferReport>> {
+        if !self.done(py) {
+            return Ok(None);
+        }
+        self.result(py, Some(Duration::ZERO)).map(Some)
+    }
+
+    /// The planner's choice per pair (made at post).
+    #[getter]
+    fn plan(&self) -> Vec<PlannedPair> {
+        self.inner.plan().iter().map(PlannedPair::from).collect()
+    }
+
+    /// The transfer's id, unique within its agent.
+    #[getter]
+    fn id(&self) -> u64 {
+        self.inner.id()
+    }
+
+    /// Seconds until the request's deadline (negative once passed); `None` without one.
+    #[getter]
+    fn deadline_in(&self) -> Option<f64> {
+        self.deadline.map(|d| {
+            let now = Instant::now();
+            if d >= now {
+                (d - now).as_secs_f64()
+            } else {
+                -(now - d).as_secs_f64()
+            }
+        })
+    }
+
+    /// Whether completion needs something to progress a poll-driven backend (the network
+    /// backend): `await` then waits on a thread of its own.
+    #[getter]
+    fn needs_progress(&self) -> bool {
+        self.inner.needs_progress()
+    }
+
+    /// Asks `waker` to be signalled with `token` when every pair has completed (at once if
+    /// they have). For the asyncio machinery (`gdpath._aio`); a transfer that needs progress
+    /// also gets a thread that waits on it (the GIL released) until it ends.
+    fn _notify(&self, waker: &Waker, token: u64) -> PyResult<()> {
+        let w = waker.handle();
+        self.awaiting
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((w.clone(), token));
+        self.inner.on_complete(move || w.signal(token));
+        if self.inner.needs_progress() {
+            let t = self.inner.clone();
+            // Nothing else progresses the network backend of a client: this thread's wait
+            // does, and the hook above runs inside it. It ends when the transfer does (bounded
+            // by its deadline and the backend's operation timeout), or at once if cancelled.
+            std::thread::Builder::new()
+                .name("gdpath-await".into())
+                .spawn(move || {
+                    let _ = t.wait_shared(None);
+                })
+                .map_err(|e| {
+                    pyo3::exceptions::PyOSError::new_err(format!(
+                        "cannot start the thread that progresses the transfer: {e}"
+                    ))
+                })?;
+        }
+        Ok(())
+    }
+
+    /// `await transfer`: the report, or the transfer's error (see `gdpath._aio`).
+    fn __await__<'py>(slf: Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        py.import("gdpath._aio")?
+            .call_method1("wait_transfer", (slf,))?
+            .call_method0("__await__")
+    }
+
+    fn __repr__(&self) -> String {
+        let s = self.inner.poll();
+        format!(
+            "gdpath.Transfer(id={}, pairs_done={}/{}, bytes_done={}, finished={})",
+            self.inner.id(),
+            s.pairs_done,
+            s.pairs,
+            s.bytes_done,
+            s.finished
+        )
+    }
+}
+
+/// `s` seconds as a duration. Errors: `ValueError` for a negative or not-finite number.
+pub fn seconds(s: f64) -> PyResult<Duration> {
+    Duration::try_from_secs_f64(s).map_err(|_| {
+        pyo3::exceptions::PyValueError::new_err(format!(
+            "{s} is not a number of seconds (finite and not negative)"
+        ))
+    })
+}
