@@ -53,28 +53,6 @@ pub struct HostExport {
     pub view: Py<PyMemoryView>,
 }
 
-/// Whether a buffer of `ndim` dimensions (`shape`, `strides` in bytes, `itemsize` bytes per
-/// item) is one contiguous span, in C or in Fortran order.
-fn contiguous(shape: &[isize], strides: Option<&[isize]>, itemsize: isize) -> bool {
-    let Some(strides) = strides else {
-        return true; // no strides: C-contiguous by definition
-    };
-    if shape.contains(&0) {
-        return true; // no bytes
-    }
-    let dense = |order: &mut dyn Iterator<Item = usize>| {
-        let mut expect = itemsize;
-        for i in order {
-            if shape[i] != 1 && strides[i] != expect {
-                return false;
-            }
-            expect *= shape[i];
-        }
-        true
-    };
-    dense(&mut (0..shape.len()).rev()) || dense(&mut (0..shape.len()))
-}
-
 /// Exports `obj`'s memory through the buffer protocol. `Ok(None)` when `obj` does not support
 /// it. Errors: `ValueError` for memory that is not one contiguous span (a strided NumPy view:
 /// copy it with `numpy.ascontiguousarray`, or register its base).
@@ -104,7 +82,9 @@ pub fn export(obj: &Bound<'_, PyAny>) -> PyResult<Option<HostExport>> {
             (!b.strides.is_null() && ndim > 0).then(|| std::slice::from_raw_parts(b.strides, ndim));
         (shape, strides)
     };
-    let dense = contiguous(shape, strides, b.itemsize);
+    let shape64: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
+    let strides64: Option<Vec<i64>> = strides.map(|s| s.iter().map(|&d| d as i64).collect());
+    let dense = crate::memory::contiguous(&shape64, strides64.as_deref(), b.itemsize as i64);
     let (ptr, len, readonly) = (b.buf as *mut u8, b.len.max(0) as usize, b.readonly != 0);
     // SAFETY: `b` was filled by a successful PyObject_GetBuffer and is released once.
     unsafe { PyBuffer_Release(&mut b) };
@@ -123,21 +103,4 @@ pub fn export(obj: &Bound<'_, PyAny>) -> PyResult<Option<HostExport>> {
         readonly,
         view: view.unbind(),
     }))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::contiguous;
-
-    #[test]
-    fn c_and_fortran_orders_are_contiguous_strided_views_are_not() {
-        assert!(contiguous(&[2, 3], None, 4));
-        assert!(contiguous(&[2, 3], Some(&[12, 4]), 4));
-        assert!(contiguous(&[2, 3], Some(&[4, 8]), 4));
-        assert!(contiguous(&[2, 1, 3], Some(&[12, 999, 4]), 4));
-        assert!(contiguous(&[0, 3], Some(&[0, 8]), 4));
-        assert!(!contiguous(&[2, 3], Some(&[24, 4]), 4));
-        assert!(!contiguous(&[4], Some(&[8]), 4));
-        assert!(!contiguous(&[4], Some(&[-4]), 4));
-    }
 }

@@ -159,7 +159,7 @@ pub fn import(obj: &Bound<'_, PyAny>) -> PyResult<Imported> {
     let len = elems
         .and_then(|e| e.checked_mul(item))
         .ok_or_else(|| PyValueError::new_err(format!("DLPack shape {shape:?} is invalid")))?;
-    if !contiguous(shape, strides) {
+    if !crate::memory::contiguous(shape, strides, 1) {
         return Err(PyValueError::new_err(format!(
             "the tensor's memory is not contiguous (strides {:?} for shape {shape:?}): register \
              a contiguous copy (.contiguous()) or the tensor it views",
@@ -175,25 +175,6 @@ pub fn import(obj: &Bound<'_, PyAny>) -> PyResult<Imported> {
         readonly,
         capsule: capsule.clone().unbind(),
     })
-}
-
-/// Whether strides (in elements; none means C order) make one dense span, C or Fortran order.
-fn contiguous(shape: &[i64], strides: Option<&[i64]>) -> bool {
-    let Some(strides) = strides else { return true };
-    if shape.contains(&0) {
-        return true;
-    }
-    let dense = |order: &mut dyn Iterator<Item = usize>| {
-        let mut expect = 1i64;
-        for i in order {
-            if shape[i] != 1 && strides[i] != expect {
-                return false;
-            }
-            expect = expect.saturating_mul(shape[i]);
-        }
-        true
-    };
-    dense(&mut (0..shape.len()).rev()) || dense(&mut (0..shape.len()))
 }
 
 // ---------------------------------------------------------------------------------------------

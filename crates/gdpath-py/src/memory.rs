@@ -258,24 +258,33 @@ fn cuda_array(cai: &Bound<'_, PyDict>) -> PyResult<(u64, u64, bool)> {
         .ok_or_else(|| PyValueError::new_err(format!("shape {shape:?} overflows")))?;
     if let Some(strides) = cai.get_item("strides")?.filter(|s| !s.is_none()) {
         let strides: Vec<i64> = strides.extract()?;
-        let dense = |order: &mut dyn Iterator<Item = usize>| {
-            let mut expect = item as i64;
-            for i in order {
-                if shape[i] != 1 && strides[i] != expect {
-                    return false;
-                }
-                expect = expect.saturating_mul(shape[i] as i64);
-            }
-            true
-        };
-        let ok = len == 0
-            || strides.len() == shape.len()
-                && (dense(&mut (0..shape.len()).rev()) || dense(&mut (0..shape.len())));
-        if !ok {
+        let shape64: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
+        if strides.len() != shape.len() || !contiguous(&shape64, Some(&strides), item as i64) {
             return Err(PyValueError::new_err(format!(
                 "the CUDA array is not contiguous (strides {strides:?} for shape {shape:?})"
             )));
         }
     }
     Ok((ptr, len, readonly))
+}
+
+/// Whether `shape` with `strides` (in multiples of `unit`: bytes with `unit` the item size, or
+/// elements with `unit` 1; `None` means C order) is one dense span, in C or in Fortran order:
+/// the memory of the buffer protocol, DLPack and `__cuda_array_interface__` alike.
+pub fn contiguous(shape: &[i64], strides: Option<&[i64]>, unit: i64) -> bool {
+    let Some(strides) = strides else { return true };
+    if shape.contains(&0) {
+        return true; // no bytes
+    }
+    let dense = |order: &mut dyn Iterator<Item = usize>| {
+        let mut expect = unit;
+        for i in order {
+            if shape[i] != 1 && strides[i] != expect {
+                return false;
+            }
+            expect = expect.saturating_mul(shape[i]);
+        }
+        true
+    };
+    dense(&mut (0..shape.len()).rev()) || dense(&mut (0..shape.len()))
 }

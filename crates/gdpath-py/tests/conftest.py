@@ -1,0 +1,81 @@
+"""Shared fixtures of gdpath's pytest suite (CPU; GPU tests are in test_gpu.py and skip with
+their reason where no GPU is usable).
+
+The suite runs with the package installed in the venv that ``scripts/setup.sh`` makes, after
+``cargo test --workspace`` (which builds the ``gdpath`` binary the document tests compare
+with): ``.venv/bin/python -m pytest crates/gdpath-py/tests``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+import gdpath
+
+REPO = Path(__file__).resolve().parents[3]
+FIXTURES = REPO / "fixtures"
+
+
+def disk_dir() -> str:
+    """A directory on a disk file system (O_DIRECT works there, unlike tmpfs): under the
+    repository's target folder, like the Rust tests' scratch directories."""
+    base = Path(os.environ.get("CARGO_TARGET_DIR", REPO / "target")) / "pytest-scratch"
+    base.mkdir(parents=True, exist_ok=True)
+    return tempfile.mkdtemp(dir=base)
+
+
+@pytest.fixture
+def scratch():
+    d = disk_dir()
+    yield Path(d)
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def agent() -> gdpath.Agent:
+    return gdpath.Agent(name="pytest")
+
+
+def gdpath_bin() -> Path:
+    """The ``gdpath`` binary: ``$GDPATH_BIN``, else the workspace's debug build (built here
+    when missing, so the suite also runs on its own)."""
+    if os.environ.get("GDPATH_BIN"):
+        return Path(os.environ["GDPATH_BIN"])
+    target = Path(os.environ.get("CARGO_TARGET_DIR", REPO / "target"))
+    b = target / "debug" / "gdpath"
+    if not b.exists():
+        subprocess.run(
+            ["cargo", "build", "-q", "--locked", "-p", "gdpath-cli"], cwd=REPO, check=True
+        )
+    return b
+
+
+def minilm() -> Path | None:
+    """The real MiniLM checkpoint (scripts/fetch-minilm.sh), or None with the reason printed;
+    ``GDPATH_REQUIRE_MINILM=1`` (CI) makes its absence a failure."""
+    if os.environ.get("GDPATH_MINILM"):
+        return Path(os.environ["GDPATH_MINILM"])
+    out = subprocess.run(
+        ["bash", str(REPO / "scripts" / "fetch-minilm.sh")], capture_output=True, text=True
+    )
+    if out.returncode == 0:
+        return Path(out.stdout.strip())
+    why = f"fetch-minilm.sh failed ({out.returncode}): {out.stderr.strip()}"
+    if os.environ.get("GDPATH_REQUIRE_MINILM") == "1":
+        pytest.fail(f"GDPATH_REQUIRE_MINILM=1 but {why}")
+    print(f"SKIPPED: the MiniLM checkpoint is not available: {why}", file=sys.stderr)
+    return None
+
+
+def net_agent(name: str) -> gdpath.Agent:
+    """An agent whose UCX traffic stays on the loopback interface, as the Rust network tests'."""
+    a = gdpath.Agent(name=name)
+    a.enable_net(devices="lo")
+    return a

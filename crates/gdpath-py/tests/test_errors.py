@@ -1,0 +1,97 @@
+"""Every bad input the engine refuses is refused from Python with the engine's kind (the
+strings of ``gdpath::Error::kind()``, the CLI's ``gdpath.error/1`` kinds), as a
+``gdpath.GdpathError`` subclass, before any byte moves."""
+
+from __future__ import annotations
+
+import pytest
+
+import gdpath
+
+
+@pytest.fixture
+def setup(agent, scratch):
+    (scratch / "f").write_bytes(b"\7" * 10_000)
+    f = agent.register(gdpath.File(str(scratch / "f")))
+    buf = bytearray(4096)
+    return agent, f, agent.register(buf), buf, scratch
+
+
+def kind_of(fn) -> gdpath.GdpathError:
+    with pytest.raises(gdpath.GdpathError) as e:
+        fn()
+    return e.value
+
+
+def test_descriptor_errors(setup):
+    agent, f, dst, buf, _ = setup
+    cases = {
+        "out_of_bounds": lambda: agent.post("read", dst.desc(4000, 200), f.desc(0, 200)),
+        "list_length_mismatch": lambda: agent.post("read", [dst[0:10], dst[10:20]], [f.desc(0, 10)]),
+        "pair_length_mismatch": lambda: agent.post("read", dst.desc(0, 10), f.desc(0, 11)),
+        "short_file": lambda: agent.post("read", dst.desc(0, 100), f.desc(9_950, 100)),
+        "read_only": lambda: agent.post("write", dst.desc(0, 10), f.desc(0, 10)),
+    }
+    for kind, fn in cases.items():
+        e = kind_of(fn)
+        assert e.kind == kind, (kind, e)
+        assert isinstance(e, (gdpath.DescriptorError, gdpath.ReadOnlyMemoryError)), e
+    e = kind_of(cases["out_of_bounds"])
+    assert (e.index, e.side) == (0, "local")
+    assert buf == bytearray(4096), "nothing moved"
+    assert dst.in_flight == 0
+
+
+def test_regions_of_another_agent_and_deregistered_ones(setup):
+    agent, f, dst, _, _ = setup
+    other = gdpath.Agent()
+    theirs = other.register(bytearray(4096))
+    assert kind_of(lambda: agent.post("read", theirs, f.desc(0, 4096))).kind == "foreign_region"
+    assert kind_of(lambda: agent.deregister(theirs)).kind == "foreign_region"
+    mine = agent.register(bytearray(4096))
+    agent.deregister(mine)
+    assert kind_of(lambda: agent.post("read", mine, f.desc(0, 4096))).kind == "deregistered"
+
+
+def test_files_that_cannot_be_registered(setup):
+    agent, _, _, _, scratch = setup
+    e = kind_of(lambda: agent.register(gdpath.File(str(scratch / "missing"))))
+    assert e.kind == "open" and isinstance(e, OSError) and "missing" in str(e)
+    e = kind_of(lambda: agent.register(gdpath.File(str(scratch))))
+    assert e.kind == "not_a_file"
+    with pytest.raises(ValueError, match="mode"):
+        gdpath.File(str(scratch / "f"), "rw")
+    with pytest.raises(ValueError, match="direct"):
+        gdpath.File(str(scratch / "f"), direct="sometimes")
+
+
+def test_timeouts_and_network_arguments(setup):
+    agent, f, dst, _, _ = setup
+    with pytest.raises(ValueError, match="seconds"):
+        agent.post("read", dst, f.desc(0, 4096), timeout=-1.0)
+    with pytest.raises(ValueError, match="op"):
+        agent.post("copy", dst, f.desc(0, 4096))
+    with pytest.raises(TypeError):
+        agent.post("read", "dst", f.desc(0, 4096))
+    e = kind_of(lambda: agent.serve("0.0.0.0:0"))
+    assert e.kind == "config" and "token" in str(e)
+    e = kind_of(lambda: agent.serve("127.0.0.1:0", token="short"))
+    assert e.kind == "config" and "too short" in str(e)
+
+
+def test_checkpoint_errors_are_of_kind_checkpoint(scratch):
+    (scratch / "bad.safetensors").write_bytes(b"\x05\x00\x00\x00\x00\x00\x00\x00{nope")
+    with pytest.raises(gdpath.CheckpointError) as e:
+        gdpath.Checkpoint([str(scratch / "bad.safetensors")])
+    assert e.value.kind == "checkpoint" and "bad.safetensors" in str(e.value)
+    with pytest.raises(gdpath.CheckpointError):
+        gdpath.Checkpoint([])
+
+
+def test_doctor_and_topo_arguments(scratch):
+    e = kind_of(lambda: gdpath.doctor(paths=[str(scratch / "nope")]))
+    assert e.kind == "usage" and "not a directory" in str(e)
+    e = kind_of(lambda: gdpath.topo(snapshot=str(scratch / "none.tar.gz")))
+    assert e.kind == "topology"
+    with pytest.raises(ValueError, match="at most one"):
+        gdpath.topo(snapshot="a", nccl_xml="b")

@@ -1,0 +1,170 @@
+"""Registration in place: the buffer protocol (NumPy, bytearray, memoryview, bytes, mmap),
+DLPack from NumPy, the objects kept alive by their regions, read-only memory, and what cannot
+be registered."""
+
+from __future__ import annotations
+
+import gc
+import mmap
+import weakref
+
+import numpy as np
+import pytest
+
+import gdpath
+
+
+def write_file(agent, path, data: bytes) -> gdpath.Region:
+    f = agent.register(gdpath.File(str(path), "w"))
+    src = agent.register(bytearray(data))
+    agent.post("write", src, f.desc(0, len(data))).wait()
+    return f
+
+
+def test_a_numpy_array_is_read_into_in_place(agent, scratch):
+    data = np.random.default_rng(1).integers(0, 256, 3 << 20, dtype=np.uint8)
+    f = write_file(agent, scratch / "src", data.tobytes())
+    arr = np.zeros(data.size // 4, dtype=np.float32)  # another dtype: the bytes count
+    r = agent.register(arr)
+    assert (len(r), r.kind, r.device, r.source, r.read_only) == (
+        arr.nbytes, "host (pageable)", "cpu", "buffer", False)
+    assert r.obj is arr
+    rep = agent.post("read", r, f.desc(0, arr.nbytes)).wait()
+    assert rep.bytes == arr.nbytes
+    # Zero-copy: the array itself holds the file's bytes.
+    assert arr.tobytes() == data.tobytes()
+
+
+def test_every_buffer_kind_is_written_from_in_place(agent, scratch):
+    payload = bytes(range(256)) * 64
+    m = mmap.mmap(-1, len(payload))
+    m[:] = payload
+    for obj in (bytearray(payload), memoryview(bytearray(payload)), payload, m,
+                np.frombuffer(payload, dtype=np.uint8).copy()):
+        r = agent.register(obj)
+        out = scratch / f"out-{type(obj).__name__}"
+        f = agent.register(gdpath.File(str(out), "w"))
+        rep = agent.post("write", r, f.desc(0, len(payload))).wait()
+        assert rep.bytes == len(payload)
+        assert out.read_bytes() == payload, type(obj)
+    m.close()
+
+
+def test_fortran_order_is_one_span_and_a_strided_view_is_refused(agent):
+    f = np.asfortranarray(np.arange(12, dtype=np.int32).reshape(3, 4))
+    assert len(agent.register(f)) == 48
+    with pytest.raises(ValueError, match="not contiguous"):
+        agent.register(np.arange(10, dtype=np.int64)[::2])
+    e = np.zeros((0, 4), dtype=np.float64)[:, ::2]
+    assert len(agent.register(e)) == 0
+
+
+def test_read_only_memory_is_never_written(agent, scratch):
+    f = write_file(agent, scratch / "src", b"x" * 100)
+    cases = [b"y" * 100]
+    ro_arr = np.zeros(100, dtype=np.uint8)
+    ro_arr.setflags(write=False)
+    cases.append(ro_arr)
+    for obj in cases:
+        r = agent.register(obj)
+        assert r.read_only
+        with pytest.raises(gdpath.ReadOnlyMemoryError) as e:
+            agent.post("read", r, f.desc(0, 100))
+        assert e.value.kind == "read_only_memory"
+        # Reading it (writing from it) is fine.
+        agent.post("write", r, f.desc(0, 100)).wait()
+    # Writable memory registered read-only on request.
+    w = bytearray(100)
+    r = agent.register(w, read_only=True)
+    with pytest.raises(gdpath.ReadOnlyMemoryError):
+        agent.post("read", r, f.desc(0, 100))
+    assert w == bytearray(100)
+    # Nor exported, where a peer could write it.
+    with pytest.raises(gdpath.ReadOnlyMemoryError, match="peers"):
+        agent.export(r)
+
+
+def test_the_region_keeps_its_object_alive_and_lets_it_go(agent, scratch):
+    data = bytes(range(200)) * 40_000
+    f = write_file(agent, scratch / "src", data)
+    arr = np.zeros(len(data), dtype=np.uint8)
+    ref = weakref.ref(arr)
+    d = agent.register(arr).desc(0, len(data))
+    del arr
+    gc.collect()
+    # The descriptor holds the region, which holds the array.
+    assert ref() is not None
+    t = agent.post("read", d, f.desc(0, len(data)))
+    del d
+    gc.collect()
+    assert t.wait().bytes == len(data)
+    # Whether the array lived until the last pair completed is the engine's (the work items
+    # hold the region: crates/gdpath/tests/borrowed.rs); here, that nothing keeps it after.
+    del t
+    gc.collect()
+    agent.register(bytearray(1))  # any call into the module releases references dropped off the GIL
+    gc.collect()
+    assert ref() is None, "the array outlived its region"
+
+
+def test_a_bytearray_cannot_be_resized_under_its_region(agent):
+    b = bytearray(4096)
+    r = agent.register(b)
+    with pytest.raises(BufferError):
+        b.extend(b"x")
+    del r
+    gc.collect()
+    agent.register(bytearray(1))  # drains references released without the GIL
+    b.extend(b"x")
+
+
+def test_dlpack_from_numpy_registers_host_memory(agent, scratch):
+    class OnlyDLPack:
+        """Exposes an array through DLPack alone (no buffer protocol)."""
+
+        def __init__(self, a):
+            self.a = a
+
+        def __dlpack__(self, **kw):
+            return self.a.__dlpack__(**kw)
+
+        def __dlpack_device__(self):
+            return self.a.__dlpack_device__()
+
+    arr = np.arange(1000, dtype=np.int32)
+    r = agent.register(OnlyDLPack(arr))
+    assert (r.source, r.device, len(r)) == ("dlpack", "cpu", 4000)
+    f = agent.register(gdpath.File(str(scratch / "d"), "w"))
+    agent.post("write", r, f.desc(0, 4000)).wait()
+    assert (scratch / "d").read_bytes() == arr.tobytes()
+
+
+def test_what_cannot_be_registered_says_so(agent):
+    with pytest.raises(TypeError, match="cannot register a str"):
+        agent.register("not memory")
+    with pytest.raises(TypeError, match="cannot register a int"):
+        agent.register(3)
+
+    class NoDevice:
+        __cuda_array_interface__ = {"data": (0x7000_0000, False), "shape": (16,),
+                                    "typestr": "<f4", "version": 3}
+
+    with pytest.raises(ValueError, match="gpu=N"):
+        agent.register(NoDevice())
+
+
+def test_gpu_and_pinned_memory_without_a_cuda_driver_are_unsupported():
+    a = gdpath.Agent()
+    if "cuda" in a.backends:
+        pytest.skip("this machine has a CUDA driver: test_gpu.py covers GPU memory")
+
+    class FakeGpuArray:
+        __cuda_array_interface__ = {"data": (0x7000_0000, False), "shape": (16,),
+                                    "typestr": "<f4", "version": 3}
+
+    with pytest.raises(gdpath.UnsupportedError) as e:
+        a.register(FakeGpuArray(), gpu=0)
+    assert e.value.kind == "unsupported"
+    with pytest.raises(gdpath.UnsupportedError) as e:
+        a.register(bytearray(64), pinned=True)
+    assert e.value.kind == "unsupported"

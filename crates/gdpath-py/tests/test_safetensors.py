@@ -1,0 +1,207 @@
+"""``gdpath.safetensors`` against the ``safetensors`` package, on the real MiniLM checkpoint
+and on generated ones: every dtype the engine knows, zero-size tensors, scalars, metadata,
+several shards (a list and an index). Bytes, dtypes, shapes and names must be identical."""
+
+from __future__ import annotations
+
+import gc
+import json
+import struct
+
+import numpy as np
+import pytest
+import safetensors
+import safetensors.numpy
+
+import gdpath
+import gdpath.safetensors as gst
+from conftest import minilm
+
+# Every dtype of the engine's header parser (the `safetensors` crate's Dtype), with its size.
+DTYPES = {
+    "BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "I16": 2, "U16": 2, "F16": 2,
+    "BF16": 2, "I32": 4, "U32": 4, "F32": 4, "F64": 8, "I64": 8, "U64": 8,
+}
+NUMPY = {"BOOL", "U8", "I8", "I16", "U16", "F16", "I32", "U32", "F32", "F64", "I64", "U64"}
+
+
+def tensors(seed: int, prefix: str = ""):
+    """Tensors of every dtype and of several shapes (zero-size, scalar, 3-D): name → dtype,
+    shape and bytes."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for i, (dt, size) in enumerate(DTYPES.items()):
+        for shape in ([3, 5], [], [0, 4], [2, 1, 3]):
+            n = int(np.prod(shape)) if shape else 1
+            raw = rng.integers(0, 256, n * size, dtype=np.uint8)
+            if dt == "BOOL":
+                raw = raw % 2
+            elif dt in ("F16", "BF16", "F32", "F64"):
+                # Finite values: compare as numbers and as bytes alike.
+                raw = np.frombuffer(rng.standard_normal(n).astype(
+                    {"F16": np.float16, "BF16": np.float32, "F32": np.float32, "F64": np.float64}[dt]
+                ).tobytes(), dtype=np.uint8)
+                if dt == "BF16":
+                    raw = raw.reshape(-1, 4)[:, 2:].reshape(-1)  # the high half of each f32
+            name = f"{prefix}{dt.lower()}.{'x'.join(map(str, shape)) or 'scalar'}"
+            out[name] = {"dtype": dt, "shape": shape, "data": raw.tobytes()}
+    return out
+
+
+def write(path, ts, metadata=None):
+    """A safetensors file of `ts` in the order given (the format: an 8-byte little-endian header
+    length, the JSON header padded with spaces to 8 bytes, the data), written here rather than
+    by the package under comparison."""
+    header, data, at = {}, bytearray(), 0
+    for name, t in ts.items():
+        header[name] = {"dtype": t["dtype"], "shape": t["shape"], "data_offsets": [at, at + len(t["data"])]}
+        data += t["data"]
+        at += len(t["data"])
+    if metadata:
+        header["__metadata__"] = metadata
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    path.write_bytes(struct.pack("<Q", len(h)) + h + bytes(data))
+    return path
+
+
+def file_bytes(path, name):
+    """A tensor's bytes as the file has them (header parsed here, independently)."""
+    raw = path.read_bytes()
+    (n,) = struct.unpack("<Q", raw[:8])
+    h = json.loads(raw[8:8 + n])
+    b, e = h[name]["data_offsets"]
+    return raw[8 + n + b:8 + n + e]
+
+
+def assert_same_numpy(got, want):
+    assert list(got) == list(want)  # names, in the same order
+    for k in want:
+        g, w = got[k], want[k]
+        assert (g.dtype, g.shape) == (w.dtype, w.shape), k
+        assert g.tobytes() == w.tobytes(), k
+
+
+def test_minilm_equals_the_safetensors_package():
+    path = minilm()
+    if path is None:
+        pytest.skip("the MiniLM checkpoint is not available (see the printed reason)")
+    got = gst.load_file(path, framework="numpy")
+    want = safetensors.numpy.load_file(str(path))
+    assert len(got) == len(want) == 6 * 16 + 6 + 2
+    assert sorted(got) == sorted(want)
+    for k in want:
+        assert (got[k].dtype, got[k].shape) == (want[k].dtype, want[k].shape), k
+        assert np.array_equal(got[k], want[k]), k
+    with gst.safe_open(path, framework="numpy") as f, safetensors.safe_open(str(path), "np") as s:
+        assert f.keys() == s.keys()
+        assert f.metadata() == s.metadata() == {"format": "pt"}
+        k = "encoder.layer.3.attention.self.query.weight"
+        assert np.array_equal(f.get_tensor(k), s.get_tensor(k))
+
+
+def test_every_dtype_and_shape_byte_exact(scratch):
+    ts = tensors(1)
+    p = write(scratch / "all.safetensors", ts, {"format": "np", "k": "v"})
+    # NumPy's dtypes: equal to safetensors.numpy, and the same order as the file.
+    np_only = {k: v for k, v in ts.items() if v["dtype"] in NUMPY}
+    q = write(scratch / "np.safetensors", np_only)
+    assert_same_numpy(gst.load_file(q, framework="numpy"), safetensors.numpy.load_file(str(q)))
+    # Every dtype, as bytes, through the native loader's views (what torch tensors are built on).
+    ck = gdpath.Checkpoint([str(p)])
+    loaded = ck.load(gdpath.default_agent())
+    assert len(loaded.tensors) == len(ts)
+    for i, t in enumerate(loaded.tensors):
+        got = np.from_dlpack(loaded.view(i)).tobytes()
+        assert got == ts[t.name]["data"] == file_bytes(p, t.name), t.name
+        assert (t.dtype, list(t.shape)) == (ts[t.name]["dtype"], ts[t.name]["shape"])
+    assert loaded.path in ("posix-direct", "posix-buffered")
+    # Dtypes NumPy lacks are refused, as safetensors.numpy refuses them (it raises TypeError
+    # for bf16, AttributeError for fp8; gdpath TypeError for both).
+    with pytest.raises((TypeError, AttributeError)):
+        safetensors.numpy.load_file(str(p))
+    with pytest.raises(TypeError, match="NumPy has no dtype"):
+        gst.load_file(p, framework="numpy")
+    with gst.safe_open(p, framework="numpy") as f, safetensors.safe_open(str(p), "np") as s:
+        assert f.keys() == s.keys() and list(f) == s.keys()
+        assert f.metadata() == s.metadata() == {"format": "np", "k": "v"}
+        for k in s.keys():
+            if ts[k]["dtype"] in NUMPY:
+                g, w = f.get_tensor(k), s.get_tensor(k)
+                assert (g.dtype, g.shape, g.tobytes()) == (w.dtype, w.shape, w.tobytes()), k
+
+
+def test_several_shards_as_one_plan(scratch):
+    shards = [tensors(s, prefix=f"layer{s}.") for s in range(3)]
+    shards = [{k: v for k, v in ts.items() if v["dtype"] in NUMPY} for ts in shards]
+    names = [f"model-{i + 1:05d}-of-00003.safetensors" for i in range(3)]
+    files = [write(scratch / n, ts, {"format": "np"}) for n, ts in zip(names, shards)]
+    want = {}
+    for f in files:
+        want.update(safetensors.numpy.load_file(str(f)))
+    index = {"metadata": {"total_size": sum(f.stat().st_size for f in files)},
+             "weight_map": {k: n for n, ts in zip(names, shards) for k in ts}}
+    ip = scratch / "model.safetensors.index.json"
+    ip.write_text(json.dumps(index))
+    for arg in (files, ip, [str(f) for f in files]):
+        got = gst.load_file(arg, framework="numpy")
+        assert_same_numpy(got, want)
+    with gst.safe_open(ip, framework="numpy") as f:
+        assert f.keys() == sorted(want)
+        assert f.metadata() == {"format": "np"}
+        assert f.info("layer2.i64.3x5").file == 2
+        assert dict(f.tensors()).keys() == want.keys()
+    # One allocation, one read per file.
+    loaded = gdpath.Checkpoint.open_index(str(ip)).load(gdpath.default_agent())
+    assert len(loaded.pairs) == 3 and sum(p.bytes for p in loaded.pairs) >= loaded.tensor_bytes
+    # An index that disagrees with its shards is refused.
+    index["weight_map"]["layer0.u8.3x5"] = names[1]
+    ip.write_text(json.dumps(index))
+    with pytest.raises(gdpath.CheckpointError, match="not mapped"):
+        gst.load_file(ip, framework="numpy")
+
+
+def test_tensors_outlive_the_dict_and_the_load(scratch):
+    ts = {k: v for k, v in tensors(7).items() if v["dtype"] == "F64"}
+    p = write(scratch / "keep.safetensors", ts)
+    d = gst.load_file(p, framework="numpy")
+    k = next(iter(d))
+    keep = d[k]
+    del d
+    gc.collect()
+    # The one allocation lives while a view of it does.
+    assert keep.tobytes() == ts[k]["data"]
+    # A tensor's memory is writable and its own (as a copy from safetensors would be).
+    keep[...] = 0
+    assert gst.load_file(p, framework="numpy")[k].tobytes() == ts[k]["data"]
+
+
+def test_malformed_files_and_unknown_names(scratch):
+    p = write(scratch / "ok.safetensors", {k: v for k, v in tensors(2).items() if v["dtype"] == "U8"})
+    raw = p.read_bytes()
+    (scratch / "cut.safetensors").write_bytes(raw[:-1])
+    with pytest.raises(gdpath.CheckpointError) as e:
+        gst.load_file(scratch / "cut.safetensors", framework="numpy")
+    assert e.value.kind == "checkpoint" and "past the end" in str(e.value)
+    with gst.safe_open(p, framework="numpy") as f:
+        with pytest.raises(gdpath.CheckpointError, match="no tensor named"):
+            f.get_tensor("nope")
+    with pytest.raises(ValueError, match="device"):
+        gst.load_file(p, framework="numpy", device="cuda:0")
+    with pytest.raises(ValueError, match="framework"):
+        gst.load_file(p, framework="tf")
+
+
+def test_torch_on_the_cpu_equals_safetensors_torch(scratch):
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed here (the GPU suite runs these with it)")
+    import safetensors.torch
+
+    ts = tensors(3)
+    p = write(scratch / "pt.safetensors", ts)
+    got = gst.load_file(p, device="cpu")
+    want = safetensors.torch.load_file(str(p), device="cpu")
+    assert list(got) == list(want) or sorted(got) == sorted(want)
+    for k, w in want.items():
+        g = got[k]
+        assert (g.dtype, g.shape, g.device) == (w.dtype, w.shape, w.device), k
+        assert g.view(torch.uint8).numpy().tobytes() == w.view(torch.uint8).numpy().tobytes(), k
