@@ -79,3 +79,7 @@ def net_agent(name: str) -> gdpath.Agent:
     a = gdpath.Agent(name=name)
     a.enable_net(devices="lo")
     return a
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "gpu: needs an NVIDIA GPU with its driver (skips with the reason otherwise)")

@@ -1,0 +1,97 @@
+"""The network from Python over UCX on loopback: serve, connect, the peer's regions, puts and
+gets byte-exact with their paths, tokens, withdrawal, notifications, clean close."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import gdpath
+from conftest import net_agent
+
+
+@pytest.fixture
+def pair():
+    server = net_agent("srv")
+    buf = np.zeros(4 << 20, dtype=np.uint8)
+    exported = server.register(buf)
+    rid = server.export(exported)
+    srv = server.serve("127.0.0.1:0")
+    client = net_agent("cli")
+    peer = client.connect(srv.address)
+    yield server, srv, buf, exported, rid, client, peer
+    peer.close()
+    srv.close()
+
+
+def test_put_and_get_byte_exact_with_paths(pair):
+    server, srv, buf, exported, rid, client, peer = pair
+    (r,) = peer.regions()
+    assert (r.id, r.kind, r.len) == (rid, "host", 4 << 20)
+    remote = peer.memory(rid)
+    assert remote.kind.startswith("remote (srv@") and remote.device == "remote"
+    data = np.random.default_rng(1).integers(0, 256, 4 << 20, dtype=np.uint8)
+    rep = client.post("write", client.register(data), remote).wait()
+    assert rep.bytes == 4 << 20
+    assert rep.pairs[0].path.startswith("ucx:tcp"), rep.pairs[0]
+    assert np.array_equal(buf, data)
+    back = np.zeros_like(data)
+    rep = client.post("read", client.register(back)[1000:2000], remote[5000:6000]).wait()
+    assert rep.pairs[0].path.startswith("ucx:")
+    assert np.array_equal(back[1000:2000], data[5000:6000])
+    assert peer.transport and peer.failure is None
+    # Out of bounds of the remote region, before any byte moves.
+    with pytest.raises(gdpath.DescriptorError) as e:
+        client.post("write", client.register(bytearray(10)), remote.desc((4 << 20) - 5, 10))
+    assert e.value.kind == "out_of_bounds"
+    # A sub-range of it, and an id it does not export.
+    part = peer.memory(rid, offset=4096, length=4096)
+    assert len(part) == 4096
+    with pytest.raises(gdpath.GdpathError) as e:
+        peer.memory(rid + 99)
+    assert e.value.kind == "config"
+
+
+def test_notification_and_withdrawal(pair):
+    server, srv, buf, exported, rid, client, peer = pair
+    remote = peer.memory(rid)
+    client.post("write", client.register(bytearray(b"\5" * 100)), remote[0:100], notify=b"n1").wait()
+    n = server.wait_notification(20.0)
+    assert (n.message, n.sender.startswith("cli@")) == (b"n1", True)
+    assert server.take_notifications() == []
+    server.unexport(exported)
+    # The client learns of the withdrawal while its backend progresses (its posts' waits).
+    with pytest.raises(gdpath.GdpathError) as e:
+        for _ in range(200):
+            client.post("write", client.register(bytearray(10)), remote[0:10]).wait(20)
+    assert e.value.kind == "deregistered"
+
+
+def test_tokens_and_a_clean_close():
+    server = net_agent("srv")
+    token = "0123456789abcdef-secret"
+    srv = server.serve("127.0.0.1:0", token=token)
+    client = net_agent("cli")
+    with pytest.raises(gdpath.PeerError) as e:
+        client.connect(srv.address, token="wrong-token-of-length")
+    assert e.value.kind == "auth_failed"
+    peer = client.connect(srv.address, token=token.encode())
+    events = []
+    for _ in range(50):
+        ev = srv.next_event(0.2)
+        if ev:
+            events.append(ev[0])
+        if "connected" in events:
+            break
+    assert "connected" in events
+    peer.close()
+    with pytest.raises(gdpath.PeerError):
+        peer.regions()
+    for _ in range(50):
+        ev = srv.next_event(0.2)
+        if ev:
+            events.append(ev[0])
+        if "left" in events:
+            break
+    assert "left" in events and "lost" not in events
+    srv.close()
