@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Installs what gdpath's build, tests and benchmarks need on a Debian/Ubuntu machine.
+# Installs what gdpath's build, tests and benchmarks need on a Debian/Ubuntu machine, and builds
+# the Python module into a virtual environment under the repository (.venv, git-ignored).
 # Idempotent; uses sudo only when not root. The GPU libraries (libcuda, libnvidia-ml, libcufile)
 # are NOT installed here: gdpath loads them at run time and reports their absence.
 set -euo pipefail
+cd "$(dirname "$0")/.."
 pkgs=(
   libucx0 ucx-utils   # UCX (libucp.so.0) for the network path tests; ucx_perftest for comparisons
   iproute2            # ip netns / veth: two-host network tests on one machine
@@ -20,3 +22,17 @@ if [ "${#missing[@]}" -gt 0 ]; then
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 command -v cargo >/dev/null || { echo "setup: cargo not found; install Rust with rustup" >&2; exit 1; }
+
+# The Python module `gdpath` (crates/gdpath-py, built by maturin): a venv with maturin and the
+# packages the Python tests compare with (pytest, numpy, safetensors) from PyPI, and gdpath
+# built (debug, as `cargo test` builds) and installed into it. A release wheel for another
+# machine: `.venv/bin/maturin build --release --compatibility manylinux_2_28 -m
+# crates/gdpath-py/Cargo.toml` (docs/python.md). Users install it with `pip install
+# crates/gdpath-py`.
+py="${PYTHON:-python3}"
+command -v "$py" >/dev/null || { echo "setup: $py not found (the Python module needs Python 3.9+)" >&2; exit 1; }
+if [ ! -x .venv/bin/python ]; then
+  "$py" -m venv .venv || { echo "setup: '$py -m venv' failed: install python3-venv" >&2; exit 1; }
+fi
+.venv/bin/python -m pip install -q --disable-pip-version-check "maturin>=1.9.4,<2" pytest numpy safetensors
+VIRTUAL_ENV="$PWD/.venv" .venv/bin/maturin develop -q -m crates/gdpath-py/Cargo.toml

@@ -202,6 +202,8 @@ impl Agent {
     /// there. Returns a `Transfer`; the GIL is released while posting (small host copies run
     /// on this thread).
     #[pyo3(signature = (op, local, remote, *, accept=None, timeout=None, notify=None))]
+    // The arguments are the Python signature's.
+    #[allow(clippy::too_many_arguments)]
     fn post(
         &self,
         py: Python<'_>,
@@ -382,6 +384,7 @@ impl Agent {
 }
 
 impl Agent {
+    // The arguments are `post`'s.
     #[allow(clippy::too_many_arguments)]
     fn request(
         &self,

@@ -139,6 +139,8 @@ impl Transfer {
         }
     }
 
+    // The engine's error carries every pair's outcome (once per wait).
+    #[allow(clippy::result_large_err)]
     fn result(&self, py: Python<'_>, timeout: Option<Duration>) -> PyResult<TransferReport> {
         let t = self.inner.clone();
         let r = py.detach(move || t.wait_shared(timeout));

@@ -1,0 +1,261 @@
+#!/usr/bin/env python3
+"""Checkpoint loaders side by side from Python (issue 23's benchmark): a Llama-shaped bf16
+checkpoint (9.08 GB, 147 tensors; `--quick` for a small one) loaded into torch tensors on cuda:0
+by `gdpath.safetensors.load_file`, `safetensors.torch.load_file`, fastsafetensors (nogds), Run:ai
+Model Streamer and InstantTensor (default and buffered backends), from tmpfs and from the root
+disk with the page cache dropped before each run, beside the pinned H2D rate of the same run and
+`gdpath load` (the CLI, into one allocation) on the same file for the Python layer's cost.
+
+Every run is verified: each tensor equal (torch.equal, on the GPU) to the reference that
+safetensors loaded, names, dtypes and shapes included. GB/s = file bytes / wall time of the
+call, 1e9 B/s, with `torch.cuda.synchronize()` on both sides; min / median / max over the runs.
+CUDA is started in this process before any timing (no loader pays for the context), and each
+loader's one-time setup that a serving process pays once is done before its runs and reported
+apart: gdpath's agent and a 64 MiB warm-up load (as `gdpath load` does before timing).
+
+Usage (H200 machine; the loaders' wheels carried, see docs/python.md):
+    python3 scripts/baselines/python_load.py [--quick] [--runs-tmpfs 3] [--runs-disk 2]
+        [--gdpath-bin PATH] [--only NAME,...] [--json OUT.json]
+Files: /dev/shm/gdpath-ckpt/model.safetensors and $GDPATH_CKPT_DIR (default /root/gdpath-ckpt).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+
+H, I, KV, V, LAYERS = 4096, 14336, 1024, 128256, 16  # 147 tensors, 9.08 GB in bf16
+
+
+def shapes(quick: bool):
+    """Name → shape of the Llama-shaped checkpoint (or a 1/8-width one with --quick)."""
+    h, i, kv, v, layers = (H, I, KV, V, LAYERS) if not quick else (512, 1792, 128, 16032, 4)
+    out = {"model.embed_tokens.weight": (v, h), "lm_head.weight": (v, h), "model.norm.weight": (h,)}
+    for l in range(layers):
+        p = f"model.layers.{l}."
+        for n, s in (("self_attn.q_proj", (h, h)), ("self_attn.k_proj", (kv, h)),
+                     ("self_attn.v_proj", (kv, h)), ("self_attn.o_proj", (h, h)),
+                     ("mlp.gate_proj", (i, h)), ("mlp.up_proj", (i, h)), ("mlp.down_proj", (h, i)),
+                     ("input_layernorm", (h,)), ("post_attention_layernorm", (h,))):
+            out[p + n + ".weight"] = s
+    return out
+
+
+def make(path: str, quick: bool) -> None:
+    from safetensors.torch import save_file
+
+    g = torch.Generator(device="cuda:0").manual_seed(23)
+    t = {k: torch.randn(*s, dtype=torch.bfloat16, device="cuda:0", generator=g).cpu()
+         for k, s in shapes(quick).items()}
+    save_file(t, path, metadata={"format": "pt"})
+
+
+def drop_cache(path: str) -> str:
+    """Drops the file from the page cache: `echo 3 > drop_caches` where allowed, else
+    posix_fadvise(DONTNEED). Returns which worked."""
+    subprocess.run("sync", shell=True)
+    try:
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+        return "drop_caches"
+    except OSError:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+        return "fadvise"
+
+
+# --- loaders: each returns {name: tensor on cuda:0} ------------------------------------------
+
+def l_gdpath(p):
+    import gdpath.safetensors
+
+    return gdpath.safetensors.load_file(p, device="cuda:0")
+
+
+def l_safetensors(p):
+    from safetensors.torch import load_file
+
+    return load_file(p, device="cuda:0")
+
+
+def l_fast(p):
+    from fastsafetensors import SafeTensorsFileLoader
+
+    ld = SafeTensorsFileLoader(None, "cuda:0", nogds=True)
+    ld.add_filenames({0: [p]})
+    fb = ld.copy_files_to_device()
+    d = {k: fb.get_tensor(k).clone() for k in ld.get_keys()}
+    ld.close()
+    return d
+
+
+def l_runai(p):
+    from runai_model_streamer import SafetensorsStreamer
+
+    d = {}
+    with SafetensorsStreamer() as s:
+        s.stream_file(p, device="cuda:0")
+        for n, x in s.get_tensors():
+            d[n] = x
+    return d
+
+
+def l_it(p, backend=None):
+    from instanttensor import safe_open
+
+    d = {}
+    kw = {"backend": backend} if backend is not None else {}
+    with safe_open(p, framework="pt", device=0, **kw) as f:
+        for n, x in f.tensors():
+            d[n] = x
+    return d
+
+
+def l_it_buffered(p):
+    from instanttensor import BackendPolicy
+
+    return l_it(p, BackendPolicy.BUFFERED)
+
+
+LOADERS = [
+    ("gdpath.safetensors.load_file", l_gdpath),
+    ("safetensors.load_file", l_safetensors),
+    ("fastsafetensors nogds", l_fast),
+    ("runai-model-streamer", l_runai),
+    ("instanttensor default", l_it),
+    ("instanttensor BUFFERED", l_it_buffered),
+]
+
+
+def stats(gbps):
+    g = sorted(gbps)
+    return {"min": round(g[0], 2), "median": round(statistics.median(g), 2), "max": round(g[-1], 2)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="a 1/8-width checkpoint (smoke test)")
+    ap.add_argument("--runs-tmpfs", type=int, default=3)
+    ap.add_argument("--runs-disk", type=int, default=2)
+    ap.add_argument("--gdpath-bin", default=os.environ.get("GDPATH"), help="the gdpath CLI, for `gdpath load`")
+    ap.add_argument("--only", default="", help="comma-separated loader names (substrings)")
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args()
+
+    torch.zeros(1, device="cuda:0")
+    torch.cuda.synchronize()
+    tag = "quick" if a.quick else "llama"
+    shm = f"/dev/shm/gdpath-ckpt/{tag}.safetensors"
+    disk = os.path.join(os.environ.get("GDPATH_CKPT_DIR", "/root/gdpath-ckpt"), f"{tag}.safetensors")
+    for p in (shm, disk):
+        os.makedirs(os.path.dirname(p), exist_ok=True)
+    if not os.path.exists(disk):
+        t0 = time.perf_counter()
+        make(disk, a.quick)
+        print(f"wrote {disk} in {time.perf_counter() - t0:.1f} s", flush=True)
+    if not os.path.exists(shm) or os.path.getsize(shm) != os.path.getsize(disk):
+        shutil.copy(disk, shm)
+    nb = os.path.getsize(disk)
+
+    from safetensors.torch import load_file
+
+    ref = load_file(shm, device="cuda:0")
+    print(f"checkpoint: {nb} bytes, {len(ref)} tensors (reference loaded by safetensors)", flush=True)
+
+    def verified(d) -> bool:
+        if set(d) != set(ref):
+            return False
+        return all(d[k].dtype == ref[k].dtype and d[k].shape == ref[k].shape
+                   and d[k].device == ref[k].device and torch.equal(d[k], ref[k]) for k in ref)
+
+    res = {"bytes": nb, "tensors": len(ref), "torch": torch.__version__, "rows": {}}
+
+    # The pinned H2D rate of this run: 4 GiB (or the checkpoint, if smaller) pinned → GPU.
+    n = min(4 << 30, nb)
+    src = torch.empty(n, dtype=torch.uint8).pin_memory()
+    dst = torch.empty(n, dtype=torch.uint8, device="cuda:0")
+    g = []
+    for _ in range(5):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        dst.copy_(src, non_blocking=True)
+        torch.cuda.synchronize()
+        g.append(n / (time.perf_counter() - t0) / 1e9)
+    res["pinned_h2d_gbps"] = stats(g[1:])
+    del src, dst
+    print("pinned H2D", res["pinned_h2d_gbps"], "GB/s", flush=True)
+
+    # gdpath's one-time setup, as `gdpath load` does it before timing: the agent (CUDA, cuFile's
+    # driver) and a warm-up load of the first 64 MiB's worth of tensors.
+    if not a.only or "gdpath" in a.only:
+        import gdpath
+        import gdpath.safetensors as gst
+
+        t0 = time.perf_counter()
+        agent = gdpath.default_agent()
+        with gst.safe_open(shm, device="cuda:0") as f:
+            small = [k for k in f.keys() if f.info(k).nbytes <= 64 << 20][:4]
+            for k in small:
+                f.get_tensor(k)
+        res["gdpath_setup_s"] = round(time.perf_counter() - t0, 3)
+        res["gdpath_backends"] = agent.backends
+        print(f"gdpath setup (agent + warm-up) {res['gdpath_setup_s']} s, backends {agent.backends}", flush=True)
+
+    for path, cold, runs in ((shm, False, a.runs_tmpfs), (disk, True, a.runs_disk)):
+        where = "disk cold" if cold else "tmpfs"
+        for name, fn in LOADERS:
+            if a.only and not any(o in name for o in a.only.split(",")):
+                continue
+            key = f"{where} | {name}"
+            try:
+                gbps, ok, how = [], True, None
+                for _ in range(runs):
+                    if cold:
+                        how = drop_cache(path)
+                    torch.cuda.synchronize()
+                    t0 = time.perf_counter()
+                    d = fn(path)
+                    torch.cuda.synchronize()
+                    gbps.append(nb / (time.perf_counter() - t0) / 1e9)
+                    ok = ok and verified(d)
+                    del d
+                    torch.cuda.empty_cache()
+                res["rows"][key] = {**stats(gbps), "runs": [round(x, 2) for x in gbps], "verified": ok,
+                                    **({"cache": how} if how else {})}
+            except Exception as e:  # a loader missing or failing is reported, not fatal
+                res["rows"][key] = {"error": repr(e)[:300]}
+            print(key, res["rows"][key], flush=True)
+        if a.gdpath_bin:
+            cmd = [a.gdpath_bin, "load", path, "--repeat", str(max(runs, 2)), "--json"] + (["--cold"] if cold else [])
+            q = subprocess.run(cmd, capture_output=True, text=True)
+            try:
+                doc = json.loads(q.stdout)
+                res["rows"][f"{where} | gdpath load (CLI, last of {max(runs, 2)})"] = {
+                    "gbps": round(doc["gbps"], 2), "path": doc["path"], "finding": doc["finding"]}
+            except (json.JSONDecodeError, KeyError):
+                res["rows"][f"{where} | gdpath load (CLI)"] = {"error": (q.stderr or q.stdout)[-300:]}
+            print(f"{where} | gdpath load", res["rows"].get(f"{where} | gdpath load (CLI, last of {max(runs, 2)})")
+                  or res["rows"].get(f"{where} | gdpath load (CLI)"), flush=True)
+
+    text = json.dumps(res, indent=1)
+    print(text)
+    out = a.json or (os.path.join(os.environ["OUT"], "python_load.json") if os.environ.get("OUT") else None)
+    if out:
+        with open(out, "w") as f:
+            f.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
