@@ -68,14 +68,13 @@ fn details_of<'py>(py: Python<'py>, e: &Error) -> PyResult<Option<Bound<'py, PyD
 
 /// An engine error as a Python exception.
 pub fn engine(py: Python<'_>, e: &Error) -> PyErr {
+    engine_with_message(py, e, &e.to_string())
+}
+
+/// An engine error with another message (one that names the file, say).
+fn engine_with_message(py: Python<'_>, e: &Error, message: &str) -> PyErr {
     let details = details_of(py, e).unwrap_or(None);
-    raise(
-        py,
-        e.kind(),
-        &e.to_string(),
-        finding_of(e).as_deref(),
-        details,
-    )
+    raise(py, e.kind(), message, finding_of(e).as_deref(), details)
 }
 
 /// A failed, cancelled or timed-out transfer: the cause's kind and finding, and `outcomes` (one
@@ -121,16 +120,7 @@ pub fn transfer(py: Python<'_>, e: &TransferError) -> PyErr {
 /// for the rest.
 pub fn load(py: Python<'_>, e: &LoadError) -> PyErr {
     match e {
-        LoadError::Engine { error, .. } => {
-            let details = details_of(py, error).unwrap_or(None);
-            raise(
-                py,
-                error.kind(),
-                &e.to_string(),
-                finding_of(error).as_deref(),
-                details,
-            )
-        }
+        LoadError::Engine { error, .. } => engine_with_message(py, error, &e.to_string()),
         LoadError::Checkpoint { .. } => raise(py, e.kind(), &e.to_string(), None, None),
     }
 }

@@ -83,3 +83,36 @@ def net_agent(name: str) -> gdpath.Agent:
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs an NVIDIA GPU with its driver (skips with the reason otherwise)")
+
+
+class Serving:
+    """A serving agent exporting one zeroed host region of `size` bytes on an ephemeral
+    loopback port, and a client connected to it."""
+
+    def __init__(self, size: int, token=None):
+        import numpy as np
+
+        self.server = net_agent("srv")
+        self.buf = np.zeros(size, dtype=np.uint8)
+        self.exported = self.server.register(self.buf)
+        self.rid = self.server.export(self.exported)
+        self.srv = self.server.serve("127.0.0.1:0", token=token)
+        self.client = net_agent("cli")
+        self.peer = self.client.connect(self.srv.address, token=token)
+
+    def close(self):
+        self.peer.close()
+        self.srv.close()
+
+
+def wait_event(srv, name: str, seconds: float = 10.0) -> list:
+    """The server's events until one named `name` (or `seconds` pass): their names."""
+    import time
+
+    seen = []
+    end = time.monotonic() + seconds
+    while name not in seen and time.monotonic() < end:
+        ev = srv.next_event(0.2)
+        if ev:
+            seen.append(ev[0])
+    return seen

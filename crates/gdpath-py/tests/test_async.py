@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import gdpath
-from conftest import net_agent
+from conftest import Serving
 
 
 def big_file(agent, scratch, n=8 << 20):
@@ -120,14 +120,9 @@ async def _await(t):
 
 
 def test_await_a_network_transfer_and_a_notification():
-    server = net_agent("srv")
-    buf = np.zeros(1 << 20, dtype=np.uint8)
-    exported = server.register(buf)
-    rid = server.export(exported)
-    srv = server.serve("127.0.0.1:0")
-    client = net_agent("cli")
-    peer = client.connect(srv.address)
-    remote = peer.memory(rid)
+    s = Serving(1 << 20)
+    server, buf, client, peer = s.server, s.buf, s.client, s.peer
+    remote = peer.memory(s.rid)
     data = np.random.default_rng(9).integers(0, 256, 1 << 20, dtype=np.uint8)
     local = client.register(data)
 
@@ -154,5 +149,4 @@ def test_await_a_network_transfer_and_a_notification():
 
     n = asyncio.run(asyncio.wait_for(later(), max(deadline - time.time(), 1)))
     assert n.message == b"second"
-    peer.close()
-    srv.close()
+    s.close()

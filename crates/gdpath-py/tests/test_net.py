@@ -7,21 +7,14 @@ import numpy as np
 import pytest
 
 import gdpath
-from conftest import net_agent
+from conftest import Serving, net_agent, wait_event
 
 
 @pytest.fixture
 def pair():
-    server = net_agent("srv")
-    buf = np.zeros(4 << 20, dtype=np.uint8)
-    exported = server.register(buf)
-    rid = server.export(exported)
-    srv = server.serve("127.0.0.1:0")
-    client = net_agent("cli")
-    peer = client.connect(srv.address)
-    yield server, srv, buf, exported, rid, client, peer
-    peer.close()
-    srv.close()
+    s = Serving(4 << 20)
+    yield s.server, s.srv, s.buf, s.exported, s.rid, s.client, s.peer
+    s.close()
 
 
 def test_put_and_get_byte_exact_with_paths(pair):
@@ -76,22 +69,10 @@ def test_tokens_and_a_clean_close():
         client.connect(srv.address, token="wrong-token-of-length")
     assert e.value.kind == "auth_failed"
     peer = client.connect(srv.address, token=token.encode())
-    events = []
-    for _ in range(50):
-        ev = srv.next_event(0.2)
-        if ev:
-            events.append(ev[0])
-        if "connected" in events:
-            break
-    assert "connected" in events
+    assert "connected" in wait_event(srv, "connected")
     peer.close()
     with pytest.raises(gdpath.PeerError):
         peer.regions()
-    for _ in range(50):
-        ev = srv.next_event(0.2)
-        if ev:
-            events.append(ev[0])
-        if "left" in events:
-            break
+    events = wait_event(srv, "left")
     assert "left" in events and "lost" not in events
     srv.close()
