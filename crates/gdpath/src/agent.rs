@@ -240,7 +240,7 @@ impl Agent {
                         backend: "cuda",
                     });
                 }
-                Storage::Host(buffer)
+                Storage::Host(crate::os::mem::HostMem::new(buffer.into_aligned()))
             }
             Memory::File(spec) => {
                 let mode = match spec.direct {

@@ -28,7 +28,7 @@ use crate::path::Path;
 use crate::region::{Descriptor, DirectStatus, FileRegion};
 use crate::transfer::{Op, WorkItem};
 use gdpath_cuda::{Context, CudaError, DeviceBuffer, PinnedHostBuffer, Stream};
-use std::os::fd::RawFd;
+use std::fs::File;
 use std::sync::Mutex;
 
 /// Backend name.
@@ -136,7 +136,7 @@ impl FileGpu {
             detail: format!("region {} is not a file", file_d.region.id()),
         })?;
         let direct = match item.path() {
-            Path::PosixDirect => file.direct_fd(),
+            Path::PosixDirect => file.direct_file(),
             _ => None,
         };
         let job = Job {
@@ -168,7 +168,7 @@ impl FileGpu {
 struct Job<'a> {
     be: &'a FileGpu,
     file: &'a FileRegion,
-    direct: Option<RawFd>,
+    direct: Option<&'a File>,
     /// Cut unit, bytes: the O_DIRECT alignment (file offset, length and memory) raised to the
     /// page-cache block.
     align: usize,
@@ -224,7 +224,7 @@ impl Job<'_> {
                 Err(e) => return Err(self.io_err("read", lo, e)),
             }
         }
-        let got = pread_at_least(self.file.buffered_fd(), &mut buf[..l], s, l)
+        let got = pread_at_least(self.file.buffered_file(), &mut buf[..l], s, l)
             .map_err(|(_, e)| self.io_err("read", s, e))?;
         if got < l {
             return Err(Error::ShortFile {
@@ -250,7 +250,7 @@ impl Job<'_> {
     fn write_chunk(&self, buf: &[u8], lead: usize, s: u64, l: usize) -> Result<()> {
         let a = self.align as u64;
         let e = s + l as u64;
-        let bfd = self.file.buffered_fd();
+        let bfd = self.file.buffered_file();
         let at = |f: u64| lead + (f - s) as usize;
         if let Some(fd) = self.direct {
             let (mid_lo, mid_hi) = (s.div_ceil(a) * a, e / a * a);
@@ -400,8 +400,8 @@ fn run(job: &Job<'_>, to_gpu: bool, threads: usize) -> Result<()> {
 }
 
 /// [`pwrite_all`] with the plain `io::Error` (the callers check for `EINVAL` to fall back).
-fn pwrite(fd: RawFd, buf: &[u8], off: u64) -> std::io::Result<()> {
-    pwrite_all(fd, buf, off).map_err(|(_, e)| e)
+fn pwrite(f: &File, buf: &[u8], off: u64) -> std::io::Result<()> {
+    pwrite_all(f, buf, off).map_err(|(_, e)| e)
 }
 
 /// The staged path for a file region: O_DIRECT when its descriptor is open, else buffered with

@@ -29,6 +29,15 @@ use crate::region::{BackendHandle, Descriptor, ForeignMemory, Region};
 use crate::transfer::{Op, WorkItem};
 use serde::Serialize;
 
+/// The error for a host range outside its memory: a bug in the engine (the planner checks every
+/// descriptor against its region before a backend sees it), reported rather than panicking.
+pub(crate) fn range_err(backend: &'static str, e: crate::os::mem::RangeError) -> crate::Error {
+    crate::Error::Backend {
+        backend,
+        detail: e.to_string(),
+    }
+}
+
 /// Whether a capability's path is the one to use when possible, or the one used when the
 /// preferred path refuses. The planner tries preferred capabilities first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]

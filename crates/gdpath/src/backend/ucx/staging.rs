@@ -9,7 +9,7 @@
 
 use crate::error::{Error, Result};
 use gdpath_cuda::{DeviceBuffer, PinnedHostBuffer, Stream};
-use gdpath_ucx::{Context, MemHandle, MemType};
+use gdpath_ucx::{Context, MemHandle};
 
 /// Staging buffers kept for reuse.
 const MAX_FREE: usize = 16;
@@ -51,19 +51,12 @@ impl Stages {
         }
         let mut buf = PinnedHostBuffer::new(dev.context(), len.max(MIN_STAGE))
             .map_err(|e| cuda("pinned staging buffer", e))?;
-        let ptr = buf
-            .as_mut_slice()
-            .map_err(|e| cuda("pinned staging buffer", e))?
-            .as_mut_ptr();
-        // SAFETY: the buffer is `buf.len()` bytes at `ptr`, owned by the Stage together with
-        // this handle, which is dropped first (field order).
-        let mem =
-            unsafe { MemHandle::map(ctx, ptr, buf.len(), MemType::Host) }.map_err(|source| {
-                Error::Ucx {
-                    op: "ucp_mem_map",
-                    source,
-                }
-            })?;
+        // The Stage owns the buffer together with this handle, which is dropped first (field
+        // order); stages are given back only after their request ended.
+        let mem = crate::os::mem::ucx_map_pinned(ctx, &mut buf).map_err(|source| Error::Ucx {
+            op: "ucp_mem_map",
+            source,
+        })?;
         Ok(Stage { mem, buf })
     }
 

@@ -1,0 +1,27 @@
+//! The engine's boundary to the operating system and to the drivers' raw interfaces: the only
+//! module of `gdpath` allowed `unsafe` code (`#![deny(unsafe_code)]` at the crate root). Each
+//! submodule wraps one concern behind safe functions and types, with the invariant that makes
+//! each `unsafe` sound written where it is used.
+//!
+//! - [`mem`]: aligned host allocations, the registered host memory that regions, in-flight I/O
+//!   and driver registrations share, raw copies into and out of it, and the registrations of
+//!   memory with CUDA and UCX (`cuMemHostRegister`, `ucp_mem_map`).
+//! - [`file`]: what the kernel says about a file's O_DIRECT alignment (`statx`) and the page
+//!   size, and positioned reads and writes that retry short transfers and `EINTR`.
+//! - [`uring`]: an io_uring whose submissions own the memory they point to until the kernel
+//!   completes them.
+//!
+//! Two invariants are upheld by the rest of the engine rather than by the types here; the
+//! functions that rely on them say so:
+//! 1. A region's backend registrations (UCX memory handles) are dropped before its memory
+//!    (`RegionInner`'s field order), and every UCX request that uses such a handle holds the
+//!    region (its work item).
+//! 2. A reference (`&[u8]` / `&mut [u8]`) to a region's host bytes exists only inside a
+//!    [`crate::HostView`], which the region's use word grants only while no descriptor pair is in
+//!    flight on it; transfers reach the bytes through the raw copies of [`mem::HostMem`], each
+//!    within the range of its own pair (transfers the caller runs at the same time over the same
+//!    bytes leave those bytes unspecified, as concurrent DMA into one buffer does).
+
+pub(crate) mod file;
+pub(crate) mod mem;
+pub(crate) mod uring;
