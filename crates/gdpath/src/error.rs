@@ -172,6 +172,17 @@ pub enum Error {
         #[source]
         source: gdpath_ucx::UcxError,
     },
+    /// A CUDA driver, NVML or cuFile call failed in `backend` while doing `what` (e.g.
+    /// "HostToDevice { pinned: false } of 4096 bytes", "pinned staging buffer"); `source` is
+    /// the driver layer's error with its call, code and text (cuFile errors are
+    /// [`gdpath_cuda::CudaError::CuFile`] / `CuFileIo`).
+    #[error("backend {backend}: {what}: {source}")]
+    Cuda {
+        backend: &'static str,
+        what: String,
+        #[source]
+        source: gdpath_cuda::CudaError,
+    },
     /// A backend failed outside any one descriptor (e.g. io_uring setup).
     #[error("backend {backend}: {detail}")]
     Backend {

@@ -64,10 +64,12 @@ pub fn is_pinned(region: &Region) -> bool {
     })
 }
 
+/// A failure of the `cuda` backend while doing `what`, keeping the driver's error.
 pub(crate) fn cuda_err(what: impl std::fmt::Display, e: CudaError) -> Error {
-    Error::Backend {
+    Error::Cuda {
         backend: super::NAME,
-        detail: format!("{what}: {e}"),
+        what: what.to_string(),
+        source: e,
     }
 }
 

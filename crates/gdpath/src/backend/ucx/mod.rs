@@ -311,9 +311,10 @@ impl UcxBackend {
             if !self.cuda || dev.is_empty() {
                 return Ok(None);
             }
-            dev.context().bind().map_err(|e| Error::Backend {
+            dev.context().bind().map_err(|e| Error::Cuda {
                 backend: "ucx",
-                detail: format!("binding GPU {} context: {e}", dev.ordinal()),
+                what: format!("binding GPU {} context", dev.ordinal()),
+                source: e,
             })?;
             // The handle is the region's backend handle, dropped before the region's memory,
             // and requests using it hold the region (work items).

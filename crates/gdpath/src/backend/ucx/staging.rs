@@ -31,9 +31,10 @@ impl std::fmt::Debug for Stage {
 }
 
 fn cuda(what: &str, e: gdpath_cuda::CudaError) -> Error {
-    Error::Backend {
+    Error::Cuda {
         backend: "ucx",
-        detail: format!("{what}: {e}"),
+        what: what.into(),
+        source: e,
     }
 }
 
