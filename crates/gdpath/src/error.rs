@@ -172,6 +172,17 @@ pub enum Error {
         #[source]
         source: gdpath_ucx::UcxError,
     },
+    /// A backend's bounce-buffer pool could not serve a request: `wanted` bytes of buffers were
+    /// needed, more than the `budget` (bytes) allows at once, or the rest of the budget stayed in
+    /// use for as long as the backend waits. `pool` names the backend's pool.
+    #[error(
+        "{pool} bounce buffers exhausted: {wanted} bytes wanted, the budget is {budget} bytes"
+    )]
+    BounceExhausted {
+        pool: &'static str,
+        wanted: u64,
+        budget: u64,
+    },
     /// A CUDA driver, NVML or cuFile call failed in `backend` while doing `what` (e.g.
     /// "HostToDevice { pinned: false } of 4096 bytes", "pinned staging buffer"); `source` is
     /// the driver layer's error with its call, code and text (cuFile errors are

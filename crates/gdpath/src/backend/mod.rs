@@ -8,6 +8,7 @@
 //! pools, CUDA host callbacks) complete from there; poll-driven backends (a UCX worker) declare
 //! [`Drive::Poll`] and complete from [`Backend::progress`], which waiters call.
 
+pub(crate) mod bounce;
 pub mod cuda;
 pub mod cufile;
 pub mod file_gpu;

@@ -17,12 +17,13 @@
 //! a channel plus an eventfd read kept armed in the ring, so the thread only ever waits on the
 //! ring.
 
+use super::bounce::{BouncePool, Wait};
 use super::{Backend, Capability, PlanChoice, Preference, Refusal, SplitItem};
 use crate::config::StorageConfig;
 use crate::error::Error;
 use crate::finding::ids;
-use crate::memory::{MemoryClass, HOST_ALIGN};
-use crate::os::mem::{AlignedBuf, HostMem};
+use crate::memory::{host_alloc_error, MemoryClass, HOST_ALIGN};
+use crate::os::mem::{AlignedBuf, HostMem, RangeError};
 use crate::os::uring::{Dir, Done, IoMem, Ring};
 use crate::path::Path;
 use crate::region::{Descriptor, DirectStatus, Region};
@@ -230,10 +231,9 @@ struct Worker {
     wake: Arc<EventFd>,
     chunk: u64,
     qd: usize,
-    max_bounce: usize,
-    /// Bounce buffers allocated (free or in flight).
-    bounces: usize,
-    free_bounces: Vec<AlignedBuf>,
+    bounces: BouncePool<AlignedBuf>,
+    /// Bounce buffers in flight (taken out of the pool).
+    bounces_out: usize,
     pending: VecDeque<Piece>,
     open: bool,
 }
@@ -246,15 +246,16 @@ impl Worker {
         cfg: &StorageConfig,
     ) -> Self {
         let chunk = cfg.chunk.next_multiple_of(HOST_ALIGN as u64);
+        // Allocated on first use, kept for the ring's life.
+        let max_bounce = (cfg.bounce_budget / chunk).max(1) as usize;
         Worker {
             ring,
             rx,
             wake,
             chunk,
             qd: cfg.queue_depth as usize,
-            max_bounce: (cfg.bounce_budget / chunk).max(1) as usize,
-            bounces: 0,
-            free_bounces: Vec::new(),
+            bounces: BouncePool::new(NAME, chunk as usize, max_bounce as u64 * chunk, max_bounce),
+            bounces_out: 0,
             pending: VecDeque::new(),
             open: true,
         }
@@ -365,16 +366,51 @@ impl Worker {
         }
     }
 
-    fn bounce(&mut self) -> Option<AlignedBuf> {
-        if let Some(b) = self.free_bounces.pop() {
-            return Some(b);
+    /// A bounce buffer of `chunk` bytes, or why none: the budget is in flight, or the
+    /// allocation failed.
+    fn bounce(&mut self) -> crate::Result<AlignedBuf> {
+        let mut got = self
+            .bounces
+            .take(1, self.chunk as usize, Wait::Never, |len| {
+                AlignedBuf::try_zeroed(len, HOST_ALIGN).ok_or_else(|| host_alloc_error(len))
+            })?;
+        self.bounces_out += 1;
+        Ok(got.remove(0).into_inner())
+    }
+
+    fn give_bounce(&mut self, b: AlignedBuf) {
+        self.bounces_out -= 1;
+        self.bounces.give(b);
+    }
+
+    /// The bounce buffer `b` as the memory of `rest` bytes of `piece` at `at`, holding them
+    /// already for a write; on an error `b` goes back to the pool.
+    fn staged(
+        &mut self,
+        piece: &Piece,
+        at: usize,
+        rest: u64,
+        mut b: AlignedBuf,
+    ) -> Result<IoMem, RangeError> {
+        if piece.op == Op::Write {
+            // A bounce buffer holds `chunk` >= rest bytes.
+            let copied = match b.as_mut_slice().get_mut(..rest as usize) {
+                Some(dst) => piece.mem.copy_out(at, dst),
+                None => Err(RangeError {
+                    off: 0,
+                    len: rest as usize,
+                    mem_len: b.len(),
+                }),
+            };
+            if let Err(e) = copied {
+                self.give_bounce(b);
+                return Err(e);
+            }
         }
-        if self.bounces >= self.max_bounce {
-            return None;
-        }
-        let b = AlignedBuf::try_zeroed(self.chunk as usize, HOST_ALIGN)?;
-        self.bounces += 1;
-        Some(b)
+        IoMem::owned(b, rest).map_err(|(b, e)| {
+            self.give_bounce(b);
+            e
+        })
     }
 
     /// Submits pending pieces while there is room.
@@ -407,11 +443,16 @@ impl Worker {
                         (dfd, None)
                     } else {
                         match self.bounce() {
-                            Some(b) => (dfd, Some(b)),
-                            None => {
+                            Ok(b) => (dfd, Some(b)),
+                            Err(_) if self.bounces_out > 0 => {
                                 // All bounce buffers busy: wait for a completion.
                                 self.pending.push_front(piece);
                                 return;
+                            }
+                            // None in flight to wait for (the allocation failed).
+                            Err(e) => {
+                                piece.report(Err(e));
+                                continue;
                             }
                         }
                     }
@@ -419,34 +460,15 @@ impl Worker {
                 _ => (file.buffered_fd(), None),
             };
             let io = match bounce {
-                Some(mut b) => {
-                    let staged = match piece.op {
-                        // The bounce buffer holds `chunk` >= rest bytes.
-                        Op::Write => piece
-                            .mem
-                            .copy_out(at, &mut b.as_mut_slice()[..rest as usize]),
-                        Op::Read => Ok(()),
-                    };
-                    match staged.and_then(|()| {
-                        IoMem::owned(b, rest).map_err(|(b, e)| {
-                            self.free_bounces.push(b);
-                            e
-                        })
-                    }) {
-                        Ok(io) => io,
-                        Err(e) => {
-                            piece.report(Err(super::range_err(NAME, e)));
-                            continue;
-                        }
-                    }
+                Some(b) => self.staged(&piece, at, rest, b),
+                None => IoMem::host(piece.mem.clone(), at, rest),
+            };
+            let io = match io {
+                Ok(io) => io,
+                Err(e) => {
+                    piece.report(Err(super::range_err(NAME, e)));
+                    continue;
                 }
-                None => match IoMem::host(piece.mem.clone(), at, rest) {
-                    Ok(io) => io,
-                    Err(e) => {
-                        piece.report(Err(super::range_err(NAME, e)));
-                        continue;
-                    }
-                },
             };
             piece.split.with_item(|i| i.mark_started());
             let dir = match piece.op {
@@ -469,7 +491,7 @@ impl Worker {
         let rest = piece.len - piece.done;
         if res < 0 {
             if let Some(b) = bounce {
-                self.free_bounces.push(b);
+                self.give_bounce(b);
             }
             let errno = -res;
             if errno == libc::EINTR || errno == libc::EAGAIN {
@@ -513,7 +535,7 @@ impl Worker {
                 ),
                 Op::Write => Ok(()),
             };
-            self.free_bounces.push(b);
+            self.give_bounce(b);
             if let Err(e) = copied {
                 piece.report(Err(super::range_err(NAME, e)));
                 return;

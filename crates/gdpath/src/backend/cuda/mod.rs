@@ -94,7 +94,7 @@ impl CudaBackend {
         }
         let shared = Arc::new(Shared {
             gpus,
-            pool: StagingPool::new(cfg.chunk as usize),
+            pool: StagingPool::new(&cfg),
             cfg,
         });
         let (tx, rx) = crossbeam_channel::unbounded::<WorkItem>();

@@ -63,6 +63,12 @@ pub(crate) enum Stop {
     Engine(Error),
 }
 
+impl From<crate::backend::bounce::Exhausted> for Stop {
+    fn from(e: crate::backend::bounce::Exhausted) -> Self {
+        Stop::Engine(e.into())
+    }
+}
+
 impl From<RangeError> for Stop {
     fn from(e: RangeError) -> Self {
         Stop::Engine(crate::backend::range_err(super::NAME, e))
@@ -175,13 +181,13 @@ impl Job<'_> {
                     let b = bufs[s].as_mut_slice()?;
                     // off + l <= len: inside the caller's range; the chunk is this thread's.
                     self.host.mem.copy_out(self.host.off + off, &mut b[..l])?;
-                    streams[s].copy_h2d(self.dev, self.dev_off + off, &bufs[s], 0, l)?;
+                    streams[s].copy_h2d(self.dev, self.dev_off + off, &*bufs[s], 0, l)?;
                 }
                 Dir::DeviceToHost => {
                     if let Some((poff, pl)) = pending[s].take() {
                         self.drain(&bufs[s], poff, pl)?;
                     }
-                    streams[s].copy_d2h(&mut bufs[s], 0, self.dev, self.dev_off + off, l)?;
+                    streams[s].copy_d2h(&mut *bufs[s], 0, self.dev, self.dev_off + off, l)?;
                     pending[s] = Some((off, l));
                 }
             }
@@ -192,8 +198,7 @@ impl Job<'_> {
                 self.drain(&bufs[s], poff, pl)?;
             }
         }
-        drop(streams);
-        self.pool.give(std::mem::take(&mut bufs));
+        // The buffers go back to the pool after the streams (declared later, dropped first).
         Ok(())
     }
 
