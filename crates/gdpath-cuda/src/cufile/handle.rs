@@ -94,21 +94,7 @@ impl CuFileHandle {
         file_off: u64,
         len: usize,
     ) -> Result<usize, CudaError> {
-        check_range("cuFileRead destination", buf.len(), buf_off, len)?;
-        let file_off = i64::try_from(file_off)
-            .map_err(|_| CudaError::InvalidArgument(format!("file offset {file_off} too large")))?;
-        buf.context().bind()?;
-        // SAFETY: range checked; buffer alive for the call (borrowed); handle registered.
-        unsafe {
-            call::read(
-                self.driver.inner.api,
-                self.raw,
-                buf.device_ptr(),
-                len,
-                file_off,
-                buf_off as i64,
-            )
-        }
+        self.io(false, buf, buf_off, file_off, len)
     }
 
     /// Write `len` bytes from `buf[buf_off..]` at `file_off` (`cuFileWrite`), blocking. Returns
@@ -120,20 +106,34 @@ impl CuFileHandle {
         file_off: u64,
         len: usize,
     ) -> Result<usize, CudaError> {
-        check_range("cuFileWrite source", buf.len(), buf_off, len)?;
+        self.io(true, buf, buf_off, file_off, len)
+    }
+
+    fn io(
+        &self,
+        write: bool,
+        buf: &DeviceBuffer,
+        buf_off: usize,
+        file_off: u64,
+        len: usize,
+    ) -> Result<usize, CudaError> {
+        let what = if write {
+            "cuFileWrite source"
+        } else {
+            "cuFileRead destination"
+        };
+        check_range(what, buf.len(), buf_off, len)?;
         let file_off = i64::try_from(file_off)
             .map_err(|_| CudaError::InvalidArgument(format!("file offset {file_off} too large")))?;
         buf.context().bind()?;
-        // SAFETY: range checked; buffer alive for the call; handle registered.
+        let (api, ptr) = (self.driver.inner.api, buf.device_ptr());
+        // SAFETY: range checked; buffer alive for the call (borrowed); handle registered.
         unsafe {
-            call::write(
-                self.driver.inner.api,
-                self.raw,
-                buf.device_ptr(),
-                len,
-                file_off,
-                buf_off as i64,
-            )
+            if write {
+                call::write(api, self.raw, ptr, len, file_off, buf_off as i64)
+            } else {
+                call::read(api, self.raw, ptr, len, file_off, buf_off as i64)
+            }
         }
     }
 }
