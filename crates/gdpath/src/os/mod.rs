@@ -6,8 +6,9 @@
 //! - [`mem`]: aligned host allocations, the registered host memory that regions, in-flight I/O
 //!   and driver registrations share, raw copies into and out of it, and the registrations of
 //!   memory with CUDA and UCX (`cuMemHostRegister`, `ucp_mem_map`).
-//! - [`file`]: what the kernel says about a file's O_DIRECT alignment (`statx`) and the page
-//!   size, and positioned reads and writes that retry short transfers and `EINTR`.
+//! - [`file`]: what the kernel says about a file's O_DIRECT alignment (`statx`), the page size,
+//!   and the O_DIRECT open flag (safe calls through `rustix`; kept here with the other system
+//!   interfaces).
 //! - [`uring`]: an io_uring whose submissions own the memory they point to until the kernel
 //!   completes them.
 //!

@@ -17,9 +17,10 @@ use gdpath_ucx::{Context, MemHandle};
 const MAX_FREE: usize = 16;
 /// Smallest staging buffer allocated (bytes): small messages share one size class.
 const MIN_STAGE: usize = 1 << 20;
-/// Most bytes of staging buffers out and kept at once: a staged pair needs one buffer of its
-/// length, so this is also the longest staged pair.
-const BUDGET: u64 = 4 << 30;
+/// Most bytes of staging buffers out and kept at once (a staged pair needs one buffer of its
+/// length, so this is also the longest staged pair): 16 pairs of 1 GiB in flight, the widest run
+/// of `gdpath bench net` (its default queue depth and its largest message).
+const BUDGET: u64 = 16 << 30;
 
 /// A pinned host buffer registered with UCX. Field order is drop order: unmapped first.
 pub(crate) struct Staged {
