@@ -225,7 +225,7 @@ impl Agent {
     /// - GPU memory (`Memory::Gpu`, allocated; `Memory::GpuPointer`, someone else's) and remote
     ///   memory: made by the backend that serves them, else [`Error::Unsupported`] naming the
     ///   backend (`cuda`, `ucx`); driver errors (out of memory, bad ordinal) are
-    ///   [`Error::Backend`].
+    ///   [`Error::Cuda`] (with the driver's error).
     ///
     /// Every backend that serves the region's memory class may then attach its registration
     /// (an error there fails the registration).
@@ -240,7 +240,7 @@ impl Agent {
                         backend: "cuda",
                     });
                 }
-                Storage::Host(buffer)
+                Storage::Host(crate::os::mem::HostMem::new(buffer.into_aligned()))
             }
             Memory::File(spec) => {
                 let mode = match spec.direct {

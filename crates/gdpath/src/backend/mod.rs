@@ -8,6 +8,7 @@
 //! pools, CUDA host callbacks) complete from there; poll-driven backends (a UCX worker) declare
 //! [`Drive::Poll`] and complete from [`Backend::progress`], which waiters call.
 
+pub(crate) mod bounce;
 pub mod cuda;
 pub mod cufile;
 pub mod file_gpu;
@@ -30,6 +31,15 @@ use crate::path::Path;
 use crate::region::{Descriptor, Region};
 use crate::transfer::Op;
 use serde::Serialize;
+
+/// The error for a host range outside its memory: a bug in the engine (the planner checks every
+/// descriptor against its region before a backend sees it), reported rather than panicking.
+pub(crate) fn range_err(backend: &'static str, e: crate::os::mem::RangeError) -> crate::Error {
+    crate::Error::Backend {
+        backend,
+        detail: e.to_string(),
+    }
+}
 
 /// Whether a capability's path is the one to use when possible, or the one used when the
 /// preferred path refuses. The planner tries preferred capabilities first.

@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, HashSet};
 /// An exported region.
 pub(crate) struct Export {
     region: Region,
-    _mem: MemHandle,
+    mem: MemHandle,
     meta: RegionMeta,
 }
 
@@ -110,18 +110,12 @@ impl Exports {
         for &(off, len) in records {
             let len = len as usize;
             let src = &data[at..at + len];
-            // SAFETY: `meta.addr` is the start of the export's host mapping, alive while the
-            // export is live (it holds the region and its UCX registration; unexporting takes
-            // the state lock this runs under); the range was checked against `meta.len` above;
-            // no host view is out (the use guard above); `src` is a separate buffer. Peers'
-            // UCX puts may write the same bytes meanwhile, as they may into any export.
-            unsafe {
-                std::ptr::copy_nonoverlapping(
-                    src.as_ptr(),
-                    (e.meta.addr as *mut u8).add(off as usize),
-                    len,
-                );
-            }
+            // Into the export's host mapping (`meta.addr`), alive while the export is live; the
+            // range was checked against `meta.len` above; no host view is out (the use guard
+            // above). Peers' UCX puts may write the same bytes meanwhile, as into any export.
+            e.mem
+                .write(off as usize, src)
+                .map_err(|err| Some(format!("region {region}: {err}")))?;
             at += len;
         }
         Ok(())
@@ -217,7 +211,7 @@ impl UcxBackend {
             id,
             Export {
                 region: region.clone(),
-                _mem: mem,
+                mem,
                 meta,
             },
         );

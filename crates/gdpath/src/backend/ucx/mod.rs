@@ -311,44 +311,33 @@ impl UcxBackend {
             if !self.cuda || dev.is_empty() {
                 return Ok(None);
             }
-            dev.context().bind().map_err(|e| Error::Backend {
+            dev.context().bind().map_err(|e| Error::Cuda {
                 backend: "ucx",
-                detail: format!("binding GPU {} context: {e}", dev.ordinal()),
+                what: format!("binding GPU {} context", dev.ordinal()),
+                source: e,
             })?;
-            // SAFETY: the device buffer is `len` bytes of CUDA memory owned by (or borrowed
-            // for) the region; the handle is the region's backend handle, dropped before the
-            // region's memory, and requests using it hold the region (work items).
-            let m = unsafe {
-                MemHandle::map(
-                    &self.ctx,
-                    dev.device_ptr() as *mut u8,
-                    dev.len(),
-                    MemType::Cuda,
-                )
-            }
-            .map_err(|source| Error::Ucx {
-                op: "ucp_mem_map (CUDA)",
-                source,
-            })?;
+            // The handle is the region's backend handle, dropped before the region's memory,
+            // and requests using it hold the region (work items).
+            let m =
+                crate::os::mem::ucx_map_device(&self.ctx, dev).map_err(|source| Error::Ucx {
+                    op: "ucp_mem_map (CUDA)",
+                    source,
+                })?;
             return Ok(Some(m));
         }
-        let Some(ptr) = region.host_ptr() else {
+        let Some(mem) = region.host_mem() else {
             return Ok(None);
         };
-        let len = region.len()? as usize;
-        if len == 0 {
+        if mem.is_empty() {
             return Ok(None);
         }
-        // SAFETY: the region owns `len` bytes at `ptr`; the handle is stored as the region's
-        // backend handle, which is dropped before the region's memory (field order of
-        // RegionInner), and every request using it also holds the region (work items).
-        let m =
-            unsafe { MemHandle::map(&self.ctx, ptr, len, MemType::Host) }.map_err(|source| {
-                Error::Ucx {
-                    op: "ucp_mem_map",
-                    source,
-                }
-            })?;
+        // The handle is stored as the region's backend handle, which is dropped before the
+        // region's memory (field order of RegionInner), and every request using it also holds
+        // the region (work items).
+        let m = crate::os::mem::ucx_map_host(&self.ctx, mem).map_err(|source| Error::Ucx {
+            op: "ucp_mem_map",
+            source,
+        })?;
         Ok(Some(m))
     }
 
