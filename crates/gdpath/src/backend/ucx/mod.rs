@@ -1,10 +1,16 @@
 //! The network backend: remote memory of peer agents, read and written through UCX (`put`/`get`
 //! on packed remote keys), with the agent-to-agent control protocol (`crate::net::codec`) on
-//! the same UCX connection as active messages.
+//! the same UCX connection as active messages. It is a [`Backend`] like the others and answers
+//! [`Backend::network`] ([`crate::backend::network::NetworkBackend`]: connect, serve, exports,
+//! notifications), to which the agent's network calls delegate.
 //!
-//! Modules: [`peer`] (connections, handshake, control messages), [`remote`] (a peer's region
-//! materialised as [`Memory::Remote`]), [`ops`] (descriptor pairs in flight, flushes,
-//! notifications), [`export`] (regions this agent exposes, withdrawal with acknowledgements).
+//! Modules: [`control`] (the adapter feeding the protocol state machine,
+//! [`crate::net::protocol`], and performing its actions: handshake, control messages,
+//! goodbyes), [`conn`] (one connection: endpoint and protocol state), [`link`] (the
+//! `NetworkBackend` side: `Peer` and `Server` links, the serving thread), [`remote`] (a peer's
+//! region materialised as [`Memory::Remote`]), [`ops`] and [`batch`] (descriptor pairs in
+//! flight, flushes, notifications), [`packed`] (packed writes, both sides), [`export`] (regions
+//! this agent exposes, held until the protocol releases them).
 //!
 //! Progress: UCX moves data only while workers progress; over `tcp` the *target* worker serves
 //! put and get. The backend is [`Drive::Poll`]: `Transfer::wait`/`poll` call
@@ -12,9 +18,13 @@
 //! same, so it serves its peers while the application does other things, and blocks on UCX's
 //! event fd when idle ([`wake`]).
 
+mod batch;
+pub(crate) mod conn;
+mod control;
 mod export;
+mod link;
 mod ops;
-pub(crate) mod peer;
+mod packed;
 pub(crate) mod remote;
 mod staging;
 pub(crate) mod wake;
@@ -23,16 +33,17 @@ use crate::backend::{Backend, Capability, Drive, PlanChoice, Preference, Refusal
 use crate::error::{Error, Result};
 use crate::finding::ids;
 use crate::memory::{Memory, MemoryClass};
+use crate::net::protocol::Node;
 use crate::net::{NetConfig, NetEvent, Notification};
 use crate::path::Path;
 use crate::region::{BackendHandle, Descriptor, ForeignMemory, Region};
 use crate::transfer::{Op, WorkItem};
-use gdpath_ucx::{Context, Features, MemHandle, MemType, UcxCfg, UcxError, Worker};
-use std::collections::VecDeque;
+use gdpath_ucx::{Context, Features, Listener, MemHandle, MemType, UcxCfg, UcxError, Worker};
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 
-pub(crate) use peer::PeerConn;
+pub(crate) use conn::PeerConn;
 pub(crate) use remote::RemoteMem;
 
 /// Settings of UCX's CUDA transports gdpath prefers, unless the environment sets them
@@ -103,16 +114,20 @@ pub(crate) fn ucx_err(peer: &str, op: &'static str, e: UcxError) -> Error {
 }
 
 /// Everything guarded by the backend's state lock. Lock order: state, then a peer's own lock.
-#[derive(Default)]
 pub(crate) struct State {
     pub(crate) peers: Vec<Arc<PeerConn>>,
-    pub(crate) exports: export::Exports,
+    /// The protocol's per-agent state: name, the token while serving, the export table.
+    pub(crate) node: Node,
+    /// The regions behind the export table, until the protocol releases them.
+    pub(crate) held: BTreeMap<u64, export::Held>,
     pub(crate) ops: ops::Ops,
 }
 
 /// The UCX backend of one agent: a UCX context and worker, its peers, its exports and the
 /// operations in flight.
 pub struct UcxBackend {
+    /// This backend, for the links and the serving thread it hands out.
+    me: Weak<UcxBackend>,
     pub(crate) cfg: NetConfig,
     pub(crate) agent_name: String,
     pub(crate) agent_id: u64,
@@ -120,7 +135,8 @@ pub struct UcxBackend {
     pub(crate) worker: Worker,
     pub(crate) cuda: bool,
     pub(crate) state: Mutex<State>,
-    pub(crate) listener: Mutex<Option<peer::ListenState>>,
+    /// The UCX listener, while serving.
+    pub(crate) listener: Mutex<Option<Listener>>,
     progress_lock: Mutex<()>,
     /// When the last progress round started, in ns since `epoch`.
     last_round: AtomicU64,
@@ -208,14 +224,20 @@ impl UcxBackend {
             op: "am_register",
             source,
         })?;
-        Ok(Arc::new(UcxBackend {
+        Ok(Arc::new_cyclic(|me| UcxBackend {
+            me: me.clone(),
             cfg,
             agent_name: agent_name.to_owned(),
             agent_id,
             ctx,
             worker,
             cuda,
-            state: Mutex::new(State::default()),
+            state: Mutex::new(State {
+                peers: Vec::new(),
+                node: Node::new(agent_name),
+                held: BTreeMap::new(),
+                ops: ops::Ops::default(),
+            }),
             listener: Mutex::new(None),
             progress_lock: Mutex::new(()),
             last_round: AtomicU64::new(0),
@@ -352,25 +374,20 @@ impl UcxBackend {
         Ok(Some(m))
     }
 
-    /// True when `region` is exported (or being withdrawn) by this agent.
-    pub(crate) fn is_exported(&self, region: &Region) -> bool {
-        lock(&self.state).exports.holds(region)
-    }
-
     /// Records work posted outside the serving thread's progress rounds and wakes that thread
     /// if it sleeps on the event fd ([`wake::Wakeup::kick`]).
     pub(crate) fn kick(&self) {
         self.wake.kick(&self.worker);
     }
 
-    /// Runs progress rounds until `done()` or `timeout` passes (a timeout too long to
-    /// represent is no bound), sleeping 50 µs after a round that found nothing to do. Returns
-    /// whether `done()` held; it is checked before every round.
     /// Whether packed writes to peer `id` wait for their acknowledgement.
     pub(crate) fn packed_in_flight(&self, id: u64) -> bool {
         lock(&self.state).ops.packed_in_flight(id)
     }
 
+    /// Runs progress rounds until `done()` or `timeout` passes (a timeout too long to
+    /// represent is no bound), sleeping 50 µs after a round that found nothing to do. Returns
+    /// whether `done()` held; it is checked before every round.
     pub(crate) fn progress_until(
         &self,
         timeout: std::time::Duration,
@@ -420,6 +437,7 @@ impl UcxBackend {
         let done = {
             let mut st = lock(&self.state);
             let done = st.ops.poll(self);
+            self.withdraw_flushes_done(&mut st);
             activity |= self.reap_peers(&mut st);
             done
         };
@@ -548,6 +566,10 @@ impl Backend for UcxBackend {
         st.ops.submit(self, items, now);
         drop(st);
         self.kick();
+    }
+
+    fn network(&self) -> Option<&dyn crate::backend::network::NetworkBackend> {
+        Some(self)
     }
 
     fn progress(&self) -> usize {
