@@ -64,6 +64,11 @@ impl NetworkBackend for UcxBackend {
         })?;
         *slot = Some(listener);
         drop(slot);
+        if self.cfg.keep_freed_memory {
+            // Peers' packed writes arrive in an allocation each (see `malloc`).
+            let set = super::malloc::keep_freed_memory();
+            tracing::debug!("{set} of glibc's trim and mmap thresholds raised");
+        }
         lock(&self.state).node.token = Some(token);
         let stop = Arc::new(AtomicBool::new(false));
         let (b, s) = (self.this(), stop.clone());

@@ -23,6 +23,7 @@ pub(crate) mod conn;
 mod control;
 mod export;
 mod link;
+mod malloc;
 mod ops;
 mod packed;
 pub(crate) mod remote;
@@ -215,6 +216,9 @@ impl UcxBackend {
                 Ok(c) => ctx = c,
                 Err(e) => tracing::debug!("UCX context without gdpath's CUDA defaults: {e}"),
             }
+        }
+        if let Some(devices) = &cfg.devices {
+            check_devices(&ctx, devices, &ucfg)?;
         }
         let worker = Worker::new(&ctx).map_err(|source| Error::Ucx {
             op: "worker",
@@ -586,6 +590,47 @@ impl Backend for UcxBackend {
             std::thread::yield_now();
         }
     }
+}
+
+/// Refuses a `devices` list (`UCX_NET_DEVICES`, comma-separated) naming a device no transport of
+/// `ctx` uses: UCX itself starts without complaint and then has no network transport (a typo,
+/// an interface of another namespace), which would show only as failing connections. The
+/// error lists the devices UCX does see (a context made without the list, only then).
+fn check_devices(ctx: &Context, devices: &str, cfg: &UcxCfg) -> Result<()> {
+    let have = ctx.resources().map_err(|source| Error::Ucx {
+        op: "resources",
+        source,
+    })?;
+    let missing: Vec<&str> = devices
+        .split(',')
+        .map(str::trim)
+        .filter(|d| !d.is_empty() && *d != "all")
+        .filter(|d| !have.iter().any(|r| r.device == *d))
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let all = Context::new(&UcxCfg {
+        devices: None,
+        ..cfg.clone()
+    })
+    .and_then(|c| c.resources())
+    .map(|rs| {
+        let mut names: Vec<String> = rs
+            .into_iter()
+            .filter(|r| !r.device.starts_with("memory"))
+            .map(|r| r.device)
+            .collect();
+        names.sort();
+        names.dedup();
+        names.join(", ")
+    })
+    .unwrap_or_else(|e| format!("unknown: {e}"));
+    Err(Error::Config(format!(
+        "UCX has no transport on device {} (network devices UCX sees here: {all}; `ucx_info -d` \
+         lists them)",
+        missing.join(", ")
+    )))
 }
 
 /// A counter of the backend's ids (peers).

@@ -48,6 +48,10 @@ struct Wire {
 }
 
 impl End {
+    /// What `pick` takes out of each logged action, in order.
+    fn pick<T>(&self, pick: impl Fn(&Action) -> Option<T>) -> Vec<T> {
+        self.log.iter().filter_map(pick).collect()
+    }
     fn ended(&self) -> Option<&Result<(), Error>> {
         self.log.iter().find_map(|a| match a {
             Action::End(r) => Some(r),
@@ -64,22 +68,16 @@ impl End {
             .collect()
     }
     fn released(&self) -> Vec<u64> {
-        self.log
-            .iter()
-            .filter_map(|a| match a {
-                Action::Release(id) => Some(*id),
-                _ => None,
-            })
-            .collect()
+        self.pick(|a| match a {
+            Action::Release(id) => Some(*id),
+            _ => None,
+        })
     }
     fn flushes(&self) -> Vec<Flush> {
-        self.log
-            .iter()
-            .filter_map(|a| match a {
-                Action::Flush(f) => Some(f.clone()),
-                _ => None,
-            })
-            .collect()
+        self.pick(|a| match a {
+            Action::Flush(f) => Some(f.clone()),
+            _ => None,
+        })
     }
 }
 
