@@ -162,9 +162,18 @@ pub enum Error {
     #[error("authentication with {peer} failed: {detail}")]
     AuthFailed { peer: String, detail: String },
     /// A peer broke the agent protocol: malformed, oversized, unknown-version or unexpected
-    /// message. Nothing it sent was used.
-    #[error("protocol error from {peer}: {detail}")]
-    Protocol { peer: String, detail: String },
+    /// message. Nothing it sent was used. `source`: the decoder's refusal, for a malformed
+    /// message.
+    #[error(
+        "protocol error from {peer}: {detail}{}",
+        source.as_ref().map(|e| format!(": {e}")).unwrap_or_default()
+    )]
+    Protocol {
+        peer: String,
+        detail: String,
+        #[source]
+        source: Option<crate::net::codec::DecodeError>,
+    },
     /// A UCX call failed outside any one descriptor pair (context, worker, listener, mapping).
     #[error("UCX {op}: {source}")]
     Ucx {

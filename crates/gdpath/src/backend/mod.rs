@@ -14,6 +14,7 @@ pub mod cufile;
 pub mod file_gpu;
 mod fileio;
 pub mod host_copy;
+pub mod network;
 pub mod posix_buffered;
 pub mod posix_direct;
 mod split;
@@ -30,6 +31,7 @@ use crate::memory::{Memory, MemoryClass};
 use crate::path::Path;
 use crate::region::{Descriptor, Region};
 use crate::transfer::Op;
+pub use network::NetworkBackend;
 use serde::Serialize;
 
 /// The error for a host range outside its memory: a bug in the engine (the planner checks every
@@ -185,5 +187,12 @@ pub trait Backend: Send + Sync + 'static {
     /// Drives a poll-driven backend; returns how many completions it reported. Default: 0.
     fn progress(&self) -> usize {
         0
+    }
+
+    /// This backend as a network backend, when it reaches peer agents (connect, serve,
+    /// exports, notifications: [`network::NetworkBackend`]); the agent delegates its network
+    /// calls to the first backend that answers. Default: `None`.
+    fn network(&self) -> Option<&dyn network::NetworkBackend> {
+        None
     }
 }

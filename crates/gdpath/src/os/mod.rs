@@ -12,6 +12,7 @@
 //! - [`cache`], [`dl`], [`process`]: evicting a file from the page cache, probing a shared library
 //!   for a symbol, leaving the process at once from a signal handler (public: the doctor, the
 //!   benches and the CLI call them).
+//! - [`malloc`]: glibc's allocator thresholds (`mallopt`), which a serving agent raises.
 //! - [`uring`]: an io_uring whose submissions own the memory they point to until the kernel
 //!   completes them.
 //!
@@ -29,6 +30,7 @@
 mod cache;
 mod dl;
 pub(crate) mod file;
+pub(crate) mod malloc;
 pub(crate) mod mem;
 mod process;
 pub(crate) mod uring;
