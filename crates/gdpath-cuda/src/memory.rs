@@ -51,10 +51,17 @@ pub(crate) struct DevMem {
     pub(crate) len: usize,
     /// False for memory borrowed with [`DeviceBuffer::from_raw`]: never freed here.
     pub(crate) owned: bool,
+    /// True for another process's memory opened from its IPC handle ([`crate::IpcMemHandle`]):
+    /// closed with `cuIpcCloseMemHandle`, never freed here.
+    pub(crate) ipc: bool,
 }
 
 impl Drop for DevMem {
     fn drop(&mut self) {
+        if self.ipc {
+            crate::ipc::close(&self.ctx, self.ptr);
+            return;
+        }
         if !self.owned {
             return;
         }
@@ -101,6 +108,7 @@ impl DeviceBuffer {
                 ptr,
                 len,
                 owned: true,
+                ipc: false,
             }),
         })
     }
@@ -132,6 +140,7 @@ impl DeviceBuffer {
                 ptr,
                 len,
                 owned: false,
+                ipc: false,
             }),
         })
     }
@@ -140,6 +149,12 @@ impl DeviceBuffer {
     /// reference) rather than borrowed with [`DeviceBuffer::from_raw`].
     pub fn is_owned(&self) -> bool {
         self.inner.owned
+    }
+
+    /// Whether this is another process's memory opened from its CUDA IPC handle
+    /// ([`crate::IpcMemHandle::open`]); the mapping is closed with the last reference.
+    pub fn is_ipc_mapping(&self) -> bool {
+        self.inner.ipc
     }
 
     /// Length in bytes.
