@@ -277,6 +277,36 @@ fn parse() -> Result<Opts, String> {
     Ok(o)
 }
 
+/// What posting costs the CPU before any driver call, per descriptor (median of 5): the list
+/// checks and coalescing (`check_list` + `coalesce`, the work `BlockCopier::copy` does in one
+/// pass), and writing the list into pinned memory (what the kernel method's staging takes).
+fn cpu_costs(ctx: &Context, name: &str, list: &[BlockCopy]) -> Result<(), CudaError> {
+    let n = list.len();
+    let mut out = Vec::with_capacity(n);
+    let mut pinned = PinnedHostBuffer::new(ctx, std::mem::size_of_val(list))?;
+    let (mut check, mut write) = (Vec::new(), Vec::new());
+    for _ in 0..5 {
+        let t = Instant::now();
+        gdpath_cuda::blocks::check_list(list)?;
+        gdpath_cuda::blocks::coalesce(list, &mut out);
+        check.push(t.elapsed().as_secs_f64() * 1e9 / n as f64);
+        let dst = pinned.as_mut_slice()?;
+        let t = Instant::now();
+        for (chunk, b) in dst.chunks_exact_mut(24).zip(list) {
+            chunk[..8].copy_from_slice(&b.dst.to_le_bytes());
+            chunk[8..16].copy_from_slice(&b.src.to_le_bytes());
+            chunk[16..].copy_from_slice(&b.len.to_le_bytes());
+        }
+        write.push(t.elapsed().as_secs_f64() * 1e9 / n as f64);
+    }
+    println!(
+        "{name:<5} CPU per descriptor: check + coalesce {:.1} ns, write to pinned staging {:.1} ns",
+        stats(check).median,
+        stats(write).median
+    );
+    Ok(())
+}
+
 fn run_shape(
     ctxs: &[Context],
     sh: &Shape,
@@ -317,6 +347,7 @@ fn run_shape(
         "{:<5} {:>7} x {:>8} B  {:<13} {:>8.1} {:>8.1} {:>8.1}",
         sh.name, blocks, block, "contiguous", c.min, c.median, c.max
     );
+    cpu_costs(ctx, sh.name, &list)?;
     let mut copier = BlockCopier::new(ctx);
     copier.set_kernel_tuning(o.tuning);
     copier.set_batch_prefer_overlap(o.prefer_overlap);

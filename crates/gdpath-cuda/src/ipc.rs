@@ -19,12 +19,11 @@
 //!   ordering is the protocol's job (this crate cannot see the other process).
 
 use std::ffi::c_char;
-use std::sync::Arc;
 
 use crate::context::Context;
 use crate::error::CudaError;
 use crate::ffi::{self, CUdeviceptr, CUipcMemHandle};
-use crate::memory::{DevMem, DeviceBuffer};
+use crate::memory::DeviceBuffer;
 
 /// An exported allocation: `CUipcMemHandle`, 64 bytes, meaningful to other processes of the
 /// same node while the exporter keeps the memory allocated. Plain data: `Copy`, comparable,
@@ -140,15 +139,7 @@ impl IpcMemHandle {
                 return Err(e);
             }
         };
-        Ok(DeviceBuffer {
-            inner: Arc::new(DevMem {
-                ctx: ctx.clone(),
-                ptr,
-                len,
-                owned: false,
-                ipc: true,
-            }),
-        })
+        Ok(DeviceBuffer::wrap(ctx, ptr, len, false, true))
     }
 }
 

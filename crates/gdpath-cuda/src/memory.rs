@@ -102,15 +102,21 @@ impl DeviceBuffer {
         ctx.api().check("cuMemAlloc_v2", unsafe {
             (ctx.api().cuMemAlloc)(&mut ptr, len)
         })?;
-        Ok(DeviceBuffer {
+        Ok(DeviceBuffer::wrap(ctx, ptr, len, true, false))
+    }
+
+    /// The handle over `[ptr, ptr + len)` of `ctx`; freed on drop when `owned`, closed as an
+    /// IPC mapping when `ipc`.
+    pub(crate) fn wrap(ctx: &Context, ptr: u64, len: usize, owned: bool, ipc: bool) -> Self {
+        DeviceBuffer {
             inner: Arc::new(DevMem {
                 ctx: ctx.clone(),
                 ptr,
                 len,
-                owned: true,
-                ipc: false,
+                owned,
+                ipc,
             }),
-        })
+        }
     }
 
     /// Wrap device memory allocated elsewhere (PyTorch, cupy, NCCL, `cudaMalloc`) so streams can
@@ -134,15 +140,7 @@ impl DeviceBuffer {
                 "device memory at {ptr:#x} of {len} bytes overflows the address space"
             )));
         }
-        Ok(DeviceBuffer {
-            inner: Arc::new(DevMem {
-                ctx: ctx.clone(),
-                ptr,
-                len,
-                owned: false,
-                ipc: false,
-            }),
-        })
+        Ok(DeviceBuffer::wrap(ctx, ptr, len, false, false))
     }
 
     /// Whether the memory was allocated by [`DeviceBuffer::new`] (and is freed with the last

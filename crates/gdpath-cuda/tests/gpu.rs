@@ -650,12 +650,19 @@ fn block_copies_gpu_to_pinned_host_and_back_100k_x_16k() {
 fn block_copies_within_one_gpu_40k_x_64k() {
     let c = cuda();
     let g = ctx(&c, 0);
+    device_round_trip(&c, &g, 40_000, 64 << 10, "within GPU 0");
+}
+
+/// `n` blocks of `block` bytes from random slots of a pattern-filled buffer on GPU 0 to random
+/// slots of a buffer on `far`'s GPU (checked on the CPU), then back into the source order on
+/// GPU 0 (checked on the GPU), with each method and the copier on GPU 0.
+fn device_round_trip(c: &Cuda, far: &Context, n: u32, block: u64, what: &str) {
+    let g = ctx(c, 0);
     let s = Stream::new(&g).unwrap();
     let mut copier = BlockCopier::new(&g);
-    let (n, block) = (40_000u32, 64u64 << 10);
     let len = n as usize * block as usize;
     let src = DeviceBuffer::new(&g, len).unwrap();
-    let mid = DeviceBuffer::new(&g, len).unwrap();
+    let mid = DeviceBuffer::new(far, len).unwrap();
     let back = DeviceBuffer::new(&g, len).unwrap();
     s.fill_pattern(&src, 0, len, SEED, 0).unwrap();
     let list = slot_list(
@@ -667,10 +674,12 @@ fn block_copies_within_one_gpu_40k_x_64k() {
     );
     let undo = undo_list(&list, src.device_ptr(), back.device_ptr());
     let mut image = vec![0u8; len];
-    for m in block_methods(&c, &copier) {
-        s.memset(&mid, 0, len, 0).unwrap();
+    for m in block_methods(c, &copier) {
         s.memset(&back, 0, len, 0).unwrap();
-        copier
+        let zero = Stream::new(far).unwrap();
+        zero.memset(&mid, 0, len, 0).unwrap();
+        zero.synchronize().unwrap();
+        let r = copier
             .copy(
                 &s,
                 &[BlockRegion::device(&mid)],
@@ -679,11 +688,12 @@ fn block_copies_within_one_gpu_40k_x_64k() {
                 m,
             )
             .unwrap();
-        s.read_into_slice(&mut image, &mid, 0).unwrap();
+        s.synchronize().unwrap();
+        zero.read_into_slice(&mut image, &mid, 0).unwrap();
         let (bad, first) =
             pattern::check_copies(&image, mid.device_ptr(), &list, src.device_ptr(), SEED);
-        assert_eq!((bad, first), (0, None), "{m}: random -> random");
-        let r = copier
+        assert_eq!((bad, first), (0, None), "{m} {what}: random -> random");
+        copier
             .copy(
                 &s,
                 &[BlockRegion::device(&back)],
@@ -693,8 +703,8 @@ fn block_copies_within_one_gpu_40k_x_64k() {
             )
             .unwrap();
         let v = s.verify_pattern(&back, 0, len, SEED, 0).unwrap();
-        assert!(v.is_ok(), "{m}: back to source order: {v:?}");
-        eprintln!("{m}: 40,000 x 64 KiB within GPU 0 exact ({r:?})");
+        assert!(v.is_ok(), "{m} {what}: back to source order: {v:?}");
+        eprintln!("{m}: {n} x {block} B {what} and back exact ({r:?})");
     }
 }
 
@@ -839,53 +849,14 @@ fn block_copies_with_unaligned_sizes_and_offsets() {
     }
 }
 
-/// GPU 0 → GPU 1 (skipped with one GPU): random layout there, then back into the source order
-/// on GPU 0, each method, with the copier on GPU 0 reading and writing peer memory.
+/// GPU 0 → GPU 1 (skipped with one GPU): random layout there, checked, then back into the
+/// source order on GPU 0, each method, with the copier on GPU 0 writing and reading peer memory.
 #[test]
 #[ignore = "needs an NVIDIA GPU: run the GPU suite"]
 fn block_copies_gpu0_to_gpu1() {
     let c = cuda();
-    let Some((g0, g1)) = two(&c) else { return };
-    let s = Stream::new(&g0).unwrap();
-    let mut copier = BlockCopier::new(&g0);
-    let (n, block) = (40_000u32, 64u64 << 10);
-    let len = n as usize * block as usize;
-    let src = DeviceBuffer::new(&g0, len).unwrap();
-    let far = DeviceBuffer::new(&g1, len).unwrap();
-    let back = DeviceBuffer::new(&g0, len).unwrap();
-    s.fill_pattern(&src, 0, len, SEED, 0).unwrap();
-    let list = slot_list(
-        far.device_ptr(),
-        &pattern::shuffled(n, 32),
-        src.device_ptr(),
-        &pattern::shuffled(n, 31),
-        block,
-    );
-    let undo = undo_list(&list, src.device_ptr(), back.device_ptr());
-    for m in block_methods(&c, &copier) {
-        s.memset(&back, 0, len, 0).unwrap();
-        let r = copier
-            .copy(
-                &s,
-                &[BlockRegion::device(&far)],
-                &[BlockRegion::device(&src)],
-                &list,
-                m,
-            )
-            .unwrap();
-        copier
-            .copy(
-                &s,
-                &[BlockRegion::device(&back)],
-                &[BlockRegion::device(&far)],
-                &undo,
-                m,
-            )
-            .unwrap();
-        let v = s.verify_pattern(&back, 0, len, SEED, 0).unwrap();
-        assert!(v.is_ok(), "{m}: GPU 0 -> GPU 1 -> GPU 0: {v:?}");
-        eprintln!("{m}: 40,000 x 64 KiB GPU 0 -> GPU 1 and back exact ({r:?})");
-    }
+    let Some((_, g1)) = two(&c) else { return };
+    device_round_trip(&c, &g1, 40_000, 64 << 10, "GPU 0 -> GPU 1");
 }
 
 /// Lists the copier must refuse with a typed error, before anything moves.

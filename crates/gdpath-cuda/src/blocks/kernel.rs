@@ -10,7 +10,7 @@
 //! overlap their host work with the previous launch and nothing is allocated per call (buffers
 //! grow to the largest list seen, in powers of two).
 
-use std::ffi::{c_int, c_uint, c_void, CString};
+use std::ffi::{c_int, c_uint, c_void};
 
 use super::list::BlockCopy;
 use crate::context::Context;
@@ -84,35 +84,22 @@ unsafe impl Sync for CopyKernel {}
 
 impl CopyKernel {
     fn load(ctx: &Context) -> Result<CopyKernel, CudaError> {
-        ctx.bind()?;
-        let api = ctx.api();
-        let mut module: CUmodule = std::ptr::null_mut();
-        // SAFETY: NUL-terminated PTX text; context current.
-        api.check("cuModuleLoadData", unsafe {
-            (api.cuModuleLoadData)(&mut module, PTX.as_ptr() as *const c_void)
-        })?;
-        let name = CString::new(ENTRY).expect("no NUL in the entry name");
-        let mut func: CUfunction = std::ptr::null_mut();
-        // SAFETY: module loaded above; out-pointer live.
-        let r = unsafe { (api.cuModuleGetFunction)(&mut func, module, name.as_ptr()) };
-        if let Err(e) = api.check("cuModuleGetFunction", r) {
-            // SAFETY: the module we loaded.
-            unsafe { (api.cuModuleUnload)(module) };
-            return Err(e);
-        }
-        let sms = ctx
+        let (module, [func]) = crate::kernels::load_module(ctx, PTX, [ENTRY])?;
+        let sms = match ctx
             .device()
-            .attribute(crate::cuda::DeviceAttribute::MULTIPROCESSOR_COUNT)?
-            .max(1) as u32;
+            .attribute(crate::cuda::DeviceAttribute::MULTIPROCESSOR_COUNT)
+        {
+            Ok(n) => n.max(1) as u32,
+            Err(e) => {
+                crate::kernels::unload_module(ctx.api(), std::ptr::null_mut(), module);
+                return Err(e);
+            }
+        };
         Ok(CopyKernel { module, func, sms })
     }
 
     pub(crate) fn unload(&self, api: &DriverApi, ctx: CUcontext) {
-        // SAFETY: our module; the context is still retained (called from its Drop).
-        unsafe {
-            (api.cuCtxSetCurrent)(ctx);
-            (api.cuModuleUnload)(self.module);
-        }
+        crate::kernels::unload_module(api, ctx, self.module);
     }
 
     /// CTAs of `threads` threads that fit on one SM at once.
@@ -238,6 +225,10 @@ impl Staging {
         n: usize,
     ) -> Result<&mut [BlockCopy], CudaError> {
         let i = self.next;
+        if self.slots[i ^ 1].is_none() {
+            // Both slots on first use, so that the second call does not pay for an allocation.
+            self.slot(ctx, i ^ 1, n)?;
+        }
         let slot = self.slot(ctx, i, n)?;
         // SAFETY: the slot's pinned memory holds at least `n` descriptors, is page aligned, and
         // no GPU work reads it (idle); BlockCopy is plain data, any bit pattern valid.

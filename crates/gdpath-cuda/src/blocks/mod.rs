@@ -29,15 +29,17 @@
 //!   run cannot leave one warp working alone, and 16–64 KiB blocks stay whole;
 //! - the next descriptor is loaded while the current one is copied, hiding its latency;
 //! - the host side is one pass per list (check, coalesce and write into pinned staging
-//!   together) and one upload: about 10 ns per descriptor, so posting 100,000 descriptors
-//!   costs under 1 ms against the 30 ms their 1.6 GB take over PCIe.
+//!   together) and one upload: 5–10 ns per descriptor, so posting 100,000 descriptors costs
+//!   about 1 ms against the 30 ms their 1.6 GB take over PCIe.
 //!
-//! Measured with `examples/kv_copy.rs` on an H200 (driver 580.159.04, 2026-12-01), random
-//! layouts, timed from before posting: the kernel moved 100,000 × 16 KiB GPU → pinned host at
-//! 0.90× the contiguous D2H rate and back at 0.90×, and 40,000 × 64 KiB within the GPU at
-//! 0.76× a contiguous D2D copy (0.91× with the posting hidden). `cuMemcpyBatchAsync` on the
-//! same driver spends about 1 µs (D2H), 4 µs (H2D) and 5 µs (D2D) of CPU per copy whatever the
-//! count, access order or hints, so it is for lists of few large copies (64 × 16 MiB: 1.00× D2H,
+//! Measured with `examples/kv_copy.rs` on an H200 (driver 580.159.04, 2026-12-01; medians of
+//! 5–7 runs in each of five sessions), random layouts, timed from before posting: the kernel
+//! moved 100,000 × 16 KiB GPU → pinned host at 0.85–0.93× the contiguous D2H rate (55.3 GB/s)
+//! and back at 0.88–0.93×, and 40,000 × 64 KiB within the GPU at 0.68–0.76× a contiguous D2D
+//! copy (≈ 2,100 GB/s); with the posting hidden behind earlier GPU work, 0.92–0.95×, 0.92× and
+//! 0.90×. `cuMemcpyBatchAsync` on the same driver spends about 1 µs (D2H), 4 µs (H2D) and
+//! 5 µs (D2D) of CPU per copy whatever the count, access order or hints (0.3–0.45×, 0.07× and
+//! 0.01× for those lists), so it is for lists of few large copies (64 × 16 MiB: 1.00× D2H,
 //! 0.70× D2D, its copy engines' rate) and the kernel for many small ones.
 //!
 //! On the driver batch: copies within a batch run in no particular order and may overlap each
@@ -425,7 +427,8 @@ impl BlockCopier {
     /// # Safety
     /// Every `[dst, dst + len)` and `[src, src + len)` must be memory the stream's context can
     /// access (its device memory, peer memory with peer access enabled, IPC mappings opened in
-    /// it, pinned host memory), the destinations writable and not read by the CPU, and all of it
+    /// it, pinned host memory; for the kernel method, host memory the device maps at its host
+    /// pointer), the destinations writable and not read by the CPU, and all of it
     /// must stay allocated until the stream has passed this work (synchronize before freeing).
     /// `dst_location` and `src_location` are hints for the driver batch.
     pub unsafe fn copy_unchecked(
@@ -466,11 +469,7 @@ impl BlockCopier {
                 // Coalescing only shrinks the list: room for every descriptor is enough.
                 list::check_count(blocks)?;
                 let staged = self.staging.prepare(&self.ctx, blocks.len())?;
-                let mut k = 0;
-                Ok(list::plan(blocks, regions, |c, _, _| {
-                    staged[k] = c;
-                    k += 1;
-                })?)
+                Ok(list::plan_into(blocks, regions, staged)?)
             }
         }
     }
