@@ -32,8 +32,8 @@
 //! `NVLinkBandwidth` matrix (hwloc writes none when its NVML backend did not run, or found no
 //! active link, or was built without NVLink support, so its absence leaves NVLink unknown); link
 //! state partial (bandwidth, not speed and width); ACS, IOMMU and kernel drivers unknown (not in
-//! hwloc XML); RDMA devices from the OpenFabrics OS devices when the export has OS devices at
-//! all. hwloc's class ids are 16 bits: the programming interface byte is taken from `pci_type`
+//! hwloc XML); RDMA devices from the OpenFabrics OS devices when the export lists I/O OS devices
+//! at all. hwloc's class ids are 16 bits: the programming interface byte is taken from `pci_type`
 //! when present, else 0.
 
 use crate::coverage::{Coverage, Facet};
@@ -77,8 +77,9 @@ struct Reader<'a, 'b> {
     numa_nodes: BTreeMap<u32, String>,
     /// gp_index → what it is (PCI functions, their OS devices, packages).
     peers: BTreeMap<String, Peer>,
-    /// Whether any OS device was seen (an export made without I/O discovery has none).
-    osdevs: bool,
+    /// Whether any network, storage or OpenFabrics OS device was seen: hwloc's Linux I/O
+    /// discovery, which lists RDMA devices, ran (GPU OS devices come from other backends).
+    io_osdevs: bool,
     notes: Vec<String>,
 }
 
@@ -106,7 +107,7 @@ pub fn parse(text: &str, path: &Path) -> Result<Machine, TopoError> {
         devices: Vec::new(),
         numa_nodes: BTreeMap::new(),
         peers: BTreeMap::new(),
-        osdevs: false,
+        io_osdevs: false,
         notes: Vec::new(),
     };
     for child in root.children().filter(|c| c.has_tag_name("object")) {
@@ -267,7 +268,6 @@ impl<'a, 'b> Reader<'a, 'b> {
             .children()
             .filter(|c| c.has_tag_name("object") && c.attribute("type") == Some("OSDev"))
         {
-            self.osdevs = true;
             if let Some(gp) = os.attribute("gp_index") {
                 self.peers.insert(format!("OSDev:{gp}"), Peer::Pci(pci));
             }
@@ -297,6 +297,7 @@ impl<'a, 'b> Reader<'a, 'b> {
             {
                 continue;
             }
+            self.io_osdevs |= rdma || net || block;
             if rdma {
                 d.rdma.push(name.to_owned());
             } else if net {
@@ -401,10 +402,14 @@ impl<'a, 'b> Reader<'a, 'b> {
             },
             acs: no("PCI configuration space (ACS)"),
             iommu: no("IOMMU state"),
-            rdma: if self.osdevs {
+            rdma: if self.io_osdevs {
                 Facet::described("OpenFabrics OS devices")
             } else {
-                Facet::unknown("the export has no OS devices (made without I/O device discovery)")
+                Facet::unknown(
+                    "the export has no network, storage or OpenFabrics OS devices (made without \
+                     hwloc's I/O device discovery): RDMA capability is known only from the NICs' \
+                     PCI identity",
+                )
             },
             drivers: no("kernel drivers or modules"),
         }

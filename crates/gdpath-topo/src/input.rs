@@ -44,6 +44,15 @@ pub const MAX_MATRIX_DEVICES: usize = 4096;
 /// How long a read may wait for a pipe or FIFO that delivers nothing before it fails: 30 s.
 pub const STALL_LIMIT: Duration = Duration::from_secs(30);
 
+/// A byte count for messages: `32 MiB (33554432 bytes)`, or `1000 bytes`.
+pub fn size_text(bytes: u64) -> String {
+    if bytes >= 1 << 20 && bytes % (1 << 20) == 0 {
+        format!("{} MiB ({bytes} bytes)", bytes >> 20)
+    } else {
+        format!("{bytes} bytes")
+    }
+}
+
 /// Why a bounded read stopped: carried inside an [`io::Error`] (find it with [`limit_of`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum ReadLimit {

@@ -143,8 +143,9 @@ pub enum TopoError {
     Write(#[source] std::io::Error),
     /// The file is larger than any source of its kind (or never ends: `/dev/zero`).
     #[error(
-        "{path} is larger than {limit_bytes} bytes, the most gdpath reads from a source of this \
-         kind (no machine's topology is that large; is it the right file?)"
+        "{path} is larger than {}, the most gdpath reads from a source of this kind (no \
+         machine's topology is that large; is it the right file?)",
+        input::size_text(*.limit_bytes)
     )]
     TooLarge { path: PathBuf, limit_bytes: u64 },
     /// A pipe or FIFO delivered no data for `seconds` seconds.

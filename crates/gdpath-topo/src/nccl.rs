@@ -58,6 +58,7 @@ struct Reader<'a, 'b> {
     notes: Vec<String>,
     /// (gpu, target, count, target is an NVSwitch)
     nvlinks: Vec<(PciAddr, PciAddr, u32, bool)>,
+    lines: xml::LineIndex,
     /// `<nvlink>` entries ignored because they target the GPU itself.
     self_nvlinks: usize,
     /// Whether any `<net>` entry names a device.
@@ -89,6 +90,7 @@ pub fn parse(text: &str, path: &Path) -> Result<Machine, TopoError> {
         nodes: Vec::new(),
         notes: Vec::new(),
         nvlinks: Vec::new(),
+        lines: xml::LineIndex::new(text),
         self_nvlinks: 0,
         named_nets: false,
         synthetic_nics: 0,
@@ -148,7 +150,7 @@ fn nvlink_bonds(entries: &[(PciAddr, PciAddr, u32, bool)]) -> Vec<(PciAddr, PciA
 
 impl<'a, 'b> Reader<'a, 'b> {
     fn line(&self, node: Node) -> u32 {
-        xml::line(self.doc, node)
+        self.lines.line(node)
     }
 
     fn coverage(&self, tree_known: bool, numa: bool) -> Coverage {

@@ -464,7 +464,7 @@ impl SmiMatrix {
             rdma: crate::coverage::by_count(
                 named,
                 nics,
-                "the NIC Legend (nvidia-smi lists NICs by their RDMA device)",
+                "the NIC columns and NIC Legend (nvidia-smi lists NICs by their RDMA device)",
                 "NICs",
                 "the NIC Legend is missing (cut short, or not copied)",
                 "are not in the NIC Legend (cut short)",

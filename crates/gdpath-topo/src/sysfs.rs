@@ -99,23 +99,50 @@ fn coverage(view: &dyn SysView, m: &Machine, infiniband_listed: bool) -> Coverag
         )
     };
     let checked = m.link_checked_devices();
-    let full = |l: &crate::PcieLink| {
-        l.cur_gts.is_some() && l.cur_width.is_some() && l.max_gts.is_some() && l.max_width.is_some()
+    let parts = |d: &crate::Device| {
+        let l = d.link;
+        [
+            l.cur_gts.is_some(),
+            l.cur_width.is_some(),
+            l.max_gts.is_some(),
+            l.max_width.is_some(),
+        ]
     };
-    let link_state = by_count(
-        checked.iter().filter(|d| full(&d.link)).count(),
-        checked.len(),
-        "current_link_speed/width and max_link_speed/width",
-        "GPUs, NICs, NVMe and bridges above them",
-        "no device has readable link speed and width files (virtual devices, old kernels)",
-        "have no readable link speed or width (virtual devices, old kernels)",
-    );
+    let full = checked
+        .iter()
+        .filter(|d| parts(d).iter().all(|p| *p))
+        .count();
+    let any = checked
+        .iter()
+        .filter(|d| parts(d).iter().any(|p| *p))
+        .count();
+    let from = "current_link_speed/width and max_link_speed/width";
+    let link_state = if full == checked.len() {
+        Facet::described(from)
+    } else if any == 0 {
+        Facet::unknown(
+            "no GPU, NIC, NVMe or bridge above them has readable link speed or width files \
+             (virtual devices, old kernels)",
+        )
+    } else {
+        Facet::partial(
+            from,
+            format!(
+                "{} of {} GPUs, NICs, NVMe and bridges above them lack some of the current and \
+                 maximum speed and width (virtual devices, old kernels)",
+                checked.len() - full,
+                checked.len()
+            ),
+        )
+    };
     let bridges: Vec<_> = checked
         .iter()
         .filter(|d| d.kind == crate::DeviceKind::Bridge)
         .collect();
     let acs = if !m.tree_known {
         Facet::unknown("the source has no PCI tree: the bridges between devices are unknown")
+    } else if bridges.is_empty() {
+        Facet::described("no PCI bridge above the GPUs, NICs and NVMe: nothing to redirect")
     } else {
         by_count(
             bridges.iter().filter(|d| d.acs.is_some()).count(),

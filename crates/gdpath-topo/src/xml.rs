@@ -68,7 +68,22 @@ pub(crate) fn error(doc: &Document, node: Node, path: &Path, message: String) ->
     }
 }
 
-/// The line of a node, for notes.
-pub(crate) fn line(doc: &Document, node: Node) -> u32 {
-    doc.text_pos_at(node.range().start).row
+/// Line numbers of byte offsets, in O(log n) each: [`Document::text_pos_at`] counts from the
+/// start of the text, which for a note per element would be quadratic in the file size.
+pub(crate) struct LineIndex(Vec<usize>);
+
+impl LineIndex {
+    /// The line starts of `text`.
+    pub(crate) fn new(text: &str) -> Self {
+        let starts = std::iter::once(0)
+            .chain(text.match_indices('\n').map(|(i, _)| i + 1))
+            .collect();
+        LineIndex(starts)
+    }
+
+    /// The 1-based line of a node.
+    pub(crate) fn line(&self, node: Node) -> u32 {
+        let at = node.range().start;
+        u32::try_from(self.0.partition_point(|&s| s <= at)).unwrap_or(u32::MAX)
+    }
 }
