@@ -197,7 +197,7 @@ pub(crate) fn by_count(
     none_reason: &str,
     some_reason: &str,
 ) -> Facet {
-    if total == 0 || described == total {
+    if total == 0 || described >= total {
         Facet::described(from)
     } else if described == 0 {
         Facet::unknown(none_reason)

@@ -135,8 +135,13 @@ fn parse_header(line: &str) -> Option<(Vec<String>, SmiColumns)> {
         .take_while(|t| **t != "CPU" && **t != "NUMA" && **t != "GPU")
         .map(|t| t.to_string())
         .collect();
-    // A row (`GPU0  X  NV18 ...`) starts like a header; its cells are classes.
-    if ids.iter().any(|t| parse_cell(t).is_ok()) {
+    // A row (`GPU0  X  NV18 ...`) starts like a header; its cells are classes. Other ids are
+    // NIC names of older versions: RDMA device names (`mlx5_0`, `rdmap16s27`).
+    let name_like = |t: &str| {
+        t.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+    };
+    if ids.iter().any(|t| parse_cell(t).is_ok() || !name_like(t)) {
         return None;
     }
     let rest = toks[ids.len()..].join(" ");
@@ -168,6 +173,18 @@ impl SmiMatrix {
         }
         let n = ids.len();
         let known: HashSet<&str> = ids.iter().map(String::as_str).collect();
+        if known.len() < n {
+            let dup = ids
+                .iter()
+                .enumerate()
+                .find(|(i, id)| ids[..*i].contains(id))
+                .map(|(_, id)| id.clone())
+                .unwrap_or_default();
+            return Err(SmiError::BadRow {
+                line: hdr_no + 1,
+                message: format!("{dup} appears twice in the header"),
+            });
+        }
         let mut seen: HashSet<String> = HashSet::new();
         let mut rows = Vec::new();
         let mut nic_legend = Vec::new();
@@ -415,11 +432,20 @@ impl SmiMatrix {
             "smi-topo",
         );
         // Keep the ids as printed (GPU ids as nvidia-smi numbers them); names of old versions
-        // become NIC ids, as current versions print them.
-        for (d, id) in m.devices.iter_mut().zip(&self.ids) {
-            if is_id(id) {
-                d.id = id.clone();
+        // become NIC ids, as current versions print them — unless that would give two devices
+        // one id (a header mixing both forms), where the ids stay gdpath's own.
+        let printed: Vec<String> = m
+            .devices
+            .iter()
+            .zip(&self.ids)
+            .map(|(d, id)| if is_id(id) { id.clone() } else { d.id.clone() })
+            .collect();
+        if printed.iter().collect::<HashSet<_>>().len() == printed.len() {
+            for (d, id) in m.devices.iter_mut().zip(printed) {
+                d.id = id;
             }
+        } else {
+            notes.push("the header mixes NIC names and NIC ids: devices are renumbered".into());
         }
         m.set_nvlinks(bonds);
         m.stated_pcie = Some(stated);
@@ -434,22 +460,16 @@ impl SmiMatrix {
                 "nvidia-smi topo -m states the pair classes, not {what}"
             ))
         };
-        let nics = self
+        let nic_ids: Vec<&String> = self
             .ids
             .iter()
             .filter(|id| !id.starts_with("GPU") && !id.starts_with("NVME"))
-            .count();
-        let named = self
-            .ids
+            .collect();
+        let named = nic_ids
             .iter()
-            .filter(|id| {
-                !is_id(id)
-                    || self
-                        .nic_legend
-                        .iter()
-                        .any(|(k, _)| k.as_str() == id.as_str())
-            })
+            .filter(|id| !is_id(id) || self.nic_legend.iter().any(|(k, _)| k == **id))
             .count();
+        let nics = nic_ids.len();
         Coverage {
             pci_tree: no("the PCI tree (the classes stand in for it)"),
             numa: if self.columns.numa_affinity {
