@@ -106,9 +106,13 @@ fn cases(fx: &Path) -> (Vec<Case>, Vec<Dump>) {
         ));
     }
     let mut snaps = files("device", ".tar.gz");
+    // Canonical, so that `$ASSETS` replaces it wherever the checkout is.
     snaps.push((
         "h200x2".into(),
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../assets/snapshots/h200x2.tar.gz"),
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../assets/snapshots/h200x2.tar.gz")
+            .canonicalize()
+            .unwrap(),
     ));
     for (name, p) in snaps {
         for cmd in ["topo", "doctor", "p2p"] {

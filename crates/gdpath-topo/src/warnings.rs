@@ -63,8 +63,8 @@ impl Machine {
                     &mut out,
                     warning_ids::NVLINK_UNKNOWN,
                     format!(
-                        "this source ({}) does not describe NVLink: {reason}. GPU pairs show \
-                         their PCIe class; GPUs joined by NVLink or NVSwitch would be NV#",
+                        "this source ({}) does not describe NVLink ({reason}): GPU pairs show \
+                         their PCIe class, and GPUs joined by NVLink or NVSwitch would be NV#",
                         self.source
                     ),
                 );

@@ -132,7 +132,10 @@ fn exercise(m: &Machine) {
 
 fn read_all(text: &str) {
     let p = Path::new("fuzz.xml");
-    for m in [hwloc::parse(text, p), nccl::parse(text, p)].iter().flatten() {
+    for m in [hwloc::parse(text, p), nccl::parse(text, p)]
+        .iter()
+        .flatten()
+    {
         exercise(m);
     }
     if let Ok(s) = SmiMatrix::parse(text) {
