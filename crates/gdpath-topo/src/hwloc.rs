@@ -224,14 +224,7 @@ impl<'a, 'b> Reader<'a, 'b> {
     }
 
     fn add_pci(&mut self, node: Node<'a, 'b>, ctx: &Ctx) -> Result<PciAddr, TopoError> {
-        if self.devices.len() >= input::MAX_PCI_FUNCTIONS {
-            return Err(TopoError::TooManyDevices {
-                source_name: self.path.display().to_string(),
-                what: "PCI functions",
-                count: self.devices.len() + 1,
-                limit: input::MAX_PCI_FUNCTIONS,
-            });
-        }
+        input::check_one_more_function(self.devices.len(), self.path)?;
         let busid = node
             .attribute("pci_busid")
             .ok_or_else(|| self.err(node, "PCI object without pci_busid".into()))?;

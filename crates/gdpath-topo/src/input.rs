@@ -204,6 +204,21 @@ pub(crate) fn io_error(path: &Path, e: io::Error) -> crate::TopoError {
     }
 }
 
+/// [`crate::TopoError::TooManyDevices`] when a reader of `path` that holds `held` PCI functions
+/// would go past [`MAX_PCI_FUNCTIONS`] with one more (checked as they are read, so that a file of
+/// millions stops early).
+pub(crate) fn check_one_more_function(held: usize, path: &Path) -> Result<(), crate::TopoError> {
+    if held < MAX_PCI_FUNCTIONS {
+        return Ok(());
+    }
+    Err(crate::TopoError::TooManyDevices {
+        source_name: path.display().to_string(),
+        what: "PCI functions",
+        count: held + 1,
+        limit: MAX_PCI_FUNCTIONS,
+    })
+}
+
 /// Checks a reader's device counts against [`MAX_PCI_FUNCTIONS`] and [`MAX_MATRIX_DEVICES`]
 /// before any pairwise work. `what` names the source in the error.
 pub(crate) fn check_device_counts(

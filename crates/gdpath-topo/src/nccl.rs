@@ -260,14 +260,7 @@ impl<'a, 'b> Reader<'a, 'b> {
         ctx: &(Option<u32>, Option<String>, String),
         parent: Option<PciAddr>,
     ) -> Result<(), TopoError> {
-        if self.devices.len() >= input::MAX_PCI_FUNCTIONS {
-            return Err(TopoError::TooManyDevices {
-                source_name: self.path.display().to_string(),
-                what: "PCI functions",
-                count: self.devices.len() + 1,
-                limit: input::MAX_PCI_FUNCTIONS,
-            });
-        }
+        input::check_one_more_function(self.devices.len(), self.path)?;
         let line = self.line(node);
         let Some(busid) = node.attribute("busid") else {
             self.notes

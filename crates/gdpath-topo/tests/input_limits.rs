@@ -268,6 +268,31 @@ fn device_count_limit_is_checked_before_pairwise_work() {
     );
 }
 
+/// More PCI functions than the limit (bridges here, none of them a matrix device) stop the
+/// reader as they are read.
+#[test]
+fn pci_function_limit() {
+    let dir = tempdir();
+    let n = input::MAX_PCI_FUNCTIONS + 1;
+    let mut s = String::from("<system version=\"1\">\n<cpu numaid=\"0\">\n");
+    for i in 0..n {
+        s.push_str(&format!(
+            "<pci busid=\"{:04x}:{:02x}:{:02x}.0\" class=\"0x060400\"/>\n",
+            i >> 13,
+            (i >> 5) & 0xff,
+            i & 31
+        ));
+    }
+    s.push_str("</cpu>\n</system>\n");
+    let p = file(dir.path(), "bridges.xml", &s);
+    match load(&Source::NcclXml(p)).unwrap_err() {
+        TopoError::TooManyDevices { what, count, .. } => {
+            assert_eq!((what, count), ("PCI functions", n))
+        }
+        e => panic!("{e}"),
+    }
+}
+
 /// A sysfs tree with more matrix devices than the limit is refused the same way.
 #[test]
 fn sysfs_device_count_limit() {
