@@ -161,24 +161,30 @@ fn fifo_with_endless_or_silent_writer_ends() {
     let fifo = dir.path().join("endless");
     mkfifo(&fifo);
     // A guard holding both ends lets the writer open without blocking; once it has, the guard
-    // goes and the writer is the FIFO's only writer, blocked until a reader drains it.
+    // goes and the writer is the FIFO's only writer. Its writes fail (EPIPE) while no reader is
+    // there and are tried again until the test is done.
     let guard = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .open(&fifo)
         .unwrap();
     let (opened, is_open) = std::sync::mpsc::channel();
-    let path = fifo.clone();
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (path, stop) = (fifo.clone(), done.clone());
     let writer = std::thread::spawn(move || {
         let mut w = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
         opened.send(()).unwrap();
         let chunk = vec![b'<'; 1 << 16];
-        // Ends when the reader closes its end (EPIPE).
-        while w.write_all(&chunk).is_ok() {}
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            if w.write_all(&chunk).is_err() {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
     });
     is_open.recv().unwrap();
     drop(guard);
     let err = load(&Source::NcclXml(fifo.clone())).unwrap_err();
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
     assert!(matches!(err, TopoError::TooLarge { .. }), "{err}");
     writer.join().unwrap();
 
