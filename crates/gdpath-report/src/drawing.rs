@@ -75,8 +75,14 @@ pub fn machine_svg(
     rates: &dyn PairRates,
 ) -> String {
     let tree = Tree::of(m);
-    let lay = layout::layout(m, &tree);
-    let (drawn, route_texts) = routing::draw(&lay, routes, labels);
+    // Twice: the first layout tells how many paths run along each rail, the second leaves
+    // room for them.
+    let mut lay = layout::layout(m, &tree, &Default::default());
+    let (mut drawn, mut route_texts, room) = routing::draw(&lay, routes, labels);
+    if !room.is_empty() {
+        lay = layout::layout(m, &tree, &room);
+        (drawn, route_texts, _) = routing::draw(&lay, routes, labels);
+    }
     let gpus: Vec<String> = m.gpus().map(|g| g.id.clone()).collect();
     let y0 = lay.bottom + 30.0;
     let mut panels = String::new();

@@ -89,6 +89,9 @@ pub struct LinkLabel {
 #[derive(Debug, Clone)]
 pub struct Node {
     pub kind: NodeKind,
+    /// Stable across layouts of one machine: `numa:0`, `hb:pci0000:00`, `sw:0000:00:01.0`,
+    /// or the device id.
+    pub key: String,
     pub rect: Rect,
     pub parent: Option<usize>,
     /// The device id of a GPU, NIC or NVMe (`GPU0`).
@@ -116,6 +119,8 @@ pub struct Node {
 /// A horizontal rail under a hub, from x0 to x1 at y, with the drop from the hub above it.
 #[derive(Debug, Clone, Copy)]
 pub struct Rail {
+    /// The node the rail hangs from.
+    pub node: usize,
     pub y: f64,
     pub x0: f64,
     pub x1: f64,
@@ -421,24 +426,60 @@ fn hub_box_width(h: &Hub) -> f64 {
 }
 
 /// Width and depth (from its top to where the GPU row may start) of a column.
-fn measure(c: &Col) -> (f64, f64) {
+fn measure(c: &Col, ex: &Extra) -> (f64, f64) {
     match c {
         Col::Stack(rows) => (stack_width(rows), stack_depth(rows) + CLEAR),
         Col::Gpu(l) => (gpu_width(l.dev), GPU_DROP_MIN - DROP),
-        Col::Hub(h) => measure_hub(h),
+        Col::Hub(h) => measure_hub(h, ex),
     }
 }
 
-fn measure_cols(cols: &[Col]) -> (f64, f64) {
-    let w = cols.iter().map(|c| measure(c).0).sum::<f64>()
+fn measure_cols(cols: &[Col], ex: &Extra) -> (f64, f64) {
+    let w = cols.iter().map(|c| measure(c, ex).0).sum::<f64>()
         + COL_GAP * cols.len().saturating_sub(1) as f64;
-    let d = cols.iter().map(|c| measure(c).1).fold(0.0, f64::max);
+    let d = cols.iter().map(|c| measure(c, ex).1).fold(0.0, f64::max);
     (w, d)
 }
 
-fn measure_hub(h: &Hub) -> (f64, f64) {
-    let (w, d) = measure_cols(&columns(h));
-    (w.max(hub_box_width(h)), HUB_H + RAIL_GAP + DROP + d)
+fn measure_hub(h: &Hub, ex: &Extra) -> (f64, f64) {
+    let (w, d) = measure_cols(&columns(h), ex);
+    let drop = DROP + extra(ex, &hub_key(h));
+    (w.max(hub_box_width(h)), HUB_H + RAIL_GAP + drop + d)
+}
+
+/// The room under a rail beyond the usual drop that a path `d` px below the rail needs, to
+/// keep clear of the boxes below (≤ 0: none).
+pub fn room_needed(d: f64) -> f64 {
+    d + 7.0 - DROP
+}
+
+/// Extra space under a hub's rail, by [`Node::key`], for the paths that run along it (found by
+/// laying the paths out once: [`crate::routing::rail_room`]).
+pub type Extra = std::collections::BTreeMap<String, f64>;
+
+fn extra(ex: &Extra, key: &str) -> f64 {
+    ex.get(key).copied().unwrap_or(0.0).max(0.0)
+}
+
+fn hub_key(h: &Hub) -> String {
+    match &h.kind {
+        HubKind::HostBridge(n) => format!("hb:{n}"),
+        HubKind::Switch(b) => format!("sw:{}", b.pci),
+        HubKind::NoTree => format!(
+            "nt:{}",
+            h.leaves
+                .first()
+                .map(|l| l.dev.pci.to_string())
+                .unwrap_or_default()
+        ),
+    }
+}
+
+fn group_key(g: &Group) -> String {
+    match g.numa {
+        Some(n) => format!("numa:{n}"),
+        None => "numa:?".to_owned(),
+    }
 }
 
 fn numa_title(g: &Group) -> (String, String) {
@@ -454,16 +495,20 @@ fn numa_title(g: &Group) -> (String, String) {
     (id, cpus)
 }
 
-fn measure_group(g: &Group) -> (f64, f64) {
-    let (w, d) = measure_cols(&group_columns(g));
+fn measure_group(g: &Group, ex: &Extra) -> (f64, f64) {
+    let (w, d) = measure_cols(&group_columns(g), ex);
     let (id, _) = numa_title(g);
     // Room for the id, a little of the CPU list, and the interconnect's line at the right.
     let min = text_width(&id, FONT) + 150.0;
-    (w.max(min), NUMA_H + RAIL_GAP + DROP + d)
+    (
+        w.max(min),
+        NUMA_H + RAIL_GAP + DROP + extra(ex, &group_key(g)) + d,
+    )
 }
 
 struct Builder<'a> {
     m: &'a Machine,
+    ex: &'a Extra,
     nodes: Vec<Node>,
     rails: Vec<Rail>,
     texts: Vec<Text>,
@@ -489,7 +534,7 @@ impl Builder<'_> {
         let mut cx = x;
         let mut drops = Vec::new();
         for c in cols {
-            let (w, _) = measure(c);
+            let (w, _) = measure(c, self.ex);
             match c {
                 Col::Stack(rows) => drops.push(self.place_stack(rows, cx, top, parent, rail_y)),
                 Col::Gpu(l) => drops.push(self.place_gpu(l, cx, parent, rail_y)),
@@ -525,6 +570,7 @@ impl Builder<'_> {
             };
             let mid = y + ROW_H / 2.0;
             self.push(Node {
+                key: d.id.clone(),
                 kind,
                 rect,
                 parent: Some(parent),
@@ -565,6 +611,7 @@ impl Builder<'_> {
         let link = link_label(d, &l.chain);
         self.link_text(&link, cx, rail_y, rect.y);
         self.push(Node {
+            key: d.id.clone(),
             kind: NodeKind::Gpu,
             rect,
             parent: Some(parent),
@@ -594,11 +641,11 @@ impl Builder<'_> {
 
     fn place_hub(&mut self, h: &Hub, x: f64, top: f64, parent: usize, rail_y: f64) -> f64 {
         let cols = columns(h);
-        let (cw, _) = measure_cols(&cols);
-        let (bw, _) = measure_hub(h);
+        let (cw, _) = measure_cols(&cols, self.ex);
+        let (bw, _) = measure_hub(h, self.ex);
         let box_w = hub_box_width(h);
         let cols_x = x + (bw - cw) / 2.0;
-        let bx = x + hub_center_offset(h) - box_w / 2.0;
+        let bx = x + hub_center_offset(h, self.ex) - box_w / 2.0;
         let rect = Rect::new(bx, top, box_w, HUB_H);
         let cx = rect.cx();
         let (l1, l2) = hub_lines(h);
@@ -639,6 +686,7 @@ impl Builder<'_> {
         let mut pci: Vec<String> = own.iter().map(|b| b.pci.to_string()).collect();
         pci.extend(h.chain.iter().map(|b| b.pci.to_string()));
         let me = self.push(Node {
+            key: hub_key(h),
             kind,
             rect,
             parent: Some(parent),
@@ -654,7 +702,8 @@ impl Builder<'_> {
             mem_y: 0.0,
             mem_x: (0.0, 0.0),
         });
-        let drops = self.place_cols(&cols, cols_x, my_rail + DROP, me, my_rail);
+        let drop = DROP + extra(self.ex, &hub_key(h));
+        let drops = self.place_cols(&cols, cols_x, my_rail + drop, me, my_rail);
         self.rail(me, &drops);
         cx
     }
@@ -667,6 +716,7 @@ impl Builder<'_> {
         let x0 = drops.iter().copied().fold(cx, f64::min);
         let x1 = drops.iter().copied().fold(cx, f64::max);
         self.rails.push(Rail {
+            node: me,
             y: n.rail_y,
             x0,
             x1,
@@ -676,8 +726,8 @@ impl Builder<'_> {
 
     fn place_group(&mut self, g: &Group, x: f64, top: f64, smp_y: Option<f64>) {
         let cols = group_columns(g);
-        let (cw, _) = measure_cols(&cols);
-        let (w, _) = measure_group(g);
+        let (cw, _) = measure_cols(&cols, self.ex);
+        let (w, _) = measure_group(g, self.ex);
         let rect = Rect::new(x, top, w, NUMA_H);
         let (id, cpus) = numa_title(g);
         let id_t = Text::new(x + 8.0, top + 15.0, FONT, id, "numa-id");
@@ -702,6 +752,7 @@ impl Builder<'_> {
             None => Vec::new(),
         };
         let me = self.push(Node {
+            key: group_key(g),
             kind: NodeKind::Numa,
             rect,
             parent: None,
@@ -717,26 +768,27 @@ impl Builder<'_> {
             mem_y: top + 37.0,
             mem_x: (mem_x0, smp_x - 10.0),
         });
-        let drops = self.place_cols(&cols, x + (w - cw) / 2.0, rail_y + DROP, me, rail_y);
+        let drop = DROP + extra(self.ex, &group_key(g));
+        let drops = self.place_cols(&cols, x + (w - cw) / 2.0, rail_y + drop, me, rail_y);
         self.rail(me, &drops);
     }
 }
 
 /// Where a hub's box centre falls from its block's left edge (to centre a parent over it).
-fn hub_center_offset(h: &Hub) -> f64 {
+fn hub_center_offset(h: &Hub, ex: &Extra) -> f64 {
     let cols = columns(h);
-    let (cw, _) = measure_cols(&cols);
-    let (bw, _) = measure_hub(h);
+    let (cw, _) = measure_cols(&cols, ex);
+    let (bw, _) = measure_hub(h, ex);
     let box_w = hub_box_width(h);
     let cols_x = (bw - cw) / 2.0;
     let mut cx = cols_x;
     let mut v = Vec::new();
     for c in &cols {
-        let (w, _) = measure(c);
+        let (w, _) = measure(c, ex);
         v.push(match c {
             Col::Stack(_) => cx + BUS_INDENT,
             Col::Gpu(l) => cx + gpu_width(l.dev) / 2.0,
-            Col::Hub(sub) => cx + hub_center_offset(sub),
+            Col::Hub(sub) => cx + hub_center_offset(sub, ex),
         });
         cx += w + COL_GAP;
     }
@@ -774,18 +826,19 @@ fn device_title(m: &Machine, d: &Device, via: Option<&str>) -> String {
     t
 }
 
-/// Lays out the machine drawing of `tree` (from [`Tree::of`]).
-pub fn layout(m: &Machine, tree: &Tree) -> Layout {
+/// Lays out the machine drawing of `tree` (from [`Tree::of`]), with `ex` room under rails.
+pub fn layout(m: &Machine, tree: &Tree, ex: &Extra) -> Layout {
     let several = tree.groups.len() > 1;
     let top = PAD + if several { SMP_H } else { 0.0 };
     let smp_y = several.then_some(PAD + 14.0);
     let depth = tree
         .groups
         .iter()
-        .map(|g| measure_group(g).1)
+        .map(|g| measure_group(g, ex).1)
         .fold(0.0, f64::max);
     let mut b = Builder {
         m,
+        ex,
         nodes: Vec::new(),
         rails: Vec::new(),
         texts: Vec::new(),
@@ -793,7 +846,7 @@ pub fn layout(m: &Machine, tree: &Tree) -> Layout {
     };
     let mut x = PAD;
     for g in &tree.groups {
-        let (w, _) = measure_group(g);
+        let (w, _) = measure_group(g, ex);
         b.place_group(g, x, top, smp_y);
         x += w + GROUP_GAP;
     }
@@ -804,7 +857,7 @@ pub fn layout(m: &Machine, tree: &Tree) -> Layout {
             .filter(|n| n.kind == NodeKind::Numa)
             .map(|n| n.attach.0)
             .collect();
-        let x0 = PAD;
+        let x0 = xs.iter().copied().fold(f64::MAX, f64::min);
         let x1 = xs.iter().copied().fold(x0, f64::max);
         (y, x0, x1)
     });

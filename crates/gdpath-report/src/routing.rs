@@ -12,7 +12,7 @@
 //!   tree line, one coming down runs right of it), the lowest lane none of its neighbours
 //!   holds. Link labels sit right of lines going up, so a GPU's paths never cross them.
 
-use crate::layout::{Layout, NodeKind, NvDraw, P, SMALL};
+use crate::layout::{Extra, Layout, NodeKind, NvDraw, P, SMALL};
 use crate::svg::{text_rect, text_width, Rect, Text};
 use gdpath::finding::Area;
 use gdpath_doctor::routes::{Route, RouteState};
@@ -49,7 +49,7 @@ pub fn draw(
     layout: &Layout,
     routes: &[Route],
     labels: &dyn RouteLabels,
-) -> (Vec<DrawnRoute>, Vec<Text>) {
+) -> (Vec<DrawnRoute>, Vec<Text>, Extra) {
     let gpus = layout
         .nodes
         .iter()
@@ -88,6 +88,7 @@ pub fn draw(
             .collect();
         lanes.push((0..).find(|k| !taken.contains(k)).unwrap_or(0));
     }
+    let room = rail_room(layout, &centre, &lanes);
     let mut obstacles = layout.obstacles();
     let mut texts = Vec::new();
     let mut out = Vec::new();
@@ -109,7 +110,32 @@ pub fn draw(
             title: route_title(r),
         });
     }
-    (out, texts)
+    (out, texts, room)
+}
+
+/// The room each rail needs below it for the lanes of the paths that run along it: the lane
+/// offset plus a clearance above the boxes below, less what the layout gives already.
+fn rail_room(layout: &Layout, centre: &[(&Route, Vec<P>)], lanes: &[usize]) -> Extra {
+    let mut room = Extra::new();
+    for ((_, pts), lane) in centre.iter().zip(lanes) {
+        let d = LANE0 + LANE_STEP * *lane as f64;
+        for s in pts.windows(2) {
+            if (s[0].1 - s[1].1).abs() > 0.01 {
+                continue;
+            }
+            let (x0, x1) = (s[0].0.min(s[1].0), s[0].0.max(s[1].0));
+            for r in &layout.rails {
+                if (r.y - s[0].1).abs() < 0.5 && x0 < r.x1 + 0.5 && x1 > r.x0 - 0.5 {
+                    let key = &layout.nodes[r.node].key;
+                    let need = crate::layout::room_needed(d);
+                    let e = room.entry(key.clone()).or_insert(0.0);
+                    *e = e.max(need);
+                }
+            }
+        }
+    }
+    room.retain(|_, v| *v > 0.0);
+    room
 }
 
 /// `P2P GPU0 ↔ GPU1 (NV18): direct — …`.
@@ -291,15 +317,22 @@ fn dir(a: P, b: P) -> (i8, i8) {
     (sx, sy)
 }
 
-/// The polyline moved `d` px to the left of its direction of travel (screen coordinates: left
-/// of going up is −x, of going right is −y). Corners meet; a reversal gets a short connector.
+/// The polyline moved `d` px into its lane: vertical runs to the left of their direction of
+/// travel (screen coordinates: left of going up is −x), horizontal runs below the line.
+/// Corners meet; a reversal gets a short connector.
 pub fn offset(pts: &[P], d: f64) -> Vec<P> {
     if pts.len() < 2 {
         return pts.to_vec();
     }
+    // Vertical runs: left of travel; horizontal runs (rails): always below the line, where
+    // the layout leaves room ([`rail_room`]), not up into the box above.
     let normal = |a: P, b: P| {
         let (sx, sy) = dir(a, b);
-        (f64::from(sy), -f64::from(sx))
+        if sx != 0 {
+            (0.0, 1.0)
+        } else {
+            (f64::from(sy), 0.0)
+        }
     };
     let segs: Vec<(P, P, (f64, f64))> = pts
         .windows(2)
@@ -387,11 +420,11 @@ mod tests {
 
     #[test]
     fn offsets_keep_orthogonal_corners() {
-        // Up, right, down (a ⊓): left of travel is outward on every leg.
+        // Up, right, down (a ⊓): the legs outward, the rail below the line.
         let p = offset(&[(0.0, 10.0), (0.0, 0.0), (10.0, 0.0), (10.0, 10.0)], 2.0);
         assert_eq!(
             p,
-            vec![(-2.0, 10.0), (-2.0, -2.0), (12.0, -2.0), (12.0, 10.0)]
+            vec![(-2.0, 10.0), (-2.0, 2.0), (12.0, 2.0), (12.0, 10.0)]
         );
         // A reversal gets a connector across the line.
         let p = offset(&[(0.0, 10.0), (0.0, 0.0), (0.0, 10.0)], 2.0);

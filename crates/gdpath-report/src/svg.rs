@@ -195,7 +195,7 @@ mod tests {
     #[test]
     fn escaping_and_fitting() {
         assert_eq!(esc("a<b & \"c\"\u{1}"), "a&lt;b &amp; &quot;c&quot; ");
-        assert_eq!(fit("NVIDIA A100-SXM4-40GB", 10.0, 60.0), "NVIDIA A1…");
+        assert_eq!(fit("NVIDIA A100-SXM4-40GB", 10.0, 60.0), "NVIDIA A…");
         assert_eq!(fit("GPU0", 10.0, 60.0), "GPU0");
         let t = Text::new(10.0, 20.0, 10.0, "abcd", "x").anchored(Anchor::Middle);
         let r = t.rect();
