@@ -57,6 +57,8 @@ fn colour(name: &str, i: usize) -> &'static str {
         "#6b7280"
     } else if name.starts_with("posix-direct") {
         "#0f766e"
+    } else if name.starts_with("read-loop") || name.contains("buffered") {
+        "#a16207"
     } else {
         PALETTE[i % PALETTE.len()]
     }
@@ -212,9 +214,21 @@ pub fn chart(doc: &BenchDoc) -> Option<(String, Vec<Text>)> {
         px0,
         py0 - 12.0,
         SIZE,
-        "GB/s (1e9 B/s), median of runs",
+        "GB/s (median of runs)",
         "axis-t",
     ));
+    if limits.is_empty() {
+        texts.push(
+            Text::new(
+                px1,
+                py0 - 12.0,
+                SIZE,
+                "no link limit in these rows",
+                "axis-t",
+            )
+            .anchored(Anchor::End),
+        );
+    }
     texts.push(
         Text::new(
             (px0 + px1) / 2.0,
@@ -360,5 +374,65 @@ fn rate_tick(v: f64, step: f64) -> String {
         format!("{v:.1}")
     } else {
         format!("{v:.2}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::results::{parse, Origin};
+
+    /// A `bench h2d` document for drawing only: the medians of docs/benchmarks.md's H2D rows
+    /// (nvidia-h200-x2, 2026-11-30; pinned 54.58 / 54.59 / 55.18 GB/s, pageable 30.71 / 41.30 /
+    /// 45.95 at 64 MiB / 256 MiB / 1 GiB), each as its own min and max, with the Gen5 x16 limit.
+    fn h2d() -> BenchDoc {
+        let row = |path: &str, bytes: u64, g: f64| {
+            format!(
+                r#"{{"path":"{path}","op":"copy","bytes":{bytes},"block":{bytes},"qd":1,"gbps_min":{g},"gbps_median":{g},"gbps_max":{g},"iops":0,"latency_us_p50":0,"latency_us_p99":0,"verified":true,"src":"host","dst":"GPU0","limit_gbps":63.015}}"#
+            )
+        };
+        let rows: Vec<String> = [
+            (64u64 << 20, 54.58, 30.71),
+            (256 << 20, 54.59, 41.30),
+            (1 << 30, 55.18, 45.95),
+        ]
+        .iter()
+        .flat_map(|&(b, p, q)| [row("h2d-pinned", b, p), row("h2d-pageable", b, q)])
+        .collect();
+        let text = format!(
+            r#"{{"schema":"gdpath.bench/1","command":"bench h2d","rows":[{}]}}"#,
+            rows.join(",")
+        );
+        parse(&text, Origin::Measured).unwrap()
+    }
+
+    #[test]
+    fn a_limit_is_a_dashed_line_and_labels_stay_apart() {
+        let (svg, texts) = chart(&h2d()).unwrap();
+        assert_eq!(svg.matches("class=\"limit\"").count(), 1);
+        let names: Vec<&str> = texts.iter().map(|t| t.text.as_str()).collect();
+        for want in [
+            "h2d-pinned",
+            "h2d-pageable",
+            "limit 63.0 GB/s",
+            "64 MiB",
+            "1 GiB",
+        ] {
+            assert!(names.contains(&want), "{want} not in {names:?}");
+        }
+        for (i, a) in texts.iter().enumerate() {
+            for b in &texts[i + 1..] {
+                assert!(
+                    !a.rect().overlaps(&b.rect()),
+                    "{:?} over {:?}",
+                    a.text,
+                    b.text
+                );
+            }
+        }
+        // The pinned line (54.6 GB/s) ends just below the limit (63.0): its label is nudged
+        // clear of the limit's.
+        let y = |n: &str| texts.iter().find(|t| t.text == n).unwrap().y;
+        assert!((y("limit 63.0 GB/s") - y("h2d-pinned")).abs() >= 12.0);
     }
 }
