@@ -14,6 +14,8 @@ use gdpath_topo::Machine;
 use std::fmt::Write as _;
 
 const PAD: f64 = 16.0;
+/// A machine drawing narrower than this gets its matrix and legend beside it.
+const NARROW: f64 = 640.0;
 
 /// The drawing's own style sheet (the SVG also stands alone: `gdpath topo --svg`).
 pub const STYLE: &str = r#"
@@ -84,20 +86,28 @@ pub fn machine_svg(
         (drawn, route_texts, _) = routing::draw(&lay, routes, labels);
     }
     let gpus: Vec<String> = m.gpus().map(|g| g.id.clone()).collect();
-    let y0 = lay.bottom + 30.0;
+    // The matrix and legend go under the machine, or beside a narrow one (a VM of one or two
+    // GPUs), so that the drawing stays about as wide as it is tall.
+    let beside = lay.width < NARROW;
+    let y0 = if beside { PAD } else { lay.bottom + 30.0 };
     let mut panels = String::new();
     let mut panel_texts: Vec<Text> = Vec::new();
     let mut right = lay.width;
     let mut bottom = lay.bottom;
-    let mut x = PAD;
+    let mut x = if beside { lay.width + 24.0 } else { PAD };
+    let mut ly = y0;
     if let Some((svg, texts, b)) = matrix::draw(&gpus, routes, rates, x, y0) {
         panels.push_str(&svg);
         panel_texts.extend(texts);
-        x = b.right() + 40.0;
+        if beside {
+            ly = b.bottom() + 24.0;
+        } else {
+            x = b.right() + 40.0;
+        }
         right = right.max(b.right() + PAD);
         bottom = bottom.max(b.bottom());
     }
-    let (svg, texts, b) = legend(x, y0);
+    let (svg, texts, b) = legend(x, ly);
     panels.push_str(&svg);
     panel_texts.extend(texts);
     right = right.max(b.right() + PAD);

@@ -861,17 +861,17 @@ pub fn layout(m: &Machine, tree: &Tree, ex: &Extra) -> Layout {
         let x1 = xs.iter().copied().fold(x0, f64::max);
         (y, x0, x1)
     });
-    // The interconnect's label goes past the bus's right end, where no path runs.
-    let smp = smp.map(|(y, x0, x1)| {
+    // The interconnect's label sits above the bus, where no path runs (paths along the bus
+    // run below it).
+    if let Some((y, x0, _)) = smp {
         b.texts.push(Text::new(
-            x1 + 24.0,
-            y + 3.5,
+            x0,
+            y - 6.0,
             SMALL,
             "CPU interconnect between NUMA nodes (UPI / Infinity Fabric)",
             "smp-label",
         ));
-        (y, x0, x1 + 16.0)
-    });
+    }
     let has_gpu = b.nodes.iter().any(|n| n.kind == NodeKind::Gpu);
     let mut bottom = if has_gpu {
         b.gpu_top + GPU_H

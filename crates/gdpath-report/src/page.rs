@@ -91,13 +91,15 @@ fn area_what(a: Area) -> &'static str {
 }
 
 /// `28 pairs: 4 direct, 24 staged`.
-fn route_counts(routes: &[Route], area: Area) -> String {
+fn route_counts(routes: &[Route], area: Area, m: &gdpath_topo::Machine) -> String {
     let of: Vec<&Route> = routes.iter().filter(|r| r.area == area).collect();
     if of.is_empty() {
+        let gpus = m.gpus().count();
         return match area {
-            Area::P2p => "no GPU pair".to_owned(),
-            Area::Gdr => "no GPU and NIC".to_owned(),
-            _ => "no GPU and NVMe".to_owned(),
+            _ if gpus == 0 => "no GPU".to_owned(),
+            Area::P2p => "one GPU: no pair".to_owned(),
+            Area::Gdr => "no NIC".to_owned(),
+            _ => "no NVMe drive".to_owned(),
         };
     }
     let unit = match area {
@@ -186,7 +188,7 @@ pub fn html(p: &PageInput) -> String {
             let _ = write!(
                 o,
                 "<div class=\"routes\">{}</div>",
-                esc(&route_counts(p.routes, v.path))
+                esc(&route_counts(p.routes, v.path, m))
             );
         }
         let _ = write!(o, "<div class=\"sum\">{}</div></div>", esc(&v.summary));
@@ -200,6 +202,18 @@ pub fn html(p: &PageInput) -> String {
          path is in use, dashed red where the data goes through host memory instead, dotted \
          where it is not known. Point at a path, a box or a matrix cell for what decided it.</p>",
     );
+    if let Some(f) = ex.report.findings.iter().find(|f| {
+        f.id.as_str() == gdpath::finding::ids::SYSTEM_VIRTUAL_MACHINE
+            && f.evidence.starts_with("virtual machine")
+    }) {
+        let _ = write!(
+            o,
+            "<p class=\"hint\">A virtual machine: the PCI tree, NUMA nodes and links drawn are \
+             the ones the hypervisor shows, not the host's ({}: {}).</p>",
+            esc(f.id.as_str()),
+            esc(&f.evidence)
+        );
+    }
     if let Some(n) = &figures.ordinal_note {
         let _ = write!(o, "<p class=\"hint\">{}</p>", esc(n));
     }
