@@ -64,9 +64,12 @@ fn colour(name: &str, i: usize) -> &'static str {
     }
 }
 
+/// Size → the (median, min, max) of each row at that size.
+type BySize = BTreeMap<u64, Vec<(f64, f64, f64)>>;
+
 fn series_of(doc: &BenchDoc) -> Vec<Series> {
     // (path, op) → size → rows' (median, min, max), and how many rows per size.
-    let mut by: BTreeMap<(String, String), BTreeMap<u64, Vec<(f64, f64, f64)>>> = BTreeMap::new();
+    let mut by: BTreeMap<(String, String), BySize> = BTreeMap::new();
     for r in doc.rows.iter().filter(|r| r.block > 0 && r.verified) {
         by.entry((r.path.clone(), r.op.clone()))
             .or_default()

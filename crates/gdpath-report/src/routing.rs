@@ -163,7 +163,7 @@ fn route_title(r: &Route) -> String {
         .map(|f| format!("{} ({}): {}", f.id, f.subject, f.evidence))
         .collect();
     if !why.is_empty() {
-        t.push_str("\n");
+        t.push('\n');
         t.push_str(&why.join("\n"));
     }
     t
