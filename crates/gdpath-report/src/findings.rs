@@ -138,7 +138,8 @@ fn pair_text(pairs: &[(&str, &str)]) -> String {
     }
 }
 
-fn area_name(a: Area) -> &'static str {
+/// `P2P`, `GDR`, `GDS` or `system`.
+pub fn area_name(a: Area) -> &'static str {
     match a {
         Area::P2p => "P2P",
         Area::Gdr => "GDR",

@@ -102,12 +102,7 @@ pub fn draw(
                 .take(4)
                 .map(|f| format!("{}: {}", f.id, f.evidence))
                 .collect();
-            let state = match r.state {
-                RouteState::Direct => "P2P in use",
-                RouteState::Degraded => "P2P in use, degraded",
-                RouteState::Staged => "staged through host memory",
-                RouteState::Unknown => "not known",
-            };
+            let state = crate::routing::state_words(r.state);
             let _ = write!(
                 svg,
                 "<g class=\"mx-cell\" data-pair=\"{a}-{b}\"><title>{}</title>\

@@ -18,7 +18,7 @@ use gdpath::units::format_size;
 use gdpath_bench::gds::{GdsBenchConfig, GdsPathChoice};
 use gdpath_bench::gpu::{GpuBenchConfig, GpuBenchKind};
 use gdpath_bench::storage::StorageBenchConfig;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// What was measured, and what could not be, with why.
 #[derive(Debug, Default)]
@@ -152,33 +152,61 @@ fn storage(dir: &Path) -> gdpath::Result<BenchDoc> {
     };
     let started = now();
     let rep = gdpath_bench::storage::run(&cfg, &gdpath_bench::NoProgress)?;
-    let shown = PathBuf::from(dir).join("<scratch file>");
-    Ok(BenchDoc {
+    let shown = scratch_name(dir);
+    let argv = [
+        "gdpath",
+        "bench",
+        "storage",
+        "--file",
+        &shown,
+        "--size",
+        "64MiB",
+        "--block",
+        &sizes_arg(&blocks),
+        "--qd",
+        "32",
+        "--runs",
+        "3",
+        "--overwrite",
+        "--json",
+    ];
+    let findings = rep.findings.iter().map(|f| f.to_string()).collect();
+    Ok(doc(
+        "bench storage",
+        &argv,
+        started,
+        shown.clone(),
+        rep.rows,
+        findings,
+        Vec::new(),
+    ))
+}
+
+/// How the scratch file in `dir` is shown (its name is random and gone afterwards).
+fn scratch_name(dir: &Path) -> String {
+    dir.join("<scratch file>").display().to_string()
+}
+
+/// A measured document of a storage bench on `file`.
+fn doc(
+    command: &str,
+    argv: &[&str],
+    started: Option<u64>,
+    file: String,
+    rows: Vec<gdpath_bench::BenchRow>,
+    findings: Vec<String>,
+    notes: Vec<String>,
+) -> BenchDoc {
+    BenchDoc {
         origin: Origin::Measured,
-        command: "bench storage".to_owned(),
-        argv: Some(words(&[
-            "gdpath",
-            "bench",
-            "storage",
-            "--file",
-            &shown.display().to_string(),
-            "--size",
-            "64MiB",
-            "--block",
-            &sizes_arg(&blocks),
-            "--qd",
-            "32",
-            "--runs",
-            "3",
-            "--overwrite",
-            "--json",
-        ])),
+        command: command.to_owned(),
+        argv: Some(words(argv)),
         started_unix_s: started,
-        file: Some(shown.display().to_string()),
-        rows: rep.rows,
-        findings: rep.findings.iter().map(|f| f.to_string()).collect(),
-        notes: Vec::new(),
-    })
+        file: Some(file),
+        rows,
+        findings,
+        notes,
+    }
 }
 
 fn gds(dir: &Path) -> gdpath::Result<BenchDoc> {
@@ -203,34 +231,36 @@ fn gds(dir: &Path) -> gdpath::Result<BenchDoc> {
     };
     let started = now();
     let rep = gdpath_bench::gds::run(&cfg, &gdpath_bench::NoProgress)?;
-    let shown = PathBuf::from(dir).join("<scratch file>");
-    Ok(BenchDoc {
-        origin: Origin::Measured,
-        command: "bench storage --gpu".to_owned(),
-        argv: Some(words(&[
-            "gdpath",
-            "bench",
-            "storage",
-            "--gpu",
-            "0",
-            "--file",
-            &shown.display().to_string(),
-            "--size",
-            "256MiB",
-            "--block",
-            &sizes_arg(&blocks),
-            "--cold",
-            "--overwrite",
-            "--json",
-        ])),
-        started_unix_s: started,
-        file: Some(shown.display().to_string()),
-        rows: rep.rows,
-        findings: rep.findings.iter().map(|f| f.to_string()).collect(),
-        notes: rep
-            .skipped
-            .iter()
-            .map(|s| format!("skipped {}: {}", s.path.name(), s.detail))
-            .collect(),
-    })
+    let shown = scratch_name(dir);
+    let argv = [
+        "gdpath",
+        "bench",
+        "storage",
+        "--gpu",
+        "0",
+        "--file",
+        &shown,
+        "--size",
+        "256MiB",
+        "--block",
+        &sizes_arg(&blocks),
+        "--cold",
+        "--overwrite",
+        "--json",
+    ];
+    let findings = rep.findings.iter().map(|f| f.to_string()).collect();
+    let notes = rep
+        .skipped
+        .iter()
+        .map(|s| format!("skipped {}: {}", s.path.name(), s.detail))
+        .collect();
+    Ok(doc(
+        "bench storage --gpu",
+        &argv,
+        started,
+        shown.clone(),
+        rep.rows,
+        findings,
+        notes,
+    ))
 }

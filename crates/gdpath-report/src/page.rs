@@ -72,15 +72,6 @@ pub struct PageInput<'a> {
     pub generated: SystemTime,
 }
 
-fn area_title(a: Area) -> &'static str {
-    match a {
-        Area::P2p => "P2P",
-        Area::Gdr => "GDR",
-        Area::Gds | Area::Storage => "GDS",
-        Area::System => "System",
-    }
-}
-
 fn area_what(a: Area) -> &'static str {
     match a {
         Area::P2p => "GPU ↔ GPU",
@@ -180,7 +171,7 @@ pub fn html(p: &PageInput) -> String {
         let _ = write!(
             o,
             "<div class=\"verdict {class}\"><span class=\"name\">{}</span>{} <span class=\"hint\">{}</span>",
-            area_title(v.path),
+            findings::area_name(v.path),
             chip(v.status),
             area_what(v.path)
         );
@@ -245,14 +236,7 @@ pub fn html(p: &PageInput) -> String {
             .join(", "))
     );
     for d in p.docs {
-        let when = d
-            .started_unix_s
-            .map(|s| utc(from_unix(s)))
-            .unwrap_or_else(|| "date not recorded".to_owned());
-        let origin = match &d.origin {
-            Origin::File(f) => format!("read from {}", f.display()),
-            Origin::Measured => "measured by this report (--measure)".to_owned(),
-        };
+        let (when, origin) = (when(d), origin(d));
         let _ = write!(
             o,
             "<tr><th>{}</th><td><code>{}</code><br/>{}; {}; {} row(s)</td></tr>",
@@ -274,6 +258,21 @@ pub fn html(p: &PageInput) -> String {
          encoding (docs/topology.md).</p></body></html>\n",
     );
     o
+}
+
+/// When a document's bench ran.
+fn when(d: &BenchDoc) -> String {
+    d.started_unix_s
+        .map(|s| utc(from_unix(s)))
+        .unwrap_or_else(|| "date not recorded".to_owned())
+}
+
+/// Where a document came from.
+fn origin(d: &BenchDoc) -> String {
+    match &d.origin {
+        Origin::File(f) => format!("read from {}", f.display()),
+        Origin::Measured => "measured by this report (--measure)".to_owned(),
+    }
 }
 
 fn command_line(argv: &[String]) -> String {
@@ -301,14 +300,7 @@ fn measurements(o: &mut String, p: &PageInput) {
     for d in p.docs {
         let _ = write!(o, "<div class=\"card\"><h3>{}</h3>", esc(&d.command));
         let _ = write!(o, "<code class=\"cmd\">{}</code>", esc(&d.command_line()));
-        let when = d
-            .started_unix_s
-            .map(|s| utc(from_unix(s)))
-            .unwrap_or_else(|| "date not recorded".to_owned());
-        let origin = match &d.origin {
-            Origin::File(f) => format!("from {}", f.display()),
-            Origin::Measured => "measured now".to_owned(),
-        };
+        let (when, origin) = (when(d), origin(d));
         let _ = write!(o, "<p class=\"hint\">{}, {}</p>", esc(&when), esc(&origin));
         match chart::chart(d) {
             Some((svg, _)) => o.push_str(&svg),

@@ -138,20 +138,26 @@ fn rail_room(layout: &Layout, centre: &[(&Route, Vec<P>)], lanes: &[usize]) -> E
     room
 }
 
-/// `P2P GPU0 ↔ GPU1 (NV18): direct — …`.
-fn route_title(r: &Route) -> String {
-    let area = match r.area {
-        Area::P2p => "P2P",
-        Area::Gdr => "GDR",
-        _ => "GDS",
-    };
-    let state = match r.state {
+/// How a path fares, in words (tooltips).
+pub fn state_words(s: RouteState) -> &'static str {
+    match s {
         RouteState::Direct => "direct path in use",
         RouteState::Degraded => "direct path in use, degraded",
         RouteState::Staged => "staged through host memory",
         RouteState::Unknown => "not known",
-    };
-    let mut t = format!("{area} {} ↔ {} ({}): {state}", r.gpu, r.peer, r.class);
+    }
+}
+
+/// `P2P GPU0 ↔ GPU1 (NV18): direct — …`.
+fn route_title(r: &Route) -> String {
+    let mut t = format!(
+        "{} {} ↔ {} ({}): {}",
+        crate::findings::area_name(r.area),
+        r.gpu,
+        r.peer,
+        r.class,
+        state_words(r.state)
+    );
     if r.area == Area::Gdr && !r.rdma {
         t.push_str(" — no RDMA NIC: network data goes through host memory");
     }

@@ -17,6 +17,15 @@ pub struct Leaf<'m> {
     pub chain: Vec<&'m Device>,
 }
 
+impl<'m> Leaf<'m> {
+    fn bare(dev: &'m Device) -> Leaf<'m> {
+        Leaf {
+            dev,
+            chain: Vec::new(),
+        }
+    }
+}
+
 /// What a branching point is.
 #[derive(Debug, Clone)]
 pub enum HubKind<'m> {
@@ -134,12 +143,7 @@ impl<'m> Node<'m> {
         let mut items: Vec<Item<'m>> = self
             .leaves
             .into_iter()
-            .map(|dev| {
-                Item::Leaf(Leaf {
-                    dev,
-                    chain: Vec::new(),
-                })
-            })
+            .map(|dev| Item::Leaf(Leaf::bare(dev)))
             .collect();
         for child in self.children.into_values() {
             items.extend(child.items());
@@ -209,12 +213,7 @@ impl<'m> Tree<'m> {
         for (numa, devs) in no_tree {
             let items = devs
                 .into_iter()
-                .map(|dev| {
-                    Item::Leaf(Leaf {
-                        dev,
-                        chain: Vec::new(),
-                    })
-                })
+                .map(|dev| Item::Leaf(Leaf::bare(dev)))
                 .collect();
             groups
                 .entry(numa)
