@@ -202,3 +202,57 @@ fn the_same_devices_each_on_a_host_bridge_of_its_own() {
         "merged rows name their host bridge"
     );
 }
+
+/// NVLink as a hybrid cube mesh (the pattern of the DGX-1: each GPU with four peers, one or two
+/// links each), on the 8-GPU machine: not all to all, so each connection is a bracket in the
+/// band, on levels so that no two labels meet.
+#[test]
+fn a_hybrid_cube_mesh_of_nvlinks() {
+    let mut m = cloud_machine();
+    let gpus: Vec<PciAddr> = m.gpus().map(|g| g.pci).collect();
+    for (i, a) in gpus.iter().enumerate() {
+        for b in &gpus[i + 1..] {
+            m.set_nvlink(*a, *b, 0);
+        }
+    }
+    const MESH: [(usize, usize, u32); 16] = [
+        (0, 1, 1),
+        (0, 2, 1),
+        (0, 3, 2),
+        (0, 4, 2),
+        (1, 2, 2),
+        (1, 3, 1),
+        (1, 5, 2),
+        (2, 3, 2),
+        (2, 6, 1),
+        (3, 7, 1),
+        (4, 5, 1),
+        (4, 6, 1),
+        (4, 7, 2),
+        (5, 6, 2),
+        (5, 7, 1),
+        (6, 7, 2),
+    ];
+    for (a, b, n) in MESH {
+        m.set_nvlink(gpus[a], gpus[b], n);
+    }
+    let svg = svg_of(&m);
+    let doc = parse(&svg);
+    assert_no_overlap(doc.root_element(), "hybrid cube mesh");
+    let drawn = doc
+        .descendants()
+        .filter(|n| n.attribute("class") == Some("nvlink"))
+        .count();
+    assert_eq!(drawn, 16, "one bracket per connection");
+    for (a, b, _) in MESH {
+        let pair = format!("GPU{a} GPU{b}");
+        assert!(
+            doc.descendants()
+                .any(|n| n.attribute("data-gpus") == Some(pair.as_str())),
+            "{pair}"
+        );
+    }
+    if let Some(dir) = std::env::var_os("GDPATH_REPORT_DUMP") {
+        std::fs::write(std::path::Path::new(&dir).join("mesh.svg"), &svg).unwrap();
+    }
+}
