@@ -9,6 +9,8 @@ pkgs=(
   fio                 # storage benchmark baseline
   pkg-config
   g++                 # libFuzzer, built by the libfuzzer-sys crate (scripts/fuzz.sh, CI)
+  chromium            # gdpath-report's browser test renders the report headless (tests/browser.rs)
+  fonts-dejavu-core   # DejaVu Sans Mono: the face the report's label widths are measured for
 )
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi

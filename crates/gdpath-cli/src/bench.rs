@@ -200,6 +200,7 @@ fn run_gpu(kind: gpu::GpuBenchKind, a: GpuArgs) -> Result<ExitCode> {
     if a.json {
         let out = serde_json::json!({
             "schema": BENCH_SCHEMA,
+            "argv": argv(),
             "command": name,
             "started_unix_s": started.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
             "units": {"gbps": "1e9 bytes/s", "latency": "us", "bytes": "bytes"},
@@ -289,6 +290,7 @@ fn run_storage(a: StorageArgs) -> Result<ExitCode> {
     if a.json {
         let out = serde_json::json!({
             "schema": BENCH_SCHEMA,
+            "argv": argv(),
             "command": "bench storage",
             "file": a.file,
             "started_unix_s": started.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
@@ -306,6 +308,12 @@ fn run_storage(a: StorageArgs) -> Result<ExitCode> {
         println!("GB/s = 1e9 bytes/s; latency per I/O, submission to completion");
     }
     Ok(verdict(all_verified, ""))
+}
+
+/// The command line that made a document (`argv`, program name first): `gdpath report` shows
+/// it beside every figure it takes from the document.
+fn argv() -> Vec<String> {
+    std::env::args().collect()
 }
 
 /// A bench's exit status: success when every row verified, else
@@ -382,6 +390,7 @@ fn run_net(a: NetBenchArgs) -> Result<ExitCode> {
     if a.json {
         let out = serde_json::json!({
             "schema": BENCH_SCHEMA,
+            "argv": argv(),
             "command": "bench net",
             "skipped_sizes": report.skipped_sizes,
             "remote_region": {"id": report.remote_region.0, "bytes": report.remote_region.1},
@@ -588,6 +597,7 @@ fn run_gds(a: &StorageArgs, gpu: u32, blocks: Vec<u64>) -> Result<ExitCode> {
         overwrite: a.overwrite,
     };
     let bars = progress::for_terminal(a.json);
+    let started = std::time::SystemTime::now();
     let report = run(&cfg, bars.as_ref())
         .with_context(|| format!("bench storage --gpu {gpu} on {}", a.file.display()))?;
     let all_verified = report.rows.iter().all(|r| r.verified);
@@ -599,8 +609,10 @@ fn run_gds(a: &StorageArgs, gpu: u32, blocks: Vec<u64>) -> Result<ExitCode> {
             .collect();
         let out = serde_json::json!({
             "schema": BENCH_SCHEMA,
+            "argv": argv(),
             "command": "bench storage --gpu",
             "file": a.file,
+            "started_unix_s": started.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
             "units": {"gbps": "1e9 bytes/s", "bytes": "bytes", "qd": "threads"},
             "findings": report.findings,
             "skipped": skipped,

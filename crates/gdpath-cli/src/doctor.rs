@@ -3,10 +3,10 @@
 //! 2 some unavailable, 3 the doctor itself failed.
 
 use crate::topo::SourceArgs;
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::Args;
 use gdpath::{Area, Finding, Status};
-use gdpath_doctor::{self as doctor, live, measured, DoctorInput, Mode, Report};
+use gdpath_doctor::{self as doctor, Report};
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -49,63 +49,18 @@ pub fn run(args: DoctorArgs) -> Result<ExitCode> {
 
 /// The report and a description of what was examined.
 fn report(args: &DoctorArgs) -> Result<(Report, String)> {
-    let source = args.source.source();
-    let loaded = doctor::load(&source).context("reading the machine")?;
-    let paths = if args.paths.is_empty() {
-        vec![std::env::current_dir().context("current directory")?]
-    } else {
-        args.paths.clone()
-    };
-    for p in &paths {
-        // A mistyped --path would otherwise become "unknown" findings and a misleading exit.
-        if !p.is_dir() {
-            return Err(crate::usage(format!(
-                "--path {}: not a directory",
-                p.display()
-            )));
-        }
+    let ex =
+        doctor::examine(&args.source.source(), &args.paths, args.measure).map_err(examine_error)?;
+    let what = ex.what();
+    Ok((ex.report, what))
+}
+
+/// A bad `--path` is a usage error; anything else fails the doctor.
+pub(crate) fn examine_error(e: doctor::ExamineError) -> anyhow::Error {
+    match e {
+        doctor::ExamineError::NotADirectory(_) => crate::usage(e.to_string()),
+        e => anyhow::Error::new(e),
     }
-    // Each directory once (`/data` and `/data/`, or a link to it, are one), as first written.
-    let mut seen = Vec::new();
-    let paths: Vec<PathBuf> = paths
-        .into_iter()
-        .filter(|p| {
-            let c = std::fs::canonicalize(p).unwrap_or_else(|_| p.clone());
-            let new = !seen.contains(&c);
-            seen.push(c);
-            new
-        })
-        .collect();
-    let input = match &loaded.mode {
-        Mode::Live => live::gather(&loaded.machine, loaded.view.as_ref(), &paths),
-        Mode::Replay { .. } => {
-            let mut i =
-                DoctorInput::new(&loaded.machine, loaded.view.as_ref(), loaded.mode.clone());
-            i.env = live::environment();
-            i.paths = live::unprobed(&paths);
-            i
-        }
-    };
-    let mut r = doctor::run(&input);
-    if args.measure {
-        // Only live: a replay has no GPUs to measure.
-        if matches!(loaded.mode, Mode::Live) {
-            r.extend(measured::probe_p2p());
-            r.extend(measured::probe_gds(&paths));
-        } else {
-            r.extend(
-                [Area::P2p, Area::Gds]
-                    .into_iter()
-                    .filter_map(measured::not_live),
-            );
-        }
-        r.extend(measured::not_available(Area::Gdr));
-    }
-    let what = match &loaded.mode {
-        Mode::Live => "this machine (live)".to_owned(),
-        Mode::Replay { what } => format!("{what} (replay: live-only checks not run)"),
-    };
-    Ok((r, what))
 }
 
 fn mark(s: Status) -> &'static str {

@@ -11,6 +11,7 @@ mod interrupt;
 mod load;
 mod p2p;
 mod progress;
+mod report;
 mod serve;
 mod topo;
 
@@ -45,6 +46,9 @@ enum Command {
     Load(load::LoadArgs),
     /// Serve exported memory regions to peer agents over UCX (remote read/write).
     Serve(serve::ServeArgs),
+    /// One HTML page of the machine, its P2P/GDR/GDS paths as the doctor finds them, the
+    /// findings with remedies and bench charts (`--from` results, or `--measure`).
+    Report(report::ReportArgs),
 }
 
 impl Command {
@@ -57,7 +61,7 @@ impl Command {
             Command::Copy(a) => a.json,
             Command::Doctor(a) => a.json,
             Command::Load(a) => a.json,
-            Command::Serve(_) => false,
+            Command::Serve(_) | Command::Report(_) => false,
         }
     }
 }
@@ -85,6 +89,7 @@ fn main() -> ExitCode {
         Command::Topo(args) => topo::run(args),
         Command::Doctor(args) => doctor::run(args),
         Command::P2p(args) => p2p::run(args),
+        Command::Report(args) => report::run(args),
     };
     match result {
         Ok(code) => code,

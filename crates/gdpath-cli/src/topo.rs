@@ -57,6 +57,10 @@ pub struct TopoArgs {
     /// List every PCI function, not only GPUs, NICs, NVMe and the bridges above them.
     #[arg(long)]
     all: bool,
+    /// Write the machine drawing (SVG: the tree, its links and the paths as the doctor finds
+    /// them, as in `gdpath report`) to FILE instead of printing; replaced atomically.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["json", "all"])]
+    svg: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -107,6 +111,13 @@ pub fn run(args: TopoArgs) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let source = args.source.source();
+    if let Some(file) = &args.svg {
+        let svg = gdpath_report::drawing(&source, &[]).map_err(crate::report::report_error)?;
+        gdpath_report::save(file, svg.as_bytes())
+            .with_context(|| format!("writing the drawing to {}", file.display()))?;
+        println!("wrote {}", file.display());
+        return Ok(ExitCode::SUCCESS);
+    }
     let (machine, no_facts) = gdpath_doctor::machine::load_reporting(&source)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&machine.report())?);

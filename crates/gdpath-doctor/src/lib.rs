@@ -17,10 +17,15 @@
 //! so the doctor's findings and the engine's path rest on the same reads. [`measured`] runs
 //! benches of `gdpath-bench` as probes (`doctor --measure`).
 //!
+//! [`examine`] is the whole of one doctor run (load, gather, check, measure) as `gdpath doctor`
+//! and `gdpath report` make it; [`routes`] says, per GPU pair, GPU↔NIC and GPU↔NVMe, whether
+//! the findings leave the direct path in use.
+//!
 //! Rules and their sources are listed per finding id in `docs/doctor.md`.
 
 #![deny(unsafe_code)]
 
+pub mod examine;
 mod gdr;
 mod gds;
 pub mod hardware;
@@ -29,7 +34,10 @@ pub mod machine;
 pub mod measured;
 pub mod nccl;
 mod p2p;
+pub mod routes;
 mod system;
+
+pub use examine::{examine, Examination, ExamineError};
 
 use gdpath::finding::{Area, Finding, Status};
 use gdpath_topo::facts::DriverFacts;
