@@ -34,6 +34,7 @@ fn endpoint(pci: PciAddr, kind: DeviceKind, like: &Device) -> Device {
         cur_width: Some(if kind == DeviceKind::Nic { 16 } else { 4 }),
         max_gts: Some(16.0),
         max_width: Some(if kind == DeviceKind::Nic { 16 } else { 4 }),
+        ..PcieLink::default()
     };
     d
 }
