@@ -231,11 +231,11 @@ pub fn run(a: P2pArgs) -> Result<ExitCode> {
     let f = read_facts(&a)?;
     let view = P2pView::from_facts(&f);
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&view)?);
+        outln!("{}", serde_json::to_string_pretty(&view)?);
     } else if view.gpus.is_empty() {
-        println!("gdpath p2p: no GPU in the driver facts");
+        outln!("gdpath p2p: no GPU in the driver facts");
     } else {
-        print!("{}", view.render());
+        out!("{}", view.render());
     }
     Ok(ExitCode::SUCCESS)
 }
