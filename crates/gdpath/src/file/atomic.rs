@@ -169,10 +169,11 @@ impl AtomicFile {
         self.written
     }
 
-    /// Reserves `len` bytes of disk for the temporary (`fallocate(FALLOC_FL_KEEP_SIZE)`; where
-    /// the file system cannot, the free space `statvfs` reports is compared instead), so that
-    /// a file system too small fails now, before any data is written, and says how much was
-    /// needed. `len` is also the "needed" figure of later [`Error::NoSpace`] errors.
+    /// Reserves `len` bytes of disk for the temporary: the free space `statvfs` reports for
+    /// unprivileged users (`f_bavail × f_frsize`) is compared first, then
+    /// `fallocate(FALLOC_FL_KEEP_SIZE)` takes the blocks where the file system can (which also
+    /// meets quotas), so that a file system too small fails now, before any data is written,
+    /// and says how much was needed. `len` is also the "needed" figure of later [`Error::NoSpace`] errors.
     ///
     /// Errors: [`Error::NoSpace`] (`written` 0); [`Error::Io`] with op `fallocate` for other
     /// failures.
@@ -182,6 +183,9 @@ impl AtomicFile {
         if len == 0 {
             return Ok(());
         }
+        // The free space first: a clear figure, and no blocks taken for a reservation that
+        // cannot succeed.
+        self.check_free(len)?;
         let l = i64::try_from(len)
             .map_err(|_| Error::Config(format!("{len} bytes is more than a file can hold")))?;
         match fallocate(
@@ -198,7 +202,7 @@ impl AtomicFile {
                 nix::errno::Errno::EOPNOTSUPP
                 | nix::errno::Errno::ENOSYS
                 | nix::errno::Errno::EINVAL,
-            ) => self.check_free(len),
+            ) => Ok(()), // the free space was checked above
             Err(e) => Err(Error::io(
                 "fallocate",
                 self.temp.path(),
