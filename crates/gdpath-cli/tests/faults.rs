@@ -232,6 +232,13 @@ fn every_writing_command_refuses_devices_fifos_and_sockets() {
                 "{line}: {err}"
             );
         }
+        // Reading a FIFO would block: the readers that are this refuse it too.
+        for args in [vec!["load", t], vec!["p2p", "--facts", t]] {
+            let (st, err) = run(&args);
+            sp.untouched(&args.join(" "));
+            assert_eq!(st.code(), Some(1), "{}: {err}", args.join(" "));
+            assert!(err.contains("not a regular file"), "{err}");
+        }
         // The doctor's probe files go into --path directories.
         let (st, err) = run(&["doctor", "--measure", "--path", t]);
         assert_eq!(st.code(), Some(3), "doctor --path {t}: {err}");
@@ -284,6 +291,22 @@ fn an_existing_destination_is_replaced_only_with_overwrite() {
     let (st, err) = run(&["topo", "--snapshot", s(&snap)]);
     assert!(st.success(), "the new snapshot replays: {err}");
     assert!(temporaries(dir.path()).is_empty());
+}
+
+/// `p2p --facts /dev/zero` is refused at once (a character device), and a facts file larger
+/// than the bound is refused naming it, instead of being read into memory without end.
+#[test]
+fn p2p_facts_input_is_bounded() {
+    let (st, err) = run(&["p2p", "--facts", "/dev/zero"]);
+    assert_eq!(st.code(), Some(1), "{err}");
+    assert!(err.contains("is a character device"), "{err}");
+    let dir = disk_dir();
+    let big = dir.path().join("facts.json");
+    let f = std::fs::File::create(&big).unwrap();
+    f.set_len((64 << 20) + 1).unwrap();
+    let (st, err) = run(&["p2p", "--facts", s(&big)]);
+    assert_eq!(st.code(), Some(1), "{err}");
+    assert!(err.contains("holds more than 67108864 bytes"), "{err}");
 }
 
 /// `copy --size N` copies the first N bytes of a file source (main ignored it and copied the

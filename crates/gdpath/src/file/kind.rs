@@ -84,6 +84,30 @@ pub(crate) fn open_regular(path: &Path, mut options: OpenOptions, flags: i32) ->
     Ok(f)
 }
 
+/// Reads the whole regular file at `path`, at most `max` bytes: for small inputs (a JSON file of
+/// driver facts) that must neither block (a FIFO) nor grow without bound (`/dev/zero`, a huge
+/// file).
+///
+/// Errors: [`Error::NotAFile`], [`Error::Open`]; [`Error::Io`] (op `read`); [`Error::Config`]
+/// when the file holds more than `max` bytes (naming both).
+pub fn read_bounded(path: &Path, max: u64) -> Result<Vec<u8>> {
+    use std::io::Read;
+    let mut o = OpenOptions::new();
+    o.read(true);
+    let f = open_regular(path, o, 0)?;
+    let mut data = Vec::new();
+    f.take(max.saturating_add(1))
+        .read_to_end(&mut data)
+        .map_err(|e| Error::io("read", path, 0, e))?;
+    if data.len() as u64 > max {
+        return Err(Error::Config(format!(
+            "{} holds more than {max} bytes, the most read from it",
+            path.display()
+        )));
+    }
+    Ok(data)
+}
+
 /// Whether an I/O error says the file system is full: `ENOSPC`, or `EDQUOT` (the user's or
 /// group's quota is).
 pub fn is_no_space(e: &std::io::Error) -> bool {
@@ -127,5 +151,11 @@ mod tests {
         let file = open_regular(&f, o, 0).unwrap();
         let fl = fcntl(file.as_raw_fd(), FcntlArg::F_GETFL).unwrap();
         assert_eq!(fl & libc::O_NONBLOCK, 0, "O_NONBLOCK is cleared");
+        assert_eq!(read_bounded(&f, 1).unwrap(), b"x");
+        assert!(matches!(read_bounded(&f, 0), Err(Error::Config(_))));
+        assert!(matches!(
+            read_bounded(&fifo, 10),
+            Err(Error::NotAFile { .. })
+        ));
     }
 }

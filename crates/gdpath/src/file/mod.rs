@@ -24,5 +24,5 @@ mod temporary;
 
 pub use atomic::{AtomicFile, ReplaceOptions};
 pub(crate) use kind::open_regular;
-pub use kind::{check_regular, is_no_space, special_kind};
+pub use kind::{check_regular, is_no_space, read_bounded, special_kind};
 pub use temporary::{remove_live_temporaries, remove_stale_temporaries, Temporary, TEMP_MARKER};
