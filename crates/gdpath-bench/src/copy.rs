@@ -275,10 +275,11 @@ pub const PSEUDO_FILE_MAX: u64 = 64 << 20;
 /// magic from `statfs`), or a file of size 0 that reads data (another generated file).
 fn is_pseudo_file(path: &std::path::Path, stat_size: u64) -> bool {
     use nix::sys::statfs::{
-        statfs, CGROUP2_SUPER_MAGIC, CGROUP_SUPER_MAGIC, DEBUGFS_MAGIC, PROC_SUPER_MAGIC,
+        statfs, FsType, CGROUP2_SUPER_MAGIC, CGROUP_SUPER_MAGIC, DEBUGFS_MAGIC, PROC_SUPER_MAGIC,
         SECURITYFS_MAGIC, SYSFS_MAGIC, TRACEFS_MAGIC,
     };
-    const CONFIGFS_MAGIC: i64 = 0x6265_6570;
+    // configfs (linux/magic.h); nix names no constant for it.
+    const CONFIGFS_MAGIC: FsType = FsType(0x6265_6570);
     let pseudo = statfs(path).is_ok_and(|s| {
         let t = s.filesystem_type();
         [
@@ -291,7 +292,7 @@ fn is_pseudo_file(path: &std::path::Path, stat_size: u64) -> bool {
             CGROUP2_SUPER_MAGIC,
         ]
         .contains(&t)
-            || t.0 as i64 == CONFIGFS_MAGIC
+            || t == CONFIGFS_MAGIC
     });
     pseudo || (stat_size == 0 && reads_data(path))
 }
