@@ -81,6 +81,26 @@ pub struct CopyReport {
     pub note: Option<String>,
 }
 
+impl CopyReport {
+    fn new(
+        bytes: u64,
+        elapsed: Duration,
+        [read, write]: [Option<Leg>; 2],
+        verified: Option<bool>,
+        note: Option<String>,
+    ) -> CopyReport {
+        CopyReport {
+            bytes,
+            elapsed,
+            gbps: gdpath::units::gbps(bytes, elapsed),
+            read,
+            write,
+            verified,
+            note,
+        }
+    }
+}
+
 fn leg(r: &TransferReport, into: &mut Option<Leg>) {
     if into.is_none() {
         if let Some(p) = r.pairs.first() {
@@ -254,15 +274,13 @@ pub fn copy_file(
             f.commit()?;
         }
     }
-    Ok(CopyReport {
-        bytes: size,
+    Ok(CopyReport::new(
+        size,
         elapsed,
-        gbps: gdpath::units::gbps(size, elapsed),
-        read: read_leg,
-        write: write_leg,
+        [read_leg, write_leg],
         verified,
-        note: None,
-    })
+        None,
+    ))
 }
 
 /// Largest pseudo file (procfs, sysfs: a `stat` size that is not the length) that
@@ -373,19 +391,18 @@ fn copy_pseudo_file(
     progress.advance(size);
     progress.finish();
     let elapsed = t0.elapsed();
-    Ok(CopyReport {
-        bytes: size,
+    let note = Some(format!(
+        "{} is a generated file (stat size {stat_size} bytes): read with read(2) to its \
+         end, {size} bytes",
+        src.display()
+    ));
+    Ok(CopyReport::new(
+        size,
         elapsed,
-        gbps: gdpath::units::gbps(size, elapsed),
-        read: read_leg,
-        write: write_leg,
+        [read_leg, write_leg],
         verified,
-        note: Some(format!(
-            "{} is a generated file (stat size {stat_size} bytes): read with read(2) to its \
-             end, {size} bytes",
-            src.display()
-        )),
-    })
+        note,
+    ))
 }
 
 fn plain_hash(path: &std::path::Path, len: u64) -> Result<u64> {

@@ -215,10 +215,13 @@ pub fn run(cfg: &StorageBenchConfig, progress: &dyn Progress) -> Result<StorageB
                 )))
             }
             // Written in place: the benchmark measures overwriting this file.
-            Some(_) => (None, false, None),
-            // A new file is written as a temporary that takes the name at the end: an
-            // interrupted run leaves none.
-            None => (None, true, Some(AtomicFile::create(&cfg.file, replace)?)),
+            Some(md) if md.len() > 0 => (None, false, None),
+            // A new (or empty) file is written as a temporary that takes the name at the end:
+            // an interrupted run leaves none.
+            _ => {
+                let replace = replace.overwrite(existing.is_some());
+                (None, true, Some(AtomicFile::create(&cfg.file, replace)?))
+            }
         },
     };
     let target = new_file

@@ -183,38 +183,16 @@ fn every_writing_command_refuses_devices_fifos_and_sockets() {
     let out = dir.path().join("out");
     for (t, what) in &targets {
         let t = s(t);
+        let bench = |extra: &[&'static str]| {
+            let mut v = vec!["bench", "storage", "--file", t, "--size", "1MiB"];
+            v.extend_from_slice(extra);
+            v
+        };
         let cases: Vec<Vec<&str>> = vec![
-            vec!["bench", "storage", "--file", t, "--size", "1MiB"],
-            vec![
-                "bench",
-                "storage",
-                "--file",
-                t,
-                "--size",
-                "1MiB",
-                "--overwrite",
-            ],
-            vec![
-                "bench",
-                "storage",
-                "--file",
-                t,
-                "--size",
-                "1MiB",
-                "--write",
-                "--overwrite",
-            ],
-            vec![
-                "bench",
-                "storage",
-                "--file",
-                t,
-                "--size",
-                "1MiB",
-                "--gpu",
-                "0",
-                "--overwrite",
-            ],
+            bench(&[]),
+            bench(&["--overwrite"]),
+            bench(&["--write", "--overwrite"]),
+            bench(&["--gpu", "0", "--overwrite"]),
             vec!["copy", s(&src), t],
             vec!["copy", s(&src), t, "--overwrite"],
             vec!["copy", t, s(&out)],
