@@ -476,4 +476,41 @@ mod tests {
         a.commit().unwrap();
         assert_eq!(std::fs::read(&t).unwrap(), data);
     }
+
+    #[test]
+    fn a_full_file_system_while_writing_is_no_space_naming_the_target() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = dir.path().join("t");
+        let mut a = AtomicFile::create(&t, ReplaceOptions::default()).unwrap();
+        a.reserve(100).unwrap();
+        a.write_all(&[1u8; 40]).unwrap();
+        // What a write to a full file system returns, typed.
+        let full = std::io::Error::from_raw_os_error(libc::ENOSPC);
+        match a.write_error(full) {
+            Error::NoSpace {
+                path,
+                needed,
+                written,
+                ..
+            } => assert_eq!((path, needed, written), (t.clone(), Some(100), 40)),
+            other => panic!("{other}"),
+        }
+        let eio = Error::io(
+            "write",
+            a.temp_path(),
+            0,
+            std::io::Error::from_raw_os_error(libc::EIO),
+        );
+        assert!(
+            matches!(a.explain(eio, 0), Error::Io { .. }),
+            "other errors stay"
+        );
+        let msg = a
+            .write_error(std::io::Error::from_raw_os_error(libc::EDQUOT))
+            .to_string();
+        assert!(
+            msg.contains("100 bytes (100 B) needed, 40 bytes written"),
+            "{msg}"
+        );
+    }
 }
