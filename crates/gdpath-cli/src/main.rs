@@ -4,10 +4,6 @@
 
 #![deny(unsafe_code)]
 
-// The one exception to the crate's deny(unsafe_code), until the allocator policy moves into
-// the engine (issue 20).
-#[allow(unsafe_code)]
-mod alloc;
 // First: its macros (`out!`, `outln!`, `errln!`) are used by the modules below.
 #[macro_use]
 mod output;
@@ -75,13 +71,6 @@ impl Command {
 pub(crate) const ERROR_SCHEMA: &str = "gdpath.error/1";
 
 fn main() -> ExitCode {
-    // UCX writes its log (warnings such as "unused env variable") to stdout unless told
-    // otherwise, which would corrupt `--json` output and tables alike: send it to stderr, as
-    // gdpath's own log, unless the user chose a destination. Set before any thread starts and
-    // before libucp is loaded (UCX reads it when the library initialises).
-    if std::env::var_os("UCX_LOG_FILE").is_none() {
-        std::env::set_var("UCX_LOG_FILE", "stderr");
-    }
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_env("GDPATH_LOG"))
         .with_writer(std::io::stderr)

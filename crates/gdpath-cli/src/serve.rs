@@ -63,6 +63,7 @@ impl NetOpts {
         } else if let Some(p) = &self.token_file {
             let s = std::fs::read_to_string(p)
                 .with_context(|| format!("reading token file {}", p.display()))?;
+            warn_if_others_read(p);
             Some(s.trim_end_matches(['\n', '\r']).to_owned())
         } else {
             env.clone()
@@ -92,6 +93,24 @@ impl NetOpts {
             transports: self.transports.clone(),
             devices: self.devices.clone(),
             ..NetConfig::default()
+        }
+    }
+}
+
+/// Warns (stderr) when other users may read the token file `p`: whoever reads it can connect
+/// as this side.
+fn warn_if_others_read(p: &std::path::Path) {
+    use std::os::unix::fs::PermissionsExt;
+    if let Ok(m) = std::fs::metadata(p) {
+        let mode = m.permissions().mode();
+        if mode & 0o044 != 0 {
+            eprintln!(
+                "gdpath: warning: token file {} can be read by other users (mode {:o}); \
+                 `chmod 600 {}` keeps the secret yours",
+                p.display(),
+                mode & 0o777,
+                p.display()
+            );
         }
     }
 }
@@ -200,9 +219,6 @@ fn parse_export(s: &str) -> Result<ExportSpec> {
 }
 
 pub fn run(a: ServeArgs) -> Result<ExitCode> {
-    // Peers' packed writes arrive in an allocation each: see crate::alloc.
-    let set = crate::alloc::keep_freed_memory();
-    tracing::debug!("{set} of glibc's trim and mmap thresholds raised");
     // Before "listening on" is printed: a script may signal the server as soon as it sees it.
     let signalled = crate::interrupt::flag();
     let specs: Vec<ExportSpec> = a
@@ -296,10 +312,7 @@ pub fn run(a: ServeArgs) -> Result<ExitCode> {
     let told = srv.stop(STOP_WAIT);
     println!("stopped: told {told} connected client(s) goodbye");
     std::io::stdout().flush().ok();
-    // Exit without dropping the agent: closing the endpoints would progress UCX once more,
-    // and UCX 1.13 aborts when a client's puts are still queued on a connection that failed
-    // (docs/network.md, "Known UCX defects"). The system frees what the agent holds.
-    std::process::exit(0);
+    Ok(ExitCode::SUCCESS)
 }
 
 /// How long a stopping server waits for its goodbyes to clients to be sent.

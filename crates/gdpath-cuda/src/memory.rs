@@ -51,10 +51,17 @@ pub(crate) struct DevMem {
     pub(crate) len: usize,
     /// False for memory borrowed with [`DeviceBuffer::from_raw`]: never freed here.
     pub(crate) owned: bool,
+    /// True for another process's memory opened from its IPC handle ([`crate::IpcMemHandle`]):
+    /// closed with `cuIpcCloseMemHandle`, never freed here.
+    pub(crate) ipc: bool,
 }
 
 impl Drop for DevMem {
     fn drop(&mut self) {
+        if self.ipc {
+            crate::ipc::close(&self.ctx, self.ptr);
+            return;
+        }
         if !self.owned {
             return;
         }
@@ -95,14 +102,21 @@ impl DeviceBuffer {
         ctx.api().check("cuMemAlloc_v2", unsafe {
             (ctx.api().cuMemAlloc)(&mut ptr, len)
         })?;
-        Ok(DeviceBuffer {
+        Ok(DeviceBuffer::wrap(ctx, ptr, len, true, false))
+    }
+
+    /// The handle over `[ptr, ptr + len)` of `ctx`; freed on drop when `owned`, closed as an
+    /// IPC mapping when `ipc`.
+    pub(crate) fn wrap(ctx: &Context, ptr: u64, len: usize, owned: bool, ipc: bool) -> Self {
+        DeviceBuffer {
             inner: Arc::new(DevMem {
                 ctx: ctx.clone(),
                 ptr,
                 len,
-                owned: true,
+                owned,
+                ipc,
             }),
-        })
+        }
     }
 
     /// Wrap device memory allocated elsewhere (PyTorch, cupy, NCCL, `cudaMalloc`) so streams can
@@ -126,20 +140,19 @@ impl DeviceBuffer {
                 "device memory at {ptr:#x} of {len} bytes overflows the address space"
             )));
         }
-        Ok(DeviceBuffer {
-            inner: Arc::new(DevMem {
-                ctx: ctx.clone(),
-                ptr,
-                len,
-                owned: false,
-            }),
-        })
+        Ok(DeviceBuffer::wrap(ctx, ptr, len, false, false))
     }
 
     /// Whether the memory was allocated by [`DeviceBuffer::new`] (and is freed with the last
     /// reference) rather than borrowed with [`DeviceBuffer::from_raw`].
     pub fn is_owned(&self) -> bool {
         self.inner.owned
+    }
+
+    /// Whether this is another process's memory opened from its CUDA IPC handle
+    /// ([`crate::IpcMemHandle::open`]); the mapping is closed with the last reference.
+    pub fn is_ipc_mapping(&self) -> bool {
+        self.inner.ipc
     }
 
     /// Length in bytes.

@@ -31,6 +31,7 @@
 //! assert!(p.path == Path::PosixDirect || p.finding.is_some());
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+#![deny(unsafe_code)]
 
 pub mod agent;
 pub mod backend;
@@ -44,6 +45,7 @@ pub mod gds;
 pub mod kmod;
 pub mod memory;
 pub mod net;
+#[allow(unsafe_code)]
 pub mod os;
 pub mod path;
 mod planner;

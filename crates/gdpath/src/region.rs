@@ -8,6 +8,7 @@
 
 use crate::error::{Error, Result};
 use crate::memory::{DirectIo, FileAccess, HostBuffer, MemoryKind};
+use crate::os::mem::{Exclusive, HostMem};
 use std::any::Any;
 use std::fmt;
 use std::fs::File;
@@ -100,7 +101,7 @@ impl FileRegion {
         } else {
             let mut od = std::fs::OpenOptions::new();
             od.read(true).write(access.writable());
-            match crate::file::open_regular(path, od, libc::O_DIRECT) {
+            match crate::file::open_regular(path, od, crate::os::file::O_DIRECT) {
                 Ok(f) => (Some(f), DirectStatus::Enabled),
                 Err(Error::Open { source, .. }) if source.raw_os_error() == Some(libc::EINVAL) => {
                     if mode == DirectIo::Required {
@@ -157,6 +158,14 @@ impl FileRegion {
     pub fn direct_fd(&self) -> Option<RawFd> {
         self.direct.as_ref().map(AsRawFd::as_raw_fd)
     }
+    /// The buffered (page cache) file.
+    pub(crate) fn buffered_file(&self) -> &File {
+        &self.buffered
+    }
+    /// The file opened with O_DIRECT, when O_DIRECT is usable.
+    pub(crate) fn direct_file(&self) -> Option<&File> {
+        self.direct.as_ref()
+    }
     /// Whether O_DIRECT is usable, and if not why.
     pub fn direct_status(&self) -> DirectStatus {
         self.status
@@ -187,35 +196,21 @@ impl FileRegion {
 }
 
 fn dio_align(f: &File) -> DioAlign {
-    const FALLBACK: DioAlign = DioAlign {
-        offset: 4096,
-        memory: 4096,
-    };
-    // SAFETY: statx writes into a zeroed statx struct we own; the empty path with AT_EMPTY_PATH
-    // refers to the descriptor itself.
-    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
-    let rc = unsafe {
-        libc::statx(
-            f.as_raw_fd(),
-            c"".as_ptr(),
-            libc::AT_EMPTY_PATH,
-            libc::STATX_DIOALIGN,
-            &mut stx,
-        )
-    };
-    if rc != 0 || stx.stx_mask & libc::STATX_DIOALIGN == 0 || stx.stx_dio_offset_align == 0 {
-        return FALLBACK;
-    }
-    DioAlign {
-        offset: u64::from(stx.stx_dio_offset_align).max(512),
-        memory: u64::from(stx.stx_dio_mem_align).max(1),
+    match crate::os::file::dio_align(f) {
+        Some((offset, memory)) => DioAlign {
+            offset: u64::from(offset).max(512),
+            memory: u64::from(memory).max(1),
+        },
+        None => DioAlign {
+            offset: 4096,
+            memory: 4096,
+        },
     }
 }
 
 fn cache_block(f: &File, align: DioAlign) -> u64 {
     use std::os::unix::fs::MetadataExt;
-    // SAFETY: sysconf has no memory effects; a failure (-1) falls back to 4096 below.
-    let page = u64::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+    let page = crate::os::file::page_size() as u64;
     // Some file systems (NFS, Lustre) report a preferred I/O size of MiBs as st_blksize; ignore
     // such values so heads and tails stay small (the page is the page cache's own unit).
     let block = f
@@ -228,7 +223,8 @@ fn cache_block(f: &File, align: DioAlign) -> u64 {
 }
 
 pub(crate) enum Storage {
-    Host(HostBuffer),
+    /// Host memory, shared with the I/O in flight on it and its CUDA registration.
+    Host(HostMem),
     File(FileRegion),
     Foreign(Box<dyn ForeignMemory>),
 }
@@ -348,8 +344,13 @@ impl Region {
 
     /// The host buffer's start address, for host regions (backends use it).
     pub fn host_ptr(&self) -> Option<*mut u8> {
+        self.host_mem().map(HostMem::as_ptr)
+    }
+
+    /// The host memory, for host regions: backends copy into and out of it.
+    pub(crate) fn host_mem(&self) -> Option<&HostMem> {
         match &self.inner.storage {
-            Storage::Host(b) => Some(b.as_ptr()),
+            Storage::Host(m) => Some(m),
             _ => None,
         }
     }
@@ -407,16 +408,17 @@ impl Region {
                 },
             });
         }
+        // The viewed flag is set and no pair is in flight: the bytes are the view's alone.
         Ok(HostView {
             region: self,
-            ptr: buf.as_ptr(),
-            len: buf.len(),
+            bytes: buf.exclusive(),
         })
     }
 
     /// Takes a host region's buffer back: succeeds only when this is the last handle (no
-    /// descriptor, transfer or clone holds the region). Otherwise the region is returned with the
-    /// reason.
+    /// descriptor, transfer or clone holds the region) and no I/O or driver registration still
+    /// uses the memory. Otherwise the region is returned with the reason; in the second case
+    /// (I/O the kernel never completed) it comes back without its backend registrations.
     pub fn into_host_buffer(self) -> std::result::Result<HostBuffer, (Region, Error)> {
         let id = self.inner.id;
         if !matches!(self.inner.storage, Storage::Host(_)) {
@@ -431,13 +433,37 @@ impl Region {
         }
         match Arc::try_unwrap(self.inner) {
             Ok(RegionInner {
-                storage, handles, ..
+                storage,
+                handles,
+                id,
+                agent,
+                kind,
+                state,
             }) => {
                 drop(handles); // deregister from backends before handing the memory out
-                match storage {
-                    Storage::Host(b) => Ok(b),
-                    _ => unreachable!("checked to be host storage above"),
-                }
+                let Storage::Host(mem) = storage else {
+                    unreachable!("checked to be host storage above")
+                };
+                mem.try_unwrap()
+                    .map(HostBuffer::from_aligned)
+                    .map_err(|mem| {
+                        let region = Region {
+                            inner: Arc::new(RegionInner {
+                                handles: Mutex::new(Vec::new()),
+                                id,
+                                agent,
+                                kind,
+                                storage: Storage::Host(mem),
+                                state,
+                            }),
+                        };
+                        let e = Error::RegionBusy {
+                            region: id,
+                            reason: "its memory is still used by I/O the kernel has not completed"
+                                .into(),
+                        };
+                        (region, e)
+                    })
             }
             Err(inner) => {
                 let n = Arc::strong_count(&inner) - 1;
@@ -557,22 +583,19 @@ impl Drop for UseGuard {
 /// Exclusive access to a host region's bytes; see [`Region::host_view`].
 pub struct HostView<'a> {
     region: &'a Region,
-    ptr: *mut u8,
-    len: usize,
+    bytes: Exclusive<'a>,
 }
 
 impl Deref for HostView<'_> {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        // SAFETY: the region owns the buffer; no transfer runs while the view is out.
-        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+        &self.bytes
     }
 }
 
 impl DerefMut for HostView<'_> {
     fn deref_mut(&mut self) -> &mut [u8] {
-        // SAFETY: as above; the viewed flag makes this view the only accessor.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+        &mut self.bytes
     }
 }
 
@@ -601,7 +624,7 @@ mod tests {
             RegionId(u64::MAX),
             0,
             MemoryKind::Host { pinned: false },
-            Storage::Host(HostBuffer::zeroed(len)),
+            Storage::Host(HostMem::new(HostBuffer::zeroed(len).into_aligned())),
         )
     }
 
