@@ -579,8 +579,9 @@ fn signal(child: &Child, sig: libc::c_int) {
 }
 
 /// Item 10: SIGINT and SIGKILL at random points of `copy`, 24 times, to a new destination and
-/// (`--overwrite`) over an existing one: unless the copy completed (then the destination is
-/// the source, whole), a new destination does not exist and an old one survives byte-exact; a
+/// (`--overwrite`) over an existing one: unless the copy got as far as its rename (then the
+/// destination is the source, whole), a new destination does not exist and an old one survives
+/// byte-exact; a
 /// SIGINT leaves no temporary; a SIGKILL leaves at most one, named as gdpath's, which the next
 /// copy to the same destination removes. On main a SIGINT left a partial destination (557 MB
 /// of 3 GiB) and the old content was gone as soon as the copy began.
@@ -632,7 +633,7 @@ fn sigint_and_sigkill_during_copy_leave_the_old_file_or_the_new_one_whole() {
         }
         // What earlier SIGKILLs left (this run may remove it, or be interrupted first).
         let before = temporaries(dir.path());
-        let delay = took.mul_f64((rand() % 1000) as f64 / 1000.0 * 1.1);
+        let delay = took.mul_f64((rand() % 1000) as f64 / 1000.0 * 0.9);
         let child = copy(&dst, replacing).spawn().unwrap();
         std::thread::sleep(delay);
         signal(&child, if kill { libc::SIGKILL } else { libc::SIGINT });
@@ -654,15 +655,20 @@ fn sigint_and_sigkill_during_copy_leave_the_old_file_or_the_new_one_whole() {
                 "{what}: completed but the destination is not the source"
             );
         } else {
-            interrupted += 1;
+            // A signal after the rename (the copy was complete) but before the exit ends
+            // the run interrupted with the new file in place, whole: also right.
+            let whole = got.as_deref() == Some(&new[..]);
+            if !whole {
+                interrupted += 1;
+            }
             if replacing {
                 assert!(
-                    got.as_deref() == Some(&old[..]),
+                    whole || got.as_deref() == Some(&old[..]),
                     "{what}: interrupted ({st:?}) and the old file changed: {err}"
                 );
             } else {
                 assert!(
-                    got.is_none(),
+                    whole || got.is_none(),
                     "{what}: interrupted ({st:?}) and a partial destination of {} bytes is \
                      left: {err}",
                     got.map_or(0, |g| g.len())
@@ -694,10 +700,11 @@ fn sigint_and_sigkill_during_copy_leave_the_old_file_or_the_new_one_whole() {
             assert!(!err.contains("panicked"), "{what}: {err}");
         }
     }
-    eprintln!("{interrupted} interrupted, {completed} completed");
+    eprintln!("{interrupted} interrupted before the rename, {completed} completed");
     assert!(
         interrupted >= 8,
-        "only {interrupted} of 24 trials interrupted a copy: the test did not test"
+        "only {interrupted} of 24 trials interrupted a copy before its end: the test did not \
+         test"
     );
     // The next copy to the same destination removes what a SIGKILL left.
     let (st, err) = wait(copy(&dst, true).spawn().unwrap(), "copy");
