@@ -470,6 +470,16 @@ fn a_closed_or_full_stdout_ends_every_command_with_its_status() {
     std::fs::write(&facts, gdpath_testkit::H200_DRIVER_FACTS_JSON).unwrap();
     let snap = |n: &str| s(&dir.path().join(n)).to_owned();
     let (s1, s2, s3) = (snap("s1"), snap("s2"), snap("s3"));
+    let bench = vec![
+        "bench",
+        "storage",
+        "--file",
+        s(&f),
+        "--size",
+        "1MiB",
+        "--runs",
+        "1",
+    ];
     let commands: Vec<(Vec<&str>, Option<&str>)> = vec![
         (vec!["topo"], None),
         (vec!["topo", "--json"], None),
@@ -481,33 +491,8 @@ fn a_closed_or_full_stdout_ends_every_command_with_its_status() {
         (vec!["p2p", "--json", "--facts", s(&facts)], None),
         (vec!["copy", s(&f)], None),
         (vec!["copy", s(&f), "--json", "--verify"], None),
-        (
-            vec![
-                "bench",
-                "storage",
-                "--file",
-                s(&f),
-                "--size",
-                "1MiB",
-                "--runs",
-                "1",
-            ],
-            None,
-        ),
-        (
-            vec![
-                "bench",
-                "storage",
-                "--file",
-                s(&f),
-                "--size",
-                "1MiB",
-                "--runs",
-                "1",
-                "--json",
-            ],
-            None,
-        ),
+        (bench.clone(), None),
+        ([&bench[..], &["--json"]].concat(), None),
         // Failures print their error document on stdout with --json.
         (vec!["load", s(&f), "--json"], None),
         (vec!["bench", "h2d", "--json"], None),
