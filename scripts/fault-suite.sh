@@ -41,7 +41,7 @@ trap 'for c in "${cleanup[@]}"; do eval "$c" || true; done; rm -rf "$work"' EXIT
 
 block_files() {
   say "files: cargo test --test faults"
-  bounded 600 cargo test --locked -p gdpath-cli --test faults --quiet || fail "tests/faults.rs"
+  bounded 600 cargo test --locked -p gdpath-cli --test faults --quiet || fail "crates/gdpath-cli/tests/faults"
 
   # The command lines, as a user types them.
   say "files: bench storage on a block device (losetup)"
