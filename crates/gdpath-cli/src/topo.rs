@@ -144,6 +144,7 @@ fn describe(source: &Source) -> String {
         Source::Snapshot(p) => format!("snapshot {}", p.display()),
         Source::HwlocXml(p) => format!("hwloc XML {}", p.display()),
         Source::NcclXml(p) => format!("NCCL XML {}", p.display()),
+        Source::SmiTopo(p) => format!("nvidia-smi topo -m text {}", p.display()),
     }
 }
 

@@ -534,6 +534,7 @@ fn link(d: &Device, gf: Option<&GpuFacts>) -> Finding {
                 max_gts: gts(p.max_gen),
                 cur_width: Some(p.cur_width).filter(|w| *w > 0),
                 max_width: Some(p.max_width).filter(|w| *w > 0),
+                ..PcieLink::default()
             };
             src = "NVML nvmlDeviceGetCurrPcieLinkGeneration/Width and Max".to_owned();
         }

@@ -480,6 +480,11 @@ pub fn load(source: &Source) -> Result<Loaded, TopoError> {
             view: Box::new(NoFiles),
             mode: replay(format!("XML {}", path.display())),
         },
+        Source::SmiTopo(path) => Loaded {
+            machine: gdpath_topo::load(source)?,
+            view: Box::new(NoFiles),
+            mode: replay(format!("nvidia-smi topo -m text {}", path.display())),
+        },
     })
 }
 
