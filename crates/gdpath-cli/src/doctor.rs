@@ -30,7 +30,8 @@ pub struct DoctorArgs {
     /// there and removed; a few seconds). GDR has no probe yet and is listed as not-run.
     #[arg(long)]
     measure: bool,
-    /// List every finding; by default passed (`ok`) and `not-run` checks are only counted.
+    /// List every finding; by default passed (`ok`) and `not-run` checks are only counted
+    /// (--json always lists every one).
     #[arg(long)]
     all: bool,
 }
@@ -40,9 +41,9 @@ pub struct DoctorArgs {
 pub fn run(args: DoctorArgs) -> Result<ExitCode> {
     let (r, what) = report(&args)?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&r)?);
+        outln!("{}", serde_json::to_string_pretty(&r)?);
     } else {
-        print!("{}", render(&r, &what, &args));
+        out!("{}", render(&r, &what, &args));
     }
     Ok(ExitCode::from(r.exit_code()))
 }

@@ -4,6 +4,10 @@
 
 #![deny(unsafe_code)]
 
+// First: its macros (`out!`, `outln!`, `errln!`) are used by the modules below.
+#[macro_use]
+mod output;
+mod args;
 mod bench;
 mod copy;
 mod doctor;
@@ -81,6 +85,15 @@ fn main() -> ExitCode {
     };
     let json = cli.command.json();
     let is_doctor = matches!(cli.command, Command::Doctor(_));
+    // `serve` and `bench net` stop gracefully on a first signal (they poll the flag); every
+    // other command ends at once, removing its unfinished temporary files.
+    let graceful = matches!(
+        cli.command,
+        Command::Serve(_) | Command::Bench(bench::BenchCommand::Net(_))
+    );
+    if !graceful {
+        interrupt::clean_up_on_interrupt();
+    }
     let result = match cli.command {
         Command::Bench(b) => bench::run(b),
         Command::Copy(c) => copy::run(c),
@@ -91,16 +104,25 @@ fn main() -> ExitCode {
         Command::P2p(args) => p2p::run(args),
         Command::Report(args) => report::run(args),
     };
-    match result {
+    let code = match result {
         Ok(code) => code,
         Err(e) => {
             let message = error_chain(&e);
-            eprintln!("gdpath: error: {message}");
+            errln!("gdpath: error: {message}");
             let kind = error_kind(&e);
             if json {
                 print_error_json(&message, kind);
             }
             ExitCode::from(failure_status(is_doctor, kind == "usage"))
+        }
+    };
+    // How writing stdout went decides the rest (`output`'s module docs): a reader that left
+    // keeps the command's status; lost output fails the command.
+    match output::finish() {
+        None | Some(output::Failure::Closed) => code,
+        Some(output::Failure::Failed(e)) => {
+            errln!("gdpath: error: cannot write to stdout: {e}");
+            ExitCode::from(failure_status(is_doctor, false))
         }
     }
 }
@@ -123,6 +145,7 @@ fn usage_failure(e: clap::Error) -> ExitCode {
     if help {
         e.exit();
     }
+    // clap's own printing ignores a failed write too.
     let _ = e.print();
     if wants_json {
         let text = e.to_string();
@@ -130,6 +153,7 @@ fn usage_failure(e: clap::Error) -> ExitCode {
         print_error_json(first.strip_prefix("error: ").unwrap_or(first), "usage");
     }
     let doctor = subcommand_word().as_deref() == Some("doctor");
+    let _ = output::finish();
     ExitCode::from(failure_status(doctor, true))
 }
 
@@ -162,7 +186,7 @@ fn print_error_json(message: &str, kind: &str) {
     let doc = serde_json::json!({ "schema": ERROR_SCHEMA, "error": message, "kind": kind });
     // Nothing better to do if stdout is gone: the message is on stderr already.
     if let Ok(text) = serde_json::to_string_pretty(&doc) {
-        println!("{text}");
+        outln!("{text}");
     }
 }
 

@@ -54,7 +54,8 @@ pub struct TopoArgs {
     /// Print JSON (schema gdpath.topo/1) instead of text.
     #[arg(long)]
     pub(crate) json: bool,
-    /// List every PCI function, not only GPUs, NICs, NVMe and the bridges above them.
+    /// List every PCI function, not only GPUs, NICs, NVMe and the bridges above them (--json
+    /// always lists every one).
     #[arg(long)]
     all: bool,
     /// Write the machine drawing (SVG: the tree, its links and the paths as the doctor finds
@@ -67,21 +68,38 @@ pub struct TopoArgs {
 enum TopoAction {
     /// Write a tar.gz of exactly the sysfs files gdpath reads, for `--snapshot` replay.
     Capture {
-        /// Output file.
+        /// Output file (written whole or not at all; an existing one is replaced only with
+        /// --overwrite).
         #[arg(short, long, default_value = "gdpath-snapshot.tar.gz")]
         output: PathBuf,
         /// Capture a copied sysfs tree instead of the live one.
         #[arg(long, value_name = "DIR")]
         sysfs_root: Option<PathBuf>,
+        /// Replace an existing output file.
+        #[arg(long)]
+        overwrite: bool,
+        /// Do not fsync the output before it takes its name, nor its directory after.
+        #[arg(long)]
+        no_fsync: bool,
     },
 }
 
 /// Runs `gdpath topo`.
 pub fn run(args: TopoArgs) -> Result<ExitCode> {
-    if let Some(TopoAction::Capture { output, sysfs_root }) = args.action {
-        let (m, s, why) = gdpath_doctor::machine::capture(sysfs_root.as_deref(), &output)
+    if let Some(TopoAction::Capture {
+        output,
+        sysfs_root,
+        overwrite,
+        no_fsync,
+    }) = args.action
+    {
+        let replace = gdpath::file::ReplaceOptions {
+            overwrite,
+            fsync: !no_fsync,
+        };
+        let (m, s, why) = gdpath_doctor::machine::capture(sysfs_root.as_deref(), &output, replace)
             .with_context(|| format!("capturing into {}", output.display()))?;
-        println!(
+        outln!(
             "wrote {}: {} files, {} links, {} directory listings ({} GPUs, {} NICs, {} NVMe, \
              {} PCI functions)",
             output.display(),
@@ -94,17 +112,17 @@ pub fn run(args: TopoArgs) -> Result<ExitCode> {
             m.devices.len()
         );
         if !s.refused.is_empty() {
-            println!("left out as private: {}", s.refused.join(", "));
+            outln!("left out as private: {}", s.refused.join(", "));
         }
         match &m.driver {
-            Some(d) => println!(
+            Some(d) => outln!(
                 "driver facts stored: {} GPUs, {} GPU pairs (NVLink, P2P status)",
                 d.gpus.len(),
                 d.pairs.len()
             ),
             None => {
                 if let Some(why) = why {
-                    println!("no driver facts stored: NVLink facts unavailable: {why}");
+                    outln!("no driver facts stored: NVLink facts unavailable: {why}");
                 }
             }
         }
@@ -120,11 +138,11 @@ pub fn run(args: TopoArgs) -> Result<ExitCode> {
     }
     let (machine, no_facts) = gdpath_doctor::machine::load_reporting(&source)?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&machine.report())?);
+        outln!("{}", serde_json::to_string_pretty(&machine.report())?);
     } else {
-        print!("{}", render(&machine, &source, args.all));
+        out!("{}", render(&machine, &source, args.all));
         if let Some(why) = no_facts {
-            println!("NVLink facts unavailable: {why}");
+            outln!("NVLink facts unavailable: {why}");
         }
     }
     Ok(ExitCode::SUCCESS)

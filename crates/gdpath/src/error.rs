@@ -103,6 +103,22 @@ pub enum Error {
     /// The path names something that is not a regular file (`what`: "a directory", ...).
     #[error("{path} is {what}, not a regular file")]
     NotAFile { path: PathBuf, what: &'static str },
+    /// The file system holding `path` is full (`ENOSPC`, or `EDQUOT`: a quota is): `needed`
+    /// bytes were to be written (when known in advance), `written` bytes were when it filled
+    /// up. Written through [`crate::file::AtomicFile`], `path` is the target, which is as it
+    /// was.
+    #[error("no space left for {path}: {}", no_space_detail(*needed, *written))]
+    NoSpace {
+        path: PathBuf,
+        needed: Option<u64>,
+        written: u64,
+        #[source]
+        source: Arc<std::io::Error>,
+    },
+    /// The file exists and replacing it was not asked for
+    /// ([`crate::file::ReplaceOptions::overwrite`], the commands' `--overwrite`).
+    #[error("{path} exists: it is replaced only with --overwrite")]
+    Exists { path: PathBuf },
     /// A write was requested into a file region registered read-only.
     #[error("{path} was registered read-only; register it with FileAccess::ReadWrite to write")]
     ReadOnly { path: PathBuf },
@@ -211,6 +227,17 @@ pub enum Error {
     },
 }
 
+fn no_space_detail(needed: Option<u64>, written: u64) -> String {
+    use crate::units::format_size;
+    match needed {
+        Some(n) => format!(
+            "{n} bytes ({}) needed, {written} bytes written",
+            format_size(n)
+        ),
+        None => format!("{written} bytes ({}) written", format_size(written)),
+    }
+}
+
 fn path_list(paths: &[Path]) -> String {
     let names: Vec<String> = paths.iter().map(Path::name).collect();
     format!("[{}]", names.join(", "))
@@ -236,6 +263,8 @@ impl Error {
             Error::Io { .. } => "io",
             Error::Open { .. } => "open",
             Error::NotAFile { .. } => "not_a_file",
+            Error::NoSpace { .. } => "no_space",
+            Error::Exists { .. } => "exists",
             Error::ReadOnly { .. } => "read_only",
             Error::Unsupported { .. } => "unsupported",
             Error::NoPath { .. } => "no_path",
@@ -308,6 +337,13 @@ mod tests {
                 what: "w".into(),
                 backend: "b",
             },
+            Error::NoSpace {
+                path: "/x".into(),
+                needed: None,
+                written: 0,
+                source: Arc::new(std::io::Error::from_raw_os_error(libc::ENOSPC)),
+            },
+            Error::Exists { path: "/x".into() },
         ];
         for e in cases {
             assert_eq!(e.kind(), snake_case_variant(&e), "{e:?}");

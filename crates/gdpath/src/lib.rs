@@ -13,7 +13,7 @@
 //! executes, the handles and foreign memory it keeps on a region) is under [`backend`] only.
 //! Also here: checkpoint loading ([`checkpoint`]), the facts behind the GDS decision that the
 //! doctor reports too ([`gds`], [`cufile_json`], [`kmod`]), the network ([`net`]), OS calls
-//! ([`os`]) and units ([`units`]).
+//! ([`os`]), safe file creation and replacement ([`file`]) and units ([`units`]).
 //!
 //! ```
 //! use gdpath::{Agent, AgentConfig, FileSpec, HostBuffer, Memory, Path, TransferRequest};
@@ -39,6 +39,7 @@ pub mod checkpoint;
 pub mod config;
 pub mod cufile_json;
 pub mod error;
+pub mod file;
 pub mod finding;
 pub mod gds;
 pub mod kmod;

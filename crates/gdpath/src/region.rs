@@ -79,11 +79,11 @@ pub struct FileRegion {
 }
 
 impl FileRegion {
+    /// Opens both descriptors through [`crate::file`]'s type check: a directory, device, FIFO or
+    /// socket is [`Error::NotAFile`] before anything is opened, and again on the open
+    /// descriptor (`fstat`) should the path change in between.
     pub(crate) fn open(path: &FsPath, access: FileAccess, mode: DirectIo) -> Result<Self> {
-        let open_err = |e: std::io::Error| Error::Open {
-            path: path.to_owned(),
-            source: Arc::new(e),
-        };
+        use std::os::unix::fs::MetadataExt;
         let mut oo = std::fs::OpenOptions::new();
         oo.read(true);
         match access {
@@ -95,31 +95,15 @@ impl FileRegion {
                 oo.write(true).create(true).truncate(truncate);
             }
         }
-        // Refuse directories and devices before anything else: a directory opens read-only.
-        if let Ok(md) = std::fs::metadata(path) {
-            let ft = md.file_type();
-            if ft.is_dir() {
-                return Err(Error::NotAFile {
-                    path: path.to_owned(),
-                    what: "a directory",
-                });
-            }
-            if !ft.is_file() {
-                return Err(Error::NotAFile {
-                    path: path.to_owned(),
-                    what: "a device, FIFO or socket",
-                });
-            }
-        }
-        let buffered = oo.open(path).map_err(open_err)?;
+        let buffered = crate::file::open_regular(path, oo, 0)?;
         let (direct, status) = if mode == DirectIo::Off {
             (None, DirectStatus::Disabled)
         } else {
             let mut od = std::fs::OpenOptions::new();
             od.read(true).write(access.writable());
-            match crate::os::file::direct(&mut od).open(path) {
+            match crate::file::open_regular(path, od, crate::os::file::O_DIRECT) {
                 Ok(f) => (Some(f), DirectStatus::Enabled),
-                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                Err(Error::Open { source, .. }) if source.raw_os_error() == Some(libc::EINVAL) => {
                     if mode == DirectIo::Required {
                         return Err(Error::Unsupported {
                             what: format!(
@@ -131,9 +115,24 @@ impl FileRegion {
                     }
                     (None, DirectStatus::Refused)
                 }
-                Err(e) => return Err(open_err(e)),
+                Err(e) => return Err(e),
             }
         };
+        // The second open went by path too: it must have found the same file.
+        if let Some(d) = &direct {
+            let same = match (buffered.metadata(), d.metadata()) {
+                (Ok(a), Ok(b)) => (a.dev(), a.ino()) == (b.dev(), b.ino()),
+                _ => false,
+            };
+            if !same {
+                return Err(Error::Open {
+                    path: path.to_owned(),
+                    source: Arc::new(std::io::Error::other(
+                        "the path named another file when it was opened again for O_DIRECT",
+                    )),
+                });
+            }
+        }
         let align = dio_align(&buffered);
         let cache_block = cache_block(&buffered, align);
         Ok(FileRegion {

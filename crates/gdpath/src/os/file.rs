@@ -1,13 +1,11 @@
 //! What the kernel says about files: O_DIRECT alignment (`statx(STATX_DIOALIGN)`), the page
 //! size, and the open flag for O_DIRECT. Safe calls through `rustix` and `std`.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 
-/// Adds `O_DIRECT` to `oo`'s flags.
-pub fn direct(oo: &mut OpenOptions) -> &mut OpenOptions {
-    use std::os::unix::fs::OpenOptionsExt;
-    oo.custom_flags(libc::O_DIRECT)
-}
+/// The `open(2)` flag for O_DIRECT, for `crate::file::open_regular`'s `flags` (which sets a
+/// file's custom flags once, with its own `O_NONBLOCK | O_NOCTTY`).
+pub const O_DIRECT: i32 = libc::O_DIRECT;
 
 /// The O_DIRECT alignments of an open file from `statx(STATX_DIOALIGN)` (Linux 6.1+):
 /// `(file offset and length alignment, memory address alignment)` in bytes, or `None` when the
