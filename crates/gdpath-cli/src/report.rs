@@ -39,7 +39,7 @@ pub fn run(a: ReportArgs) -> Result<ExitCode> {
     let html = gdpath_report::report(&opts).map_err(report_error)?;
     gdpath_report::save(&a.output, html.as_bytes())
         .with_context(|| format!("writing the report to {}", a.output.display()))?;
-    println!(
+    outln!(
         "wrote {} ({} KiB)",
         a.output.display(),
         html.len().div_ceil(1024)

@@ -133,7 +133,7 @@ pub fn run(args: TopoArgs) -> Result<ExitCode> {
         let svg = gdpath_report::drawing(&source, &[]).map_err(crate::report::report_error)?;
         gdpath_report::save(file, svg.as_bytes())
             .with_context(|| format!("writing the drawing to {}", file.display()))?;
-        println!("wrote {}", file.display());
+        outln!("wrote {}", file.display());
         return Ok(ExitCode::SUCCESS);
     }
     let (machine, no_facts) = gdpath_doctor::machine::load_reporting(&source)?;

@@ -37,7 +37,7 @@ pub mod svg;
 pub mod tree;
 
 pub use results::{BenchDoc, ResultsError};
-pub use save::{save, SaveError};
+pub use save::save;
 
 use gdpath_doctor::{ExamineError, Mode};
 use gdpath_topo::Source;

@@ -149,6 +149,8 @@ fn storage(dir: &Path) -> gdpath::Result<BenchDoc> {
         cold: false,
         // The scratch file exists (empty): the bench fills it with its pattern.
         overwrite: true,
+        // A scratch file removed after the run: no durability to pay for.
+        fsync: false,
     };
     let started = now();
     let rep = gdpath_bench::storage::run(&cfg, &gdpath_bench::NoProgress)?;
