@@ -169,6 +169,7 @@ fn sigint_while_bench_storage_makes_its_test_file_leaves_none() {
         .unwrap();
     // Until the file (or its temporary) holds data: the creation is under way.
     let t0 = Instant::now();
+    let mut child = child;
     loop {
         let busy = std::fs::read_dir(dir.path())
             .unwrap()
@@ -176,6 +177,13 @@ fn sigint_while_bench_storage_makes_its_test_file_leaves_none() {
             .any(|e| e.metadata().is_ok_and(|m| m.len() > 0));
         if busy {
             break;
+        }
+        if let Some(st) = child.try_wait().unwrap() {
+            let mut err = String::new();
+            if let Some(mut e) = child.stderr.take() {
+                let _ = std::io::Read::read_to_string(&mut e, &mut err);
+            }
+            panic!("bench storage ended ({st}) before writing its test file: {err}");
         }
         assert!(t0.elapsed() < DEADLINE, "no test file is being written");
         std::thread::sleep(Duration::from_millis(5));
