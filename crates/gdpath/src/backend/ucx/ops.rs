@@ -346,6 +346,25 @@ impl Ops {
             .any(|b| b.peer.id == id && b.packed_open > 0)
     }
 
+    /// Connection `id` failed with `e`: its batches fail now (their requests and regions kept
+    /// until UCX ends them), rather than at the operation bound, which an endpoint without peer
+    /// error handling would otherwise wait for.
+    pub(crate) fn fail_peer(&mut self, id: u64, e: &Error) {
+        let mut i = 0;
+        while i < self.batches.len() {
+            if self.batches[i].peer.id != id {
+                i += 1;
+                continue;
+            }
+            let batch = self.batches.swap_remove(i);
+            let seq = batch.seq;
+            for f in &mut self.flushers {
+                f.waiting.retain(|s| *s != seq);
+            }
+            batch.fail(&mut self.zombies, e);
+        }
+    }
+
     /// Batches in flight.
     pub(crate) fn busy(&self) -> bool {
         !self.batches.is_empty()
