@@ -51,6 +51,18 @@ pub struct NetOpts {
     /// UCX network devices (UCX_NET_DEVICES), e.g. `lo` or `veth0`.
     #[arg(long)]
     devices: Option<String>,
+    /// Bound on a handshake, seconds (a server drops a client that has not finished it by then;
+    /// a client gives up connecting).
+    #[arg(long, default_value_t = 10.0, value_parser = parse_seconds)]
+    connect_timeout: f64,
+}
+
+/// A positive number of seconds, at most a day.
+fn parse_seconds(s: &str) -> std::result::Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v > 0.0 && v <= 86_400.0 => Ok(v),
+        _ => Err(format!("{s:?} is not a number of seconds in (0, 86400]")),
+    }
 }
 
 impl NetOpts {
@@ -92,8 +104,14 @@ impl NetOpts {
             },
             transports: self.transports.clone(),
             devices: self.devices.clone(),
+            connect_timeout: self.connect_timeout(),
             ..NetConfig::default()
         }
+    }
+
+    /// `--connect-timeout`.
+    pub fn connect_timeout(&self) -> Duration {
+        Duration::from_secs_f64(self.connect_timeout)
     }
 }
 
@@ -288,7 +306,7 @@ pub fn run(a: ServeArgs) -> Result<ExitCode> {
         .duration
         .and_then(|s| Instant::now().checked_add(Duration::from_secs_f64(s.max(0.0))));
     loop {
-        if let Some(e) = srv.next_event(Duration::from_millis(200)) {
+        if let Some(e) = srv.next_event(EVENT_WAIT) {
             match e {
                 NetEvent::Connected { peer } => println!("connected: {peer}"),
                 NetEvent::Refused { addr, reason } => println!(
@@ -315,5 +333,10 @@ pub fn run(a: ServeArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// How long a stopping server waits for its goodbyes to clients to be sent.
-const STOP_WAIT: Duration = Duration::from_secs(1);
+/// How long a stopping server waits for its clients to answer its goodbye (they flush what
+/// they still had on its way first): with the wait for events below, a signal stops `serve`
+/// within a second.
+const STOP_WAIT: Duration = Duration::from_millis(500);
+
+/// The longest wait for an event between two looks at the stop signal.
+const EVENT_WAIT: Duration = Duration::from_millis(100);

@@ -386,10 +386,11 @@ impl Server {
         self.link.withdrawing()
     }
 
-    /// Stops serving on purpose: the progress thread and the listener stop, then every
+    /// Stops serving on purpose: the listener and the progress thread stop, then every
     /// connected client is told goodbye (its connection fails with [`Error::PeerFailed`],
     /// "the peer closed the connection", rather than with a transport error some time later),
-    /// waiting up to `timeout` for the goodbyes to be sent. Returns how many clients were told.
+    /// waiting up to `timeout` for each to answer once it flushed what it still had on its way.
+    /// Returns how many clients were told.
     /// Dropping a `Server` stops it without telling anyone.
     pub fn stop(mut self, timeout: Duration) -> usize {
         self.link.stop(timeout)

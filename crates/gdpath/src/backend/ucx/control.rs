@@ -163,6 +163,12 @@ impl UcxBackend {
                     // endpoint without peer error handling may never end it).
                     if let Err(e) = r {
                         st.ops.fail_peer(peer.id, &e);
+                        // Without peer error handling an endpoint closes by flushing, which
+                        // waits for the peer (up to 5 s): one whose connection failed is left
+                        // to the process's end instead.
+                        if peer.ep.error_mode() == gdpath_ucx::ErrorMode::None {
+                            std::mem::forget(peer.ep.clone());
+                        }
                     }
                 }
             }
@@ -670,6 +676,24 @@ impl UcxBackend {
 /// already under way).
 impl Drop for UcxBackend {
     fn drop(&mut self) {
+        self.say_goodbye_on_drop();
+        // What is still in flight (transfers cancelled, a peer that went away) gets a short
+        // bound to end, then is left to the process's end instead of waited for: a request's
+        // own drop waits up to 30 s for UCX, forever for a peer that went away without peer
+        // error handling.
+        let done = self.progress_until(IN_FLIGHT_WAIT, || lock(&self.state).ops.idle());
+        if !done {
+            tracing::debug!("operations still in flight at the backend's drop are left behind");
+            lock(&self.state).ops.leak_in_flight();
+        }
+    }
+}
+
+/// How long the backend's drop waits for operations still in flight.
+const IN_FLIGHT_WAIT: Duration = Duration::from_millis(200);
+
+impl UcxBackend {
+    fn say_goodbye_on_drop(&self) {
         let closing: Vec<Arc<PeerConn>> = {
             let mut st = lock(&self.state);
             let clients: Vec<Arc<PeerConn>> = st

@@ -171,7 +171,7 @@ struct Slot {
 
 enum SlotState {
     /// In the handshake: its protocol state (taken out while the endpoint is made).
-    Pending(Option<protocol::Conn>),
+    Pending(Option<Box<protocol::Conn>>),
     /// Authenticated: the connection, whose control connection this is.
     Ready(Arc<PeerConn>),
     /// Over: closed once its last bytes are out, or at the instant given.
@@ -403,7 +403,7 @@ impl Run {
             stream,
             reader: FrameReader::new(tcp::MAX_SERVER_READ),
             out: Vec::new(),
-            state: SlotState::Pending(Some(proto)),
+            state: SlotState::Pending(Some(Box::new(proto))),
             since: now,
         };
         perform(&b, st, &mut slot, out);
@@ -579,7 +579,7 @@ fn perform(b: &Arc<UcxBackend>, st: &mut State, slot: &mut Slot, out: Vec<Action
                 );
                 match made {
                     Ok(ep) => {
-                        let peer = Arc::new(PeerConn::new(ep, c, slot.stream.try_clone().ok()));
+                        let peer = Arc::new(PeerConn::new(ep, *c, slot.stream.try_clone().ok()));
                         st.peers.push(peer.clone());
                         slot.state = SlotState::Ready(peer);
                         b.kick();

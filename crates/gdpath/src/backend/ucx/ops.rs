@@ -365,6 +365,26 @@ impl Ops {
         }
     }
 
+    /// Nothing in flight: no batch, no control message, flush or request UCX still holds.
+    pub(crate) fn idle(&self) -> bool {
+        self.batches.is_empty()
+            && self.sends.is_empty()
+            && self.acks.is_empty()
+            && self.zombies.is_empty()
+            && self.flushers.iter().all(|f| f.inflight.is_none())
+    }
+
+    /// Leaves what is still in flight to the process's end: its requests, buffers and regions
+    /// are never released (dropping a request UCX has not ended waits for it, which for a peer
+    /// that went away without peer error handling is never). For the backend's drop only.
+    pub(crate) fn leak_in_flight(&mut self) {
+        std::mem::forget(std::mem::take(&mut self.batches));
+        std::mem::forget(std::mem::take(&mut self.sends));
+        std::mem::forget(std::mem::take(&mut self.acks));
+        std::mem::forget(std::mem::take(&mut self.zombies));
+        std::mem::forget(std::mem::take(&mut self.flushers));
+    }
+
     /// Batches in flight.
     pub(crate) fn busy(&self) -> bool {
         !self.batches.is_empty()
