@@ -12,42 +12,14 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{bin, json_ok, Proc};
+use common::{bin, json_ok, lo_serve, lo_serve_under, signal, Proc};
+
+fn bench_net(peer: SocketAddr) -> Command {
+    common::bench_net(&peer.to_string())
+}
 use gdpath_testkit::ucx_serial as serial;
 
 const T: Duration = Duration::from_secs(30);
-
-fn lo_serve(extra: &[&str]) -> (Proc, SocketAddr) {
-    lo_serve_under(&[], extra)
-}
-
-/// `gdpath serve` on an ephemeral loopback port, under a command `prefix` (a shell setting a
-/// limit), with `extra` arguments.
-fn lo_serve_under(prefix: &[&str], extra: &[&str]) -> (Proc, SocketAddr) {
-    let mut args = vec![
-        "--listen",
-        "127.0.0.1:0",
-        "--devices",
-        "lo",
-        "--duration",
-        "120",
-    ];
-    args.extend_from_slice(extra);
-    common::serve(prefix, &args, T)
-}
-
-fn bench_net(peer: SocketAddr) -> Command {
-    let mut c = Command::new(bin());
-    c.args([
-        "bench",
-        "net",
-        "--peer",
-        &peer.to_string(),
-        "--devices",
-        "lo",
-    ]);
-    c
-}
 
 /// A short verified put run against `peer`.
 fn quick_bench(peer: SocketAddr) -> std::process::Output {
@@ -67,12 +39,6 @@ fn quick_bench(peer: SocketAddr) -> std::process::Output {
 
 fn stderr_bytes(p: &Proc) -> usize {
     p.stderr().iter().map(|l| l.len() + 1).sum()
-}
-
-fn signal(p: &Proc, sig: libc::c_int) {
-    // SAFETY: kill(2) on our own child's pid.
-    let r = unsafe { libc::kill(p.child.id() as libc::pid_t, sig) };
-    assert_eq!(r, 0, "kill: {}", std::io::Error::last_os_error());
 }
 
 /// Reads from `s` until the server closes it; false if it is still open after `within`.
@@ -216,13 +182,9 @@ fn the_server_killed_under_every_bench_mode_ends_the_client() {
     }
 }
 
-/// One SIGINT stops a streaming `bench net` (status 130) and a serving `gdpath serve` (status 0)
-/// within a second.
-#[test]
-fn one_sigint_stops_bench_net_and_serve_within_a_second() {
-    let _serial = serial();
-    let (mut srv, addr) = lo_serve(&["--export", "host:64MiB"]);
-    let mut cl = Proc::spawn(bench_net(addr).args([
+/// A `bench net` client 300 ms into a stream of 1 MiB puts into `srv` that would last long.
+fn streaming(srv: &mut Proc, addr: SocketAddr) -> Proc {
+    let cl = Proc::spawn(bench_net(addr).args([
         "--size",
         "1MiB",
         "--runs",
@@ -232,6 +194,16 @@ fn one_sigint_stops_bench_net_and_serve_within_a_second() {
     ]));
     srv.wait_line("connected: bench@", T);
     std::thread::sleep(Duration::from_millis(300));
+    cl
+}
+
+/// One SIGINT stops a streaming `bench net` (status 130) and a serving `gdpath serve` (status 0)
+/// within a second.
+#[test]
+fn one_sigint_stops_bench_net_and_serve_within_a_second() {
+    let _serial = serial();
+    let (mut srv, addr) = lo_serve(&["--export", "host:64MiB"]);
+    let mut cl = streaming(&mut srv, addr);
     let t0 = Instant::now();
     signal(&cl, libc::SIGINT);
     let status = cl.wait_exit(T);
@@ -239,16 +211,7 @@ fn one_sigint_stops_bench_net_and_serve_within_a_second() {
     assert_eq!(status.code(), Some(130), "{:?}", cl.stderr());
     assert!(took < Duration::from_secs(1), "bench net took {took:?}");
     // A server with a client streaming into it.
-    let mut cl = Proc::spawn(bench_net(addr).args([
-        "--size",
-        "1MiB",
-        "--runs",
-        "50",
-        "--bytes-per-run",
-        "1GiB",
-    ]));
-    srv.wait_line("connected: bench@", T);
-    std::thread::sleep(Duration::from_millis(300));
+    let mut cl = streaming(&mut srv, addr);
     let t0 = Instant::now();
     signal(&srv, libc::SIGINT);
     let status = srv.wait_exit(T);

@@ -224,23 +224,14 @@ fn stream(
     Ok(start.elapsed())
 }
 
-/// Waits for `t` (at most [`WAIT`]); with a `stop` flag, by polling it (each poll progresses
-/// the backend, as a wait does), so that a stop cancels it within a poll.
+/// Waits for `t` (at most [`WAIT`]); with a `stop` flag, a stop cancels it within the wait's
+/// wake-up (`Transfer::wait_unless`).
 fn wait(t: Transfer, stop: Option<&AtomicBool>) -> Result<TransferReport> {
-    let Some(flag) = stop else {
-        return t.wait_timeout(WAIT).map_err(|e| e.error);
-    };
-    let start = Instant::now();
-    while !t.poll().finished {
-        if flag.load(Ordering::Relaxed) {
-            t.cancel();
-            return Err(Error::Cancelled);
-        }
-        if start.elapsed() > WAIT {
-            break;
-        }
+    match stop {
+        Some(flag) => t.wait_unless(flag, WAIT),
+        None => t.wait_timeout(WAIT),
     }
-    t.wait_timeout(Duration::ZERO).map_err(|e| e.error)
+    .map_err(|e| e.error)
 }
 
 /// [`Error::Cancelled`] once `stop` is set ([`NetBenchConfig::stop`]).

@@ -417,26 +417,9 @@ impl<'a> Reader<'a> {
 /// byte stream, which reads the body next: magic, version, kind and flags checked as
 /// [`decode`] checks them, and the length bounded by `max` (at most [`MAX_MESSAGE`] in all)
 /// *before* the reader allocates for it.
-pub fn body_len(header: &[u8; HEADER_LEN], max: usize) -> Result<usize, DecodeError> {
-    let mut r = Reader {
-        buf: header,
-        pos: 0,
-    };
-    let magic = r.array::<4>("magic")?;
-    if magic != MAGIC {
-        return Err(DecodeError::BadMagic(magic));
-    }
-    let version = r.u16("version")?;
-    if version != VERSION {
-        return Err(DecodeError::Version { got: version });
-    }
-    let kind = r.u8("kind")?;
-    Kind::from_u8(kind).ok_or(DecodeError::UnknownKind(kind))?;
-    let flags = r.u8("flags")?;
-    if flags != 0 {
-        return Err(DecodeError::Flags(flags));
-    }
-    let declared = r.u32("body length")? as usize;
+pub fn body_len(head: &[u8; HEADER_LEN], max: usize) -> Result<usize, DecodeError> {
+    let (_, declared) = header(&mut Reader { buf: head, pos: 0 })?;
+    let declared = declared as usize;
     let max = max.min(MAX_MESSAGE - HEADER_LEN);
     if declared > max {
         return Err(DecodeError::TooLarge {
@@ -446,6 +429,26 @@ pub fn body_len(header: &[u8; HEADER_LEN], max: usize) -> Result<usize, DecodeEr
         });
     }
     Ok(declared)
+}
+
+/// A frame header: magic, version, kind and flags checked; the kind and the declared body
+/// length.
+fn header(r: &mut Reader<'_>) -> Result<(Kind, u32), DecodeError> {
+    let magic = r.array::<4>("magic")?;
+    if magic != MAGIC {
+        return Err(DecodeError::BadMagic(magic));
+    }
+    let version = r.u16("version")?;
+    if version != VERSION {
+        return Err(DecodeError::Version { got: version });
+    }
+    let kind_byte = r.u8("kind")?;
+    let kind = Kind::from_u8(kind_byte).ok_or(DecodeError::UnknownKind(kind_byte))?;
+    let flags = r.u8("flags")?;
+    if flags != 0 {
+        return Err(DecodeError::Flags(flags));
+    }
+    Ok((kind, r.u32("body length")?))
 }
 
 /// Decodes one message. See the module docs for every check made.
@@ -500,21 +503,7 @@ fn decode_in_place(bytes: &[u8]) -> Result<(Message, Option<usize>), DecodeError
         });
     }
     let mut r = Reader { buf: bytes, pos: 0 };
-    let magic = r.array::<4>("magic")?;
-    if magic != MAGIC {
-        return Err(DecodeError::BadMagic(magic));
-    }
-    let version = r.u16("version")?;
-    if version != VERSION {
-        return Err(DecodeError::Version { got: version });
-    }
-    let kind_byte = r.u8("kind")?;
-    let kind = Kind::from_u8(kind_byte).ok_or(DecodeError::UnknownKind(kind_byte))?;
-    let flags = r.u8("flags")?;
-    if flags != 0 {
-        return Err(DecodeError::Flags(flags));
-    }
-    let declared = r.u32("body length")?;
+    let (kind, declared) = header(&mut r)?;
     if declared as usize != r.left() {
         return Err(DecodeError::BodyLength {
             declared: declared.into(),
