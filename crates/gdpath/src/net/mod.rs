@@ -10,7 +10,8 @@
 //! server.export(&buf)?;
 //! let srv = server.serve("127.0.0.1:0".parse()?, Token::none())?;
 //!
-//! // Client side: connect (metadata exchanged over the UCX connection), register the peer's
+//! // Client side: connect (handshake and metadata over gdpath's TCP connection, then UCX to the
+//! // server's worker), register the peer's
 //! // region as remote memory, write into it with a notification.
 //! let client = Agent::new(AgentConfig::default())?;
 //! let peer = client.connect(srv.local_addr())?;

@@ -1,6 +1,7 @@
 //! The network backend: remote memory of peer agents, read and written through UCX (`put`/`get`
-//! on packed remote keys), with the agent-to-agent control protocol (`crate::net::codec`) on
-//! the same UCX connection as active messages. It is a [`Backend`] like the others and answers
+//! on packed remote keys), with the agent-to-agent control protocol (`crate::net::codec`): the
+//! handshake on a TCP connection of its own (`listen`, `tcp`), the rest as active messages on
+//! the UCX endpoints made from the worker addresses the handshake exchanged. It is a [`Backend`] like the others and answers
 //! [`Backend::network`] ([`crate::backend::network::NetworkBackend`]: connect, serve, exports,
 //! notifications), to which the agent's network calls delegate.
 //!
