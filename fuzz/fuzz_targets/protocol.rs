@@ -106,7 +106,19 @@ impl Side {
                     self.ended = true;
                     assert!(self.conn.is_over());
                 }
-                Action::Withdrawn(_) | Action::WritesAcked { .. } | Action::Notification(_) => {}
+                Action::Connect { session, .. } => {
+                    // The data channel goes to the other side's id, after it authenticated.
+                    let want = match role {
+                        Role::Client => 0x5e,
+                        Role::Server => 0xc1,
+                    };
+                    assert_eq!(session, want, "{role:?} connected to {session:#x}");
+                    assert_eq!(self.conn.peer_session(), Some(session));
+                }
+                Action::Withdrawn(_)
+                | Action::WritesAcked { .. }
+                | Action::Notification(_)
+                | Action::Fail(_) => {}
             }
         }
     }
@@ -153,12 +165,15 @@ fuzz_target!(|data: &[u8]| {
     };
     let mut snode = Node::new("srv");
     snode.token = Some(token.clone());
+    snode.worker_address = b"server worker".to_vec();
     snode.exports.add(host_region(1)).unwrap();
+    let mut cnode = Node::new("cli");
+    cnode.worker_address = b"client worker".to_vec();
     let mut c = Side::new(
-        Conn::client(1, None, token, [7; 32], now, LIMITS),
-        Node::new("cli"),
+        Conn::client(1, None, token, [7; 32], 0xc1, now, LIMITS),
+        cnode,
     );
-    let mut s = Side::new(Conn::server(2, None, [5; 32], now, LIMITS), snode);
+    let mut s = Side::new(Conn::server(2, None, [5; 32], 0x5e, now, LIMITS), snode);
     let mut out = Vec::new();
     s.conn.challenge(&mut out);
     s.take(out, &mut c.inbox);

@@ -45,9 +45,13 @@ pub struct NetBenchArgs {
     /// 8B..1GiB, without the sizes larger than the peer's region]
     #[arg(long)]
     size: Option<String>,
-    /// Messages in flight.
+    /// Messages in flight, 1..=4096 (what the peer's receive queue holds).
     #[arg(long, default_value_t = 16)]
     qd: u32,
+    /// Where in the peer's region this run's window starts (e.g. 64MiB): clients benchmarking
+    /// one region at once each need their own, or they overwrite each other's data.
+    #[arg(long, default_value = "0", value_parser = parse_size)]
+    remote_offset: u64,
     /// Messages per transfer (descriptor pairs of one request, completed by one flush), 1..=qd.
     /// 1: every message is its own transfer.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
@@ -373,8 +377,13 @@ fn fmt_gbps(v: f64) -> String {
 const DEFAULT_NET_SIZES: &str = "8B..1GiB";
 
 fn run_net(a: NetBenchArgs) -> Result<ExitCode> {
-    if a.qd == 0 {
-        return Err(crate::usage("--qd must be at least 1"));
+    if a.qd == 0 || a.qd > net::MAX_QD {
+        return Err(crate::usage(format!(
+            "--qd {} is outside 1..={}: the peer's receive queue holds at most {} messages",
+            a.qd,
+            net::MAX_QD,
+            net::MAX_QD
+        )));
     }
     if a.batch > a.qd {
         return Err(crate::usage(format!(
@@ -403,13 +412,15 @@ fn run_net(a: NetBenchArgs) -> Result<ExitCode> {
         bytes_per_run: a.bytes_per_run,
         lat_iters: a.lat_iters,
         stop: Some(crate::interrupt::flag()),
+        remote_offset: a.remote_offset,
+        connect_timeout: a.net.connect_timeout(),
     };
     let bars = progress::for_terminal(a.json);
     let started = std::time::SystemTime::now();
     let report = match net::run(&cfg, bars.as_ref()) {
         // A signal: the run stopped and the connection closed with a goodbye.
         Err(gdpath::Error::Cancelled) => {
-            let message = "bench net interrupted after the transfers in flight finished";
+            let message = "bench net interrupted: the transfers in flight were cancelled";
             errln!("gdpath: {message}");
             if a.json {
                 crate::print_error_json(message, "cancelled");

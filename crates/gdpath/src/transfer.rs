@@ -584,7 +584,7 @@ impl Transfer {
     // does not matter.
     #[allow(clippy::result_large_err)]
     pub fn wait(self) -> std::result::Result<TransferReport, TransferError> {
-        self.wait_until(None)
+        self.wait_until(None, None)
     }
 
     /// As [`Transfer::wait`], giving up after `timeout` (or the request's deadline, if earlier)
@@ -596,7 +596,22 @@ impl Transfer {
         self,
         timeout: Duration,
     ) -> std::result::Result<TransferReport, TransferError> {
-        self.wait_until(Some(timeout))
+        self.wait_until(Some(timeout), None)
+    }
+
+    /// As [`Transfer::wait_timeout`], and once `stop` is set (by another thread: a signal
+    /// handler, a supervisor) the transfer is cancelled ([`Transfer::cancel`]) and the error is
+    /// [`Error::Cancelled`]. `stop` is read as often as the wait wakes (every 50 µs while a
+    /// poll-driven backend has work, every 100 ms otherwise).
+    // The error carries every pair's outcome; it is returned once per transfer, so its size
+    // does not matter.
+    #[allow(clippy::result_large_err)]
+    pub fn wait_unless(
+        self,
+        stop: &AtomicBool,
+        timeout: Duration,
+    ) -> std::result::Result<TransferReport, TransferError> {
+        self.wait_until(Some(timeout), Some(stop))
     }
 
     // The error carries every pair's outcome; it is returned once per transfer, so its size
@@ -605,6 +620,7 @@ impl Transfer {
     fn wait_until(
         self,
         timeout: Option<Duration>,
+        stop: Option<&AtomicBool>,
     ) -> std::result::Result<TransferReport, TransferError> {
         let sh = &self.shared;
         // The bound is the request's deadline or `timeout` from now, whichever is earlier. It
@@ -621,6 +637,9 @@ impl Transfer {
         loop {
             if st.remaining == 0 {
                 break;
+            }
+            if stop.is_some_and(|f| f.load(Ordering::Relaxed)) {
+                sh.cancelled.store(true, Ordering::Release);
             }
             if sh.cancelled.load(Ordering::Acquire) {
                 drop(st);

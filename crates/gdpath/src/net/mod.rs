@@ -10,7 +10,8 @@
 //! server.export(&buf)?;
 //! let srv = server.serve("127.0.0.1:0".parse()?, Token::none())?;
 //!
-//! // Client side: connect (metadata exchanged over the UCX connection), register the peer's
+//! // Client side: connect (handshake and metadata over gdpath's TCP connection, then UCX to the
+//! // server's worker), register the peer's
 //! // region as remote memory, write into it with a notification.
 //! let client = Agent::new(AgentConfig::default())?;
 //! let peer = client.connect(srv.local_addr())?;
@@ -386,10 +387,11 @@ impl Server {
         self.link.withdrawing()
     }
 
-    /// Stops serving on purpose: the progress thread and the listener stop, then every
+    /// Stops serving on purpose: the listener and the progress thread stop, then every
     /// connected client is told goodbye (its connection fails with [`Error::PeerFailed`],
     /// "the peer closed the connection", rather than with a transport error some time later),
-    /// waiting up to `timeout` for the goodbyes to be sent. Returns how many clients were told.
+    /// waiting up to `timeout` for each to answer once it flushed what it still had on its way.
+    /// Returns how many clients were told.
     /// Dropping a `Server` stops it without telling anyone.
     pub fn stop(mut self, timeout: Duration) -> usize {
         self.link.stop(timeout)
@@ -429,6 +431,11 @@ pub(crate) fn unreachable_hint(cfg: &NetConfig, addr: SocketAddr) -> String {
          side uses {mode}{limits}"
     )
 }
+
+/// Most control messages a peer queues before it drops them: a sender keeps at most this many
+/// messages (packed writes, notifications) in flight to one peer, or waits for answers that
+/// never come.
+pub const MAX_MESSAGES_IN_FLIGHT: usize = gdpath_ucx::AM_MAX_QUEUED;
 
 /// The longest pair packed over tcp with UCX `version`, given the environment's
 /// `UCX_PROTO_ENABLE` (`proto`). UCX's put over tcp is fast from 1.16 on, where UCX's new

@@ -86,7 +86,7 @@ impl Batch {
             let failure = self.peer.failed_error().or_else(|| {
                 self.peer.ep.failure().map(|s| Error::PeerFailed {
                     peer: self.peer.label(),
-                    detail: format!("connection failed: {s}"),
+                    detail: super::ep_failure(s),
                 })
             });
             // One endpoint's sends finish mostly in order: testing stops at the first pending
@@ -185,7 +185,7 @@ impl Batch {
                     .and_then(|bytes| {
                         self.peer
                             .ep
-                            .am_send(super::CTRL_AM, &[], &bytes)
+                            .am_send(super::CTRL_AM, &self.peer.route, &bytes)
                             .map_err(|e| ucx_err(&self.peer.label(), "notify", e))
                     });
                 match sent {
@@ -245,13 +245,18 @@ impl Batch {
         (reqs, regions)
     }
 
-    /// Fails the unfinished items after `timeout`; keeps their requests and regions alive.
-    pub(super) fn abandon(
-        mut self,
-        zombies: &mut Vec<Zombie>,
-        timeout: std::time::Duration,
-    ) -> usize {
-        let label = self.peer.label();
+    /// Fails the unfinished items after `timeout` (see [`Batch::fail`]).
+    pub(super) fn abandon(self, zombies: &mut Vec<Zombie>, timeout: std::time::Duration) -> usize {
+        let e = Error::PeerFailed {
+            peer: self.peer.label(),
+            detail: format!("no completion within {timeout:?} (peer gone or not progressing)"),
+        };
+        self.fail(zombies, &e)
+    }
+
+    /// Fails the unfinished items with `e` (their connection failed); keeps their requests and
+    /// regions alive until UCX ends them.
+    pub(super) fn fail(mut self, zombies: &mut Vec<Zombie>, e: &Error) -> usize {
         let mut reqs: Vec<Request> = Vec::new();
         let mut regions: Vec<Region> = Vec::new();
         let mut stages: Vec<Stage> = Vec::new();
@@ -264,12 +269,7 @@ impl Batch {
             if let Some(item) = s.item.take() {
                 regions.push(item.local().region.clone());
                 regions.push(item.target().region.clone());
-                item.complete(Err(Error::PeerFailed {
-                    peer: label.clone(),
-                    detail: format!(
-                        "no completion within {timeout:?} (peer gone or not progressing)"
-                    ),
-                }));
+                item.complete(Err(e.clone()));
                 n += 1;
             }
         }

@@ -1,15 +1,18 @@
-//! One connection to a peer agent as the UCX backend holds it: its endpoint, its protocol state
-//! ([`protocol::Conn`]), and what the data path needs to know of it (the regions made from the
-//! peer's, the transports its lanes use, whether host writes to it are packed).
+//! One connection to a peer agent as the UCX backend holds it: its endpoint (made from the peer's
+//! worker address once it authenticated), its control connection (TCP, the handshake's, kept
+//! open as the connection's liveness), its protocol state ([`protocol::Conn`]), and what the
+//! data path needs to know of it (the regions made from the peer's, the transports its lanes
+//! use, whether host writes to it are packed).
 
 use super::lock;
+use super::tcp::{FrameReader, ReadError};
 use crate::error::Error;
 use crate::net::codec::RegionMeta;
 use crate::net::protocol::{self, Role};
 use crate::path::Path;
 use crate::region::{Region, RegionInner};
 use gdpath_ucx::{Endpoint, MemType, Request};
-use std::net::SocketAddr;
+use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
@@ -46,6 +49,16 @@ pub(crate) struct PeerConn {
     pub(crate) ep: Endpoint,
     pub(crate) role: Role,
     pub(crate) addr: Option<SocketAddr>,
+    /// The id the peer puts at the head of what it sends this connection over UCX.
+    pub(crate) session: u64,
+    /// The id this side puts at the head of what it sends the peer over UCX (little endian).
+    pub(crate) route: [u8; 8],
+    /// The control connection: a client's own stream, which its progress rounds read for the
+    /// peer's end ([`PeerConn::read_control`]); a server's duplicate of the stream its control
+    /// thread reads. Shut down when the connection ends, so that the peer sees the end at once.
+    ctl: Option<TcpStream>,
+    /// A client's reader of `ctl`.
+    ctl_reader: Mutex<FrameReader>,
     /// Client: the last `Peer` handle was dropped while regions made from the peer's were
     /// still alive; the goodbye is said once they are gone (`UcxBackend::reap_peers`).
     pub(crate) released: AtomicBool,
@@ -86,12 +99,18 @@ pub(crate) fn gpu_path_of(lanes: &[String]) -> Path {
 }
 
 impl PeerConn {
-    pub(crate) fn new(ep: Endpoint, proto: protocol::Conn) -> Self {
+    /// A connection whose peer authenticated (`proto` knows the id to put on what goes to it),
+    /// its endpoint `ep` and its control connection `ctl`.
+    pub(crate) fn new(ep: Endpoint, proto: protocol::Conn, ctl: Option<TcpStream>) -> Self {
         PeerConn {
             id: proto.id(),
             ep,
             role: proto.role(),
             addr: proto.addr(),
+            session: proto.session(),
+            route: proto.peer_session().unwrap_or(0).to_le_bytes(),
+            ctl,
+            ctl_reader: Mutex::new(FrameReader::new(super::tcp::MAX_SERVER_READ)),
             released: AtomicBool::new(false),
             inner: Mutex::new(Link {
                 proto,
@@ -117,7 +136,7 @@ impl PeerConn {
     fn failure_in(&self, g: &Link) -> Option<String> {
         g.proto
             .failure()
-            .or_else(|| self.ep.failure().map(|s| format!("connection failed: {s}")))
+            .or_else(|| self.ep.failure().map(super::ep_failure))
     }
 
     /// The planned path of a pair between local memory and this peer, or why the connection is
@@ -219,6 +238,35 @@ impl PeerConn {
     /// The error the connection failed with, if it did.
     pub(crate) fn failed_error(&self) -> Option<Error> {
         lock(&self.inner).proto.error().cloned()
+    }
+
+    /// Reads what arrived on a client's control connection (non-blocking): the frames, or why
+    /// the connection is over (the peer closed it: it went away).
+    pub(crate) fn read_control(&self) -> std::result::Result<Vec<Vec<u8>>, String> {
+        let Some(mut s) = self.ctl.as_ref() else {
+            return Ok(Vec::new());
+        };
+        let mut r = lock(&self.ctl_reader);
+        let mut frames = Vec::new();
+        loop {
+            match r.read(&mut s) {
+                Ok(Some(f)) => frames.push(f),
+                Ok(None) => return Ok(frames),
+                Err(ReadError::Closed(how)) => {
+                    return Err(format!(
+                        "the peer went away (it closed the control connection: {how})"
+                    ))
+                }
+                Err(e) => return Err(format!("the control connection failed: {e}")),
+            }
+        }
+    }
+
+    /// Shuts the control connection down (the connection is over).
+    pub(crate) fn shutdown_control(&self) {
+        if let Some(s) = &self.ctl {
+            let _ = s.shutdown(Shutdown::Both);
+        }
     }
 
     /// Client: the last `Peer` handle is gone (see [`PeerConn::released`]).

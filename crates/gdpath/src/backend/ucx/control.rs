@@ -1,24 +1,31 @@
-//! The adapter between UCX and the protocol state machine ([`crate::net::protocol`]): it opens
-//! and accepts connections, feeds each connection's [`protocol::Conn`] what arrives (control
-//! messages as active messages on the connection's endpoint, routed by the endpoint they came
-//! on), what failed (the endpoint) and the clock, and performs the actions it returns (sends,
-//! flushes, packed writes to apply, events, releases, the end of a connection).
+//! The adapter between the transports and the protocol state machine
+//! ([`crate::net::protocol`]): it opens connections (the handshake over a TCP connection of
+//! gdpath's own, [`UcxBackend::connect`]; a server's side is `listen.rs`), feeds each
+//! connection's [`protocol::Conn`] what arrives (control messages as UCX active messages on
+//! the endpoints made from the peers' worker addresses, routed by the id at their head; the
+//! end of a client's TCP control connection; endpoint failures), and the clock, and performs
+//! the actions it returns (sends, flushes, packed writes to apply, events, releases, the end of
+//! a connection).
 //!
 //! Nothing a peer sends is used before [`codec::decode`] accepted it, and the state machine
-//! accepts nothing but the handshake before authentication; packed rkeys are sent only in the
-//! welcome, after the client's MAC verified, and the client uses them only after the server's
-//! MAC verified.
+//! accepts nothing but the handshake before authentication; UCX endpoints are made only from
+//! worker addresses a MAC-verified handshake carried, packed rkeys are sent only in the
+//! welcome, and the client uses them only after the server's MAC verified.
 //!
 //! Closing on purpose ([`UcxBackend::close_peer`]: `Peer::close`, the last `Peer` handle
 //! dropped, the backend dropped): the client stops new operations, flushes its endpoint (every
 //! operation posted before is done at the server), sends `Bye` and waits (bounded) for the
 //! server's `Bye` in answer; only then does its endpoint close. The server, on `Bye`, releases
 //! the peer's state as for a lost peer, reports [`NetEvent::Left`] and answers; the endpoint
-//! failure that the client's close then causes at the server is not reported. A peer that dies
-//! without a goodbye is still [`NetEvent::Lost`].
+//! failure and the end of the control connection that the client's close then causes at the
+//! server are not reported. A peer that dies without a goodbye is still [`NetEvent::Lost`].
 
 use super::conn::{gpu_path_of, rma_transport_name, PeerConn};
-use super::{lock, next, ucx_err, State, UcxBackend, CTRL_AM, MAX_QUEUED_NOTIFICATIONS};
+use super::tcp::{self, FrameReader, ReadError};
+use super::{
+    ep_failure, lock, next, ucx_err, State, UcxBackend, CTL_CHECK, CTRL_AM, MAX_EARLY,
+    MAX_QUEUED_NOTIFICATIONS,
+};
 use crate::error::{Error, Result};
 use crate::net::auth::nonce;
 use crate::net::codec::{self, Message, RefuseCode};
@@ -26,8 +33,8 @@ use crate::net::protocol::{self, Action, Flush, Limits, Role};
 #[cfg(doc)]
 use crate::net::NetEvent;
 use crate::net::{ConnectOptions, Notification};
-use gdpath_ucx::{Endpoint, MemType};
-use std::net::SocketAddr;
+use gdpath_ucx::{AmMessage, Endpoint, MemType, WorkerAddress};
+use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -51,6 +58,17 @@ pub(crate) enum OnTimeout {
     LeaveUnderWay,
 }
 
+/// The routing id at the head of control message `m`: its 8-byte header (messages sent whole),
+/// or the first 8 bytes of its payload (packed writes, whose payload is gathered in place).
+fn routing_id(m: &AmMessage) -> Option<u64> {
+    let id: [u8; 8] = match m.header.len() {
+        8 => m.header[..].try_into().ok()?,
+        0 => m.data.get(..8)?.try_into().ok()?,
+        _ => return None,
+    };
+    Some(u64::from_le_bytes(id))
+}
+
 /// The text a connection's failure carries, from the engine error a UCX call gave.
 fn detail_of(e: &Error) -> String {
     match e {
@@ -60,21 +78,13 @@ fn detail_of(e: &Error) -> String {
 }
 
 impl UcxBackend {
-    /// The time bounds of this backend's server-side connections.
-    fn server_limits(&self) -> Limits {
-        Limits {
-            handshake: self.cfg.connect_timeout,
-            goodbye: self.cfg.connect_timeout,
-            ack: self.cfg.op_timeout,
-        }
-    }
-
-    /// Encodes and sends a control message; the request is tracked until it completes.
+    /// Encodes and sends a control message over UCX, the peer's routing id at its head; the
+    /// request is tracked until it completes.
     fn send_msg(&self, st: &mut State, peer: &Arc<PeerConn>, msg: &Message) -> Result<()> {
         let bytes = codec::encode(msg).map_err(|e| Error::Config(e.to_string()))?;
         let req = peer
             .ep
-            .am_send(CTRL_AM, &[], &bytes)
+            .am_send(CTRL_AM, &peer.route, &bytes)
             .map_err(|e| ucx_err(&peer.label(), "am_send", e))?;
         st.ops.track_send(peer.clone(), req, false);
         self.kick();
@@ -91,7 +101,10 @@ impl UcxBackend {
                         reason,
                     } = &m
                     {
-                        tracing::warn!(peer = %peer.label(), "protocol error: {reason}");
+                        let peer = peer.label();
+                        self.log.warn("protocol", || {
+                            format!("protocol error from {peer}: {reason}")
+                        });
                     }
                     if let Err(e) = self.send_msg(st, peer, &m) {
                         tracing::debug!(peer = %peer.label(), "{:?} not sent: {e}", m.kind());
@@ -105,6 +118,7 @@ impl UcxBackend {
                     }
                 }
                 Action::Flush(f) => self.flush_for(st, peer, f),
+                Action::Fail(e) => st.ops.fail_peer(peer.id, &e),
                 Action::Withdrawn(ids) => peer.mark_withdrawn(&ids),
                 Action::ApplyWrites {
                     seq,
@@ -126,16 +140,35 @@ impl UcxBackend {
                 Action::Notification(n) => self.queue_notification(n),
                 Action::Event(e) => self.push_event(e),
                 Action::Release(id) => super::export::release(st, id),
+                Action::Connect { .. } => {
+                    // Only a connection in its handshake connects (`connect`, `listen.rs`).
+                    tracing::debug!(peer = %peer.label(), "connect after the handshake ignored");
+                }
                 Action::End(r) => {
                     match &r {
-                        Err(e @ Error::Protocol { .. }) => tracing::warn!("{e}"),
+                        Err(e @ Error::Protocol { .. }) => {
+                            self.log.warn("protocol", || e.to_string())
+                        }
                         Err(e) => tracing::debug!(peer = %peer.label(), "connection ended: {e}"),
                         Ok(()) => tracing::debug!(peer = %peer.label(), "connection closed"),
                     }
                     st.peers.retain(|p| p.id != peer.id);
+                    // The peer sees the end at once on its control connection.
+                    peer.shutdown_control();
                     // A goodbye flush still in flight is kept until UCX ends it.
                     if let Some(f) = lock(&peer.inner).goodbye.take() {
                         st.ops.track_send(peer.clone(), f, false);
+                    }
+                    // What is still in flight to it fails now, not at the operation bound (an
+                    // endpoint without peer error handling may never end it).
+                    if let Err(e) = r {
+                        st.ops.fail_peer(peer.id, &e);
+                        // Without peer error handling an endpoint closes by flushing, which
+                        // waits for the peer (up to 5 s): one whose connection failed is left
+                        // to the process's end instead.
+                        if peer.ep.error_mode() == gdpath_ucx::ErrorMode::None {
+                            std::mem::forget(peer.ep.clone());
+                        }
                     }
                 }
             }
@@ -181,48 +214,67 @@ impl UcxBackend {
         }
     }
 
-    /// Connects to a serving agent and runs the handshake (see the module docs).
+    /// Connects to a serving agent: the handshake over a TCP connection to `addr` (challenge,
+    /// mutual authentication, worker addresses and metadata), then a UCX endpoint to the
+    /// server's worker, within `opts.timeout` in all (see the module docs).
     pub(crate) fn connect(&self, addr: SocketAddr, opts: &ConnectOptions) -> Result<Arc<PeerConn>> {
-        let ep = Endpoint::connect_with(&self.worker, addr, self.cfg.failure_mode.ucx())
-            .map_err(|e| ucx_err(&addr.to_string(), "connect", e))?;
-        let proto = protocol::Conn::client(
-            next(&self.next_peer),
-            Some(addr),
-            opts.token.clone(),
-            nonce()?,
-            Instant::now(),
-            Limits {
-                handshake: opts.timeout,
-                goodbye: self.cfg.connect_timeout,
-                ack: self.cfg.op_timeout,
-            },
-        );
-        let peer = Arc::new(PeerConn::new(ep, proto));
-        lock(&self.state).peers.push(peer.clone());
-        // The protocol bounds the handshake by `opts.timeout` (checked in every round).
-        let outcome = loop {
-            let (_, busy) = self.progress_round();
-            if peer.is_ready() {
-                break Ok(());
-            }
-            if let Some(e) = peer.failed_error() {
-                break Err(e);
-            }
-            if !busy {
-                std::thread::sleep(Duration::from_micros(20));
+        let failed = |detail: String| Error::PeerFailed {
+            peer: addr.to_string(),
+            detail,
+        };
+        let deadline = Instant::now().checked_add(opts.timeout);
+        let mut stream = match deadline {
+            Some(d) => TcpStream::connect_timeout(
+                &addr,
+                d.saturating_duration_since(Instant::now())
+                    .max(Duration::from_millis(1)),
+            ),
+            None => TcpStream::connect(addr),
+        }
+        .map_err(|e| failed(format!("cannot connect: {e}")))?;
+        let _ = stream.set_nodelay(true);
+        // The server may send over UCX as soon as it welcomed: what comes before this side has
+        // registered the connection waits under its routing id.
+        let session = {
+            let mut st = lock(&self.state);
+            let s = super::listen::new_session(&st)?;
+            st.early.insert(s, Vec::new());
+            s
+        };
+        let shaken = self.handshake(&mut stream, addr, opts, session);
+        let (proto, ep) = match shaken {
+            Ok(done) => done,
+            Err(e) => {
+                lock(&self.state).early.remove(&session);
+                return Err(e);
             }
         };
-        if let Err(e) = outcome {
-            lock(&self.state).peers.retain(|p| p.id != peer.id);
-            // Let the control messages still in flight on it finish, so that the endpoint
-            // closes now (the peer sees it) rather than at some later progress round.
-            let end = Instant::now() + Duration::from_secs(1);
-            while Arc::strong_count(&peer) > 1 && Instant::now() < end {
-                if !self.progress_round().1 {
-                    std::thread::sleep(Duration::from_micros(50));
-                }
+        let _ = stream.set_nonblocking(true);
+        let peer = Arc::new(PeerConn::new(ep, proto, Some(stream)));
+        {
+            let mut guard = lock(&self.state);
+            let st = &mut *guard;
+            st.peers.push(peer.clone());
+            for m in st.early.remove(&session).unwrap_or_default() {
+                self.dispatch_one(st, &peer, m);
             }
-            return Err(e);
+        }
+        // The endpoint is usable once UCX connected it (its first flush completes): a server
+        // whose worker this side cannot reach fails the connect, not the first transfer.
+        let left = deadline.map_or(Duration::MAX, |d| {
+            d.saturating_duration_since(Instant::now())
+        });
+        if let Err(e) = peer.ep.wait_connected(left) {
+            let mut st = lock(&self.state);
+            let detail = format!(
+                "cannot reach the server's UCX worker: {}",
+                match &e {
+                    gdpath_ucx::UcxError::EndpointFailed { status, .. } => ep_failure(*status),
+                    e => e.to_string(),
+                }
+            );
+            self.abandon(&mut st, &peer, detail.clone());
+            return Err(failed(detail));
         }
         let transport = rma_transport_name(&peer.ep, MemType::Host);
         let lanes: Vec<String> = match peer.ep.transports() {
@@ -233,8 +285,8 @@ impl UcxBackend {
             }
         };
         // Over tcp every UCX put is a message the target answers, whether UCX runs tcp's own
-        // put (a client-server endpoint's `rma_bw` lane) or emulates it over active messages
-        // (UCX 1.13 without a listener): the target's CPU copies each, and acknowledges each.
+        // put (an `rma_bw` lane) or emulates it over active messages: the target's CPU copies
+        // each, and acknowledges each.
         let pack_max = if self.cfg.pack_writes && transport == "tcp" {
             let proto = std::env::var("UCX_PROTO_ENABLE").ok();
             crate::net::pack_limit(self.ctx.ucx().version(), proto.as_deref())
@@ -245,98 +297,143 @@ impl UcxBackend {
         Ok(peer)
     }
 
-    /// Accepts queued connection requests and challenges each new peer (or refuses it when
-    /// this agent serves as many peers as it accepts).
-    pub(crate) fn accept_connections(&self) -> bool {
-        let mut any = false;
+    /// The client's side of the handshake on `stream`, driven by its state machine: the
+    /// connection's state and the UCX endpoint to the server's worker once the server proved
+    /// the token. Bounded by `opts.timeout` (the state machine's handshake bound).
+    fn handshake(
+        &self,
+        stream: &mut TcpStream,
+        addr: SocketAddr,
+        opts: &ConnectOptions,
+        session: u64,
+    ) -> Result<(protocol::Conn, Endpoint)> {
+        let failed = |detail: String| Error::PeerFailed {
+            peer: addr.to_string(),
+            detail,
+        };
+        let mut proto = protocol::Conn::client(
+            next(&self.next_peer),
+            Some(addr),
+            opts.token.clone(),
+            nonce()?,
+            session,
+            Instant::now(),
+            Limits {
+                handshake: opts.timeout,
+                goodbye: self.cfg.connect_timeout,
+                ack: self.cfg.op_timeout,
+            },
+        );
+        let mut reader = FrameReader::new(codec::MAX_MESSAGE);
+        let mut ep = None;
         loop {
-            let accepted = {
-                let l = lock(&self.listener);
-                match l.as_ref() {
-                    None => return any,
-                    Some(listener) => listener.try_accept(),
-                }
-            };
-            let ep = match accepted {
-                Ok(Some(ep)) => ep,
-                Ok(None) => return any,
-                Err(e) => {
-                    tracing::warn!("accepting a connection failed: {e}");
-                    return any;
-                }
-            };
-            any = true;
-            let server_nonce = match nonce() {
-                Ok(n) => n,
-                Err(e) => {
-                    tracing::warn!("{e}");
-                    continue;
-                }
-            };
-            let addr = ep.peer();
-            let proto = protocol::Conn::server(
-                next(&self.next_peer),
-                addr,
-                server_nonce,
-                Instant::now(),
-                self.server_limits(),
-            );
-            let peer = Arc::new(PeerConn::new(ep, proto));
-            let mut guard = lock(&self.state);
-            let st = &mut *guard;
-            let serving = st
-                .peers
-                .iter()
-                .filter(|p| p.role == Role::Server && !lock(&p.inner).proto.is_leaving())
-                .count();
+            let frame = tcp::read_frame(stream, &mut reader, proto.next_deadline());
+            let now = Instant::now();
             let mut out = Vec::new();
-            if serving >= self.cfg.max_peers {
-                let reason = format!("server has its maximum of {} peers", self.cfg.max_peers);
-                lock(&peer.inner)
-                    .proto
-                    .refuse(&mut st.node, RefuseCode::Busy, reason, &mut out);
-            } else {
-                st.peers.push(peer.clone());
-                lock(&peer.inner).proto.challenge(&mut out);
+            {
+                let mut guard = lock(&self.state);
+                let node = &mut guard.node;
+                match frame {
+                    Ok(f) => match codec::decode_owned(f) {
+                        Ok(m) => proto.handle(node, m, now, &mut out),
+                        Err(e) => proto.decode_failed(node, e, &mut out),
+                    },
+                    Err(ReadError::Bad(e)) => proto.decode_failed(node, e, &mut out),
+                    Err(ReadError::Closed(how)) => proto.transport_failed(
+                        node,
+                        format!("the server closed the connection in the handshake ({how})"),
+                        &mut out,
+                    ),
+                    Err(ReadError::Io(e))
+                        if matches!(
+                            e.kind(),
+                            std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock
+                        ) =>
+                    {
+                        proto.poll(node, now, &mut out)
+                    }
+                    Err(ReadError::Io(e)) => {
+                        proto.transport_failed(node, format!("control connection: {e}"), &mut out)
+                    }
+                }
             }
-            self.perform(st, &peer, out);
+            for a in out {
+                match a {
+                    Action::Send(m) => {
+                        let bytes = codec::encode(&m).map_err(|e| Error::Config(e.to_string()))?;
+                        tcp::write_frame(stream, &bytes, proto.next_deadline())
+                            .map_err(|e| failed(format!("cannot answer the server: {e}")))?;
+                    }
+                    Action::Connect { worker_address, .. } => {
+                        let made = Endpoint::connect_address_with(
+                            &self.worker,
+                            &WorkerAddress(worker_address),
+                            self.cfg.failure_mode.ucx(),
+                        )
+                        .map_err(|e| {
+                            failed(format!("cannot connect to the server's UCX worker: {e}"))
+                        })?;
+                        ep = Some(made);
+                    }
+                    Action::End(Err(e)) => return Err(e),
+                    Action::End(Ok(())) => {
+                        return Err(failed("the connection ended in the handshake".into()))
+                    }
+                    _ => {}
+                }
+            }
+            if proto.is_ready() {
+                let ep = ep.ok_or_else(|| failed("welcomed without a worker address".into()))?;
+                return Ok((proto, ep));
+            }
         }
     }
 
-    /// Routes queued control messages to their connections' state machines.
+    /// Routes queued control messages to their connections' state machines, by the routing
+    /// id at their head.
     pub(crate) fn dispatch_messages(&self) -> bool {
         let mut any = false;
         while let Some(m) = self.worker.am_try_recv(CTRL_AM) {
             any = true;
-            let mut guard = lock(&self.state);
-            let st = &mut *guard;
-            let peer = m
-                .reply_ep
-                .and_then(|id| st.peers.iter().find(|p| p.ep.id() == id).cloned());
-            let Some(peer) = peer else {
-                tracing::debug!("control message from an unknown or closed connection dropped");
+            let Some(session) = routing_id(&m) else {
+                self.log.warn("unroutable", || {
+                    "a control message without a routing id was dropped".into()
+                });
                 continue;
             };
-            // Our senders put the whole message in the payload (decoded in place, held in UCX's
-            // buffer where large); a header is taken as its start.
-            let decoded = if m.header.is_empty() {
-                codec::decode_owned(m.data)
-            } else {
-                let mut b = m.header;
-                b.extend_from_slice(&m.data);
-                codec::decode_owned(b)
-            };
-            let mut out = Vec::new();
-            {
-                let mut g = lock(&peer.inner);
-                match decoded {
-                    Ok(msg) => g.proto.handle(&mut st.node, msg, Instant::now(), &mut out),
-                    Err(e) => g.proto.decode_failed(&mut st.node, e, &mut out),
+            let mut guard = lock(&self.state);
+            let st = &mut *guard;
+            if let Some(peer) = st.peers.iter().find(|p| p.session == session).cloned() {
+                self.dispatch_one(st, &peer, m);
+            } else if let Some(q) = st.early.get_mut(&session) {
+                if q.len() < MAX_EARLY {
+                    q.push(m);
                 }
+            } else {
+                tracing::debug!("control message for an unknown or closed connection dropped");
             }
-            self.perform(st, &peer, out);
         }
         any
+    }
+
+    /// Decodes message `m` for connection `peer` (decoded in place, held in UCX's buffer where
+    /// large) and feeds it to its state machine.
+    fn dispatch_one(&self, st: &mut State, peer: &Arc<PeerConn>, m: AmMessage) {
+        // The routing id is the header, or the payload's first 8 bytes (`routing_id`).
+        let decoded = if m.header.is_empty() {
+            codec::decode_owned_from(m.data, 8)
+        } else {
+            codec::decode_owned(m.data)
+        };
+        let mut out = Vec::new();
+        {
+            let mut g = lock(&peer.inner);
+            match decoded {
+                Ok(msg) => g.proto.handle(&mut st.node, msg, Instant::now(), &mut out),
+                Err(e) => g.proto.decode_failed(&mut st.node, e, &mut out),
+            }
+        }
+        self.perform(st, peer, out);
     }
 
     /// Feeds every connection what happened to it: its endpoint failing, its goodbye flush
@@ -346,22 +443,41 @@ impl UcxBackend {
     pub(crate) fn reap_peers(&self, st: &mut State) -> bool {
         let now = Instant::now();
         let mut todo: Vec<(Arc<PeerConn>, Vec<Action>)> = Vec::new();
+        let read_ctl = st
+            .ctl_checked
+            .is_none_or(|t| now.duration_since(t) >= CTL_CHECK);
+        if read_ctl {
+            st.ctl_checked = Some(now);
+        }
         let State {
             peers, node, ops, ..
         } = st;
         for p in peers.iter() {
             let mut out = Vec::new();
+            // A client reads its control connection (a server's control thread reads its own).
+            let ctl = if read_ctl && p.role == Role::Client {
+                p.read_control()
+            } else {
+                Ok(Vec::new())
+            };
             let mut g = lock(&p.inner);
             if let Some(s) = p.ep.failure() {
-                g.proto
-                    .transport_failed(node, format!("connection failed: {s}"), &mut out);
+                g.proto.transport_failed(node, ep_failure(s), &mut out);
+            } else if let Err(detail) = ctl {
+                g.proto.transport_failed(node, detail, &mut out);
             } else {
+                for f in ctl.unwrap_or_default() {
+                    match codec::decode_owned(f) {
+                        Ok(m) => g.proto.handle(node, m, now, &mut out),
+                        Err(e) => g.proto.decode_failed(node, e, &mut out),
+                    }
+                }
                 let flushed = match g.goodbye.as_mut().map(|f| f.test()) {
                     None | Some(Ok(false)) => None,
                     // Work posted before the goodbye still running (a batch's own flush, its
                     // notification): the goodbye goes after it, or the server would drop what
                     // follows.
-                    Some(Ok(true)) if ops.involves(p.id) => None,
+                    Some(Ok(true)) if !g.proto.is_answering() && ops.involves(p.id) => None,
                     Some(Ok(true)) => Some(Ok(())),
                     Some(Err(e)) => Some(Err(e.to_string())),
                 };
@@ -456,7 +572,7 @@ impl UcxBackend {
                 // still say ready when the endpoint failed under a direct wait (a flush) that
                 // no round has seen yet: record why it is closed, as the answer below reads it.
                 let detail = match conn.ep.failure() {
-                    Some(s) => format!("connection failed: {s}"),
+                    Some(s) => ep_failure(s),
                     None => "closed before the connection was ready".into(),
                 };
                 self.abandon(&mut st, conn, detail);
@@ -534,20 +650,21 @@ impl UcxBackend {
 
     /// A serving agent stopping: says goodbye to every authenticated client (each then fails
     /// its connection with "the peer closed the connection" instead of a transport error;
-    /// what it held is released, what it still sends is dropped), and progresses until the
-    /// goodbyes are sent or `timeout` passes. Returns how many clients were told.
+    /// what it held is released, what it still sends is dropped), and progresses until each
+    /// answered (its sends in flight flushed: closing under them can abort UCX 1.13, see
+    /// docs/network.md) or `timeout` passes. Returns how many clients were told.
     pub(crate) fn leave_clients(&self, timeout: Duration) -> usize {
         let told = {
             let mut st = lock(&self.state);
             let now = Instant::now();
             self.for_each_client(&mut st, |c, node, out| c.leave(node, now, out))
         };
-        let sent = self.progress_until(timeout, || {
+        let answered = self.progress_until(timeout, || {
             let st = lock(&self.state);
-            !told.iter().any(|id| st.ops.involves(*id))
+            !told.iter().any(|id| st.peers.iter().any(|p| p.id == *id))
         });
-        if !sent {
-            tracing::debug!("goodbyes to clients not all sent within {timeout:?}");
+        if !answered {
+            tracing::debug!("goodbyes to clients not all answered within {timeout:?}");
         }
         told.len()
     }
@@ -559,6 +676,24 @@ impl UcxBackend {
 /// already under way).
 impl Drop for UcxBackend {
     fn drop(&mut self) {
+        self.say_goodbye_on_drop();
+        // What is still in flight (transfers cancelled, a peer that went away) gets a short
+        // bound to end, then is left to the process's end instead of waited for: a request's
+        // own drop waits up to 30 s for UCX, forever for a peer that went away without peer
+        // error handling.
+        let done = self.progress_until(IN_FLIGHT_WAIT, || lock(&self.state).ops.idle());
+        if !done {
+            tracing::debug!("operations still in flight at the backend's drop are left behind");
+            lock(&self.state).ops.leak_in_flight();
+        }
+    }
+}
+
+/// How long the backend's drop waits for operations still in flight.
+const IN_FLIGHT_WAIT: Duration = Duration::from_millis(200);
+
+impl UcxBackend {
+    fn say_goodbye_on_drop(&self) {
         let closing: Vec<Arc<PeerConn>> = {
             let mut st = lock(&self.state);
             let clients: Vec<Arc<PeerConn>> = st
@@ -569,7 +704,12 @@ impl Drop for UcxBackend {
                 .collect();
             clients
                 .into_iter()
-                .filter(|p| self.begin_goodbye(&mut st, p) || lock(&p.inner).proto.is_closing())
+                .filter(|p| {
+                    self.begin_goodbye(&mut st, p) || {
+                        let g = lock(&p.inner);
+                        g.proto.is_closing() || g.proto.is_answering()
+                    }
+                })
                 .collect()
         };
         if closing.is_empty() {

@@ -38,38 +38,27 @@ impl NetworkBackend for UcxBackend {
     }
 
     fn serve(&self, listen: SocketAddr, token: Token) -> Result<Box<dyn ServeLink>> {
-        let mut slot = lock(&self.listener);
+        let mut slot = lock(&self.control);
         if slot.is_some() {
             return Err(Error::Config("this agent already listens".into()));
         }
-        let listener =
-            gdpath_ucx::Listener::bind_with(&self.worker, listen, self.cfg.failure_mode.ucx())
-                .map_err(|source| match source {
-                    gdpath_ucx::UcxError::Status { status, .. }
-                        if status == gdpath_ucx::Status(gdpath_ucx::sys::UCS_ERR_BUSY) =>
-                    {
-                        Error::Config(format!(
-                            "cannot listen on {listen}: address already in use (another `gdpath \
-                             serve`?); choose another port with --listen"
-                        ))
-                    }
-                    source => Error::Ucx {
-                        op: "listen",
-                        source,
-                    },
-                })?;
-        let addr = listener.local_addr().map_err(|source| Error::Ucx {
-            op: "listener address",
-            source,
-        })?;
-        *slot = Some(listener);
+        // The token is in place before the first client can answer a challenge.
+        lock(&self.state).node.token = Some(token);
+        let control = match super::listen::ControlPlane::start(&self.this(), listen) {
+            Ok(c) => c,
+            Err(e) => {
+                lock(&self.state).node.token = None;
+                return Err(e);
+            }
+        };
+        let addr = control.local_addr();
+        *slot = Some(control);
         drop(slot);
         if self.cfg.keep_freed_memory {
             // Peers' packed writes arrive in an allocation each (see `malloc`).
             let set = super::malloc::keep_freed_memory();
             tracing::debug!("{set} of glibc's trim and mmap thresholds raised");
         }
-        lock(&self.state).node.token = Some(token);
         let stop = Arc::new(AtomicBool::new(false));
         let (b, s) = (self.this(), stop.clone());
         let thread = std::thread::Builder::new()
@@ -148,6 +137,9 @@ impl PeerLink for UcxPeer {
     }
 
     fn flush(&self, timeout: Duration) -> Result<()> {
+        // One round first: what happened to the connection (its control connection closed, a
+        // message from the peer) is known before anything is confirmed.
+        self.backend.progress_round();
         // Packed writes (tcp) are in the peer's memory once acknowledged, which an endpoint
         // flush does not wait for: wait for their acknowledgements first.
         let id = self.conn.id;
@@ -159,6 +151,14 @@ impl PeerLink for UcxPeer {
                 peer: self.conn.label(),
                 detail: format!("packed writes not acknowledged within {timeout:?}"),
             });
+        }
+        // A connection already over (the peer went away, said goodbye) confirms nothing: an
+        // endpoint flush with nothing outstanding could still succeed.
+        if let Some(why) = self.conn.failure() {
+            return Err(self.conn.failed_error().unwrap_or(Error::PeerFailed {
+                peer: self.conn.label(),
+                detail: why,
+            }));
         }
         let r = self
             .conn
@@ -173,6 +173,7 @@ impl PeerLink for UcxPeer {
     }
 
     fn notify(&self, message: &[u8], timeout: Duration) -> Result<()> {
+        self.backend.progress_round();
         let label = self.conn.label();
         if let Some(why) = self.conn.failure() {
             return Err(Error::PeerFailed {
@@ -189,7 +190,7 @@ impl PeerLink for UcxPeer {
             let req = self
                 .conn
                 .ep
-                .am_send(CTRL_AM, &[], &bytes)
+                .am_send(CTRL_AM, &self.conn.route, &bytes)
                 .map_err(ucx("notify"))?;
             req.wait(timeout).map_err(ucx("notify"))
         })();
@@ -247,14 +248,16 @@ impl ServeLink for UcxServer {
     }
 
     fn halt(&mut self) {
+        // The control plane first: no new client gets in while the rest stops.
+        let control = lock(&self.backend.control).take();
+        drop(control);
+        // Clients still in the handshake are refused from now on: the server is stopping.
+        lock(&self.backend.state).node.token = None;
         self.stop.store(true, Ordering::Release);
         self.backend.kick();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
-        *lock(&self.backend.listener) = None;
-        // Clients still in the handshake are refused from now on: the server is stopping.
-        lock(&self.backend.state).node.token = None;
     }
 }
 

@@ -1,6 +1,7 @@
 //! The network backend: remote memory of peer agents, read and written through UCX (`put`/`get`
-//! on packed remote keys), with the agent-to-agent control protocol (`crate::net::codec`) on
-//! the same UCX connection as active messages. It is a [`Backend`] like the others and answers
+//! on packed remote keys), with the agent-to-agent control protocol (`crate::net::codec`): the
+//! handshake on a TCP connection of its own (`listen`, `tcp`), the rest as active messages on
+//! the UCX endpoints made from the worker addresses the handshake exchanged. It is a [`Backend`] like the others and answers
 //! [`Backend::network`] ([`crate::backend::network::NetworkBackend`]: connect, serve, exports,
 //! notifications), to which the agent's network calls delegate.
 //!
@@ -23,11 +24,14 @@ pub(crate) mod conn;
 mod control;
 mod export;
 mod link;
+mod listen;
 mod malloc;
 mod ops;
 mod packed;
+mod ratelog;
 pub(crate) mod remote;
 mod staging;
+mod tcp;
 pub(crate) mod wake;
 
 use crate::backend::{Backend, Capability, Drive, PlanChoice, Preference, Refusal};
@@ -39,8 +43,8 @@ use crate::net::{NetConfig, NetEvent, Notification};
 use crate::path::Path;
 use crate::region::{BackendHandle, Descriptor, ForeignMemory, Region};
 use crate::transfer::{Op, WorkItem};
-use gdpath_ucx::{Context, Features, Listener, MemHandle, MemType, UcxCfg, UcxError, Worker};
-use std::collections::{BTreeMap, VecDeque};
+use gdpath_ucx::{AmMessage, Context, Features, MemHandle, MemType, UcxCfg, UcxError, Worker};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 
@@ -99,12 +103,23 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// What a failed endpoint means, for a connection's failure: a status of UCX's peer-failure
+/// kinds (reset, unreachable, endpoint timeout, ...) is the peer going away (killed, its host or
+/// network gone), whatever UCX calls it; another one is named as UCX names it.
+pub(crate) fn ep_failure(status: gdpath_ucx::Status) -> String {
+    if status.is_peer_failure() {
+        format!("the peer went away ({status})")
+    } else {
+        format!("connection failed: {status}")
+    }
+}
+
 /// Maps a UCX error of an operation with `peer` to the engine's error.
 pub(crate) fn ucx_err(peer: &str, op: &'static str, e: UcxError) -> Error {
     match e {
         UcxError::EndpointFailed { status, .. } => Error::PeerFailed {
             peer: peer.to_owned(),
-            detail: format!("connection failed: {status}"),
+            detail: ep_failure(status),
         },
         UcxError::Timeout { op, timeout } => Error::PeerFailed {
             peer: peer.to_owned(),
@@ -122,7 +137,20 @@ pub(crate) struct State {
     /// The regions behind the export table, until the protocol releases them.
     pub(crate) held: BTreeMap<u64, export::Held>,
     pub(crate) ops: ops::Ops,
+    /// Messages that arrived over UCX for client connections still in their handshake (the
+    /// server may send as soon as it welcomed), by routing id: handled once the connection is
+    /// registered. At most [`MAX_EARLY`] each.
+    pub(crate) early: HashMap<u64, Vec<AmMessage>>,
+    /// When clients' control connections were last read ([`CTL_CHECK`]).
+    pub(crate) ctl_checked: Option<std::time::Instant>,
 }
+
+/// Messages kept for a connection in its handshake ([`State::early`]); more are dropped.
+pub(crate) const MAX_EARLY: usize = 256;
+
+/// How often progress rounds read clients' control connections for the server's end: a server
+/// that died is seen within this (a read that would block costs a system call).
+pub(crate) const CTL_CHECK: std::time::Duration = std::time::Duration::from_millis(2);
 
 /// The UCX backend of one agent: a UCX context and worker, its peers, its exports and the
 /// operations in flight.
@@ -136,8 +164,10 @@ pub struct UcxBackend {
     pub(crate) worker: Worker,
     pub(crate) cuda: bool,
     pub(crate) state: Mutex<State>,
-    /// The UCX listener, while serving.
-    pub(crate) listener: Mutex<Option<Listener>>,
+    /// The control plane (TCP listener and its thread), while serving.
+    pub(crate) control: Mutex<Option<listen::ControlPlane>>,
+    /// Warnings that may repeat, rate-limited.
+    pub(crate) log: ratelog::RateLog,
     progress_lock: Mutex<()>,
     /// When the last progress round started, in ns since `epoch`.
     last_round: AtomicU64,
@@ -228,6 +258,10 @@ impl UcxBackend {
             op: "am_register",
             source,
         })?;
+        let worker_address = worker.address().map_err(|source| Error::Ucx {
+            op: "worker address",
+            source,
+        })?;
         Ok(Arc::new_cyclic(|me| UcxBackend {
             me: me.clone(),
             cfg,
@@ -238,11 +272,17 @@ impl UcxBackend {
             cuda,
             state: Mutex::new(State {
                 peers: Vec::new(),
-                node: Node::new(agent_name),
+                node: Node {
+                    worker_address: worker_address.0,
+                    ..Node::new(agent_name)
+                },
                 held: BTreeMap::new(),
                 ops: ops::Ops::default(),
+                early: HashMap::new(),
+                ctl_checked: None,
             }),
-            listener: Mutex::new(None),
+            control: Mutex::new(None),
+            log: ratelog::RateLog::default(),
             progress_lock: Mutex::new(()),
             last_round: AtomicU64::new(0),
             wake: wake::Wakeup::default(),
@@ -425,7 +465,6 @@ impl UcxBackend {
             }
         }
         let mut activity = events > 0;
-        activity |= self.accept_connections();
         activity |= self.dispatch_messages();
         let done = {
             let mut st = lock(&self.state);

@@ -346,6 +346,45 @@ impl Ops {
             .any(|b| b.peer.id == id && b.packed_open > 0)
     }
 
+    /// Connection `id` failed with `e`: its batches fail now (their requests and regions kept
+    /// until UCX ends them), rather than at the operation bound, which an endpoint without peer
+    /// error handling would otherwise wait for.
+    pub(crate) fn fail_peer(&mut self, id: u64, e: &Error) {
+        let mut i = 0;
+        while i < self.batches.len() {
+            if self.batches[i].peer.id != id {
+                i += 1;
+                continue;
+            }
+            let batch = self.batches.swap_remove(i);
+            let seq = batch.seq;
+            for f in &mut self.flushers {
+                f.waiting.retain(|s| *s != seq);
+            }
+            batch.fail(&mut self.zombies, e);
+        }
+    }
+
+    /// Nothing in flight: no batch, no control message, flush or request UCX still holds.
+    pub(crate) fn idle(&self) -> bool {
+        self.batches.is_empty()
+            && self.sends.is_empty()
+            && self.acks.is_empty()
+            && self.zombies.is_empty()
+            && self.flushers.iter().all(|f| f.inflight.is_none())
+    }
+
+    /// Leaves what is still in flight to the process's end: its requests, buffers and regions
+    /// are never released (dropping a request UCX has not ended waits for it, which for a peer
+    /// that went away without peer error handling is never). For the backend's drop only.
+    pub(crate) fn leak_in_flight(&mut self) {
+        std::mem::forget(std::mem::take(&mut self.batches));
+        std::mem::forget(std::mem::take(&mut self.sends));
+        std::mem::forget(std::mem::take(&mut self.acks));
+        std::mem::forget(std::mem::take(&mut self.zombies));
+        std::mem::forget(std::mem::take(&mut self.flushers));
+    }
+
     /// Batches in flight.
     pub(crate) fn busy(&self) -> bool {
         !self.batches.is_empty()

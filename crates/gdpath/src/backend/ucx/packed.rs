@@ -109,13 +109,15 @@ impl Ops {
             ops.next_writes += 1;
             let seq = ops.next_writes;
             let slots = first..last + 1;
-            let sent = codec::encode_writes_head(seq, region, &records, bytes)
-                .map_err(|e| Error::Config(e.to_string()))
-                .and_then(|head| {
-                    peer.ep
-                        .am_send_parts(super::CTRL_AM, head, &parts)
-                        .map_err(|e| ucx_err(&peer.label(), "writes", e))
-                });
+            // The routing id goes first, in the same buffer as the frame's head.
+            let sent =
+                codec::encode_writes_head_after(peer.route.to_vec(), seq, region, &records, bytes)
+                    .map_err(|e| Error::Config(e.to_string()))
+                    .and_then(|head| {
+                        peer.ep
+                            .am_send_parts(super::CTRL_AM, head, &parts)
+                            .map_err(|e| ucx_err(&peer.label(), "writes", e))
+                    });
             if batch.packed.is_empty() {
                 batch.packed_base = seq;
             }

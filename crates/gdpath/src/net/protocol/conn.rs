@@ -3,7 +3,7 @@
 
 use super::{sanitize, Action, Flush, Limits, Node};
 use crate::error::Error;
-use crate::net::auth::Token;
+use crate::net::auth::{binding, Token};
 use crate::net::codec::{
     self, DecodeError, Message, RefuseCode, RegionMeta, WritesStatus, NONCE_LEN,
 };
@@ -46,9 +46,17 @@ enum Phase {
         bye_sent: bool,
     },
     /// Server: the client said goodbye, or this server said it (stopping). What the peer held
-    /// is released; the connection only waits to be dropped (its transport failing, the peer
-    /// having closed it, or the handshake bound passing).
+    /// is released; the connection only waits to be dropped (the client's `Bye` in answer to
+    /// this server's, its transport failing, the peer having closed it, or the goodbye bound
+    /// passing).
     Leaving {
+        since: Instant,
+    },
+    /// Client: the server said goodbye first. Operations in flight failed; once the data
+    /// channel is flushed (what this side still had on its way is out of its hands) `Bye`
+    /// answers, so that the server does not close under sends still in progress, and the
+    /// connection ends.
+    Answering {
         since: Instant,
     },
     /// Over, cleanly.
@@ -63,6 +71,10 @@ pub struct Conn {
     id: u64,
     role: Role,
     addr: Option<SocketAddr>,
+    /// The id the peer puts on the messages it sends this connection over the data channel.
+    session: u64,
+    /// The id this side puts on what it sends the peer there, once the peer authenticated.
+    peer_session: Option<u64>,
     /// `name@address` once authenticated, the address before.
     label: String,
     since: Instant,
@@ -93,6 +105,7 @@ impl Conn {
         id: u64,
         role: Role,
         addr: Option<SocketAddr>,
+        session: u64,
         now: Instant,
         limits: Limits,
         phase: Phase,
@@ -101,6 +114,8 @@ impl Conn {
             id,
             role,
             addr,
+            session,
+            peer_session: None,
             label: addr_text(addr),
             since: now,
             limits,
@@ -113,45 +128,38 @@ impl Conn {
     }
 
     /// A connection this agent opened to a server at `addr`, proving `token` with
-    /// `client_nonce` (32 random bytes). The server speaks first.
+    /// `client_nonce` (32 random bytes); the server is to put `session` (a random id, unique
+    /// among this agent's connections) on what it sends this connection. The server speaks
+    /// first.
     pub fn client(
         id: u64,
         addr: Option<SocketAddr>,
         token: Token,
         client_nonce: [u8; NONCE_LEN],
+        session: u64,
         now: Instant,
         limits: Limits,
     ) -> Conn {
-        Conn::new(
-            id,
-            Role::Client,
-            addr,
-            now,
-            limits,
-            Phase::AwaitChallenge {
-                token,
-                client_nonce,
-            },
-        )
+        let phase = Phase::AwaitChallenge {
+            token,
+            client_nonce,
+        };
+        Conn::new(id, Role::Client, addr, session, now, limits, phase)
     }
 
     /// A connection a client opened to this serving agent, to be challenged with
-    /// `server_nonce` (32 random bytes): [`Conn::challenge`], or [`Conn::refuse`] it.
+    /// `server_nonce` (32 random bytes); the client is to put `session` on what it sends this
+    /// connection: [`Conn::challenge`], or [`Conn::refuse`] it.
     pub fn server(
         id: u64,
         addr: Option<SocketAddr>,
         server_nonce: [u8; NONCE_LEN],
+        session: u64,
         now: Instant,
         limits: Limits,
     ) -> Conn {
-        Conn::new(
-            id,
-            Role::Server,
-            addr,
-            now,
-            limits,
-            Phase::AwaitAuth { server_nonce },
-        )
+        let phase = Phase::AwaitAuth { server_nonce };
+        Conn::new(id, Role::Server, addr, session, now, limits, phase)
     }
 
     /// Server: sends the challenge that opens the handshake.
@@ -169,6 +177,17 @@ impl Conn {
     /// Which side this agent is.
     pub fn role(&self) -> Role {
         self.role
+    }
+
+    /// The id the peer puts on what it sends this connection over the data channel.
+    pub fn session(&self) -> u64 {
+        self.session
+    }
+
+    /// The id to put on what is sent to the peer over the data channel, once it authenticated
+    /// ([`Action::Connect`]).
+    pub fn peer_session(&self) -> Option<u64> {
+        self.peer_session
     }
 
     /// The peer's socket address, when known.
@@ -216,6 +235,11 @@ impl Conn {
         matches!(self.phase, Phase::Leaving { .. })
     }
 
+    /// Client: the server said goodbye, and this side's answer waits for its flush.
+    pub fn is_answering(&self) -> bool {
+        matches!(self.phase, Phase::Answering { .. })
+    }
+
     /// Over ([`Action::End`] was given).
     pub fn is_over(&self) -> bool {
         matches!(self.phase, Phase::Closed | Phase::Failed(_))
@@ -242,7 +266,9 @@ impl Conn {
             Phase::Closing { .. } | Phase::Closed => {
                 Some("this agent closed the connection".into())
             }
-            Phase::Leaving { .. } => Some("the peer closed the connection".into()),
+            Phase::Leaving { .. } | Phase::Answering { .. } => {
+                Some("the peer closed the connection".into())
+            }
             _ => None,
         }
     }
@@ -269,7 +295,9 @@ impl Conn {
                     .flatten()
                     .min()
             }
-            Phase::Leaving { since } => after(*since, self.limits.goodbye),
+            Phase::Leaving { since } | Phase::Answering { since } => {
+                after(*since, self.limits.goodbye)
+            }
             Phase::Ready => self.ack_deadline(),
             Phase::Closed | Phase::Failed(_) => None,
         }
@@ -303,7 +331,8 @@ impl Conn {
                 },
                 M::Challenge { server_nonce },
             ) => {
-                let mac = token.client_mac(&server_nonce, &client_nonce);
+                let bound = binding(self.session, &node.worker_address);
+                let mac = token.client_mac(&server_nonce, &client_nonce, &bound);
                 self.phase = Phase::AwaitWelcome {
                     token,
                     server_nonce,
@@ -313,6 +342,8 @@ impl Conn {
                     client_nonce,
                     mac,
                     name: node.name.chars().take(codec::MAX_NAME / 4).collect(),
+                    session: self.session,
+                    worker_address: node.worker_address.clone(),
                 }));
             }
             (
@@ -322,9 +353,15 @@ impl Conn {
                     server_nonce,
                     client_nonce,
                 },
-                M::Welcome { mac, metadata },
+                M::Welcome {
+                    mac,
+                    session,
+                    worker_address,
+                    metadata,
+                },
             ) => {
-                if !token.verify_server(&client_nonce, &server_nonce, &mac) {
+                let bound = binding(session, &worker_address);
+                if !token.verify_server(&client_nonce, &server_nonce, &bound, &mac) {
                     let e = Error::AuthFailed {
                         peer: self.label.clone(),
                         detail: "the server did not prove it holds the same token".into(),
@@ -334,6 +371,11 @@ impl Conn {
                 }
                 self.label = format!("{}@{}", sanitize(&metadata.name), addr_text(self.addr));
                 self.metadata = metadata.regions;
+                self.peer_session = Some(session);
+                out.push(Action::Connect {
+                    worker_address,
+                    session,
+                });
             }
             (
                 Role::Client,
@@ -373,6 +415,8 @@ impl Conn {
                     client_nonce,
                     mac,
                     name,
+                    session,
+                    worker_address,
                 },
             ) => {
                 let Some(token) = node.token.clone() else {
@@ -385,7 +429,8 @@ impl Conn {
                     );
                     return;
                 };
-                if !token.verify_client(&server_nonce, &client_nonce, &mac) {
+                let bound = binding(session, &worker_address);
+                if !token.verify_client(&server_nonce, &client_nonce, &bound, &mac) {
                     self.phase = Phase::AwaitAuth { server_nonce };
                     // Without a token of its own the server still checks the MAC: a client that
                     // fails it used one (or sent a bad MAC).
@@ -402,8 +447,17 @@ impl Conn {
                 out.push(Action::Event(NetEvent::Connected {
                     peer: self.label.clone(),
                 }));
+                self.peer_session = Some(session);
+                // The data channel exists before the client hears it may use it.
+                out.push(Action::Connect {
+                    worker_address,
+                    session,
+                });
+                let bound = binding(self.session, &node.worker_address);
                 out.push(Action::Send(M::Welcome {
-                    mac: token.server_mac(&client_nonce, &server_nonce),
+                    mac: token.server_mac(&client_nonce, &server_nonce, &bound),
+                    session: self.session,
+                    worker_address: node.worker_address.clone(),
                     metadata: node.exports.metadata(&node.name),
                 }));
             }
@@ -473,16 +527,24 @@ impl Conn {
                 self.finish(node, Ok(()), out);
             }
             (Role::Client, Phase::Ready, M::Bye) => {
-                // The server closes the connection on purpose.
-                let e = Error::PeerFailed {
-                    peer: self.label.clone(),
-                    detail: "the peer closed the connection".into(),
-                };
-                self.finish(node, Err(e), out);
+                // The server closes the connection on purpose: what is in flight fails now (no
+                // answer to it will come), and the goodbye is answered once flushed.
+                self.phase = Phase::Answering { since: now };
+                self.writes.clear();
+                out.push(Action::Fail(self.peer_closed()));
+                out.push(Action::Flush(Flush::Goodbye));
+            }
+            (Role::Server, Phase::Leaving { .. }, M::Bye) => {
+                // The client's answer to this server's goodbye: nothing of it is in flight.
+                self.finish(node, Ok(()), out);
             }
             // Either side is past the goodbye: what still arrives (metadata, a withdrawal whose
             // acknowledgement the goodbye replaces) is dropped, not a protocol error.
-            (_, p @ (Phase::Closing { .. } | Phase::Leaving { .. }), _) => self.phase = p,
+            (
+                _,
+                p @ (Phase::Closing { .. } | Phase::Leaving { .. } | Phase::Answering { .. }),
+                _,
+            ) => self.phase = p,
             (_, p, msg) => {
                 self.phase = p;
                 let detail = format!("unexpected {:?} message", msg.kind());
@@ -554,6 +616,14 @@ impl Conn {
         self.finish(node, Err(e), out);
     }
 
+    /// The error of a connection the server closed on purpose.
+    fn peer_closed(&self) -> Error {
+        Error::PeerFailed {
+            peer: self.label.clone(),
+            detail: "the peer closed the connection".into(),
+        }
+    }
+
     /// Ends the connection: what the peer held is released (server), and [`Action::End`].
     fn finish(&mut self, node: &mut Node, result: Result<(), Error>, out: &mut Vec<Action>) {
         self.phase = match &result {
@@ -583,6 +653,11 @@ impl Conn {
             Phase::Closed | Phase::Failed(_) => {}
             // The goodbye was said: the transport ending now is the expected end.
             Phase::Leaving { .. } => self.finish(node, Ok(()), out),
+            // The server that said goodbye closing: the end it announced.
+            Phase::Answering { .. } => {
+                let e = self.peer_closed();
+                self.finish(node, Err(e), out);
+            }
             Phase::Closing { .. } => {
                 let e = Error::PeerFailed {
                     peer: self.label.clone(),
@@ -629,6 +704,12 @@ impl Conn {
             Phase::Leaving { since } => {
                 if passed(after(since, self.limits.goodbye)) {
                     self.finish(node, Ok(()), out);
+                }
+            }
+            Phase::Answering { since } => {
+                if passed(after(since, self.limits.goodbye)) {
+                    let e = self.peer_closed();
+                    self.finish(node, Err(e), out);
                 }
             }
             Phase::Closing { since, .. } if passed(after(since, self.limits.goodbye)) => {
@@ -707,6 +788,13 @@ impl Conn {
                 }
                 Err(e) => self.lost(node, format!("flush before the goodbye failed: {e}"), out),
             },
+            (Flush::Goodbye, Phase::Answering { .. }) => {
+                if result.is_ok() {
+                    out.push(Action::Send(Message::Bye));
+                }
+                let e = self.peer_closed();
+                self.finish(node, Err(e), out);
+            }
             _ => {}
         }
     }

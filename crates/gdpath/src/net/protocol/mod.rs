@@ -6,7 +6,7 @@
 //! writes sent or applied), a transport that failed, and the clock: every input that depends on
 //! time takes `now`, and [`Conn::poll`] checks the deadlines ([`Conn::next_deadline`] says when
 //! the next one falls). Nothing inside reads a clock, draws a random number (the nonces come in
-//! with the constructors), or touches UCX, a socket or a thread. Outputs are [`Action`]s pushed
+//! and the routing ids come in with the constructors), or touches UCX, a socket or a thread. Outputs are [`Action`]s pushed
 //! onto the caller's list, in the order they must be performed: send this message, flush the
 //! data channel, copy these packed writes, complete these writes, release this export, report
 //! this event, forget this connection.
@@ -17,9 +17,10 @@
 //! `docs/network.md` ("Protocol").
 //!
 //! Phases of a connection. Client: awaiting the challenge → awaiting the welcome → ready →
-//! closing (goodbye flush, then `Bye`) → closed by the server's answering `Bye`. Server:
-//! awaiting the client's answer → ready → leaving (the client said goodbye, or this server is
-//! stopping) → over. Any phase can end failed ([`Action::End`] with the error): a refusal, a
+//! closing (goodbye flush, then `Bye`) → closed by the server's answering `Bye`; or, when the
+//! server says goodbye first, ready → answering (operations in flight failed, flush, then `Bye`
+//! in answer) → over. Server: awaiting the client's answer → ready → leaving (the client said
+//! goodbye, or this server is stopping and waits for the client's answer) → over. Any phase can end failed ([`Action::End`] with the error): a refusal, a
 //! protocol error, a deadline passed, a transport that failed.
 
 mod conn;
@@ -51,12 +52,15 @@ pub struct Limits {
     pub ack: Duration,
 }
 
-/// What one agent knows that its connections need: its name, the token it serves with, the
-/// regions it exports.
+/// What one agent knows that its connections need: its name, its UCX worker address, the token
+/// it serves with, the regions it exports.
 #[derive(Debug, Clone, Default)]
 pub struct Node {
     /// The agent's name, as `Auth` and the metadata carry it (cut to the protocol's limits).
     pub name: String,
+    /// The agent's UCX worker address (`Auth` and `Welcome` carry it): peers connect their
+    /// data channel to it once they authenticated this agent.
+    pub worker_address: Vec<u8>,
     /// The token clients must prove, while this agent serves; `None` when it does not (a
     /// client answering a challenge then is refused: the server is stopping).
     pub token: Option<Token>,
@@ -90,8 +94,18 @@ pub enum Flush {
 pub enum Action {
     /// Send this message to the peer.
     Send(Message),
+    /// The peer authenticated: connect the data channel to its UCX worker at `worker_address`,
+    /// putting `session` on every message sent over it (the peer routes them by it). Comes
+    /// before anything is sent over that channel.
+    Connect {
+        worker_address: Vec<u8>,
+        session: u64,
+    },
     /// Flush the connection's data channel, then report it with [`Conn::flushed`].
     Flush(Flush),
+    /// The operations in flight on the connection fail with this error now: the peer will not
+    /// complete them (it said goodbye). The connection itself ends later.
+    Fail(Error),
     /// The peer withdrew these regions (client): posts on regions made from them fail from
     /// now on.
     Withdrawn(Vec<u64>),

@@ -88,13 +88,16 @@ impl Wire {
         let now = Instant::now();
         let mut snode = Node::new("srv");
         snode.token = Some(server_token);
+        snode.worker_address = b"server worker".to_vec();
         snode.exports.add(region(1, 4096)).unwrap();
-        let s = Conn::server(1, addr(40000), [5; 32], now, LIMITS);
-        let c = Conn::client(9, addr(18515), client_token, [7; 32], now, LIMITS);
+        let mut cnode = Node::new("cli");
+        cnode.worker_address = b"client worker".to_vec();
+        let s = Conn::server(1, addr(40000), [5; 32], 0x5e, now, LIMITS);
+        let c = Conn::client(9, addr(18515), client_token, [7; 32], 0xc1, now, LIMITS);
         Wire {
             c: End {
                 conn: c,
-                node: Node::new("cli"),
+                node: cnode,
                 inbox: VecDeque::new(),
                 log: Vec::new(),
             },
@@ -210,6 +213,22 @@ fn the_handshake_authenticates_both_sides_and_lists_the_exports() {
         matches!(w.s.events()[..], [NetEvent::Connected { peer }] if peer == "cli@127.0.0.1:40000")
     );
     assert!(w.c.ended().is_none() && w.s.ended().is_none());
+    // Each side connects its data channel to the other's worker, addressed with the other's id.
+    let connects = |e: &End| {
+        e.pick(|a| match a {
+            Action::Connect {
+                worker_address,
+                session,
+            } => Some((worker_address.clone(), *session)),
+            _ => None,
+        })
+    };
+    assert_eq!(connects(&w.s), [(b"client worker".to_vec(), 0xc1)]);
+    assert_eq!(connects(&w.c), [(b"server worker".to_vec(), 0x5e)]);
+    assert_eq!(
+        (w.c.conn.peer_session(), w.s.conn.peer_session()),
+        (Some(0x5e), Some(0xc1))
+    );
     // Nothing waits on time once ready.
     assert_eq!(w.c.conn.next_deadline(), None);
     assert_eq!(w.s.conn.next_deadline(), None);
@@ -259,6 +278,8 @@ fn a_wrong_token_on_either_side_is_refused_and_named() {
     w.c.conn.handle(&mut w.c.node, m, w.now, &mut out);
     let forged = Message::Welcome {
         mac: [0; 32],
+        session: 1,
+        worker_address: vec![1],
         metadata: Metadata::default(),
     };
     out.clear();
@@ -269,6 +290,44 @@ fn a_wrong_token_on_either_side_is_refused_and_named() {
     assert!(
         w.c.conn.metadata().is_empty(),
         "no metadata kept from an unproven server"
+    );
+    // A welcome whose worker address was swapped on the way (a relay) fails the proof too.
+    let mut w = Wire::new(
+        token("the client's secret, long"),
+        token("the client's secret, long"),
+    );
+    w.start();
+    let m = w.c.inbox.pop_front().unwrap();
+    let mut out = Vec::new();
+    w.c.conn.handle(&mut w.c.node, m, w.now, &mut out);
+    w.route(out, true);
+    let auth = w.s.inbox.pop_front().unwrap();
+    let mut out = Vec::new();
+    w.s.conn.handle(&mut w.s.node, auth, w.now, &mut out);
+    let welcome = out.into_iter().find_map(|a| match a {
+        Action::Send(m @ Message::Welcome { .. }) => Some(m),
+        _ => None,
+    });
+    let Some(Message::Welcome {
+        mac,
+        session,
+        metadata,
+        ..
+    }) = welcome
+    else {
+        panic!("welcomed")
+    };
+    let swapped = Message::Welcome {
+        mac,
+        session,
+        worker_address: b"an attacker's worker".to_vec(),
+        metadata,
+    };
+    let mut out = Vec::new();
+    w.c.conn.handle(&mut w.c.node, swapped, w.now, &mut out);
+    assert!(
+        matches!(&out[..], [Action::End(Err(Error::AuthFailed { .. }))]),
+        "{out:?}"
     );
 }
 
@@ -455,6 +514,7 @@ fn a_silent_peer_is_dropped_at_the_handshake_deadline() {
         None,
         Token::none(),
         [1; 32],
+        1,
         t0,
         Limits {
             handshake: Duration::MAX,
@@ -531,16 +591,24 @@ fn a_goodbye_nobody_answers_ends_failed_at_its_bound() {
 }
 
 #[test]
-fn a_server_that_stops_tells_its_client_goodbye() {
+fn a_server_that_stops_tells_its_client_goodbye_and_waits_for_the_answer() {
     let mut w = Wire::connected();
+    w.c.conn.writes_sent(8, w.now);
     let mut out = Vec::new();
     assert!(w.s.conn.leave(&mut w.s.node, w.now, &mut out));
     w.route(out, false);
     w.pump();
-    assert!(
-        matches!(w.c.ended(), Some(Err(Error::PeerFailed { detail, .. })) if detail == "the peer closed the connection")
+    // The client fails what is in flight at once, and answers once its flush is done.
+    assert!(w.c.conn.is_answering());
+    assert_eq!(
+        w.c.conn.failure().as_deref(),
+        Some("the peer closed the connection")
     );
-    // What the client still sends is dropped; the server leaves quietly at the bound.
+    assert!(w.c.log.iter().any(
+        |a| matches!(a, Action::Fail(Error::PeerFailed { detail, .. }) if detail == "the peer closed the connection")
+    ));
+    assert!(w.c.ended().is_none() && w.s.ended().is_none());
+    // What the client still sends before its answer is dropped.
     let mut out = Vec::new();
     w.s.conn.handle(
         &mut w.s.node,
@@ -549,7 +617,19 @@ fn a_server_that_stops_tells_its_client_goodbye() {
         &mut out,
     );
     assert!(out.is_empty());
-    w.poll_both(w.now + LIMITS.handshake + Duration::from_millis(1));
+    w.client_flushes_done();
+    w.pump();
+    assert!(
+        matches!(w.c.ended(), Some(Err(Error::PeerFailed { detail, .. })) if detail == "the peer closed the connection")
+    );
+    // The answer ends the server's side quietly.
+    assert!(matches!(w.s.ended(), Some(Ok(()))));
+    assert!(w.s.events().is_empty());
+    // A client that never answers: the server drops it quietly at the goodbye bound.
+    let mut w = Wire::connected();
+    let mut out = Vec::new();
+    w.s.conn.leave(&mut w.s.node, w.now, &mut out);
+    w.poll_both(w.now + LIMITS.goodbye + Duration::from_millis(1));
     assert!(matches!(w.s.ended(), Some(Ok(()))));
     assert!(w.s.events().is_empty());
 }
@@ -586,9 +666,13 @@ fn every_message() -> Vec<Message> {
             client_nonce: [4; 32],
             mac: [5; 32],
             name: "x".into(),
+            session: 3,
+            worker_address: vec![1],
         },
         Message::Welcome {
             mac: [6; 32],
+            session: 4,
+            worker_address: vec![2],
             metadata: Metadata::default(),
         },
         Message::Refused {
@@ -646,6 +730,16 @@ fn in_every_phase() -> Vec<(&'static str, Conn, Node)> {
     let mut w = Wire::connected();
     w.s.conn.leave(&mut w.s.node, w.now, &mut Vec::new());
     v.push(("server leaving", w.s.conn.clone(), w.s.node.clone()));
+    let mut w = Wire::connected();
+    let mut out = Vec::new();
+    w.s.conn.leave(&mut w.s.node, w.now, &mut out);
+    w.route(out, false);
+    w.pump();
+    v.push((
+        "client answering the server's goodbye",
+        w.c.conn.clone(),
+        w.c.node.clone(),
+    ));
     v
 }
 
@@ -695,11 +789,12 @@ fn every_message_in_every_phase_is_taken_dropped_or_a_protocol_error() {
         ("client closing", &[K::Notify, K::Bye]),
         ("server awaiting the answer", &[K::Auth]),
         ("server ready", &[K::Writes, K::Notify, K::Bye]),
-        ("server leaving", &[]),
+        ("server leaving", &[K::Bye]),
+        ("client answering the server's goodbye", &[]),
     ];
     for (name, conn, node) in in_every_phase() {
         let taken = takes.iter().find(|t| t.0 == name).expect("listed").1;
-        let past_goodbye = conn.is_closing() || conn.is_leaving();
+        let past_goodbye = conn.is_closing() || conn.is_leaving() || conn.is_answering();
         for m in every_message() {
             let kind = m.kind();
             let (mut c, mut n) = (conn.clone(), node.clone());
