@@ -2,7 +2,8 @@
 # The main job on any machine, no GPU needed: builds gdpath, then shows
 #  1. this machine: topology, readiness (doctor), a storage benchmark and a copy;
 #  2. the embedded snapshot of a real two-GPU H200 machine (assets/snapshots/): its topology,
-#     P2P matrix and readiness, replayed exactly as captured there.
+#     P2P matrix and readiness, replayed exactly as captured there, and its report page
+#     (gdpath-report-h200x2.html in the current directory).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --locked -p gdpath-cli || exit 1
@@ -28,5 +29,8 @@ if [ -f "$snap" ]; then
   $g p2p --snapshot "$snap"
   step "gdpath doctor --snapshot $snap"
   $g doctor --snapshot "$snap"; echo "doctor exit status: $?"
+  step "gdpath report --snapshot $snap (the machine, its paths and findings as one page)"
+  $g report -o gdpath-report-h200x2.html --snapshot "$snap" --path "$work" &&
+    echo "open gdpath-report-h200x2.html in a browser (it loads nothing, from disk)"
 fi
 exit 0

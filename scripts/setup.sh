@@ -11,6 +11,8 @@ pkgs=(
   fio                 # storage benchmark baseline
   pkg-config
   g++                 # libFuzzer, built by the libfuzzer-sys crate (scripts/fuzz.sh, CI)
+  chromium            # gdpath-report's browser test renders the report headless (tests/browser.rs)
+  fonts-dejavu-core   # DejaVu Sans Mono: the face the report's label widths are measured for
 )
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
@@ -26,9 +28,8 @@ command -v cargo >/dev/null || { echo "setup: cargo not found; install Rust with
 # The Python module `gdpath` (crates/gdpath-py, built by maturin): a venv with maturin and the
 # packages the Python tests compare with (pytest, numpy, safetensors) from PyPI, and gdpath
 # built (debug, as `cargo test` builds) and installed into it. A release wheel for another
-# machine: `.venv/bin/maturin build --release --compatibility manylinux_2_28 -m
-# crates/gdpath-py/Cargo.toml` (docs/python.md). Users install it with `pip install
-# crates/gdpath-py`.
+# machine (manylinux_2_28, linked by zig against glibc 2.28): docs/python.md. Users install it
+# with `pip install crates/gdpath-py`.
 py="${PYTHON:-python3}"
 command -v "$py" >/dev/null || { echo "setup: $py not found (the Python module needs Python 3.9+)" >&2; exit 1; }
 if [ ! -x .venv/bin/python ]; then

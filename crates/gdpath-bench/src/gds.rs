@@ -8,13 +8,14 @@
 //! through host memory and comparing XXH3 checksums with the file's; writes fill the GPU with
 //! [`fill_pattern`] first and check the file afterwards. Each row has one untimed warm-up run.
 
-use super::{fill_pattern, BenchRow, Checksum, Progress};
+use super::files::{checksum_file, prepare_test_file};
+use super::{fill_pattern, BenchRow, Checksum, NoProgress, Progress};
+use gdpath::file::{AtomicFile, ReplaceOptions};
 use gdpath::units::{format_size, gbps};
 use gdpath::{
     Agent, AgentConfig, Error, FileAccess, FileSpec, FindingId, GdsConfig, HostBuffer, Memory, Op,
     Path, Region, Result, TransferRequest,
 };
-use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -136,59 +137,16 @@ pub fn gpu_fill_pattern(agent: &Agent, gpu: &Region, len: u64, seed: u64) -> Res
     Ok(sum.digest())
 }
 
-/// XXH3 of file bytes `[0, len)`.
-pub fn file_checksum(path: &std::path::Path, len: u64) -> Result<u64> {
-    let err = |e| Error::io("read", path, 0, e);
-    let mut f = std::fs::File::open(path).map_err(err)?;
-    let mut sum = Checksum::new();
-    let mut buf = vec![0u8; 8 << 20];
-    let mut left = len;
-    while left > 0 {
-        let n = f
-            .read(&mut buf[..(left.min(8 << 20)) as usize])
-            .map_err(err)?;
-        if n == 0 {
-            break;
-        }
-        sum.update(&buf[..n]);
-        left -= n as u64;
-    }
-    Ok(sum.digest())
-}
-
-/// Writes `len` bytes of [`fill_pattern`] to `path` (created or truncated).
-pub fn write_pattern_file(path: &std::path::Path, len: u64, seed: u64) -> Result<()> {
-    let err = |e| Error::io("write", path, 0, e);
-    let mut f = std::fs::File::create(path).map_err(err)?;
-    let mut buf = vec![0u8; 8 << 20];
-    let mut off = 0;
-    while off < len {
-        let l = (8u64 << 20).min(len - off) as usize;
-        fill_pattern(&mut buf[..l], off, seed);
-        f.write_all(&buf[..l]).map_err(err)?;
-        off += l as u64;
-    }
-    f.sync_all().map_err(err)
-}
-
 /// Runs the bench. Errors: file preparation, registration (no GPU: `Error::Unsupported`) and
 /// transfer failures; a path the machine cannot take is a [`Skipped`] entry, not an error.
 pub fn run(cfg: &GdsBenchConfig, progress: &dyn Progress) -> Result<GdsBenchReport> {
     super::check_blocks(&cfg.blocks, cfg.size)?;
     let mut report = GdsBenchReport::default();
-    let existing = std::fs::metadata(&cfg.file).map(|m| m.len()).ok();
-    match cfg.op {
+    let existing = gdpath::file::check_regular(&cfg.file)?;
+    let file_sum = match cfg.op {
         Op::Read => {
-            if existing.is_none_or(|l| l < cfg.size) {
-                if existing.is_some() && !cfg.overwrite {
-                    return Err(Error::Config(format!(
-                        "{} is shorter than {} bytes: pass --overwrite to extend it with a test pattern",
-                        cfg.file.display(),
-                        cfg.size
-                    )));
-                }
-                write_pattern_file(&cfg.file, cfg.size, SEED)?;
-            }
+            let replace = ReplaceOptions::default().overwrite(cfg.overwrite);
+            Some(prepare_test_file(&cfg.file, cfg.size, SEED, replace, progress)?.checksum)
         }
         Op::Write => {
             if existing.is_some() && !cfg.overwrite {
@@ -197,12 +155,19 @@ pub fn run(cfg: &GdsBenchConfig, progress: &dyn Progress) -> Result<GdsBenchRepo
                     cfg.file.display()
                 )));
             }
+            None
         }
-    }
-    let file_sum = match cfg.op {
-        Op::Read => Some(file_checksum(&cfg.file, cfg.size)?),
-        Op::Write => None,
     };
+    // A write bench on a new file writes a temporary that takes the name at the end (as the
+    // storage bench does); an existing file is overwritten in place.
+    let new_file = match (cfg.op, &existing) {
+        (Op::Write, None) => Some(AtomicFile::create(&cfg.file, ReplaceOptions::default())?),
+        _ => None,
+    };
+    let target = new_file
+        .as_ref()
+        .map_or(cfg.file.as_path(), |f| f.temp_path())
+        .to_owned();
     for &path in &cfg.paths {
         if report.skipped.iter().any(|s| s.path == path) {
             continue;
@@ -223,10 +188,9 @@ pub fn run(cfg: &GdsBenchConfig, progress: &dyn Progress) -> Result<GdsBenchRepo
                 })?;
                 let access = match cfg.op {
                     Op::Read => FileAccess::ReadOnly,
-                    Op::Write => FileAccess::Create { truncate: false },
+                    Op::Write => FileAccess::ReadWrite,
                 };
-                let file =
-                    agent.register(Memory::File(FileSpec::read(&cfg.file).access(access)))?;
+                let file = agent.register(Memory::File(FileSpec::read(&target).access(access)))?;
                 let gpu = agent.register(Memory::Gpu {
                     ordinal: cfg.gpu,
                     len: cfg.size,
@@ -269,7 +233,7 @@ pub fn run(cfg: &GdsBenchConfig, progress: &dyn Progress) -> Result<GdsBenchRepo
                 for _ in 0..cfg.runs {
                     if cfg.cold {
                         // Best effort: a refused eviction leaves this run warm, not failed.
-                        let _ = gdpath::os::evict_page_cache(&cfg.file);
+                        let _ = gdpath::os::evict_page_cache(&target);
                     }
                     let t = Instant::now();
                     let r = agent.post(req())?.wait().map_err(|e| e.error)?;
@@ -287,7 +251,7 @@ pub fn run(cfg: &GdsBenchConfig, progress: &dyn Progress) -> Result<GdsBenchRepo
                 progress.finish();
                 let verified = match cfg.op {
                     Op::Read => Some(gpu_checksum(&agent, &gpu, cfg.size)?) == file_sum,
-                    Op::Write => Some(file_checksum(&cfg.file, cfg.size)?) == want,
+                    Op::Write => Some(checksum_file(&target, Some(cfg.size), &NoProgress)?) == want,
                 };
                 let name = row_path.map_or_else(|| path.name().to_owned(), |p| p.name());
                 let mut row = BenchRow::from_runs(
@@ -311,6 +275,9 @@ pub fn run(cfg: &GdsBenchConfig, progress: &dyn Progress) -> Result<GdsBenchRepo
                 report.rows.push(row);
             }
         }
+    }
+    if let Some(f) = new_file {
+        f.commit()?;
     }
     Ok(report)
 }

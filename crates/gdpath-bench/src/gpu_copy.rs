@@ -1,10 +1,11 @@
 //! `gdpath copy FILE gpu:N[@offset]` and `gdpath copy gpu:N[@offset] FILE`: one file ↔ GPU
 //! transfer on the path the planner picks, with the path, the finding and GB/s.
 
-use crate::gds::{file_checksum, gpu_checksum, gpu_fill_pattern};
+use crate::files::checksum_file;
+use crate::gds::{gpu_checksum, gpu_fill_pattern};
+use gdpath::file::{AtomicFile, ReplaceOptions};
 use gdpath::{
-    Agent, Error, FileAccess, FileSpec, FindingId, Memory, Path, PlannedPair, Result,
-    TransferRequest,
+    Agent, Error, FileSpec, FindingId, Memory, Path, PlannedPair, Result, TransferRequest,
 };
 use serde::Serialize;
 use std::time::{Duration, Instant};
@@ -76,16 +77,37 @@ fn report(
     }
 }
 
-/// Reads all of `file` into a new allocation of `offset + len` bytes on GPU `ep.ordinal`, at
-/// `ep.offset`. `verify` compares XXH3 of the file and of the GPU bytes read back.
+/// XXH3 of the first `len` bytes of `file`.
+fn file_checksum(file: &std::path::Path, len: u64) -> Result<u64> {
+    checksum_file(file, Some(len), &crate::NoProgress)
+}
+
+/// Reads `file` (its first `size` bytes when given, else all of it) into a new allocation of
+/// `offset + len` bytes on GPU `ep.ordinal`, at `ep.offset`. `verify` compares XXH3 of the
+/// file and of the GPU bytes read back. Errors: as registering and reading the file
+/// ([`Error::NotAFile`], [`Error::Open`]), [`Error::ShortFile`] for a `size` beyond its end,
+/// GPU allocation and transfer errors.
 pub fn file_to_gpu(
     agent: &Agent,
     file: &std::path::Path,
     ep: GpuEndpoint,
+    size: Option<u64>,
     verify: bool,
 ) -> Result<GpuCopyReport> {
     let f = agent.register(Memory::File(FileSpec::read(file)))?;
-    let len = f.len()?;
+    let have = f.len()?;
+    let len = match size {
+        Some(n) if n > have => {
+            return Err(Error::ShortFile {
+                path: file.to_owned(),
+                offset: 0,
+                wanted: n,
+                available: have,
+            })
+        }
+        Some(n) => n,
+        None => have,
+    };
     let gpu = agent.register(Memory::Gpu {
         ordinal: ep.ordinal,
         len: ep
@@ -123,15 +145,20 @@ pub fn file_to_gpu(
 }
 
 /// Writes `len` bytes of GPU memory (a new allocation on `ep.ordinal`, filled with a test
-/// pattern at `ep.offset`) to `file` (created or truncated). `verify` compares XXH3 of the
-/// pattern and of the file.
+/// pattern at `ep.offset`) to `file`, created or (with `replace.overwrite`) replaced whole
+/// through an [`AtomicFile`]. `verify` compares XXH3 of the pattern and of the file; a file that
+/// does not match is not committed. Errors: [`Error::NotAFile`], [`Error::Exists`] and
+/// [`Error::NoSpace`] before any GPU memory is allocated; GPU, transfer and file errors.
 pub fn gpu_to_file(
     agent: &Agent,
     ep: GpuEndpoint,
     len: u64,
     file: &std::path::Path,
     verify: bool,
+    replace: ReplaceOptions,
 ) -> Result<GpuCopyReport> {
+    let mut out = AtomicFile::create(file, replace)?;
+    out.reserve(len)?;
     let total = ep
         .offset
         .checked_add(len)
@@ -153,18 +180,23 @@ pub fn gpu_to_file(
         .wait()
         .map_err(|e| e.error)?;
     drop(staged);
-    let f = agent.register(Memory::File(
-        FileSpec::write(file).access(FileAccess::Create { truncate: true }),
-    ))?;
+    let f = agent.register(Memory::File(out.spec(gdpath::DirectIo::Auto)))?;
     let req = || TransferRequest::write(vec![gpu.desc(ep.offset, len)], vec![f.desc(0, len)]);
     let plan = agent.plan(&req())?.into_iter().next();
     let t = Instant::now();
-    agent.post(req())?.wait().map_err(|e| e.error)?;
+    agent
+        .post(req())?
+        .wait()
+        .map_err(|e| out.explain(e.error, 0))?;
     let elapsed = t.elapsed();
+    drop(f);
     let verified = if verify {
-        Some(file_checksum(file, len)? == want)
+        Some(file_checksum(out.temp_path(), len)? == want)
     } else {
         None
     };
+    if verified != Some(false) {
+        out.commit()?;
+    }
     Ok(report(len, elapsed, plan, verified))
 }

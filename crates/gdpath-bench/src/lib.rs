@@ -19,6 +19,7 @@
 #![deny(unsafe_code)]
 
 pub mod copy;
+pub mod files;
 pub mod gds;
 pub mod gpu;
 pub mod gpu_copy;

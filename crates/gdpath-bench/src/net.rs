@@ -27,7 +27,7 @@ use gdpath::net::{ConnectOptions, NetConfig, Peer, Token};
 use gdpath::units::format_size;
 use gdpath::{
     Agent, AgentConfig, Error, FindingId, HostBuffer, Memory, Op, Path, Region, Result, Transfer,
-    TransferRequest,
+    TransferReport, TransferRequest,
 };
 use serde::Serialize;
 use std::collections::VecDeque;
@@ -40,6 +40,12 @@ use std::time::{Duration, Instant};
 pub const MAX_MESSAGES: u64 = 200_000;
 /// Bound on any one wait in the bench (a dead peer fails sooner in the default error mode).
 const WAIT: Duration = Duration::from_secs(120);
+/// Most messages in flight (`--qd`): what the peer's receive queue holds
+/// ([`gdpath::net::MAX_MESSAGES_IN_FLIGHT`]); past it a peer drops packed writes, and the run would wait
+/// for answers that never come.
+pub const MAX_QD: u32 = gdpath::net::MAX_MESSAGES_IN_FLIGHT as u32;
+/// How long an interrupted run waits for its goodbye to the peer.
+const STOP_CLOSE: Duration = Duration::from_millis(300);
 
 /// Where the bench's memory lives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -108,10 +114,16 @@ pub struct NetBenchConfig {
     pub bytes_per_run: u64,
     /// Latency samples per size (0: `clamp(64 MiB / size, 5, 1000)`).
     pub lat_iters: usize,
-    /// Set from elsewhere (a signal handler) to end the run early: it stops before its next
-    /// transfer and [`run`] returns [`Error::Cancelled`]; the connection then closes with a
-    /// goodbye, as at the end of a run.
+    /// Set from elsewhere (a signal handler) to end the run early: the transfers in flight
+    /// are cancelled (what is already on its way completes), [`run`] returns
+    /// [`Error::Cancelled`] and the connection closes with a goodbye, as at the end of a run,
+    /// within a second.
     pub stop: Option<Arc<AtomicBool>>,
+    /// Where in the peer's region this run's window starts, bytes: clients sharing one region
+    /// each use their own (the bench writes and verifies its window).
+    pub remote_offset: u64,
+    /// Bound on connecting (`ConnectOptions::timeout`).
+    pub connect_timeout: Duration,
 }
 
 /// A row: the common bench row (with `transport`) plus latency min and max, µs.
@@ -192,12 +204,9 @@ fn stream(
         next += 1;
     }
     while let Some(t) = q.pop_front() {
-        t.wait_timeout(WAIT).map_err(|e| e.error)?;
-        if let Err(e) = check_stop(stop) {
-            // The transfers in flight finish first: their work items hold the backend, whose
-            // drop says goodbye to the peer.
+        if let Err(e) = wait(t, stop).and_then(|_| check_stop(stop)) {
             for t in q.drain(..) {
-                t.wait_timeout(WAIT).map_err(|e| e.error)?;
+                t.cancel();
             }
             return Err(e);
         }
@@ -210,6 +219,16 @@ fn stream(
         p.flush(WAIT)?;
     }
     Ok(start.elapsed())
+}
+
+/// Waits for `t` (at most [`WAIT`]); with a `stop` flag, a stop cancels it within the wait's
+/// wake-up (`Transfer::wait_unless`).
+fn wait(t: Transfer, stop: Option<&AtomicBool>) -> Result<TransferReport> {
+    match stop {
+        Some(flag) => t.wait_unless(flag, WAIT),
+        None => t.wait_timeout(WAIT),
+    }
+    .map_err(|e| e.error)
 }
 
 /// [`Error::Cancelled`] once `stop` is set ([`NetBenchConfig::stop`]).
@@ -252,6 +271,12 @@ pub fn run(cfg: &NetBenchConfig, progress: &dyn Progress) -> Result<NetBenchRepo
     if cfg.sizes.is_empty() || cfg.runs == 0 || cfg.qd == 0 {
         return Err(Error::Config("sizes, runs and qd must be non-zero".into()));
     }
+    if cfg.qd > MAX_QD {
+        return Err(Error::Config(format!(
+            "qd {} is above {MAX_QD}, the messages a peer's receive queue holds",
+            cfg.qd
+        )));
+    }
     if let Some(s) = cfg.sizes.iter().find(|&&s| s == 0 || s > 1 << 30) {
         return Err(Error::Config(format!(
             "message size {} is outside 1 B ..= 1 GiB",
@@ -267,17 +292,40 @@ pub fn run(cfg: &NetBenchConfig, progress: &dyn Progress) -> Result<NetBenchRepo
         cfg.peer,
         &ConnectOptions {
             token: cfg.token.clone(),
-            ..ConnectOptions::default()
+            timeout: cfg.connect_timeout,
         },
     )?;
-    let (rid, rlen) = pick_region(&peer, cfg.remote_mem.wire())?;
+    let report = measure(cfg, progress, &agent, &peer);
+    if matches!(report, Err(Error::Cancelled)) {
+        // Interrupted: the goodbye is bounded, so that the run ends within a second.
+        let _ = peer.close(STOP_CLOSE);
+    }
+    report
+}
+
+/// The measuring part of [`run`], on `peer`.
+fn measure(
+    cfg: &NetBenchConfig,
+    progress: &dyn Progress,
+    agent: &Agent,
+    peer: &Peer,
+) -> Result<NetBenchReport> {
+    let (rid, full) = pick_region(peer, cfg.remote_mem.wire())?;
+    if cfg.remote_offset >= full {
+        return Err(Error::Config(format!(
+            "remote offset {} is not inside the peer's region of {}",
+            format_size(cfg.remote_offset),
+            format_size(full)
+        )));
+    }
+    let rlen = full - cfg.remote_offset;
     // Puts completing locally are confirmed by a flush at the end of each run and before
     // verification.
     let stop = cfg.stop.as_deref();
     let confirm = (cfg.op == Op::Write
         && cfg.net.put_completion == gdpath::net::PutCompletion::Local)
-        .then_some(&peer);
-    let remote = agent.register(peer.memory(rid)?)?;
+        .then_some(peer);
+    let remote = agent.register(peer.memory_range(rid, cfg.remote_offset, rlen)?)?;
     let window = |s: u64| u64::from(cfg.qd).min(rlen / s).max(1);
     let (sizes, skipped_sizes): (Vec<u64>, Vec<u64>) = if cfg.fit_sizes {
         cfg.sizes.iter().partition(|&&s| s <= rlen)
@@ -311,7 +359,7 @@ pub fn run(cfg: &NetBenchConfig, progress: &dyn Progress) -> Result<NetBenchRepo
     // Host ↔ local copies, through the engine (the CUDA backend for GPU memory).
     let to_local = |span: u64| -> Result<()> {
         if gpu_local {
-            once(&agent, Op::Write, &mirror, &local, span)
+            once(agent, Op::Write, &mirror, &local, span)
         } else {
             let m = mirror.host_view()?;
             local.host_view()?[..span as usize].copy_from_slice(&m[..span as usize]);
@@ -338,7 +386,7 @@ pub fn run(cfg: &NetBenchConfig, progress: &dyn Progress) -> Result<NetBenchRepo
         match cfg.op {
             Op::Write => to_local(span)?,
             Op::Read => {
-                once(&agent, Op::Write, &mirror, &remote, span)?;
+                once(agent, Op::Write, &mirror, &remote, span)?;
                 if !gpu_local {
                     local.host_view()?[..span as usize].fill(0);
                 }
@@ -350,10 +398,10 @@ pub fn run(cfg: &NetBenchConfig, progress: &dyn Progress) -> Result<NetBenchRepo
             n * s * cfg.runs as u64,
         );
         // One untimed warm-up pass of the window.
-        stream(&agent, stop, confirm, cfg.op, &local, &remote, s, w, b, w)?;
+        stream(agent, stop, confirm, cfg.op, &local, &remote, s, w, b, w)?;
         let mut gbps = Vec::with_capacity(cfg.runs);
         for _ in 0..cfg.runs {
-            let el = stream(&agent, stop, confirm, cfg.op, &local, &remote, s, w, b, n)?;
+            let el = stream(agent, stop, confirm, cfg.op, &local, &remote, s, w, b, n)?;
             gbps.push(gdpath::units::gbps(n * s, el));
             progress.advance(n * s);
         }
@@ -377,7 +425,7 @@ pub fn run(cfg: &NetBenchConfig, progress: &dyn Progress) -> Result<NetBenchRepo
                 vec![remote.desc(0, s)],
             ))?;
             let planned = t.plan()[0].path.clone();
-            let rep = t.wait_timeout(WAIT).map_err(|e| e.error)?;
+            let rep = wait(t, stop)?;
             lat.push(t0.elapsed().as_secs_f64() * 1e6);
             let got = &rep.pairs[0].path;
             if path.is_none() || (*got != planned && path.as_ref() == Some(&planned)) {
@@ -392,9 +440,9 @@ pub fn run(cfg: &NetBenchConfig, progress: &dyn Progress) -> Result<NetBenchRepo
         check.host_view()?[..span as usize].fill(0);
         match cfg.op {
             // What the peer holds now.
-            Op::Write => once(&agent, Op::Read, &check, &remote, span)?,
+            Op::Write => once(agent, Op::Read, &check, &remote, span)?,
             // What the gets brought.
-            Op::Read if gpu_local => once(&agent, Op::Read, &check, &local, span)?,
+            Op::Read if gpu_local => once(agent, Op::Read, &check, &local, span)?,
             Op::Read => {
                 let l = local.host_view()?;
                 check.host_view()?[..span as usize].copy_from_slice(&l[..span as usize]);

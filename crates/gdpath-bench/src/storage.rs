@@ -8,16 +8,25 @@
 //! block. Timed runs move data only. Then one untimed verification pass at the same settings:
 //! reads hash what the engine read and compare with the file's reference checksum; writes write
 //! a position-dependent pattern and compare its checksum with a plain read-back of the file.
-//! Like `fio` by default, writes are not followed by `fsync`.
+//! Like `fio` by default, the timed writes are not followed by `fsync`.
+//!
+//! Files: nothing but a regular file is opened (a device, FIFO or socket is refused by type
+//! first). A read bench's missing (or, with `overwrite`, too short) file is made whole or not
+//! at all ([`crate::files::prepare_test_file`]). A write bench on a new file writes a temporary
+//! in the same directory that takes the file's name when the run completes, so an interrupted
+//! run leaves nothing; on an existing file (`overwrite`) it measures overwriting it in place,
+//! and the file holds test data afterwards whether the run completes or not.
 
+use super::files::{checksum_file, prepare_test_file};
 use super::{fill_pattern, BenchRow, Checksum, Progress};
+use gdpath::file::{AtomicFile, ReplaceOptions};
 use gdpath::units::format_size;
 use gdpath::{
     Agent, AgentConfig, DirectIo, Error, FileAccess, FileSpec, FindingId, HostBuffer, Memory, Op,
     Path, Region, Result, StorageConfig, Transfer, TransferRequest,
 };
 use std::collections::VecDeque;
-use std::io::{Read, Write};
+use std::io::Read;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -44,9 +53,41 @@ pub struct StorageBenchConfig {
     /// Drop the file's pages from the page cache (`posix_fadvise(DONTNEED)`) before each
     /// buffered run, so buffered reads come from the disk.
     pub cold: bool,
-    /// Allow writing over an existing file (write benchmarks), or extending an existing file
-    /// smaller than `size` (read benchmarks).
+    /// Allow writing over an existing file (write benchmarks), or replacing an existing file
+    /// smaller than `size` with a test pattern (read benchmarks).
     pub overwrite: bool,
+    /// `fsync` a file this run creates, and its directory, before it takes the file's name
+    /// ([`gdpath::file::ReplaceOptions::fsync`]).
+    pub fsync: bool,
+}
+
+/// I/Os in flight when not chosen (`gdpath bench storage --qd`).
+pub const DEFAULT_QD: u32 = 32;
+
+impl StorageBenchConfig {
+    /// Checks the settings without touching the file: a size, block sizes, runs and a queue
+    /// depth of at least 1; blocks of at most 1 GiB and at most the size
+    /// ([`crate::check_blocks`]); `compare` only for reads. Errors: [`Error::Config`] naming
+    /// the setting.
+    pub fn check(&self) -> Result<()> {
+        if self.size == 0 || self.blocks.is_empty() || self.runs == 0 || self.qd == 0 {
+            return Err(Error::Config(
+                "size, block sizes, runs and queue depth must be non-zero".into(),
+            ));
+        }
+        if let Some(b) = self.blocks.iter().find(|&&b| b == 0 || b > 1 << 30) {
+            return Err(Error::Config(format!(
+                "block size {b} bytes is outside 1 B ..= 1 GiB"
+            )));
+        }
+        super::check_blocks(&self.blocks, self.size)?;
+        if self.compare && self.op == Op::Write {
+            return Err(Error::Config(
+                "--compare runs a buffered read loop: use it with --read".into(),
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// The outcome: one row per (path, block size), and the findings of fallbacks seen.
@@ -59,119 +100,9 @@ pub struct StorageBenchReport {
     pub prepared: bool,
 }
 
-fn io_err(op: &'static str, path: &std::path::Path, e: std::io::Error) -> Error {
-    Error::io(op, path, 0, e)
-}
-
 fn window_for(block: u64, qd: u32) -> u64 {
     let w = (2 * u64::from(qd)).saturating_mul(block).min(MAX_WINDOW);
     (w / block * block).max(block)
-}
-
-/// Checksum of the first `size` bytes of a file, read with plain buffered reads.
-fn hash_file(path: &std::path::Path, size: u64, progress: &dyn Progress) -> Result<u64> {
-    let mut f = std::fs::File::open(path).map_err(|e| io_err("open", path, e))?;
-    let mut buf = vec![0u8; 8 << 20];
-    let mut h = Checksum::new();
-    let mut left = size;
-    while left > 0 {
-        let n = left.min(buf.len() as u64) as usize;
-        f.read_exact(&mut buf[..n])
-            .map_err(|e| io_err("read", path, e))?;
-        h.update(&buf[..n]);
-        progress.advance(n as u64);
-        left -= n as u64;
-    }
-    Ok(h.digest())
-}
-
-/// Makes sure the file holds `size` bytes and returns their reference checksum.
-fn prepare_read_file(cfg: &StorageBenchConfig, progress: &dyn Progress) -> Result<(u64, bool)> {
-    let path = &cfg.file;
-    match std::fs::metadata(path) {
-        Ok(md) if md.is_dir() => {
-            return Err(Error::NotAFile {
-                path: path.clone(),
-                what: "a directory",
-            })
-        }
-        Ok(md) if md.len() >= cfg.size => {
-            progress.start("checksum of the existing file", cfg.size);
-            let h = hash_file(path, cfg.size, progress);
-            progress.finish();
-            return h.map(|h| (h, false));
-        }
-        Ok(md) if md.len() > 0 && !cfg.overwrite => {
-            return Err(Error::Config(format!(
-                "{} has {} bytes, fewer than --size {}: pass a --size of at most its length to read it as it is, or --overwrite to replace its contents with a test pattern",
-                path.display(),
-                md.len(),
-                cfg.size
-            )))
-        }
-        _ => {}
-    }
-    let existed = path.exists();
-    ensure_space(path, cfg.size)?;
-    let written = write_pattern_file(cfg, progress);
-    if written.is_err() && !existed {
-        // Leave nothing behind that this run created (a partial file can be huge).
-        let _ = std::fs::remove_file(path);
-    }
-    written
-}
-
-/// Fails before writing when the file system holding `path` has fewer than `size` bytes free
-/// for unprivileged users (`statvfs` `f_bavail × f_frsize`), counting what the file already
-/// holds as reusable.
-fn ensure_space(path: &std::path::Path, size: u64) -> Result<()> {
-    let dir = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => std::path::Path::new("."),
-    };
-    let Ok(st) = nix::sys::statvfs::statvfs(dir) else {
-        return Ok(()); // unknown: let the write itself report ENOSPC
-    };
-    let free = st.blocks_available().saturating_mul(st.fragment_size());
-    let have = std::fs::metadata(path).map_or(0, |m| m.len());
-    if size > free.saturating_add(have) {
-        return Err(Error::Config(format!(
-            "{} needs {size} bytes but its file system has {free} bytes free; choose a smaller \
-             --size or another --file",
-            path.display()
-        )));
-    }
-    Ok(())
-}
-
-/// Writes the test pattern into `cfg.file` (`cfg.size` bytes) and returns its checksum.
-fn write_pattern_file(cfg: &StorageBenchConfig, progress: &dyn Progress) -> Result<(u64, bool)> {
-    let path = &cfg.file;
-    progress.start("writing the test file", cfg.size);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(path)
-        .map_err(|e| Error::Open {
-            path: path.clone(),
-            source: e.into(),
-        })?;
-    let mut buf = vec![0u8; 8 << 20];
-    let mut h = Checksum::new();
-    let mut pos = 0u64;
-    while pos < cfg.size {
-        let n = (cfg.size - pos).min(buf.len() as u64) as usize;
-        fill_pattern(&mut buf[..n], pos, 0x5EED);
-        h.update(&buf[..n]);
-        f.write_all(&buf[..n])
-            .map_err(|e| io_err("write", path, e))?;
-        progress.advance(n as u64);
-        pos += n as u64;
-    }
-    f.sync_all().map_err(|e| io_err("fsync", path, e))?;
-    progress.finish();
-    Ok((h.digest(), true))
 }
 
 /// One streamed pass: per-I/O latencies (µs), the elapsed time, the paths the pairs took (in
@@ -262,47 +193,41 @@ fn stream(
 /// writes, an existing file without `overwrite`, engine errors. A checksum mismatch is not an
 /// error: the row says `verified: false`.
 pub fn run(cfg: &StorageBenchConfig, progress: &dyn Progress) -> Result<StorageBenchReport> {
-    if cfg.size == 0 || cfg.blocks.is_empty() || cfg.runs == 0 {
-        return Err(Error::Config(
-            "size, block sizes and runs must be non-zero".into(),
-        ));
-    }
-    if let Some(b) = cfg.blocks.iter().find(|&&b| b == 0 || b > 1 << 30) {
-        return Err(Error::Config(format!(
-            "block size {b} bytes is outside 1 B ..= 1 GiB"
-        )));
-    }
-    super::check_blocks(&cfg.blocks, cfg.size)?;
-    if cfg.compare && cfg.op == Op::Write {
-        return Err(Error::Config(
-            "--compare runs a buffered read loop: use it with --read".into(),
-        ));
-    }
-    let (reference, prepared) = match cfg.op {
-        Op::Read => {
-            let (h, p) = prepare_read_file(cfg, progress)?;
-            (Some(h), p)
-        }
-        Op::Write => {
-            match std::fs::metadata(&cfg.file) {
-                Ok(md) if md.is_dir() => {
-                    return Err(Error::NotAFile {
-                        path: cfg.file.clone(),
-                        what: "a directory",
-                    })
-                }
-                Ok(md) if md.len() > 0 && !cfg.overwrite => {
-                    return Err(Error::Config(format!(
-                        "{} exists ({} bytes): a write benchmark overwrites it; pass --overwrite",
-                        cfg.file.display(),
-                        md.len()
-                    )))
-                }
-                _ => {}
-            }
-            (None, false)
-        }
+    cfg.check()?;
+    let replace = ReplaceOptions {
+        overwrite: cfg.overwrite,
+        fsync: cfg.fsync,
     };
+    // Refused by type before anything is opened: a device reports a length of 0 and would
+    // otherwise be "created" with the test pattern.
+    let existing = gdpath::file::check_regular(&cfg.file)?;
+    let (reference, prepared, new_file) = match cfg.op {
+        Op::Read => {
+            let t = prepare_test_file(&cfg.file, cfg.size, 0x5EED, replace, progress)?;
+            (Some(t.checksum), t.created, None)
+        }
+        Op::Write => match existing {
+            Some(md) if md.len() > 0 && !cfg.overwrite => {
+                return Err(Error::Config(format!(
+                    "{} exists ({} bytes): a write benchmark overwrites it; pass --overwrite",
+                    cfg.file.display(),
+                    md.len()
+                )))
+            }
+            // Written in place: the benchmark measures overwriting this file.
+            Some(md) if md.len() > 0 => (None, false, None),
+            // A new (or empty) file is written as a temporary that takes the name at the end:
+            // an interrupted run leaves none.
+            _ => {
+                let replace = replace.overwrite(existing.is_some());
+                (None, true, Some(AtomicFile::create(&cfg.file, replace)?))
+            }
+        },
+    };
+    let target = new_file
+        .as_ref()
+        .map_or(cfg.file.as_path(), |f| f.temp_path())
+        .to_owned();
     let mut rows = Vec::new();
     let mut findings: Vec<FindingId> = Vec::new();
     for &block in &cfg.blocks {
@@ -318,10 +243,10 @@ pub fn run(cfg: &StorageBenchConfig, progress: &dyn Progress) -> Result<StorageB
         })?;
         let access = match cfg.op {
             Op::Read => FileAccess::ReadOnly,
-            Op::Write => FileAccess::Create { truncate: false },
+            Op::Write => FileAccess::ReadWrite,
         };
         let file = agent.register(Memory::File(FileSpec {
-            path: cfg.file.clone(),
+            path: target.clone(),
             access,
             direct: cfg.direct,
         }))?;
@@ -350,7 +275,7 @@ pub fn run(cfg: &StorageBenchConfig, progress: &dyn Progress) -> Result<StorageB
         );
         for _ in 0..cfg.runs {
             if cfg.cold && buffered {
-                gdpath::os::evict_page_cache(&cfg.file)?;
+                gdpath::os::evict_page_cache(&target)?;
             }
             let ok = |_: &Region, _: u64, _: u64| Ok(());
             let p = stream(
@@ -392,7 +317,7 @@ pub fn run(cfg: &StorageBenchConfig, progress: &dyn Progress) -> Result<StorageB
                 stream(
                     &agent, &file, &windows, cfg.size, block, cfg.op, progress, before, none,
                 )?;
-                let back = hash_file(&cfg.file, cfg.size, &super::NoProgress)?;
+                let back = checksum_file(&target, Some(cfg.size), &super::NoProgress)?;
                 back == h.digest()
             }
         };
@@ -415,6 +340,9 @@ pub fn run(cfg: &StorageBenchConfig, progress: &dyn Progress) -> Result<StorageB
         if cfg.compare {
             rows.push(read_loop(cfg, block, reference, progress)?);
         }
+    }
+    if let Some(f) = new_file {
+        f.commit()?;
     }
     Ok(StorageBenchReport {
         rows,
@@ -446,7 +374,7 @@ fn read_loop(
         if cfg.cold {
             gdpath::os::evict_page_cache(path)?;
         }
-        let mut f = std::fs::File::open(path).map_err(|e| io_err("open", path, e))?;
+        let mut f = std::fs::File::open(path).map_err(|e| Error::io("open", path, 0, e))?;
         let mut h = Checksum::new();
         let t0 = Instant::now();
         let mut left = cfg.size;
@@ -454,7 +382,7 @@ fn read_loop(
             let n = left.min(block) as usize;
             let t = Instant::now();
             f.read_exact(&mut buf[..n])
-                .map_err(|e| io_err("read", path, e))?;
+                .map_err(|e| Error::io("read", path, cfg.size - left, e))?;
             if verify {
                 h.update(&buf[..n]);
             } else {
@@ -510,6 +438,7 @@ mod tests {
             direct: DirectIo::Auto,
             cold: false,
             overwrite: false,
+            fsync: true,
         };
         let err = run(&cfg, &crate::NoProgress).unwrap_err();
         assert!(

@@ -78,6 +78,7 @@ fn storage_bench_runs_and_verifies_on_a_small_file() {
         direct: DirectIo::Auto,
         cold: false,
         overwrite: false,
+        fsync: true,
     };
     let rep = gdpath_bench::storage::run(&cfg, &gdpath_bench::NoProgress).unwrap();
     assert!(rep.prepared);

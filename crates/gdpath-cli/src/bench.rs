@@ -45,9 +45,13 @@ pub struct NetBenchArgs {
     /// 8B..1GiB, without the sizes larger than the peer's region]
     #[arg(long)]
     size: Option<String>,
-    /// Messages in flight.
+    /// Messages in flight, 1..=4096 (what the peer's receive queue holds).
     #[arg(long, default_value_t = 16)]
     qd: u32,
+    /// Where in the peer's region this run's window starts (e.g. 64MiB): clients benchmarking
+    /// one region at once each need their own, or they overwrite each other's data.
+    #[arg(long, default_value = "0", value_parser = parse_size)]
+    remote_offset: u64,
     /// Messages per transfer (descriptor pairs of one request, completed by one flush), 1..=qd.
     /// 1: every message is its own transfer.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
@@ -101,7 +105,7 @@ pub struct GpuArgs {
     #[arg(long, default_value = "4KiB..1GiB")]
     sizes: String,
     /// Timed runs per row (min/median/max are over runs).
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 5, value_parser = crate::args::count)]
     runs: usize,
     /// Only these GPUs (CUDA ordinals, comma-separated).
     #[arg(long, value_delimiter = ',')]
@@ -114,20 +118,20 @@ pub struct GpuArgs {
 #[derive(Debug, Args)]
 pub struct StorageArgs {
     /// The file to read (created with a test pattern if missing) or write (needs --overwrite if
-    /// it exists).
+    /// it exists). A device, FIFO or socket is refused: the bench writes only regular files.
     #[arg(long)]
     file: PathBuf,
     /// Bytes per run (KiB/MiB/GiB binary, kB/MB/GB decimal).
-    #[arg(long, default_value = "1GiB", value_parser = parse_size)]
+    #[arg(long, default_value = "1GiB", value_parser = crate::args::nonzero_size)]
     size: u64,
     /// Block size (bytes per I/O): a size, a power-of-two sweep `1MiB..64MiB`, or a list of either.
     #[arg(long, default_value = "1MiB")]
     block: String,
-    /// I/Os in flight.
-    #[arg(long, default_value_t = 32)]
-    qd: u32,
+    /// I/Os in flight [default: 32] (without --gpu; the GDS paths use --threads).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    qd: Option<u32>,
     /// Timed runs per block size (min/median/max are over runs).
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, value_parser = crate::args::count)]
     runs: usize,
     /// Benchmark reads (default).
     #[arg(long, conflicts_with = "write")]
@@ -135,31 +139,59 @@ pub struct StorageArgs {
     /// Benchmark writes.
     #[arg(long)]
     write: bool,
-    /// Also time a plain buffered read(2) loop of the same file and print the ratio.
+    /// Also time a plain buffered read(2) loop of the same file and print the ratio (reads,
+    /// without --gpu).
     #[arg(long)]
     compare: bool,
-    /// Use the buffered (page cache) path instead of O_DIRECT.
+    /// Use the buffered (page cache) path instead of O_DIRECT (without --gpu).
     #[arg(long)]
     buffered: bool,
     /// Drop the file from the page cache before each buffered run.
     #[arg(long)]
     cold: bool,
-    /// Allow overwriting or extending an existing file.
+    /// Allow overwriting an existing file (writes), or replacing one shorter than --size with
+    /// a test pattern (reads).
     #[arg(long)]
     overwrite: bool,
+    /// Do not fsync a test file this run creates before it takes its name (without --gpu).
+    #[arg(long)]
+    no_fsync: bool,
     /// Print JSON (schema below) instead of a table.
     #[arg(long)]
     json: bool,
     /// File <-> GPU memory of this GPU instead of host memory (the GDS paths).
     #[arg(long)]
     gpu: Option<u32>,
-    /// GDS paths to run side by side (with --gpu): gds, compat, staged or all.
-    #[arg(long, default_value = "all")]
-    path: String,
+    /// GDS paths to run side by side (with --gpu): gds, compat, staged or all [default: all].
+    #[arg(long)]
+    path: Option<String>,
     /// Threads (requests in flight) of the GDS paths, a list `a,b` (with --gpu; default: from
     /// the machine).
     #[arg(long)]
     threads: Option<String>,
+}
+
+impl StorageArgs {
+    /// Refuses the options that do not apply to the mode chosen (host memory, or `--gpu`).
+    fn check_mode(&self) -> Result<()> {
+        use crate::args::refuse_if;
+        if self.gpu.is_some() {
+            let why = "applies to the host-memory bench (without --gpu)";
+            refuse_if(self.qd.is_some(), "--qd", "applies to the host-memory bench (without --gpu); the GDS paths' requests in flight are --threads")?;
+            refuse_if(self.compare, "--compare", why)?;
+            refuse_if(self.buffered, "--buffered", "applies to the host-memory bench (without --gpu); the GDS bench's paths are --path")?;
+            refuse_if(self.no_fsync, "--no-fsync", "applies to the host-memory bench (without --gpu): the GDS bench syncs its test file, whose cold runs read it from the drive")?;
+        } else {
+            let why = "applies to the GDS bench (with --gpu)";
+            refuse_if(self.path.is_some(), "--path", why)?;
+            refuse_if(self.threads.is_some(), "--threads", why)?;
+        }
+        refuse_if(
+            self.compare && self.write,
+            "--compare",
+            "runs a buffered read loop: use it with --read",
+        )
+    }
 }
 
 impl BenchCommand {
@@ -200,6 +232,7 @@ fn run_gpu(kind: gpu::GpuBenchKind, a: GpuArgs) -> Result<ExitCode> {
     if a.json {
         let out = serde_json::json!({
             "schema": BENCH_SCHEMA,
+            "argv": argv(),
             "command": name,
             "started_unix_s": started.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
             "units": {"gbps": "1e9 bytes/s", "latency": "us", "bytes": "bytes"},
@@ -207,7 +240,7 @@ fn run_gpu(kind: gpu::GpuBenchKind, a: GpuArgs) -> Result<ExitCode> {
             "notes": report.notes,
             "rows": report.rows,
         });
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        outln!("{}", serde_json::to_string_pretty(&out)?);
     } else {
         let mut t = Table::new();
         t.load_preset(UTF8_BORDERS_ONLY);
@@ -245,19 +278,20 @@ fn run_gpu(kind: gpu::GpuBenchKind, a: GpuArgs) -> Result<ExitCode> {
                 },
             ]);
         }
-        println!("{t}");
+        outln!("{t}");
         for f in &report.findings {
-            println!("finding: {f}");
+            outln!("finding: {f}");
         }
         for n in &report.notes {
-            println!("note: {n}");
+            outln!("note: {n}");
         }
-        println!("GB/s = 1e9 bytes/s; limit = NVLink count x per-link rate, or PCIe gen x width (per direction; x2 for bidir)");
+        outln!("GB/s = 1e9 bytes/s; limit = NVLink count x per-link rate, or PCIe gen x width (per direction; x2 for bidir)");
     }
     Ok(verdict(report.rows.iter().all(|r| r.verified), ""))
 }
 
 fn run_storage(a: StorageArgs) -> Result<ExitCode> {
+    a.check_mode()?;
     let blocks = parse_size_range(&a.block).context("--block")?;
     // Checked here too, before the GPU bench's file is made, as a usage error.
     gdpath_bench::check_blocks(&blocks, a.size)
@@ -269,7 +303,7 @@ fn run_storage(a: StorageArgs) -> Result<ExitCode> {
         file: a.file.clone(),
         size: a.size,
         blocks,
-        qd: a.qd,
+        qd: a.qd.unwrap_or(storage::DEFAULT_QD),
         op: if a.write { Op::Write } else { Op::Read },
         runs: a.runs,
         compare: a.compare,
@@ -280,7 +314,10 @@ fn run_storage(a: StorageArgs) -> Result<ExitCode> {
         },
         cold: a.cold,
         overwrite: a.overwrite,
+        fsync: !a.no_fsync,
     };
+    cfg.check()
+        .map_err(|e| crate::usage(format!("bench storage: {e}")))?;
     let bars = progress::for_terminal(a.json);
     let started = std::time::SystemTime::now();
     let report = storage::run(&cfg, bars.as_ref())
@@ -289,6 +326,7 @@ fn run_storage(a: StorageArgs) -> Result<ExitCode> {
     if a.json {
         let out = serde_json::json!({
             "schema": BENCH_SCHEMA,
+            "argv": argv(),
             "command": "bench storage",
             "file": a.file,
             "started_unix_s": started.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
@@ -296,16 +334,22 @@ fn run_storage(a: StorageArgs) -> Result<ExitCode> {
             "findings": report.findings,
             "rows": report.rows,
         });
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        outln!("{}", serde_json::to_string_pretty(&out)?);
     } else {
         print_table(&report.rows);
         for f in &report.findings {
-            println!("finding: {f} (run `gdpath doctor` for evidence and remedy)");
+            outln!("finding: {f} (run `gdpath doctor` for evidence and remedy)");
         }
         print_ratios(&report.rows);
-        println!("GB/s = 1e9 bytes/s; latency per I/O, submission to completion");
+        outln!("GB/s = 1e9 bytes/s; latency per I/O, submission to completion");
     }
     Ok(verdict(all_verified, ""))
+}
+
+/// The command line that made a document (`argv`, program name first): `gdpath report` shows
+/// it beside every figure it takes from the document.
+fn argv() -> Vec<String> {
+    std::env::args().collect()
 }
 
 /// A bench's exit status: success when every row verified, else
@@ -314,7 +358,7 @@ fn verdict(all_verified: bool, hint: &str) -> ExitCode {
     if all_verified {
         return ExitCode::SUCCESS;
     }
-    eprintln!("gdpath: data verification FAILED for at least one row{hint}");
+    errln!("gdpath: data verification FAILED for at least one row{hint}");
     ExitCode::from(crate::NOT_VERIFIED_STATUS)
 }
 
@@ -333,8 +377,13 @@ fn fmt_gbps(v: f64) -> String {
 const DEFAULT_NET_SIZES: &str = "8B..1GiB";
 
 fn run_net(a: NetBenchArgs) -> Result<ExitCode> {
-    if a.qd == 0 {
-        return Err(crate::usage("--qd must be at least 1"));
+    if a.qd == 0 || a.qd > net::MAX_QD {
+        return Err(crate::usage(format!(
+            "--qd {} is outside 1..={}: the peer's receive queue holds at most {} messages",
+            a.qd,
+            net::MAX_QD,
+            net::MAX_QD
+        )));
     }
     if a.batch > a.qd {
         return Err(crate::usage(format!(
@@ -363,14 +412,16 @@ fn run_net(a: NetBenchArgs) -> Result<ExitCode> {
         bytes_per_run: a.bytes_per_run,
         lat_iters: a.lat_iters,
         stop: Some(crate::interrupt::flag()),
+        remote_offset: a.remote_offset,
+        connect_timeout: a.net.connect_timeout(),
     };
     let bars = progress::for_terminal(a.json);
     let started = std::time::SystemTime::now();
     let report = match net::run(&cfg, bars.as_ref()) {
         // A signal: the run stopped and the connection closed with a goodbye.
         Err(gdpath::Error::Cancelled) => {
-            let message = "bench net interrupted after the transfers in flight finished";
-            eprintln!("gdpath: {message}");
+            let message = "bench net interrupted: the transfers in flight were cancelled";
+            errln!("gdpath: {message}");
             if a.json {
                 crate::print_error_json(message, "cancelled");
             }
@@ -382,6 +433,7 @@ fn run_net(a: NetBenchArgs) -> Result<ExitCode> {
     if a.json {
         let out = serde_json::json!({
             "schema": BENCH_SCHEMA,
+            "argv": argv(),
             "command": "bench net",
             "skipped_sizes": report.skipped_sizes,
             "remote_region": {"id": report.remote_region.0, "bytes": report.remote_region.1},
@@ -392,9 +444,9 @@ fn run_net(a: NetBenchArgs) -> Result<ExitCode> {
             "units": {"gbps": "1e9 bytes/s", "latency": "us", "bytes": "bytes"},
             "rows": report.rows,
         });
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        outln!("{}", serde_json::to_string_pretty(&out)?);
     } else {
-        println!(
+        outln!(
             "peer {} (UCX {}), its region {} of {}",
             report.peer,
             report.ucx_version,
@@ -402,7 +454,7 @@ fn run_net(a: NetBenchArgs) -> Result<ExitCode> {
             format_size(report.remote_region.1)
         );
         if let (Some(lo), Some(hi)) = (report.skipped_sizes.first(), report.skipped_sizes.last()) {
-            println!(
+            outln!(
                 "note: sizes {}..{} skipped: larger than the peer's region (choose sizes with \
                  --size)",
                 format_size(*lo),
@@ -445,13 +497,13 @@ fn run_net(a: NetBenchArgs) -> Result<ExitCode> {
                 },
             ]);
         }
-        println!("{t}");
+        outln!("{t}");
         for f in &report.findings {
-            println!("finding: {f} (run `gdpath doctor` for evidence and remedy)");
+            outln!("finding: {f} (run `gdpath doctor` for evidence and remedy)");
         }
         for r in &report.rows {
             if r.row.qd < a.qd || r.batch < a.batch {
-                println!(
+                outln!(
                     "note: {} messages ran with qd {} and batch {} (asked: {} and {}): the \
                      peer's region holds only that many messages of that size, and a window \
                      holds whole transfers",
@@ -463,7 +515,7 @@ fn run_net(a: NetBenchArgs) -> Result<ExitCode> {
                 );
             }
         }
-        println!(
+        outln!(
             "GB/s = 1e9 bytes/s over messages in flight; latency = one message at a time, post to \
              completion ({})",
             if a.op == "get" {
@@ -519,7 +571,7 @@ fn print_table(rows: &[BenchRow]) {
             },
         ]);
     }
-    println!("{t}");
+    outln!("{t}");
 }
 
 fn print_ratios(rows: &[BenchRow]) {
@@ -528,7 +580,7 @@ fn print_ratios(rows: &[BenchRow]) {
         .find(|r| r.path == "read-loop")
         .and_then(|r| r.src.as_deref())
     {
-        println!("read-loop: buffered read(2), one in flight; {src}");
+        outln!("read-loop: buffered read(2), one in flight; {src}");
     }
     for r in rows.iter().filter(|r| r.path == "read-loop") {
         if let Some(e) = rows
@@ -536,7 +588,7 @@ fn print_ratios(rows: &[BenchRow]) {
             .find(|e| e.block == r.block && e.path != "read-loop")
         {
             if r.gbps_median > 0.0 {
-                println!(
+                outln!(
                     "block {}: {} / read-loop = {:.2}x (median GB/s)",
                     format_size(r.block),
                     e.path,
@@ -549,7 +601,7 @@ fn print_ratios(rows: &[BenchRow]) {
 
 fn run_gds(a: &StorageArgs, gpu: u32, blocks: Vec<u64>) -> Result<ExitCode> {
     use gdpath_bench::gds::{run, GdsBenchConfig, GdsPathChoice};
-    let paths = match a.path.as_str() {
+    let paths = match a.path.as_deref().unwrap_or("all") {
         "all" => vec![
             GdsPathChoice::Gds,
             GdsPathChoice::Compat,
@@ -567,10 +619,10 @@ fn run_gds(a: &StorageArgs, gpu: u32, blocks: Vec<u64>) -> Result<ExitCode> {
     let threads = match &a.threads {
         Some(t) => t
             .split(',')
-            .map(|x| {
-                x.trim()
-                    .parse::<usize>()
-                    .with_context(|| format!("--threads {x}"))
+            .map(|x| match x.trim().parse::<usize>() {
+                Ok(0) => Err(crate::usage("--threads: a thread count must be at least 1")),
+                Ok(n) => Ok(n),
+                Err(e) => Err(crate::usage(format!("--threads {x}: {e}"))),
             })
             .collect::<Result<Vec<_>>>()?,
         None => vec![gdpath::GdsConfig::default().threads],
@@ -588,6 +640,7 @@ fn run_gds(a: &StorageArgs, gpu: u32, blocks: Vec<u64>) -> Result<ExitCode> {
         overwrite: a.overwrite,
     };
     let bars = progress::for_terminal(a.json);
+    let started = std::time::SystemTime::now();
     let report = run(&cfg, bars.as_ref())
         .with_context(|| format!("bench storage --gpu {gpu} on {}", a.file.display()))?;
     let all_verified = report.rows.iter().all(|r| r.verified);
@@ -599,18 +652,20 @@ fn run_gds(a: &StorageArgs, gpu: u32, blocks: Vec<u64>) -> Result<ExitCode> {
             .collect();
         let out = serde_json::json!({
             "schema": BENCH_SCHEMA,
+            "argv": argv(),
             "command": "bench storage --gpu",
             "file": a.file,
+            "started_unix_s": started.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
             "units": {"gbps": "1e9 bytes/s", "bytes": "bytes", "qd": "threads"},
             "findings": report.findings,
             "skipped": skipped,
             "rows": report.rows,
         });
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        outln!("{}", serde_json::to_string_pretty(&out)?);
     } else {
         print_table(&report.rows);
         for s in &report.skipped {
-            println!(
+            outln!(
                 "skipped {}: {}{}",
                 s.path.name(),
                 s.finding
@@ -621,9 +676,9 @@ fn run_gds(a: &StorageArgs, gpu: u32, blocks: Vec<u64>) -> Result<ExitCode> {
             );
         }
         for f in &report.findings {
-            println!("finding: {f} (run `gdpath doctor` for evidence and remedy)");
+            outln!("finding: {f} (run `gdpath doctor` for evidence and remedy)");
         }
-        println!("GB/s = 1e9 bytes/s; qd = threads, each with 2 requests' buffers");
+        outln!("GB/s = 1e9 bytes/s; qd = threads, each with 2 requests' buffers");
     }
     Ok(verdict(all_verified, ""))
 }

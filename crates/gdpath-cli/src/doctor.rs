@@ -6,7 +6,7 @@ use crate::topo::SourceArgs;
 use anyhow::Result;
 use clap::Args;
 use gdpath::{Area, Finding, Status};
-use gdpath_doctor::Report;
+use gdpath_doctor::{self as doctor, Report};
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -30,7 +30,8 @@ pub struct DoctorArgs {
     /// there and removed; a few seconds). GDR has no probe yet and is listed as not-run.
     #[arg(long)]
     measure: bool,
-    /// List every finding; by default passed (`ok`) and `not-run` checks are only counted.
+    /// List every finding; by default passed (`ok`) and `not-run` checks are only counted
+    /// (--json always lists every one).
     #[arg(long)]
     all: bool,
 }
@@ -40,21 +41,27 @@ pub struct DoctorArgs {
 pub fn run(args: DoctorArgs) -> Result<ExitCode> {
     let (r, what) = report(&args)?;
     if args.json {
-        println!("{}", gdpath_doctor::document::doctor_json(&r));
+        outln!("{}", doctor::document::doctor_json(&r));
     } else {
-        print!("{}", render(&r, &what, &args));
+        out!("{}", render(&r, &what, &args));
     }
     Ok(ExitCode::from(r.exit_code()))
 }
 
-/// The report and a description of what was examined (`gdpath_doctor::document::doctor`); a
-/// `--path` that is not a directory is a usage error.
+/// The report and a description of what was examined ([`doctor::examine`]).
 fn report(args: &DoctorArgs) -> Result<(Report, String)> {
-    use gdpath_doctor::document::{doctor, DoctorError};
-    doctor(&args.source.source(), &args.paths, args.measure).map_err(|e| match e {
-        e @ DoctorError::NotADirectory(_) => crate::usage(e.to_string()),
+    let ex =
+        doctor::examine(&args.source.source(), &args.paths, args.measure).map_err(examine_error)?;
+    let what = ex.what();
+    Ok((ex.report, what))
+}
+
+/// A bad `--path` is a usage error; anything else fails the doctor.
+pub(crate) fn examine_error(e: doctor::ExamineError) -> anyhow::Error {
+    match e {
+        doctor::ExamineError::NotADirectory(_) => crate::usage(e.to_string()),
         e => anyhow::Error::new(e),
-    })
+    }
 }
 
 fn mark(s: Status) -> &'static str {

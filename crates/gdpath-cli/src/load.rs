@@ -16,18 +16,19 @@ pub struct LoadArgs {
     #[arg(long, default_value_t = 0)]
     gpu: u32,
     /// Threads of the staged path (default: from the machine).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::args::count)]
     threads: Option<usize>,
     /// Bytes per request (default 4 MiB).
-    #[arg(long, value_parser = gdpath::units::parse_size)]
+    #[arg(long, value_parser = crate::args::nonzero_size)]
     chunk: Option<u64>,
-    /// Print every tensor (name, dtype, shape, bytes, device pointer).
+    /// Print every tensor (name, dtype, shape, bytes, device pointer; --json always lists
+    /// them).
     #[arg(long)]
     tensors: bool,
     /// Load this many times with one agent (later loads show the steady state of a serving
     /// process: the page cache warm, the file's blocks cached by the file system). One-time
     /// setup (CUDA context, cuFile's driver) is done before the first and timed apart (`start`).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = crate::args::count)]
     repeat: usize,
     /// Drop the file from the page cache (posix_fadvise DONTNEED) before each load.
     #[arg(long)]
@@ -48,18 +49,18 @@ pub fn run(a: LoadArgs) -> Result<ExitCode> {
     let agent = Agent::new(cfg)?;
     let started = start(&agent, &a.file, a.gpu);
     if let (Some(t), false) = (started, a.json) {
-        println!(
+        outln!(
             "start: {t:.3} s (CUDA context, file path setup such as cuFile's driver; not in the \
              load figures)"
         );
     }
-    for i in 1..a.repeat.max(1) {
+    for i in 1..a.repeat {
         if a.cold {
             drop_cache(&a.file);
         }
         let c = load(&agent, &a.file, a.gpu)?;
         if !a.json {
-            println!(
+            outln!(
                 "load {i}: {} in {:.3} s: {:.2} GB/s (1e9 B/s) via {}",
                 format_size(c.tensor_bytes),
                 c.elapsed.as_secs_f64(),
@@ -100,12 +101,12 @@ pub fn run(a: LoadArgs) -> Result<ExitCode> {
             "finding": c.finding,
             "detail": c.detail,
         });
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        outln!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(ExitCode::SUCCESS);
     }
     if a.tensors {
         for t in &c.tensors {
-            println!(
+            outln!(
                 "{:<60} {:>5} {:<18} {:>10} {:#x}",
                 t.name,
                 format!("{:?}", t.dtype),
@@ -115,7 +116,7 @@ pub fn run(a: LoadArgs) -> Result<ExitCode> {
             );
         }
     }
-    println!(
+    outln!(
         "{}: {} tensors, {} onto GPU {} in {:.3} s: {:.2} GB/s (1e9 B/s; transfer alone {:.3} s)",
         a.file.display(),
         c.tensors.len(),
@@ -126,12 +127,12 @@ pub fn run(a: LoadArgs) -> Result<ExitCode> {
         c.transfer.as_secs_f64()
     );
     match &c.finding {
-        Some(f) => println!(
+        Some(f) => outln!(
             "path: {} (fallback: {f}: {})",
             path_text(&c.path),
             c.detail.as_deref().unwrap_or("")
         ),
-        None => println!("path: {}", path_text(&c.path)),
+        None => outln!("path: {}", path_text(&c.path)),
     }
     Ok(ExitCode::SUCCESS)
 }

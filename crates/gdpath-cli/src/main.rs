@@ -4,10 +4,10 @@
 
 #![deny(unsafe_code)]
 
-// The one exception to the crate's deny(unsafe_code), until the allocator policy moves into
-// the engine (issue 20).
-#[allow(unsafe_code)]
-mod alloc;
+// First: its macros (`out!`, `outln!`, `errln!`) are used by the modules below.
+#[macro_use]
+mod output;
+mod args;
 mod bench;
 mod copy;
 mod doctor;
@@ -15,6 +15,7 @@ mod interrupt;
 mod load;
 mod p2p;
 mod progress;
+mod report;
 mod serve;
 mod topo;
 
@@ -49,6 +50,9 @@ enum Command {
     Load(load::LoadArgs),
     /// Serve exported memory regions to peer agents over UCX (remote read/write).
     Serve(serve::ServeArgs),
+    /// One HTML page of the machine, its P2P/GDR/GDS paths as the doctor finds them, the
+    /// findings with remedies and bench charts (`--from` results, or `--measure`).
+    Report(report::ReportArgs),
 }
 
 impl Command {
@@ -61,7 +65,7 @@ impl Command {
             Command::Copy(a) => a.json,
             Command::Doctor(a) => a.json,
             Command::Load(a) => a.json,
-            Command::Serve(_) => false,
+            Command::Serve(_) | Command::Report(_) => false,
         }
     }
 }
@@ -71,13 +75,6 @@ impl Command {
 pub(crate) const ERROR_SCHEMA: &str = "gdpath.error/1";
 
 fn main() -> ExitCode {
-    // UCX writes its log (warnings such as "unused env variable") to stdout unless told
-    // otherwise, which would corrupt `--json` output and tables alike: send it to stderr, as
-    // gdpath's own log, unless the user chose a destination. Set before any thread starts and
-    // before libucp is loaded (UCX reads it when the library initialises).
-    if std::env::var_os("UCX_LOG_FILE").is_none() {
-        std::env::set_var("UCX_LOG_FILE", "stderr");
-    }
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_env("GDPATH_LOG"))
         .with_writer(std::io::stderr)
@@ -88,6 +85,15 @@ fn main() -> ExitCode {
     };
     let json = cli.command.json();
     let is_doctor = matches!(cli.command, Command::Doctor(_));
+    // `serve` and `bench net` stop gracefully on a first signal (they poll the flag); every
+    // other command ends at once, removing its unfinished temporary files.
+    let graceful = matches!(
+        cli.command,
+        Command::Serve(_) | Command::Bench(bench::BenchCommand::Net(_))
+    );
+    if !graceful {
+        interrupt::clean_up_on_interrupt();
+    }
     let result = match cli.command {
         Command::Bench(b) => bench::run(b),
         Command::Copy(c) => copy::run(c),
@@ -96,17 +102,27 @@ fn main() -> ExitCode {
         Command::Topo(args) => topo::run(args),
         Command::Doctor(args) => doctor::run(args),
         Command::P2p(args) => p2p::run(args),
+        Command::Report(args) => report::run(args),
     };
-    match result {
+    let code = match result {
         Ok(code) => code,
         Err(e) => {
             let message = error_chain(&e);
-            eprintln!("gdpath: error: {message}");
+            errln!("gdpath: error: {message}");
             let kind = error_kind(&e);
             if json {
                 print_error_json(&message, kind);
             }
             ExitCode::from(failure_status(is_doctor, kind == "usage"))
+        }
+    };
+    // How writing stdout went decides the rest (`output`'s module docs): a reader that left
+    // keeps the command's status; lost output fails the command.
+    match output::finish() {
+        None | Some(output::Failure::Closed) => code,
+        Some(output::Failure::Failed(e)) => {
+            errln!("gdpath: error: cannot write to stdout: {e}");
+            ExitCode::from(failure_status(is_doctor, false))
         }
     }
 }
@@ -129,6 +145,7 @@ fn usage_failure(e: clap::Error) -> ExitCode {
     if help {
         e.exit();
     }
+    // clap's own printing ignores a failed write too.
     let _ = e.print();
     if wants_json {
         let text = e.to_string();
@@ -136,6 +153,7 @@ fn usage_failure(e: clap::Error) -> ExitCode {
         print_error_json(first.strip_prefix("error: ").unwrap_or(first), "usage");
     }
     let doctor = subcommand_word().as_deref() == Some("doctor");
+    let _ = output::finish();
     ExitCode::from(failure_status(doctor, true))
 }
 
@@ -168,7 +186,7 @@ fn print_error_json(message: &str, kind: &str) {
     let doc = serde_json::json!({ "schema": ERROR_SCHEMA, "error": message, "kind": kind });
     // Nothing better to do if stdout is gone: the message is on stderr already.
     if let Ok(text) = serde_json::to_string_pretty(&doc) {
-        println!("{text}");
+        outln!("{text}");
     }
 }
 

@@ -206,11 +206,15 @@ impl P2pView {
     }
 }
 
+/// Largest `--facts` file read: 64 MiB. The two-H200 machine's facts are 5.5 KB, most of it its
+/// two ordered pairs: this holds the facts of some 200 GPUs.
+const MAX_FACTS_BYTES: u64 = 64 << 20;
+
 fn read_facts(a: &P2pArgs) -> Result<DriverFacts> {
     if let Some(p) = &a.facts {
-        let text =
-            std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
-        return serde_json::from_str(&text)
+        let text = gdpath::file::read_bounded(p, MAX_FACTS_BYTES)
+            .with_context(|| format!("reading {}", p.display()))?;
+        return serde_json::from_slice(&text)
             .with_context(|| format!("{} is not driver facts JSON", p.display()));
     }
     if let Some(p) = &a.snapshot {
@@ -231,11 +235,11 @@ pub fn run(a: P2pArgs) -> Result<ExitCode> {
     let f = read_facts(&a)?;
     let view = P2pView::from_facts(&f);
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&view)?);
+        outln!("{}", serde_json::to_string_pretty(&view)?);
     } else if view.gpus.is_empty() {
-        println!("gdpath p2p: no GPU in the driver facts");
+        outln!("gdpath p2p: no GPU in the driver facts");
     } else {
-        print!("{}", view.render());
+        out!("{}", view.render());
     }
     Ok(ExitCode::SUCCESS)
 }

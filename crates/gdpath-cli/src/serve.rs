@@ -51,6 +51,18 @@ pub struct NetOpts {
     /// UCX network devices (UCX_NET_DEVICES), e.g. `lo` or `veth0`.
     #[arg(long)]
     devices: Option<String>,
+    /// Bound on a handshake, seconds (a server drops a client that has not finished it by then;
+    /// a client gives up connecting).
+    #[arg(long, default_value_t = 10.0, value_parser = parse_seconds)]
+    connect_timeout: f64,
+}
+
+/// A positive number of seconds, at most a day.
+fn parse_seconds(s: &str) -> std::result::Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v > 0.0 && v <= 86_400.0 => Ok(v),
+        _ => Err(format!("{s:?} is not a number of seconds in (0, 86400]")),
+    }
 }
 
 impl NetOpts {
@@ -63,6 +75,7 @@ impl NetOpts {
         } else if let Some(p) = &self.token_file {
             let s = std::fs::read_to_string(p)
                 .with_context(|| format!("reading token file {}", p.display()))?;
+            warn_if_others_read(p);
             Some(s.trim_end_matches(['\n', '\r']).to_owned())
         } else {
             env.clone()
@@ -91,7 +104,31 @@ impl NetOpts {
             },
             transports: self.transports.clone(),
             devices: self.devices.clone(),
+            connect_timeout: self.connect_timeout(),
             ..NetConfig::default()
+        }
+    }
+
+    /// `--connect-timeout`.
+    pub fn connect_timeout(&self) -> Duration {
+        Duration::from_secs_f64(self.connect_timeout)
+    }
+}
+
+/// Warns (stderr) when other users may read the token file `p`: whoever reads it can connect
+/// as this side.
+fn warn_if_others_read(p: &std::path::Path) {
+    use std::os::unix::fs::PermissionsExt;
+    if let Ok(m) = std::fs::metadata(p) {
+        let mode = m.permissions().mode();
+        if mode & 0o044 != 0 {
+            errln!(
+                "gdpath: warning: token file {} can be read by other users (mode {:o}); \
+                 `chmod 600 {}` keeps the secret yours",
+                p.display(),
+                mode & 0o777,
+                p.display()
+            );
         }
     }
 }
@@ -200,9 +237,6 @@ fn parse_export(s: &str) -> Result<ExportSpec> {
 }
 
 pub fn run(a: ServeArgs) -> Result<ExitCode> {
-    // Peers' packed writes arrive in an allocation each: see crate::alloc.
-    let set = crate::alloc::keep_freed_memory();
-    tracing::debug!("{set} of glibc's trim and mmap thresholds raised");
     // Before "listening on" is printed: a script may signal the server as soon as it sees it.
     let signalled = crate::interrupt::flag();
     let specs: Vec<ExportSpec> = a
@@ -242,7 +276,7 @@ pub fn run(a: ServeArgs) -> Result<ExitCode> {
         .serve(listen, token.clone())
         .with_context(|| format!("listening on {}", named(&a.listen, listen)))?;
     let facts = agent.ucx_facts().ok();
-    println!(
+    outln!(
         "gdpath serve: listening on {} (UCX {}, {}, {})",
         srv.local_addr(),
         facts.map(|f| f.version_string).unwrap_or_default(),
@@ -258,10 +292,10 @@ pub fn run(a: ServeArgs) -> Result<ExitCode> {
         }
     );
     for (id, what, _) in &regions {
-        println!("export {id}: {what}");
+        outln!("export {id}: {what}");
     }
     if regions.is_empty() {
-        eprintln!(
+        errln!(
             "gdpath serve: nothing exported: clients can connect but find no memory to use \
              (add --export host:SIZE)"
         );
@@ -272,20 +306,20 @@ pub fn run(a: ServeArgs) -> Result<ExitCode> {
         .duration
         .and_then(|s| Instant::now().checked_add(Duration::from_secs_f64(s.max(0.0))));
     loop {
-        if let Some(e) = srv.next_event(Duration::from_millis(200)) {
+        if let Some(e) = srv.next_event(EVENT_WAIT) {
             match e {
-                NetEvent::Connected { peer } => println!("connected: {peer}"),
-                NetEvent::Refused { addr, reason } => println!(
+                NetEvent::Connected { peer } => outln!("connected: {peer}"),
+                NetEvent::Refused { addr, reason } => outln!(
                     "refused: {} ({reason})",
                     addr.map_or_else(|| "?".into(), |a| a.to_string())
                 ),
-                NetEvent::Lost { peer, detail } => println!("lost: {peer} ({detail})"),
-                NetEvent::Left { peer } => println!("left: {peer} (closed the connection cleanly)"),
+                NetEvent::Lost { peer, detail } => outln!("lost: {peer} ({detail})"),
+                NetEvent::Left { peer } => outln!("left: {peer} (closed the connection cleanly)"),
             }
             std::io::stdout().flush().ok();
         }
         for n in agent.take_notifications() {
-            println!("notification from {}: {} bytes", n.from, n.message.len());
+            outln!("notification from {}: {} bytes", n.from, n.message.len());
         }
         if signalled.load(std::sync::atomic::Ordering::Relaxed)
             || end.is_some_and(|e| Instant::now() >= e)
@@ -294,13 +328,15 @@ pub fn run(a: ServeArgs) -> Result<ExitCode> {
         }
     }
     let told = srv.stop(STOP_WAIT);
-    println!("stopped: told {told} connected client(s) goodbye");
+    outln!("stopped: told {told} connected client(s) goodbye");
     std::io::stdout().flush().ok();
-    // Exit without dropping the agent: closing the endpoints would progress UCX once more,
-    // and UCX 1.13 aborts when a client's puts are still queued on a connection that failed
-    // (docs/network.md, "Known UCX defects"). The system frees what the agent holds.
-    std::process::exit(0);
+    Ok(ExitCode::SUCCESS)
 }
 
-/// How long a stopping server waits for its goodbyes to clients to be sent.
-const STOP_WAIT: Duration = Duration::from_secs(1);
+/// How long a stopping server waits for its clients to answer its goodbye (they flush what
+/// they still had on its way first): with the wait for events below, a signal stops `serve`
+/// within a second.
+const STOP_WAIT: Duration = Duration::from_millis(500);
+
+/// The longest wait for an event between two looks at the stop signal.
+const EVENT_WAIT: Duration = Duration::from_millis(100);

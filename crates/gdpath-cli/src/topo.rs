@@ -54,30 +54,52 @@ pub struct TopoArgs {
     /// Print JSON (schema gdpath.topo/1) instead of text.
     #[arg(long)]
     pub(crate) json: bool,
-    /// List every PCI function, not only GPUs, NICs, NVMe and the bridges above them.
+    /// List every PCI function, not only GPUs, NICs, NVMe and the bridges above them (--json
+    /// always lists every one).
     #[arg(long)]
     all: bool,
+    /// Write the machine drawing (SVG: the tree, its links and the paths as the doctor finds
+    /// them, as in `gdpath report`) to FILE instead of printing; replaced atomically.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["json", "all"])]
+    svg: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
 enum TopoAction {
     /// Write a tar.gz of exactly the sysfs files gdpath reads, for `--snapshot` replay.
     Capture {
-        /// Output file.
+        /// Output file (written whole or not at all; an existing one is replaced only with
+        /// --overwrite).
         #[arg(short, long, default_value = "gdpath-snapshot.tar.gz")]
         output: PathBuf,
         /// Capture a copied sysfs tree instead of the live one.
         #[arg(long, value_name = "DIR")]
         sysfs_root: Option<PathBuf>,
+        /// Replace an existing output file.
+        #[arg(long)]
+        overwrite: bool,
+        /// Do not fsync the output before it takes its name, nor its directory after.
+        #[arg(long)]
+        no_fsync: bool,
     },
 }
 
 /// Runs `gdpath topo`.
 pub fn run(args: TopoArgs) -> Result<ExitCode> {
-    if let Some(TopoAction::Capture { output, sysfs_root }) = args.action {
-        let (m, s, why) = gdpath_doctor::machine::capture(sysfs_root.as_deref(), &output)
+    if let Some(TopoAction::Capture {
+        output,
+        sysfs_root,
+        overwrite,
+        no_fsync,
+    }) = args.action
+    {
+        let replace = gdpath::file::ReplaceOptions {
+            overwrite,
+            fsync: !no_fsync,
+        };
+        let (m, s, why) = gdpath_doctor::machine::capture(sysfs_root.as_deref(), &output, replace)
             .with_context(|| format!("capturing into {}", output.display()))?;
-        println!(
+        outln!(
             "wrote {}: {} files, {} links, {} directory listings ({} GPUs, {} NICs, {} NVMe, \
              {} PCI functions)",
             output.display(),
@@ -90,30 +112,37 @@ pub fn run(args: TopoArgs) -> Result<ExitCode> {
             m.devices.len()
         );
         if !s.refused.is_empty() {
-            println!("left out as private: {}", s.refused.join(", "));
+            outln!("left out as private: {}", s.refused.join(", "));
         }
         match &m.driver {
-            Some(d) => println!(
+            Some(d) => outln!(
                 "driver facts stored: {} GPUs, {} GPU pairs (NVLink, P2P status)",
                 d.gpus.len(),
                 d.pairs.len()
             ),
             None => {
                 if let Some(why) = why {
-                    println!("no driver facts stored: NVLink facts unavailable: {why}");
+                    outln!("no driver facts stored: NVLink facts unavailable: {why}");
                 }
             }
         }
         return Ok(ExitCode::SUCCESS);
     }
     let source = args.source.source();
+    if let Some(file) = &args.svg {
+        let svg = gdpath_report::drawing(&source, &[]).map_err(crate::report::report_error)?;
+        gdpath_report::save(file, svg.as_bytes())
+            .with_context(|| format!("writing the drawing to {}", file.display()))?;
+        outln!("wrote {}", file.display());
+        return Ok(ExitCode::SUCCESS);
+    }
     let (machine, no_facts) = gdpath_doctor::document::topo(&source)?;
     if args.json {
-        println!("{}", gdpath_doctor::document::topo_json(&machine));
+        outln!("{}", gdpath_doctor::document::topo_json(&machine));
     } else {
-        print!("{}", render(&machine, &source, args.all));
+        out!("{}", render(&machine, &source, args.all));
         if let Some(why) = no_facts {
-            println!("NVLink facts unavailable: {why}");
+            outln!("NVLink facts unavailable: {why}");
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -126,6 +155,7 @@ fn describe(source: &Source) -> String {
         Source::Snapshot(p) => format!("snapshot {}", p.display()),
         Source::HwlocXml(p) => format!("hwloc XML {}", p.display()),
         Source::NcclXml(p) => format!("NCCL XML {}", p.display()),
+        Source::SmiTopo(p) => format!("nvidia-smi topo -m text {}", p.display()),
     }
 }
 

@@ -106,7 +106,7 @@ fn cases(fx: &Path) -> (Vec<Case>, Vec<Dump>) {
         ));
     }
     let mut snaps = files("device", ".tar.gz");
-    // Canonical, as the `$ASSETS` replacement is: the document names the path it was given.
+    // Canonical, so that `$ASSETS` replaces it wherever the checkout is.
     snaps.push((
         "h200x2".into(),
         Path::new(env!("CARGO_MANIFEST_DIR"))

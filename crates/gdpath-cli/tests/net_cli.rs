@@ -11,23 +11,10 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{bin, json_ok, Proc};
+use common::{bench_net, bin, json_ok, lo_serve, signal, Proc};
 const T: Duration = Duration::from_secs(30);
 
 use gdpath_testkit::ucx_serial as serial;
-
-fn lo_serve(extra: &[&str]) -> (Proc, SocketAddr) {
-    let mut args = vec![
-        "--listen",
-        "127.0.0.1:0",
-        "--devices",
-        "lo",
-        "--duration",
-        "120",
-    ];
-    args.extend_from_slice(extra);
-    common::serve(&[], &args, T)
-}
 
 fn client() -> Agent {
     let a = Agent::new(AgentConfig {
@@ -96,13 +83,6 @@ fn round_trip(agent: &Agent, addr: SocketAddr, len: usize, seed: u64) {
         dst.host_view().unwrap()[..] == pattern(len, seed)[..],
         "not byte-exact"
     );
-}
-
-/// `gdpath bench net --peer PEER --devices lo`, to which a test adds its own arguments.
-fn bench_net(peer: &str) -> Command {
-    let mut c = Command::new(bin());
-    c.args(["bench", "net", "--peer", peer, "--devices", "lo"]);
-    c
 }
 
 #[test]
@@ -638,13 +618,6 @@ fn unresolvable_or_portless_addresses_are_refused_by_name() {
         !ok && err.contains("--listen nonexistent.invalid:18515: cannot resolve"),
         "{err}"
     );
-}
-
-/// Sends `sig` to the child process of `p`.
-fn signal(p: &Proc, sig: libc::c_int) {
-    // SAFETY: kill(2) on our own child's pid.
-    let r = unsafe { libc::kill(p.child.id() as libc::pid_t, sig) };
-    assert_eq!(r, 0, "kill: {}", std::io::Error::last_os_error());
 }
 
 /// A `gdpath serve` and a `bench net` client (with `extra` arguments) half a second into a

@@ -139,23 +139,32 @@ fn copy_refuses_a_window_below_one_page() {
     assert!(err.contains("minimum of 4096 bytes"), "stderr: {err}");
 }
 
-/// A procfs file reports size 0 but has contents: copying it by descriptors would copy nothing,
-/// so `copy` refuses it and writes nothing.
+/// Generated files (procfs reports a size of 0, sysfs 4096) are read to their end with
+/// read(2): the destination holds what reading the source gives, and the output says how it
+/// was read.
 #[test]
-fn copy_refuses_a_file_whose_size_is_unknown() {
+fn copy_reads_a_generated_file_to_its_end() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let dst = dir.path().join("cpuinfo");
-    let out = gdpath()
-        .args(["copy", "/proc/cpuinfo", dst.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains("reports a size of 0 but has contents"),
-        "{err}"
-    );
-    assert!(std::fs::metadata(&dst).map_or(true, |m| m.len() == 0));
+    for (i, src) in ["/proc/version", "/sys/class/net/lo/address"]
+        .iter()
+        .enumerate()
+    {
+        let dst = dir.path().join(format!("copy{i}"));
+        let out = gdpath()
+            .args(["copy", src, dst.to_str().unwrap()])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{src}: {text} {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(text.contains("generated file"), "{text}");
+        let want = std::fs::read(src).unwrap();
+        assert!(!want.is_empty());
+        assert_eq!(std::fs::read(&dst).unwrap(), want, "{src}");
+    }
 }
 
 /// A block larger than `--size` would be cut to the size, so no I/O of the block its row

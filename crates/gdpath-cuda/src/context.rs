@@ -2,6 +2,7 @@
 
 use std::sync::{Arc, OnceLock};
 
+use crate::blocks::CopyKernel;
 use crate::cuda::{Cuda, Device};
 use crate::error::CudaError;
 use crate::ffi::{self, CUcontext, DriverApi};
@@ -23,6 +24,8 @@ pub(crate) struct ContextInner {
     pub(crate) raw: CUcontext,
     /// The PTX kernels (pattern fill / verify / compare), loaded on first use.
     pub(crate) kernels: OnceLock<Result<Kernels, CudaError>>,
+    /// The block-list copy kernel ([`crate::blocks`]), loaded on first use.
+    pub(crate) copy_kernel: OnceLock<Result<CopyKernel, CudaError>>,
 }
 
 // SAFETY: a CUcontext is a handle the driver lets any thread bind (cuCtxSetCurrent); we never
@@ -34,6 +37,9 @@ unsafe impl Sync for ContextInner {}
 impl Drop for ContextInner {
     fn drop(&mut self) {
         if let Some(Ok(k)) = self.kernels.take() {
+            k.unload(self.device.cuda.api, self.raw);
+        }
+        if let Some(Ok(k)) = self.copy_kernel.take() {
             k.unload(self.device.cuda.api, self.raw);
         }
         // SAFETY: balances the retain in Context::new.
@@ -71,6 +77,7 @@ impl Context {
                 device,
                 raw,
                 kernels: OnceLock::new(),
+                copy_kernel: OnceLock::new(),
             }),
         };
         ctx.bind()?;

@@ -140,6 +140,17 @@ pub enum CudaError {
         message: String,
     },
 
+    /// A block list was refused before anything was enqueued ([`crate::blocks`]).
+    #[error("block list refused: {0}")]
+    BlockList(#[from] crate::blocks::BlockListError),
+
+    /// A block-copy method cannot run with this driver or device.
+    #[error("block copy method {method} is unavailable: {reason}")]
+    MethodUnavailable {
+        method: crate::blocks::BlockMethod,
+        reason: crate::blocks::Unavailable,
+    },
+
     /// A binding panicked; the panic was caught and converted. This is a bug in a binding, kept
     /// as an error so that a probe never takes the process down.
     #[error("{what} panicked: {message}")]

@@ -124,6 +124,13 @@ driver_api! {
     cuModuleUnload: fn(CUmodule) = ["cuModuleUnload"];
     cuModuleGetFunction: fn(*mut CUfunction, CUmodule, *const c_char) = ["cuModuleGetFunction"];
     cuLaunchKernel: fn(CUfunction, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, CUstream, *mut *mut c_void, *mut *mut c_void) = ["cuLaunchKernel"];
+    // Block-list copies and CUDA IPC (crate::blocks, crate::ipc); all in CUDA 11.4 drivers.
+    cuMemHostGetDevicePointer: fn(*mut CUdeviceptr, *mut c_void, c_uint) = ["cuMemHostGetDevicePointer_v2"];
+    cuMemGetAddressRange: fn(*mut CUdeviceptr, *mut usize, CUdeviceptr) = ["cuMemGetAddressRange_v2"];
+    cuOccupancyMaxActiveBlocksPerMultiprocessor: fn(*mut c_int, CUfunction, c_int, usize) = ["cuOccupancyMaxActiveBlocksPerMultiprocessor"];
+    cuIpcGetMemHandle: fn(*mut CUipcMemHandle, CUdeviceptr) = ["cuIpcGetMemHandle"];
+    cuIpcOpenMemHandle: fn(*mut CUdeviceptr, CUipcMemHandle, c_uint) = ["cuIpcOpenMemHandle_v2", "cuIpcOpenMemHandle"];
+    cuIpcCloseMemHandle: fn(CUdeviceptr) = ["cuIpcCloseMemHandle"];
 }
 
 /// The outcome of loading the driver and calling `cuInit(0)`, cached for the process.
@@ -193,4 +200,27 @@ pub(crate) fn c_buf_to_string(buf: &[c_char]) -> String {
         .map(|&c| c as u8)
         .collect();
     String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// `CUipcMemHandle`: `struct { char reserved[CU_IPC_HANDLE_SIZE]; }` with `CU_IPC_HANDLE_SIZE`
+/// 64 (cuda.h); passed to `cuIpcOpenMemHandle_v2` by value.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct CUipcMemHandle {
+    pub reserved: [c_char; 64],
+}
+
+/// `CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS`: map memory of another GPU with peer access enabled on
+/// first use (cuda.h, `CUipcMem_flags`).
+pub const CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS: c_uint = 1;
+
+impl DriverApi {
+    /// Look up `name` in the loaded driver for an entry point that older drivers lack (the
+    /// table above requires every one of its symbols). `None` when the driver does not export it.
+    ///
+    /// # Safety
+    /// `F` must be the exact C signature of the symbol.
+    pub(crate) unsafe fn optional_symbol<F: Copy>(&self, name: &str) -> Option<F> {
+        self._lib.get::<F>(name.as_bytes()).ok().map(|s| *s)
+    }
 }

@@ -37,37 +37,15 @@ unsafe impl Sync for Kernels {}
 
 impl Kernels {
     fn load(ctx: &Context) -> Result<Kernels, CudaError> {
-        ctx.bind()?;
-        let api = ctx.api();
-        let mut module: CUmodule = std::ptr::null_mut();
-        // SAFETY: NUL-terminated PTX text; context current.
-        api.check("cuModuleLoadData", unsafe {
-            (api.cuModuleLoadData)(&mut module, PTX.as_ptr() as *const c_void)
-        })?;
-        let get = |name: &str| -> Result<CUfunction, CudaError> {
-            let c = CString::new(name).expect("kernel names have no NUL");
-            let mut f: CUfunction = std::ptr::null_mut();
-            // SAFETY: module loaded above; out-pointer live.
-            api.check("cuModuleGetFunction", unsafe {
-                (api.cuModuleGetFunction)(&mut f, module, c.as_ptr())
-            })?;
-            Ok(f)
-        };
-        let funcs = (|| {
-            Ok((
-                get("gdpath_fill_pattern")?,
-                get("gdpath_check_pattern")?,
-                get("gdpath_compare")?,
-            ))
-        })();
-        let (fill, check, compare) = match funcs {
-            Ok(f) => f,
-            Err(e) => {
-                // SAFETY: the module we loaded.
-                unsafe { (api.cuModuleUnload)(module) };
-                return Err(e);
-            }
-        };
+        let (module, [fill, check, compare]) = load_module(
+            ctx,
+            PTX,
+            [
+                "gdpath_fill_pattern",
+                "gdpath_check_pattern",
+                "gdpath_compare",
+            ],
+        )?;
         let sms = ctx
             .device()
             .attribute(crate::cuda::DeviceAttribute::MULTIPROCESSOR_COUNT)
@@ -83,16 +61,51 @@ impl Kernels {
     }
 
     pub(crate) fn unload(&self, api: &DriverApi, ctx: CUcontext) {
-        // SAFETY: our module; the context is still retained (called from its Drop).
-        unsafe {
-            (api.cuCtxSetCurrent)(ctx);
-            (api.cuModuleUnload)(self.module);
-        }
+        unload_module(api, ctx, self.module);
     }
 
     fn grid(&self, len: usize) -> u32 {
         let blocks = len.div_ceil(BLOCK as usize);
         (blocks.min(self.grid_max as usize)).max(1) as u32
+    }
+}
+
+/// Load the NUL-terminated PTX text `ptx` in `ctx` (`cuModuleLoadData`: the driver JIT-compiles
+/// it for the device) and look up the entry points `names`; the module is unloaded again when
+/// one is missing.
+pub(crate) fn load_module<const N: usize>(
+    ctx: &Context,
+    ptx: &str,
+    names: [&str; N],
+) -> Result<(CUmodule, [CUfunction; N]), CudaError> {
+    ctx.bind()?;
+    let api = ctx.api();
+    let mut module: CUmodule = std::ptr::null_mut();
+    // SAFETY: NUL-terminated PTX text; context current.
+    api.check("cuModuleLoadData", unsafe {
+        (api.cuModuleLoadData)(&mut module, ptx.as_ptr() as *const c_void)
+    })?;
+    let mut funcs = [std::ptr::null_mut(); N];
+    for (f, name) in funcs.iter_mut().zip(names) {
+        let c = CString::new(name).expect("kernel names have no NUL");
+        // SAFETY: module loaded above; out-pointer live.
+        let r = unsafe { (api.cuModuleGetFunction)(f, module, c.as_ptr()) };
+        if let Err(e) = api.check("cuModuleGetFunction", r) {
+            unload_module(api, std::ptr::null_mut(), module);
+            return Err(e);
+        }
+    }
+    Ok((module, funcs))
+}
+
+/// Unload `module` with `ctx` made current first (unless null: then the current one).
+pub(crate) fn unload_module(api: &DriverApi, ctx: CUcontext, module: CUmodule) {
+    // SAFETY: a module this crate loaded, in a context that is still retained.
+    unsafe {
+        if !ctx.is_null() {
+            (api.cuCtxSetCurrent)(ctx);
+        }
+        (api.cuModuleUnload)(module);
     }
 }
 

@@ -11,18 +11,23 @@
 //! - [`DeviceBuffer`], [`PinnedHostBuffer`], [`HostRegistration`]: memory; [`Stream`] copies
 //!   between them asynchronously and keeps them alive until [`Stream::synchronize`].
 //! - [`Event`] for timing; [`enable_peer_access`] for P2P.
+//! - [`blocks`]: block-list copies ([`BlockCopier`], [`BlockRegion`], [`BlockCopy`]): N
+//!   descriptors with one `cuMemcpyBatchAsync` or one kernel launch, for KV-cache blocks.
+//! - [`IpcMemHandle`]: CUDA IPC, device memory shared with another process.
 //! - [`cufile`]: [`CuFileDriver`], [`CuFileBuf`], [`CuFileHandle`], [`CuFileBatch`].
 //! - [`pattern`] and the `Stream::{fill_pattern, verify_pattern, compare}` kernels to verify
 //!   data on the GPU without copying it back.
 //!
 //! Units: bytes; milliseconds for events; GB/s = 1e9 B/s.
 
+pub mod blocks;
 mod context;
 mod cuda;
 pub mod cufile;
 mod error;
 pub mod facts;
 mod ffi;
+mod ipc;
 mod kernels;
 pub mod loader;
 mod memory;
@@ -30,6 +35,10 @@ pub mod nvml;
 pub mod pattern;
 mod stream;
 
+pub use blocks::{
+    BatchAbi, BlockCopier, BlockCopy, BlockCopyReport, BlockListError, BlockMethod, BlockRegion,
+    KernelTuning, MemLocation, Unavailable,
+};
 pub use context::{enable_peer_access, Context, PeerAccess};
 pub use cuda::{Cuda, Device, DeviceAttribute};
 pub use cufile::{
@@ -38,6 +47,7 @@ pub use cufile::{
 };
 pub use error::{CudaError, Library};
 pub use facts::gather_facts;
+pub use ipc::IpcMemHandle;
 pub use memory::{
     check_range, DeviceBuffer, HostMemory, HostRegistration, PinnedHost, PinnedHostBuffer,
     RawHostMemory,

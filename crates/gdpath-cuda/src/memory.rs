@@ -51,10 +51,17 @@ pub(crate) struct DevMem {
     pub(crate) len: usize,
     /// False for memory borrowed with [`DeviceBuffer::from_raw`]: never freed here.
     pub(crate) owned: bool,
+    /// True for another process's memory opened from its IPC handle ([`crate::IpcMemHandle`]):
+    /// closed with `cuIpcCloseMemHandle`, never freed here.
+    pub(crate) ipc: bool,
 }
 
 impl Drop for DevMem {
     fn drop(&mut self) {
+        if self.ipc {
+            crate::ipc::close(&self.ctx, self.ptr);
+            return;
+        }
         if !self.owned {
             return;
         }
@@ -95,14 +102,21 @@ impl DeviceBuffer {
         ctx.api().check("cuMemAlloc_v2", unsafe {
             (ctx.api().cuMemAlloc)(&mut ptr, len)
         })?;
-        Ok(DeviceBuffer {
+        Ok(DeviceBuffer::wrap(ctx, ptr, len, true, false))
+    }
+
+    /// The handle over `[ptr, ptr + len)` of `ctx`; freed on drop when `owned`, closed as an
+    /// IPC mapping when `ipc`.
+    pub(crate) fn wrap(ctx: &Context, ptr: u64, len: usize, owned: bool, ipc: bool) -> Self {
+        DeviceBuffer {
             inner: Arc::new(DevMem {
                 ctx: ctx.clone(),
                 ptr,
                 len,
-                owned: true,
+                owned,
+                ipc,
             }),
-        })
+        }
     }
 
     /// Wrap device memory allocated elsewhere (PyTorch, cupy, NCCL, `cudaMalloc`) so streams can
@@ -126,20 +140,19 @@ impl DeviceBuffer {
                 "device memory at {ptr:#x} of {len} bytes overflows the address space"
             )));
         }
-        Ok(DeviceBuffer {
-            inner: Arc::new(DevMem {
-                ctx: ctx.clone(),
-                ptr,
-                len,
-                owned: false,
-            }),
-        })
+        Ok(DeviceBuffer::wrap(ctx, ptr, len, false, false))
     }
 
     /// Whether the memory was allocated by [`DeviceBuffer::new`] (and is freed with the last
     /// reference) rather than borrowed with [`DeviceBuffer::from_raw`].
     pub fn is_owned(&self) -> bool {
         self.inner.owned
+    }
+
+    /// Whether this is another process's memory opened from its CUDA IPC handle
+    /// ([`crate::IpcMemHandle::open`]); the mapping is closed with the last reference.
+    pub fn is_ipc_mapping(&self) -> bool {
+        self.inner.ipc
     }
 
     /// Length in bytes.
@@ -465,6 +478,17 @@ impl<M: HostMemory> HostRegistration<M> {
         Self::lock(ctx, mem, false)
     }
 
+    /// As [`HostRegistration::new`], for memory its owner may have page-locked already
+    /// (PyTorch's pinned memory, `cudaHostAlloc`, another `cudaHostRegister`): where the driver
+    /// answers `CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED`, the memory is used as it is (copies
+    /// from it are asynchronous DMA all the same) and left locked on drop
+    /// ([`HostRegistration::locked_here`] is then false).
+    ///
+    /// Errors: as [`HostRegistration::new`], except `CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED`.
+    pub fn new_or_locked(ctx: &Context, mem: M) -> Result<HostRegistration<M>, CudaError> {
+        Self::lock(ctx, mem, true)
+    }
+
     /// Page-locks `mem` (`cuMemHostRegister_v2`); with `accept_locked`, memory the driver says
     /// is page-locked already (`CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED`) is taken as it is
     /// and left locked on drop.
@@ -502,7 +526,7 @@ impl<M: HostMemory> HostRegistration<M> {
     }
 
     /// False when the memory was page-locked already by its owner and is used as it is (see
-    /// [`HostRegistration::from_raw_or_locked`]); true when this registration locked it.
+    /// [`HostRegistration::new_or_locked`]); true when this registration locked it.
     pub fn locked_here(&self) -> bool {
         self.inner.registered
     }
@@ -562,22 +586,6 @@ impl HostRegistration<RawHostMemory> {
         len: usize,
     ) -> Result<HostRegistration<RawHostMemory>, CudaError> {
         HostRegistration::new(ctx, RawHostMemory { ptr, len })
-    }
-
-    /// As [`HostRegistration::from_raw`], for memory its owner may have page-locked already
-    /// (PyTorch's pinned memory, `cudaHostAlloc`, another `cudaHostRegister`): where the driver
-    /// answers `CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED`, the memory is used as it is (copies
-    /// from it are asynchronous DMA all the same) and left locked on drop
-    /// ([`HostRegistration::locked_here`] is then false).
-    ///
-    /// # Safety
-    /// As [`HostRegistration::from_raw`].
-    pub unsafe fn from_raw_or_locked(
-        ctx: &Context,
-        ptr: *mut u8,
-        len: usize,
-    ) -> Result<HostRegistration<RawHostMemory>, CudaError> {
-        HostRegistration::lock(ctx, RawHostMemory { ptr, len }, true)
     }
 }
 

@@ -88,6 +88,67 @@ pub fn check(buf: &[u8], seed: u64, base: u64) -> Verdict {
     v
 }
 
+/// Check that `buf` (whose byte 0 is address `buf_base`) holds, for every copy, the pattern of
+/// the copy's source: the bytes at `[c.dst, c.dst + c.len)` must be the pattern of positions
+/// `c.src - src_base ..` (a source region filled with the pattern from position 0 at address
+/// `src_base`). Runs on every core. Returns (copies that differ, index of the first one); a
+/// copy whose destination is not inside `buf`, or whose source is below `src_base`, differs.
+pub fn check_copies(
+    buf: &[u8],
+    buf_base: u64,
+    copies: &[crate::blocks::BlockCopy],
+    src_base: u64,
+    seed: u64,
+) -> (usize, Option<usize>) {
+    let threads = std::thread::available_parallelism().map_or(4, |n| n.get());
+    let per = copies.len().div_ceil(threads).max(1);
+    let bad: Vec<(usize, Option<usize>)> = std::thread::scope(|s| {
+        let handles: Vec<_> = copies
+            .chunks(per)
+            .enumerate()
+            .map(|(t, chunk)| {
+                s.spawn(move || {
+                    let mut n = 0;
+                    let mut first = None;
+                    for (i, c) in chunk.iter().enumerate() {
+                        let got = c
+                            .dst
+                            .checked_sub(buf_base)
+                            .and_then(|at| Some((at, at.checked_add(c.len)?)))
+                            .and_then(|(at, end)| buf.get(at as usize..end as usize));
+                        let ok = match (got, c.src.checked_sub(src_base)) {
+                            (Some(got), Some(pos)) => check(got, seed, pos).is_ok(),
+                            _ => false,
+                        };
+                        if !ok {
+                            n += 1;
+                            first.get_or_insert(t * per + i);
+                        }
+                    }
+                    (n, first)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("checker thread"))
+            .collect()
+    });
+    let count = bad.iter().map(|b| b.0).sum();
+    (count, bad.iter().find_map(|b| b.1))
+}
+
+/// The numbers `0..n` in an order fixed by `seed` (Fisher–Yates driven by [`word`]): random
+/// block layouts for tests and benchmarks that are the same on every run.
+pub fn shuffled(n: u32, seed: u64) -> Vec<u32> {
+    let mut v: Vec<u32> = (0..n).collect();
+    for i in (1..v.len()).rev() {
+        let j = (word(seed, i as u64) % (i as u64 + 1)) as usize;
+        v.swap(i, j);
+    }
+    v
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -133,5 +194,51 @@ mod tests {
         // splitmix64 with state 0 gives 0xe220a8397b1dcdaf as its first output (the published
         // reference sequence of Vigna's splitmix64.c); word(0, 0) is exactly that step.
         assert_eq!(word(0, 0), 0xe220_a839_7b1d_cdaf);
+    }
+
+    #[test]
+    fn shuffled_is_a_fixed_permutation() {
+        let a = shuffled(10_000, 5);
+        let mut sorted = a.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, (0..10_000).collect::<Vec<u32>>());
+        assert_eq!(a, shuffled(10_000, 5));
+        assert_ne!(a, shuffled(10_000, 6));
+        assert_ne!(a, sorted, "not the identity");
+        assert!(shuffled(0, 1).is_empty());
+        assert_eq!(shuffled(1, 1), [0]);
+    }
+
+    #[test]
+    fn check_copies_finds_the_wrong_block() {
+        use crate::blocks::BlockCopy;
+        let (base, src_base, block) = (1u64 << 40, 1u64 << 20, 1000u64);
+        let order = shuffled(64, 9);
+        let copies: Vec<BlockCopy> = order
+            .iter()
+            .enumerate()
+            .map(|(i, &s)| {
+                BlockCopy::new(base + i as u64 * block, src_base + s as u64 * block, block)
+            })
+            .collect();
+        let mut buf = vec![0u8; 64 * block as usize];
+        for c in &copies {
+            let at = (c.dst - base) as usize;
+            fill(&mut buf[at..at + block as usize], 3, c.src - src_base);
+        }
+        assert_eq!(check_copies(&buf, base, &copies, src_base, 3), (0, None));
+        buf[17 * block as usize + 999] ^= 1;
+        buf[40 * block as usize] ^= 1;
+        assert_eq!(
+            check_copies(&buf, base, &copies, src_base, 3),
+            (2, Some(17))
+        );
+        // Out of the buffer or below the source base: counted, not a panic.
+        let odd = [
+            BlockCopy::new(base + 64 * block - 1, src_base, 2),
+            BlockCopy::new(base, src_base - 1, 1),
+            BlockCopy::new(base - 1, src_base, 1),
+        ];
+        assert_eq!(check_copies(&buf, base, &odd, src_base, 3), (3, Some(0)));
     }
 }

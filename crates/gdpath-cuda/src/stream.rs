@@ -14,7 +14,8 @@ use crate::ffi::{self, CUevent, CUstream};
 use crate::memory::Sealed as _;
 use crate::memory::{check_range, DevMem, DeviceBuffer, HostKeep, PinnedHost};
 
-enum Held {
+/// What a stream keeps alive until it is synchronized.
+pub(crate) enum Held {
     Device(#[allow(dead_code)] Arc<DevMem>),
     HostRead(#[allow(dead_code)] Arc<dyn HostKeep>),
     HostWrite(Arc<dyn HostKeep>),
@@ -120,7 +121,7 @@ impl Stream {
         }
     }
 
-    fn hold(&self, items: impl IntoIterator<Item = Held>) {
+    pub(crate) fn hold(&self, items: impl IntoIterator<Item = Held>) {
         self.held
             .lock()
             .unwrap_or_else(|p| p.into_inner())

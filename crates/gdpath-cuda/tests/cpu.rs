@@ -325,3 +325,56 @@ fn nvlink_speed_units() {
     assert_eq!(nvml::nvlink_version_text(6), Some("4.0"));
     assert_eq!(nvml::nvlink_version_text(0), None);
 }
+
+/// Block lists through the public API, without a GPU: the checks and coalescing the copier
+/// runs before it enqueues anything, and how their errors read.
+#[test]
+fn block_lists_are_checked_and_coalesced_without_a_gpu() {
+    use gdpath_cuda::blocks::{check_list, coalesce, Side, MAX_BLOCKS_PER_CALL};
+    use gdpath_cuda::{BlockCopy, BlockListError, BlockMethod, Unavailable};
+    // 100,000 × 16 KiB in slot order on both sides: one descriptor after coalescing.
+    let list: Vec<BlockCopy> = (0..100_000u64)
+        .map(|i| BlockCopy::new((1 << 40) + i * 16384, (1 << 34) + i * 16384, 16384))
+        .collect();
+    check_list(&list).unwrap();
+    let mut out = Vec::new();
+    coalesce(&list, &mut out);
+    assert_eq!(out, [BlockCopy::new(1 << 40, 1 << 34, 100_000 * 16384)]);
+    let e = CudaError::from(check_list(&[]).unwrap_err());
+    assert_eq!(e, CudaError::BlockList(BlockListError::Empty));
+    assert_eq!(
+        e.to_string(),
+        "block list refused: the list has no descriptors"
+    );
+    let e = check_list(&[BlockCopy::new(8, 0, 4), BlockCopy::new(0, 8, 0)]).unwrap_err();
+    assert_eq!(e.to_string(), "descriptor 1 has length 0");
+    let e = check_list(&[BlockCopy::new(0, u64::MAX - 3, 8)]).unwrap_err();
+    assert_eq!(
+        e,
+        BlockListError::Overflow {
+            index: 0,
+            side: Side::Src,
+            addr: u64::MAX - 3,
+            len: 8
+        }
+    );
+    assert!(
+        e.to_string()
+            .contains("source 0xfffffffffffffffc + 8 bytes overflows"),
+        "{e}"
+    );
+    let many = vec![BlockCopy::new(1 << 40, 0, 1); MAX_BLOCKS_PER_CALL + 1];
+    assert!(matches!(
+        check_list(&many),
+        Err(BlockListError::TooMany { count, max }) if count == MAX_BLOCKS_PER_CALL + 1 && max == MAX_BLOCKS_PER_CALL
+    ));
+    let e = CudaError::MethodUnavailable {
+        method: BlockMethod::DriverBatch,
+        reason: Unavailable::DriverTooOld { driver: 12040 },
+    };
+    assert_eq!(
+        e.to_string(),
+        "block copy method driver-batch is unavailable: the driver supports CUDA 12.4; \
+         cuMemcpyBatchAsync needs 12.8 (driver R570) or newer"
+    );
+}

@@ -3,6 +3,8 @@
 //! Expected machine-specific values come from the probe fixture of the H200 device machine;
 //! on another machine those comparisons are skipped (with a message) and the generic checks run.
 
+#[path = "gpu/blocks.rs"]
+mod blocks;
 mod common;
 
 use std::sync::Arc;

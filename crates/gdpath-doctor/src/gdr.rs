@@ -5,7 +5,7 @@ use super::nccl::{self, NcclLevel};
 use super::{bytes, finding, kernel_release, kernel_version, module_loaded, DoctorInput, Gathered};
 use gdpath::finding::{ids, Area, Finding, Status};
 use gdpath_topo::facts::GpuFacts;
-use gdpath_topo::{Device, DeviceKind, LinkClass, PcieLink};
+use gdpath_topo::{Device, DeviceKind, LinkClass, Machine, PcieLink, SysView};
 
 const A: Area = Area::Gdr;
 
@@ -23,17 +23,7 @@ pub(super) fn check(input: &DoctorInput) -> Vec<Finding> {
     out.push(dmabuf.finding);
     out.push(ucx(input));
     let m = input.machine;
-    let mut rdma_nics: Vec<&Device> = m.nics().filter(|n| !n.rdma.is_empty()).collect();
-    // Sources without class devices (hwloc or NCCL XML) may name no RDMA device even for an
-    // InfiniBand NIC: judge the GPU↔NIC distance against the NICs that are RDMA-capable by
-    // PCI identity. A NIC nothing marks as RDMA-capable (e.g. the Ethernet NIC NCCL marks
-    // gdr="0" on Azure NC A100 v4) gets no GPU↔NIC verdict: GDR-level advice would not apply.
-    if rdma_nics.is_empty() && input.view.read_dir("/sys/class").is_err() {
-        rdma_nics = m
-            .nics()
-            .filter(|n| n.rdma_capable_by_id().is_some())
-            .collect();
-    }
+    let rdma_nics = rdma_nics(m, input.view);
     for g in m.gpus() {
         let gf = input
             .driver
@@ -42,7 +32,7 @@ pub(super) fn check(input: &DoctorInput) -> Vec<Finding> {
         out.push(cuda_attr(input, g, gf));
         out.push(bar1(input, g, gf));
         out.push(link(g, gf));
-        if let Some(nic) = rdma_nics.iter().min_by_key(|n| (m.pcie_class(g, n), n.pci)) {
+        if let Some(nic) = nearest_nic(m, g, &rdma_nics) {
             out.push(nic_far(input, g, nic, m.pcie_class(g, nic)));
             let s = format!("{}-{}", g.id, nic_name(nic));
             out.push(super::p2p::acs(m, g, nic, &s, false, A));
@@ -52,6 +42,29 @@ pub(super) fn check(input: &DoctorInput) -> Vec<Finding> {
         out.push(link(nic, None));
     }
     out
+}
+
+/// The NICs the GDR checks judge: those with an RDMA device. Sources without class devices
+/// (hwloc or NCCL XML) may name no RDMA device even for an InfiniBand NIC: there, the NICs that
+/// are RDMA-capable by PCI identity. A NIC nothing marks as RDMA-capable (e.g. the Ethernet NIC
+/// NCCL marks gdr="0" on Azure NC A100 v4) gets no GPU↔NIC verdict: GDR-level advice would not
+/// apply.
+pub(crate) fn rdma_nics<'m>(m: &'m Machine, view: &dyn SysView) -> Vec<&'m Device> {
+    let rdma: Vec<&Device> = m.nics().filter(|n| !n.rdma.is_empty()).collect();
+    if rdma.is_empty() && view.read_dir("/sys/class").is_err() {
+        return m
+            .nics()
+            .filter(|n| n.rdma_capable_by_id().is_some())
+            .collect();
+    }
+    rdma
+}
+
+/// The GPU's nearest NIC among `nics`: nearest PCIe class, then PCI order.
+pub(crate) fn nearest_nic<'m>(m: &Machine, g: &Device, nics: &[&'m Device]) -> Option<&'m Device> {
+    nics.iter()
+        .min_by_key(|n| (m.pcie_class(g, n), n.pci))
+        .copied()
 }
 
 fn nic_name(n: &Device) -> String {
@@ -534,6 +547,7 @@ fn link(d: &Device, gf: Option<&GpuFacts>) -> Finding {
                 max_gts: gts(p.max_gen),
                 cur_width: Some(p.cur_width).filter(|w| *w > 0),
                 max_width: Some(p.max_width).filter(|w| *w > 0),
+                ..PcieLink::default()
             };
             src = "NVML nvmlDeviceGetCurrPcieLinkGeneration/Width and Max".to_owned();
         }

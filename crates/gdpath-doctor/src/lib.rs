@@ -17,13 +17,17 @@
 //! so the doctor's findings and the engine's path rest on the same reads. [`measured`] runs
 //! benches of `gdpath-bench` as probes (`doctor --measure`).
 //!
-//! Rules and their sources are listed per finding id in `docs/doctor.md`. The `--json`
-//! documents of `gdpath topo` and `gdpath doctor` are built in [`document`], for the CLI and the
-//! Python module alike.
+//! [`examine`] is the whole of one doctor run (load, gather, check, measure) as `gdpath doctor`
+//! and `gdpath report` make it; [`routes`] says, per GPU pair, GPU↔NIC and GPU↔NVMe, whether
+//! the findings leave the direct path in use. The `--json` documents of `gdpath topo` and
+//! `gdpath doctor` are built in [`document`], for the CLI and the Python module alike.
+//!
+//! Rules and their sources are listed per finding id in `docs/doctor.md`.
 
 #![deny(unsafe_code)]
 
 pub mod document;
+pub mod examine;
 mod gdr;
 mod gds;
 pub mod hardware;
@@ -32,7 +36,10 @@ pub mod machine;
 pub mod measured;
 pub mod nccl;
 mod p2p;
+pub mod routes;
 mod system;
+
+pub use examine::{examine, Examination, ExamineError};
 
 use gdpath::finding::{Area, Finding, Status};
 use gdpath_topo::facts::DriverFacts;
@@ -482,6 +489,11 @@ pub fn load(source: &Source) -> Result<Loaded, TopoError> {
             machine: gdpath_topo::load(source)?,
             view: Box::new(NoFiles),
             mode: replay(format!("XML {}", path.display())),
+        },
+        Source::SmiTopo(path) => Loaded {
+            machine: gdpath_topo::load(source)?,
+            view: Box::new(NoFiles),
+            mode: replay(format!("nvidia-smi topo -m text {}", path.display())),
         },
     })
 }

@@ -47,21 +47,55 @@ pub fn attach_live_driver(m: &mut Machine) -> Result<(), String> {
     Ok(())
 }
 
+/// Why [`capture`] failed: reading the machine, or writing the snapshot file.
+#[derive(Debug)]
+pub enum CaptureError {
+    /// The sysfs tree could not be read.
+    Read(TopoError),
+    /// The snapshot file could not be written ([`gdpath::Error::NotAFile`],
+    /// [`gdpath::Error::Exists`], [`gdpath::Error::NoSpace`], ...); any file that was there is
+    /// as it was.
+    Output(gdpath::Error),
+}
+
+impl std::fmt::Display for CaptureError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CaptureError::Read(e) => write!(f, "reading the machine: {e}"),
+            CaptureError::Output(e) => write!(f, "writing the snapshot: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for CaptureError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            CaptureError::Read(e) => Some(e),
+            CaptureError::Output(e) => Some(e),
+        }
+    }
+}
+
 /// Reads the machine from the live `/sys` (or from `sysfs_root` when given) while recording
-/// every file read, and writes the snapshot (tar.gz) to `out`. For the live machine the driver
-/// facts are read and stored in the snapshot (`driver.json`), so a replay shows the same NVLink
-/// matrix; without a driver the snapshot has none. Returns the machine, what was written and,
-/// for the live machine without a driver, why no facts were stored.
+/// every file read, and writes the snapshot (tar.gz) to `out`, whole or not at all
+/// ([`gdpath::file::AtomicFile`]: an existing `out` is replaced only with `replace.overwrite`,
+/// a device, FIFO or socket is refused before the machine is read, and a failure leaves no
+/// partial snapshot). For the live machine the driver facts are read and stored in the
+/// snapshot (`driver.json`), so a replay shows the same NVLink matrix; without a driver the
+/// snapshot has none. Returns the machine, what was written and, for the live machine without
+/// a driver, why no facts were stored.
 pub fn capture(
     sysfs_root: Option<&Path>,
     out: &Path,
-) -> Result<(Machine, CaptureSummary, Option<String>), TopoError> {
+    replace: gdpath::file::ReplaceOptions,
+) -> Result<(Machine, CaptureSummary, Option<String>), CaptureError> {
+    let mut file = gdpath::file::AtomicFile::create(out, replace).map_err(CaptureError::Output)?;
     let (view, label) = match sysfs_root {
         Some(root) => (DirView::new(root), "sysfs-root"),
         None => (DirView::live(), "live"),
     };
     let rec = Recording::new(view);
-    let mut machine = sysfs::read_machine(&rec, label)?;
+    let mut machine = sysfs::read_machine(&rec, label).map_err(CaptureError::Read)?;
     let why = match sysfs_root {
         None => attach_live_driver(&mut machine).err(),
         Some(_) => None,
@@ -69,12 +103,17 @@ pub fn capture(
     // The doctor reads /proc and more /sys files through the same recording, so that
     // `gdpath doctor --snapshot` replays its file-based checks too.
     crate::read_files(&machine, &rec);
-    let file = std::fs::File::create(out).map_err(TopoError::Write)?;
-    let summary = snapshot::capture(
+    let written = snapshot::capture(
         &rec,
         &machine.source,
         machine.driver.as_ref(),
-        std::io::BufWriter::new(file),
-    )?;
+        std::io::BufWriter::new(&mut file),
+    );
+    let summary = match written {
+        Ok(s) => s,
+        Err(TopoError::Write(e)) => return Err(CaptureError::Output(file.write_error(e))),
+        Err(e) => return Err(CaptureError::Read(e)),
+    };
+    file.commit().map_err(CaptureError::Output)?;
     Ok((machine, summary, why))
 }

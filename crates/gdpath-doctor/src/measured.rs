@@ -264,6 +264,9 @@ fn probe_gds_in(dir: &std::path::Path) -> Finding {
             )
         }
     };
+    // An interrupt ends the process without running destructors: the CLI's handler removes
+    // what is registered here (`gdpath::file::remove_live_temporaries`).
+    let _interrupted = gdpath::file::Temporary::adopt(file.path());
     let defaults = GdsConfig::default();
     let runs = 3;
     let cfg = GdsBenchConfig {
@@ -284,7 +287,7 @@ fn probe_gds_in(dir: &std::path::Path) -> Finding {
     let report = match result {
         Ok(r) => r,
         // Writing the pattern file (no space, a quota) is the probe's own doing.
-        Err(e @ gdpath::Error::Io { op: "write", .. }) => {
+        Err(e @ (gdpath::Error::Io { op: "write", .. } | gdpath::Error::NoSpace { .. })) => {
             return unknown(e.to_string(), GDS_PROBE_NEEDS)
         }
         Err(e) => return unknown(e.to_string(), ""),

@@ -7,8 +7,9 @@ use gdpath::topo::{snapshot, sysfs, DirView, Recording, Source};
 use gdpath::Finding;
 use gdpath_doctor::{self as doctor, DoctorInput, Mode};
 
-/// (id, path, subject, status, remedy) and evidence with the replayed source's name removed.
-fn comparable(f: &Finding, name: &str) -> String {
+/// (id, path, subject, status, remedy) and evidence with the replayed source's name removed,
+/// and the machine's source (`sysfs-root`, or `snapshot` for the replay) as `(<kind>)`.
+fn comparable(f: &Finding, name: &str, kind: &str) -> String {
     format!(
         "{} {:?} {} {:?} {} | {}",
         f.id,
@@ -16,7 +17,9 @@ fn comparable(f: &Finding, name: &str) -> String {
         f.subject,
         f.status,
         f.remedy,
-        f.evidence.replace(name, "<source>")
+        f.evidence
+            .replace(name, "<source>")
+            .replace(&format!("({kind})"), "(<kind>)")
     )
 }
 
@@ -66,12 +69,12 @@ fn snapshot_replays_the_doctors_reads() {
     let a: Vec<String> = direct
         .findings
         .iter()
-        .map(|f| comparable(f, &tree_name))
+        .map(|f| comparable(f, &tree_name, "sysfs-root"))
         .collect();
     let b: Vec<String> = replay
         .findings
         .iter()
-        .map(|f| comparable(f, &snap_name))
+        .map(|f| comparable(f, &snap_name, "snapshot"))
         .collect();
     assert_eq!(a, b);
     // The conditions were really seen (not just equally missing on both sides).

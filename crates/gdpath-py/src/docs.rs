@@ -1,9 +1,9 @@
 //! `gdpath.topo()` and `gdpath.doctor()`: the `--json` documents of `gdpath topo` and `gdpath
-//! doctor`, from the functions the CLI prints them with (`gdpath_doctor::document`), so the
-//! text is the same byte for byte.
+//! doctor`, from the functions the CLI prints them with (`gdpath_doctor::document`, after the
+//! doctor's run `gdpath_doctor::examine`), so the text is the same byte for byte.
 
 use crate::error::raise;
-use gdpath_doctor::document::{self, DoctorError};
+use gdpath_doctor::{document, ExamineError};
 use gdpath_topo::Source;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -69,12 +69,12 @@ pub fn doctor_json(
     let src = source(snapshot, sysfs_root, hwloc_xml, nccl_xml)?;
     let paths = paths.unwrap_or_default();
     let r = py.detach(move || {
-        document::doctor(&src, &paths, measure)
-            .map(|(r, _)| (document::doctor_json(&r), r.exit_code()))
+        gdpath_doctor::examine(&src, &paths, measure)
+            .map(|ex| (document::doctor_json(&ex.report), ex.report.exit_code()))
     });
     r.map_err(|e| {
         let kind = match e {
-            DoctorError::NotADirectory(_) => "usage",
+            ExamineError::NotADirectory(_) => "usage",
             _ => "topology",
         };
         raise(py, kind, &e.to_string(), None, None)

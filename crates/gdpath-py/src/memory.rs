@@ -123,8 +123,9 @@ pub fn resolve(obj: &Bound<'_, PyAny>, o: &Options) -> PyResult<Resolved> {
         });
     }
     if let Some(x) = crate::buffer::export(obj)? {
-        // SAFETY: the memoryview kept by the region holds the buffer exported, so the memory
-        // stays at this address until the region (and every transfer on it) is gone.
+        // SAFETY: the memoryview given to `register_kept` holds the buffer exported, and the
+        // engine drops it only when it holds the memory no more (region, transfers, I/O), so
+        // the memory stays at this address as long as gdpath uses it.
         let memory = unsafe { HostPointer::new(x.ptr, x.len, !x.readonly && !o.read_only) };
         return Ok(Resolved {
             memory: Memory::HostPointer {
@@ -148,7 +149,8 @@ pub fn resolve(obj: &Bound<'_, PyAny>, o: &Options) -> PyResult<Resolved> {
                 let ptr = t.ptr as *mut u8;
                 let len = usize::try_from(t.len)
                     .map_err(|_| PyValueError::new_err("tensor larger than the address space"))?;
-                // SAFETY: the unconsumed capsule, kept by the region, keeps the memory.
+                // SAFETY: the unconsumed capsule, given to `register_kept`, keeps the memory
+                // for as long as the engine holds it.
                 let memory = unsafe { HostPointer::new(ptr, len, writable) };
                 Memory::HostPointer {
                     memory,

@@ -65,6 +65,24 @@ impl DeviceKind {
     }
 }
 
+/// What shows that a device can do RDMA ([`Device::rdma_capable`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RdmaEvidence<'a> {
+    /// An RDMA device the source lists under the function (`mlx5_0`, `rdmap16s27`).
+    Device(&'a str),
+    /// The function's PCI identity (`Amazon EFA`): no RDMA device named, the hardware has one.
+    Identity(&'static str),
+}
+
+impl std::fmt::Display for RdmaEvidence<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RdmaEvidence::Device(name) => write!(f, "RDMA device {name}"),
+            RdmaEvidence::Identity(what) => write!(f, "{what}, by its PCI identity"),
+        }
+    }
+}
+
 /// One PCI function.
 ///
 /// Unknown values are `None` (or the documented sentinels for ids), never a guess: sysfs
@@ -201,6 +219,17 @@ impl Device {
             (names::vendor::MELLANOX, _) if network => Some("Mellanox ConnectX (InfiniBand/RoCE)"),
             (names::vendor::AMAZON, 0xefa0..=0xefa4) => Some("Amazon EFA"),
             _ => None,
+        }
+    }
+
+    /// Why this function can do RDMA: an RDMA device the source lists under it (`mlx5_0`), else
+    /// its PCI identity ([`Device::rdma_capable_by_id`]: EFA, ConnectX, class 0x0207). `None`
+    /// when neither says so. This is how the doctor and `topo` recognise RDMA NICs in sources
+    /// that name no RDMA devices (hwloc or NCCL XML without `<net>` entries).
+    pub fn rdma_capable(&self) -> Option<RdmaEvidence<'_>> {
+        match self.rdma.first() {
+            Some(name) => Some(RdmaEvidence::Device(name)),
+            None => self.rdma_capable_by_id().map(RdmaEvidence::Identity),
         }
     }
 

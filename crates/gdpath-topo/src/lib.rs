@@ -1,41 +1,49 @@
 //! The machine model for gdpath: PCI devices, the PCIe tree, NUMA, NVLink, ACS and IOMMU state,
-//! and the pair classes of `nvidia-smi topo -m`. Pure Rust, no FFI, no unsafe; nothing here
-//! prints.
+//! the pair classes of `nvidia-smi topo -m`, and what the source could describe
+//! ([`Coverage`]). Pure Rust, no FFI, no unsafe; nothing here prints.
 //!
 //! Sources ([`Source`]): the live `/sys`, a copied sysfs tree, a snapshot written by
-//! [`snapshot::capture`], an hwloc 2.x/3.x XML export, or an NCCL topology XML. All of them
-//! produce the same [`Machine`], from which come the [`Matrix`], [`Machine::nearest`] and
-//! [`Machine::warnings`]. Every file read of a sysfs source goes through a [`view::SysView`],
-//! which the doctor (in the engine) shares so that snapshots replay its reads too.
+//! [`snapshot::capture`], an hwloc 2.x/3.x XML export, an NCCL topology XML, or the text of
+//! `nvidia-smi topo -m`. All of them produce the same [`Machine`], from which come the
+//! [`Matrix`], [`Machine::nearest`] and [`Machine::warnings`]. Every file read of a sysfs source
+//! goes through a [`view::SysView`], which the doctor (in the engine) shares so that snapshots
+//! replay its reads too. Every input is bounded ([`input`]): size, XML depth, device counts.
 
 #![forbid(unsafe_code)]
 
 pub mod acs;
 pub mod class;
+pub mod coverage;
 pub mod cpus;
 pub mod device;
 pub mod facts;
 pub mod hwloc;
+pub mod input;
 pub mod iommu;
 pub mod link;
 pub mod machine;
 pub mod names;
 pub mod nccl;
+pub mod pairs;
 pub mod pci;
 pub mod smi;
 pub mod snapshot;
 pub mod sysfs;
 pub mod view;
+pub mod warnings;
+mod xml;
 
 pub use acs::{AcsFlags, AcsState};
 pub use class::LinkClass;
-pub use device::{Device, DeviceKind};
+pub use coverage::{Aspect, Coverage, Facet};
+pub use device::{Device, DeviceKind, RdmaEvidence};
 pub use iommu::{IommuGroup, IommuState};
 pub use link::PcieLink;
 pub use machine::{
     warning_ids, Machine, Matrix, Nearest, NumaNode, NvLinkBond, Peer, TopoReport, Warning,
     TOPO_SCHEMA,
 };
+pub use pairs::{NvLinkState, PairClass};
 pub use pci::PciAddr;
 pub use view::{DirView, Recording, SysView};
 
@@ -54,6 +62,49 @@ pub enum Source {
     HwlocXml(PathBuf),
     /// An NCCL topology file (`NCCL_TOPO_DUMP_FILE`, or a cloud provider's `NCCL_TOPO_FILE`).
     NcclXml(PathBuf),
+    /// The text `nvidia-smi topo -m` printed ([`smi`]).
+    SmiTopo(PathBuf),
+}
+
+impl Source {
+    /// The name [`Machine::source`] carries for this source: `live`, `sysfs-root`, `snapshot`,
+    /// `hwloc-xml`, `nccl-xml`, `smi-topo`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Source::Live => "live",
+            Source::SysfsRoot(_) => "sysfs-root",
+            Source::Snapshot(_) => "snapshot",
+            Source::HwlocXml(_) => "hwloc-xml",
+            Source::NcclXml(_) => "nccl-xml",
+            Source::SmiTopo(_) => "smi-topo",
+        }
+    }
+
+    /// The file or directory read, `None` for the live machine.
+    pub fn path(&self) -> Option<&std::path::Path> {
+        match self {
+            Source::Live => None,
+            Source::SysfsRoot(p)
+            | Source::Snapshot(p)
+            | Source::HwlocXml(p)
+            | Source::NcclXml(p)
+            | Source::SmiTopo(p) => Some(p),
+        }
+    }
+
+    /// The source in words, for headers: `live /sys`, `snapshot FILE`, `NCCL XML FILE`.
+    pub fn describe(&self) -> String {
+        let what = match self {
+            Source::Live => return "live /sys".to_owned(),
+            Source::SysfsRoot(_) => "sysfs tree",
+            Source::Snapshot(_) => "snapshot",
+            Source::HwlocXml(_) => "hwloc XML",
+            Source::NcclXml(_) => "NCCL XML",
+            Source::SmiTopo(_) => "nvidia-smi topo -m text",
+        };
+        let path = self.path().map(|p| p.display().to_string());
+        format!("{what} {}", path.unwrap_or_default())
+    }
 }
 
 /// Errors of the topology readers. Each names the file (and line, for XML) at fault.
@@ -77,73 +128,77 @@ pub enum TopoError {
         column: u32,
         message: String,
     },
+    /// The text is not the output of `nvidia-smi topo -m`.
+    #[error("{path}: {source}")]
+    Smi {
+        path: PathBuf,
+        #[source]
+        source: smi::SmiError,
+    },
     /// The file is not a gdpath snapshot (or is a damaged one).
     #[error("{path} is not a gdpath snapshot: {reason}")]
     NotSnapshot { path: PathBuf, reason: String },
     /// Writing a snapshot failed.
     #[error("cannot write snapshot: {0}")]
     Write(#[source] std::io::Error),
+    /// The file is larger than any source of its kind (or never ends: `/dev/zero`).
+    #[error(
+        "{path} is larger than {}, the most gdpath reads from a source of this kind (no \
+         machine's topology is that large; is it the right file?)",
+        input::size_text(*.limit_bytes)
+    )]
+    TooLarge { path: PathBuf, limit_bytes: u64 },
+    /// A pipe or FIFO delivered no data for `seconds` seconds.
+    #[error("{path}: no data for {seconds} s (a pipe or FIFO whose writer does not write)")]
+    Stalled { path: PathBuf, seconds: u64 },
+    /// XML nested deeper than [`input::MAX_XML_DEPTH`] elements.
+    #[error(
+        "{path}:{line}:{column}: XML nested deeper than {limit} elements (a real machine's PCI \
+         tree is fewer than 32 bridges deep)"
+    )]
+    TooDeep {
+        path: PathBuf,
+        line: u32,
+        column: u32,
+        limit: usize,
+    },
+    /// XML with more than [`input::MAX_XML_NODES`] nodes.
+    #[error(
+        "{path}: more than {limit} XML nodes (a large machine's export has tens of thousands)"
+    )]
+    TooManyNodes { path: PathBuf, limit: u32 },
+    /// More devices than [`input::MAX_PCI_FUNCTIONS`] or [`input::MAX_MATRIX_DEVICES`]: checked
+    /// before any pairwise work.
+    #[error(
+        "{source_name}: {count} {what}, more than the {limit} gdpath classifies (the pairwise \
+         work grows with the square of the count)"
+    )]
+    TooManyDevices {
+        /// The source (file name, or `live /sys`).
+        source_name: String,
+        /// `PCI functions`, or `GPUs, NICs and NVMe`.
+        what: &'static str,
+        count: usize,
+        limit: usize,
+    },
 }
 
 /// Reads a machine from `source`. Snapshots bring their driver facts (`driver.json`) with them;
 /// for the other sources driver facts are attached by the caller ([`Machine::set_driver`]).
 pub fn load(source: &Source) -> Result<Machine, TopoError> {
     match source {
-        Source::Live => sysfs::read_machine(&DirView::live(), "live"),
+        Source::Live => sysfs::read_machine(&DirView::live(), source.kind()),
         Source::SysfsRoot(dir) => {
             if !dir.is_dir() {
                 return Err(TopoError::NotSysfs {
                     what: format!("{} is not a directory", dir.display()),
                 });
             }
-            sysfs::read_machine(&DirView::new(dir), "sysfs-root")
+            sysfs::read_machine(&DirView::new(dir), source.kind())
         }
         Source::Snapshot(path) => snapshot::Snapshot::open(path)?.machine(),
         Source::HwlocXml(path) => hwloc::read_file(path),
         Source::NcclXml(path) => nccl::read_file(path),
-    }
-}
-
-/// Reads an XML file as text, with [`TopoError::Io`] naming it.
-fn read_to_string(path: &std::path::Path) -> Result<String, TopoError> {
-    std::fs::read_to_string(path).map_err(|source| TopoError::Io {
-        path: path.to_owned(),
-        source,
-    })
-}
-
-/// Parses XML text, turning roxmltree's error into [`TopoError::Xml`] with file and line.
-fn parse_xml<'a>(
-    text: &'a str,
-    path: &std::path::Path,
-) -> Result<roxmltree::Document<'a>, TopoError> {
-    let opts = roxmltree::ParsingOptions {
-        allow_dtd: true,
-        ..Default::default()
-    };
-    roxmltree::Document::parse_with_options(text, opts).map_err(|e| {
-        let pos = e.pos();
-        TopoError::Xml {
-            path: path.to_owned(),
-            line: pos.row,
-            column: pos.col,
-            message: e.to_string(),
-        }
-    })
-}
-
-/// [`TopoError::Xml`] at a node of a parsed document.
-fn xml_error(
-    doc: &roxmltree::Document,
-    node: roxmltree::Node,
-    path: &std::path::Path,
-    message: String,
-) -> TopoError {
-    let pos = doc.text_pos_at(node.range().start);
-    TopoError::Xml {
-        path: path.to_owned(),
-        line: pos.row,
-        column: pos.col,
-        message,
+        Source::SmiTopo(path) => smi::read_file(path),
     }
 }

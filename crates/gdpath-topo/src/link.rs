@@ -12,6 +12,11 @@ pub struct PcieLink {
     pub cur_width: Option<u32>,
     pub max_gts: Option<f64>,
     pub max_width: Option<u32>,
+    /// Usable bandwidth of the current link per direction in GB/s (1e9 B/s) as the source
+    /// states it, for sources that give the bandwidth rather than speed and width: hwloc's
+    /// `pci_link_speed`. Absent from JSON when the source does not state it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stated_gbps: Option<f64>,
 }
 
 impl PcieLink {
@@ -68,8 +73,12 @@ impl PcieLink {
     ///
     /// Examples: Gen5 x16 = 32 × 16 × 128/130 / 8 = 63.02 GB/s; Gen3 x16 = 15.75 GB/s;
     /// Gen1 x1 = 0.25 GB/s.
+    /// Without speed or width, the bandwidth the source states ([`PcieLink::stated_gbps`]).
     pub fn limit_gbps(&self) -> Option<f64> {
-        Self::bandwidth_gbps(self.cur_gts?, self.cur_width?)
+        match (self.cur_gts, self.cur_width) {
+            (Some(g), Some(w)) => Self::bandwidth_gbps(g, w),
+            _ => self.stated_gbps,
+        }
     }
 
     /// As [`PcieLink::limit_gbps`], for the maximum speed and width the device is capable of.
@@ -104,6 +113,18 @@ impl PcieLink {
             return None;
         }
         Some(gts * f64::from(lanes) * encoding_efficiency(gts) / 8.0)
+    }
+}
+
+/// The link widths PCIe defines (lanes).
+pub const WIDTHS: [u32; 7] = [1, 2, 4, 8, 12, 16, 32];
+
+/// The per-lane rate in GT/s of PCIe generation `gen` (1 → 2.5, 2 → 5, ... 7 → 128).
+pub fn gen_gts(gen: u32) -> Option<f64> {
+    match gen {
+        1 => Some(2.5),
+        2..=7 => Some(2.5 * f64::from(1u32 << (gen - 1)) * if gen >= 3 { 0.8 } else { 1.0 }),
+        _ => None,
     }
 }
 
@@ -180,6 +201,7 @@ mod tests {
             cur_width: Some(8),
             max_gts: Some(32.0),
             max_width: Some(16),
+            stated_gbps: None,
         };
         assert!(l.speed_degraded() && l.width_degraded() && l.is_degraded());
         assert_eq!((l.cur_gen(), l.max_gen()), (Some(3), Some(5)));

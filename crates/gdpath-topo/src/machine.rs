@@ -1,15 +1,19 @@
-//! The machine: devices, NUMA nodes, NVLink, IOMMU; pair classification, the matrix, nearest
-//! devices and warnings.
+//! The machine: devices, NUMA nodes, NVLink, IOMMU, the source's coverage; lookups and the
+//! `--json` report. Pair classification is in [`crate::pairs`], warnings in
+//! [`crate::warnings`].
 
 use crate::class::LinkClass;
+use crate::coverage::{Coverage, Facet};
 use crate::cpus::CpuSet;
 use crate::device::{Device, DeviceKind};
-use crate::facts::DriverFacts;
+use crate::facts::{DriverFacts, FactSource};
 use crate::iommu::IommuState;
 use crate::pci::PciAddr;
 use serde::ser::SerializeMap;
 use serde::{Deserialize, Serialize, Serializer};
 use std::collections::BTreeMap;
+
+pub use crate::warnings::{warning_ids, Warning};
 
 /// Schema id of `gdpath topo --json`.
 pub const TOPO_SCHEMA: &str = "gdpath.topo/1";
@@ -32,28 +36,6 @@ pub struct NvLinkBond {
     pub a: PciAddr,
     pub b: PciAddr,
     pub links: u32,
-}
-
-/// A topology warning with a stable id.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Warning {
-    /// Stable id, one of [`warning_ids`].
-    pub id: String,
-    pub message: String,
-}
-
-/// The stable ids of [`Machine::warnings`].
-pub mod warning_ids {
-    /// A link trained below its maximum speed or width.
-    pub const LINK_DEGRADED: &str = "topo.link-degraded";
-    /// A GPU whose nearest NIC is only reachable through NODE or SYS.
-    pub const NIC_FAR: &str = "topo.nic-far";
-    /// ACS P2P redirect (RR or CR) enabled on a bridge on a GPU↔GPU or GPU↔NIC path.
-    pub const ACS_REDIRECT: &str = "topo.acs-redirect";
-    /// A GPU, NIC or NVMe with no NUMA node in the source on a machine with several nodes.
-    pub const NUMA_UNKNOWN: &str = "topo.numa-unknown";
-    /// The source has no PCI tree: PIX/PXB/PHB/NODE cannot be told apart.
-    pub const TREE_UNKNOWN: &str = "topo.tree-unknown";
 }
 
 /// A device's nearest peer of some kind.
@@ -113,10 +95,16 @@ impl Serialize for Matrix {
 #[derive(Debug, Clone, Serialize)]
 pub struct TopoReport<'a> {
     pub schema: &'static str,
-    /// Where the machine was read from: `live`, `sysfs-root`, `hwloc-xml`, `nccl-xml` (a replayed
-    /// snapshot reports the source it was captured from).
+    /// Where the machine was read from: `live`, `sysfs-root`, `snapshot`, `hwloc-xml`,
+    /// `nccl-xml` or `smi-topo` ([`Machine::source`]).
     pub source: &'a str,
+    /// For a snapshot, the source it was captured from (`live` or `sysfs-root`); absent
+    /// otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub captured_from: Option<&'a str>,
     pub tree_known: bool,
+    /// What the source describes and what it cannot ([`Coverage`]).
+    pub coverage: &'a Coverage,
     pub devices: &'a [Device],
     pub numa_nodes: &'a [NumaNode],
     pub iommu: &'a IommuState,
@@ -143,15 +131,28 @@ pub struct Machine {
     pub iommu: IommuState,
     /// False when the source has no PCI tree (parents and host bridges unknown).
     pub tree_known: bool,
-    /// `live`, `sysfs-root`, `hwloc-xml` or `nccl-xml`.
+    /// The source read: `live`, `sysfs-root`, `snapshot`, `hwloc-xml`, `nccl-xml` or
+    /// `smi-topo` ([`crate::Source::kind`]). A replay names the replayed source, never the
+    /// machine it runs on.
     pub source: String,
+    /// For a snapshot, the source it was captured from (its manifest's `source`: `live` or
+    /// `sysfs-root`).
+    pub captured_from: Option<String>,
+    /// What the source describes and what it cannot, with the reasons ([`Coverage`]).
+    pub coverage: Coverage,
+    /// The PCIe classes the source states, by pair ([`crate::pairs::pair_key`]): set for
+    /// `nvidia-smi topo -m` text, whose matrix is the whole of what it says. When set,
+    /// [`Machine::pcie_class`] answers from it alone (`N/A` for pairs it does not state, and for
+    /// pairs it states only as NV#, whose PCIe path nvidia-smi does not print).
+    pub stated_pcie: Option<BTreeMap<(PciAddr, PciAddr), LinkClass>>,
     /// Things the reader could not place or found inconsistent.
     pub notes: Vec<String>,
 }
 
 impl Machine {
     /// Builds a machine from a reader's devices: sorts them in PCI bus order, decides short ids
-    /// (`GPU0`, `NIC0`, `NVME0`, else the PCI address) and fills missing names.
+    /// (`GPU0`, `NIC0`, `NVME0`, else the PCI address) and fills missing names. The coverage
+    /// starts all unknown ("the source does not say"): readers set what their source describes.
     pub fn assemble(
         mut devices: Vec<Device>,
         numa_nodes: Vec<NumaNode>,
@@ -182,43 +183,105 @@ impl Machine {
             iommu,
             tree_known,
             source: source.to_owned(),
+            captured_from: None,
+            coverage: Coverage::unknown(&format!("the source ({source}) does not say")),
+            stated_pcie: None,
             notes: Vec::new(),
         }
     }
 
-    /// Attaches driver facts and takes NVLink connections from them
-    /// ([`DriverFacts::nvlink_count`], GPUs matched by PCI address).
+    /// Attaches driver facts and takes NVLink connections from them (GPUs matched by PCI
+    /// address; the count of [`DriverFacts::nvlink_count`], the larger of the two directions).
+    /// NVLink becomes described ([`Coverage::nvlink`]) unless NVML could not be read at all, in
+    /// which case it is unknown with NVML's error.
     pub fn set_driver(&mut self, facts: DriverFacts) {
-        let gpus: Vec<PciAddr> = self.gpus().map(|g| g.pci).collect();
-        for (i, a) in gpus.iter().enumerate() {
-            for b in &gpus[i + 1..] {
-                let ord = |p: &PciAddr| facts.gpu_by_pci(&p.to_string()).map(|g| g.ordinal);
-                if let (Some(oa), Some(ob)) = (ord(a), ord(b)) {
-                    let n = facts.nvlink_count(oa, ob).max(facts.nvlink_count(ob, oa));
-                    self.set_nvlink(*a, *b, n);
+        // Per GPU: links to each remote address, and links to NVSwitches.
+        let mut links: BTreeMap<String, (BTreeMap<String, u32>, u32)> = BTreeMap::new();
+        for g in &facts.gpus {
+            let entry = links.entry(g.pci.to_ascii_lowercase());
+            if let std::collections::btree_map::Entry::Vacant(v) = entry {
+                let (mut direct, mut switch) = (BTreeMap::new(), 0u32);
+                for l in &g.nvlinks {
+                    if l.remote_is_switch {
+                        switch = switch.saturating_add(1);
+                    } else {
+                        let n: &mut u32 =
+                            direct.entry(l.remote_pci.to_ascii_lowercase()).or_default();
+                        *n = n.saturating_add(1);
+                    }
                 }
+                v.insert((direct, switch));
             }
         }
+        let gpus: Vec<(PciAddr, String)> = self
+            .gpus()
+            .map(|g| (g.pci, g.pci.to_string()))
+            .filter(|(_, s)| links.contains_key(s))
+            .collect();
+        let count = |a: &str, b: &str| -> u32 {
+            let (da, sa) = &links[a];
+            let (_, sb) = &links[b];
+            match da.get(b) {
+                Some(&n) => n,
+                None if *sa > 0 && *sb > 0 => (*sa).min(*sb),
+                None => 0,
+            }
+        };
+        let mut bonds = Vec::new();
+        for (i, (pa, a)) in gpus.iter().enumerate() {
+            for (pb, b) in &gpus[i + 1..] {
+                bonds.push((*pa, *pb, count(a, b).max(count(b, a))));
+            }
+        }
+        self.set_nvlinks(bonds);
+        let nvml_missing = facts
+            .gaps
+            .iter()
+            .find(|g| g.source == FactSource::Nvml && g.what == "all NVML facts");
+        self.coverage.nvlink = match nvml_missing {
+            Some(g) => Facet::unknown(format!(
+                "NVML could not be read ({}), and NVLink comes from NVML",
+                g.reason
+            )),
+            None => Facet::described("the NVIDIA driver (NVML: NVLink state and remote ends)"),
+        };
         self.driver = Some(facts);
     }
 
     /// Records `links` NVLinks between two GPUs (0 removes the connection).
     pub fn set_nvlink(&mut self, a: PciAddr, b: PciAddr, links: u32) {
-        let (a, b) = if a <= b { (a, b) } else { (b, a) };
-        self.nvlinks.retain(|l| !(l.a == a && l.b == b));
-        if links > 0 && a != b {
-            self.nvlinks.push(NvLinkBond { a, b, links });
-            self.nvlinks.sort_by_key(|l| (l.a, l.b));
+        self.set_nvlinks([(a, b, links)]);
+    }
+
+    /// Records many NVLink counts at once, as [`Machine::set_nvlink`] does for one (later
+    /// entries win; 0 removes a connection), in one sort.
+    pub fn set_nvlinks(&mut self, bonds: impl IntoIterator<Item = (PciAddr, PciAddr, u32)>) {
+        let mut all: BTreeMap<(PciAddr, PciAddr), u32> =
+            self.nvlinks.iter().map(|l| ((l.a, l.b), l.links)).collect();
+        for (a, b, links) in bonds {
+            if a != b {
+                all.insert(crate::pairs::pair_key(a, b), links);
+            }
         }
+        self.nvlinks = all
+            .into_iter()
+            .filter(|&(_, links)| links > 0)
+            .map(|((a, b), links)| NvLinkBond { a, b, links })
+            .collect();
     }
 
     /// Number of NVLinks between two devices (0 when none is known).
     pub fn nvlink_count(&self, a: &PciAddr, b: &PciAddr) -> u32 {
-        let (a, b) = if a <= b { (a, b) } else { (b, a) };
-        self.nvlinks
-            .iter()
-            .find(|l| &l.a == a && &l.b == b)
-            .map_or(0, |l| l.links)
+        let key = crate::pairs::pair_key(*a, *b);
+        match self.nvlinks.binary_search_by(|l| (l.a, l.b).cmp(&key)) {
+            Ok(i) => self.nvlinks[i].links,
+            // Not sorted (changed by hand): look at every bond.
+            Err(_) => self
+                .nvlinks
+                .iter()
+                .find(|l| (l.a, l.b) == key)
+                .map_or(0, |l| l.links),
+        }
     }
 
     /// GPUs in PCI bus order.
@@ -242,7 +305,26 @@ impl Machine {
 
     /// The device at a PCI address (the first, should a malformed source repeat an address).
     pub fn device(&self, pci: &PciAddr) -> Option<&Device> {
-        self.devices.iter().find(|d| &d.pci == pci)
+        self.at(pci).first()
+    }
+
+    /// Every device at a PCI address (more than one only in a malformed source). `devices` is in
+    /// PCI order after [`Machine::assemble`], so this is a binary search; a list changed out of
+    /// order by hand is searched in full.
+    fn at(&self, pci: &PciAddr) -> &[Device] {
+        let lo = self.devices.partition_point(|d| d.pci < *pci);
+        let hi = lo
+            + self.devices[lo..]
+                .iter()
+                .take_while(|d| d.pci == *pci)
+                .count();
+        if hi > lo {
+            return &self.devices[lo..hi];
+        }
+        match self.devices.iter().position(|d| d.pci == *pci) {
+            Some(i) => &self.devices[i..=i],
+            None => &[],
+        }
     }
 
     /// The device with this id (`GPU0`, `NIC1`, `0000:00:01.0`).
@@ -256,11 +338,11 @@ impl Machine {
         let mut cur = dev.parent;
         while let Some(p) = cur {
             // Prefer the bridge when a malformed source repeats an address.
-            let Some(d) = self
-                .devices
+            let here = self.at(&p);
+            let Some(d) = here
                 .iter()
-                .find(|d| d.pci == p && d.kind == DeviceKind::Bridge)
-                .or_else(|| self.device(&p))
+                .find(|d| d.kind == DeviceKind::Bridge)
+                .or(here.first())
             else {
                 break;
             };
@@ -303,253 +385,14 @@ impl Machine {
         }
     }
 
-    /// Where the paths of `a` and `b` up the PCI tree meet: the lowest common bridge and how
-    /// many bridges lie strictly below it on each side, or `None` when they share no bridge.
-    fn meeting_point<'a>(
-        &'a self,
-        up_a: &[&'a Device],
-        up_b: &[&'a Device],
-    ) -> Option<(usize, usize)> {
-        up_a.iter()
-            .enumerate()
-            .find_map(|(i, x)| up_b.iter().position(|y| y.pci == x.pci).map(|j| (i, j)))
-    }
-
-    /// The PCIe class of a pair, per the `nvidia-smi topo -m` legend (see [`LinkClass`]):
-    ///
-    /// - `X`: the same device.
-    /// - Different host bridges (sysfs root buses `pciDDDD:BB`): `SYS` when the two devices'
-    ///   NUMA nodes ([`Machine::numa_of`]) are both known and differ ("crosses the SMP
-    ///   interconnect between NUMA nodes"); otherwise `NODE` ("between PCIe host bridges within a
-    ///   NUMA node"). A node that is unknown on either side counts as the same node, as
-    ///   nvidia-smi does.
-    /// - Same host bridge, no bridge in common: `PHB` ("traversing a PCIe host bridge"). Devices
-    ///   directly on the root bus (the H200 VM's GPUs at 00:06.0 and 00:07.0) are `PHB`.
-    /// - Same host bridge, meeting at a common bridge: `PIX` ("at most a single PCIe bridge")
-    ///   when each device is at most one bridge below the meeting bridge — that is, both hang off
-    ///   the same PCIe switch (its upstream port and one downstream port each), or both sit
-    ///   directly under one bridge; otherwise `PXB` ("multiple PCIe bridges without the host
-    ///   bridge"), e.g. a switch below another switch.
-    /// - No PCI tree in the source: `SYS` when the NUMA nodes are known and differ, else
-    ///   [`LinkClass::Unknown`] (printed `N/A`): gdpath does not invent a tree.
-    pub fn pcie_class(&self, a: &Device, b: &Device) -> LinkClass {
-        if std::ptr::eq(a, b) || (a.pci == b.pci && a.id == b.id) {
-            return LinkClass::X;
-        }
-        let numa_differs = || match (self.numa_of(a), self.numa_of(b)) {
-            (Some(x), Some(y)) => x != y,
-            _ => false,
-        };
-        let (Some(ha), Some(hb)) = (&a.host_bridge, &b.host_bridge) else {
-            return if numa_differs() {
-                LinkClass::Sys
-            } else {
-                LinkClass::Unknown
-            };
-        };
-        if ha != hb {
-            return if numa_differs() {
-                LinkClass::Sys
-            } else {
-                LinkClass::Node
-            };
-        }
-        let (up_a, up_b) = (self.ancestors(a), self.ancestors(b));
-        match self.meeting_point(&up_a, &up_b) {
-            None => LinkClass::Phb,
-            Some((i, j)) if i <= 1 && j <= 1 => LinkClass::Pix,
-            Some(_) => LinkClass::Pxb,
-        }
-    }
-
-    /// The class of a pair as `nvidia-smi topo -m` prints it: `X` for the device itself, `NV#`
-    /// for GPUs joined by # NVLinks ("a bonded set of # NVLinks", directly or through
-    /// NVSwitches), else [`Machine::pcie_class`].
-    pub fn classify(&self, a: &Device, b: &Device) -> LinkClass {
-        let pcie = self.pcie_class(a, b);
-        if pcie == LinkClass::X {
-            return pcie;
-        }
-        match self.nvlink_count(&a.pci, &b.pci) {
-            0 => pcie,
-            n => LinkClass::Nv(n),
-        }
-    }
-
-    /// The bridges a P2P transfer between `a` and `b` crosses: from each device up to the bridge
-    /// where their paths meet (included), or, when they meet only at the host bridge or above,
-    /// every bridge on both paths (root ports included). Nearest to `a` first. These are the
-    /// bridges whose ACS settings matter for the pair.
-    pub fn bridges_between(&self, a: &Device, b: &Device) -> Vec<&Device> {
-        let (up_a, up_b) = (self.ancestors(a), self.ancestors(b));
-        let mut out: Vec<&Device> = match self.meeting_point(&up_a, &up_b) {
-            Some((i, j)) => up_a[..=i]
-                .iter()
-                .chain(up_b[..j].iter().rev())
-                .copied()
-                .collect(),
-            None => up_a.iter().chain(up_b.iter().rev()).copied().collect(),
-        };
-        out.dedup_by_key(|d| d.pci);
-        out
-    }
-
-    /// The devices of the matrix: GPUs, then NICs, then NVMe, each in PCI bus order.
-    pub fn matrix_devices(&self) -> Vec<&Device> {
-        self.gpus().chain(self.nics()).chain(self.nvmes()).collect()
-    }
-
-    /// Every pair among GPUs, NICs and NVMe, classified ([`Machine::classify`]).
-    pub fn matrix(&self) -> Matrix {
-        let devs = self.matrix_devices();
-        Matrix {
-            ids: devs.iter().map(|d| d.id.clone()).collect(),
-            cells: devs
-                .iter()
-                .map(|a| devs.iter().map(|b| self.classify(a, b)).collect())
-                .collect(),
-        }
-    }
-
-    fn nearest_of<'a>(
-        &self,
-        gpu: &Device,
-        candidates: impl Iterator<Item = &'a Device>,
-    ) -> Option<Peer> {
-        // Nearest PCIe class first; among equals, a NIC with an RDMA device, then PCI order.
-        candidates
-            .map(|d| (self.pcie_class(gpu, d), d.rdma.is_empty(), d))
-            .min_by_key(|(c, no_rdma, d)| (*c, *no_rdma, d.pci))
-            .map(|(class, _, d)| Peer {
-                id: d.id.clone(),
-                class,
-            })
-    }
-
-    /// For each GPU, its nearest NIC and NVMe by PCIe class (PIX < PXB < PHB < NODE < SYS);
-    /// among NICs of the same class one with an RDMA device wins, then PCI order.
-    pub fn nearest(&self) -> Vec<Nearest> {
-        self.gpus()
-            .map(|g| Nearest {
-                gpu: g.id.clone(),
-                nic: self.nearest_of(g, self.nics()),
-                nvme: self.nearest_of(g, self.nvmes()),
-            })
-            .collect()
-    }
-
-    /// Warnings with stable ids ([`warning_ids`]), in a fixed order.
-    pub fn warnings(&self) -> Vec<Warning> {
-        let mut out = Vec::new();
-        let warn = |out: &mut Vec<Warning>, id: &str, message: String| {
-            out.push(Warning {
-                id: id.to_owned(),
-                message,
-            })
-        };
-        if !self.tree_known && !self.devices.is_empty() {
-            warn(
-                &mut out,
-                warning_ids::TREE_UNKNOWN,
-                "the source has no PCI tree (no /sys/devices/pci* paths): PIX, PXB, PHB and \
-                 NODE cannot be told apart, so pairs read N/A unless their NUMA nodes differ \
-                 (SYS)"
-                    .to_owned(),
-            );
-        }
-        for d in self.link_checked_devices() {
-            if d.link.is_degraded() {
-                warn(&mut out, warning_ids::LINK_DEGRADED, degraded_message(d));
-            }
-        }
-        for n in self.nearest() {
-            if let Some(p) = n.nic.as_ref().filter(|p| p.class >= LinkClass::Node) {
-                let nic = self.by_id(&p.id).map(Device::os_name).unwrap_or_default();
-                warn(
-                    &mut out,
-                    warning_ids::NIC_FAR,
-                    format!(
-                        "{}'s nearest NIC is {} ({nic}) at {}: GPUDirect RDMA traffic crosses {}",
-                        n.gpu,
-                        p.id,
-                        p.class,
-                        if p.class == LinkClass::Sys {
-                            "the interconnect between CPU sockets"
-                        } else {
-                            "the interconnect between PCIe host bridges"
-                        }
-                    ),
-                );
-            }
-        }
-        self.acs_warnings(&mut out);
-        if self.numa_nodes.len() > 1 {
-            for d in self.matrix_devices() {
-                if d.numa.is_none() {
-                    let inferred = match self.numa_of(d) {
-                        Some(n) => format!("node {n} inferred from its local CPUs"),
-                        None => "treated as the same node as any peer (nvidia-smi's convention)"
-                            .to_owned(),
-                    };
-                    warn(
-                        &mut out,
-                        warning_ids::NUMA_UNKNOWN,
-                        format!(
-                            "{} ({}): NUMA node unknown (numa_node -1 or absent); {inferred}",
-                            d.id, d.pci
-                        ),
-                    );
-                }
-            }
-        }
-        out
-    }
-
-    /// GPUs, NICs, NVMe and the bridges above them, each once, in PCI order.
-    fn link_checked_devices(&self) -> Vec<&Device> {
-        let mut v: Vec<&Device> = self
-            .matrix_devices()
-            .into_iter()
-            .flat_map(|d| std::iter::once(d).chain(self.ancestors(d)))
-            .collect();
-        v.sort_by_key(|d| (d.pci, d.id.clone()));
-        v.dedup_by(|x, y| std::ptr::eq(*x, *y));
-        v
-    }
-
-    fn acs_warnings(&self, out: &mut Vec<Warning>) {
-        let gpus: Vec<&Device> = self.gpus().collect();
-        // bridge pci -> pairs whose path crosses it with redirect enabled
-        let mut hits: BTreeMap<PciAddr, Vec<String>> = BTreeMap::new();
-        for (i, g) in gpus.iter().enumerate() {
-            for p in gpus[i + 1..].iter().copied().chain(self.nics()) {
-                for b in self.bridges_between(g, p) {
-                    if b.acs.is_some_and(|a| a.redirects_p2p()) {
-                        hits.entry(b.pci)
-                            .or_default()
-                            .push(format!("{}↔{}", g.id, p.id));
-                    }
-                }
-            }
-        }
-        for (bridge, pairs) in hits {
-            out.push(Warning {
-                id: warning_ids::ACS_REDIRECT.to_owned(),
-                message: format!(
-                    "ACS P2P redirect (RR/CR) is enabled on bridge {bridge}, on the path of {}: \
-                     P2P and GPUDirect RDMA traffic is sent up to the root complex",
-                    pairs.join(", ")
-                ),
-            });
-        }
-    }
-
     /// The `--json` document ([`TOPO_SCHEMA`]).
     pub fn report(&self) -> TopoReport<'_> {
         TopoReport {
             schema: TOPO_SCHEMA,
             source: &self.source,
+            captured_from: self.captured_from.as_deref(),
             tree_known: self.tree_known,
+            coverage: &self.coverage,
             devices: &self.devices,
             numa_nodes: &self.numa_nodes,
             iommu: &self.iommu,
@@ -560,25 +403,4 @@ impl Machine {
             notes: &self.notes,
         }
     }
-}
-
-fn degraded_message(d: &Device) -> String {
-    let l = &d.link;
-    let bw = match (l.limit_gbps(), l.max_limit_gbps()) {
-        (Some(c), Some(m)) => format!(" ({c:.2} of {m:.2} GB/s per direction)"),
-        _ => String::new(),
-    };
-    let idle = if d.kind == DeviceKind::Gpu && l.speed_degraded() && !l.width_degraded() {
-        "; GPUs lower their link speed when idle, so check again under load"
-    } else {
-        ""
-    };
-    format!(
-        "{} ({}, {}): link trained at {}, capable of {}{bw}{idle}",
-        d.id,
-        d.pci,
-        d.display_name(),
-        l.cur_text(),
-        l.max_text(),
-    )
 }

@@ -107,6 +107,8 @@ pub fn device_name(vendor: u16, device: u16) -> Option<&'static str> {
         (0x1d0f, 0xefa0) => "Elastic Fabric Adapter (EFA)",
         (0x1d0f, 0xefa1) => "Elastic Fabric Adapter (EFA)",
         (0x1d0f, 0xefa2) => "Elastic Fabric Adapter (EFA)",
+        (0x1d0f, 0xefa3) => "Elastic Fabric Adapter (EFA)",
+        (0x1d0f, 0xefa4) => "Elastic Fabric Adapter (EFA)",
         (0x1d0f, 0xec20) => "Elastic Network Adapter (ENA)",
         (0x1d0f, 0x8061) => "EBS NVMe controller",
         (0x1d0f, 0xcd01) => "instance-store NVMe SSD",

@@ -19,7 +19,14 @@
 //! - `<nvlink target count tclass>`: a GPU target gives NV`count` for the pair; an NVSwitch
 //!   target (`tclass` 0x068000) joins every pair of GPUs with switch links, at the smaller of
 //!   their counts; a link whose target is the GPU itself is ignored with a note.
+//!
+//! Coverage ([`Coverage`]): the PCI tree (NCCL's nesting, bridges possibly synthetic), NUMA
+//! (`<cpu numaid>`), the capable link speed and width (partial: not the trained state), RDMA
+//! device names when `<net>` entries name them; NVLink only when the file has `<nvlink>` entries
+//! to other devices — a file without them (the cloud providers' hint files) says nothing about
+//! NVLink, since NCCL reads it from NVML at run time; ACS, IOMMU and kernel drivers never.
 
+use crate::coverage::{Coverage, Facet};
 use crate::cpus::CpuSet;
 use crate::device::{Device, DeviceKind};
 use crate::iommu::IommuState;
@@ -27,19 +34,20 @@ use crate::link::{parse_speed, parse_width};
 use crate::machine::{Machine, NumaNode};
 use crate::names;
 use crate::pci::PciAddr;
-use crate::{parse_xml, read_to_string, xml_error, TopoError};
+use crate::{input, xml, TopoError};
 use roxmltree::{Document, Node};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-/// RDMA device name prefixes (kernel RDMA drivers) used to tell `<net>` names apart.
-const RDMA_PREFIXES: [&str; 10] = [
-    "mlx4_", "mlx5_", "efa", "irdma", "bnxt_re", "qib", "hfi1_", "rxe", "erdma", "ionic",
+/// RDMA device name prefixes (kernel RDMA drivers) used to tell `<net>` names apart; `rdmap`
+/// is how newer kernels name EFA devices (`rdmap16s27`).
+const RDMA_PREFIXES: [&str; 11] = [
+    "mlx4_", "mlx5_", "efa", "rdmap", "irdma", "bnxt_re", "qib", "hfi1_", "rxe", "erdma", "ionic",
 ];
 
-/// Reads an NCCL topology XML file.
+/// Reads an NCCL topology XML file (at most [`input::MAX_TOPOLOGY_FILE_BYTES`]).
 pub fn read_file(path: &Path) -> Result<Machine, TopoError> {
-    parse(&read_to_string(path)?, path)
+    parse(&input::read_topology_text(path)?, path)
 }
 
 struct Reader<'a, 'b> {
@@ -50,15 +58,22 @@ struct Reader<'a, 'b> {
     notes: Vec<String>,
     /// (gpu, target, count, target is an NVSwitch)
     nvlinks: Vec<(PciAddr, PciAddr, u32, bool)>,
-    synthetic_nics: u8,
+    lines: xml::LineIndex,
+    /// `<nvlink>` entries ignored because they target the GPU itself.
+    self_nvlinks: usize,
+    /// Whether any `<net>` entry names a device.
+    named_nets: bool,
+    synthetic_nics: u32,
 }
 
-/// Parses NCCL topology XML text; `path` names the file in errors.
+/// Parses NCCL topology XML text; `path` names the file in errors. Errors: malformed XML, a bad
+/// bus id, and the limits of [`crate::input`] (depth, nodes, device counts), each a
+/// [`TopoError`] naming the file.
 pub fn parse(text: &str, path: &Path) -> Result<Machine, TopoError> {
-    let doc = parse_xml(text, path)?;
+    let doc = xml::parse(text, path)?;
     let root = doc.root_element();
     if root.tag_name().name() != "system" {
-        return Err(xml_error(
+        return Err(xml::error(
             &doc,
             root,
             path,
@@ -75,15 +90,20 @@ pub fn parse(text: &str, path: &Path) -> Result<Machine, TopoError> {
         nodes: Vec::new(),
         notes: Vec::new(),
         nvlinks: Vec::new(),
+        lines: xml::LineIndex::new(text),
+        self_nvlinks: 0,
+        named_nets: false,
         synthetic_nics: 0,
     };
     for cpu in root.children().filter(|c| c.has_tag_name("cpu")) {
         r.cpu(cpu)?;
     }
+    input::check_device_counts(&r.devices, &path.display().to_string())?;
     let tree_known = !r.devices.is_empty();
     let mut nodes = std::mem::take(&mut r.nodes);
     nodes.sort_by_key(|n| n.id);
     nodes.dedup_by_key(|n| n.id);
+    let coverage = r.coverage(tree_known, !nodes.is_empty());
     let mut m = Machine::assemble(
         std::mem::take(&mut r.devices),
         nodes,
@@ -91,9 +111,8 @@ pub fn parse(text: &str, path: &Path) -> Result<Machine, TopoError> {
         tree_known,
         "nccl-xml",
     );
-    for (a, b, n) in nvlink_bonds(&r.nvlinks) {
-        m.set_nvlink(a, b, n);
-    }
+    m.set_nvlinks(nvlink_bonds(&r.nvlinks));
+    m.coverage = coverage;
     m.notes = r.notes;
     Ok(m)
 }
@@ -115,12 +134,13 @@ fn nvlink_bonds(entries: &[(PciAddr, PciAddr, u32, bool)]) -> Vec<(PciAddr, PciA
             *e = (*e).max(count);
         }
     }
+    let joined: BTreeSet<(PciAddr, PciAddr)> = direct.keys().copied().collect();
     let mut out: Vec<(PciAddr, PciAddr, u32)> =
         direct.into_iter().map(|((a, b), n)| (a, b, n)).collect();
     let sw: Vec<(PciAddr, u32)> = to_switch.into_iter().collect();
     for (i, &(a, na)) in sw.iter().enumerate() {
         for &(b, nb) in &sw[i + 1..] {
-            if !out.iter().any(|&(x, y, _)| (x, y) == (a, b)) {
+            if !joined.contains(&(a, b)) {
                 out.push((a, b, na.min(nb)));
             }
         }
@@ -130,7 +150,65 @@ fn nvlink_bonds(entries: &[(PciAddr, PciAddr, u32, bool)]) -> Vec<(PciAddr, PciA
 
 impl<'a, 'b> Reader<'a, 'b> {
     fn line(&self, node: Node) -> u32 {
-        self.doc.text_pos_at(node.range().start).row
+        self.lines.line(node)
+    }
+
+    fn coverage(&self, tree_known: bool, numa: bool) -> Coverage {
+        let no = |what: &str| Facet::unknown(format!("NCCL topology files hold no {what}"));
+        let with_link = self
+            .devices
+            .iter()
+            .filter(|d| d.link.max_gts.is_some() || d.link.max_width.is_some())
+            .count();
+        let nvlink = if !self.nvlinks.is_empty() {
+            Facet::described("the GPUs' <nvlink> entries (NCCL's dump of what NVML reported)")
+        } else if self.self_nvlinks > 0 {
+            Facet::unknown(format!(
+                "its {} <nvlink> entries all target the GPU itself, so they join no pair",
+                self.self_nvlinks
+            ))
+        } else {
+            Facet::unknown(
+                "the file has no <nvlink> entries: NCCL learns NVLink from NVML at run time, and \
+                 topology files written as hints (the cloud providers' NCCL_TOPO_FILEs) leave it \
+                 out",
+            )
+        };
+        Coverage {
+            pci_tree: if tree_known {
+                Facet::described(
+                    "nested <pci> elements; each <cpu> is one host bridge (NCCL has no NODE), \
+                     and bus ids ffff:ff:* are NCCL's virtual switches",
+                )
+            } else {
+                Facet::unknown("the file has no <pci> element")
+            },
+            numa: if numa {
+                Facet::described("<cpu numaid affinity>")
+            } else {
+                Facet::unknown("no <cpu> element has a numaid")
+            },
+            nvlink,
+            link_state: if with_link == 0 {
+                Facet::unknown("no <pci> element has link_speed or link_width")
+            } else {
+                Facet::partial(
+                    "link_speed and link_width of <pci> elements (the capable speed and width)",
+                    "the trained (current) link state, which NCCL does not record",
+                )
+            },
+            acs: no("PCI configuration space (ACS)"),
+            iommu: no("IOMMU state"),
+            rdma: if self.named_nets {
+                Facet::described("<nic><net name> entries")
+            } else {
+                Facet::unknown(
+                    "no <net> entry names a device: RDMA capability is known only from the NICs' \
+                     PCI identity",
+                )
+            },
+            drivers: no("kernel drivers or modules"),
+        }
     }
 
     fn cpu(&mut self, cpu: Node<'a, 'b>) -> Result<(), TopoError> {
@@ -182,6 +260,7 @@ impl<'a, 'b> Reader<'a, 'b> {
         ctx: &(Option<u32>, Option<String>, String),
         parent: Option<PciAddr>,
     ) -> Result<(), TopoError> {
+        input::check_one_more_function(self.devices.len(), self.path)?;
         let line = self.line(node);
         let Some(busid) = node.attribute("busid") else {
             self.notes
@@ -190,7 +269,7 @@ impl<'a, 'b> Reader<'a, 'b> {
         };
         let pci: PciAddr = busid
             .parse()
-            .map_err(|e| xml_error(self.doc, node, self.path, format!("{e}")))?;
+            .map_err(|e| xml::error(self.doc, node, self.path, format!("{e}")))?;
         let mut d = Device::new(pci);
         self.place(&mut d, ctx, parent);
         d.synthetic = pci.domain == 0xffff && pci.bus == 0xff;
@@ -246,6 +325,7 @@ impl<'a, 'b> Reader<'a, 'b> {
                 continue;
             };
             if target == pci {
+                self.self_nvlinks += 1;
                 self.notes.push(format!(
                     "line {line}: <nvlink> of GPU {pci} targets the GPU itself, ignored"
                 ));
@@ -266,6 +346,7 @@ impl<'a, 'b> Reader<'a, 'b> {
                 _ => {}
             }
             if let Some(name) = net.attribute("name") {
+                self.named_nets = true;
                 if RDMA_PREFIXES.iter().any(|p| name.starts_with(p)) {
                     d.rdma.push(name.to_owned());
                 } else {
@@ -276,13 +357,13 @@ impl<'a, 'b> Reader<'a, 'b> {
     }
 
     fn bare_nic(&mut self, nic: Node<'a, 'b>, ctx: &(Option<u32>, Option<String>, String)) {
-        let n = self.synthetic_nics;
+        let n = self.synthetic_nics.min(255);
         self.synthetic_nics = self.synthetic_nics.saturating_add(1);
         let pci = PciAddr {
             domain: 0xffff,
             bus: 0xfe,
-            device: n.min(31),
-            function: 0,
+            device: (n % 32) as u8,
+            function: (n / 32) as u8,
         };
         let mut d = Device::new(pci);
         self.place(&mut d, ctx, None);

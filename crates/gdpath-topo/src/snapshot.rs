@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 pub const SNAPSHOT_SCHEMA: &str = "gdpath.snapshot/1";
 
 /// Largest single entry accepted when reading a snapshot (sysfs files are at most a few KiB).
-const MAX_ENTRY_BYTES: u64 = 16 << 20;
+const MAX_ENTRY_BYTES: u64 = crate::input::MAX_SYSFS_FILE_BYTES;
 /// Largest total of entry sizes accepted (stops decompression bombs).
 const MAX_TOTAL_BYTES: u64 = 512 << 20;
 /// Most entries accepted.
@@ -251,12 +251,14 @@ impl Snapshot {
     /// Opens and checks a snapshot file. A file that is not gzip, not tar, has no
     /// `manifest.json` of schema [`SNAPSHOT_SCHEMA`], or exceeds the size limits is
     /// [`TopoError::NotSnapshot`].
+    ///
+    /// The file is read through [`crate::input::Bounded`]: at most
+    /// [`crate::input::MAX_SNAPSHOT_FILE_BYTES`] ([`TopoError::TooLarge`] past that), opened
+    /// non-blocking so that a FIFO without a writer ends instead of hanging.
     pub fn open(path: &Path) -> Result<Snapshot, TopoError> {
-        let file = std::fs::File::open(path).map_err(|source| TopoError::Io {
-            path: path.to_owned(),
-            source,
-        })?;
-        Self::from_reader(io::BufReader::new(file), path)
+        let file = crate::input::open(path).map_err(|e| crate::input::io_error(path, e))?;
+        let bounded = crate::input::Bounded::new(file, crate::input::MAX_SNAPSHOT_FILE_BYTES);
+        Self::from_reader(io::BufReader::new(bounded), path)
     }
 
     /// Reads a snapshot from `reader`; `path` names it in errors.
@@ -265,6 +267,11 @@ impl Snapshot {
             path: path.to_owned(),
             reason,
         };
+        // A read limit hit under the gzip and tar layers is said as such, not as "damaged".
+        let io_bad = |e: io::Error, what: String| match crate::input::limit_of(&e) {
+            Some(_) => crate::input::io_error(path, e),
+            None => bad(format!("{what} ({e})")),
+        };
         let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(reader));
         let mut view = SnapshotView::default();
         let mut manifest: Option<Manifest> = None;
@@ -272,9 +279,9 @@ impl Snapshot {
         let (mut total, mut count) = (0u64, 0usize);
         let entries = archive
             .entries()
-            .map_err(|e| bad(format!("not a tar.gz archive ({e})")))?;
+            .map_err(|e| io_bad(e, "not a tar.gz archive".into()))?;
         for entry in entries {
-            let mut entry = entry.map_err(|e| bad(format!("not a tar.gz archive ({e})")))?;
+            let mut entry = entry.map_err(|e| io_bad(e, "not a tar.gz archive".into()))?;
             count += 1;
             let size = entry.header().size().unwrap_or(u64::MAX);
             total = total.saturating_add(size);
@@ -310,7 +317,7 @@ impl Snapshot {
             let mut data = Vec::with_capacity(size as usize);
             entry
                 .read_to_end(&mut data)
-                .map_err(|e| bad(format!("damaged entry {name} ({e})")))?;
+                .map_err(|e| io_bad(e, format!("damaged entry {name}")))?;
             match name.as_str() {
                 "manifest.json" => {
                     let m: Manifest = serde_json::from_slice(&data).map_err(|e| {
@@ -348,10 +355,20 @@ impl Snapshot {
     }
 
     /// The machine the snapshot holds, read exactly as the original was, with its driver facts.
+    /// Its [`Machine::source`] is `snapshot` (a replay never claims to be the machine it runs
+    /// on) and [`Machine::captured_from`] the manifest's source. Without `driver.json`, NVLink
+    /// is unknown because the capture had no driver facts.
     pub fn machine(&self) -> Result<Machine, TopoError> {
-        let mut m = crate::sysfs::read_machine(&self.view, &self.manifest.source)?;
-        if let Some(d) = &self.driver {
-            m.set_driver(d.clone());
+        let mut m = crate::sysfs::read_machine(&self.view, "snapshot")?;
+        m.captured_from = Some(self.manifest.source.clone());
+        match &self.driver {
+            Some(d) => m.set_driver(d.clone()),
+            None => {
+                m.coverage.nvlink = crate::coverage::Facet::unknown(
+                    "the snapshot holds no driver facts (driver.json): it was captured without \
+                     the NVIDIA driver, and sysfs does not describe NVLink",
+                )
+            }
         }
         Ok(m)
     }

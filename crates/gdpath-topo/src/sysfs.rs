@@ -7,9 +7,16 @@
 //! `iommu_group` link, and `config` for bridges (ACS). Machine-wide: `/sys/class/infiniband`,
 //! `/sys/class/net`, `/sys/class/block` (links to their PCI functions),
 //! `/sys/devices/system/node/node*/cpulist`, `/sys/class/iommu`, `/sys/kernel/iommu_groups`,
-//! and `/proc/driver/nvidia/gpus/*` (GPUs the NVIDIA driver bound, with `numa_status`).
+//! `/proc/driver/nvidia/gpus/*` (GPUs the NVIDIA driver bound, with `numa_status`), and whether
+//! `/proc/modules` is readable (for [`Coverage::drivers`]).
+//!
+//! Coverage ([`Coverage`]): the PCI tree, NUMA, link state, ACS, IOMMU, RDMA devices and kernel
+//! modules as far as the tree holds them (each checked: a dump with 64-byte `config` files has
+//! no ACS, one without `/sys/class/iommu` no IOMMU state); NVLink is never in sysfs — it comes
+//! from the driver facts ([`Machine::set_driver`]).
 
 use crate::acs::parse_acs;
+use crate::coverage::{by_count, Coverage, Facet};
 use crate::cpus::CpuSet;
 use crate::device::{Device, DeviceKind};
 use crate::iommu::IommuState;
@@ -23,15 +30,25 @@ use std::collections::{BTreeMap, BTreeSet};
 
 const PCI_DEVICES: &str = "/sys/bus/pci/devices";
 
-/// Reads every PCI function, the class-device links, NUMA nodes and IOMMU state. `source` is
-/// recorded as [`Machine::source`]. Errors only when `/sys/bus/pci/devices` cannot be listed
-/// (not a sysfs tree); every other unreadable file leaves its field unknown.
+/// Reads every PCI function, the class-device links, NUMA nodes and IOMMU state, and what the
+/// tree covers ([`Machine::coverage`]). `source` is recorded as [`Machine::source`]. Errors:
+/// [`TopoError::NotSysfs`] when `/sys/bus/pci/devices` cannot be listed (not a sysfs tree),
+/// [`TopoError::TooManyDevices`] past the limits of [`crate::input`]; every other unreadable file
+/// leaves its field unknown.
 pub fn read_machine(view: &dyn SysView, source: &str) -> Result<Machine, TopoError> {
     let names = view
         .read_dir(PCI_DEVICES)
         .map_err(|e| TopoError::NotSysfs {
             what: format!("{PCI_DEVICES} cannot be listed: {e}"),
         })?;
+    if names.len() > crate::input::MAX_PCI_FUNCTIONS {
+        return Err(TopoError::TooManyDevices {
+            source_name: format!("{source} {PCI_DEVICES}"),
+            what: "PCI functions",
+            count: names.len(),
+            limit: crate::input::MAX_PCI_FUNCTIONS,
+        });
+    }
     let mut notes = Vec::new();
     let nvidia = nvidia_driver_gpus(view);
     let class_devs = ClassDevices::read(view);
@@ -44,6 +61,7 @@ pub fn read_machine(view: &dyn SysView, source: &str) -> Result<Machine, TopoErr
         };
         devices.push(read_device(view, name, pci, &nvidia, &class_devs));
     }
+    crate::input::check_device_counts(&devices, &format!("{source} {PCI_DEVICES}"))?;
     let tree_known = !devices.is_empty() && devices.iter().all(|d| d.host_bridge.is_some());
     let mut m = Machine::assemble(
         devices,
@@ -53,7 +71,120 @@ pub fn read_machine(view: &dyn SysView, source: &str) -> Result<Machine, TopoErr
         source,
     );
     m.notes = notes;
+    m.coverage = coverage(view, &m, class_devs.infiniband_listed);
     Ok(m)
+}
+
+/// What a sysfs tree covers, checked against what was read.
+fn coverage(view: &dyn SysView, m: &Machine, infiniband_listed: bool) -> Coverage {
+    let placed = m.devices.iter().filter(|d| d.host_bridge.is_some()).count();
+    let pci_tree = if m.devices.is_empty() {
+        Facet::unknown("the source lists no PCI function")
+    } else {
+        by_count(
+            placed,
+            m.devices.len(),
+            "the /sys/bus/pci/devices links into /sys/devices/pci* (root buses and bridges)",
+            "PCI functions",
+            "no /sys/devices/pci* tree behind /sys/bus/pci/devices (the dump holds only the \
+             device entries)",
+            "are not under a /sys/devices/pci* root bus",
+        )
+    };
+    let numa = if m.numa_nodes.is_empty() {
+        Facet::unknown("no /sys/devices/system/node in the source")
+    } else {
+        Facet::described(
+            "numa_node and local_cpulist of each function, /sys/devices/system/node/node*/cpulist",
+        )
+    };
+    let checked = m.link_checked_devices();
+    let parts = |d: &crate::Device| {
+        let l = d.link;
+        [
+            l.cur_gts.is_some(),
+            l.cur_width.is_some(),
+            l.max_gts.is_some(),
+            l.max_width.is_some(),
+        ]
+    };
+    let full = checked
+        .iter()
+        .filter(|d| parts(d).iter().all(|p| *p))
+        .count();
+    let any = checked
+        .iter()
+        .filter(|d| parts(d).iter().any(|p| *p))
+        .count();
+    let from = "current_link_speed/width and max_link_speed/width";
+    let link_state = if full == checked.len() {
+        Facet::described(from)
+    } else if any == 0 {
+        Facet::unknown(
+            "no GPU, NIC, NVMe or bridge above them has readable link speed or width files \
+             (virtual devices, old kernels)",
+        )
+    } else {
+        Facet::partial(
+            from,
+            format!(
+                "{} of {} GPUs, NICs, NVMe and bridges above them lack some of the current and \
+                 maximum speed and width (virtual devices, old kernels)",
+                checked.len() - full,
+                checked.len()
+            ),
+        )
+    };
+    let bridges: Vec<_> = checked
+        .iter()
+        .filter(|d| d.kind == crate::DeviceKind::Bridge)
+        .collect();
+    let acs = if !m.tree_known {
+        Facet::unknown("the source has no PCI tree: the bridges between devices are unknown")
+    } else if bridges.is_empty() {
+        Facet::described("no PCI bridge above the GPUs, NICs and NVMe: nothing to redirect")
+    } else {
+        by_count(
+            bridges.iter().filter(|d| d.acs.is_some()).count(),
+            bridges.len(),
+            "the ACS extended capability in each bridge's config",
+            "bridges above GPUs, NICs and NVMe",
+            "the bridges' config files hold no extended configuration space (past 256 bytes, \
+             readable only as root)",
+            "have config files without extended configuration space (readable only as root)",
+        )
+    };
+    let iommu = if m.iommu.readable {
+        Facet::described("/sys/class/iommu and /sys/kernel/iommu_groups/*/type")
+    } else {
+        Facet::unknown("no /sys/class/iommu in the source")
+    };
+    let rdma = if infiniband_listed {
+        Facet::described("/sys/class/infiniband")
+    } else {
+        Facet::unknown(
+            "no /sys/class/infiniband in the source (no RDMA driver registered a device, or the \
+             dump lacks it): RDMA capability is known only from the NICs' PCI identity",
+        )
+    };
+    let drivers = if view.read("/proc/modules").is_ok() {
+        Facet::described("/proc/modules")
+    } else {
+        Facet::unknown("no /proc/modules in the source")
+    };
+    Coverage {
+        pci_tree,
+        numa,
+        nvlink: Facet::unknown(
+            "sysfs does not describe NVLink: it comes from the NVIDIA driver (NVML), and no \
+             driver facts are attached",
+        ),
+        link_state,
+        acs,
+        iommu,
+        rdma,
+        drivers,
+    }
 }
 
 fn read_device(
@@ -97,6 +228,7 @@ fn read_device(
         cur_width: text("current_link_width").and_then(|t| parse_width(&t)),
         max_gts: text("max_link_speed").and_then(|t| parse_speed(&t)),
         max_width: text("max_link_width").and_then(|t| parse_width(&t)),
+        stated_gbps: None,
     };
     d.iommu_group = view
         .read_link(&format!("{dir}/iommu_group"))
@@ -190,14 +322,21 @@ struct ClassNames {
 /// RDMA, network and block devices by the PCI function they sit on.
 struct ClassDevices {
     by_pci: BTreeMap<PciAddr, ClassNames>,
+    /// Whether `/sys/class/infiniband` could be listed.
+    infiniband_listed: bool,
 }
 
 impl ClassDevices {
     fn read(view: &dyn SysView) -> ClassDevices {
         let mut by_pci: BTreeMap<PciAddr, ClassNames> = BTreeMap::new();
+        let mut infiniband_listed = false;
         for (class, pick) in [("infiniband", 0usize), ("net", 1), ("block", 2)] {
             let dir = format!("/sys/class/{class}");
-            let names = view.read_dir(&dir).unwrap_or_default();
+            let listed = view.read_dir(&dir);
+            if class == "infiniband" {
+                infiniband_listed = listed.is_ok();
+            }
+            let names = listed.unwrap_or_default();
             let all: BTreeSet<&str> = names.iter().map(String::as_str).collect();
             for name in &names {
                 let Ok(path) = view.resolve(&format!("{dir}/{name}")) else {
@@ -214,7 +353,10 @@ impl ClassDevices {
                 }
             }
         }
-        ClassDevices { by_pci }
+        ClassDevices {
+            by_pci,
+            infiniband_listed,
+        }
     }
 }
 

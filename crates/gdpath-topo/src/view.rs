@@ -146,8 +146,10 @@ impl DirView {
 }
 
 impl SysView for DirView {
+    /// At most [`crate::input::MAX_SYSFS_FILE_BYTES`], opened non-blocking (a FIFO placed in a
+    /// copied tree reads as empty instead of hanging; `/dev/zero` stops at the limit).
     fn read_canonical(&self, path: &str) -> io::Result<Vec<u8>> {
-        std::fs::read(self.host_path(path))
+        crate::input::read_limited(&self.host_path(path), crate::input::MAX_SYSFS_FILE_BYTES)
     }
 
     fn list_canonical(&self, path: &str) -> io::Result<Vec<String>> {

@@ -1,7 +1,8 @@
 //! `nvidia-smi topo -m` text: the posted matrices in fixtures/nvidia-smi parse, render
-//! and parse back to the same matrix; the legend matches nvidia-smi's; and the H200 machine of
-//! fixtures/device, rebuilt as a sysfs tree from the facts its probe states, gives the
-//! probe's cells.
+//! and parse back to the same matrix; read as a source they give back their matrix; the
+//! formats of other versions (derived in the test from the vendored texts) parse; the legend
+//! matches nvidia-smi's; and the H200 machine of fixtures/device, rebuilt as a sysfs tree from
+//! the facts its probe states, gives the probe's cells.
 
 mod common;
 use common::*;
@@ -214,9 +215,164 @@ fn h200_vm_matches_its_probe() {
         .unwrap()
         .machine()
         .unwrap();
-    assert_eq!(
-        serde_json::to_string(&replay.report()).unwrap(),
-        serde_json::to_string(&m.report()).unwrap()
-    );
+    assert_replay_matches(&m, &replay);
     assert_eq!(replay.matrix().get("GPU0", "GPU1"), Some(LinkClass::Nv(18)));
+}
+
+/// The `nvidia-smi topo -m` texts read as a source: gdpath's matrix for the machine they give
+/// is the matrix in the text, row for row (a row the stored copy lost is filled from the rows
+/// that are there: GPU columns by symmetry, other cells `N/A`), and gdpath's own text of it
+/// parses back to it.
+#[test]
+fn texts_as_a_source_give_back_their_matrix() {
+    let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(fixtures().join("nvidia-smi"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.push(fixture("device/h200x2-probe-2026-11-30.txt"));
+    // "N/A" and a blank cell both say unknown.
+    let norm = |v: &Option<String>| v.clone().filter(|s| s != "N/A");
+    for path in files {
+        let text = std::fs::read_to_string(&path).unwrap();
+        let stated = SmiMatrix::parse(&text).unwrap();
+        let machine = gdpath_topo::load(&gdpath_topo::Source::SmiTopo(path.clone())).unwrap();
+        let ours = SmiMatrix::from_machine(&machine);
+        let what = path.file_name().unwrap().to_string_lossy();
+        assert_eq!(ours.ids, stated.ids, "{what}");
+        for r in &stated.rows {
+            let o = ours.row(&r.id).unwrap();
+            assert_eq!(o.cells, r.cells, "{what} {}", r.id);
+            assert_eq!(
+                norm(&o.cpu_affinity),
+                norm(&r.cpu_affinity),
+                "{what} {}",
+                r.id
+            );
+            assert_eq!(
+                norm(&o.numa_affinity),
+                norm(&r.numa_affinity),
+                "{what} {}",
+                r.id
+            );
+            assert_eq!(
+                norm(&o.gpu_numa_id),
+                norm(&r.gpu_numa_id),
+                "{what} {}",
+                r.id
+            );
+        }
+        for (i, id) in ours.ids.iter().enumerate() {
+            if stated.row(id).is_some() {
+                continue;
+            }
+            // A lost row: known where another row states the pair.
+            for (j, other) in ours.ids.iter().enumerate() {
+                let want = match stated.row(other) {
+                    _ if i == j => LinkClass::X,
+                    Some(r) => r.cells[i],
+                    None => LinkClass::Unknown,
+                };
+                assert_eq!(ours.get(id, other), Some(want), "{what} {id}/{other}");
+            }
+        }
+        let again = SmiMatrix::parse(&ours.to_text()).unwrap();
+        assert_eq!(again, ours, "{what}: gdpath's text parses back");
+    }
+}
+
+fn variant_of(name: &str, edits: &[(&str, &str)]) -> String {
+    let mut t = std::fs::read_to_string(fixture(&format!("nvidia-smi/{name}"))).unwrap();
+    for (from, to) in edits {
+        assert!(t.contains(from), "{name} has no {from:?}");
+        t = t.replace(from, to);
+    }
+    t
+}
+
+/// The formats of other versions and of copies, each derived in the test from a vendored text:
+/// spaces for tabs, no NUMA columns (drivers before R450), NICs named in the header and `SOC`
+/// for `SYS` (before R384), a NIC Legend.
+#[test]
+fn formats_of_other_versions() {
+    // Spaces instead of tabs: the same matrix.
+    let tabs = smi("topo-club3090-1229-2x5090-phb-gns.txt").1;
+    let spaced = SmiMatrix::parse(&variant_of(
+        "topo-club3090-1229-2x5090-phb-gns.txt",
+        &[("\t", "    ")],
+    ))
+    .unwrap();
+    assert_eq!(spaced, tabs);
+
+    // No NUMA Affinity or GPU NUMA ID column.
+    let old = variant_of(
+        "topo-nccl-1617-4xh100-nv6-4nic.txt",
+        &[
+            (
+                "CPU Affinity    NUMA Affinity   GPU NUMA ID",
+                "CPU Affinity",
+            ),
+            ("6,14,22,30      3               N/A", "6,14,22,30"),
+            ("4,12,20,28      1               N/A", "4,12,20,28"),
+            ("7,15,23,31      7               N/A", "7,15,23,31"),
+            ("5,13,21,29      5               N/A", "5,13,21,29"),
+        ],
+    );
+    let m = SmiMatrix::parse(&old).unwrap();
+    assert!(m.columns.cpu_affinity && !m.columns.numa_affinity && !m.columns.gpu_numa_id);
+    let g2 = m.row("GPU2").unwrap();
+    assert_eq!(g2.cpu_affinity.as_deref(), Some("7,15,23,31"));
+    assert_eq!(
+        (g2.numa_affinity.as_deref(), g2.gpu_numa_id.as_deref()),
+        (None, None)
+    );
+    let machine = m.to_machine();
+    assert!(machine.coverage.numa.is_unknown());
+    assert_eq!(machine.by_id("GPU2").unwrap().numa, None);
+    assert_eq!(SmiMatrix::parse(&m.to_text()).unwrap(), m);
+
+    // NICs named by their RDMA device in the header and rows, SOC for SYS.
+    let named = variant_of(
+        "topo-nccl-1617-4xh100-nv6-4nic.txt",
+        &[
+            ("NIC0", "mlx5_0"),
+            ("NIC1", "mlx5_1"),
+            ("NIC2", "mlx5_2"),
+            ("NIC3", "mlx5_3"),
+            ("SYS", "SOC"),
+        ],
+    );
+    let m = SmiMatrix::parse(&named).unwrap();
+    assert_eq!(m.ids[4..], ["mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3"]);
+    assert_eq!(m.get("GPU2", "mlx5_0"), Some(LinkClass::Sys));
+    assert_eq!(m.get("mlx5_3", "GPU3"), Some(LinkClass::Pix));
+    let machine = m.to_machine();
+    let nic = machine.by_id("NIC0").unwrap();
+    assert_eq!(nic.rdma, ["mlx5_0"]);
+    assert!(machine.coverage.rdma.is_described());
+    assert_eq!(
+        machine.classify(machine.by_id("GPU0").unwrap(), nic),
+        LinkClass::Pix
+    );
+
+    // A NIC Legend names the NICs of current versions.
+    let legend = format!(
+        "{}\nNIC Legend:\n\n  NIC0: mlx5_0\n  NIC1: mlx5_1\n  NIC2: mlx5_2\n  NIC3: mlx5_3\n",
+        variant_of("topo-nccl-1617-4xh100-nv6-4nic.txt", &[])
+    );
+    let m = SmiMatrix::parse(&legend).unwrap();
+    assert_eq!(m.nic_legend.len(), 4);
+    let machine = m.to_machine();
+    assert_eq!(machine.by_id("NIC2").unwrap().rdma, ["mlx5_2"]);
+    assert!(machine.coverage.rdma.is_described());
+    assert_eq!(SmiMatrix::from_machine(&machine).nic_legend, m.nic_legend);
+}
+
+#[test]
+fn text_that_is_not_a_matrix() {
+    use gdpath_topo::smi::SmiError;
+    assert_eq!(SmiMatrix::parse("hello\n"), Err(SmiError::NoHeader));
+    let err = SmiMatrix::parse("\tGPU0\tGPU1\tCPU Affinity\nGPU0\t X \tPCI\t0-3\n").unwrap_err();
+    assert!(matches!(err, SmiError::BadRow { line: 2, .. }), "{err}");
+    let err = SmiMatrix::parse("\tGPU0\tGPU1\nGPU0\t X \n").unwrap_err();
+    assert!(matches!(err, SmiError::BadRow { line: 2, .. }), "{err}");
 }

@@ -38,8 +38,10 @@ fn hwloc_westmere_three_teslas_and_connectx() {
     assert_eq!(class(&m, "0000:06:00.0", "0000:11:00.0"), "SYS");
     assert_eq!(class(&m, "0000:11:00.0", "0000:14:00.0"), "PHB");
     assert_eq!(class(&m, "0000:06:00.0", "0000:05:00.0"), "PHB");
-    // pci_link_speed is GB/s (speed × width): not split, so unknown.
+    // pci_link_speed is GB/s (speed × width): kept as the bandwidth; none of this file's values
+    // splits into one generation and width.
     assert!(m.devices.iter().all(|d| d.link.cur_gts.is_none()));
+    assert_eq!(dev(&m, "0000:06:00.0").link.stated_gbps, Some(4.0));
 }
 
 #[test]

@@ -39,7 +39,7 @@ pub use endpoint::{
 };
 pub use error::{Result, Status, UcxError};
 pub use listener::Listener;
-pub use loader::{Ucx, UcxVersion, ENV_LIB, LIBUCP_SONAME, MIN_VERSION};
+pub use loader::{Ucx, UcxVersion, ENV_LIB, LIBUCP_SONAME, LOG_FILE_ENV, MIN_VERSION};
 pub use memory::{MemHandle, PackedRkey, RegionDesc, RemoteKey, RemoteRegion, MAX_PACKED_RKEY};
 pub use request::{ProtoInfo, Request, DROP_WAIT};
 pub use worker::{

@@ -122,11 +122,12 @@ impl Ucx {
     }
 
     fn open(library: &str) -> Result<Ucx> {
+        route_log();
         // SAFETY: opening libucp runs its constructors, which only initialise UCX's own
         // globals; the symbols are typed by bindgen from UCX's headers.
         let api = unsafe { sys::Ucp::new(library) }.map_err(|e| UcxError::LibraryMissing {
             library: library.to_string(),
-            reason: e.to_string(),
+            reason: loader_message(&e),
         })?;
         required_symbols!(
             api,
@@ -225,6 +226,35 @@ impl Ucx {
         // SAFETY: returns a static string for any code.
         unsafe { cstr(self.api.ucs_status_string(status.0)) }
     }
+}
+
+/// Where UCX writes its log (`UCX_LOG_FILE`): stdout unless told otherwise, which would mix its
+/// warnings (such as "unused env variable") into a program's own output, `--json` documents
+/// and tables alike. Unless the user chose a destination, it goes to stderr: set before libucp
+/// is loaded, since UCX reads the variable when the library initialises. The variable is
+/// then visible to the whole process (and the programs it starts).
+pub const LOG_FILE_ENV: &str = "UCX_LOG_FILE";
+
+fn route_log() {
+    if std::env::var_os(LOG_FILE_ENV).is_none() {
+        std::env::set_var(LOG_FILE_ENV, "stderr");
+    }
+}
+
+/// The loader's whole message: libloading's error says "dlopen failed" and keeps `dlerror`'s
+/// text (which names the real problem: no such file, invalid ELF header, ...) as its source.
+fn loader_message(e: &libloading::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        let t = c.to_string();
+        if !text.contains(&t) {
+            text.push_str(": ");
+            text.push_str(&t);
+        }
+        cause = c.source();
+    }
+    text
 }
 
 /// Copies a C string UCX returned; empty for NULL.

@@ -558,6 +558,8 @@ fn missing_library_is_a_typed_error_naming_it() {
         msg.contains(path) && msg.contains("libucx0") && msg.contains("libucx-cu13"),
         "{msg}"
     );
+    // The loader's own reason is kept (dlerror's text, or the check made before it).
+    assert!(msg.to_lowercase().contains("no such file"), "{msg}");
 }
 
 /// A setting UCX refuses (a size that does not parse) is an error in `extra` and skipped in

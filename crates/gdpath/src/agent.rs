@@ -1,18 +1,19 @@
 //! The agent: owns backends and registered memory, plans and posts transfers.
 
-use crate::backend::ucx::UcxBackend;
+use crate::backend::network::NetworkBackend;
 use crate::backend::{self, Backend, Capability, Drive};
 use crate::config::AgentConfig;
 use crate::error::{Error, Result, Side};
 use crate::memory::{DirectIo, Memory, MemoryClass, MemoryKind};
+use crate::os::mem::{HostMem, Keep};
 use crate::planner::{plan_pairs, BackendSet};
-use crate::region::{Descriptor, Extra, FileRegion, Region, RegionId, Storage, UseGuard};
+use crate::region::{Descriptor, FileRegion, Region, RegionId, Storage, UseGuard};
 use crate::transfer::{
     group_items, Op, PlannedPair, Pollers, Transfer, TransferRequest, TransferShared, WorkItem,
 };
 use serde::Serialize;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, RwLock};
 
 static NEXT_AGENT: AtomicU64 = AtomicU64::new(1);
 static NEXT_REGION: AtomicU64 = AtomicU64::new(1);
@@ -40,8 +41,6 @@ struct AgentInner {
     /// Replaced whole when a backend is added, so that a transfer takes it with one `Arc` clone.
     backends: RwLock<Arc<BackendSet>>,
     next_transfer: AtomicU64,
-    /// The network (UCX) backend, once enabled (`crate::net`).
-    net: Mutex<Option<Arc<UcxBackend>>>,
     /// Why `Agent::new` could not add the cuda backend (libcuda missing, no GPU), for the error
     /// a GPU registration gets.
     cuda_unavailable: std::sync::OnceLock<String>,
@@ -115,7 +114,6 @@ impl Agent {
                 backends: RwLock::new(Arc::new(BackendSet::default())),
                 next_transfer: AtomicU64::new(1),
                 cuda_unavailable: std::sync::OnceLock::new(),
-                net: Mutex::new(None),
             }),
         }
     }
@@ -154,28 +152,40 @@ impl Agent {
             .collect()
     }
 
-    /// The network backend, enabled on first use with `make` (see `crate::net`).
-    pub(crate) fn net_backend(
+    /// The first of the agent's backends that reaches peer agents
+    /// ([`Backend::network`]), if any.
+    pub(crate) fn network(&self) -> Option<Arc<dyn Backend>> {
+        self.backend_set()
+            .list
+            .iter()
+            .find(|b| b.network().is_some())
+            .cloned()
+    }
+
+    /// The network backend, made with `make` and added when the agent has none (under the
+    /// backend list's lock, so that two threads cannot both add one).
+    pub(crate) fn network_or_add(
         &self,
-        make: impl FnOnce(&Agent) -> Result<Arc<UcxBackend>>,
-    ) -> Result<Arc<UcxBackend>> {
-        let mut slot = self.inner.net.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(b) = slot.as_ref() {
+        make: impl FnOnce(&Agent) -> Result<Arc<dyn Backend>>,
+    ) -> Result<Arc<dyn Backend>> {
+        let mut set = self
+            .inner
+            .backends
+            .write()
+            .unwrap_or_else(|p| p.into_inner());
+        if let Some(b) = set.list.iter().find(|b| b.network().is_some()) {
             return Ok(b.clone());
         }
         let b = make(self)?;
-        self.add_backend(b.clone());
-        *slot = Some(b.clone());
+        if b.network().is_none() {
+            return Err(Error::Config(format!(
+                "backend {} reaches no peer agents",
+                b.name()
+            )));
+        }
+        let caps = b.capabilities();
+        *set = Arc::new(set.with(b.clone(), caps));
         Ok(b)
-    }
-
-    /// The network backend, if enabled.
-    pub(crate) fn net_backend_if_enabled(&self) -> Option<Arc<UcxBackend>> {
-        self.inner
-            .net
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
     }
 
     /// This agent's id (regions record it).
@@ -228,19 +238,21 @@ impl Agent {
     /// - GPU memory (`Memory::Gpu`, allocated; `Memory::GpuPointer`, someone else's) and remote
     ///   memory: made by the backend that serves them, else [`Error::Unsupported`] naming the
     ///   backend (`cuda`, `ucx`); driver errors (out of memory, bad ordinal) are
-    ///   [`Error::Backend`].
+    ///   [`Error::Cuda`] (with the driver's error).
     ///
     /// Every backend that serves the region's memory class may then attach its registration
     /// (an error there fails the registration).
     pub fn register(&self, memory: Memory) -> Result<Region> {
-        self.register_with(memory, Extra::default())
+        self.register_with(memory, None)
     }
 
     /// As [`Agent::register`] for memory someone else owns ([`Memory::HostPointer`],
     /// [`Memory::GpuPointer`]): the region holds `keep` (the owner, or a reference to it: a
     /// Python object, an `Arc` of a framework's allocation) and drops it after its backend
     /// registrations and its memory, when its last handle goes — after every transfer that used
-    /// it, since work items hold the region. That is how a caller keeps the promise of
+    /// it, since work items hold the region, and, for host memory, after any I/O the kernel has
+    /// not completed on it (the memory's [`HostMem`] holds `keep`). That is how a caller keeps
+    /// the promise of
     /// [`crate::HostPointer::new`] / [`crate::GpuPointer::new`] for memory whose owner is freed
     /// by a garbage collector. `keep`'s drop may run on any thread (a backend's, after the last
     /// pair completed), so it must not block. Errors: those of [`Agent::register`] (`keep` is
@@ -250,19 +262,14 @@ impl Agent {
         memory: Memory,
         keep: impl std::any::Any + Send + Sync,
     ) -> Result<Region> {
-        self.register_with(
-            memory,
-            Extra {
-                read_only: false,
-                keep: Some(Box::new(keep)),
-            },
-        )
+        self.register_with(memory, Some(Box::new(keep)))
     }
 
-    fn register_with(&self, memory: Memory, mut extra: Extra) -> Result<Region> {
+    /// [`Agent::register`], with the owner of memory someone else owns.
+    fn register_with(&self, memory: Memory, mut keep: Option<Keep>) -> Result<Region> {
         let backends = self.backend_set();
         let kind = memory.kind();
-        extra.read_only = !memory.writable();
+        let read_only = !memory.writable();
         let need_cuda_for_pinned = |pinned: bool| {
             if pinned && backends.serving(MemoryClass::Gpu).next().is_none() {
                 return Err(Error::Unsupported {
@@ -275,11 +282,11 @@ impl Agent {
         let storage = match memory {
             Memory::Host { buffer, pinned } => {
                 need_cuda_for_pinned(pinned)?;
-                Storage::Host(buffer)
+                Storage::Host(HostMem::new(buffer.into_aligned()))
             }
             Memory::HostPointer { memory, pinned } => {
                 need_cuda_for_pinned(pinned)?;
-                Storage::Borrowed(memory)
+                Storage::Host(HostMem::borrowed(memory, keep.take()))
             }
             Memory::File(spec) => {
                 let mode = match spec.direct {
@@ -320,7 +327,8 @@ impl Agent {
             self.inner.id,
             kind,
             storage,
-            extra,
+            read_only,
+            keep,
         );
         for b in backends.serving(class) {
             if let Some(h) = b.register(&region)? {
@@ -339,8 +347,8 @@ impl Agent {
                 region: region.id(),
             });
         }
-        if let Some(net) = self.net_backend_if_enabled() {
-            if net.is_exported(region) {
+        if let Some(net) = self.network() {
+            if net.network().is_some_and(|n| n.is_exported(region)) {
                 return Err(Error::RegionBusy {
                     region: region.id(),
                     reason: "exported to peer agents: unexport it first".into(),
@@ -534,5 +542,144 @@ impl Agent {
             set.list[bi].submit(v);
         }
         Ok(Transfer { shared })
+    }
+}
+
+/// Remote memory between agents (`crate::net`): the user API, delegating to the agent's
+/// network backend ([`Backend::network`]), which the first of these calls adds with
+/// [`crate::net::NetConfig::default`] unless [`Agent::enable_net`] came first.
+impl Agent {
+    /// The network backend, added with `cfg` when the agent has none.
+    fn net_with(&self, cfg: &crate::net::NetConfig) -> Result<Arc<dyn Backend>> {
+        self.network_or_add(|a| {
+            Ok(backend::ucx::UcxBackend::new(a.name(), a.id(), cfg.clone())? as Arc<dyn Backend>)
+        })
+    }
+
+    /// Runs `f` on the network backend, adding it with the default settings first if needed.
+    fn with_net<R>(&self, f: impl FnOnce(&dyn NetworkBackend) -> Result<R>) -> Result<R> {
+        let b = self.net_with(&crate::net::NetConfig::default())?;
+        f(b.network().expect("found by network()"))
+    }
+
+    /// Enables the network backend with `cfg` (otherwise the first network call enables it
+    /// with [`crate::net::NetConfig::default`]). Errors: [`Error::Ucx`] when UCX cannot be
+    /// loaded or set up; [`Error::Config`] when it is already enabled with another
+    /// configuration, or `cfg.devices` names no device UCX has.
+    pub fn enable_net(&self, cfg: crate::net::NetConfig) -> Result<()> {
+        let b = self.net_with(&cfg)?;
+        if b.network().map(|n| n.net_config()) != Some(&cfg) {
+            return Err(Error::Config(
+                "the network backend is already enabled with another configuration".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Connects to a serving agent at `addr` without a token; see [`Agent::connect_with`].
+    pub fn connect(&self, addr: std::net::SocketAddr) -> Result<crate::net::Peer> {
+        self.connect_with(addr, &crate::net::ConnectOptions::default())
+    }
+
+    /// Connects to a serving agent and exchanges metadata: challenge, mutual authentication
+    /// with `opts.token`, then the server's regions (id, kind, length, packed rkey). Errors:
+    /// [`Error::AuthFailed`] (wrong token either side), [`Error::PeerFailed`] (unreachable, no
+    /// answer within `opts.timeout`), [`Error::Protocol`] (malformed metadata), [`Error::Ucx`].
+    pub fn connect_with(
+        &self,
+        addr: std::net::SocketAddr,
+        opts: &crate::net::ConnectOptions,
+    ) -> Result<crate::net::Peer> {
+        self.with_net(|n| {
+            n.connect(addr, opts).map_err(|e| match e {
+                Error::PeerFailed { peer, detail } => Error::PeerFailed {
+                    peer,
+                    detail: format!(
+                        "{detail} ({})",
+                        crate::net::unreachable_hint(n.net_config(), addr)
+                    ),
+                },
+                other => other,
+            })
+        })
+        .map(crate::net::Peer::new)
+    }
+
+    /// Listens on `listen` and serves peers from a background thread: handshakes, metadata,
+    /// withdrawals, notifications, and (over `tcp`) the puts and gets peers post.
+    ///
+    /// A non-loopback address needs a token ([`crate::net::Token::new`]), else
+    /// [`Error::Config`]. One listener per agent. Errors: [`Error::Config`] (address in use),
+    /// [`Error::Ucx`].
+    pub fn serve(
+        &self,
+        listen: std::net::SocketAddr,
+        token: crate::net::Token,
+    ) -> Result<crate::net::Server> {
+        if !listen.ip().is_loopback() && token.is_none() {
+            return Err(Error::Config(format!(
+                "serving on {listen}, which is not a loopback address, needs a token"
+            )));
+        }
+        self.with_net(|n| n.serve(listen, token))
+            .map(crate::net::Server::new)
+    }
+
+    /// Exports `region` to peers (host memory, and GPU memory with a CUDA-enabled UCX): it
+    /// appears in the metadata they receive, and peers already connected get an update.
+    /// Returns the id peers know it by. Regions not exported are never visible to peers.
+    /// Read-only memory is refused ([`Error::ReadOnlyMemory`]): a peer's remote key could
+    /// write it.
+    pub fn export(&self, region: &Region) -> Result<u64> {
+        if region.is_read_only() {
+            return Err(Error::ReadOnlyMemory {
+                region: region.id(),
+                detail: "exported memory can be written by peers (a UCX remote key grants writes)"
+                    .into(),
+            });
+        }
+        self.with_net(|n| n.export(region))
+    }
+
+    /// Withdraws an exported region: peers are told, later posts on their side fail with
+    /// [`Error::Deregistered`], and its memory stays alive until every peer acknowledged that
+    /// its operations on it completed (or disconnected).
+    pub fn unexport(&self, region: &Region) -> Result<()> {
+        self.with_net(|n| n.unexport(region))
+    }
+
+    /// Notifications received so far, oldest first.
+    pub fn take_notifications(&self) -> Vec<crate::net::Notification> {
+        self.network()
+            .and_then(|b| b.network().map(|n| n.take_notifications()))
+            .unwrap_or_default()
+    }
+
+    /// Waits up to `timeout` for a notification (progressing the backend when no serving
+    /// thread does).
+    pub fn wait_notification(
+        &self,
+        timeout: std::time::Duration,
+    ) -> Option<crate::net::Notification> {
+        self.network()?.network()?.wait_notification(timeout)
+    }
+
+    /// Runs `hook` after each notification is queued, on the thread that progressed the network
+    /// backend (the serving thread of [`Agent::serve`], or a waiter); the notification is then
+    /// there for [`Agent::take_notifications`] / [`Agent::wait_notification`]. The hook must
+    /// not block. For event loops that sleep on a file descriptor (the Python binding's `await
+    /// agent.notification()` writes an eventfd). Notifications arrive only while something
+    /// progresses the backend: a serving agent's thread does. Enables the network backend with
+    /// its defaults if it is not enabled yet (errors: as [`Agent::enable_net`]).
+    pub fn on_notification(&self, hook: impl Fn() + Send + Sync + 'static) -> Result<()> {
+        self.with_net(|n| {
+            n.on_notification(Arc::new(hook));
+            Ok(())
+        })
+    }
+
+    /// Facts about the UCX library the network backend uses (version, transports, CUDA).
+    pub fn ucx_facts(&self) -> Result<gdpath_ucx::UcxFacts> {
+        self.with_net(|n| n.ucx_facts())
     }
 }

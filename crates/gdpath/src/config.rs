@@ -85,7 +85,11 @@ impl StorageConfig {
 ///
 /// Memory bound: the staging paths (pageable host memory, staged GPU ↔ GPU) hold pinned bounce
 /// buffers of `chunk` bytes, at most `2 * copy_threads` per pageable copy and `staging_buffers`
-/// per staged copy in flight; buffers are kept in a pool for reuse.
+/// per staged copy in flight; buffers are kept in a pool for reuse (at most 64). The pool holds
+/// at most `(workers + 1) × max(2 × copy_threads, staging_buffers) × chunk` bytes (every
+/// worker's copy at its widest, and as much again for small copies run on posting threads); a
+/// copy that finds it spent waits up to 10 s for buffers, then fails with
+/// [`Error::BounceExhausted`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GpuConfig {
     /// Use GPUDirect P2P between GPUs that allow it. `false` forces the staged path (GPU →
@@ -150,9 +154,11 @@ impl GpuConfig {
 
 /// File ↔ GPU path settings (the `cufile` and `file-gpu` backends).
 ///
-/// Memory bound: the staged path holds `2 × threads` pinned bounce buffers of `chunk` bytes
-/// (plus 8 KiB each for O_DIRECT realignment), kept in a pool for reuse: 128 MiB with the
-/// defaults on a 32-core machine.
+/// Memory bound: each pair on the staged path holds `2 × threads` pinned bounce buffers of
+/// `chunk` bytes (plus 128 KiB each for O_DIRECT realignment), kept in a pool for reuse (at most
+/// `2 × threads` kept): about 200 MiB per pair with the defaults on a 32-core machine. Four pairs
+/// run at once, so the pool holds at most four times that; a pair that finds it spent waits up
+/// to 10 s for buffers, then fails with [`Error::BounceExhausted`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GdsConfig {
     /// Use cuFile (GdsNative, GdsCompat) when it can register the file. `false` skips cuFile

@@ -103,6 +103,22 @@ pub enum Error {
     /// The path names something that is not a regular file (`what`: "a directory", ...).
     #[error("{path} is {what}, not a regular file")]
     NotAFile { path: PathBuf, what: &'static str },
+    /// The file system holding `path` is full (`ENOSPC`, or `EDQUOT`: a quota is): `needed`
+    /// bytes were to be written (when known in advance), `written` bytes were when it filled
+    /// up. Written through [`crate::file::AtomicFile`], `path` is the target, which is as it
+    /// was.
+    #[error("no space left for {path}: {}", no_space_detail(*needed, *written))]
+    NoSpace {
+        path: PathBuf,
+        needed: Option<u64>,
+        written: u64,
+        #[source]
+        source: Arc<std::io::Error>,
+    },
+    /// The file exists and replacing it was not asked for
+    /// ([`crate::file::ReplaceOptions::overwrite`], the commands' `--overwrite`).
+    #[error("{path} exists: it is replaced only with --overwrite")]
+    Exists { path: PathBuf },
     /// A write was requested into a file region registered read-only.
     #[error("{path} was registered read-only; register it with FileAccess::ReadWrite to write")]
     ReadOnly { path: PathBuf },
@@ -168,9 +184,18 @@ pub enum Error {
     #[error("authentication with {peer} failed: {detail}")]
     AuthFailed { peer: String, detail: String },
     /// A peer broke the agent protocol: malformed, oversized, unknown-version or unexpected
-    /// message. Nothing it sent was used.
-    #[error("protocol error from {peer}: {detail}")]
-    Protocol { peer: String, detail: String },
+    /// message. Nothing it sent was used. `source`: the decoder's refusal, for a malformed
+    /// message.
+    #[error(
+        "protocol error from {peer}: {detail}{}",
+        source.as_ref().map(|e| format!(": {e}")).unwrap_or_default()
+    )]
+    Protocol {
+        peer: String,
+        detail: String,
+        #[source]
+        source: Option<crate::net::codec::DecodeError>,
+    },
     /// A UCX call failed outside any one descriptor pair (context, worker, listener, mapping).
     #[error("UCX {op}: {source}")]
     Ucx {
@@ -178,12 +203,45 @@ pub enum Error {
         #[source]
         source: gdpath_ucx::UcxError,
     },
+    /// A backend's bounce-buffer pool could not serve a request: `wanted` bytes of buffers were
+    /// needed, more than the `budget` (bytes) allows at once, or the rest of the budget stayed in
+    /// use for as long as the backend waits. `pool` names the backend's pool.
+    #[error(
+        "{pool} bounce buffers exhausted: {wanted} bytes wanted, the budget is {budget} bytes"
+    )]
+    BounceExhausted {
+        pool: &'static str,
+        wanted: u64,
+        budget: u64,
+    },
+    /// A CUDA driver, NVML or cuFile call failed in `backend` while doing `what` (e.g.
+    /// "HostToDevice { pinned: false } of 4096 bytes", "pinned staging buffer"); `source` is
+    /// the driver layer's error with its call, code and text (cuFile errors are
+    /// [`gdpath_cuda::CudaError::CuFile`] / `CuFileIo`).
+    #[error("backend {backend}: {what}: {source}")]
+    Cuda {
+        backend: &'static str,
+        what: String,
+        #[source]
+        source: gdpath_cuda::CudaError,
+    },
     /// A backend failed outside any one descriptor (e.g. io_uring setup).
     #[error("backend {backend}: {detail}")]
     Backend {
         backend: &'static str,
         detail: String,
     },
+}
+
+fn no_space_detail(needed: Option<u64>, written: u64) -> String {
+    use crate::units::format_size;
+    match needed {
+        Some(n) => format!(
+            "{n} bytes ({}) needed, {written} bytes written",
+            format_size(n)
+        ),
+        None => format!("{written} bytes ({}) written", format_size(written)),
+    }
 }
 
 fn path_list(paths: &[Path]) -> String {
@@ -197,7 +255,8 @@ fn path_list(paths: &[Path]) -> String {
 
 impl Error {
     /// The error's kind: its variant's name in snake_case (`out_of_bounds`, `open`, `config`,
-    /// `peer_failed`, ...). A contract: scripts match on it (`gdpath --json` prints it as the
+    /// `peer_failed`, ...), except [`Error::Cuda`], whose kind is `backend` (CUDA failures were
+    /// `Error::Backend` before they kept their typed source). A contract: scripts match on it (`gdpath --json` prints it as the
     /// `kind` of its `gdpath.error/1` document), so a kind never changes once released, a
     /// renamed variant keeps its old kind, and a new variant gets a new one here (the match is
     /// exhaustive so that it must be named).
@@ -214,6 +273,8 @@ impl Error {
             Error::Io { .. } => "io",
             Error::Open { .. } => "open",
             Error::NotAFile { .. } => "not_a_file",
+            Error::NoSpace { .. } => "no_space",
+            Error::Exists { .. } => "exists",
             Error::ReadOnly { .. } => "read_only",
             Error::ReadOnlyMemory { .. } => "read_only_memory",
             Error::Unsupported { .. } => "unsupported",
@@ -227,7 +288,10 @@ impl Error {
             Error::AuthFailed { .. } => "auth_failed",
             Error::Protocol { .. } => "protocol",
             Error::Ucx { .. } => "ucx",
-            Error::Backend { .. } => "backend",
+            // A CUDA failure was an `Error::Backend` before it kept its typed source: scripts
+            // that match on the kind keep seeing `backend`.
+            Error::Backend { .. } | Error::Cuda { .. } => "backend",
+            Error::BounceExhausted { .. } => "bounce_exhausted",
         }
     }
 
@@ -288,6 +352,13 @@ mod tests {
                 region: RegionId(1),
                 detail: "d".into(),
             },
+            Error::NoSpace {
+                path: "/x".into(),
+                needed: None,
+                written: 0,
+                source: Arc::new(std::io::Error::from_raw_os_error(libc::ENOSPC)),
+            },
+            Error::Exists { path: "/x".into() },
         ];
         for e in cases {
             assert_eq!(e.kind(), snake_case_variant(&e), "{e:?}");

@@ -13,7 +13,7 @@
 //! executes, the handles and foreign memory it keeps on a region) is under [`backend`] only.
 //! Also here: checkpoint loading ([`checkpoint`]), the facts behind the GDS decision that the
 //! doctor reports too ([`gds`], [`cufile_json`], [`kmod`]), the network ([`net`]), OS calls
-//! ([`os`]) and units ([`units`]).
+//! ([`os`]), safe file creation and replacement ([`file`]) and units ([`units`]).
 //!
 //! ```
 //! use gdpath::{Agent, AgentConfig, FileSpec, HostBuffer, Memory, Path, TransferRequest};
@@ -31,6 +31,7 @@
 //! assert!(p.path == Path::PosixDirect || p.finding.is_some());
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+#![deny(unsafe_code)]
 
 pub mod agent;
 pub mod backend;
@@ -38,11 +39,13 @@ pub mod checkpoint;
 pub mod config;
 pub mod cufile_json;
 pub mod error;
+pub mod file;
 pub mod finding;
 pub mod gds;
 pub mod kmod;
 pub mod memory;
 pub mod net;
+#[allow(unsafe_code)]
 pub mod os;
 pub mod path;
 mod planner;

@@ -1,11 +1,10 @@
 //! Memory that can be registered with an [`crate::Agent`]: host buffers, files, GPU memory and
 //! remote regions.
 
+use crate::os::mem::AlignedBuf;
 use serde::{Deserialize, Serialize};
-use std::alloc::{self, Layout};
 use std::fmt;
 use std::path::PathBuf;
-use std::ptr::NonNull;
 
 /// Alignment of every [`HostBuffer`] (bytes): one 4 KiB page, which satisfies O_DIRECT's memory
 /// alignment on every Linux file system (`statx` `stx_dio_mem_align` is at most the page size).
@@ -144,122 +143,7 @@ pub struct RemoteMemory {
     pub rkey: Vec<u8>,
 }
 
-/// GPU memory gdpath does not own: a device pointer (`CUdeviceptr`), its length in bytes and the
-/// CUDA ordinal of the GPU holding it. Made only by the unsafe [`GpuPointer::new`], whose caller
-/// vouches that the memory outlives the region ([`crate::Agent::register_kept`] ties it to the
-/// object that owns it).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct GpuPointer {
-    ordinal: u32,
-    ptr: u64,
-    len: u64,
-    writable: bool,
-}
-
-impl GpuPointer {
-    /// `len` bytes of device memory at `ptr` on GPU `ordinal`, writable.
-    ///
-    /// # Safety
-    /// `[ptr, ptr + len)` must be device memory allocated on GPU `ordinal` (or mapped into its
-    /// primary context) that stays allocated until the region registered from it, and every
-    /// transfer using that region, has been dropped.
-    pub unsafe fn new(ordinal: u32, ptr: u64, len: u64) -> Self {
-        GpuPointer {
-            ordinal,
-            ptr,
-            len,
-            writable: true,
-        }
-    }
-
-    /// The same memory, read-only: the region is never written (see
-    /// [`crate::Error::ReadOnlyMemory`]). For memory its owner declares read-only (a
-    /// `__cuda_array_interface__` with `readonly`, a DLPack tensor flagged read-only).
-    pub fn read_only(mut self) -> Self {
-        self.writable = false;
-        self
-    }
-
-    /// Whether the region may be written.
-    pub fn writable(&self) -> bool {
-        self.writable
-    }
-
-    /// CUDA ordinal of the GPU.
-    pub fn ordinal(&self) -> u32 {
-        self.ordinal
-    }
-
-    /// The device address.
-    pub fn ptr(&self) -> u64 {
-        self.ptr
-    }
-
-    /// Length in bytes.
-    pub fn len(&self) -> u64 {
-        self.len
-    }
-
-    /// True for an empty range.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-}
-
-/// Host memory gdpath does not own: an address, a length in bytes and whether it may be written
-/// (a NumPy array, a `bytearray`, a PyTorch tensor's storage, an `mmap`). Made only by the unsafe
-/// [`HostPointer::new`], whose caller vouches that the memory outlives the region
-/// ([`crate::Agent::register_kept`] ties it to the object that owns it). Unlike a [`HostBuffer`]
-/// it has no alignment: O_DIRECT then goes through bounce buffers where the address is not
-/// aligned (`docs/engine.md`, posix-direct).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct HostPointer {
-    ptr: NonNull<u8>,
-    len: usize,
-    writable: bool,
-}
-
-// SAFETY: a HostPointer is an address and a length; the caller of `new` vouched for the memory,
-// and the engine accesses it only as registered memory (in use or viewed, never both).
-unsafe impl Send for HostPointer {}
-// SAFETY: as above.
-unsafe impl Sync for HostPointer {}
-
-impl HostPointer {
-    /// `len` bytes of host memory at `ptr`; `writable: false` makes the region read-only (it is
-    /// never written: [`crate::Error::ReadOnlyMemory`]).
-    ///
-    /// # Safety
-    /// `[ptr, ptr + len)` must be host memory, readable (and writable when `writable`), that
-    /// stays valid at this address until the region registered from it, and every transfer
-    /// using that region, has been dropped; while a transfer uses it nothing else may write it
-    /// (nor read it while the transfer writes it). A null `ptr` is allowed only for `len == 0`.
-    pub unsafe fn new(ptr: *mut u8, len: usize, writable: bool) -> Self {
-        // An empty range is never dereferenced; a dangling aligned pointer stands in for null.
-        let ptr = NonNull::new(ptr).unwrap_or(NonNull::dangling());
-        HostPointer { ptr, len, writable }
-    }
-
-    /// The start address.
-    pub fn as_ptr(&self) -> *mut u8 {
-        self.ptr.as_ptr()
-    }
-
-    /// Length in bytes.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// True for an empty range.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// Whether the region may be written.
-    pub fn writable(&self) -> bool {
-        self.writable
-    }
-}
+pub use crate::os::mem::{GpuPointer, HostPointer};
 
 /// Memory handed to [`crate::Agent::register`].
 #[derive(Debug)]
@@ -339,28 +223,23 @@ impl Memory {
 /// A zero-initialised host allocation aligned to [`HOST_ALIGN`] (4 KiB), so O_DIRECT can read
 /// into it and write from it without a bounce buffer.
 pub struct HostBuffer {
-    ptr: NonNull<u8>,
-    len: usize,
+    buf: AlignedBuf,
 }
 
-// SAFETY: HostBuffer uniquely owns its allocation, like Vec<u8>.
-unsafe impl Send for HostBuffer {}
-// SAFETY: shared access only hands out &[u8].
-unsafe impl Sync for HostBuffer {}
+/// The error for a host allocation of `len` bytes that the system refused.
+pub(crate) fn host_alloc_error(len: usize) -> crate::Error {
+    crate::Error::Config(format!(
+        "cannot allocate {len} bytes ({:.1} GiB) of host memory",
+        len as f64 / (1u64 << 30) as f64
+    ))
+}
 
 impl HostBuffer {
     /// Allocates `len` zeroed bytes. Aborts like `Vec` when the allocator fails.
     pub fn zeroed(len: usize) -> Self {
-        if len == 0 {
-            // A dangling but aligned pointer: never dereferenced for a zero length.
-            let ptr = NonNull::new(HOST_ALIGN as *mut u8).expect("non-null constant");
-            return HostBuffer { ptr, len };
+        HostBuffer {
+            buf: AlignedBuf::zeroed(len, HOST_ALIGN),
         }
-        let layout = Self::layout(len);
-        // SAFETY: layout has a non-zero size.
-        let raw = unsafe { alloc::alloc_zeroed(layout) };
-        let ptr = NonNull::new(raw).unwrap_or_else(|| alloc::handle_alloc_error(layout));
-        HostBuffer { ptr, len }
     }
 
     /// As [`HostBuffer::zeroed`], but an allocation the system refuses (or a length above
@@ -368,20 +247,9 @@ impl HostBuffer {
     ///
     /// Errors: [`crate::Error::Config`] with the size in bytes and GiB.
     pub fn try_zeroed(len: usize) -> crate::Result<Self> {
-        if len == 0 {
-            return Ok(Self::zeroed(0));
-        }
-        let refuse = || {
-            crate::Error::Config(format!(
-                "cannot allocate {len} bytes ({:.1} GiB) of host memory",
-                len as f64 / (1u64 << 30) as f64
-            ))
-        };
-        let layout = Layout::from_size_align(len, HOST_ALIGN).map_err(|_| refuse())?;
-        // SAFETY: layout has a non-zero size.
-        let raw = unsafe { alloc::alloc_zeroed(layout) };
-        let ptr = NonNull::new(raw).ok_or_else(refuse)?;
-        Ok(HostBuffer { ptr, len })
+        AlignedBuf::try_zeroed(len, HOST_ALIGN)
+            .map(|buf| HostBuffer { buf })
+            .ok_or_else(|| host_alloc_error(len))
     }
 
     /// An aligned copy of `bytes`.
@@ -391,52 +259,47 @@ impl HostBuffer {
         b
     }
 
-    fn layout(len: usize) -> Layout {
-        Layout::from_size_align(len, HOST_ALIGN).expect("size below isize::MAX")
-    }
-
     /// Length in bytes.
     pub fn len(&self) -> usize {
-        self.len
+        self.buf.len()
     }
 
     /// True when the buffer has no bytes.
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.buf.is_empty()
     }
 
     /// The bytes.
     pub fn as_slice(&self) -> &[u8] {
-        // SAFETY: ptr is valid for len bytes (or len is 0 with an aligned dangling pointer).
-        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+        self.buf.as_slice()
     }
 
     /// The bytes, mutable.
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
-        // SAFETY: as above, and &mut self gives unique access.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+        self.buf.as_mut_slice()
     }
 
     /// The start address (for backends).
     pub fn as_ptr(&self) -> *mut u8 {
-        self.ptr.as_ptr()
+        self.buf.as_ptr()
     }
-}
 
-impl Drop for HostBuffer {
-    fn drop(&mut self) {
-        if self.len > 0 {
-            // SAFETY: allocated in `zeroed` with this layout.
-            unsafe { alloc::dealloc(self.ptr.as_ptr(), Self::layout(self.len)) }
-        }
+    /// The allocation, for a region to share.
+    pub(crate) fn into_aligned(self) -> AlignedBuf {
+        self.buf
+    }
+
+    /// A buffer around an allocation of [`HOST_ALIGN`] (a region's, given back).
+    pub(crate) fn from_aligned(buf: AlignedBuf) -> Self {
+        HostBuffer { buf }
     }
 }
 
 impl fmt::Debug for HostBuffer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("HostBuffer")
-            .field("ptr", &self.ptr)
-            .field("len", &self.len)
+            .field("ptr", &self.buf.as_ptr())
+            .field("len", &self.buf.len())
             .finish()
     }
 }

@@ -7,7 +7,8 @@
 //! transfer is in flight is a typed error ([`Error::RegionBusy`]).
 
 use crate::error::{Error, Result};
-use crate::memory::{DirectIo, FileAccess, HostBuffer, HostPointer, MemoryKind};
+use crate::memory::{DirectIo, FileAccess, HostBuffer, MemoryKind};
+use crate::os::mem::{Exclusive, HostMem, Keep};
 use std::any::Any;
 use std::fmt;
 use std::fs::File;
@@ -78,12 +79,11 @@ pub struct FileRegion {
 }
 
 impl FileRegion {
+    /// Opens both descriptors through [`crate::file`]'s type check: a directory, device, FIFO or
+    /// socket is [`Error::NotAFile`] before anything is opened, and again on the open
+    /// descriptor (`fstat`) should the path change in between.
     pub(crate) fn open(path: &FsPath, access: FileAccess, mode: DirectIo) -> Result<Self> {
-        use std::os::unix::fs::OpenOptionsExt;
-        let open_err = |e: std::io::Error| Error::Open {
-            path: path.to_owned(),
-            source: Arc::new(e),
-        };
+        use std::os::unix::fs::MetadataExt;
         let mut oo = std::fs::OpenOptions::new();
         oo.read(true);
         match access {
@@ -95,32 +95,15 @@ impl FileRegion {
                 oo.write(true).create(true).truncate(truncate);
             }
         }
-        // Refuse directories and devices before anything else: a directory opens read-only.
-        if let Ok(md) = std::fs::metadata(path) {
-            let ft = md.file_type();
-            if ft.is_dir() {
-                return Err(Error::NotAFile {
-                    path: path.to_owned(),
-                    what: "a directory",
-                });
-            }
-            if !ft.is_file() {
-                return Err(Error::NotAFile {
-                    path: path.to_owned(),
-                    what: "a device, FIFO or socket",
-                });
-            }
-        }
-        let buffered = oo.open(path).map_err(open_err)?;
+        let buffered = crate::file::open_regular(path, oo, 0)?;
         let (direct, status) = if mode == DirectIo::Off {
             (None, DirectStatus::Disabled)
         } else {
             let mut od = std::fs::OpenOptions::new();
             od.read(true).write(access.writable());
-            od.custom_flags(libc::O_DIRECT);
-            match od.open(path) {
+            match crate::file::open_regular(path, od, crate::os::file::O_DIRECT) {
                 Ok(f) => (Some(f), DirectStatus::Enabled),
-                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                Err(Error::Open { source, .. }) if source.raw_os_error() == Some(libc::EINVAL) => {
                     if mode == DirectIo::Required {
                         return Err(Error::Unsupported {
                             what: format!(
@@ -132,9 +115,24 @@ impl FileRegion {
                     }
                     (None, DirectStatus::Refused)
                 }
-                Err(e) => return Err(open_err(e)),
+                Err(e) => return Err(e),
             }
         };
+        // The second open went by path too: it must have found the same file.
+        if let Some(d) = &direct {
+            let same = match (buffered.metadata(), d.metadata()) {
+                (Ok(a), Ok(b)) => (a.dev(), a.ino()) == (b.dev(), b.ino()),
+                _ => false,
+            };
+            if !same {
+                return Err(Error::Open {
+                    path: path.to_owned(),
+                    source: Arc::new(std::io::Error::other(
+                        "the path named another file when it was opened again for O_DIRECT",
+                    )),
+                });
+            }
+        }
         let align = dio_align(&buffered);
         let cache_block = cache_block(&buffered, align);
         Ok(FileRegion {
@@ -159,6 +157,14 @@ impl FileRegion {
     /// The O_DIRECT descriptor, when O_DIRECT is usable.
     pub fn direct_fd(&self) -> Option<RawFd> {
         self.direct.as_ref().map(AsRawFd::as_raw_fd)
+    }
+    /// The buffered (page cache) file.
+    pub(crate) fn buffered_file(&self) -> &File {
+        &self.buffered
+    }
+    /// The file opened with O_DIRECT, when O_DIRECT is usable.
+    pub(crate) fn direct_file(&self) -> Option<&File> {
+        self.direct.as_ref()
     }
     /// Whether O_DIRECT is usable, and if not why.
     pub fn direct_status(&self) -> DirectStatus {
@@ -190,35 +196,21 @@ impl FileRegion {
 }
 
 fn dio_align(f: &File) -> DioAlign {
-    const FALLBACK: DioAlign = DioAlign {
-        offset: 4096,
-        memory: 4096,
-    };
-    // SAFETY: statx writes into a zeroed statx struct we own; the empty path with AT_EMPTY_PATH
-    // refers to the descriptor itself.
-    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
-    let rc = unsafe {
-        libc::statx(
-            f.as_raw_fd(),
-            c"".as_ptr(),
-            libc::AT_EMPTY_PATH,
-            libc::STATX_DIOALIGN,
-            &mut stx,
-        )
-    };
-    if rc != 0 || stx.stx_mask & libc::STATX_DIOALIGN == 0 || stx.stx_dio_offset_align == 0 {
-        return FALLBACK;
-    }
-    DioAlign {
-        offset: u64::from(stx.stx_dio_offset_align).max(512),
-        memory: u64::from(stx.stx_dio_mem_align).max(1),
+    match crate::os::file::dio_align(f) {
+        Some((offset, memory)) => DioAlign {
+            offset: u64::from(offset).max(512),
+            memory: u64::from(memory).max(1),
+        },
+        None => DioAlign {
+            offset: 4096,
+            memory: 4096,
+        },
     }
 }
 
 fn cache_block(f: &File, align: DioAlign) -> u64 {
     use std::os::unix::fs::MetadataExt;
-    // SAFETY: sysconf has no memory effects; a failure (-1) falls back to 4096 below.
-    let page = u64::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+    let page = crate::os::file::page_size() as u64;
     // Some file systems (NFS, Lustre) report a preferred I/O size of MiBs as st_blksize; ignore
     // such values so heads and tails stay small (the page is the page cache's own unit).
     let block = f
@@ -231,19 +223,11 @@ fn cache_block(f: &File, align: DioAlign) -> u64 {
 }
 
 pub(crate) enum Storage {
-    Host(HostBuffer),
-    /// Host memory someone else owns ([`crate::Memory::HostPointer`]).
-    Borrowed(HostPointer),
+    /// Host memory (gdpath's own, or someone else's: [`crate::Memory::HostPointer`]), shared
+    /// with the I/O in flight on it and its CUDA registration.
+    Host(HostMem),
     File(FileRegion),
     Foreign(Box<dyn ForeignMemory>),
-}
-
-/// What a region holds beyond its memory: whether it may be written, and the object that keeps
-/// borrowed memory alive ([`crate::Agent::register_kept`]).
-#[derive(Default)]
-pub(crate) struct Extra {
-    pub(crate) read_only: bool,
-    pub(crate) keep: Option<Box<dyn Any + Send + Sync>>,
 }
 
 /// A region's use, in one atomic word: the work items (descriptor pairs) in flight that touch
@@ -288,7 +272,7 @@ impl UseState {
 
 pub(crate) struct RegionInner {
     // Field order is drop order: backend registrations go before the memory they refer to, and
-    // the memory before the object that keeps borrowed memory alive (`keep`).
+    // the memory before the object that keeps it alive (`keep`).
     handles: Mutex<Vec<(&'static str, BackendHandle)>>,
     pub(crate) id: RegionId,
     pub(crate) agent: u64,
@@ -296,8 +280,11 @@ pub(crate) struct RegionInner {
     pub(crate) storage: Storage,
     state: UseState,
     read_only: bool,
-    /// Held only to be dropped last (after `storage`).
-    _keep: Option<Box<dyn Any + Send + Sync>>,
+    /// The owner of memory other than host memory ([`crate::Agent::register_kept`] with a
+    /// [`crate::GpuPointer`]), held only to be dropped last. Borrowed host memory keeps its
+    /// owner in its [`HostMem`] instead, which I/O the kernel has not completed may hold past
+    /// the region.
+    _keep: Option<Keep>,
 }
 
 /// A handle to registered memory. Clones share the registration; the memory is freed when the
@@ -317,12 +304,15 @@ impl fmt::Debug for Region {
 }
 
 impl Region {
+    /// A region of `storage`; `read_only` memory is never written, `keep` is dropped after the
+    /// storage.
     pub(crate) fn new(
         id: RegionId,
         agent: u64,
         kind: MemoryKind,
         storage: Storage,
-        extra: Extra,
+        read_only: bool,
+        keep: Option<Keep>,
     ) -> Self {
         Region {
             inner: Arc::new(RegionInner {
@@ -332,8 +322,8 @@ impl Region {
                 kind,
                 storage,
                 state: UseState::default(),
-                read_only: extra.read_only,
-                _keep: extra.keep,
+                read_only,
+                _keep: keep,
             }),
         }
     }
@@ -359,7 +349,6 @@ impl Region {
     pub fn len(&self) -> Result<u64> {
         match &self.inner.storage {
             Storage::Host(b) => Ok(b.len() as u64),
-            Storage::Borrowed(p) => Ok(p.len() as u64),
             Storage::File(f) => f.size(),
             Storage::Foreign(m) => Ok(m.len()),
         }
@@ -382,9 +371,13 @@ impl Region {
     /// The host memory's start address, for host regions (backends use it). Not aligned for
     /// borrowed memory ([`crate::Memory::HostPointer`]).
     pub fn host_ptr(&self) -> Option<*mut u8> {
+        self.host_mem().map(HostMem::as_ptr)
+    }
+
+    /// The host memory, for host regions: backends copy into and out of it.
+    pub(crate) fn host_mem(&self) -> Option<&HostMem> {
         match &self.inner.storage {
-            Storage::Host(b) => Some(b.as_ptr()),
-            Storage::Borrowed(p) => Some(p.as_ptr()),
+            Storage::Host(m) => Some(m),
             _ => None,
         }
     }
@@ -424,22 +417,19 @@ impl Region {
     /// on the region fails the same way. Not a host region: [`Error::Unsupported`]; read-only
     /// memory (the view is writable): [`Error::ReadOnlyMemory`].
     pub fn host_view(&self) -> Result<HostView<'_>> {
-        let (ptr, len) = match &self.inner.storage {
-            Storage::Host(b) => (b.as_ptr(), b.len()),
-            Storage::Borrowed(_) if self.inner.read_only => {
-                return Err(Error::ReadOnlyMemory {
-                    region: self.inner.id,
-                    detail: "a host view of it would be writable".into(),
-                })
-            }
-            Storage::Borrowed(p) => (p.as_ptr(), p.len()),
-            _ => {
-                return Err(Error::Unsupported {
-                    what: format!("a host view of {} memory", self.inner.kind),
-                    backend: "host",
-                })
-            }
+        let Storage::Host(buf) = &self.inner.storage else {
+            return Err(Error::Unsupported {
+                what: format!("a host view of {} memory", self.inner.kind),
+                backend: "host",
+            });
         };
+        let read_only = || Error::ReadOnlyMemory {
+            region: self.inner.id,
+            detail: "a host view of it would be writable".into(),
+        };
+        if self.inner.read_only {
+            return Err(read_only());
+        }
         let taken = self.inner.state.update(|w| {
             (w & (UseState::COUNT | UseState::VIEWED) == 0).then_some(w | UseState::VIEWED)
         });
@@ -453,18 +443,36 @@ impl Region {
                 },
             });
         }
+        // The viewed flag is set and no pair is in flight: the bytes are the view's alone.
+        let Some(bytes) = buf.exclusive() else {
+            // Memory the region was registered writable from is writable: not reached.
+            self.inner.state.clear(UseState::VIEWED);
+            return Err(read_only());
+        };
         Ok(HostView {
             region: self,
-            ptr,
-            len,
+            bytes,
         })
     }
 
     /// Takes a host region's buffer back: succeeds only when this is the last handle (no
-    /// descriptor, transfer or clone holds the region). Otherwise the region is returned with the
-    /// reason; memory gdpath does not own ([`crate::Memory::HostPointer`]) has no buffer to give.
+    /// descriptor, transfer or clone holds the region) and no I/O or driver registration still
+    /// uses the memory. Otherwise the region is returned with the reason; in the second case
+    /// (I/O the kernel never completed) it comes back without its backend registrations.
+    /// Memory gdpath does not own ([`crate::Memory::HostPointer`]) has no buffer to give
+    /// ([`Error::Unsupported`]).
     pub fn into_host_buffer(self) -> std::result::Result<HostBuffer, (Region, Error)> {
         let id = self.inner.id;
+        if self.host_mem().is_some_and(|m| !m.is_owned()) {
+            let what = "taking a host buffer out of memory gdpath does not own".to_owned();
+            return Err((
+                self,
+                Error::Unsupported {
+                    what,
+                    backend: "host",
+                },
+            ));
+        }
         if !matches!(self.inner.storage, Storage::Host(_)) {
             let what = format!("taking a host buffer out of a {} region", self.inner.kind);
             return Err((
@@ -477,13 +485,41 @@ impl Region {
         }
         match Arc::try_unwrap(self.inner) {
             Ok(RegionInner {
-                storage, handles, ..
+                storage,
+                handles,
+                id,
+                agent,
+                kind,
+                state,
+                read_only,
+                _keep,
             }) => {
                 drop(handles); // deregister from backends before handing the memory out
-                match storage {
-                    Storage::Host(b) => Ok(b),
-                    _ => unreachable!("checked to be host storage above"),
-                }
+                let Storage::Host(mem) = storage else {
+                    unreachable!("checked to be host storage above")
+                };
+                mem.try_unwrap()
+                    .map(HostBuffer::from_aligned)
+                    .map_err(|mem| {
+                        let region = Region {
+                            inner: Arc::new(RegionInner {
+                                handles: Mutex::new(Vec::new()),
+                                id,
+                                agent,
+                                kind,
+                                storage: Storage::Host(mem),
+                                state,
+                                read_only,
+                                _keep,
+                            }),
+                        };
+                        let e = Error::RegionBusy {
+                            region: id,
+                            reason: "its memory is still used by I/O the kernel has not completed"
+                                .into(),
+                        };
+                        (region, e)
+                    })
             }
             Err(inner) => {
                 let n = Arc::strong_count(&inner) - 1;
@@ -603,22 +639,19 @@ impl Drop for UseGuard {
 /// Exclusive access to a host region's bytes; see [`Region::host_view`].
 pub struct HostView<'a> {
     region: &'a Region,
-    ptr: *mut u8,
-    len: usize,
+    bytes: Exclusive<'a>,
 }
 
 impl Deref for HostView<'_> {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        // SAFETY: the region owns the buffer; no transfer runs while the view is out.
-        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+        &self.bytes
     }
 }
 
 impl DerefMut for HostView<'_> {
     fn deref_mut(&mut self) -> &mut [u8] {
-        // SAFETY: as above; the viewed flag makes this view the only accessor.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+        &mut self.bytes
     }
 }
 
@@ -647,8 +680,9 @@ mod tests {
             RegionId(u64::MAX),
             0,
             MemoryKind::Host { pinned: false },
-            Storage::Host(HostBuffer::zeroed(len)),
-            Extra::default(),
+            Storage::Host(HostMem::new(HostBuffer::zeroed(len).into_aligned())),
+            false,
+            None,
         )
     }
 

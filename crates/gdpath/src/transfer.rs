@@ -233,6 +233,9 @@ struct State {
     waiters: usize,
     /// Run once when the last pair completes ([`Transfer::on_complete`]).
     hooks: Vec<Box<dyn FnOnce() + Send>>,
+    /// How a wait ended the transfer before its pairs did (cancelled, or past its bound): what
+    /// every later wait returns ([`Transfer::wait_shared`]: the same result each time).
+    ended: Option<Error>,
 }
 
 /// The poll-driven backends a transfer uses: none or one nearly always, held without an
@@ -299,6 +302,7 @@ impl TransferShared {
                 finished_at: if n == 0 { Some(Instant::now()) } else { None },
                 waiters: 0,
                 hooks: Vec::new(),
+                ended: None,
             }),
             cv: Condvar::new(),
             pollers,
@@ -634,7 +638,7 @@ impl Transfer {
     // does not matter.
     #[allow(clippy::result_large_err)]
     pub fn wait(self) -> std::result::Result<TransferReport, TransferError> {
-        self.wait_until(None, true)
+        self.wait_until(None, None, true)
     }
 
     /// As [`Transfer::wait`], giving up after `timeout` (or the request's deadline, if earlier)
@@ -646,30 +650,48 @@ impl Transfer {
         self,
         timeout: Duration,
     ) -> std::result::Result<TransferReport, TransferError> {
-        self.wait_until(Some(timeout), true)
+        self.wait_until(Some(timeout), None, true)
+    }
+
+    /// As [`Transfer::wait_timeout`], and once `stop` is set (by another thread: a signal
+    /// handler, a supervisor) the transfer is cancelled ([`Transfer::cancel`]) and the error is
+    /// [`Error::Cancelled`]. `stop` is read as often as the wait wakes (every 50 µs while a
+    /// poll-driven backend has work, every 100 ms otherwise).
+    // The error carries every pair's outcome; it is returned once per transfer, so its size
+    // does not matter.
+    #[allow(clippy::result_large_err)]
+    pub fn wait_unless(
+        self,
+        stop: &AtomicBool,
+        timeout: Duration,
+    ) -> std::result::Result<TransferReport, TransferError> {
+        self.wait_until(Some(timeout), Some(stop), true)
     }
 
     /// As [`Transfer::wait`] (`timeout: None`) or [`Transfer::wait_timeout`], without consuming
     /// the transfer: for a transfer shared between threads, one waiting while another may
     /// cancel it (the Python binding's `Transfer`). It may be called again, and after the
-    /// transfer ended it returns the same result at once; the report is cloned.
+    /// transfer ended it returns the same result at once (a transfer a wait ended, cancelled or
+    /// past its bound, gives that wait's error every time); the report is cloned.
     // The error carries every pair's outcome, as for `wait`.
     #[allow(clippy::result_large_err)]
     pub fn wait_shared(
         &self,
         timeout: Option<Duration>,
     ) -> std::result::Result<TransferReport, TransferError> {
-        self.wait_until(timeout, false)
+        self.wait_until(timeout, None, false)
     }
 
-    /// The wait of [`Transfer::wait`] (`take`: the outcomes are moved out, the transfer being
-    /// consumed) and of [`Transfer::wait_shared`] (they are cloned).
+    /// The wait of [`Transfer::wait`], [`Transfer::wait_timeout`] and [`Transfer::wait_unless`]
+    /// (`take`: the outcomes are moved out, the transfer being consumed) and of
+    /// [`Transfer::wait_shared`] (they are cloned); `stop`, when set, cancels the transfer.
     // The error carries every pair's outcome; it is returned once per transfer, so its size
     // does not matter.
     #[allow(clippy::result_large_err)]
     fn wait_until(
         &self,
         timeout: Option<Duration>,
+        stop: Option<&AtomicBool>,
         take: bool,
     ) -> std::result::Result<TransferReport, TransferError> {
         let sh = &self.shared;
@@ -685,10 +707,18 @@ impl Transfer {
         };
         let mut st = lock(&sh.state);
         loop {
+            if let Some(e) = st.ended.clone() {
+                drop(st);
+                return Err(self.failure(e));
+            }
             if st.remaining == 0 {
                 break;
             }
+            if stop.is_some_and(|f| f.load(Ordering::Relaxed)) {
+                sh.cancelled.store(true, Ordering::Release);
+            }
             if sh.cancelled.load(Ordering::Acquire) {
+                st.ended = Some(Error::Cancelled);
                 drop(st);
                 return Err(self.failure(Error::Cancelled));
             }
@@ -702,6 +732,7 @@ impl Transfer {
             });
             if let Some(u) = until {
                 if now >= u {
+                    st.ended = Some(Error::DeadlineExceeded);
                     drop(st);
                     self.cancel();
                     return Err(self.failure(Error::DeadlineExceeded));

@@ -105,3 +105,31 @@ fn a_transfer_of_no_pairs_is_complete_at_once() {
     rx.try_recv().expect("ran at once");
     assert_eq!(t.wait_shared(Some(Duration::ZERO)).unwrap().bytes, 0);
 }
+
+#[test]
+fn a_transfer_ended_by_its_deadline_says_so_to_every_later_wait() {
+    let dir = disk_dir();
+    let agent = agent();
+    let (len, pairs) = (1usize << 20, 64u64);
+    let data = pattern(len * pairs as usize, 7);
+    let file = readable_file(&agent, dir.path(), "src", &data);
+    let dst = host_zeroed(&agent, len * pairs as usize);
+    let l = len as u64;
+    let t = agent
+        .post(
+            TransferRequest::read(
+                (0..pairs).map(|i| dst.desc(i * l, l)).collect(),
+                (0..pairs).map(|i| file.desc(i * l, l)).collect(),
+            )
+            .deadline(std::time::Instant::now()),
+        )
+        .unwrap();
+    // The first wait ends it past its deadline (cancelling what has not started); every later
+    // wait, and the consuming one, says the same rather than `cancelled`.
+    for _ in 0..3 {
+        let e = t.wait_shared(None).unwrap_err();
+        assert_eq!(e.error.kind(), "deadline_exceeded", "{e}");
+        assert_eq!(e.outcomes.len(), pairs as usize);
+    }
+    assert_eq!(t.wait().unwrap_err().error.kind(), "deadline_exceeded");
+}

@@ -304,7 +304,16 @@ fn external_device_pointer_is_used_and_not_freed() {
     let e = agent
         .register(Memory::GpuPointer(unsafe { GpuPointer::new(0, 0, 16) }))
         .unwrap_err();
-    assert!(matches!(e, Error::Backend { .. }), "{e}");
+    assert!(
+        matches!(
+            e,
+            Error::Cuda {
+                source: gdpath_cuda::CudaError::InvalidArgument(_),
+                ..
+            }
+        ),
+        "{e}"
+    );
 }
 
 #[test]

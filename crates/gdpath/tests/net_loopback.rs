@@ -1070,3 +1070,71 @@ fn notification_then_close_of(len: u64) {
     assert_eq!(n.message, b"last layer");
     expect_left(&s.srv, "cli@");
 }
+
+/// A serving agent dropped (its `Server`, its exported region, the agent itself) while a client
+/// streams 1 MiB UCX puts or gets into its memory: the drop finishes within the goodbye bound
+/// (no abort: a drop that aborted would take this test process with it), and the client's
+/// transfers fail with a typed error rather than hanging.
+#[test]
+fn dropping_a_serving_agent_mid_stream_is_clean() {
+    use gdpath::Op;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let _serial = serial();
+    for op in [Op::Write, Op::Read] {
+        let server = agent("srv", FailureMode::Detect);
+        let exported = host_pattern(&server, 1);
+        let id = server.export(&exported).unwrap();
+        let srv = server
+            .serve("127.0.0.1:0".parse().unwrap(), Token::none())
+            .unwrap();
+        // UCX puts, not packed writes: the server's worker runs UCX's put handler for them.
+        let client = agent_with(
+            "cli",
+            NetConfig {
+                pack_writes: false,
+                ..cfg(FailureMode::Detect)
+            },
+        );
+        let peer = client.connect(srv.local_addr()).unwrap();
+        let remote = client.register(peer.memory(id).unwrap()).unwrap();
+        let local = client
+            .register(Memory::host(HostBuffer::zeroed(LEN)))
+            .unwrap();
+        let moved = Arc::new(AtomicBool::new(false));
+        let seen = moved.clone();
+        let streamer = std::thread::spawn(move || loop {
+            let t = client
+                .post(TransferRequest::new(
+                    op,
+                    vec![local.desc(0, 1 << 20)],
+                    vec![remote.desc(0, 1 << 20)],
+                ))
+                .and_then(|t| t.wait_timeout(T).map_err(|e| e.error));
+            match t {
+                Ok(_) => seen.store(true, Ordering::Release),
+                Err(e) => return (e, std::time::Instant::now()),
+            }
+        });
+        while !moved.load(Ordering::Acquire) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        let t0 = std::time::Instant::now();
+        drop(srv);
+        drop(exported);
+        drop(server);
+        let took = t0.elapsed();
+        let (err, failed_at) = streamer.join().unwrap();
+        eprintln!(
+            "{op:?}: server dropped in {took:?}; the client failed {:?} later: {err}",
+            failed_at.saturating_duration_since(t0 + took)
+        );
+        assert!(took < Duration::from_secs(2), "dropping took {took:?}");
+        assert!(
+            matches!(err, Error::PeerFailed { .. } | Error::Refused { .. }),
+            "{op:?}: {err:?}"
+        );
+        drop(peer);
+    }
+}

@@ -189,3 +189,38 @@ pub fn serve(prefix: &[&str], args: &[&str], timeout: Duration) -> (Proc, Socket
         .unwrap_or_else(|| panic!("no address in {line:?}"));
     (p, addr)
 }
+
+/// `gdpath serve` on an ephemeral loopback port (`--devices lo`, at most 120 s), under a command
+/// `prefix` (empty, or a shell setting a limit), with `extra` arguments; waits up to 30 s for
+/// it to listen.
+pub fn lo_serve_under(prefix: &[&str], extra: &[&str]) -> (Proc, SocketAddr) {
+    let mut args = vec![
+        "--listen",
+        "127.0.0.1:0",
+        "--devices",
+        "lo",
+        "--duration",
+        "120",
+    ];
+    args.extend_from_slice(extra);
+    serve(prefix, &args, Duration::from_secs(30))
+}
+
+/// [`lo_serve_under`] without a prefix.
+pub fn lo_serve(extra: &[&str]) -> (Proc, SocketAddr) {
+    lo_serve_under(&[], extra)
+}
+
+/// `gdpath bench net --peer PEER --devices lo`, to which a test adds its own arguments.
+pub fn bench_net(peer: &str) -> Command {
+    let mut c = Command::new(bin());
+    c.args(["bench", "net", "--peer", peer, "--devices", "lo"]);
+    c
+}
+
+/// Sends `sig` to the child process of `p`.
+pub fn signal(p: &Proc, sig: libc::c_int) {
+    // SAFETY: kill(2) on our own child's pid.
+    let r = unsafe { libc::kill(p.child.id() as libc::pid_t, sig) };
+    assert_eq!(r, 0, "kill: {}", std::io::Error::last_os_error());
+}

@@ -86,7 +86,8 @@ class PathNotAcceptedError(GdpathError):
 
 class StorageError(GdpathError, OSError):
     """A file could not be opened, read or written (kinds ``open``, ``io``, ``not_a_file``,
-    ``misaligned``)."""
+    ``misaligned``, ``no_space`` for a full file system, ``exists`` for a file not to be
+    replaced)."""
 
 
 class PeerError(GdpathError, ConnectionError):
@@ -137,6 +138,8 @@ _BY_KIND: Dict[str, type] = {
     "io": StorageError,
     "not_a_file": StorageError,
     "misaligned": StorageError,
+    "no_space": StorageError,
+    "exists": StorageError,
     "peer_failed": PeerError,
     "auth_failed": PeerError,
     "protocol": PeerError,

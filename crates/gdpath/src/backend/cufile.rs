@@ -33,8 +33,7 @@ use crate::path::Path;
 use crate::region::{BackendHandle, Descriptor, Region};
 use crate::transfer::{Op, WorkItem};
 use gdpath_cuda::{CuFileDriver, CuFileHandle, CudaError, DeviceBuffer};
-use std::fs::File;
-use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::fd::AsRawFd;
 use std::sync::{Arc, OnceLock};
 
 /// Name of the native backend (holds the registrations).
@@ -91,15 +90,16 @@ impl Shared {
             }
         };
         let decision = decide(&self.facts, &self.settings, Some(&view), has_direct);
-        let fd = file.direct_fd().unwrap_or_else(|| file.buffered_fd());
-        // SAFETY: the region's descriptor is open for the region's life; we only duplicate it.
-        let dup = unsafe { BorrowedFd::borrow_raw(fd) }.try_clone_to_owned();
+        let dup = file
+            .direct_file()
+            .unwrap_or_else(|| file.buffered_file())
+            .try_clone();
         let handle = match dup {
             Err(e) => Err((
                 ids::GDS_HANDLE_REGISTER_FAILED,
                 format!("{}: duplicating the descriptor: {e}", file.path().display()),
             )),
-            Ok(owned) => CuFileHandle::register(driver, Arc::new(File::from(owned))).map_err(|e| {
+            Ok(owned) => CuFileHandle::register(driver, Arc::new(owned)).map_err(|e| {
                 (
                     ids::GDS_HANDLE_REGISTER_FAILED,
                     format!("cuFileHandleRegister({}): {e}", file.path().display()),

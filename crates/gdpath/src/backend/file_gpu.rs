@@ -17,6 +17,7 @@
 //! the unaligned head and tail (each under one page-cache block, `FileRegion::cache_block`)
 //! through the buffered one, so no block is written both ways at once.
 
+use super::bounce::{BouncePool, Pooled, Wait};
 use super::cuda::gpu_buffer;
 use super::fileio::{pread_at_least, pwrite_all};
 use super::{Backend, Capability, PlanChoice, Preference, Refusal};
@@ -28,8 +29,8 @@ use crate::path::Path;
 use crate::region::{Descriptor, DirectStatus, FileRegion};
 use crate::transfer::{Op, WorkItem};
 use gdpath_cuda::{Context, CudaError, DeviceBuffer, PinnedHostBuffer, Stream};
-use std::os::fd::RawFd;
-use std::sync::Mutex;
+use std::fs::File;
+use std::time::Duration;
 
 /// Backend name.
 pub const NAME: &str = "file-gpu";
@@ -40,10 +41,18 @@ const MAX_ALIGN: usize = 64 << 10;
 /// Extra bytes per bounce buffer for realignment (two cut units).
 const SLACK: usize = 2 * MAX_ALIGN;
 
+/// Dispatcher threads: items run one after another per dispatcher, each with its own team of
+/// threads; four let independent pairs (several tensors' files) overlap.
+const DISPATCHERS: usize = 4;
+
+/// How long a pair's thread waits for bounce buffers when the budget is out: they come back as
+/// other pairs' threads finish (a few chunks' I/O), so a wait this long means I/O is stuck.
+const WAIT: Duration = Duration::from_secs(10);
+
 /// The staged file ↔ GPU backend. Needs the `cuda` backend for GPU memory.
 pub struct FileGpu {
     cfg: GdsConfig,
-    pool: Mutex<Vec<PinnedHostBuffer>>,
+    pool: BouncePool<PinnedHostBuffer>,
     tx: crossbeam_channel::Sender<WorkItem>,
 }
 
@@ -58,14 +67,15 @@ impl FileGpu {
     pub fn new(cfg: GdsConfig) -> Result<std::sync::Arc<FileGpu>> {
         cfg.validate()?;
         let (tx, rx) = crossbeam_channel::unbounded::<WorkItem>();
+        // Every dispatcher's pair at once: `threads` threads with two buffers each.
+        let size = cfg.chunk as usize + SLACK;
+        let budget = (DISPATCHERS * cfg.threads * 2 * size) as u64;
         let me = std::sync::Arc::new(FileGpu {
+            pool: BouncePool::new(NAME, size, budget, 2 * cfg.threads),
             cfg,
-            pool: Mutex::new(Vec::new()),
             tx,
         });
-        // Items run one after another per dispatcher, each with its own team of threads; four
-        // dispatchers let independent pairs (several tensors' files) overlap.
-        for i in 0..4 {
+        for i in 0..DISPATCHERS {
             let rx = rx.clone();
             let weak = std::sync::Arc::downgrade(&me);
             std::thread::Builder::new()
@@ -90,30 +100,14 @@ impl FileGpu {
         Ok(me)
     }
 
-    fn take(
-        &self,
-        ctx: &Context,
-        n: usize,
-    ) -> std::result::Result<Vec<PinnedHostBuffer>, CudaError> {
-        let mut out = {
-            let mut free = self.pool.lock().unwrap_or_else(|p| p.into_inner());
-            let k = free.len().saturating_sub(n);
-            free.split_off(k)
-        };
-        while out.len() < n {
-            out.push(PinnedHostBuffer::new(ctx, self.cfg.chunk as usize + SLACK)?);
-        }
-        Ok(out)
-    }
-
-    fn give(&self, bufs: Vec<PinnedHostBuffer>) {
-        let mut free = self.pool.lock().unwrap_or_else(|p| p.into_inner());
-        let keep = 2 * self.cfg.threads;
-        for b in bufs {
-            if free.len() < keep {
-                free.push(b);
-            }
-        }
+    /// `n` pinned bounce buffers of `chunk + SLACK` bytes allocated in `ctx`, back to the pool
+    /// when dropped. Errors: `Error::BounceExhausted`, or the allocation's error as `what`.
+    fn take(&self, ctx: &Context, n: usize, what: &str) -> Result<Vec<Pooled<PinnedHostBuffer>>> {
+        let size = self.cfg.chunk as usize + SLACK;
+        self.pool.take(n, size, Wait::For(WAIT), |len| {
+            PinnedHostBuffer::new(ctx, len)
+                .map_err(|e| crate::backend::cuda::memory::cuda_err(what, e))
+        })
     }
 
     fn execute(&self, item: &WorkItem) -> Result<u64> {
@@ -136,7 +130,7 @@ impl FileGpu {
             detail: format!("region {} is not a file", file_d.region.id()),
         })?;
         let direct = match item.path() {
-            Path::PosixDirect => file.direct_fd(),
+            Path::PosixDirect => file.direct_file(),
             _ => None,
         };
         let job = Job {
@@ -168,7 +162,7 @@ impl FileGpu {
 struct Job<'a> {
     be: &'a FileGpu,
     file: &'a FileRegion,
-    direct: Option<RawFd>,
+    direct: Option<&'a File>,
     /// Cut unit, bytes: the O_DIRECT alignment (file offset, length and memory) raised to the
     /// page-cache block.
     align: usize,
@@ -224,7 +218,7 @@ impl Job<'_> {
                 Err(e) => return Err(self.io_err("read", lo, e)),
             }
         }
-        let got = pread_at_least(self.file.buffered_fd(), &mut buf[..l], s, l)
+        let got = pread_at_least(self.file.buffered_file(), &mut buf[..l], s, l)
             .map_err(|(_, e)| self.io_err("read", s, e))?;
         if got < l {
             return Err(Error::ShortFile {
@@ -250,7 +244,7 @@ impl Job<'_> {
     fn write_chunk(&self, buf: &[u8], lead: usize, s: u64, l: usize) -> Result<()> {
         let a = self.align as u64;
         let e = s + l as u64;
-        let bfd = self.file.buffered_fd();
+        let bfd = self.file.buffered_file();
         let at = |f: u64| lead + (f - s) as usize;
         if let Some(fd) = self.direct {
             let (mid_lo, mid_hi) = (s.div_ceil(a) * a, e / a * a);
@@ -280,8 +274,9 @@ impl Job<'_> {
     /// Chunks `w, w + workers, ...` of the pair, file → GPU.
     fn reader(&self, w: usize, workers: usize) -> Result<()> {
         let ctx = self.dev.context();
-        let cuda = |e: CudaError| crate::backend::cuda::memory::cuda_err("file → GPU copy", e);
-        let mut bufs = self.be.take(ctx, 2).map_err(cuda)?;
+        let what = "file → GPU copy";
+        let cuda = |e: CudaError| crate::backend::cuda::memory::cuda_err(what, e);
+        let mut bufs = self.be.take(ctx, 2, what)?;
         let streams = [
             Stream::new(ctx).map_err(cuda)?,
             Stream::new(ctx).map_err(cuda)?,
@@ -305,7 +300,7 @@ impl Job<'_> {
                 .and_then(|b| self.read_chunk(b, self.file_off + off as u64, l))
                 .and_then(|at| {
                     streams[s]
-                        .copy_h2d(self.dev, self.dev_off + off, &bufs[s], at, l)
+                        .copy_h2d(self.dev, self.dev_off + off, &*bufs[s], at, l)
                         .map_err(cuda)
                 });
             if let Err(e) = r {
@@ -318,16 +313,18 @@ impl Job<'_> {
                 result = result.and(Err(cuda(e)));
             }
         }
+        // The buffers go back to the pool after the streams (declared later, dropped first).
         drop(streams);
-        self.be.give(bufs);
+        drop(bufs);
         result
     }
 
     /// Chunks `w, w + workers, ...` of the pair, GPU → file.
     fn writer(&self, w: usize, workers: usize) -> Result<()> {
         let ctx = self.dev.context();
-        let cuda = |e: CudaError| crate::backend::cuda::memory::cuda_err("GPU → file copy", e);
-        let mut bufs = self.be.take(ctx, 2).map_err(cuda)?;
+        let what = "GPU → file copy";
+        let cuda = |e: CudaError| crate::backend::cuda::memory::cuda_err(what, e);
+        let mut bufs = self.be.take(ctx, 2, what)?;
         let streams = [
             Stream::new(ctx).map_err(cuda)?,
             Stream::new(ctx).map_err(cuda)?,
@@ -335,7 +332,7 @@ impl Job<'_> {
         // The chunk each buffer holds (in flight from the GPU), still to be written.
         let mut pending: [Option<(usize, usize)>; 2] = [None, None];
         let mut result = Ok(());
-        let flush = |bufs: &[PinnedHostBuffer],
+        let flush = |bufs: &[Pooled<PinnedHostBuffer>],
                      pending: &mut [Option<(usize, usize)>; 2],
                      s: usize|
          -> Result<()> {
@@ -356,7 +353,8 @@ impl Job<'_> {
             // Buffer s held chunk k-2: written already when chunk k-1 was enqueued.
             let (off, l) = self.chunk_at(c);
             let lead = self.write_lead(self.file_off + off as u64);
-            if let Err(e) = streams[s].copy_d2h(&mut bufs[s], lead, self.dev, self.dev_off + off, l)
+            if let Err(e) =
+                streams[s].copy_d2h(&mut *bufs[s], lead, self.dev, self.dev_off + off, l)
             {
                 result = Err(cuda(e));
                 break;
@@ -377,7 +375,7 @@ impl Job<'_> {
             result = result.and(r);
         }
         drop(streams);
-        self.be.give(bufs);
+        drop(bufs);
         result
     }
 }
@@ -400,8 +398,8 @@ fn run(job: &Job<'_>, to_gpu: bool, threads: usize) -> Result<()> {
 }
 
 /// [`pwrite_all`] with the plain `io::Error` (the callers check for `EINVAL` to fall back).
-fn pwrite(fd: RawFd, buf: &[u8], off: u64) -> std::io::Result<()> {
-    pwrite_all(fd, buf, off).map_err(|(_, e)| e)
+fn pwrite(f: &File, buf: &[u8], off: u64) -> std::io::Result<()> {
+    pwrite_all(f, buf, off).map_err(|(_, e)| e)
 }
 
 /// The staged path for a file region: O_DIRECT when its descriptor is open, else buffered with

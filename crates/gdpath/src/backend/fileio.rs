@@ -3,17 +3,19 @@
 //! versions on registered memory with typed errors.
 
 use crate::error::{Error, Result};
+use crate::os::mem::HostMem;
 use crate::region::FileRegion;
+use std::fs::File;
 use std::io;
-use std::os::fd::RawFd;
+use std::os::unix::fs::FileExt;
 
 /// Largest single `pread`/`pwrite` issued (Linux moves at most 0x7ffff000 bytes per call).
 const MAX_IO: usize = 1 << 30;
 
-/// Reads `buf` from `off` of `fd` until at least `need` bytes (at most `buf.len()`) arrived or
+/// Reads `buf` from `off` of `f` until at least `need` bytes (at most `buf.len()`) arrived or
 /// the file ends; returns the bytes read. On an error, also the bytes read before it.
 pub(crate) fn pread_at_least(
-    fd: RawFd,
+    f: &File,
     buf: &mut [u8],
     off: u64,
     need: usize,
@@ -21,79 +23,54 @@ pub(crate) fn pread_at_least(
     let mut got = 0;
     while got < need.min(buf.len()) {
         let want = (buf.len() - got).min(MAX_IO);
-        // SAFETY: buf[got..got + want] is valid for writes.
-        let r = unsafe {
-            libc::pread(
-                fd,
-                buf[got..].as_mut_ptr().cast(),
-                want,
-                (off + got as u64) as libc::off_t,
-            )
-        };
-        if r < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err((got, e));
+        match f.read_at(&mut buf[got..got + want], off + got as u64) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err((got, e)),
         }
-        if r == 0 {
-            break;
-        }
-        got += r as usize;
     }
     Ok(got)
 }
 
-/// Writes all of `buf` at `off` of `fd`. A call that writes nothing is `WriteZero`. On an
+/// Writes all of `buf` at `off` of `f`. A call that writes nothing is `WriteZero`. On an
 /// error, also the bytes written before it.
 pub(crate) fn pwrite_all(
-    fd: RawFd,
+    f: &File,
     buf: &[u8],
     off: u64,
 ) -> std::result::Result<(), (usize, io::Error)> {
     let mut done = 0;
     while done < buf.len() {
         let want = (buf.len() - done).min(MAX_IO);
-        // SAFETY: buf[done..done + want] is valid for reads.
-        let r = unsafe {
-            libc::pwrite(
-                fd,
-                buf[done..].as_ptr().cast(),
-                want,
-                (off + done as u64) as libc::off_t,
-            )
-        };
-        if r < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err((done, e));
+        match f.write_at(&buf[done..done + want], off + done as u64) {
+            Ok(0) => return Err((done, io::Error::from(io::ErrorKind::WriteZero))),
+            Ok(n) => done += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err((done, e)),
         }
-        if r == 0 {
-            return Err((done, io::Error::from(io::ErrorKind::WriteZero)));
-        }
-        done += r as usize;
     }
     Ok(())
 }
 
-/// Reads exactly `len` bytes at `offset` of `fd` into `mem`. EOF first is
-/// [`Error::ShortFile`] with the bytes that were there.
-///
-/// # Safety
-/// `mem` must be valid for writes of `len` bytes, and nothing else may access it meanwhile.
-pub(crate) unsafe fn pread_full(
+/// Reads exactly `len` bytes at file `offset` of `f` (one of `file`'s descriptors) into bytes
+/// `[mem_off, mem_off + len)` of `mem`. Errors: [`Error::ShortFile`] at end of file, else
+/// [`Error::Io`]; a range outside `mem` is [`Error::Backend`] of `backend`.
+pub(crate) fn pread_full(
+    backend: &'static str,
     file: &FileRegion,
-    fd: RawFd,
-    mem: *mut u8,
+    f: &File,
+    mem: &HostMem,
+    mem_off: usize,
     len: u64,
     offset: u64,
 ) -> Result<u64> {
-    // SAFETY: the caller guarantees mem..mem+len is writable and not aliased.
-    let buf = unsafe { std::slice::from_raw_parts_mut(mem, len as usize) };
-    match pread_at_least(fd, buf, offset, buf.len()) {
+    let r = mem
+        .with_mut_slice(mem_off, len as usize, |buf| {
+            pread_at_least(f, buf, offset, buf.len())
+        })
+        .map_err(|e| super::range_err(backend, e))?;
+    match r {
         Ok(got) if got as u64 == len => Ok(len),
         Ok(got) => Err(Error::ShortFile {
             path: file.path().to_owned(),
@@ -105,20 +82,19 @@ pub(crate) unsafe fn pread_full(
     }
 }
 
-/// Writes exactly `len` bytes from `mem` at `offset` of `fd`.
-///
-/// # Safety
-/// `mem` must be valid for reads of `len` bytes.
-pub(crate) unsafe fn pwrite_full(
+/// Writes bytes `[mem_off, mem_off + len)` of `mem` at file `offset` of `f` (one of `file`'s
+/// descriptors). Errors: as [`pread_full`], [`Error::Io`] for the write.
+pub(crate) fn pwrite_full(
+    backend: &'static str,
     file: &FileRegion,
-    fd: RawFd,
-    mem: *const u8,
+    f: &File,
+    mem: &HostMem,
+    mem_off: usize,
     len: u64,
     offset: u64,
 ) -> Result<u64> {
-    // SAFETY: the caller guarantees mem..mem+len is readable.
-    let buf = unsafe { std::slice::from_raw_parts(mem, len as usize) };
-    pwrite_all(fd, buf, offset)
+    mem.with_slice(mem_off, len as usize, |buf| pwrite_all(f, buf, offset))
+        .map_err(|e| super::range_err(backend, e))?
         .map(|()| len)
         .map_err(|(done, e)| Error::io("write", file.path(), offset + done as u64, e))
 }

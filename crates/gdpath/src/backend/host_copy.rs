@@ -2,6 +2,7 @@
 
 use super::{Backend, Capability, PlanChoice, Preference, Refusal};
 use crate::memory::MemoryClass;
+use crate::os::mem::HostMem;
 use crate::path::Path;
 use crate::region::Descriptor;
 use crate::transfer::{Op, WorkItem};
@@ -54,8 +55,8 @@ impl Backend for HostCopy {
                 continue;
             }
             let (Some(l), Some(t)) = (
-                item.local().region.host_ptr(),
-                item.target().region.host_ptr(),
+                item.local().region.host_mem(),
+                item.target().region.host_mem(),
             ) else {
                 item.complete(Err(crate::Error::Backend {
                     backend: NAME,
@@ -65,15 +66,15 @@ impl Backend for HostCopy {
             };
             item.mark_started();
             let len = item.local().len as usize;
-            // SAFETY: the planner checked both ranges against their regions' lengths; the item
-            // keeps both regions alive. `copy` allows the ranges to overlap.
-            unsafe {
-                let l = l.add(item.local().offset as usize);
-                let t = t.add(item.target().offset as usize);
-                match item.op() {
-                    Op::Read => std::ptr::copy(t, l, len),
-                    Op::Write => std::ptr::copy(l, t, len),
-                }
+            let (lo, to) = (item.local().offset as usize, item.target().offset as usize);
+            // `copy` allows the ranges to overlap (one region on both sides).
+            let r = match item.op() {
+                Op::Read => HostMem::copy(t, to, l, lo, len),
+                Op::Write => HostMem::copy(l, lo, t, to, len),
+            };
+            if let Err(e) = r {
+                item.complete(Err(super::range_err(NAME, e)));
+                continue;
             }
             item.complete(Ok(len as u64));
         }

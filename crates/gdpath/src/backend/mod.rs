@@ -8,11 +8,13 @@
 //! pools, CUDA host callbacks) complete from there; poll-driven backends (a UCX worker) declare
 //! [`Drive::Poll`] and complete from [`Backend::progress`], which waiters call.
 
+pub(crate) mod bounce;
 pub mod cuda;
 pub mod cufile;
 pub mod file_gpu;
 mod fileio;
 pub mod host_copy;
+pub mod network;
 pub mod posix_buffered;
 pub mod posix_direct;
 mod split;
@@ -29,7 +31,17 @@ use crate::memory::{Memory, MemoryClass};
 use crate::path::Path;
 use crate::region::{Descriptor, Region};
 use crate::transfer::Op;
+pub use network::{NetworkBackend, NotificationHook};
 use serde::Serialize;
+
+/// The error for a host range outside its memory: a bug in the engine (the planner checks every
+/// descriptor against its region before a backend sees it), reported rather than panicking.
+pub(crate) fn range_err(backend: &'static str, e: crate::os::mem::RangeError) -> crate::Error {
+    crate::Error::Backend {
+        backend,
+        detail: e.to_string(),
+    }
+}
 
 /// Whether a capability's path is the one to use when possible, or the one used when the
 /// preferred path refuses. The planner tries preferred capabilities first.
@@ -175,5 +187,12 @@ pub trait Backend: Send + Sync + 'static {
     /// Drives a poll-driven backend; returns how many completions it reported. Default: 0.
     fn progress(&self) -> usize {
         0
+    }
+
+    /// This backend as a network backend, when it reaches peer agents (connect, serve,
+    /// exports, notifications: [`network::NetworkBackend`]); the agent delegates its network
+    /// calls to the first backend that answers. Default: `None`.
+    fn network(&self) -> Option<&dyn network::NetworkBackend> {
+        None
     }
 }

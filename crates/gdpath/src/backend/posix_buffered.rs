@@ -7,6 +7,7 @@ use super::{Backend, Capability, PlanChoice, Preference, Refusal, SplitItem};
 use crate::config::StorageConfig;
 use crate::finding::ids;
 use crate::memory::MemoryClass;
+use crate::os::mem::HostMem;
 use crate::path::Path;
 use crate::region::{Descriptor, DirectStatus, Region};
 use crate::transfer::{Op, WorkItem};
@@ -22,8 +23,9 @@ struct Job {
     op: Op,
     file: Region,
     file_off: u64,
-    /// Host address of the chunk (registered memory, kept alive by `split`).
-    mem: usize,
+    /// The registered host memory and the chunk's offset in it.
+    mem: HostMem,
+    mem_off: usize,
     len: u64,
 }
 
@@ -55,34 +57,42 @@ impl PosixBuffered {
     }
 }
 
+impl Job {
+    /// Reports this chunk to its pair, after letting go of the pair's memory: the pair may
+    /// complete now, and its caller may then take the memory back (`Region::into_host_buffer`).
+    fn report(self, r: crate::Result<u64>) {
+        let Job {
+            split, mem, file, ..
+        } = self;
+        drop((mem, file));
+        split.part_done(r);
+    }
+}
+
 fn worker(rx: Receiver<Job>) {
     for job in rx {
         if job.split.failed() {
-            job.split.part_done(Ok(0));
+            job.report(Ok(0));
             continue;
         }
         if let Some(Some(stop)) = job.split.with_item(|i| i.stop_reason()) {
-            job.split.part_done(Err(stop));
+            job.report(Err(stop));
             continue;
         }
         job.split.with_item(|i| i.mark_started());
         let Some(file) = job.file.file() else {
-            job.split.part_done(Err(crate::Error::Backend {
+            job.report(Err(crate::Error::Backend {
                 backend: NAME,
                 detail: "target is not a file".into(),
             }));
             continue;
         };
-        let fd = file.buffered_fd();
-        // SAFETY: the planner checked the range lies inside the registered host memory, which
-        // `split` keeps alive until this part is reported.
-        let r = unsafe {
-            match job.op {
-                Op::Read => pread_full(file, fd, job.mem as *mut u8, job.len, job.file_off),
-                Op::Write => pwrite_full(file, fd, job.mem as *const u8, job.len, job.file_off),
-            }
+        let (f, mem) = (file.buffered_file(), &job.mem);
+        let r = match job.op {
+            Op::Read => pread_full(NAME, file, f, mem, job.mem_off, job.len, job.file_off),
+            Op::Write => pwrite_full(NAME, file, f, mem, job.mem_off, job.len, job.file_off),
         };
-        job.split.part_done(r);
+        job.report(r);
     }
 }
 
@@ -139,15 +149,17 @@ impl Backend for PosixBuffered {
     fn submit(&self, items: Vec<WorkItem>) {
         let Some(tx) = &self.tx else { return };
         for item in items {
-            let (Some(base), file) = (item.local().region.host_ptr(), item.target().region.clone())
-            else {
+            let (Some(mem), file) = (
+                item.local().region.host_mem().cloned(),
+                item.target().region.clone(),
+            ) else {
                 item.complete(Err(crate::Error::Backend {
                     backend: NAME,
                     detail: "local memory is not host memory".into(),
                 }));
                 continue;
             };
-            let mem0 = base as usize + item.local().offset as usize;
+            let mem0 = item.local().offset as usize;
             let (off0, len, op) = (item.target().offset, item.target().len, item.op());
             let parts = len.div_ceil(self.chunk) as usize;
             let split = SplitItem::new(item, parts);
@@ -159,11 +171,12 @@ impl Backend for PosixBuffered {
                     op,
                     file: file.clone(),
                     file_off: off0 + done,
-                    mem: mem0 + done as usize,
+                    mem: mem.clone(),
+                    mem_off: mem0 + done as usize,
                     len: n,
                 };
                 if let Err(e) = tx.send(job) {
-                    e.0.split.part_done(Err(crate::Error::Backend {
+                    e.0.report(Err(crate::Error::Backend {
                         backend: NAME,
                         detail: "worker threads stopped".into(),
                     }));

@@ -17,19 +17,21 @@
 //! a channel plus an eventfd read kept armed in the ring, so the thread only ever waits on the
 //! ring.
 
+use super::bounce::{BouncePool, Wait};
 use super::{Backend, Capability, PlanChoice, Preference, Refusal, SplitItem};
 use crate::config::StorageConfig;
 use crate::error::Error;
 use crate::finding::ids;
-use crate::memory::{MemoryClass, HOST_ALIGN};
+use crate::memory::{host_alloc_error, MemoryClass, HOST_ALIGN};
+use crate::os::mem::{AlignedBuf, HostMem, RangeError};
+use crate::os::uring::{Dir, Done, IoMem, Ring};
 use crate::path::Path;
 use crate::region::{Descriptor, DirectStatus, Region};
 use crate::transfer::{Op, WorkItem};
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
-use io_uring::{opcode, types, IoUring};
-use std::alloc::{self, Layout};
+use nix::sys::eventfd::{EfdFlags, EventFd};
 use std::collections::VecDeque;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -44,12 +46,10 @@ fn holds_whole_block(off: u64, len: u64, block: u64) -> bool {
 /// Backend name.
 pub const NAME: &str = "posix-direct";
 
-const WAKE: u64 = u64::MAX;
-
 /// The O_DIRECT + io_uring storage backend.
 pub struct PosixDirect {
     tx: Option<Sender<Vec<WorkItem>>>,
-    wake: Option<Arc<OwnedFd>>,
+    wake: Option<Arc<EventFd>>,
     thread: Option<JoinHandle<()>>,
     /// Why the ring could not be set up; every pair is then refused.
     unavailable: Option<String>,
@@ -73,14 +73,10 @@ impl PosixDirect {
 
     fn start(cfg: &StorageConfig) -> Result<Self, String> {
         let entries = (cfg.queue_depth + 1).next_power_of_two();
-        let ring = IoUring::new(entries).map_err(|e| format!("io_uring_setup: {e}"))?;
-        // SAFETY: plain syscall; the result is checked.
-        let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
-        if efd < 0 {
-            return Err(format!("eventfd: {}", std::io::Error::last_os_error()));
-        }
-        // SAFETY: efd is a fresh descriptor we own.
-        let wake = Arc::new(unsafe { OwnedFd::from_raw_fd(efd) });
+        let ring = Ring::new(entries).map_err(|e| format!("io_uring_setup: {e}"))?;
+        let wake = EventFd::from_value_and_flags(0, EfdFlags::EFD_CLOEXEC)
+            .map_err(|e| format!("eventfd: {e}"))?;
+        let wake = Arc::new(wake);
         let (tx, rx) = crossbeam_channel::unbounded();
         let mut w = Worker::new(ring, rx, wake.clone(), cfg);
         let thread = std::thread::Builder::new()
@@ -97,9 +93,7 @@ impl PosixDirect {
 
     fn poke(&self) {
         if let Some(w) = &self.wake {
-            let one: u64 = 1;
-            // SAFETY: writes 8 bytes from a local to our eventfd.
-            let _ = unsafe { libc::write(w.as_raw_fd(), (&one as *const u64).cast(), 8) };
+            let _ = w.write(1);
         }
     }
 }
@@ -211,76 +205,58 @@ struct Piece {
     file: Region,
     direct: bool,
     file_off: u64,
-    mem: usize,
+    /// The registered host memory and the piece's offset in it.
+    mem: HostMem,
+    mem_off: usize,
     len: u64,
     /// Bytes of this piece already done by earlier (short) completions.
     done: u64,
 }
 
-struct InFlight {
-    piece: Piece,
-    bounce: Option<usize>,
-}
-
-struct Bounce {
-    ptr: *mut u8,
-    len: usize,
-}
-
-impl Drop for Bounce {
-    fn drop(&mut self) {
-        // SAFETY: allocated in `Worker::bounce` with this layout.
-        unsafe {
-            alloc::dealloc(
-                self.ptr,
-                Layout::from_size_align_unchecked(self.len, HOST_ALIGN),
-            )
-        }
+impl Piece {
+    /// Reports this piece to its pair, after letting go of the pair's memory: the pair may
+    /// complete now, and its caller may then take the memory back (`Region::into_host_buffer`).
+    fn report(self, r: crate::Result<u64>) {
+        let Piece {
+            split, mem, file, ..
+        } = self;
+        drop((mem, file));
+        split.part_done(r);
     }
 }
 
 struct Worker {
-    ring: IoUring,
+    ring: Ring<Piece>,
     rx: Receiver<Vec<WorkItem>>,
-    wake: Arc<OwnedFd>,
-    wake_buf: Box<u64>,
+    wake: Arc<EventFd>,
     chunk: u64,
     qd: usize,
-    max_bounce: usize,
-    bounces: Vec<Bounce>,
-    free_bounces: Vec<usize>,
+    bounces: BouncePool<AlignedBuf>,
+    /// Bounce buffers in flight (taken out of the pool).
+    bounces_out: usize,
     pending: VecDeque<Piece>,
-    slots: Vec<Option<InFlight>>,
-    free_slots: Vec<usize>,
-    in_flight: usize,
     open: bool,
 }
 
-// SAFETY: the raw bounce pointers are owned by the worker and only used on its thread.
-unsafe impl Send for Worker {}
-
 impl Worker {
     fn new(
-        ring: IoUring,
+        ring: Ring<Piece>,
         rx: Receiver<Vec<WorkItem>>,
-        wake: Arc<OwnedFd>,
+        wake: Arc<EventFd>,
         cfg: &StorageConfig,
     ) -> Self {
         let chunk = cfg.chunk.next_multiple_of(HOST_ALIGN as u64);
+        // Allocated on first use, kept for the ring's life.
+        let max_bounce = (cfg.bounce_budget / chunk).max(1) as usize;
         Worker {
             ring,
             rx,
             wake,
-            wake_buf: Box::new(0),
             chunk,
             qd: cfg.queue_depth as usize,
-            max_bounce: (cfg.bounce_budget / chunk).max(1) as usize,
-            bounces: Vec::new(),
-            free_bounces: Vec::new(),
+            bounces: BouncePool::new(NAME, chunk as usize, max_bounce as u64 * chunk, max_bounce),
+            bounces_out: 0,
             pending: VecDeque::new(),
-            slots: Vec::new(),
-            free_slots: Vec::new(),
-            in_flight: 0,
             open: true,
         }
     }
@@ -289,58 +265,30 @@ impl Worker {
         self.arm_wake();
         loop {
             self.fill();
-            if !self.open && self.in_flight == 0 && self.pending.is_empty() {
+            if !self.open && self.ring.in_flight() == 0 && self.pending.is_empty() {
                 break;
             }
-            match self.ring.submit_and_wait(1) {
-                Ok(_) => {}
-                Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
-                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {}
-                Err(e) => {
-                    self.fail_all(format!("io_uring_enter: {e}"));
-                    return;
-                }
+            if let Err(e) = self.ring.submit_and_wait(1) {
+                self.fail_all(format!("io_uring_enter: {e}"));
+                return;
             }
-            let cqes: Vec<(u64, i32)> = self
-                .ring
-                .completion()
-                .map(|c| (c.user_data(), c.result()))
-                .collect();
-            for (ud, res) in cqes {
-                if ud == WAKE {
-                    self.drain_channel();
-                    if self.open {
-                        self.arm_wake();
+            for done in self.ring.reap() {
+                match done {
+                    Done::Wake => {
+                        self.drain_channel();
+                        if self.open {
+                            self.arm_wake();
+                        }
                     }
-                } else {
-                    self.complete(ud as usize, res);
+                    Done::Io { tag, mem, res } => self.complete(tag, mem, res),
                 }
             }
         }
     }
 
     fn arm_wake(&mut self) {
-        let e = opcode::Read::new(
-            types::Fd(self.wake.as_raw_fd()),
-            (&mut *self.wake_buf as *mut u64).cast(),
-            8,
-        )
-        .build()
-        .user_data(WAKE);
         // The ring has qd + 1 entries rounded up; `fill` leaves one free for this.
-        self.push(&e);
-    }
-
-    fn push(&mut self, e: &io_uring::squeue::Entry) {
-        loop {
-            // SAFETY: every buffer an entry points to (registered memory kept alive by the
-            // piece's SplitItem, a bounce buffer held in `slots`, the boxed wake buffer) stays
-            // valid until its completion is reaped.
-            if unsafe { self.ring.submission().push(e) }.is_ok() {
-                return;
-            }
-            let _ = self.ring.submit();
-        }
+        self.ring.arm_wake(self.wake.as_raw_fd());
     }
 
     fn drain_channel(&mut self) {
@@ -362,9 +310,10 @@ impl Worker {
 
     /// Cuts a pair into head / aligned chunks / tail pieces.
     fn cut(&mut self, item: WorkItem) {
-        let (Some(base), Some(file)) =
-            (item.local().region.host_ptr(), item.target().region.file())
-        else {
+        let (Some(mem), Some(file)) = (
+            item.local().region.host_mem().cloned(),
+            item.target().region.file(),
+        ) else {
             item.complete(Err(Error::Backend {
                 backend: NAME,
                 detail: "pair is not host memory and a file".into(),
@@ -382,7 +331,7 @@ impl Worker {
         // With cuts at this block every block is reached either only through the page cache
         // or only through O_DIRECT by non-overlapping transfers, so they never collide.
         let a = file.cache_block();
-        let mem0 = base as usize + item.local().offset as usize;
+        let mem0 = item.local().offset as usize;
         let (off, len, op) = (item.target().offset, item.target().len, item.op());
         let file_region = item.target().region.clone();
         let end = off + len;
@@ -409,123 +358,141 @@ impl Worker {
                 file: file_region.clone(),
                 direct,
                 file_off: o,
-                mem: mem0 + (o - off) as usize,
+                mem: mem.clone(),
+                mem_off: mem0 + (o - off) as usize,
                 len: n,
                 done: 0,
             });
         }
     }
 
-    fn bounce(&mut self) -> Option<usize> {
-        if let Some(i) = self.free_bounces.pop() {
-            return Some(i);
+    /// A bounce buffer of `chunk` bytes, or why none: the budget is in flight, or the
+    /// allocation failed.
+    fn bounce(&mut self) -> crate::Result<AlignedBuf> {
+        let mut got = self
+            .bounces
+            .take(1, self.chunk as usize, Wait::Never, |len| {
+                AlignedBuf::try_zeroed(len, HOST_ALIGN).ok_or_else(|| host_alloc_error(len))
+            })?;
+        self.bounces_out += 1;
+        Ok(got.remove(0).into_inner())
+    }
+
+    fn give_bounce(&mut self, b: AlignedBuf) {
+        self.bounces_out -= 1;
+        self.bounces.give(b);
+    }
+
+    /// The bounce buffer `b` as the memory of `rest` bytes of `piece` at `at`, holding them
+    /// already for a write; on an error `b` goes back to the pool.
+    fn staged(
+        &mut self,
+        piece: &Piece,
+        at: usize,
+        rest: u64,
+        mut b: AlignedBuf,
+    ) -> Result<IoMem, RangeError> {
+        if piece.op == Op::Write {
+            // A bounce buffer holds `chunk` >= rest bytes.
+            let copied = match b.as_mut_slice().get_mut(..rest as usize) {
+                Some(dst) => piece.mem.copy_out(at, dst),
+                None => Err(RangeError {
+                    off: 0,
+                    len: rest as usize,
+                    mem_len: b.len(),
+                    read_only: false,
+                }),
+            };
+            if let Err(e) = copied {
+                self.give_bounce(b);
+                return Err(e);
+            }
         }
-        if self.bounces.len() >= self.max_bounce {
-            return None;
-        }
-        let len = self.chunk as usize;
-        // SAFETY: non-zero size, power-of-two alignment.
-        let ptr = unsafe { alloc::alloc(Layout::from_size_align_unchecked(len, HOST_ALIGN)) };
-        if ptr.is_null() {
-            return None;
-        }
-        self.bounces.push(Bounce { ptr, len });
-        Some(self.bounces.len() - 1)
+        IoMem::owned(b, rest).map_err(|(b, e)| {
+            self.give_bounce(b);
+            e
+        })
     }
 
     /// Submits pending pieces while there is room.
     fn fill(&mut self) {
-        while self.in_flight < self.qd {
+        while self.ring.in_flight() < self.qd {
             let Some(piece) = self.pending.pop_front() else {
                 return;
             };
             if piece.split.failed() {
-                piece.split.part_done(Ok(0));
+                piece.report(Ok(0));
                 continue;
             }
             if let Some(Some(stop)) = piece.split.with_item(|i| i.stop_reason()) {
-                piece.split.part_done(Err(stop));
+                piece.report(Err(stop));
                 continue;
             }
             let Some(file) = piece.file.file() else {
-                piece.split.part_done(Err(Error::Backend {
+                piece.report(Err(Error::Backend {
                     backend: NAME,
                     detail: "target is not a file".into(),
                 }));
                 continue;
             };
-            let (fd, bounce): (RawFd, Option<usize>) = match (piece.direct, file.direct_fd()) {
+            let rest = piece.len - piece.done;
+            let foff = piece.file_off + piece.done;
+            let at = piece.mem_off + piece.done as usize;
+            let (fd, bounce): (RawFd, Option<AlignedBuf>) = match (piece.direct, file.direct_fd()) {
                 (true, Some(dfd)) => {
-                    let cur = piece.mem + piece.done as usize;
-                    if cur as u64 % file.align().memory == 0 {
+                    if (piece.mem.as_ptr() as usize + at) as u64 % file.align().memory == 0 {
                         (dfd, None)
                     } else {
                         match self.bounce() {
-                            Some(b) => (dfd, Some(b)),
-                            None => {
+                            Ok(b) => (dfd, Some(b)),
+                            Err(_) if self.bounces_out > 0 => {
                                 // All bounce buffers busy: wait for a completion.
                                 self.pending.push_front(piece);
                                 return;
+                            }
+                            // None in flight to wait for (the allocation failed).
+                            Err(e) => {
+                                piece.report(Err(e));
+                                continue;
                             }
                         }
                     }
                 }
                 _ => (file.buffered_fd(), None),
             };
-            let rest = piece.len - piece.done;
-            let foff = piece.file_off + piece.done;
-            let mem = match bounce {
-                Some(b) => {
-                    let bp = self.bounces[b].ptr;
-                    if piece.op == Op::Write {
-                        // SAFETY: user range is inside registered memory (checked at post);
-                        // the bounce buffer holds `chunk` >= rest bytes.
-                        unsafe {
-                            std::ptr::copy_nonoverlapping(
-                                (piece.mem + piece.done as usize) as *const u8,
-                                bp,
-                                rest as usize,
-                            )
-                        };
-                    }
-                    bp
+            let dir = match piece.op {
+                Op::Read => Dir::Read,
+                Op::Write => Dir::Write,
+            };
+            let io = match bounce {
+                Some(b) => self.staged(&piece, at, rest, b),
+                None => IoMem::host(dir, piece.mem.clone(), at, rest),
+            };
+            let io = match io {
+                Ok(io) => io,
+                Err(e) => {
+                    piece.report(Err(super::range_err(NAME, e)));
+                    continue;
                 }
-                None => (piece.mem + piece.done as usize) as *mut u8,
             };
             piece.split.with_item(|i| i.mark_started());
-            let slot = match self.free_slots.pop() {
-                Some(s) => s,
-                None => {
-                    self.slots.push(None);
-                    self.slots.len() - 1
-                }
-            };
-            let entry = match piece.op {
-                Op::Read => opcode::Read::new(types::Fd(fd), mem, rest as u32)
-                    .offset(foff)
-                    .build(),
-                Op::Write => opcode::Write::new(types::Fd(fd), mem, rest as u32)
-                    .offset(foff)
-                    .build(),
-            }
-            .user_data(slot as u64);
-            self.slots[slot] = Some(InFlight { piece, bounce });
-            self.in_flight += 1;
-            self.push(&entry);
+            self.ring.start(dir, fd, foff, io, piece);
         }
     }
 
-    fn complete(&mut self, slot: usize, res: i32) {
-        let Some(InFlight { mut piece, bounce }) = self.slots.get_mut(slot).and_then(Option::take)
-        else {
-            return;
+    fn complete(&mut self, mut piece: Piece, io: IoMem, res: i32) {
+        // Let go of registered memory now: the report below may complete the pair.
+        let bounce = match io {
+            IoMem::Owned { buf, .. } => Some(buf),
+            IoMem::Host { mem, .. } => {
+                drop(mem);
+                None
+            }
         };
-        self.free_slots.push(slot);
-        self.in_flight -= 1;
         let rest = piece.len - piece.done;
         if res < 0 {
             if let Some(b) = bounce {
-                self.free_bounces.push(b);
+                self.give_bounce(b);
             }
             let errno = -res;
             if errno == libc::EINTR || errno == libc::EAGAIN {
@@ -556,26 +523,29 @@ impl Worker {
                     std::io::Error::from_raw_os_error(errno),
                 )
             };
-            piece.split.part_done(Err(err));
+            piece.report(Err(err));
             return;
         }
         let n = (res as u64).min(rest);
         if let Some(b) = bounce {
-            if piece.op == Op::Read {
-                // SAFETY: the bounce buffer holds n valid bytes; the user range is registered.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(
-                        self.bounces[b].ptr,
-                        (piece.mem + piece.done as usize) as *mut u8,
-                        n as usize,
-                    )
-                };
+            let copied = match piece.op {
+                // The bounce buffer holds n valid bytes.
+                Op::Read => piece.mem.copy_in(
+                    piece.mem_off + piece.done as usize,
+                    &b.as_slice()[..n as usize],
+                ),
+                Op::Write => Ok(()),
+            };
+            self.give_bounce(b);
+            if let Err(e) = copied {
+                piece.report(Err(super::range_err(NAME, e)));
+                return;
             }
-            self.free_bounces.push(b);
         }
         piece.done += n;
         if piece.done == piece.len {
-            piece.split.part_done(Ok(piece.len));
+            let len = piece.len;
+            piece.report(Ok(len));
             return;
         }
         if n == 0 {
@@ -597,7 +567,7 @@ impl Worker {
                     std::io::Error::from(std::io::ErrorKind::WriteZero),
                 ),
             };
-            piece.split.part_done(Err(err));
+            piece.report(Err(err));
             return;
         }
         // Short transfer: do the rest, through the page cache if no longer aligned.
@@ -613,24 +583,20 @@ impl Worker {
 
     fn fail_all(&mut self, why: String) {
         for p in self.pending.drain(..) {
-            p.split.part_done(Err(Error::Backend {
+            p.report(Err(Error::Backend {
                 backend: NAME,
                 detail: why.clone(),
             }));
         }
-        // In-flight pieces cannot be reaped any more; leak them (and the memory they point to
-        // stays alive) rather than free memory the kernel may still write.
-        for s in self.slots.drain(..).flatten() {
-            s.piece
-                .split
-                .with_item(|i| std::mem::forget(i.local().region.clone()));
-            s.piece.split.part_done(Err(Error::Backend {
+        // In-flight pieces cannot be reaped any more: the ring leaks their memory (registered
+        // memory stays alive through its leaked handle) rather than free what the kernel may
+        // still write.
+        for piece in self.ring.abandon() {
+            piece.report(Err(Error::Backend {
                 backend: NAME,
                 detail: why.clone(),
             }));
-            std::mem::forget(s.piece.file);
         }
-        std::mem::forget(std::mem::take(&mut self.bounces));
         while let Ok(items) = self.rx.try_recv() {
             for i in items {
                 i.complete(Err(Error::Backend {

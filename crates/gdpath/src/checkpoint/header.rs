@@ -76,10 +76,11 @@ impl Header {
     /// Errors: [`CheckpointError::Open`] / [`CheckpointError::Io`], and every malformed-header
     /// variant of [`CheckpointError`].
     pub fn read(path: &Path) -> Result<Header, CheckpointError> {
-        let file = File::open(path).map_err(|e| CheckpointError::Open {
-            path: path.to_owned(),
-            source: e.into(),
-        })?;
+        // Through the engine's type check: a FIFO would block this open for ever.
+        let mut read = std::fs::OpenOptions::new();
+        read.read(true);
+        let file =
+            crate::file::open_regular(path, read, 0).map_err(|e| super::file_error(path, e))?;
         Self::read_from(&file, path)
     }
 

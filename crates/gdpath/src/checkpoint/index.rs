@@ -10,6 +10,10 @@ use super::CheckpointError;
 use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
 
+/// The largest index read (bytes). An index has a line per tensor, so tens of thousands of
+/// tensors make a few MiB; a larger file is not an index.
+pub const MAX_INDEX_BYTES: u64 = 64 << 20;
+
 /// A parsed index: the shard files in name order, and the map itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Index {
@@ -29,14 +33,14 @@ struct Raw {
 }
 
 impl Index {
-    /// Reads and checks the index at `path`. Errors: [`CheckpointError::Open`] /
+    /// Reads and checks the index at `path`, through the engine's file opening
+    /// ([`crate::file::read_bounded`]: a regular file, at most [`MAX_INDEX_BYTES`]). Errors:
+    /// [`CheckpointError::Open`] (also for a directory, device or FIFO, or a larger file) /
     /// [`CheckpointError::Io`], and [`CheckpointError::BadIndex`] for malformed JSON, a weight
     /// map that is missing or not a map of strings, or a shard name that leaves the folder.
     pub fn read(path: &Path) -> Result<Index, CheckpointError> {
-        let text = std::fs::read(path).map_err(|e| CheckpointError::Open {
-            path: path.to_owned(),
-            source: e.into(),
-        })?;
+        let text = crate::file::read_bounded(path, MAX_INDEX_BYTES)
+            .map_err(|e| super::file_error(path, e))?;
         let dir = path.parent().unwrap_or(Path::new("."));
         Self::parse(&text, dir)
     }
@@ -99,6 +103,20 @@ mod tests {
         );
         assert_eq!(i.weight_map["b"], 1);
         assert_eq!(i.metadata["total_size"], 12);
+    }
+
+    #[test]
+    fn an_index_that_is_not_a_regular_file_is_refused_without_blocking() {
+        let d = tempfile::tempdir().unwrap();
+        let e = Index::read(d.path()).unwrap_err();
+        assert!(
+            matches!(&e, CheckpointError::Open { .. }) && e.to_string().contains("a directory"),
+            "{e}"
+        );
+        let fifo = d.path().join("model.safetensors.index.json");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let e = Index::read(&fifo).unwrap_err();
+        assert!(e.to_string().contains("a FIFO"), "{e}");
     }
 
     #[test]

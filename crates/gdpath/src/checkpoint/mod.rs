@@ -20,8 +20,32 @@ pub use load::{load, Checkpoint, Destination, LoadError, LoadedCheckpoint, Loade
 pub use plan::{CheckpointPlan, LoadPlan, PlacedTensor, PlannedRead, PlannedTensor};
 pub use safetensors::Dtype;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
+
+/// An error of the engine's file opening ([`crate::file`]) for checkpoint file `path`:
+/// [`CheckpointError::Open`] / [`CheckpointError::Io`] with the OS error where there is one,
+/// else (not a regular file, more bytes than read) `Open` with the error's text.
+pub(crate) fn file_error(path: &Path, e: crate::Error) -> CheckpointError {
+    match e {
+        crate::Error::Open { source, .. } => CheckpointError::Open {
+            path: path.to_owned(),
+            source,
+        },
+        crate::Error::Io { op, source, .. } => CheckpointError::Io {
+            op,
+            path: path.to_owned(),
+            source,
+        },
+        other => CheckpointError::Open {
+            path: path.to_owned(),
+            source: Arc::new(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                other.to_string(),
+            )),
+        },
+    }
+}
 
 /// Why a checkpoint cannot be loaded. Offsets in tensor variants (`begin`, `end`) are relative
 /// to the data section, as the header writes them; `data_start` and `file_len` are absolute.

@@ -1,10 +1,13 @@
 //! Mutual authentication with a shared secret (token) that never crosses the wire.
 //!
 //! The serving agent sends a random 32-byte nonce; the connecting agent answers with its own
-//! nonce and `HMAC-SHA256(token, "gdpath-net/1 client" ‖ server_nonce ‖ client_nonce)`; the
-//! server checks it (constant-time) and proves it knows the token too with
-//! `HMAC-SHA256(token, "gdpath-net/1 server" ‖ client_nonce ‖ server_nonce)` in its welcome,
-//! which the client checks before it trusts any metadata. Fresh nonces on both sides make a
+//! nonce and `HMAC-SHA256(token, "gdpath-net/3 client" ‖ server_nonce ‖ client_nonce ‖
+//! len32(bound) ‖ bound)`, where `bound` is what the server will act on once it believes the
+//! client (its routing id and UCX worker address, [`binding`]); the server checks it
+//! (constant-time) and proves it knows the token too with `HMAC-SHA256(token, "gdpath-net/3
+//! server" ‖ client_nonce ‖ server_nonce ‖ len32(bound) ‖ bound)` over its own routing id and
+//! worker address in its welcome, which the client checks before it trusts any metadata or
+//! connects to that address. Someone relaying the handshake cannot swap either address. Fresh nonces on both sides make a
 //! recorded answer useless for another connection; the labels keep a client MAC from being
 //! replayed as a server MAC. Without a token both sides use the empty key, so the exchange is
 //! the same and only proves both sides run the protocol (allowed on loopback only).
@@ -19,8 +22,16 @@ use std::fmt;
 
 type HmacSha256 = Hmac<Sha256>;
 
-const CLIENT_LABEL: &[u8] = b"gdpath-net/1 client";
-const SERVER_LABEL: &[u8] = b"gdpath-net/1 server";
+const CLIENT_LABEL: &[u8] = b"gdpath-net/3 client";
+const SERVER_LABEL: &[u8] = b"gdpath-net/3 server";
+
+/// What a MAC binds besides the nonces: a side's routing id and UCX worker address, as the
+/// `Auth` or `Welcome` that carries them lists them.
+pub fn binding(session: u64, worker_address: &[u8]) -> Vec<u8> {
+    let mut b = session.to_le_bytes().to_vec();
+    b.extend_from_slice(worker_address);
+    b
+}
 
 /// Shortest token [`Token::new`] accepts, bytes: 128 bits if random.
 pub const MIN_TOKEN_LEN: usize = 16;
@@ -53,33 +64,45 @@ impl Token {
         self.0.is_empty()
     }
 
-    fn mac(&self, label: &[u8], a: &[u8; NONCE_LEN], b: &[u8; NONCE_LEN]) -> HmacSha256 {
+    fn mac(
+        &self,
+        label: &[u8],
+        a: &[u8; NONCE_LEN],
+        b: &[u8; NONCE_LEN],
+        bound: &[u8],
+    ) -> HmacSha256 {
         let mut m = HmacSha256::new_from_slice(&self.0).expect("HMAC accepts keys of any length");
         m.update(label);
         m.update(a);
         m.update(b);
+        // Length-prefixed, so that no split of nonces and bound bytes gives the same input.
+        m.update(&(bound.len() as u32).to_le_bytes());
+        m.update(bound);
         m
     }
 
-    /// The client's answer to a challenge.
+    /// The client's answer to a challenge, binding `bound` ([`binding`] of its routing id and
+    /// worker address).
     pub fn client_mac(
         &self,
         server_nonce: &[u8; NONCE_LEN],
         client_nonce: &[u8; NONCE_LEN],
+        bound: &[u8],
     ) -> [u8; NONCE_LEN] {
-        self.mac(CLIENT_LABEL, server_nonce, client_nonce)
+        self.mac(CLIENT_LABEL, server_nonce, client_nonce, bound)
             .finalize()
             .into_bytes()
             .into()
     }
 
-    /// The server's proof.
+    /// The server's proof, binding `bound` (its own routing id and worker address).
     pub fn server_mac(
         &self,
         client_nonce: &[u8; NONCE_LEN],
         server_nonce: &[u8; NONCE_LEN],
+        bound: &[u8],
     ) -> [u8; NONCE_LEN] {
-        self.mac(SERVER_LABEL, client_nonce, server_nonce)
+        self.mac(SERVER_LABEL, client_nonce, server_nonce, bound)
             .finalize()
             .into_bytes()
             .into()
@@ -90,9 +113,10 @@ impl Token {
         &self,
         server_nonce: &[u8; NONCE_LEN],
         client_nonce: &[u8; NONCE_LEN],
+        bound: &[u8],
         mac: &[u8; NONCE_LEN],
     ) -> bool {
-        self.mac(CLIENT_LABEL, server_nonce, client_nonce)
+        self.mac(CLIENT_LABEL, server_nonce, client_nonce, bound)
             .verify_slice(mac)
             .is_ok()
     }
@@ -102,9 +126,10 @@ impl Token {
         &self,
         client_nonce: &[u8; NONCE_LEN],
         server_nonce: &[u8; NONCE_LEN],
+        bound: &[u8],
         mac: &[u8; NONCE_LEN],
     ) -> bool {
-        self.mac(SERVER_LABEL, client_nonce, server_nonce)
+        self.mac(SERVER_LABEL, client_nonce, server_nonce, bound)
             .verify_slice(mac)
             .is_ok()
     }
@@ -140,18 +165,22 @@ mod tests {
         let t = Token::new("0123456789abcdef").unwrap();
         let (s, c) = (nonce().unwrap(), nonce().unwrap());
         assert_ne!(s, c, "nonces repeat");
-        let cm = t.client_mac(&s, &c);
-        assert!(t.verify_client(&s, &c, &cm));
-        assert!(!t.verify_client(&c, &s, &cm), "nonce order");
+        let bound = binding(7, b"worker");
+        let cm = t.client_mac(&s, &c, &bound);
+        assert!(t.verify_client(&s, &c, &bound, &cm));
+        assert!(!t.verify_client(&c, &s, &bound, &cm), "nonce order");
         assert!(
-            !t.verify_server(&c, &s, &cm),
+            !t.verify_server(&c, &s, &bound, &cm),
             "a client MAC is no server MAC"
         );
+        // Another routing id or worker address is another MAC.
+        assert!(!t.verify_client(&s, &c, &binding(8, b"worker"), &cm));
+        assert!(!t.verify_client(&s, &c, &binding(7, b"workes"), &cm));
         let other = Token::new("0123456789abcdeX").unwrap();
-        assert!(!other.verify_client(&s, &c, &cm));
-        assert!(!Token::none().verify_client(&s, &c, &cm));
-        let sm = t.server_mac(&c, &s);
-        assert!(t.verify_server(&c, &s, &sm));
+        assert!(!other.verify_client(&s, &c, &bound, &cm));
+        assert!(!Token::none().verify_client(&s, &c, &bound, &cm));
+        let sm = t.server_mac(&c, &s, &bound);
+        assert!(t.verify_server(&c, &s, &bound, &sm));
         assert!(Token::new("short").is_err());
         assert_eq!(format!("{t:?}"), "Token(<redacted>)");
     }

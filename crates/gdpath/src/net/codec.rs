@@ -6,8 +6,10 @@
 //! [`MAX_WITHDRAW`]) *and* against the bytes left (so a count cannot make it allocate), every
 //! string's length ([`MAX_NAME`]) and UTF-8, every packed rkey's length (1..=[`MAX_RKEY`]),
 //! every region's `addr + len` against wrapping, region ids for duplicates, packed writes
-//! ([`MAX_WRITES`], no write wrapping, exactly the bytes the writes add up to), and that no byte
-//! is left over. It never panics (fuzzed: `fuzz/fuzz_targets/metadata.rs`).
+//! ([`MAX_WRITES`], no write wrapping, exactly the bytes the writes add up to), worker addresses
+//! (1..=[`MAX_WORKER_ADDRESS`] bytes), and that no byte is left over. It never panics (fuzzed:
+//! `fuzz/fuzz_targets/metadata.rs`). A stream reader ([`body_len`]) checks a frame's header,
+//! and bounds its body length, before it allocates for the body.
 //!
 //! Frame (little endian):
 //!
@@ -30,8 +32,10 @@ use std::sync::Arc;
 pub const AM_ID: u16 = 0x6764;
 /// First four bytes of every message.
 pub const MAGIC: [u8; 4] = *b"GDPN";
-/// The protocol version this build speaks (and the only one it accepts).
-pub const VERSION: u16 = 2;
+/// The protocol version this build speaks (and the only one it accepts). Version 3 moved the
+/// handshake to gdpath's own TCP connection and added the UCX worker addresses and routing ids
+/// to `Auth` and `Welcome`; version 2 added `Bye`, `Writes` and `WritesAck`.
+pub const VERSION: u16 = 3;
 /// Frame header length in bytes.
 pub const HEADER_LEN: usize = 12;
 /// Largest message (header + body) in bytes: the UCX control-message bound
@@ -54,6 +58,9 @@ pub const MAX_NOTIFY: usize = 64 * 1024;
 pub const MAX_WRITES: usize = 1024;
 /// Nonce and MAC length (HMAC-SHA256 output), bytes.
 pub const NONCE_LEN: usize = 32;
+/// Longest UCX worker address accepted, bytes. UCX packs one entry per transport and device (a
+/// few hundred bytes over tcp and shared memory here; kilobytes with many RDMA ports).
+pub const MAX_WORKER_ADDRESS: usize = 64 * 1024;
 
 /// Message kinds (byte 6 of the frame).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -149,17 +156,26 @@ impl RefuseCode {
 pub enum Message {
     /// S → C first: the server's nonce. Body: nonce[32].
     Challenge { server_nonce: [u8; NONCE_LEN] },
-    /// C → S: the client's nonce, its MAC over both nonces, its name.
-    /// Body: nonce[32], mac[32], name (str16).
+    /// C → S: the client's nonce, its MAC (over both nonces, its routing id and its worker
+    /// address), its name, the id the server is to put on the messages it sends the client
+    /// over UCX (`session`), and the client's UCX worker address, which the server connects to
+    /// once the MAC verified. Body: nonce[32], mac[32], name (str16), session u64, worker
+    /// address (u32 length, 1..=[`MAX_WORKER_ADDRESS`] bytes).
     Auth {
         client_nonce: [u8; NONCE_LEN],
         mac: [u8; NONCE_LEN],
         name: String,
+        session: u64,
+        worker_address: Vec<u8>,
     },
-    /// S → C after a verified Auth: the server's MAC (mutual authentication) and its metadata,
-    /// rkeys included. Body: mac[32], metadata.
+    /// S → C after a verified Auth: the server's MAC (mutual authentication, also over its
+    /// routing id and worker address), its routing id (`session`), its UCX worker address and
+    /// its metadata, rkeys included. Body: mac[32], session u64, worker address (u32 length +
+    /// bytes), metadata.
     Welcome {
         mac: [u8; NONCE_LEN],
+        session: u64,
+        worker_address: Vec<u8>,
         metadata: Metadata,
     },
     /// S → C: the connection is refused. Body: code u8, reason (str16).
@@ -397,6 +413,44 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// The body length of a frame whose first [`HEADER_LEN`] bytes are `header`, for a reader of a
+/// byte stream, which reads the body next: magic, version, kind and flags checked as
+/// [`decode`] checks them, and the length bounded by `max` (at most [`MAX_MESSAGE`] in all)
+/// *before* the reader allocates for it.
+pub fn body_len(head: &[u8; HEADER_LEN], max: usize) -> Result<usize, DecodeError> {
+    let (_, declared) = header(&mut Reader { buf: head, pos: 0 })?;
+    let declared = declared as usize;
+    let max = max.min(MAX_MESSAGE - HEADER_LEN);
+    if declared > max {
+        return Err(DecodeError::TooLarge {
+            what: "body",
+            len: declared as u64,
+            max: max as u64,
+        });
+    }
+    Ok(declared)
+}
+
+/// A frame header: magic, version, kind and flags checked; the kind and the declared body
+/// length.
+fn header(r: &mut Reader<'_>) -> Result<(Kind, u32), DecodeError> {
+    let magic = r.array::<4>("magic")?;
+    if magic != MAGIC {
+        return Err(DecodeError::BadMagic(magic));
+    }
+    let version = r.u16("version")?;
+    if version != VERSION {
+        return Err(DecodeError::Version { got: version });
+    }
+    let kind_byte = r.u8("kind")?;
+    let kind = Kind::from_u8(kind_byte).ok_or(DecodeError::UnknownKind(kind_byte))?;
+    let flags = r.u8("flags")?;
+    if flags != 0 {
+        return Err(DecodeError::Flags(flags));
+    }
+    Ok((kind, r.u32("body length")?))
+}
+
 /// Decodes one message. See the module docs for every check made.
 pub fn decode(bytes: &[u8]) -> Result<Message, DecodeError> {
     let (mut msg, writes_at) = decode_in_place(bytes)?;
@@ -413,9 +467,27 @@ pub fn decode_owned<B>(bytes: B) -> Result<Message, DecodeError>
 where
     B: AsRef<[u8]> + Send + Sync + 'static,
 {
-    let (mut msg, writes_at) = decode_in_place(bytes.as_ref())?;
+    decode_owned_from(bytes, 0)
+}
+
+/// [`decode_owned`] of the message that starts `start` bytes into `bytes` (a received payload
+/// with a routing prefix). `start` past the end is a truncated message.
+pub fn decode_owned_from<B>(bytes: B, start: usize) -> Result<Message, DecodeError>
+where
+    B: AsRef<[u8]> + Send + Sync + 'static,
+{
+    let all = bytes.as_ref();
+    let Some(frame) = all.get(start..) else {
+        return Err(DecodeError::Truncated {
+            what: "message",
+            at: 0,
+            need: start,
+            have: all.len(),
+        });
+    };
+    let (mut msg, writes_at) = decode_in_place(frame)?;
     if let (Message::Writes { data, .. }, Some(at)) = (&mut msg, writes_at) {
-        *data = WriteBytes::tail(Arc::new(bytes), at);
+        *data = WriteBytes::tail(Arc::new(bytes), start + at);
     }
     Ok(msg)
 }
@@ -431,21 +503,7 @@ fn decode_in_place(bytes: &[u8]) -> Result<(Message, Option<usize>), DecodeError
         });
     }
     let mut r = Reader { buf: bytes, pos: 0 };
-    let magic = r.array::<4>("magic")?;
-    if magic != MAGIC {
-        return Err(DecodeError::BadMagic(magic));
-    }
-    let version = r.u16("version")?;
-    if version != VERSION {
-        return Err(DecodeError::Version { got: version });
-    }
-    let kind_byte = r.u8("kind")?;
-    let kind = Kind::from_u8(kind_byte).ok_or(DecodeError::UnknownKind(kind_byte))?;
-    let flags = r.u8("flags")?;
-    if flags != 0 {
-        return Err(DecodeError::Flags(flags));
-    }
-    let declared = r.u32("body length")?;
+    let (kind, declared) = header(&mut r)?;
     if declared as usize != r.left() {
         return Err(DecodeError::BodyLength {
             declared: declared.into(),
@@ -461,9 +519,13 @@ fn decode_in_place(bytes: &[u8]) -> Result<(Message, Option<usize>), DecodeError
             client_nonce: r.array("client nonce")?,
             mac: r.array("client mac")?,
             name: r.str16("client name", MAX_NAME)?,
+            session: r.u64("session")?,
+            worker_address: worker_address(&mut r)?,
         },
         Kind::Welcome => Message::Welcome {
             mac: r.array("server mac")?,
+            session: r.u64("session")?,
+            worker_address: worker_address(&mut r)?,
             metadata: metadata(&mut r)?,
         },
         Kind::Refused => Message::Refused {
@@ -595,6 +657,18 @@ fn metadata(r: &mut Reader<'_>) -> Result<Metadata, DecodeError> {
     Ok(Metadata { name, regions })
 }
 
+fn worker_address(r: &mut Reader<'_>) -> Result<Vec<u8>, DecodeError> {
+    let n = r.u32("worker address length")? as usize;
+    if n == 0 || n > MAX_WORKER_ADDRESS {
+        return Err(DecodeError::TooLarge {
+            what: "worker address (1.. bytes)",
+            len: n as u64,
+            max: MAX_WORKER_ADDRESS as u64,
+        });
+    }
+    Ok(r.take("worker address", n)?.to_vec())
+}
+
 fn ids(r: &mut Reader<'_>) -> Result<Vec<u64>, DecodeError> {
     let n = r.count("region id count", MAX_WITHDRAW, 8)?;
     (0..n).map(|_| r.u64("region id")).collect()
@@ -609,12 +683,18 @@ pub struct EncodeError {
     pub max: usize,
 }
 
-struct Writer(Vec<u8>);
+/// A frame being written, after the first `.1` bytes of `.0` (a prefix that is not part of it).
+struct Writer(Vec<u8>, usize);
 
 impl Writer {
     /// The frame header of a message of `kind`, its body length left for [`Writer::finish`].
     fn start(kind: Kind) -> Self {
-        let mut w = Writer(Vec::with_capacity(64));
+        Self::start_after(Vec::with_capacity(64), kind)
+    }
+    /// [`Writer::start`] after the bytes already in `prefix`.
+    fn start_after(prefix: Vec<u8>, kind: Kind) -> Self {
+        let base = prefix.len();
+        let mut w = Writer(prefix, base);
         w.0.extend_from_slice(&MAGIC);
         w.0.extend_from_slice(&VERSION.to_le_bytes());
         w.0.push(kind as u8);
@@ -625,10 +705,11 @@ impl Writer {
     /// Checks the message's size, `after` bytes that the caller sends beyond what is written
     /// included, and patches the body length.
     fn finish(mut self, after: usize) -> Result<Vec<u8>, EncodeError> {
-        let len = self.0.len().saturating_add(after);
+        let base = self.1;
+        let len = (self.0.len() - base).saturating_add(after);
         Self::limit("message", len, MAX_MESSAGE)?;
         let body = (len - HEADER_LEN) as u32;
-        self.0[8..12].copy_from_slice(&body.to_le_bytes());
+        self.0[base + 8..base + 12].copy_from_slice(&body.to_le_bytes());
         Ok(self.0)
     }
     /// A [`Message::Writes`] body up to its bytes, `data_len` of which must follow.
@@ -668,7 +749,7 @@ impl Writer {
         }
         Self::limit(
             "message",
-            self.0.len().saturating_add(data_len),
+            (self.0.len() - self.1).saturating_add(data_len),
             MAX_MESSAGE,
         )
     }
@@ -683,6 +764,19 @@ impl Writer {
         Self::limit(what, s.len(), MAX_NAME)?;
         self.0.extend_from_slice(&(s.len() as u16).to_le_bytes());
         self.0.extend_from_slice(s.as_bytes());
+        Ok(())
+    }
+    fn worker_address(&mut self, a: &[u8]) -> Result<(), EncodeError> {
+        Self::limit("worker address", a.len(), MAX_WORKER_ADDRESS)?;
+        if a.is_empty() {
+            return Err(EncodeError {
+                what: "worker address (empty)",
+                len: 0,
+                max: MAX_WORKER_ADDRESS,
+            });
+        }
+        self.0.extend_from_slice(&(a.len() as u32).to_le_bytes());
+        self.0.extend_from_slice(a);
         Ok(())
     }
     fn ids(&mut self, ids: &[u64]) -> Result<(), EncodeError> {
@@ -726,13 +820,24 @@ pub fn encode(msg: &Message) -> Result<Vec<u8>, EncodeError> {
             client_nonce,
             mac,
             name,
+            session,
+            worker_address,
         } => {
             w.0.extend_from_slice(client_nonce);
             w.0.extend_from_slice(mac);
             w.str16("client name", name)?;
+            w.0.extend_from_slice(&session.to_le_bytes());
+            w.worker_address(worker_address)?;
         }
-        Message::Welcome { mac, metadata } => {
+        Message::Welcome {
+            mac,
+            session,
+            worker_address,
+            metadata,
+        } => {
             w.0.extend_from_slice(mac);
+            w.0.extend_from_slice(&session.to_le_bytes());
+            w.worker_address(worker_address)?;
             w.metadata(metadata)?;
         }
         Message::Refused { code, reason } => {
@@ -790,7 +895,19 @@ pub fn encode_writes_head(
     records: &[(u64, u32)],
     data_len: usize,
 ) -> Result<Vec<u8>, EncodeError> {
-    let mut w = Writer::start(Kind::Writes);
+    encode_writes_head_after(Vec::new(), seq, region, records, data_len)
+}
+
+/// [`encode_writes_head`] appended to `prefix` (a routing id that goes before the frame), in
+/// the same buffer.
+pub fn encode_writes_head_after(
+    prefix: Vec<u8>,
+    seq: u64,
+    region: u64,
+    records: &[(u64, u32)],
+    data_len: usize,
+) -> Result<Vec<u8>, EncodeError> {
+    let mut w = Writer::start_after(prefix, Kind::Writes);
     w.writes_head(seq, region, records, data_len)?;
     w.finish(data_len)
 }
@@ -836,9 +953,13 @@ mod tests {
                 client_nonce: [4; 32],
                 mac: [5; 32],
                 name: "client é".into(),
+                session: 0x1234_5678_9abc_def0,
+                worker_address: vec![0xa5; 300],
             },
             Message::Welcome {
                 mac: [6; 32],
+                session: 42,
+                worker_address: vec![1],
                 metadata: md.clone(),
             },
             Message::Refused {
@@ -895,6 +1016,10 @@ mod tests {
             decode_owned(whole[..whole.len() - 1].to_vec()),
             decode(&whole[..whole.len() - 1])
         );
+        // After a prefix, the same bytes follow it.
+        let prefixed = encode_writes_head_after(vec![9; 8], 7, 3, &records, 6).unwrap();
+        assert_eq!(&prefixed[..8], &[9; 8]);
+        assert_eq!(&prefixed[8..], &whole[..whole.len() - 6]);
         // The head's own checks: the bytes must be what the records add up to, and fit.
         assert!(encode_writes_head(7, 3, &records, 5).is_err());
         let big = vec![(0, MAX_MESSAGE as u32)];
@@ -941,6 +1066,72 @@ mod tests {
         .unwrap();
         b[HEADER_LEN + 8] = 9;
         assert_eq!(decode(&b), Err(DecodeError::UnknownCode(9)));
+    }
+
+    #[test]
+    fn a_stream_reader_bounds_the_body_before_reading_it() {
+        for m in sample() {
+            let b = encode(&m).unwrap();
+            let head: [u8; HEADER_LEN] = b[..HEADER_LEN].try_into().unwrap();
+            assert_eq!(body_len(&head, MAX_MESSAGE), Ok(b.len() - HEADER_LEN));
+        }
+        let mut head: [u8; HEADER_LEN] = encode(&Message::Bye).unwrap().try_into().unwrap();
+        // A huge declared length is refused from the header alone, against the reader's bound.
+        head[8..12].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(matches!(
+            body_len(&head, MAX_MESSAGE),
+            Err(DecodeError::TooLarge { what: "body", .. })
+        ));
+        head[8..12].copy_from_slice(&100u32.to_le_bytes());
+        assert!(body_len(&head, 99).is_err());
+        assert_eq!(body_len(&head, 100), Ok(100));
+        // Garbage is refused by its magic, as decode refuses it.
+        assert_eq!(
+            body_len(&[0xff; HEADER_LEN], MAX_MESSAGE),
+            Err(DecodeError::BadMagic([0xff; 4]))
+        );
+        assert!(matches!(
+            body_len(&[0; HEADER_LEN], MAX_MESSAGE),
+            Err(DecodeError::BadMagic(_))
+        ));
+    }
+
+    #[test]
+    fn a_message_after_a_routing_prefix_decodes_in_place() {
+        for m in sample() {
+            let mut b = 7u64.to_le_bytes().to_vec();
+            b.extend_from_slice(&encode(&m).unwrap());
+            assert_eq!(decode_owned_from(b, 8), Ok(m));
+        }
+        assert!(matches!(
+            decode_owned_from(vec![1, 2, 3], 8),
+            Err(DecodeError::Truncated { .. })
+        ));
+    }
+
+    #[test]
+    fn worker_addresses_are_bounded() {
+        let auth = |worker_address: Vec<u8>| Message::Auth {
+            client_nonce: [0; 32],
+            mac: [0; 32],
+            name: String::new(),
+            session: 1,
+            worker_address,
+        };
+        assert!(encode(&auth(vec![])).is_err());
+        assert!(encode(&auth(vec![0; MAX_WORKER_ADDRESS + 1])).is_err());
+        let good = encode(&auth(vec![9; 3])).unwrap();
+        // The length field: past the limit, zero, or past the bytes present.
+        let at = HEADER_LEN + 32 + 32 + 2 + 8;
+        for (len, what) in [
+            (MAX_WORKER_ADDRESS as u32 + 1, "too large"),
+            (0, "empty"),
+            (4, "truncated"),
+        ] {
+            let mut b = good.clone();
+            b[at..at + 4].copy_from_slice(&len.to_le_bytes());
+            assert!(decode(&b).is_err(), "{what}");
+        }
     }
 
     #[test]

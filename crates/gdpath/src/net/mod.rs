@@ -10,7 +10,8 @@
 //! server.export(&buf)?;
 //! let srv = server.serve("127.0.0.1:0".parse()?, Token::none())?;
 //!
-//! // Client side: connect (metadata exchanged over the UCX connection), register the peer's
+//! // Client side: connect (handshake and metadata over gdpath's TCP connection, then UCX to the
+//! // server's worker), register the peer's
 //! // region as remote memory, write into it with a notification.
 //! let client = Agent::new(AgentConfig::default())?;
 //! let peer = client.connect(srv.local_addr())?;
@@ -29,21 +30,20 @@
 
 pub mod auth;
 pub mod codec;
+pub mod protocol;
 
 pub use auth::{Token, MIN_TOKEN_LEN};
 
-use crate::agent::Agent;
-use crate::backend::ucx::{lock, PeerConn, UcxBackend};
+use crate::backend::network::{PeerLink, ServeLink};
 use crate::error::{Error, Result};
 use crate::memory::{Memory, RemoteMemory};
-use crate::region::Region;
+#[cfg(doc)]
+use crate::Agent;
 use codec::WireKind;
 use gdpath_ucx::ErrorMode;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// How connections learn that a peer died (UCX error handling mode).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -115,6 +115,14 @@ pub struct NetConfig {
     /// (default `true`; docs/network.md, "Packed writes over tcp"); `false` keeps one UCX put
     /// per pair.
     pub pack_writes: bool,
+    /// When this agent serves, raise glibc's trim threshold to 64 MiB and its mmap threshold to
+    /// 4 MiB (`mallopt`, process-wide, each unless the environment sets it:
+    /// `MALLOC_TRIM_THRESHOLD_`, `MALLOC_MMAP_THRESHOLD_`, `GLIBC_TUNABLES`), so that the
+    /// allocation UCX makes per received packed-writes message is not given back to the kernel
+    /// and faulted in again per message, which halved the receive rate at glibc's defaults
+    /// (64 KiB writes 0.84–0.97 against 1.57–1.90 GB/s; docs/network.md). Default `true`;
+    /// no effect elsewhere than glibc.
+    pub keep_freed_memory: bool,
 }
 
 impl Default for NetConfig {
@@ -129,6 +137,7 @@ impl Default for NetConfig {
             poll_spin: Duration::from_millis(1),
             put_completion: PutCompletion::Remote,
             pack_writes: true,
+            keep_freed_memory: true,
         }
     }
 }
@@ -200,20 +209,16 @@ pub struct RemoteRegionInfo {
 /// too, or when the agent is dropped), or when the agent is dropped.
 #[derive(Clone)]
 pub struct Peer {
-    conn: Arc<PeerConn>,
-    backend: Arc<UcxBackend>,
+    link: Arc<dyn PeerLink>,
     _last: Arc<LastHandle>,
 }
 
 /// Shared by the clones of one [`Peer`]: dropping the last says goodbye.
-struct LastHandle {
-    conn: Arc<PeerConn>,
-    backend: Arc<UcxBackend>,
-}
+struct LastHandle(Arc<dyn PeerLink>);
 
 impl Drop for LastHandle {
     fn drop(&mut self) {
-        self.backend.release_peer(&self.conn);
+        self.0.release();
     }
 }
 
@@ -224,51 +229,38 @@ impl std::fmt::Debug for Peer {
 }
 
 impl Peer {
-    /// `name@address`: what [`RemoteMemory::agent`] and [`crate::MemoryKind::Remote`] name.
-    pub fn name(&self) -> String {
-        self.conn.label()
+    /// The user handle of a connection a network backend made.
+    pub(crate) fn new(link: Arc<dyn PeerLink>) -> Peer {
+        Peer {
+            _last: Arc::new(LastHandle(link.clone())),
+            link,
+        }
     }
 
-    /// Waits until every put posted to this peer so far is in its memory (an endpoint flush):
-    /// the confirmation [`PutCompletion::Local`] leaves to the application.
+    /// `name@address`: what [`RemoteMemory::agent`] and [`crate::MemoryKind::Remote`] name.
+    pub fn name(&self) -> String {
+        self.link.name()
+    }
+
+    /// Waits until every put posted to this peer so far is in its memory (an endpoint flush;
+    /// packed writes: their acknowledgements): the confirmation [`PutCompletion::Local`] leaves
+    /// to the application.
     ///
     /// Errors: [`Error::PeerFailed`] when the connection failed or `timeout` passed first.
     pub fn flush(&self, timeout: Duration) -> Result<()> {
-        // Packed writes (tcp) are in the peer's memory once acknowledged, which an endpoint
-        // flush does not wait for: wait for their acknowledgements first.
-        let id = self.conn.id;
-        let acked = self.backend.progress_until(timeout, || {
-            !self.backend.packed_in_flight(id) || self.conn.failure().is_some()
-        });
-        if !acked {
-            return Err(Error::PeerFailed {
-                peer: self.conn.label(),
-                detail: format!("packed writes not acknowledged within {timeout:?}"),
-            });
-        }
-        let r = self
-            .conn
-            .ep
-            .flush(timeout)
-            .map_err(|e| crate::backend::ucx::ucx_err(&self.conn.label(), "flush", e));
-        // The flush progressed the worker outside a progress round: what it received (a
-        // control message, a connection request) waits for a round, which a sleeping serving
-        // thread would only run after its timeout.
-        self.backend.kick();
-        r
+        self.link.flush(timeout)
     }
 
     /// The server's socket address.
     pub fn addr(&self) -> Option<SocketAddr> {
-        self.conn.addr
+        self.link.addr()
     }
 
     /// The regions the peer exports now (its latest metadata), withdrawn ones left out.
     pub fn regions(&self) -> Vec<RemoteRegionInfo> {
-        self.conn
-            .metadata()
+        self.link
+            .regions()
             .into_iter()
-            .filter(|m| !self.conn.is_withdrawn(m.id))
             .map(|m| RemoteRegionInfo {
                 id: m.id,
                 kind: m.kind,
@@ -287,10 +279,10 @@ impl Peer {
     /// it is `u64::MAX`). Errors: [`Error::Config`] for an unknown id or a range outside it.
     pub fn memory_range(&self, id: u64, offset: u64, len: u64) -> Result<Memory> {
         let m = self
-            .conn
-            .metadata()
+            .link
+            .regions()
             .into_iter()
-            .find(|m| m.id == id && !self.conn.is_withdrawn(id))
+            .find(|m| m.id == id)
             .ok_or_else(|| {
                 Error::Config(format!("agent {} exports no region {id}", self.name()))
             })?;
@@ -320,34 +312,18 @@ impl Peer {
     /// ...), as transfer reports name them in `Path::Ucx { transport }`; packed writes over
     /// tcp report `tcp (packed writes)`.
     pub fn transport(&self) -> String {
-        self.conn.transport().to_string()
+        self.link.transport()
     }
 
     /// Why the connection is unusable, if it is.
     pub fn failure(&self) -> Option<String> {
-        self.conn.failure()
+        self.link.failure()
     }
 
     /// Sends a notification on its own, after every write posted to this peer so far has
     /// completed at the peer (endpoint flush first). Waits up to `timeout`.
     pub fn notify(&self, message: &[u8], timeout: Duration) -> Result<()> {
-        let label = self.name();
-        let bytes = codec::encode(&codec::Message::Notify(message.to_vec()))
-            .map_err(|e| Error::Config(e.to_string()))?;
-        let label = label.as_str();
-        let ucx = |op| move |e| crate::backend::ucx::ucx_err(label, op, e);
-        let r = (|| {
-            self.conn.ep.flush(timeout).map_err(ucx("flush"))?;
-            let req = self
-                .conn
-                .ep
-                .am_send(crate::backend::ucx::CTRL_AM, &[], &bytes)
-                .map_err(ucx("notify"))?;
-            req.wait(timeout).map_err(ucx("notify"))
-        })();
-        // As in `flush`: this progressed the worker outside a progress round.
-        self.backend.kick();
-        r
+        self.link.notify(message, timeout)
     }
 
     /// Closes the connection cleanly, for every clone of this handle: new transfers to the
@@ -361,135 +337,76 @@ impl Peer {
     /// closing, or the server did not answer within `timeout` (it may then report this agent
     /// as lost).
     pub fn close(self, timeout: Duration) -> Result<()> {
-        self.backend.close_peer(
-            &self.conn,
-            timeout,
-            crate::backend::ucx::peer::OnTimeout::Fail,
-        )
+        self.link.close(timeout)
     }
 
     /// Progresses the connection until `done(self)` or `timeout` (control messages such as
     /// metadata updates and withdrawals arrive while the backend progresses). Returns `done`.
     pub fn wait_until(&self, timeout: Duration, mut done: impl FnMut(&Peer) -> bool) -> bool {
-        self.backend.progress_until(timeout, || done(self))
+        self.link.wait_until(timeout, &mut || done(self))
     }
 }
 
 /// A serving agent's listener and progress thread. Dropping it stops both (connections stay
 /// open until the agent is dropped).
 pub struct Server {
-    backend: Arc<UcxBackend>,
-    addr: SocketAddr,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    link: Box<dyn ServeLink>,
 }
 
 impl std::fmt::Debug for Server {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Server").field("addr", &self.addr).finish()
+        f.debug_struct("Server")
+            .field("addr", &self.local_addr())
+            .finish()
     }
 }
 
 impl Server {
+    /// The user handle of a listener a network backend made.
+    pub(crate) fn new(link: Box<dyn ServeLink>) -> Server {
+        Server { link }
+    }
+
     /// The bound address (with the port chosen for port 0).
     pub fn local_addr(&self) -> SocketAddr {
-        self.addr
+        self.link.local_addr()
     }
 
     /// The next connection event, waiting up to `timeout`.
     pub fn next_event(&self, timeout: Duration) -> Option<NetEvent> {
-        self.backend.wait_event(timeout)
+        self.link.next_event(timeout)
     }
 
     /// Authenticated peers connected now.
     pub fn peers(&self) -> usize {
-        lock(&self.backend.state)
-            .peers
-            .iter()
-            .filter(|p| p.role == crate::backend::ucx::peer::Role::Server && p.is_ready())
-            .count()
+        self.link.peers()
     }
 
     /// Unexported regions still waiting for peers' acknowledgements (their memory is alive).
     pub fn withdrawing(&self) -> usize {
-        lock(&self.backend.state).exports.retiring()
+        self.link.withdrawing()
     }
 
-    /// Stops serving on purpose: the progress thread and the listener stop, then every
+    /// Stops serving on purpose: the listener and the progress thread stop, then every
     /// connected client is told goodbye (its connection fails with [`Error::PeerFailed`],
     /// "the peer closed the connection", rather than with a transport error some time later),
-    /// waiting up to `timeout` for the goodbyes to be sent. Returns how many clients were told.
+    /// waiting up to `timeout` for each to answer once it flushed what it still had on its way.
+    /// Returns how many clients were told.
     /// Dropping a `Server` stops it without telling anyone.
     pub fn stop(mut self, timeout: Duration) -> usize {
-        self.halt();
-        self.backend.leave_clients(timeout)
-    }
-
-    /// Stops the progress thread and the listener (once).
-    fn halt(&mut self) {
-        self.stop.store(true, Ordering::Release);
-        self.backend.kick();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-        *lock(&self.backend.listener) = None;
+        self.link.stop(timeout)
     }
 }
 
 impl Drop for Server {
     fn drop(&mut self) {
-        self.halt();
+        self.link.halt();
     }
 }
-
-/// Progress loop of a serving agent: spins while there is traffic (over `tcp` the target's
-/// worker serves puts and gets), yields for [`SERVE_SPIN`] after the last activity (a peer's
-/// next request then finds it awake), then blocks on UCX's event fd until the next goodbye or
-/// handshake deadline, [`SERVE_SLEEP`] at most ([`idle_sleep`]).
-fn serve_loop(b: Arc<UcxBackend>, stop: Arc<AtomicBool>) {
-    let mut last = Instant::now();
-    while !stop.load(Ordering::Acquire) {
-        let seen = b.wake.seen();
-        let Some((_, active)) = b.try_progress_round() else {
-            // An application thread is progressing the worker: not idle.
-            std::thread::yield_now();
-            continue;
-        };
-        if active {
-            last = Instant::now();
-            continue;
-        }
-        if last.elapsed() < SERVE_SPIN {
-            std::thread::yield_now();
-        } else if !b.wake.sleep(&b.worker, seen, idle_sleep(&b)) {
-            std::thread::sleep(Duration::from_micros(500));
-        }
-    }
-}
-
-/// How long the idle serving thread may block: [`SERVE_SLEEP`], or less when a connection's
-/// handshake or goodbye deadline comes sooner. It wakes 1 ms past the deadline: the deadline
-/// is exclusive, and the wait on UCX's event fd counts whole milliseconds (a shorter margin
-/// would round the last millisecond down to polls that return at once).
-fn idle_sleep(b: &UcxBackend) -> Duration {
-    let next = b.next_reap_deadline(&lock(&b.state));
-    next.and_then(|d| d.checked_add(Duration::from_millis(1)))
-        .map_or(SERVE_SLEEP, |d| {
-            d.saturating_duration_since(Instant::now()).min(SERVE_SLEEP)
-        })
-}
-
-/// How long the serving thread keeps polling after the last activity: request/response
-/// traffic (latency runs, handshakes) stays on the polling path, whose wake-up is a yield.
-const SERVE_SPIN: Duration = Duration::from_millis(5);
-
-/// The longest idle block of the serving thread on UCX's event fd (bounds how late it notices
-/// its stop flag; connection deadlines shorten the block, [`idle_sleep`]).
-const SERVE_SLEEP: Duration = Duration::from_millis(100);
 
 /// UCX says only "not connected" / "reset" / "unreachable" when a connection fails: the usual
 /// causes, this side's own choices among them.
-fn unreachable_hint(cfg: &NetConfig, addr: SocketAddr) -> String {
+pub(crate) fn unreachable_hint(cfg: &NetConfig, addr: SocketAddr) -> String {
     let mode = match cfg.failure_mode {
         FailureMode::FastLocal => "--fast-local",
         FailureMode::Detect => "peer error detection (no --fast-local)",
@@ -515,170 +432,10 @@ fn unreachable_hint(cfg: &NetConfig, addr: SocketAddr) -> String {
     )
 }
 
-impl Agent {
-    fn net(&self) -> Result<Arc<UcxBackend>> {
-        self.net_backend(|a| UcxBackend::new(a.name(), a.id(), NetConfig::default()))
-    }
-
-    /// Enables the network backend with `cfg` (otherwise the first network call enables it
-    /// with [`NetConfig::default`]). Errors: [`Error::Ucx`] when UCX cannot be loaded or set
-    /// up; [`Error::Config`] when it is already enabled with another configuration.
-    pub fn enable_net(&self, cfg: NetConfig) -> Result<()> {
-        let b = self.net_backend(|a| UcxBackend::new(a.name(), a.id(), cfg.clone()))?;
-        if b.cfg != cfg {
-            return Err(Error::Config(
-                "the network backend is already enabled with another configuration".into(),
-            ));
-        }
-        Ok(())
-    }
-
-    /// Connects to a serving agent at `addr` without a token; see [`Agent::connect_with`].
-    pub fn connect(&self, addr: SocketAddr) -> Result<Peer> {
-        self.connect_with(addr, &ConnectOptions::default())
-    }
-
-    /// Connects to a serving agent and exchanges metadata over the UCX connection itself:
-    /// challenge, mutual authentication with `opts.token`, then the server's regions (id,
-    /// kind, length, packed rkey). Errors: [`Error::AuthFailed`] (wrong token either side),
-    /// [`Error::PeerFailed`] (unreachable, no answer within `opts.timeout`),
-    /// [`Error::Protocol`] (malformed metadata), [`Error::Ucx`].
-    pub fn connect_with(&self, addr: SocketAddr, opts: &ConnectOptions) -> Result<Peer> {
-        let backend = self.net()?;
-        let conn = backend.connect(addr, opts).map_err(|e| match e {
-            Error::PeerFailed { peer, detail } => Error::PeerFailed {
-                peer,
-                detail: format!("{detail} ({})", unreachable_hint(&backend.cfg, addr)),
-            },
-            other => other,
-        })?;
-        Ok(Peer {
-            _last: Arc::new(LastHandle {
-                conn: conn.clone(),
-                backend: backend.clone(),
-            }),
-            conn,
-            backend,
-        })
-    }
-
-    /// Listens on `listen` and serves peers from a background thread: handshakes, metadata,
-    /// withdrawals, notifications, and (over `tcp`) the puts and gets peers post.
-    ///
-    /// A non-loopback address needs a token ([`Token::new`]), else [`Error::Config`]. One
-    /// listener per agent. Errors: [`Error::Ucx`] (address in use, no sockaddr transport).
-    pub fn serve(&self, listen: SocketAddr, token: Token) -> Result<Server> {
-        if !listen.ip().is_loopback() && token.is_none() {
-            return Err(Error::Config(format!(
-                "serving on {listen}, which is not a loopback address, needs a token"
-            )));
-        }
-        let b = self.net()?;
-        let mut slot = lock(&b.listener);
-        if slot.is_some() {
-            return Err(Error::Config("this agent already listens".into()));
-        }
-        let listener = gdpath_ucx::Listener::bind_with(&b.worker, listen, b.cfg.failure_mode.ucx())
-            .map_err(|source| match source {
-                gdpath_ucx::UcxError::Status { status, .. }
-                    if status == gdpath_ucx::Status(gdpath_ucx::sys::UCS_ERR_BUSY) =>
-                {
-                    Error::Config(format!(
-                        "cannot listen on {listen}: address already in use (another `gdpath \
-                         serve`?); choose another port with --listen"
-                    ))
-                }
-                source => Error::Ucx {
-                    op: "listen",
-                    source,
-                },
-            })?;
-        let addr = listener.local_addr().map_err(|source| Error::Ucx {
-            op: "listener address",
-            source,
-        })?;
-        *slot = Some(crate::backend::ucx::peer::ListenState { listener, token });
-        drop(slot);
-        let stop = Arc::new(AtomicBool::new(false));
-        let (b2, s2) = (b.clone(), stop.clone());
-        let thread = std::thread::Builder::new()
-            .name("gdpath-net".into())
-            .spawn(move || serve_loop(b2, s2))
-            .map_err(|e| Error::Backend {
-                backend: "ucx",
-                detail: format!("spawning the progress thread: {e}"),
-            })?;
-        Ok(Server {
-            backend: b,
-            addr,
-            stop,
-            thread: Some(thread),
-        })
-    }
-
-    /// Exports `region` to peers (host memory): it appears in the metadata they receive, and
-    /// peers already connected get an update. Returns the id peers know it by. Regions not
-    /// exported are never visible to peers. Read-only memory is refused
-    /// ([`Error::ReadOnlyMemory`]): a peer's remote key could write it.
-    pub fn export(&self, region: &Region) -> Result<u64> {
-        if region.is_read_only() {
-            return Err(Error::ReadOnlyMemory {
-                region: region.id(),
-                detail: "exported memory can be written by peers (a UCX remote key grants                          writes)"
-                    .into(),
-            });
-        }
-        self.net()?.export(region)
-    }
-
-    /// Withdraws an exported region: peers are told, later posts on their side fail with
-    /// [`Error::Deregistered`], and its memory stays alive until every peer acknowledged that
-    /// its operations on it completed (or disconnected).
-    pub fn unexport(&self, region: &Region) -> Result<()> {
-        self.net()?.unexport(region)
-    }
-
-    /// Notifications received so far, oldest first.
-    pub fn take_notifications(&self) -> Vec<Notification> {
-        match self.net_backend_if_enabled() {
-            Some(b) => lock(&b.notifications).drain(..).collect(),
-            None => Vec::new(),
-        }
-    }
-
-    /// Waits up to `timeout` for a notification (progressing the backend when no serving
-    /// thread does).
-    pub fn wait_notification(&self, timeout: Duration) -> Option<Notification> {
-        let b = self.net_backend_if_enabled()?;
-        let mut got = None;
-        b.progress_until(timeout, || {
-            got = lock(&b.notifications).pop_front();
-            got.is_some()
-        });
-        got
-    }
-
-    /// Runs `hook` after each notification is queued, on the thread that progressed the network
-    /// backend (the serving thread of [`Agent::serve`], or a waiter); the notification is then
-    /// there for [`Agent::take_notifications`] / [`Agent::wait_notification`]. The hook must
-    /// not block. For event loops that sleep on a file descriptor (the Python binding's `await
-    /// agent.notification()` writes an eventfd). Notifications arrive only while something
-    /// progresses the backend: a serving agent's thread does. Enables the network backend with
-    /// its defaults if it is not enabled yet (errors: as [`Agent::enable_net`]).
-    pub fn on_notification(&self, hook: impl Fn() + Send + Sync + 'static) -> Result<()> {
-        let b = self.net()?;
-        lock(&b.notification_hooks).push(Arc::new(hook));
-        Ok(())
-    }
-
-    /// Facts about the UCX library the network backend uses (version, transports, CUDA).
-    pub fn ucx_facts(&self) -> Result<gdpath_ucx::UcxFacts> {
-        self.net()?.context().facts().map_err(|source| Error::Ucx {
-            op: "facts",
-            source,
-        })
-    }
-}
+/// Most control messages a peer queues before it drops them: a sender keeps at most this many
+/// messages (packed writes, notifications) in flight to one peer, or waits for answers that
+/// never come.
+pub const MAX_MESSAGES_IN_FLIGHT: usize = gdpath_ucx::AM_MAX_QUEUED;
 
 /// The longest pair packed over tcp with UCX `version`, given the environment's
 /// `UCX_PROTO_ENABLE` (`proto`). UCX's put over tcp is fast from 1.16 on, where UCX's new

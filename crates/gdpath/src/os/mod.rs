@@ -1,9 +1,41 @@
-//! The engine's calls into the operating system that the standard library does not make, each
-//! behind a safe function: one place for them, using `nix` where it covers the call.
+//! The engine's boundary to the operating system and to the drivers' raw interfaces: the only
+//! module of `gdpath` allowed `unsafe` code (`#![deny(unsafe_code)]` at the crate root). Each
+//! submodule wraps one concern behind safe functions and types, with the invariant that makes
+//! each `unsafe` sound written where it is used.
+//!
+//! - [`mem`]: aligned host allocations, the registered host memory that regions, in-flight I/O
+//!   and driver registrations share (gdpath's own, or memory someone else owns with the object
+//!   that keeps it alive: `HostPointer`, whose unsafe constructor is the caller's promise), raw
+//!   copies into and out of it (bounds-checked, never writing read-only memory), and the
+//!   registrations of memory with CUDA and UCX (`cuMemHostRegister`, `ucp_mem_map`).
+//! - [`file`]: what the kernel says about a file's O_DIRECT alignment (`statx`), the page size,
+//!   and the O_DIRECT open flag (safe calls through `rustix`; kept here with the other system
+//!   interfaces).
+//! - [`cache`], [`dl`], [`process`]: evicting a file from the page cache, probing a shared library
+//!   for a symbol, leaving the process at once from a signal handler (public: the doctor, the
+//!   benches and the CLI call them).
+//! - [`malloc`]: glibc's allocator thresholds (`mallopt`), which a serving agent raises.
+//! - [`uring`]: an io_uring whose submissions own the memory they point to until the kernel
+//!   completes them.
+//!
+//! Two invariants are upheld by the rest of the engine rather than by the types here; the
+//! functions that rely on them say so:
+//! 1. A region's backend registrations (UCX memory handles) are dropped before its memory
+//!    (`RegionInner`'s field order), and every UCX request that uses such a handle holds the
+//!    region (its work item).
+//! 2. A reference (`&[u8]` / `&mut [u8]`) to a region's host bytes exists only inside a
+//!    [`crate::HostView`], which the region's use word grants only while no descriptor pair is in
+//!    flight on it; transfers reach the bytes through the raw copies of [`mem::HostMem`], each
+//!    within the range of its own pair (transfers the caller runs at the same time over the same
+//!    bytes leave those bytes unspecified, as concurrent DMA into one buffer does).
 
 mod cache;
 mod dl;
+pub(crate) mod file;
+pub(crate) mod malloc;
+pub(crate) mod mem;
 mod process;
+pub(crate) mod uring;
 
 pub use cache::evict_page_cache;
 pub use dl::library_exports;

@@ -14,8 +14,9 @@
 use super::devices::Gpus;
 use crate::error::{Error, Result};
 use crate::memory::{Memory, MemoryKind};
+use crate::os::mem::{self as os_mem, HostMem};
 use crate::region::{BackendHandle, ForeignMemory, Region};
-use gdpath_cuda::{CudaError, DeviceBuffer, HostRegistration, RawHostMemory};
+use gdpath_cuda::{CudaError, DeviceBuffer, HostRegistration};
 use std::any::Any;
 use std::sync::{Mutex, MutexGuard};
 
@@ -51,10 +52,10 @@ pub fn gpu_buffer(region: &Region) -> Option<&DeviceBuffer> {
 }
 
 /// The `cuda` backend's registration of a pinned host region.
-pub(crate) struct PinnedHandle(Mutex<HostRegistration<RawHostMemory>>);
+pub(crate) struct PinnedHandle(Mutex<HostRegistration<HostMem>>);
 
 impl PinnedHandle {
-    pub(crate) fn lock(&self) -> MutexGuard<'_, HostRegistration<RawHostMemory>> {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, HostRegistration<HostMem>> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
@@ -66,10 +67,12 @@ pub fn is_pinned(region: &Region) -> bool {
     })
 }
 
+/// A failure of the `cuda` backend while doing `what`, keeping the driver's error.
 pub(crate) fn cuda_err(what: impl std::fmt::Display, e: CudaError) -> Error {
-    Error::Backend {
+    Error::Cuda {
         backend: super::NAME,
-        detail: format!("{what}: {e}"),
+        what: what.to_string(),
+        source: e,
     }
 }
 
@@ -90,11 +93,8 @@ pub(crate) fn materialize(gpus: &Gpus, memory: &Memory) -> Option<Result<Box<dyn
             usize::try_from(p.len())
                 .map_err(|_| CudaError::InvalidArgument(format!("{} bytes", p.len())))
                 .and_then(|len| {
-                    gpus.context(p.ordinal()).and_then(|ctx| {
-                        // SAFETY: GpuPointer::new's caller vouched that the range is device
-                        // memory of this GPU that outlives the region.
-                        unsafe { DeviceBuffer::from_raw(&ctx, p.ptr(), len) }
-                    })
+                    gpus.context(p.ordinal())
+                        .and_then(|ctx| os_mem::borrow_device_memory(&ctx, p, len))
                 }),
         ),
         _ => return None,
@@ -110,7 +110,7 @@ pub(crate) fn register(gpus: &Gpus, region: &Region) -> Result<Option<BackendHan
     if *region.kind() != (MemoryKind::Host { pinned: true }) {
         return Ok(None);
     }
-    let (Some(ptr), len) = (region.host_ptr(), region.len()?) else {
+    let (Some(mem), len) = (region.host_mem(), region.len()?) else {
         return Ok(None);
     };
     if len == 0 {
@@ -120,11 +120,9 @@ pub(crate) fn register(gpus: &Gpus, region: &Region) -> Result<Option<BackendHan
     let ctx = gpus
         .context(0)
         .map_err(|e| cuda_err("pinning host memory", e))?;
-    // SAFETY: the region holds the memory at `ptr` for `len` bytes (its own buffer, or borrowed
-    // memory it keeps alive); the handle returned here is dropped (unregistering it) before the
-    // memory, and every copy holds the region. Memory its owner page-locked already (PyTorch's
-    // pinned memory) is used as it is and left locked.
-    let reg = unsafe { HostRegistration::from_raw_or_locked(&ctx, ptr, len as usize) }
+    // The registration shares the memory, so it cannot outlive it. Memory its owner
+    // page-locked already (PyTorch's pinned memory) is used as it is and left locked.
+    let reg = os_mem::pin_host_memory(&ctx, mem)
         .map_err(|e| cuda_err(format!("pinning {len} bytes of host memory"), e))?;
     Ok(Some(Box::new(PinnedHandle(Mutex::new(reg)))))
 }

@@ -39,7 +39,7 @@ use crate::transfer::{Op, WorkItem};
 use devices::{Gpus, PeerLink};
 use gdpath_cuda::CudaError;
 use memory::{cuda_err, PinnedHandle};
-use pageable::{Dir, HostPtr, Stop};
+use pageable::{Dir, HostRange, Stop};
 use pool::StagingPool;
 use std::sync::Arc;
 
@@ -96,7 +96,7 @@ impl CudaBackend {
         }
         let shared = Arc::new(Shared {
             gpus,
-            pool: StagingPool::new(cfg.chunk as usize),
+            pool: StagingPool::new(&cfg),
             cfg,
         });
         let (tx, rx) = crossbeam_channel::unbounded::<WorkItem>();
@@ -246,25 +246,23 @@ impl Shared {
                     _ => (dst, src, dof, so, Dir::DeviceToHost),
                 };
                 let g = dev(gpu)?;
-                let base = host.region.host_ptr().ok_or_else(|| Error::Backend {
+                let mem = host.region.host_mem().ok_or_else(|| Error::Backend {
                     backend: NAME,
                     detail: format!("region {} is not host memory", host.region.id()),
                 })?;
-                // SAFETY: the planner checked the range against the region; the work item
-                // holds the region (in use, so no host view can alias it) until completion.
-                unsafe {
-                    pageable::copy(
-                        &self.gpus,
-                        &self.pool,
-                        self.cfg.copy_threads,
-                        dir,
-                        HostPtr(base.add(hoff)),
-                        g,
-                        goff,
-                        len,
-                        &stop,
-                    )
-                }
+                // The work item holds the region in use (so no host view aliases it) until
+                // completion.
+                pageable::copy(
+                    &self.gpus,
+                    &self.pool,
+                    self.cfg.copy_threads,
+                    dir,
+                    HostRange { mem, off: hoff },
+                    g,
+                    goff,
+                    len,
+                    &stop,
+                )
                 .map_err(stopped)?;
             }
             other => {

@@ -12,6 +12,7 @@
 use super::devices::Gpus;
 use super::pool::StagingPool;
 use crate::error::Error;
+use crate::os::mem::{HostMem, RangeError};
 use gdpath_cuda::{CudaError, DeviceBuffer};
 
 /// Pieces each thread should get, for its two buffers to overlap memcpy with DMA.
@@ -46,14 +47,13 @@ fn cut(len: usize, threads: usize, buffer: usize) -> (usize, usize, usize) {
     (chunk, n, want.clamp(1, n.max(1)))
 }
 
-/// Host memory the threads of one copy touch in disjoint chunks.
+/// The host side of one copy: registered host memory and the offset of the copy's range in it.
+/// The threads of the copy touch disjoint chunks of the range.
 #[derive(Clone, Copy)]
-pub(crate) struct HostPtr(pub(crate) *mut u8);
-// SAFETY: each thread touches only its own chunks of the range, which the caller keeps alive and
-// unaliased for the duration of the copy (the work item holds the region).
-unsafe impl Send for HostPtr {}
-// SAFETY: as above.
-unsafe impl Sync for HostPtr {}
+pub(crate) struct HostRange<'a> {
+    pub(crate) mem: &'a HostMem,
+    pub(crate) off: usize,
+}
 
 /// Why a pipelined copy stopped.
 #[derive(Debug)]
@@ -61,6 +61,18 @@ pub(crate) enum Stop {
     Cuda(CudaError),
     /// Cancelled or past its deadline between chunks.
     Engine(Error),
+}
+
+impl From<crate::backend::bounce::Exhausted> for Stop {
+    fn from(e: crate::backend::bounce::Exhausted) -> Self {
+        Stop::Engine(e.into())
+    }
+}
+
+impl From<RangeError> for Stop {
+    fn from(e: RangeError) -> Self {
+        Stop::Engine(crate::backend::range_err(super::NAME, e))
+    }
 }
 
 impl From<CudaError> for Stop {
@@ -78,16 +90,13 @@ pub(crate) enum Dir {
 
 /// Copies `len` bytes between host memory at `host` and `dev[dev_off..]`. `stop` is asked
 /// before every chunk.
-///
-/// # Safety
-/// `host .. host + len` must be valid host memory, not accessed by anyone else during the call.
 #[allow(clippy::too_many_arguments)]
-pub(crate) unsafe fn copy(
+pub(crate) fn copy(
     gpus: &Gpus,
     pool: &StagingPool,
     threads: usize,
     dir: Dir,
-    host: HostPtr,
+    host: HostRange<'_>,
     dev: &DeviceBuffer,
     dev_off: usize,
     len: usize,
@@ -99,17 +108,14 @@ pub(crate) unsafe fn copy(
             return Err(Stop::Engine(e));
         }
         let s = gpus.stream(dev.ordinal())?;
-        // SAFETY: the caller guarantees `host .. host + len` valid and unaliased for the call;
-        // the copy is synchronized before returning.
+        // The driver's copy is synchronized before it returns, so the slice outlives it.
         return Ok(match dir {
-            Dir::HostToDevice => s.write_from_slice(dev, dev_off, unsafe {
-                std::slice::from_raw_parts(host.0, len)
-            }),
-            Dir::DeviceToHost => s.read_into_slice(
-                unsafe { std::slice::from_raw_parts_mut(host.0, len) },
-                dev,
-                dev_off,
-            ),
+            Dir::HostToDevice => host
+                .mem
+                .with_slice(host.off, len, |b| s.write_from_slice(dev, dev_off, b))?,
+            Dir::DeviceToHost => host
+                .mem
+                .with_mut_slice(host.off, len, |b| s.read_into_slice(b, dev, dev_off))?,
         }?);
     }
     let (chunk, n, workers) = cut(len, threads, pool.chunk());
@@ -141,7 +147,7 @@ struct Job<'a> {
     gpus: &'a Gpus,
     pool: &'a StagingPool,
     dir: Dir,
-    host: HostPtr,
+    host: HostRange<'a>,
     dev: &'a DeviceBuffer,
     dev_off: usize,
     len: usize,
@@ -173,17 +179,15 @@ impl Job<'_> {
             match self.dir {
                 Dir::HostToDevice => {
                     let b = bufs[s].as_mut_slice()?;
-                    // SAFETY: off + l <= len: inside the caller's range; the chunk is ours.
-                    unsafe {
-                        std::ptr::copy_nonoverlapping(self.host.0.add(off), b.as_mut_ptr(), l)
-                    };
-                    streams[s].copy_h2d(self.dev, self.dev_off + off, &bufs[s], 0, l)?;
+                    // off + l <= len: inside the caller's range; the chunk is this thread's.
+                    self.host.mem.copy_out(self.host.off + off, &mut b[..l])?;
+                    streams[s].copy_h2d(self.dev, self.dev_off + off, &*bufs[s], 0, l)?;
                 }
                 Dir::DeviceToHost => {
                     if let Some((poff, pl)) = pending[s].take() {
                         self.drain(&bufs[s], poff, pl)?;
                     }
-                    streams[s].copy_d2h(&mut bufs[s], 0, self.dev, self.dev_off + off, l)?;
+                    streams[s].copy_d2h(&mut *bufs[s], 0, self.dev, self.dev_off + off, l)?;
                     pending[s] = Some((off, l));
                 }
             }
@@ -194,16 +198,15 @@ impl Job<'_> {
                 self.drain(&bufs[s], poff, pl)?;
             }
         }
-        drop(streams);
-        self.pool.give(std::mem::take(&mut bufs));
+        // The buffers go back to the pool after the streams (declared later, dropped first).
         Ok(())
     }
 
     /// Copies a synchronized bounce buffer out to host memory at `off`.
     fn drain(&self, buf: &gdpath_cuda::PinnedHostBuffer, off: usize, l: usize) -> Result<(), Stop> {
         let b = buf.as_slice()?;
-        // SAFETY: inside the caller's range; the chunk is this thread's.
-        unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), self.host.0.add(off), l) };
+        // Inside the caller's range; the chunk is this thread's.
+        self.host.mem.copy_in(self.host.off + off, &b[..l])?;
         Ok(())
     }
 }

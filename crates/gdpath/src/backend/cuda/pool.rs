@@ -1,23 +1,40 @@
-//! A pool of pinned bounce buffers (`cuMemHostAlloc`, portable, so any GPU's copies may use
-//! them), all of one size, reused across copies: allocating pinned memory costs milliseconds,
-//! far more than a copy of one chunk.
+//! The `cuda` backend's pinned bounce buffers: the shared [`BouncePool`] with buffers of
+//! `GpuConfig::chunk` bytes (`cuMemHostAlloc`, portable, so any GPU's copies may use them),
+//! reused across copies: allocating pinned memory costs milliseconds, far more than a copy of one
+//! chunk.
 
-use gdpath_cuda::{Context, CudaError, PinnedHostBuffer};
-use std::sync::Mutex;
+use super::pageable::Stop;
+use crate::backend::bounce::{BouncePool, Pooled, Wait};
+use crate::config::GpuConfig;
+use gdpath_cuda::{Context, PinnedHostBuffer};
+use std::time::Duration;
 
 /// Most buffers kept for reuse; more may be out at once, and are freed when given back.
 const KEEP: usize = 64;
 
+/// How long a copy waits for buffers when the budget is out: each comes back when the copy of
+/// one chunk ends (milliseconds), so a wait this long means copies are stuck.
+const WAIT: Duration = Duration::from_secs(10);
+
 pub(crate) struct StagingPool {
     chunk: usize,
-    free: Mutex<Vec<PinnedHostBuffer>>,
+    pool: BouncePool<PinnedHostBuffer>,
 }
 
 impl StagingPool {
-    pub(crate) fn new(chunk: usize) -> Self {
+    /// Buffers of `cfg.chunk` bytes. Budget: every worker thread's copy at its widest (a
+    /// pageable copy's `2 × copy_threads` buffers, a staged copy's `staging_buffers`), and as
+    /// much again for the copies run on posting threads (small ones, see `INLINE_MAX`).
+    pub(crate) fn new(cfg: &GpuConfig) -> Self {
+        let per_copy = (2 * cfg.copy_threads).max(cfg.staging_buffers) as u64 * cfg.chunk;
         StagingPool {
-            chunk,
-            free: Mutex::new(Vec::new()),
+            chunk: cfg.chunk as usize,
+            pool: BouncePool::new(
+                super::NAME,
+                cfg.chunk as usize,
+                (cfg.workers as u64 + 1) * per_copy,
+                KEEP,
+            ),
         }
     }
 
@@ -26,26 +43,17 @@ impl StagingPool {
         self.chunk
     }
 
-    /// `n` buffers, from the pool or newly allocated in `ctx`.
-    pub(crate) fn take(&self, ctx: &Context, n: usize) -> Result<Vec<PinnedHostBuffer>, CudaError> {
-        let mut out = {
-            let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
-            let k = free.len().saturating_sub(n);
-            free.split_off(k)
-        };
-        while out.len() < n {
-            out.push(PinnedHostBuffer::new(ctx, self.chunk)?);
-        }
-        Ok(out)
-    }
-
-    /// Returns buffers whose copies have been synchronized.
-    pub(crate) fn give(&self, bufs: Vec<PinnedHostBuffer>) {
-        let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
-        for b in bufs {
-            if free.len() < KEEP {
-                free.push(b);
-            }
-        }
+    /// `n` buffers, from the pool or newly allocated in `ctx`; back to the pool when dropped
+    /// (drop them after the copies using them are synchronized, or they are freed, not kept).
+    ///
+    /// Errors: [`Stop::Engine`] with `Error::BounceExhausted`; the allocation's [`Stop::Cuda`].
+    pub(crate) fn take(
+        &self,
+        ctx: &Context,
+        n: usize,
+    ) -> Result<Vec<Pooled<PinnedHostBuffer>>, Stop> {
+        self.pool.take(n, self.chunk, Wait::For(WAIT), |len| {
+            PinnedHostBuffer::new(ctx, len).map_err(Stop::Cuda)
+        })
     }
 }

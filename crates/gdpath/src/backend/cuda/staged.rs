@@ -63,17 +63,16 @@ pub(crate) fn copy(
             if i >= s_count {
                 d2h.wait_event(&h2d_done[s])?;
             }
-            d2h.copy_d2h(&mut bufs[s], 0, src, src_off + off, l)?;
+            d2h.copy_d2h(&mut *bufs[s], 0, src, src_off + off, l)?;
             d2h_done[s].record(&d2h)?;
             h2d.wait_event(&d2h_done[s])?;
-            h2d.copy_h2d(dst, dst_off + off, &bufs[s], 0, l)?;
+            h2d.copy_h2d(dst, dst_off + off, &*bufs[s], 0, l)?;
             h2d_done[s].record(&h2d)
         };
         enqueue().map_err(|e| drain(e.into()))?;
     }
     d2h.synchronize()?;
     h2d.synchronize()?;
-    drop((d2h, h2d));
-    pool.give(bufs);
+    // The buffers go back to the pool after the streams (declared later, dropped first).
     Ok(())
 }

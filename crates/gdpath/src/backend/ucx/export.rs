@@ -1,162 +1,34 @@
-//! Regions this agent exposes to its peers, and their withdrawal.
+//! Regions this agent exposes to its peers: what the protocol's export table
+//! ([`crate::net::protocol::Exports`]) lists, backed here by the region and its UCX
+//! registration, held until the protocol releases them.
 //!
 //! Only regions passed to `Agent::export` are listed in the metadata peers receive; every other
-//! region stays invisible (no rkey for it ever leaves the process). Unexporting sends a withdraw
-//! to every authenticated peer and keeps the region (its memory and UCX registration) alive
-//! until each of them acknowledged that its operations on it completed, or disconnected: memory
-//! is never freed under a peer's transfer in flight.
+//! region stays invisible (no rkey for it ever leaves the process). Unexporting tells every
+//! authenticated peer and keeps the region (its memory and UCX registration) alive until each
+//! of them acknowledged that its operations on it completed, or disconnected
+//! ([`crate::net::protocol::Action::Release`]): memory is never freed under a peer's transfer in
+//! flight.
 
-use super::peer::Role;
-use super::{lock, UcxBackend};
+use super::{lock, State, UcxBackend};
 use crate::error::{Error, Result};
 use crate::memory::MemoryKind;
-use crate::net::codec::{self, Message, Metadata, RegionMeta, WireKind, WritesStatus};
+use crate::net::codec::{self, Message, RegionMeta, WireKind};
 use crate::region::Region;
 use gdpath_ucx::MemHandle;
-use std::collections::{BTreeMap, HashSet};
 
-/// An exported region.
-pub(crate) struct Export {
-    region: Region,
-    _mem: MemHandle,
-    meta: RegionMeta,
+/// An exported region, or one withdrawn and still held for a peer.
+pub(crate) struct Held {
+    pub(crate) region: Region,
+    /// The region's UCX registration; packed writes copy into its host mapping through it.
+    pub(crate) mem: MemHandle,
+    /// Length of the mapping in bytes, as the metadata lists it.
+    pub(crate) len: u64,
 }
 
-/// A region being withdrawn: alive until the peers in `waiting` acknowledged.
-struct Retiring {
-    id: u64,
-    region: Region,
-    waiting: HashSet<u64>,
-}
-
-#[derive(Default)]
-pub(crate) struct Exports {
-    live: BTreeMap<u64, Export>,
-    retiring: Vec<Retiring>,
-}
-
-impl Exports {
-    /// True while `region` is exported or waiting for withdraw acknowledgements.
-    pub(crate) fn holds(&self, region: &Region) -> bool {
-        let id = region.id().0;
-        self.live.contains_key(&id) || self.retiring.iter().any(|r| r.id == id)
-    }
-
-    /// This agent's metadata: its name and the live exports.
-    pub(crate) fn metadata(&self, name: &str) -> Metadata {
-        Metadata {
-            name: name.chars().take(codec::AGENT_NAME_CHARS).collect(),
-            regions: self.live.values().map(|e| e.meta.clone()).collect(),
-        }
-    }
-
-    /// Copies a peer's writes ([`Message::Writes`]) into live export `region`: every write is
-    /// checked against the region's length before any byte is copied, so a refused message
-    /// changes nothing. Like a UCX put into the region, the copy takes no local guard: an
-    /// exported region is there to be written by peers. The answer: done; the region not
-    /// exported (or being withdrawn); refused with the reason (GPU memory, which peers move
-    /// with UCX itself; a write past the region's end; bytes that do not match the writes).
-    pub(crate) fn apply_writes(
-        &self,
-        region: u64,
-        records: &[(u64, u32)],
-        data: &[u8],
-    ) -> WritesStatus {
-        match self.try_apply_writes(region, records, data) {
-            Ok(()) => WritesStatus::Done,
-            Err(None) => WritesStatus::NotExported,
-            Err(Some(why)) => WritesStatus::Refused(why),
-        }
-    }
-
-    /// [`Exports::apply_writes`]: `Err(None)` for a region not exported.
-    fn try_apply_writes(
-        &self,
-        region: u64,
-        records: &[(u64, u32)],
-        data: &[u8],
-    ) -> std::result::Result<(), Option<String>> {
-        let total: u64 = records.iter().map(|&(_, l)| u64::from(l)).sum();
-        if total != data.len() as u64 {
-            return Err(Some(format!(
-                "the writes add up to {total} bytes and {} came",
-                data.len()
-            )));
-        }
-        let e = self.live.get(&region).ok_or(None)?;
-        if e.meta.kind != WireKind::Host {
-            return Err(Some(format!(
-                "region {region} is {} memory: packed writes are for host memory",
-                e.meta.kind
-            )));
-        }
-        for &(off, len) in records {
-            if off
-                .checked_add(len.into())
-                .is_none_or(|end| end > e.meta.len)
-            {
-                return Err(Some(format!(
-                    "write at {off} of {len} bytes is past the end of region {region} ({} bytes)",
-                    e.meta.len
-                )));
-            }
-        }
-        // The owner may hold a host view of the region (`&mut [u8]`): no copy under it.
-        let _in_use = e
-            .region
-            .begin_use()
-            .map_err(|err| Some(format!("region {region} is busy here: {err}")))?;
-        let mut at = 0usize;
-        for &(off, len) in records {
-            let len = len as usize;
-            let src = &data[at..at + len];
-            // SAFETY: `meta.addr` is the start of the export's host mapping, alive while the
-            // export is live (it holds the region and its UCX registration; unexporting takes
-            // the state lock this runs under); the range was checked against `meta.len` above;
-            // no host view is out (the use guard above); `src` is a separate buffer. Peers'
-            // UCX puts may write the same bytes meanwhile, as they may into any export.
-            unsafe {
-                std::ptr::copy_nonoverlapping(
-                    src.as_ptr(),
-                    (e.meta.addr as *mut u8).add(off as usize),
-                    len,
-                );
-            }
-            at += len;
-        }
-        Ok(())
-    }
-
-    /// Peer `peer` acknowledged the withdrawal of `ids`.
-    pub(crate) fn acked(&mut self, peer: u64, ids: &[u64]) {
-        for r in &mut self.retiring {
-            if ids.contains(&r.id) {
-                r.waiting.remove(&peer);
-            }
-        }
-        self.release();
-    }
-
-    /// Peer `peer` is gone: nothing of it can be in flight any more.
-    pub(crate) fn peer_gone(&mut self, peer: u64) {
-        for r in &mut self.retiring {
-            r.waiting.remove(&peer);
-        }
-        self.release();
-    }
-
-    fn release(&mut self) {
-        self.retiring.retain(|r| {
-            if r.waiting.is_empty() {
-                tracing::debug!(region = r.id, "withdrawn region released ({:?})", r.region);
-            }
-            !r.waiting.is_empty()
-        });
-    }
-
-    /// Regions waiting for acknowledgements.
-    pub(crate) fn retiring(&self) -> usize {
-        self.retiring.len()
+/// The protocol released export `id`: no peer can use it any more.
+pub(crate) fn release(st: &mut State, id: u64) {
+    if let Some(h) = st.held.remove(&id) {
+        tracing::debug!(region = id, "withdrawn region released ({:?})", h.region);
     }
 }
 
@@ -206,27 +78,24 @@ impl UcxBackend {
             len: mem.len() as u64,
             rkey,
         };
-        let mut st = lock(&self.state);
-        if st.exports.holds(region) {
-            return Err(Error::Config(format!(
-                "region {} is already exported",
-                region.id()
-            )));
-        }
-        st.exports.live.insert(
-            id,
-            Export {
-                region: region.clone(),
-                _mem: mem,
-                meta,
-            },
-        );
-        let md = st.exports.metadata(&self.agent_name);
-        if let Err(e) = crate::net::codec::encode(&Message::Metadata(md.clone())) {
-            st.exports.live.remove(&id);
+        let len = meta.len;
+        let mut guard = lock(&self.state);
+        let st = &mut *guard;
+        st.node.exports.add(meta).map_err(Error::Config)?;
+        let md = st.node.exports.metadata(&self.agent_name);
+        if let Err(e) = codec::encode(&Message::Metadata(md.clone())) {
+            st.node.exports.remove(id);
             return Err(Error::Config(format!("cannot export region {id}: {e}")));
         }
-        self.broadcast(&mut st, &Message::Metadata(md));
+        st.held.insert(
+            id,
+            Held {
+                region: region.clone(),
+                mem,
+                len,
+            },
+        );
+        self.for_each_client(st, |c, _, out| c.send_metadata(md.clone(), out));
         Ok(id)
     }
 
@@ -234,30 +103,29 @@ impl UcxBackend {
     /// is not exported.
     pub(crate) fn unexport(&self, region: &Region) -> Result<()> {
         let id = region.id().0;
-        let mut st = lock(&self.state);
-        let Some(e) = st.exports.live.remove(&id) else {
+        let mut guard = lock(&self.state);
+        let st = &mut *guard;
+        if st.node.exports.get(id).is_none() {
             return Err(Error::Config(format!(
                 "region {} is not exported",
                 region.id()
             )));
-        };
-        let reached = self.broadcast(&mut st, &Message::Withdraw(vec![id]));
+        }
         // Peers still in the handshake never saw it; peers that failed cannot use it.
-        let waiting: HashSet<u64> = reached
-            .into_iter()
-            .filter(|pid| {
-                st.peers
-                    .iter()
-                    .any(|p| p.id == *pid && p.role == Role::Server)
-            })
-            .collect();
-        if !waiting.is_empty() {
-            st.exports.retiring.push(Retiring {
-                id,
-                region: e.region.clone(),
-                waiting,
-            });
+        let now = std::time::Instant::now();
+        let told = self.for_each_client(st, |c, _, out| c.withdraw(vec![id], now, out));
+        let mut out = Vec::new();
+        st.node.exports.withdraw(id, told, &mut out);
+        for a in out {
+            if let crate::net::protocol::Action::Release(id) = a {
+                release(st, id);
+            }
         }
         Ok(())
+    }
+
+    /// True when `region` is exported (or being withdrawn) by this agent.
+    pub(crate) fn is_exported(&self, region: &Region) -> bool {
+        lock(&self.state).node.exports.holds(region.id().0)
     }
 }

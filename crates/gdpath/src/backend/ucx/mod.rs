@@ -1,10 +1,17 @@
 //! The network backend: remote memory of peer agents, read and written through UCX (`put`/`get`
-//! on packed remote keys), with the agent-to-agent control protocol (`crate::net::codec`) on
-//! the same UCX connection as active messages.
+//! on packed remote keys), with the agent-to-agent control protocol (`crate::net::codec`): the
+//! handshake on a TCP connection of its own (`listen`, `tcp`), the rest as active messages on
+//! the UCX endpoints made from the worker addresses the handshake exchanged. It is a [`Backend`] like the others and answers
+//! [`Backend::network`] ([`crate::backend::network::NetworkBackend`]: connect, serve, exports,
+//! notifications), to which the agent's network calls delegate.
 //!
-//! Modules: [`peer`] (connections, handshake, control messages), [`remote`] (a peer's region
-//! materialised as [`Memory::Remote`]), [`ops`] (descriptor pairs in flight, flushes,
-//! notifications), [`export`] (regions this agent exposes, withdrawal with acknowledgements).
+//! Modules: [`control`] (the adapter feeding the protocol state machine,
+//! [`crate::net::protocol`], and performing its actions: handshake, control messages,
+//! goodbyes), [`conn`] (one connection: endpoint and protocol state), [`link`] (the
+//! `NetworkBackend` side: `Peer` and `Server` links, the serving thread), [`remote`] (a peer's
+//! region materialised as [`Memory::Remote`]), [`ops`] and [`batch`] (descriptor pairs in
+//! flight, flushes, notifications), [`packed`] (packed writes, both sides), [`export`] (regions
+//! this agent exposes, held until the protocol releases them).
 //!
 //! Progress: UCX moves data only while workers progress; over `tcp` the *target* worker serves
 //! put and get. The backend is [`Drive::Poll`]: `Transfer::wait`/`poll` call
@@ -12,27 +19,36 @@
 //! same, so it serves its peers while the application does other things, and blocks on UCX's
 //! event fd when idle ([`wake`]).
 
+mod batch;
+pub(crate) mod conn;
+mod control;
 mod export;
+mod link;
+mod listen;
+mod malloc;
 mod ops;
-pub(crate) mod peer;
+mod packed;
+mod ratelog;
 pub(crate) mod remote;
 mod staging;
+mod tcp;
 pub(crate) mod wake;
 
 use crate::backend::{Backend, Capability, Drive, PlanChoice, Preference, Refusal};
 use crate::error::{Error, Result};
 use crate::finding::ids;
 use crate::memory::{Memory, MemoryClass};
+use crate::net::protocol::Node;
 use crate::net::{NetConfig, NetEvent, Notification};
 use crate::path::Path;
 use crate::region::{BackendHandle, Descriptor, ForeignMemory, Region};
 use crate::transfer::{Op, WorkItem};
-use gdpath_ucx::{Context, Features, MemHandle, MemType, UcxCfg, UcxError, Worker};
-use std::collections::VecDeque;
+use gdpath_ucx::{AmMessage, Context, Features, MemHandle, MemType, UcxCfg, UcxError, Worker};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 
-pub(crate) use peer::PeerConn;
+pub(crate) use conn::PeerConn;
 pub(crate) use remote::RemoteMem;
 
 /// Settings of UCX's CUDA transports gdpath prefers, unless the environment sets them
@@ -87,12 +103,23 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// What a failed endpoint means, for a connection's failure: a status of UCX's peer-failure
+/// kinds (reset, unreachable, endpoint timeout, ...) is the peer going away (killed, its host or
+/// network gone), whatever UCX calls it; another one is named as UCX names it.
+pub(crate) fn ep_failure(status: gdpath_ucx::Status) -> String {
+    if status.is_peer_failure() {
+        format!("the peer went away ({status})")
+    } else {
+        format!("connection failed: {status}")
+    }
+}
+
 /// Maps a UCX error of an operation with `peer` to the engine's error.
 pub(crate) fn ucx_err(peer: &str, op: &'static str, e: UcxError) -> Error {
     match e {
         UcxError::EndpointFailed { status, .. } => Error::PeerFailed {
             peer: peer.to_owned(),
-            detail: format!("connection failed: {status}"),
+            detail: ep_failure(status),
         },
         UcxError::Timeout { op, timeout } => Error::PeerFailed {
             peer: peer.to_owned(),
@@ -102,20 +129,34 @@ pub(crate) fn ucx_err(peer: &str, op: &'static str, e: UcxError) -> Error {
     }
 }
 
-/// A hook run after each notification is queued (`Agent::on_notification`).
-pub(crate) type NotificationHook = std::sync::Arc<dyn Fn() + Send + Sync>;
-
 /// Everything guarded by the backend's state lock. Lock order: state, then a peer's own lock.
-#[derive(Default)]
 pub(crate) struct State {
     pub(crate) peers: Vec<Arc<PeerConn>>,
-    pub(crate) exports: export::Exports,
+    /// The protocol's per-agent state: name, the token while serving, the export table.
+    pub(crate) node: Node,
+    /// The regions behind the export table, until the protocol releases them.
+    pub(crate) held: BTreeMap<u64, export::Held>,
     pub(crate) ops: ops::Ops,
+    /// Messages that arrived over UCX for client connections still in their handshake (the
+    /// server may send as soon as it welcomed), by routing id: handled once the connection is
+    /// registered. At most [`MAX_EARLY`] each.
+    pub(crate) early: HashMap<u64, Vec<AmMessage>>,
+    /// When clients' control connections were last read ([`CTL_CHECK`]).
+    pub(crate) ctl_checked: Option<std::time::Instant>,
 }
+
+/// Messages kept for a connection in its handshake ([`State::early`]); more are dropped.
+pub(crate) const MAX_EARLY: usize = 256;
+
+/// How often progress rounds read clients' control connections for the server's end: a server
+/// that died is seen within this (a read that would block costs a system call).
+pub(crate) const CTL_CHECK: std::time::Duration = std::time::Duration::from_millis(2);
 
 /// The UCX backend of one agent: a UCX context and worker, its peers, its exports and the
 /// operations in flight.
 pub struct UcxBackend {
+    /// This backend, for the links and the serving thread it hands out.
+    me: Weak<UcxBackend>,
     pub(crate) cfg: NetConfig,
     pub(crate) agent_name: String,
     pub(crate) agent_id: u64,
@@ -123,7 +164,10 @@ pub struct UcxBackend {
     pub(crate) worker: Worker,
     pub(crate) cuda: bool,
     pub(crate) state: Mutex<State>,
-    pub(crate) listener: Mutex<Option<peer::ListenState>>,
+    /// The control plane (TCP listener and its thread), while serving.
+    pub(crate) control: Mutex<Option<listen::ControlPlane>>,
+    /// Warnings that may repeat, rate-limited.
+    pub(crate) log: ratelog::RateLog,
     progress_lock: Mutex<()>,
     /// When the last progress round started, in ns since `epoch`.
     last_round: AtomicU64,
@@ -136,7 +180,7 @@ pub struct UcxBackend {
     pub(crate) notifications: Mutex<VecDeque<Notification>>,
     pub(crate) notifications_dropped: AtomicU64,
     /// Called after a notification is queued (`Agent::on_notification`).
-    pub(crate) notification_hooks: Mutex<Vec<NotificationHook>>,
+    pub(crate) notification_hooks: Mutex<Vec<crate::backend::network::NotificationHook>>,
     pub(crate) next_peer: AtomicU64,
     /// A retained CUDA primary context made current before UCX unpacks a remote key of GPU
     /// memory (see [`UcxBackend::bind_cuda`]); `None` inside when CUDA cannot be loaded.
@@ -205,6 +249,9 @@ impl UcxBackend {
                 Err(e) => tracing::debug!("UCX context without gdpath's CUDA defaults: {e}"),
             }
         }
+        if let Some(devices) = &cfg.devices {
+            check_devices(&ctx, devices, &ucfg)?;
+        }
         let worker = Worker::new(&ctx).map_err(|source| Error::Ucx {
             op: "worker",
             source,
@@ -213,15 +260,31 @@ impl UcxBackend {
             op: "am_register",
             source,
         })?;
-        Ok(Arc::new(UcxBackend {
+        let worker_address = worker.address().map_err(|source| Error::Ucx {
+            op: "worker address",
+            source,
+        })?;
+        Ok(Arc::new_cyclic(|me| UcxBackend {
+            me: me.clone(),
             cfg,
             agent_name: agent_name.to_owned(),
             agent_id,
             ctx,
             worker,
             cuda,
-            state: Mutex::new(State::default()),
-            listener: Mutex::new(None),
+            state: Mutex::new(State {
+                peers: Vec::new(),
+                node: Node {
+                    worker_address: worker_address.0,
+                    ..Node::new(agent_name)
+                },
+                held: BTreeMap::new(),
+                ops: ops::Ops::default(),
+                early: HashMap::new(),
+                ctl_checked: None,
+            }),
+            control: Mutex::new(None),
+            log: ratelog::RateLog::default(),
             progress_lock: Mutex::new(()),
             last_round: AtomicU64::new(0),
             wake: wake::Wakeup::default(),
@@ -317,50 +380,34 @@ impl UcxBackend {
             if !self.cuda || dev.is_empty() {
                 return Ok(None);
             }
-            dev.context().bind().map_err(|e| Error::Backend {
+            dev.context().bind().map_err(|e| Error::Cuda {
                 backend: "ucx",
-                detail: format!("binding GPU {} context: {e}", dev.ordinal()),
+                what: format!("binding GPU {} context", dev.ordinal()),
+                source: e,
             })?;
-            // SAFETY: the device buffer is `len` bytes of CUDA memory owned by (or borrowed
-            // for) the region; the handle is the region's backend handle, dropped before the
-            // region's memory, and requests using it hold the region (work items).
-            let m = unsafe {
-                MemHandle::map(
-                    &self.ctx,
-                    dev.device_ptr() as *mut u8,
-                    dev.len(),
-                    MemType::Cuda,
-                )
-            }
-            .map_err(|source| Error::Ucx {
-                op: "ucp_mem_map (CUDA)",
-                source,
-            })?;
+            // The handle is the region's backend handle, dropped before the region's memory,
+            // and requests using it hold the region (work items).
+            let m =
+                crate::os::mem::ucx_map_device(&self.ctx, dev).map_err(|source| Error::Ucx {
+                    op: "ucp_mem_map (CUDA)",
+                    source,
+                })?;
             return Ok(Some(m));
         }
-        let Some(ptr) = region.host_ptr() else {
+        let Some(mem) = region.host_mem() else {
             return Ok(None);
         };
-        let len = region.len()? as usize;
-        if len == 0 {
+        if mem.is_empty() {
             return Ok(None);
         }
-        // SAFETY: the region owns `len` bytes at `ptr`; the handle is stored as the region's
-        // backend handle, which is dropped before the region's memory (field order of
-        // RegionInner), and every request using it also holds the region (work items).
-        let m =
-            unsafe { MemHandle::map(&self.ctx, ptr, len, MemType::Host) }.map_err(|source| {
-                Error::Ucx {
-                    op: "ucp_mem_map",
-                    source,
-                }
-            })?;
+        // The handle is stored as the region's backend handle, which is dropped before the
+        // region's memory (field order of RegionInner), and every request using it also holds
+        // the region (work items).
+        let m = crate::os::mem::ucx_map_host(&self.ctx, mem).map_err(|source| Error::Ucx {
+            op: "ucp_mem_map",
+            source,
+        })?;
         Ok(Some(m))
-    }
-
-    /// True when `region` is exported (or being withdrawn) by this agent.
-    pub(crate) fn is_exported(&self, region: &Region) -> bool {
-        lock(&self.state).exports.holds(region)
     }
 
     /// Records work posted outside the serving thread's progress rounds and wakes that thread
@@ -369,14 +416,14 @@ impl UcxBackend {
         self.wake.kick(&self.worker);
     }
 
-    /// Runs progress rounds until `done()` or `timeout` passes (a timeout too long to
-    /// represent is no bound), sleeping 50 µs after a round that found nothing to do. Returns
-    /// whether `done()` held; it is checked before every round.
     /// Whether packed writes to peer `id` wait for their acknowledgement.
     pub(crate) fn packed_in_flight(&self, id: u64) -> bool {
         lock(&self.state).ops.packed_in_flight(id)
     }
 
+    /// Runs progress rounds until `done()` or `timeout` passes (a timeout too long to
+    /// represent is no bound), sleeping 50 µs after a round that found nothing to do. Returns
+    /// whether `done()` held; it is checked before every round.
     pub(crate) fn progress_until(
         &self,
         timeout: std::time::Duration,
@@ -421,11 +468,11 @@ impl UcxBackend {
             }
         }
         let mut activity = events > 0;
-        activity |= self.accept_connections();
         activity |= self.dispatch_messages();
         let done = {
             let mut st = lock(&self.state);
             let done = st.ops.poll(self);
+            self.withdraw_flushes_done(&mut st);
             activity |= self.reap_peers(&mut st);
             done
         };
@@ -556,6 +603,10 @@ impl Backend for UcxBackend {
         self.kick();
     }
 
+    fn network(&self) -> Option<&dyn crate::backend::network::NetworkBackend> {
+        Some(self)
+    }
+
     fn progress(&self) -> usize {
         // Spin while operations are in flight (NetConfig::poll_spin): a round trip over
         // loopback takes tens of µs, and the waiter otherwise sleeps between calls.
@@ -570,6 +621,47 @@ impl Backend for UcxBackend {
             std::thread::yield_now();
         }
     }
+}
+
+/// Refuses a `devices` list (`UCX_NET_DEVICES`, comma-separated) naming a device no transport of
+/// `ctx` uses: UCX itself starts without complaint and then has no network transport (a typo,
+/// an interface of another namespace), which would show only as failing connections. The
+/// error lists the devices UCX does see (a context made without the list, only then).
+fn check_devices(ctx: &Context, devices: &str, cfg: &UcxCfg) -> Result<()> {
+    let have = ctx.resources().map_err(|source| Error::Ucx {
+        op: "resources",
+        source,
+    })?;
+    let missing: Vec<&str> = devices
+        .split(',')
+        .map(str::trim)
+        .filter(|d| !d.is_empty() && *d != "all")
+        .filter(|d| !have.iter().any(|r| r.device == *d))
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let all = Context::new(&UcxCfg {
+        devices: None,
+        ..cfg.clone()
+    })
+    .and_then(|c| c.resources())
+    .map(|rs| {
+        let mut names: Vec<String> = rs
+            .into_iter()
+            .filter(|r| !r.device.starts_with("memory"))
+            .map(|r| r.device)
+            .collect();
+        names.sort();
+        names.dedup();
+        names.join(", ")
+    })
+    .unwrap_or_else(|e| format!("unknown: {e}"));
+    Err(Error::Config(format!(
+        "UCX has no transport on device {} (network devices UCX sees here: {all}; `ucx_info -d` \
+         lists them)",
+        missing.join(", ")
+    )))
 }
 
 /// A counter of the backend's ids (peers).

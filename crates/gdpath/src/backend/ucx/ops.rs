@@ -1,5 +1,7 @@
 //! Descriptor pairs in flight: put/get requests, the flush that makes puts visible at the
-//! target, notifications after them, withdraw acknowledgements, and control messages sent.
+//! target, notifications after them, the flushes before withdrawal acknowledgements, and
+//! control messages sent. Batches themselves are in [`super::batch`], packed writes in
+//! [`super::packed`].
 //!
 //! The items of one `submit` for one peer form a batch. Gets complete when their request does.
 //! Puts complete when an endpoint flush posted after them completes (UCX: a put's own request
@@ -28,111 +30,20 @@
 //! [`Error::PeerFailed`]; its UCX requests and both regions of each pair are kept alive until
 //! UCX finishes them (a request UCX may still touch is never released with its memory).
 
-use super::peer::PeerConn;
+use super::batch::{Batch, Slot};
+use super::conn::PeerConn;
+use super::packed::packable;
 use super::staging::{self, Stage, Stages};
 use super::{ucx_err, RemoteMem, UcxBackend};
 use crate::backend::cuda::gpu_buffer;
 use crate::error::{Error, Result};
 use crate::net::codec::WireKind;
-use crate::net::codec::{Message, WritesStatus};
 use crate::path::Path;
 use crate::region::{Region, RegionId, UseGuard};
 use crate::transfer::{group_items, Op, WorkItem};
-use gdpath_ucx::{AmPart, MemHandle, MemType, ProtoInfo, Request};
+use gdpath_ucx::{MemHandle, MemType, ProtoInfo, Request};
 use std::sync::Arc;
 use std::time::Instant;
-
-struct Slot {
-    item: Option<WorkItem>,
-    req: Option<Request>,
-    /// The request finished successfully (or completed at post).
-    local_done: bool,
-    result: Option<Result<u64>>,
-    put: bool,
-    len: u64,
-    /// The pinned staging buffer of a GPU pair when UCX cannot move GPU memory itself.
-    stage: Option<Stage>,
-    /// The path UCX said it runs the operation on (GPU memory only; see [`observed_path`]).
-    taken: Option<Path>,
-    /// Packed writes: the acknowledgements still needed (one per piece, [`PACK_PIECE_MAX`]).
-    pieces: u32,
-}
-
-struct Batch {
-    seq: u64,
-    peer: Arc<PeerConn>,
-    slots: Vec<Slot>,
-    flush_done: Option<Result<()>>,
-    notify: Option<Arc<[u8]>>,
-    notify_req: Option<Request>,
-    notify_done: Option<Result<()>>,
-    /// An item of the batch failed before it became a slot (stopped, or refused at post): the
-    /// transfer fails, so its notification is not sent.
-    failed_at_post: bool,
-    started: Instant,
-    /// Puts complete only after a flush confirmed them (`PutCompletion::Remote`, or a batch
-    /// with a notification, which must follow data the peer can read).
-    remote: bool,
-    /// Packed `Writes` messages of this batch (see [`Ops::submit_packed`]), each with the
-    /// slots it carries; their slots complete when the peer acknowledges the message.
-    packed: Vec<PackedMsg>,
-    /// The seq of `packed[0]`: a batch's messages have consecutive seqs.
-    packed_base: u64,
-    /// Messages of `packed` not yet acknowledged.
-    packed_open: usize,
-}
-
-/// One `Writes` message in flight (its seq: [`Batch::packed_base`] + its index).
-struct PackedMsg {
-    /// The send, until UCX finished it.
-    req: Option<Request>,
-    /// The local regions the send reads its bytes from in place, held in use as long as `req`:
-    /// no host view of them can be taken, and they cannot be deregistered, while UCX may still
-    /// read them, whatever became of the pairs.
-    sources: Vec<UseGuard>,
-    /// The batch's slots it carries.
-    slots: std::ops::Range<usize>,
-    /// The peer acknowledged it.
-    acked: bool,
-}
-
-impl PackedMsg {
-    /// The send and the regions it reads, if UCX has not finished it: whoever takes them keeps
-    /// them until it does (dropping a pending request would wait for it).
-    fn pending_send(&mut self) -> Option<(Request, Vec<UseGuard>)> {
-        let mut r = self.req.take()?;
-        let sources = std::mem::take(&mut self.sources);
-        matches!(r.test(), Ok(false)).then_some((r, sources))
-    }
-}
-
-/// The `Writes` message being filled: its remote region, its writes, where their bytes are,
-/// the regions those are in, and the batch slots of its first and last write.
-struct Filling {
-    region: u64,
-    records: Vec<(u64, u32)>,
-    /// Where each write's bytes are, read in place when the message is sent.
-    parts: Vec<AmPart>,
-    /// The local regions the parts are in (each once), held in use.
-    sources: Vec<UseGuard>,
-    /// The parts' lengths added up.
-    bytes: usize,
-    /// The batch slots of its first and last write (a long pair's pieces share one slot).
-    first: usize,
-    last: usize,
-}
-
-/// A packed pair longer than this goes in pieces of this many bytes, each in a `Writes` message
-/// of its own, and completes when every piece is acknowledged. Pinned loopback tcp, `bench net
-/// --qd 64 --batch 16`, a server that keeps freed memory (gdpath serve): 256 KiB pairs
-/// 2.40–2.44 GB/s packed against 0.66–0.72 by UCX's put.
-const PACK_PIECE_MAX: u64 = 512 << 10;
-// A message then carries at most one piece of a pair (all but the last are full).
-const _: () = assert!(PACK_PIECE_MAX as usize > PACK_MESSAGE_MAX);
-/// Bytes of writes one `Writes` message gathers at most, unless one pair alone is longer.
-/// Larger messages of small writes ran slower over loopback tcp (4 KiB writes in messages of
-/// 256 KiB: 0.34 GB/s, of 64 KiB: 0.63–1.05 GB/s; measured before servers kept freed memory).
-const PACK_MESSAGE_MAX: usize = 64 << 10;
 
 struct Send {
     peer: Arc<PeerConn>,
@@ -140,19 +51,23 @@ struct Send {
     close: bool,
 }
 
+/// A withdrawal's flush that finished: the connection, the region ids, the flush's error text.
+pub(crate) type AckFlushed = (Arc<PeerConn>, Vec<u64>, std::result::Result<(), String>);
+
+/// The flush before a withdrawal's acknowledgement.
 struct PendingAck {
     peer: Arc<PeerConn>,
     ids: Vec<u64>,
-    flush: Option<Request>,
+    flush: Request,
 }
 
 /// Requests that outlived their items (timeout), with the regions they may still touch.
-struct Zombie {
-    reqs: Vec<Request>,
-    _regions: Vec<Region>,
+pub(super) struct Zombie {
+    pub(super) reqs: Vec<Request>,
+    pub(super) _regions: Vec<Region>,
     /// Regions packed sends read in place, still in use.
-    _uses: Vec<UseGuard>,
-    _stages: Vec<Stage>,
+    pub(super) _uses: Vec<UseGuard>,
+    pub(super) _stages: Vec<Stage>,
 }
 
 /// The flush state of one peer's endpoint.
@@ -182,15 +97,18 @@ pub(crate) struct Ops {
     checked: Option<Instant>,
     next_seq: u64,
     flushers: Vec<Flusher>,
-    batches: Vec<Batch>,
-    stages: Stages,
+    pub(super) batches: Vec<Batch>,
+    pub(super) stages: Stages,
     sends: Vec<Send>,
     acks: Vec<PendingAck>,
-    zombies: Vec<Zombie>,
-    next_writes: u64,
+    /// Withdrawal flushes finished, for the protocol ([`Ops::take_acks`]).
+    acks_done: Vec<AckFlushed>,
+    pub(super) zombies: Vec<Zombie>,
+    /// The seq of the last `Writes` message (packed writes).
+    pub(super) next_writes: u64,
 }
 
-fn remote_of(item: &WorkItem) -> Option<&RemoteMem> {
+pub(super) fn remote_of(item: &WorkItem) -> Option<&RemoteMem> {
     item.target()
         .region
         .foreign()
@@ -200,7 +118,7 @@ fn remote_of(item: &WorkItem) -> Option<&RemoteMem> {
 /// Tests a request: `Some(Ok)` finished, `Some(Err)` failed, `None` still in flight. A request
 /// that failed on a connection already failed for a known reason (the server said goodbye, a
 /// goodbye went unanswered) fails with that reason rather than UCX's transport status.
-fn test(req: &mut Request, peer: &PeerConn) -> Option<Result<()>> {
+pub(super) fn test(req: &mut Request, peer: &PeerConn) -> Option<Result<()>> {
     match req.test() {
         Ok(true) => Some(Ok(())),
         Ok(false) => None,
@@ -215,20 +133,18 @@ impl Ops {
         self.sends.push(Send { peer, req, close });
     }
 
-    /// Flushes `peer`'s endpoint, then acknowledges the withdrawal of `ids`.
-    pub(crate) fn ack_after_flush(&mut self, peer: &Arc<PeerConn>, ids: Vec<u64>) {
-        let flush = match peer.ep.flush_nb() {
-            Ok(r) => Some(r),
-            Err(e) => {
-                tracing::debug!(peer = %peer.label(), "flush before withdraw ack: {e}");
-                None
-            }
-        };
+    /// The withdrawal of `ids` is acknowledged once `flush` (of `peer`'s endpoint) finished.
+    pub(crate) fn ack_after(&mut self, peer: &Arc<PeerConn>, ids: Vec<u64>, flush: Request) {
         self.acks.push(PendingAck {
             peer: peer.clone(),
             ids,
             flush,
         });
+    }
+
+    /// The withdrawal flushes finished since the last call, with their results.
+    pub(crate) fn take_acks(&mut self) -> Vec<AckFlushed> {
+        std::mem::take(&mut self.acks_done)
     }
 
     /// Posts every item (see the module docs). Items that cannot start complete at once.
@@ -354,7 +270,7 @@ impl Ops {
     }
 
     /// An empty batch for `items` on `peer`, numbered, with the notification of the request.
-    fn new_batch(
+    pub(super) fn new_batch(
         &mut self,
         peer: &Arc<PeerConn>,
         items: &[WorkItem],
@@ -376,229 +292,6 @@ impl Ops {
             packed: Vec::new(),
             packed_base: 0,
             packed_open: 0,
-        }
-    }
-
-    /// Posts `items` (all [`packable`], on `peer`, which packs writes) as one batch of `Writes`
-    /// messages: consecutive pairs on the same remote region share a message of up to
-    /// [`codec::MAX_WRITES`](crate::net::codec::MAX_WRITES) writes and [`PACK_MESSAGE_MAX`]
-    /// bytes, and a pair longer than [`PACK_PIECE_MAX`] goes in pieces of that size, one per
-    /// message. The bytes are read in place when UCX sends ([`AmPart`]). The peer checks every
-    /// write against its export before copying any, and acknowledges each message; a pair
-    /// completes with the acknowledgement of its last piece (remote completion, whatever
-    /// `put_completion` says), and its path reads `<tl> (packed writes)`.
-    fn submit_packed(
-        &mut self,
-        b: &UcxBackend,
-        peer: Arc<PeerConn>,
-        items: Vec<WorkItem>,
-        now: Instant,
-        transport: &str,
-    ) {
-        let mut batch = self.new_batch(&peer, &items, now, true);
-        let path = Path::Ucx {
-            transport: format!("{transport} (packed writes)").into(),
-        };
-        let mut cache = PostCache::default();
-        let mut cur: Option<Filling> = None;
-        let send = |ops: &mut Ops, batch: &mut Batch, m: Filling| {
-            let Filling {
-                region,
-                records,
-                parts,
-                sources,
-                bytes,
-                first,
-                last,
-            } = m;
-            ops.next_writes += 1;
-            let seq = ops.next_writes;
-            let slots = first..last + 1;
-            let sent = crate::net::codec::encode_writes_head(seq, region, &records, bytes)
-                .map_err(|e| Error::Config(e.to_string()))
-                .and_then(|head| {
-                    peer.ep
-                        .am_send_parts(super::CTRL_AM, head, &parts)
-                        .map_err(|e| ucx_err(&peer.label(), "writes", e))
-                });
-            if batch.packed.is_empty() {
-                batch.packed_base = seq;
-            }
-            // Every seq of the batch has its entry, so that an ack's index is `seq - base`.
-            debug_assert_eq!(seq, batch.packed_base + batch.packed.len() as u64);
-            match sent {
-                Ok(req) => {
-                    batch.packed_open += 1;
-                    batch.packed.push(PackedMsg {
-                        req: Some(req),
-                        sources,
-                        slots,
-                        acked: false,
-                    })
-                }
-                Err(e) => {
-                    for s in &mut batch.slots[slots.clone()] {
-                        s.result = Some(Err(e.clone()));
-                    }
-                    // Not sent: no acknowledgement is awaited (a stray one finds it done).
-                    batch.packed.push(PackedMsg {
-                        req: None,
-                        sources: Vec::new(),
-                        slots,
-                        acked: true,
-                    })
-                }
-            }
-        };
-        for item in items {
-            if let Some(e) = item.stop_reason() {
-                batch.failed_at_post = true;
-                item.complete(Err(e));
-                continue;
-            }
-            let t = item.target();
-            let rm = remote_of(&item).expect("packable");
-            let (region, at) = (rm.region_id, rm.base_off + t.offset);
-            let len = item.local().len;
-            let whole = match local_part(b, &item, &mut cache) {
-                Ok(p) => p,
-                Err(e) => {
-                    batch.failed_at_post = true;
-                    item.complete(Err(e));
-                    continue;
-                }
-            };
-            let source = item.local().region.clone();
-            let slot = batch.slots.len();
-            let pieces = len.div_ceil(PACK_PIECE_MAX).max(1);
-            item.mark_started_at(now);
-            batch.slots.push(Slot {
-                item: Some(item),
-                req: None,
-                local_done: false,
-                result: None,
-                put: true,
-                len,
-                stage: None,
-                taken: Some(path.clone()),
-                pieces: pieces.try_into().unwrap_or(u32::MAX),
-            });
-            for k in 0..pieces {
-                let off = k * PACK_PIECE_MAX;
-                let n = (len - off).min(PACK_PIECE_MAX);
-                let full = cur.as_ref().is_some_and(|m| {
-                    m.region != region
-                        || m.records.len() >= crate::net::codec::MAX_WRITES
-                        || m.bytes + n as usize > PACK_MESSAGE_MAX
-                });
-                if full {
-                    send(self, &mut batch, cur.take().expect("checked"));
-                }
-                if batch.slots[slot].result.is_some() {
-                    // The message with the previous piece failed at send: the pair has failed.
-                    break;
-                }
-                // The message holds each local region it reads in use; taken before the message
-                // is started, so that a refusal leaves no empty message behind. It cannot fail
-                // while the item holds the region in use itself.
-                let held = cur
-                    .as_ref()
-                    .is_some_and(|m| m.sources.iter().any(|g| g.region().id() == source.id()));
-                let guard = if held {
-                    None
-                } else {
-                    match source.begin_use() {
-                        Ok(g) => Some(g),
-                        Err(e) => {
-                            batch.slots[slot].result = Some(Err(e));
-                            break;
-                        }
-                    }
-                };
-                let m = cur.get_or_insert_with(|| Filling {
-                    region,
-                    records: Vec::new(),
-                    parts: Vec::new(),
-                    sources: Vec::new(),
-                    bytes: 0,
-                    first: slot,
-                    last: slot,
-                });
-                m.sources.extend(guard);
-                m.bytes += n as usize;
-                m.last = slot;
-                // In bounds: `whole` is checked, and the pieces lie inside it.
-                m.parts.push(AmPart {
-                    offset: whole.offset + off as usize,
-                    len: n as usize,
-                    mem: whole.mem.clone(),
-                });
-                m.records.push((at + off, n as u32));
-            }
-        }
-        if let Some(m) = cur.take() {
-            send(self, &mut batch, m);
-        }
-        if batch.slots.is_empty() {
-            return;
-        }
-        if batch.poll(&mut self.stages).0 {
-            batch.keep_pending_sends(&mut self.zombies);
-        } else {
-            self.batches.push(batch);
-        }
-    }
-
-    /// The peer answered `Writes` message `seq`: its pairs complete, or fail with
-    /// [`Error::Deregistered`] (the region was withdrawn before they arrived) or the reason.
-    pub(crate) fn writes_acked(&mut self, peer: &PeerConn, seq: u64, status: WritesStatus) {
-        let found = self.batches.iter_mut().find_map(|b| {
-            if b.peer.id != peer.id || seq < b.packed_base {
-                return None;
-            }
-            let i = usize::try_from(seq - b.packed_base).ok()?;
-            b.packed.get(i).is_some_and(|m| !m.acked).then_some((b, i))
-        });
-        let Some((b, i)) = found else {
-            tracing::debug!(peer = %peer.label(), "acknowledgement of unknown writes {seq} dropped");
-            return;
-        };
-        b.packed_open -= 1;
-        let m = &mut b.packed[i];
-        m.acked = true;
-        let label = peer.label();
-        for s in &mut b.slots[m.slots.clone()] {
-            if s.result.is_none() {
-                if status == WritesStatus::Done {
-                    // A message carries at most one piece of a pair: the others are full.
-                    s.pieces = s.pieces.saturating_sub(1);
-                    if s.pieces > 0 {
-                        continue;
-                    }
-                }
-                s.result = Some(match &status {
-                    WritesStatus::Done => Ok(s.len),
-                    WritesStatus::NotExported => Err(Error::Deregistered {
-                        region: s
-                            .item
-                            .as_ref()
-                            .map_or(RegionId(0), |i| i.target().region.id()),
-                    }),
-                    WritesStatus::Refused(why) => Err(Error::Backend {
-                        backend: "ucx",
-                        detail: format!("{label} refused the writes: {why}"),
-                    }),
-                });
-            }
-        }
-        // A send UCX has not reported finished keeps its bytes until it does.
-        if let Some((r, sources)) = m.pending_send() {
-            self.zombies.push(Zombie {
-                reqs: vec![r],
-                _regions: Vec::new(),
-                _uses: sources,
-                _stages: Vec::new(),
-            });
         }
     }
 
@@ -651,6 +344,45 @@ impl Ops {
         self.batches
             .iter()
             .any(|b| b.peer.id == id && b.packed_open > 0)
+    }
+
+    /// Connection `id` failed with `e`: its batches fail now (their requests and regions kept
+    /// until UCX ends them), rather than at the operation bound, which an endpoint without peer
+    /// error handling would otherwise wait for.
+    pub(crate) fn fail_peer(&mut self, id: u64, e: &Error) {
+        let mut i = 0;
+        while i < self.batches.len() {
+            if self.batches[i].peer.id != id {
+                i += 1;
+                continue;
+            }
+            let batch = self.batches.swap_remove(i);
+            let seq = batch.seq;
+            for f in &mut self.flushers {
+                f.waiting.retain(|s| *s != seq);
+            }
+            batch.fail(&mut self.zombies, e);
+        }
+    }
+
+    /// Nothing in flight: no batch, no control message, flush or request UCX still holds.
+    pub(crate) fn idle(&self) -> bool {
+        self.batches.is_empty()
+            && self.sends.is_empty()
+            && self.acks.is_empty()
+            && self.zombies.is_empty()
+            && self.flushers.iter().all(|f| f.inflight.is_none())
+    }
+
+    /// Leaves what is still in flight to the process's end: its requests, buffers and regions
+    /// are never released (dropping a request UCX has not ended waits for it, which for a peer
+    /// that went away without peer error handling is never). For the backend's drop only.
+    pub(crate) fn leak_in_flight(&mut self) {
+        std::mem::forget(std::mem::take(&mut self.batches));
+        std::mem::forget(std::mem::take(&mut self.sends));
+        std::mem::forget(std::mem::take(&mut self.acks));
+        std::mem::forget(std::mem::take(&mut self.zombies));
+        std::mem::forget(std::mem::take(&mut self.flushers));
     }
 
     /// Batches in flight.
@@ -713,25 +445,15 @@ impl Ops {
                 false
             }
         });
-        let mut ready = Vec::new();
-        self.acks.retain_mut(|a| {
-            let finished = match a.flush.as_mut() {
-                None => true,
-                Some(f) => test(f, &a.peer).is_some(),
-            };
-            if finished {
-                ready.push((a.peer.clone(), std::mem::take(&mut a.ids)));
+        let acks_done = &mut self.acks_done;
+        self.acks.retain_mut(|a| match test(&mut a.flush, &a.peer) {
+            None => true,
+            Some(r) => {
+                let r = r.map_err(|e| e.to_string());
+                acks_done.push((a.peer.clone(), std::mem::take(&mut a.ids), r));
+                false
             }
-            !finished
         });
-        for (peer, ids) in ready {
-            if let Ok(bytes) = crate::net::codec::encode(&Message::WithdrawAck(ids)) {
-                match peer.ep.am_send(super::CTRL_AM, &[], &bytes) {
-                    Ok(req) => self.track_send(peer, req, false),
-                    Err(e) => tracing::debug!("withdraw ack not sent: {e}"),
-                }
-            }
-        }
         self.zombies.retain_mut(|z| {
             z.reqs.retain_mut(|r| matches!(r.test(), Ok(false)));
             !z.reqs.is_empty()
@@ -740,45 +462,10 @@ impl Ops {
     }
 }
 
-/// Whether `item` may go in packed `Writes` messages: a write of at most `max` bytes from host
-/// memory to a peer's host region.
-fn packable(item: &WorkItem, max: u64) -> bool {
-    item.op() == Op::Write
-        && item.local().len <= max
-        && gpu_buffer(&item.local().region).is_none()
-        && remote_of(item).is_some_and(|r| r.kind == WireKind::Host)
-}
-
-/// Where a packed pair's bytes are in its local mapping, checked: the remote region still
-/// exported as this side knows it, the range inside the mapping.
-fn local_part(b: &UcxBackend, item: &WorkItem, cache: &mut PostCache) -> Result<AmPart> {
-    cache.live_remote(item)?;
-    let l = item.local();
-    let mem = cache.local_mem(b, &l.region)?;
-    let end = l.offset.checked_add(l.len);
-    if end.is_none_or(|e| e > mem.len() as u64) {
-        return Err(Error::Backend {
-            backend: "ucx",
-            detail: format!(
-                "pair at {} of {} bytes beyond the {} bytes mapped",
-                l.offset,
-                l.len,
-                mem.len()
-            ),
-        });
-    }
-    // Both fit in usize: inside a mapping of `mem.len()` bytes.
-    Ok(AmPart {
-        mem,
-        offset: l.offset as usize,
-        len: l.len as usize,
-    })
-}
-
 /// What the previous item of a batch looked up, for the next one: the pairs of a transfer
 /// usually share their local region and their remote region, and each lookup takes a lock.
 #[derive(Default)]
-struct PostCache {
+pub(super) struct PostCache {
     /// The target region last checked, and whether the peer had withdrawn it.
     withdrawn: Option<(RegionId, bool)>,
     /// The local region last used, and its UCX registration.
@@ -787,7 +474,7 @@ struct PostCache {
 
 impl PostCache {
     /// `item`'s remote memory, or [`Error::Deregistered`] once the peer withdrew it.
-    fn live_remote<'a>(&mut self, item: &'a WorkItem) -> Result<&'a RemoteMem> {
+    pub(super) fn live_remote<'a>(&mut self, item: &'a WorkItem) -> Result<&'a RemoteMem> {
         let rm = remote_of(item).expect("grouped by remote target");
         let tid = item.target().region.id();
         let withdrawn = match self.withdrawn {
@@ -805,7 +492,7 @@ impl PostCache {
     }
 
     /// The UCX registration of local `region`.
-    fn local_mem(&mut self, b: &UcxBackend, region: &Region) -> Result<MemHandle> {
+    pub(super) fn local_mem(&mut self, b: &UcxBackend, region: &Region) -> Result<MemHandle> {
         let id = region.id();
         match &self.local {
             Some((cached, m)) if *cached == id => Ok(m.clone()),
@@ -848,9 +535,10 @@ fn post(
             // UCX's CUDA transports (cuda_ipc, cuda_copy) issue their copies in the context
             // current on the posting thread; the thread that submits may never have touched
             // this GPU (a server's progress thread, an application thread).
-            dev.context().bind().map_err(|e| Error::Backend {
+            dev.context().bind().map_err(|source| Error::Cuda {
                 backend: "ucx",
-                detail: format!("binding GPU {} context: {e}", dev.ordinal()),
+                what: format!("binding GPU {} context", dev.ordinal()),
+                source,
             })?;
             None
         }
@@ -950,232 +638,6 @@ fn observed_path(info: &ProtoInfo) -> Option<Path> {
         _ => Some(Path::Ucx {
             transport: joined.into(),
         }),
-    }
-}
-
-/// Finishes a staged get: copies the staging buffer to the pair's GPU range.
-fn unstage_get(item: &WorkItem, stage: &Stage, len: u64) -> Result<u64> {
-    let l = item.local();
-    let dev = gpu_buffer(&l.region).ok_or_else(|| Error::Backend {
-        backend: "ucx",
-        detail: "staged pair lost its GPU memory".into(),
-    })?;
-    staging::h2d(dev, l.offset as usize, stage, len as usize).map(|()| len)
-}
-
-/// Completes `item`; `now` is the poll's clock read, made at its first completion.
-fn finish(item: WorkItem, r: Result<u64>, taken: Option<Path>, now: &mut Option<Instant>) {
-    item.complete_at(r, taken, *now.get_or_insert_with(Instant::now));
-}
-
-impl Batch {
-    /// Returns (finished, items completed now).
-    fn poll(&mut self, stages: &mut Stages) -> (bool, usize) {
-        let mut now = None;
-        // Packed writes: a send that failed fails its pairs; a peer that failed fails what
-        // still waits for an acknowledgement.
-        if self.packed_open > 0 {
-            // Only a failed connection: one this agent is closing still delivers the
-            // acknowledgements (its goodbye waits for this batch).
-            let failure = self.peer.failed_error().or_else(|| {
-                self.peer.ep.failure().map(|s| Error::PeerFailed {
-                    peer: self.peer.label(),
-                    detail: format!("connection failed: {s}"),
-                })
-            });
-            // One endpoint's sends finish mostly in order: testing stops at the first pending
-            // one, so a transfer of many pieces is not tested whole in every round. A later
-            // send that finished first is seen once the earlier one has (its sources are then
-            // held until that or its acknowledgement); a failed connection is seen for all.
-            let mut testing = true;
-            for m in &mut self.packed {
-                if m.acked {
-                    continue;
-                }
-                let tested = if testing {
-                    m.req.as_mut().and_then(|r| test(r, &self.peer))
-                } else {
-                    None
-                };
-                testing &= m.req.is_none() || tested.is_some();
-                let failed = match tested {
-                    Some(Ok(())) => {
-                        m.req = None;
-                        m.sources.clear();
-                        None
-                    }
-                    Some(Err(e)) => Some(e),
-                    None => None,
-                }
-                .or_else(|| failure.clone());
-                if let Some(e) = failed {
-                    for s in &mut self.slots[m.slots.clone()] {
-                        if s.result.is_none() {
-                            s.result = Some(Err(e.clone()));
-                        }
-                    }
-                }
-            }
-        }
-        for s in &mut self.slots {
-            if s.local_done || s.result.is_some() {
-                continue;
-            }
-            if let Some(req) = s.req.as_mut() {
-                match test(req, &self.peer) {
-                    Some(Ok(())) => s.local_done = true,
-                    Some(Err(e)) => s.result = Some(Err(e)),
-                    None => {}
-                }
-            }
-        }
-        // Staging buffers: a put's is free once its request completed; a get's once copied to
-        // the GPU; a failed pair's once its request ended.
-        for s in &mut self.slots {
-            if s.stage.is_none() || !(s.local_done || s.result.is_some()) {
-                continue;
-            }
-            let st = s.stage.take().expect("checked");
-            if !s.put && s.result.is_none() {
-                if let Some(item) = s.item.as_ref() {
-                    s.result = Some(unstage_get(item, &st, s.len));
-                }
-            }
-            stages.give(st);
-        }
-        for s in &mut self.slots {
-            if s.result.is_some() || !s.local_done {
-                continue;
-            }
-            if !s.put || !self.remote {
-                s.result = Some(Ok(s.len));
-            } else if let Some(f) = &self.flush_done {
-                s.result = Some(f.clone().map(|()| s.len));
-            }
-        }
-        let mut n = 0;
-        if self.notify.is_none() {
-            // Complete each item as soon as its result is known.
-            for s in &mut self.slots {
-                if let Some(r) = &s.result {
-                    if let Some(item) = s.item.take() {
-                        finish(item, r.clone(), s.taken.take(), &mut now);
-                        n += 1;
-                    }
-                }
-            }
-            return (self.slots.iter().all(|s| s.item.is_none()), n);
-        }
-        if !self.slots.iter().all(|s| s.result.is_some()) {
-            return (false, 0);
-        }
-        let all_ok =
-            !self.failed_at_post && self.slots.iter().all(|s| matches!(s.result, Some(Ok(_))));
-        if all_ok && self.notify_done.is_none() {
-            if self.notify_req.is_none() {
-                let msg = Message::Notify(self.notify.as_deref().unwrap_or_default().to_vec());
-                let sent = crate::net::codec::encode(&msg)
-                    .map_err(|e| Error::Config(e.to_string()))
-                    .and_then(|bytes| {
-                        self.peer
-                            .ep
-                            .am_send(super::CTRL_AM, &[], &bytes)
-                            .map_err(|e| ucx_err(&self.peer.label(), "notify", e))
-                    });
-                match sent {
-                    Ok(r) => self.notify_req = Some(r),
-                    Err(e) => self.notify_done = Some(Err(e)),
-                }
-            }
-            if let Some(r) = self.notify_req.as_mut() {
-                self.notify_done = test(r, &self.peer);
-            }
-            if self.notify_done.is_none() {
-                return (false, 0);
-            }
-        }
-        let notify_err = match &self.notify_done {
-            Some(Err(e)) => Some(e.clone()),
-            _ => None,
-        };
-        for s in &mut self.slots {
-            if let Some(item) = s.item.take() {
-                let r = match (&notify_err, s.result.take()) {
-                    (Some(e), Some(Ok(_))) => Err(e.clone()),
-                    (_, Some(r)) => r,
-                    (_, None) => Err(Error::Backend {
-                        backend: "ucx",
-                        detail: "no result".into(),
-                    }),
-                };
-                finish(item, r, s.taken.take(), &mut now);
-                n += 1;
-            }
-        }
-        (true, n)
-    }
-
-    /// Moves the sends of packed messages UCX has not finished (a batch failed while they were
-    /// in flight) to `zombies`: dropping a pending request would wait for it.
-    fn keep_pending_sends(&mut self, zombies: &mut Vec<Zombie>) {
-        let (reqs, uses) = self.pending_sends();
-        if !reqs.is_empty() {
-            zombies.push(Zombie {
-                reqs,
-                _regions: Vec::new(),
-                _uses: uses,
-                _stages: Vec::new(),
-            });
-        }
-    }
-
-    /// The packed sends UCX has not finished, and the regions they read, in use.
-    fn pending_sends(&mut self) -> (Vec<Request>, Vec<UseGuard>) {
-        let (mut reqs, mut regions) = (Vec::new(), Vec::new());
-        for (r, sources) in self.packed.iter_mut().filter_map(PackedMsg::pending_send) {
-            reqs.push(r);
-            regions.extend(sources);
-        }
-        (reqs, regions)
-    }
-
-    /// Fails the unfinished items after `timeout`; keeps their requests and regions alive.
-    fn abandon(mut self, zombies: &mut Vec<Zombie>, timeout: std::time::Duration) -> usize {
-        let label = self.peer.label();
-        let mut reqs: Vec<Request> = Vec::new();
-        let mut regions: Vec<Region> = Vec::new();
-        let mut stages: Vec<Stage> = Vec::new();
-        let mut n = 0;
-        for s in &mut self.slots {
-            if let Some(r) = s.req.take() {
-                reqs.push(r);
-            }
-            stages.extend(s.stage.take());
-            if let Some(item) = s.item.take() {
-                regions.push(item.local().region.clone());
-                regions.push(item.target().region.clone());
-                item.complete(Err(Error::PeerFailed {
-                    peer: label.clone(),
-                    detail: format!(
-                        "no completion within {timeout:?} (peer gone or not progressing)"
-                    ),
-                }));
-                n += 1;
-            }
-        }
-        reqs.extend(self.notify_req.take());
-        reqs.retain_mut(|r| matches!(r.test(), Ok(false)));
-        let (sends, uses) = self.pending_sends();
-        reqs.extend(sends);
-        if !reqs.is_empty() {
-            zombies.push(Zombie {
-                reqs,
-                _regions: regions,
-                _uses: uses,
-                _stages: stages,
-            });
-        }
-        n
     }
 }
 

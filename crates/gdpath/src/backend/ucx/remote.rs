@@ -5,11 +5,12 @@
 //! address or with a key the peer did not hand out. Every access is checked again against the
 //! range by `gdpath_ucx::RemoteRegion::check` before it is posted.
 
-use super::peer::{PeerConn, Role};
+use super::conn::PeerConn;
 use super::{lock, UcxBackend};
 use crate::error::{Error, Result};
 use crate::memory::RemoteMemory;
 use crate::net::codec::WireKind;
+use crate::net::protocol::Role;
 use crate::region::{ForeignMemory, Region};
 use gdpath_ucx::{PackedRkey, RegionDesc, RemoteRegion};
 use std::any::Any;

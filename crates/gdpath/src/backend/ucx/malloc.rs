@@ -1,5 +1,7 @@
-//! The allocator policy of a serving process (glibc only): keep freed memory instead of giving
-//! it back to the kernel after every message.
+//! The allocator policy of a serving agent (glibc only): keep freed memory instead of giving it
+//! back to the kernel after every message. Applied when an agent starts serving, unless
+//! `NetConfig::keep_freed_memory` is off or the environment chose the thresholds; the settings
+//! are the process's (`mallopt`), so they stay after the agent is gone.
 //!
 //! A server that receives packed writes (docs/network.md, "Packed writes over tcp") gets each
 //! message of more than one tcp segment assembled by UCX in a fresh allocation of up to 512 KiB,
@@ -12,51 +14,26 @@
 //! with the mmap threshold raised too.
 
 /// Freed bytes glibc may keep at the top of a heap before returning them (`M_TRIM_THRESHOLD`).
-pub const TRIM_THRESHOLD: usize = 64 << 20;
+pub(crate) const TRIM_THRESHOLD: usize = 64 << 20;
 /// Allocations from this many bytes on get a `mmap` of their own (`M_MMAP_THRESHOLD`): above
 /// the largest control message (`gdpath_ucx::AM_MAX_MESSAGE`, 1 MiB).
-pub const MMAP_THRESHOLD: usize = 4 << 20;
+pub(crate) const MMAP_THRESHOLD: usize = 4 << 20;
 
 /// Sets glibc's trim and mmap thresholds to [`TRIM_THRESHOLD`] and [`MMAP_THRESHOLD`], each
 /// unless the user chose it (`MALLOC_TRIM_THRESHOLD_` / `MALLOC_MMAP_THRESHOLD_`, or
 /// `GLIBC_TUNABLES` naming `malloc.trim_threshold` / `malloc.mmap_threshold`). Returns how many
-/// it set. Call before the threads that allocate start; elsewhere than glibc it does nothing.
-pub fn keep_freed_memory() -> usize {
+/// it set. Elsewhere than glibc it does nothing.
+pub(crate) fn keep_freed_memory() -> usize {
     let chosen = |env: &str, tunable: &str| {
         std::env::var_os(env).is_some()
             || std::env::var("GLIBC_TUNABLES").is_ok_and(|t| t.contains(tunable))
     };
     let mut set = 0;
     if !chosen("MALLOC_TRIM_THRESHOLD_", "malloc.trim_threshold") {
-        set += usize::from(mallopt::trim_threshold(TRIM_THRESHOLD));
+        set += usize::from(crate::os::malloc::set_trim_threshold(TRIM_THRESHOLD));
     }
     if !chosen("MALLOC_MMAP_THRESHOLD_", "malloc.mmap_threshold") {
-        set += usize::from(mallopt::mmap_threshold(MMAP_THRESHOLD));
+        set += usize::from(crate::os::malloc::set_mmap_threshold(MMAP_THRESHOLD));
     }
     set
-}
-
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-mod mallopt {
-    fn set(param: libc::c_int, bytes: usize) -> bool {
-        let v = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
-        // SAFETY: mallopt only changes the allocator's parameters; 1 means it accepted them.
-        unsafe { libc::mallopt(param, v) == 1 }
-    }
-    pub fn trim_threshold(bytes: usize) -> bool {
-        set(libc::M_TRIM_THRESHOLD, bytes)
-    }
-    pub fn mmap_threshold(bytes: usize) -> bool {
-        set(libc::M_MMAP_THRESHOLD, bytes)
-    }
-}
-
-#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-mod mallopt {
-    pub fn trim_threshold(_bytes: usize) -> bool {
-        false
-    }
-    pub fn mmap_threshold(_bytes: usize) -> bool {
-        false
-    }
 }

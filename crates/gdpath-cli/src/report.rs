@@ -1,0 +1,56 @@
+//! `gdpath report`: the machine, its data paths, the doctor's findings and bench charts as one
+//! self-contained HTML file (`gdpath_report`); here only the arguments and the file.
+
+use crate::topo::SourceArgs;
+use anyhow::{Context, Result};
+use clap::Args;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// The HTML file to write. An existing file is replaced, atomically: readers see the old
+    /// report or the new one, never part of one.
+    #[arg(short, long, default_value = "report.html")]
+    output: PathBuf,
+    /// Bench results to chart and put on the paths: documents of `gdpath bench … --json`.
+    #[arg(long = "from", value_name = "FILE", num_args = 1..)]
+    from: Vec<PathBuf>,
+    /// Measure now: the doctor's probes and quick h2d, d2h, p2p and storage benches (on the
+    /// live machine; a storage file is written in the first --path and removed).
+    #[arg(long)]
+    measure: bool,
+    /// A directory to check for GDS; repeatable. Default: the current directory.
+    #[arg(long = "path", value_name = "DIR")]
+    paths: Vec<PathBuf>,
+    #[command(flatten)]
+    source: SourceArgs,
+}
+
+/// Runs `gdpath report`.
+pub fn run(a: ReportArgs) -> Result<ExitCode> {
+    let opts = gdpath_report::Options {
+        source: a.source.source(),
+        paths: a.paths,
+        from: a.from,
+        measure: a.measure,
+        argv: std::env::args().collect(),
+    };
+    let html = gdpath_report::report(&opts).map_err(report_error)?;
+    gdpath_report::save(&a.output, html.as_bytes())
+        .with_context(|| format!("writing the report to {}", a.output.display()))?;
+    outln!(
+        "wrote {} ({} KiB)",
+        a.output.display(),
+        html.len().div_ceil(1024)
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A bad `--path` is a usage error, like the doctor's.
+pub(crate) fn report_error(e: gdpath_report::ReportError) -> anyhow::Error {
+    match e {
+        gdpath_report::ReportError::Examine(e) => crate::doctor::examine_error(e),
+        e => anyhow::Error::new(e),
+    }
+}

@@ -1,0 +1,150 @@
+//! Arguments that mean nothing or do not apply, refused before anything runs.
+
+use super::*;
+
+/// Item 4: values that mean nothing and options that do not apply to the chosen mode are
+/// usage errors (status 2) that say why, before anything is created; a malformed GPU end is
+/// named as such first. On main each of these was accepted and ignored (or, for `gpu:x`,
+/// blamed on a missing --size).
+#[test]
+fn arguments_that_do_not_apply_are_refused_before_anything_runs() {
+    let dir = disk_dir();
+    let f = dir.path().join("f");
+    std::fs::write(&f, data(1 << 20, 5)).unwrap();
+    let new = dir.path().join("new");
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec!["bench", "storage", "--file", s(&new), "--size", "0"],
+            "at least 1 byte",
+        ),
+        (
+            vec!["bench", "storage", "--file", s(&new), "--runs", "0"],
+            "at least 1",
+        ),
+        (
+            vec!["bench", "storage", "--file", s(&new), "--qd", "0"],
+            "--qd",
+        ),
+        (
+            vec!["bench", "storage", "--file", s(&new), "--threads", "4"],
+            "--threads applies to the GDS bench",
+        ),
+        (
+            vec!["bench", "storage", "--file", s(&new), "--path", "gds"],
+            "--path applies to the GDS bench",
+        ),
+        (
+            vec![
+                "bench",
+                "storage",
+                "--file",
+                s(&new),
+                "--gpu",
+                "0",
+                "--compare",
+            ],
+            "--compare applies to the host-memory bench",
+        ),
+        (
+            vec![
+                "bench",
+                "storage",
+                "--file",
+                s(&new),
+                "--gpu",
+                "0",
+                "--qd",
+                "4",
+            ],
+            "--qd applies to the host-memory bench",
+        ),
+        (
+            vec![
+                "bench",
+                "storage",
+                "--file",
+                s(&new),
+                "--gpu",
+                "0",
+                "--buffered",
+            ],
+            "--buffered applies",
+        ),
+        (
+            vec![
+                "bench",
+                "storage",
+                "--file",
+                s(&new),
+                "--gpu",
+                "0",
+                "--threads",
+                "0",
+            ],
+            "at least 1",
+        ),
+        (
+            vec![
+                "bench",
+                "storage",
+                "--file",
+                s(&new),
+                "--write",
+                "--compare",
+            ],
+            "--compare runs a buffered read loop",
+        ),
+        (vec!["bench", "h2d", "--runs", "0"], "at least 1"),
+        (
+            vec!["copy", s(&f), s(&new), "--size", "0"],
+            "at least 1 byte",
+        ),
+        (
+            vec!["copy", s(&f), s(&new), "--window", "0"],
+            "at least 1 byte",
+        ),
+        (vec!["copy", s(&f), s(&new), "--qd", "0"], "--qd"),
+        (
+            vec!["copy", s(&f), "--overwrite"],
+            "--overwrite applies to a destination file",
+        ),
+        (
+            vec!["copy", s(&f), "--no-fsync"],
+            "--no-fsync applies to a destination file",
+        ),
+        (vec!["copy", "gpu:x", s(&new)], "bad GPU: gpu:x"),
+        (vec!["copy", s(&f), "gpu:0@zz"], "bad GPU"),
+        (vec!["copy", "gpu:0", s(&new)], "--size is needed"),
+        (
+            vec![
+                "copy",
+                "gpu:0",
+                s(&new),
+                "--size",
+                "1MiB",
+                "--window",
+                "1MiB",
+            ],
+            "--window applies to copies between files",
+        ),
+        (
+            vec!["copy", s(&f), "gpu:0", "--buffered"],
+            "--buffered applies to copies between files",
+        ),
+        (
+            vec!["copy", s(&f), "gpu:0", "--overwrite"],
+            "--overwrite applies to a destination file",
+        ),
+        (vec!["load", s(&f), "--repeat", "0"], "at least 1"),
+        (vec!["load", s(&f), "--chunk", "0"], "at least 1 byte"),
+        (vec!["load", s(&f), "--threads", "0"], "at least 1"),
+    ];
+    for (args, says) in cases {
+        let (st, err) = run(&args);
+        let line = args.join(" ");
+        assert_eq!(st.code(), Some(2), "{line}: {err}");
+        assert!(err.contains(says), "{line}: {err:?} lacks {says:?}");
+        assert!(!new.exists(), "{line} created a file");
+        assert!(temporaries(dir.path()).is_empty(), "{line}");
+    }
+}

@@ -1,0 +1,113 @@
+//! Faults and bad input, as a user or a script meets them (issue 21): devices, FIFOs and
+//! sockets given to every command that writes, destinations replaced only whole and only when
+//! asked, interrupts and kills during `copy` and `bench storage`, closed and full stdout for
+//! every command, arguments that do not apply refused. Real files, real signals, the real
+//! binary. The tests that need root (a loop device, a small tmpfs) are here too and say when
+//! they skip; `scripts/fault-suite.sh` runs these and the shell-level checks in CI. Here: the
+//! helpers; [`files`], [`arguments`], [`stdout`] and [`interrupts`] hold the tests.
+
+mod arguments;
+#[path = "../common/mod.rs"]
+mod common;
+mod files;
+mod interrupts;
+mod stdout;
+
+use std::io::Read;
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+/// No command here may take longer: a FIFO that blocks an open fails the test, not CI.
+const DEADLINE: Duration = Duration::from_secs(60);
+
+const H200_SNAPSHOT: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../assets/snapshots/h200x2.tar.gz"
+);
+
+fn gdpath() -> Command {
+    let mut c = Command::new(common::bin());
+    c.stdin(Stdio::null());
+    c
+}
+
+fn disk_dir() -> tempfile::TempDir {
+    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap()
+}
+
+/// Waits for `child` at most [`DEADLINE`]; a child still running then is killed and the test
+/// fails (it hung).
+fn wait(mut child: Child, what: &str) -> (ExitStatus, String) {
+    let t0 = Instant::now();
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            let mut err = String::new();
+            if let Some(mut e) = child.stderr.take() {
+                let _ = e.read_to_string(&mut err);
+            }
+            return (st, err);
+        }
+        if t0.elapsed() > DEADLINE {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what}: still running after {DEADLINE:?} (blocked?)");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Runs `args` with stdout to `/dev/null`: (status, stderr).
+fn run(args: &[&str]) -> (ExitStatus, String) {
+    let child = gdpath()
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait(child, &args.join(" "))
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// gdpath's temporaries (`.NAME.gdpath-tmp-…`) in `dir`.
+fn temporaries(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(gdpath::file::TEMP_MARKER))
+        .collect()
+}
+
+/// `len` bytes that differ from any other call's `seed`.
+fn data(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| ((i as u32).wrapping_mul(2654435761) >> 13) as u8 ^ seed)
+        .collect()
+}
+
+/// The write end of a pipe whose read end is already closed: every write fails with EPIPE.
+fn closed_pipe() -> Stdio {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills two descriptors this test then owns.
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    // SAFETY: both were just created and are owned by nothing else.
+    let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    drop(r);
+    Stdio::from(w)
+}
+
+fn dev_full() -> Stdio {
+    Stdio::from(
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .unwrap(),
+    )
+}

@@ -1,0 +1,269 @@
+//! The data paths between a machine's devices and how each fares, as the doctor's findings say:
+//! P2P between every GPU pair, GDR between each GPU and the RDMA NIC the GDR checks judge it by
+//! (its nearest; the nearest NIC of any kind when there is no RDMA NIC), GDS between each GPU
+//! and its nearest NVMe. This is what `gdpath report` draws; the rules are here, beside the
+//! checks whose subjects they read.
+//!
+//! Which findings apply to a route: those of the route's path (P2P, GDR or GDS) whose subject is
+//! `system` (machine-wide), or names only the route's own devices ([`Subject`]: `GPU0-GPU1`,
+//! `GPU0`, `NIC0 (mlx5_0)`, `GPU0-NIC0 (mlx5_0)`), or — for GDS — names a `--path` directory
+//! whose NVMe is the route's (known from `gds.nvme-far`, `DIR: GPU0-NVME1`, on the live
+//! machine). The route's [`RouteState`] is decided by the worst of them, in the doctor's
+//! verdict order (unavailable > degraded > unknown > ok; not-run counts only alone).
+
+use crate::Report;
+use gdpath::finding::{ids, Area, Finding, Status};
+use gdpath_topo::{LinkClass, Machine, SysView};
+use std::path::PathBuf;
+
+/// How a route fares, for drawing it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RouteState {
+    /// Every applying check passed: the direct path is used.
+    Direct,
+    /// The direct path is used but slower than it could be (a narrow or downtrained link, ACS
+    /// redirect, the path crossing sockets, BAR1 smaller than GPU memory).
+    Degraded,
+    /// The data goes through host memory instead: a finding is `unavailable` (the fallback of
+    /// every GPUDirect path is a copy through host memory), or `degraded` with an id that says
+    /// so ([`STAGED_WHEN_DEGRADED`]).
+    Staged,
+    /// The facts that decide it could not be read, or its checks were not run (a replay).
+    Unknown,
+}
+
+/// Finding ids whose `degraded` status means the data is staged through host memory rather
+/// than slowed on the direct path (docs/doctor.md): NCCL moving the pair's data through host
+/// shared memory (`p2p.nccl-level`) or P2P switched off (`p2p.disabled`); NCCL turning GDR off
+/// (`gdr.nic-far`), UCX without CUDA transports (`gdr.ucx-no-cuda`); cuFile's compatibility mode,
+/// POSIX I/O through its bounce buffers (`gds.compat-mode` and the findings that lead to it:
+/// `gds.nvidia-fs-missing`, `gds.fs-unsupported`, `storage.odirect-unsupported`,
+/// `gds.device-mapper`, `gds.not-nvme`); and a direct path measured at its fallback's speed
+/// (`p2p.measured-fallback`, `gdr.measured-fallback`).
+pub const STAGED_WHEN_DEGRADED: [&str; 12] = [
+    ids::P2P_DISABLED,
+    ids::P2P_NCCL_LEVEL,
+    ids::P2P_MEASURED_FALLBACK,
+    ids::GDR_NIC_FAR,
+    ids::GDR_UCX_NO_CUDA,
+    ids::GDR_MEASURED_FALLBACK,
+    ids::GDS_COMPAT_MODE,
+    ids::GDS_NVIDIA_FS_MISSING,
+    ids::GDS_FS_UNSUPPORTED,
+    ids::STORAGE_ODIRECT_UNSUPPORTED,
+    ids::GDS_DEVICE_MAPPER,
+    ids::GDS_NOT_NVME,
+];
+
+/// One data path between a GPU and a peer device.
+#[derive(Debug, Clone)]
+pub struct Route<'r> {
+    /// [`Area::P2p`], [`Area::Gdr`] or [`Area::Gds`].
+    pub area: Area,
+    /// The GPU's id (`GPU0`); for P2P the lower of the pair in PCI order.
+    pub gpu: String,
+    /// The peer's id: a GPU, a NIC or an NVMe controller.
+    pub peer: String,
+    /// The pair's class ([`Machine::classify`]: `NV#` for GPUs joined by NVLink).
+    pub class: LinkClass,
+    pub state: RouteState,
+    /// The worst status among the applying findings ([`Status::NotRun`] when only checks not
+    /// run apply, or none).
+    pub status: Status,
+    /// The findings with that status: what decided the state.
+    pub deciding: Vec<&'r Finding>,
+    /// GDR only: false when the machine has no RDMA NIC the checks judge and the route goes to
+    /// the nearest NIC of any kind (network data then goes through host memory).
+    pub rdma: bool,
+}
+
+/// What a finding's subject names, in the forms the checks write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Subject<'s> {
+    /// `system`: the machine as a whole.
+    System,
+    /// Devices of the machine by id: `GPU0-GPU1`, `GPU0`, `NIC2 (mlx4_0)`,
+    /// `GPU0-NIC0 (0000:10:1b.0)` (the parenthesised interface name or address is dropped).
+    Devices(Vec<&'s str>),
+    /// A `--path` directory, alone or with devices (`/data: GPU0-NVME1`).
+    Dir { dir: &'s str, devices: Vec<&'s str> },
+    /// Anything else (not matched to any route).
+    Other,
+}
+
+impl<'s> Subject<'s> {
+    /// Parses `subject` against the machine's device ids and the `--path` directories.
+    pub fn parse(subject: &'s str, machine: &Machine, dirs: &[PathBuf]) -> Subject<'s> {
+        if subject == "system" {
+            return Subject::System;
+        }
+        for d in dirs {
+            let Some(d) = d.to_str() else { continue };
+            if subject == d {
+                return Subject::Dir {
+                    dir: subject,
+                    devices: Vec::new(),
+                };
+            }
+            if let Some(rest) = subject.strip_prefix(d).and_then(|r| r.strip_prefix(": ")) {
+                if let Some(devices) = device_ids(rest, machine) {
+                    return Subject::Dir {
+                        dir: &subject[..d.len()],
+                        devices,
+                    };
+                }
+            }
+        }
+        device_ids(subject, machine).map_or(Subject::Other, Subject::Devices)
+    }
+
+    /// The device ids the subject names (none for `system`, a bare directory or other text).
+    pub fn devices(&self) -> &[&'s str] {
+        match self {
+            Subject::Devices(d) | Subject::Dir { devices: d, .. } => d,
+            Subject::System | Subject::Other => &[],
+        }
+    }
+}
+
+/// `GPU0-NIC0 (mlx5_0)` → `[GPU0, NIC0]` when every `-`-separated word, less a parenthesised
+/// tail, is a device id of the machine.
+fn device_ids<'s>(text: &'s str, machine: &Machine) -> Option<Vec<&'s str>> {
+    let mut out = Vec::new();
+    for part in text.split('-') {
+        let id = part.split(" (").next().unwrap_or(part).trim();
+        machine.by_id(id)?;
+        out.push(id);
+    }
+    (!out.is_empty()).then_some(out)
+}
+
+/// Every route of the machine with its state (see the module docs): P2P pairs in PCI order,
+/// then GDR and GDS per GPU. `view` is the one the report's checks read (it tells an XML
+/// source, which has no `/sys/class`); `dirs` are the `--path` directories.
+pub fn routes<'r>(
+    machine: &Machine,
+    view: &dyn SysView,
+    dirs: &[PathBuf],
+    report: &'r Report,
+) -> Vec<Route<'r>> {
+    let parsed: Vec<(&Finding, Subject)> = report
+        .findings
+        .iter()
+        .map(|f| (f, Subject::parse(&f.subject, machine, dirs)))
+        .collect();
+    let gpus: Vec<_> = machine.gpus().collect();
+    let mut out = Vec::new();
+    for (i, a) in gpus.iter().enumerate() {
+        for b in &gpus[i + 1..] {
+            out.push(route(
+                Area::P2p,
+                &a.id,
+                &b.id,
+                machine.classify(a, b),
+                &parsed,
+                &[],
+                true,
+            ));
+        }
+    }
+    let rdma_nics = crate::gdr::rdma_nics(machine, view);
+    let nearest = machine.nearest();
+    for (g, near) in gpus.iter().zip(&nearest) {
+        let (nic, rdma) = match crate::gdr::nearest_nic(machine, g, &rdma_nics) {
+            Some(n) => (Some(n.id.clone()), true),
+            None => (near.nic.as_ref().map(|p| p.id.clone()), false),
+        };
+        if let Some(nic) = nic.and_then(|id| machine.by_id(&id)) {
+            let class = machine.pcie_class(g, nic);
+            out.push(route(Area::Gdr, &g.id, &nic.id, class, &parsed, &[], rdma));
+        }
+    }
+    for (g, near) in gpus.iter().zip(&nearest) {
+        let Some(nvme) = near.nvme.as_ref() else {
+            continue;
+        };
+        // The directories whose NVMe is this one, as gds.nvme-far found them.
+        let on_nvme: Vec<&str> = parsed
+            .iter()
+            .filter(|(f, _)| f.id.as_str() == ids::GDS_NVME_FAR)
+            .filter_map(|(_, s)| match s {
+                Subject::Dir { dir, devices } if devices.contains(&nvme.id.as_str()) => Some(*dir),
+                _ => None,
+            })
+            .collect();
+        out.push(route(
+            Area::Gds,
+            &g.id,
+            &nvme.id,
+            nvme.class,
+            &parsed,
+            &on_nvme,
+            true,
+        ));
+    }
+    out
+}
+
+fn route<'r>(
+    area: Area,
+    gpu: &str,
+    peer: &str,
+    class: LinkClass,
+    parsed: &[(&'r Finding, Subject)],
+    dirs: &[&str],
+    rdma: bool,
+) -> Route<'r> {
+    let ends = [gpu, peer];
+    let applies = |s: &Subject| match s {
+        Subject::System => true,
+        Subject::Devices(d) => d.iter().all(|id| ends.contains(id)),
+        Subject::Dir { dir, devices } => {
+            dirs.contains(dir) && devices.iter().all(|id| ends.contains(id))
+        }
+        Subject::Other => false,
+    };
+    let of: Vec<&Finding> = parsed
+        .iter()
+        .filter(|(f, s)| f.path == area && applies(s))
+        .map(|(f, _)| *f)
+        .collect();
+    let with = |st: Status| -> Vec<&'r Finding> {
+        of.iter().copied().filter(|f| f.status == st).collect()
+    };
+    let (state, status, deciding) = if !with(Status::Unavailable).is_empty() {
+        (
+            RouteState::Staged,
+            Status::Unavailable,
+            with(Status::Unavailable),
+        )
+    } else if !with(Status::Degraded).is_empty() {
+        let all = with(Status::Degraded);
+        let staged: Vec<&Finding> = all
+            .iter()
+            .copied()
+            .filter(|f| STAGED_WHEN_DEGRADED.contains(&f.id.as_str()))
+            .collect();
+        if staged.is_empty() {
+            (RouteState::Degraded, Status::Degraded, all)
+        } else {
+            (RouteState::Staged, Status::Degraded, staged)
+        }
+    } else if !with(Status::Unknown).is_empty() {
+        (RouteState::Unknown, Status::Unknown, with(Status::Unknown))
+    } else if !with(Status::Ok).is_empty() {
+        (RouteState::Direct, Status::Ok, with(Status::Ok))
+    } else {
+        (RouteState::Unknown, Status::NotRun, with(Status::NotRun))
+    };
+    Route {
+        area,
+        gpu: gpu.to_owned(),
+        peer: peer.to_owned(),
+        class,
+        state,
+        status,
+        deciding,
+        rdma,
+    }
+}

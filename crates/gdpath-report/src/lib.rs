@@ -1,0 +1,119 @@
+//! gdpath-report: `gdpath report`, the machine and its GPUDirect data paths as one page that
+//! people would rather look at than read, and `gdpath topo --svg`, the drawing alone.
+//!
+//! The page is one self-contained HTML document (style and SVG inline, nothing loaded, no
+//! script; it opens from disk) holding:
+//! - the machine drawn as a tree — NUMA nodes, host bridges, PCIe switches, GPUs, NICs, NVMe —
+//!   with each PCIe link's generation and width (downtrained ones red), NVLink with its link
+//!   count, and over it the paths of [`gdpath_doctor::routes`]: GDR from each GPU to its RDMA
+//!   NIC in green, GDS to its NVMe in orange, P2P in blue (lines on small machines, a matrix of
+//!   every pair always), solid where the doctor finds the direct path in use, dashed red through
+//!   host memory where it does not, dotted where it cannot tell; measured GB/s on them when
+//!   results are given ([`layout`] explains the design, [`routing`] how paths are laid);
+//! - the doctor's findings with remedies, their subjects compressed to ranges ([`findings`]);
+//! - bandwidth-versus-size charts of bench results (`--from` documents of
+//!   `gdpath bench … --json`, or `--measure`), with link limits ([`chart`]);
+//! - the version, the date, where the machine was read from and the command line behind
+//!   every number ([`page`]).
+//!
+//! Layering: above the doctor and the bench harness, below the CLI, which only parses and
+//! writes ([`save`] writes crash-safely).
+
+#![deny(unsafe_code)]
+
+pub mod chart;
+pub mod drawing;
+pub mod findings;
+pub mod layout;
+pub mod links;
+pub mod matrix;
+pub mod measure;
+pub mod nvlink;
+pub mod page;
+pub mod results;
+pub mod routing;
+pub mod save;
+pub mod svg;
+pub mod tree;
+
+pub use results::{BenchDoc, ResultsError};
+pub use save::save;
+
+use gdpath_doctor::{ExamineError, Mode};
+use gdpath_topo::Source;
+use std::path::PathBuf;
+
+/// What `gdpath report` was asked for.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Where to read the machine from.
+    pub source: Source,
+    /// Directories checked for GDS (the current directory when empty); the first also holds
+    /// the scratch files of `--measure`'s storage benches.
+    pub paths: Vec<PathBuf>,
+    /// Bench result documents (`gdpath bench … --json`).
+    pub from: Vec<PathBuf>,
+    /// Run the quick benches and the doctor's probes now ([`measure`]).
+    pub measure: bool,
+    /// The command line, program name first, shown in the report.
+    pub argv: Vec<String>,
+}
+
+/// Why no report could be made.
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    #[error(transparent)]
+    Examine(#[from] ExamineError),
+    #[error(transparent)]
+    Results(#[from] ResultsError),
+}
+
+/// The report page for `opts` (see the crate docs). Errors: the machine cannot be read, a
+/// `--path` is not a directory, a `--from` document is not a bench result.
+pub fn report(opts: &Options) -> Result<String, ReportError> {
+    // Documents first: a bad one fails before anything is measured.
+    let mut docs = opts
+        .from
+        .iter()
+        .map(|p| results::read(p))
+        .collect::<Result<Vec<_>, _>>()?;
+    let ex = gdpath_doctor::examine(&opts.source, &opts.paths, opts.measure)?;
+    let mut missing = Vec::new();
+    if opts.measure {
+        match &ex.loaded.mode {
+            Mode::Live => {
+                let m = measure::measure(&ex.paths[0]);
+                docs.extend(m.docs);
+                missing.extend(m.missing);
+            }
+            Mode::Replay { what } => missing.push(format!(
+                "--measure: {what} is a replay, with no GPU or drive to measure: run the report \
+                 on the machine itself"
+            )),
+        }
+    }
+    let routes = ex.routes();
+    Ok(page::html(&page::PageInput {
+        examination: &ex,
+        routes: &routes,
+        docs: &docs,
+        missing: &missing,
+        measured: opts.measure,
+        argv: &opts.argv,
+        generated: std::time::SystemTime::now(),
+    }))
+}
+
+/// The machine drawing alone (an SVG document), with the paths as the doctor judges them
+/// (no measurement). Errors: as [`report`].
+pub fn drawing(source: &Source, paths: &[PathBuf]) -> Result<String, ReportError> {
+    let ex = gdpath_doctor::examine(source, paths, false)?;
+    let routes = ex.routes();
+    let none = results::Figures::default();
+    Ok(drawing::machine_svg(
+        &ex.loaded.machine,
+        &routes,
+        &none,
+        &none,
+    ))
+}

@@ -1,0 +1,185 @@
+//! NVLink in the band under the GPU row of the machine drawing: one bar for each set of GPUs
+//! joined all to all by the same number of links (an NVSwitch system, or a bonded pair), with
+//! its `NV#`; brackets for other connections (a hybrid cube mesh, POWER's pairs), on levels so
+//! that overlapping spans do not share a height.
+
+use crate::layout::{Node, NodeKind, P, SMALL};
+use crate::svg::{Anchor, Rect, Text};
+use gdpath_topo::Machine;
+
+/// An NVLink connection drawn in the band under the GPU row.
+#[derive(Debug, Clone)]
+pub struct NvDraw {
+    /// The GPUs joined (ids).
+    pub gpus: Vec<String>,
+    /// Lines to draw.
+    pub lines: Vec<Vec<P>>,
+    /// Per pair of `gpus` that a P2P path may follow: (a, b, polyline from a's bottom to b's).
+    pub paths: Vec<(String, String, Vec<P>)>,
+}
+
+/// The NVLink band under the GPU row: a bar for each set of GPUs joined all to all by the same
+/// number of links (an NVSwitch system, or a bonded pair), brackets for the other connections;
+/// the link count on each. Returns the drawings, their labels and the band's bottom.
+pub fn band(m: &Machine, nodes: &[Node], gpu_bottom: f64) -> (Vec<NvDraw>, Vec<Text>, f64) {
+    let gpus: Vec<(&str, Rect, gdpath_topo::PciAddr)> = nodes
+        .iter()
+        .filter(|n| n.kind == NodeKind::Gpu)
+        .filter_map(|n| {
+            let id = n.id.as_deref()?;
+            let d = m.by_id(id)?;
+            Some((id, n.rect, d.pci))
+        })
+        .collect();
+    let count = |a: usize, b: usize| m.nvlink_count(&gpus[a].2, &gpus[b].2);
+    // Connected components of the NVLink graph.
+    let n = gpus.len();
+    let mut comp: Vec<usize> = (0..n).collect();
+    fn find(c: &mut [usize], i: usize) -> usize {
+        let mut r = i;
+        while c[r] != r {
+            r = c[r];
+        }
+        c[i] = r;
+        r
+    }
+    for a in 0..n {
+        for b in a + 1..n {
+            if count(a, b) > 0 {
+                let (ra, rb) = (find(&mut comp, a), find(&mut comp, b));
+                comp[ra] = rb;
+            }
+        }
+    }
+    let roots: Vec<usize> = (0..n).map(|i| find(&mut comp, i)).collect();
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    for i in 0..n {
+        match groups.iter_mut().find(|g| roots[g[0]] == roots[i]) {
+            Some(g) => g.push(i),
+            None => groups.push(vec![i]),
+        }
+    }
+    let mut draws = Vec::new();
+    let mut texts = Vec::new();
+    let mut y = gpu_bottom + 14.0;
+    let mut brackets: Vec<(usize, usize, u32)> = Vec::new();
+    for g in groups.iter().filter(|g| g.len() > 1) {
+        let first = count(g[0], g[1]);
+        let uniform = g
+            .iter()
+            .enumerate()
+            .all(|(i, &a)| g[i + 1..].iter().all(|&b| count(a, b) == first));
+        if !uniform {
+            for (i, &a) in g.iter().enumerate() {
+                for &b in &g[i + 1..] {
+                    if count(a, b) > 0 {
+                        brackets.push((a, b, count(a, b)));
+                    }
+                }
+            }
+            continue;
+        }
+        let xs: Vec<f64> = g.iter().map(|&i| gpus[i].1.cx()).collect();
+        let x0 = xs.iter().copied().fold(f64::MAX, f64::min);
+        let x1 = xs.iter().copied().fold(f64::MIN, f64::max);
+        let mut lines = vec![vec![(x0, y), (x1, y)]];
+        for &x in &xs {
+            lines.push(vec![(x, gpu_bottom), (x, y)]);
+        }
+        let ids: Vec<String> = g.iter().map(|&i| gpus[i].0.to_owned()).collect();
+        let mut paths = Vec::new();
+        for (i, &a) in g.iter().enumerate() {
+            for &b in &g[i + 1..] {
+                let (xa, xb) = (gpus[a].1.cx(), gpus[b].1.cx());
+                paths.push((
+                    gpus[a].0.to_owned(),
+                    gpus[b].0.to_owned(),
+                    vec![(xa, gpu_bottom), (xa, y), (xb, y), (xb, gpu_bottom)],
+                ));
+            }
+        }
+        let what = if g.len() == 2 {
+            format!(
+                "NV{first}: {} NVLinks between {} and {}",
+                first, ids[0], ids[1]
+            )
+        } else {
+            format!(
+                "NV{first}: {first} NVLinks between every pair of these {} GPUs",
+                g.len()
+            )
+        };
+        texts.push(Text::new(x0, y + 14.0, SMALL, what, "nv-label"));
+        draws.push(NvDraw {
+            gpus: ids,
+            lines,
+            paths,
+        });
+        y += 30.0;
+    }
+    // Brackets: levels so that overlapping spans get different heights.
+    brackets.sort_by(|x, y| {
+        let span = |b: &(usize, usize, u32)| (gpus[b.1].1.cx() - gpus[b.0].1.cx()).abs();
+        span(x).total_cmp(&span(y))
+    });
+    let mut levels: Vec<Vec<(f64, f64)>> = Vec::new();
+    let mut legs: std::collections::BTreeMap<usize, usize> = Default::default();
+    let base = y;
+    let mut max_y = if draws.is_empty() {
+        gpu_bottom
+    } else {
+        y - 16.0
+    };
+    for (a, b, c) in brackets {
+        let (xa, xb) = {
+            let la = legs.entry(a).or_insert(0);
+            let xa = gpus[a].1.cx() - 24.0 + 8.0 * (*la % 7) as f64;
+            *la += 1;
+            let lb = legs.entry(b).or_insert(0);
+            let xb = gpus[b].1.cx() - 24.0 + 8.0 * (*lb % 7) as f64;
+            *lb += 1;
+            (xa.min(xb), xa.max(xb))
+        };
+        let lvl = (0..)
+            .find(|&l| {
+                levels.get(l).is_none_or(|spans: &Vec<(f64, f64)>| {
+                    spans
+                        .iter()
+                        .all(|&(s0, s1)| xb + 30.0 < s0 || xa - 30.0 > s1)
+                })
+            })
+            .unwrap_or(0);
+        if levels.len() <= lvl {
+            levels.resize(lvl + 1, Vec::new());
+        }
+        levels[lvl].push((xa, xb));
+        let ly = base + 10.0 + 20.0 * lvl as f64;
+        let (ia, ib) = if gpus[a].1.cx() <= gpus[b].1.cx() {
+            (a, b)
+        } else {
+            (b, a)
+        };
+        let pts = vec![(xa, gpu_bottom), (xa, ly), (xb, ly), (xb, gpu_bottom)];
+        texts.push(
+            Text::new(
+                (xa + xb) / 2.0,
+                ly - 3.0,
+                SMALL,
+                format!("NV{c}"),
+                "nv-label",
+            )
+            .anchored(Anchor::Middle),
+        );
+        max_y = max_y.max(ly);
+        draws.push(NvDraw {
+            gpus: vec![gpus[ia].0.to_owned(), gpus[ib].0.to_owned()],
+            lines: vec![pts.clone()],
+            paths: vec![(gpus[ia].0.to_owned(), gpus[ib].0.to_owned(), pts)],
+        });
+    }
+    let bottom = texts
+        .iter()
+        .map(|t| t.rect().bottom())
+        .fold(max_y, f64::max);
+    (draws, texts, bottom)
+}

@@ -1,0 +1,274 @@
+//! Bounds on what the readers accept, and the bounded reads that enforce them.
+//!
+//! Every input is untrusted: a topology file may be `/dev/zero`, a FIFO without a writer, 50,000
+//! nested elements or a million GPUs. Each reader therefore reads through [`Bounded`] (a size
+//! cap, and a stall limit for pipes that stop delivering), opens files non-blocking (a FIFO
+//! without a writer reads as empty instead of blocking in `open`), and checks the device counts
+//! below before any work that grows with the square of them. The limits, and why each is far
+//! above any real machine, are in docs/topology.md ("Input limits").
+
+use std::io::{self, Read};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// Largest topology file read (hwloc XML, NCCL XML, `nvidia-smi topo -m` text): 32 MiB. hwloc's
+/// export of a 2-socket, 384-thread server is about 0.5 MB and NCCL files are a few KB; the cap
+/// also bounds the parsed tree (at most a few hundred MB for a hostile file of this size).
+pub const MAX_TOPOLOGY_FILE_BYTES: u64 = 32 << 20;
+
+/// Largest single sysfs or procfs file read through a [`crate::DirView`] (16 MiB, the same as a
+/// snapshot's largest entry): sysfs attributes are at most a page, `config` 4 KiB.
+pub const MAX_SYSFS_FILE_BYTES: u64 = 16 << 20;
+
+/// Largest snapshot file read (compressed): 512 MiB, the limit its entries may unpack to.
+pub const MAX_SNAPSHOT_FILE_BYTES: u64 = 512 << 20;
+
+/// Deepest XML element nesting accepted: 256. hwloc nests Machine → Package → caches → Core →
+/// PU (under 16 levels) with the PCI tree beside it, NCCL nests `<system>` → `<cpu>` → `<pci>`
+/// per bridge; a real machine's PCI tree is fewer than 32 bridges deep.
+pub const MAX_XML_DEPTH: usize = 256;
+
+/// Most XML nodes (elements, text, comments) parsed from one file: 2²¹ (about 2 million); a
+/// large hwloc export has tens of thousands.
+pub const MAX_XML_NODES: u32 = 1 << 21;
+
+/// Most PCI functions in one machine: 65,536 (every function of one PCI domain; real servers,
+/// SR-IOV virtual functions included, have a few thousand).
+pub const MAX_PCI_FUNCTIONS: usize = 65_536;
+
+/// Most devices of the pair matrix (GPUs, NICs and NVMe together): 4,096. The matrix, nearest
+/// devices and ACS checks grow with the square of this count; an 8-GPU server with one NIC per
+/// GPU and SR-IOV functions has a few hundred.
+pub const MAX_MATRIX_DEVICES: usize = 4096;
+
+/// How long a read may wait for a pipe or FIFO that delivers nothing before it fails: 30 s.
+pub const STALL_LIMIT: Duration = Duration::from_secs(30);
+
+/// A byte count for messages: `32 MiB (33554432 bytes)`, or `1000 bytes`.
+pub fn size_text(bytes: u64) -> String {
+    if bytes >= 1 << 20 && bytes % (1 << 20) == 0 {
+        format!("{} MiB ({bytes} bytes)", bytes >> 20)
+    } else {
+        format!("{bytes} bytes")
+    }
+}
+
+/// Why a bounded read stopped: carried inside an [`io::Error`] (find it with [`limit_of`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ReadLimit {
+    /// More than `limit` bytes.
+    #[error("larger than {limit} bytes")]
+    TooLarge { limit: u64 },
+    /// No data for `seconds` seconds from a pipe or FIFO that is still open.
+    #[error("no data for {seconds} s")]
+    Stalled { seconds: u64 },
+}
+
+/// The [`ReadLimit`] an error (or one of its sources) carries, if any.
+pub fn limit_of(err: &(dyn std::error::Error + 'static)) -> Option<ReadLimit> {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(e) = cur {
+        if let Some(l) = e.downcast_ref::<ReadLimit>() {
+            return Some(*l);
+        }
+        if let Some(io) = e.downcast_ref::<io::Error>() {
+            if let Some(l) = io.get_ref().and_then(|i| i.downcast_ref::<ReadLimit>()) {
+                return Some(*l);
+            }
+        }
+        cur = e.source();
+    }
+    None
+}
+
+/// A reader that fails past `limit` bytes, and that waits at most [`STALL_LIMIT`] for a
+/// non-blocking source (a FIFO opened with [`open`]) that has no data yet.
+#[derive(Debug)]
+pub struct Bounded<R> {
+    inner: R,
+    limit: u64,
+    read: u64,
+    stall: Duration,
+}
+
+impl<R: Read> Bounded<R> {
+    /// Reads at most `limit` bytes of `inner`.
+    pub fn new(inner: R, limit: u64) -> Self {
+        Bounded {
+            inner,
+            limit,
+            read: 0,
+            stall: STALL_LIMIT,
+        }
+    }
+
+    /// The same reader with another stall limit (tests use a short one).
+    pub fn with_stall(mut self, stall: Duration) -> Self {
+        self.stall = stall;
+        self
+    }
+}
+
+impl<R: Read> Read for Bounded<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        // One byte past the limit is allowed in, so that "exactly the limit" still ends cleanly.
+        let room = (self.limit + 1).saturating_sub(self.read);
+        let want = buf.len().min(usize::try_from(room).unwrap_or(usize::MAX));
+        if want == 0 {
+            return Err(too_large(self.limit));
+        }
+        let start = Instant::now();
+        loop {
+            match self.inner.read(&mut buf[..want]) {
+                Ok(n) => {
+                    self.read += n as u64;
+                    if self.read > self.limit {
+                        return Err(too_large(self.limit));
+                    }
+                    return Ok(n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if start.elapsed() >= self.stall {
+                        return Err(io::Error::new(
+                            io::ErrorKind::TimedOut,
+                            ReadLimit::Stalled {
+                                seconds: self.stall.as_secs(),
+                            },
+                        ));
+                    }
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+fn too_large(limit: u64) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, ReadLimit::TooLarge { limit })
+}
+
+/// Opens `path` for reading without blocking: a FIFO with no writer opens at once (and reads as
+/// empty) instead of waiting forever in `open(2)`. Reads of regular files are unaffected.
+pub fn open(path: &Path) -> io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+}
+
+/// The whole of `path`, at most `limit` bytes ([`ReadLimit`] inside the error past that).
+pub fn read_limited(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
+    let file = open(path)?;
+    let hint = file
+        .metadata()
+        .ok()
+        .filter(|m| m.is_file())
+        .map_or(0, |m| m.len().min(limit) as usize);
+    let mut data = Vec::with_capacity(hint);
+    Bounded::new(file, limit).read_to_end(&mut data)?;
+    Ok(data)
+}
+
+/// A topology file as UTF-8 text, at most [`MAX_TOPOLOGY_FILE_BYTES`]. Errors:
+/// [`crate::TopoError::TooLarge`], [`crate::TopoError::Stalled`], or [`crate::TopoError::Io`]
+/// (unreadable, not UTF-8), each naming the file.
+pub(crate) fn read_topology_text(path: &Path) -> Result<String, crate::TopoError> {
+    let data = read_limited(path, MAX_TOPOLOGY_FILE_BYTES).map_err(|e| io_error(path, e))?;
+    String::from_utf8(data).map_err(|e| crate::TopoError::Io {
+        path: path.to_owned(),
+        source: io::Error::new(io::ErrorKind::InvalidData, format!("not UTF-8 text ({e})")),
+    })
+}
+
+/// [`crate::TopoError`] for a failed read of `path`: the typed limit when one was hit.
+pub(crate) fn io_error(path: &Path, e: io::Error) -> crate::TopoError {
+    match limit_of(&e) {
+        Some(ReadLimit::TooLarge { limit }) => crate::TopoError::TooLarge {
+            path: path.to_owned(),
+            limit_bytes: limit,
+        },
+        Some(ReadLimit::Stalled { seconds }) => crate::TopoError::Stalled {
+            path: path.to_owned(),
+            seconds,
+        },
+        None => crate::TopoError::Io {
+            path: path.to_owned(),
+            source: e,
+        },
+    }
+}
+
+/// [`crate::TopoError::TooManyDevices`] when a reader of `path` that holds `held` PCI functions
+/// would go past [`MAX_PCI_FUNCTIONS`] with one more (checked as they are read, so that a file of
+/// millions stops early).
+pub(crate) fn check_one_more_function(held: usize, path: &Path) -> Result<(), crate::TopoError> {
+    if held < MAX_PCI_FUNCTIONS {
+        return Ok(());
+    }
+    Err(crate::TopoError::TooManyDevices {
+        source_name: path.display().to_string(),
+        what: "PCI functions",
+        count: held + 1,
+        limit: MAX_PCI_FUNCTIONS,
+    })
+}
+
+/// Checks a reader's device counts against [`MAX_PCI_FUNCTIONS`] and [`MAX_MATRIX_DEVICES`]
+/// before any pairwise work. `what` names the source in the error.
+pub(crate) fn check_device_counts(
+    devices: &[crate::Device],
+    what: &str,
+) -> Result<(), crate::TopoError> {
+    use crate::DeviceKind::{Gpu, Nic, Nvme};
+    if devices.len() > MAX_PCI_FUNCTIONS {
+        return Err(crate::TopoError::TooManyDevices {
+            source_name: what.to_owned(),
+            what: "PCI functions",
+            count: devices.len(),
+            limit: MAX_PCI_FUNCTIONS,
+        });
+    }
+    let matrix = devices
+        .iter()
+        .filter(|d| matches!(d.kind, Gpu | Nic | Nvme))
+        .count();
+    if matrix > MAX_MATRIX_DEVICES {
+        return Err(crate::TopoError::TooManyDevices {
+            source_name: what.to_owned(),
+            what: "GPUs, NICs and NVMe",
+            count: matrix,
+            limit: MAX_MATRIX_DEVICES,
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bounded_stops_one_byte_past_the_limit() {
+        let data = [7u8; 100];
+        let mut out = Vec::new();
+        Bounded::new(&data[..], 100).read_to_end(&mut out).unwrap();
+        assert_eq!(out.len(), 100);
+        let mut out = Vec::new();
+        let err = Bounded::new(&data[..], 99)
+            .read_to_end(&mut out)
+            .unwrap_err();
+        assert_eq!(limit_of(&err), Some(ReadLimit::TooLarge { limit: 99 }));
+    }
+
+    #[test]
+    fn dev_zero_ends_at_the_limit() {
+        let err = read_limited(Path::new("/dev/zero"), 1 << 20).unwrap_err();
+        assert_eq!(limit_of(&err), Some(ReadLimit::TooLarge { limit: 1 << 20 }));
+    }
+}

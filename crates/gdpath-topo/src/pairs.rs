@@ -1,0 +1,259 @@
+//! Pair classification: the PCIe class of two devices, what is known of NVLink between them,
+//! and what is built from pairs (the matrix, nearest devices, the bridges between two devices).
+//!
+//! The pairwise work grows with the square of the device count, which the readers bound
+//! ([`crate::input::MAX_MATRIX_DEVICES`]); each device's place in the tree (its bridges, host
+//! bridge and NUMA node) is worked out once per call, not once per pair.
+
+use crate::class::LinkClass;
+use crate::device::{Device, DeviceKind};
+use crate::machine::{Machine, Matrix, Nearest, Peer};
+use crate::pci::PciAddr;
+
+/// What a source says about NVLink between two devices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum NvLinkState {
+    /// Joined by this many bonded NVLinks, directly or through NVSwitches.
+    Links(u32),
+    /// Known not to be joined by NVLink: the source describes NVLink and lists none for the pair,
+    /// or the pair is not two GPUs.
+    None,
+    /// The source does not describe NVLink ([`crate::Coverage::nvlink`]): the pair may be joined
+    /// by NVLink or not.
+    Unknown,
+}
+
+/// The class of a pair, in its two parts: the PCIe path and NVLink. A source without NVLink
+/// (most NCCL topology files and hwloc exports) gives "PCIe class known, NVLink unknown":
+/// `pcie: PHB, nvlink: Unknown`, which [`PairClass::class`] prints as `PHB` and which a verdict
+/// must not read as "P2P goes over PCIe".
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PairClass {
+    /// The PCIe class ([`Machine::pcie_class`]): `X` for the device itself, `N/A` when unknown.
+    pub pcie: LinkClass,
+    pub nvlink: NvLinkState,
+}
+
+impl PairClass {
+    /// The class `nvidia-smi topo -m` prints: `NV#` when joined by NVLink, else the PCIe class.
+    pub fn class(&self) -> LinkClass {
+        match self.nvlink {
+            NvLinkState::Links(n) if self.pcie != LinkClass::X => LinkClass::Nv(n),
+            _ => self.pcie,
+        }
+    }
+
+    /// True when NVLink between the pair is unknown, so the PCIe class alone does not say how
+    /// P2P data moves.
+    pub fn nvlink_unknown(&self) -> bool {
+        self.nvlink == NvLinkState::Unknown
+    }
+}
+
+/// A device's place in the tree, worked out once for many pairs.
+pub(crate) struct Place<'m> {
+    pub(crate) dev: &'m Device,
+    /// Bridges above the device, nearest first.
+    pub(crate) up: Vec<&'m Device>,
+    pub(crate) numa: Option<u32>,
+}
+
+/// The pair key of [`Machine::stated_pcie`]: the lower address first.
+pub fn pair_key(a: PciAddr, b: PciAddr) -> (PciAddr, PciAddr) {
+    if a <= b {
+        (a, b)
+    } else {
+        (b, a)
+    }
+}
+
+/// Where the paths up of `a` and `b` meet: the index of the lowest common bridge on each side.
+fn meeting_point(up_a: &[&Device], up_b: &[&Device]) -> Option<(usize, usize)> {
+    up_a.iter()
+        .enumerate()
+        .find_map(|(i, x)| up_b.iter().position(|y| y.pci == x.pci).map(|j| (i, j)))
+}
+
+fn same_device(a: &Device, b: &Device) -> bool {
+    std::ptr::eq(a, b) || (a.pci == b.pci && a.id == b.id)
+}
+
+impl Machine {
+    pub(crate) fn place<'m>(&'m self, dev: &'m Device) -> Place<'m> {
+        Place {
+            dev,
+            up: self.ancestors(dev),
+            numa: self.numa_of(dev),
+        }
+    }
+
+    fn pcie_of(&self, a: &Place, b: &Place) -> LinkClass {
+        if same_device(a.dev, b.dev) {
+            return LinkClass::X;
+        }
+        if let Some(stated) = &self.stated_pcie {
+            return stated
+                .get(&pair_key(a.dev.pci, b.dev.pci))
+                .copied()
+                .unwrap_or(LinkClass::Unknown);
+        }
+        let numa_differs = matches!((a.numa, b.numa), (Some(x), Some(y)) if x != y);
+        let (Some(ha), Some(hb)) = (&a.dev.host_bridge, &b.dev.host_bridge) else {
+            return if numa_differs {
+                LinkClass::Sys
+            } else {
+                LinkClass::Unknown
+            };
+        };
+        if ha != hb {
+            return if numa_differs {
+                LinkClass::Sys
+            } else {
+                LinkClass::Node
+            };
+        }
+        match meeting_point(&a.up, &b.up) {
+            None => LinkClass::Phb,
+            Some((i, j)) if i <= 1 && j <= 1 => LinkClass::Pix,
+            Some(_) => LinkClass::Pxb,
+        }
+    }
+
+    /// The PCIe class of a pair, per the `nvidia-smi topo -m` legend (see [`LinkClass`]):
+    ///
+    /// - `X`: the same device.
+    /// - Different host bridges (sysfs root buses `pciDDDD:BB`): `SYS` when the two devices'
+    ///   NUMA nodes ([`Machine::numa_of`]) are both known and differ ("crosses the SMP
+    ///   interconnect between NUMA nodes"); otherwise `NODE` ("between PCIe host bridges within a
+    ///   NUMA node"). A node that is unknown on either side counts as the same node, as
+    ///   nvidia-smi does.
+    /// - Same host bridge, no bridge in common: `PHB` ("traversing a PCIe host bridge"). Devices
+    ///   directly on the root bus (the H200 VM's GPUs at 00:06.0 and 00:07.0) are `PHB`.
+    /// - Same host bridge, meeting at a common bridge: `PIX` ("at most a single PCIe bridge")
+    ///   when each device is at most one bridge below the meeting bridge — that is, both hang off
+    ///   the same PCIe switch (its upstream port and one downstream port each), or both sit
+    ///   directly under one bridge; otherwise `PXB` ("multiple PCIe bridges without the host
+    ///   bridge"), e.g. a switch below another switch.
+    /// - No PCI tree in the source: `SYS` when the NUMA nodes are known and differ, else
+    ///   [`LinkClass::Unknown`] (printed `N/A`): gdpath does not invent a tree.
+    /// - A source that states the classes ([`Machine::stated_pcie`], `nvidia-smi topo -m` text):
+    ///   the stated class, `N/A` for pairs it does not state or states only as `NV#`.
+    pub fn pcie_class(&self, a: &Device, b: &Device) -> LinkClass {
+        self.pcie_of(&self.place(a), &self.place(b))
+    }
+
+    /// What is known of NVLink between `a` and `b`: [`NvLinkState::Links`] when the machine
+    /// lists NVLinks between them; otherwise [`NvLinkState::None`] when the pair is not two GPUs
+    /// or the source describes NVLink ([`crate::Coverage::nvlink`] described), else
+    /// [`NvLinkState::Unknown`].
+    pub fn nvlink_state(&self, a: &Device, b: &Device) -> NvLinkState {
+        if a.kind != DeviceKind::Gpu || b.kind != DeviceKind::Gpu || same_device(a, b) {
+            return NvLinkState::None;
+        }
+        match self.nvlink_count(&a.pci, &b.pci) {
+            0 if self.coverage.nvlink.is_described() => NvLinkState::None,
+            0 => NvLinkState::Unknown,
+            n => NvLinkState::Links(n),
+        }
+    }
+
+    /// The class of a pair in its two parts ([`PairClass`]): the PCIe class and NVLink.
+    pub fn pair(&self, a: &Device, b: &Device) -> PairClass {
+        PairClass {
+            pcie: self.pcie_class(a, b),
+            nvlink: self.nvlink_state(a, b),
+        }
+    }
+
+    /// The class of a pair as `nvidia-smi topo -m` prints it: `X` for the device itself, `NV#`
+    /// for GPUs joined by # NVLinks ("a bonded set of # NVLinks", directly or through
+    /// NVSwitches), else [`Machine::pcie_class`]. [`Machine::pair`] says whether NVLink is known.
+    pub fn classify(&self, a: &Device, b: &Device) -> LinkClass {
+        self.pair(a, b).class()
+    }
+
+    /// The bridges a P2P transfer between `a` and `b` crosses: from each device up to the bridge
+    /// where their paths meet (included), or, when they meet only at the host bridge or above,
+    /// every bridge on both paths (root ports included). Nearest to `a` first. These are the
+    /// bridges whose ACS settings matter for the pair.
+    pub fn bridges_between<'m>(&'m self, a: &'m Device, b: &'m Device) -> Vec<&'m Device> {
+        bridges_of(&self.place(a), &self.place(b))
+    }
+
+    /// The devices of the matrix: GPUs, then NICs, then NVMe, each in PCI bus order.
+    pub fn matrix_devices(&self) -> Vec<&Device> {
+        self.gpus().chain(self.nics()).chain(self.nvmes()).collect()
+    }
+
+    /// Every pair among GPUs, NICs and NVMe, classified ([`Machine::classify`]).
+    pub fn matrix(&self) -> Matrix {
+        let places: Vec<Place> = self
+            .matrix_devices()
+            .into_iter()
+            .map(|d| self.place(d))
+            .collect();
+        let cells = places
+            .iter()
+            .map(|a| {
+                places
+                    .iter()
+                    .map(|b| {
+                        PairClass {
+                            pcie: self.pcie_of(a, b),
+                            nvlink: self.nvlink_state(a.dev, b.dev),
+                        }
+                        .class()
+                    })
+                    .collect()
+            })
+            .collect();
+        Matrix {
+            ids: places.iter().map(|p| p.dev.id.clone()).collect(),
+            cells,
+        }
+    }
+
+    fn nearest_of(&self, gpu: &Place, candidates: &[Place]) -> Option<Peer> {
+        // Nearest PCIe class first; among equals, a NIC able to do RDMA, then PCI order.
+        candidates
+            .iter()
+            .map(|d| (self.pcie_of(gpu, d), d.dev.rdma_capable().is_none(), d.dev))
+            .min_by_key(|(c, no_rdma, d)| (*c, *no_rdma, d.pci))
+            .map(|(class, _, d)| Peer {
+                id: d.id.clone(),
+                class,
+            })
+    }
+
+    /// For each GPU, its nearest NIC and NVMe by PCIe class (PIX < PXB < PHB < NODE < SYS);
+    /// among NICs of the same class one able to do RDMA ([`Device::rdma_capable`]) wins, then
+    /// PCI order.
+    pub fn nearest(&self) -> Vec<Nearest> {
+        let nics: Vec<Place> = self.nics().map(|d| self.place(d)).collect();
+        let nvmes: Vec<Place> = self.nvmes().map(|d| self.place(d)).collect();
+        self.gpus()
+            .map(|g| {
+                let g = self.place(g);
+                Nearest {
+                    gpu: g.dev.id.clone(),
+                    nic: self.nearest_of(&g, &nics),
+                    nvme: self.nearest_of(&g, &nvmes),
+                }
+            })
+            .collect()
+    }
+}
+
+/// [`Machine::bridges_between`] for worked-out places.
+pub(crate) fn bridges_of<'m>(a: &Place<'m>, b: &Place<'m>) -> Vec<&'m Device> {
+    let mut out: Vec<&Device> = match meeting_point(&a.up, &b.up) {
+        Some((i, j)) => a.up[..=i]
+            .iter()
+            .chain(b.up[..j].iter().rev())
+            .copied()
+            .collect(),
+        None => a.up.iter().chain(b.up.iter().rev()).copied().collect(),
+    };
+    out.dedup_by_key(|d| d.pci);
+    out
+}

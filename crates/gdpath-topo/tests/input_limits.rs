@@ -1,0 +1,406 @@
+//! Hostile input to every reader ends with a typed error naming the limit, in bounded time and
+//! memory: deeply nested XML (which overflowed the stack before), `/dev/zero` and FIFOs (which
+//! grew without bound or blocked forever), more devices than the pairwise work is bounded for, a
+//! sysfs tree with a huge or FIFO attribute, and a snapshot read past its limit. Each input is
+//! made in the test; the limits are those of `gdpath_topo::input`.
+
+mod common;
+use common::*;
+use gdpath_topo::input::{self, Bounded, ReadLimit};
+use gdpath_topo::smi::{SmiError, SmiMatrix};
+use gdpath_topo::snapshot::Snapshot;
+use gdpath_topo::{load, DirView, Source, TopoError};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+fn file(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+/// NCCL XML with `pcis` nested `<pci>` elements under one `<cpu>`: bridges, then a GPU at the
+/// bottom (its `<gpu>` one level deeper still).
+fn nested_nccl(pcis: usize) -> String {
+    let mut s = String::from("<system version=\"1\">\n<cpu numaid=\"0\" affinity=\"ff\">\n");
+    for i in 0..pcis - 1 {
+        s.push_str(&format!(
+            "<pci busid=\"{:04x}:{:02x}:00.0\" class=\"0x060400\">",
+            i / 256,
+            i % 256
+        ));
+    }
+    s.push_str("<pci busid=\"ffff:00:00.0\"><gpu dev=\"0\"/></pci>");
+    s.push_str(&"</pci>".repeat(pcis - 1));
+    s.push_str("\n</cpu>\n</system>\n");
+    s
+}
+
+/// hwloc XML with `depth` nested Group objects.
+fn nested_hwloc(depth: usize) -> String {
+    format!(
+        "<?xml version=\"1.0\"?>\n<topology version=\"2.0\">\n{}{}\n</topology>\n",
+        "<object type=\"Group\">".repeat(depth),
+        "</object>".repeat(depth)
+    )
+}
+
+/// The issue's inputs: 10,000 nested `<pci>` (about 480 KB) and hwloc XML 50,000 levels deep
+/// overflowed the stack (rc 134). Both now stop at the depth limit, at the line of the first
+/// element too deep, through either XML reader.
+#[test]
+fn deep_xml_is_a_typed_error() {
+    let dir = tempdir();
+    let nccl = file(dir.path(), "deep-nccl.xml", &nested_nccl(10_000));
+    let hwloc = file(dir.path(), "deep-hwloc.xml", &nested_hwloc(50_000));
+    for p in [&nccl, &hwloc] {
+        for src in [Source::NcclXml(p.clone()), Source::HwlocXml(p.clone())] {
+            let err = load(&src).unwrap_err();
+            match &err {
+                TopoError::TooDeep { line: 3, limit, .. } => {
+                    assert_eq!(*limit, input::MAX_XML_DEPTH)
+                }
+                e => panic!("{src:?}: {e}"),
+            }
+            assert!(err.to_string().contains("nested deeper than 256"), "{err}");
+        }
+    }
+}
+
+/// Nesting just inside the limit is read in full (the readers recurse only that deep, which fits
+/// a test thread's 2 MiB stack).
+#[test]
+fn nesting_within_the_limit_is_read() {
+    let dir = tempdir();
+    // <system>, <cpu> and the <gpu> take three levels.
+    let depth = input::MAX_XML_DEPTH - 3;
+    let p = file(dir.path(), "ok.xml", &nested_nccl(depth));
+    let m = load(&Source::NcclXml(p)).unwrap();
+    assert_eq!(m.devices.len(), depth);
+    let gpu = m.gpus().next().expect("the GPU at the bottom");
+    assert_eq!(
+        m.ancestors(gpu).len(),
+        64,
+        "ancestor walk stops at its own bound"
+    );
+    let p = file(
+        dir.path(),
+        "ok-hwloc.xml",
+        &nested_hwloc(input::MAX_XML_DEPTH - 1),
+    );
+    assert!(load(&Source::HwlocXml(p)).unwrap().devices.is_empty());
+}
+
+#[test]
+fn dev_zero_is_too_large_for_every_reader() {
+    let zero = PathBuf::from("/dev/zero");
+    for src in [
+        Source::NcclXml(zero.clone()),
+        Source::HwlocXml(zero.clone()),
+        Source::SmiTopo(zero.clone()),
+    ] {
+        let t = Instant::now();
+        match load(&src).unwrap_err() {
+            TopoError::TooLarge { path, limit_bytes } => {
+                assert_eq!(path, zero);
+                assert_eq!(limit_bytes, input::MAX_TOPOLOGY_FILE_BYTES);
+            }
+            e => panic!("{src:?}: {e}"),
+        }
+        assert!(t.elapsed() < Duration::from_secs(30), "{src:?} took long");
+    }
+    let err = load(&Source::Snapshot(zero)).unwrap_err();
+    assert!(matches!(err, TopoError::NotSnapshot { .. }), "{err}");
+    let msg = TopoError::TooLarge {
+        path: "/dev/zero".into(),
+        limit_bytes: input::MAX_TOPOLOGY_FILE_BYTES,
+    }
+    .to_string();
+    assert!(msg.contains("32 MiB (33554432 bytes)"), "{msg}");
+}
+
+fn mkfifo(path: &Path) {
+    let st = std::process::Command::new("mkfifo")
+        .arg(path)
+        .status()
+        .unwrap();
+    assert!(st.success(), "mkfifo {}", path.display());
+}
+
+/// A FIFO nobody writes to: `open` no longer blocks, the read sees the end at once, and each
+/// reader says what is wrong with an empty input.
+#[test]
+fn fifo_without_writer_ends() {
+    let dir = tempdir();
+    let fifo = dir.path().join("fifo");
+    mkfifo(&fifo);
+    for src in [
+        Source::NcclXml(fifo.clone()),
+        Source::HwlocXml(fifo.clone()),
+        Source::SmiTopo(fifo.clone()),
+        Source::Snapshot(fifo.clone()),
+    ] {
+        let err = load(&src).unwrap_err();
+        let ok = match (&src, &err) {
+            (Source::NcclXml(_) | Source::HwlocXml(_), TopoError::Xml { .. }) => true,
+            (Source::SmiTopo(_), TopoError::Smi { source, .. }) => *source == SmiError::NoHeader,
+            (Source::Snapshot(_), TopoError::NotSnapshot { .. }) => true,
+            _ => false,
+        };
+        assert!(ok, "{src:?}: {err}");
+        assert!(err.to_string().contains("fifo"), "{err}");
+    }
+}
+
+/// A FIFO fed without end stops at the size limit; one whose writer stays silent stops after
+/// the stall limit (short here, 30 s in the readers).
+#[test]
+fn fifo_with_endless_or_silent_writer_ends() {
+    let dir = tempdir();
+    let fifo = dir.path().join("endless");
+    mkfifo(&fifo);
+    // A guard holding both ends lets the writer open without blocking; once it has, the guard
+    // goes and the writer is the FIFO's only writer. Its writes fail (EPIPE) while no reader is
+    // there and are tried again until the test is done.
+    let guard = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&fifo)
+        .unwrap();
+    let (opened, is_open) = std::sync::mpsc::channel();
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (path, stop) = (fifo.clone(), done.clone());
+    let writer = std::thread::spawn(move || {
+        let mut w = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        opened.send(()).unwrap();
+        let chunk = vec![b'<'; 1 << 16];
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            if w.write_all(&chunk).is_err() {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+    });
+    is_open.recv().unwrap();
+    drop(guard);
+    let err = load(&Source::NcclXml(fifo.clone())).unwrap_err();
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert!(matches!(err, TopoError::TooLarge { .. }), "{err}");
+    writer.join().unwrap();
+
+    let silent = dir.path().join("silent");
+    mkfifo(&silent);
+    // Read and write on one descriptor: a writer that is there and never writes.
+    let _hold = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&silent)
+        .unwrap();
+    let t = Instant::now();
+    let mut out = Vec::new();
+    let err = Bounded::new(input::open(&silent).unwrap(), 1 << 20)
+        .with_stall(Duration::from_millis(300))
+        .read_to_end(&mut out)
+        .unwrap_err();
+    assert_eq!(
+        input::limit_of(&err),
+        Some(ReadLimit::Stalled { seconds: 0 })
+    );
+    assert!(t.elapsed() >= Duration::from_millis(300));
+    assert!(t.elapsed() < Duration::from_secs(10));
+}
+
+/// NCCL XML with `n` GPUs under one CPU.
+fn many_gpus_nccl(n: usize) -> String {
+    let mut s = String::from("<system version=\"1\">\n<cpu numaid=\"0\" affinity=\"ff\">\n");
+    for i in 0..n {
+        s.push_str(&format!(
+            "<pci busid=\"{:04x}:{:02x}:00.0\" class=\"0x030200\" vendor=\"0x10de\" \
+             device=\"0x2330\"><gpu dev=\"{i}\"/></pci>\n",
+            i / 256,
+            i % 256
+        ));
+    }
+    s.push_str("</cpu>\n</system>\n");
+    s
+}
+
+/// The issue's 200 MB file of 1.19 M GPUs is over the size limit; below it, more GPUs than the
+/// matrix limit are refused before any pairwise work, at once.
+#[test]
+fn device_count_limit_is_checked_before_pairwise_work() {
+    let dir = tempdir();
+    let n = input::MAX_MATRIX_DEVICES + 1;
+    let p = file(dir.path(), "many.xml", &many_gpus_nccl(n));
+    let t = Instant::now();
+    match load(&Source::NcclXml(p)).unwrap_err() {
+        TopoError::TooManyDevices {
+            count, limit, what, ..
+        } => {
+            assert_eq!((count, limit), (n, input::MAX_MATRIX_DEVICES));
+            assert_eq!(what, "GPUs, NICs and NVMe");
+        }
+        e => panic!("{e}"),
+    }
+    assert!(t.elapsed() < Duration::from_secs(20));
+
+    // The same through hwloc XML: PCIDev GPUs under one host bridge.
+    let mut h = String::from(
+        "<topology version=\"2.0\"><object type=\"Machine\"><object type=\"Bridge\" \
+         bridge_type=\"0-1\" bridge_pci=\"0000:[00-ff]\">",
+    );
+    for i in 0..n {
+        h.push_str(&format!(
+            "<object type=\"PCIDev\" pci_busid=\"{:04x}:{:02x}:00.0\" \
+             pci_type=\"0302 [10de:2330] [0000:0000] a1\"/>",
+            i / 256,
+            i % 256
+        ));
+    }
+    h.push_str("</object></object></topology>");
+    let p = file(dir.path(), "many-hwloc.xml", &h);
+    let err = load(&Source::HwlocXml(p)).unwrap_err();
+    assert!(matches!(err, TopoError::TooManyDevices { .. }), "{err}");
+
+    // And an nvidia-smi header of that many ids.
+    let ids: Vec<String> = (0..n).map(|i| format!("GPU{i}")).collect();
+    let text = format!("\t{}\tCPU Affinity\n", ids.join("\t"));
+    assert_eq!(
+        SmiMatrix::parse(&text).unwrap_err(),
+        SmiError::TooManyDevices {
+            count: n,
+            limit: input::MAX_MATRIX_DEVICES
+        }
+    );
+}
+
+/// More PCI functions than the limit (bridges here, none of them a matrix device) stop the
+/// reader as they are read.
+#[test]
+fn pci_function_limit() {
+    let dir = tempdir();
+    let n = input::MAX_PCI_FUNCTIONS + 1;
+    let mut s = String::from("<system version=\"1\">\n<cpu numaid=\"0\">\n");
+    for i in 0..n {
+        s.push_str(&format!(
+            "<pci busid=\"{:04x}:{:02x}:{:02x}.0\" class=\"0x060400\"/>\n",
+            i >> 13,
+            (i >> 5) & 0xff,
+            i & 31
+        ));
+    }
+    s.push_str("</cpu>\n</system>\n");
+    let p = file(dir.path(), "bridges.xml", &s);
+    match load(&Source::NcclXml(p)).unwrap_err() {
+        TopoError::TooManyDevices { what, count, .. } => {
+            assert_eq!((what, count), ("PCI functions", n))
+        }
+        e => panic!("{e}"),
+    }
+}
+
+/// A sysfs tree with more matrix devices than the limit is refused the same way.
+#[test]
+fn sysfs_device_count_limit() {
+    let dir = tempdir();
+    let root = dir.path();
+    for i in 0..=input::MAX_MATRIX_DEVICES {
+        let bdf = format!("{:04x}:{:02x}:00.0", i / 256, i % 256);
+        let d = format!("sys/devices/pci{:04x}:00/{bdf}", i / 256);
+        write(root, &format!("{d}/class"), "0x020000\n");
+        symlink(
+            root,
+            &format!("sys/bus/pci/devices/{bdf}"),
+            &format!("../../../devices/pci{:04x}:00/{bdf}", i / 256),
+        );
+    }
+    let err = load(&Source::SysfsRoot(root.to_owned())).unwrap_err();
+    match err {
+        TopoError::TooManyDevices { count, .. } => {
+            assert_eq!(count, input::MAX_MATRIX_DEVICES + 1)
+        }
+        e => panic!("{e}"),
+    }
+}
+
+/// A thousand GPUs: the matrix, nearest devices and warnings are worked out (each device placed
+/// once, not once per pair).
+#[test]
+fn a_large_machine_is_classified() {
+    let dir = tempdir();
+    let p = file(dir.path(), "k.xml", &many_gpus_nccl(1000));
+    let m = load(&Source::NcclXml(p)).unwrap();
+    let mx = m.matrix();
+    assert_eq!(mx.ids.len(), 1000);
+    // All under one CPU, no bridge in common: PHB, and NVLink unknown for the file.
+    assert_eq!(mx.get("GPU0", "GPU999"), Some(gdpath_topo::LinkClass::Phb));
+    assert!(m.pair(&m.devices[0], &m.devices[999]).nvlink_unknown());
+    let w = m.warnings();
+    assert_eq!(
+        w.iter().filter(|w| w.id == "topo.nvlink-unknown").count(),
+        1
+    );
+}
+
+/// A copied tree whose `class` is 20 MiB, or a FIFO: the field is unknown, nothing hangs.
+#[test]
+fn sysfs_files_are_bounded() {
+    let dir = tempdir();
+    let root = dir.path();
+    let d = "sys/devices/pci0000:00/0000:00:06.0";
+    std::fs::create_dir_all(root.join(d)).unwrap();
+    std::fs::write(root.join(d).join("class"), vec![b'3'; 20 << 20]).unwrap();
+    mkfifo(&root.join(d).join("vendor"));
+    symlink(
+        root,
+        "sys/bus/pci/devices/0000:00:06.0",
+        "../../../devices/pci0000:00/0000:00:06.0",
+    );
+    let v = DirView::new(root);
+    use gdpath_topo::SysView;
+    let err = v.read(&format!("/{d}/class")).unwrap_err();
+    assert_eq!(
+        input::limit_of(&err),
+        Some(ReadLimit::TooLarge {
+            limit: input::MAX_SYSFS_FILE_BYTES
+        })
+    );
+    let m = load(&Source::SysfsRoot(root.to_owned())).unwrap();
+    let dev = dev(&m, "0000:00:06.0");
+    assert_eq!(dev.class, gdpath_topo::names::UNKNOWN_CLASS);
+    assert_eq!(dev.vendor, gdpath_topo::names::UNKNOWN_ID);
+}
+
+/// More XML nodes than the limit (here empty elements) is a typed error, not gigabytes.
+#[test]
+fn too_many_xml_nodes() {
+    let dir = tempdir();
+    let n = input::MAX_XML_NODES as usize + 10;
+    let p = file(
+        dir.path(),
+        "nodes.xml",
+        &format!("<system>{}</system>", "<a/>".repeat(n)),
+    );
+    let err = load(&Source::NcclXml(p)).unwrap_err();
+    assert!(matches!(err, TopoError::TooManyNodes { .. }), "{err}");
+}
+
+/// A snapshot read past its limit says so (here through a small limit on a real capture).
+#[test]
+fn snapshot_read_limit_is_typed() {
+    let path = fixture("device/h200x1-capture-2026-12-01.tar.gz");
+    let f = std::fs::File::open(&path).unwrap();
+    let err = Snapshot::from_reader(Bounded::new(f, 4096), &path).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            TopoError::TooLarge {
+                limit_bytes: 4096,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    // Whole, it opens.
+    assert!(Snapshot::open(&path).is_ok());
+}

@@ -1,0 +1,516 @@
+//! Creating or replacing a file whole: a temporary in the target's directory, renamed over the
+//! target when complete.
+
+use super::kind::{check_regular, is_no_space};
+use super::temporary::{remove_stale_temporaries, temp_name, Temporary};
+use crate::error::{Error, Result};
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// How [`AtomicFile`] treats an existing target and durability.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplaceOptions {
+    /// Replace a target that exists (default `false`: [`Error::Exists`]).
+    pub overwrite: bool,
+    /// `fsync` the file before the rename and its directory after (default `true`). Without
+    /// it a power loss soon after the commit may leave the target empty or old on some file
+    /// systems; a process failure still never leaves a partial target.
+    pub fsync: bool,
+}
+
+impl Default for ReplaceOptions {
+    fn default() -> Self {
+        ReplaceOptions {
+            overwrite: false,
+            fsync: true,
+        }
+    }
+}
+
+impl ReplaceOptions {
+    /// Sets [`ReplaceOptions::overwrite`].
+    pub fn overwrite(mut self, yes: bool) -> Self {
+        self.overwrite = yes;
+        self
+    }
+    /// Sets [`ReplaceOptions::fsync`].
+    pub fn fsync(mut self, yes: bool) -> Self {
+        self.fsync = yes;
+        self
+    }
+}
+
+/// A file being created or replaced whole. [`AtomicFile::create`] makes a temporary file in the
+/// target's directory (named as [`super::TEMP_MARKER`] says, created exclusively: nothing that
+/// exists is opened); the data goes into it, through [`std::io::Write`] or through the engine
+/// (register [`AtomicFile::spec`] and post writes); [`AtomicFile::commit`] syncs it, renames it
+/// over the target and syncs the directory. Dropped without a commit (an error, an early
+/// return, a panic) it removes the temporary; a signal handler removes it through
+/// [`super::remove_live_temporaries`]. Either way the target is as it was.
+///
+/// A symbolic link as target is followed: the file it points to is replaced (a dangling link
+/// is refused). A replaced file keeps its permission bits (`rwx`, not set-id bits); its owner
+/// becomes the writer, and other hard links to it keep the old content.
+#[derive(Debug)]
+pub struct AtomicFile {
+    target: PathBuf,
+    dir: PathBuf,
+    temp: Temporary,
+    file: File,
+    opts: ReplaceOptions,
+    replaces: bool,
+    written: u64,
+    needed: Option<u64>,
+}
+
+impl AtomicFile {
+    /// Starts creating or replacing `target`. Nothing is written to `target` until
+    /// [`AtomicFile::commit`]. Temporaries of `target` that killed runs left are removed first
+    /// ([`super::remove_stale_temporaries`]).
+    ///
+    /// Errors: [`Error::NotAFile`] when `target` is a directory, device, FIFO, socket or a
+    /// dangling symbolic link (nothing is opened); [`Error::Exists`] when it exists and
+    /// `opts.overwrite` is false; [`Error::Open`] when `stat` fails or no temporary can be
+    /// created in its directory (permission, a missing directory, a read-only file system).
+    pub fn create(target: impl AsRef<Path>, opts: ReplaceOptions) -> Result<AtomicFile> {
+        let target = resolve(target.as_ref())?;
+        let existing = check_regular(&target)?;
+        if existing.is_some() && !opts.overwrite {
+            return Err(Error::Exists { path: target });
+        }
+        let name = target.file_name().ok_or_else(|| Error::NotAFile {
+            path: target.clone(),
+            what: "a path without a file name",
+        })?;
+        let dir = match target.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d.to_owned(),
+            _ => PathBuf::from("."),
+        };
+        remove_stale_temporaries(&target);
+        let mut attempt = 0;
+        let (path, file) = loop {
+            let random = getrandom::u64().map_err(|e| Error::Open {
+                path: dir.clone(),
+                source: Arc::new(std::io::Error::other(format!("no random name: {e}"))),
+            })?;
+            let path = dir.join(temp_name(name, random));
+            let opened = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .mode(0o666)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(&path);
+            match opened {
+                Ok(f) => break (path, f),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && attempt < 8 => {
+                    attempt += 1;
+                }
+                Err(e) => {
+                    return Err(Error::Open {
+                        path: path.clone(),
+                        source: Arc::new(e),
+                    })
+                }
+            }
+        };
+        let temp = Temporary::adopt(&path);
+        if let Some(md) = &existing {
+            let mode = md.permissions().mode() & 0o777;
+            file.set_permissions(std::fs::Permissions::from_mode(mode))
+                .map_err(|e| Error::io("fchmod", &path, 0, e))?;
+        }
+        Ok(AtomicFile {
+            target,
+            dir,
+            temp,
+            file,
+            opts,
+            replaces: existing.is_some(),
+            written: 0,
+            needed: None,
+        })
+    }
+
+    /// The file that [`AtomicFile::commit`] creates or replaces (symbolic links resolved).
+    pub fn target(&self) -> &Path {
+        &self.target
+    }
+
+    /// The temporary file the data goes into until the commit.
+    pub fn temp_path(&self) -> &Path {
+        self.temp.path()
+    }
+
+    /// The temporary as the engine registers it: `FileSpec::write(temp).access(ReadWrite)`,
+    /// with O_DIRECT policy `direct`.
+    pub fn spec(&self, direct: crate::DirectIo) -> crate::FileSpec {
+        crate::FileSpec::write(self.temp.path())
+            .access(crate::FileAccess::ReadWrite)
+            .direct(direct)
+    }
+
+    /// The temporary's descriptor.
+    pub fn file(&self) -> &File {
+        &self.file
+    }
+
+    /// Whether the target existed when this began (the commit replaces it).
+    pub fn replaces(&self) -> bool {
+        self.replaces
+    }
+
+    /// Bytes written through [`std::io::Write`] so far.
+    pub fn written(&self) -> u64 {
+        self.written
+    }
+
+    /// Reserves `len` bytes of disk for the temporary: the free space `statvfs` reports for
+    /// unprivileged users (`f_bavail × f_frsize`) is compared first, then
+    /// `fallocate(FALLOC_FL_KEEP_SIZE)` takes the blocks where the file system can (which also
+    /// meets quotas), so that a file system too small fails now, before any data is written,
+    /// and says how much was needed. `len` is also the "needed" figure of later [`Error::NoSpace`] errors.
+    ///
+    /// Errors: [`Error::NoSpace`] (`written` 0); [`Error::Io`] with op `fallocate` for other
+    /// failures.
+    pub fn reserve(&mut self, len: u64) -> Result<()> {
+        use nix::fcntl::{fallocate, FallocateFlags};
+        self.needed = Some(len);
+        if len == 0 {
+            return Ok(());
+        }
+        // The free space first: a clear figure, and no blocks taken for a reservation that
+        // cannot succeed.
+        self.check_free(len)?;
+        let l = i64::try_from(len)
+            .map_err(|_| Error::Config(format!("{len} bytes is more than a file can hold")))?;
+        match fallocate(
+            self.file.as_raw_fd(),
+            FallocateFlags::FALLOC_FL_KEEP_SIZE,
+            0,
+            l,
+        ) {
+            Ok(()) => Ok(()),
+            Err(e @ (nix::errno::Errno::ENOSPC | nix::errno::Errno::EDQUOT)) => {
+                Err(self.no_space(std::io::Error::from(e), 0))
+            }
+            Err(
+                nix::errno::Errno::EOPNOTSUPP
+                | nix::errno::Errno::ENOSYS
+                | nix::errno::Errno::EINVAL,
+            ) => Ok(()), // the free space was checked above
+            Err(e) => Err(Error::io(
+                "fallocate",
+                self.temp.path(),
+                0,
+                std::io::Error::from(e),
+            )),
+        }
+    }
+
+    /// Compares `len` with the free space of the file system (`f_bavail × f_frsize`).
+    fn check_free(&self, len: u64) -> Result<()> {
+        let Ok(st) = nix::sys::statvfs::fstatvfs(&self.file) else {
+            return Ok(()); // unknown: the writes themselves report ENOSPC
+        };
+        let free = st.blocks_available().saturating_mul(st.fragment_size());
+        if len > free {
+            return Err(self.no_space(std::io::Error::other(format!("{free} bytes free")), 0));
+        }
+        Ok(())
+    }
+
+    fn no_space(&self, source: std::io::Error, written: u64) -> Error {
+        Error::NoSpace {
+            path: self.target.clone(),
+            needed: self.needed,
+            written,
+            source: Arc::new(source),
+        }
+    }
+
+    /// The error for a failure while writing the temporary, `written` bytes in: a full file
+    /// system (`ENOSPC`, `EDQUOT`) becomes [`Error::NoSpace`] naming the target, the bytes
+    /// needed (when [`AtomicFile::reserve`] said) and written; anything else stays as it is.
+    pub fn explain(&self, e: Error, written: u64) -> Error {
+        match &e {
+            Error::Io { source, .. } | Error::Open { source, .. } if is_no_space(source) => {
+                Error::NoSpace {
+                    path: self.target.clone(),
+                    needed: self.needed,
+                    written,
+                    source: source.clone(),
+                }
+            }
+            _ => e,
+        }
+    }
+
+    /// As [`AtomicFile::explain`] for an error of this value's own [`std::io::Write`]
+    /// (op `write`, at [`AtomicFile::written`]).
+    pub fn write_error(&self, e: std::io::Error) -> Error {
+        self.explain(
+            Error::io("write", self.temp.path(), self.written, e),
+            self.written,
+        )
+    }
+
+    /// Makes the data the target's: `fsync` of the temporary (unless
+    /// [`ReplaceOptions::fsync`] is off), the rename over the target (without `overwrite`, a
+    /// rename that refuses to replace a target made meanwhile), `fsync` of the directory.
+    ///
+    /// Errors: [`Error::NoSpace`] or [`Error::Io`] (op `fsync`, `rename`) — before the rename
+    /// the temporary is removed and the target is as it was; [`Error::Exists`] when the target
+    /// appeared meanwhile without `overwrite`; an `fsync` of the directory that fails after the
+    /// rename is [`Error::Io`] too (the target is replaced, its durability unknown).
+    pub fn commit(mut self) -> Result<()> {
+        self.file
+            .flush()
+            .map_err(|e| Error::io("flush", self.temp.path(), 0, e))?;
+        if self.opts.fsync {
+            let written = self.written;
+            self.file
+                .sync_all()
+                .map_err(|e| self.explain(Error::io("fsync", self.temp.path(), 0, e), written))?;
+        }
+        let temp = self.temp.path().to_owned();
+        if self.opts.overwrite {
+            std::fs::rename(&temp, &self.target).map_err(|e| Error::io("rename", &temp, 0, e))?;
+        } else {
+            rename_no_replace(&temp, &self.target)?;
+        }
+        self.temp.disarm();
+        if self.opts.fsync {
+            File::open(&self.dir)
+                .and_then(|d| d.sync_all())
+                .map_err(|e| Error::io("fsync", &self.dir, 0, e))?;
+        }
+        Ok(())
+    }
+}
+
+impl Write for AtomicFile {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.file.write(buf)?;
+        self.written += n as u64;
+        Ok(n)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.file.flush()
+    }
+}
+
+/// `target` with a symbolic link at its end resolved (the file it points to is the one
+/// replaced). Errors: [`Error::NotAFile`] for a dangling link, [`Error::Open`] when the link
+/// cannot be read.
+fn resolve(target: &Path) -> Result<PathBuf> {
+    match std::fs::symlink_metadata(target) {
+        Ok(md) if md.file_type().is_symlink() => match std::fs::canonicalize(target) {
+            Ok(p) => Ok(p),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(Error::NotAFile {
+                path: target.to_owned(),
+                what: "a dangling symbolic link",
+            }),
+            Err(e) => Err(Error::Open {
+                path: target.to_owned(),
+                source: Arc::new(e),
+            }),
+        },
+        _ => Ok(target.to_owned()),
+    }
+}
+
+/// Renames `from` to `to` unless `to` exists (`renameat2(RENAME_NOREPLACE)`; where the file
+/// system does not support it, a hard link and an unlink, which fail the same way; where hard
+/// links are not supported either, a check and a plain rename).
+fn rename_no_replace(from: &Path, to: &Path) -> Result<()> {
+    use nix::errno::Errno;
+    let exists = || Error::Exists {
+        path: to.to_owned(),
+    };
+    let err = |op, e: Errno| Error::io(op, from, 0, std::io::Error::from(e));
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    match nix::fcntl::renameat2(
+        None,
+        from,
+        None,
+        to,
+        nix::fcntl::RenameFlags::RENAME_NOREPLACE,
+    ) {
+        Ok(()) => return Ok(()),
+        Err(Errno::EEXIST) => return Err(exists()),
+        Err(Errno::EINVAL | Errno::ENOSYS) => {}
+        Err(e) => return Err(err("rename", e)),
+    }
+    match std::fs::hard_link(from, to) {
+        Ok(()) => {
+            std::fs::remove_file(from).map_err(|e| Error::io("unlink", from, 0, e))?;
+            Ok(())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(exists()),
+        Err(_) => {
+            if to.exists() {
+                return Err(exists());
+            }
+            std::fs::rename(from, to).map_err(|e| Error::io("rename", from, 0, e))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn temporaries(dir: &Path) -> Vec<String> {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.contains(super::super::TEMP_MARKER))
+            .collect()
+    }
+
+    #[test]
+    fn the_target_changes_only_at_commit_and_a_dropped_file_leaves_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = dir.path().join("t");
+        std::fs::write(&t, b"old").unwrap();
+        std::fs::set_permissions(&t, std::fs::Permissions::from_mode(0o640)).unwrap();
+        let mut a = AtomicFile::create(&t, ReplaceOptions::default().overwrite(true)).unwrap();
+        assert!(a.replaces());
+        a.write_all(b"new contents").unwrap();
+        assert_eq!(std::fs::read(&t).unwrap(), b"old", "not before the commit");
+        assert_eq!(temporaries(dir.path()).len(), 1);
+        a.commit().unwrap();
+        assert_eq!(std::fs::read(&t).unwrap(), b"new contents");
+        let mode = std::fs::metadata(&t).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o640, "the replaced file's permissions are kept");
+        assert!(temporaries(dir.path()).is_empty());
+
+        let mut a = AtomicFile::create(&t, ReplaceOptions::default().overwrite(true)).unwrap();
+        a.write_all(b"partial").unwrap();
+        drop(a);
+        assert_eq!(std::fs::read(&t).unwrap(), b"new contents");
+        assert!(temporaries(dir.path()).is_empty(), "dropped: removed");
+    }
+
+    #[test]
+    fn an_existing_target_needs_overwrite_even_if_it_appears_meanwhile() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = dir.path().join("t");
+        std::fs::write(&t, b"old").unwrap();
+        let e = AtomicFile::create(&t, ReplaceOptions::default()).unwrap_err();
+        assert!(matches!(&e, Error::Exists { path } if *path == t), "{e}");
+        let u = dir.path().join("u");
+        let mut a = AtomicFile::create(&u, ReplaceOptions::default()).unwrap();
+        a.write_all(b"mine").unwrap();
+        std::fs::write(&u, b"someone else's").unwrap();
+        let e = a.commit().unwrap_err();
+        assert!(matches!(e, Error::Exists { .. }), "{e}");
+        assert_eq!(std::fs::read(&u).unwrap(), b"someone else's");
+        assert!(temporaries(dir.path()).is_empty());
+    }
+
+    #[test]
+    fn special_files_and_dangling_links_are_refused_before_anything_is_created() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let dangling = dir.path().join("dangling");
+        std::os::unix::fs::symlink(dir.path().join("nowhere"), &dangling).unwrap();
+        for p in [Path::new("/dev/null"), &fifo, dir.path(), &dangling] {
+            let e = AtomicFile::create(p, ReplaceOptions::default().overwrite(true)).unwrap_err();
+            assert!(matches!(e, Error::NotAFile { .. }), "{}: {e}", p.display());
+        }
+        assert!(temporaries(dir.path()).is_empty());
+        assert!(temporaries(Path::new("/dev")).is_empty());
+    }
+
+    #[test]
+    fn a_link_is_followed_and_the_file_it_points_to_is_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().join("real");
+        std::fs::write(&real, b"old").unwrap();
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        let mut a = AtomicFile::create(&link, ReplaceOptions::default().overwrite(true)).unwrap();
+        a.write_all(b"new").unwrap();
+        a.commit().unwrap();
+        assert!(std::fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        assert_eq!(std::fs::read(&real).unwrap(), b"new");
+    }
+
+    #[test]
+    fn the_engine_writes_into_the_temporary_and_the_commit_publishes_it() {
+        use crate::{Agent, AgentConfig, DirectIo, HostBuffer, Memory, TransferRequest};
+        let dir = tempfile::tempdir().unwrap();
+        let t = dir.path().join("t");
+        let mut a = AtomicFile::create(&t, ReplaceOptions::default()).unwrap();
+        a.reserve(1 << 20).unwrap();
+        let agent = Agent::new(AgentConfig::default()).unwrap();
+        let data: Vec<u8> = (0..1u32 << 20).map(|i| (i % 251) as u8).collect();
+        let src = agent
+            .register(Memory::host(HostBuffer::from_slice(&data)))
+            .unwrap();
+        let f = agent
+            .register(Memory::File(a.spec(DirectIo::Auto)))
+            .unwrap();
+        agent
+            .post(TransferRequest::write(
+                vec![src.desc(0, 1 << 20)],
+                vec![f.desc(0, 1 << 20)],
+            ))
+            .unwrap()
+            .wait()
+            .unwrap();
+        drop(f);
+        assert!(!t.exists());
+        a.commit().unwrap();
+        assert_eq!(std::fs::read(&t).unwrap(), data);
+    }
+
+    #[test]
+    fn a_full_file_system_while_writing_is_no_space_naming_the_target() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = dir.path().join("t");
+        let mut a = AtomicFile::create(&t, ReplaceOptions::default()).unwrap();
+        a.reserve(100).unwrap();
+        a.write_all(&[1u8; 40]).unwrap();
+        // What a write to a full file system returns, typed.
+        let full = std::io::Error::from_raw_os_error(libc::ENOSPC);
+        match a.write_error(full) {
+            Error::NoSpace {
+                path,
+                needed,
+                written,
+                ..
+            } => assert_eq!((path, needed, written), (t.clone(), Some(100), 40)),
+            other => panic!("{other}"),
+        }
+        let eio = Error::io(
+            "write",
+            a.temp_path(),
+            0,
+            std::io::Error::from_raw_os_error(libc::EIO),
+        );
+        assert!(
+            matches!(a.explain(eio, 0), Error::Io { .. }),
+            "other errors stay"
+        );
+        let msg = a
+            .write_error(std::io::Error::from_raw_os_error(libc::EDQUOT))
+            .to_string();
+        assert!(
+            msg.contains("100 bytes (100 B) needed, 40 bytes written"),
+            "{msg}"
+        );
+    }
+}

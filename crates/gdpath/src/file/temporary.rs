@@ -1,0 +1,206 @@
+//! Temporary files this process made: removed when dropped, when a signal handler asks, and,
+//! once their process is gone, by the next run.
+
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
+
+/// The part of every temporary's name that marks it as gdpath's: a temporary for `dir/NAME` is
+/// `dir/.NAME.gdpath-tmp-PID-RANDOM` (PID: the process that made it, RANDOM: 16 hex digits).
+pub const TEMP_MARKER: &str = ".gdpath-tmp-";
+
+/// The temporaries alive in this process, for [`remove_live_temporaries`].
+static LIVE: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+fn live() -> MutexGuard<'static, Vec<PathBuf>> {
+    // Only paths are kept under this lock: a panic while holding it leaves a usable list.
+    LIVE.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A file this process created that is removed when this value drops, unless
+/// [`Temporary::keep`] was called; while it lives, [`remove_live_temporaries`] removes it too
+/// (a signal handler's thread calls that before ending the process).
+#[derive(Debug)]
+pub struct Temporary {
+    path: PathBuf,
+    armed: bool,
+}
+
+impl Temporary {
+    /// Takes charge of removing `path` (a file the caller created).
+    pub fn adopt(path: impl Into<PathBuf>) -> Temporary {
+        let path = path.into();
+        live().push(path.clone());
+        Temporary { path, armed: true }
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// No longer removes the file (it was renamed away, or is kept on purpose).
+    pub fn keep(mut self) -> PathBuf {
+        self.disarm();
+        std::mem::take(&mut self.path)
+    }
+
+    /// Stops removing the file (the commit renamed it away).
+    pub(super) fn disarm(&mut self) {
+        if self.armed {
+            self.armed = false;
+            let mut l = live();
+            if let Some(i) = l.iter().position(|p| *p == self.path) {
+                l.swap_remove(i);
+            }
+        }
+    }
+}
+
+impl Drop for Temporary {
+    fn drop(&mut self) {
+        if self.armed {
+            self.disarm();
+            if let Err(e) = std::fs::remove_file(&self.path) {
+                if e.kind() != std::io::ErrorKind::NotFound {
+                    tracing::warn!("cannot remove the temporary {}: {e}", self.path.display());
+                }
+            }
+        }
+    }
+}
+
+/// Removes every [`Temporary`] alive in this process and returns how many files it removed.
+/// For the thread that handles SIGINT/SIGTERM just before it ends the process: a temporary an
+/// [`super::AtomicFile`] is renaming at that moment is either renamed (its target is then
+/// complete: it was synced first) or removed (its rename fails and the old target stays).
+pub fn remove_live_temporaries() -> usize {
+    let paths: Vec<PathBuf> = std::mem::take(&mut *live());
+    paths
+        .iter()
+        .filter(|p| std::fs::remove_file(p).is_ok())
+        .count()
+}
+
+/// Longest part of the target's name kept in a temporary's name, in bytes: with the marker, the
+/// process id and the random part the name stays below `NAME_MAX` (255).
+const NAME_KEPT: usize = 200;
+
+/// `.NAME.gdpath-tmp-` for a target named `name` (its first [`NAME_KEPT`] bytes).
+fn prefix(name: &OsStr) -> OsString {
+    let b = name.as_bytes();
+    let mut p = b".".to_vec();
+    p.extend_from_slice(&b[..b.len().min(NAME_KEPT)]);
+    p.extend_from_slice(TEMP_MARKER.as_bytes());
+    OsString::from_vec(p)
+}
+
+/// A fresh temporary's name for a target named `name`, made by this process.
+pub(super) fn temp_name(name: &OsStr, random: u64) -> OsString {
+    let mut n = prefix(name);
+    n.push(format!("{}-{random:016x}", std::process::id()));
+    n
+}
+
+/// Whether process `pid` exists (`kill(pid, 0)`; a process of another user exists too).
+fn alive(pid: i32) -> bool {
+    use nix::sys::signal::kill;
+    use nix::unistd::Pid;
+    !matches!(
+        kill(Pid::from_raw(pid), None),
+        Err(nix::errno::Errno::ESRCH)
+    )
+}
+
+/// Removes the temporaries that earlier runs left for `target` when they were killed
+/// (`SIGKILL`, a crash): files of `target`'s directory named as [`TEMP_MARKER`] says whose
+/// process no longer exists. Returns how many were removed; a directory that cannot be read
+/// removes none. A temporary of a live process, this one's included, is left alone (a process
+/// of another PID namespace sharing the directory looks dead here: its rename then fails and
+/// its target stays as it was).
+pub fn remove_stale_temporaries(target: &Path) -> usize {
+    let (Some(dir), Some(name)) = (target.parent(), target.file_name()) else {
+        return 0;
+    };
+    let dir = if dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        dir
+    };
+    let prefix = prefix(name);
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    let mut removed = 0;
+    for e in entries.flatten() {
+        let n = e.file_name();
+        let Some(rest) = n.as_bytes().strip_prefix(prefix.as_bytes()) else {
+            continue;
+        };
+        let Some(pid) = std::str::from_utf8(rest)
+            .ok()
+            .and_then(|r| r.split_once('-'))
+            .and_then(|(pid, _)| pid.parse::<i32>().ok())
+            .filter(|&p| p > 0)
+        else {
+            continue;
+        };
+        if pid as u32 == std::process::id() || alive(pid) {
+            continue;
+        }
+        let is_file = e.file_type().is_ok_and(|t| t.is_file());
+        if is_file && std::fs::remove_file(e.path()).is_ok() {
+            tracing::info!("removed {} (left by a killed run)", e.path().display());
+            removed += 1;
+        }
+    }
+    removed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_temporary_is_removed_on_drop_and_kept_when_asked() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = dir.path().join("a");
+        std::fs::write(&a, b"1").unwrap();
+        drop(Temporary::adopt(&a));
+        assert!(!a.exists());
+        std::fs::write(&a, b"1").unwrap();
+        let kept = Temporary::adopt(&a).keep();
+        assert_eq!(kept, a);
+        assert!(a.exists());
+        assert!(!live().contains(&a), "a kept temporary is no longer listed");
+    }
+
+    #[test]
+    fn only_the_temporaries_of_dead_processes_are_stale() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("out.bin");
+        // A process that has exited and been reaped: its id is free (until reused).
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        let stale = dir
+            .path()
+            .join(format!(".out.bin{TEMP_MARKER}{dead}-00000000000000ff"));
+        let ours = dir.path().join(temp_name(OsStr::new("out.bin"), 1));
+        let other = dir
+            .path()
+            .join(format!(".other{TEMP_MARKER}{dead}-00000000000000ff"));
+        for p in [&stale, &ours, &other] {
+            std::fs::write(p, b"partial").unwrap();
+        }
+        if alive(dead as i32) {
+            eprintln!("skipped: pid {dead} was reused at once");
+            return;
+        }
+        assert_eq!(remove_stale_temporaries(&target), 1);
+        assert!(!stale.exists());
+        assert!(ours.exists(), "this process's own temporary stays");
+        assert!(other.exists(), "another target's temporary stays");
+    }
+}
