@@ -226,8 +226,14 @@ impl Shared {
     /// IPC (opening the mapping here, once): `DeviceLocal` when the exporter's GPU is `gpu`,
     /// else the P2P path of the two GPUs. Refused (the network backend then takes the pair)
     /// when the region has no IPC handle of this node, the handle does not open (the exporter's
-    /// own process), its GPU is not visible here, or P2P is impossible or switched off.
+    /// own process), its GPU is not visible here, P2P is impossible or switched off, or
+    /// `GpuConfig::ipc` is off.
     fn ipc_choice(&self, gpu: u32, remote: &Region) -> std::result::Result<PlanChoice, String> {
+        if !self.cfg.ipc {
+            return Err(
+                "CUDA IPC switched off in the agent's configuration (GpuConfig::ipc)".into(),
+            );
+        }
         let imp = crate::backend::ucx::ipc_import(remote).ok_or_else(|| {
             format!(
                 "remote region {} has no CUDA IPC handle of this node (another host, or host \
