@@ -198,25 +198,22 @@ fn blocks_gpu_to_pinned_host_and_back_100k_x_16k_every_method() {
     );
 }
 
-#[test]
-#[ignore = "needs an NVIDIA GPU: run the GPU suite"]
-fn blocks_within_one_gpu_40k_x_64k_every_method() {
+/// 40,000 × 64 KiB random blocks from GPU 0 to GPU `to`, every method.
+fn device_blocks(to: u32) {
     let a = agent();
     let (n, bs) = (40_000u32, 64u64 << 10);
     let len = n as u64 * bs;
-    let (s, d) = (gpu(&a, 0, len), gpu(&a, 0, len));
+    let (s, d) = (gpu(&a, 0, len), gpu(&a, to, len));
     fill_gpu(&s, len, true);
     let clear = || fill_gpu(&d, len, false);
-    every_method(
-        &a,
-        &s,
-        &d,
-        n,
-        bs,
-        CopyMethod::Kernel,
-        &clear,
-        "GPU 0 -> GPU 0",
-    );
+    let what = format!("GPU 0 -> GPU {to}");
+    every_method(&a, &s, &d, n, bs, CopyMethod::Kernel, &clear, &what);
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU: run the GPU suite"]
+fn blocks_within_one_gpu_40k_x_64k_every_method() {
+    device_blocks(0);
 }
 
 #[test]
@@ -226,22 +223,7 @@ fn blocks_gpu0_to_gpu1_40k_x_64k_every_method() {
         eprintln!("SKIP blocks_gpu0_to_gpu1: one GPU visible (this needs two)");
         return;
     }
-    let a = agent();
-    let (n, bs) = (40_000u32, 64u64 << 10);
-    let len = n as u64 * bs;
-    let (s, d) = (gpu(&a, 0, len), gpu(&a, 1, len));
-    fill_gpu(&s, len, true);
-    let clear = || fill_gpu(&d, len, false);
-    every_method(
-        &a,
-        &s,
-        &d,
-        n,
-        bs,
-        CopyMethod::Kernel,
-        &clear,
-        "GPU 0 -> GPU 1",
-    );
+    device_blocks(1);
 }
 
 #[test]

@@ -9,7 +9,7 @@
 
 use super::memory::cuda_err;
 use super::pageable::{self, Dir, HostRange, Stop};
-use super::{staged, with_pinned, Shared, NAME};
+use super::{with_pinned, Shared, NAME};
 use crate::blocks::{BatchReport, CopyMethod};
 use crate::error::{Error, Result};
 use crate::memory::MemoryKind;
@@ -389,17 +389,9 @@ impl Shared {
             }
             let (so, dof, len) = (src.buf_off(c.src), dst.buf_off(c.dst), c.len as usize);
             match (src, dst) {
-                (End::Dev { buf: s, .. }, End::Dev { buf: d, .. }) => staged::copy(
-                    &self.gpus,
-                    &self.pool,
-                    self.cfg.staging_buffers,
-                    s,
-                    so,
-                    d,
-                    dof,
-                    len,
-                    stop,
-                ),
+                (End::Dev { buf: s, .. }, End::Dev { buf: d, .. }) => {
+                    self.staged(s, so, d, dof, len, stop)
+                }
                 (End::Pageable { mem }, End::Dev { buf, .. })
                 | (End::Dev { buf, .. }, End::Pageable { mem }) => {
                     let (dir, hoff, goff) = if matches!(src, End::Pageable { .. }) {

@@ -260,6 +260,20 @@ impl Shared {
         }
     }
 
+    /// GPU → GPU through pinned bounce buffers ([`staged`]), with the backend's settings.
+    fn staged(
+        &self,
+        s: &gdpath_cuda::DeviceBuffer,
+        so: usize,
+        d: &gdpath_cuda::DeviceBuffer,
+        dof: usize,
+        len: usize,
+        stop: &dyn Fn() -> Option<Error>,
+    ) -> std::result::Result<(), Stop> {
+        let n = self.cfg.staging_buffers;
+        staged::copy(&self.gpus, &self.pool, n, s, so, d, dof, len, stop)
+    }
+
     /// Runs a job on this thread and completes its items.
     fn run(&self, job: Job) {
         match job {
@@ -315,18 +329,7 @@ impl Shared {
             }
             Path::Staged => {
                 let (s, d) = (dev(src)?, dev(dst)?);
-                staged::copy(
-                    &self.gpus,
-                    &self.pool,
-                    self.cfg.staging_buffers,
-                    s,
-                    so,
-                    d,
-                    dof,
-                    len,
-                    &stop,
-                )
-                .map_err(stopped)?;
+                self.staged(s, so, d, dof, len, &stop).map_err(stopped)?;
             }
             Path::HostToDevice { pinned: true } => {
                 let d = dev(dst)?;
