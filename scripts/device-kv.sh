@@ -6,9 +6,9 @@
 # Build here (the binaries run there without cargo):
 #   cargo build --release -p gdpath-cli
 #   cargo test --release -p gdpath --test gpu_kv --no-run     # prints target/release/deps/gpu_kv-HASH
-#   mkdir -p dist/kv && strip -o dist/kv/gdpath target/release/gdpath \
-#     && strip -o dist/kv/gpu_kv target/release/deps/gpu_kv-HASH
-# Run there (carry dist/kv):   scripts/device-kv.sh dist/kv
+#   mkdir -p .devbin/kv && strip -o .devbin/kv/gdpath target/release/gdpath \
+#     && strip -o .devbin/kv/gpu_kv target/release/deps/gpu_kv-HASH
+# Run there (carry .devbin/kv):   scripts/device-kv.sh .devbin/kv
 #
 # Environment: PY (a python with torch; default /opt/torch/.venv/bin/python, else python3),
 # GDPATH_UCX_LIB (a CUDA-enabled libucp.so.0; found in the wheel `libucx-cu13` if PY has it,
