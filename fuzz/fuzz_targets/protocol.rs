@@ -151,6 +151,7 @@ fn host_region(id: u64) -> RegionMeta {
         addr: 0x1000,
         len: 4096,
         rkey: vec![1],
+        ipc: None,
     }
 }
 

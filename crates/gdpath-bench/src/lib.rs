@@ -5,7 +5,8 @@
 //! ([`BenchRow`], schema [`BENCH_SCHEMA`]), data verification (a position-dependent
 //! [`fill_pattern`] and a streaming [`Checksum`]), a progress sink the CLI draws ([`Progress`]),
 //! and the benches: [`storage`] (file ↔ host), [`gds`] (file ↔ GPU), [`gpu`] (host ↔ GPU,
-//! GPU ↔ GPU) and [`net`] (agent ↔ agent over UCX). [`copy`] (file → host → file) and
+//! GPU ↔ GPU), [`kv`] (KV-cache block lists against one contiguous copy) and [`net`] (agent ↔
+//! agent over UCX). [`copy`] (file → host → file) and
 //! [`gpu_copy`] (file ↔ GPU) are one-shot copies rather than benches; they live here because
 //! they verify with the same checksums and fill patterns and report through the same progress
 //! sink as the benches.
@@ -23,6 +24,7 @@ pub mod files;
 pub mod gds;
 pub mod gpu;
 pub mod gpu_copy;
+pub mod kv;
 pub mod net;
 pub mod storage;
 

@@ -285,6 +285,12 @@ pub fn run(cfg: &NetBenchConfig, progress: &dyn Progress) -> Result<NetBenchRepo
     }
     let agent = Agent::new(AgentConfig {
         name: "bench".into(),
+        // This bench measures UCX: GPU memory of a peer on this node stays with UCX's own
+        // cuda_ipc rather than the cuda backend's IPC path (`gdpath bench kv --dst peer`).
+        gpu: gdpath::GpuConfig {
+            ipc: false,
+            ..gdpath::GpuConfig::default()
+        },
         ..AgentConfig::default()
     })?;
     agent.enable_net(cfg.net.clone())?;

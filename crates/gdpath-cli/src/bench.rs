@@ -8,7 +8,7 @@ use gdpath::net::{NetConfig, PutCompletion};
 use gdpath::units::{format_size, parse_size, parse_size_range};
 use gdpath::{DirectIo, Op};
 use gdpath_bench::net::{self, MemSpec};
-use gdpath_bench::{gpu, storage, BenchRow, BENCH_SCHEMA};
+use gdpath_bench::{gpu, kv, storage, BenchRow, BENCH_SCHEMA};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -24,6 +24,47 @@ pub enum BenchCommand {
     D2h(GpuArgs),
     /// Put/get to a peer agent's memory over UCX, like ib_write_bw / ucx_perftest.
     Net(NetBenchArgs),
+    /// KV-cache blocks: one block transfer of N scattered blocks beside one contiguous copy of
+    /// the same bytes (the ratio is the figure), data verified, posting cost per descriptor.
+    Kv(KvArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct KvArgs {
+    /// Blocks per transfer (descriptors, one layer, one K/V plane).
+    #[arg(long, default_value_t = 100_000)]
+    blocks: u64,
+    /// Bytes per block.
+    #[arg(long, default_value = "16KiB", value_parser = parse_size)]
+    block_size: u64,
+    /// Placement: random (every block to a random slot on both sides) or runs (runs of
+    /// --run-len consecutive blocks, which merge).
+    #[arg(long, default_value = "random", value_parser = ["random", "runs"])]
+    layout: String,
+    /// Blocks per run with --layout runs.
+    #[arg(long, default_value_t = 16)]
+    run_len: u64,
+    /// Source memory: gpu:N or host.
+    #[arg(long, default_value = "gpu:0", value_parser = kv::KvMem::parse)]
+    src: kv::KvMem,
+    /// Destination memory: gpu:N, host, or peer (a `gdpath serve --export gpu:0:SIZE`, see
+    /// --peer; through CUDA IPC on this node).
+    #[arg(long, default_value = "host", value_parser = kv::KvMem::parse)]
+    dst: kv::KvMem,
+    /// Timed runs per row, after one warm-up.
+    #[arg(long, default_value_t = 5)]
+    runs: usize,
+    /// auto (the backend chooses), kernel, driver-batch or copies.
+    #[arg(long, default_value = "auto")]
+    method: String,
+    /// The serving agent for --dst peer, HOST:PORT.
+    #[arg(long)]
+    peer: Option<String>,
+    #[command(flatten)]
+    net: crate::serve::NetOpts,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -200,6 +241,7 @@ impl BenchCommand {
         match self {
             BenchCommand::Storage(a) => a.json,
             BenchCommand::Net(a) => a.json,
+            BenchCommand::Kv(a) => a.json,
             BenchCommand::P2p(a) | BenchCommand::H2d(a) | BenchCommand::D2h(a) => a.json,
         }
     }
@@ -209,6 +251,7 @@ pub fn run(cmd: BenchCommand) -> Result<ExitCode> {
     match cmd {
         BenchCommand::Storage(a) => run_storage(a),
         BenchCommand::Net(a) => run_net(a),
+        BenchCommand::Kv(a) => run_kv(a),
         BenchCommand::P2p(a) => run_gpu(gpu::GpuBenchKind::P2p, a),
         BenchCommand::H2d(a) => run_gpu(gpu::GpuBenchKind::H2d, a),
         BenchCommand::D2h(a) => run_gpu(gpu::GpuBenchKind::D2h, a),
@@ -288,6 +331,112 @@ fn run_gpu(kind: gpu::GpuBenchKind, a: GpuArgs) -> Result<ExitCode> {
         outln!("GB/s = 1e9 bytes/s; limit = NVLink count x per-link rate, or PCIe gen x width (per direction; x2 for bidir)");
     }
     Ok(verdict(report.rows.iter().all(|r| r.verified), ""))
+}
+
+fn run_kv(a: KvArgs) -> Result<ExitCode> {
+    let method = match a.method.as_str() {
+        "auto" => None,
+        m => Some(gdpath::CopyMethod::parse(m).ok_or_else(|| {
+            crate::usage(format!(
+                "--method {m}: expected auto, kernel, driver-batch or copies"
+            ))
+        })?),
+    };
+    let peer = match &a.peer {
+        Some(p) => Some(crate::serve::resolve("--peer", p)?),
+        None => None,
+    };
+    let cfg = kv::KvBenchConfig {
+        blocks: a.blocks,
+        block_size: a.block_size,
+        placement: if a.layout == "runs" {
+            kv::KvPlacement::Runs
+        } else {
+            kv::KvPlacement::Random
+        },
+        run_len: a.run_len,
+        src: a.src,
+        dst: a.dst,
+        runs: a.runs,
+        method,
+        peer,
+        token: a.net.token()?,
+        net: a.net.config(),
+    };
+    let bars = progress::for_terminal(a.json);
+    let started = std::time::SystemTime::now();
+    let r = kv::run(&cfg, bars.as_ref()).context("bench kv")?;
+    let ok = r.blocks.row.verified && r.contiguous.verified;
+    if a.json {
+        let out = serde_json::json!({
+            "schema": BENCH_SCHEMA,
+            "command": "bench kv",
+            "layout": a.layout,
+            "started_unix_s": started.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
+            "units": {"gbps": "1e9 bytes/s", "bytes": "bytes", "post_ns_per_descriptor": "ns", "post_call_us": "us"},
+            "notes": r.notes,
+            "rows": [serde_json::to_value(&r.blocks)?, serde_json::to_value(&r.contiguous)?],
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else {
+        let mut t = Table::new();
+        t.load_preset(UTF8_BORDERS_ONLY);
+        t.set_header([
+            "op",
+            "path",
+            "method",
+            "src",
+            "dst",
+            "bytes",
+            "block",
+            "descriptors",
+            "merged",
+            "GB/s min",
+            "GB/s median",
+            "GB/s max",
+            "verified",
+        ]);
+        let b = &r.blocks;
+        let row = |x: &BenchRow, m: &str, n: String, c: String| {
+            [
+                x.op.clone(),
+                x.path.clone(),
+                m.to_owned(),
+                x.src.clone().unwrap_or_default(),
+                x.dst.clone().unwrap_or_default(),
+                format_size(x.bytes),
+                format_size(x.block),
+                n,
+                c,
+                format!("{:.2}", x.gbps_min),
+                format!("{:.2}", x.gbps_median),
+                format!("{:.2}", x.gbps_max),
+                if x.verified {
+                    "yes".into()
+                } else {
+                    "NO".into()
+                },
+            ]
+        };
+        t.add_row(row(
+            &b.row,
+            &b.method,
+            b.descriptors.to_string(),
+            b.coalesced.to_string(),
+        ));
+        t.add_row(row(&r.contiguous, "copies", "1".into(), "1".into()));
+        println!("{t}");
+        println!(
+            "blocks / contiguous = {:.3}x (median GB/s); posting {:.1} ns per descriptor \
+             (post() {:.1} us)",
+            b.ratio, b.post_ns_per_descriptor, b.post_call_us
+        );
+        for n in &r.notes {
+            println!("note: {n}");
+        }
+        println!("GB/s = 1e9 bytes/s, post to completion; the contiguous row moves the same bytes between the same regions");
+    }
+    Ok(verdict(ok, ""))
 }
 
 fn run_storage(a: StorageArgs) -> Result<ExitCode> {

@@ -70,6 +70,11 @@ fn round_trip(fast_local: bool) {
     let remote_gpu = if gpu_count() >= 2 { 1 } else { 0 };
     let agent = Agent::new(AgentConfig {
         name: "gpu-net-test".into(),
+        // UCX's path is under test: the cuda backend's IPC path (gdpath's gpu_kv test) is off.
+        gpu: gdpath::GpuConfig {
+            ipc: false,
+            ..gdpath::GpuConfig::default()
+        },
         ..AgentConfig::default()
     })
     .unwrap();

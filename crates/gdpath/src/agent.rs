@@ -130,7 +130,7 @@ impl Agent {
         *set = Arc::new(set.with(backend, caps));
     }
 
-    fn backend_set(&self) -> Arc<BackendSet> {
+    pub(crate) fn backend_set(&self) -> Arc<BackendSet> {
         self.inner
             .backends
             .read()
@@ -191,6 +191,23 @@ impl Agent {
     /// This agent's id (regions record it).
     pub(crate) fn id(&self) -> u64 {
         self.inner.id
+    }
+
+    /// A new transfer id, unique within the agent.
+    pub(crate) fn next_transfer_id(&self) -> u64 {
+        self.inner.next_transfer.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// [`Agent::post`]'s check of one descriptor (ownership, usability, bounds, file ranges),
+    /// without taking the region in use.
+    pub(crate) fn check_descriptor(
+        &self,
+        index: usize,
+        side: Side,
+        d: &Descriptor,
+        is_read: bool,
+    ) -> Result<()> {
+        self.check_side(index, side, d, is_read, false).map(|_| ())
     }
 
     /// The agent's name.
@@ -518,7 +535,7 @@ impl Agent {
                 pollers.push(b.clone());
             }
         }
-        let id = self.inner.next_transfer.fetch_add(1, Ordering::Relaxed);
+        let id = self.next_transfer_id();
         let TransferRequest {
             op,
             local,

@@ -104,6 +104,11 @@ pub struct GpuConfig {
     pub copy_threads: usize,
     /// Threads executing GPU work items (each waits on its own streams).
     pub workers: usize,
+    /// Move GPU memory ↔ a peer agent's GPU region on this node with the `cuda` backend,
+    /// through the CUDA IPC handle the peer sent (`docs/gpu.md`, "GPU memory of another
+    /// process"). `false` leaves every remote pair to the network backend (UCX's own
+    /// `cuda_ipc`, what `gdpath bench net` measures).
+    pub ipc: bool,
 }
 
 impl Default for GpuConfig {
@@ -117,6 +122,7 @@ impl Default for GpuConfig {
             staging_buffers: 6,
             copy_threads: (cores / 2).clamp(2, 16),
             workers: 4,
+            ipc: true,
         }
     }
 }

@@ -225,6 +225,10 @@ pub enum Error {
         #[source]
         source: gdpath_cuda::CudaError,
     },
+    /// A block transfer's layouts or ids are wrong ([`crate::blocks::BlockError`] names the
+    /// side, the position and the block). Nothing was moved.
+    #[error("block transfer: {0}")]
+    Blocks(#[source] crate::blocks::BlockError),
     /// A backend failed outside any one descriptor (e.g. io_uring setup).
     #[error("backend {backend}: {detail}")]
     Backend {
@@ -292,6 +296,7 @@ impl Error {
             // that match on the kind keep seeing `backend`.
             Error::Backend { .. } | Error::Cuda { .. } => "backend",
             Error::BounceExhausted { .. } => "bounce_exhausted",
+            Error::Blocks(_) => "blocks",
         }
     }
 

@@ -35,6 +35,7 @@
 
 pub mod agent;
 pub mod backend;
+pub mod blocks;
 pub mod checkpoint;
 pub mod config;
 pub mod cufile_json;
@@ -54,6 +55,9 @@ mod transfer;
 pub mod units;
 
 pub use agent::{Agent, BackendInfo};
+pub use blocks::{
+    BatchReport, BlockError, BlockIndex, BlockTransfer, CopyMethod, KvLayout, PreparedBlocks,
+};
 pub use config::{AgentConfig, GdsConfig, GpuConfig, StorageConfig};
 pub use error::{Error, Result, Side};
 pub use finding::{Area, Finding, FindingId, Status};

@@ -145,6 +145,51 @@ pub(crate) fn plan_pairs(
     Ok((backends, plans))
 }
 
+/// Plans one pair on its own (index 0): the chosen backend's position and the plan.
+pub(crate) fn plan_one(
+    set: &BackendSet,
+    op: Op,
+    local: &Descriptor,
+    target: &Descriptor,
+) -> Result<(usize, PlannedPair)> {
+    plan_pair(set, op, 0, local, target, None)
+}
+
+/// Plans a block list between the regions of `local` and `target` (descriptors of the two
+/// layouts' extents): the first candidate for the pair's classes that moves block lists
+/// ([`Backend::block_lists`]) and accepts it, with its plan (index 0); `None` when no such
+/// backend accepts (the caller then expands the list into descriptor pairs).
+pub(crate) fn plan_block_list(
+    set: &BackendSet,
+    op: Op,
+    local: &Descriptor,
+    target: &Descriptor,
+) -> Option<(usize, PlannedPair)> {
+    let (lc, tc) = (local.region.kind().class(), target.region.kind().class());
+    set.candidates[slot(lc, tc, op)]
+        .iter()
+        .filter(|&&bi| set.list[bi].block_lists())
+        .find_map(|&bi| {
+            let b = &set.list[bi];
+            match b.plan(op, local, target) {
+                Ok(choice) => Some((
+                    bi,
+                    PlannedPair {
+                        index: 0,
+                        backend: b.name(),
+                        path: choice.path,
+                        finding: choice.finding,
+                        detail: choice.detail,
+                    },
+                )),
+                Err(r) => {
+                    tracing::debug!(backend = b.name(), detail = %r.detail, "block list refused");
+                    None
+                }
+            }
+        })
+}
+
 /// Plans pair `index`. Returns the chosen backend's position in `set.list` and the plan.
 fn plan_pair(
     set: &BackendSet,

@@ -1,6 +1,7 @@
 //! Transfer requests, in-flight transfers and their reports.
 
 use crate::backend::Backend;
+use crate::blocks::{BatchReport, BlockJob, BlockList, CopyMethod};
 use crate::error::{Error, Result};
 use crate::finding::FindingId;
 use crate::path::Path;
@@ -134,6 +135,11 @@ pub struct PairReport {
     pub finding: Option<FindingId>,
     /// From the backend starting the pair's first I/O to its last completion.
     pub elapsed: Duration,
+    /// How the backend posted the descriptors it moved this pair with, when it posts many at
+    /// once (block transfers; the `cuda` backend's batched requests): the method, the
+    /// descriptor counts and the posting CPU time. `None` for a pair moved on its own.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub batch: Option<BatchReport>,
 }
 
 /// What happened to one descriptor pair of a transfer that failed or timed out.
@@ -328,6 +334,7 @@ impl TransferShared {
         result: Result<u64>,
         elapsed: Duration,
         taken: Option<Path>,
+        batch: Option<BatchReport>,
         now: Instant,
     ) {
         let plan = &self.plans[index];
@@ -337,6 +344,7 @@ impl TransferShared {
             path: taken.unwrap_or_else(|| plan.path.clone()),
             finding: plan.finding.clone(),
             elapsed,
+            batch,
         });
         let mut st = lock(&self.state);
         if !matches!(st.outcomes.get(index), Some(None)) {
@@ -382,6 +390,8 @@ pub struct WorkItem {
     pair: Option<ItemPair>,
     started: OnceLock<Instant>,
     shared: Arc<TransferShared>,
+    /// The block list of a block transfer's item (its descriptors span the layouts).
+    blocks: Option<BlockJob>,
 }
 
 struct ItemPair {
@@ -444,7 +454,36 @@ impl WorkItem {
             }),
             started: OnceLock::new(),
             shared,
+            blocks: None,
         }
+    }
+
+    /// The one item of a block transfer's post (index 0): `local` and `target` span the two
+    /// layouts, `job` holds the list.
+    pub(crate) fn new_blocks(
+        op: Op,
+        local: Descriptor,
+        target: Descriptor,
+        shared: Arc<TransferShared>,
+        guards: [UseGuard; 2],
+        job: BlockJob,
+    ) -> Self {
+        let mut item = WorkItem::new(0, op, local, target, shared, guards);
+        item.blocks = Some(job);
+        item
+    }
+
+    /// The block list, for an item of a block transfer (only backends that declare
+    /// [`Backend::block_lists`] get such items). Its offsets are relative to the regions of
+    /// [`WorkItem::local`] and [`WorkItem::target`]; it moves [`BlockList::bytes`] bytes
+    /// (`local().len` is the layout's extent, not that).
+    pub fn blocks(&self) -> Option<BlockList<'_>> {
+        self.blocks.as_ref().map(BlockJob::list)
+    }
+
+    /// The method the block transfer asked for ([`crate::BlockTransfer::method`]), if any.
+    pub fn forced_method(&self) -> Option<CopyMethod> {
+        self.blocks.as_ref().and_then(BlockJob::method)
     }
 
     /// The pair's index in its request.
@@ -519,6 +558,22 @@ impl WorkItem {
         self.report_at(result, taken, now);
     }
 
+    /// As [`WorkItem::complete`], for a pair moved as part of a batch of descriptors (a block
+    /// list, or pairs of one request posted together): the pair's report carries `batch`.
+    pub fn complete_batch(mut self, result: Result<u64>, batch: BatchReport) {
+        self.report_batch_at(result, None, Some(batch), Instant::now());
+    }
+
+    /// As [`WorkItem::complete_batch`] with the completion instant read by the caller.
+    pub(crate) fn complete_batch_at(
+        mut self,
+        result: Result<u64>,
+        batch: BatchReport,
+        now: Instant,
+    ) {
+        self.report_batch_at(result, None, Some(batch), now);
+    }
+
     fn report(&mut self, result: Result<u64>, taken: Option<Path>) {
         // One clock read serves the pair's elapsed time and, for the last pair, the
         // transfer's end.
@@ -526,14 +581,26 @@ impl WorkItem {
     }
 
     fn report_at(&mut self, result: Result<u64>, taken: Option<Path>, now: Instant) {
+        self.report_batch_at(result, taken, None, now);
+    }
+
+    fn report_batch_at(
+        &mut self,
+        result: Result<u64>,
+        taken: Option<Path>,
+        batch: Option<BatchReport>,
+        now: Instant,
+    ) {
         if let Some(pair) = self.pair.take() {
             drop(pair); // release the regions first
+            self.blocks = None; // and give the ids back
             let start = self.started.get().copied().unwrap_or(self.shared.posted);
             self.shared.complete(
                 self.index,
                 result,
                 now.saturating_duration_since(start),
                 taken,
+                batch,
                 now,
             );
         }

@@ -327,6 +327,7 @@ fn client_refuses_malformed_welcome() {
         addr,
         len,
         rkey: vec![1, 2, 3],
+        ipc: None,
     };
     type Make = Box<dyn Fn([u8; 32], [u8; 32]) -> Vec<u8> + Send>;
     let welcome = |md: Metadata| -> Make {
@@ -433,6 +434,13 @@ fn arb_message() -> impl Strategy<Value = Message> {
             addr,
             len,
             rkey,
+            // GPU regions carry an IPC handle half of the time (offset within the address).
+            ipc: (gpu && id % 2 == 0).then(|| codec::IpcMeta {
+                host: [id as u8; 16],
+                pci: "0000:00:06.0".into(),
+                handle: [o as u8; 64],
+                offset: addr / 2,
+            }),
         });
     let md =
         ("[a-z]{0,20}", prop::collection::vec(region, 0..6)).prop_map(|(name, mut regions)| {

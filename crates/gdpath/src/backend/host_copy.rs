@@ -1,6 +1,8 @@
-//! `HostCopy`: host memory ↔ host memory with `memcpy`, on the posting thread.
+//! `HostCopy`: host memory ↔ host memory with `memcpy`, on the posting thread; block lists
+//! (CPU KV tiers, [`crate::blocks`]) as one `memmove` per merged run.
 
 use super::{Backend, Capability, PlanChoice, Preference, Refusal};
+use crate::blocks::{BatchReport, CopyMethod};
 use crate::memory::MemoryClass;
 use crate::os::mem::HostMem;
 use crate::path::Path;
@@ -48,10 +50,18 @@ impl Backend for HostCopy {
         true
     }
 
+    fn block_lists(&self) -> bool {
+        true
+    }
+
     fn submit(&self, items: Vec<WorkItem>) {
         for item in items {
             if let Some(stop) = item.stop_reason() {
                 item.complete(Err(stop));
+                continue;
+            }
+            if item.blocks().is_some() {
+                copy_blocks(item);
                 continue;
             }
             let (Some(l), Some(t)) = (
@@ -78,5 +88,52 @@ impl Backend for HostCopy {
             }
             item.complete(Ok(len as u64));
         }
+    }
+}
+
+/// Moves a block list: one `memmove` per merged run, source to destination. The report's
+/// `post_ns` is the whole copy (the CPU moves the bytes as it walks the list).
+fn copy_blocks(item: WorkItem) {
+    let fail = |detail: String| crate::Error::Backend {
+        backend: NAME,
+        detail,
+    };
+    let (src, dst) = match item.op() {
+        Op::Write => (item.local(), item.target()),
+        Op::Read => (item.target(), item.local()),
+    };
+    let (Some(s), Some(d)) = (src.region.host_mem(), dst.region.host_mem()) else {
+        item.complete(Err(fail("both sides must be host memory".into())));
+        return;
+    };
+    if let Some(m) = item.forced_method().filter(|&m| m != CopyMethod::Copies) {
+        item.complete(Err(fail(format!(
+            "the {m} method was asked for; host memory moves with copies only"
+        ))));
+        return;
+    }
+    let list = item.blocks().expect("checked by the caller");
+    item.mark_started();
+    let t = std::time::Instant::now();
+    let mut first_err = None;
+    let runs = list.for_each_run(|so, dof, len| {
+        if first_err.is_none() {
+            // Offsets are inside the regions (checked when prepared and posted).
+            if let Err(e) = HostMem::copy(s, so as usize, d, dof as usize, len as usize) {
+                first_err = Some(e);
+            }
+        }
+    });
+    let batch = BatchReport {
+        method: CopyMethod::Copies,
+        descriptors: list.descriptors(),
+        coalesced: runs,
+        posted: runs,
+        post_ns: t.elapsed().as_nanos() as u64,
+    };
+    let bytes = list.bytes();
+    match first_err {
+        Some(e) => item.complete(Err(super::range_err(NAME, e))),
+        None => item.complete_batch(Ok(bytes), batch),
     }
 }

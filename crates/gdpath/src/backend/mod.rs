@@ -180,6 +180,17 @@ pub trait Backend: Send + Sync + 'static {
         false
     }
 
+    /// Whether this backend moves block lists ([`crate::blocks`]): [`Backend::submit`] may then
+    /// receive items whose [`WorkItem::blocks`] is set, planned by [`Backend::plan`] on
+    /// descriptors of the two layouts' extents (whose lengths differ), and must move every
+    /// descriptor of the list and complete the item once, with
+    /// [`WorkItem::complete_batch`]. Asked when a block transfer is prepared. Default `false`:
+    /// block transfers between regions only such backends serve are expanded into descriptor
+    /// pairs.
+    fn block_lists(&self) -> bool {
+        false
+    }
+
     /// Starts the items (all planned on this backend). Must not block on their I/O; must
     /// complete every item exactly once (an item dropped unreported completes with an error).
     fn submit(&self, items: Vec<WorkItem>);

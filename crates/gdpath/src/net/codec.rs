@@ -33,8 +33,9 @@ pub const AM_ID: u16 = 0x6764;
 /// First four bytes of every message.
 pub const MAGIC: [u8; 4] = *b"GDPN";
 /// The protocol version this build speaks (and the only one it accepts). Version 3 moved the
-/// handshake to gdpath's own TCP connection and added the UCX worker addresses and routing ids
-/// to `Auth` and `Welcome`; version 2 added `Bye`, `Writes` and `WritesAck`.
+/// handshake to gdpath's own TCP connection, added the UCX worker addresses and routing ids
+/// to `Auth` and `Welcome`, and lets a region carry a CUDA IPC handle ([`RegionMeta::ipc`]);
+/// version 2 added `Bye`, `Writes` and `WritesAck`.
 pub const VERSION: u16 = 3;
 /// Frame header length in bytes.
 pub const HEADER_LEN: usize = 12;
@@ -108,7 +109,8 @@ pub enum WireKind {
 }
 
 /// One exported region: the exporting agent's region id, its memory kind, its address in the
-/// exporter's address space, its length in bytes and its packed UCX remote key.
+/// exporter's address space, its length in bytes, its packed UCX remote key and, for GPU
+/// memory, optionally its CUDA IPC handle.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RegionMeta {
     pub id: u64,
@@ -116,6 +118,28 @@ pub struct RegionMeta {
     pub addr: u64,
     pub len: u64,
     pub rkey: Vec<u8>,
+    /// The CUDA IPC handle of the GPU allocation holding the region, for importers on the same
+    /// node (wire: a presence byte 0/1, then the fields of [`IpcMeta`]).
+    pub ipc: Option<IpcMeta>,
+}
+
+/// Longest PCI address an [`IpcMeta`] carries, bytes (`0000:00:06.0` is 12).
+pub const MAX_PCI: usize = 32;
+
+/// A GPU region's CUDA IPC handle as its exporter declares it: usable only by processes of
+/// the same node (the importer compares `host` with its own), which open `handle` and find the
+/// region `offset` bytes into the mapping. Wire: `host[16]`, `pci` (u16 length + UTF-8, at most
+/// [`MAX_PCI`]), `handle[64]`, `offset` u64.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IpcMeta {
+    /// The exporter's node: the kernel's boot id (`/proc/sys/kernel/random/boot_id`).
+    pub host: [u8; 16],
+    /// PCI address of the GPU holding the memory, sysfs form (`0000:00:06.0`).
+    pub pci: String,
+    /// `CUipcMemHandle` of the allocation.
+    pub handle: [u8; 64],
+    /// Bytes from the allocation's start to the region's.
+    pub offset: u64,
 }
 
 /// An agent's metadata: its name and the regions it exports.
@@ -597,8 +621,9 @@ fn decode_in_place(bytes: &[u8]) -> Result<(Message, Option<usize>), DecodeError
     Ok((msg, writes_at))
 }
 
-/// Smallest encoded region: id, kind, ordinal, addr, len, rkey length, one rkey byte.
-const MIN_REGION_LEN: usize = 8 + 1 + 4 + 8 + 8 + 2 + 1;
+/// Smallest encoded region: id, kind, ordinal, addr, len, rkey length, one rkey byte, the IPC
+/// presence byte.
+const MIN_REGION_LEN: usize = 8 + 1 + 4 + 8 + 8 + 2 + 1 + 1;
 
 fn metadata(r: &mut Reader<'_>) -> Result<Metadata, DecodeError> {
     let name = r.str16("agent name", MAX_NAME)?;
@@ -640,6 +665,39 @@ fn metadata(r: &mut Reader<'_>) -> Result<Metadata, DecodeError> {
             });
         }
         let rkey = r.take("rkey", klen)?.to_vec();
+        let ipc = match r.u8("IPC presence")? {
+            0 => None,
+            1 => {
+                let host = r.array::<16>("IPC host")?;
+                let pci = r.str16("IPC PCI address", MAX_PCI)?;
+                let handle = r.array::<64>("IPC handle")?;
+                let offset = r.u64("IPC offset")?;
+                if addr.checked_sub(offset).is_none() {
+                    return Err(DecodeError::BadRegion {
+                        id,
+                        detail: format!("IPC offset {offset} is past the region's address"),
+                    });
+                }
+                Some(IpcMeta {
+                    host,
+                    pci,
+                    handle,
+                    offset,
+                })
+            }
+            b => {
+                return Err(DecodeError::BadRegion {
+                    id,
+                    detail: format!("IPC presence byte {b} (expected 0 or 1)"),
+                })
+            }
+        };
+        if ipc.is_some() && kind == WireKind::Host {
+            return Err(DecodeError::BadRegion {
+                id,
+                detail: "an IPC handle for host memory".into(),
+            });
+        }
         if regions.iter().any(|x| x.id == id) {
             return Err(DecodeError::BadRegion {
                 id,
@@ -652,6 +710,7 @@ fn metadata(r: &mut Reader<'_>) -> Result<Metadata, DecodeError> {
             addr,
             len,
             rkey,
+            ipc,
         });
     }
     Ok(Metadata { name, regions })
@@ -806,6 +865,17 @@ impl Writer {
             self.0
                 .extend_from_slice(&(g.rkey.len() as u16).to_le_bytes());
             self.0.extend_from_slice(&g.rkey);
+            match &g.ipc {
+                None => self.0.push(0),
+                Some(i) => {
+                    Self::limit("IPC PCI address", i.pci.len(), MAX_PCI)?;
+                    self.0.push(1);
+                    self.0.extend_from_slice(&i.host);
+                    self.str16("IPC PCI address", &i.pci)?;
+                    self.0.extend_from_slice(&i.handle);
+                    self.0.extend_from_slice(&i.offset.to_le_bytes());
+                }
+            }
         }
         Ok(())
     }
@@ -935,6 +1005,7 @@ mod tests {
                     addr: 0x7f00_0000_0000,
                     len: 1 << 20,
                     rkey: vec![1, 2, 3],
+                    ipc: None,
                 },
                 RegionMeta {
                     id: 9,
@@ -942,6 +1013,12 @@ mod tests {
                     addr: 0x1000,
                     len: 4096,
                     rkey: vec![9; 300],
+                    ipc: Some(IpcMeta {
+                        host: [7; 16],
+                        pci: "0000:00:06.0".into(),
+                        handle: [0xa5; 64],
+                        offset: 256,
+                    }),
                 },
             ],
         };
@@ -1197,6 +1274,17 @@ mod tests {
         body.extend_from_slice(&g.len.to_le_bytes());
         body.extend_from_slice(&(g.rkey.len() as u16).to_le_bytes());
         body.extend_from_slice(&g.rkey);
+        match &g.ipc {
+            None => body.push(0),
+            Some(i) => {
+                body.push(1);
+                body.extend_from_slice(&i.host);
+                body.extend_from_slice(&(i.pci.len() as u16).to_le_bytes());
+                body.extend_from_slice(i.pci.as_bytes());
+                body.extend_from_slice(&i.handle);
+                body.extend_from_slice(&i.offset.to_le_bytes());
+            }
+        }
         let mut b = MAGIC.to_vec();
         b.extend_from_slice(&VERSION.to_le_bytes());
         b.push(Kind::Metadata as u8);
@@ -1214,8 +1302,21 @@ mod tests {
             addr: 4096,
             len: 4096,
             rkey: vec![1],
+            ipc: None,
         };
         assert!(decode(&with_region(ok.clone())).is_ok());
+        let ipc = IpcMeta {
+            host: [1; 16],
+            pci: "0000:19:00.0".into(),
+            handle: [2; 64],
+            offset: 4096,
+        };
+        let gpu = RegionMeta {
+            kind: WireKind::Gpu(0),
+            ipc: Some(ipc.clone()),
+            ..ok.clone()
+        };
+        assert!(decode(&with_region(gpu.clone())).is_ok());
         let bad = [
             RegionMeta {
                 len: 0,
@@ -1230,7 +1331,35 @@ mod tests {
                 rkey: vec![0; MAX_RKEY + 1],
                 ..ok.clone()
             },
+            // An IPC handle of host memory; an offset past the address.
+            RegionMeta {
+                ipc: Some(ipc.clone()),
+                ..ok.clone()
+            },
+            RegionMeta {
+                ipc: Some(IpcMeta {
+                    offset: 4097,
+                    ..ipc.clone()
+                }),
+                ..gpu.clone()
+            },
         ];
+        let long_pci = RegionMeta {
+            ipc: Some(IpcMeta {
+                pci: "x".repeat(MAX_PCI + 1),
+                ..ipc.clone()
+            }),
+            ..gpu.clone()
+        };
+        assert!(matches!(
+            decode(&with_region(long_pci.clone())),
+            Err(DecodeError::TooLarge { .. })
+        ));
+        assert!(encode(&Message::Metadata(Metadata {
+            name: String::new(),
+            regions: vec![long_pci],
+        }))
+        .is_err());
         for g in bad {
             assert!(
                 matches!(
@@ -1242,6 +1371,9 @@ mod tests {
         }
         let mut b = with_region(ok.clone());
         b[12 + 2 + 4 + 8] = 7; // kind byte
+        assert!(matches!(decode(&b), Err(DecodeError::BadRegion { .. })));
+        let mut b = with_region(ok.clone());
+        *b.last_mut().unwrap() = 2; // IPC presence byte
         assert!(matches!(decode(&b), Err(DecodeError::BadRegion { .. })));
         let dup = encode(&Message::Metadata(Metadata {
             name: String::new(),

@@ -3,7 +3,7 @@
 //! streams per GPU.
 
 use crate::path::Path;
-use gdpath_cuda::{enable_peer_access, Context, Cuda, CudaError, Stream};
+use gdpath_cuda::{enable_peer_access, BlockCopier, BlockCopy, Context, Cuda, CudaError, Stream};
 use gdpath_topo::facts::DriverFacts;
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, OnceLock};
@@ -26,6 +26,17 @@ pub(crate) struct Gpus {
     /// Pairs whose peer access has been enabled both ways (`Err`: enabling failed, with why).
     enabled: Mutex<HashMap<(u32, u32), Result<(), String>>>,
     streams: Vec<Mutex<Vec<Stream>>>,
+    /// Block copiers per GPU (with their staging), pooled like the streams.
+    copiers: Vec<Mutex<Vec<CopierSlot>>>,
+    /// PCI address of each GPU, read once (for CUDA IPC imports).
+    pci: OnceLock<Vec<Option<String>>>,
+}
+
+/// A block copier and the descriptor list it is given, kept together so that a steady stream
+/// of lists allocates nothing.
+pub(crate) struct CopierSlot {
+    pub(crate) copier: BlockCopier,
+    pub(crate) list: Vec<BlockCopy>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -46,6 +57,8 @@ impl Gpus {
             links: Mutex::new(HashMap::new()),
             enabled: Mutex::new(HashMap::new()),
             streams: (0..count).map(|_| Mutex::new(Vec::new())).collect(),
+            copiers: (0..count).map(|_| Mutex::new(Vec::new())).collect(),
+            pci: OnceLock::new(),
         })
     }
 
@@ -152,6 +165,70 @@ impl Gpus {
             pool,
             stream: Some(s),
         })
+    }
+}
+
+impl Gpus {
+    /// A block copier of GPU `ordinal` from the pool (made when the pool is empty); back to
+    /// the pool when the lease drops. One lock per lease, none per descriptor.
+    pub(crate) fn copier(&self, ordinal: u32) -> Result<CopierLease<'_>, CudaError> {
+        let pool = self
+            .copiers
+            .get(ordinal as usize)
+            .ok_or(CudaError::NoSuchDevice {
+                ordinal,
+                count: self.count,
+            })?;
+        let slot = match lock(pool).pop() {
+            Some(s) => s,
+            None => CopierSlot {
+                copier: BlockCopier::new(&self.context(ordinal)?),
+                list: Vec::new(),
+            },
+        };
+        Ok(CopierLease {
+            pool,
+            slot: Some(slot),
+        })
+    }
+
+    /// The ordinal of the GPU at PCI address `pci` (sysfs form), if this process sees it.
+    pub(crate) fn ordinal_of_pci(&self, pci: &str) -> Option<u32> {
+        let all = self.pci.get_or_init(|| {
+            (0..self.count)
+                .map(|o| self.cuda.device(o).and_then(|d| d.pci_bus_id()).ok())
+                .collect()
+        });
+        all.iter()
+            .position(|p| p.as_deref().is_some_and(|p| p.eq_ignore_ascii_case(pci)))
+            .map(|o| o as u32)
+    }
+}
+
+/// A pooled block copier; see [`Gpus::copier`].
+pub(crate) struct CopierLease<'a> {
+    pool: &'a Mutex<Vec<CopierSlot>>,
+    slot: Option<CopierSlot>,
+}
+
+impl std::ops::Deref for CopierLease<'_> {
+    type Target = CopierSlot;
+    fn deref(&self) -> &CopierSlot {
+        self.slot.as_ref().expect("present until drop")
+    }
+}
+
+impl std::ops::DerefMut for CopierLease<'_> {
+    fn deref_mut(&mut self) -> &mut CopierSlot {
+        self.slot.as_mut().expect("present until drop")
+    }
+}
+
+impl Drop for CopierLease<'_> {
+    fn drop(&mut self) {
+        if let Some(s) = self.slot.take() {
+            lock(self.pool).push(s);
+        }
     }
 }
 

@@ -12,19 +12,31 @@
 //! | GPU a ↔ GPU a | `DeviceLocal` | `cuMemcpyDtoDAsync` |
 //! | pinned host ↔ GPU | `HostToDevice`/`DeviceToHost { pinned: true }` | one async copy ([`direct`]) |
 //! | pageable host ↔ GPU | `… { pinned: false }` + `system.host-pageable` | threads + bounce buffers ([`pageable`]); the driver's own copy below 8 MiB |
+//! | GPU ↔ a peer agent's GPU region on this node, opened through CUDA IPC ([`ipc`]) | `DeviceLocal` (the same GPU) or `P2pNvlink`/`P2pPcie` | as between local GPU memory, on the mapping |
 //!
-//! Execution: [`Backend::submit`] queues items to `GpuConfig::workers` threads; each runs its
-//! item's copies on pooled streams, waits for them, and completes the item from that thread. A
-//! submission of at most [`INLINE_MAX`] bytes runs on the posting thread instead.
+//! Many descriptors at once ([`lists`]): a block list ([`crate::blocks`]), and three or more
+//! consecutive pairs of one request between the same two regions on a direct path, are one list
+//! posted through `gdpath_cuda`'s block copier (one kernel launch or one `cuMemcpyBatchAsync`)
+//! or, for one or two merged descriptors, plain copies; the method is chosen by count and size
+//! ([`lists::choose_method`]) and reported in the pairs' [`crate::PairReport::batch`].
+//!
+//! Execution: [`Backend::submit`] queues work (an item, or a batch of items) to
+//! `GpuConfig::workers` threads; each runs it on pooled streams, waits for them, and completes
+//! the items from that thread. A submission of at most [`INLINE_MAX`] bytes runs on the posting
+//! thread instead.
 
 mod devices;
 mod direct;
+mod ipc;
+mod lists;
 pub mod memory;
 mod pageable;
 mod pair;
 mod pool;
 mod staged;
 
+pub(crate) use ipc::export_meta as ipc_export_meta;
+pub use ipc::IpcImport;
 pub use memory::{gpu_buffer, is_pinned, GpuMemory};
 pub use pair::{gpu_pair_path, gpu_pair_path_from_facts};
 
@@ -38,6 +50,7 @@ use crate::region::{BackendHandle, Descriptor, ForeignMemory, Region};
 use crate::transfer::{Op, WorkItem};
 use devices::{Gpus, PeerLink};
 use gdpath_cuda::CudaError;
+use lists::BATCH_MIN_PAIRS;
 use memory::{cuda_err, PinnedHandle};
 use pageable::{Dir, HostRange, Stop};
 use pool::StagingPool;
@@ -56,7 +69,25 @@ struct Shared {
 /// driver loads and sees at least one GPU.
 pub struct CudaBackend {
     shared: Arc<Shared>,
-    tx: crossbeam_channel::Sender<WorkItem>,
+    tx: crossbeam_channel::Sender<Job>,
+}
+
+/// Work for the worker threads.
+enum Job {
+    /// One item: a pair on its own, or a block list.
+    One(WorkItem),
+    /// Consecutive pairs of one request between the same regions, moved as one list.
+    Batch(Vec<WorkItem>),
+}
+
+impl Job {
+    fn bytes(&self) -> u64 {
+        let item = |i: &WorkItem| i.blocks().map_or(i.local().len, |l| l.bytes());
+        match self {
+            Job::One(i) => item(i),
+            Job::Batch(v) => v.iter().map(item).sum(),
+        }
+    }
 }
 
 impl std::fmt::Debug for CudaBackend {
@@ -99,16 +130,15 @@ impl CudaBackend {
             pool: StagingPool::new(&cfg),
             cfg,
         });
-        let (tx, rx) = crossbeam_channel::unbounded::<WorkItem>();
+        let (tx, rx) = crossbeam_channel::unbounded::<Job>();
         for i in 0..shared.cfg.workers {
             let (rx, sh) = (rx.clone(), shared.clone());
             std::thread::Builder::new()
                 .name(format!("gdpath-cuda-{i}"))
                 .spawn(move || {
                     // Ends when the backend (the only sender) is dropped.
-                    for item in rx {
-                        let r = sh.execute(&item);
-                        item.complete(r);
+                    for job in rx {
+                        sh.run(job);
                     }
                 })
                 .map_err(|e| Error::Backend {
@@ -182,7 +212,80 @@ impl Shared {
                     pinned: is_pinned(&dst.region),
                 }))
             }
+            (MemoryKind::Gpu { ordinal }, MemoryKind::Remote { .. }) => {
+                self.ipc_choice(*ordinal, &dst.region).map_err(refuse)
+            }
+            (MemoryKind::Remote { .. }, MemoryKind::Gpu { ordinal }) => {
+                self.ipc_choice(*ordinal, &src.region).map_err(refuse)
+            }
             (s, d) => Err(refuse(format!("{NAME} does not move {s} to {d}"))),
+        }
+    }
+
+    /// The path between local GPU `gpu` and a peer's region on this node opened through CUDA
+    /// IPC (opening the mapping here, once): `DeviceLocal` when the exporter's GPU is `gpu`,
+    /// else the P2P path of the two GPUs. Refused (the network backend then takes the pair)
+    /// when the region has no IPC handle of this node, the handle does not open (the exporter's
+    /// own process), its GPU is not visible here, P2P is impossible or switched off, or
+    /// `GpuConfig::ipc` is off.
+    fn ipc_choice(&self, gpu: u32, remote: &Region) -> std::result::Result<PlanChoice, String> {
+        if !self.cfg.ipc {
+            return Err(
+                "CUDA IPC switched off in the agent's configuration (GpuConfig::ipc)".into(),
+            );
+        }
+        let imp = crate::backend::ucx::ipc_import(remote).ok_or_else(|| {
+            format!(
+                "remote region {} has no CUDA IPC handle of this node (another host, or host \
+                 memory)",
+                remote.id()
+            )
+        })?;
+        let theirs = self.gpus.ordinal_of_pci(imp.pci()).ok_or_else(|| {
+            format!(
+                "the exporter's GPU {} is not visible to this process",
+                imp.pci()
+            )
+        })?;
+        imp.mapping(&self.gpus, gpu)?;
+        if theirs == gpu {
+            return Ok(PlanChoice::on(Path::DeviceLocal));
+        }
+        match self.gpus.peer_link(gpu, theirs) {
+            PeerLink::Possible(_) if !self.cfg.p2p => {
+                Err("P2P switched off in the agent's configuration (GpuConfig::p2p)".into())
+            }
+            PeerLink::Possible(path) => Ok(PlanChoice::on(path)),
+            PeerLink::Impossible(why) => Err(why),
+        }
+    }
+
+    /// GPU → GPU through pinned bounce buffers ([`staged`]), with the backend's settings.
+    fn staged(
+        &self,
+        s: &gdpath_cuda::DeviceBuffer,
+        so: usize,
+        d: &gdpath_cuda::DeviceBuffer,
+        dof: usize,
+        len: usize,
+        stop: &dyn Fn() -> Option<Error>,
+    ) -> std::result::Result<(), Stop> {
+        let n = self.cfg.staging_buffers;
+        staged::copy(&self.gpus, &self.pool, n, s, so, d, dof, len, stop)
+    }
+
+    /// Runs a job on this thread and completes its items.
+    fn run(&self, job: Job) {
+        match job {
+            Job::One(item) if item.blocks().is_some() => match self.execute_blocks(&item) {
+                Ok((bytes, rep)) => item.complete_batch(Ok(bytes), rep),
+                Err(e) => item.complete(Err(e)),
+            },
+            Job::One(item) => {
+                let r = self.execute(&item);
+                item.complete(r);
+            }
+            Job::Batch(items) => self.execute_batch(items),
         }
     }
 
@@ -203,28 +306,30 @@ impl Shared {
         };
         match item.path() {
             Path::P2pNvlink | Path::P2pPcie | Path::DeviceLocal => {
-                let (s, d) = (dev(src)?, dev(dst)?);
+                let gpu = match item.local().region.kind() {
+                    MemoryKind::Gpu { ordinal } => Some(*ordinal),
+                    _ => None,
+                };
+                let (se, de) = (self.end(src, gpu)?, self.end(dst, gpu)?);
+                let (lists::End::Dev { buf: s, off: sb }, lists::End::Dev { buf: d, off: db }) =
+                    (&se, &de)
+                else {
+                    return Err(Error::Backend {
+                        backend: NAME,
+                        detail: format!("{} needs GPU memory on both sides", item.path()),
+                    });
+                };
                 if s.ordinal() != d.ordinal() {
                     self.gpus
                         .ensure_peer_access(s.ordinal(), d.ordinal())
                         .map_err(&fail)?;
                 }
+                let (so, dof) = (so + *sb as usize, dof + *db as usize);
                 direct::peer(&self.gpus, s, so, d, dof, len).map_err(&fail)?;
             }
             Path::Staged => {
                 let (s, d) = (dev(src)?, dev(dst)?);
-                staged::copy(
-                    &self.gpus,
-                    &self.pool,
-                    self.cfg.staging_buffers,
-                    s,
-                    so,
-                    d,
-                    dof,
-                    len,
-                    &stop,
-                )
-                .map_err(stopped)?;
+                self.staged(s, so, d, dof, len, &stop).map_err(stopped)?;
             }
             Path::HostToDevice { pinned: true } => {
                 let d = dev(dst)?;
@@ -321,7 +426,7 @@ impl Backend for CudaBackend {
     }
 
     fn capabilities(&self) -> Vec<Capability> {
-        use MemoryClass::{Gpu, Host};
+        use MemoryClass::{Gpu, Host, Remote};
         let one = |local, target, op, path, preference| Capability {
             local,
             target,
@@ -334,6 +439,11 @@ impl Backend for CudaBackend {
             Capability::both(Gpu, Gpu, Path::P2pPcie, Preference::Preferred),
             Capability::both(Gpu, Gpu, Path::DeviceLocal, Preference::Preferred),
             Capability::both(Gpu, Gpu, Path::Staged, Preference::Fallback),
+            // A peer's GPU memory on this node, through CUDA IPC (refused otherwise: the
+            // network backend takes the pair).
+            Capability::both(Gpu, Remote, Path::DeviceLocal, Preference::Preferred),
+            Capability::both(Gpu, Remote, Path::P2pNvlink, Preference::Preferred),
+            Capability::both(Gpu, Remote, Path::P2pPcie, Preference::Preferred),
             one(
                 Host,
                 Gpu,
@@ -411,23 +521,85 @@ impl Backend for CudaBackend {
         self.shared.choose(src, dst)
     }
 
+    fn plan_per_region(&self) -> bool {
+        // `choose` looks at the two regions only (kinds, pinning, the GPU pair, IPC imports).
+        true
+    }
+
+    fn block_lists(&self) -> bool {
+        true
+    }
+
     fn submit(&self, items: Vec<WorkItem>) {
+        let jobs = jobs(items);
         // Small work runs on the posting thread: handing it to a worker and waking the waiter
         // costs more than the copy (see INLINE_MAX).
-        if items.iter().map(|i| i.local().len).sum::<u64>() <= INLINE_MAX {
-            for item in items {
-                let r = self.shared.execute(&item);
-                item.complete(r);
+        if jobs.iter().map(Job::bytes).sum::<u64>() <= INLINE_MAX {
+            for job in jobs {
+                self.shared.run(job);
             }
             return;
         }
-        for item in items {
-            if let Err(crossbeam_channel::SendError(item)) = self.tx.send(item) {
-                item.complete(Err(Error::Backend {
+        for job in jobs {
+            if let Err(crossbeam_channel::SendError(job)) = self.tx.send(job) {
+                let gone = || Error::Backend {
                     backend: NAME,
                     detail: "worker threads are gone".into(),
-                }));
+                };
+                match job {
+                    Job::One(i) => i.complete(Err(gone())),
+                    Job::Batch(v) => v.into_iter().for_each(|i| i.complete(Err(gone()))),
+                }
             }
         }
     }
+}
+
+/// Whether a path is one copy engines or the copy kernel take directly, so that pairs on it
+/// can be batched into one list.
+fn batchable(path: &Path) -> bool {
+    matches!(
+        path,
+        Path::P2pNvlink
+            | Path::P2pPcie
+            | Path::DeviceLocal
+            | Path::HostToDevice { pinned: true }
+            | Path::DeviceToHost { pinned: true }
+    )
+}
+
+/// Groups a submission: block-list items alone; runs of at least [`BATCH_MIN_PAIRS`]
+/// consecutive pairs between the same two regions on one batchable path as one batch; other
+/// pairs alone. Order within a run is kept.
+fn jobs(items: Vec<WorkItem>) -> Vec<Job> {
+    let key = |i: &WorkItem| {
+        (i.blocks().is_none() && batchable(i.path())).then(|| {
+            (
+                i.local().region.id(),
+                i.target().region.id(),
+                i.path().clone(),
+            )
+        })
+    };
+    let mut out = Vec::new();
+    let mut run: Vec<WorkItem> = Vec::new();
+    let flush = |run: &mut Vec<WorkItem>, out: &mut Vec<Job>| {
+        if run.len() >= BATCH_MIN_PAIRS {
+            out.push(Job::Batch(std::mem::take(run)));
+        } else {
+            out.extend(run.drain(..).map(Job::One));
+        }
+    };
+    for item in items {
+        let k = key(&item);
+        if k.is_none() || run.first().map(key) != Some(k.clone()) {
+            flush(&mut run, &mut out);
+        }
+        match k {
+            Some(_) => run.push(item),
+            None => out.push(Job::One(item)),
+        }
+    }
+    flush(&mut run, &mut out);
+    out
 }

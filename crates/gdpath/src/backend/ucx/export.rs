@@ -77,6 +77,7 @@ impl UcxBackend {
             addr: mem.addr(),
             len: mem.len() as u64,
             rkey,
+            ipc: crate::backend::cuda::ipc_export_meta(region),
         };
         let len = meta.len;
         let mut guard = lock(&self.state);

@@ -28,6 +28,19 @@ pub(crate) struct RemoteMem {
     /// sub-range of an export): offsets of packed writes are relative to the export.
     pub(crate) base_off: u64,
     pub(crate) remote: RemoteRegion,
+    /// The exporter's CUDA IPC handle of this range, when it sent one and is on this node: the
+    /// `cuda` backend then moves GPU ↔ this region itself.
+    pub(crate) ipc: Option<Arc<crate::backend::cuda::IpcImport>>,
+}
+
+/// The CUDA IPC import of a remote region, if it has one (for the `cuda` backend's planning).
+pub(crate) fn ipc_import(region: &Region) -> Option<&crate::backend::cuda::IpcImport> {
+    region
+        .foreign()?
+        .as_any()
+        .downcast_ref::<RemoteMem>()?
+        .ipc
+        .as_deref()
 }
 
 impl fmt::Debug for RemoteMem {
@@ -125,12 +138,16 @@ impl UcxBackend {
                 op: "ucp_ep_rkey_unpack",
                 source,
             })?;
+            let ipc = m.ipc.as_ref().and_then(|i| {
+                crate::backend::cuda::IpcImport::from_meta(i, r.addr - m.addr, r.len)
+            });
             return Ok(Box::new(RemoteMem {
                 peer: p,
                 region_id: m.id,
                 kind: m.kind,
                 base_off: r.addr - m.addr,
                 remote,
+                ipc,
             }));
         }
         Err(Error::Config(format!(

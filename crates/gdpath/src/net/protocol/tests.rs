@@ -24,6 +24,7 @@ fn region(id: u64, len: u64) -> RegionMeta {
         addr: 0x10_0000,
         len,
         rkey: vec![1, 2, 3],
+        ipc: None,
     }
 }
 

@@ -1,0 +1,544 @@
+//! GPU suite: block transfers (KV layouts, `gdpath::blocks`) through the `cuda` backend, byte
+//! for byte: random layouts GPU ↔ pinned host (100,000 × 16 KiB) and within one GPU (40,000 ×
+//! 64 KiB) with every method the backend can choose, layered layouts, single-byte blocks at odd
+//! offsets, the pairs of one request batched into one list, GPU0 → GPU1 (skipped with the
+//! reason on one GPU), and another process's GPU memory reached through CUDA IPC handed over by
+//! the agent protocol on loopback (skipped with the reason when UCX has no CUDA support, which
+//! exporting GPU memory needs). Needs an NVIDIA GPU: ignored otherwise; run with
+//! `scripts/gpu-suite.sh`.
+//!
+//! Data: `gdpath_cuda::pattern` (byte at position p is a function of the seed and p); a
+//! destination block `d` that received source block `s` holds the pattern of positions
+//! `s × size ..`, checked on the host with `pattern::check_copies` (every core).
+
+use gdpath::backend::cuda::gpu_buffer;
+use gdpath::net::codec::WireKind;
+use gdpath::net::Token;
+use gdpath::{
+    Agent, AgentConfig, BlockTransfer, CopyMethod, HostBuffer, KvLayout, Memory, Path, Region,
+    TransferReport, TransferRequest,
+};
+use gdpath_cuda::{pattern, BlockCopy, Cuda, Stream};
+use std::io::{BufRead, BufReader, Write};
+use std::time::{Duration, Instant};
+
+const SEED: u64 = 0x6770_755f_6b76; // "gpu_kv"
+
+fn agent() -> Agent {
+    let a = Agent::new(AgentConfig::default()).expect("agent");
+    assert!(
+        a.backends().iter().any(|b| b.name == "cuda"),
+        "no cuda backend: this test needs an NVIDIA GPU and driver (run on the GPU machine)"
+    );
+    a
+}
+
+fn gpu_count() -> u32 {
+    Cuda::load()
+        .and_then(|c| c.device_count())
+        .expect("CUDA driver")
+}
+
+fn gpu(a: &Agent, ordinal: u32, len: u64) -> Region {
+    a.register(Memory::Gpu { ordinal, len })
+        .expect("GPU memory")
+}
+
+fn pinned(a: &Agent, len: u64) -> Region {
+    a.register(Memory::pinned(HostBuffer::zeroed(len as usize)))
+        .expect("pinned host memory")
+}
+
+/// Fills GPU region `r` with the pattern (positions from 0), or zeroes it.
+fn fill_gpu(r: &Region, len: u64, pattern_or_zero: bool) {
+    let buf = gpu_buffer(r).expect("GPU region");
+    let s = Stream::new(buf.context()).unwrap();
+    if pattern_or_zero {
+        s.fill_pattern(buf, 0, len as usize, SEED, 0).unwrap();
+    } else {
+        s.memset(buf, 0, len as usize, 0).unwrap();
+    }
+    s.synchronize().unwrap();
+}
+
+fn wait(t: gdpath::Transfer) -> TransferReport {
+    t.wait_timeout(Duration::from_secs(120)).expect("transfer")
+}
+
+/// The bytes of `r` (GPU or host), on the host, through one contiguous engine copy.
+fn read(a: &Agent, r: &Region, len: u64) -> Vec<u8> {
+    if r.host_ptr().is_some() {
+        return r.host_view().unwrap()[..len as usize].to_vec();
+    }
+    let h = pinned(a, len);
+    wait(
+        a.post(TransferRequest::write(
+            vec![r.desc(0, len)],
+            vec![h.desc(0, len)],
+        ))
+        .unwrap(),
+    );
+    let v = h.host_view().unwrap().to_vec();
+    v
+}
+
+/// The expected copies of `ids` for a one-layer layout of `bs`-byte blocks.
+fn copies(src: &[u32], dst: &[u32], bs: u64) -> Vec<BlockCopy> {
+    src.iter()
+        .zip(dst)
+        .map(|(&s, &d)| BlockCopy::new(d as u64 * bs, s as u64 * bs, bs))
+        .collect()
+}
+
+fn check(bytes: &[u8], expected: &[BlockCopy], what: &str) {
+    let (bad, first) = pattern::check_copies(bytes, 0, expected, 0, SEED);
+    assert_eq!(
+        bad, 0,
+        "{what}: {bad} blocks differ, first at list position {first:?}"
+    );
+}
+
+/// Random blocks from `src` to `dst` (regions of `n × bs` bytes, the source holding the
+/// pattern) with `method` (None: the backend's choice); checks the destination and returns
+/// the method reported.
+#[allow(clippy::too_many_arguments)]
+fn random_blocks(
+    a: &Agent,
+    src: &Region,
+    dst: &Region,
+    n: u32,
+    bs: u64,
+    method: Option<CopyMethod>,
+    clear: &dyn Fn(),
+    what: &str,
+) -> CopyMethod {
+    clear();
+    let l = KvLayout::new(bs, n as u64);
+    let mut t = BlockTransfer::new(src, l, dst, l);
+    t.method = method;
+    let p = a.prepare_blocks(t).unwrap();
+    assert!(p.is_block_list(), "{what}: a block list");
+    assert_eq!(p.plan().backend, "cuda", "{what}");
+    let (s, d) = (pattern::shuffled(n, 1), pattern::shuffled(n, 2));
+    let t0 = Instant::now();
+    let rep = wait(p.post(&s, &d).unwrap());
+    let took = t0.elapsed();
+    let b = rep.pairs[0].batch.expect("batch report");
+    if let Some(m) = method {
+        assert_eq!(b.method, m, "{what}: forced method");
+    }
+    assert_eq!(
+        (b.descriptors, rep.bytes),
+        (n as u64, n as u64 * bs),
+        "{what}"
+    );
+    eprintln!(
+        "{what}: {} on {}, {n} x {bs} B in {took:?} ({:.1} GB/s), posting {:.0} ns/descriptor",
+        b.method,
+        rep.pairs[0].path,
+        rep.bytes as f64 / took.as_secs_f64() / 1e9,
+        b.post_ns as f64 / n as f64
+    );
+    check(&read(a, dst, n as u64 * bs), &copies(&s, &d, bs), what);
+    b.method
+}
+
+/// Every method, then the backend's choice (checked to be `auto`).
+#[allow(clippy::too_many_arguments)]
+fn every_method(
+    a: &Agent,
+    src: &Region,
+    dst: &Region,
+    n: u32,
+    bs: u64,
+    auto: CopyMethod,
+    clear: &dyn Fn(),
+    what: &str,
+) {
+    for m in CopyMethod::ALL {
+        random_blocks(a, src, dst, n, bs, Some(m), clear, &format!("{what}, {m}"));
+    }
+    let chosen = random_blocks(a, src, dst, n, bs, None, clear, &format!("{what}, auto"));
+    assert_eq!(chosen, auto, "{what}: the backend's choice");
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU: run the GPU suite"]
+fn blocks_gpu_to_pinned_host_and_back_100k_x_16k_every_method() {
+    let a = agent();
+    let (n, bs) = (100_000u32, 16u64 << 10);
+    let len = n as u64 * bs;
+    let g = gpu(&a, 0, len);
+    fill_gpu(&g, len, true);
+    let h = pinned(&a, len);
+    let clear_h = || h.host_view().unwrap().fill(0);
+    every_method(
+        &a,
+        &g,
+        &h,
+        n,
+        bs,
+        CopyMethod::Kernel,
+        &clear_h,
+        "GPU -> pinned host",
+    );
+    // Back: the pattern into the host buffer, then host -> a second GPU region.
+    pattern::fill(&mut h.host_view().unwrap(), SEED, 0);
+    let g2 = gpu(&a, 0, len);
+    let clear_g = || fill_gpu(&g2, len, false);
+    every_method(
+        &a,
+        &h,
+        &g2,
+        n,
+        bs,
+        CopyMethod::Kernel,
+        &clear_g,
+        "pinned host -> GPU",
+    );
+}
+
+/// 40,000 × 64 KiB random blocks from GPU 0 to GPU `to`, every method.
+fn device_blocks(to: u32) {
+    let a = agent();
+    let (n, bs) = (40_000u32, 64u64 << 10);
+    let len = n as u64 * bs;
+    let (s, d) = (gpu(&a, 0, len), gpu(&a, to, len));
+    fill_gpu(&s, len, true);
+    let clear = || fill_gpu(&d, len, false);
+    let what = format!("GPU 0 -> GPU {to}");
+    every_method(&a, &s, &d, n, bs, CopyMethod::Kernel, &clear, &what);
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU: run the GPU suite"]
+fn blocks_within_one_gpu_40k_x_64k_every_method() {
+    device_blocks(0);
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU: run the GPU suite"]
+fn blocks_gpu0_to_gpu1_40k_x_64k_every_method() {
+    if gpu_count() < 2 {
+        eprintln!("SKIP blocks_gpu0_to_gpu1: one GPU visible (this needs two)");
+        return;
+    }
+    device_blocks(1);
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU: run the GPU suite"]
+fn layered_gpu_cache_to_a_block_major_host_tier_and_back() {
+    let a = agent();
+    let (bs, n, layers) = (4096u64, 2048u64, 4u64);
+    // GPU: [layers][2][blocks][bs]; host: [blocks][layers][2][bs], twice the blocks, at an
+    // unaligned offset.
+    let gl = KvLayout::new(bs, n)
+        .kv(2, n * bs)
+        .layers(layers, 2 * n * bs);
+    let hl = KvLayout::new(bs, 2 * n)
+        .offset(3)
+        .block_stride(layers * 2 * bs)
+        .layers(layers, 2 * bs)
+        .kv(2, bs);
+    let glen = layers * 2 * n * bs;
+    let hlen = 3 + 2 * n * layers * 2 * bs;
+    let g = gpu(&a, 0, glen);
+    fill_gpu(&g, glen, true);
+    let h = pinned(&a, hlen);
+    let s: Vec<u32> = pattern::shuffled(n as u32, 3)[..1500].to_vec();
+    let d: Vec<u32> = pattern::shuffled(2 * n as u32, 4)[..1500].to_vec();
+    let rep = wait(
+        a.transfer_blocks(BlockTransfer::new(&g, gl, &h, hl), &s, &d)
+            .unwrap(),
+    );
+    let b = rep.pairs[0].batch.unwrap();
+    assert_eq!(b.descriptors, 1500 * layers * 2);
+    let at = |l: &KvLayout, layer: u64, k: u64, id: u64| {
+        l.offset + layer * l.layer_stride + k * l.kv_stride + id * l.block_stride
+    };
+    let mut expected = Vec::new();
+    for (&si, &di) in s.iter().zip(&d) {
+        for layer in 0..layers {
+            for k in 0..2 {
+                expected.push(BlockCopy::new(
+                    at(&hl, layer, k, di as u64),
+                    at(&gl, layer, k, si as u64),
+                    bs,
+                ));
+            }
+        }
+    }
+    check(
+        &h.host_view().unwrap(),
+        &expected,
+        "layered GPU -> host tier",
+    );
+    // Reload into a cleared GPU cache: the same slots come back.
+    let g2 = gpu(&a, 0, glen);
+    fill_gpu(&g2, glen, false);
+    wait(
+        a.transfer_blocks(BlockTransfer::new(&h, hl, &g2, gl), &d, &s)
+            .unwrap(),
+    );
+    let back: Vec<BlockCopy> = expected
+        .iter()
+        .map(|c| BlockCopy::new(c.src, c.src, c.len))
+        .collect();
+    check(&read(&a, &g2, glen), &back, "host tier -> layered GPU");
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU: run the GPU suite"]
+fn single_byte_blocks_at_odd_offsets_on_the_gpu() {
+    let a = agent();
+    let n = 50_000u32;
+    let sl = KvLayout::new(1, n as u64).offset(1).block_stride(3);
+    let dl = KvLayout::new(1, n as u64).offset(7).block_stride(5);
+    let (slen, dlen) = (1 + 3 * n as u64, 7 + 5 * n as u64);
+    let g = gpu(&a, 0, slen);
+    fill_gpu(&g, slen, true);
+    let h = pinned(&a, dlen);
+    let (s, d) = (pattern::shuffled(n, 5), pattern::shuffled(n, 6));
+    for m in [CopyMethod::Kernel, CopyMethod::DriverBatch] {
+        h.host_view().unwrap().fill(0);
+        let t = BlockTransfer::new(&g, sl, &h, dl).method(m);
+        wait(a.transfer_blocks(t, &s, &d).unwrap());
+        let expected: Vec<BlockCopy> = s
+            .iter()
+            .zip(&d)
+            .map(|(&si, &di)| BlockCopy::new(7 + 5 * di as u64, 1 + 3 * si as u64, 1))
+            .collect();
+        check(
+            &h.host_view().unwrap(),
+            &expected,
+            &format!("1-byte blocks, {m}"),
+        );
+    }
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU: run the GPU suite"]
+fn pairs_of_one_request_are_batched_and_report_the_method() {
+    let a = agent();
+    let len = 64u64 << 20;
+    let g = gpu(&a, 0, len);
+    fill_gpu(&g, len, true);
+    let h = pinned(&a, len);
+    // (pairs, bytes each, expected method): one pair alone (no batch report), many small
+    // pairs (the kernel), a few large ones (the driver batch where the driver has it).
+    let batch_ok = Cuda::load().unwrap().driver_version().unwrap() >= 12080;
+    let cases: [(u64, u64, Option<CopyMethod>); 3] = [
+        (1, 4 << 20, None),
+        (2000, 4096, Some(CopyMethod::Kernel)),
+        (
+            8,
+            4 << 20,
+            Some(if batch_ok {
+                CopyMethod::DriverBatch
+            } else {
+                CopyMethod::Kernel
+            }),
+        ),
+    ];
+    for (pairs, each, want) in cases {
+        h.host_view().unwrap().fill(0);
+        // Pair i: GPU bytes of slot i to host slot (pairs - 1 - i): no two pairs continue each
+        // other, so nothing merges.
+        let local: Vec<_> = (0..pairs).map(|i| g.desc(i * each, each)).collect();
+        let target: Vec<_> = (0..pairs)
+            .map(|i| h.desc((pairs - 1 - i) * each, each))
+            .collect();
+        let rep = wait(a.post(TransferRequest::write(local, target)).unwrap());
+        assert_eq!(rep.pairs[0].path, Path::DeviceToHost { pinned: true });
+        assert_eq!(
+            rep.pairs[0].batch.map(|b| b.method),
+            want,
+            "{pairs} x {each}"
+        );
+        if let Some(b) = rep.pairs[0].batch {
+            assert_eq!((b.descriptors, b.coalesced), (pairs, pairs));
+            assert!(rep.pairs.iter().all(|p| p.batch == Some(b)));
+        }
+        let expected: Vec<BlockCopy> = (0..pairs)
+            .map(|i| BlockCopy::new((pairs - 1 - i) * each, i * each, each))
+            .collect();
+        check(
+            &h.host_view().unwrap(),
+            &expected,
+            &format!("{pairs} pairs"),
+        );
+    }
+}
+
+const IPC_CHILD: &str = "GDPATH_KV_AGENT_CHILD";
+const IPC_TEST: &str = "blocks_to_and_from_another_process_gpu_memory_through_the_agent_protocol";
+
+/// Two processes on one GPU (vLLM's disaggregated prefill and decode): the child (this binary
+/// again) serves an agent on loopback exporting a GPU region filled with the pattern; the
+/// parent connects, gets the region's CUDA IPC handle in the metadata, reloads random blocks
+/// from it (checked here), then writes random blocks of its own pattern into it with every
+/// method (checked by the child in its own memory). Skipped, with the reason, when the child
+/// cannot export GPU memory (a UCX without CUDA).
+#[test]
+#[ignore = "needs an NVIDIA GPU and a CUDA-enabled UCX: run the GPU suite"]
+fn blocks_to_and_from_another_process_gpu_memory_through_the_agent_protocol() {
+    if std::env::var_os(IPC_CHILD).is_some() {
+        return agent_child();
+    }
+    let (n, bs) = (40_000u32, 64u64 << 10);
+    let len = n as u64 * bs;
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            IPC_TEST,
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(IPC_CHILD, format!("{len}"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut to_child = child.stdin.take().unwrap();
+    let mut from_child = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    let port = loop {
+        line.clear();
+        assert!(
+            from_child.read_line(&mut line).unwrap() > 0,
+            "child ended early"
+        );
+        if let Some(p) = line.strip_prefix("PORT ") {
+            break p.trim().parse::<u16>().unwrap();
+        }
+        if let Some(why) = line.strip_prefix("SKIP ") {
+            eprintln!("SKIP {IPC_TEST}: the serving process cannot export GPU memory: {why}");
+            let _ = child.wait();
+            return;
+        }
+    };
+    let a = agent();
+    let peer = a
+        .connect(std::net::SocketAddr::from(([127, 0, 0, 1], port)))
+        .unwrap();
+    let info = peer
+        .regions()
+        .into_iter()
+        .find(|r| matches!(r.kind, WireKind::Gpu(_)))
+        .expect("the child's GPU region");
+    let remote = a.register(peer.memory(info.id).unwrap()).unwrap();
+    let l = KvLayout::new(bs, n as u64);
+    // Reload: the child's blocks into this process's GPU memory.
+    let mine = gpu(&a, 0, len);
+    fill_gpu(&mine, len, false);
+    let p = a
+        .prepare_blocks(BlockTransfer::new(&remote, l, &mine, l))
+        .unwrap();
+    assert!(p.is_block_list(), "IPC: moved by the cuda backend");
+    assert_eq!(p.plan().backend, "cuda");
+    assert_eq!(p.plan().path, Path::DeviceLocal, "both processes on GPU 0");
+    let (s, d) = (pattern::shuffled(n, 7), pattern::shuffled(n, 8));
+    let t0 = Instant::now();
+    let rep = wait(p.post(&s, &d).unwrap());
+    eprintln!(
+        "reload from the other process: {} {:.1} GB/s",
+        rep.pairs[0].batch.unwrap().method,
+        len as f64 / t0.elapsed().as_secs_f64() / 1e9
+    );
+    check(
+        &read(&a, &mine, len),
+        &copies(&s, &d, bs),
+        "remote -> local",
+    );
+    // Offload: this process's pattern into the child's memory, every method; the child checks
+    // (and clears its memory after each check).
+    fill_gpu(&mine, len, true);
+    writeln!(to_child, "CLEAR").unwrap();
+    line.clear();
+    from_child.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "CLEARED");
+    for m in CopyMethod::ALL {
+        let p = a
+            .prepare_blocks(BlockTransfer::new(&mine, l, &remote, l).method(m))
+            .unwrap();
+        let t0 = Instant::now();
+        let rep = wait(p.post(&s, &d).unwrap());
+        assert_eq!(rep.pairs[0].batch.unwrap().method, m);
+        eprintln!(
+            "offload to the other process, {m}: {:.1} GB/s",
+            len as f64 / t0.elapsed().as_secs_f64() / 1e9
+        );
+        writeln!(to_child, "CHECK {n} {bs}").unwrap();
+        line.clear();
+        from_child.read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "OK", "the child's check after {m}");
+    }
+    // The mapping closes with the region, before the child frees its memory.
+    drop(p);
+    drop(remote);
+    drop(peer);
+    writeln!(to_child, "BYE").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "the child did not exit");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The serving side of the IPC test: exports a GPU region with the pattern, prints its port,
+/// then checks its memory when asked (and clears it for the next round).
+fn agent_child() {
+    let len: u64 = std::env::var(IPC_CHILD).unwrap().parse().unwrap();
+    let a = agent();
+    let r = gpu(&a, 0, len);
+    fill_gpu(&r, len, true);
+    let server = match a.serve(
+        std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+        Token::none(),
+    ) {
+        Ok(s) => s,
+        Err(e) => {
+            println!("SKIP cannot serve over UCX: {e}");
+            return;
+        }
+    };
+    if let Err(e) = a.export(&r) {
+        println!("SKIP {e}");
+        return;
+    }
+    println!("PORT {}", server.local_addr().port());
+    let mut line = String::new();
+    let stdin = std::io::stdin();
+    loop {
+        line.clear();
+        if stdin.lock().read_line(&mut line).unwrap() == 0 || line.starts_with("BYE") {
+            break;
+        }
+        if line.starts_with("CLEAR") {
+            fill_gpu(&r, len, false);
+            println!("CLEARED");
+            continue;
+        }
+        let v: Vec<u64> = line
+            .split_whitespace()
+            .skip(1)
+            .map(|x| x.parse().unwrap())
+            .collect();
+        let (n, bs) = (v[0] as u32, v[1]);
+        let (s, d) = (pattern::shuffled(n, 7), pattern::shuffled(n, 8));
+        let got = read(&a, &r, len);
+        let (bad, _) = pattern::check_copies(&got, 0, &copies(&s, &d, bs), 0, SEED);
+        println!(
+            "{}",
+            if bad == 0 {
+                "OK".to_owned()
+            } else {
+                format!("BAD {bad}")
+            }
+        );
+        fill_gpu(&r, len, false);
+    }
+    server.stop(Duration::from_secs(5));
+}
