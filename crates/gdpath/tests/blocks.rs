@@ -438,3 +438,38 @@ fn posting_cost_per_descriptor_for_100k_descriptors() {
     }
     eprintln!("best: {best:.1} ns per descriptor");
 }
+
+#[test]
+fn a_read_only_destination_is_refused_and_a_read_only_source_is_read() {
+    let a = agent();
+    let l = KvLayout::new(64, 8);
+    let mut ro_bytes = pattern(64 * 8, 9);
+    // SAFETY: `ro_bytes` outlives both regions and every transfer on them (dropped below).
+    let ro = a
+        .register(gdpath::Memory::HostPointer {
+            memory: unsafe {
+                gdpath::HostPointer::new(ro_bytes.as_mut_ptr(), ro_bytes.len(), false)
+            },
+            pinned: false,
+        })
+        .unwrap();
+    let src = host(&a, &pattern(64 * 8, 3));
+    let e = a
+        .prepare_blocks(BlockTransfer::new(&src, l, &ro, l))
+        .expect_err("a read-only destination");
+    assert!(
+        matches!(e, Error::ReadOnlyMemory { region, .. } if region == ro.id()),
+        "{e:?}"
+    );
+    // Read from it: allowed, and it is left as it was.
+    let dst = host_zeroed(&a, 64 * 8);
+    let ids: Vec<u32> = (0..8).collect();
+    let rep = wait(
+        a.transfer_blocks(BlockTransfer::new(&ro, l, &dst, l), &ids, &ids)
+            .unwrap(),
+    );
+    assert_eq!(rep.bytes, 64 * 8);
+    assert_eq!(bytes_of(&dst), pattern(64 * 8, 9));
+    drop((ro, dst, src));
+    assert_eq!(ro_bytes, pattern(64 * 8, 9));
+}

@@ -446,7 +446,8 @@ impl Agent {
     }
 
     /// The descriptor of `layout`'s extent in `region` (`offset .. offset + span`), checked
-    /// against the region: memory by length, files as [`Agent::post`] checks a file range.
+    /// against the region: memory by length, files as [`Agent::post`] checks a file range; a
+    /// destination in read-only memory is [`Error::ReadOnlyMemory`].
     fn extent(
         &self,
         region: &Region,
@@ -454,6 +455,12 @@ impl Agent {
         span: u64,
         side: BlockSide,
     ) -> Result<Descriptor> {
+        if side == BlockSide::Dst && region.is_read_only() {
+            return Err(Error::ReadOnlyMemory {
+                region: region.id(),
+                detail: "it is the destination of this block transfer".into(),
+            });
+        }
         let d = region.desc(layout.offset, span);
         if region.file().is_some() {
             let (s, reads) = match side {
