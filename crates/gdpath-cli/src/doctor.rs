@@ -16,10 +16,12 @@ use std::process::ExitCode;
 pub(crate) const EXIT_FAILED: u8 = doctor::exit::FAILED;
 
 #[derive(Debug, Args)]
-#[command(after_help = "Exit status: 0 nothing degraded or unavailable (some verdict decided), \
+#[command(
+    after_help = "Exit status: 0 nothing degraded or unavailable (some verdict decided), \
     1 some finding degraded, 2 some unavailable, 3 the doctor itself failed, 4 no verdict could \
     be decided (every path unknown or not run: a broken --sysfs-root, a source that describes \
-    too little), so that `gdpath doctor && launch` does not go ahead on it.")]
+    too little), so that `gdpath doctor && launch` does not go ahead on it."
+)]
 pub struct DoctorArgs {
     #[command(flatten)]
     source: SourceArgs,

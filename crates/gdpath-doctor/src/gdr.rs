@@ -62,7 +62,7 @@ pub(super) fn check(input: &DoctorInput) -> Vec<Finding> {
             let nic = rdma_nics[i];
             out.push(nic_far(input, g, nic, class));
             let s = format!("{}-{}", g.id, nic_name(nic));
-            let acs = super::p2p::acs_of(m, &gp, &nic_places[i], false);
+            let acs = super::p2p::acs_of(m, &gp, &nic_places[i], false, true);
             out.push(super::p2p::acs_finding(m, &acs, A, &s, None));
         }
     }
@@ -218,8 +218,9 @@ fn dmabuf(input: &DoctorInput) -> Dmabuf {
             Some(_) => missing.push(format!("kernel {r} < 5.12 ({file})")),
             None => unknowns.push(format!("kernel release {r:?} not understood ({file})")),
         },
-        None => unknowns
-            .push("kernel release unknown (/proc/sys/kernel/osrelease absent)".to_owned()),
+        None => {
+            unknowns.push("kernel release unknown (/proc/sys/kernel/osrelease absent)".to_owned())
+        }
     }
     let gpus: Vec<&Device> = input.machine.gpus().collect();
     match input.driver.got() {

@@ -16,6 +16,9 @@ use std::fmt::Write as _;
 /// Summaries longer than this many characters are cut (with "…"); `verbose` shows them whole.
 const SUMMARY_CHARS: usize = 110;
 
+/// Subject lists longer than this are cut too (several groups of pairs of a large machine).
+const SUBJECT_CHARS: usize = 100;
+
 /// What to show.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TextOptions {
@@ -41,9 +44,10 @@ pub fn text(r: &Report, mode: &Mode, opts: TextOptions) -> String {
             Mode::Replay { what } => format!("{what} (replay: live-only checks not run)"),
         }
     );
-    if r.findings.iter().any(|f| {
-        f.id.as_str() == ids::SYSTEM_NO_GPU && f.status == Status::Unavailable
-    }) {
+    if r.findings
+        .iter()
+        .any(|f| f.id.as_str() == ids::SYSTEM_NO_GPU && f.status == Status::Unavailable)
+    {
         let _ = writeln!(
             o,
             "No GPU: {}; checking what can be checked without one.",
@@ -63,9 +67,7 @@ pub fn text(r: &Report, mode: &Mode, opts: TextOptions) -> String {
         .max()
         .unwrap_or(0);
     for (area, ls, (ok, not_run)) in &lines {
-        let verdict = r
-            .verdict(*area)
-            .map_or("no checks", |v| word(v.status));
+        let verdict = r.verdict(*area).map_or("no checks", |v| word(v.status));
         let _ = writeln!(o, "\n{}: {verdict}", title(*area));
         for l in ls {
             l.write(&mut o, width, opts.verbose);
@@ -138,7 +140,10 @@ fn coverage(o: &mut String, r: &Report, verbose: bool) {
         return;
     }
     if verbose {
-        let _ = writeln!(o, "Not described by the source (checks that need them are unknown):");
+        let _ = writeln!(
+            o,
+            "Not described by the source (checks that need them are unknown):"
+        );
         for (a, why) in gaps {
             let _ = writeln!(o, "  {}: {why}", a.describe());
         }
@@ -149,7 +154,10 @@ fn coverage(o: &mut String, r: &Report, verbose: bool) {
         .filter(|a| r.coverage.get(**a).gap().is_some())
         .partition(|a| r.coverage.get(**a).is_unknown());
     let names = |v: &[&gdpath_topo::Aspect]| {
-        v.iter().map(|a| a.describe()).collect::<Vec<_>>().join(", ")
+        v.iter()
+            .map(|a| a.describe())
+            .collect::<Vec<_>>()
+            .join(", ")
     };
     let mut text = String::new();
     if !none.is_empty() {
@@ -191,8 +199,10 @@ impl Line<'_> {
         };
         let what = if subjects == "system" {
             String::new()
-        } else {
+        } else if verbose {
             format!("{subjects}: ")
+        } else {
+            format!("{}: ", cut(&subjects, SUBJECT_CHARS))
         };
         let id = format!("{:<width$}", self.id);
         if !verbose {

@@ -92,7 +92,9 @@ fn pairs_text(pairs: &BTreeSet<(Dev, Dev)>) -> String {
         .iter()
         .flat_map(|(a, b)| [a.clone(), b.clone()])
         .collect();
-    let one_prefix = ends.iter().all(|d| d.prefix == ends.first().expect("ends").prefix);
+    let one_prefix = ends
+        .iter()
+        .all(|d| d.prefix == ends.first().expect("ends").prefix);
     let mut candidates = Vec::new();
     if one_prefix && !ordered {
         let n = ends.len();
@@ -138,7 +140,10 @@ fn pairs_text(pairs: &BTreeSet<(Dev, Dev)>) -> String {
             == pairs.len();
         if complete && comps.len() > 1 {
             comps.sort();
-            let parts: Vec<String> = comps.iter().map(|c| format!("all of {}", ranges(c))).collect();
+            let parts: Vec<String> = comps
+                .iter()
+                .map(|c| format!("all of {}", ranges(c)))
+                .collect();
             candidates.push(capped(pairs.len(), &parts));
         }
     }
@@ -161,7 +166,11 @@ fn pairs_text(pairs: &BTreeSet<(Dev, Dev)>) -> String {
         let parts: Vec<String> = merged
             .iter()
             .map(|(keys, other)| {
-                let (l, r) = if by_first { (keys, other) } else { (other, keys) };
+                let (l, r) = if by_first {
+                    (keys, other)
+                } else {
+                    (other, keys)
+                };
                 format!("{} {arrow} {}", ranges(l), ranges(r))
             })
             .collect();
@@ -245,32 +254,38 @@ pub fn compress<S: AsRef<str>>(subjects: &[S]) -> String {
 }
 
 /// A set of GPU pairs described by its structure, for machines too large to list each pair:
-/// all pairs within one set of GPUs, or every pair between two disjoint sets.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// groups of GPUs are given as indices into a list of groups (each a list of GPU indices).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum PairBlock {
-    /// Every pair of these GPUs (indices into the machine's GPUs).
-    Within(Vec<usize>),
-    /// Every pair of a GPU of the first set and one of the second.
-    Between(Vec<usize>, Vec<usize>),
-    /// One pair.
+    /// Every pair of the GPUs of one group.
+    Within(usize),
+    /// Every pair of a GPU of the first group and one of the second.
+    Between(usize, usize),
+    /// One pair of GPUs.
     Pair(usize, usize),
 }
 
 impl PairBlock {
-    /// How many pairs the block holds.
-    pub(crate) fn len(&self) -> usize {
-        match self {
-            PairBlock::Within(v) => v.len() * v.len().saturating_sub(1) / 2,
-            PairBlock::Between(a, b) => a.len() * b.len(),
+    /// How many pairs the block holds, with `groups` the GPUs of each group.
+    pub(crate) fn len(&self, groups: &[Vec<usize>]) -> usize {
+        match *self {
+            PairBlock::Within(g) => groups[g].len() * groups[g].len().saturating_sub(1) / 2,
+            PairBlock::Between(a, b) => groups[a].len() * groups[b].len(),
             PairBlock::Pair(..) => 1,
         }
     }
 }
 
-/// Blocks of GPU pairs in few words (`ids` are the machine's GPU ids by index), without listing
-/// their pairs one by one: `all 3,727,815 pairs of GPU0–GPU2729`, `GPU0, GPU1 ↔ GPU2–GPU7; …`;
-/// `apart` pairs of these blocks that have a finding of their own are said as a count.
-pub(crate) fn blocks_text(ids: &[&str], blocks: &[PairBlock], apart: usize) -> String {
+/// Blocks of GPU pairs in few words (`ids` are the machine's GPU ids by index, `groups` the
+/// GPUs of each group), without listing their pairs one by one: `all 3727815 pairs of
+/// GPU0–GPU2729`, `GPU0–GPU1 ↔ GPU2–GPU3; …`; `apart` pairs of these blocks that have findings of
+/// their own are said as a count. Only the blocks shown are formatted.
+pub(crate) fn blocks_text(
+    ids: &[&str],
+    groups: &[Vec<usize>],
+    blocks: &[PairBlock],
+    apart: usize,
+) -> String {
     let set = |v: &[usize]| -> String {
         let devs: Option<BTreeSet<Dev>> = v.iter().map(|&i| Dev::parse(ids[i])).collect();
         match devs {
@@ -278,21 +293,35 @@ pub(crate) fn blocks_text(ids: &[&str], blocks: &[PairBlock], apart: usize) -> S
             None => v.iter().map(|&i| ids[i]).collect::<Vec<_>>().join(", "),
         }
     };
-    let count: usize = blocks.iter().map(PairBlock::len).sum::<usize>() - apart;
-    let parts: Vec<String> = blocks
-        .iter()
-        .map(|b| match b {
-            PairBlock::Within(v) => format!("all pairs of {}", set(v)),
-            PairBlock::Between(a, b) => format!("{} ↔ {}", set(a), set(b)),
-            PairBlock::Pair(a, b) => format!("{}-{}", ids[*a], ids[*b]),
-        })
-        .collect();
-    let mut text = match (blocks, parts.as_slice()) {
-        ([PairBlock::Within(_)], _) if apart == 0 => {
-            format!("all {count} pairs of {}", parts[0].trim_start_matches("all pairs of "))
+    let count: usize = blocks.iter().map(|b| b.len(groups)).sum::<usize>() - apart;
+    let part = |b: &PairBlock| match *b {
+        PairBlock::Within(g) => format!("all of {}", set(&groups[g])),
+        PairBlock::Between(a, b) => format!("{} ↔ {}", set(&groups[a]), set(&groups[b])),
+        PairBlock::Pair(a, b) => format!("{}-{}", ids[a], ids[b]),
+    };
+    let mut text = match blocks {
+        [PairBlock::Within(g)] if apart == 0 => {
+            format!(
+                "all {} of {}",
+                plural(count, "pair", "pairs"),
+                set(&groups[*g])
+            )
         }
-        ([_], [p]) if count == 1 => p.clone(),
-        _ => capped(count, &parts),
+        [b] if count == 1 => part(b),
+        _ => {
+            // Format only as many blocks as fit.
+            let mut parts = Vec::new();
+            let mut len = 0;
+            for b in blocks {
+                let p = part(b);
+                len += p.chars().count() + 2;
+                parts.push(p);
+                if len > MAX_CHARS {
+                    break;
+                }
+            }
+            capped(count, &parts)
+        }
     };
     if apart > 0 {
         let _ = write!(
@@ -316,7 +345,10 @@ mod tests {
 
     #[test]
     fn devices_become_ranges() {
-        assert_eq!(compress(&["GPU0", "GPU1", "GPU2", "GPU3", "GPU5"]), "GPU0–GPU3, GPU5");
+        assert_eq!(
+            compress(&["GPU0", "GPU1", "GPU2", "GPU3", "GPU5"]),
+            "GPU0–GPU3, GPU5"
+        );
         assert_eq!(compress(&["GPU0", "GPU1"]), "GPU0–GPU1");
         assert_eq!(compress(&["GPU0", "GPU2"]), "GPU0, GPU2");
         assert_eq!(
@@ -347,7 +379,10 @@ mod tests {
                 n(a) == n(b)
             })
             .collect();
-        assert_eq!(compress(&two), "12 pairs: all of GPU0–GPU3; all of GPU4–GPU7");
+        assert_eq!(
+            compress(&two),
+            "12 pairs: all of GPU0–GPU3; all of GPU4–GPU7"
+        );
         assert_eq!(
             compress(&apart),
             "24 pairs: all of GPU0–GPU7 but GPU0-GPU1, GPU2-GPU3, GPU4-GPU5, GPU6-GPU7"
@@ -358,9 +393,15 @@ mod tests {
             "GPU2-NIC1 (0000:20:1b.0)",
             "GPU3-NIC1 (0000:20:1b.0)",
         ];
-        assert_eq!(compress(&nics), "4 pairs: GPU0–GPU1 ↔ NIC0; GPU2–GPU3 ↔ NIC1");
+        assert_eq!(
+            compress(&nics),
+            "4 pairs: GPU0–GPU1 ↔ NIC0; GPU2–GPU3 ↔ NIC1"
+        );
         // Ordered pairs of --measure keep their direction.
-        assert_eq!(compress(&["GPU0-GPU1", "GPU1-GPU0"]), "2 pairs: GPU0 → GPU1; GPU1 → GPU0");
+        assert_eq!(
+            compress(&["GPU0-GPU1", "GPU1-GPU0"]),
+            "2 pairs: GPU0 → GPU1; GPU1 → GPU0"
+        );
         assert_eq!(
             compress(&["/data: GPU0-NVME0", "/data: GPU1-NVME0", "/tmp"]),
             "/data: 2 pairs: GPU0–GPU1 ↔ NVME0; /tmp"
@@ -373,28 +414,35 @@ mod tests {
         let some: Vec<String> = all_pairs(64).into_iter().step_by(2).collect();
         let text = compress(&some);
         assert!(text.chars().count() <= MAX_CHARS + 4, "{text}");
-        assert!(text.starts_with("1008 pairs: ") && text.ends_with('…'), "{text}");
+        assert!(
+            text.starts_with("1008 pairs: ") && text.ends_with('…'),
+            "{text}"
+        );
     }
 
     #[test]
     fn blocks() {
         let ids: Vec<String> = (0..6).map(|i| format!("GPU{i}")).collect();
         let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+        let groups = vec![vec![0, 1], vec![2, 3], vec![4, 5]];
+        let all = vec![vec![0, 1, 2, 3, 4, 5]];
         assert_eq!(
-            blocks_text(&ids, &[PairBlock::Within(vec![0, 1, 2, 3, 4, 5])], 0),
+            blocks_text(&ids, &all, &[PairBlock::Within(0)], 0),
             "all 15 pairs of GPU0–GPU5"
         );
         assert_eq!(
             blocks_text(
                 &ids,
-                &[
-                    PairBlock::Between(vec![0, 1], vec![2, 3]),
-                    PairBlock::Between(vec![0, 1], vec![4, 5])
-                ],
+                &groups,
+                &[PairBlock::Between(0, 1), PairBlock::Between(0, 2)],
                 1
             ),
             "7 pairs: GPU0–GPU1 ↔ GPU2–GPU3; GPU0–GPU1 ↔ GPU4–GPU5 (1 pair with findings of \
              their own left out)"
+        );
+        assert_eq!(
+            blocks_text(&ids, &groups, &[PairBlock::Pair(0, 5)], 0),
+            "GPU0-GPU5"
         );
     }
 }

@@ -245,12 +245,7 @@ impl Machine {
             .collect();
         let cells = places
             .iter()
-            .map(|a| {
-                places
-                    .iter()
-                    .map(|b| self.pair_at(a, b).class())
-                    .collect()
-            })
+            .map(|a| places.iter().map(|b| self.pair_at(a, b).class()).collect())
             .collect();
         Matrix {
             ids: places.iter().map(|p| p.dev.id.clone()).collect(),

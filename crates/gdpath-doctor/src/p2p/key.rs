@@ -41,6 +41,32 @@ impl IommuOf {
     }
 }
 
+/// Bridges of one kind on a path: their addresses where listed (machines small enough to keep
+/// each pair's own evidence), else only whether there are any.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub(crate) struct Bridges {
+    pub(crate) any: bool,
+    pub(crate) listed: Vec<PciAddr>,
+}
+
+impl Bridges {
+    fn add(&mut self, pci: PciAddr, list: bool) {
+        self.any = true;
+        if list {
+            self.listed.push(pci);
+        }
+    }
+
+    /// The addresses, each through `each`, or "the bridges between each pair" when not listed.
+    pub(crate) fn text(&self, each: impl Fn(&PciAddr) -> String) -> String {
+        if self.listed.is_empty() {
+            "the bridges between each pair".to_owned()
+        } else {
+            self.listed.iter().map(each).collect::<Vec<_>>().join(", ")
+        }
+    }
+}
+
 /// The ACS state between two devices, as the `p2p.acs-enabled` rule reads it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) enum Acs {
@@ -50,19 +76,21 @@ pub(crate) enum Acs {
     TreeUnknown,
     /// No bridge between the two (both on this root bus).
     NoBridge(Option<String>),
-    /// The source does not describe ACS at all ([`gdpath_topo::Coverage::acs`] unknown).
-    NotInSource,
+    /// The source does not describe ACS at all ([`gdpath_topo::Coverage::acs`] unknown): the
+    /// bridges between the two.
+    NotInSource(Bridges),
     /// The bridges between the two, by what their ACS says.
     Bridges {
-        redirect: Vec<PciAddr>,
-        unknown: Vec<PciAddr>,
-        clean: Vec<PciAddr>,
+        redirect: Bridges,
+        unknown: Bridges,
+        clean: Bridges,
     },
 }
 
 /// The ACS state on the path between two placed devices; `nvlink` when they are joined by
-/// NVLink (P2P then crosses no bridge).
-pub(crate) fn acs_of(m: &Machine, a: &Place, b: &Place, nvlink: bool) -> Acs {
+/// NVLink (P2P then crosses no bridge); `list` to name the bridges (else only their kinds are
+/// kept, so that many pairs share one state).
+pub(crate) fn acs_of(m: &Machine, a: &Place, b: &Place, nvlink: bool, list: bool) -> Acs {
     if nvlink {
         return Acs::NvLink;
     }
@@ -74,14 +102,19 @@ pub(crate) fn acs_of(m: &Machine, a: &Place, b: &Place, nvlink: bool) -> Acs {
         return Acs::NoBridge(a.device().host_bridge.clone());
     }
     if m.coverage.acs.is_unknown() {
-        return Acs::NotInSource;
+        let mut all = Bridges::default();
+        for br in bridges {
+            all.add(br.pci, list);
+        }
+        return Acs::NotInSource(all);
     }
-    let (mut redirect, mut unknown, mut clean) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut redirect, mut unknown, mut clean) =
+        (Bridges::default(), Bridges::default(), Bridges::default());
     for br in bridges {
         match br.acs {
-            Some(st) if st.redirects_p2p() => redirect.push(br.pci),
-            Some(_) => clean.push(br.pci),
-            None => unknown.push(br.pci),
+            Some(st) if st.redirects_p2p() => redirect.add(br.pci, list),
+            Some(_) => clean.add(br.pci, list),
+            None => unknown.add(br.pci, list),
         }
     }
     Acs::Bridges {
@@ -156,12 +189,7 @@ pub(crate) fn ordinals(gpus: &[&Device], facts: Option<&DriverFacts>) -> Vec<u32
         .unwrap_or_default();
     gpus.iter()
         .enumerate()
-        .map(|(i, g)| {
-            by_pci
-                .get(&g.pci.to_string())
-                .copied()
-                .unwrap_or(i as u32)
-        })
+        .map(|(i, g)| by_pci.get(&g.pci.to_string()).copied().unwrap_or(i as u32))
         .collect()
 }
 
@@ -178,18 +206,21 @@ pub(crate) struct Plan {
     pub(crate) blocks: Vec<Vec<PairBlock>>,
     /// Per key, how many pairs of its blocks have another key (listed apart).
     pub(crate) apart: Vec<usize>,
+    /// The groups of interchangeable GPUs (indices in PCI order), by first member.
+    pub(crate) members: Vec<Vec<usize>>,
     /// Each GPU's group.
     group_of: Vec<usize>,
-    /// (group, group) with the first ≤ the second → key.
-    base: HashMap<(usize, usize), usize>,
+    /// Per pair of groups (p ≤ q, at [`Plan::slot`]), its key.
+    base: Vec<u32>,
     /// Pairs keyed one by one (NVLink listed, driver facts): (lower GPU, higher) → key.
     single: BTreeMap<(usize, usize), usize>,
 }
 
 impl Plan {
     /// Keys every pair of `gpus` (the machine's GPUs in PCI order); `hidden` says which
-    /// `CUDA_VISIBLE_DEVICES` hides.
-    pub(crate) fn new(input: &DoctorInput, gpus: &[&Device], hidden: &[bool]) -> Plan {
+    /// `CUDA_VISIBLE_DEVICES` hides; `list` keeps each pair's bridges in its key (for
+    /// machines whose pairs are reported one by one).
+    pub(crate) fn new(input: &DoctorInput, gpus: &[&Device], hidden: &[bool], list: bool) -> Plan {
         let m = input.machine;
         let facts = input.driver.got();
         let iommu_on = m.iommu.enabled() == Some(true);
@@ -222,12 +253,14 @@ impl Plan {
             members[gi].push(i);
             group_of.push(gi);
         }
+        let k = members.len();
         let mut plan = Plan {
             keys: Vec::new(),
             blocks: Vec::new(),
             apart: Vec::new(),
+            members,
             group_of,
-            base: HashMap::new(),
+            base: vec![0; k * (k + 1) / 2],
             single: BTreeMap::new(),
         };
         let mut index: HashMap<PairKey, usize> = HashMap::new();
@@ -240,25 +273,25 @@ impl Plan {
             })
         };
         let unlisted = m.unlisted_nvlink();
-        for p in 0..members.len() {
-            for q in p..members.len() {
+        for p in 0..k {
+            for q in p..k {
                 let (a, b, block) = if p == q {
-                    if members[p].len() < 2 {
+                    if plan.members[p].len() < 2 {
                         continue;
                     }
-                    let v = &members[p];
-                    (v[0], v[1], PairBlock::Within(v.clone()))
+                    (plan.members[p][0], plan.members[p][1], PairBlock::Within(p))
                 } else {
                     (
-                        members[p][0],
-                        members[q][0],
-                        PairBlock::Between(members[p].clone(), members[q].clone()),
+                        plan.members[p][0],
+                        plan.members[q][0],
+                        PairBlock::Between(p, q),
                     )
                 };
-                let key = pair_key(m, &all[a], &all[b], unlisted, Vec::new());
-                let k = intern(&mut plan, key);
-                plan.base.insert((p, q), k);
-                plan.blocks[k].push(block);
+                let key = pair_key(m, &all[a], &all[b], unlisted, Vec::new(), list);
+                let i = intern(&mut plan, key);
+                let slot = plan.slot(p, q);
+                plan.base[slot] = i as u32;
+                plan.blocks[i].push(block);
             }
         }
         // Pairs with NVLink listed or driver facts of their own.
@@ -299,7 +332,7 @@ impl Plan {
                 .filter_map(|k| pair_facts.get(k))
                 .flat_map(|v| v.iter().map(|p| Direction::of(p)))
                 .collect();
-            let key = pair_key(m, &all[x], &all[y], nv, driver);
+            let key = pair_key(m, &all[x], &all[y], nv, driver, list);
             let k = intern(&mut plan, key);
             let base = plan.base_key(x, y);
             if base != k {
@@ -311,10 +344,17 @@ impl Plan {
         plan
     }
 
+    /// Where the key of groups `p` ≤ `q` is kept in `base`: row-major upper triangle.
+    fn slot(&self, p: usize, q: usize) -> usize {
+        let k = self.members.len();
+        p * k - p * p.saturating_sub(1) / 2 + (q - p)
+    }
+
     /// The key of the pair of groups of GPUs `x` and `y`.
     fn base_key(&self, x: usize, y: usize) -> usize {
         let (p, q) = (self.group_of[x], self.group_of[y]);
-        self.base[&if p <= q { (p, q) } else { (q, p) }]
+        let (p, q) = if p <= q { (p, q) } else { (q, p) };
+        self.base[self.slot(p, q)] as usize
     }
 
     /// The key of the pair of GPUs `x` < `y` (indices in PCI order).
@@ -326,7 +366,14 @@ impl Plan {
     }
 }
 
-fn pair_key(m: &Machine, a: &Gpu, b: &Gpu, nvlink: NvLinkState, driver: Vec<Direction>) -> PairKey {
+fn pair_key(
+    m: &Machine,
+    a: &Gpu,
+    b: &Gpu,
+    nvlink: NvLinkState,
+    driver: Vec<Direction>,
+    list: bool,
+) -> PairKey {
     let pcie = m.pair_at(&a.place, &b.place).pcie;
     let class = PairClass { pcie, nvlink };
     let linked = matches!(nvlink, NvLinkState::Links(_));
@@ -334,7 +381,7 @@ fn pair_key(m: &Machine, a: &Gpu, b: &Gpu, nvlink: NvLinkState, driver: Vec<Dire
     iommu.sort();
     PairKey {
         class,
-        acs: acs_of(m, &a.place, &b.place, linked),
+        acs: acs_of(m, &a.place, &b.place, linked, list),
         iommu,
         hidden: u8::from(a.hidden) + u8::from(b.hidden),
         driver,

@@ -71,9 +71,10 @@ pub(super) fn check(input: &DoctorInput) -> Vec<Finding> {
         .map(|(g, _)| g.id.as_str())
         .collect();
     let rules = rules::Rules::new(input, &hidden_ids, matches!(visible, Some(Some(_))));
-    let plan = key::Plan::new(input, &gpus, &hidden);
+    let per_pair = gpus.len() <= PER_PAIR_GPUS;
+    let plan = key::Plan::new(input, &gpus, &hidden, per_pair);
     let per_key: Vec<Vec<Finding>> = plan.keys.iter().map(|k| rules.findings(k)).collect();
-    if gpus.len() <= PER_PAIR_GPUS {
+    if per_pair {
         for (i, a) in gpus.iter().enumerate() {
             for (j, b) in gpus.iter().enumerate().skip(i + 1) {
                 let subject = format!("{}-{}", a.id, b.id);
@@ -88,7 +89,7 @@ pub(super) fn check(input: &DoctorInput) -> Vec<Finding> {
     } else {
         let ids: Vec<&str> = gpus.iter().map(|g| g.id.as_str()).collect();
         for (k, fs) in per_key.into_iter().enumerate() {
-            let subject = blocks_text(&ids, &plan.blocks[k], plan.apart[k]);
+            let subject = blocks_text(&ids, &plan.members, &plan.blocks[k], plan.apart[k]);
             out.extend(fs.into_iter().map(|f| Finding {
                 subject: subject.clone(),
                 ..f

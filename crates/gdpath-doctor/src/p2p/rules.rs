@@ -355,7 +355,11 @@ impl<'a, 'i> Rules<'a, 'i> {
                 why.push(format!(
                     "CUDA_VISIBLE_DEVICES={v} hides {hidden}, {} of this pair: processes \
                      started with it cannot use the pair",
-                    if k.hidden == 2 { "both GPUs" } else { "one GPU" }
+                    if k.hidden == 2 {
+                        "both GPUs"
+                    } else {
+                        "one GPU"
+                    }
                 ));
             } else {
                 notes.push(format!("CUDA_VISIBLE_DEVICES={v} shows both"));
@@ -545,12 +549,6 @@ pub(crate) fn acs_finding(
 ) -> Finding {
     let id = ids::P2P_ACS_ENABLED;
     let fin = |st: Status, ev: String, rem: &str| finding(id, area, subject, st, ev, rem);
-    let list = |v: &[gdpath_topo::PciAddr]| {
-        v.iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
     match acs {
         Acs::NvLink => fin(
             Status::Ok,
@@ -570,14 +568,15 @@ pub(crate) fn acs_finding(
             ),
             "",
         ),
-        Acs::NotInSource => fin(
+        Acs::NotInSource(bridges) => fin(
             Status::Unknown,
             format!(
-                "ACS is not in the source; {}",
+                "ACS is not in the source ({}); bridges between them: {}",
                 m.coverage
                     .acs
                     .gap()
-                    .unwrap_or("it carries no PCI configuration space")
+                    .unwrap_or("it carries no PCI configuration space"),
+                bridges.text(ToString::to_string)
             ),
             "run `gdpath doctor` on the machine itself (as root) to read the ACS capability",
         ),
@@ -586,54 +585,48 @@ pub(crate) fn acs_finding(
             unknown,
             clean,
         } => {
-            let on = |v: &[gdpath_topo::PciAddr]| {
-                v.iter()
-                    .map(|b| {
-                        format!(
-                            "{b} ACS control {} (/sys/bus/pci/devices/{b}/config)",
-                            acs_control(m, b)
-                        )
-                    })
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            };
             let remedy = "P2P traffic is sent up to the root complex (slower, and on many \
                           platforms refused): disable ACS on these bridges (`setpci -s BDF \
                           ECAP_ACS+6.w=0` at boot, or the BIOS's ACS/IOMMU settings) on bare \
                           metal; keep it only where the IOMMU must isolate devices (VM \
                           passthrough)";
-            if !redirect.is_empty() {
+            let on = redirect.text(|b| {
+                format!(
+                    "{b} ACS control {} (/sys/bus/pci/devices/{b}/config)",
+                    acs_control(m, b)
+                )
+            });
+            if redirect.any {
                 match nvlink_unknown {
                     Some(why) => fin(
                         Status::Unknown,
                         format!(
-                            "ACS redirects P2P over PCIe, but NVLink is not in the source; on {}; \
-                             over NVLink P2P does not cross these bridges; NVLink unknown: {why}",
-                            on(redirect)
+                            "ACS redirects P2P over PCIe, but NVLink is not in the source; on \
+                             {on}; over NVLink P2P does not cross these bridges; NVLink \
+                             unknown: {why}"
                         ),
                         remedy,
                     ),
                     None => fin(
                         Status::Degraded,
                         format!(
-                            "ACS redirects P2P requests and completions to the root complex; on \
-                             {}",
-                            on(redirect)
+                            "ACS redirects P2P requests and completions to the root complex; \
+                             on {on}"
                         ),
                         remedy,
                     ),
                 }
-            } else if !unknown.is_empty() {
+            } else if unknown.any {
                 fin(
                     Status::Unknown,
                     format!(
                         "ACS unknown (config space past 64 bytes is readable only as root); on \
                          {}{}",
-                        list(unknown),
-                        if clean.is_empty() {
-                            String::new()
+                        unknown.text(ToString::to_string),
+                        if clean.any {
+                            format!("; no redirect on {}", clean.text(ToString::to_string))
                         } else {
-                            format!("; no redirect on {}", list(clean))
+                            String::new()
                         }
                     ),
                     "run as root (or `sudo lspci -vvv`) to read the ACS capability",
@@ -641,7 +634,10 @@ pub(crate) fn acs_finding(
             } else {
                 fin(
                     Status::Ok,
-                    format!("no ACS redirect (sysfs config); on {}", list(clean)),
+                    format!(
+                        "no ACS redirect (sysfs config); on {}",
+                        clean.text(ToString::to_string)
+                    ),
                     "",
                 )
             }
