@@ -193,10 +193,10 @@ fn render(m: &Machine, source: &Source, all: bool) -> String {
                 Source::Live => "gdpath sees no NVIDIA GPU here",
                 _ => "the source shows no NVIDIA GPU",
             },
-            if others.is_empty() {
-                String::new()
-            } else {
-                format!("; it sees {}", others.join(", "))
+            match (others.is_empty(), source) {
+                (true, _) => String::new(),
+                (false, Source::Live) => format!("; it sees {}", others.join(", ")),
+                (false, _) => format!("; it shows {}", others.join(", ")),
             }
         );
     }

@@ -403,7 +403,7 @@ fn virtual_machine(input: &DoctorInput) -> Finding {
             "system",
             Status::Unknown,
             format!("virtual machine: {}", signs.join("; ")),
-            "the PCI tree, ACS, link speeds and NUMA seen here are the hypervisor's: P2P and \
+            "the PCI tree, ACS, link speeds and NUMA the guest sees are the hypervisor's: P2P and \
              GDR also depend on the host (its ACS and IOMMU settings, ATS, and whether it lets \
              passthrough devices reach each other); ask the provider or check on the host",
         )

@@ -456,7 +456,7 @@ impl<'a, 'i> Rules<'a, 'i> {
                 "fix P2P itself first (see p2p.unsupported for this pair)".to_owned()
             } else {
                 format!(
-                    "NCCL_P2P_LEVEL={path} makes NCCL try P2P here; measure first (`gdpath \
+                    "NCCL_P2P_LEVEL={path} makes NCCL try P2P on this pair; measure first (`gdpath \
                      bench p2p`): beyond PXB P2P often runs slower than through host memory"
                 )
             },
