@@ -640,7 +640,7 @@ fn nic_far(input: &DoctorInput, g: &Device, nic: &Device, class: LinkClass) -> F
             s,
             Status::Degraded,
             format!(
-                "nearest RDMA NIC at {class} > GDR level {level} ({why}): NCCL turns \
+                "nearest RDMA NIC at {class} > GDR level {level} ({why}); NCCL turns \
                  GPUDirect RDMA off and stages through host memory"
             ),
             format!(

@@ -480,13 +480,16 @@ pub struct Loaded {
 /// the live `/` for [`Source::Live`], the copied tree, the snapshot's files, or [`NoFiles`] for
 /// XML exports. Errors as [`gdpath_topo::load`].
 pub fn load(source: &Source) -> Result<Loaded, TopoError> {
-    let replay = |what: String| Mode::Replay { what };
+    // A replay is named as `gdpath topo` names its source (`NCCL XML FILE`, `snapshot FILE`).
+    let replay = || Mode::Replay {
+        what: source.describe(),
+    };
     Ok(match source {
         Source::Live => {
             let mut machine = gdpath_topo::load(source)?;
             // Live NVLink facts make the pair classes NV#, as `gdpath topo` prints them (and as
-            // a snapshot replays them); without a driver the reason is gathered again by
-            // `live::gather` and reported as a finding.
+            // a snapshot replays them); without a driver NVLink is unknown with the loader's
+            // reason, which `live::gather` gathers again and reports as a finding.
             let _ = crate::machine::attach_live_driver(&mut machine);
             Loaded {
                 machine,
@@ -497,25 +500,20 @@ pub fn load(source: &Source) -> Result<Loaded, TopoError> {
         Source::SysfsRoot(dir) => Loaded {
             machine: gdpath_topo::load(source)?,
             view: Box::new(DirView::new(dir)),
-            mode: replay(format!("sysfs tree {}", dir.display())),
+            mode: replay(),
         },
         Source::Snapshot(path) => {
             let snap = Snapshot::open(path)?;
             Loaded {
                 machine: snap.machine()?,
                 view: Box::new(snap.view),
-                mode: replay(format!("snapshot {}", path.display())),
+                mode: replay(),
             }
         }
-        Source::HwlocXml(path) | Source::NcclXml(path) => Loaded {
+        Source::HwlocXml(_) | Source::NcclXml(_) | Source::SmiTopo(_) => Loaded {
             machine: gdpath_topo::load(source)?,
             view: Box::new(NoFiles),
-            mode: replay(format!("XML {}", path.display())),
-        },
-        Source::SmiTopo(path) => Loaded {
-            machine: gdpath_topo::load(source)?,
-            view: Box::new(NoFiles),
-            mode: replay(format!("nvidia-smi topo -m text {}", path.display())),
+            mode: replay(),
         },
     })
 }
