@@ -38,7 +38,11 @@ fn no_gpu(input: &DoctorInput) -> Finding {
             A,
             "system",
             Status::Ok,
-            format!("{n} GPU(s): {}", names.join(", ")),
+            format!(
+                "{}: {}",
+                super::plural(n, "GPU", "GPUs"),
+                names.join(", ")
+            ),
             "",
         )
     }
@@ -132,7 +136,10 @@ fn cuda(input: &DoctorInput) -> Finding {
                 A,
                 "system",
                 Status::Ok,
-                format!("{v}; {} GPU(s) in the driver facts", f.gpus.len()),
+                format!(
+                    "{v}; {} in the driver facts",
+                    super::plural(f.gpus.len(), "GPU", "GPUs")
+                ),
                 "",
             )
         }
