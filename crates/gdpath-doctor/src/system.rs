@@ -38,11 +38,7 @@ fn no_gpu(input: &DoctorInput) -> Finding {
             A,
             "system",
             Status::Ok,
-            format!(
-                "{}: {}",
-                super::plural(n, "GPU", "GPUs"),
-                names.join(", ")
-            ),
+            format!("{}: {}", super::plural(n, "GPU", "GPUs"), names.join(", ")),
             "",
         )
     }

@@ -521,7 +521,12 @@ fn doctor_on_nccl_xml(rel: &str) -> gdpath_doctor::Report {
 }
 
 fn doctor_on_nccl_file(path: PathBuf) -> gdpath_doctor::Report {
-    let loaded = gdpath_doctor::load(&gdpath::topo::Source::NcclXml(path)).unwrap();
+    doctor_on_source(gdpath::topo::Source::NcclXml(path))
+}
+
+/// The doctor on any source, as a replay.
+fn doctor_on_source(source: gdpath::topo::Source) -> gdpath_doctor::Report {
+    let loaded = gdpath_doctor::load(&source).unwrap();
     let input =
         gdpath_doctor::DoctorInput::new(&loaded.machine, loaded.view.as_ref(), loaded.mode.clone());
     gdpath_doctor::run(&input)
@@ -700,14 +705,10 @@ fn azure_ncv4_nic_marked_gdr_0_makes_gdr_unavailable() {
 /// across sockets have no NVLink, so their SYS path is the P2P path: degraded, not unknown.
 #[test]
 fn hwloc_nvlink_distances_give_nv_and_verdicts_from_them() {
-    let loaded = gdpath_doctor::load(&gdpath::topo::Source::HwlocXml(fixture(
+    let r = doctor_on_source(gdpath::topo::Source::HwlocXml(fixture(
         "hwloc-xml/hwloc-xml-power8gpudistances.xml",
-    )))
-    .unwrap();
-    assert!(loaded.machine.coverage.nvlink.is_described());
-    let input =
-        gdpath_doctor::DoctorInput::new(&loaded.machine, loaded.view.as_ref(), loaded.mode.clone());
-    let r = gdpath_doctor::run(&input);
+    )));
+    assert!(r.coverage.nvlink.is_described());
     for pair in ["GPU0-GPU1", "GPU2-GPU3"] {
         let x = find(&r, ids::P2P_CROSS_SOCKET, pair);
         assert_eq!(x.status, Status::Ok, "{}", x.evidence);
@@ -745,11 +746,8 @@ fn hwloc_export_without_nvlink_distances_leaves_p2p_unknown() {
     let tmp = scratch();
     let file = tmp.path().join("power8-no-nvlink.xml");
     std::fs::write(&file, derived).unwrap();
-    let loaded = gdpath_doctor::load(&gdpath::topo::Source::HwlocXml(file)).unwrap();
-    assert!(loaded.machine.coverage.nvlink.is_unknown());
-    let input =
-        gdpath_doctor::DoctorInput::new(&loaded.machine, loaded.view.as_ref(), loaded.mode.clone());
-    let r = gdpath_doctor::run(&input);
+    let r = doctor_on_source(gdpath::topo::Source::HwlocXml(file));
+    assert!(r.coverage.nvlink.is_unknown());
     let f = find(&r, ids::P2P_CROSS_SOCKET, "GPU0-GPU2");
     assert_eq!(f.status, Status::Unknown, "{}", f.evidence);
     assert!(f.evidence.contains("NVLinkBandwidth"), "{}", f.evidence);

@@ -286,8 +286,15 @@ fn live_nvlink_coverage_says_why_the_driver_facts_are_missing() {
         Err(e) => {
             let e = e.to_string();
             assert_eq!(why.as_deref(), Some(e.as_str()));
-            let reason = m.coverage.nvlink.gap().expect("NVLink unknown without a driver");
-            assert!(m.coverage.nvlink.is_unknown() && reason.contains(&e), "{reason}");
+            let reason = m
+                .coverage
+                .nvlink
+                .gap()
+                .expect("NVLink unknown without a driver");
+            assert!(
+                m.coverage.nvlink.is_unknown() && reason.contains(&e),
+                "{reason}"
+            );
             // The doctor's loader records the same.
             let loaded = doctor::load(&Source::Live).unwrap();
             assert_eq!(loaded.machine.coverage.nvlink, m.coverage.nvlink);
