@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The packed-write prototype against UCX 1.13's emulated puts (docs/benchmarks.md, "Ninth
-# session"): per round, `ucx_perftest -t ucp_put_bw -s 4096 -n 200000`, then with gdpath-ucx's
-# `put_stream` example (a fresh target per run) 200 000 emulated 4 KiB puts with 64 in flight,
+# The packed-write prototype (`put_stream amput`) against UCX 1.13's emulated puts: per round,
+# `ucx_perftest -t ucp_put_bw -s 4096 -n 200000`, then with gdpath-ucx's `put_stream` example
+# (a fresh target per run) 200 000 emulated 4 KiB puts with 64 in flight,
 # and the same writes sent as active messages of 16 (`amput`, acknowledged and checked at the
 # target) with 64 and 256 unacknowledged. Server on CPU 0, client on CPU 1, UCX_TLS=tcp
 # UCX_NET_DEVICES=lo. Prints GB/s and the ratio to perftest of the same round.

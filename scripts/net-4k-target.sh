@@ -1,20 +1,21 @@
 #!/usr/bin/env bash
-# Issue 6's small-message target, as measured since the fifth session: host -> host 4 KiB puts
-# over tcp loopback, `gdpath bench net --completion local --qd 64 --batch B` against
-# `ucx_perftest -t ucp_put_bw` (Debian's ucx-utils) in the same rounds. Each round runs perftest
-# and then every gdpath binary given, each against a fresh `gdpath serve` of its own; the server
-# is pinned to CPU 0 and the client to CPU 1 (`taskset`), UCX_TLS=tcp UCX_NET_DEVICES=lo,
-# 200 000 puts per run. The figure is engine GB/s / perftest GB/s of the same round (perftest's
-# overall bandwidth, MB = 2^20 converted to 1e9 B); a round's figure moves by ±0.3 with the
-# stream's two modes (docs/benchmarks.md, "Fifth session"), so the script ends with the median
-# and quartiles of every binary over all rounds. Sets of 20 rounds of one build have had medians
-# 0.07 apart: compare builds in the same run, over 40 rounds or more.
+# Issue 6's small-message target: host -> host 4 KiB puts over tcp loopback, `gdpath bench net
+# --completion local --qd 64 --batch B` against `ucx_perftest -t ucp_put_bw` (Debian's
+# ucx-utils) in the same rounds. Each round runs perftest and then every gdpath binary given,
+# each against a fresh `gdpath serve` of its own; the server is pinned to CPU 0 and the client
+# to CPU 1 (`taskset`), UCX_TLS=tcp UCX_NET_DEVICES=lo, 200 000 puts per run. The figure is
+# engine GB/s / perftest GB/s of the same round (perftest's overall bandwidth, MB = 2^20
+# converted to 1e9 B); a round's figure moved by ±0.3 (before packed writes, with the stream's
+# two TCP modes under BBR: git history of docs/benchmarks.md), so the script ends with the
+# median and quartiles of every binary over all rounds. Sets of 20 rounds of one build have had
+# medians 0.07 apart: compare builds in the same run, over 40 rounds or more.
 # Each run also shows, in brackets, the TCP segments the host sent during it (`nstat`
 # TcpOutSegs, both directions of the loopback connection): under BBR a stream of 200 000 puts
 # runs either coalesced in ≈ 180-250 k segments (fast) or in ≈ 280-400 k (slow), and that mode
-# decides a run's figure more than the program does (docs/benchmarks.md, "Seventh session" and
-# "Eighth session"); the summary also gives the median over the rounds where both ran coalesced,
-# and for each program how many of its runs were coalesced and its median GB/s in each mode.
+# decided a run's figure more than the program did before packed writes (git history of
+# docs/benchmarks.md); the summary also gives the median over the rounds where both ran
+# coalesced, and for each program how many of its runs were coalesced and its median GB/s in
+# each mode.
 # CC=cubic (root) runs the rounds under that congestion control and restores the host's at exit.
 # Usage: scripts/net-4k-target.sh ROUNDS GDPATH [GDPATH...]   (BATCH=16, N=200000, CC unset)
 set -uo pipefail
@@ -113,8 +114,8 @@ for g in "$@"; do
       printf "%s: both runs coalesced in %d rounds, median %.3fx there\n", g, NR, med
     }'
   # The binary on its own, split by mode: how often it ran coalesced, and its median GB/s in
-  # each mode (the seventh to ninth sessions' reading: the engine falls into the slow mode more
-  # often, and trails within the fast one). perftest's line follows the binaries'.
+  # each mode (whether the engine falls into the slow mode more often, or trails within the
+  # fast one). perftest's line follows the binaries'.
   awk -v k="$k" '$1 == k && $4 > 0 {print $4, $6}' "$results" | modes "$g"
 done
 modes ucx_perftest < "$pt_results"

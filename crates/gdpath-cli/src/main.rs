@@ -44,7 +44,7 @@ enum Command {
     /// or between a file and GPU memory (`gpu:N[@offset]`).
     Copy(copy::CopyArgs),
     /// Will P2P, GDR and GDS work here, and if not, why and what to do. Exit status: 0 all
-    /// available, 1 some degraded, 2 some unavailable, 3 the doctor failed.
+    /// available, 1 some degraded, 2 some unavailable, 3 the doctor failed, 4 nothing decided.
     Doctor(doctor::DoctorArgs),
     /// Load a safetensors checkpoint into one GPU allocation on the fastest path.
     Load(load::LoadArgs),

@@ -25,6 +25,9 @@ pub struct SourceArgs {
     /// Read an NCCL topology file (`NCCL_TOPO_DUMP_FILE` output or a provider's topology).
     #[arg(long, value_name = "FILE")]
     pub nccl_xml: Option<PathBuf>,
+    /// Read the text `nvidia-smi topo -m` printed (any version; the matrix is all it says).
+    #[arg(long, value_name = "FILE")]
+    pub smi_topo: Option<PathBuf>,
 }
 
 impl SourceArgs {
@@ -38,6 +41,8 @@ impl SourceArgs {
             Source::HwlocXml(p.clone())
         } else if let Some(p) = &self.nccl_xml {
             Source::NcclXml(p.clone())
+        } else if let Some(p) = &self.smi_topo {
+            Source::SmiTopo(p.clone())
         } else {
             Source::Live
         }
@@ -100,16 +105,15 @@ pub fn run(args: TopoArgs) -> Result<ExitCode> {
         let (m, s, why) = gdpath_doctor::machine::capture(sysfs_root.as_deref(), &output, replace)
             .with_context(|| format!("capturing into {}", output.display()))?;
         outln!(
-            "wrote {}: {} files, {} links, {} directory listings ({} GPUs, {} NICs, {} NVMe, \
-             {} PCI functions)",
+            "wrote {}: {}, {}, {} ({}, {}, {}, {})",
             output.display(),
-            s.files,
-            s.links,
-            s.listings,
-            m.gpus().count(),
-            m.nics().count(),
-            m.nvmes().count(),
-            m.devices.len()
+            plural(s.files, "file", "files"),
+            plural(s.links, "link", "links"),
+            plural(s.listings, "directory listing", "directory listings"),
+            plural(m.gpus().count(), "GPU", "GPUs"),
+            plural(m.nics().count(), "NIC", "NICs"),
+            plural(m.nvmes().count(), "NVMe", "NVMe"),
+            plural(m.devices.len(), "PCI function", "PCI functions"),
         );
         if !s.refused.is_empty() {
             outln!("left out as private: {}", s.refused.join(", "));
@@ -141,22 +145,12 @@ pub fn run(args: TopoArgs) -> Result<ExitCode> {
         outln!("{}", gdpath_doctor::document::topo_json(&machine));
     } else {
         out!("{}", render(&machine, &source, args.all));
-        if let Some(why) = no_facts {
+        // With two GPUs or more the topo.nvlink-unknown warning says it already.
+        if let (Some(why), 1) = (no_facts, machine.gpus().count()) {
             outln!("NVLink facts unavailable: {why}");
         }
     }
     Ok(ExitCode::SUCCESS)
-}
-
-fn describe(source: &Source) -> String {
-    match source {
-        Source::Live => "live /sys".to_owned(),
-        Source::SysfsRoot(p) => format!("sysfs tree {}", p.display()),
-        Source::Snapshot(p) => format!("snapshot {}", p.display()),
-        Source::HwlocXml(p) => format!("hwloc XML {}", p.display()),
-        Source::NcclXml(p) => format!("NCCL XML {}", p.display()),
-        Source::SmiTopo(p) => format!("nvidia-smi topo -m text {}", p.display()),
-    }
 }
 
 fn plural(n: usize, one: &str, many: &str) -> String {
@@ -207,12 +201,12 @@ fn render(m: &Machine, source: &Source, all: bool) -> String {
     let (g, n, v) = (m.gpus().count(), m.nics().count(), m.nvmes().count());
     let _ = writeln!(
         o,
-        "gdpath topo: {} ({}, {}, {}; {} PCI functions; {})",
-        describe(source),
+        "gdpath topo: {} ({}, {}, {}; {}; {})",
+        source.describe(),
         plural(g, "GPU", "GPUs"),
         plural(n, "NIC", "NICs"),
         plural(v, "NVMe", "NVMe"),
-        m.devices.len(),
+        plural(m.devices.len(), "PCI function", "PCI functions"),
         plural(m.numa_nodes.len(), "NUMA node", "NUMA nodes"),
     );
     if g == 0 {
@@ -223,11 +217,15 @@ fn render(m: &Machine, source: &Source, all: bool) -> String {
             .collect();
         let _ = writeln!(
             o,
-            "\nNo GPU: gdpath sees no NVIDIA GPU here{}.",
-            if others.is_empty() {
-                String::new()
-            } else {
-                format!("; it sees {}", others.join(", "))
+            "\nNo GPU: {}{}.",
+            match source {
+                Source::Live => "gdpath sees no NVIDIA GPU here",
+                _ => "the source shows no NVIDIA GPU",
+            },
+            match (others.is_empty(), source) {
+                (true, _) => String::new(),
+                (false, Source::Live) => format!("; it sees {}", others.join(", ")),
+                (false, _) => format!("; it shows {}", others.join(", ")),
             }
         );
     }
@@ -372,12 +370,18 @@ fn render(m: &Machine, source: &Source, all: bool) -> String {
     let mut rows = vec![["ID", "PCI", "NAME", "NUMA", "LINK cur / max", "NOTES"]
         .map(String::from)
         .to_vec()];
+    // Footnotes only for what the rows show.
+    let (mut inferred, mut bandwidth) = (false, false);
     for d in shown {
         let numa = match (d.numa, m.numa_of(d)) {
             (Some(x), _) => x.to_string(),
-            (None, Some(x)) => format!("({x})"),
+            (None, Some(x)) => {
+                inferred = true;
+                format!("({x})")
+            }
             (None, None) => "?".to_owned(),
         };
+        bandwidth |= d.link.limit_gbps().is_some();
         let mut notes = Vec::new();
         if let Some(p) = d.parent {
             notes.push(format!("under {p}"));
@@ -419,6 +423,23 @@ fn render(m: &Machine, source: &Source, all: bool) -> String {
     } else {
         o.push_str(&indent(&table(&rows), "  "));
     }
-    let _ = writeln!(o, "\nNUMA in parentheses: inferred from local CPUs (sysfs says -1). Bandwidth: usable PCIe per direction after line encoding, GB/s = 1e9 B/s.");
+    let mut notes = Vec::new();
+    if inferred {
+        notes.push(format!(
+            "NUMA in parentheses: inferred from local CPUs ({}).",
+            match source {
+                Source::Live | Source::SysfsRoot(_) | Source::Snapshot(_) => "sysfs says -1",
+                _ => "the source gives none",
+            }
+        ));
+    }
+    if bandwidth {
+        notes.push(
+            "Bandwidth: usable PCIe per direction after line encoding, GB/s = 1e9 B/s.".to_owned(),
+        );
+    }
+    if !notes.is_empty() {
+        let _ = writeln!(o, "\n{}", notes.join(" "));
+    }
     o
 }

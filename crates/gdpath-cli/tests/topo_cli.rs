@@ -99,3 +99,63 @@ fn capture_and_replay_the_live_machine() {
         assert!(text.contains("No GPU"), "{text}");
     }
 }
+
+/// A replay does not speak of "here"; footnotes appear only for what the device list shows;
+/// counts are in the singular where they are one.
+#[test]
+fn replay_wording_footnotes_and_plurals() {
+    let (_t, root) = gdpath_testkit::unpack_sysfs("hwloc-sysfs-2pa-pcidomain32bits.tar.bz2");
+    let r = root.to_str().unwrap();
+    let (ok, out, err) = gdpath(&["topo", "--sysfs-root", r]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("No GPU: the source shows no NVIDIA GPU; it shows NIC0")
+            && !out.contains(" here"),
+        "{out}"
+    );
+    assert!(
+        out.contains("(0 GPUs, 1 NIC, 0 NVMe; 9 PCI functions; 1 NUMA node)"),
+        "{out}"
+    );
+    // NUMA inferred (sysfs -1) but no link speeds in this dump: only the NUMA footnote.
+    assert!(
+        out.contains("NUMA in parentheses") && !out.contains("Bandwidth:"),
+        "{out}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let snap = dir.path().join("s.tar.gz");
+    let (ok, out, err) = gdpath(&[
+        "topo",
+        "capture",
+        "--sysfs-root",
+        r,
+        "-o",
+        snap.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("(0 GPUs, 1 NIC, 0 NVMe, 9 PCI functions)"),
+        "{out}"
+    );
+
+    // NCCL XML: NUMA nodes stated, no current link speed: neither footnote.
+    let f = fixtures().join("nccl-xml/nccl-aws-p4d-24xl-topo.xml");
+    let (ok, out, _) = gdpath(&["topo", "--nccl-xml", f.to_str().unwrap()]);
+    assert!(ok);
+    assert!(
+        !out.contains("NUMA in parentheses") && !out.contains("Bandwidth:"),
+        "{out}"
+    );
+    assert!(out.contains("[topo.nvlink-unknown]"), "{out}");
+    // The H200 snapshot: NUMA -1 and trained links: both.
+    let snap = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../assets/snapshots/h200x2.tar.gz"
+    );
+    let (ok, out, _) = gdpath(&["topo", "--snapshot", snap]);
+    assert!(ok);
+    assert!(
+        out.contains("NUMA in parentheses") && out.contains("Bandwidth:"),
+        "{out}"
+    );
+}

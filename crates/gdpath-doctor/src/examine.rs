@@ -53,7 +53,7 @@ impl Examination {
 }
 
 /// Examines the machine of `source`. `paths` are the directories checked for GDS (the current
-/// directory when empty); each is checked once (`/data` and `/data/`, or a link to it, are one).
+/// directory when empty, on the live machine only); each is checked once (`/data` and `/data/`, or a link to it, are one).
 /// With `measure` the probes of [`crate::measured`] run too on the live machine (P2P per GPU
 /// pair, GDS in each path; GDR has none and is listed not-run); a replay lists them not-run.
 /// Errors: [`ExamineError`].
@@ -63,7 +63,7 @@ pub fn examine(
     measure: bool,
 ) -> Result<Examination, ExamineError> {
     let loaded = crate::load(source)?;
-    let paths = gds_paths(paths)?;
+    let paths = gds_paths(paths, matches!(loaded.mode, Mode::Live))?;
     let input = match &loaded.mode {
         Mode::Live => live::gather(&loaded.machine, loaded.view.as_ref(), &paths),
         Mode::Replay { .. } => {
@@ -97,10 +97,11 @@ pub fn examine(
     })
 }
 
-/// The GDS directories: `paths`, or the current directory when none is given; each must be a
+/// The GDS directories: `paths`, or on the live machine the current directory when none is
+/// given (it is a directory of the machine this runs on, not of a replayed one); each must be a
 /// directory, and each is kept once, as first written.
-fn gds_paths(paths: &[PathBuf]) -> Result<Vec<PathBuf>, ExamineError> {
-    let paths = if paths.is_empty() {
+fn gds_paths(paths: &[PathBuf], live: bool) -> Result<Vec<PathBuf>, ExamineError> {
+    let paths = if paths.is_empty() && live {
         vec![std::env::current_dir().map_err(ExamineError::CurrentDir)?]
     } else {
         paths.to_vec()
@@ -143,6 +144,11 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let a = d.path().to_owned();
         let b = d.path().join(".");
-        assert_eq!(gds_paths(&[a.clone(), b, a.clone()]).unwrap(), vec![a]);
+        assert_eq!(
+            gds_paths(&[a.clone(), b, a.clone()], true).unwrap(),
+            vec![a]
+        );
+        // A replay checks no directory of this machine unless told.
+        assert!(gds_paths(&[], false).unwrap().is_empty());
     }
 }

@@ -24,6 +24,10 @@ pub(super) fn check(input: &DoctorInput) -> Vec<Finding> {
     out.push(ucx(input));
     let m = input.machine;
     let rdma_nics = rdma_nics(m, input.view);
+    // Each GPU's nearest RDMA NIC (PCIe class, then PCI order), worked out once per group of
+    // GPUs that sit alike in the tree (their classes to every NIC are the same).
+    let nic_places: Vec<gdpath_topo::Place> = rdma_nics.iter().map(|n| m.place(n)).collect();
+    let mut nearest_by_tree = std::collections::HashMap::new();
     for g in m.gpus() {
         let gf = input
             .driver
@@ -31,15 +35,29 @@ pub(super) fn check(input: &DoctorInput) -> Vec<Finding> {
             .and_then(|f| f.gpu_by_pci(&g.pci.to_string()));
         out.push(cuda_attr(input, g, gf));
         out.push(bar1(input, g, gf));
-        out.push(link(g, gf));
-        if let Some(nic) = nearest_nic(m, g, &rdma_nics) {
-            out.push(nic_far(input, g, nic, m.pcie_class(g, nic)));
+        out.push(link(m, g, gf));
+        let gp = m.place(g);
+        let pick = || {
+            nic_places
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, np)| (m.pair_at(&gp, np).pcie, np.device().pci))
+                .map(|(i, np)| (i, m.pair_at(&gp, np).pcie))
+        };
+        let near = match m.tree_key(&gp) {
+            Some(k) => *nearest_by_tree.entry(k).or_insert_with(pick),
+            None => pick(),
+        };
+        if let Some((i, class)) = near {
+            let nic = rdma_nics[i];
+            out.push(nic_far(input, g, nic, class));
             let s = format!("{}-{}", g.id, nic_name(nic));
-            out.push(super::p2p::acs(m, g, nic, &s, false, A));
+            let acs = super::p2p::acs_of(m, &gp, &nic_places[i], false, true);
+            out.push(super::p2p::acs_finding(m, &acs, A, &s, None));
         }
     }
     for nic in &rdma_nics {
-        out.push(link(nic, None));
+        out.push(link(m, nic, None));
     }
     out
 }
@@ -181,8 +199,9 @@ fn rdma_devices(input: &DoctorInput) -> Finding {
                 )
             } else {
                 format!(
-                    "the source ({}) names no RDMA device but lists RDMA-capable NICs by PCI \
-                     identity: {}; whether their RDMA drivers are loaded is not in the file",
+                    "{} RDMA-capable by PCI identity, but the source ({}) names no RDMA device \
+                     and no driver; {}",
+                    crate::plural(by_id.len(), "NIC is", "NICs are"),
                     m.source,
                     by_id.join("; ")
                 )
@@ -202,21 +221,18 @@ struct Dmabuf {
 /// `CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED` on the GPUs, rdma-core with `ibv_reg_dmabuf_mr`.
 fn dmabuf(input: &DoctorInput) -> Dmabuf {
     let id = ids::GDR_DMABUF_UNAVAILABLE;
+    // What rules the path out, what is not known, what is in place: said in that order.
     let mut ev = Vec::new();
     let mut missing = Vec::new();
-    let mut unknown = false;
+    let mut unknowns: Vec<String> = Vec::new();
     match kernel_release(input) {
         Some((r, file)) => match kernel_version(&r) {
             Some(v) if v >= (5, 12) => ev.push(format!("kernel {r} ≥ 5.12 ({file})")),
             Some(_) => missing.push(format!("kernel {r} < 5.12 ({file})")),
-            None => {
-                unknown = true;
-                ev.push(format!("kernel release {r:?} not understood ({file})"))
-            }
+            None => unknowns.push(format!("kernel release {r:?} not understood ({file})")),
         },
         None => {
-            unknown = true;
-            ev.push("kernel release unknown (/proc/sys/kernel/osrelease absent)".to_owned())
+            unknowns.push("kernel release unknown (/proc/sys/kernel/osrelease absent)".to_owned())
         }
     }
     let gpus: Vec<&Device> = input.machine.gpus().collect();
@@ -233,17 +249,11 @@ fn dmabuf(input: &DoctorInput) -> Dmabuf {
                     Some(false) => {
                         missing.push(format!("{} CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED 0", g.id))
                     }
-                    None => {
-                        unknown = true;
-                        ev.push(format!("{} dma-buf attribute not known", g.id))
-                    }
+                    None => unknowns.push(format!("{} dma-buf attribute not known", g.id)),
                 }
             }
         }
-        None => {
-            unknown = true;
-            ev.push(input.missing_evidence("CUDA dma-buf attribute"));
-        }
+        None => unknowns.push(input.missing_evidence("CUDA dma-buf attribute")),
     }
     match &input.rdma_core {
         Gathered::Got(r) if r.has_reg_dmabuf_mr => ev.push(format!(
@@ -255,14 +265,11 @@ fn dmabuf(input: &DoctorInput) -> Dmabuf {
             None => "libibverbs not found (rdma-core not installed)".to_owned(),
         }),
         Gathered::Failed(e) => missing.push(format!("libibverbs: {e}")),
-        Gathered::Missing => {
-            unknown = true;
-            ev.push(input.missing_evidence("rdma-core (libibverbs)"));
-        }
+        Gathered::Missing => unknowns.push(input.missing_evidence("rdma-core (libibverbs)")),
     }
     let (available, status) = if !missing.is_empty() {
         (Some(false), Status::Unavailable)
-    } else if unknown {
+    } else if !unknowns.is_empty() {
         (
             None,
             if input.is_replay() && input.driver.got().is_none() {
@@ -275,6 +282,7 @@ fn dmabuf(input: &DoctorInput) -> Dmabuf {
         (Some(true), Status::Ok)
     };
     let mut all = missing.clone();
+    all.extend(unknowns);
     all.extend(ev);
     let remedy = if missing.is_empty() {
         String::new()
@@ -321,7 +329,10 @@ fn peermem(input: &DoctorInput, dmabuf: &Dmabuf) -> Vec<Finding> {
             A,
             "system",
             Status::Ok,
-            format!("{ev}; the dma-buf path is available instead (gdr.dmabuf-unavailable ok)"),
+            format!(
+                "no peer-memory module, but the dma-buf path is available \
+                 (gdr.dmabuf-unavailable ok); {ev}"
+            ),
             "",
         ),
         (None, true, Some(false)) => finding(
@@ -329,7 +340,10 @@ fn peermem(input: &DoctorInput, dmabuf: &Dmabuf) -> Vec<Finding> {
             A,
             "system",
             Status::Unavailable,
-            format!("{ev}; and no dma-buf path (see gdr.dmabuf-unavailable)"),
+            format!(
+                "no peer-memory module loaded and no dma-buf path (see \
+                 gdr.dmabuf-unavailable); {ev}"
+            ),
             "`modprobe nvidia_peermem` (shipped with the NVIDIA driver ≥ 470; needs an \
              ib_core with peer-memory support, e.g. MLNX_OFED/DOCA-OFED), or meet the dma-buf \
              requirements",
@@ -339,7 +353,10 @@ fn peermem(input: &DoctorInput, dmabuf: &Dmabuf) -> Vec<Finding> {
             A,
             "system",
             Status::Unknown,
-            format!("{ev}; whether the dma-buf path works is unknown"),
+            format!(
+                "no peer-memory module loaded, and whether the dma-buf path works is unknown; \
+                 {ev}"
+            ),
             "`modprobe nvidia_peermem`, unless the dma-buf path is in use",
         ),
         (None, false, _) => finding(id, A, "system", Status::Unknown, ev, ""),
@@ -522,7 +539,7 @@ fn bar1(input: &DoctorInput, g: &Device, gf: Option<&GpuFacts>) -> Finding {
     }
 }
 
-fn link(d: &Device, gf: Option<&GpuFacts>) -> Finding {
+fn link(m: &gdpath_topo::Machine, d: &Device, gf: Option<&GpuFacts>) -> Finding {
     let id = ids::GDR_LINK_DEGRADED;
     let subject = if d.kind == DeviceKind::Nic {
         nic_name(d)
@@ -573,7 +590,10 @@ fn link(d: &Device, gf: Option<&GpuFacts>) -> Finding {
             A,
             subject,
             Status::Unknown,
-            format!("link speed and width not in the source ({src})"),
+            format!(
+                "current link speed and width not in the source; {}",
+                m.coverage.link_state.gap().unwrap_or(&src)
+            ),
             "",
         );
     }
@@ -633,7 +653,7 @@ fn nic_far(input: &DoctorInput, g: &Device, nic: &Device, class: LinkClass) -> F
             s,
             Status::Degraded,
             format!(
-                "nearest RDMA NIC at {class} > GDR level {level} ({why}): NCCL turns \
+                "nearest RDMA NIC at {class} > GDR level {level} ({why}); NCCL turns \
                  GPUDirect RDMA off and stages through host memory"
             ),
             format!(

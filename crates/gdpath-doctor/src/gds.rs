@@ -98,14 +98,24 @@ fn nvidia_fs(facts: &GdsFacts) -> (Finding, Option<bool>) {
                 A,
                 "system",
                 Status::Degraded,
-                ev,
+                format!("nvidia-fs not loaded; {ev}"),
                 "native GDS needs the nvidia-fs kernel module (`modprobe nvidia_fs`; package \
                  nvidia-fs or nvidia-gds with the NVIDIA open kernel modules); without it cuFile \
                  runs in compatibility mode where allowed, or in P2PDMA mode where configured",
             ),
             Some(false),
         ),
-        None => (finding(id, A, "system", Status::Unknown, ev, ""), None),
+        None => (
+            finding(
+                id,
+                A,
+                "system",
+                Status::Unknown,
+                format!("whether nvidia-fs is loaded is unknown; {ev}"),
+                "",
+            ),
+            None,
+        ),
     }
 }
 
@@ -337,7 +347,7 @@ fn per_path(
             A,
             &s,
             Status::Ok,
-            "cuFileHandleRegister succeeded on a file here",
+            "cuFileHandleRegister succeeded on a file in this directory",
             "",
         )),
         Some(Some(e)) => {
@@ -348,7 +358,7 @@ fn per_path(
                 &s,
                 Status::Unavailable,
                 format!("cuFileHandleRegister: {e}"),
-                "cuFile cannot use files here: check cufile.log, the file system and block \
+                "cuFile cannot use files in this directory: check cufile.log, the file system and block \
                  device findings for this path, and that the device is known to udev \
                  (virtual disks without udev data are refused)",
             ))
@@ -357,7 +367,10 @@ fn per_path(
             let (st, ev) = if cufile.status == Status::Unavailable {
                 (
                     Status::Unavailable,
-                    format!("not attempted: {}", cufile.evidence),
+                    format!(
+                        "not attempted: cuFile is unavailable (see {})",
+                        ids::GDS_CUFILE_MISSING
+                    ),
                 )
             } else {
                 (
@@ -382,7 +395,7 @@ fn per_path(
             A,
             &s,
             Status::Unavailable,
-            format!("cuFile will not run here, native or compat: {e}"),
+            format!("cuFile will not run in this directory, native or compat: {e}"),
             "use the POSIX path (gdpath falls back to O_DIRECT/buffered I/O into pinned memory)",
         )
     } else if !compat.is_empty() && allow == Some(false) {
@@ -414,7 +427,8 @@ fn per_path(
             &s,
             Status::Degraded,
             format!(
-                "cuFile runs in compatibility mode here (POSIX I/O through its bounce buffers): {}",
+                "cuFile runs in compatibility mode in this directory (POSIX I/O through its bounce \
+                 buffers): {}",
                 compat.join(", ")
             ),
             "fix the listed causes for native GDS (each id above has its remedy)",
@@ -540,7 +554,7 @@ fn probe_findings(
                 A,
                 s,
                 Status::Unknown,
-                format!("no file can be created here to test O_DIRECT: {e}"),
+                format!("no file can be created in this directory to test O_DIRECT: {e}"),
                 "pass a writable --path",
             )
         }

@@ -36,7 +36,9 @@ pub mod machine;
 pub mod measured;
 pub mod nccl;
 mod p2p;
+pub mod render;
 pub mod routes;
+pub mod subjects;
 mod system;
 
 pub use examine::{examine, Examination, ExamineError};
@@ -44,7 +46,7 @@ pub use examine::{examine, Examination, ExamineError};
 use gdpath::finding::{Area, Finding, Status};
 use gdpath_topo::facts::DriverFacts;
 use gdpath_topo::snapshot::Snapshot;
-use gdpath_topo::{DirView, Machine, Source, SysView, TopoError};
+use gdpath_topo::{Coverage, DirView, Machine, Source, SysView, TopoError};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -251,10 +253,18 @@ pub struct Verdict {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Report {
     pub schema: &'static str,
-    /// Where the machine was read from (`live`, `sysfs-root`, ...).
+    /// Where the machine was read from (`live`, `sysfs-root`, `snapshot`, `hwloc-xml`,
+    /// `nccl-xml`, `smi-topo`): a replay names the replayed source, never the machine it runs
+    /// on.
     pub source: String,
+    /// For a snapshot, the source it was captured from (`live` or `sysfs-root`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub captured_from: Option<String>,
     /// `live` or `replay`.
     pub mode: &'static str,
+    /// What the source describes and what it cannot ([`Coverage`]): the checks that need what
+    /// it cannot describe are `unknown`, with the reason.
+    pub coverage: Coverage,
     /// Findings in the order P2P, GDR, GDS, system.
     pub findings: Vec<Finding>,
     /// One per data path: P2P, GDR, GDS, then the system as a whole.
@@ -273,10 +283,26 @@ pub fn severity(s: Status) -> u8 {
     }
 }
 
+/// The exit statuses of `gdpath doctor` (docs/doctor.md, "Exit status").
+pub mod exit {
+    /// Nothing degraded or unavailable, and some path's verdict was decided.
+    pub const OK: u8 = 0;
+    /// Some finding is `degraded` (none `unavailable`).
+    pub const DEGRADED: u8 = 1;
+    /// Some finding is `unavailable`.
+    pub const UNAVAILABLE: u8 = 2;
+    /// The doctor itself failed (a source that cannot be read, a bad command line).
+    pub const FAILED: u8 = 3;
+    /// Nothing degraded or unavailable, but no path's verdict could be decided either: every
+    /// verdict is `unknown` or `not-run` (a broken `--sysfs-root`, a source that describes too
+    /// little), so a script must not read it as "ready".
+    pub const UNDECIDED: u8 = 4;
+}
+
 impl Report {
-    /// The process exit status: 2 when some finding is `unavailable`, else 1 when some is
-    /// `degraded`, else 0 (`unknown` and `not-run` do not count). 3 — the doctor itself failed —
-    /// is the caller's to return.
+    /// The process exit status ([`exit`]): 2 when some finding is `unavailable`, else 1 when
+    /// some is `degraded`, else 4 when every path's verdict is `unknown` or `not-run`, else 0.
+    /// 3 — the doctor itself failed — is the caller's to return.
     pub fn exit_code(&self) -> u8 {
         let worst = self
             .findings
@@ -286,9 +312,16 @@ impl Report {
             .map(severity)
             .max();
         match worst {
-            Some(4) => 2,
-            Some(3) => 1,
-            _ => 0,
+            Some(4) => exit::UNAVAILABLE,
+            Some(3) => exit::DEGRADED,
+            _ if self
+                .verdicts
+                .iter()
+                .all(|v| matches!(v.status, Status::Unknown | Status::NotRun)) =>
+            {
+                exit::UNDECIDED
+            }
+            _ => exit::OK,
         }
     }
 
@@ -328,7 +361,9 @@ pub fn run(input: &DoctorInput) -> Report {
     Report {
         schema: DOCTOR_SCHEMA,
         source: input.machine.source.clone(),
+        captured_from: input.machine.captured_from.clone(),
         mode: if input.is_replay() { "replay" } else { "live" },
+        coverage: input.machine.coverage.clone(),
         findings,
         verdicts,
     }
@@ -358,36 +393,28 @@ fn verdict(area: Area, findings: &[Finding]) -> Verdict {
     .unwrap_or(Status::NotRun);
     let not_run = count(Status::NotRun);
     let tail = if not_run > 0 && status != Status::NotRun {
-        format!("; {not_run} check(s) not run")
+        format!("; {} not run", plural(not_run, "check", "checks"))
     } else {
         String::new()
     };
     let summary = match status {
-        Status::Ok => format!("available ({} check(s) passed{tail})", count(Status::Ok)),
+        Status::Ok => format!(
+            "available ({} passed{tail})",
+            plural(count(Status::Ok), "check", "checks")
+        ),
         _ if of.is_empty() => "no checks".to_owned(),
         _ => {
-            // Each deciding id with its subjects; more than three subjects are counted.
+            // Each deciding id with its subjects in few words.
             let mut by_id: Vec<(&str, Vec<&str>)> = Vec::new();
             for f in of.iter().filter(|f| f.status == status) {
                 match by_id.iter_mut().find(|(id, _)| *id == f.id.as_str()) {
-                    Some((_, subs)) if !subs.contains(&f.subject.as_str()) => subs.push(&f.subject),
-                    Some(_) => {}
+                    Some((_, subs)) => subs.push(&f.subject),
                     None => by_id.push((f.id.as_str(), vec![&f.subject])),
                 }
             }
             let ids: Vec<String> = by_id
                 .iter()
-                .map(|(id, subs)| {
-                    if subs.len() <= 3 {
-                        format!("{id} ({})", subs.join(", "))
-                    } else {
-                        format!(
-                            "{id} ({} subjects: {}, …)",
-                            subs.len(),
-                            subs[..2].join(", ")
-                        )
-                    }
-                })
+                .map(|(id, subs)| format!("{id} ({})", subjects::compress(subs)))
                 .collect();
             let word = match status {
                 Status::Unavailable => "unavailable",
@@ -403,6 +430,11 @@ fn verdict(area: Area, findings: &[Finding]) -> Verdict {
         status,
         summary,
     }
+}
+
+/// `1 GPU`, `2 GPUs`.
+pub(crate) fn plural(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
 }
 
 /// Builds a finding.
@@ -458,13 +490,16 @@ pub struct Loaded {
 /// the live `/` for [`Source::Live`], the copied tree, the snapshot's files, or [`NoFiles`] for
 /// XML exports. Errors as [`gdpath_topo::load`].
 pub fn load(source: &Source) -> Result<Loaded, TopoError> {
-    let replay = |what: String| Mode::Replay { what };
+    // A replay is named as `gdpath topo` names its source (`NCCL XML FILE`, `snapshot FILE`).
+    let replay = || Mode::Replay {
+        what: source.describe(),
+    };
     Ok(match source {
         Source::Live => {
             let mut machine = gdpath_topo::load(source)?;
             // Live NVLink facts make the pair classes NV#, as `gdpath topo` prints them (and as
-            // a snapshot replays them); without a driver the reason is gathered again by
-            // `live::gather` and reported as a finding.
+            // a snapshot replays them); without a driver NVLink is unknown with the loader's
+            // reason, which `live::gather` gathers again and reports as a finding.
             let _ = crate::machine::attach_live_driver(&mut machine);
             Loaded {
                 machine,
@@ -475,25 +510,20 @@ pub fn load(source: &Source) -> Result<Loaded, TopoError> {
         Source::SysfsRoot(dir) => Loaded {
             machine: gdpath_topo::load(source)?,
             view: Box::new(DirView::new(dir)),
-            mode: replay(format!("sysfs tree {}", dir.display())),
+            mode: replay(),
         },
         Source::Snapshot(path) => {
             let snap = Snapshot::open(path)?;
             Loaded {
                 machine: snap.machine()?,
                 view: Box::new(snap.view),
-                mode: replay(format!("snapshot {}", path.display())),
+                mode: replay(),
             }
         }
-        Source::HwlocXml(path) | Source::NcclXml(path) => Loaded {
+        Source::HwlocXml(_) | Source::NcclXml(_) | Source::SmiTopo(_) => Loaded {
             machine: gdpath_topo::load(source)?,
             view: Box::new(NoFiles),
-            mode: replay(format!("XML {}", path.display())),
-        },
-        Source::SmiTopo(path) => Loaded {
-            machine: gdpath_topo::load(source)?,
-            view: Box::new(NoFiles),
-            mode: replay(format!("nvidia-smi topo -m text {}", path.display())),
+            mode: replay(),
         },
     })
 }
@@ -527,6 +557,17 @@ fn gpu_absence(input: &DoctorInput) -> Option<(Status, String)> {
     let m = input.machine;
     if m.gpus().next().is_some() {
         return None;
+    }
+    if m.devices.is_empty() {
+        // A machine always has PCI functions (host bridges at least): a source without any
+        // did not show its PCI bus, which says nothing about GPUs.
+        return Some((
+            Status::Unknown,
+            format!(
+                "the source ({}) lists no PCI function at all: whether there are GPUs is unknown",
+                m.source
+            ),
+        ));
     }
     let unclassified = m
         .devices

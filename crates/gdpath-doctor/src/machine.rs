@@ -4,7 +4,7 @@
 //! are attached, so that NVLink (`NV#`) appears in the matrix and a capture stores them.
 
 use gdpath_topo::snapshot::{self, CaptureSummary};
-use gdpath_topo::{sysfs, DirView, Machine, Recording, Source, TopoError};
+use gdpath_topo::{sysfs, DirView, Facet, Machine, Recording, Source, TopoError};
 use std::path::Path;
 
 /// Reads the machine from `source` (see [`gdpath_topo::load`]). For the live machine the
@@ -37,9 +37,20 @@ pub fn live_driver_facts() -> Result<gdpath_topo::facts::DriverFacts, gdpath_cud
 
 /// Reads the driver facts (`gdpath_cuda::gather_facts`) and attaches them
 /// ([`Machine::set_driver`]: NVLink counts become `NV#`). Errors: the reason they could not be
-/// read (the machine is left as it was).
+/// read; the machine then keeps no driver facts and its NVLink coverage is unknown with that
+/// reason ([`Coverage::nvlink`](gdpath_topo::Coverage)), so the doctor says why NVLink is
+/// unknown instead of judging the GPU pairs by their PCIe path.
 pub fn attach_live_driver(m: &mut Machine) -> Result<(), String> {
-    let f = live_driver_facts().map_err(|e| e.to_string())?;
+    let f = match live_driver_facts() {
+        Ok(f) => f,
+        Err(e) => {
+            let why = e.to_string();
+            m.coverage.nvlink = Facet::unknown(format!(
+                "NVLink comes from the NVIDIA driver, and its facts could not be read: {why}"
+            ));
+            return Err(why);
+        }
+    };
     for g in &f.gaps {
         tracing::debug!(what = %g.what, reason = %g.reason, "driver fact missing");
     }

@@ -38,7 +38,7 @@ fn no_gpu(input: &DoctorInput) -> Finding {
             A,
             "system",
             Status::Ok,
-            format!("{n} GPU(s): {}", names.join(", ")),
+            format!("{}: {}", super::plural(n, "GPU", "GPUs"), names.join(", ")),
             "",
         )
     }
@@ -132,7 +132,10 @@ fn cuda(input: &DoctorInput) -> Finding {
                 A,
                 "system",
                 Status::Ok,
-                format!("{v}; {} GPU(s) in the driver facts", f.gpus.len()),
+                format!(
+                    "{v}; {} in the driver facts",
+                    super::plural(f.gpus.len(), "GPU", "GPUs")
+                ),
                 "",
             )
         }
@@ -403,7 +406,7 @@ fn virtual_machine(input: &DoctorInput) -> Finding {
             "system",
             Status::Unknown,
             format!("virtual machine: {}", signs.join("; ")),
-            "the PCI tree, ACS, link speeds and NUMA seen here are the hypervisor's: P2P and \
+            "the PCI tree, ACS, link speeds and NUMA the guest sees are the hypervisor's: P2P and \
              GDR also depend on the host (its ACS and IOMMU settings, ATS, and whether it lets \
              passthrough devices reach each other); ask the provider or check on the host",
         )

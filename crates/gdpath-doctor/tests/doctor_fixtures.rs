@@ -146,7 +146,17 @@ fn iommu_translated() {
         );
     }
     write(&top, "proc/cmdline", "ro quiet intel_iommu=on\n");
+    // Sysfs does not describe NVLink: over NVLink the IOMMU would not be on the path.
     let r = doctor_on(&top, |_| {});
+    let p = find(&r, ids::P2P_IOMMU_TRANSLATED, "GPU0-GPU1");
+    assert_eq!(p.status, Status::Unknown, "{}", p.evidence);
+    assert!(
+        p.evidence.contains("DMA") && p.evidence.contains("NVLink is not in the source"),
+        "{}",
+        p.evidence
+    );
+    // With driver facts that list no NVLink, the translated PCIe path is the P2P path.
+    let r = doctor_on_machine(&top, no_nvlink, |_| {});
     let s = find(&r, ids::SYSTEM_IOMMU, "system");
     assert_eq!(s.status, Status::Degraded);
     assert!(
@@ -156,12 +166,12 @@ fn iommu_translated() {
     );
     let p = find(&r, ids::P2P_IOMMU_TRANSLATED, "GPU0-GPU1");
     assert_eq!(p.status, Status::Degraded, "{}", p.evidence);
-    assert!(p.evidence.contains("type DMA"), "{}", p.evidence);
+    assert!(p.evidence.contains("DMA-FQ"), "{}", p.evidence);
 
     // Same, with identity (pass-through) groups: fine.
     write(&top, "sys/kernel/iommu_groups/7/type", "identity\n");
     write(&top, "sys/kernel/iommu_groups/9/type", "identity\n");
-    let r = doctor_on(&top, |_| {});
+    let r = doctor_on_machine(&top, no_nvlink, |_| {});
     assert_eq!(status(&r, ids::SYSTEM_IOMMU, "system"), Status::Ok);
     assert_eq!(
         status(&r, ids::P2P_IOMMU_TRANSLATED, "GPU0-GPU1"),
@@ -169,12 +179,26 @@ fn iommu_translated() {
     );
 }
 
-/// Derived: two GPUs in the Sandy Bridge dump (see `sandy_with_gpus`): one per socket.
+/// Derived: two GPUs in the Sandy Bridge dump (see `sandy_with_gpus`): one per socket. The dump
+/// has no driver facts, so NVLink is unknown and the SYS path decides nothing; with driver facts
+/// that list no NVLink (derived) it is the P2P path.
 #[test]
 fn gpus_on_two_sockets() {
     let (_t, top) = unpack_sysfs(SANDY);
     sandy_with_gpus(&top, true);
     let r = doctor_on(&top, |_| {});
+    for id in [ids::P2P_CROSS_SOCKET, ids::P2P_NCCL_LEVEL] {
+        let x = find(&r, id, "GPU0-GPU1");
+        assert_eq!(x.status, Status::Unknown, "{}", x.evidence);
+        assert!(
+            x.evidence.contains("SYS")
+                && x.evidence.contains("NVLink is not in the source")
+                && x.evidence.contains("sysfs does not describe NVLink"),
+            "{}",
+            x.evidence
+        );
+    }
+    let r = doctor_on_machine(&top, no_nvlink, |_| {});
     let x = find(&r, ids::P2P_CROSS_SOCKET, "GPU0-GPU1");
     assert_eq!(x.status, Status::Degraded);
     assert!(x.evidence.starts_with("SYS"), "{}", x.evidence);
@@ -191,12 +215,19 @@ fn gpus_on_two_sockets() {
     assert_eq!(a.status, Status::Unknown);
     assert!(a.evidence.contains("0000:00:1c.0"), "{}", a.evidence);
     // NCCL_P2P_LEVEL=SYS lets NCCL use P2P there.
-    let r = doctor_on(&top, |i| {
+    let r = doctor_on_machine(&top, no_nvlink, |i| {
         i.env.insert("NCCL_P2P_LEVEL".into(), "SYS".into());
     });
     let n = find(&r, ids::P2P_NCCL_LEVEL, "GPU0-GPU1");
     assert_eq!(n.status, Status::Ok, "{}", n.evidence);
     assert!(n.evidence.contains("NCCL_P2P_LEVEL=SYS"));
+    // NCCL_P2P_DISABLE=1 is not undone by NVLink: degraded even where NVLink is unknown.
+    let r = doctor_on(&top, |i| {
+        i.env.insert("NCCL_P2P_DISABLE".into(), "1".into());
+    });
+    let n = find(&r, ids::P2P_NCCL_LEVEL, "GPU0-GPU1");
+    assert_eq!(n.status, Status::Degraded, "{}", n.evidence);
+    assert_eq!(status(&r, ids::P2P_DISABLED, "GPU0-GPU1"), Status::Degraded);
 }
 
 /// Derived: ACS Request and Completion Redirect enabled on the root port 0000:80:02.2 above the
@@ -490,7 +521,12 @@ fn doctor_on_nccl_xml(rel: &str) -> gdpath_doctor::Report {
 }
 
 fn doctor_on_nccl_file(path: PathBuf) -> gdpath_doctor::Report {
-    let loaded = gdpath_doctor::load(&gdpath::topo::Source::NcclXml(path)).unwrap();
+    doctor_on_source(gdpath::topo::Source::NcclXml(path))
+}
+
+/// The doctor on any source, as a replay.
+fn doctor_on_source(source: gdpath::topo::Source) -> gdpath_doctor::Report {
+    let loaded = gdpath_doctor::load(&source).unwrap();
     let input =
         gdpath_doctor::DoctorInput::new(&loaded.machine, loaded.view.as_ref(), loaded.mode.clone());
     gdpath_doctor::run(&input)
@@ -565,34 +601,49 @@ fn aws_g5_unclassified_entries_are_unknown_not_absent() {
     );
 }
 
-/// AWS p4d: eight A100 SXM4 (10de:20b0), which NVSwitch joins on the real machine, but the file
-/// lists no NVLink and carries no driver facts. The PCIe verdicts (SYS across the sockets, PHB
-/// beyond NCCL's P2P level) are then unknown, not degraded: P2P most likely does not take that
-/// path. Derived: the same file with one `<nvlink>` entry (GPU0 → GPU1, NV12) lists NVLink, so
-/// the absence of NVLink between the other pairs is stated and their verdicts are firm again.
+/// NCCL topology files without `<nvlink>` entries (every vendored one but Azure NC A100 v4's)
+/// do not describe NVLink: the PCIe-path verdicts that NVLink would undo (ACS, IOMMU, SYS,
+/// beyond NCCL's P2P level) are unknown, with the reason, never degraded; a clean PCIe path
+/// stays ok. On AWS p4d (A100 SXM4 on NVSwitch) GPU0 and GPU1 share a switch (PIX: ok), GPU0
+/// and GPU4 cross sockets (unknown). Derived: the same file with one `<nvlink>` entry (GPU0 →
+/// GPU1, NV12) describes NVLink, so its absence between the other pairs is stated and their
+/// verdicts are firm again.
 #[test]
-fn aws_p4d_sxm_gpus_without_listed_nvlink_are_unknown() {
+fn nccl_files_without_nvlink_give_p2p_unknown_not_degraded() {
+    for name in [
+        "nccl-aws-p4d-24xl-topo.xml",
+        "nccl-azure-ndv2-topo.xml",
+        "nccl-azure-ndv4-topo.xml",
+    ] {
+        let r = doctor_on_nccl_xml(&format!("nccl-xml/{name}"));
+        assert!(r.coverage.nvlink.is_unknown(), "{name}");
+        let p2p: Vec<_> = r.findings.iter().filter(|f| f.path == Area::P2p).collect();
+        assert!(p2p.len() >= 28, "{name}: {} P2P findings", p2p.len());
+        for f in &p2p {
+            assert_ne!(f.status, Status::Degraded, "{name}: {} {}", f.id, f.subject);
+            if f.status == Status::Unknown
+                && [ids::P2P_CROSS_SOCKET, ids::P2P_NCCL_LEVEL].contains(&f.id.as_str())
+            {
+                assert!(
+                    f.evidence.contains("NVLink is not in the source")
+                        && f.evidence.contains("no <nvlink> entries"),
+                    "{name}: {}",
+                    f.evidence
+                );
+            }
+        }
+    }
     let r = doctor_on_nccl_xml("nccl-xml/nccl-aws-p4d-24xl-topo.xml");
     let x = find(&r, ids::P2P_CROSS_SOCKET, "GPU0-GPU4");
     assert_eq!(x.status, Status::Unknown, "{}", x.evidence);
-    assert!(
-        x.evidence.starts_with("SYS")
-            && x.evidence.contains("A100 SXM4 40GB)")
-            && x.evidence.contains("lists no NVLink"),
-        "{}",
-        x.evidence
+    assert!(x.evidence.starts_with("PCIe path SYS"), "{}", x.evidence);
+    assert_eq!(
+        status(&r, ids::P2P_NCCL_LEVEL, "GPU0-GPU2"),
+        Status::Unknown
     );
-    let n = find(&r, ids::P2P_NCCL_LEVEL, "GPU0-GPU2");
-    assert_eq!(n.status, Status::Unknown, "{}", n.evidence);
     // A clean PCIe path stays ok: GPU0 and GPU1 share a switch (PIX).
     assert_eq!(status(&r, ids::P2P_NCCL_LEVEL, "GPU0-GPU1"), Status::Ok);
-    assert!(
-        findings_with(&r, ids::P2P_CROSS_SOCKET)
-            .iter()
-            .chain(findings_with(&r, ids::P2P_NCCL_LEVEL).iter())
-            .all(|f| f.status != Status::Degraded),
-        "no firm PCIe verdict while NVLink is unlisted"
-    );
+    assert_eq!(status(&r, ids::P2P_CROSS_SOCKET, "GPU0-GPU1"), Status::Ok);
 
     let text = std::fs::read_to_string(fixture("nccl-xml/nccl-aws-p4d-24xl-topo.xml")).unwrap();
     let gpu0 = r#"link_width="16"/> <!-- GPU 0 -->"#;
@@ -605,10 +656,16 @@ fn aws_p4d_sxm_gpus_without_listed_nvlink_are_unknown() {
     let file = tmp.path().join("p4d-one-nvlink.xml");
     std::fs::write(&file, derived).unwrap();
     let r = doctor_on_nccl_file(file);
+    assert!(r.coverage.nvlink.is_described());
     assert_eq!(status(&r, ids::P2P_CROSS_SOCKET, "GPU0-GPU1"), Status::Ok);
+    assert_eq!(status(&r, ids::P2P_ACS_ENABLED, "GPU0-GPU1"), Status::Ok);
     let x = find(&r, ids::P2P_CROSS_SOCKET, "GPU0-GPU4");
     assert_eq!(x.status, Status::Degraded, "{}", x.evidence);
     assert!(!x.evidence.contains("NVLink"), "{}", x.evidence);
+    assert_eq!(
+        status(&r, ids::P2P_NCCL_LEVEL, "GPU0-GPU4"),
+        Status::Degraded
+    );
 }
 
 /// Azure NC A100 v4 (NCCL topology dump): its one network device, eth0, is marked `gdr="0"`:
@@ -641,4 +698,61 @@ fn azure_ncv4_nic_marked_gdr_0_makes_gdr_unavailable() {
     let f = find(&r, ids::GDR_NO_RDMA_DEVICE, "system");
     assert_eq!(f.status, Status::Ok, "{}", f.evidence);
     assert!(f.evidence.contains("eth0 on NIC0 gdr=1"), "{}", f.evidence);
+}
+
+/// hwloc's POWER8 export with an `NVLinkBandwidth` matrix describes NVLink: GPU0–GPU1 and
+/// GPU2–GPU3 are NV2 (P2P over NVLink, so ACS and the socket do not apply), and the pairs
+/// across sockets have no NVLink, so their SYS path is the P2P path: degraded, not unknown.
+#[test]
+fn hwloc_nvlink_distances_give_nv_and_verdicts_from_them() {
+    let r = doctor_on_source(gdpath::topo::Source::HwlocXml(fixture(
+        "hwloc-xml/hwloc-xml-power8gpudistances.xml",
+    )));
+    assert!(r.coverage.nvlink.is_described());
+    for pair in ["GPU0-GPU1", "GPU2-GPU3"] {
+        let x = find(&r, ids::P2P_CROSS_SOCKET, pair);
+        assert_eq!(x.status, Status::Ok, "{}", x.evidence);
+        assert!(x.evidence.starts_with("NV2 "), "{}", x.evidence);
+        let a = find(&r, ids::P2P_ACS_ENABLED, pair);
+        assert_eq!(a.status, Status::Ok, "{}", a.evidence);
+        let n = find(&r, ids::P2P_NCCL_LEVEL, pair);
+        assert!(
+            n.evidence.starts_with("NCCL path NVL (NV2)"),
+            "{}",
+            n.evidence
+        );
+        assert_eq!(n.status, Status::Ok);
+    }
+    for pair in ["GPU0-GPU2", "GPU0-GPU3", "GPU1-GPU2", "GPU1-GPU3"] {
+        for id in [ids::P2P_CROSS_SOCKET, ids::P2P_NCCL_LEVEL] {
+            let f = find(&r, id, pair);
+            assert_eq!(f.status, Status::Degraded, "{pair} {id}: {}", f.evidence);
+            assert!(!f.evidence.contains("NVLink is not"), "{}", f.evidence);
+        }
+    }
+}
+
+/// The same export without its `NVLinkBandwidth` matrix (derived: the distances element
+/// removed) no longer describes NVLink: the pairs across sockets are unknown, not degraded.
+#[test]
+fn hwloc_export_without_nvlink_distances_leaves_p2p_unknown() {
+    let text =
+        std::fs::read_to_string(fixture("hwloc-xml/hwloc-xml-power8gpudistances.xml")).unwrap();
+    let name = text.find("NVLinkBandwidth").expect("the NVLink matrix");
+    let open = text[..name].rfind("<distances2hetero").unwrap();
+    let end = "</distances2hetero>";
+    let close = text[open..].find(end).unwrap() + open + end.len();
+    let derived = format!("{}{}", &text[..open], &text[close..]);
+    let tmp = scratch();
+    let file = tmp.path().join("power8-no-nvlink.xml");
+    std::fs::write(&file, derived).unwrap();
+    let r = doctor_on_source(gdpath::topo::Source::HwlocXml(file));
+    assert!(r.coverage.nvlink.is_unknown());
+    let f = find(&r, ids::P2P_CROSS_SOCKET, "GPU0-GPU2");
+    assert_eq!(f.status, Status::Unknown, "{}", f.evidence);
+    assert!(f.evidence.contains("NVLinkBandwidth"), "{}", f.evidence);
+    assert!(r
+        .findings
+        .iter()
+        .all(|f| f.path != Area::P2p || f.status != Status::Degraded));
 }

@@ -353,13 +353,12 @@ fn h200_tree_without_driver_facts() {
     let a = find(&r, ids::P2P_ACS_ENABLED, PAIR);
     assert_eq!(a.status, Status::Ok);
     assert!(a.evidence.contains("root bus pci0000:00"), "{}", a.evidence);
-    // PHB, so NCCL (default PXB) would not use P2P over PCIe; but two H200 SXM sit on an
-    // NVLink baseboard (NV18 on this machine) and nothing here lists NVLink: unknown, not
-    // degraded.
+    // PHB, so NCCL (default PXB) would not use P2P over PCIe; but without driver facts NVLink
+    // is not described (NV18 on this machine): unknown, not degraded.
     let n = find(&r, ids::P2P_NCCL_LEVEL, PAIR);
     assert_eq!(n.status, Status::Unknown, "{}", n.evidence);
     assert!(
-        n.evidence.contains("PHB") && n.evidence.contains("lists no NVLink"),
+        n.evidence.contains("PHB") && n.evidence.contains("NVLink is not in the source"),
         "{}",
         n.evidence
     );

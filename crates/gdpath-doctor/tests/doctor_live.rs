@@ -268,3 +268,36 @@ fn gds_probe_without_a_driver_says_why_and_writes_nothing() {
         );
     }
 }
+
+/// The live machine's NVLink coverage comes from the driver: described when its facts load,
+/// else unknown with the loader's own error (here, without a GPU driver: libcuda's).
+#[test]
+fn live_nvlink_coverage_says_why_the_driver_facts_are_missing() {
+    if !Path::new("/sys/bus/pci/devices").is_dir() {
+        eprintln!("skipped: this machine has no /sys/bus/pci/devices");
+        return;
+    }
+    let (m, why) = doctor::machine::load_reporting(&Source::Live).unwrap();
+    match doctor::machine::live_driver_facts() {
+        Ok(_) => {
+            assert!(why.is_none());
+            assert!(m.driver.is_some());
+        }
+        Err(e) => {
+            let e = e.to_string();
+            assert_eq!(why.as_deref(), Some(e.as_str()));
+            let reason = m
+                .coverage
+                .nvlink
+                .gap()
+                .expect("NVLink unknown without a driver");
+            assert!(
+                m.coverage.nvlink.is_unknown() && reason.contains(&e),
+                "{reason}"
+            );
+            // The doctor's loader records the same.
+            let loaded = doctor::load(&Source::Live).unwrap();
+            assert_eq!(loaded.machine.coverage.nvlink, m.coverage.nvlink);
+        }
+    }
+}

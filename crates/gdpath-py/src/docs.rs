@@ -15,12 +15,14 @@ fn source(
     sysfs_root: Option<PathBuf>,
     hwloc_xml: Option<PathBuf>,
     nccl_xml: Option<PathBuf>,
+    smi_topo: Option<PathBuf>,
 ) -> PyResult<Source> {
     let given: Vec<Source> = [
         sysfs_root.map(Source::SysfsRoot),
         snapshot.map(Source::Snapshot),
         hwloc_xml.map(Source::HwlocXml),
         nccl_xml.map(Source::NcclXml),
+        smi_topo.map(Source::SmiTopo),
     ]
     .into_iter()
     .flatten()
@@ -29,7 +31,7 @@ fn source(
         0 => Ok(Source::Live),
         1 => Ok(given.into_iter().next().expect("one")),
         _ => Err(PyValueError::new_err(
-            "give at most one of snapshot, sysfs_root, hwloc_xml, nccl_xml",
+            "give at most one of snapshot, sysfs_root, hwloc_xml, nccl_xml, smi_topo",
         )),
     }
 }
@@ -37,25 +39,27 @@ fn source(
 /// The `gdpath.topo/1` document as `gdpath topo --json` prints it (without its newline).
 /// Errors: `gdpath.GdpathError` of kind `topology` when the source cannot be read.
 #[pyfunction]
-#[pyo3(signature = (*, snapshot=None, sysfs_root=None, hwloc_xml=None, nccl_xml=None))]
+#[pyo3(signature = (*, snapshot=None, sysfs_root=None, hwloc_xml=None, nccl_xml=None, smi_topo=None))]
 pub fn topo_json(
     py: Python<'_>,
     snapshot: Option<PathBuf>,
     sysfs_root: Option<PathBuf>,
     hwloc_xml: Option<PathBuf>,
     nccl_xml: Option<PathBuf>,
+    smi_topo: Option<PathBuf>,
 ) -> PyResult<String> {
-    let src = source(snapshot, sysfs_root, hwloc_xml, nccl_xml)?;
+    let src = source(snapshot, sysfs_root, hwloc_xml, nccl_xml, smi_topo)?;
     let r = py.detach(move || document::topo(&src).map(|(m, _)| document::topo_json(&m)));
     r.map_err(|e| raise(py, "topology", &e.to_string(), None, None))
 }
 
 /// The `gdpath.doctor/1` document as `gdpath doctor --json` prints it (without its newline)
-/// and the exit status the CLI would give (0 available, 1 degraded, 2 unavailable). `paths`:
-/// the GDS directories (default: the current directory); `measure` as `--measure`. Errors:
-/// kind `usage` for a path that is not a directory, `topology` for an unreadable source.
+/// and the exit status the CLI would give (`gdpath_doctor::exit`: 0 available, 1 degraded,
+/// 2 unavailable, 4 no verdict decided). `paths`: the GDS directories (default: the current
+/// directory on the live machine, none in a replay); `measure` as `--measure`. Errors: kind
+/// `usage` for a path that is not a directory, `topology` for an unreadable source.
 #[pyfunction]
-#[pyo3(signature = (*, snapshot=None, sysfs_root=None, hwloc_xml=None, nccl_xml=None, paths=None, measure=false))]
+#[pyo3(signature = (*, snapshot=None, sysfs_root=None, hwloc_xml=None, nccl_xml=None, smi_topo=None, paths=None, measure=false))]
 #[allow(clippy::too_many_arguments)]
 pub fn doctor_json(
     py: Python<'_>,
@@ -63,10 +67,11 @@ pub fn doctor_json(
     sysfs_root: Option<PathBuf>,
     hwloc_xml: Option<PathBuf>,
     nccl_xml: Option<PathBuf>,
+    smi_topo: Option<PathBuf>,
     paths: Option<Vec<PathBuf>>,
     measure: bool,
 ) -> PyResult<(String, u8)> {
-    let src = source(snapshot, sysfs_root, hwloc_xml, nccl_xml)?;
+    let src = source(snapshot, sysfs_root, hwloc_xml, nccl_xml, smi_topo)?;
     let paths = paths.unwrap_or_default();
     let r = py.detach(move || {
         gdpath_doctor::examine(&src, &paths, measure)

@@ -1,6 +1,6 @@
 """``gdpath.topo()`` and ``gdpath.doctor()`` are the CLI's ``--json`` documents, byte for byte,
-on every vendored fixture (NCCL XML, hwloc XML, captured snapshots, the H200 snapshot) and on
-this machine."""
+on every vendored fixture (NCCL XML, hwloc XML, ``nvidia-smi topo -m`` texts, captured
+snapshots, the H200 snapshot) and on this machine."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from conftest import FIXTURES, REPO, gdpath_bin
 
 def cli(args, cwd) -> str:
     out = subprocess.run([str(gdpath_bin()), *args, "--json"], cwd=cwd, capture_output=True, text=True)
-    # The doctor's exit status is its verdict (0-2); 3 is a failure.
-    assert out.returncode in (0, 1, 2), (args, out.stderr)
+    # The doctor's exit status is its verdict (0-2, 4: none decided); 3 is a failure.
+    assert out.returncode in (0, 1, 2, 4), (args, out.stderr)
     assert out.stdout.endswith("\n")
     return out.stdout[:-1]
 
@@ -27,6 +27,8 @@ def sources():
         yield "nccl_xml", "--nccl-xml", p
     for p in sorted((FIXTURES / "hwloc-xml").glob("*.xml")):
         yield "hwloc_xml", "--hwloc-xml", p
+    for p in sorted((FIXTURES / "nvidia-smi").glob("*.txt")):
+        yield "smi_topo", "--smi-topo", p
     for p in sorted((FIXTURES / "device").glob("*.tar.gz")):
         yield "snapshot", "--snapshot", p
     yield "snapshot", "--snapshot", REPO / "assets" / "snapshots" / "h200x2.tar.gz"

@@ -127,7 +127,7 @@ fn the_h200_pair_draws_p2p_over_nvlink_and_gdr_through_host_memory() {
 }
 
 #[test]
-fn the_two_socket_machine_stages_what_crosses_sockets() {
+fn the_two_socket_machine_stages_gdr_across_sockets_and_leaves_p2p_unknown() {
     let html = check(Source::HwlocXml(fixture(
         "hwloc-xml/hwloc-xml-32em64t-2n8c2t-pci-normalio.xml",
     )));
@@ -142,10 +142,12 @@ fn the_two_socket_machine_stages_what_crosses_sockets() {
         r.contains(&("gdr GPU2 NIC0".into(), "route gdr unknown".into())),
         "{r:?}"
     );
-    // Three GPUs: P2P is in the matrix, every pair staged (across sockets, or PHB above
-    // NCCL's P2P level).
+    // Three GPUs: P2P is in the matrix. Over PCIe alone every pair would be staged (across
+    // sockets, or PHB above NCCL's P2P level), but the export does not describe NVLink, which
+    // could join them: every pair unknown, none drawn as staged.
     assert!(!r.iter().any(|(k, _)| k.starts_with("p2p")), "{r:?}");
-    assert_eq!(html.matches("class=\"mx-staged\"").count(), 6);
+    assert_eq!(html.matches("class=\"mx-unknown\"").count(), 6);
+    assert_eq!(html.matches("class=\"mx-staged\"").count(), 0);
     // Two NUMA nodes and the interconnect between them.
     assert!(html.contains("NUMA 0") && html.contains("NUMA 1"));
     assert!(html.contains("CPU interconnect between NUMA nodes"));

@@ -43,7 +43,7 @@ pub use machine::{
     warning_ids, Machine, Matrix, Nearest, NumaNode, NvLinkBond, Peer, TopoReport, Warning,
     TOPO_SCHEMA,
 };
-pub use pairs::{NvLinkState, PairClass};
+pub use pairs::{bridges_at, NvLinkState, PairClass, Place, TreeKey};
 pub use pci::PciAddr;
 pub use view::{DirView, Recording, SysView};
 

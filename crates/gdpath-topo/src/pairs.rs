@@ -50,12 +50,32 @@ impl PairClass {
     }
 }
 
-/// A device's place in the tree, worked out once for many pairs.
-pub(crate) struct Place<'m> {
+/// A device's place in the tree (its bridges, host bridge and NUMA node), worked out once for
+/// many pairs ([`Machine::place`], [`Machine::pair_at`], [`bridges_at`]).
+#[derive(Debug, Clone)]
+pub struct Place<'m> {
     pub(crate) dev: &'m Device,
     /// Bridges above the device, nearest first.
     pub(crate) up: Vec<&'m Device>,
     pub(crate) numa: Option<u32>,
+}
+
+impl<'m> Place<'m> {
+    /// The device placed.
+    pub fn device(&self) -> &'m Device {
+        self.dev
+    }
+}
+
+/// What a device's PCIe classes and bridges to every other device depend on: its parent bridge
+/// (which fixes the bridges above it), its host bridge and its NUMA node. Two devices with the
+/// same key have the same PCIe class and the same [`bridges_at`] to any third device, and a
+/// pair of them is classified alike ([`Machine::tree_key`]).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TreeKey {
+    parent: Option<PciAddr>,
+    host_bridge: Option<String>,
+    numa: Option<u32>,
 }
 
 /// The pair key of [`Machine::stated_pcie`]: the lower address first.
@@ -79,7 +99,9 @@ fn same_device(a: &Device, b: &Device) -> bool {
 }
 
 impl Machine {
-    pub(crate) fn place<'m>(&'m self, dev: &'m Device) -> Place<'m> {
+    /// The place of `dev` in the tree, for many pair questions about it
+    /// ([`Machine::pair_at`], [`bridges_at`]).
+    pub fn place<'m>(&'m self, dev: &'m Device) -> Place<'m> {
         Place {
             dev,
             up: self.ancestors(dev),
@@ -151,18 +173,47 @@ impl Machine {
             return NvLinkState::None;
         }
         match self.nvlink_count(&a.pci, &b.pci) {
-            0 if self.coverage.nvlink.is_described() => NvLinkState::None,
-            0 => NvLinkState::Unknown,
+            0 => self.unlisted_nvlink(),
             n => NvLinkState::Links(n),
+        }
+    }
+
+    /// What [`Machine::nvlink_state`] says of two distinct GPUs the machine lists no NVLink
+    /// between: [`NvLinkState::None`] when the source describes NVLink, else
+    /// [`NvLinkState::Unknown`].
+    pub fn unlisted_nvlink(&self) -> NvLinkState {
+        if self.coverage.nvlink.is_described() {
+            NvLinkState::None
+        } else {
+            NvLinkState::Unknown
         }
     }
 
     /// The class of a pair in its two parts ([`PairClass`]): the PCIe class and NVLink.
     pub fn pair(&self, a: &Device, b: &Device) -> PairClass {
+        self.pair_at(&self.place(a), &self.place(b))
+    }
+
+    /// [`Machine::pair`] for places worked out once ([`Machine::place`]).
+    pub fn pair_at(&self, a: &Place, b: &Place) -> PairClass {
         PairClass {
-            pcie: self.pcie_class(a, b),
-            nvlink: self.nvlink_state(a, b),
+            pcie: self.pcie_of(a, b),
+            nvlink: self.nvlink_state(a.dev, b.dev),
         }
+    }
+
+    /// The [`TreeKey`] of a place: devices with equal keys are interchangeable for their PCIe
+    /// classes and bridges to other devices. `None` when the machine states its classes per pair
+    /// ([`Machine::stated_pcie`]), where no two devices are interchangeable.
+    pub fn tree_key(&self, p: &Place) -> Option<TreeKey> {
+        if self.stated_pcie.is_some() {
+            return None;
+        }
+        Some(TreeKey {
+            parent: p.dev.parent,
+            host_bridge: p.dev.host_bridge.clone(),
+            numa: p.numa,
+        })
     }
 
     /// The class of a pair as `nvidia-smi topo -m` prints it: `X` for the device itself, `NV#`
@@ -177,7 +228,7 @@ impl Machine {
     /// every bridge on both paths (root ports included). Nearest to `a` first. These are the
     /// bridges whose ACS settings matter for the pair.
     pub fn bridges_between<'m>(&'m self, a: &'m Device, b: &'m Device) -> Vec<&'m Device> {
-        bridges_of(&self.place(a), &self.place(b))
+        bridges_at(&self.place(a), &self.place(b))
     }
 
     /// The devices of the matrix: GPUs, then NICs, then NVMe, each in PCI bus order.
@@ -194,18 +245,7 @@ impl Machine {
             .collect();
         let cells = places
             .iter()
-            .map(|a| {
-                places
-                    .iter()
-                    .map(|b| {
-                        PairClass {
-                            pcie: self.pcie_of(a, b),
-                            nvlink: self.nvlink_state(a.dev, b.dev),
-                        }
-                        .class()
-                    })
-                    .collect()
-            })
+            .map(|a| places.iter().map(|b| self.pair_at(a, b).class()).collect())
             .collect();
         Matrix {
             ids: places.iter().map(|p| p.dev.id.clone()).collect(),
@@ -244,8 +284,8 @@ impl Machine {
     }
 }
 
-/// [`Machine::bridges_between`] for worked-out places.
-pub(crate) fn bridges_of<'m>(a: &Place<'m>, b: &Place<'m>) -> Vec<&'m Device> {
+/// [`Machine::bridges_between`] for places worked out once ([`Machine::place`]).
+pub fn bridges_at<'m>(a: &Place<'m>, b: &Place<'m>) -> Vec<&'m Device> {
     let mut out: Vec<&Device> = match meeting_point(&a.up, &b.up) {
         Some((i, j)) => a.up[..=i]
             .iter()

@@ -4,7 +4,7 @@
 use crate::class::LinkClass;
 use crate::device::{Device, DeviceKind};
 use crate::machine::Machine;
-use crate::pairs::{bridges_of, Place};
+use crate::pairs::{bridges_at, Place};
 use crate::pci::PciAddr;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
@@ -142,7 +142,7 @@ impl Machine {
         let mut hits: BTreeMap<PciAddr, Vec<String>> = BTreeMap::new();
         for (i, g) in gpus.iter().enumerate() {
             for p in gpus[i + 1..].iter().chain(&nics) {
-                for b in bridges_of(g, p) {
+                for b in bridges_at(g, p) {
                     if b.acs.is_some_and(|a| a.redirects_p2p()) {
                         hits.entry(b.pci)
                             .or_default()

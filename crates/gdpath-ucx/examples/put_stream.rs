@@ -14,7 +14,8 @@
 //! of its own, checks (each write's bytes carry its slot number) and acknowledges with one small
 //! active message; at most W writes (W / G messages) are unacknowledged at a time. Over UCX
 //! 1.13's tcp, whose puts are all emulated with an acknowledgement each, this is what an engine
-//! could do for a transfer of many small writes (docs/benchmarks.md, "Ninth session").
+//! could do for a transfer of many small writes; it is the protocol gdpath's packed writes use
+//! (docs/network.md, "Packed writes over tcp").
 //! The target hands its worker address, region and packed rkey over a plain TCP socket on
 //! PORT+1; the initiator then connects either through UCX's listener (`sockaddr`, as gdpath's
 //! agents do) or by the worker address (`address`, as ucx_perftest does). Host memory, UCX's

@@ -96,9 +96,9 @@ impl MemHandle {
         // the system device* (GPU) of the range and packs that device into the remote key
         // (UCX_PROTO_INFO then shows the peer's memory as `cuda/dev[N]`, as for memory UCX
         // allocates itself). With the type given, the peer saw plain `cuda` and UCX 1.22 chose
-        // software emulation over shared memory instead of cuda_ipc (measured together with
-        // binding a CUDA context before rkey unpack; docs/benchmarks.md, Network). The detected
-        // type is checked against `mem_type` after mapping.
+        // software emulation over shared memory instead of cuda_ipc (docs/benchmarks.md,
+        // "Measurements behind the defaults", GPU memory mapped with UCX's type detection).
+        // The detected type is checked against `mem_type` after mapping.
         let detect = !allocate && mem_type != MemType::Host;
         // SAFETY: zeroed params; every field flagged exists since UCX 1.13.
         let mut p: sys::ucp_mem_map_params_t = unsafe { std::mem::zeroed() };

@@ -296,9 +296,8 @@ mod tests {
 
     #[test]
     fn parses_protocol_descriptions_of_ucx_1_22() {
-        // Table rows UCX 1.22 printed on the H200 pair with UCX_PROTO_INFO=y (ucx_perftest
-        // and gdpath, 2026-11-30, docs/benchmarks.md), then constructed forms: a request
-        // description and a multi-lane row.
+        // Table rows UCX 1.22 printed with UCX_PROTO_INFO=y on the H200 pair (ucx_perftest
+        // and gdpath), then constructed forms: a request description and a multi-lane row.
         let ipc = ProtoInfo::parse("| 0..inf | zero-copy   | cuda_ipc/cuda |");
         assert_eq!(ipc.transports, ["cuda_ipc"]);
         assert!(!ipc.emulated);

@@ -19,9 +19,9 @@ pub const AM_MAX_MESSAGE: usize = 1 << 20;
 pub const AM_MAX_QUEUED: usize = 4096;
 /// Payloads at least this long (bytes) that UCX lets the receiver keep
 /// (`UCP_AM_RECV_ATTR_FLAG_DATA`, such as a message assembled from several fragments) are held
-/// in UCX's buffer instead of copied ([`AmData`]). Measured on loopback tcp: copying each 64 KiB
-/// message into a fresh allocation made the allocator return and re-fault its pages per message,
-/// which halved the receiver's throughput (0.61–0.76 against 1.47–1.49 GB/s with trimming off).
+/// in UCX's buffer instead of copied ([`AmData`]): a fresh allocation per message makes the
+/// allocator return and re-fault its pages each time (docs/benchmarks.md, "Measurements behind
+/// the defaults", `AM_HOLD_MIN`).
 pub const AM_HOLD_MIN: usize = 8 * 1024;
 
 /// Opaque identity of an endpoint (its `ucp_ep_h` as an integer): compare

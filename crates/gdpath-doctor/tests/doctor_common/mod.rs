@@ -24,6 +24,41 @@ pub fn doctor_on(root: &Path, setup: impl FnOnce(&mut DoctorInput)) -> Report {
     doctor::run(&input)
 }
 
+/// As [`doctor_on`], with the machine changed by `change` before the doctor runs.
+pub fn doctor_on_machine(
+    root: &Path,
+    change: impl FnOnce(&mut gdpath::topo::Machine),
+    setup: impl FnOnce(&mut DoctorInput),
+) -> Report {
+    let loaded = doctor::load(&Source::SysfsRoot(root.to_owned())).unwrap();
+    let mut machine = loaded.machine;
+    change(&mut machine);
+    let mut input = DoctorInput::new(&machine, loaded.view.as_ref(), loaded.mode.clone());
+    setup(&mut input);
+    doctor::run(&input)
+}
+
+/// Derived: driver facts that list the machine's GPUs (by PCI address, in PCI order) with no
+/// NVLink, as NVML reports GPUs without NVLink: the source then describes NVLink, and none
+/// joins the GPUs.
+pub fn no_nvlink(m: &mut gdpath::topo::Machine) {
+    let gpus = m
+        .gpus()
+        .enumerate()
+        .map(|(i, g)| gdpath::topo::facts::GpuFacts {
+            ordinal: i as u32,
+            pci: g.pci.to_string(),
+            name: g.display_name(),
+            ..Default::default()
+        })
+        .collect();
+    m.set_driver(DriverFacts {
+        gpus,
+        ..Default::default()
+    });
+    assert!(m.coverage.nvlink.is_described());
+}
+
 /// The one finding with this id and subject; panics listing what there is.
 pub fn find<'a>(r: &'a Report, id: &str, subject: &str) -> &'a Finding {
     let mut hits: Vec<&Finding> = r

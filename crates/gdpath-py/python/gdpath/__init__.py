@@ -95,13 +95,17 @@ def topo_json(
     sysfs_root: Optional[PathLike] = None,
     hwloc_xml: Optional[PathLike] = None,
     nccl_xml: Optional[PathLike] = None,
+    smi_topo: Optional[PathLike] = None,
 ) -> str:
     """The ``gdpath.topo/1`` document as text, byte for byte what ``gdpath topo --json``
     prints (without its final newline), for the live machine or the one replay source given:
     a snapshot written by ``gdpath topo capture``, a copied sysfs tree (holding ``sys/``), an
-    hwloc XML export or an NCCL topology XML. Raises :class:`GdpathError` of kind ``topology``
-    when the source cannot be read, ``ValueError`` for two sources."""
-    return _native.topo_json(snapshot=snapshot, sysfs_root=sysfs_root, hwloc_xml=hwloc_xml, nccl_xml=nccl_xml)
+    hwloc XML export, an NCCL topology XML or the text ``nvidia-smi topo -m`` printed. Raises
+    :class:`GdpathError` of kind ``topology`` when the source cannot be read, ``ValueError``
+    for two sources."""
+    return _native.topo_json(
+        snapshot=snapshot, sysfs_root=sysfs_root, hwloc_xml=hwloc_xml, nccl_xml=nccl_xml, smi_topo=smi_topo
+    )
 
 
 def topo(
@@ -110,11 +114,14 @@ def topo(
     sysfs_root: Optional[PathLike] = None,
     hwloc_xml: Optional[PathLike] = None,
     nccl_xml: Optional[PathLike] = None,
+    smi_topo: Optional[PathLike] = None,
 ) -> Dict[str, Any]:
     """The ``gdpath.topo/1`` document as a dict: GPUs, NICs, NVMe, the PCIe tree, NUMA, the
     pair matrix (X, NV#, PIX, PXB, PHB, NODE, SYS), nearest devices and warnings. Arguments as
     :func:`topo_json`."""
-    return _json.loads(topo_json(snapshot=snapshot, sysfs_root=sysfs_root, hwloc_xml=hwloc_xml, nccl_xml=nccl_xml))
+    return _json.loads(
+        topo_json(snapshot=snapshot, sysfs_root=sysfs_root, hwloc_xml=hwloc_xml, nccl_xml=nccl_xml, smi_topo=smi_topo)
+    )
 
 
 def doctor_json(
@@ -123,12 +130,14 @@ def doctor_json(
     sysfs_root: Optional[PathLike] = None,
     hwloc_xml: Optional[PathLike] = None,
     nccl_xml: Optional[PathLike] = None,
+    smi_topo: Optional[PathLike] = None,
     paths: Optional[Sequence[PathLike]] = None,
     measure: bool = False,
 ) -> str:
     """The ``gdpath.doctor/1`` document as text, byte for byte what ``gdpath doctor --json``
     prints with the same arguments (without its final newline): ``paths`` are the GDS
-    directories (``--path``; default the current directory), ``measure`` runs the measured
+    directories (``--path``; default the current directory on the live machine, none in a
+    replay), ``measure`` runs the measured
     probes (``--measure``; live only). Raises :class:`GdpathError` of kind ``usage`` for a
     path that is not a directory, ``topology`` for a source that cannot be read."""
     text, _code = _native.doctor_json(
@@ -136,6 +145,7 @@ def doctor_json(
         sysfs_root=sysfs_root,
         hwloc_xml=hwloc_xml,
         nccl_xml=nccl_xml,
+        smi_topo=smi_topo,
         paths=None if paths is None else [_os.fspath(p) for p in paths],
         measure=measure,
     )
@@ -148,6 +158,7 @@ def doctor(
     sysfs_root: Optional[PathLike] = None,
     hwloc_xml: Optional[PathLike] = None,
     nccl_xml: Optional[PathLike] = None,
+    smi_topo: Optional[PathLike] = None,
     paths: Optional[Sequence[PathLike]] = None,
     measure: bool = False,
 ) -> Dict[str, Any]:
@@ -160,6 +171,7 @@ def doctor(
             sysfs_root=sysfs_root,
             hwloc_xml=hwloc_xml,
             nccl_xml=nccl_xml,
+            smi_topo=smi_topo,
             paths=paths,
             measure=measure,
         )

@@ -243,6 +243,7 @@ def topo_json(
     sysfs_root: Optional[_Path] = None,
     hwloc_xml: Optional[_Path] = None,
     nccl_xml: Optional[_Path] = None,
+    smi_topo: Optional[_Path] = None,
 ) -> str: ...
 def doctor_json(
     *,
@@ -250,6 +251,7 @@ def doctor_json(
     sysfs_root: Optional[_Path] = None,
     hwloc_xml: Optional[_Path] = None,
     nccl_xml: Optional[_Path] = None,
+    smi_topo: Optional[_Path] = None,
     paths: Optional[Sequence[_Path]] = None,
     measure: bool = False,
 ) -> Tuple[str, int]: ...

@@ -14,15 +14,14 @@ use crate::sys;
 use crate::worker::AM_MAX_MESSAGE;
 
 /// Largest message (bytes) [`Endpoint::am_send_parts`] copies into one buffer rather than
-/// sends as UCX IOV: on loopback tcp, 16 writes of 8 B packed into a message ran at 0.0023 GB/s
-/// as IOV against 0.0038–0.0044 copied (IOV sends are never UCX's short protocol).
+/// sends as UCX IOV: an IOV send never takes UCX's short protocol, which small messages need
+/// (docs/benchmarks.md, "Measurements behind the defaults", `AM_GATHER_COPY_MAX`).
 pub const AM_GATHER_COPY_MAX: usize = 8 * 1024;
 
 /// Parts at least this long (bytes) of a message above [`AM_GATHER_COPY_MAX`] are sent in
-/// place; shorter ones are copied into runs. UCX's IOV costs per entry: on loopback tcp, 16
-/// writes of 4 KiB per message ran at 0.94–1.19 GB/s in place against 1.24–1.37 copied, and 16
-/// writes of 512 B at 0.17–0.19 against 0.33–0.36; one of 64 KiB ran at 1.8–2.2 in place
-/// against 0.90–0.94 copied into a fresh buffer per message.
+/// place; shorter ones are copied into runs, because UCX's IOV costs per entry while a long
+/// part costs less sent in place than copied (docs/benchmarks.md, "Measurements behind the
+/// defaults", `AM_IN_PLACE_MIN`).
 pub const AM_IN_PLACE_MIN: usize = 16 * 1024;
 
 /// A piece of an [`Endpoint::am_send_parts`] payload: a run of copied bytes (by index) or a

@@ -60,7 +60,7 @@ pub const MAX_WRITES: usize = 1024;
 /// Nonce and MAC length (HMAC-SHA256 output), bytes.
 pub const NONCE_LEN: usize = 32;
 /// Longest UCX worker address accepted, bytes. UCX packs one entry per transport and device (a
-/// few hundred bytes over tcp and shared memory here; kilobytes with many RDMA ports).
+/// few hundred bytes over tcp and shared memory; kilobytes with many RDMA ports).
 pub const MAX_WORKER_ADDRESS: usize = 64 * 1024;
 
 /// Message kinds (byte 6 of the frame).

@@ -51,12 +51,12 @@ pub enum FailureMode {
     /// UCX peer error handling (`UCP_ERR_HANDLING_MODE_PEER`): a killed or unreachable peer
     /// fails the transfers that touch it with [`Error::PeerFailed`] within milliseconds
     /// (measured: `docs/ucx.md`). UCX then excludes shared-memory transports, so two agents of
-    /// one host talk over `tcp` (loopback ≈ 0.3–1 GB/s on this class of machine).
+    /// one host talk over `tcp`, far slower than shared memory (docs/ucx.md, "Quick figures").
     #[default]
     Detect,
     /// No peer error handling (`UCP_ERR_HANDLING_MODE_NONE`): UCX may use shared memory
-    /// (`posix`, `sysv`, `cma`; ≈ 30 GB/s between processes of one host), but a dead peer ends
-    /// transfers only through the request deadline or [`NetConfig::op_timeout`].
+    /// (`posix`, `sysv`, `cma`), but a dead peer ends transfers only through the request
+    /// deadline or [`NetConfig::op_timeout`].
     FastLocal,
 }
 
@@ -80,8 +80,9 @@ pub enum PutCompletion {
     /// When UCX is done with the local buffer (it may be reused); the bytes may still be on
     /// their way. Confirm them with [`Peer::flush`] (or any later transfer with remote
     /// completion, or a notification, which always flushes first). What `ucx_perftest
-    /// -t ucp_put_bw` measures; over tcp, where UCX emulates RMA, each flush is a round trip
-    /// and remote completion per small transfer halves the message rate (docs/benchmarks.md).
+    /// -t ucp_put_bw` measures; over tcp, where UCX emulates RMA, each flush is a round trip,
+    /// which remote completion pays per transfer (docs/benchmarks.md, "Network: host ↔ host
+    /// over tcp and shared memory", the one-pair-per-transfer row).
     /// Packed writes (host writes over tcp up to [`pack_limit`], when every pair of a request
     /// is one; docs/network.md) complete when the peer acknowledged them, in either mode.
     Local,
@@ -105,9 +106,9 @@ pub struct NetConfig {
     /// Most connected peers a serving agent accepts (default 256); more are refused.
     pub max_peers: usize,
     /// How long one `Transfer::wait`/`poll` progress call keeps polling UCX while operations
-    /// are in flight and none completed (default 1 ms), like UCX's own busy-polling: measured
-    /// here, 8-byte put latency over `tcp` loopback was 29–36 µs with 1 ms and 174 µs without
-    /// (the waiter then sleeps between polls). Zero polls once.
+    /// are in flight and none completed (default 1 ms), like UCX's own busy-polling: without it
+    /// a small put's latency includes the waiter's sleep between polls (docs/benchmarks.md,
+    /// "Measurements behind the defaults", `NetConfig::poll_spin`). Zero polls once.
     pub poll_spin: Duration,
     /// When puts complete (default [`PutCompletion::Remote`]).
     pub put_completion: PutCompletion,
@@ -119,9 +120,9 @@ pub struct NetConfig {
     /// 4 MiB (`mallopt`, process-wide, each unless the environment sets it:
     /// `MALLOC_TRIM_THRESHOLD_`, `MALLOC_MMAP_THRESHOLD_`, `GLIBC_TUNABLES`), so that the
     /// allocation UCX makes per received packed-writes message is not given back to the kernel
-    /// and faulted in again per message, which halved the receive rate at glibc's defaults
-    /// (64 KiB writes 0.84–0.97 against 1.57–1.90 GB/s; docs/network.md). Default `true`;
-    /// no effect elsewhere than glibc.
+    /// and faulted in again per message, which cost packed writes of 64 KiB and more about half
+    /// their rate at glibc's defaults (docs/benchmarks.md, "Measurements behind the defaults",
+    /// `TRIM_THRESHOLD` / `MMAP_THRESHOLD`). Default `true`; no effect elsewhere than glibc.
     pub keep_freed_memory: bool,
 }
 
@@ -438,14 +439,12 @@ pub(crate) fn unreachable_hint(cfg: &NetConfig, addr: SocketAddr) -> String {
 pub const MAX_MESSAGES_IN_FLIGHT: usize = gdpath_ucx::AM_MAX_QUEUED;
 
 /// The longest pair packed over tcp with UCX `version`, given the environment's
-/// `UCX_PROTO_ENABLE` (`proto`). UCX's put over tcp is fast from 1.16 on, where UCX's new
-/// protocol infrastructure is on by default: on the H200 pair (pinned loopback, `bench net
-/// --qd 64 --batch 16`, 2026-11-30) UCX 1.16 and 1.22 put 16 KiB–256 KiB at 1.6–5.2 GB/s
-/// against 0.9–1.7 packed, while at 4 KiB packing still won (1.09–1.14 against 0.39–0.61 GB/s;
-/// 8 KiB even); with `UCX_PROTO_ENABLE=n` UCX 1.16 put 64 KiB at 1.09 GB/s against 3.49 packed.
-/// UCX 1.13 (Debian 12) puts 64 KiB at 0.8 GB/s with its new protocols on or off, and packing
-/// wins at every size (docs/benchmarks.md, "Tenth session"). A connection packs when [`NetConfig::pack_writes`] is on and host memory moves over tcp; `u64::MAX` means every length. Versions 1.14 and 1.15 were not
-/// measured and are taken as 1.13.
+/// `UCX_PROTO_ENABLE` (`proto`): every length before 1.16, whose tcp put is slow at every size
+/// (and from 1.16 on with `UCX_PROTO_ENABLE=n`); 8 KiB from 1.16 on, where UCX's new protocol
+/// infrastructure (on by default) puts longer pairs faster than packing (docs/benchmarks.md,
+/// "Measurements behind the defaults", `pack_limit`). A connection packs when
+/// [`NetConfig::pack_writes`] is on and host memory moves over tcp; `u64::MAX` means every
+/// length. Versions 1.14 and 1.15 were not measured and are taken as 1.13.
 pub fn pack_limit(version: gdpath_ucx::UcxVersion, proto: Option<&str>) -> u64 {
     // The values UCX's own boolean parser accepts (it refuses others at start-up).
     let new_protocols = match proto.map(str::to_ascii_lowercase).as_deref() {

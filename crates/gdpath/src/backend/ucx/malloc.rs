@@ -8,10 +8,9 @@
 //! freed when the writes are applied. At glibc's defaults that memory goes back to the kernel
 //! per message and its pages fault back in on the next: a 64 KiB allocation trims the heap
 //! (`M_TRIM_THRESHOLD`, 128 KiB), a 256 KiB one is a `mmap` of its own (`M_MMAP_THRESHOLD`,
-//! 128 KiB at start). Measured on loopback tcp, server and client pinned to one CPU each
-//! (`bench net --qd 64 --batch 16`, 2026-11-30): 64 KiB writes 0.84–0.97 GB/s at the defaults
-//! against 1.57–1.90 with the trim threshold raised; 256 KiB writes 0.61–0.80 against 2.40–2.44
-//! with the mmap threshold raised too.
+//! 128 KiB at start), which cost packed writes of 64 KiB and more about half their rate
+//! (docs/benchmarks.md, "Measurements behind the defaults", `AM_HOLD_MIN`, `TRIM_THRESHOLD` /
+//! `MMAP_THRESHOLD`).
 
 /// Freed bytes glibc may keep at the top of a heap before returning them (`M_TRIM_THRESHOLD`).
 pub(crate) const TRIM_THRESHOLD: usize = 64 << 20;

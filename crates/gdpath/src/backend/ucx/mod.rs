@@ -57,12 +57,11 @@ pub(crate) use remote::{ipc_import, RemoteMem};
 /// `CUDA_IPC_ENABLE_GET_ZCOPY=y`: UCX's default (`auto`) turns cuda_ipc's get off on a GPU
 /// without an active NVLink (openucx/ucx PR #7566: concurrent PCIe reads were slower than
 /// writes in OSU all-to-all runs), and UCX then emulates a GPU → GPU get between processes in
-/// software, through host memory and the CPU: on the one-GPU H200 VM a get reported
-/// `ucx:sysv (software emulation)` (`--fast-local`) or `ucx:tcp (software emulation)` (peer
-/// error handling), 0.56 GB/s for 1 GiB where cuda_ipc then moved 2070 GB/s
-/// (docs/benchmarks.md). A peer-to-peer read, even over PCIe, beats a copy through host
-/// memory; NVIDIA's NIXL enables the same setting for the same reason (ai-dynamo/nixl PR
-/// #2208).
+/// software, through host memory and the CPU (`ucx:sysv (software emulation)` with
+/// `--fast-local`, `ucx:tcp (software emulation)` with peer error handling), far slower than a
+/// peer-to-peer read even over PCIe (docs/benchmarks.md, "Measurements behind the defaults",
+/// `UCX_CUDA_IPC_ENABLE_GET_ZCOPY`); NVIDIA's NIXL enables the same setting for the same
+/// reason (ai-dynamo/nixl PR #2208).
 const UCX_CUDA_DEFAULTS: &[(&str, &str)] = &[("CUDA_IPC_ENABLE_GET_ZCOPY", "y")];
 
 /// Active-message id of the control protocol.
@@ -88,11 +87,8 @@ const MAX_QUEUED_EVENTS: usize = 1024;
 /// post completes without one (`ops`), so a client that only posts would otherwise never read
 /// what its peers send (withdrawals, metadata, goodbyes): it reads them within this bound (a
 /// client that waits for anything reads them then). Rounds amid a stream of small puts slowed
-/// it: over tcp loopback (4 KiB puts completing at post, engine ÷ ucx_perftest of the same
-/// rounds, two sets of 20) a round before every post gave 0.65×, every 1 ms 0.72× / 0.76×,
-/// every 10 ms 0.81×, every 50 ms 0.83×, never 0.815× / 0.875×, and 40 more rounds 0.82× at
-/// 50 ms against 0.72× for the 1 ms build (docs/benchmarks.md, "Sixth session"; a fifth-session
-/// set of about six rounds had pointed the other way, within its noise).
+/// it, so the bound is long (docs/benchmarks.md, "Measurements behind the defaults",
+/// `STALE_ROUND`).
 const STALE_ROUND: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// The registration of a local region with UCX (`ucp_mem_map`), kept as the region's backend
@@ -208,10 +204,9 @@ impl UcxBackend {
             .collect();
         let mut ucfg = UcxCfg {
             // WAKEUP (for the serving thread's idle waits) leaves lane selection alone without
-            // TAG (UCX's wireup): the same transports per path with and without it, measured
-            // (docs/benchmarks.md, "Idle serving"). A sleeping server woke for tcp and for
-            // shared memory (sysv/posix) within the same ≈ 30 ms one-message bench; a
-            // transport that raised no event would wait for the sleep's 100 ms bound.
+            // TAG (UCX's wireup), and UCX raises its event fd for tcp and shared memory alike
+            // (docs/benchmarks.md, "Measurements behind the defaults", `UCP_FEATURE_WAKEUP`);
+            // a transport that raised no event would wait for the sleep's 100 ms bound.
             features: Features::RMA | Features::AM | Features::WAKEUP,
             transports: cfg.transports.clone(),
             devices: cfg.devices.clone(),
@@ -226,10 +221,10 @@ impl UcxBackend {
         // they are for) one context serves. Which transports UCX has is known only once a
         // context exists, and a UCX without CUDA transports warns about a setting none of them
         // used ("invalid configuration", when the worker is created): there the context is
-        // made again without them, 0.65 ms for the second context of Debian's UCX 1.13 here
-        // (docs/network.md). Should that fail, the first context serves; should UCX refuse the
-        // first at `ucp_init`, one without the settings is tried before giving up (a missing
-        // library or a setting UCX refuses fails both alike, so it is not tried again).
+        // made again without them (cheap: docs/benchmarks.md, "Measurements behind the
+        // defaults", one UCX context). Should that fail, the first context serves; should UCX
+        // refuse the first at `ucp_init`, one without the settings is tried before giving up (a
+        // missing library or a setting UCX refuses fails both alike, so it is not tried again).
         let mut ctx = match Context::new(&ucfg) {
             Ok(c) => c,
             Err(e @ gdpath_ucx::UcxError::Status { op: "ucp_init", .. })

@@ -239,10 +239,9 @@ impl Ops {
             return;
         }
         // Complete what UCX finished at post now, not in a progress round: progressing the
-        // worker while nothing waits on it lowered a bare put loop over loopback tcp from
-        // 0.43–0.55 to 0.33–0.48 GB/s (docs/benchmarks.md, "Fourth session"; no gain was
-        // measurable for the engine itself). `UcxBackend::submit` still runs a round when
-        // none ran for a while, so control messages keep being read.
+        // worker while nothing waits on it slows a stream of puts (docs/benchmarks.md,
+        // "Measurements behind the defaults", completing at post). `UcxBackend::submit` still
+        // runs a round when none ran for a while, so control messages keep being read.
         if batch.poll(&mut self.stages).0 {
             return;
         }
@@ -609,9 +608,8 @@ fn post(
 
 /// The path of an operation on GPU memory from UCX's description of its protocol, `None` when
 /// the description names no transport gdpath knows (the planned path then stands).
-/// - emulated in software (active messages, the target's CPU copying the data; 0.68 GB/s
-///   against 394 GB/s for `cuda_ipc` on the H200 pair): `Ucx { "<tl> (software emulation)" }`,
-///   never `Gdr`, whatever carries the messages;
+/// - emulated in software (active messages, the target's CPU copying the data):
+///   `Ucx { "<tl> (software emulation)" }`, never `Gdr`, whatever carries the messages;
 /// - an RDMA transport that does RMA (RC/DC/GGA, EFA's SRD) with no `cuda_copy` staging beside
 ///   it: `Gdr`, the NIC reads or writes GPU memory itself;
 /// - otherwise `Ucx` with the transports named (`cuda_ipc` for NVLink/PCIe peer copies between

@@ -68,15 +68,15 @@ struct Filling {
 }
 
 /// A packed pair longer than this goes in pieces of this many bytes, each in a `Writes` message
-/// of its own, and completes when every piece is acknowledged. Pinned loopback tcp, `bench net
-/// --qd 64 --batch 16`, a server that keeps freed memory (gdpath serve): 256 KiB pairs
-/// 2.40–2.44 GB/s packed against 0.66–0.72 by UCX's put.
+/// of its own, and completes when every piece is acknowledged: long host writes packed one per
+/// message beat UCX 1.13's tcp put (docs/benchmarks.md, "Measurements behind the defaults",
+/// `PACK_PIECE_MAX`).
 const PACK_PIECE_MAX: u64 = 512 << 10;
 // A message then carries at most one piece of a pair (all but the last are full).
 const _: () = assert!(PACK_PIECE_MAX as usize > PACK_MESSAGE_MAX);
-/// Bytes of writes one `Writes` message gathers at most, unless one pair alone is longer.
-/// Larger messages of small writes ran slower over loopback tcp (4 KiB writes in messages of
-/// 256 KiB: 0.34 GB/s, of 64 KiB: 0.63–1.05 GB/s; measured before servers kept freed memory).
+/// Bytes of writes one `Writes` message gathers at most, unless one pair alone is longer:
+/// larger messages of small writes ran slower over loopback tcp (docs/benchmarks.md,
+/// "Measurements behind the defaults", `PACK_MESSAGE_MAX`).
 const PACK_MESSAGE_MAX: usize = 64 << 10;
 
 impl Ops {

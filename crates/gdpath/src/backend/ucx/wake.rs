@@ -1,8 +1,8 @@
 //! Blocking idle waits of a serving agent's progress thread on UCX's event fd
 //! (`ucp_worker_arm` + `poll` on `ucp_worker_get_efd`, context feature `UCP_FEATURE_WAKEUP`).
 //!
-//! A serving thread that polls while idle costs CPU for nothing (3–6 % of a core measured for
-//! `gdpath serve` polling every 50–500 µs; docs/benchmarks.md). UCX raises the fd for network
+//! A serving thread that polls while idle costs CPU for nothing (docs/benchmarks.md,
+//! "Measurements behind the defaults", `UCP_FEATURE_WAKEUP`). UCX raises the fd for network
 //! events (data, connection requests, endpoint errors: it signals it itself from its async
 //! paths), but not for work that *this* process posts from another thread (a control message
 //! sent by `unexport`, a put posted by an application thread of the same agent): such posts
