@@ -363,7 +363,7 @@ fn gather_facts_matches_the_probe() {
         assert_eq!((pcie.cur_width, pcie.max_width), (16, 16));
         assert_eq!(g.nvlinks.len(), 18, "NV18");
         // HGX H200: every link goes to an NVSwitch, which this VM does not see, so NVML gives
-        // the remote as a switch at PCI ffffffff:ff:ff.0 (measured 2026-11-30); NV18 between
+        // the remote as a switch at PCI ffffffff:ff:ff.0 (docs/gpu.md); NV18 between
         // the two GPUs is 18 links each to the same switch fabric.
         for (l, (pl, gbps)) in g.nvlinks.iter().zip(&p.nvlinks[i]) {
             assert_eq!(l.link, *pl);
