@@ -21,7 +21,7 @@ pub use index::Index;
 pub use load::{load, Checkpoint, Destination, LoadError, LoadedCheckpoint, LoadedTensor};
 pub use plan::{CheckpointPlan, LoadPlan, PlacedTensor, PlannedRead, PlannedTensor};
 pub use safetensors::Dtype;
-pub use save::{save, SaveError, SaveOptions, SaveReport, SaveTensor};
+pub use save::{compare_files, save, SaveError, SaveOptions, SaveReport, SaveTensor};
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

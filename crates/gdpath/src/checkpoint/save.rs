@@ -193,8 +193,8 @@ pub enum SaveError {
     /// Creating, writing, syncing or renaming the file failed, or the transfer did:
     /// [`Error::Exists`] (no `overwrite`), [`Error::NoSpace`] (a full file system, the figure
     /// needed and written), [`Error::Io`], [`Error::Open`], the engine's transfer errors. The
-    /// target is as it was, and the temporary is removed.
-    #[error("{path}: {error}")]
+    /// target is as it was, and the temporary is removed. (`error` names the file already.)
+    #[error("save: {error}")]
     Engine {
         path: PathBuf,
         #[source]
@@ -477,6 +477,72 @@ pub fn loaded_tensors(loaded: &super::LoadedCheckpoint) -> Vec<SaveTensor> {
             bytes: t.bytes(),
         })
         .collect()
+}
+
+/// Compares the tensors of two safetensors files: the same names, dtypes and shapes, and the
+/// same bytes for each (read in 8 MiB pieces; the files' orders and headers may differ). `None`
+/// when they are equal, else the first difference in words. `gdpath resave` checks what it
+/// wrote with it.
+///
+/// Errors: [`CheckpointError`] for a file that cannot be read or is not a valid checkpoint.
+pub fn compare_files(
+    a: &std::path::Path,
+    b: &std::path::Path,
+) -> Result<Option<String>, super::CheckpointError> {
+    use std::os::unix::fs::FileExt;
+    let (ha, hb) = (super::Header::read(a)?, super::Header::read(b)?);
+    let mut na: Vec<_> = ha.tensors.iter().collect();
+    let mut nb: Vec<_> = hb.tensors.iter().collect();
+    na.sort_by(|x, y| x.name.cmp(&y.name));
+    nb.sort_by(|x, y| x.name.cmp(&y.name));
+    if na.len() != nb.len() {
+        return Ok(Some(format!(
+            "{} tensors against {}",
+            na.len(),
+            nb.len()
+        )));
+    }
+    let open = |p: &std::path::Path| {
+        std::fs::File::open(p).map_err(|e| super::CheckpointError::Open {
+            path: p.to_owned(),
+            source: e.into(),
+        })
+    };
+    let (fa, fb) = (open(a)?, open(b)?);
+    let read = |f: &std::fs::File, p: &std::path::Path, buf: &mut [u8], at: u64| {
+        f.read_exact_at(buf, at)
+            .map_err(|e| super::CheckpointError::Io {
+                op: "read",
+                path: p.to_owned(),
+                source: e.into(),
+            })
+    };
+    const PIECE: u64 = 8 << 20;
+    let (mut ba, mut bb) = (vec![0u8; PIECE as usize], vec![0u8; PIECE as usize]);
+    for (x, y) in na.iter().zip(&nb) {
+        if (&x.name, x.dtype, &x.shape) != (&y.name, y.dtype, &y.shape) {
+            return Ok(Some(format!(
+                "tensor {:?} {:?} {:?} against {:?} {:?} {:?}",
+                x.name, x.dtype, x.shape, y.name, y.dtype, y.shape
+            )));
+        }
+        let mut done = 0;
+        while done < x.bytes() {
+            let n = (x.bytes() - done).min(PIECE) as usize;
+            read(&fa, a, &mut ba[..n], x.file_range.start + done)?;
+            read(&fb, b, &mut bb[..n], y.file_range.start + done)?;
+            if ba[..n] != bb[..n] {
+                let i = ba[..n].iter().zip(&bb[..n]).position(|(p, q)| p != q);
+                return Ok(Some(format!(
+                    "tensor {:?} differs at byte {}",
+                    x.name,
+                    done + i.unwrap_or(0) as u64
+                )));
+            }
+            done += n as u64;
+        }
+    }
+    Ok(None)
 }
 
 #[cfg(test)]
