@@ -39,8 +39,9 @@ pub struct ResaveArgs {
 }
 
 pub fn run(a: ResaveArgs) -> Result<ExitCode> {
-    if a.repeat > 1 && !a.overwrite && a.dst.exists() {
-        // The first save would be refused anyway; say it before loading anything.
+    if !a.overwrite && a.dst.exists() {
+        // The save would refuse it (and checks again when it creates the file): say it before
+        // loading anything.
         return Err(gdpath::Error::Exists {
             path: a.dst.clone(),
         })

@@ -207,7 +207,7 @@ fn copy_honours_size_for_file_sources() {
 }
 
 /// Whether this process may mount (root in CI); otherwise the caller skips, saying why.
-fn tmpfs(size: &str) -> Option<Mounted> {
+pub(super) fn tmpfs(size: &str) -> Option<Mounted> {
     let dir = disk_dir();
     let st = Command::new("mount")
         .args([
@@ -229,8 +229,8 @@ fn tmpfs(size: &str) -> Option<Mounted> {
     }
 }
 
-struct Mounted {
-    dir: tempfile::TempDir,
+pub(super) struct Mounted {
+    pub(super) dir: tempfile::TempDir,
 }
 
 impl Drop for Mounted {
