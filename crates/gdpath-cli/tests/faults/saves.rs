@@ -97,12 +97,19 @@ fn sigkill_at_random_points_of_a_save_leaves_the_old_checkpoint_or_the_new_one()
         let got = std::fs::read(&dst).ok();
         let what = format!(
             "trial {trial} ({}, SIGKILL after {delay:?})",
-            if replacing { "over an old file" } else { "new file" }
+            if replacing {
+                "over an old file"
+            } else {
+                "new file"
+            }
         );
         let whole = got.as_deref() == Some(&new[..]);
         if st.success() {
             completed += 1;
-            assert!(whole, "{what}: completed but the file is not the new one: {err}");
+            assert!(
+                whole,
+                "{what}: completed but the file is not the new one: {err}"
+            );
         } else {
             assert_eq!(st.signal(), Some(libc::SIGKILL), "{what}: {err}");
             if !whole {
@@ -134,7 +141,10 @@ fn sigkill_at_random_points_of_a_save_leaves_the_old_checkpoint_or_the_new_one()
         );
         // What earlier kills left is removed by this run (unless it was killed first).
         if st.success() {
-            assert!(temporaries(dir.path()).is_empty(), "{what}: stale ones stay");
+            assert!(
+                temporaries(dir.path()).is_empty(),
+                "{what}: stale ones stay"
+            );
         }
     }
     eprintln!("{killed} killed before the rename, {completed} completed");
@@ -142,7 +152,10 @@ fn sigkill_at_random_points_of_a_save_leaves_the_old_checkpoint_or_the_new_one()
         killed >= 30,
         "only {killed} of 100 kills landed before the rename: the test did not test"
     );
-    let (st, err) = wait(resave(&src, &dst, &["--overwrite"]).spawn().unwrap(), "resave");
+    let (st, err) = wait(
+        resave(&src, &dst, &["--overwrite"]).spawn().unwrap(),
+        "resave",
+    );
     assert!(st.success(), "{err}");
     assert!(temporaries(dir.path()).is_empty());
     assert!(std::fs::read(&dst).unwrap() == new);
@@ -197,7 +210,10 @@ fn resave_refuses_an_existing_file_without_overwrite_and_reports_fsync() {
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(common::error_doc(&out)["kind"], "exists");
     assert_eq!(std::fs::read(&dst).unwrap(), b"keep");
-    for (extra, fsync) in [(&["--overwrite"][..], true), (&["--overwrite", "--no-fsync"], false)] {
+    for (extra, fsync) in [
+        (&["--overwrite"][..], true),
+        (&["--overwrite", "--no-fsync"], false),
+    ] {
         let out = resave(&src, &dst, extra)
             .arg("--json")
             .stdout(Stdio::piped())

@@ -479,6 +479,12 @@ pub fn loaded_tensors(loaded: &super::LoadedCheckpoint) -> Vec<SaveTensor> {
         .collect()
 }
 
+/// The dtype the safetensors format names `name` (`"F32"`, `"BF16"`, `"F8_E4M3"`, ...: the
+/// header's spelling), or `None` for a name it does not know.
+pub fn dtype_named(name: &str) -> Option<Dtype> {
+    serde_json::from_value(serde_json::Value::String(name.to_owned())).ok()
+}
+
 /// Compares the tensors of two safetensors files: the same names, dtypes and shapes, and the
 /// same bytes for each (read in 8 MiB pieces; the files' orders and headers may differ). `None`
 /// when they are equal, else the first difference in words. `gdpath resave` checks what it
@@ -496,11 +502,7 @@ pub fn compare_files(
     na.sort_by(|x, y| x.name.cmp(&y.name));
     nb.sort_by(|x, y| x.name.cmp(&y.name));
     if na.len() != nb.len() {
-        return Ok(Some(format!(
-            "{} tensors against {}",
-            na.len(),
-            nb.len()
-        )));
+        return Ok(Some(format!("{} tensors against {}", na.len(), nb.len())));
     }
     let open = |p: &std::path::Path| {
         std::fs::File::open(p).map_err(|e| super::CheckpointError::Open {
@@ -741,6 +743,14 @@ mod tests {
             std::fs::read(&first).unwrap(),
             std::fs::read(&second).unwrap()
         );
+    }
+
+    #[test]
+    fn dtype_names_are_the_headers() {
+        for d in ALL {
+            assert_eq!(dtype_named(&format!("{d:?}")), Some(d));
+        }
+        assert_eq!(dtype_named("F33"), None);
     }
 
     #[test]
