@@ -39,9 +39,10 @@ pub struct ResaveArgs {
 }
 
 pub fn run(a: ResaveArgs) -> Result<ExitCode> {
-    if !a.overwrite && a.dst.exists() {
-        // The save would refuse it (and checks again when it creates the file): say it before
-        // loading anything.
+    // What the save would refuse (it checks again when it creates the file), said before
+    // anything is loaded: a device, FIFO or socket, or an existing file without --overwrite.
+    let existing = gdpath::file::check_regular(&a.dst).context("resave")?;
+    if existing.is_some() && !a.overwrite {
         return Err(gdpath::Error::Exists {
             path: a.dst.clone(),
         })

@@ -15,7 +15,7 @@ import safetensors._safetensors_rust
 
 import gdpath
 import gdpath.safetensors as gst
-from test_safetensors import NUMPY, tensors
+from test_safetensors import tensors
 
 
 def temporaries(d):

@@ -77,6 +77,8 @@ fn every_writing_command_refuses_devices_fifos_and_sockets() {
         .map(|(p, w)| (p.to_path_buf(), *w))
         .collect();
     let out = dir.path().join("out");
+    let ck = dir.path().join("ck.safetensors");
+    std::fs::write(&ck, b"\x08\0\0\0\0\0\0\0{}      ").unwrap(); // no tensors
     for (t, what) in &targets {
         let t = s(t);
         let bench = |extra: &[&'static str]| {
@@ -94,6 +96,8 @@ fn every_writing_command_refuses_devices_fifos_and_sockets() {
             vec!["copy", t, s(&out)],
             vec!["copy", "gpu:0", t, "--size", "1MiB", "--overwrite"],
             vec!["topo", "capture", "-o", t, "--overwrite"],
+            vec!["resave", s(&ck), t, "--host"],
+            vec!["resave", s(&ck), t, "--host", "--overwrite"],
         ];
         for args in cases {
             let (st, err) = run(&args);
