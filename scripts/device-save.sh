@@ -54,9 +54,9 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
         grep -q "test result: ok. 1 passed" "$out/gpu_save.log" || fail=1
     fi
     if "$PY" -c 'import pytest, gdpath' 2>/dev/null; then
-        elapsed "### Python GPU tests: test_save_gpu.py"
+        elapsed "### Python tests: test_save_gpu.py (GPU), test_save.py (torch on the CPU)"
         (cd "$here/../crates/gdpath-py/tests" && timeout 60 "$PY" -m pytest -q -rs -p no:cacheprovider \
-            test_save_gpu.py 2>&1) | tee "$out/pytest_save_gpu.log" | tail -5
+            test_save_gpu.py test_save.py 2>&1) | tee "$out/pytest_save_gpu.log" | tail -5
         grep -qE "[0-9]+ passed" "$out/pytest_save_gpu.log" && ! grep -q failed "$out/pytest_save_gpu.log" || fail=1
     fi
 fi
