@@ -224,6 +224,7 @@ fn resave_refuses_an_existing_file_without_overwrite_and_reports_fsync() {
         assert_eq!(v["verified"], true, "{v}");
         assert_eq!(v["fsync"], fsync, "{v}");
         assert!(v["paths"][0].is_string(), "{v}");
+        assert_eq!(v["runs"][0]["report"]["paths"], v["paths"], "{v}");
         assert_eq!(v["runs"][0]["report"]["tensors"], 3, "{v}");
     }
     assert!(temporaries(dir.path()).is_empty());

@@ -118,7 +118,9 @@ pub struct SaveReport {
     /// Descriptor pairs of the data transfer (runs of tensors back to back in one region).
     pub pairs: usize,
     /// Distinct paths that moved the data, in first-use order (`gds-native`,
-    /// `posix-direct`, `posix-buffered`, ...); empty when there was no data.
+    /// `posix-direct`, `posix-buffered`, ...); empty when there was no data. Serialised as
+    /// the names.
+    #[serde(serialize_with = "path_names")]
     pub paths: Vec<Path>,
     /// Why the preferred path was not taken for the first pair, when it was not (e.g.
     /// `gds.handle-register-failed`).
@@ -138,6 +140,10 @@ pub struct SaveReport {
     /// Time of the commit: fsync of the file, rename, fsync of the directory.
     #[serde(serialize_with = "secs")]
     pub commit: Duration,
+}
+
+fn path_names<S: Serializer>(paths: &[Path], s: S) -> Result<S::Ok, S::Error> {
+    s.collect_seq(paths.iter().map(Path::name))
 }
 
 fn secs<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
