@@ -9,10 +9,12 @@
 # Build here (the binaries run there without cargo):
 #   cargo build --release -p gdpath-cli
 #   cargo test --release -p gdpath --test gds_gpu --no-run      # prints target/release/deps/gds_gpu-HASH
+#   cargo test --release -p gdpath-cli --test gpu_load --no-run # prints target/release/deps/gpu_load-HASH
 #   PATH="$PWD/.venv/bin:$PATH" .venv/bin/maturin build --release --zig \
 #     --compatibility manylinux_2_28 -m crates/gdpath-py/Cargo.toml --out target/wheels
 #   mkdir -p .devbin/save && strip -o .devbin/save/gdpath target/release/gdpath \
 #     && strip -o .devbin/save/gpu_gds_gpu target/release/deps/gds_gpu-HASH \
+#     && strip -o .devbin/save/gpu_gpu_load target/release/deps/gpu_load-HASH \
 #     && cp target/wheels/gdpath-*.whl .devbin/save/
 # Run there (carry .devbin/save and .whl):   scripts/device-save.sh .devbin/save [.whl]
 #
@@ -52,6 +54,13 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
         timeout 60 "$dir/gpu_gds_gpu" --ignored --exact gpu_tensors_save_byte_exact --nocapture \
             2>&1 | tee "$out/gpu_save.log" | grep -E '^(test |/|test result)' || fail=1
         grep -q "test result: ok. 1 passed" "$out/gpu_save.log" || fail=1
+    fi
+    if [ -x "$dir/gpu_gpu_load" ]; then
+        elapsed "### GPU test: gpu_load resave_from_the_gpu_is_verified_and_reports_its_path"
+        GDPATH_BIN="$dir/gdpath" timeout 60 "$dir/gpu_gpu_load" --ignored --exact \
+            resave_from_the_gpu_is_verified_and_reports_its_path --nocapture 2>&1 \
+            | tee "$out/gpu_resave.log" | grep -E '^(test |gdpath resave|test result)'
+        grep -q "test result: ok. 1 passed" "$out/gpu_resave.log" || fail=1
     fi
     if "$PY" -c 'import pytest, gdpath' 2>/dev/null; then
         elapsed "### Python tests: test_save_gpu.py (GPU), test_save.py (torch on the CPU)"
