@@ -5,7 +5,8 @@
 # FAULT_SUITE_LIMIT seconds (default 900), so a hang fails CI instead of stalling it.
 #
 # Blocks, each self-contained (a helper adding a block keeps to this shape):
-#   files   devices, FIFOs, full file systems, interrupts, closed/full stdout, arguments
+#   files   devices, FIFOs, full file systems, interrupts, closed/full stdout, arguments,
+#           checkpoint saves (resave: kills, a full tmpfs, an existing file)
 #           (cargo test --test faults, then the issue's own command lines in a shell)
 #   network added by the network helper: serve and bench net against raw sockets and kills
 #
@@ -82,6 +83,35 @@ block_files() {
     fi
     [[ ! -e $work/small/snap.tar.gz ]] || fail "topo capture left $(stat -c %s "$work/small/snap.tar.gz") bytes"
     if ls -A "$work/small" | grep -q gdpath-tmp; then fail "temporaries left: $(ls -A "$work/small")"; fi
+  else
+    say "skipped: cannot mount a tmpfs here (needs root)"
+  fi
+
+  say "files: resave (checkpoint save) over an existing file and onto a full tmpfs"
+  python3 - "$work/ck.safetensors" <<'PY'
+import json, struct, sys
+data = bytes(i * 7 % 251 for i in range(6 << 20))
+h = json.dumps({"w": {"dtype": "U8", "shape": [6 << 20], "data_offsets": [0, len(data)]}}).encode()
+h += b" " * (-len(h) % 8)
+open(sys.argv[1], "wb").write(struct.pack("<Q", len(h)) + h + data)
+PY
+  echo keep >"$work/kept"
+  rc=0
+  bounded 60 "$gdpath" resave "$work/ck.safetensors" "$work/kept" --host 2>"$work/err" || rc=$?
+  [[ $rc == 1 ]] || fail "resave onto an existing file without --overwrite: status $rc"
+  [[ $(cat "$work/kept") == keep ]] || fail "resave without --overwrite changed the file"
+  mkdir "$work/tiny"
+  if mount -t tmpfs -o size=4m tmpfs "$work/tiny" 2>/dev/null; then
+    cleanup+=("umount $work/tiny")
+    echo old >"$work/tiny/model.safetensors"
+    rc=0
+    bounded 60 "$gdpath" resave "$work/ck.safetensors" "$work/tiny/model.safetensors" --host \
+      --overwrite 2>"$work/err" || rc=$?
+    [[ $rc == 1 ]] || fail "resave onto a 4 MiB tmpfs: status $rc"
+    grep -q "no space left for $work/tiny/model.safetensors" "$work/err" ||
+      fail "resave ENOSPC message: $(cat "$work/err")"
+    [[ $(cat "$work/tiny/model.safetensors") == old ]] || fail "resave changed the old checkpoint"
+    if ls -A "$work/tiny" | grep -q gdpath-tmp; then fail "temporaries left: $(ls -A "$work/tiny")"; fi
   else
     say "skipped: cannot mount a tmpfs here (needs root)"
   fi

@@ -16,6 +16,7 @@ mod load;
 mod p2p;
 mod progress;
 mod report;
+mod resave;
 mod serve;
 mod topo;
 
@@ -48,6 +49,9 @@ enum Command {
     Doctor(doctor::DoctorArgs),
     /// Load a safetensors checkpoint into one GPU allocation on the fastest path.
     Load(load::LoadArgs),
+    /// Load a safetensors checkpoint onto a GPU and save it back to another file through the
+    /// engine's save (crash-safe, fsynced), checked byte-equal: the save benchmark.
+    Resave(resave::ResaveArgs),
     /// Serve exported memory regions to peer agents over UCX (remote read/write).
     Serve(serve::ServeArgs),
     /// One HTML page of the machine, its P2P/GDR/GDS paths as the doctor finds them, the
@@ -65,6 +69,7 @@ impl Command {
             Command::Copy(a) => a.json,
             Command::Doctor(a) => a.json,
             Command::Load(a) => a.json,
+            Command::Resave(a) => a.json,
             Command::Serve(_) | Command::Report(_) => false,
         }
     }
@@ -98,6 +103,7 @@ fn main() -> ExitCode {
         Command::Bench(b) => bench::run(b),
         Command::Copy(c) => copy::run(c),
         Command::Load(l) => load::run(l),
+        Command::Resave(r) => resave::run(r),
         Command::Serve(a) => serve::run(a),
         Command::Topo(args) => topo::run(args),
         Command::Doctor(args) => doctor::run(args),
@@ -218,7 +224,7 @@ pub(crate) fn usage(message: impl Into<String>) -> anyhow::Error {
 /// The machine-readable category of a failure, from the outermost typed error of its chain:
 /// an engine error's [`gdpath::Error::kind`] (`peer_failed`, `open`, `config`, ...), a
 /// checkpoint load's [`gdpath::checkpoint::LoadError::kind`] (`checkpoint` for a malformed
-/// file); the CLI's own are `usage` and `resolve`; a bare I/O error is `io`; anything else
+/// file), a save's [`gdpath::checkpoint::SaveError::kind`] (`exists`, `no_space`, ...); the CLI's own are `usage` and `resolve`; a bare I/O error is `io`; anything else
 /// `other`.
 pub(crate) fn error_kind(e: &anyhow::Error) -> &'static str {
     for cause in e.chain() {
@@ -233,6 +239,9 @@ pub(crate) fn error_kind(e: &anyhow::Error) -> &'static str {
         }
         if let Some(c) = cause.downcast_ref::<gdpath::checkpoint::CheckpointError>() {
             return c.kind();
+        }
+        if let Some(s) = cause.downcast_ref::<gdpath::checkpoint::SaveError>() {
+            return s.kind();
         }
         if cause.is::<std::io::Error>() {
             return "io";

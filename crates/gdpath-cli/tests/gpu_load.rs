@@ -117,3 +117,53 @@ fn load_times_its_setup_apart_and_places_every_tensor() {
         "{text}"
     );
 }
+
+/// Issue 24: `gdpath resave` from GPU memory, as a user runs the save benchmark: the checkpoint
+/// loaded onto GPU 0 and saved back (fsync on, then off), each DST verified tensor by tensor by
+/// the command and byte-equal here to a `--host` save of the same checkpoint, the path one of
+/// the file ↔ GPU paths, and an existing DST refused without --overwrite.
+#[test]
+#[ignore = "needs an NVIDIA GPU: run with scripts/gpu-suite.sh"]
+fn resave_from_the_gpu_is_verified_and_reports_its_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("model.safetensors");
+    write_checkpoint(&f, &[("a", 3 << 20), ("b", 1000), ("c", 1 << 20)]);
+    let (src, host, gpu) = (
+        f.to_str().unwrap(),
+        dir.path().join("host.safetensors"),
+        dir.path().join("gpu.safetensors"),
+    );
+    let (ok, _, err) = common::gdpath(&["resave", src, host.to_str().unwrap(), "--host"]);
+    assert!(ok, "{err}");
+    for extra in [&[][..], &["--no-fsync"]] {
+        let out = Command::new(common::bin())
+            .args([
+                "resave",
+                src,
+                gpu.to_str().unwrap(),
+                "--gpu",
+                "0",
+                "--overwrite",
+            ])
+            .args(extra)
+            .arg("--json")
+            .output()
+            .unwrap();
+        let v = common::json_ok(&out);
+        assert_eq!(v["from"], "GPU 0", "{v}");
+        assert_eq!(v["verified"], true, "{v}");
+        assert_eq!(v["fsync"], extra.is_empty(), "{v}");
+        let path = v["paths"][0].as_str().unwrap();
+        assert!(
+            ["gds-native", "gds-compat", "posix-direct", "posix-buffered"].contains(&path),
+            "{v}"
+        );
+        assert!(std::fs::read(&gpu).unwrap() == std::fs::read(&host).unwrap());
+        eprintln!("gdpath resave from GPU 0: {:.2} GB/s via {path}", v["gbps"]);
+    }
+    let (ok, _, err) = common::gdpath(&["resave", src, gpu.to_str().unwrap(), "--gpu", "0"]);
+    assert!(
+        !ok && err.contains("replaced only with --overwrite"),
+        "{err}"
+    );
+}

@@ -1,14 +1,16 @@
 //! Safetensors checkpoints through the engine's loader (`gdpath::checkpoint`): headers checked,
 //! one allocation (a GPU's or host memory), one transfer. `gdpath.safetensors` builds the
 //! tensors from [`Loaded::view`]s (DLPack, zero-copy), so each tensor is a view of the one
-//! allocation and holds it: the allocation is freed when the last tensor is.
+//! allocation and holds it: the allocation is freed when the last tensor is. Saving is
+//! [`Checkpoint::save`] (`gdpath.safetensors.save_file`): registered tensors to a file through
+//! the engine's crash-safe save.
 
 use crate::agent::{Agent, Region};
 use crate::dlpack::{View, KDL_CPU, KDL_CUDA};
 use crate::error::IntoPy;
 use crate::transfer::PairReport;
 use gdpath::checkpoint::{self as ck, Destination};
-use pyo3::exceptions::PyIndexError;
+use pyo3::exceptions::{PyIndexError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use std::path::PathBuf;
@@ -150,6 +152,83 @@ impl Checkpoint {
             addrs: loaded.tensors.iter().map(|t| t.addr).collect(),
             inner: loaded,
         })
+    }
+
+    /// Saves tensors as the safetensors file `path` through the engine's save
+    /// (`gdpath::checkpoint::save`): `tensors` is a list of `(name, dtype, shape, region,
+    /// offset, nbytes)` — `dtype` a safetensors name (`"F32"`, `"BF16"`, ...), `region` a
+    /// registered GPU or host `Region` holding the `nbytes` bytes at `offset`. Written to a
+    /// temporary in the same directory, fsynced (unless `fsync=False`), renamed over `path`:
+    /// a crash leaves the old file or the new one. The GIL is released while the bytes move.
+    /// Returns the report as a dict: `path`, `tensors`, `tensor_bytes`, `header_bytes`,
+    /// `file_bytes` (bytes), `pairs`, `paths` (path names), `finding`, `detail`, `fsync`,
+    /// `replaced`, `elapsed`, `transfer`, `commit` (seconds), `gbps` (file bytes per second of
+    /// `elapsed`, 1e9 B/s).
+    ///
+    /// Errors: `ValueError` for an unknown dtype name; `gdpath.CheckpointError` (kind
+    /// `checkpoint`) naming the tensor for a duplicate or reserved name, a byte count that is
+    /// not `product(shape) × dtype size`, bytes outside the region; the engine's kinds for the
+    /// file (`exists` without `overwrite`, `no_space`, `io`, ...) and the transfer.
+    #[staticmethod]
+    #[pyo3(signature = (agent, tensors, path, *, metadata=None, overwrite=true, fsync=true))]
+    // The arguments are the Python signature's.
+    #[allow(clippy::too_many_arguments, clippy::type_complexity)]
+    fn save<'py>(
+        py: Python<'py>,
+        agent: &Agent,
+        tensors: Vec<(String, String, Vec<u64>, PyRef<'py, Region>, u64, u64)>,
+        path: PathBuf,
+        metadata: Option<std::collections::BTreeMap<String, String>>,
+        overwrite: bool,
+        fsync: bool,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let mut list = Vec::with_capacity(tensors.len());
+        for (name, dtype, shape, region, offset, bytes) in tensors {
+            let dtype = ck::save::dtype_named(&dtype).ok_or_else(|| {
+                PyValueError::new_err(format!(
+                    "tensor {name:?}: {dtype:?} is not a safetensors dtype name"
+                ))
+            })?;
+            list.push(ck::SaveTensor {
+                name,
+                dtype,
+                shape,
+                region: region.region.clone(),
+                offset,
+                bytes,
+            });
+        }
+        let opts = ck::SaveOptions {
+            overwrite,
+            fsync,
+            metadata: metadata.unwrap_or_default(),
+            ..ck::SaveOptions::default()
+        };
+        let a = agent.agent.clone();
+        let r = py
+            .detach(move || ck::save(&a, &list, &path, &opts))
+            .map_err(|e| match &e {
+                ck::SaveError::Engine { error, .. } => crate::error::engine(py, error),
+                _ => crate::error::raise(py, e.kind(), &e.to_string(), None, None),
+            })?;
+        let d = PyDict::new(py);
+        d.set_item("path", &r.path)?;
+        d.set_item("tensors", r.tensors)?;
+        d.set_item("tensor_bytes", r.tensor_bytes)?;
+        d.set_item("header_bytes", r.header_bytes)?;
+        d.set_item("file_bytes", r.file_bytes)?;
+        d.set_item("pairs", r.pairs)?;
+        let paths: Vec<String> = r.paths.iter().map(gdpath::Path::name).collect();
+        d.set_item("paths", paths)?;
+        d.set_item("finding", &r.finding)?;
+        d.set_item("detail", &r.detail)?;
+        d.set_item("fsync", r.fsync)?;
+        d.set_item("replaced", r.replaced)?;
+        d.set_item("elapsed", r.elapsed.as_secs_f64())?;
+        d.set_item("transfer", r.transfer.as_secs_f64())?;
+        d.set_item("commit", r.commit.as_secs_f64())?;
+        d.set_item("gbps", r.gbps())?;
+        Ok(d)
     }
 
     fn __repr__(&self) -> String {

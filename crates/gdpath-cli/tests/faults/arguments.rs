@@ -138,6 +138,10 @@ fn arguments_that_do_not_apply_are_refused_before_anything_runs() {
         (vec!["load", s(&f), "--repeat", "0"], "at least 1"),
         (vec!["load", s(&f), "--chunk", "0"], "at least 1 byte"),
         (vec!["load", s(&f), "--threads", "0"], "at least 1"),
+        (
+            vec!["resave", s(&f), s(&new), "--repeat", "0"],
+            "at least 1",
+        ),
     ];
     for (args, says) in cases {
         let (st, err) = run(&args);

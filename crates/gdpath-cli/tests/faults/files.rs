@@ -77,6 +77,8 @@ fn every_writing_command_refuses_devices_fifos_and_sockets() {
         .map(|(p, w)| (p.to_path_buf(), *w))
         .collect();
     let out = dir.path().join("out");
+    let ck = dir.path().join("ck.safetensors");
+    std::fs::write(&ck, b"\x08\0\0\0\0\0\0\0{}      ").unwrap(); // no tensors
     for (t, what) in &targets {
         let t = s(t);
         let bench = |extra: &[&'static str]| {
@@ -94,6 +96,8 @@ fn every_writing_command_refuses_devices_fifos_and_sockets() {
             vec!["copy", t, s(&out)],
             vec!["copy", "gpu:0", t, "--size", "1MiB", "--overwrite"],
             vec!["topo", "capture", "-o", t, "--overwrite"],
+            vec!["resave", s(&ck), t, "--host"],
+            vec!["resave", s(&ck), t, "--host", "--overwrite"],
         ];
         for args in cases {
             let (st, err) = run(&args);
@@ -207,7 +211,7 @@ fn copy_honours_size_for_file_sources() {
 }
 
 /// Whether this process may mount (root in CI); otherwise the caller skips, saying why.
-fn tmpfs(size: &str) -> Option<Mounted> {
+pub(super) fn tmpfs(size: &str) -> Option<Mounted> {
     let dir = disk_dir();
     let st = Command::new("mount")
         .args([
@@ -229,8 +233,8 @@ fn tmpfs(size: &str) -> Option<Mounted> {
     }
 }
 
-struct Mounted {
-    dir: tempfile::TempDir,
+pub(super) struct Mounted {
+    pub(super) dir: tempfile::TempDir,
 }
 
 impl Drop for Mounted {

@@ -3,7 +3,7 @@
 //! asked, interrupts and kills during `copy` and `bench storage`, closed and full stdout for
 //! every command, arguments that do not apply refused. Real files, real signals, the real
 //! binary. The tests that need root (a loop device, a small tmpfs) are here too and say when
-//! they skip; `scripts/fault-suite.sh` runs these and the shell-level checks in CI. Here: the
+//! they skip; [`saves`] holds issue 24's checkpoint-save checks; `scripts/fault-suite.sh` runs these and the shell-level checks in CI. Here: the
 //! helpers; [`files`], [`arguments`], [`stdout`] and [`interrupts`] hold the tests.
 
 mod arguments;
@@ -11,6 +11,7 @@ mod arguments;
 mod common;
 mod files;
 mod interrupts;
+mod saves;
 mod stdout;
 
 use std::io::Read;

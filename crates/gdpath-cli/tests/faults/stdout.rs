@@ -40,6 +40,10 @@ fn a_closed_or_full_stdout_ends_every_command_with_its_status() {
         ([&bench[..], &["--json"]].concat(), None),
         // Failures print their error document on stdout with --json.
         (vec!["load", s(&f), "--json"], None),
+        (
+            vec!["resave", s(&f), "/nonexistent/x", "--host", "--json"],
+            None,
+        ),
         (vec!["bench", "h2d", "--json"], None),
         (vec!["p2p", "--json", "--facts", "/nonexistent"], None),
         (vec!["copy", "/nonexistent", "--json"], None),

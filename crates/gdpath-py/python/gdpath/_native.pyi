@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Awaitable, Generator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Awaitable, Dict, Generator, List, Optional, Sequence, Tuple, Union
 
 _Path = Union[str, "os.PathLike[str]"]
 _Side = Union["Region", "Descriptor", Sequence[Union["Region", "Descriptor"]]]
@@ -236,6 +236,16 @@ class Checkpoint:
     def load(
         self, agent: Agent, *, gpu: Optional[int] = None, names: Optional[Sequence[str]] = None, pinned: bool = False
     ) -> LoadedCheckpoint: ...
+    @staticmethod
+    def save(
+        agent: Agent,
+        tensors: Sequence[Tuple[str, str, Sequence[int], Region, int, int]],
+        path: _Path,
+        *,
+        metadata: Optional[Dict[str, str]] = None,
+        overwrite: bool = True,
+        fsync: bool = True,
+    ) -> Dict[str, Any]: ...
 
 def topo_json(
     *,

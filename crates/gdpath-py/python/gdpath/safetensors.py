@@ -1,5 +1,6 @@
-"""Safetensors checkpoints through gdpath's loader: a drop-in for ``safetensors.torch.load_file``
-and ``safetensors.numpy.load_file``, and ``safe_open``.
+"""Safetensors checkpoints through gdpath's loader and saver: a drop-in for
+``safetensors.torch.load_file`` / ``save_file``, ``safetensors.numpy.load_file`` / ``save_file``,
+and ``safe_open``.
 
 :func:`load_file` validates every header first (nothing is allocated for a malformed file),
 makes **one allocation** for the whole checkpoint — on the GPU for ``device="cuda:N"``, in
@@ -9,6 +10,12 @@ Each tensor is a view of that allocation (made through DLPack, no copy) that hol
 allocation is freed when the last of its tensors is freed. Dtypes, shapes and names are those
 of the file (bf16 and fp8 included); a sharded checkpoint (several files, or its
 ``model.safetensors.index.json``) is one plan and one allocation.
+
+:func:`save_file` writes PyTorch tensors, CuPy arrays and NumPy arrays (GPU or host memory, any
+mix) through the engine's save: the header as the ``safetensors`` package writes it, the data
+moved straight from where the tensors are (GDS where cuFile works, pinned staging with parallel
+writers otherwise), into a temporary file that is fsynced and renamed over the target, so a
+crash or kill leaves the old file or the new one, never a torn one.
 
 PyTorch is needed only for ``framework="pt"`` (the default of ``load_file``), NumPy only for
 ``framework="numpy"``; installing gdpath needs neither.
@@ -21,7 +28,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from . import _native, default_agent
 
-__all__ = ["load_file", "safe_open"]
+__all__ = ["load_file", "safe_open", "save_file"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 Files = Union[PathLike, Sequence[PathLike]]
@@ -238,3 +245,115 @@ class safe_open:
     def get_tensors(self) -> Dict[str, Any]:
         """Every tensor, as :func:`load_file` returns them."""
         return dict(self.tensors())
+
+
+def _dtype_name(obj: Any) -> str:
+    """The safetensors dtype name of a PyTorch tensor's or a NumPy / CuPy array's dtype."""
+    dt = getattr(obj, "dtype", None)
+    if dt is None or not hasattr(obj, "shape"):
+        raise TypeError(
+            f"{type(obj).__name__}: save_file takes PyTorch tensors, CuPy arrays and NumPy arrays"
+        )
+    if type(obj).__module__.startswith("torch"):
+        for name, t in _torch_dtypes().items():
+            if dt == t:
+                return name
+    else:
+        import numpy as np
+
+        for name, t in _numpy_dtypes().items():
+            if np.dtype(dt) == np.dtype(t):
+                return name
+    raise TypeError(f"dtype {dt} has no safetensors name")
+
+
+def _raw(obj: Any) -> Any:
+    """``obj``'s bytes as a contiguous 1-D ``uint8`` tensor or array of the same library and
+    device (a copy only when ``obj`` is not contiguous)."""
+    mod = type(obj).__module__
+    if mod.startswith("torch"):
+        import torch
+
+        t = obj.detach()
+        if not t.is_contiguous():
+            t = t.contiguous()
+        return t.reshape(-1).view(torch.uint8)
+    if mod.startswith("cupy"):
+        import cupy
+
+        return cupy.ascontiguousarray(obj).reshape(-1).view(cupy.uint8)
+    import numpy as np
+
+    if not isinstance(obj, np.ndarray):
+        raise TypeError(
+            f"{type(obj).__name__}: save_file takes PyTorch tensors, CuPy arrays and NumPy arrays"
+        )
+    return np.ascontiguousarray(obj).reshape(-1).view(np.uint8)
+
+
+def save_file(
+    tensors: Dict[str, Any],
+    filename: PathLike,
+    metadata: Optional[Dict[str, str]] = None,
+    *,
+    fsync: bool = True,
+    overwrite: bool = True,
+    agent: Optional["_native.Agent"] = None,
+) -> Dict[str, Any]:
+    """Saves ``{name: tensor}`` as the safetensors file ``filename``, as
+    ``safetensors.torch.save_file(tensors, filename, metadata)`` does (the same header and data
+    order, so either package reads it back the same), from wherever the tensors are: PyTorch
+    tensors, CuPy arrays and NumPy arrays, on any GPU or in host memory, mixed. Every dtype of
+    the format (bf16 and fp8 included) and zero-size tensors; a tensor that is not contiguous
+    is copied contiguous first (``safetensors`` does the same), and tensors sharing memory are
+    each saved whole.
+
+    ``metadata``: the header's ``__metadata__`` (str → str). ``fsync``: sync the file before it
+    takes its name and the directory after (default); ``False`` for scratch data (a killed
+    process still leaves no torn file; a power loss may). ``overwrite``: replace an existing
+    file (default, as ``safetensors``); ``False`` raises kind ``exists``. ``agent``: the
+    :class:`gdpath.Agent` to save with (default :func:`gdpath.default_agent`). The GIL is
+    released while the bytes move.
+
+    Returns the save's report: ``path``, ``tensors``, ``tensor_bytes``, ``header_bytes``,
+    ``file_bytes`` (bytes), ``paths`` (the engine paths that moved the data: ``gds-native``,
+    ``posix-direct``, ...), ``finding`` (why the preferred path was not taken, or ``None``),
+    ``fsync``, ``replaced``, ``elapsed``, ``transfer``, ``commit`` (seconds; ``elapsed`` covers
+    the whole save, fsync included) and ``gbps`` (file bytes per second of ``elapsed``, GB/s
+    = 1e9 B/s).
+
+    Raises ``TypeError`` for an object or dtype it cannot save, ``ValueError`` for metadata
+    that is not str → str; :class:`gdpath.CheckpointError` (kind ``checkpoint``) for a
+    reserved name (``__metadata__``); :class:`gdpath.GdpathError` with the engine's kind for
+    the file (``exists``, ``no_space`` — checked before any data is written — ``io``) and the
+    transfer. On any error the file is as it was and no temporary is left.
+    """
+    if metadata is not None:
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
+            raise ValueError("metadata: keys and values must be str")
+        metadata = dict(metadata)
+    agent = agent or default_agent()
+    keep: List[Any] = []  # the arrays and regions stay alive until the save returns
+    empty = None
+    entries = []
+    for name, obj in tensors.items():
+        if not isinstance(name, str):
+            raise TypeError(f"tensor name {name!r}: names are str")
+        dtype = _dtype_name(obj)
+        shape = [int(d) for d in obj.shape]
+        raw = _raw(obj)
+        nbytes = int(raw.nbytes)
+        if nbytes == 0:
+            # Nothing to move: any region will do, and an empty one cannot be registered.
+            if empty is None:
+                empty = agent.register(bytearray(1))
+            region = empty
+        else:
+            region = agent.register(raw)
+        keep.append((raw, region))
+        entries.append((name, dtype, shape, region, 0, nbytes))
+    report = _native.Checkpoint.save(
+        agent, entries, os.fspath(filename), metadata=metadata, overwrite=overwrite, fsync=fsync
+    )
+    del keep
+    return report

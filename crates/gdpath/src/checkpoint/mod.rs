@@ -7,18 +7,21 @@
 //! (a sharded checkpoint, listed by its `model.safetensors.index.json`: [`index`]) is a
 //! [`Checkpoint`]; [`Checkpoint::load`] loads all of it, or the tensors named, into one
 //! allocation on a GPU or in host memory ([`Destination`]) with one transfer
-//! ([`CheckpointPlan`]).
+//! ([`CheckpointPlan`]). Saving tensors of GPU or host memory as a checkpoint, crash-safe, is
+//! [`save`] ([`save()`]).
 
 pub mod header;
 pub mod index;
 pub mod load;
 pub mod plan;
+pub mod save;
 
 pub use header::{Header, TensorEntry, MAX_HEADER_BYTES};
 pub use index::Index;
 pub use load::{load, Checkpoint, Destination, LoadError, LoadedCheckpoint, LoadedTensor};
 pub use plan::{CheckpointPlan, LoadPlan, PlacedTensor, PlannedRead, PlannedTensor};
 pub use safetensors::Dtype;
+pub use save::{compare_files, save, SaveError, SaveOptions, SaveReport, SaveTensor};
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

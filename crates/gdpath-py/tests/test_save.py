@@ -1,0 +1,157 @@
+"""``gdpath.safetensors.save_file`` (and the native ``Checkpoint.save`` under it) against the
+``safetensors`` package on real files: every dtype of the format, zero-size tensors, scalars,
+metadata; the files must read back equal with the package and with gdpath's loader, and be the
+bytes the package itself writes for the same tensors."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import safetensors
+import safetensors.numpy
+import safetensors._safetensors_rust
+
+import gdpath
+import gdpath.safetensors as gst
+from test_safetensors import tensors
+
+
+def temporaries(d):
+    return [n for n in os.listdir(d) if ".gdpath-tmp-" in n]
+
+
+def package_file(path, ts, metadata):
+    """The ``safetensors`` package's own file of raw tensors (its ``serialize_file``: dicts of
+    dtype, shape and bytes before 0.7, ``TensorSpec``s of pointers since)."""
+    spec = getattr(safetensors._safetensors_rust, "TensorSpec", None)
+    if spec is None:
+        safetensors.serialize_file(ts, str(path), metadata=metadata)
+        return
+    names = {"BOOL": "bool", "F8_E5M2": "float8_e5m2", "F8_E4M3": "float8_e4m3fn", "F16": "float16",
+             "BF16": "bfloat16", "F32": "float32", "F64": "float64"}
+    for b in (8, 16, 32, 64):
+        names[f"I{b}"], names[f"U{b}"] = f"int{b}", f"uint{b}"
+    keep = {k: np.frombuffer(t["data"] or b"\0", dtype=np.uint8) for k, t in ts.items()}
+    specs = {
+        k: spec(dtype=names[t["dtype"]], shape=t["shape"], data_ptr=keep[k].ctypes.data, data_len=len(t["data"]))
+        for k, t in ts.items()
+    }
+    safetensors.serialize_file(specs, str(path), metadata=metadata)
+
+
+def native_save(path, ts, metadata=None, **kw):
+    """Saves raw tensors (name → dtype, shape, bytes) through the native binding: each one's
+    bytes in a registered ``bytearray`` (a scratch one for zero-size tensors)."""
+    agent = gdpath.default_agent()
+    scratch = agent.register(bytearray(1))
+    entries = []
+    for name, t in ts.items():
+        region = agent.register(bytearray(t["data"])) if t["data"] else scratch
+        entries.append((name, t["dtype"], t["shape"], region, 0, len(t["data"])))
+    return gdpath.Checkpoint.save(agent, entries, str(path), metadata=metadata, **kw)
+
+
+def test_every_dtype_and_zero_size_tensors_equal_the_package(scratch):
+    ts = tensors(11)
+    ours = scratch / "ours.safetensors"
+    report = native_save(ours, ts, {"format": "pt"})
+    assert report["tensors"] == len(ts) and report["fsync"] is True
+    assert report["file_bytes"] == ours.stat().st_size
+    # The package reads every tensor back: same dtype, shape and bytes.
+    got = {name: t for name, t in safetensors.deserialize(ours.read_bytes())}
+    assert sorted(got) == sorted(ts)
+    for name, t in ts.items():
+        g = got[name]
+        assert (g["dtype"], list(g["shape"]), bytes(g["data"])) == (t["dtype"], t["shape"], t["data"]), name
+    with safetensors.safe_open(str(ours), "np") as f:
+        assert f.metadata() == {"format": "pt"}
+    # The package's own file for the same tensors is the same bytes (one metadata key: its
+    # order is then fixed too).
+    theirs = scratch / "theirs.safetensors"
+    package_file(theirs, ts, {"format": "pt"})
+    assert ours.read_bytes() == theirs.read_bytes()
+    # And gdpath's loader reads it back.
+    loaded = gdpath.Checkpoint([str(ours)]).load(gdpath.default_agent())
+    for i, t in enumerate(loaded.tensors):
+        assert np.from_dlpack(loaded.view(i)).tobytes() == ts[t.name]["data"], t.name
+        assert (t.dtype, list(t.shape)) == (ts[t.name]["dtype"], ts[t.name]["shape"])
+    assert temporaries(scratch) == []
+
+
+def test_save_file_of_numpy_arrays_reads_back_equal(scratch):
+    rng = np.random.default_rng(5)
+    arrays = {}
+    for dt in (np.float64, np.float32, np.float16, np.int64, np.int32, np.int16, np.int8,
+               np.uint8, np.uint16, np.uint32, np.uint64, np.bool_):
+        name = np.dtype(dt).name
+        arrays[name] = (rng.standard_normal((7, 3)) * 50).astype(dt)
+        arrays[name + ".empty"] = np.zeros((0, 5), dtype=dt)
+        arrays[name + ".scalar"] = np.array(3, dtype=dt)
+    # Not contiguous: saved as the array's values, as the package does.
+    arrays["strided"] = np.arange(40, dtype=np.float32).reshape(5, 8)[:, ::2]
+    path = scratch / "np.safetensors"
+    r = gst.save_file(arrays, path, metadata={"format": "np"})
+    assert r["paths"] and r["paths"][0] in ("posix-direct", "posix-buffered"), r
+    assert r["gbps"] > 0 and r["elapsed"] >= r["transfer"]
+    want = safetensors.numpy.load_file(str(path))
+    assert sorted(want) == sorted(arrays)
+    for k, a in arrays.items():
+        assert want[k].dtype == a.dtype and want[k].shape == a.shape, k
+        assert np.array_equal(want[k], a), k
+    again = gst.load_file(path, framework="numpy")
+    for k, a in arrays.items():
+        assert again[k].tobytes() == np.ascontiguousarray(a).tobytes(), k
+    # The package's file of the contiguous arrays is the same bytes. (It is left without the
+    # strided one: safetensors 0.8.0's numpy saver writes a non-contiguous array's underlying
+    # buffer from its first byte, not the array's values.)
+    contiguous = {k: a for k, a in arrays.items() if a.flags.c_contiguous}
+    ours, theirs = scratch / "c.safetensors", scratch / "theirs.safetensors"
+    gst.save_file(contiguous, ours, metadata={"format": "np"})
+    safetensors.numpy.save_file(contiguous, str(theirs), metadata={"format": "np"})
+    assert ours.read_bytes() == theirs.read_bytes()
+
+
+def test_replacing_fsync_off_and_refusals_leave_no_temporary(scratch):
+    path = scratch / "m.safetensors"
+    path.write_bytes(b"old")
+    a = {"w": np.ones((4, 4), dtype=np.float32)}
+    with pytest.raises(gdpath.GdpathError) as e:
+        gst.save_file(a, path, overwrite=False)
+    assert e.value.kind == "exists"
+    assert path.read_bytes() == b"old"
+    r = gst.save_file(a, path, fsync=False)
+    assert r["replaced"] is True and r["fsync"] is False
+    assert np.array_equal(safetensors.numpy.load_file(str(path))["w"], a["w"])
+    with pytest.raises(gdpath.CheckpointError, match="reserved") as e:
+        gst.save_file({"__metadata__": a["w"]}, scratch / "r.safetensors")
+    assert e.value.kind == "checkpoint"
+    with pytest.raises(ValueError, match="metadata"):
+        gst.save_file(a, scratch / "x.safetensors", metadata={"k": 1})
+    with pytest.raises(TypeError, match="save_file takes"):
+        gst.save_file({"l": [1, 2]}, scratch / "x.safetensors")
+    with pytest.raises(ValueError, match="not a safetensors dtype"):
+        native_save(scratch / "x.safetensors", {"t": {"dtype": "F33", "shape": [1], "data": b"1234"}})
+    with pytest.raises(gdpath.CheckpointError, match="needs 8 bytes, 4 given"):
+        native_save(scratch / "x.safetensors", {"t": {"dtype": "F32", "shape": [2], "data": b"1234"}})
+    assert sorted(os.listdir(scratch)) == ["m.safetensors"]
+
+
+def test_torch_tensors_on_the_cpu_equal_safetensors_torch(scratch):
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed here (the GPU suite runs these with it)")
+    import safetensors.torch
+
+    ts = {}
+    for name, dt in gst._torch_dtypes().items():
+        base = torch.randn(6, 5) * 10
+        ts[name] = base.to(dt) if dt != torch.bool else base > 0
+        ts[name + ".empty"] = torch.zeros(0, 3, dtype=dt)
+    ours, theirs = scratch / "ours.safetensors", scratch / "theirs.safetensors"
+    gst.save_file(ts, ours, metadata={"format": "pt"})
+    safetensors.torch.save_file(ts, str(theirs), metadata={"format": "pt"})
+    assert ours.read_bytes() == theirs.read_bytes()
+    back = safetensors.torch.load_file(str(ours))
+    for k, t in ts.items():
+        assert back[k].dtype == t.dtype and back[k].shape == t.shape, k
+        assert torch.equal(back[k].view(torch.uint8), t.contiguous().view(torch.uint8)) or t.numel() == 0, k
