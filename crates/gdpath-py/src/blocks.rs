@@ -635,7 +635,11 @@ fn ids_of(obj: &Bound<'_, PyAny>, which: &str) -> PyResult<Ids> {
                 (1, 8) => Some(IdType::U64),
                 _ => None,
             };
-            let aligned = g.itemsize > 0 && t.ptr % g.itemsize == 0;
+            // An empty array may have a null data pointer, which no slice may have.
+            let aligned = g.itemsize > 0 && t.ptr != 0 && t.ptr % g.itemsize == 0;
+            if t.len == 0 && g.shape.len() == 1 {
+                return Ok(Ids::Owned(Vec::new()));
+            }
             if let (Some(ty), true, 1) = (ty, aligned, g.shape.len()) {
                 return Ok(Ids::Borrowed {
                     _keep: t.capsule,
