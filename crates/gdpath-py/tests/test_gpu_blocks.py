@@ -72,7 +72,7 @@ def test_kv_blocks_gpu_to_pinned_host_and_back_every_method(gagent):
         assert p.path == "d2h-pinned", p
         assert p.batch.descriptors == 2 * k
         for kv in range(2):
-            assert torch.equal(tier[d, kv], pool[kv, s].cpu()), (method, kv)
+            assert torch.equal(tier[d, kv], pool[kv, s.cuda()].cpu()), (method, kv)
         # Reload into the other GPU pool at the ids they came from.
         rep = gagent.transfer_blocks(hl, bl, d, s, method=method).wait()
         p = _report("pinned host → GPU", rep, method)
