@@ -64,6 +64,14 @@ block_files() {
   bounded 30 "$gdpath" bench storage --file "$work/fifo" --size 1MiB 2>/dev/null || rc=$?
   [[ $rc == 1 ]] || fail "bench storage --file FIFO: status $rc (124: it blocked)"
 
+  say "files: topo --snapshot on a FIFO with a silent writer returns"
+  exec {held}<>"$work/fifo"   # read and write: a writer that is there and never writes
+  rc=0
+  bounded 20 "$gdpath" topo --snapshot "$work/fifo" >/dev/null 2>"$work/err" || rc=$?
+  exec {held}<&-
+  [[ $rc == 1 ]] || fail "topo --snapshot FIFO: status $rc (124: it blocked)"
+  grep -q "a FIFO, not a regular file" "$work/err" || fail "no 'a FIFO, not a regular file' in: $(cat "$work/err")"
+
   say "files: copy and topo capture on a full tmpfs"
   mkdir "$work/small"
   if mount -t tmpfs -o size=8m tmpfs "$work/small" 2>/dev/null; then

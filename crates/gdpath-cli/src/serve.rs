@@ -65,6 +65,9 @@ fn parse_seconds(s: &str) -> std::result::Result<f64, String> {
     }
 }
 
+/// Largest token file read: 64 KiB (a token is at least 16 bytes; nothing real comes close).
+const MAX_TOKEN_FILE_BYTES: u64 = 64 << 10;
+
 impl NetOpts {
     /// The token from --token or --token-file (not both), else GDPATH_TOKEN; none if absent.
     /// A flag together with a different GDPATH_TOKEN is refused: which one was meant?
@@ -73,8 +76,11 @@ impl NetOpts {
         let secret = if let Some(t) = &self.token {
             Some(t.clone())
         } else if let Some(p) = &self.token_file {
-            let s = std::fs::read_to_string(p)
+            // A regular file only, and a bounded read: a FIFO never blocks the start.
+            let raw = gdpath::file::read_bounded(p, MAX_TOKEN_FILE_BYTES)
                 .with_context(|| format!("reading token file {}", p.display()))?;
+            let s = String::from_utf8(raw)
+                .map_err(|_| anyhow::anyhow!("token file {} is not UTF-8 text", p.display()))?;
             warn_if_others_read(p);
             Some(s.trim_end_matches(['\n', '\r']).to_owned())
         } else {

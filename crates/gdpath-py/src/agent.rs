@@ -169,19 +169,7 @@ impl Agent {
                 gpu,
             },
         )?;
-        let agent = self.agent.clone();
-        let (memory, keep) = (r.memory, r.keep);
-        let region = py
-            .detach(move || match keep {
-                Some(k) => agent.register_kept(memory, k),
-                None => agent.register(memory),
-            })
-            .py_err(py)?;
-        Ok(Region {
-            region,
-            obj: (r.via != "file").then(|| obj.unbind()),
-            via: r.via,
-        })
+        self.register_resolved(py, obj, r)
     }
 
     /// Deregisters `region` now: later posts on it fail with `deregistered`. Its memory (and
@@ -373,6 +361,50 @@ impl Agent {
         Ok(())
     }
 
+    /// Checks a block transfer once and plans its path: `src` blocks (a `gdpath.KvLayout`)
+    /// are copied to `dst` blocks (another `KvLayout`; either may lie in a peer's memory).
+    /// `src_ids` / `dst_ids` (optional, equal-length int arrays: NumPy, torch CPU tensors,
+    /// lists) are kept as the ids `prepared.transfer()` posts when given none. `method`:
+    /// `None` (the backend's choice), `"copies"`, `"driver-batch"` or `"kernel"`. Returns a
+    /// `gdpath.PreparedBlocks`; see `gdpath.PreparedBlocks.transfer`. Errors, before any byte
+    /// moves: `gdpath.BlockError` (kind `blocks`, `.reason` such as `out_of_bounds`,
+    /// `overlap`, `mismatch`), `ReadOnlyMemoryError` for a read-only destination,
+    /// `DescriptorError` (`foreign_region`), `UnsupportedError` (`no_path`, two remote sides).
+    #[pyo3(signature = (src, dst, src_ids=None, dst_ids=None, *, method=None))]
+    fn prepare_blocks(
+        slf: &Bound<'_, Self>,
+        src: Bound<'_, crate::blocks::KvLayout>,
+        dst: Bound<'_, crate::blocks::KvLayout>,
+        src_ids: Option<Bound<'_, PyAny>>,
+        dst_ids: Option<Bound<'_, PyAny>>,
+        method: Option<&str>,
+    ) -> PyResult<crate::blocks::PreparedBlocks> {
+        crate::blocks::prepare(slf, &src, &dst, src_ids, dst_ids, method)
+    }
+
+    /// `prepare_blocks(src, dst, method=method).transfer(src_ids, dst_ids, timeout=timeout)`:
+    /// a one-off block transfer; returns the `Transfer` (`wait()`, `await`). Its report has
+    /// one pair whose `batch` names the copy method and the descriptor counts.
+    #[pyo3(signature = (src, dst, src_ids, dst_ids, *, method=None, timeout=None))]
+    // The arguments are the Python signature's.
+    #[allow(clippy::too_many_arguments)]
+    fn transfer_blocks(
+        slf: &Bound<'_, Self>,
+        src: Bound<'_, crate::blocks::KvLayout>,
+        dst: Bound<'_, crate::blocks::KvLayout>,
+        src_ids: Bound<'_, PyAny>,
+        dst_ids: Bound<'_, PyAny>,
+        method: Option<&str>,
+        timeout: Option<f64>,
+    ) -> PyResult<Transfer> {
+        crate::blocks::prepare(slf, &src, &dst, None, None, method)?.post(
+            slf.py(),
+            Some(&src_ids),
+            Some(&dst_ids),
+            timeout,
+        )
+    }
+
     fn __repr__(&self) -> String {
         format!(
             "gdpath.Agent(name={:?}, strict={}, backends={:?})",
@@ -384,6 +416,29 @@ impl Agent {
 }
 
 impl Agent {
+    /// Registers what [`resolve`] made of `obj` (the body of `register`, shared with
+    /// `gdpath.KvLayout.from_tensor`).
+    pub(crate) fn register_resolved(
+        &self,
+        py: Python<'_>,
+        obj: Bound<'_, PyAny>,
+        r: crate::memory::Resolved,
+    ) -> PyResult<Region> {
+        let agent = self.agent.clone();
+        let (memory, keep) = (r.memory, r.keep);
+        let region = py
+            .detach(move || match keep {
+                Some(k) => agent.register_kept(memory, k),
+                None => agent.register(memory),
+            })
+            .py_err(py)?;
+        Ok(Region {
+            region,
+            obj: (r.via != "file").then(|| obj.unbind()),
+            via: r.via,
+        })
+    }
+
     // The arguments are `post`'s.
     #[allow(clippy::too_many_arguments)]
     fn request(
@@ -433,7 +488,7 @@ impl Agent {
 #[pyclass(module = "gdpath._native", name = "Region", frozen)]
 pub struct Region {
     pub(crate) region: gdpath::Region,
-    obj: Option<Py<PyAny>>,
+    pub(crate) obj: Option<Py<PyAny>>,
     via: &'static str,
 }
 

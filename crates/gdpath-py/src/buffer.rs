@@ -51,6 +51,8 @@ pub struct HostExport {
     pub len: usize,
     pub readonly: bool,
     pub view: Py<PyMemoryView>,
+    /// Shape, strides (bytes) and item size as the exporter describes them.
+    pub geometry: crate::memory::Geometry,
 }
 
 /// Exports `obj`'s memory through the buffer protocol. `Ok(None)` when `obj` does not support
@@ -85,6 +87,8 @@ pub fn export(obj: &Bound<'_, PyAny>) -> PyResult<Option<HostExport>> {
     let shape64: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
     let strides64: Option<Vec<i64>> = strides.map(|s| s.iter().map(|&d| d as i64).collect());
     let dense = crate::memory::contiguous(&shape64, strides64.as_deref(), b.itemsize as i64);
+    let geometry =
+        crate::memory::Geometry::new(&shape64, strides64.as_deref(), 1, b.itemsize.max(1) as u64);
     let (ptr, len, readonly) = (b.buf as *mut u8, b.len.max(0) as usize, b.readonly != 0);
     // SAFETY: `b` was filled by a successful PyObject_GetBuffer and is released once.
     unsafe { PyBuffer_Release(&mut b) };
@@ -102,5 +106,6 @@ pub fn export(obj: &Bound<'_, PyAny>) -> PyResult<Option<HostExport>> {
         len,
         readonly,
         view: view.unbind(),
+        geometry,
     }))
 }

@@ -90,6 +90,10 @@ pub struct Imported {
     pub readonly: bool,
     /// The unconsumed capsule: dropping it lets the producer free the memory.
     pub capsule: Py<PyAny>,
+    /// Shape, strides (bytes) and element size: what a KV layout is computed from.
+    pub geometry: crate::memory::Geometry,
+    /// `DLDataTypeCode` of the elements (0 int, 1 uint, 2 float, ...).
+    pub dtype_code: u8,
 }
 
 /// Calls `obj.__dlpack__()` (asking for a versioned capsule first, as the array API standard
@@ -167,6 +171,7 @@ pub fn import(obj: &Bound<'_, PyAny>) -> PyResult<Imported> {
         )));
     }
     let ptr = (t.data as u64).wrapping_add(t.byte_offset);
+    let geometry = crate::memory::Geometry::new(shape, strides, item as i64, item);
     Ok(Imported {
         ptr,
         len,
@@ -174,6 +179,8 @@ pub fn import(obj: &Bound<'_, PyAny>) -> PyResult<Imported> {
         device_id: t.device.device_id,
         readonly,
         capsule: capsule.clone().unbind(),
+        geometry,
+        dtype_code: dtype.code,
     })
 }
 

@@ -7,6 +7,7 @@
 //! `gdpath.safetensors`. Reference: `docs/python.md`.
 
 mod agent;
+mod blocks;
 mod buffer;
 mod checkpoint;
 mod dlpack;
@@ -38,6 +39,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<checkpoint::Loaded>()?;
     m.add_class::<checkpoint::TensorInfo>()?;
     m.add_class::<dlpack::View>()?;
+    blocks::register(m)?;
     m.add_function(wrap_pyfunction!(docs::topo_json, m)?)?;
     m.add_function(wrap_pyfunction!(docs::doctor_json, m)?)?;
     m.add("NOTIFICATION_TOKEN", agent::NOTIFICATION_TOKEN)?;

@@ -108,6 +108,43 @@ pub struct Resolved {
     pub memory: Memory,
     pub keep: Option<Py<PyAny>>,
     pub via: &'static str,
+    /// The array's shape and strides (`None` for files).
+    pub geometry: Option<Geometry>,
+}
+
+/// An array's shape, strides in bytes (C order filled in where the producer gave none) and
+/// element size in bytes, as its exporter described it (buffer protocol, DLPack,
+/// `__cuda_array_interface__`): what `gdpath.KvLayout.from_tensor` computes a layout from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Geometry {
+    pub shape: Vec<i64>,
+    pub strides: Vec<i64>,
+    pub itemsize: u64,
+}
+
+impl Geometry {
+    /// `shape` with `strides` given in units of `unit` bytes (1 for the buffer protocol's and
+    /// the CUDA array interface's byte strides, the item size for DLPack's element strides),
+    /// or C-order strides when `None`.
+    pub fn new(shape: &[i64], strides: Option<&[i64]>, unit: i64, itemsize: u64) -> Geometry {
+        let strides = match strides {
+            Some(s) => s.iter().map(|&x| x.saturating_mul(unit)).collect(),
+            None => {
+                let mut out = vec![0i64; shape.len()];
+                let mut step = itemsize as i64;
+                for i in (0..shape.len()).rev() {
+                    out[i] = step;
+                    step = step.saturating_mul(shape[i].max(1));
+                }
+                out
+            }
+        };
+        Geometry {
+            shape: shape.to_vec(),
+            strides,
+            itemsize,
+        }
+    }
 }
 
 /// Resolves `obj` as the module docstring says. Errors: `TypeError` for an object gdpath cannot
@@ -120,6 +157,7 @@ pub fn resolve(obj: &Bound<'_, PyAny>, o: &Options) -> PyResult<Resolved> {
             memory: Memory::File(f.get().spec.clone()),
             keep: None,
             via: "file",
+            geometry: None,
         });
     }
     if let Some(x) = crate::buffer::export(obj)? {
@@ -127,6 +165,7 @@ pub fn resolve(obj: &Bound<'_, PyAny>, o: &Options) -> PyResult<Resolved> {
         // engine drops it only when it holds the memory no more (region, transfers, I/O), so
         // the memory stays at this address as long as gdpath uses it.
         let memory = unsafe { HostPointer::new(x.ptr, x.len, !x.readonly && !o.read_only) };
+        let geometry = Some(x.geometry);
         return Ok(Resolved {
             memory: Memory::HostPointer {
                 memory,
@@ -134,6 +173,7 @@ pub fn resolve(obj: &Bound<'_, PyAny>, o: &Options) -> PyResult<Resolved> {
             },
             keep: Some(x.view.into_any()),
             via: "buffer",
+            geometry,
         });
     }
     if obj.hasattr("__dlpack__")? {
@@ -173,13 +213,14 @@ pub fn resolve(obj: &Bound<'_, PyAny>, o: &Options) -> PyResult<Resolved> {
             memory,
             keep: Some(keep),
             via: "dlpack",
+            geometry: Some(t.geometry),
         });
     }
     if let Ok(cai) = obj.getattr("__cuda_array_interface__") {
         let cai = cai
             .cast_into::<PyDict>()
             .map_err(|_| PyTypeError::new_err("__cuda_array_interface__ is not a dict"))?;
-        let (ptr, len, readonly) = cuda_array(&cai)?;
+        let (ptr, len, readonly, geometry) = cuda_array(&cai)?;
         let ordinal = match o.gpu {
             Some(g) => g,
             None => device_of(obj)?.ok_or_else(|| {
@@ -196,6 +237,7 @@ pub fn resolve(obj: &Bound<'_, PyAny>, o: &Options) -> PyResult<Resolved> {
             memory: gpu_pointer(ordinal, ptr, len, !readonly && !o.read_only),
             keep: Some(obj.clone().unbind()),
             via: "cuda_array_interface",
+            geometry: Some(geometry),
         });
     }
     Err(PyTypeError::new_err(format!(
@@ -235,8 +277,9 @@ fn device_of(obj: &Bound<'_, PyAny>) -> PyResult<Option<u32>> {
     Ok(None)
 }
 
-/// (pointer, length in bytes, read-only) of a `__cuda_array_interface__` (Numba's spec, v3).
-fn cuda_array(cai: &Bound<'_, PyDict>) -> PyResult<(u64, u64, bool)> {
+/// (pointer, length in bytes, read-only, geometry) of a `__cuda_array_interface__` (Numba's
+/// spec, v3).
+fn cuda_array(cai: &Bound<'_, PyDict>) -> PyResult<(u64, u64, bool, Geometry)> {
     let get = |k: &str| {
         cai.get_item(k)?
             .ok_or_else(|| PyValueError::new_err(format!("__cuda_array_interface__ has no {k:?}")))
@@ -258,16 +301,18 @@ fn cuda_array(cai: &Bound<'_, PyDict>) -> PyResult<(u64, u64, bool)> {
     let len = elems
         .and_then(|e| e.checked_mul(item))
         .ok_or_else(|| PyValueError::new_err(format!("shape {shape:?} overflows")))?;
+    let shape64: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
+    let mut geometry = Geometry::new(&shape64, None, 1, item);
     if let Some(strides) = cai.get_item("strides")?.filter(|s| !s.is_none()) {
         let strides: Vec<i64> = strides.extract()?;
-        let shape64: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
         if strides.len() != shape.len() || !contiguous(&shape64, Some(&strides), item as i64) {
             return Err(PyValueError::new_err(format!(
                 "the CUDA array is not contiguous (strides {strides:?} for shape {shape:?})"
             )));
         }
+        geometry = Geometry::new(&shape64, Some(&strides), 1, item);
     }
-    Ok((ptr, len, readonly))
+    Ok((ptr, len, readonly, geometry))
 }
 
 /// Whether `shape` with `strides` (in multiples of `unit`: bytes with `unit` the item size, or

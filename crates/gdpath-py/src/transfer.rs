@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 
 /// One descriptor pair's result: `index`, `bytes`, the `path` that moved it (`posix-direct`,
 /// `h2d-pinned`, `ucx:tcp`, ...), the `finding` id that says why it was not the preferred path
-/// (`None` when it was), and `elapsed` seconds from its first I/O to its last completion.
+/// (`None` when it was), `elapsed` seconds from its first I/O to its last completion, and
+/// `batch`: how a backend that posts many descriptors at once moved them (a block transfer's
+/// one pair: a `gdpath.BatchReport` naming the copy method), `None` for a pair moved alone.
 #[pyclass(module = "gdpath._native", name = "PairReport", frozen, get_all)]
 pub struct PairReport {
     pub index: usize,
@@ -19,6 +21,7 @@ pub struct PairReport {
     pub path: String,
     pub finding: Option<String>,
     pub elapsed: f64,
+    pub batch: Option<crate::blocks::BatchReport>,
 }
 
 impl From<&gdpath::PairReport> for PairReport {
@@ -29,6 +32,7 @@ impl From<&gdpath::PairReport> for PairReport {
             path: p.path.name(),
             finding: p.finding.as_ref().map(|f| f.as_str().to_owned()),
             elapsed: p.elapsed.as_secs_f64(),
+            batch: p.batch.as_ref().map(crate::blocks::BatchReport::from),
         }
     }
 }
@@ -37,8 +41,16 @@ impl From<&gdpath::PairReport> for PairReport {
 impl PairReport {
     fn __repr__(&self) -> String {
         format!(
-            "PairReport(index={}, bytes={}, path={:?}, finding={:?}, elapsed={:.6})",
-            self.index, self.bytes, self.path, self.finding, self.elapsed
+            "PairReport(index={}, bytes={}, path={:?}, finding={:?}, elapsed={:.6}{})",
+            self.index,
+            self.bytes,
+            self.path,
+            self.finding,
+            self.elapsed,
+            match &self.batch {
+                Some(b) => format!(", method={:?}", b.method),
+                None => String::new(),
+            }
         )
     }
 }

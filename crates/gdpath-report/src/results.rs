@@ -140,7 +140,14 @@ pub fn read(path: &Path) -> Result<BenchDoc, ResultsError> {
             bytes: meta.len(),
         });
     }
-    let text = std::fs::read_to_string(path).map_err(io)?;
+    // A regular file only (a FIFO would block the read), bounded as the topology inputs are.
+    let raw = gdpath_topo::input::read_limited(path, MAX_DOC_BYTES).map_err(io)?;
+    let text = String::from_utf8(raw).map_err(|e| {
+        io(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("not UTF-8 text ({e})"),
+        ))
+    })?;
     parse(&text, Origin::File(path.to_owned()))
 }
 

@@ -2,9 +2,10 @@
 //!
 //! Every input is untrusted: a topology file may be `/dev/zero`, a FIFO without a writer, 50,000
 //! nested elements or a million GPUs. Each reader therefore reads through [`Bounded`] (a size
-//! cap, and a stall limit for pipes that stop delivering), opens files non-blocking (a FIFO
-//! without a writer reads as empty instead of blocking in `open`), and checks the device counts
-//! below before any work that grows with the square of them. The limits, and why each is far
+//! cap, and a stall limit for pipes that stop delivering), opens regular files only, by their
+//! type ([`open`]: `stat` before the open, so a device is never opened and a FIFO never
+//! blocks, then a non-blocking open and `fstat` of the descriptor), and checks the device
+//! counts below before any work that grows with the square of them. The limits, and why each is far
 //! above any real machine, are in docs/topology.md ("Input limits").
 
 use std::io::{self, Read};
@@ -152,14 +153,60 @@ fn too_large(limit: u64) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, ReadLimit::TooLarge { limit })
 }
 
-/// Opens `path` for reading without blocking: a FIFO with no writer opens at once (and reads as
-/// empty) instead of waiting forever in `open(2)`. Reads of regular files are unaffected.
+/// What a file that is not a regular file is ("a directory", "a block device", "a character
+/// device", "a FIFO", "a socket", "a special file"); `None` for a regular file. The one
+/// classification of gdpath's file inputs and outputs (the engine's `gdpath::file` uses it).
+pub fn special_kind(md: &std::fs::Metadata) -> Option<&'static str> {
+    use std::os::unix::fs::FileTypeExt;
+    let ft = md.file_type();
+    if ft.is_file() {
+        None
+    } else if ft.is_dir() {
+        Some("a directory")
+    } else if ft.is_block_device() {
+        Some("a block device")
+    } else if ft.is_char_device() {
+        Some("a character device")
+    } else if ft.is_fifo() {
+        Some("a FIFO")
+    } else if ft.is_socket() {
+        Some("a socket")
+    } else {
+        Some("a special file")
+    }
+}
+
+/// A file of the wrong type, as the I/O error [`open`] returns (kind `InvalidInput`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("{what}, not a regular file")]
+pub struct NotRegular {
+    /// What it is, as [`special_kind`] names it.
+    pub what: &'static str,
+}
+
+/// Opens the regular file `path` for reading. What is not a regular file is refused by its
+/// type before it is opened (`stat`, following symbolic links: a device is never opened, a FIFO
+/// never waits for a writer), and again on the open descriptor (`fstat`: a FIFO swapped in
+/// between cannot block either, since the open is `O_NONBLOCK | O_NOCTTY`).
+///
+/// Errors: the OS error of `stat` or `open`; [`NotRegular`] inside an
+/// [`io::ErrorKind::InvalidInput`] error for a directory, device, FIFO or socket.
 pub fn open(path: &Path) -> io::Result<std::fs::File> {
     use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new()
+    let refuse = |md: &std::fs::Metadata| match special_kind(md) {
+        None => Ok(()),
+        Some(what) => Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            NotRegular { what },
+        )),
+    };
+    refuse(&std::fs::metadata(path)?)?;
+    let f = std::fs::OpenOptions::new()
         .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)?;
+    refuse(&f.metadata()?)?;
+    Ok(f)
 }
 
 /// The whole of `path`, at most `limit` bytes ([`ReadLimit`] inside the error past that).
@@ -267,8 +314,26 @@ mod tests {
     }
 
     #[test]
-    fn dev_zero_ends_at_the_limit() {
+    fn dev_zero_is_refused_by_its_type() {
         let err = read_limited(Path::new("/dev/zero"), 1 << 20).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
+        let nr = err.get_ref().and_then(|e| e.downcast_ref::<NotRegular>());
+        assert_eq!(
+            nr,
+            Some(&NotRegular {
+                what: "a character device"
+            })
+        );
+        assert_eq!(err.to_string(), "a character device, not a regular file");
+    }
+
+    #[test]
+    fn an_endless_reader_ends_at_the_limit() {
+        // What /dev/zero did before it was refused by type: the size cap still holds for any
+        // reader.
+        let err = Bounded::new(io::repeat(0), 1 << 20)
+            .read_to_end(&mut Vec::new())
+            .unwrap_err();
         assert_eq!(limit_of(&err), Some(ReadLimit::TooLarge { limit: 1 << 20 }));
     }
 }

@@ -1,6 +1,7 @@
 //! Hostile input to every reader ends with a typed error naming the limit, in bounded time and
 //! memory: deeply nested XML (which overflowed the stack before), `/dev/zero` and FIFOs (which
-//! grew without bound or blocked forever), more devices than the pairwise work is bounded for, a
+//! grew without bound or blocked forever: now refused by their type before they are opened),
+//! more devices than the pairwise work is bounded for, a
 //! sysfs tree with a huge or FIFO attribute, and a snapshot read past its limit. Each input is
 //! made in the test; the limits are those of `gdpath_topo::input`.
 
@@ -92,26 +93,53 @@ fn nesting_within_the_limit_is_read() {
     assert!(load(&Source::HwlocXml(p)).unwrap().devices.is_empty());
 }
 
-#[test]
-fn dev_zero_is_too_large_for_every_reader() {
-    let zero = PathBuf::from("/dev/zero");
-    for src in [
-        Source::NcclXml(zero.clone()),
-        Source::HwlocXml(zero.clone()),
-        Source::SmiTopo(zero.clone()),
-    ] {
-        let t = Instant::now();
-        match load(&src).unwrap_err() {
-            TopoError::TooLarge { path, limit_bytes } => {
-                assert_eq!(path, zero);
-                assert_eq!(limit_bytes, input::MAX_TOPOLOGY_FILE_BYTES);
-            }
-            e => panic!("{src:?}: {e}"),
-        }
-        assert!(t.elapsed() < Duration::from_secs(30), "{src:?} took long");
+/// The file type in `err` (an [`TopoError::Io`] whose source is [`input::NotRegular`]).
+fn not_regular(err: &TopoError) -> Option<&'static str> {
+    match err {
+        TopoError::Io { source, .. } => source
+            .get_ref()
+            .and_then(|e| e.downcast_ref::<input::NotRegular>())
+            .map(|n| n.what),
+        _ => None,
     }
-    let err = load(&Source::Snapshot(zero)).unwrap_err();
-    assert!(matches!(err, TopoError::NotSnapshot { .. }), "{err}");
+}
+
+fn every_reader(p: &Path) -> [Source; 4] {
+    [
+        Source::NcclXml(p.to_owned()),
+        Source::HwlocXml(p.to_owned()),
+        Source::SmiTopo(p.to_owned()),
+        Source::Snapshot(p.to_owned()),
+    ]
+}
+
+/// `/dev/zero` (which grew to 24 GB before) is refused by its type, at once, by every reader;
+/// the size cap still names its limit for a regular file past it.
+#[test]
+fn dev_zero_is_refused_by_every_reader() {
+    let zero = PathBuf::from("/dev/zero");
+    for src in every_reader(&zero) {
+        let t = Instant::now();
+        let err = load(&src).unwrap_err();
+        assert_eq!(
+            not_regular(&err),
+            Some("a character device"),
+            "{src:?}: {err}"
+        );
+        assert!(err.to_string().contains("/dev/zero"), "{err}");
+        assert!(t.elapsed() < Duration::from_secs(5), "{src:?} took long");
+    }
+    let dir = tempdir();
+    let big = dir.path().join("big.xml");
+    let f = std::fs::File::create(&big).unwrap();
+    f.set_len(input::MAX_TOPOLOGY_FILE_BYTES + 1).unwrap();
+    match load(&Source::NcclXml(big.clone())).unwrap_err() {
+        TopoError::TooLarge { path, limit_bytes } => {
+            assert_eq!(path, big);
+            assert_eq!(limit_bytes, input::MAX_TOPOLOGY_FILE_BYTES);
+        }
+        e => panic!("{e}"),
+    }
     let msg = TopoError::TooLarge {
         path: "/dev/zero".into(),
         limit_bytes: input::MAX_TOPOLOGY_FILE_BYTES,
@@ -128,77 +156,76 @@ fn mkfifo(path: &Path) {
     assert!(st.success(), "mkfifo {}", path.display());
 }
 
-/// A FIFO nobody writes to: `open` no longer blocks, the read sees the end at once, and each
-/// reader says what is wrong with an empty input.
-#[test]
-fn fifo_without_writer_ends() {
-    let dir = tempdir();
-    let fifo = dir.path().join("fifo");
-    mkfifo(&fifo);
-    for src in [
-        Source::NcclXml(fifo.clone()),
-        Source::HwlocXml(fifo.clone()),
-        Source::SmiTopo(fifo.clone()),
-        Source::Snapshot(fifo.clone()),
-    ] {
-        let err = load(&src).unwrap_err();
-        let ok = match (&src, &err) {
-            (Source::NcclXml(_) | Source::HwlocXml(_), TopoError::Xml { .. }) => true,
-            (Source::SmiTopo(_), TopoError::Smi { source, .. }) => *source == SmiError::NoHeader,
-            (Source::Snapshot(_), TopoError::NotSnapshot { .. }) => true,
-            _ => false,
-        };
-        assert!(ok, "{src:?}: {err}");
-        assert!(err.to_string().contains("fifo"), "{err}");
+/// Sets `O_NONBLOCK` on `f`.
+fn nonblocking(f: &std::fs::File) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: fcntl on a descriptor the caller owns.
+    unsafe {
+        let fl = libc::fcntl(f.as_raw_fd(), libc::F_GETFL);
+        assert_eq!(
+            libc::fcntl(f.as_raw_fd(), libc::F_SETFL, fl | libc::O_NONBLOCK),
+            0
+        );
     }
 }
 
-/// A FIFO fed without end stops at the size limit; one whose writer stays silent stops after
-/// the stall limit (short here, 30 s in the readers).
+/// A FIFO, with no writer, with a writer that writes without end and with one that stays silent
+/// (which blocked `--snapshot` forever), is refused by its type by every reader, at once, and
+/// nothing is read from it.
 #[test]
-fn fifo_with_endless_or_silent_writer_ends() {
+fn fifos_are_refused_at_once_whoever_writes() {
     let dir = tempdir();
-    let fifo = dir.path().join("endless");
+    let fifo = dir.path().join("fifo");
     mkfifo(&fifo);
-    // A guard holding both ends lets the writer open without blocking; once it has, the guard
-    // goes and the writer is the FIFO's only writer. Its writes fail (EPIPE) while no reader is
-    // there and are tried again until the test is done.
-    let guard = std::fs::OpenOptions::new()
+    let refused_at_once = |what: &str| {
+        for src in every_reader(&fifo) {
+            let t = Instant::now();
+            let err = load(&src).unwrap_err();
+            assert_eq!(not_regular(&err), Some("a FIFO"), "{what}, {src:?}: {err}");
+            assert!(err.to_string().contains("fifo"), "{err}");
+            assert!(
+                t.elapsed() < Duration::from_secs(5),
+                "{what}, {src:?} took long"
+            );
+        }
+    };
+    refused_at_once("no writer");
+    // Read and write on one descriptor: a writer that is there and never writes.
+    let hold = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .open(&fifo)
         .unwrap();
-    let (opened, is_open) = std::sync::mpsc::channel();
-    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let (path, stop) = (fifo.clone(), done.clone());
-    let writer = std::thread::spawn(move || {
-        let mut w = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
-        opened.send(()).unwrap();
-        let chunk = vec![b'<'; 1 << 16];
-        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-            if w.write_all(&chunk).is_err() {
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        }
-    });
-    is_open.recv().unwrap();
-    drop(guard);
-    let err = load(&Source::NcclXml(fifo.clone())).unwrap_err();
-    done.store(true, std::sync::atomic::Ordering::Relaxed);
-    assert!(matches!(err, TopoError::TooLarge { .. }), "{err}");
-    writer.join().unwrap();
+    refused_at_once("a silent writer");
+    // A writer that fills the pipe: it stays full, so nobody read from it.
+    let mut w = std::fs::OpenOptions::new().write(true).open(&fifo).unwrap();
+    nonblocking(&w);
+    let mut filled = 0usize;
+    while let Ok(n) = w.write(&[b'<'; 4096]) {
+        filled += n;
+    }
+    refused_at_once("a full pipe");
+    let mut r = hold;
+    nonblocking(&r);
+    let mut left = Vec::new();
+    let _ = r.read_to_end(&mut left);
+    assert_eq!(left.len(), filled, "a reader took bytes from the FIFO");
+}
 
+/// The stall limit of [`Bounded`] on a non-blocking pipe whose writer stays silent (no reader
+/// of gdpath's opens one now; the bound stays for any reader that is given one).
+#[test]
+fn a_silent_nonblocking_source_stalls_out() {
+    let dir = tempdir();
     let silent = dir.path().join("silent");
     mkfifo(&silent);
-    // Read and write on one descriptor: a writer that is there and never writes.
-    let _hold = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(&silent)
-        .unwrap();
+    let mut o = std::fs::OpenOptions::new();
+    o.read(true).write(true);
+    std::os::unix::fs::OpenOptionsExt::custom_flags(&mut o, libc::O_NONBLOCK);
+    let pipe = o.open(&silent).unwrap();
     let t = Instant::now();
     let mut out = Vec::new();
-    let err = Bounded::new(input::open(&silent).unwrap(), 1 << 20)
+    let err = Bounded::new(pipe, 1 << 20)
         .with_stall(Duration::from_millis(300))
         .read_to_end(&mut out)
         .unwrap_err();

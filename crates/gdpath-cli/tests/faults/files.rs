@@ -171,6 +171,92 @@ fn an_existing_destination_is_replaced_only_with_overwrite() {
     assert!(temporaries(dir.path()).is_empty());
 }
 
+/// Issue 21 (leftover): every file a command reads (`--snapshot`, `--nccl-xml`, `--hwloc-xml`,
+/// `--smi-topo`, `load`'s checkpoint, `--facts`, `--token-file`, `report --from`) is refused by
+/// its type when it is a FIFO, at once, however the FIFO is held: with no writer, and with a
+/// writer that stays silent (which kept `topo --snapshot FIFO` reading for ever and
+/// `--nccl-xml FIFO` for 10 s before a misleading XML error). Nothing is read from it.
+#[test]
+fn every_file_input_refuses_a_fifo_at_once() {
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = disk_dir();
+    let fifo = dir.path().join("input");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid C string; mkfifo only creates the node.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let f = s(&fifo);
+    let out = dir.path().join("out.html");
+    let cases: Vec<Vec<&str>> = vec![
+        vec!["topo", "--snapshot", f],
+        vec!["topo", "--nccl-xml", f],
+        vec!["topo", "--hwloc-xml", f],
+        vec!["topo", "--smi-topo", f],
+        vec!["doctor", "--snapshot", f],
+        vec!["doctor", "--nccl-xml", f],
+        vec!["doctor", "--hwloc-xml", f],
+        vec!["doctor", "--smi-topo", f],
+        vec!["p2p", "--snapshot", f],
+        vec!["p2p", "--facts", f],
+        vec!["report", "--snapshot", f, "-o", s(&out)],
+        vec![
+            "report",
+            "--from",
+            f,
+            "--snapshot",
+            H200_SNAPSHOT,
+            "-o",
+            s(&out),
+        ],
+        vec!["load", f],
+        vec![
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--token-file",
+            f,
+            "--duration",
+            "1",
+        ],
+    ];
+    let check = |held: &str| {
+        for args in &cases {
+            let what = format!("{held}: gdpath {}", args.join(" "));
+            let t = Instant::now();
+            let (st, err) = run(args);
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "{what}: took {:?}",
+                t.elapsed()
+            );
+            assert!(!st.success(), "{what}: succeeded");
+            assert!(
+                err.contains("FIFO"),
+                "{what}: the message does not name the FIFO: {err}"
+            );
+            assert!(!out.exists(), "{what}: a report was written");
+        }
+    };
+    check("no writer");
+    // Read and write on one descriptor: a writer that is there and never writes.
+    let mut hold = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(&fifo)
+        .unwrap();
+    check("a silent writer");
+    // What the writer puts in from now on stays there: nobody reads the FIFO.
+    use std::io::Write;
+    hold.write_all(b"<system/>").unwrap();
+    check("data waiting");
+    let mut b = [0u8; 64];
+    assert_eq!(
+        hold.read(&mut b).unwrap(),
+        9,
+        "a command read from the FIFO"
+    );
+}
+
 /// `p2p --facts /dev/zero` is refused at once (a character device), and a facts file larger
 /// than the bound is refused naming it, instead of being read into memory without end.
 #[test]

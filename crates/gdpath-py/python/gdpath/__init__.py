@@ -2,7 +2,8 @@
 
 Register memory (PyTorch tensors, CuPy and NumPy arrays, anything with DLPack,
 ``__cuda_array_interface__`` or the buffer protocol, and files) with an :class:`Agent`, post
-transfers between descriptors, and see which path moved each pair (P2P, GDR, GDS, O_DIRECT,
+transfers between descriptors (or KV-cache blocks: :class:`KvLayout`,
+``agent.prepare_blocks``), and see which path moved each pair (P2P, GDR, GDS, O_DIRECT,
 staged ...) and, when it was not the preferred one, the doctor's finding id that says why.
 Transfers release the GIL while bytes move and can be awaited in asyncio. Safetensors
 checkpoints load through :mod:`gdpath.safetensors` into one allocation; :func:`topo` and
@@ -20,15 +21,18 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 from . import _native
 from ._native import (
     Agent,
+    BatchReport,
     Checkpoint,
     Descriptor,
     DLPackView,
     File,
+    KvLayout,
     LoadedCheckpoint,
     Notification,
     PairReport,
     Peer,
     PlannedPair,
+    PreparedBlocks,
     Region,
     RemoteRegion,
     Server,
@@ -38,6 +42,7 @@ from ._native import (
     __version__,
 )
 from .errors import (
+    BlockError,
     Cancelled,
     CheckpointError,
     DeadlineExceeded,
@@ -53,15 +58,18 @@ from .errors import (
 
 __all__ = [
     "Agent",
+    "BatchReport",
     "Checkpoint",
     "Descriptor",
     "DLPackView",
     "File",
+    "KvLayout",
     "LoadedCheckpoint",
     "Notification",
     "PairReport",
     "Peer",
     "PlannedPair",
+    "PreparedBlocks",
     "Region",
     "RemoteRegion",
     "Server",
@@ -70,6 +78,7 @@ __all__ = [
     "TransferReport",
     "GdpathError",
     "DescriptorError",
+    "BlockError",
     "ReadOnlyMemoryError",
     "UnsupportedError",
     "PathNotAcceptedError",

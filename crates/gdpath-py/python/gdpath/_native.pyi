@@ -9,6 +9,9 @@ from typing import Any, Awaitable, Dict, Generator, List, Optional, Sequence, Tu
 _Path = Union[str, "os.PathLike[str]"]
 _Side = Union["Region", "Descriptor", Sequence[Union["Region", "Descriptor"]]]
 _Token = Union[str, bytes]
+# Block ids: a 1-D int array (NumPy, a torch CPU tensor; int32/int64/uint32/uint64 are read in
+# place) or any sequence of ints.
+_Ids = Any
 
 __version__: str
 NOTIFICATION_TOKEN: int
@@ -67,6 +70,30 @@ class Agent:
     def wait_notification(self, timeout: float = 0.0) -> Optional[Notification]: ...
     def notification(self) -> Awaitable[Notification]: ...
     def _notify_notifications(self, waker: Waker) -> None: ...
+    def prepare_blocks(
+        self,
+        src: KvLayout,
+        dst: KvLayout,
+        src_ids: Optional[_Ids] = None,
+        dst_ids: Optional[_Ids] = None,
+        *,
+        method: Optional[str] = None,
+    ) -> PreparedBlocks:
+        """Checks the layouts against their regions and plans the path once; `src_ids` /
+        `dst_ids` are kept for `PreparedBlocks.transfer()` without ids. `method`: None,
+        "copies", "driver-batch", "kernel". Raises BlockError, ReadOnlyMemoryError,
+        DescriptorError, UnsupportedError before any byte moves."""
+    def transfer_blocks(
+        self,
+        src: KvLayout,
+        dst: KvLayout,
+        src_ids: _Ids,
+        dst_ids: _Ids,
+        *,
+        method: Optional[str] = None,
+        timeout: Optional[float] = None,
+    ) -> Transfer:
+        """prepare_blocks(src, dst, method=method).transfer(src_ids, dst_ids, timeout=timeout)."""
 
 class Region:
     def desc(self, offset: int = 0, length: Optional[int] = None) -> Descriptor: ...
@@ -104,12 +131,98 @@ class Descriptor:
     def __len__(self) -> int: ...
     def __getitem__(self, key: slice) -> Descriptor: ...
 
+class BatchReport:
+    """How a backend posted a batch of descriptors (a block transfer's one pair): method
+    "copies" | "driver-batch" | "kernel"; descriptor counts as given and after merging; what
+    the method ran; CPU posting time in ns."""
+
+    method: str
+    descriptors: int
+    coalesced: int
+    posted: int
+    post_ns: int
+    @property
+    def post_us_per_descriptor(self) -> float: ...
+
 class PairReport:
     index: int
     bytes: int
     path: str
     finding: Optional[str]
     elapsed: float
+    batch: Optional[BatchReport]
+
+class KvLayout:
+    """Blocks of a paged KV cache in a region, in bytes: the slot of block `id` in layer `l`,
+    plane `k` is at offset + l*layer_stride + k*kv_stride + id*block_stride. Defaults lay it out
+    as [num_layers][kv_planes][num_blocks][block_bytes]."""
+
+    def __init__(
+        self,
+        region: Region,
+        block_bytes: int,
+        num_blocks: int,
+        *,
+        block_stride: Optional[int] = None,
+        num_layers: int = 1,
+        layer_stride: Optional[int] = None,
+        kv_planes: int = 1,
+        kv_stride: Optional[int] = None,
+        offset: int = 0,
+    ) -> None: ...
+    @staticmethod
+    def from_tensor(
+        target: Union[Agent, Region],
+        tensor: Any,
+        *,
+        block_dim: int = 0,
+        kv_dim: Optional[int] = None,
+        layer_dim: Optional[int] = None,
+        pinned: Optional[bool] = None,
+        read_only: bool = False,
+    ) -> KvLayout:
+        """The layout of a tensor whose leading dimensions are the block (and K/V, layer)
+        dimensions and whose other dimensions are one contiguous block; registers it when
+        `target` is an Agent."""
+    @property
+    def region(self) -> Region: ...
+    @property
+    def block_bytes(self) -> int: ...
+    @property
+    def num_blocks(self) -> int: ...
+    @property
+    def block_stride(self) -> int: ...
+    @property
+    def num_layers(self) -> int: ...
+    @property
+    def layer_stride(self) -> int: ...
+    @property
+    def kv_planes(self) -> int: ...
+    @property
+    def kv_stride(self) -> int: ...
+    @property
+    def offset(self) -> int: ...
+    @property
+    def bytes_per_block(self) -> int: ...
+    def block_offset(self, id: int, layer: int = 0, plane: int = 0) -> int: ...
+
+class PreparedBlocks:
+    """A block transfer checked and planned once (agent.prepare_blocks), posted with new ids
+    as often as needed."""
+
+    def transfer(
+        self, src_ids: Optional[_Ids] = None, dst_ids: Optional[_Ids] = None, *, timeout: Optional[float] = None
+    ) -> Transfer: ...
+    @property
+    def plan(self) -> PlannedPair: ...
+    @property
+    def is_block_list(self) -> bool: ...
+    @property
+    def src(self) -> KvLayout: ...
+    @property
+    def dst(self) -> KvLayout: ...
+    @property
+    def method(self) -> Optional[str]: ...
 
 class TransferReport:
     bytes: int

@@ -20,6 +20,7 @@ from typing import Any, Dict, List, Optional, Tuple
 __all__ = [
     "GdpathError",
     "DescriptorError",
+    "BlockError",
     "ReadOnlyMemoryError",
     "UnsupportedError",
     "PathNotAcceptedError",
@@ -64,6 +65,29 @@ class DescriptorError(GdpathError, ValueError):
     """A request the engine refused before moving a byte: lists or pairs of different lengths,
     a descriptor outside its region, a region of another agent (kinds ``out_of_bounds``,
     ``list_length_mismatch``, ``pair_length_mismatch``, ``foreign_region``, ``short_file``)."""
+
+
+class BlockError(DescriptorError):
+    """A block transfer's layouts or ids the engine refused before moving a byte (kind
+    ``blocks``; ``gdpath::blocks::BlockError``). ``reason`` names the check:
+
+    - at ``agent.prepare_blocks``: ``zero_block_size``, ``zero_count`` (``dim``),
+      ``too_many_blocks``, ``overflow``, ``overlap`` (destination slots share bytes: ``dim``,
+      ``stride``, ``needed`` bytes), ``out_of_bounds`` (the layout reaches past its region:
+      ``first_bad`` block, ``needed`` and ``region_len`` bytes), ``mismatch`` (``what`` differs:
+      ``src``, ``dst``), ``shared_region_layouts``;
+    - at ``transfer``: ``empty``, ``id_count_mismatch`` (``src``, ``dst`` counts),
+      ``negative_id``, ``id_out_of_range`` (``position`` in the list, ``id``, ``blocks``),
+      ``duplicate_destination``, ``source_is_destination``, ``too_many_descriptors``.
+
+    ``side`` is ``"source"`` or ``"destination"`` where the check is about one side."""
+
+    reason: str
+    side: Optional[str]
+
+    def __init__(self, message: str, kind: str = "blocks", finding: Optional[str] = None, **details: Any):
+        details.setdefault("side", None)
+        super().__init__(message, kind, finding, **details)
 
 
 class ReadOnlyMemoryError(GdpathError):
@@ -128,6 +152,7 @@ _BY_KIND: Dict[str, type] = {
     "pair_length_mismatch": DescriptorError,
     "foreign_region": DescriptorError,
     "short_file": DescriptorError,
+    "blocks": BlockError,
     "read_only_memory": ReadOnlyMemoryError,
     "read_only": ReadOnlyMemoryError,
     "unsupported": UnsupportedError,

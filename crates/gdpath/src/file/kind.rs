@@ -4,31 +4,14 @@ use crate::error::{Error, Result};
 use nix::fcntl::{fcntl, FcntlArg, OFlag};
 use std::fs::{File, Metadata, OpenOptions};
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::sync::Arc;
 
 /// What a file that is not a regular file is, in the words of [`Error::NotAFile`]'s `what`
 /// ("a directory", "a block device", "a character device", "a FIFO", "a socket"); `None` for a
-/// regular file.
-pub fn special_kind(md: &Metadata) -> Option<&'static str> {
-    let ft = md.file_type();
-    if ft.is_file() {
-        None
-    } else if ft.is_dir() {
-        Some("a directory")
-    } else if ft.is_block_device() {
-        Some("a block device")
-    } else if ft.is_char_device() {
-        Some("a character device")
-    } else if ft.is_fifo() {
-        Some("a FIFO")
-    } else if ft.is_socket() {
-        Some("a socket")
-    } else {
-        Some("a special file")
-    }
-}
+/// regular file. The topology readers' classification, shared so there is one.
+pub use gdpath_topo::input::special_kind;
 
 /// Checks what `path` is (`stat`, following symbolic links) without opening it: `Ok(None)` when
 /// nothing is there (a dangling symbolic link included), `Ok(Some(metadata))` for a regular
