@@ -109,9 +109,115 @@ pub struct LoadedCheckpoint {
     pub elapsed: Duration,
     /// Time of the transfer alone (first I/O to last completion).
     pub transfer: Duration,
+    /// The checkpoint's files (`plan.reads[i].file` indexes it), for [`LoadedCheckpoint::verify`].
+    pub files: Vec<PathBuf>,
+}
+
+/// Bytes compared per step by [`LoadedCheckpoint::verify`] (64 MiB of host memory, twice).
+pub const VERIFY_WINDOW: u64 = 64 << 20;
+
+/// The outcome of [`LoadedCheckpoint::verify`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verified {
+    /// Every byte read equals the file's.
+    pub ok: bool,
+    /// Bytes compared.
+    pub bytes: u64,
+    /// Where the first difference is: (file index, file offset); `None` when equal.
+    pub first_difference: Option<(usize, u64)>,
+    /// Time the comparison took.
+    pub elapsed: Duration,
 }
 
 impl LoadedCheckpoint {
+    /// Compares the loaded bytes with the files: every read of the plan, copied back
+    /// [`VERIFY_WINDOW`] bytes at a time from the allocation (GPU or host) into host memory
+    /// through `agent` (the agent that loaded it) and compared with the same bytes read from
+    /// the file with `pread`. Holds `2 × VERIFY_WINDOW` bytes of host memory at most.
+    ///
+    /// Errors: [`LoadError::Engine`] naming the file: the copy back failed, or the file could
+    /// not be opened or read (`Error::Open`, `Error::Io` with op `read`, `Error::ShortFile`
+    /// when it is shorter than when it was loaded).
+    pub fn verify(&self, agent: &Agent) -> Result<Verified, LoadError> {
+        use std::os::unix::fs::FileExt;
+        let t0 = Instant::now();
+        let eng = |path: &std::path::Path, error: Error| LoadError::Engine {
+            path: path.to_owned(),
+            error: Box::new(error),
+        };
+        let first = self.files.first().cloned().unwrap_or_default();
+        let longest = self.plan.reads.iter().map(|r| r.len).max().unwrap_or(0);
+        let window = VERIFY_WINDOW.min(longest.max(1));
+        let host = HostBuffer::try_zeroed(window as usize)
+            .and_then(|b| agent.register(Memory::host(b)))
+            .map_err(|e| eng(&first, e))?;
+        let mut from_file = vec![0u8; window as usize];
+        let mut opened: Vec<Option<std::fs::File>> = (0..self.files.len()).map(|_| None).collect();
+        let mut bytes = 0;
+        for r in &self.plan.reads {
+            let path = &self.files[r.file];
+            if opened[r.file].is_none() {
+                let f = std::fs::File::open(path).map_err(|e| {
+                    eng(
+                        path,
+                        Error::Open {
+                            path: path.clone(),
+                            source: std::sync::Arc::new(e),
+                        },
+                    )
+                })?;
+                opened[r.file] = Some(f);
+            }
+            let f = opened[r.file].as_ref().expect("opened above");
+            let mut off = 0;
+            while off < r.len {
+                let l = window.min(r.len - off);
+                agent
+                    .post(TransferRequest::read(
+                        vec![host.desc(0, l)],
+                        vec![self.region.desc(r.at + off, l)],
+                    ))
+                    .and_then(|t| t.wait().map_err(|e| e.error))
+                    .map_err(|e| eng(path, e))?;
+                let buf = &mut from_file[..l as usize];
+                f.read_exact_at(buf, r.offset + off).map_err(|e| {
+                    let err = if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                        Error::ShortFile {
+                            path: path.clone(),
+                            offset: r.offset + off,
+                            wanted: l,
+                            available: 0,
+                        }
+                    } else {
+                        Error::io("read", path, r.offset + off, e)
+                    };
+                    eng(path, err)
+                })?;
+                let view = host.host_view().map_err(|e| eng(path, e))?;
+                if let Some(i) = view[..l as usize]
+                    .iter()
+                    .zip(buf.iter())
+                    .position(|(a, b)| a != b)
+                {
+                    return Ok(Verified {
+                        ok: false,
+                        bytes: bytes + i as u64,
+                        first_difference: Some((r.file, r.offset + off + i as u64)),
+                        elapsed: t0.elapsed(),
+                    });
+                }
+                bytes += l;
+                off += l;
+            }
+        }
+        Ok(Verified {
+            ok: true,
+            bytes,
+            first_difference: None,
+            elapsed: t0.elapsed(),
+        })
+    }
+
     /// Tensor bytes per second of [`LoadedCheckpoint::elapsed`], in GB/s (1e9 B/s).
     pub fn gbps(&self) -> f64 {
         crate::units::gbps(self.tensor_bytes, self.elapsed)
@@ -352,6 +458,7 @@ impl Checkpoint {
             pairs: report.pairs,
             plan,
             elapsed: t0.elapsed(),
+            files: self.files.clone(),
         })
     }
 }
