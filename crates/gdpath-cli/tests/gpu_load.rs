@@ -110,10 +110,70 @@ fn load_times_its_setup_apart_and_places_every_tensor() {
     let (ok, text, err) = common::gdpath(&["load", file, "--gpu", "0", "--repeat", "2"]);
     assert!(ok, "{err}");
     let lines: Vec<&str> = text.lines().collect();
-    assert!(lines[0].starts_with("start: "), "{text}");
-    assert!(lines[1].starts_with("load 1: "), "{text}");
+    assert!(lines[0].starts_with("chosen: "), "{text}");
+    assert!(lines[1].starts_with("start: "), "{text}");
+    assert!(lines[2].starts_with("load 1: "), "{text}");
     assert!(
         text.contains(&format!("{} tensors", tensors.len())),
         "{text}"
     );
+}
+
+/// With no storage flag, the load takes the chooser's settings (reported with the reason and
+/// the facts), skips cuFile where the chooser says it would only fall back, and the bytes on
+/// the GPU equal the file's (`--verify`); from tmpfs when /dev/shm is there, and cold from the
+/// disk the test dir is on.
+#[test]
+#[ignore = "needs an NVIDIA GPU: run with scripts/gpu-suite.sh"]
+fn load_uses_the_chooser_and_verifies_on_the_gpu() {
+    let disk = tempfile::tempdir().unwrap();
+    let shm = tempfile::tempdir_in("/dev/shm");
+    if let Err(e) = &shm {
+        eprintln!("tmpfs half skipped: /dev/shm is not writable here: {e}");
+    }
+    let mut dirs = vec![(disk.path().to_owned(), true)];
+    if let Ok(d) = &shm {
+        dirs.push((d.path().to_owned(), false));
+    }
+    for (dir, cold) in dirs {
+        let f = dir.join("model.safetensors");
+        let (bytes, _) = write_checkpoint(&f, &[("w", 24 << 20), ("b", 77)]);
+        let mut args = vec![
+            "load",
+            f.to_str().unwrap(),
+            "--gpu",
+            "0",
+            "--verify",
+            "--json",
+        ];
+        if cold {
+            args.push("--cold");
+        }
+        let v = common::json_ok(&Command::new(common::bin()).args(&args).output().unwrap());
+        assert_eq!(v["verified"], true, "{v}");
+        assert_eq!(v["tensor_bytes"], bytes, "{v}");
+        let c = &v["chosen"];
+        assert!(c["overridden"].as_array().unwrap().is_empty(), "{v}");
+        assert_eq!(c["chunk"], 4 << 20, "{v}");
+        assert!(!c["reason"].as_str().unwrap().is_empty(), "{v}");
+        if c["facts"]["nvidia_fs"] == false {
+            assert_eq!(
+                c["cufile"], false,
+                "no nvidia_fs: cuFile is not opened: {v}"
+            );
+            assert_ne!(v["path"], "gds-native", "{v}");
+        }
+        if c["facts"]["fs"] == "tmpfs" {
+            assert_eq!(v["path"], "posix-buffered", "{v}");
+        }
+        assert!(v["start_s"].as_f64().is_some(), "{v}");
+        eprintln!(
+            "gdpath load ({}): {} start {:.3} s, {:.2} GB/s via {}",
+            dir.display(),
+            v["chosen_text"],
+            v["start_s"].as_f64().unwrap(),
+            v["gbps"].as_f64().unwrap(),
+            v["path"]
+        );
+    }
 }
