@@ -17,8 +17,8 @@ pub mod plan;
 pub use header::{Header, TensorEntry, MAX_HEADER_BYTES};
 pub use index::Index;
 pub use load::{
-    load, Checkpoint, Destination, LoadError, LoadedCheckpoint, LoadedTensor, Verified,
-    VERIFY_WINDOW,
+    load, Checkpoint, Destination, GpuPrestart, LoadError, LoadedCheckpoint, LoadedTensor,
+    Verified, VERIFY_WINDOW,
 };
 pub use plan::{CheckpointPlan, LoadPlan, PlacedTensor, PlannedRead, PlannedTensor};
 pub use safetensors::Dtype;
