@@ -177,3 +177,54 @@ fn load_uses_the_chooser_and_verifies_on_the_gpu() {
         );
     }
 }
+
+/// `gdpath bench storage --gpu 0` with no --block/--threads runs the chooser's configuration
+/// (its row's block and threads are the chosen ones, reported with the reason); given values
+/// win and are named.
+#[test]
+#[ignore = "needs an NVIDIA GPU: run with scripts/gpu-suite.sh"]
+fn bench_storage_gpu_without_flags_runs_the_chosen_configuration() {
+    let dir = tempfile::tempdir_in("/dev/shm")
+        .or_else(|_| tempfile::tempdir())
+        .unwrap();
+    let f = dir.path().join("f");
+    let file = f.to_str().unwrap();
+    let run = |extra: &[&str]| {
+        let out = Command::new(common::bin())
+            .args([
+                "bench", "storage", "--gpu", "0", "--file", file, "--size", "256MiB",
+            ])
+            .args(["--path", "staged", "--runs", "2", "--overwrite", "--json"])
+            .args(extra)
+            .output()
+            .unwrap();
+        common::json_ok(&out)
+    };
+    let v = run(&[]);
+    let c = &v["chosen"];
+    assert!(c["overridden"].as_array().unwrap().is_empty(), "{v}");
+    let row = &v["rows"][0];
+    assert_eq!(row["block"], c["chunk"], "{v}");
+    assert_eq!(row["qd"], c["threads"], "{v}");
+    assert_eq!(row["verified"], true, "{v}");
+    if c["direct"] == false {
+        assert_eq!(row["path"], "posix-buffered", "{v}");
+    }
+    eprintln!(
+        "bench storage --gpu 0 (no flags): {} -> {} GB/s",
+        v["chosen_text"], row["gbps_median"]
+    );
+    let v = run(&["--threads", "3", "--block", "1MiB"]);
+    assert_eq!(
+        v["chosen"]["overridden"],
+        serde_json::json!(["threads", "chunk"]),
+        "{v}"
+    );
+    let row = &v["rows"][0];
+    assert_eq!(
+        (row["qd"].as_u64(), row["block"].as_u64()),
+        (Some(3), Some(1 << 20)),
+        "{v}"
+    );
+    assert_eq!(row["verified"], true, "{v}");
+}
