@@ -11,9 +11,11 @@
 #       torch's pageable copy.
 # Outputs: $OUT/storage.jsonl (one row per line), the commands' JSON and logs.
 #
-# Build here (the binary runs there without cargo):
+# Build here (the binaries run there without cargo):
 #   cargo build --release -p gdpath-cli
-#   mkdir -p .devbin/storage && strip -o .devbin/storage/gdpath target/release/gdpath
+#   cargo test --release -p gdpath-cli --test gpu_load --no-run   # prints target/release/deps/gpu_load-HASH
+#   mkdir -p .devbin/storage && strip -o .devbin/storage/gdpath target/release/gdpath \
+#     && strip -o .devbin/storage/gpu_load target/release/deps/gpu_load-HASH   (optional: its tests run first)
 # Wheels (optional, for the baselines that do not come with the image): put them in a folder
 # carried too (e.g. .devbin/wheels: runai_model_streamer, instanttensor, fastsafetensors, kvikio);
 # they are installed with `pip install --no-deps --target` into a temporary folder on PYTHONPATH.
@@ -21,7 +23,7 @@
 #
 # Environment: PY (python with torch, cupy, safetensors; default /opt/torch/.venv/bin/python,
 # else python3), CKPT (default /root/gdpath-ckpt/llama.safetensors, made when missing, ~15 s),
-# SKIP=a,b,c,d (parts to skip), RUNS_COLD (default 2).
+# SKIP=tests,a,b,c,d (parts to skip), RUNS_COLD (default 2).
 set -u -o pipefail
 dir=${1:?usage: device-storage.sh DIR-with-gdpath [WHEELS-DIR]}
 wheels=${2:-}
@@ -85,6 +87,13 @@ for l in sys.stdin:
 EOF
 )"
 }
+
+if [ -x "$dir/gpu_load" ] && ! skip tests; then
+    elapsed "### GPU tests (gpu_load: the chooser, --verify, bench storage without flags)"
+    GDPATH_BIN="$g" timeout 90 "$dir/gpu_load" --ignored --test-threads=1 --nocapture 2>&1 \
+        | tee "$out/gpu_load.log" | grep -E '^(test |gdpath load|bench storage|tmpfs half|test result)' || fail=1
+    grep -q 'test result: ok' "$out/gpu_load.log" || fail=1
+fi
 
 if ! skip a; then
     elapsed "### (a) tmpfs -> GPU, 4 GiB: gdpath bench storage --gpu 0 with no flags"
