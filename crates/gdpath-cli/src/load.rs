@@ -209,6 +209,12 @@ pub fn run(a: LoadArgs) -> Result<ExitCode> {
         c.transfer.as_secs_f64()
     );
     match &c.finding {
+        // Buffered was the choice, not a fallback: say so instead of the finding.
+        Some(f)
+            if f.as_str() == gdpath::finding::ids::STORAGE_ODIRECT_DISABLED && !tuning.direct =>
+        {
+            outln!("path: {} (buffered, as chosen)", path_text(&c.path))
+        }
         Some(f) => outln!(
             "path: {} (fallback: {f}: {})",
             path_text(&c.path),
