@@ -11,6 +11,7 @@
 use super::files::{checksum_file, prepare_test_file};
 use super::{fill_pattern, BenchRow, Checksum, NoProgress, Progress};
 use gdpath::file::{AtomicFile, ReplaceOptions};
+use gdpath::tune::{Dest, Overrides, Tuning};
 use gdpath::units::{format_size, gbps};
 use gdpath::{
     Agent, AgentConfig, Error, FileAccess, FileSpec, FindingId, GdsConfig, HostBuffer, Memory, Op,
@@ -58,9 +59,10 @@ pub struct GdsBenchConfig {
     pub size: u64,
     /// CUDA ordinal of the GPU.
     pub gpu: u32,
-    /// Block sizes (bytes per request, `GdsConfig::chunk`).
+    /// Block sizes (bytes per request, `GdsConfig::chunk`); empty: the chooser's
+    /// ([`gdpath::tune::choose`] on the prepared file).
     pub blocks: Vec<u64>,
-    /// Thread counts (requests in flight, `GdsConfig::threads`).
+    /// Thread counts (requests in flight, `GdsConfig::threads`); empty: the chooser's.
     pub threads: Vec<usize>,
     pub op: Op,
     /// Timed runs per row.
@@ -86,6 +88,10 @@ pub struct GdsBenchReport {
     pub rows: Vec<BenchRow>,
     pub skipped: Vec<Skipped>,
     pub findings: Vec<FindingId>,
+    /// The chooser's settings for the file (before the first run; after the eviction for a
+    /// cold bench), with the values the caller gave in place. Its `direct` decides whether the
+    /// staged rows use O_DIRECT.
+    pub chosen: Option<Tuning>,
 }
 
 const SEED: u64 = 0x6764_7061_7468_6764;
@@ -140,7 +146,9 @@ pub fn gpu_fill_pattern(agent: &Agent, gpu: &Region, len: u64, seed: u64) -> Res
 /// Runs the bench. Errors: file preparation, registration (no GPU: `Error::Unsupported`) and
 /// transfer failures; a path the machine cannot take is a [`Skipped`] entry, not an error.
 pub fn run(cfg: &GdsBenchConfig, progress: &dyn Progress) -> Result<GdsBenchReport> {
-    super::check_blocks(&cfg.blocks, cfg.size)?;
+    if !cfg.blocks.is_empty() {
+        super::check_blocks(&cfg.blocks, cfg.size)?;
+    }
     let mut report = GdsBenchReport::default();
     let existing = gdpath::file::check_regular(&cfg.file)?;
     let file_sum = match cfg.op {
@@ -168,15 +176,36 @@ pub fn run(cfg: &GdsBenchConfig, progress: &dyn Progress) -> Result<GdsBenchRepo
         .as_ref()
         .map_or(cfg.file.as_path(), |f| f.temp_path())
         .to_owned();
+    if cfg.cold {
+        // The chooser sees the file as the timed runs will.
+        let _ = gdpath::os::evict_page_cache(&target);
+    }
+    let chosen = choose(cfg, &target)?;
+    let blocks = if cfg.blocks.is_empty() {
+        vec![chosen.chunk]
+    } else {
+        cfg.blocks.clone()
+    };
+    let thread_counts = if cfg.threads.is_empty() {
+        vec![chosen.threads]
+    } else {
+        cfg.threads.clone()
+    };
+    let staged_direct = if chosen.direct {
+        gdpath::DirectIo::Auto
+    } else {
+        gdpath::DirectIo::Off
+    };
+    report.chosen = Some(chosen);
     for &path in &cfg.paths {
         if report.skipped.iter().any(|s| s.path == path) {
             continue;
         }
-        for &block in &cfg.blocks {
+        for &block in &blocks {
             if report.skipped.iter().any(|s| s.path == path) {
                 break;
             }
-            for &threads in &cfg.threads {
+            for &threads in &thread_counts {
                 let agent = Agent::new(AgentConfig {
                     name: "bench-gds".into(),
                     gds: GdsConfig {
@@ -190,7 +219,11 @@ pub fn run(cfg: &GdsBenchConfig, progress: &dyn Progress) -> Result<GdsBenchRepo
                     Op::Read => FileAccess::ReadOnly,
                     Op::Write => FileAccess::ReadWrite,
                 };
-                let file = agent.register(Memory::File(FileSpec::read(&target).access(access)))?;
+                let mut spec = FileSpec::read(&target).access(access);
+                if path == GdsPathChoice::Staged {
+                    spec = spec.direct(staged_direct);
+                }
+                let file = agent.register(Memory::File(spec))?;
                 let gpu = agent.register(Memory::Gpu {
                     ordinal: cfg.gpu,
                     len: cfg.size,
@@ -280,4 +313,24 @@ pub fn run(cfg: &GdsBenchConfig, progress: &dyn Progress) -> Result<GdsBenchRepo
         f.commit()?;
     }
     Ok(report)
+}
+
+/// The chooser's settings for the bench's file `target` (a write's size counted as the file's
+/// bytes), with a single block size or thread count the caller gave in their place.
+fn choose(cfg: &GdsBenchConfig, target: &std::path::Path) -> Result<Tuning> {
+    let mut facts = gdpath::tune::Facts::gather(&[target])?;
+    if cfg.op == Op::Write {
+        facts.file_bytes = cfg.size;
+    }
+    let one = |v: &[u64]| (v.len() == 1).then(|| v[0]);
+    let over = Overrides {
+        chunk: one(&cfg.blocks),
+        threads: (cfg.threads.len() == 1).then(|| cfg.threads[0]),
+        direct: None,
+        cufile: None,
+    };
+    Ok(gdpath::tune::with_overrides(
+        gdpath::tune::rule(&facts, Dest::Gpu),
+        &over,
+    ))
 }

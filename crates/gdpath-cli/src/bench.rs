@@ -165,9 +165,10 @@ pub struct StorageArgs {
     /// Bytes per run (KiB/MiB/GiB binary, kB/MB/GB decimal).
     #[arg(long, default_value = "1GiB", value_parser = crate::args::nonzero_size)]
     size: u64,
-    /// Block size (bytes per I/O): a size, a power-of-two sweep `1MiB..64MiB`, or a list of either.
-    #[arg(long, default_value = "1MiB")]
-    block: String,
+    /// Block size (bytes per I/O): a size, a power-of-two sweep `1MiB..64MiB`, or a list of
+    /// either [default: 1MiB; with --gpu: chosen from the machine and the file, see `chosen:`].
+    #[arg(long)]
+    block: Option<String>,
     /// I/Os in flight [default: 32] (without --gpu; the GDS paths use --threads).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     qd: Option<u32>,
@@ -206,8 +207,8 @@ pub struct StorageArgs {
     /// GDS paths to run side by side (with --gpu): gds, compat, staged or all [default: all].
     #[arg(long)]
     path: Option<String>,
-    /// Threads (requests in flight) of the GDS paths, a list `a,b` (with --gpu; default: from
-    /// the machine).
+    /// Threads (requests in flight) of the GDS paths, a list `a,b` (with --gpu; default:
+    /// chosen from the machine and the file, see `chosen:`).
     #[arg(long)]
     threads: Option<String>,
 }
@@ -441,10 +442,17 @@ fn run_kv(a: KvArgs) -> Result<ExitCode> {
 
 fn run_storage(a: StorageArgs) -> Result<ExitCode> {
     a.check_mode()?;
-    let blocks = parse_size_range(&a.block).context("--block")?;
+    let blocks = match &a.block {
+        Some(b) => parse_size_range(b).context("--block")?,
+        // The GDS bench asks the chooser; the host-memory bench keeps gdsio's 1 MiB.
+        None if a.gpu.is_some() => Vec::new(),
+        None => vec![gdpath::config::DEFAULT_CHUNK],
+    };
     // Checked here too, before the GPU bench's file is made, as a usage error.
-    gdpath_bench::check_blocks(&blocks, a.size)
-        .map_err(|e| crate::usage(format!("--block, --size: {e}")))?;
+    if !blocks.is_empty() {
+        gdpath_bench::check_blocks(&blocks, a.size)
+            .map_err(|e| crate::usage(format!("--block, --size: {e}")))?;
+    }
     if let Some(gpu) = a.gpu {
         return run_gds(&a, gpu, blocks);
     }
@@ -774,7 +782,7 @@ fn run_gds(a: &StorageArgs, gpu: u32, blocks: Vec<u64>) -> Result<ExitCode> {
                 Err(e) => Err(crate::usage(format!("--threads {x}: {e}"))),
             })
             .collect::<Result<Vec<_>>>()?,
-        None => vec![gdpath::GdsConfig::default().threads],
+        None => Vec::new(),
     };
     let cfg = GdsBenchConfig {
         file: a.file.clone(),
@@ -808,10 +816,15 @@ fn run_gds(a: &StorageArgs, gpu: u32, blocks: Vec<u64>) -> Result<ExitCode> {
             "units": {"gbps": "1e9 bytes/s", "bytes": "bytes", "qd": "threads"},
             "findings": report.findings,
             "skipped": skipped,
+            "chosen": report.chosen,
+            "chosen_text": report.chosen.as_ref().map(gdpath::tune::Tuning::summary),
             "rows": report.rows,
         });
         outln!("{}", serde_json::to_string_pretty(&out)?);
     } else {
+        if let Some(c) = &report.chosen {
+            outln!("chosen: {}", c.summary());
+        }
         print_table(&report.rows);
         for s in &report.skipped {
             outln!(

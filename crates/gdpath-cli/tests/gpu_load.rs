@@ -110,8 +110,9 @@ fn load_times_its_setup_apart_and_places_every_tensor() {
     let (ok, text, err) = common::gdpath(&["load", file, "--gpu", "0", "--repeat", "2"]);
     assert!(ok, "{err}");
     let lines: Vec<&str> = text.lines().collect();
-    assert!(lines[0].starts_with("start: "), "{text}");
-    assert!(lines[1].starts_with("load 1: "), "{text}");
+    assert!(lines[0].starts_with("chosen: "), "{text}");
+    assert!(lines[1].starts_with("start: "), "{text}");
+    assert!(lines[2].starts_with("load 1: "), "{text}");
     assert!(
         text.contains(&format!("{} tensors", tensors.len())),
         "{text}"
@@ -166,4 +167,114 @@ fn resave_from_the_gpu_is_verified_and_reports_its_path() {
         !ok && err.contains("replaced only with --overwrite"),
         "{err}"
     );
+}
+
+/// With no storage flag, the load takes the chooser's settings (reported with the reason and
+/// the facts), skips cuFile where the chooser says it would only fall back, and the bytes on
+/// the GPU equal the file's (`--verify`); from tmpfs when /dev/shm is there, and cold from the
+/// disk the test dir is on.
+#[test]
+#[ignore = "needs an NVIDIA GPU: run with scripts/gpu-suite.sh"]
+fn load_uses_the_chooser_and_verifies_on_the_gpu() {
+    let disk = tempfile::tempdir().unwrap();
+    let shm = tempfile::tempdir_in("/dev/shm");
+    if let Err(e) = &shm {
+        eprintln!("tmpfs half skipped: /dev/shm is not writable here: {e}");
+    }
+    let mut dirs = vec![(disk.path().to_owned(), true)];
+    if let Ok(d) = &shm {
+        dirs.push((d.path().to_owned(), false));
+    }
+    for (dir, cold) in dirs {
+        let f = dir.join("model.safetensors");
+        let (bytes, _) = write_checkpoint(&f, &[("w", 24 << 20), ("b", 77)]);
+        let mut args = vec![
+            "load",
+            f.to_str().unwrap(),
+            "--gpu",
+            "0",
+            "--verify",
+            "--json",
+        ];
+        if cold {
+            args.push("--cold");
+        }
+        let v = common::json_ok(&Command::new(common::bin()).args(&args).output().unwrap());
+        assert_eq!(v["verified"], true, "{v}");
+        assert_eq!(v["tensor_bytes"], bytes, "{v}");
+        let c = &v["chosen"];
+        assert!(c["overridden"].as_array().unwrap().is_empty(), "{v}");
+        assert_eq!(c["chunk"], 4 << 20, "{v}");
+        assert!(!c["reason"].as_str().unwrap().is_empty(), "{v}");
+        if c["facts"]["nvidia_fs"] == false {
+            assert_eq!(
+                c["cufile"], false,
+                "no nvidia_fs: cuFile is not opened: {v}"
+            );
+            assert_ne!(v["path"], "gds-native", "{v}");
+        }
+        if c["facts"]["fs"] == "tmpfs" {
+            assert_eq!(v["path"], "posix-buffered", "{v}");
+        }
+        assert!(v["start_s"].as_f64().is_some(), "{v}");
+        eprintln!(
+            "gdpath load ({}): {} start {:.3} s, {:.2} GB/s via {}",
+            dir.display(),
+            v["chosen_text"],
+            v["start_s"].as_f64().unwrap(),
+            v["gbps"].as_f64().unwrap(),
+            v["path"]
+        );
+    }
+}
+
+/// `gdpath bench storage --gpu 0` with no --block/--threads runs the chooser's configuration
+/// (its row's block and threads are the chosen ones, reported with the reason); given values
+/// win and are named.
+#[test]
+#[ignore = "needs an NVIDIA GPU: run with scripts/gpu-suite.sh"]
+fn bench_storage_gpu_without_flags_runs_the_chosen_configuration() {
+    let dir = tempfile::tempdir_in("/dev/shm")
+        .or_else(|_| tempfile::tempdir())
+        .unwrap();
+    let f = dir.path().join("f");
+    let file = f.to_str().unwrap();
+    let run = |extra: &[&str]| {
+        let out = Command::new(common::bin())
+            .args([
+                "bench", "storage", "--gpu", "0", "--file", file, "--size", "256MiB",
+            ])
+            .args(["--path", "staged", "--runs", "2", "--overwrite", "--json"])
+            .args(extra)
+            .output()
+            .unwrap();
+        common::json_ok(&out)
+    };
+    let v = run(&[]);
+    let c = &v["chosen"];
+    assert!(c["overridden"].as_array().unwrap().is_empty(), "{v}");
+    let row = &v["rows"][0];
+    assert_eq!(row["block"], c["chunk"], "{v}");
+    assert_eq!(row["qd"], c["threads"], "{v}");
+    assert_eq!(row["verified"], true, "{v}");
+    if c["direct"] == false {
+        assert_eq!(row["path"], "posix-buffered", "{v}");
+    }
+    eprintln!(
+        "bench storage --gpu 0 (no flags): {} -> {} GB/s",
+        v["chosen_text"], row["gbps_median"]
+    );
+    let v = run(&["--threads", "3", "--block", "1MiB"]);
+    assert_eq!(
+        v["chosen"]["overridden"],
+        serde_json::json!(["threads", "chunk"]),
+        "{v}"
+    );
+    let row = &v["rows"][0];
+    assert_eq!(
+        (row["qd"].as_u64(), row["block"].as_u64()),
+        (Some(3), Some(1 << 20)),
+        "{v}"
+    );
+    assert_eq!(row["verified"], true, "{v}");
 }

@@ -41,10 +41,7 @@ impl Default for StorageConfig {
             chunk: DEFAULT_CHUNK,
             queue_depth: DEFAULT_QUEUE_DEPTH,
             bounce_budget: DEFAULT_BOUNCE_BUDGET,
-            buffered_threads: std::thread::available_parallelism()
-                .map(|n| n.get())
-                .unwrap_or(2)
-                .clamp(2, 8),
+            buffered_threads: crate::tune::memory_threads(crate::tune::cores()),
             direct: DirectIo::Auto,
         }
     }
@@ -162,7 +159,7 @@ impl GpuConfig {
 ///
 /// Memory bound: each pair on the staged path holds `2 × threads` pinned bounce buffers of
 /// `chunk` bytes (plus 128 KiB each for O_DIRECT realignment), kept in a pool for reuse (at most
-/// `2 × threads` kept): about 200 MiB per pair with the defaults on a 32-core machine. Four pairs
+/// `2 × threads` kept): about 264 MiB per pair with the default 32 threads. Four pairs
 /// run at once, so the pool holds at most four times that; a pair that finds it spent waits up
 /// to 10 s for buffers, then fails with [`Error::BounceExhausted`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -178,21 +175,17 @@ pub struct GdsConfig {
     pub threads: usize,
 }
 
-/// 4 MiB: KvikIO's best task size on the H200 machine (issue 5), and large enough for disks.
-pub const DEFAULT_GDS_CHUNK: u64 = 4 << 20;
+/// The file ↔ GPU chunk where no file is known: the chooser's [`crate::tune::CHUNK`].
+pub const DEFAULT_GDS_CHUNK: u64 = crate::tune::CHUNK;
 
 impl Default for GdsConfig {
     fn default() -> Self {
-        let cores = std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(2);
+        // The chooser's values for a file served from memory, where no file is known yet;
+        // `crate::tune::choose` decides per file (`gdpath load`, `gdpath bench storage --gpu`).
         GdsConfig {
             cufile: true,
             chunk: DEFAULT_GDS_CHUNK,
-            // Three quarters of the cores, at most 24: measured on the 32-core H200 machine
-            // from tmpfs with 4 MiB chunks, 16 threads gave 46.9 GB/s and 24 gave 49.0
-            // (docs/gds.md); past that the page-cache memcpy is memory-bound.
-            threads: (cores * 3 / 4).clamp(2, 24),
+            threads: crate::tune::memory_threads(crate::tune::cores()),
         }
     }
 }

@@ -52,6 +52,7 @@ pub mod path;
 mod planner;
 mod region;
 mod transfer;
+pub mod tune;
 pub mod units;
 
 pub use agent::{Agent, BackendInfo};

@@ -245,3 +245,47 @@ fn a_gpu_destination_without_the_cuda_backend_is_unsupported() {
         .unwrap_err();
     assert_eq!(e.kind(), "unsupported", "{e}");
 }
+
+#[test]
+fn verify_compares_the_loaded_bytes_with_the_files_and_finds_a_changed_byte() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = [
+        shard(dir.path(), "m-00001-of-00002.safetensors", "a.", 9, 1),
+        shard(dir.path(), "m-00002-of-00002.safetensors", "b.", 4, 2),
+    ];
+    let ck = Checkpoint::open(&files).unwrap();
+    let a = agent();
+    let c = ck
+        .load(&a, Destination::Host { pinned: false }, None)
+        .unwrap();
+    let v = c.verify(&a).unwrap();
+    assert!(v.ok, "{v:?}");
+    assert_eq!(v.bytes, c.read_bytes);
+    assert_eq!(v.first_difference, None);
+    // One byte of the second file's last tensor changes after the load: found, and where.
+    let mut bytes = std::fs::read(&files[1]).unwrap();
+    let at = bytes.len() - 1;
+    bytes[at] ^= 0xff;
+    std::fs::write(&files[1], &bytes).unwrap();
+    let v = c.verify(&a).unwrap();
+    assert!(!v.ok);
+    assert_eq!(v.first_difference, Some((1, at as u64)));
+    // A file cut short since is an error naming it, not a verdict.
+    std::fs::write(&files[1], &bytes[..100]).unwrap();
+    match c.verify(&a) {
+        Err(LoadError::Engine { path, error }) => {
+            assert_eq!(path, files[1]);
+            assert_eq!(
+                error.kind(),
+                gdpath::Error::ShortFile {
+                    path: path.clone(),
+                    offset: 0,
+                    wanted: 0,
+                    available: 0
+                }
+                .kind()
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+}

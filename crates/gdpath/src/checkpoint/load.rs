@@ -109,9 +109,115 @@ pub struct LoadedCheckpoint {
     pub elapsed: Duration,
     /// Time of the transfer alone (first I/O to last completion).
     pub transfer: Duration,
+    /// The checkpoint's files (`plan.reads[i].file` indexes it), for [`LoadedCheckpoint::verify`].
+    pub files: Vec<PathBuf>,
+}
+
+/// Bytes compared per step by [`LoadedCheckpoint::verify`] (64 MiB of host memory, twice).
+pub const VERIFY_WINDOW: u64 = 64 << 20;
+
+/// The outcome of [`LoadedCheckpoint::verify`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verified {
+    /// Every byte read equals the file's.
+    pub ok: bool,
+    /// Bytes compared.
+    pub bytes: u64,
+    /// Where the first difference is: (file index, file offset); `None` when equal.
+    pub first_difference: Option<(usize, u64)>,
+    /// Time the comparison took.
+    pub elapsed: Duration,
 }
 
 impl LoadedCheckpoint {
+    /// Compares the loaded bytes with the files: every read of the plan, copied back
+    /// [`VERIFY_WINDOW`] bytes at a time from the allocation (GPU or host) into host memory
+    /// through `agent` (the agent that loaded it) and compared with the same bytes read from
+    /// the file with `pread`. Holds `2 × VERIFY_WINDOW` bytes of host memory at most.
+    ///
+    /// Errors: [`LoadError::Engine`] naming the file: the copy back failed, or the file could
+    /// not be opened or read (`Error::Open`, `Error::Io` with op `read`, `Error::ShortFile`
+    /// when it is shorter than when it was loaded).
+    pub fn verify(&self, agent: &Agent) -> Result<Verified, LoadError> {
+        use std::os::unix::fs::FileExt;
+        let t0 = Instant::now();
+        let eng = |path: &std::path::Path, error: Error| LoadError::Engine {
+            path: path.to_owned(),
+            error: Box::new(error),
+        };
+        let first = self.files.first().cloned().unwrap_or_default();
+        let longest = self.plan.reads.iter().map(|r| r.len).max().unwrap_or(0);
+        let window = VERIFY_WINDOW.min(longest.max(1));
+        let host = HostBuffer::try_zeroed(window as usize)
+            .and_then(|b| agent.register(Memory::host(b)))
+            .map_err(|e| eng(&first, e))?;
+        let mut from_file = vec![0u8; window as usize];
+        let mut opened: Vec<Option<std::fs::File>> = (0..self.files.len()).map(|_| None).collect();
+        let mut bytes = 0;
+        for r in &self.plan.reads {
+            let path = &self.files[r.file];
+            if opened[r.file].is_none() {
+                let f = std::fs::File::open(path).map_err(|e| {
+                    eng(
+                        path,
+                        Error::Open {
+                            path: path.clone(),
+                            source: std::sync::Arc::new(e),
+                        },
+                    )
+                })?;
+                opened[r.file] = Some(f);
+            }
+            let f = opened[r.file].as_ref().expect("opened above");
+            let mut off = 0;
+            while off < r.len {
+                let l = window.min(r.len - off);
+                agent
+                    .post(TransferRequest::read(
+                        vec![host.desc(0, l)],
+                        vec![self.region.desc(r.at + off, l)],
+                    ))
+                    .and_then(|t| t.wait().map_err(|e| e.error))
+                    .map_err(|e| eng(path, e))?;
+                let buf = &mut from_file[..l as usize];
+                f.read_exact_at(buf, r.offset + off).map_err(|e| {
+                    let err = if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                        Error::ShortFile {
+                            path: path.clone(),
+                            offset: r.offset + off,
+                            wanted: l,
+                            available: 0,
+                        }
+                    } else {
+                        Error::io("read", path, r.offset + off, e)
+                    };
+                    eng(path, err)
+                })?;
+                let view = host.host_view().map_err(|e| eng(path, e))?;
+                if let Some(i) = view[..l as usize]
+                    .iter()
+                    .zip(buf.iter())
+                    .position(|(a, b)| a != b)
+                {
+                    return Ok(Verified {
+                        ok: false,
+                        bytes: bytes + i as u64,
+                        first_difference: Some((r.file, r.offset + off + i as u64)),
+                        elapsed: t0.elapsed(),
+                    });
+                }
+                bytes += l;
+                off += l;
+            }
+        }
+        Ok(Verified {
+            ok: true,
+            bytes,
+            first_difference: None,
+            elapsed: t0.elapsed(),
+        })
+    }
+
     /// Tensor bytes per second of [`LoadedCheckpoint::elapsed`], in GB/s (1e9 B/s).
     pub fn gbps(&self) -> f64 {
         crate::units::gbps(self.tensor_bytes, self.elapsed)
@@ -352,7 +458,42 @@ impl Checkpoint {
             pairs: report.pairs,
             plan,
             elapsed: t0.elapsed(),
+            files: self.files.clone(),
         })
+    }
+}
+
+/// The CUDA driver's initialisation and GPU `ordinal`'s primary context, brought up on a thread
+/// of their own so that a load's CPU work (reading headers, the storage chooser, the agent's
+/// CPU backends) runs meanwhile: the context is then already there when the load's agent
+/// retains it. Holding it keeps the primary context alive; drop it once the agent has made its
+/// own (after its first GPU registration). Failures are not reported here: the agent meets
+/// them again and says why.
+#[derive(Debug)]
+pub struct GpuPrestart {
+    thread: Option<std::thread::JoinHandle<Option<(gdpath_cuda::Context, Duration)>>>,
+}
+
+impl GpuPrestart {
+    /// Starts the thread (a thread that cannot be started is no prestart: the agent does it).
+    pub fn spawn(ordinal: u32) -> GpuPrestart {
+        let thread = std::thread::Builder::new()
+            .name("gdpath-cuda-prestart".into())
+            .spawn(move || {
+                let t0 = Instant::now();
+                let cuda = gdpath_cuda::Cuda::load().ok()?;
+                let ctx = gdpath_cuda::Context::new(&cuda, ordinal).ok()?;
+                Some((ctx, t0.elapsed()))
+            })
+            .ok();
+        GpuPrestart { thread }
+    }
+
+    /// Waits for the thread; returns how long the driver and the context took to come up on
+    /// it (seconds), `None` when they failed. The context is released.
+    pub fn finish(mut self) -> Option<f64> {
+        let (_ctx, took) = self.thread.take()?.join().ok().flatten()?;
+        Some(took.as_secs_f64())
     }
 }
 

@@ -18,7 +18,10 @@ pub mod save;
 
 pub use header::{Header, TensorEntry, MAX_HEADER_BYTES};
 pub use index::Index;
-pub use load::{load, Checkpoint, Destination, LoadError, LoadedCheckpoint, LoadedTensor};
+pub use load::{
+    load, Checkpoint, Destination, GpuPrestart, LoadError, LoadedCheckpoint, LoadedTensor,
+    Verified, VERIFY_WINDOW,
+};
 pub use plan::{CheckpointPlan, LoadPlan, PlacedTensor, PlannedRead, PlannedTensor};
 pub use safetensors::Dtype;
 pub use save::{compare_files, save, SaveError, SaveOptions, SaveReport, SaveTensor};

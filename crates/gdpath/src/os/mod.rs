@@ -14,6 +14,8 @@
 //! - [`cache`], [`dl`], [`process`]: evicting a file from the page cache, probing a shared library
 //!   for a symbol, leaving the process at once from a signal handler (public: the doctor, the
 //!   benches and the CLI call them).
+//! - [`pages`]: how much of a file is in the page cache (`mincore` on a mapping of it) and its
+//!   file system's magic number (`fstatfs`), for the storage chooser.
 //! - [`malloc`]: glibc's allocator thresholds (`mallopt`), which a serving agent raises.
 //! - [`uring`]: an io_uring whose submissions own the memory they point to until the kernel
 //!   completes them.
@@ -34,9 +36,11 @@ mod dl;
 pub(crate) mod file;
 pub(crate) mod malloc;
 pub(crate) mod mem;
+mod pages;
 mod process;
 pub(crate) mod uring;
 
 pub use cache::evict_page_cache;
 pub use dl::library_exports;
+pub use pages::{fs_magic, resident_bytes};
 pub use process::exit_immediately;

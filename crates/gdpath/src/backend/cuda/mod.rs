@@ -11,7 +11,7 @@
 //! | GPU a ↔ GPU b, P2P impossible or off | `Staged` + `p2p.unsupported` / `p2p.disabled` | pinned bounce buffers, pipelined ([`staged`]) |
 //! | GPU a ↔ GPU a | `DeviceLocal` | `cuMemcpyDtoDAsync` |
 //! | pinned host ↔ GPU | `HostToDevice`/`DeviceToHost { pinned: true }` | one async copy ([`direct`]) |
-//! | pageable host ↔ GPU | `… { pinned: false }` + `system.host-pageable` | threads + bounce buffers ([`pageable`]); the driver's own copy below 8 MiB |
+//! | pageable host ↔ GPU | `… { pinned: false }` + `system.host-pageable` | threads + bounce buffers ([`pageable`]); the driver's own copy below 16 MiB |
 //! | GPU ↔ a peer agent's GPU region on this node, opened through CUDA IPC ([`ipc`]) | `DeviceLocal` (the same GPU) or `P2pNvlink`/`P2pPcie` | as between local GPU memory, on the mapping |
 //!
 //! Many descriptors at once ([`lists`]): a block list ([`crate::blocks`]), and three or more

@@ -24,12 +24,10 @@ const MIN_PIECE: usize = 256 << 10;
 /// thread per 256 KiB piece, a 1 MiB pageable H2D ran at 2.2 GB/s on the H200, the driver's copy
 /// at 9.3; docs/benchmarks.md).
 const MIN_BYTES_PER_THREAD: usize = 4 << 20;
-/// Copies below this size use the driver's own pageable copy. Measured on the H200 on
-/// 2026-11-30 (docs/benchmarks.md, `gdpath bench h2d|d2h`): the driver's staging ran at 11.3 /
-/// 11.4 / 12.4 GB/s (H2D) and 9.8 / 12.6 / 13.7 (D2H) at 1 / 4 / 16 MiB, gdpath's pipeline at
-/// 4.2 / 7.0 / 14.2 and 4.7 / 7.6 / 14.7: the driver wins at 4 MiB and below, gdpath at 16 MiB
-/// and above (28.6 against 8.0 GB/s at 64 MiB); 8 MiB, between, splits the unmeasured middle.
-pub(super) const DRIVER_BELOW: usize = 8 << 20;
+/// Pageable copies below this size (16 MiB) use the driver's own pageable copy, gdpath's
+/// pipeline from it: the measured crossover, where the driver's single-threaded staging stops
+/// winning (docs/gpu.md, "Pageable staging pipeline": the figures at 1, 4, 16 and 64 MiB).
+pub(super) const DRIVER_BELOW: usize = 16 << 20;
 
 /// How a copy of `len` bytes is cut: `(chunk, pieces, threads)`. Threads: at most `threads`, one
 /// per [`MIN_BYTES_PER_THREAD`] (a copy below that runs on the calling thread), never more than

@@ -1,0 +1,156 @@
+//! `gdpath load --host` on real files (the repository's disk, and tmpfs at /dev/shm): the
+//! storage settings the chooser picked appear in the text and the JSON with the reason, flags
+//! override them, `--cold` makes the chooser see a cold file, and `--verify` compares the
+//! loaded bytes with the file. No GPU needed (host memory destination).
+
+use std::process::Command;
+
+mod common;
+
+/// Writes a safetensors file of F32 tensors (name, element count), synced to the device (so
+/// that eviction can drop its pages); returns the tensor bytes.
+fn write_checkpoint(path: &std::path::Path, tensors: &[(&str, usize)]) -> u64 {
+    use std::io::Write;
+    let mut header = serde_json::Map::new();
+    let mut off = 0usize;
+    for (name, n) in tensors {
+        header.insert(
+            (*name).to_owned(),
+            serde_json::json!({"dtype": "F32", "shape": [n], "data_offsets": [off, off + 4 * n]}),
+        );
+        off += 4 * n;
+    }
+    let h = serde_json::to_vec(&serde_json::Value::Object(header)).unwrap();
+    let mut bytes = (h.len() as u64).to_le_bytes().to_vec();
+    bytes.extend_from_slice(&h);
+    bytes.extend((0..off).map(|i| (i % 251) as u8));
+    let mut f = std::fs::File::create(path).unwrap();
+    f.write_all(&bytes).unwrap();
+    f.sync_all().unwrap();
+    off as u64
+}
+
+fn load_json(args: &[&str]) -> serde_json::Value {
+    let out = Command::new(common::bin())
+        .arg("load")
+        .args(args)
+        .args(["--host", "--json"])
+        .output()
+        .unwrap();
+    common::json_ok(&out)
+}
+
+#[test]
+fn a_hot_disk_file_is_chosen_from_memory_verified_and_flags_override() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let f = dir.path().join("m.safetensors");
+    let bytes = write_checkpoint(&f, &[("a", 3 << 20), ("b", 1000)]);
+    let file = f.to_str().unwrap();
+    // Read once so that it is in the page cache whatever the sync did.
+    std::fs::read(&f).unwrap();
+
+    let v = load_json(&[file, "--verify"]);
+    assert_eq!(v["tensor_bytes"], bytes, "{v}");
+    assert_eq!(v["verified"], true, "{v}");
+    assert_eq!(v["host"], true, "{v}");
+    let c = &v["chosen"];
+    assert_eq!(c["chunk"], 4 << 20, "{v}");
+    assert_eq!(c["direct"], false, "{v}");
+    assert_eq!(c["cufile"], false, "{v}");
+    assert_eq!(
+        c["facts"]["file_bytes"],
+        std::fs::metadata(&f).unwrap().len()
+    );
+    assert!(
+        c["reason"].as_str().unwrap().contains("in page cache"),
+        "{v}"
+    );
+    assert!(c["overridden"].as_array().unwrap().is_empty(), "{v}");
+    assert!(v["chosen_text"]
+        .as_str()
+        .unwrap()
+        .contains(" threads × 4 MiB, buffered: "));
+    // 12 MiB: three 4 MiB chunks, at most one thread each.
+    assert!(c["threads"].as_u64().unwrap() <= 4, "{v}");
+
+    // Flags win, and are named.
+    let v = load_json(&[
+        file,
+        "--threads",
+        "2",
+        "--chunk",
+        "1MiB",
+        "--direct",
+        "--verify",
+    ]);
+    let c = &v["chosen"];
+    assert_eq!(
+        (c["threads"].as_u64(), c["chunk"].as_u64()),
+        (Some(2), Some(1 << 20))
+    );
+    assert_eq!(c["direct"], true, "{v}");
+    assert_eq!(
+        c["overridden"],
+        serde_json::json!(["threads", "chunk", "direct"])
+    );
+    assert_eq!(v["verified"], true, "{v}");
+    // O_DIRECT where the file system allows it (overlay may refuse it: then buffered).
+    let path = v["path"].as_str().unwrap();
+    assert!(["posix-direct", "posix-buffered"].contains(&path), "{v}");
+
+    // The text form: the choice first, the verdict last.
+    let (ok, text, err) = common::gdpath(&["load", file, "--host", "--verify"]);
+    assert!(ok, "{err}");
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[0].starts_with("chosen: "), "{text}");
+    assert!(lines[0].contains("in page cache"), "{text}");
+    assert!(text.contains("onto host memory"), "{text}");
+    assert!(
+        lines.last().unwrap().starts_with("verified: true ("),
+        "{text}"
+    );
+}
+
+#[test]
+fn cold_makes_the_chooser_see_a_cold_file() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let f = dir.path().join("m.safetensors");
+    write_checkpoint(&f, &[("a", 4 << 20)]);
+    let v = load_json(&[f.to_str().unwrap(), "--cold", "--verify"]);
+    assert_eq!(v["cold"], true);
+    assert_eq!(v["verified"], true, "{v}");
+    let c = &v["chosen"];
+    let resident = c["facts"]["resident"].as_f64();
+    if c["facts"]["fs"] == "tmpfs" {
+        eprintln!("skipped: the target dir is on tmpfs here ({v})");
+        return;
+    }
+    match resident {
+        Some(r) if r < 0.5 => {
+            let reason = c["reason"].as_str().unwrap();
+            assert!(reason.starts_with("cold files"), "{v}");
+            assert_eq!(
+                c["direct"], c["cufile"],
+                "16 MiB cold: buffered, or GDS: {v}"
+            );
+        }
+        other => eprintln!("skipped: the kernel kept the file cached after DONTNEED ({other:?})"),
+    }
+}
+
+#[test]
+fn a_tmpfs_file_is_memory() {
+    let Ok(dir) = tempfile::tempdir_in("/dev/shm") else {
+        eprintln!("skipped: /dev/shm is not writable here");
+        return;
+    };
+    let f = dir.path().join("m.safetensors");
+    write_checkpoint(&f, &[("a", 9 << 20)]);
+    let v = load_json(&[f.to_str().unwrap(), "--cold", "--verify"]);
+    let c = &v["chosen"];
+    assert_eq!(c["facts"]["fs"], "tmpfs", "{v}");
+    assert_eq!(c["direct"], false, "{v}");
+    assert!(c["reason"].as_str().unwrap().contains("tmpfs"), "{v}");
+    assert_eq!(v["verified"], true, "{v}");
+    assert_eq!(v["path"], "posix-buffered", "{v}");
+}

@@ -1,0 +1,698 @@
+//! The storage chooser: threads, chunk size, O_DIRECT or buffered, and whether to open cuFile,
+//! for file ↔ GPU and file ↔ host transfers, picked from the machine and the files.
+//!
+//! [`Facts::gather`] observes (cores, memory, each file's size, file system and page-cache
+//! residency); [`rule`] is the pure decision over those facts (tested with table inputs);
+//! [`choose`] is both, with the caller's explicit values ([`Overrides`]) winning. The result, a
+//! [`Tuning`], carries the chosen values and one sentence saying why, which the load and bench
+//! reports print (`chosen: 32 threads × 4 MiB, buffered: ...`). [`Tuning::apply`] writes it
+//! into an [`AgentConfig`] before the agent is made (the backends size their threads and
+//! bounce buffers at start).
+//!
+//! The rules and the measurements they rest on are in docs/gds.md, "Storage defaults: the
+//! chooser"; the constants here name the section they come from.
+
+use crate::config::AgentConfig;
+use crate::error::{Error, Result};
+use crate::memory::DirectIo;
+use crate::units::format_size;
+use serde::Serialize;
+use std::path::Path;
+
+/// Bytes per request the chooser picks (4 MiB): the best task size of the file ↔ GPU sweeps
+/// from the page cache, and large enough for a disk's sequential bandwidth (docs/gds.md,
+/// "Storage defaults: the chooser").
+pub const CHUNK: u64 = 4 << 20;
+
+/// Most threads the chooser gives one transfer (32): the page-cache `memcpy` is memory-bound
+/// past it on the machines measured (docs/gds.md, "Storage defaults: the chooser").
+pub const MAX_THREADS: usize = 32;
+
+/// Fewest threads the chooser gives a transfer of many chunks (4): a thread waits on its copy
+/// to the GPU between reads, so even a two-core machine keeps more reads in flight than cores.
+pub const MIN_THREADS: usize = 4;
+
+/// A file counts as in the page cache (hot) from this fraction of its bytes resident (0.9):
+/// the rest is read from the device at its speed, but a few cold pages should not make the
+/// whole file take the cold path.
+pub const HOT_FRACTION: f64 = 0.9;
+
+/// A cold file larger than this fraction of available memory (0.5) is read with O_DIRECT: the
+/// page cache cannot keep it, so buffered readahead only evicts other data and adds a copy
+/// (docs/gds.md, "Cold reads").
+pub const DIRECT_ABOVE_MEMORY: f64 = 0.5;
+
+/// Threads for a transfer served from memory (the page cache or tmpfs): two per core, within
+/// [`MIN_THREADS`] ..= [`MAX_THREADS`] (docs/gds.md, "Storage defaults: the chooser"). Also the
+/// default of [`crate::GdsConfig`] and the buffered backend, where no file is known.
+pub fn memory_threads(cores: usize) -> usize {
+    (cores.max(1) * 2).clamp(MIN_THREADS, MAX_THREADS)
+}
+
+/// The CPUs this process may use (`std::thread::available_parallelism`, which counts the
+/// affinity mask and a cgroup CPU quota), at least 1.
+pub fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// The kind of file system a file lives on, from `statfs`'s magic number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FsKind {
+    /// tmpfs or ramfs: the bytes are memory; no device behind them.
+    Tmpfs,
+    Ext4,
+    Xfs,
+    Btrfs,
+    /// overlayfs (containers): the bytes are on the upper or lower file system's device.
+    Overlay,
+    /// NFS, CIFS/SMB, Ceph, Lustre, GPFS, FUSE: the bytes come over a network or a daemon.
+    Network,
+    /// Any other magic number.
+    Other,
+}
+
+impl FsKind {
+    /// The kind of `statfs.f_type` magic `m`.
+    pub fn from_magic(m: u64) -> FsKind {
+        match m {
+            0x0102_1994 | 0x8584_58f6 => FsKind::Tmpfs,
+            0xEF53 => FsKind::Ext4,
+            0x5846_5342 => FsKind::Xfs,
+            0x9123_683E => FsKind::Btrfs,
+            0x794c_7630 => FsKind::Overlay,
+            // nfs, smb2, cifs, ceph, lustre, gpfs, fuse
+            0x6969 | 0xFE53_4D42 | 0xFF53_4D42 | 0x00c3_6400 | 0x0BD0_0BD0 | 0x4750_4653
+            | 0x6573_5546 => FsKind::Network,
+            _ => FsKind::Other,
+        }
+    }
+
+    /// `tmpfs`, `ext4`, ... as reports print it.
+    pub fn name(self) -> &'static str {
+        match self {
+            FsKind::Tmpfs => "tmpfs",
+            FsKind::Ext4 => "ext4",
+            FsKind::Xfs => "xfs",
+            FsKind::Btrfs => "btrfs",
+            FsKind::Overlay => "overlay",
+            FsKind::Network => "a network file system",
+            FsKind::Other => "an unrecognised file system",
+        }
+    }
+}
+
+/// Where the bytes go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Dest {
+    /// GPU memory (the `file-gpu` staged path, or cuFile).
+    Gpu,
+    /// Host memory (the `posix-direct` / `posix-buffered` backends).
+    Host,
+}
+
+/// What the chooser decides from.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Facts {
+    /// CPUs this process may use ([`cores`]).
+    pub cores: usize,
+    /// Memory available for the page cache, bytes: `MemAvailable` of `/proc/meminfo`, capped
+    /// by the cgroup's `memory.max` less its usage; `None` when neither can be read.
+    pub mem_available: Option<u64>,
+    /// Bytes of all the files together.
+    pub file_bytes: u64,
+    /// The file system of the largest file (most bytes decide).
+    pub fs: FsKind,
+    /// Fraction (0 ..= 1) of the files' bytes in the page cache (`mincore`); `None` when it
+    /// could not be asked (a file system that cannot be mapped).
+    pub resident: Option<f64>,
+    /// The `nvidia_fs` kernel module is loaded (GPUDirect Storage can DMA from the device).
+    pub nvidia_fs: bool,
+}
+
+impl Facts {
+    /// Observes this machine and `files` (each opened for reading, then closed).
+    ///
+    /// Errors: [`Error::Open`] when a file cannot be opened; [`Error::Io`] (op `fstat` or
+    /// `fstatfs`) when its size or file system cannot be read. A residency the kernel will not
+    /// give is `resident: None`, not an error.
+    pub fn gather<P: AsRef<Path>>(files: &[P]) -> Result<Facts> {
+        let mut total = 0u64;
+        let mut resident = Some(0u64);
+        let mut largest = (0u64, FsKind::Other);
+        for p in files {
+            let p = p.as_ref();
+            let f = std::fs::File::open(p).map_err(|e| Error::Open {
+                path: p.to_owned(),
+                source: std::sync::Arc::new(e),
+            })?;
+            let len = f.metadata().map_err(|e| Error::io("fstat", p, 0, e))?.len();
+            let fs = FsKind::from_magic(
+                crate::os::fs_magic(&f).map_err(|e| Error::io("fstatfs", p, 0, e))?,
+            );
+            if len >= largest.0 {
+                largest = (len, fs);
+            }
+            resident = match (resident, crate::os::resident_bytes(&f, len)) {
+                (Some(r), Ok(b)) => Some(r + b),
+                _ => None,
+            };
+            total += len;
+        }
+        let gds = crate::gds::GdsFacts::gather(&gdpath_topo::DirView::live(), None);
+        Ok(Facts {
+            cores: cores(),
+            mem_available: mem_available(),
+            file_bytes: total,
+            fs: largest.1,
+            resident: resident.map(|r| {
+                if total == 0 {
+                    1.0
+                } else {
+                    r as f64 / total as f64
+                }
+            }),
+            nvidia_fs: gds.nvidia_fs_loaded(),
+        })
+    }
+
+    /// The files are served from memory: on tmpfs, or at least [`HOT_FRACTION`] resident.
+    pub fn in_memory(&self) -> bool {
+        self.fs == FsKind::Tmpfs || self.resident.is_some_and(|r| r >= HOT_FRACTION)
+    }
+}
+
+/// Memory the page cache may use (bytes), see [`Facts::mem_available`].
+fn mem_available() -> Option<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok().and_then(|t| {
+        t.lines()
+            .find_map(|l| l.strip_prefix("MemAvailable:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .map(|kb| kb * 1024)
+    });
+    let read = |f: &str| {
+        std::fs::read_to_string(format!("/sys/fs/cgroup/{f}"))
+            .ok()
+            .and_then(|t| t.trim().parse::<u64>().ok())
+    };
+    // cgroup v2 at the mount point (a container's own cgroup); "max" does not parse: no limit.
+    let cgroup =
+        read("memory.max").map(|max| max.saturating_sub(read("memory.current").unwrap_or(0)));
+    match (meminfo, cgroup) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// Values the caller gave explicitly (flags); each one set wins over the rule.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Overrides {
+    pub threads: Option<usize>,
+    /// Bytes per request.
+    pub chunk: Option<u64>,
+    /// `Some(true)`: O_DIRECT where the file system allows; `Some(false)`: buffered.
+    pub direct: Option<bool>,
+    /// Whether to open cuFile.
+    pub cufile: Option<bool>,
+}
+
+/// The chooser's answer.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Tuning {
+    /// Threads per transfer (requests in flight of the staged path; buffered readers).
+    pub threads: usize,
+    /// Bytes per request.
+    pub chunk: u64,
+    /// O_DIRECT (where the file system allows it) rather than the page cache.
+    pub direct: bool,
+    /// Open cuFile and try to register the files (GDS). `false` spares its driver open
+    /// (≈ 0.6 s, docs/gds.md) where it would only fall back.
+    pub cufile: bool,
+    /// One sentence: why these values.
+    pub reason: String,
+    /// The flags that overrode the rule (`threads`, `chunk`, `direct`, `cufile`).
+    pub overridden: Vec<&'static str>,
+    /// What it was decided from.
+    pub facts: Facts,
+}
+
+impl Tuning {
+    /// `32 threads × 4 MiB, buffered: <reason>`, as the reports print after `chosen: `.
+    pub fn summary(&self) -> String {
+        let mode = if self.direct { "O_DIRECT" } else { "buffered" };
+        let gds = if self.cufile { ", cuFile tried" } else { "" };
+        let flags = if self.overridden.is_empty() {
+            String::new()
+        } else {
+            format!(" (given: {})", self.overridden.join(", "))
+        };
+        format!(
+            "{} threads × {}, {mode}{gds}: {}{flags}",
+            self.threads,
+            format_size(self.chunk),
+            self.reason
+        )
+    }
+
+    /// Writes the choice into `cfg`: the staged file ↔ GPU path's threads, chunk and cuFile
+    /// switch; the host backends' chunk and buffered threads; O_DIRECT off (every file
+    /// registered with [`DirectIo::Auto`] goes buffered) when `direct` is false.
+    pub fn apply(&self, cfg: &mut AgentConfig) {
+        cfg.gds.threads = self.threads;
+        cfg.gds.chunk = self.chunk;
+        cfg.gds.cufile = self.cufile;
+        cfg.storage.chunk = self.chunk;
+        cfg.storage.buffered_threads = self.threads;
+        cfg.storage.direct = if self.direct {
+            DirectIo::Auto
+        } else {
+            DirectIo::Off
+        };
+    }
+}
+
+/// The rule: the choice for moving `facts`' files to (or from) `dest`, before overrides.
+///
+/// - From memory (tmpfs, or the files [`HOT_FRACTION`] in the page cache): buffered (an
+///   O_DIRECT read of a cached file goes to the device instead), [`memory_threads`] threads of
+///   [`CHUNK`]; no cuFile (it has nothing to DMA from the device).
+/// - Cold, on a local file system: buffered with the kernel's readahead and as many readers,
+///   unless the files are larger than [`DIRECT_ABOVE_MEMORY`] of available memory, which
+///   takes O_DIRECT with as many requests in flight. With `nvidia_fs` loaded on ext4 or xfs,
+///   for a GPU: cuFile (GDS), O_DIRECT.
+/// - Cold, on a network file system: buffered (the client's readahead), as many readers.
+///
+/// Threads never exceed the chunks there are (a small file gets one thread per chunk).
+pub fn rule(facts: &Facts, dest: Dest) -> Tuning {
+    let chunk = CHUNK;
+    let mut threads = memory_threads(facts.cores);
+    let resident = facts.resident.map_or_else(
+        || "residency unknown".to_owned(),
+        |r| format!("{:.0}% in page cache", r * 100.0),
+    );
+    let (direct, cufile, reason) = if facts.in_memory() {
+        let why = if facts.fs == FsKind::Tmpfs {
+            "files on tmpfs (memory)".to_owned()
+        } else {
+            format!("files {resident} on {}", facts.fs.name())
+        };
+        (
+            false,
+            false,
+            format!("{why}: reads are memory copies, one per thread"),
+        )
+    } else if dest == Dest::Gpu && facts.nvidia_fs && matches!(facts.fs, FsKind::Ext4 | FsKind::Xfs)
+    {
+        (
+            true,
+            true,
+            format!(
+                "cold files ({resident}) on {} with nvidia_fs loaded: GPUDirect Storage DMA",
+                facts.fs.name()
+            ),
+        )
+    } else if facts.fs == FsKind::Network {
+        (
+            false,
+            false,
+            format!(
+                "cold files ({resident}) on {}: the client's readahead",
+                facts.fs.name()
+            ),
+        )
+    } else {
+        let big = facts
+            .mem_available
+            .is_some_and(|m| facts.file_bytes as f64 > m as f64 * DIRECT_ABOVE_MEMORY);
+        if big {
+            (
+                true,
+                false,
+                format!(
+                    "cold files ({resident}) of {} on {}, more than half the {} of memory \
+                     available: O_DIRECT, the page cache cannot keep them",
+                    format_size(facts.file_bytes),
+                    facts.fs.name(),
+                    format_size(facts.mem_available.unwrap_or(0))
+                ),
+            )
+        } else {
+            (
+                false,
+                false,
+                format!(
+                    "cold files ({resident}) on {}: buffered readahead with many readers \
+                     (faster than O_DIRECT there)",
+                    facts.fs.name()
+                ),
+            )
+        }
+    };
+    let chunks = facts.file_bytes.div_ceil(chunk).max(1);
+    threads = threads.min(usize::try_from(chunks).unwrap_or(usize::MAX));
+    Tuning {
+        threads,
+        chunk,
+        direct,
+        cufile,
+        reason,
+        overridden: Vec::new(),
+        facts: facts.clone(),
+    }
+}
+
+/// [`Facts::gather`] of `files`, [`rule`] for `dest`, then `over`'s values in place of the
+/// rule's (named in [`Tuning::overridden`]). Errors: those of [`Facts::gather`].
+pub fn choose<P: AsRef<Path>>(files: &[P], dest: Dest, over: &Overrides) -> Result<Tuning> {
+    Ok(with_overrides(rule(&Facts::gather(files)?, dest), over))
+}
+
+/// `t` with `over`'s values in place (each named in [`Tuning::overridden`]).
+pub fn with_overrides(mut t: Tuning, over: &Overrides) -> Tuning {
+    if let Some(v) = over.threads {
+        t.threads = v;
+        t.overridden.push("threads");
+    }
+    if let Some(v) = over.chunk {
+        t.chunk = v;
+        t.overridden.push("chunk");
+    }
+    if let Some(v) = over.direct {
+        t.direct = v;
+        t.overridden.push("direct");
+    }
+    if let Some(v) = over.cufile {
+        t.cufile = v;
+        t.overridden.push("cufile");
+    }
+    t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    const GIB: u64 = 1 << 30;
+
+    fn facts(cores: usize, fs: FsKind, resident: Option<f64>, bytes: u64, nvfs: bool) -> Facts {
+        Facts {
+            cores,
+            mem_available: Some(64 * GIB),
+            file_bytes: bytes,
+            fs,
+            resident,
+            nvidia_fs: nvfs,
+        }
+    }
+
+    #[test]
+    fn the_rule_over_a_table_of_machines_and_files() {
+        use FsKind::*;
+        // (cores, fs, resident, bytes, nvidia_fs, dest) → (threads, direct, cufile)
+        let table = [
+            (
+                16,
+                Tmpfs,
+                Some(1.0),
+                4 * GIB,
+                false,
+                Dest::Gpu,
+                (32, false, false),
+            ),
+            (
+                32,
+                Tmpfs,
+                None,
+                4 * GIB,
+                true,
+                Dest::Gpu,
+                (32, false, false),
+            ),
+            (
+                2,
+                Tmpfs,
+                Some(1.0),
+                4 * GIB,
+                false,
+                Dest::Host,
+                (4, false, false),
+            ),
+            (
+                8,
+                Ext4,
+                Some(1.0),
+                9 * GIB,
+                false,
+                Dest::Gpu,
+                (16, false, false),
+            ),
+            (
+                16,
+                Ext4,
+                Some(0.95),
+                9 * GIB,
+                true,
+                Dest::Gpu,
+                (32, false, false),
+            ),
+            (
+                16,
+                Ext4,
+                Some(0.0),
+                9 * GIB,
+                false,
+                Dest::Gpu,
+                (32, false, false),
+            ),
+            (
+                16,
+                Ext4,
+                Some(0.5),
+                9 * GIB,
+                false,
+                Dest::Host,
+                (32, false, false),
+            ),
+            (
+                16,
+                Xfs,
+                Some(0.0),
+                9 * GIB,
+                true,
+                Dest::Gpu,
+                (32, true, true),
+            ),
+            (
+                16,
+                Xfs,
+                Some(0.0),
+                9 * GIB,
+                true,
+                Dest::Host,
+                (32, false, false),
+            ),
+            (
+                16,
+                Ext4,
+                Some(0.0),
+                40 * GIB,
+                false,
+                Dest::Gpu,
+                (32, true, false),
+            ),
+            (
+                16,
+                Network,
+                Some(0.0),
+                40 * GIB,
+                false,
+                Dest::Gpu,
+                (32, false, false),
+            ),
+            (
+                16,
+                Overlay,
+                None,
+                9 * GIB,
+                false,
+                Dest::Gpu,
+                (32, false, false),
+            ),
+            // A small file: one thread per chunk.
+            (
+                16,
+                Ext4,
+                Some(1.0),
+                10 << 20,
+                false,
+                Dest::Gpu,
+                (3, false, false),
+            ),
+            (16, Ext4, Some(1.0), 0, false, Dest::Gpu, (1, false, false)),
+        ];
+        for (cores, fs, res, bytes, nvfs, dest, want) in table {
+            let t = rule(&facts(cores, fs, res, bytes, nvfs), dest);
+            assert_eq!(
+                (t.threads, t.direct, t.cufile),
+                want,
+                "{cores} cores, {fs:?}, {res:?}, {bytes} B, nvfs {nvfs}, {dest:?}: {}",
+                t.summary()
+            );
+            assert_eq!(t.chunk, CHUNK);
+            assert!(!t.reason.is_empty() && t.overridden.is_empty());
+        }
+    }
+
+    #[test]
+    fn the_reason_names_what_decided() {
+        let t = rule(&facts(16, FsKind::Tmpfs, Some(1.0), GIB, false), Dest::Gpu);
+        assert_eq!(
+            t.summary(),
+            "32 threads × 4 MiB, buffered: files on tmpfs (memory): reads are memory copies, \
+             one per thread"
+        );
+        let t = rule(&facts(16, FsKind::Ext4, Some(0.0), GIB, false), Dest::Gpu);
+        assert!(
+            t.summary().contains("(0% in page cache) on ext4"),
+            "{}",
+            t.summary()
+        );
+        let t = rule(
+            &facts(16, FsKind::Ext4, Some(0.0), 40 * GIB, false),
+            Dest::Gpu,
+        );
+        assert!(
+            t.summary().starts_with("32 threads × 4 MiB, O_DIRECT: "),
+            "{}",
+            t.summary()
+        );
+    }
+
+    #[test]
+    fn explicit_values_win_and_are_named() {
+        let t = rule(&facts(16, FsKind::Tmpfs, Some(1.0), GIB, false), Dest::Gpu);
+        let o = with_overrides(
+            t,
+            &Overrides {
+                threads: Some(12),
+                chunk: Some(1 << 20),
+                direct: Some(true),
+                cufile: None,
+            },
+        );
+        assert_eq!(
+            (o.threads, o.chunk, o.direct, o.cufile),
+            (12, 1 << 20, true, false)
+        );
+        assert_eq!(o.overridden, ["threads", "chunk", "direct"]);
+        assert!(
+            o.summary().ends_with("(given: threads, chunk, direct)"),
+            "{}",
+            o.summary()
+        );
+    }
+
+    #[test]
+    fn apply_sets_both_paths_and_the_direct_policy() {
+        let t = rule(&facts(16, FsKind::Tmpfs, Some(1.0), GIB, false), Dest::Gpu);
+        let mut cfg = AgentConfig::default();
+        t.apply(&mut cfg);
+        assert_eq!(
+            (cfg.gds.threads, cfg.gds.chunk, cfg.gds.cufile),
+            (32, CHUNK, false)
+        );
+        assert_eq!(
+            (cfg.storage.buffered_threads, cfg.storage.chunk),
+            (32, CHUNK)
+        );
+        assert_eq!(cfg.storage.direct, DirectIo::Off);
+        cfg.gds.validate().unwrap();
+        cfg.storage.validate().unwrap();
+    }
+
+    #[test]
+    fn magic_numbers_map_to_kinds() {
+        assert_eq!(FsKind::from_magic(0x0102_1994), FsKind::Tmpfs);
+        assert_eq!(FsKind::from_magic(0xEF53), FsKind::Ext4);
+        assert_eq!(FsKind::from_magic(0x5846_5342), FsKind::Xfs);
+        assert_eq!(FsKind::from_magic(0x6969), FsKind::Network);
+        assert_eq!(FsKind::from_magic(0x794c_7630), FsKind::Overlay);
+        assert_eq!(FsKind::from_magic(1), FsKind::Other);
+    }
+
+    /// Writes `len` bytes to `path`, flushed to the device (so DONTNEED can drop them).
+    fn write_synced(path: &Path, len: usize) {
+        use std::io::Write;
+        let mut f = std::fs::File::create(path).unwrap();
+        f.write_all(&vec![0x5au8; len]).unwrap();
+        f.sync_all().unwrap();
+    }
+
+    #[test]
+    fn a_real_disk_file_hot_then_evicted_is_chosen_buffered_memory_then_cold() {
+        // The repository's disk (ext4 or overlay here), not tmpfs: the target dir is on it.
+        let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
+        let p = dir.path().join("ckpt");
+        write_synced(&p, 16 << 20);
+        let hot = choose(&[&p], Dest::Gpu, &Overrides::default()).unwrap();
+        eprintln!("hot: {}", hot.summary());
+        assert_ne!(
+            hot.facts.fs,
+            FsKind::Tmpfs,
+            "the test dir should be on a disk"
+        );
+        if hot.facts.fs == FsKind::Tmpfs {
+            return;
+        }
+        assert_eq!(hot.facts.file_bytes, 16 << 20);
+        assert!(
+            hot.facts.resident.unwrap() >= HOT_FRACTION,
+            "{:?}",
+            hot.facts
+        );
+        assert!(hot.reason.contains("in page cache"), "{}", hot.reason);
+        assert!(!hot.direct && !hot.cufile);
+        crate::os::evict_page_cache(&p).unwrap();
+        let cold = choose(&[&p], Dest::Gpu, &Overrides::default()).unwrap();
+        eprintln!("cold: {}", cold.summary());
+        let r = cold.facts.resident.unwrap();
+        if r >= HOT_FRACTION {
+            eprintln!("skipped the cold half: the kernel kept {r} of the file after DONTNEED");
+            return;
+        }
+        assert!(r < 0.5, "{r}");
+        assert!(cold.reason.starts_with("cold files"), "{}", cold.reason);
+        // 16 MiB never exceeds half of memory: buffered readahead, or GDS with nvidia_fs.
+        assert_eq!(cold.direct, cold.cufile);
+        assert_eq!(cold.threads, 4, "16 MiB is four 4 MiB chunks");
+    }
+
+    #[test]
+    fn a_real_tmpfs_file_is_memory_whatever_its_residency() {
+        let Ok(dir) = tempfile::tempdir_in("/dev/shm") else {
+            eprintln!("skipped: /dev/shm is not writable here");
+            return;
+        };
+        let p = dir.path().join("f");
+        write_synced(&p, 64 << 20);
+        // DONTNEED cannot drop tmpfs pages: they are the file.
+        crate::os::evict_page_cache(&p).unwrap();
+        let t = choose(&[&p], Dest::Gpu, &Overrides::default()).unwrap();
+        eprintln!("tmpfs: {}", t.summary());
+        assert_eq!(t.facts.fs, FsKind::Tmpfs);
+        assert!(!t.direct && !t.cufile);
+        assert_eq!(t.threads, memory_threads(cores()).min(16));
+        assert!(t.reason.contains("tmpfs"), "{}", t.reason);
+    }
+
+    #[test]
+    fn a_missing_file_is_an_open_error_naming_it() {
+        let p = PathBuf::from("/nonexistent/ckpt.safetensors");
+        match choose(&[&p], Dest::Host, &Overrides::default()) {
+            Err(Error::Open { path, .. }) => assert_eq!(path, p),
+            other => panic!("{other:?}"),
+        }
+    }
+}
