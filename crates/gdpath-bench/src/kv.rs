@@ -264,7 +264,12 @@ struct Scratch {
 
 impl Scratch {
     fn copy(&self, from: &Region, to: &Region, len: u64) -> Result<()> {
-        let req = TransferRequest::write(vec![from.desc(0, len)], vec![to.desc(0, len)]);
+        // A peer's region is only ever a request's target: out of it is a read into `to`.
+        let req = if from.kind().class() == gdpath::MemoryClass::Remote {
+            TransferRequest::read(vec![to.desc(0, len)], vec![from.desc(0, len)])
+        } else {
+            TransferRequest::write(vec![from.desc(0, len)], vec![to.desc(0, len)])
+        };
         self.agent.post(req)?.wait().map_err(|e| e.error)?;
         Ok(())
     }

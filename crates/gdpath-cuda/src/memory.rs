@@ -505,14 +505,33 @@ impl<M: HostMemory> HostRegistration<M> {
         }
         let ptr = mem.as_mut_ptr();
         ctx.bind()?;
-        // SAFETY: ptr/len describe live memory owned by `mem` (HostMemory contract).
-        let r = unsafe {
-            (ctx.api().cuMemHostRegister)(ptr as *mut c_void, len, ffi::CU_MEMHOST_PORTABLE)
+        // The driver answers a registration of memory it allocated page-locked
+        // (`cuMemHostAlloc`, PyTorch's pinned allocator) with CUDA_ERROR_INVALID_VALUE, not
+        // ALREADY_REGISTERED, so foreign memory is asked first whether both ends are page-locked.
+        let locked_elsewhere = accept_locked && {
+            let api = ctx.api();
+            let mapped = |p: *mut u8| {
+                let mut dptr: ffi::CUdeviceptr = 0;
+                // SAFETY: a query of the address only; nothing is read or written through it.
+                let r = unsafe { (api.cuMemHostGetDevicePointer)(&mut dptr, p as *mut c_void, 0) };
+                r == ffi::CUDA_SUCCESS
+            };
+            mapped(ptr) && mapped(ptr.wrapping_add(len - 1))
         };
-        let registered = !(accept_locked && r == ffi::CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED);
-        if registered {
-            ctx.api().check("cuMemHostRegister_v2", r)?;
-        }
+        let registered = if locked_elsewhere {
+            false
+        } else {
+            // SAFETY: ptr/len describe live memory owned by `mem` (HostMemory contract).
+            let r = unsafe {
+                (ctx.api().cuMemHostRegister)(ptr as *mut c_void, len, ffi::CU_MEMHOST_PORTABLE)
+            };
+            let registered =
+                !(accept_locked && r == ffi::CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED);
+            if registered {
+                ctx.api().check("cuMemHostRegister_v2", r)?;
+            }
+            registered
+        };
         Ok(HostRegistration {
             inner: Arc::new(RegMem {
                 ctx: ctx.clone(),

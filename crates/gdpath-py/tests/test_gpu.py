@@ -163,11 +163,11 @@ def test_load_file_on_cuda_is_byte_exact_against_safetensors(gagent, scratch):
     for k, w in want.items():
         g = got[k]
         assert (g.dtype, tuple(g.shape), str(g.device)) == (w.dtype, tuple(w.shape), "cuda:0"), k
-        assert torch.equal(g.cpu().view(torch.uint8), w.view(torch.uint8)), k
+        assert torch.equal(g.cpu().reshape(-1).view(torch.uint8), w.reshape(-1).view(torch.uint8)), k
     # CPU tensors too, and the real checkpoint.
     got = gst.load_file(p, device="cpu", agent=gagent)
     for k, w in want.items():
-        assert torch.equal(got[k].view(torch.uint8), w.view(torch.uint8)), k
+        assert torch.equal(got[k].reshape(-1).view(torch.uint8), w.reshape(-1).view(torch.uint8)), k
     m = minilm()
     if m is not None:
         got = gst.load_file(m, device="cuda:0", agent=gagent)
@@ -205,6 +205,11 @@ def test_the_allocation_is_freed_with_its_last_tensor(gagent, scratch):
     raw = np.random.default_rng(4).integers(0, 256, 4 << 20, dtype=np.uint8).tobytes()
     ts = {f"t{i}": ("U8", [4 << 20], raw) for i in range(n)}  # 256 MiB
     p = _checkpoint(scratch / "big.safetensors", ts)
+    # The agent's one-time GPU setup (cuFile's driver, the CUDA modules) is not the allocation
+    # under test: a first load of the same file pays it before the measurement.
+    gst.load_file(p, device="cuda:0", agent=gagent).clear()
+    gc.collect()
+    gagent.register(bytearray(1))
     torch.cuda.synchronize()
     free0 = torch.cuda.mem_get_info(0)[0]
     d = gst.load_file(p, device="cuda:0", agent=gagent)

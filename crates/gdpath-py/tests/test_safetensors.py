@@ -204,4 +204,4 @@ def test_torch_on_the_cpu_equals_safetensors_torch(scratch):
     for k, w in want.items():
         g = got[k]
         assert (g.dtype, g.shape, g.device) == (w.dtype, w.shape, w.device), k
-        assert g.view(torch.uint8).numpy().tobytes() == w.view(torch.uint8).numpy().tobytes(), k
+        assert g.reshape(-1).view(torch.uint8).numpy().tobytes() == w.reshape(-1).view(torch.uint8).numpy().tobytes(), k
