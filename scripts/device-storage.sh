@@ -105,7 +105,7 @@ if ! skip a; then
     "$PY" -c 'import json,sys; print("  chosen:", json.load(open(sys.argv[1])).get("chosen_text"))' "$out/a-gdpath.json" 2>/dev/null
     elapsed "### (a) KvikIO POSIX sweep and pinned H2D"
     timeout 70 "$PY" "$base" kvikio /dev/shm/f4g --threads 16,32 --tasks 4,16 --runs 3 >> "$jl" 2> "$out/a-kvikio.err" || echo "kvikio: exit $? (see a-kvikio.err)"
-    timeout 30 "$PY" "$base" pinned $((4 << 30)) --runs 5 >> "$jl" 2> "$out/a-pinned.err" || echo "pinned: exit $?"
+    timeout 60 "$PY" "$base" pinned $((4 << 30)) --runs 5 >> "$jl" 2> "$out/a-pinned.err" || echo "pinned: exit $?"
     show $(( $(wc -l < "$jl") - n0 ))
     rm -f /dev/shm/f4g
 fi

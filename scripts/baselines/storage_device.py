@@ -118,7 +118,15 @@ def pinned(a):
     import torch
 
     n = a.bytes
-    src = torch.randint(0, 256, (n,), dtype=torch.uint8).pin_memory()
+    # A random MiB repeated with a per-MiB offset: position-dependent data without generating
+    # gigabytes of random numbers on one core.
+    mib = 1 << 20
+    rows = n // mib
+    src = torch.empty(n, dtype=torch.uint8, pin_memory=True)
+    v = src[: rows * mib].view(rows, mib)
+    v.copy_(torch.randint(0, 256, (1, mib), dtype=torch.uint8).expand(rows, mib))
+    v.add_((torch.arange(rows) % 256).to(torch.uint8).unsqueeze(1))
+    src[rows * mib:] = 1
     dst = torch.empty(n, dtype=torch.uint8, device="cuda:0")
     g = []
     for i in range(a.runs + 1):

@@ -42,10 +42,18 @@ pub const HOT_FRACTION: f64 = 0.9;
 /// (docs/gds.md, "Cold reads").
 pub const DIRECT_ABOVE_MEMORY: f64 = 0.5;
 
-/// Threads for a transfer served from memory (the page cache or tmpfs): two per core, within
-/// [`MIN_THREADS`] ..= [`MAX_THREADS`] (docs/gds.md, "Storage defaults: the chooser"). Also the
-/// default of [`crate::GdsConfig`] and the buffered backend, where no file is known.
+/// Threads for a transfer served from memory (the page cache or tmpfs): one per core, within
+/// [`MIN_THREADS`] ..= [`MAX_THREADS`]: each is a memory-bound `memcpy`, and more threads than
+/// cores only contend (docs/gds.md, "Storage defaults: the chooser"). Also the default of
+/// [`crate::GdsConfig`] and the buffered backend, where no file is known.
 pub fn memory_threads(cores: usize) -> usize {
+    cores.max(1).clamp(MIN_THREADS, MAX_THREADS)
+}
+
+/// Threads for a cold transfer (reads from the device): two per core, within
+/// [`MIN_THREADS`] ..= [`MAX_THREADS`]: a reader mostly waits on the device, and more requests
+/// in flight keep its queue full (docs/gds.md, "Cold reads").
+pub fn device_threads(cores: usize) -> usize {
     (cores.max(1) * 2).clamp(MIN_THREADS, MAX_THREADS)
 }
 
@@ -277,7 +285,8 @@ impl Tuning {
 /// - From memory (tmpfs, or the files [`HOT_FRACTION`] in the page cache): buffered (an
 ///   O_DIRECT read of a cached file goes to the device instead), [`memory_threads`] threads of
 ///   [`CHUNK`]; no cuFile (it has nothing to DMA from the device).
-/// - Cold, on a local file system: buffered with the kernel's readahead and as many readers,
+/// - Cold ([`device_threads`] threads), on a local file system: buffered with the kernel's
+///   readahead and as many readers,
 ///   unless the files are larger than [`DIRECT_ABOVE_MEMORY`] of available memory, which
 ///   takes O_DIRECT with as many requests in flight. With `nvidia_fs` loaded on ext4 or xfs,
 ///   for a GPU: cuFile (GDS), O_DIRECT.
@@ -286,7 +295,11 @@ impl Tuning {
 /// Threads never exceed the chunks there are (a small file gets one thread per chunk).
 pub fn rule(facts: &Facts, dest: Dest) -> Tuning {
     let chunk = CHUNK;
-    let mut threads = memory_threads(facts.cores);
+    let mut threads = if facts.in_memory() {
+        memory_threads(facts.cores)
+    } else {
+        device_threads(facts.cores)
+    };
     let resident = facts.resident.map_or_else(
         || "residency unknown".to_owned(),
         |r| format!("{:.0}% in page cache", r * 100.0),
@@ -419,7 +432,7 @@ mod tests {
                 4 * GIB,
                 false,
                 Dest::Gpu,
-                (32, false, false),
+                (16, false, false),
             ),
             (
                 32,
@@ -446,7 +459,7 @@ mod tests {
                 9 * GIB,
                 false,
                 Dest::Gpu,
-                (16, false, false),
+                (8, false, false),
             ),
             (
                 16,
@@ -455,7 +468,7 @@ mod tests {
                 9 * GIB,
                 true,
                 Dest::Gpu,
-                (32, false, false),
+                (16, false, false),
             ),
             (
                 16,
@@ -550,7 +563,7 @@ mod tests {
         let t = rule(&facts(16, FsKind::Tmpfs, Some(1.0), GIB, false), Dest::Gpu);
         assert_eq!(
             t.summary(),
-            "32 threads × 4 MiB, buffered: files on tmpfs (memory): reads are memory copies, \
+            "16 threads × 4 MiB, buffered: files on tmpfs (memory): reads are memory copies, \
              one per thread"
         );
         let t = rule(&facts(16, FsKind::Ext4, Some(0.0), GIB, false), Dest::Gpu);
@@ -601,11 +614,11 @@ mod tests {
         t.apply(&mut cfg);
         assert_eq!(
             (cfg.gds.threads, cfg.gds.chunk, cfg.gds.cufile),
-            (32, CHUNK, false)
+            (16, CHUNK, false)
         );
         assert_eq!(
             (cfg.storage.buffered_threads, cfg.storage.chunk),
-            (32, CHUNK)
+            (16, CHUNK)
         );
         assert_eq!(cfg.storage.direct, DirectIo::Off);
         cfg.gds.validate().unwrap();
