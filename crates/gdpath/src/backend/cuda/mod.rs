@@ -100,11 +100,9 @@ impl std::fmt::Debug for CudaBackend {
 }
 
 /// A submission of at most this many bytes (all its pairs together) is copied on the posting
-/// thread, so `Agent::post` returns with it done; larger ones go to the worker threads. Measured
-/// on the H200 (2026-11-30 09:37 UTC, `gdpath bench h2d` / `bench p2p`, 200 runs, three rounds;
-/// docs/benchmarks.md): executing inline took a 4 KiB pageable H2D from 0.13 to 0.29–0.35 GB/s
-/// (≈ 31 → 12–14 µs per transfer), 64 KiB from 1.5–1.6 to 2.7–3.1, 256 KiB from 4.2–5.4 to
-/// 7.1–8.2, and staged GPU0→GPU1 at 4 KiB from 0.09–0.10 to 0.18–0.21 GB/s.
+/// thread, so `Agent::post` returns with it done; larger ones go to the worker threads: below
+/// it the hand-off to a worker costs more than the copy (docs/benchmarks.md, "Measurements
+/// behind the defaults").
 const INLINE_MAX: u64 = 256 << 10;
 
 impl CudaBackend {

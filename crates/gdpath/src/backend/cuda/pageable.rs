@@ -1,13 +1,13 @@
 //! Pageable host memory ↔ GPU through pinned bounce buffers, pipelined.
 //!
 //! The driver's own pageable copy (`cuMemcpyHtoD` from unpinned memory) stages through a small
-//! pinned buffer with one CPU thread, so it runs far below the link (gdpath-cuda's probe saw
-//! 8 GB/s against 55 GB/s pinned on an H200). Here the range is cut into chunks of the pool's
-//! size, dealt round-robin to `threads` CPU threads; each thread owns two bounce buffers, each
-//! with its own stream, so that its `memcpy` into (or out of) one buffer overlaps the DMA of the
-//! other, and the threads' DMAs overlap each other on the copy engine. Pageable memory bandwidth
-//! of one core (~10 GB/s) is what the thread count multiplies. Below [`DRIVER_BELOW`] the
-//! driver's own copy is faster (no threads to start) and is used instead.
+//! pinned buffer with one CPU thread, so it runs far below the link (docs/gpu.md has the figures).
+//! Here the range is cut into chunks of the pool's size, dealt round-robin to `threads` CPU
+//! threads; each thread owns two bounce buffers, each with its own stream, so that its `memcpy`
+//! into (or out of) one buffer overlaps the DMA of the other, and the threads' DMAs overlap each
+//! other on the copy engine. Pageable memory bandwidth of one core (~10 GB/s) is what the thread
+//! count multiplies. Below [`DRIVER_BELOW`] the driver's own copy is faster (no threads to start)
+//! and is used instead.
 
 use super::devices::Gpus;
 use super::pool::StagingPool;
@@ -19,10 +19,9 @@ use gdpath_cuda::{CudaError, DeviceBuffer};
 const PIECES_PER_THREAD: usize = 4;
 /// Smallest piece (bytes) worth a copy of its own.
 const MIN_PIECE: usize = 256 << 10;
-/// Fewest bytes that justify one more thread. Starting a thread costs tens of µs; one core's
-/// memcpy of pageable memory moves ~10 GB/s, so 4 MiB is ~400 µs of copying per thread (with a
-/// thread per 256 KiB piece, a 1 MiB pageable H2D ran at 2.2 GB/s on the H200, the driver's copy
-/// at 9.3; docs/benchmarks.md).
+/// Fewest bytes that justify one more thread: starting a thread costs tens of µs, so each
+/// thread should get hundreds of µs of one core's pageable `memcpy` (docs/gpu.md, "Pageable
+/// staging pipeline").
 const MIN_BYTES_PER_THREAD: usize = 4 << 20;
 /// Pageable copies below this size (16 MiB) use the driver's own pageable copy, gdpath's
 /// pipeline from it: the measured crossover, where the driver's single-threaded staging stops
