@@ -372,14 +372,82 @@ fn pairs_of_one_request_are_batched_and_report_the_method() {
 }
 
 const IPC_CHILD: &str = "GDPATH_KV_AGENT_CHILD";
+/// The test's libtest name (an integration test at the crate root is named by its function),
+/// which the child is re-run with under `--exact`; a child that matched no test ends at once
+/// and the parent fails with "the child ended".
 const IPC_TEST: &str = "blocks_to_and_from_another_process_gpu_memory_through_the_agent_protocol";
+/// Prefix of every message the child writes on stdout. It is searched for anywhere in a line:
+/// libtest (single-threaded, `--nocapture`) writes `test NAME ... ` without a newline before
+/// the test runs, so the child's first message shares that line.
+const IPC_MARK: &str = "GDPATH-IPC ";
+/// Longest wait for any one answer of the child, including its start (CUDA context, 2.6 GB of
+/// GPU memory, UCX) and one check of its memory.
+const IPC_STEP: Duration = Duration::from_secs(60);
+
+/// The child process, killed (and reaped) on drop unless it has exited: a failing parent never
+/// leaves it holding GPU memory.
+struct ChildGuard(std::process::Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            eprintln!("parent: killing the child (pid {})", self.0.id());
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+/// The child's messages (the text after [`IPC_MARK`]), read by a thread so that every wait for
+/// one has a deadline.
+struct ChildLines(std::sync::mpsc::Receiver<String>);
+
+impl ChildLines {
+    fn start(out: std::process::ChildStdout) -> ChildLines {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines() {
+                let Ok(line) = line else { break };
+                match line.find(IPC_MARK) {
+                    Some(at) => {
+                        if tx
+                            .send(line[at + IPC_MARK.len()..].trim().to_owned())
+                            .is_err()
+                        {
+                            break;
+                        }
+                    }
+                    // libtest's own lines ("running 1 test", ...), shown for diagnosis.
+                    None => eprintln!("child stdout: {line}"),
+                }
+            }
+        });
+        ChildLines(rx)
+    }
+
+    /// The next message, or a panic naming `step` when none comes within [`IPC_STEP`] or the
+    /// child's stdout closed.
+    fn next(&self, step: &str) -> String {
+        match self.0.recv_timeout(IPC_STEP) {
+            Ok(m) => m,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                panic!("no answer from the child within {IPC_STEP:?} while {step}")
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                panic!("the child ended (stdout closed) while {step}")
+            }
+        }
+    }
+}
 
 /// Two processes on one GPU (vLLM's disaggregated prefill and decode): the child (this binary
 /// again) serves an agent on loopback exporting a GPU region filled with the pattern; the
 /// parent connects, gets the region's CUDA IPC handle in the metadata, reloads random blocks
 /// from it (checked here), then writes random blocks of its own pattern into it with every
 /// method (checked by the child in its own memory). Skipped, with the reason, when the child
-/// cannot export GPU memory (a UCX without CUDA).
+/// cannot export GPU memory (a UCX without CUDA). Every wait is bounded ([`IPC_STEP`] per
+/// answer of the child, 120 s per transfer) and each step is announced on stderr, so a stall
+/// names its step; the child is killed when the parent fails.
 #[test]
 #[ignore = "needs an NVIDIA GPU and a CUDA-enabled UCX: run the GPU suite"]
 fn blocks_to_and_from_another_process_gpu_memory_through_the_agent_protocol() {
@@ -388,38 +456,41 @@ fn blocks_to_and_from_another_process_gpu_memory_through_the_agent_protocol() {
     }
     let (n, bs) = (40_000u32, 64u64 << 10);
     let len = n as u64 * bs;
-    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            IPC_TEST,
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(IPC_CHILD, format!("{len}"))
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut to_child = child.stdin.take().unwrap();
-    let mut from_child = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    let port = loop {
-        line.clear();
-        assert!(
-            from_child.read_line(&mut line).unwrap() > 0,
-            "child ended early"
-        );
-        if let Some(p) = line.strip_prefix("PORT ") {
-            break p.trim().parse::<u16>().unwrap();
-        }
-        if let Some(why) = line.strip_prefix("SKIP ") {
-            eprintln!("SKIP {IPC_TEST}: the serving process cannot export GPU memory: {why}");
-            let _ = child.wait();
-            return;
-        }
+    eprintln!("parent: starting the child");
+    let mut child = ChildGuard(
+        std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                IPC_TEST,
+                "--ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(IPC_CHILD, format!("{len}"))
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut to_child = child.0.stdin.take().unwrap();
+    let from_child = ChildLines::start(child.0.stdout.take().unwrap());
+    let mut say = |msg: &str| {
+        writeln!(to_child, "{msg}")
+            .and_then(|()| to_child.flush())
+            .unwrap_or_else(|e| panic!("cannot send {msg:?} to the child: {e}"));
     };
+    eprintln!("parent: waiting for the child's port");
+    let first = from_child.next("waiting for the child's port");
+    if let Some(why) = first.strip_prefix("SKIP ") {
+        eprintln!("SKIP {IPC_TEST}: the serving process cannot export GPU memory: {why}");
+        return;
+    }
+    let port: u16 = first
+        .strip_prefix("PORT ")
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("the child's first message is not PORT or SKIP: {first:?}"));
     let a = agent();
+    eprintln!("parent: connecting to 127.0.0.1:{port}");
     let peer = a
         .connect(std::net::SocketAddr::from(([127, 0, 0, 1], port)))
         .unwrap();
@@ -433,20 +504,29 @@ fn blocks_to_and_from_another_process_gpu_memory_through_the_agent_protocol() {
     // Reload: the child's blocks into this process's GPU memory.
     let mine = gpu(&a, 0, len);
     fill_gpu(&mine, len, false);
+    eprintln!(
+        "parent: preparing the reload (remote region {} as source)",
+        info.id
+    );
     let p = a
         .prepare_blocks(BlockTransfer::new(&remote, l, &mine, l))
         .unwrap();
+    eprintln!("parent: reload planned: {:?}", p.plan());
     assert!(p.is_block_list(), "IPC: moved by the cuda backend");
     assert_eq!(p.plan().backend, "cuda");
     assert_eq!(p.plan().path, Path::DeviceLocal, "both processes on GPU 0");
     let (s, d) = (pattern::shuffled(n, 7), pattern::shuffled(n, 8));
+    eprintln!("parent: posting the reload");
     let t0 = Instant::now();
-    let rep = wait(p.post(&s, &d).unwrap());
+    let t = p.post(&s, &d).unwrap();
+    eprintln!("parent: waiting for the reload");
+    let rep = wait(t);
     eprintln!(
         "reload from the other process: {} {:.1} GB/s",
         rep.pairs[0].batch.unwrap().method,
         len as f64 / t0.elapsed().as_secs_f64() / 1e9
     );
+    eprintln!("parent: checking the reload");
     check(
         &read(&a, &mine, len),
         &copies(&s, &d, bs),
@@ -455,14 +535,15 @@ fn blocks_to_and_from_another_process_gpu_memory_through_the_agent_protocol() {
     // Offload: this process's pattern into the child's memory, every method; the child checks
     // (and clears its memory after each check).
     fill_gpu(&mine, len, true);
-    writeln!(to_child, "CLEAR").unwrap();
-    line.clear();
-    from_child.read_line(&mut line).unwrap();
-    assert_eq!(line.trim(), "CLEARED");
+    eprintln!("parent: asking the child to clear its memory");
+    say("CLEAR");
+    assert_eq!(from_child.next("waiting for the child to clear"), "CLEARED");
     for m in CopyMethod::ALL {
+        eprintln!("parent: preparing the offload, {m}");
         let p = a
             .prepare_blocks(BlockTransfer::new(&mine, l, &remote, l).method(m))
             .unwrap();
+        eprintln!("parent: posting and waiting for the offload, {m}");
         let t0 = Instant::now();
         let rep = wait(p.post(&s, &d).unwrap());
         assert_eq!(rep.pairs[0].batch.unwrap().method, m);
@@ -470,55 +551,73 @@ fn blocks_to_and_from_another_process_gpu_memory_through_the_agent_protocol() {
             "offload to the other process, {m}: {:.1} GB/s",
             len as f64 / t0.elapsed().as_secs_f64() / 1e9
         );
-        writeln!(to_child, "CHECK {n} {bs}").unwrap();
-        line.clear();
-        from_child.read_line(&mut line).unwrap();
-        assert_eq!(line.trim(), "OK", "the child's check after {m}");
+        say(&format!("CHECK {n} {bs}"));
+        let step = format!("waiting for the child's check after {m}");
+        assert_eq!(from_child.next(&step), "OK", "the child's check after {m}");
     }
     // The mapping closes with the region, before the child frees its memory.
     drop(p);
     drop(remote);
     drop(peer);
-    writeln!(to_child, "BYE").unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while child.try_wait().unwrap().is_none() {
-        assert!(Instant::now() < deadline, "the child did not exit");
+    eprintln!("parent: telling the child to exit");
+    say("BYE");
+    let deadline = Instant::now() + IPC_STEP;
+    loop {
+        match child.0.try_wait().unwrap() {
+            Some(st) => {
+                assert!(st.success(), "the child failed: {st}");
+                break;
+            }
+            None => assert!(Instant::now() < deadline, "the child did not exit"),
+        }
         std::thread::sleep(Duration::from_millis(50));
     }
 }
 
-/// The serving side of the IPC test: exports a GPU region with the pattern, prints its port,
-/// then checks its memory when asked (and clears it for the next round).
+/// The serving side of the IPC test: exports a GPU region with the pattern, announces its port
+/// (messages on stdout after [`IPC_MARK`], progress on stderr), then checks its memory when
+/// asked (and clears it for the next round). Stdin closing (the parent gone) ends it.
 fn agent_child() {
+    let tell = |msg: &str| {
+        // A newline first: libtest's "test NAME ... " is still open on this line.
+        println!("\n{IPC_MARK}{msg}");
+        let _ = std::io::stdout().flush();
+    };
     let len: u64 = std::env::var(IPC_CHILD).unwrap().parse().unwrap();
+    eprintln!("child: starting an agent, {len} bytes of GPU memory");
     let a = agent();
     let r = gpu(&a, 0, len);
     fill_gpu(&r, len, true);
+    eprintln!("child: serving on 127.0.0.1");
     let server = match a.serve(
         std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
         Token::none(),
     ) {
         Ok(s) => s,
         Err(e) => {
-            println!("SKIP cannot serve over UCX: {e}");
+            tell(&format!("SKIP cannot serve over UCX: {e}"));
             return;
         }
     };
+    eprintln!("child: exporting region {}", r.id());
     if let Err(e) = a.export(&r) {
-        println!("SKIP {e}");
+        tell(&format!("SKIP {e}"));
         return;
     }
-    println!("PORT {}", server.local_addr().port());
+    eprintln!("child: serving on port {}", server.local_addr().port());
+    tell(&format!("PORT {}", server.local_addr().port()));
     let mut line = String::new();
     let stdin = std::io::stdin();
     loop {
         line.clear();
-        if stdin.lock().read_line(&mut line).unwrap() == 0 || line.starts_with("BYE") {
+        if stdin.lock().read_line(&mut line).unwrap_or(0) == 0 || line.starts_with("BYE") {
+            eprintln!("child: asked to exit (or the parent is gone)");
             break;
         }
         if line.starts_with("CLEAR") {
+            eprintln!("child: clearing");
             fill_gpu(&r, len, false);
-            println!("CLEARED");
+            tell("CLEARED");
             continue;
         }
         let v: Vec<u64> = line
@@ -527,18 +626,17 @@ fn agent_child() {
             .map(|x| x.parse().unwrap())
             .collect();
         let (n, bs) = (v[0] as u32, v[1]);
+        eprintln!("child: checking {n} blocks of {bs} bytes");
         let (s, d) = (pattern::shuffled(n, 7), pattern::shuffled(n, 8));
         let got = read(&a, &r, len);
         let (bad, _) = pattern::check_copies(&got, 0, &copies(&s, &d, bs), 0, SEED);
-        println!(
-            "{}",
-            if bad == 0 {
-                "OK".to_owned()
-            } else {
-                format!("BAD {bad}")
-            }
-        );
+        tell(&if bad == 0 {
+            "OK".to_owned()
+        } else {
+            format!("BAD {bad}")
+        });
         fill_gpu(&r, len, false);
     }
     server.stop(Duration::from_secs(5));
+    eprintln!("child: stopped");
 }

@@ -5,8 +5,8 @@ use gdpath::net::{
     ConnectOptions, FailureMode, NetConfig, NetEvent, Peer, PutCompletion, Server, Token,
 };
 use gdpath::{
-    Agent, Descriptor, Error, HostBuffer, Memory, Path, Region, RemoteMemory, TransferReport,
-    TransferRequest,
+    Agent, BlockTransfer, Descriptor, Error, HostBuffer, KvLayout, Memory, Path, Region,
+    RemoteMemory, TransferReport, TransferRequest,
 };
 use std::time::Duration;
 
@@ -1137,4 +1137,59 @@ fn dropping_a_serving_agent_mid_stream_is_clean() {
         );
         drop(peer);
     }
+}
+
+/// A block transfer with a peer's region as its source (expanded into reads of the remote
+/// blocks) and as its destination (writes), byte for byte: every destination block holds the
+/// source block its ids paired it with, the rest stays zero. The GPU suite's IPC test reloads
+/// from a remote source the same way; this one runs without a GPU, over UCX on `lo`.
+#[test]
+fn block_transfers_with_a_peer_region_as_source_and_as_destination_are_byte_exact() {
+    let _serial = serial();
+    let s = setup();
+    let bs = 4096u64;
+    let n = LEN as u64 / bs;
+    let l = KvLayout::new(bs, n);
+    // Every other destination block, from shuffled source blocks.
+    let src: Vec<u32> = gdpath_cuda::pattern::shuffled(n as u32, 3)[..(n / 2) as usize].to_vec();
+    let dst: Vec<u32> = (0..n as u32 / 2).map(|i| 2 * i).collect();
+    let expect = |from: &[u8]| {
+        let mut v = vec![0u8; LEN];
+        for (&si, &di) in src.iter().zip(&dst) {
+            let (so, d) = (si as usize * bs as usize, di as usize * bs as usize);
+            v[d..d + bs as usize].copy_from_slice(&from[so..so + bs as usize]);
+        }
+        v
+    };
+    // Remote as source: the peer's pattern into zeroed local memory.
+    let local = s
+        .client
+        .register(Memory::host(HostBuffer::zeroed(LEN)))
+        .unwrap();
+    let p = s
+        .client
+        .prepare_blocks(BlockTransfer::new(&s.remote, l, &local, l))
+        .unwrap();
+    assert!(!p.is_block_list(), "a peer's host memory goes as pairs");
+    let rep = p.post(&src, &dst).unwrap().wait_timeout(T).unwrap();
+    assert_eq!(rep.bytes, n / 2 * bs);
+    assert_ucx_paths(&rep, &s.peer.transport());
+    assert!(
+        local.host_view().unwrap()[..] == expect(&pattern(LEN, 1))[..],
+        "remote source: a block landed wrong"
+    );
+    drop(p);
+    // Remote as destination: a local pattern into the peer's (cleared) region.
+    s.exported.host_view().unwrap().fill(0);
+    let mine = host_pattern(&s.client, 2);
+    let p = s
+        .client
+        .prepare_blocks(BlockTransfer::new(&mine, l, &s.remote, l))
+        .unwrap();
+    let rep = p.post(&src, &dst).unwrap().wait_timeout(T).unwrap();
+    assert_eq!(rep.bytes, n / 2 * bs);
+    assert!(
+        s.exported.host_view().unwrap()[..] == expect(&pattern(LEN, 2))[..],
+        "remote destination: a block landed wrong"
+    );
 }
