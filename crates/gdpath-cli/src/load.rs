@@ -82,6 +82,17 @@ pub fn run(a: LoadArgs) -> Result<ExitCode> {
     let mut cfg = AgentConfig::default();
     tuning.apply(&mut cfg);
     let agent = Agent::new(cfg)?;
+    if !a.host && !agent.backends().iter().any(|b| b.name == "cuda") {
+        return Err(gdpath::Error::Unsupported {
+            what: format!(
+                "loading onto GPU {} (no CUDA driver could be loaded here; --host loads into \
+                 host memory)",
+                a.gpu
+            ),
+            backend: "cuda",
+        }
+        .into());
+    }
     if !a.json {
         outln!("chosen: {}", tuning.summary());
     }

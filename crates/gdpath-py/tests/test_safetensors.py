@@ -192,6 +192,19 @@ def test_malformed_files_and_unknown_names(scratch):
         gst.load_file(p, framework="tf")
 
 
+def test_the_default_framework_without_torch_names_numpy(scratch):
+    try:
+        import torch  # noqa: F401
+
+        pytest.skip("PyTorch is installed here: the default framework works")
+    except ImportError:
+        pass
+    p = write(scratch / "np.safetensors", {"a": {"dtype": "U8", "shape": [4], "data": b"abcd"}})
+    with pytest.raises(ImportError, match='framework="numpy"'):
+        gst.load_file(p, device="cpu")
+    assert gst.load_file(p, device="cpu", framework="numpy")["a"].tobytes() == b"abcd"
+
+
 def test_torch_on_the_cpu_equals_safetensors_torch(scratch):
     torch = pytest.importorskip("torch", reason="PyTorch is not installed here (the GPU suite runs these with it)")
     import safetensors.torch

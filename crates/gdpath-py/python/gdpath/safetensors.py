@@ -122,7 +122,13 @@ class _Builder:
     def __init__(self, framework: str):
         self.framework = _framework(framework)
         if self.framework == "pt":
-            import torch
+            try:
+                import torch
+            except ImportError as e:
+                raise ImportError(
+                    'framework="pt" (the default, as safetensors.torch) needs PyTorch, which '
+                    'does not import here; framework="numpy" loads into host memory without it'
+                ) from e
 
             self._from = torch.from_dlpack
             self._dtypes = _torch_dtypes()
