@@ -394,7 +394,13 @@ pub fn save(
     };
     let tensor_bytes: u64 = placed.iter().map(|p| p.t.bytes).sum();
     let header_bytes = header.len() as u64;
-    let file_bytes = header_bytes + tensor_bytes;
+    let file_bytes = header_bytes.checked_add(tensor_bytes).ok_or_else(|| {
+        let last = placed.last().map(|p| p.t);
+        SaveError::ShapeOverflow {
+            name: last.map(|t| t.name.clone()).unwrap_or_default(),
+            shape: last.map(|t| t.shape.clone()).unwrap_or_default(),
+        }
+    })?;
     let replace = ReplaceOptions {
         overwrite: opts.overwrite,
         fsync: opts.fsync,
