@@ -480,8 +480,9 @@ impl<M: HostMemory> HostRegistration<M> {
 
     /// As [`HostRegistration::new`], for memory its owner may have page-locked already
     /// (PyTorch's pinned memory, `cudaHostAlloc`, another `cudaHostRegister`): where the driver
-    /// answers `CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED`, the memory is used as it is (copies
-    /// from it are asynchronous DMA all the same) and left locked on drop
+    /// maps both ends of the range already (`cuMemHostGetDevicePointer`), or answers the
+    /// registration with `CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED`, the memory is used as it
+    /// is (copies from it are asynchronous DMA all the same) and left locked on drop
     /// ([`HostRegistration::locked_here`] is then false).
     ///
     /// Errors: as [`HostRegistration::new`], except `CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED`.
