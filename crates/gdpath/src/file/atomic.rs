@@ -92,12 +92,15 @@ impl AtomicFile {
         };
         remove_stale_temporaries(&target);
         let mut attempt = 0;
-        let (path, file) = loop {
+        let (path, file, temp) = loop {
             let random = getrandom::u64().map_err(|e| Error::Open {
                 path: dir.clone(),
                 source: Arc::new(std::io::Error::other(format!("no random name: {e}"))),
             })?;
             let path = dir.join(temp_name(name, random));
+            // Registered before it exists: a signal between the open and the registration
+            // would otherwise leave the file behind.
+            let temp = Temporary::adopt(&path);
             let opened = OpenOptions::new()
                 .read(true)
                 .write(true)
@@ -106,19 +109,21 @@ impl AtomicFile {
                 .custom_flags(libc::O_NOFOLLOW)
                 .open(&path);
             match opened {
-                Ok(f) => break (path, f),
+                Ok(f) => break (path, f, temp),
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && attempt < 8 => {
+                    // Someone else's file: not ours to remove.
+                    temp.keep();
                     attempt += 1;
                 }
                 Err(e) => {
+                    temp.keep();
                     return Err(Error::Open {
                         path: path.clone(),
                         source: Arc::new(e),
-                    })
+                    });
                 }
             }
         };
-        let temp = Temporary::adopt(&path);
         if let Some(md) = &existing {
             let mode = md.permissions().mode() & 0o777;
             file.set_permissions(std::fs::Permissions::from_mode(mode))

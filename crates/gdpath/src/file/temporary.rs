@@ -75,12 +75,18 @@ impl Drop for Temporary {
 /// For the thread that handles SIGINT/SIGTERM just before it ends the process: a temporary an
 /// [`super::AtomicFile`] is renaming at that moment is either renamed (its target is then
 /// complete: it was synced first) or removed (its rename fails and the old target stays).
+///
+/// The registry stays locked afterwards, so another thread's [`Temporary::adopt`] (which an
+/// `AtomicFile` calls before it creates its file) blocks until the process ends instead of
+/// creating a file nobody removes: call it only on the way out.
 pub fn remove_live_temporaries() -> usize {
-    let paths: Vec<PathBuf> = std::mem::take(&mut *live());
-    paths
-        .iter()
+    let mut registry = live();
+    let removed = registry
+        .drain(..)
         .filter(|p| std::fs::remove_file(p).is_ok())
-        .count()
+        .count();
+    std::mem::forget(registry);
+    removed
 }
 
 /// Longest part of the target's name kept in a temporary's name, in bytes: with the marker, the
