@@ -10,26 +10,6 @@ use std::process::Command;
 
 mod common;
 
-/// Writes a safetensors file of `tensors` (name, element count of F32), data in that order;
-/// returns (total tensor bytes, where the data section starts in the file).
-fn write_checkpoint(path: &std::path::Path, tensors: &[(&str, usize)]) -> (u64, u64) {
-    let mut header = serde_json::Map::new();
-    let mut off = 0usize;
-    for (name, n) in tensors {
-        header.insert(
-            (*name).to_owned(),
-            serde_json::json!({"dtype": "F32", "shape": [n], "data_offsets": [off, off + 4 * n]}),
-        );
-        off += 4 * n;
-    }
-    let h = serde_json::to_vec(&serde_json::Value::Object(header)).unwrap();
-    let mut bytes = (h.len() as u64).to_le_bytes().to_vec();
-    bytes.extend_from_slice(&h);
-    bytes.extend((0..off).map(|i| (i % 251) as u8));
-    std::fs::write(path, bytes).unwrap();
-    (off as u64, 8 + h.len() as u64)
-}
-
 #[test]
 #[ignore = "needs an NVIDIA GPU: run with scripts/gpu-suite.sh"]
 fn load_times_its_setup_apart_and_places_every_tensor() {
@@ -40,7 +20,7 @@ fn load_times_its_setup_apart_and_places_every_tensor() {
         ("head.bias", 1000),
         ("head.weight", 1 << 20),
     ];
-    let (bytes, data_start) = write_checkpoint(&f, &tensors);
+    let (bytes, data_start) = common::write_checkpoint(&f, &tensors);
     let file = f.to_str().unwrap();
 
     let out = Command::new(common::bin())
@@ -128,7 +108,7 @@ fn load_times_its_setup_apart_and_places_every_tensor() {
 fn resave_from_the_gpu_is_verified_and_reports_its_path() {
     let dir = tempfile::tempdir().unwrap();
     let f = dir.path().join("model.safetensors");
-    write_checkpoint(&f, &[("a", 3 << 20), ("b", 1000), ("c", 1 << 20)]);
+    common::write_checkpoint(&f, &[("a", 3 << 20), ("b", 1000), ("c", 1 << 20)]);
     let (src, host, gpu) = (
         f.to_str().unwrap(),
         dir.path().join("host.safetensors"),
@@ -187,7 +167,7 @@ fn load_uses_the_chooser_and_verifies_on_the_gpu() {
     }
     for (dir, cold) in dirs {
         let f = dir.join("model.safetensors");
-        let (bytes, _) = write_checkpoint(&f, &[("w", 24 << 20), ("b", 77)]);
+        let (bytes, _) = common::write_checkpoint(&f, &[("w", 24 << 20), ("b", 77)]);
         let mut args = vec![
             "load",
             f.to_str().unwrap(),

@@ -7,29 +7,6 @@ use std::process::Command;
 
 mod common;
 
-/// Writes a safetensors file of F32 tensors (name, element count), synced to the device (so
-/// that eviction can drop its pages); returns the tensor bytes.
-fn write_checkpoint(path: &std::path::Path, tensors: &[(&str, usize)]) -> u64 {
-    use std::io::Write;
-    let mut header = serde_json::Map::new();
-    let mut off = 0usize;
-    for (name, n) in tensors {
-        header.insert(
-            (*name).to_owned(),
-            serde_json::json!({"dtype": "F32", "shape": [n], "data_offsets": [off, off + 4 * n]}),
-        );
-        off += 4 * n;
-    }
-    let h = serde_json::to_vec(&serde_json::Value::Object(header)).unwrap();
-    let mut bytes = (h.len() as u64).to_le_bytes().to_vec();
-    bytes.extend_from_slice(&h);
-    bytes.extend((0..off).map(|i| (i % 251) as u8));
-    let mut f = std::fs::File::create(path).unwrap();
-    f.write_all(&bytes).unwrap();
-    f.sync_all().unwrap();
-    off as u64
-}
-
 fn load_json(args: &[&str]) -> serde_json::Value {
     let out = Command::new(common::bin())
         .arg("load")
@@ -44,7 +21,7 @@ fn load_json(args: &[&str]) -> serde_json::Value {
 fn a_hot_disk_file_is_chosen_from_memory_verified_and_flags_override() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let f = dir.path().join("m.safetensors");
-    let bytes = write_checkpoint(&f, &[("a", 3 << 20), ("b", 1000)]);
+    let (bytes, _) = common::write_checkpoint(&f, &[("a", 3 << 20), ("b", 1000)]);
     let file = f.to_str().unwrap();
     // Read once so that it is in the page cache whatever the sync did.
     std::fs::read(&f).unwrap();
@@ -115,7 +92,7 @@ fn a_hot_disk_file_is_chosen_from_memory_verified_and_flags_override() {
 fn cold_makes_the_chooser_see_a_cold_file() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let f = dir.path().join("m.safetensors");
-    write_checkpoint(&f, &[("a", 4 << 20)]);
+    common::write_checkpoint(&f, &[("a", 4 << 20)]);
     let v = load_json(&[f.to_str().unwrap(), "--cold", "--verify"]);
     assert_eq!(v["cold"], true);
     assert_eq!(v["verified"], true, "{v}");
@@ -145,7 +122,7 @@ fn a_tmpfs_file_is_memory() {
         return;
     };
     let f = dir.path().join("m.safetensors");
-    write_checkpoint(&f, &[("a", 9 << 20)]);
+    common::write_checkpoint(&f, &[("a", 9 << 20)]);
     let v = load_json(&[f.to_str().unwrap(), "--cold", "--verify"]);
     let c = &v["chosen"];
     assert_eq!(c["facts"]["fs"], "tmpfs", "{v}");
