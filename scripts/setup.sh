@@ -10,7 +10,7 @@ pkgs=(
   iproute2            # ip netns / veth: two-host network tests on one machine
   fio                 # storage benchmark baseline
   pkg-config
-  g++                 # libFuzzer, built by the libfuzzer-sys crate (scripts/fuzz.sh, CI)
+  g++                 # libFuzzer (scripts/fuzz.sh, CI); its gcc builds net_faults.rs's fault shim
   chromium            # gdpath-report's browser test renders the report headless (tests/browser.rs)
   fonts-dejavu-core   # DejaVu Sans Mono: the face the report's label widths are measured for
 )

@@ -3,7 +3,8 @@
 //! huge length prefix, a half handshake left hanging, 500 idle connections at `ulimit -n 64`,
 //! the server killed under every bench mode, one SIGINT, `--qd` bounds, a restart on the same
 //! port, a device that does not exist, a library that is not one, a token file others can
-//! read, and eight clients benchmarking one region at once.
+//! read, eight clients benchmarking one region at once, and a connection reset seen by a send
+//! in the middle of a message.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -419,4 +420,51 @@ fn garbage_to_ucxs_own_transport_port_does_not_stop_serve() {
     assert!(srv.child.try_wait().unwrap().is_none(), "serve died");
     let out = quick_bench(addr);
     assert_eq!(json_ok(&out)["rows"][0]["verified"], true);
+}
+
+/// A server that stops reading while a 1 MiB put is half on the wire, then resets the
+/// connection as the client's next send sees it first (`tests/shim/send_reset.c`, preloaded
+/// into the client): UCX 1.13 completed its zero-copy send twice there and aborted the client
+/// (`uct_iface.h:884 Assertion 'comp->count > 0'`, 4 of 5 runs before the engine kept tcp off
+/// zero-copy). The client must end with the peer gone, every time.
+#[test]
+fn a_reset_seen_by_a_send_mid_message_ends_the_client_cleanly() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let shim = dir.path().join("send_reset.so");
+    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/shim/send_reset.c");
+    let cc = Command::new("cc")
+        .args(["-shared", "-fPIC", "-O2", "-o"])
+        .arg(&shim)
+        .args([src, "-ldl"])
+        .output()
+        .expect("cc (a C compiler; scripts/setup.sh installs one) builds the fault shim");
+    assert!(
+        cc.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cc.stderr)
+    );
+    let trigger = dir.path().join("reset-now");
+    for round in 0..3 {
+        let (mut srv, addr) = lo_serve(&["--export", "host:64MiB"]);
+        let mut cl = Proc::spawn(
+            bench_net(addr)
+                .args(["--size", "1MiB", "--runs", "50", "--bytes-per-run", "1GiB"])
+                .env("LD_PRELOAD", &shim)
+                .env("GDPATH_SEND_RESET_AT", &trigger),
+        );
+        srv.wait_line("connected: bench@", T);
+        std::thread::sleep(Duration::from_millis(300));
+        // Stopped, the server leaves the client's socket full with a message half sent.
+        signal(&srv, libc::SIGSTOP);
+        std::thread::sleep(Duration::from_millis(300));
+        std::fs::write(&trigger, b"").unwrap();
+        signal(&srv, libc::SIGCONT);
+        let status = cl.wait_exit(Duration::from_secs(20));
+        let err = cl.stderr().join("\n");
+        std::fs::remove_file(&trigger).unwrap();
+        assert!(!err.contains("Assertion"), "round {round}: {err}");
+        assert_eq!(status.code(), Some(1), "round {round}: {err}");
+        assert!(err.contains("went away"), "round {round}: {err}");
+    }
 }

@@ -64,6 +64,18 @@ pub(crate) use remote::{ipc_import, RemoteMem};
 /// reason (ai-dynamo/nixl PR #2208).
 const UCX_CUDA_DEFAULTS: &[(&str, &str)] = &[("CUDA_IPC_ENABLE_GET_ZCOPY", "y")];
 
+/// Settings gdpath needs before UCX 1.16 where the network is tcp alone (no RDMA transport in
+/// the context), unless the environment sets them (`UCX_<name>`).
+///
+/// `ZCOPY_THRESH=inf` keeps host-memory messages off zero-copy sends. UCX 1.13's
+/// `uct_tcp_ep_sendv` completes a zero-copy send twice when the socket fails under it (once in
+/// the endpoint's purge, once on return), and its assertion (`uct_iface.h:884 'comp->count >
+/// 0'`) aborts the process: a client whose server is killed while a large active message is on
+/// the wire dies with it (docs/network.md, "Known UCX defects"). Copied sends complete once.
+/// The setting is UCP-wide (UCX 1.13 takes no per-transport one that only tcp reads), so a
+/// context with an RDMA transport, whose eager zero-copy it would slow, keeps UCX's own.
+const UCX_TCP_DEFAULTS_BEFORE_1_16: &[(&str, &str)] = &[("ZCOPY_THRESH", "inf")];
+
 /// Active-message id of the control protocol.
 pub(crate) const CTRL_AM: u16 = crate::net::codec::AM_ID;
 /// Notifications kept until the application takes them; more are dropped and counted.
@@ -196,12 +208,25 @@ impl UcxBackend {
     /// Loads UCX and creates the context (RMA, active messages, and wakeup for a serving
     /// thread's idle waits) and worker.
     pub(crate) fn new(agent_name: &str, agent_id: u64, cfg: NetConfig) -> Result<Arc<Self>> {
+        let ucx_err = |source| Error::Ucx {
+            op: "context",
+            source,
+        };
+        let ucx = gdpath_ucx::Ucx::load().map_err(ucx_err)?;
         // A setting the environment already makes is the user's (and UCX's to warn about).
-        let cuda_defaults: Vec<(String, String)> = UCX_CUDA_DEFAULTS
-            .iter()
-            .filter(|(k, _)| std::env::var_os(format!("UCX_{k}")).is_none())
-            .map(|&(k, v)| (k.to_owned(), v.to_owned()))
-            .collect();
+        let unset = |list: &[(&str, &str)]| -> Vec<(String, String)> {
+            list.iter()
+                .filter(|(k, _)| std::env::var_os(format!("UCX_{k}")).is_none())
+                .map(|&(k, v)| (k.to_owned(), v.to_owned()))
+                .collect()
+        };
+        let cuda_defaults = unset(UCX_CUDA_DEFAULTS);
+        let v = ucx.version();
+        let tcp_defaults = if (v.major, v.minor) < (1, 16) {
+            unset(UCX_TCP_DEFAULTS_BEFORE_1_16)
+        } else {
+            Vec::new()
+        };
         let mut ucfg = UcxCfg {
             // WAKEUP (for the serving thread's idle waits) leaves lane selection alone without
             // TAG (UCX's wireup), and UCX raises its event fd for tcp and shared memory alike
@@ -210,38 +235,48 @@ impl UcxBackend {
             features: Features::RMA | Features::AM | Features::WAKEUP,
             transports: cfg.transports.clone(),
             devices: cfg.devices.clone(),
-            defaults: cuda_defaults,
+            defaults: [cuda_defaults.clone(), tcp_defaults.clone()].concat(),
             ..UcxCfg::default()
         };
-        let ucx_err = |source| Error::Ucx {
-            op: "context",
-            source,
-        };
-        // The CUDA settings go in from the start, so that where UCX has CUDA transports (what
-        // they are for) one context serves. Which transports UCX has is known only once a
-        // context exists, and a UCX without CUDA transports warns about a setting none of them
-        // used ("invalid configuration", when the worker is created): there the context is
-        // made again without them (cheap: docs/benchmarks.md, "Measurements behind the
-        // defaults", one UCX context). Should that fail, the first context serves; should UCX
-        // refuse the first at `ucp_init`, one without the settings is tried before giving up (a
-        // missing library or a setting UCX refuses fails both alike, so it is not tried again).
-        let mut ctx = match Context::new(&ucfg) {
+        // The transports' settings go in from the start, so that where UCX has those
+        // transports (what they are for) one context serves. Which transports UCX has is known
+        // only once a context exists, and UCX warns about a setting none of them used
+        // ("invalid configuration", when the worker is created): there the context is made
+        // again without those (cheap: docs/benchmarks.md, "Measurements behind the defaults",
+        // one UCX context). Should that fail, the first context serves; should UCX refuse the
+        // first at `ucp_init`, one without the settings is tried before giving up (a missing
+        // library or a setting UCX refuses fails both alike, so it is not tried again).
+        let mut ctx = match Context::with_ucx(ucx.clone(), &ucfg) {
             Ok(c) => c,
             Err(e @ gdpath_ucx::UcxError::Status { op: "ucp_init", .. })
                 if !ucfg.defaults.is_empty() =>
             {
-                tracing::debug!("UCX context with gdpath's CUDA defaults: {e}");
+                tracing::debug!("UCX context with gdpath's transport defaults: {e}");
                 ucfg.defaults.clear();
-                Context::new(&ucfg).map_err(ucx_err)?
+                Context::with_ucx(ucx.clone(), &ucfg).map_err(ucx_err)?
             }
             Err(e) => return Err(ucx_err(e)),
         };
         let cuda = ctx.supports(MemType::Cuda).unwrap_or(false);
-        if !cuda && !ucfg.defaults.is_empty() {
-            ucfg.defaults.clear();
-            match Context::new(&ucfg) {
+        let tcp_alone = ctx.resources().is_ok_and(|rs| {
+            rs.iter().any(|r| r.transport == "tcp")
+                && !rs
+                    .iter()
+                    .any(|r| RDMA_TRANSPORTS.contains(&r.transport.as_str()))
+        });
+        let wanted: Vec<(String, String)> = ucfg
+            .defaults
+            .iter()
+            .filter(|d| {
+                (cuda || !cuda_defaults.contains(d)) && (tcp_alone || !tcp_defaults.contains(d))
+            })
+            .cloned()
+            .collect();
+        if wanted.len() != ucfg.defaults.len() {
+            ucfg.defaults = wanted;
+            match Context::with_ucx(ucx, &ucfg) {
                 Ok(c) => ctx = c,
-                Err(e) => tracing::debug!("UCX context without gdpath's CUDA defaults: {e}"),
+                Err(e) => tracing::debug!("UCX context without the unused defaults: {e}"),
             }
         }
         if let Some(devices) = &cfg.devices {
