@@ -3,10 +3,10 @@
 
 use anyhow::Result;
 use clap::Args;
-use gdpath::checkpoint::{Checkpoint, Destination, GpuPrestart, LoadError, LoadedCheckpoint};
-use gdpath::tune::{Dest, Overrides};
+use gdpath::checkpoint::{Checkpoint, Destination, LoadError};
+use gdpath::tune::Overrides;
 use gdpath::units::format_size;
-use gdpath::{Agent, AgentConfig, FileSpec, Memory, TransferRequest};
+use gdpath::AgentConfig;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -54,9 +54,6 @@ pub struct LoadArgs {
 }
 
 pub fn run(a: LoadArgs) -> Result<ExitCode> {
-    // The GPU's driver and context come up while the header is read, the chooser looks at the
-    // file and the agent starts its CPU backends.
-    let prestart = (!a.host).then(|| GpuPrestart::spawn(a.gpu));
     // The header first: a malformed file is a `checkpoint` error before anything else runs.
     let ck = Checkpoint::open(&[&a.file])?;
     if a.cold {
@@ -77,47 +74,25 @@ pub fn run(a: LoadArgs) -> Result<ExitCode> {
         },
         cufile: None,
     };
-    let to = if a.host { Dest::Host } else { Dest::Gpu };
-    let tuning = gdpath::tune::choose(&[&a.file], to, &over)?;
-    let mut cfg = AgentConfig::default();
-    tuning.apply(&mut cfg);
-    let agent = Agent::new(cfg)?;
-    if !a.host && !agent.backends().iter().any(|b| b.name == "cuda") {
-        return Err(gdpath::Error::Unsupported {
-            what: format!(
-                "loading onto GPU {} (no CUDA driver could be loaded here; --host loads into \
-                 host memory)",
-                a.gpu
-            ),
-            backend: "cuda",
-        }
-        .into());
-    }
+    let mut setup = ck
+        .setup(dest, &over, AgentConfig::default())
+        .map_err(host_hint)?;
+    let tuning = setup.tuning.clone();
     if !a.json {
         outln!("chosen: {}", tuning.summary());
     }
-    let started = if a.host {
-        None
-    } else {
-        start(&agent, &a.file, a.gpu)
-    };
-    // The agent holds the context now: the prestart's hold can go.
-    let context_s = prestart.and_then(GpuPrestart::finish);
+    // A step that fails here fails again in the load, which says why.
+    let started = setup.warm_up(&ck).ok().flatten();
     if let (Some(t), false) = (started, a.json) {
         outln!(
             "start: {t:.3} s (CUDA context, file path setup such as cuFile's driver; not in the \
              load figures){}",
-            context_s.map_or(String::new(), |c| format!(
+            setup.context_s().map_or(String::new(), |c| format!(
                 "; the driver and context came up in {c:.3} s beside the header and chooser"
             ))
         );
     }
-    let load = || -> Result<LoadedCheckpoint, LoadError> {
-        let t0 = std::time::Instant::now();
-        let mut c = ck.load(&agent, dest, None)?;
-        c.elapsed = t0.elapsed();
-        Ok(c)
-    };
+    let mut load = || setup.load(&ck, None);
     let onto = match dest {
         Destination::Gpu(g) => format!("GPU {g}"),
         Destination::Host { .. } => "host memory".to_owned(),
@@ -142,7 +117,7 @@ pub fn run(a: LoadArgs) -> Result<ExitCode> {
     }
     let c = load()?;
     let verified = if a.verify {
-        Some(c.verify(&agent)?)
+        Some(c.verify(&setup.agent)?)
     } else {
         None
     };
@@ -184,7 +159,7 @@ pub fn run(a: LoadArgs) -> Result<ExitCode> {
             "elapsed_s": c.elapsed.as_secs_f64(),
             "transfer_s": c.transfer.as_secs_f64(),
             "start_s": started,
-            "context_s": context_s,
+            "context_s": setup.context_s(),
             "gbps": c.gbps(),
             "path": c.path.as_ref().map(gdpath::Path::name),
             "finding": c.finding,
@@ -220,12 +195,6 @@ pub fn run(a: LoadArgs) -> Result<ExitCode> {
         c.transfer.as_secs_f64()
     );
     match &c.finding {
-        // Buffered was the choice, not a fallback: say so instead of the finding.
-        Some(f)
-            if f.as_str() == gdpath::finding::ids::STORAGE_ODIRECT_DISABLED && !tuning.direct =>
-        {
-            outln!("path: {} (buffered, as chosen)", path_text(&c.path))
-        }
         Some(f) => outln!(
             "path: {} (fallback: {f}: {})",
             path_text(&c.path),
@@ -250,37 +219,32 @@ fn path_text(p: &Option<gdpath::Path>) -> String {
         .map_or_else(|| "none (no bytes to read)".to_owned(), ToString::to_string)
 }
 
-/// One-time setup a serving process pays once, done before the timed loads: the GPU's CUDA
-/// context and the file path's own (cuFile's driver open and file registration attempt, the
-/// staged path's pinned bounce buffers), by reading the file's first `threads × chunk` bytes
-/// onto the GPU: the staged path deals a pair's chunks round-robin to its threads, so that read
-/// makes each thread take its two bounce buffers once, and they stay pooled. On the H200 it
-/// took 0.12 s for the context and ≈ 0.6 s for cuFile's driver open, which made a first 1 GiB
-/// load from the page cache 1.4 GB/s against 40 for the next; with the context and the driver
-/// set up, the 48 pinned buffers (≈ 200 MiB) allocated by the first load still took 0.1–0.17 s
-/// of it. `safetensors`/PyTorch timings start with CUDA up too. Seconds taken; `None` when a
-/// step failed (the load then reports why).
-fn start(agent: &Agent, file: &std::path::Path, gpu: u32) -> Option<f64> {
-    let t = std::time::Instant::now();
-    let f = agent.register(Memory::File(FileSpec::read(file))).ok()?;
-    let gds = &agent.config().gds;
-    let len = f.len().ok()?.min((gds.threads as u64).max(1) * gds.chunk);
-    if len > 0 {
-        let g = agent.register(Memory::Gpu { ordinal: gpu, len }).ok()?;
-        agent
-            .post(TransferRequest::read(
-                vec![g.desc(0, len)],
-                vec![f.desc(0, len)],
-            ))
-            .ok()?
-            .wait()
-            .ok()?;
-    }
-    Some(t.elapsed().as_secs_f64())
-}
-
 /// Drops the file from the page cache before a cold load; best effort (a refused eviction
 /// leaves that load warm, not failed).
 fn drop_cache(path: &std::path::Path) {
     let _ = gdpath::os::evict_page_cache(path);
+}
+
+/// The CLI's way to load without a GPU, named where the engine says no CUDA driver loads.
+fn host_hint(e: LoadError) -> LoadError {
+    let LoadError::Engine { path, error } = e else {
+        return e;
+    };
+    let error = match *error {
+        gdpath::Error::Unsupported {
+            what,
+            backend: "cuda",
+        } => gdpath::Error::Unsupported {
+            what: format!(
+                "{}; --host loads into host memory)",
+                what.trim_end_matches(')')
+            ),
+            backend: "cuda",
+        },
+        other => other,
+    };
+    LoadError::Engine {
+        path,
+        error: Box::new(error),
+    }
 }

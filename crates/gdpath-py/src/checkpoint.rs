@@ -10,10 +10,13 @@ use crate::dlpack::{View, KDL_CPU, KDL_CUDA};
 use crate::error::IntoPy;
 use crate::transfer::PairReport;
 use gdpath::checkpoint::{self as ck, Destination};
+use gdpath::tune::Overrides;
+use gdpath::AgentConfig;
 use pyo3::exceptions::{PyIndexError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use std::path::PathBuf;
+use std::sync::Mutex;
 
 /// One tensor of a checkpoint: `name`, `dtype` (the safetensors name: `F32`, `BF16`,
 /// `F8_E4M3`, ...), `shape`, `nbytes`, and `file` (its index in `Checkpoint.files`).
@@ -103,13 +106,21 @@ impl Checkpoint {
 
     /// Loads every tensor (`names=None`) or those named into one allocation with one transfer:
     /// on GPU `gpu`, or in host memory (`gpu=None`; `pinned` page-locks it). The GIL is
-    /// released while the bytes move. Errors: `checkpoint` (an unknown name), the engine's
-    /// (`unsupported` without a CUDA driver for a GPU, transfer failures).
-    #[pyo3(signature = (agent, *, gpu=None, names=None, pinned=false))]
+    /// released while the bytes move.
+    ///
+    /// `agent=None` loads with the storage settings the engine's chooser picks for these files
+    /// (threads, bytes per request, O_DIRECT or the page cache, cuFile; `LoadedCheckpoint.chosen`
+    /// says which and why), through an agent the module keeps for those settings (at most
+    /// four, the least recently used dropped first), as `gdpath load` does; an agent given
+    /// loads with its own configuration.
+    ///
+    /// Errors: `checkpoint` (an unknown name), the engine's (`unsupported` without a CUDA
+    /// driver for a GPU, transfer failures).
+    #[pyo3(signature = (agent=None, *, gpu=None, names=None, pinned=false))]
     fn load(
         &self,
         py: Python<'_>,
-        agent: &Agent,
+        agent: Option<&Agent>,
         gpu: Option<u32>,
         names: Option<Vec<String>>,
         pinned: bool,
@@ -122,17 +133,25 @@ impl Checkpoint {
             Some(g) => (KDL_CUDA, g as i32),
             None => (KDL_CPU, 0),
         };
-        let (a, c) = (agent.agent.clone(), self.ck.clone());
-        let loaded = py
+        let (a, c) = (agent.map(|a| a.agent.clone()), self.ck.clone());
+        let (loaded, chosen) = py
             .detach(move || {
                 let names: Option<Vec<&str>> = names
                     .as_ref()
                     .map(|v| v.iter().map(String::as_str).collect());
-                c.load(&a, dest, names.as_deref())
+                match a {
+                    Some(a) => c.load(&a, dest, names.as_deref()).map(|l| (l, None)),
+                    None => {
+                        let mut setup = tuned_setup(&c, dest)?;
+                        let loaded = setup.load(&c, names.as_deref())?;
+                        Ok((loaded, Some(setup.tuning.summary())))
+                    }
+                }
             })
             .py_err(py)?;
         Ok(Loaded {
             device,
+            chosen,
             pairs: loaded
                 .pairs
                 .iter()
@@ -236,6 +255,43 @@ impl Checkpoint {
     }
 }
 
+/// The agents [`Checkpoint::load`] keeps for the chooser's settings, most recently used last:
+/// a load whose files get the same settings reuses one (its threads and pinned buffers).
+static TUNED: Mutex<Vec<(Settings, gdpath::Agent)>> = Mutex::new(Vec::new());
+
+/// Most agents kept in [`TUNED`]: the chooser gives few distinct settings on one machine
+/// (files in memory, cold files, small files), and each agent holds threads and buffers.
+const MAX_TUNED: usize = 4;
+
+/// What a chosen tuning sets in an agent (its explanation aside).
+type Settings = (usize, u64, bool, bool);
+
+/// A load setup with the chooser's settings for `ck`'s files, on a kept agent when one has
+/// them, else on a new one (kept).
+fn tuned_setup(ck: &ck::Checkpoint, dest: Destination) -> Result<ck::LoadSetup, ck::LoadError> {
+    let tuning = ck.choose(dest, &Overrides::default())?;
+    let key: Settings = (tuning.threads, tuning.chunk, tuning.direct, tuning.cufile);
+    let kept = {
+        let mut agents = TUNED.lock().unwrap_or_else(|p| p.into_inner());
+        let i = agents.iter().position(|(k, _)| *k == key);
+        i.map(|i| {
+            let e = agents.remove(i);
+            agents.push((e.0, e.1.clone()));
+            e.1
+        })
+    };
+    if let Some(agent) = kept {
+        return Ok(ck::LoadSetup::with_agent(agent, tuning, dest));
+    }
+    let setup = ck.setup(dest, &Overrides::default(), AgentConfig::default())?;
+    let mut agents = TUNED.lock().unwrap_or_else(|p| p.into_inner());
+    if agents.len() >= MAX_TUNED {
+        agents.remove(0);
+    }
+    agents.push((key, setup.agent.clone()));
+    Ok(setup)
+}
+
 /// A loaded checkpoint: the allocation and its tensors. `view(i)` exports tensor `i`'s bytes
 /// through DLPack (each export holds the allocation); `path`, `finding`, `pairs`, `elapsed`,
 /// `gbps` say how the bytes came.
@@ -243,6 +299,7 @@ impl Checkpoint {
 pub struct Loaded {
     inner: ck::LoadedCheckpoint,
     device: (i32, i32),
+    chosen: Option<String>,
     tensors: Vec<TensorInfo>,
     addrs: Vec<u64>,
     pairs: Vec<Py<PairReport>>,
@@ -295,6 +352,13 @@ impl Loaded {
     #[getter]
     fn path(&self) -> Option<String> {
         self.inner.path.as_ref().map(gdpath::Path::name)
+    }
+
+    /// The storage settings the chooser picked for the load and why (`"16 threads × 4 MiB,
+    /// buffered: ..."`), `None` when the load used an agent given to it.
+    #[getter]
+    fn chosen(&self) -> Option<String> {
+        self.chosen.clone()
     }
 
     /// Why the preferred path was not taken for the first read, if it was not.

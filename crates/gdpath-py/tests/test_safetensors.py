@@ -218,3 +218,36 @@ def test_torch_on_the_cpu_equals_safetensors_torch(scratch):
         g = got[k]
         assert (g.dtype, g.shape, g.device) == (w.dtype, w.shape, w.device), k
         assert g.reshape(-1).view(torch.uint8).numpy().tobytes() == w.reshape(-1).view(torch.uint8).numpy().tobytes(), k
+
+
+def test_a_load_without_an_agent_uses_the_choosers_settings_as_the_cli(scratch):
+    """``load`` with no agent takes the storage chooser's settings for the file, the same ones
+    ``gdpath load`` prints for it, and a buffered read it chose is not reported as a fallback;
+    two loads whose files get the same settings share one agent."""
+    from conftest import gdpath_bin
+    import subprocess
+
+    ts = {k: t for k, t in tensors(11).items() if t["dtype"] in NUMPY}
+    p = scratch / "chosen.safetensors"
+    write(p, ts)
+    ck = gdpath._native.Checkpoint([str(p)])
+    first = ck.load(gpu=None)
+    cli = json.loads(
+        subprocess.run(
+            [str(gdpath_bin()), "load", str(p), "--host", "--json"],
+            check=True, capture_output=True, text=True,
+        ).stdout
+    )
+    assert first.chosen == cli["chosen_text"], (first.chosen, cli["chosen_text"])
+    assert "buffered" in first.chosen  # a file just written is in the page cache
+    assert first.finding is None and first.path == "posix-buffered", (first.finding, first.path)
+    threads = lambda: int(open("/proc/self/status").read().split("Threads:")[1].split()[0])
+    before = threads()
+    again = ck.load(gpu=None)
+    assert again.chosen == first.chosen
+    # A second agent would have started its own readers (one per chosen thread).
+    assert threads() - before < int(first.chosen.split()[0]), (before, threads(), first.chosen)
+    got = gst.load_file(p, framework="numpy")
+    assert_same_numpy(got, safetensors.numpy.load_file(str(p)))
+    # An agent given loads with its own configuration, and says nothing was chosen.
+    assert ck.load(gdpath.Agent(name="mine"), gpu=None).chosen is None

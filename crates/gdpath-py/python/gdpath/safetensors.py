@@ -160,8 +160,10 @@ def load_file(
 
     ``filename``: a ``.safetensors`` file, a list of them (a sharded checkpoint), or a
     ``model.safetensors.index.json``. ``device``: ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or an
-    ordinal. ``agent``: the :class:`gdpath.Agent` to load with (default
-    :func:`gdpath.default_agent`). The GIL is released while the bytes move.
+    ordinal. ``agent``: the :class:`gdpath.Agent` to load with; by default the storage
+    settings the engine's chooser picks for these files (threads, bytes per request, O_DIRECT
+    or the page cache, cuFile), as ``gdpath load`` uses them, through an agent the module keeps
+    for those settings. The GIL is released while the bytes move.
 
     Raises :class:`gdpath.CheckpointError` (kind ``checkpoint``) for a malformed file or index
     before anything is allocated; :class:`gdpath.GdpathError` with the engine's kind for the
@@ -173,7 +175,7 @@ def load_file(
     if build.framework == "np" and gpu is not None:
         raise ValueError("framework=\"numpy\" loads into host memory: device must be \"cpu\"")
     ck = _open(filename)
-    loaded = ck.load(agent or default_agent(), gpu=gpu)
+    loaded = ck.load(agent, gpu=gpu)
     return {t.name: build.tensor(loaded, i, t) for i, t in enumerate(loaded.tensors)}
 
 
@@ -200,7 +202,7 @@ class safe_open:
         self._gpu = _gpu_of(device)
         if self._build.framework == "np" and self._gpu is not None:
             raise ValueError("framework=\"numpy\" loads into host memory: device must be \"cpu\"")
-        self._agent = agent or default_agent()
+        self._agent = agent
         self._ck = _open(filename)
         self._infos = {t.name: t for t in self._ck.tensors()}
 

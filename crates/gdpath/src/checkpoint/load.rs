@@ -463,40 +463,6 @@ impl Checkpoint {
     }
 }
 
-/// The CUDA driver's initialisation and GPU `ordinal`'s primary context, brought up on a thread
-/// of their own so that a load's CPU work (reading headers, the storage chooser, the agent's
-/// CPU backends) runs meanwhile: the context is then already there when the load's agent
-/// retains it. Holding it keeps the primary context alive; drop it once the agent has made its
-/// own (after its first GPU registration). Failures are not reported here: the agent meets
-/// them again and says why.
-#[derive(Debug)]
-pub struct GpuPrestart {
-    thread: Option<std::thread::JoinHandle<Option<(gdpath_cuda::Context, Duration)>>>,
-}
-
-impl GpuPrestart {
-    /// Starts the thread (a thread that cannot be started is no prestart: the agent does it).
-    pub fn spawn(ordinal: u32) -> GpuPrestart {
-        let thread = std::thread::Builder::new()
-            .name("gdpath-cuda-prestart".into())
-            .spawn(move || {
-                let t0 = Instant::now();
-                let cuda = gdpath_cuda::Cuda::load().ok()?;
-                let ctx = gdpath_cuda::Context::new(&cuda, ordinal).ok()?;
-                Some((ctx, t0.elapsed()))
-            })
-            .ok();
-        GpuPrestart { thread }
-    }
-
-    /// Waits for the thread; returns how long the driver and the context took to come up on
-    /// it (seconds), `None` when they failed. The context is released.
-    pub fn finish(mut self) -> Option<f64> {
-        let (_ctx, took) = self.thread.take()?.join().ok().flatten()?;
-        Some(took.as_secs_f64())
-    }
-}
-
 /// Loads the safetensors checkpoint at `file` onto GPU `gpu`: validates the header (before any
 /// GPU memory is allocated), allocates one buffer, reads every tensor with one transfer on the
 /// path the planner picks (GDS where cuFile can, else the staged O_DIRECT path, else buffered),

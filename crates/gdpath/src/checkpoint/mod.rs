@@ -15,16 +15,18 @@ pub mod index;
 pub mod load;
 pub mod plan;
 pub mod save;
+pub mod setup;
 
 pub use header::{Header, TensorEntry, MAX_HEADER_BYTES};
 pub use index::Index;
 pub use load::{
-    load, Checkpoint, Destination, GpuPrestart, LoadError, LoadedCheckpoint, LoadedTensor,
-    Verified, VERIFY_WINDOW,
+    load, Checkpoint, Destination, LoadError, LoadedCheckpoint, LoadedTensor, Verified,
+    VERIFY_WINDOW,
 };
 pub use plan::{CheckpointPlan, LoadPlan, PlacedTensor, PlannedRead, PlannedTensor};
 pub use safetensors::Dtype;
 pub use save::{compare_files, save, SaveError, SaveOptions, SaveReport, SaveTensor};
+pub use setup::{GpuPrestart, LoadSetup};
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
