@@ -3,10 +3,8 @@
 # `cargo test --release --no-run` output) with --ignored, first with every GPU visible, then
 # with one GPU visible (CUDA_VISIBLE_DEVICES=0), so two-GPU and one-GPU machines are both covered.
 #
-# Build here:  cargo test --release -p gdpath --test gpu_paths --test gds_gpu --no-run,
-#              -p gdpath-doctor --test gpu_doctor, -p gdpath-cuda --test gpu,
-#              -p gdpath-cli --test gpu_net --test gpu_load
-# Run there:   GDPATH_BIN=path/to/gdpath scripts/gpu-suite.sh DIR   (GDPATH_BIN for the CLI tests)
+# Build here:  scripts/build-gpu-suite.sh DIR (every GPU test binary, named gpu_*, and gdpath)
+# Run there:   GDPATH_BIN=DIR/gdpath scripts/gpu-suite.sh DIR   (GDPATH_BIN for the CLI tests)
 # Exit status: 0 when every binary passed in every configuration.
 set -u -o pipefail
 dir=${1:?usage: gpu-suite.sh DIR-with-test-binaries}

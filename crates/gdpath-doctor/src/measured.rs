@@ -4,9 +4,8 @@
 //!
 //! The rule for P2P and GDR: with `direct` the measured bandwidth of the direct path and
 //! `fallback` that of its fallback (same sizes, same direction), the direct path is a silent
-//! fallback when `direct ≤ 1.2 × fallback`. A real direct path beats its fallback by far more:
-//! on the H200 machine P2P over NVLink ran at ≈ 394 GB/s against ≈ 55 GB/s for a pinned host
-//! copy, one direction of the staged path (fixtures/device/h200x2-probe-2026-11-30.txt). The
+//! fallback when `direct ≤ 1.2 × fallback`. A real direct path beats its fallback by far more
+//! (docs/benchmarks.md, "Measurements behind the defaults", the measured-fallback rule). The
 //! 20 % margin absorbs run-to-run noise on machines where the two are close by nature (PCIe P2P
 //! vs. pinned staging through the same root complex), so it flags only paths that gain nothing.
 //!

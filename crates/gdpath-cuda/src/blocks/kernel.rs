@@ -29,10 +29,10 @@ pub struct KernelTuning {
     /// Threads per CTA: a multiple of 32 from 32 to 1024. Default 256 (8 warps).
     pub threads_per_block: u32,
     /// CTAs per SM in the grid, at most as many as fit; 0 asks the driver how many fit
-    /// (`cuOccupancyMaxActiveBlocksPerMultiprocessor`: 5 of 256 threads on an H200). Default
-    /// 2: 16 warps and 32 KiB of loads in flight per SM already saturate HBM and PCIe, and fewer
-    /// concurrent streams keep DRAM pages and the IOMMU's translations warmer (on an H200, 2 to 4
-    /// per SM were ~2 % faster than 5, and 1 was 10 % slower within the GPU).
+    /// (`cuOccupancyMaxActiveBlocksPerMultiprocessor`). Default 2: 16 warps and 32 KiB of
+    /// loads in flight per SM already saturate HBM and PCIe, and fewer concurrent streams keep
+    /// DRAM pages and the IOMMU's translations warmer (docs/benchmarks.md, "Measurements behind
+    /// the defaults", block lists).
     pub blocks_per_sm: u32,
     /// Descriptors longer than the piece size are split into pieces; the piece size is
     /// `total bytes / (2 × warps in the grid)`, rounded up to 4 KiB and at least this many

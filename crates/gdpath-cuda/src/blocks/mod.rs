@@ -29,18 +29,12 @@
 //!   run cannot leave one warp working alone, and 16–64 KiB blocks stay whole;
 //! - the next descriptor is loaded while the current one is copied, hiding its latency;
 //! - the host side is one pass per list (check, coalesce and write into pinned staging
-//!   together) and one upload: 5–10 ns per descriptor, so posting 100,000 descriptors costs
-//!   about 1 ms against the 30 ms their 1.6 GB take over PCIe.
+//!   together) and one upload, so posting costs a small fraction of the bytes' time over PCIe.
 //!
-//! Measured with `examples/kv_copy.rs` on an H200 (driver 580.159.04, 2026-12-01; medians of
-//! 5–7 runs in each of five sessions), random layouts, timed from before posting: the kernel
-//! moved 100,000 × 16 KiB GPU → pinned host at 0.85–0.93× the contiguous D2H rate (55.3 GB/s)
-//! and back at 0.88–0.93×, and 40,000 × 64 KiB within the GPU at 0.68–0.76× a contiguous D2D
-//! copy (≈ 2,100 GB/s); with the posting hidden behind earlier GPU work, 0.92–0.95×, 0.92× and
-//! 0.90×. `cuMemcpyBatchAsync` on the same driver spends about 1 µs (D2H), 4 µs (H2D) and
-//! 5 µs (D2D) of CPU per copy whatever the count, access order or hints (0.3–0.45×, 0.07× and
-//! 0.01× for those lists), so it is for lists of few large copies (64 × 16 MiB: 1.00× D2H,
-//! 0.70× D2D, its copy engines' rate) and the kernel for many small ones.
+//! The driver batch (`cuMemcpyBatchAsync`) costs microseconds of CPU per copy whatever the
+//! count, so it is for lists of few large copies and the kernel for many small ones; the
+//! measurements behind both, against contiguous copies of the same bytes, are in
+//! docs/benchmarks.md ("Measurements behind the defaults", the block-list rows).
 //!
 //! On the driver batch: copies within a batch run in no particular order and may overlap each
 //! other in time; the batch as a whole is stream-ordered. Descriptors whose destinations

@@ -30,18 +30,18 @@ pub(crate) const COPIES_MAX: usize = 2;
 /// Pairs of one request between the same regions that are batched into one list (fewer go
 /// one by one, as before).
 pub(crate) const BATCH_MIN_PAIRS: usize = 3;
-/// The driver batch is chosen for at most this many copies: it costs 1–5 µs of CPU per copy
-/// on driver 580 whatever the count (`gdpath_cuda::blocks`, measured on the H200), so 1,024
-/// copies cost at most ~5 ms of posting.
+/// The driver batch is chosen for at most this many copies: its CPU cost per copy does not
+/// fall with the count, so this bounds a batch's posting time (docs/benchmarks.md,
+/// "Measurements behind the defaults", block lists).
 pub(crate) const BATCH_MAX_COPIES: usize = 1024;
-/// Mean copy size from which the driver batch beats the kernel between host and GPU: a
-/// 1 MiB copy takes ~19 µs at 55 GB/s (PCIe Gen5 D2H on the H200), so the batch's ~1 µs per
-/// copy (D2H; 4 µs H2D) is hidden, and its copy engines reached 1.00× contiguous D2H where the
-/// kernel reached 0.92× (64 × 16 MiB vs 100,000 × 16 KiB, `gdpath_cuda::blocks`).
+/// Mean copy size from which the driver batch beats the kernel between host and GPU: from
+/// there a copy takes long enough over PCIe to hide the batch's per-copy cost, and its copy
+/// engines reach the contiguous rate where the kernel falls short of it (docs/benchmarks.md,
+/// block lists).
 pub(crate) const BATCH_MIN_MEAN_HOST: u64 = 1 << 20;
-/// The same between GPU memory: a copy engine moves 64 MiB in ~30 µs at ~2 TB/s, six times
-/// the batch's ~5 µs per D2D copy; below that the kernel (0.68–0.76× contiguous D2D for
-/// 64 KiB blocks) is ahead.
+/// The same between GPU memory, where a copy engine is so fast that a copy must be far larger
+/// to hide the batch's per-copy cost; below it the kernel is ahead (docs/benchmarks.md, block
+/// lists).
 pub(crate) const BATCH_MIN_MEAN_DEVICE: u64 = 64 << 20;
 
 /// What [`choose_method`] looks at.

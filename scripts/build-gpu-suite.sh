@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Builds every GPU test binary and the `gdpath` binary in release, stripped, into DIR (git-ignored
+# when under .devbin/), named as scripts/gpu-suite.sh runs them (gpu_<crate>_<test>), so that a
+# machine without cargo runs the whole suite from DIR:
+#
+#   scripts/build-gpu-suite.sh .devbin/suite           # here
+#   GDPATH_BIN=.devbin/suite/gdpath scripts/gpu-suite.sh .devbin/suite   # on the GPU machine
+#
+# The list of GPU test targets is kept here, in one place: add a new GPU test binary below.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+dir=${1:?usage: build-gpu-suite.sh DIR}
+tests=(
+  "gdpath gpu_paths" "gdpath gds_gpu" "gdpath gpu_kv"
+  "gdpath-doctor gpu_doctor"
+  "gdpath-cuda gpu"
+  "gdpath-cli gpu_net" "gdpath-cli gpu_load"
+)
+mkdir -p "$dir"
+cargo build --release --locked -p gdpath-cli
+strip -o "$dir/gdpath" target/release/gdpath
+for t in "${tests[@]}"; do
+  set -- $t
+  # The test binary's path is the executable cargo prints for that target.
+  exe=$(cargo test --release --locked -p "$1" --test "$2" --no-run --message-format=json 2>/dev/null \
+    | python3 -c 'import json,sys
+for l in sys.stdin:
+    m=json.loads(l)
+    if m.get("reason")=="compiler-artifact" and m.get("executable") and m["target"]["kind"]==["test"]:
+        print(m["executable"])')
+  [ -n "$exe" ] || { echo "build-gpu-suite: no executable for $1 --test $2" >&2; exit 1; }
+  name="gpu_${1#gdpath-}_$2"; name=${name/gpu_gdpath_/gpu_}; name=${name/_gpu_gpu/_gpu}
+  strip -o "$dir/$name" "$exe"
+  echo "$dir/$name"
+done
+du -sh "$dir"
