@@ -5,14 +5,24 @@
 //! the topology and doctor documents. It parses and presents; every rule is the engine's.
 //! The Python half (`python/gdpath`) holds the exceptions, the asyncio glue and
 //! `gdpath.safetensors`. Reference: `docs/python.md`.
+//!
+//! `unsafe` is confined to the modules that take raw memory from Python objects (the buffer
+//! protocol, DLPack capsules, `__cuda_array_interface__` pointers, NumPy/torch id arrays read in
+//! place); each block says why it holds.
+
+#![deny(unsafe_code)]
 
 mod agent;
+#[allow(unsafe_code)]
 mod blocks;
+#[allow(unsafe_code)]
 mod buffer;
 mod checkpoint;
+#[allow(unsafe_code)]
 mod dlpack;
 mod docs;
 mod error;
+#[allow(unsafe_code)]
 mod memory;
 mod net;
 mod transfer;

@@ -3,14 +3,15 @@
 //! and write 8 bytes, so they never wait for the interpreter (`gdpath._aio` drains them on the
 //! event loop's thread after `loop.add_reader` fires).
 
+use nix::sys::eventfd::{EfdFlags, EventFd};
 use pyo3::exceptions::PyOSError;
 use pyo3::prelude::*;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd};
 use std::sync::{Arc, Mutex};
 
 /// The shared part: the eventfd and the tokens signalled since the last drain.
 pub struct Inner {
-    fd: OwnedFd,
+    fd: EventFd,
     ready: Mutex<Vec<u64>>,
 }
 
@@ -22,9 +23,8 @@ impl Inner {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push(token);
-        let one = 1u64.to_ne_bytes();
-        // SAFETY: writes 8 bytes from a live buffer to our own eventfd (non-blocking).
-        let _ = unsafe { libc::write(self.fd.as_raw_fd(), one.as_ptr().cast(), one.len()) };
+        // Non-blocking: a full counter (EAGAIN) already wakes the reader.
+        let _ = self.fd.write(1);
     }
 }
 
@@ -45,18 +45,11 @@ impl Waker {
 impl Waker {
     #[new]
     fn new() -> PyResult<Waker> {
-        // SAFETY: eventfd(2) with flags only; the result is checked before use.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(PyOSError::new_err(format!(
-                "eventfd: {}",
-                std::io::Error::last_os_error()
-            )));
-        }
+        let fd = EventFd::from_value_and_flags(0, EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)
+            .map_err(|e| PyOSError::new_err(format!("eventfd: {e}")))?;
         Ok(Waker {
             inner: Arc::new(Inner {
-                // SAFETY: a fresh descriptor that nothing else owns.
-                fd: unsafe { OwnedFd::from_raw_fd(fd) },
+                fd,
                 ready: Mutex::new(Vec::new()),
             }),
         })
@@ -64,15 +57,13 @@ impl Waker {
 
     /// The eventfd, for `loop.add_reader`.
     fn fileno(&self) -> i32 {
-        self.inner.fd.as_raw_fd()
+        self.inner.fd.as_fd().as_raw_fd()
     }
 
     /// Clears the eventfd and returns the tokens signalled since the last drain, in order.
     fn drain(&self) -> Vec<u64> {
-        let mut buf = [0u8; 8];
-        // SAFETY: reads into a live 8-byte buffer from our non-blocking eventfd; EAGAIN (nothing
-        // to read) is fine.
-        let _ = unsafe { libc::read(self.inner.fd.as_raw_fd(), buf.as_mut_ptr().cast(), 8) };
+        // Non-blocking: EAGAIN (nothing signalled since the last drain) is fine.
+        let _ = self.inner.fd.read();
         std::mem::take(&mut *self.inner.ready.lock().unwrap_or_else(|p| p.into_inner()))
     }
 

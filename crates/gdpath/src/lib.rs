@@ -1,5 +1,5 @@
 //! gdpath: the engine for the GPUDirect data paths (P2P, GDR, GDS) and their host-memory
-//! fallbacks. See `DESIGN.md` for the layers; this crate sits between the hardware layers
+//! fallbacks. See docs/design.md for the layers; this crate sits between the hardware layers
 //! (`gdpath-topo`, `gdpath-cuda`, `gdpath-ucx`) and the crates built on the engine: the doctor
 //! (`gdpath-doctor`), the bench harness (`gdpath-bench`) and the `gdpath` command.
 //!

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 /// alignment on every Linux file system (`statx` `stx_dio_mem_align` is at most the page size).
 pub const HOST_ALIGN: usize = 4096;
 
-/// The kind of a registered region, with its parameters. Names follow `DESIGN.md`.
+/// The kind of a registered region, with its parameters. Names follow docs/design.md.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum MemoryKind {

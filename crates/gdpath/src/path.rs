@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::sync::Arc;
 
-/// The data path that moved a descriptor pair's bytes. Names follow `DESIGN.md`.
+/// The data path that moved a descriptor pair's bytes. Names follow docs/design.md.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(tag = "path", rename_all = "kebab-case")]
 pub enum Path {
