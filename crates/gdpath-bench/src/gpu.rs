@@ -85,9 +85,10 @@ impl GpuBenchReport {
 }
 
 fn cu(what: &str) -> impl Fn(CudaError) -> Error + '_ {
-    move |e| Error::Backend {
+    move |source| Error::Cuda {
         backend: "cuda",
-        detail: format!("bench {what}: {e}"),
+        what: format!("bench {what}"),
+        source,
     }
 }
 

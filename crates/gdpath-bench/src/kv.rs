@@ -142,9 +142,10 @@ fn median(v: &mut [f64]) -> f64 {
 }
 
 fn cuda_err(what: &str) -> impl Fn(gdpath_cuda::CudaError) -> Error + '_ {
-    move |e| Error::Backend {
+    move |source| Error::Cuda {
         backend: "cuda",
-        detail: format!("bench kv {what}: {e}"),
+        what: format!("bench kv {what}"),
+        source,
     }
 }
 

@@ -130,11 +130,7 @@ impl Header {
         // Duplicate keys are an error (a JSON map keeps the last one silently, so two tensors
         // with one name would hide one of them): read the top-level keys in order first.
         let entries: UniqueKeys =
-            serde_json::from_str(text).map_err(|e| CheckpointError::Json {
-                line: e.line(),
-                column: e.column(),
-                message: e.to_string(),
-            })?;
+            serde_json::from_str(text).map_err(CheckpointError::json)?;
         if let Some(name) = entries.duplicate {
             return Err(CheckpointError::DuplicateName { name });
         }
@@ -165,11 +161,7 @@ impl Header {
                         .unwrap_or_default(),
                     name,
                 },
-                None => CheckpointError::Json {
-                    line: e.line(),
-                    column: e.column(),
-                    message: e.to_string(),
-                },
+                None => CheckpointError::json(e),
             }
         })?;
 

@@ -93,11 +93,12 @@ pub enum CheckpointError {
     #[error("header is not a JSON object")]
     NotJsonObject,
     /// The header is not valid JSON.
-    #[error("header JSON, line {line} column {column}: {message}")]
+    #[error("header JSON, line {line} column {column}: {source}")]
     Json {
         line: usize,
         column: usize,
-        message: String,
+        #[source]
+        source: Arc<serde_json::Error>,
     },
     /// Two entries have the same name.
     #[error("tensor name {name:?} appears twice in the header")]
@@ -163,6 +164,17 @@ pub enum CheckpointError {
     /// A checkpoint of no files.
     #[error("a checkpoint needs at least one file")]
     NoFiles,
+}
+
+impl CheckpointError {
+    /// [`CheckpointError::Json`] of a parse error, with its line and column.
+    pub(crate) fn json(e: serde_json::Error) -> Self {
+        CheckpointError::Json {
+            line: e.line(),
+            column: e.column(),
+            source: Arc::new(e),
+        }
+    }
 }
 
 impl CheckpointError {
