@@ -129,8 +129,7 @@ impl Header {
         }
         // Duplicate keys are an error (a JSON map keeps the last one silently, so two tensors
         // with one name would hide one of them): read the top-level keys in order first.
-        let entries: UniqueKeys =
-            serde_json::from_str(text).map_err(CheckpointError::json)?;
+        let entries: UniqueKeys = serde_json::from_str(text).map_err(CheckpointError::json)?;
         if let Some(name) = entries.duplicate {
             return Err(CheckpointError::DuplicateName { name });
         }

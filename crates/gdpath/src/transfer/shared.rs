@@ -1,0 +1,161 @@
+//! The state one transfer's handle and its work items share: outcomes, waiters, completion
+//! hooks, the poll-driven backends to progress while waiting.
+
+use super::{PairReport, PlannedPair};
+use crate::backend::Backend;
+use crate::blocks::BatchReport;
+use crate::error::{Error, Result};
+use crate::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+pub(super) struct State {
+    pub(super) outcomes: Vec<Option<std::result::Result<PairReport, Error>>>,
+    pub(super) remaining: usize,
+    pub(super) bytes_done: u64,
+    pub(super) finished_at: Option<Instant>,
+    /// Threads blocked on `cv`: completion wakes them only if there are any (a notify is a
+    /// futex call even with nobody waiting, and most transfers are not waited on by then).
+    pub(super) waiters: usize,
+    /// Run once when the last pair completes ([`Transfer::on_complete`]).
+    pub(super) hooks: Vec<Box<dyn FnOnce() + Send>>,
+    /// How a wait ended the transfer before its pairs did (cancelled, or past its bound): what
+    /// every later wait returns ([`Transfer::wait_shared`]: the same result each time).
+    pub(super) ended: Option<Error>,
+}
+
+/// The poll-driven backends a transfer uses: none or one nearly always, held without an
+/// allocation.
+#[derive(Default)]
+pub(crate) enum Pollers {
+    #[default]
+    None,
+    One(Arc<dyn Backend>),
+    Many(Vec<Arc<dyn Backend>>),
+}
+
+impl Pollers {
+    /// Adds `b` (the caller adds each backend once).
+    pub(crate) fn push(&mut self, b: Arc<dyn Backend>) {
+        *self = match std::mem::take(self) {
+            Pollers::None => Pollers::One(b),
+            Pollers::One(a) => Pollers::Many(vec![a, b]),
+            Pollers::Many(mut v) => {
+                v.push(b);
+                Pollers::Many(v)
+            }
+        };
+    }
+}
+
+pub(crate) struct TransferShared {
+    pub(super) id: u64,
+    pub(super) posted: Instant,
+    pub(super) deadline: Option<Instant>,
+    pub(super) cancelled: AtomicBool,
+    pub(super) plans: Vec<PlannedPair>,
+    pub(super) state: Mutex<State>,
+    pub(super) cv: Condvar,
+    /// Poll-driven backends this transfer uses: waiting progresses them.
+    pub(super) pollers: Pollers,
+    /// The request's notification, for the network backend.
+    pub(super) notify: Option<Arc<[u8]>>,
+}
+
+pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl TransferShared {
+    pub(crate) fn new(
+        id: u64,
+        deadline: Option<Instant>,
+        plans: Vec<PlannedPair>,
+        pollers: Pollers,
+        notify: Option<Vec<u8>>,
+    ) -> Arc<Self> {
+        let n = plans.len();
+        Arc::new(TransferShared {
+            id,
+            posted: Instant::now(),
+            deadline,
+            cancelled: AtomicBool::new(false),
+            plans,
+            state: Mutex::new(State {
+                outcomes: vec![None; n],
+                remaining: n,
+                bytes_done: 0,
+                finished_at: if n == 0 { Some(Instant::now()) } else { None },
+                waiters: 0,
+                hooks: Vec::new(),
+                ended: None,
+            }),
+            cv: Condvar::new(),
+            pollers,
+            notify: notify.map(Arc::from),
+        })
+    }
+
+    pub(super) fn stop_reason(&self) -> Option<Error> {
+        if self.cancelled.load(Ordering::Acquire) {
+            return Some(Error::Cancelled);
+        }
+        match self.deadline {
+            Some(d) if Instant::now() >= d => Some(Error::DeadlineExceeded),
+            _ => None,
+        }
+    }
+
+    /// Records pair `index`'s outcome; `now` (read once by the caller) ends the transfer when it
+    /// is the last pair.
+    pub(crate) fn complete(
+        &self,
+        index: usize,
+        result: Result<u64>,
+        elapsed: Duration,
+        taken: Option<Path>,
+        batch: Option<BatchReport>,
+        now: Instant,
+    ) {
+        let plan = &self.plans[index];
+        let outcome = result.map(|bytes| PairReport {
+            index,
+            bytes,
+            path: taken.unwrap_or_else(|| plan.path.clone()),
+            finding: plan.finding.clone(),
+            elapsed,
+            batch,
+        });
+        let mut st = lock(&self.state);
+        if !matches!(st.outcomes.get(index), Some(None)) {
+            return; // a backend bug must not corrupt the count
+        }
+        if let Ok(r) = &outcome {
+            st.bytes_done += r.bytes;
+        }
+        st.outcomes[index] = Some(outcome);
+        st.remaining -= 1;
+        if st.remaining == 0 {
+            st.finished_at = Some(now);
+            if st.waiters > 0 {
+                self.cv.notify_all();
+            }
+            if !st.hooks.is_empty() {
+                let hooks = std::mem::take(&mut st.hooks);
+                drop(st);
+                for h in hooks {
+                    h();
+                }
+            }
+        }
+    }
+
+    pub(super) fn progress_pollers(&self) -> usize {
+        match &self.pollers {
+            Pollers::None => 0,
+            Pollers::One(b) => b.progress(),
+            Pollers::Many(v) => v.iter().map(|b| b.progress()).sum(),
+        }
+    }
+}
