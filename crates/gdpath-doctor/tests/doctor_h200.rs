@@ -80,7 +80,7 @@ fn h200_as_probed() {
     assert_eq!(r.exit_code(), 2);
 }
 
-/// The H200 with cuFile's answer recorded in shared/notes/DEPENDENCIES.md for that machine:
+/// The H200 with cuFile's answer recorded in docs/machines.md for that machine:
 /// libcufile 1.15.1 loads and the driver opens, but `cuFileHandleRegister` fails with "file
 /// descriptor is not registered" on ext4 (the root disk, virtio `vda`) and tmpfs (/dev/shm);
 /// plus UCX 1.16 without CUDA transports and rdma-core with `ibv_reg_dmabuf_mr` (libibverbs
