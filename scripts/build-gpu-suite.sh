@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds every GPU test binary and the `gdpath` binary in release, stripped, into DIR (git-ignored
-# when under .devbin/), named as scripts/gpu-suite.sh runs them (gpu_<crate>_<test>), so that a
+# when under .devbin/), named as scripts/gpu-suite.sh runs them (gpu_*), so that a
 # machine without cargo runs the whole suite from DIR:
 #
 #   scripts/build-gpu-suite.sh .devbin/suite           # here
@@ -10,11 +10,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=${1:?usage: build-gpu-suite.sh DIR}
+# crate, test target, name in DIR
 tests=(
-  "gdpath gpu_paths" "gdpath gds_gpu" "gdpath gpu_kv"
-  "gdpath-doctor gpu_doctor"
-  "gdpath-cuda gpu"
-  "gdpath-cli gpu_net" "gdpath-cli gpu_load"
+  "gdpath gpu_paths gpu_paths" "gdpath gds_gpu gpu_gds" "gdpath gpu_kv gpu_kv"
+  "gdpath-doctor gpu_doctor gpu_doctor"
+  "gdpath-cuda gpu gpu_cuda"
+  "gdpath-cli gpu_net gpu_net" "gdpath-cli gpu_load gpu_load"
 )
 mkdir -p "$dir"
 cargo build --release --locked -p gdpath-cli
@@ -29,8 +30,7 @@ for l in sys.stdin:
     if m.get("reason")=="compiler-artifact" and m.get("executable") and m["target"]["kind"]==["test"]:
         print(m["executable"])')
   [ -n "$exe" ] || { echo "build-gpu-suite: no executable for $1 --test $2" >&2; exit 1; }
-  name="gpu_${1#gdpath-}_$2"; name=${name/gpu_gdpath_/gpu_}; name=${name/_gpu_gpu/_gpu}
-  strip -o "$dir/$name" "$exe"
-  echo "$dir/$name"
+  strip -o "$dir/$3" "$exe"
+  echo "$dir/$3"
 done
 du -sh "$dir"
