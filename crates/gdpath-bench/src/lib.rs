@@ -1,8 +1,8 @@
 //! gdpath-bench: the bench harness of `gdpath bench`, the per-path benches and the verified
 //! one-shot copies of `gdpath copy`, on top of the engine (`gdpath`).
 //!
-//! Here: statistics over samples ([`Stats`]), the versioned JSON row every bench prints
-//! ([`BenchRow`], schema [`BENCH_SCHEMA`]), data verification (a position-dependent
+//! Here: statistics over samples ([`Stats`]), the versioned JSON document every bench prints
+//! ([`BenchDocument`], schema [`BENCH_SCHEMA`]) and its row ([`BenchRow`]), data verification (a position-dependent
 //! [`fill_pattern`] and a streaming [`Checksum`]), a progress sink the CLI draws ([`Progress`]),
 //! and the benches: [`storage`] (file ↔ host), [`gds`] (file ↔ GPU), [`gpu`] (host ↔ GPU,
 //! GPU ↔ GPU), [`kv`] (KV-cache block lists against one contiguous copy) and [`net`] (agent ↔
@@ -20,6 +20,7 @@
 #![deny(unsafe_code)]
 
 pub mod copy;
+pub mod doc;
 pub mod files;
 pub mod gds;
 pub mod gpu;
@@ -28,6 +29,7 @@ pub mod kv;
 pub mod net;
 pub mod storage;
 
+pub use doc::BenchDocument;
 use gdpath::units::format_size;
 use serde::{Deserialize, Serialize};
 
