@@ -64,9 +64,13 @@ pub struct TopoArgs {
     #[arg(long)]
     all: bool,
     /// Write the machine drawing (SVG: the tree, its links and the paths as the doctor finds
-    /// them, as in `gdpath report`) to FILE instead of printing; replaced atomically.
+    /// them, as in `gdpath report`) to FILE instead of printing (an existing one is replaced
+    /// only with --overwrite, whole).
     #[arg(long, value_name = "FILE", conflicts_with_all = ["json", "all"])]
     svg: Option<PathBuf>,
+    /// Replace an existing --svg file.
+    #[arg(long)]
+    overwrite: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -132,11 +136,18 @@ pub fn run(args: TopoArgs) -> Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     }
+    crate::args::refuse_if(
+        args.overwrite && args.svg.is_none(),
+        "--overwrite",
+        "applies to --svg FILE (and to `topo capture`)",
+    )?;
     let source = args.source.source();
     if let Some(file) = &args.svg {
+        let context = || format!("writing the drawing to {}", file.display());
+        // What the save would refuse, said before the machine is read.
+        gdpath::file::check_target(file, args.overwrite).with_context(context)?;
         let svg = gdpath_report::drawing(&source, &[]).map_err(crate::report::report_error)?;
-        gdpath_report::save(file, svg.as_bytes())
-            .with_context(|| format!("writing the drawing to {}", file.display()))?;
+        gdpath_report::save(file, svg.as_bytes(), args.overwrite).with_context(context)?;
         outln!("wrote {}", file.display());
         return Ok(ExitCode::SUCCESS);
     }

@@ -93,11 +93,7 @@ impl AtomicFile {
     /// [`AtomicFile::create`], with an unnamed temporary only when `unnamed` (the tests take the
     /// named fallback on file systems that would not need it).
     fn create_as(target: &Path, opts: ReplaceOptions, unnamed: bool) -> Result<AtomicFile> {
-        let target = resolve(target)?;
-        let existing = check_regular(&target)?;
-        if existing.is_some() && !opts.overwrite {
-            return Err(Error::Exists { path: target });
-        }
+        let (target, existing) = checked_target(target, opts.overwrite)?;
         let name = target.file_name().ok_or_else(|| Error::NotAFile {
             path: target.clone(),
             what: "a path without a file name",
@@ -403,6 +399,29 @@ impl Write for AtomicFile {
     fn flush(&mut self) -> std::io::Result<()> {
         self.file.flush()
     }
+}
+
+/// Checks, creating nothing, what [`AtomicFile::create`] would refuse for `target` with
+/// [`ReplaceOptions::overwrite`] `overwrite`, so that a command can refuse before it does any
+/// work (loads a checkpoint, runs its measurements). Returns whether `target` exists; the
+/// create checks again, since the answer may change meanwhile.
+///
+/// Errors: as [`AtomicFile::create`]'s before it opens anything: [`Error::NotAFile`] for a
+/// directory, device, FIFO, socket or dangling symbolic link, [`Error::Exists`] for an existing
+/// file without `overwrite`, [`Error::Open`] when `stat` fails.
+pub fn check_target(target: &Path, overwrite: bool) -> Result<bool> {
+    checked_target(target, overwrite).map(|(_, existing)| existing.is_some())
+}
+
+/// `target` resolved ([`resolve`]) and its metadata when it exists, after the checks of
+/// [`check_target`].
+fn checked_target(target: &Path, overwrite: bool) -> Result<(PathBuf, Option<std::fs::Metadata>)> {
+    let target = resolve(target)?;
+    let existing = check_regular(&target)?;
+    if existing.is_some() && !overwrite {
+        return Err(Error::Exists { path: target });
+    }
+    Ok((target, existing))
 }
 
 /// `target` with a symbolic link at its end resolved (the file it points to is the one
