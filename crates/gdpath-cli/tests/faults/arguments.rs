@@ -94,6 +94,31 @@ fn arguments_that_do_not_apply_are_refused_before_anything_runs() {
             ],
             "--compare runs a buffered read loop",
         ),
+        (
+            vec![
+                "bench",
+                "storage",
+                "--file",
+                s(&new),
+                "--size",
+                "1MiB",
+                "--cold",
+            ],
+            "--cold drops the page cache before buffered runs",
+        ),
+        (
+            vec![
+                "bench",
+                "storage",
+                "--file",
+                s(&new),
+                "--size",
+                "1MiB",
+                "--cold",
+                "--write",
+            ],
+            "use it with --buffered or --compare",
+        ),
         (vec!["bench", "h2d", "--runs", "0"], "at least 1"),
         (
             vec!["copy", s(&f), s(&new), "--size", "0"],
