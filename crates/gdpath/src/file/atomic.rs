@@ -366,7 +366,8 @@ impl AtomicFile {
         let mut attempt = 0;
         loop {
             let path = self.dir.join(temp_name(name, random_name(&self.dir)?));
-            // Registered before it exists, as a named temporary is at its creation.
+            // Registered before it exists, so that an interrupt between the link and the
+            // rename removes it.
             let temp = Temporary::adopt(&path);
             match link(&path) {
                 Ok(()) => {
