@@ -30,7 +30,7 @@ if [ -f "$snap" ]; then
   step "gdpath doctor --snapshot $snap"
   $g doctor --snapshot "$snap"; echo "doctor exit status: $?"
   step "gdpath report --snapshot $snap (the machine, its paths and findings as one page)"
-  $g report -o gdpath-report-h200x2.html --snapshot "$snap" --path "$work" &&
+  $g report -o gdpath-report-h200x2.html --overwrite --snapshot "$snap" --path "$work" &&
     echo "open gdpath-report-h200x2.html in a browser (it loads nothing, from disk)"
 fi
 exit 0

@@ -51,7 +51,9 @@ pub struct StorageBenchConfig {
     /// O_DIRECT policy (`Off` benchmarks the buffered path).
     pub direct: DirectIo,
     /// Drop the file's pages from the page cache (`posix_fadvise(DONTNEED)`) before each
-    /// buffered run, so buffered reads come from the disk.
+    /// buffered run (`direct` [`DirectIo::Off`], or a file system that refuses O_DIRECT) and
+    /// each run of the `compare` loop, so buffered reads come from the disk. Only with `direct`
+    /// off or `compare` ([`StorageBenchConfig::check`]).
     pub cold: bool,
     /// Allow writing over an existing file (write benchmarks), or replacing an existing file
     /// smaller than `size` with a test pattern (read benchmarks).
@@ -67,8 +69,10 @@ pub const DEFAULT_QD: u32 = 32;
 impl StorageBenchConfig {
     /// Checks the settings without touching the file: a size, block sizes, runs and a queue
     /// depth of at least 1; blocks of at most 1 GiB and at most the size
-    /// ([`crate::check_blocks`]); `compare` only for reads. Errors: [`Error::Config`] naming
-    /// the setting.
+    /// ([`crate::check_blocks`]); `compare` only for reads; `cold` only with `direct`
+    /// [`DirectIo::Off`] or `compare` (an O_DIRECT run does not read through the page cache, so
+    /// dropping it would be asked for and silently do nothing). Errors: [`Error::Config`]
+    /// naming the setting.
     pub fn check(&self) -> Result<()> {
         if self.size == 0 || self.blocks.is_empty() || self.runs == 0 || self.qd == 0 {
             return Err(Error::Config(
@@ -84,6 +88,13 @@ impl StorageBenchConfig {
         if self.compare && self.op == Op::Write {
             return Err(Error::Config(
                 "--compare runs a buffered read loop: use it with --read".into(),
+            ));
+        }
+        if self.cold && self.direct != DirectIo::Off && !self.compare {
+            return Err(Error::Config(
+                "--cold drops the page cache before buffered runs, and the O_DIRECT run does \
+                 not read through it: use it with --buffered or --compare"
+                    .into(),
             ));
         }
         Ok(())
@@ -446,5 +457,42 @@ mod tests {
             "{err}"
         );
         assert!(!file.exists(), "refused before creating the test file");
+    }
+
+    #[test]
+    fn cold_applies_only_to_buffered_runs_and_the_compare_loop() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("f");
+        let cfg = StorageBenchConfig {
+            file: file.clone(),
+            size: 1 << 20,
+            blocks: vec![1 << 20],
+            qd: 4,
+            op: Op::Read,
+            runs: 1,
+            compare: false,
+            direct: DirectIo::Auto,
+            cold: true,
+            overwrite: false,
+            fsync: true,
+        };
+        let err = run(&cfg, &crate::NoProgress).unwrap_err();
+        assert!(
+            matches!(&err, Error::Config(m) if m.contains("--cold") && m.contains("--buffered")),
+            "{err}"
+        );
+        assert!(!file.exists(), "refused before creating the test file");
+        for ok in [
+            StorageBenchConfig {
+                direct: DirectIo::Off,
+                ..cfg.clone()
+            },
+            StorageBenchConfig {
+                compare: true,
+                ..cfg.clone()
+            },
+        ] {
+            ok.check().unwrap();
+        }
     }
 }

@@ -188,7 +188,8 @@ pub struct StorageArgs {
     /// Use the buffered (page cache) path instead of O_DIRECT (without --gpu).
     #[arg(long)]
     buffered: bool,
-    /// Drop the file from the page cache before each buffered run.
+    /// Drop the file from the page cache before each buffered run: with --buffered, and for
+    /// --compare's read loop (the O_DIRECT run does not read through the page cache).
     #[arg(long)]
     cold: bool,
     /// Allow overwriting an existing file (writes), or replacing one shorter than --size with

@@ -149,7 +149,21 @@ fn usage_failure(e: clap::Error) -> ExitCode {
             | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
     );
     if help {
-        e.exit();
+        // clap's own exit ignores a failed write; help is output like any other, so a stdout
+        // that cannot take it fails the command as output::finish describes.
+        let printed = e
+            .print()
+            .and_then(|()| std::io::Write::flush(&mut std::io::stdout()));
+        if let Err(err) = printed {
+            if e.kind() != ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+                && err.kind() != std::io::ErrorKind::BrokenPipe
+            {
+                errln!("gdpath: error: cannot write to stdout: {err}");
+                let doctor = subcommand_word().as_deref() == Some("doctor");
+                return ExitCode::from(failure_status(doctor, false));
+            }
+        }
+        return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(USAGE_STATUS));
     }
     // clap's own printing ignores a failed write too.
     let _ = e.print();
@@ -224,12 +238,16 @@ pub(crate) fn usage(message: impl Into<String>) -> anyhow::Error {
 /// The machine-readable category of a failure, from the outermost typed error of its chain:
 /// an engine error's [`gdpath::Error::kind`] (`peer_failed`, `open`, `config`, ...), a
 /// checkpoint load's [`gdpath::checkpoint::LoadError::kind`] (`checkpoint` for a malformed
-/// file), a save's [`gdpath::checkpoint::SaveError::kind`] (`exists`, `no_space`, ...); the CLI's own are `usage` and `resolve`; a bare I/O error is `io`; anything else
-/// `other`.
+/// file), a save's [`gdpath::checkpoint::SaveError::kind`] (`exists`, `no_space`, ...); the CLI's own are `usage` and `resolve`; a size that does not parse
+/// ([`gdpath::units::SizeError`]: only command-line values are parsed as sizes) is `usage`; a
+/// bare I/O error is `io`; anything else `other`.
 pub(crate) fn error_kind(e: &anyhow::Error) -> &'static str {
     for cause in e.chain() {
         if let Some(c) = cause.downcast_ref::<CliError>() {
             return c.kind;
+        }
+        if cause.is::<gdpath::units::SizeError>() {
+            return "usage";
         }
         if let Some(g) = cause.downcast_ref::<gdpath::Error>() {
             return g.kind();
@@ -285,6 +303,11 @@ mod tests {
         let io = std::io::Error::from(std::io::ErrorKind::NotFound);
         assert_eq!(error_kind(&anyhow::Error::new(io).context("reading")), "io");
         assert_eq!(error_kind(&usage("--qd must be at least 1")), "usage");
+        let size = gdpath::units::parse_size_range("0").unwrap_err();
+        assert_eq!(
+            error_kind(&anyhow::Error::new(size).context("--size")),
+            "usage"
+        );
         assert_eq!(error_kind(&anyhow::anyhow!("untyped")), "other");
     }
 

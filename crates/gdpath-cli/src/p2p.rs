@@ -59,10 +59,55 @@ fn cap_of(s: &NvmlP2pStatus, letter: char) -> P2pCap {
     }
 }
 
+/// Where the driver facts came from: `live` (NVML and CUDA now), `snapshot` (the facts a
+/// `topo capture` stored) or `facts` (a `driver.json`), as `topo` and `doctor` name their
+/// source.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FactsSource {
+    /// `live`, `snapshot` or `facts`.
+    pub kind: &'static str,
+    /// The file read; `None` for the live machine.
+    pub path: Option<PathBuf>,
+    /// For a snapshot, the source it was captured from (`live` or `sysfs-root`).
+    pub captured_from: Option<String>,
+}
+
+impl FactsSource {
+    /// The live machine's driver.
+    pub fn live() -> FactsSource {
+        FactsSource {
+            kind: "live",
+            path: None,
+            captured_from: None,
+        }
+    }
+
+    /// The header's words: `live driver (NVML, CUDA)`, `snapshot FILE (its driver facts)`,
+    /// `driver facts FILE`.
+    pub fn describe(&self) -> String {
+        let path = self
+            .path
+            .as_ref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default();
+        match self.kind {
+            "snapshot" => format!("snapshot {path} (its driver facts)"),
+            "facts" => format!("driver facts {path}"),
+            _ => "live driver (NVML, CUDA)".to_owned(),
+        }
+    }
+}
+
 /// The P2P view of a machine's driver facts.
 #[derive(Debug, Clone, Serialize)]
 pub struct P2pView {
     pub schema: &'static str,
+    /// Where the facts came from ([`FactsSource::kind`]): the replayed source, never the
+    /// machine the command runs on.
+    pub source: &'static str,
+    /// For a snapshot, the source it was captured from; absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub captured_from: Option<String>,
     /// GPU ordinals, in order.
     pub gpus: Vec<u32>,
     /// Capability name → matrix of codes (`X` on the diagonal), rows = source GPU.
@@ -78,8 +123,8 @@ pub struct P2pView {
 }
 
 impl P2pView {
-    /// Builds the view from driver facts (live or recorded).
-    pub fn from_facts(f: &DriverFacts) -> P2pView {
+    /// Builds the view from driver facts (live or recorded) read from `source`.
+    pub fn from_facts(f: &DriverFacts, source: &FactsSource) -> P2pView {
         let gpus: Vec<u32> = f.gpus.iter().map(|g| g.ordinal).collect();
         let grid = |cell: &dyn Fn(u32, u32) -> String| -> Vec<Vec<String>> {
             gpus.iter()
@@ -123,6 +168,8 @@ impl P2pView {
         });
         P2pView {
             schema: "gdpath.p2p/1",
+            source: source.kind,
+            captured_from: source.captured_from.clone(),
             gpus,
             capabilities,
             cuda_access,
@@ -210,35 +257,51 @@ impl P2pView {
 /// two ordered pairs: this holds the facts of some 200 GPUs.
 const MAX_FACTS_BYTES: u64 = 64 << 20;
 
-fn read_facts(a: &P2pArgs) -> Result<DriverFacts> {
+fn read_facts(a: &P2pArgs) -> Result<(DriverFacts, FactsSource)> {
     if let Some(p) = &a.facts {
         let text = gdpath::file::read_bounded(p, MAX_FACTS_BYTES)
             .with_context(|| format!("reading {}", p.display()))?;
-        return serde_json::from_slice(&text)
-            .with_context(|| format!("{} is not driver facts JSON", p.display()));
+        let facts = serde_json::from_slice(&text)
+            .with_context(|| format!("{} is not driver facts JSON", p.display()))?;
+        let source = FactsSource {
+            kind: "facts",
+            path: Some(p.clone()),
+            captured_from: None,
+        };
+        return Ok((facts, source));
     }
     if let Some(p) = &a.snapshot {
         let m = gdpath_doctor::machine::load(&Source::Snapshot(p.clone()))?;
+        let source = FactsSource {
+            kind: "snapshot",
+            path: Some(p.clone()),
+            captured_from: m.captured_from.clone(),
+        };
         return match m.driver {
-            Some(d) => Ok(d),
+            Some(d) => Ok((d, source)),
             None => bail!(
                 "snapshot {} has no driver facts (captured without a driver); P2P status unknown",
                 p.display()
             ),
         };
     }
-    gdpath_doctor::machine::live_driver_facts().context("P2P facts unavailable")
+    let facts = gdpath_doctor::machine::live_driver_facts().context("P2P facts unavailable")?;
+    Ok((facts, FactsSource::live()))
 }
 
 /// Runs `gdpath p2p`.
 pub fn run(a: P2pArgs) -> Result<ExitCode> {
-    let f = read_facts(&a)?;
-    let view = P2pView::from_facts(&f);
+    let (f, source) = read_facts(&a)?;
+    let view = P2pView::from_facts(&f, &source);
     if a.json {
         outln!("{}", serde_json::to_string_pretty(&view)?);
     } else if view.gpus.is_empty() {
-        outln!("gdpath p2p: no GPU in the driver facts");
+        outln!(
+            "gdpath p2p: {}: no GPU in the driver facts",
+            source.describe()
+        );
     } else {
+        outln!("gdpath p2p: {}\n", source.describe());
         out!("{}", view.render());
     }
     Ok(ExitCode::SUCCESS)
@@ -293,7 +356,7 @@ mod tests {
             .unwrap_or_else(|e| panic!("fixture {} missing: {e}", path.display()));
         let want = printed(&text);
         assert_eq!(want.len(), 5, "the probe prints r w n a p");
-        let view = P2pView::from_facts(&h200());
+        let view = P2pView::from_facts(&h200(), &FactsSource::live());
         for (letter, m) in want {
             let ours = printed(&format!(
                 "+ nvidia-smi topo -p2p {letter}\n{}",
@@ -330,12 +393,12 @@ mod tests {
             });
             p.cuda = Some(CudaP2pAttrs::default());
         }
-        let view = P2pView::from_facts(&f);
+        let view = P2pView::from_facts(&f, &FactsSource::live());
         let r = view.smi_text('r').unwrap();
         assert!(r.contains(" GPU0\tX\tGNS\t"), "{r}");
         assert_eq!(view.paths[0][1], "staged");
         f.pairs.clear();
-        let view = P2pView::from_facts(&f);
+        let view = P2pView::from_facts(&f, &FactsSource::live());
         assert!(view.smi_text('p').unwrap().contains(" GPU1\tU\tX\t"));
         assert_eq!(view.paths[1][0], "?");
         assert!(view.smi_text('z').is_none());

@@ -9,10 +9,13 @@ use std::process::ExitCode;
 
 #[derive(Debug, Args)]
 pub struct ReportArgs {
-    /// The HTML file to write. An existing file is replaced, atomically: readers see the old
-    /// report or the new one, never part of one.
+    /// The HTML file to write (an existing one is replaced only with --overwrite, whole:
+    /// readers see the old report or the new one, never part of one).
     #[arg(short, long, default_value = "report.html")]
     output: PathBuf,
+    /// Replace an existing output file.
+    #[arg(long)]
+    overwrite: bool,
     /// Bench results to chart and put on the paths: documents of `gdpath bench … --json`.
     #[arg(long = "from", value_name = "FILE", num_args = 1..)]
     from: Vec<PathBuf>,
@@ -29,6 +32,9 @@ pub struct ReportArgs {
 
 /// Runs `gdpath report`.
 pub fn run(a: ReportArgs) -> Result<ExitCode> {
+    // What the save would refuse, said before the report is made (and --measure runs).
+    gdpath::file::check_target(&a.output, a.overwrite)
+        .with_context(|| format!("writing the report to {}", a.output.display()))?;
     let opts = gdpath_report::Options {
         source: a.source.source(),
         paths: a.paths,
@@ -37,7 +43,7 @@ pub fn run(a: ReportArgs) -> Result<ExitCode> {
         argv: std::env::args().collect(),
     };
     let html = gdpath_report::report(&opts).map_err(report_error)?;
-    gdpath_report::save(&a.output, html.as_bytes())
+    gdpath_report::save(&a.output, html.as_bytes(), a.overwrite)
         .with_context(|| format!("writing the report to {}", a.output.display()))?;
     outln!(
         "wrote {} ({} KiB)",

@@ -64,9 +64,13 @@ pub struct TopoArgs {
     #[arg(long)]
     all: bool,
     /// Write the machine drawing (SVG: the tree, its links and the paths as the doctor finds
-    /// them, as in `gdpath report`) to FILE instead of printing; replaced atomically.
+    /// them, as in `gdpath report`) to FILE instead of printing (an existing one is replaced
+    /// only with --overwrite, whole).
     #[arg(long, value_name = "FILE", conflicts_with_all = ["json", "all"])]
     svg: Option<PathBuf>,
+    /// Replace an existing --svg file.
+    #[arg(long)]
+    overwrite: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -132,11 +136,18 @@ pub fn run(args: TopoArgs) -> Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     }
+    crate::args::refuse_if(
+        args.overwrite && args.svg.is_none(),
+        "--overwrite",
+        "applies to --svg FILE (and to `topo capture`)",
+    )?;
     let source = args.source.source();
     if let Some(file) = &args.svg {
+        let context = || format!("writing the drawing to {}", file.display());
+        // What the save would refuse, said before the machine is read.
+        gdpath::file::check_target(file, args.overwrite).with_context(context)?;
         let svg = gdpath_report::drawing(&source, &[]).map_err(crate::report::report_error)?;
-        gdpath_report::save(file, svg.as_bytes())
-            .with_context(|| format!("writing the drawing to {}", file.display()))?;
+        gdpath_report::save(file, svg.as_bytes(), args.overwrite).with_context(context)?;
         outln!("wrote {}", file.display());
         return Ok(ExitCode::SUCCESS);
     }
@@ -199,15 +210,23 @@ fn link_text(d: &Device) -> String {
 fn render(m: &Machine, source: &Source, all: bool) -> String {
     let mut o = String::new();
     let (g, n, v) = (m.gpus().count(), m.nics().count(), m.nvmes().count());
+    // A source without PCI addresses (nvidia-smi text) has devices, not PCI functions.
+    let functions = if !m.devices.is_empty() && m.devices.iter().all(|d| d.synthetic) {
+        format!(
+            "{} (no PCI addresses in the source)",
+            plural(m.devices.len(), "device", "devices")
+        )
+    } else {
+        plural(m.devices.len(), "PCI function", "PCI functions")
+    };
     let _ = writeln!(
         o,
-        "gdpath topo: {} ({}, {}, {}; {}; {})",
+        "gdpath topo: {} ({}, {}, {}; {functions}; {})",
         source.describe(),
         plural(g, "GPU", "GPUs"),
         plural(n, "NIC", "NICs"),
         plural(v, "NVMe", "NVMe"),
-        plural(m.devices.len(), "PCI function", "PCI functions"),
-        plural(m.numa_nodes.len(), "NUMA node", "NUMA nodes"),
+        plural(m.numa_node_ids().len(), "NUMA node", "NUMA nodes"),
     );
     if g == 0 {
         let others: Vec<String> = m
@@ -265,9 +284,21 @@ fn render(m: &Machine, source: &Source, all: bool) -> String {
                     names.extend(d.netdevs.iter().cloned());
                     names.extend(d.block.iter().cloned());
                     let rdma = if d.kind == DeviceKind::Nic && d.rdma.is_empty() {
-                        ", no RDMA device"
+                        // As the doctor judges it: a source that names no RDMA devices leaves
+                        // the NIC's PCI identity to say whether it can do RDMA.
+                        let by_id = if d.rdma_capable_by_id().is_some() {
+                            ", RDMA-capable by PCI identity"
+                        } else {
+                            ""
+                        };
+                        let named = if m.coverage.rdma.is_described() {
+                            ""
+                        } else {
+                            " named in the source"
+                        };
+                        format!("{by_id}, no RDMA device{named}")
                     } else {
-                        ""
+                        String::new()
                     };
                     vec![
                         format!("{}:", d.id),

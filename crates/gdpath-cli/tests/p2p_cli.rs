@@ -15,6 +15,11 @@ fn recorded_facts_render_text_and_json() {
     std::fs::write(&f, FACTS).unwrap();
     let (ok, out, err) = gdpath(&["p2p", "--facts", f.to_str().unwrap()]);
     assert!(ok, "{err}");
+    // The replayed source is named first, as topo and doctor name theirs.
+    assert_eq!(
+        out.lines().next().unwrap(),
+        format!("gdpath p2p: driver facts {}", f.display())
+    );
     assert!(
         out.contains("PCIe P2P (nvidia-smi topo -p2p p):\n \tGPU0\tGPU1\t\n GPU0\tX\tNS\t"),
         "{out}"
@@ -25,9 +30,32 @@ fn recorded_facts_render_text_and_json() {
     assert!(ok, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["schema"], "gdpath.p2p/1");
+    assert_eq!(v["source"], "facts");
+    assert!(v.get("captured_from").is_none());
     assert_eq!(v["capabilities"][4][0], "pci");
     assert_eq!(v["capabilities"][4][1][0][1], "NS");
     assert_eq!(v["cuda_access"][1][0], "yes");
+}
+
+/// A snapshot's facts: the header and the JSON name the snapshot and what it was captured
+/// from, never the machine the command runs on (issue 22; both were missing).
+#[test]
+fn a_snapshot_is_named_as_the_source() {
+    let snap = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../assets/snapshots/h200x2.tar.gz"
+    );
+    let (ok, out, err) = gdpath(&["p2p", "--snapshot", snap]);
+    assert!(ok, "{err}");
+    assert_eq!(
+        out.lines().next().unwrap(),
+        format!("gdpath p2p: snapshot {snap} (its driver facts)")
+    );
+    let (ok, out, err) = gdpath(&["p2p", "--snapshot", snap, "--json"]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["source"], "snapshot");
+    assert_eq!(v["captured_from"], "live");
 }
 
 #[test]

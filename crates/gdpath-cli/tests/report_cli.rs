@@ -31,20 +31,30 @@ fn writes_and_replaces_the_report() {
     assert!(first.starts_with("<!DOCTYPE html>") && first.trim_end().ends_with("</html>"));
     assert!(first.contains("gdpath report --snapshot"));
     assert!(String::from_utf8_lossy(&out.stdout).contains("wrote report.html"));
-    // Again, with results: the file is replaced, nothing else is left in the directory.
+    // Again, with results: refused without --overwrite (before the report is made), then
+    // the file is replaced, nothing else is left in the directory.
     let bench = fixture("bench/storage-var-tmp-2026-12-01.json");
-    let out = run(
-        dir.path(),
-        &[
-            "report",
-            "-o",
-            "report.html",
-            "--snapshot",
-            snap,
-            "--from",
-            bench.to_str().unwrap(),
-        ],
+    let again = [
+        "report",
+        "-o",
+        "report.html",
+        "--snapshot",
+        snap,
+        "--from",
+        bench.to_str().unwrap(),
+    ];
+    let out = run(dir.path(), &again);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("report.html exists: it is replaced only with --overwrite"),
+        "{err}"
     );
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("report.html")).unwrap(),
+        first
+    );
+    let out = run(dir.path(), &[&again[..], &["--overwrite"]].concat());
     assert!(
         out.status.success(),
         "{}",
@@ -126,4 +136,28 @@ fn topo_svg_writes_the_drawing_alone() {
         assert!(svg.contains(&format!("data-id=\"{id}\"")), "{id}");
     }
     assert!(!svg.contains("<html"), "the drawing alone, not the page");
+    // An existing file is replaced only with --overwrite; --overwrite alone is refused.
+    let args = [
+        "topo",
+        "--nccl-xml",
+        f.to_str().unwrap(),
+        "--svg",
+        "p4d.svg",
+    ];
+    let out = run(dir.path(), &args);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr)
+        .contains("exists: it is replaced only with --overwrite"));
+    let out = run(dir.path(), &[&args[..], &["--overwrite"]].concat());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = run(
+        dir.path(),
+        &["topo", "--nccl-xml", f.to_str().unwrap(), "--overwrite"],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--overwrite applies to --svg FILE"));
 }

@@ -159,3 +159,32 @@ fn replay_wording_footnotes_and_plurals() {
         "{out}"
     );
 }
+
+/// Issue 22's wording: an EFA NIC of an NCCL file (which names no RDMA devices) is what the
+/// doctor calls it, RDMA-capable by PCI identity (the legend said "no RDMA device"); the header
+/// of `nvidia-smi topo -m` text counts the NUMA nodes its NUMA Affinity column names (it said
+/// "0 NUMA nodes" beside a filled column) and does not call its devices PCI functions.
+#[test]
+fn legends_and_headers_say_what_the_source_says() {
+    let f = fixtures().join("nccl-xml/nccl-aws-p4d-24xl-topo.xml");
+    let (ok, out, err) = gdpath(&["topo", "--nccl-xml", f.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains(
+            "(Amazon Elastic Fabric Adapter (EFA), RDMA-capable by PCI identity, no RDMA device \
+             named in the source)"
+        ),
+        "{out}"
+    );
+    assert!(!out.contains(", no RDMA device)"), "{out}");
+    let f = fixtures().join("nvidia-smi/topo-nccl-1264-hgx-h100-sxm-10nic.txt");
+    let (ok, out, err) = gdpath(&["topo", "--smi-topo", f.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    let header = out.lines().next().unwrap();
+    assert!(
+        header.ends_with(
+            "(8 GPUs, 10 NICs, 0 NVMe; 18 devices (no PCI addresses in the source); 2 NUMA nodes)"
+        ),
+        "{header}"
+    );
+}

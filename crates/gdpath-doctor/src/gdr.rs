@@ -18,8 +18,9 @@ pub(super) fn check(input: &DoctorInput) -> Vec<Finding> {
     if let Some(f) = super::no_gpu(input, A) {
         out.push(f);
     }
-    let dmabuf = dmabuf(input);
-    out.extend(peermem(input, &dmabuf));
+    let modules = PeermemModules::read(input);
+    let dmabuf = dmabuf(input, &modules);
+    out.extend(peermem(input, &modules, &dmabuf));
     out.push(dmabuf.finding);
     out.push(ucx(input));
     let m = input.machine;
@@ -217,9 +218,46 @@ struct Dmabuf {
     finding: Finding,
 }
 
+/// Whether a peer-memory module is loaded, the other GDR route beside dma-buf.
+struct PeermemModules {
+    /// The first of [`PEERMEM_MODULES`] found loaded.
+    loaded: Option<&'static str>,
+    /// Whether the source says which modules are loaded at all.
+    known: bool,
+    /// What was read, each distinct sentence once.
+    evidence: String,
+}
+
+impl PeermemModules {
+    fn read(input: &DoctorInput) -> PeermemModules {
+        let mut loaded = None;
+        let mut ev: Vec<String> = Vec::new();
+        let mut known = false;
+        for m in PEERMEM_MODULES {
+            let (l, e) = module_loaded(input, m);
+            // "not readable" is the same sentence for every module: say it once.
+            if !ev.contains(&e) {
+                ev.push(e);
+            }
+            known |= l.is_some();
+            if l == Some(true) && loaded.is_none() {
+                loaded = Some(m);
+            }
+        }
+        PeermemModules {
+            loaded,
+            known,
+            evidence: ev.join("; "),
+        }
+    }
+}
+
 /// dma-buf GDR: kernel ≥ 5.12 (RDMA dma-buf import, `ib_umem_dmabuf`), CUDA's
 /// `CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED` on the GPUs, rdma-core with `ibv_reg_dmabuf_mr`.
-fn dmabuf(input: &DoctorInput) -> Dmabuf {
+/// The finding speaks for GDR, which has a second route (a peer-memory module): a dma-buf
+/// path that is ruled out makes it `unavailable` only when no peer-memory module is loaded,
+/// `unknown` when the source does not say (a replay without `/sys/module`), `ok` when one is.
+fn dmabuf(input: &DoctorInput, modules: &PeermemModules) -> Dmabuf {
     let id = ids::GDR_DMABUF_UNAVAILABLE;
     // What rules the path out, what is not known, what is in place: said in that order.
     let mut ev = Vec::new();
@@ -268,7 +306,12 @@ fn dmabuf(input: &DoctorInput) -> Dmabuf {
         Gathered::Missing => unknowns.push(input.missing_evidence("rdma-core (libibverbs)")),
     }
     let (available, status) = if !missing.is_empty() {
-        (Some(false), Status::Unavailable)
+        let status = match (modules.loaded, modules.known) {
+            (Some(_), _) => Status::Ok,
+            (None, true) => Status::Unavailable,
+            (None, false) => Status::Unknown,
+        };
+        (Some(false), status)
     } else if !unknowns.is_empty() {
         (
             None,
@@ -284,7 +327,25 @@ fn dmabuf(input: &DoctorInput) -> Dmabuf {
     let mut all = missing.clone();
     all.extend(unknowns);
     all.extend(ev);
-    let remedy = if missing.is_empty() {
+    let mut evidence = all.join("; ");
+    if !missing.is_empty() {
+        // Ruled out: what it means for GDR is the peer-memory route's to say.
+        evidence = match modules.loaded {
+            Some(m) => format!(
+                "not needed: {m} is loaded (gdr.peermem-missing); the dma-buf path is ruled \
+                 out: {evidence}"
+            ),
+            None if modules.known => {
+                format!("{evidence}; no peer-memory module is loaded either (gdr.peermem-missing)")
+            }
+            None => format!(
+                "whether nvidia_peermem, GDR's other route, is loaded is not known ({}); the \
+                 dma-buf path is ruled out: {evidence}",
+                modules.evidence
+            ),
+        };
+    }
+    let remedy = if missing.is_empty() || modules.loaded.is_some() {
         String::new()
     } else {
         "dma-buf GDR needs Linux ≥ 5.12, NVIDIA's open kernel modules (driver ≥ 515) on a GPU \
@@ -293,27 +354,13 @@ fn dmabuf(input: &DoctorInput) -> Dmabuf {
     };
     Dmabuf {
         available,
-        finding: finding(id, A, "system", status, all.join("; "), remedy),
+        finding: finding(id, A, "system", status, evidence, remedy),
     }
 }
 
-fn peermem(input: &DoctorInput, dmabuf: &Dmabuf) -> Vec<Finding> {
+fn peermem(input: &DoctorInput, modules: &PeermemModules, dmabuf: &Dmabuf) -> Vec<Finding> {
     let mut out = Vec::new();
-    let mut loaded: Option<&str> = None;
-    let mut ev = Vec::new();
-    let mut known = false;
-    for m in PEERMEM_MODULES {
-        let (l, e) = module_loaded(input, m);
-        // "not readable" is the same sentence for every module: say it once.
-        if !ev.contains(&e) {
-            ev.push(e);
-        }
-        known |= l.is_some();
-        if l == Some(true) && loaded.is_none() {
-            loaded = Some(m);
-        }
-    }
-    let ev = ev.join("; ");
+    let (loaded, known, ev) = (modules.loaded, modules.known, &modules.evidence);
     let id = ids::GDR_PEERMEM_MISSING;
     out.push(match (loaded, known, dmabuf.available) {
         (Some(m), _, _) => finding(
@@ -359,7 +406,14 @@ fn peermem(input: &DoctorInput, dmabuf: &Dmabuf) -> Vec<Finding> {
             ),
             "`modprobe nvidia_peermem`, unless the dma-buf path is in use",
         ),
-        (None, false, _) => finding(id, A, "system", Status::Unknown, ev, ""),
+        (None, false, _) => finding(
+            id,
+            A,
+            "system",
+            Status::Unknown,
+            format!("whether nvidia_peermem or nv_peer_mem is loaded is not known: {ev}"),
+            "",
+        ),
     });
     if let Some(m) = loaded {
         let id = ids::GDR_PEERMEM_UNREGISTERED;

@@ -58,7 +58,7 @@ pub fn fs_support(m: u64) -> (&'static str, Option<bool>) {
 
 pub(super) fn check(input: &DoctorInput) -> Vec<Finding> {
     let facts = GdsFacts::gather(input.view, input.env(gdpath::gds::CUFILE_ENV));
-    let nvfs = nvidia_fs(&facts);
+    let nvfs = nvidia_fs(input, &facts);
     let cufile = cufile(input);
     let (config, cfg_finding) = config(input, &facts);
     let mut out: Vec<Finding> = super::no_gpu(input, A).into_iter().collect();
@@ -71,7 +71,7 @@ pub(super) fn check(input: &DoctorInput) -> Vec<Finding> {
 
 /// gds.nvidia-fs-missing, and whether nvidia-fs is loaded, from the facts the engine's GDS
 /// decision uses ([`GdsFacts::gather`]).
-fn nvidia_fs(facts: &GdsFacts) -> (Finding, Option<bool>) {
+fn nvidia_fs(input: &DoctorInput, facts: &GdsFacts) -> (Finding, Option<bool>) {
     let id = ids::GDS_NVIDIA_FS_MISSING;
     if let Some(v) = &facts.nvidia_fs_version {
         return (
@@ -86,10 +86,11 @@ fn nvidia_fs(facts: &GdsFacts) -> (Finding, Option<bool>) {
             Some(true),
         );
     }
-    let ev = format!(
-        "/proc/driver/nvidia-fs/version absent; {}",
-        facts.nvidia_fs_evidence
-    );
+    let modules = match facts.nvidia_fs_module {
+        Some(_) => facts.nvidia_fs_evidence.clone(),
+        None => super::modules_unknown(input),
+    };
+    let ev = format!("/proc/driver/nvidia-fs/version absent; {modules}");
     match facts.nvidia_fs_module {
         Some(true) => (finding(id, A, "system", Status::Ok, ev, ""), Some(true)),
         Some(false) => (

@@ -600,9 +600,24 @@ fn gpu_absence(input: &DoctorInput) -> Option<(Status, String)> {
     })
 }
 
-/// Whether a kernel module is loaded, with the evidence ([`gdpath::kmod::module_state`]).
+/// Whether a kernel module is loaded, with the evidence ([`gdpath::kmod::module_state`]; where
+/// neither `/sys/module` nor `/proc/modules` can be read, [`modules_unknown`]'s words).
 fn module_loaded(input: &DoctorInput, name: &str) -> (Option<bool>, String) {
-    gdpath::kmod::module_state(input.view, name)
+    match gdpath::kmod::module_state(input.view, name) {
+        (None, _) => (None, modules_unknown(input)),
+        known => known,
+    }
+}
+
+/// Why loaded modules are unknown: on the live machine `/sys/module` and `/proc/modules` could
+/// not be read; a replayed source does not describe them, which replays say as other findings
+/// of what a source lacks do.
+fn modules_unknown(input: &DoctorInput) -> String {
+    if input.is_replay() {
+        "/sys/module and /proc/modules not in the source".to_owned()
+    } else {
+        "/sys/module and /proc/modules not readable".to_owned()
+    }
 }
 
 /// The kernel release: `/proc/sys/kernel/osrelease`, else the third word of `/proc/version`.

@@ -93,14 +93,85 @@ fn power9_gpus_without_tree_or_driver_facts() {
         "{}",
         k.evidence
     );
+    // Issue 22: that rules out dma-buf, but nvidia_peermem is the other GDR route and the dump
+    // has neither /sys/module nor /proc/modules: GDR is unknown, not unavailable (it was
+    // "unavailable" from gdr.dmabuf-unavailable alone, exit status 2).
     let d = find(&r, ids::GDR_DMABUF_UNAVAILABLE, "system");
-    assert_eq!(d.status, Status::Unavailable);
-    assert!(d.evidence.contains("< 5.12"), "{}", d.evidence);
+    assert_eq!(d.status, Status::Unknown, "{}", d.evidence);
+    assert!(
+        d.evidence.contains("< 5.12") && d.evidence.contains("nvidia_peermem"),
+        "{}",
+        d.evidence
+    );
+    let p = find(&r, ids::GDR_PEERMEM_MISSING, "system");
+    assert_eq!(p.status, Status::Unknown);
+    // Said as other replay findings say what the source lacks, not as a live read failure.
+    assert!(
+        p.evidence
+            .contains("/sys/module and /proc/modules not in the source")
+            && !p.evidence.contains("not readable"),
+        "{}",
+        p.evidence
+    );
+    let nvfs = find(&r, ids::GDS_NVIDIA_FS_MISSING, "system");
+    assert!(
+        nvfs.evidence.contains("not in the source") && !nvfs.evidence.contains("not readable"),
+        "{}",
+        nvfs.evidence
+    );
+    assert_eq!(r.verdict(Area::Gdr).unwrap().status, Status::Unknown);
+    assert_eq!(r.exit_code(), 4, "nothing decided");
     // /proc/self/cgroup of a login session: no container.
     let c = find(&r, ids::SYSTEM_CONTAINER, "system");
     assert_eq!(c.status, Status::Ok, "{}", c.evidence);
     // A replayed machine with GPUs but no /proc/driver/nvidia/version: unknown, not "missing".
     assert_eq!(status(&r, ids::SYSTEM_DRIVER, "system"), Status::Unknown);
+}
+
+/// Derived: the POWER9 dump (kernel 4.14, too old for dma-buf GDR) with `/proc/modules` added,
+/// first without a peer-memory module (GDR unavailable: neither route), then with
+/// `nvidia_peermem` listed (dma-buf is not needed: the finding passes, and what decides GDR is
+/// the peer-memory route's own state, here `memory_peers` absent).
+#[test]
+fn power9_dmabuf_ruled_out_and_peermem_known() {
+    let (_t, top) = unpack_sysfs(POWER9);
+    let line = |m: &str| format!("{m} 16384 0 - Live 0x0000000000000000\n");
+    write(&top, "proc/modules", line("nvidia"));
+    let r = doctor_on(&top, |_| {});
+    let d = find(&r, ids::GDR_DMABUF_UNAVAILABLE, "system");
+    assert_eq!(d.status, Status::Unavailable, "{}", d.evidence);
+    assert!(
+        d.evidence.contains("no peer-memory module"),
+        "{}",
+        d.evidence
+    );
+    assert_eq!(
+        status(&r, ids::GDR_PEERMEM_MISSING, "system"),
+        Status::Unavailable
+    );
+    assert_eq!(r.verdict(Area::Gdr).unwrap().status, Status::Unavailable);
+
+    write(
+        &top,
+        "proc/modules",
+        format!("{}{}", line("nvidia"), line("nvidia_peermem")),
+    );
+    let r = doctor_on(&top, |_| {});
+    let d = find(&r, ids::GDR_DMABUF_UNAVAILABLE, "system");
+    assert_eq!(d.status, Status::Ok, "{}", d.evidence);
+    assert!(
+        d.evidence.contains("< 5.12") && d.evidence.contains("nvidia_peermem is loaded"),
+        "{}",
+        d.evidence
+    );
+    assert!(d.remedy.is_empty());
+    assert_eq!(status(&r, ids::GDR_PEERMEM_MISSING, "system"), Status::Ok);
+    let v = r.verdict(Area::Gdr).unwrap();
+    assert!(
+        !v.summary.contains(ids::GDR_DMABUF_UNAVAILABLE),
+        "{}",
+        v.summary
+    );
 }
 
 /// Derived: the Sandy Bridge dump with a container sign added (`/.dockerenv`, as Docker creates

@@ -1,23 +1,23 @@
 //! Writing the report (or the drawing) to its file so that no reader ever sees half of it.
 //!
-//! `-o FILE` replaces an existing report, as `-o` does for compilers and downloaders: a report
-//! is output, regenerated at will, and asking for `--overwrite` each time would only teach
-//! people to type it. What makes that safe is how it is replaced: through the engine's
-//! [`gdpath::file::AtomicFile`] (a temporary in the same directory, synced, renamed over the
-//! target, the directory synced; a replaced file keeps its permissions, a link is followed, a
-//! directory or other non-regular target is refused), so a reader, or a crash at any moment,
-//! sees the old file or the new one, never a torn one, and a failed run leaves the old report
-//! as it was.
+//! `-o FILE` replaces an existing file only when asked (`--overwrite`), as every other command
+//! of gdpath that writes a file does: `-o notes.txt` typed by mistake must not turn someone's
+//! notes into HTML. The file is written through the engine's [`gdpath::file::AtomicFile`] (a
+//! temporary in the same directory, synced, given the target's name, the directory synced; a
+//! replaced file keeps its permissions, a link is followed, a directory or other non-regular
+//! target is refused), so a reader, or a crash at any moment, sees the old file or the new one,
+//! never a torn one, and a failed run leaves the old report as it was.
 
 use gdpath::file::{AtomicFile, ReplaceOptions};
 use std::io::Write as _;
 use std::path::Path;
 
-/// Writes `bytes` to `path` crash-safely (see the module docs). Errors: the engine's
-/// ([`gdpath::Error::NotAFile`] for a directory or device, [`gdpath::Error::NoSpace`],
-/// [`gdpath::Error::Io`] naming the file).
-pub fn save(path: &Path, bytes: &[u8]) -> gdpath::Result<()> {
-    let mut f = AtomicFile::create(path, ReplaceOptions::default().overwrite(true))?;
+/// Writes `bytes` to `path` crash-safely (see the module docs), replacing an existing file
+/// only when `overwrite`. Errors: the engine's ([`gdpath::Error::Exists`] for an existing file
+/// without `overwrite`, [`gdpath::Error::NotAFile`] for a directory or device,
+/// [`gdpath::Error::NoSpace`], [`gdpath::Error::Io`] naming the file).
+pub fn save(path: &Path, bytes: &[u8], overwrite: bool) -> gdpath::Result<()> {
+    let mut f = AtomicFile::create(path, ReplaceOptions::default().overwrite(overwrite))?;
     f.write_all(bytes).map_err(|e| f.write_error(e))?;
     f.commit()
 }
@@ -28,17 +28,24 @@ mod tests {
     use std::os::unix::fs::PermissionsExt;
 
     #[test]
-    fn replaces_atomically_and_keeps_permissions() {
+    fn replaces_only_when_asked_atomically_and_keeps_permissions() {
         let d = tempfile::tempdir().unwrap();
         let f = d.path().join("r.html");
-        save(&f, b"one").unwrap();
+        save(&f, b"one", false).unwrap();
         assert_eq!(std::fs::read(&f).unwrap(), b"one");
         assert_eq!(
             std::fs::metadata(&f).unwrap().permissions().mode() & 0o777,
             0o644
         );
         std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o600)).unwrap();
-        save(&f, b"two").unwrap();
+        let e = save(&f, b"two", false).unwrap_err();
+        assert!(matches!(e, gdpath::Error::Exists { .. }), "{e}");
+        assert_eq!(
+            std::fs::read(&f).unwrap(),
+            b"one",
+            "not replaced without overwrite"
+        );
+        save(&f, b"two", true).unwrap();
         assert_eq!(std::fs::read(&f).unwrap(), b"two");
         assert_eq!(
             std::fs::metadata(&f).unwrap().permissions().mode() & 0o777,
@@ -49,17 +56,17 @@ mod tests {
         // Through a link, the target is replaced and the link stays.
         let l = d.path().join("link.html");
         std::os::unix::fs::symlink(&f, &l).unwrap();
-        save(&l, b"three").unwrap();
+        save(&l, b"three", true).unwrap();
         assert!(std::fs::symlink_metadata(&l)
             .unwrap()
             .file_type()
             .is_symlink());
         assert_eq!(std::fs::read(&f).unwrap(), b"three");
         // A directory is refused.
-        let e = save(d.path(), b"x").unwrap_err();
+        let e = save(d.path(), b"x", true).unwrap_err();
         assert!(matches!(e, gdpath::Error::NotAFile { .. }), "{e}");
         // A directory that does not exist: the error names it.
-        let e = save(&d.path().join("no/such/r.html"), b"x").unwrap_err();
+        let e = save(&d.path().join("no/such/r.html"), b"x", false).unwrap_err();
         assert!(e.to_string().contains("no/such"), "{e}");
     }
 }

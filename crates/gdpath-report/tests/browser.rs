@@ -121,7 +121,7 @@ fn check(bin: &Path, source: Source, from: Vec<PathBuf>, colours: &[(&str, [u8; 
     })
     .unwrap();
     let page = work.path().join("report.html");
-    gdpath_report::save(&page, html.as_bytes()).unwrap();
+    gdpath_report::save(&page, html.as_bytes(), true).unwrap();
     let shot = work.path().join("shot.png");
     let (_, stderr) = run(
         bin,
@@ -161,7 +161,7 @@ fn check(bin: &Path, source: Source, from: Vec<PathBuf>, colours: &[(&str, [u8; 
     };
     let (sw, sh) = (size("width"), size("height"));
     let file = work.path().join("drawing.svg");
-    gdpath_report::save(&file, svg.as_bytes()).unwrap();
+    gdpath_report::save(&file, svg.as_bytes(), true).unwrap();
     let shot = work.path().join("drawing.png");
     let (_, stderr) = run(
         bin,

@@ -355,6 +355,17 @@ impl Machine {
         out
     }
 
+    /// The NUMA nodes the source names: its node list ([`Machine::numa_nodes`]) and the nodes
+    /// its devices are placed on ([`Device::numa`]), since some sources name nodes only through
+    /// their devices (`nvidia-smi topo -m` text, through the GPUs' NUMA Affinity column).
+    pub fn numa_node_ids(&self) -> std::collections::BTreeSet<u32> {
+        self.numa_nodes
+            .iter()
+            .map(|n| n.id)
+            .chain(self.devices.iter().filter_map(|d| d.numa))
+            .collect()
+    }
+
     /// The NUMA node a device is local to: the source's value, else — when the source says
     /// unknown (sysfs -1) — the one node whose CPUs include all of the device's local CPUs, or
     /// the only node of a single-node machine. This is how `nvidia-smi topo -m` fills its

@@ -61,6 +61,13 @@ fn hgx_h100_ten_nics() {
     );
     assert_eq!(m.row("NIC0").unwrap().cpu_affinity, None);
     assert_round_trip(&m);
+    // The text has no node list: the machine's nodes are those its GPUs name.
+    let machine = m.to_machine();
+    assert!(machine.numa_nodes.is_empty());
+    assert_eq!(
+        machine.numa_node_ids().into_iter().collect::<Vec<_>>(),
+        vec![0, 1]
+    );
 }
 
 #[test]

@@ -25,6 +25,10 @@ pub enum SizeError {
     Overflow(String),
     #[error("bad range {0:?}: expected MIN..MAX with 0 < MIN <= MAX, e.g. 1MiB..64MiB")]
     Range(String),
+    /// A size of 0 in a list ([`parse_size_range`]): nothing would move, and a rate of it would
+    /// read as measured.
+    #[error("size {0:?} is 0: must be at least 1 byte")]
+    Zero(String),
 }
 
 /// Parses `4096`, `4KiB`, `1.5GiB`, `64M`, `1GB` (= 1e9). Binary units (KiB, K, ...) are powers
@@ -73,7 +77,7 @@ pub fn parse_size(s: &str) -> Result<u64, SizeError> {
 /// MIN up to MAX, MAX included even when not on the sequence): `1MiB..8MiB` → 1, 2, 4, 8 MiB;
 /// `4KiB,1MiB..4MiB` → 4 KiB, 1, 2, 4 MiB. Sizes come in the order written; a size named twice
 /// is kept once, where it first appears. Errors: the first item that is not a size or a sweep
-/// with 0 < MIN <= MAX.
+/// with 0 < MIN <= MAX ([`SizeError::Range`]), or is a size of 0 ([`SizeError::Zero`]).
 pub fn parse_size_range(s: &str) -> Result<Vec<u64>, SizeError> {
     let mut out: Vec<u64> = Vec::new();
     for item in s.split(',') {
@@ -89,7 +93,10 @@ pub fn parse_size_range(s: &str) -> Result<Vec<u64>, SizeError> {
 /// One item of [`parse_size_range`]: a size, or a sweep.
 fn parse_size_item(item: &str) -> Result<Vec<u64>, SizeError> {
     let Some((a, b)) = item.split_once("..") else {
-        return Ok(vec![parse_size(item)?]);
+        return match parse_size(item)? {
+            0 => Err(SizeError::Zero(item.trim().to_owned())),
+            n => Ok(vec![n]),
+        };
     };
     let (lo, hi) = (parse_size(a)?, parse_size(b)?);
     if lo == 0 || lo > hi {
@@ -172,6 +179,11 @@ mod tests {
             parse_size_range("4KiB,,8B"),
             Err(SizeError::Empty)
         ));
+        assert!(matches!(
+            parse_size_range("4KiB, 0B"),
+            Err(SizeError::Zero(z)) if z == "0B"
+        ));
+        assert!(matches!(parse_size_range("0"), Err(SizeError::Zero(_))));
         assert_eq!(format_size(4096), "4 KiB");
         assert_eq!(format_size(511), "511 B");
         assert_eq!(format_size(3 << 29), "1.50 GiB");

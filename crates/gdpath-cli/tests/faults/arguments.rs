@@ -94,7 +94,54 @@ fn arguments_that_do_not_apply_are_refused_before_anything_runs() {
             ],
             "--compare runs a buffered read loop",
         ),
+        (
+            vec![
+                "bench",
+                "storage",
+                "--file",
+                s(&new),
+                "--size",
+                "1MiB",
+                "--cold",
+            ],
+            "--cold drops the page cache before buffered runs",
+        ),
+        (
+            vec![
+                "bench",
+                "storage",
+                "--file",
+                s(&new),
+                "--size",
+                "1MiB",
+                "--cold",
+                "--write",
+            ],
+            "use it with --buffered or --compare",
+        ),
         (vec!["bench", "h2d", "--runs", "0"], "at least 1"),
+        // Sizes that do not parse, or are 0, in the lists the commands parse themselves (these
+        // exited 1, as if the run had failed).
+        (
+            vec!["bench", "net", "--peer", "127.0.0.1:1", "--size", "0"],
+            "--size: size \"0\" is 0: must be at least 1 byte",
+        ),
+        (
+            vec!["bench", "net", "--peer", "127.0.0.1:1", "--size", "4KiB,zz"],
+            "--size: bad size \"zz\"",
+        ),
+        (
+            vec!["bench", "storage", "--file", s(&new), "--block", "0"],
+            "--block: size \"0\" is 0",
+        ),
+        (
+            vec!["bench", "p2p", "--sizes", "0"],
+            "--sizes: size \"0\" is 0",
+        ),
+        (
+            vec!["serve", "--export", "host:zz"],
+            "--export \"host:zz\": bad size",
+        ),
         (
             vec!["copy", s(&f), s(&new), "--size", "0"],
             "at least 1 byte",

@@ -96,6 +96,24 @@ fn every_writing_command_refuses_devices_fifos_and_sockets() {
             vec!["copy", t, s(&out)],
             vec!["copy", "gpu:0", t, "--size", "1MiB", "--overwrite"],
             vec!["topo", "capture", "-o", t, "--overwrite"],
+            vec!["report", "-o", t, "--snapshot", H200_SNAPSHOT],
+            vec![
+                "report",
+                "-o",
+                t,
+                "--snapshot",
+                H200_SNAPSHOT,
+                "--overwrite",
+            ],
+            vec!["topo", "--snapshot", H200_SNAPSHOT, "--svg", t],
+            vec![
+                "topo",
+                "--snapshot",
+                H200_SNAPSHOT,
+                "--svg",
+                t,
+                "--overwrite",
+            ],
             vec!["resave", s(&ck), t, "--host"],
             vec!["resave", s(&ck), t, "--host", "--overwrite"],
         ];
@@ -128,7 +146,8 @@ fn every_writing_command_refuses_devices_fifos_and_sockets() {
 
 /// Issue 21 item 10 and the rough items: an existing destination is replaced only with
 /// `--overwrite`, and then whole, keeping its permissions; without it nothing changes. On main
-/// `copy` truncated the destination without asking and `topo capture` replaced its output.
+/// `copy` truncated the destination without asking and `topo capture` replaced its output;
+/// later `report -o` and `topo --svg` still replaced any file (someone's notes became HTML).
 #[test]
 fn an_existing_destination_is_replaced_only_with_overwrite() {
     let dir = disk_dir();
@@ -141,10 +160,15 @@ fn an_existing_destination_is_replaced_only_with_overwrite() {
     std::fs::set_permissions(&dst, std::fs::Permissions::from_mode(0o640)).unwrap();
     let snap = dir.path().join("snap.tar.gz");
     std::fs::write(&snap, b"an old snapshot").unwrap();
+    let notes = dir.path().join("notes.txt");
+    std::fs::write(&notes, b"precious").unwrap();
+    std::fs::set_permissions(&notes, std::fs::Permissions::from_mode(0o600)).unwrap();
     for args in [
         vec!["copy", s(&src), s(&dst)],
         vec!["copy", "gpu:0", s(&dst), "--size", "1MiB"],
         vec!["topo", "capture", "-o", s(&snap)],
+        vec!["report", "-o", s(&notes), "--snapshot", H200_SNAPSHOT],
+        vec!["topo", "--snapshot", H200_SNAPSHOT, "--svg", s(&notes)],
     ] {
         let (st, err) = run(&args);
         assert_eq!(st.code(), Some(1), "{}: {err}", args.join(" "));
@@ -158,6 +182,7 @@ fn an_existing_destination_is_replaced_only_with_overwrite() {
         "the old file is intact"
     );
     assert_eq!(std::fs::read(&snap).unwrap(), b"an old snapshot");
+    assert_eq!(std::fs::read(&notes).unwrap(), b"precious");
 
     let (st, err) = run(&["copy", s(&src), s(&dst), "--overwrite", "--verify"]);
     assert!(st.success(), "{err}");
@@ -168,6 +193,42 @@ fn an_existing_destination_is_replaced_only_with_overwrite() {
     assert!(st.success(), "{err}");
     let (st, err) = run(&["topo", "--snapshot", s(&snap)]);
     assert!(st.success(), "the new snapshot replays: {err}");
+    for (args, starts) in [
+        (
+            vec![
+                "report",
+                "-o",
+                s(&notes),
+                "--snapshot",
+                H200_SNAPSHOT,
+                "--overwrite",
+            ],
+            "<!DOCTYPE html>",
+        ),
+        (
+            vec![
+                "topo",
+                "--snapshot",
+                H200_SNAPSHOT,
+                "--svg",
+                s(&notes),
+                "--overwrite",
+            ],
+            "<svg",
+        ),
+    ] {
+        let (st, err) = run(&args);
+        assert!(st.success(), "{}: {err}", args.join(" "));
+        let text = std::fs::read_to_string(&notes).unwrap();
+        assert!(
+            text.starts_with(starts),
+            "{}: {}",
+            args.join(" "),
+            &text[..20]
+        );
+        let mode = std::fs::metadata(&notes).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "the replaced file keeps its permissions");
+    }
     assert!(temporaries(dir.path()).is_empty());
 }
 
@@ -445,6 +506,22 @@ fn a_block_device_is_never_written() {
         ],
         vec!["copy", s(&src), &dev, "--overwrite"],
         vec!["topo", "capture", "-o", &dev, "--overwrite"],
+        vec![
+            "report",
+            "-o",
+            &dev,
+            "--snapshot",
+            H200_SNAPSHOT,
+            "--overwrite",
+        ],
+        vec![
+            "topo",
+            "--snapshot",
+            H200_SNAPSHOT,
+            "--svg",
+            &dev,
+            "--overwrite",
+        ],
     ] {
         let (st, err) = run(&args);
         let line = args.join(" ");

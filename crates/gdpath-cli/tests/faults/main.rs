@@ -86,6 +86,41 @@ fn temporaries(dir: &Path) -> Vec<String> {
         .collect()
 }
 
+/// Whether the file system of `dir` makes unnamed temporaries (`O_TMPFILE`), which gdpath then
+/// uses and which a `SIGKILL` cannot leave behind (elsewhere a named one stays until the next
+/// run).
+fn unnamed_temporaries(dir: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).unwrap();
+    // SAFETY: a valid C string; the descriptor, if any, is owned and closed below.
+    let fd = unsafe {
+        libc::open(
+            c.as_ptr(),
+            libc::O_TMPFILE | libc::O_RDWR | libc::O_CLOEXEC,
+            0o600,
+        )
+    };
+    if fd < 0 {
+        return false;
+    }
+    // SAFETY: just opened, owned by nothing else.
+    drop(unsafe { OwnedFd::from_raw_fd(fd) });
+    true
+}
+
+/// Whether `child` holds a file under `dir` open that has data in it: a file or temporary it is
+/// writing, named or unnamed (`/proc/PID/fd` shows both).
+fn writing_under(child: &Child, dir: &Path) -> bool {
+    let dir = dir.canonicalize().unwrap();
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{}/fd", child.id())) else {
+        return false;
+    };
+    fds.flatten().any(|e| {
+        std::fs::read_link(e.path()).is_ok_and(|t| t.starts_with(&dir))
+            && std::fs::metadata(e.path()).is_ok_and(|m| m.len() > 0)
+    })
+}
+
 /// `len` bytes that differ from any other call's `seed`.
 fn data(len: usize, seed: u8) -> Vec<u8> {
     (0..len)

@@ -26,6 +26,11 @@ fn a_closed_or_full_stdout_ends_every_command_with_its_status() {
         "1",
     ];
     let commands: Vec<(Vec<&str>, Option<&str>)> = vec![
+        // Help and version are output too (clap's own printing ignored a full stdout: 0).
+        (vec!["--help"], None),
+        (vec!["--version"], None),
+        (vec!["topo", "--help"], None),
+        (vec!["doctor", "--help"], None),
         (vec!["topo"], None),
         (vec!["topo", "--json"], None),
         (vec!["topo", "--snapshot", H200_SNAPSHOT], None),

@@ -1,13 +1,16 @@
-//! Creating or replacing a file whole: a temporary in the target's directory, renamed over the
-//! target when complete.
+//! Creating or replacing a file whole: a temporary in the target's directory that takes the
+//! target's name when complete. The temporary is an unnamed inode (`O_TMPFILE`) where the file
+//! system allows, so that a process killed mid-write leaves nothing in the directory; elsewhere
+//! it is a named file that the next run removes.
 
 use super::kind::{check_regular, is_no_space};
 use super::temporary::{remove_stale_temporaries, temp_name, Temporary};
 use crate::error::{Error, Result};
+use std::ffi::OsStr;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -45,12 +48,18 @@ impl ReplaceOptions {
 }
 
 /// A file being created or replaced whole. [`AtomicFile::create`] makes a temporary file in the
-/// target's directory (named as [`super::TEMP_MARKER`] says, created exclusively: nothing that
-/// exists is opened); the data goes into it, through [`std::io::Write`] or through the engine
-/// (register [`AtomicFile::spec`] and post writes); [`AtomicFile::commit`] syncs it, renames it
-/// over the target and syncs the directory. Dropped without a commit (an error, an early
-/// return, a panic) it removes the temporary; a signal handler removes it through
-/// [`super::remove_live_temporaries`]. Either way the target is as it was.
+/// target's directory: an unnamed inode (`open(dir, O_TMPFILE)`) where the file system supports
+/// it, else a file named as [`super::TEMP_MARKER`] says, created exclusively (nothing that exists
+/// is opened). The data goes into it, through [`std::io::Write`] or through the engine (register
+/// [`AtomicFile::spec`] and post writes); [`AtomicFile::commit`] syncs it, gives it the target's
+/// name and syncs the directory. An unnamed temporary takes the name by `linkat` through
+/// `/proc/self/fd/N` (`AT_SYMLINK_FOLLOW`, which needs no capability): straight to the target when
+/// it must not be replaced (`EEXIST` if it appeared meanwhile), else to a fresh temporary name
+/// that is renamed over the target at once, so the replacement stays atomic and a name exists
+/// for only the two system calls. Dropped without a commit (an error, an early return, a panic)
+/// the temporary goes: an unnamed one with its descriptor, a named one is removed; a signal
+/// handler removes a named one through [`super::remove_live_temporaries`], and a `SIGKILL`
+/// frees an unnamed one with the process. Either way the target is as it was.
 ///
 /// A symbolic link as target is followed: the file it points to is replaced (a dangling link
 /// is refused). A replaced file keeps its permission bits (`rwx`, not set-id bits); its owner
@@ -59,7 +68,7 @@ impl ReplaceOptions {
 pub struct AtomicFile {
     target: PathBuf,
     dir: PathBuf,
-    temp: Temporary,
+    temp: Temp,
     file: File,
     opts: ReplaceOptions,
     replaces: bool,
@@ -69,19 +78,22 @@ pub struct AtomicFile {
 
 impl AtomicFile {
     /// Starts creating or replacing `target`. Nothing is written to `target` until
-    /// [`AtomicFile::commit`]. Temporaries of `target` that killed runs left are removed first
-    /// ([`super::remove_stale_temporaries`]).
+    /// [`AtomicFile::commit`]. Named temporaries of `target` that killed runs left are removed
+    /// first ([`super::remove_stale_temporaries`]).
     ///
     /// Errors: [`Error::NotAFile`] when `target` is a directory, device, FIFO, socket or a
     /// dangling symbolic link (nothing is opened); [`Error::Exists`] when it exists and
-    /// `opts.overwrite` is false; [`Error::Open`] when `stat` fails or no temporary can be
-    /// created in its directory (permission, a missing directory, a read-only file system).
+    /// `opts.overwrite` is false; [`Error::Open`] when `stat` fails, or, naming the target's
+    /// directory, when no temporary can be created there (permission, a missing directory, a
+    /// read-only file system).
     pub fn create(target: impl AsRef<Path>, opts: ReplaceOptions) -> Result<AtomicFile> {
-        let target = resolve(target.as_ref())?;
-        let existing = check_regular(&target)?;
-        if existing.is_some() && !opts.overwrite {
-            return Err(Error::Exists { path: target });
-        }
+        Self::create_as(target.as_ref(), opts, true)
+    }
+
+    /// [`AtomicFile::create`], with an unnamed temporary only when `unnamed` (the tests take the
+    /// named fallback on file systems that would not need it).
+    fn create_as(target: &Path, opts: ReplaceOptions, unnamed: bool) -> Result<AtomicFile> {
+        let (target, existing) = checked_target(target, opts.overwrite)?;
         let name = target.file_name().ok_or_else(|| Error::NotAFile {
             path: target.clone(),
             what: "a path without a file name",
@@ -91,43 +103,28 @@ impl AtomicFile {
             _ => PathBuf::from("."),
         };
         remove_stale_temporaries(&target);
-        let mut attempt = 0;
-        let (path, file, temp) = loop {
-            let random = getrandom::u64().map_err(|e| Error::Open {
-                path: dir.clone(),
-                source: Arc::new(std::io::Error::other(format!("no random name: {e}"))),
-            })?;
-            let path = dir.join(temp_name(name, random));
-            // Registered before it exists: a signal between the open and the registration
-            // would otherwise leave the file behind.
-            let temp = Temporary::adopt(&path);
-            let opened = OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create_new(true)
-                .mode(0o666)
-                .custom_flags(libc::O_NOFOLLOW)
-                .open(&path);
-            match opened {
-                Ok(f) => break (path, f, temp),
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && attempt < 8 => {
-                    // Someone else's file: not ours to remove.
-                    temp.keep();
-                    attempt += 1;
-                }
-                Err(e) => {
-                    temp.keep();
-                    return Err(Error::Open {
-                        path: path.clone(),
-                        source: Arc::new(e),
-                    });
-                }
+        let tried = if unnamed {
+            open_unnamed(&dir)
+        } else {
+            Ok(None)
+        };
+        let (file, temp) = match tried {
+            Ok(Some((file, path))) => (file, Temp::Unnamed(path)),
+            Ok(None) => {
+                let (file, temp) = create_named(&dir, name)?;
+                (file, Temp::Named(temp))
+            }
+            Err(e) => {
+                return Err(Error::Open {
+                    path: dir.clone(),
+                    source: Arc::new(e),
+                })
             }
         };
         if let Some(md) = &existing {
             let mode = md.permissions().mode() & 0o777;
             file.set_permissions(std::fs::Permissions::from_mode(mode))
-                .map_err(|e| Error::io("fchmod", &path, 0, e))?;
+                .map_err(|e| Error::io("fchmod", temp.shown(&target), 0, e))?;
         }
         Ok(AtomicFile {
             target,
@@ -146,9 +143,16 @@ impl AtomicFile {
         &self.target
     }
 
-    /// The temporary file the data goes into until the commit.
+    /// A path of the temporary file the data goes into until the commit: `/proc/self/fd/N` for
+    /// an unnamed one (it opens the same inode while this value lives), else the named file.
     pub fn temp_path(&self) -> &Path {
         self.temp.path()
+    }
+
+    /// Whether the temporary is an unnamed inode (`O_TMPFILE`), which no kill can leave behind;
+    /// false where the file system refused it and a named temporary is used.
+    pub fn is_unnamed(&self) -> bool {
+        matches!(self.temp, Temp::Unnamed(_))
     }
 
     /// The temporary as the engine registers it: `FileSpec::write(temp).access(ReadWrite)`,
@@ -240,8 +244,28 @@ impl AtomicFile {
 
     /// The error for a failure while writing the temporary, `written` bytes in: a full file
     /// system (`ENOSPC`, `EDQUOT`) becomes [`Error::NoSpace`] naming the target, the bytes
-    /// needed (when [`AtomicFile::reserve`] said) and written; anything else stays as it is.
+    /// needed (when [`AtomicFile::reserve`] said) and written; an [`Error::Io`] or
+    /// [`Error::Open`] that names an unnamed temporary (`/proc/self/fd/N`) names the target
+    /// instead; anything else stays as it is.
     pub fn explain(&self, e: Error, written: u64) -> Error {
+        let e = match e {
+            Error::Io {
+                op,
+                path,
+                offset,
+                source,
+            } => Error::Io {
+                op,
+                path: self.rename_proc(path),
+                offset,
+                source,
+            },
+            Error::Open { path, source } => Error::Open {
+                path: self.rename_proc(path),
+                source,
+            },
+            e => e,
+        };
         match &e {
             Error::Io { source, .. } | Error::Open { source, .. } if is_no_space(source) => {
                 Error::NoSpace {
@@ -255,6 +279,14 @@ impl AtomicFile {
         }
     }
 
+    /// `path`, or the target when `path` is the unnamed temporary's `/proc/self/fd/N`.
+    fn rename_proc(&self, path: PathBuf) -> PathBuf {
+        match &self.temp {
+            Temp::Unnamed(p) if *p == path => self.target.clone(),
+            _ => path,
+        }
+    }
+
     /// As [`AtomicFile::explain`] for an error of this value's own [`std::io::Write`]
     /// (op `write`, at [`AtomicFile::written`]).
     pub fn write_error(&self, e: std::io::Error) -> Error {
@@ -265,36 +297,97 @@ impl AtomicFile {
     }
 
     /// Makes the data the target's: `fsync` of the temporary (unless
-    /// [`ReplaceOptions::fsync`] is off), the rename over the target (without `overwrite`, a
-    /// rename that refuses to replace a target made meanwhile), `fsync` of the directory.
+    /// [`ReplaceOptions::fsync`] is off), the target's name for it (see the type's docs: a link
+    /// of an unnamed temporary, a rename of a named one; without `overwrite`, one that refuses
+    /// to replace a target made meanwhile), `fsync` of the directory.
     ///
-    /// Errors: [`Error::NoSpace`] or [`Error::Io`] (op `fsync`, `rename`) — before the rename
-    /// the temporary is removed and the target is as it was; [`Error::Exists`] when the target
-    /// appeared meanwhile without `overwrite`; an `fsync` of the directory that fails after the
-    /// rename is [`Error::Io`] too (the target is replaced, its durability unknown).
+    /// Errors: [`Error::NoSpace`] or [`Error::Io`] (op `fsync`, `link`, `rename`) — before the
+    /// target has its new content the temporary is removed and the target is as it was;
+    /// [`Error::Exists`] when the target appeared meanwhile without `overwrite`; an `fsync` of
+    /// the directory that fails afterwards is [`Error::Io`] too (the target is replaced, its
+    /// durability unknown).
     pub fn commit(mut self) -> Result<()> {
+        let written = self.written;
         self.file
             .flush()
-            .map_err(|e| Error::io("flush", self.temp.path(), 0, e))?;
+            .map_err(|e| self.explain(Error::io("flush", self.temp.path(), 0, e), written))?;
         if self.opts.fsync {
-            let written = self.written;
             self.file
                 .sync_all()
                 .map_err(|e| self.explain(Error::io("fsync", self.temp.path(), 0, e), written))?;
         }
-        let temp = self.temp.path().to_owned();
-        if self.opts.overwrite {
-            std::fs::rename(&temp, &self.target).map_err(|e| Error::io("rename", &temp, 0, e))?;
-        } else {
-            rename_no_replace(&temp, &self.target)?;
+        match &mut self.temp {
+            Temp::Named(temp) => {
+                let from = temp.path().to_owned();
+                if self.opts.overwrite {
+                    std::fs::rename(&from, &self.target)
+                        .map_err(|e| Error::io("rename", &from, 0, e))?;
+                } else {
+                    rename_no_replace(&from, &self.target)?;
+                }
+                temp.disarm();
+            }
+            Temp::Unnamed(proc) => {
+                let proc = proc.clone();
+                self.link_unnamed(&proc)?;
+            }
         }
-        self.temp.disarm();
         if self.opts.fsync {
             File::open(&self.dir)
                 .and_then(|d| d.sync_all())
                 .map_err(|e| Error::io("fsync", &self.dir, 0, e))?;
         }
         Ok(())
+    }
+
+    /// Gives the unnamed temporary at `proc` (`/proc/self/fd/N`) the target's name: a link
+    /// straight to the target when it must not be replaced, else a link to a fresh temporary
+    /// name (registered for removal before it exists) renamed over the target.
+    fn link_unnamed(&self, proc: &Path) -> Result<()> {
+        use rustix::fs::{linkat, AtFlags, CWD};
+        use rustix::io::Errno;
+        let link = |to: &Path| linkat(CWD, proc, CWD, to, AtFlags::SYMLINK_FOLLOW);
+        let failed = |e: Errno| {
+            self.explain(
+                Error::io("link", &self.target, 0, std::io::Error::from(e)),
+                self.written,
+            )
+        };
+        if !self.opts.overwrite {
+            return match link(&self.target) {
+                Ok(()) => Ok(()),
+                Err(Errno::EXIST) => Err(Error::Exists {
+                    path: self.target.clone(),
+                }),
+                Err(e) => Err(failed(e)),
+            };
+        }
+        let name = self.target.file_name().unwrap_or(OsStr::new("file"));
+        let mut attempt = 0;
+        loop {
+            let path = self.dir.join(temp_name(name, random_name(&self.dir)?));
+            // Registered before it exists, so that an interrupt between the link and the
+            // rename removes it.
+            let temp = Temporary::adopt(&path);
+            match link(&path) {
+                Ok(()) => {
+                    // On failure `temp` drops and removes the name: the target stays as it was.
+                    std::fs::rename(&path, &self.target)
+                        .map_err(|e| Error::io("rename", &path, 0, e))?;
+                    temp.keep();
+                    return Ok(());
+                }
+                Err(Errno::EXIST) if attempt < 8 => {
+                    // Someone else's file: not ours to remove.
+                    temp.keep();
+                    attempt += 1;
+                }
+                Err(e) => {
+                    temp.keep();
+                    return Err(failed(e));
+                }
+            }
+        }
     }
 }
 
@@ -307,6 +400,29 @@ impl Write for AtomicFile {
     fn flush(&mut self) -> std::io::Result<()> {
         self.file.flush()
     }
+}
+
+/// Checks, creating nothing, what [`AtomicFile::create`] would refuse for `target` with
+/// [`ReplaceOptions::overwrite`] `overwrite`, so that a command can refuse before it does any
+/// work (loads a checkpoint, runs its measurements). Returns whether `target` exists; the
+/// create checks again, since the answer may change meanwhile.
+///
+/// Errors: as [`AtomicFile::create`]'s before it opens anything: [`Error::NotAFile`] for a
+/// directory, device, FIFO, socket or dangling symbolic link, [`Error::Exists`] for an existing
+/// file without `overwrite`, [`Error::Open`] when `stat` fails.
+pub fn check_target(target: &Path, overwrite: bool) -> Result<bool> {
+    checked_target(target, overwrite).map(|(_, existing)| existing.is_some())
+}
+
+/// `target` resolved ([`resolve`]) and its metadata when it exists, after the checks of
+/// [`check_target`].
+fn checked_target(target: &Path, overwrite: bool) -> Result<(PathBuf, Option<std::fs::Metadata>)> {
+    let target = resolve(target)?;
+    let existing = check_regular(&target)?;
+    if existing.is_some() && !overwrite {
+        return Err(Error::Exists { path: target });
+    }
+    Ok((target, existing))
 }
 
 /// `target` with a symbolic link at its end resolved (the file it points to is the one
@@ -327,6 +443,105 @@ fn resolve(target: &Path) -> Result<PathBuf> {
         },
         _ => Ok(target.to_owned()),
     }
+}
+
+/// Where the data waits until the commit.
+#[derive(Debug)]
+enum Temp {
+    /// An unnamed inode (`O_TMPFILE`) in the target's directory, reached as `/proc/self/fd/N`
+    /// while its descriptor is open: a kill frees it with the process.
+    Unnamed(PathBuf),
+    /// A named file in the target's directory (where `O_TMPFILE` is refused), removed by its
+    /// [`Temporary`] or, after a kill, by the next run.
+    Named(Temporary),
+}
+
+impl Temp {
+    fn path(&self) -> &Path {
+        match self {
+            Temp::Unnamed(p) => p,
+            Temp::Named(t) => t.path(),
+        }
+    }
+
+    /// The path an error names: the temporary's own name, or `target` for an unnamed one.
+    fn shown<'a>(&'a self, target: &'a Path) -> &'a Path {
+        match self {
+            Temp::Unnamed(_) => target,
+            Temp::Named(t) => t.path(),
+        }
+    }
+}
+
+/// An unnamed temporary in `dir` (`open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0666)`) and the
+/// `/proc/self/fd/N` path that reaches it. `Ok(None)` where the file system or kernel refuses
+/// `O_TMPFILE` (`EOPNOTSUPP`, `EISDIR` on kernels that predate it, `EINVAL`, `ENOSYS`) or
+/// `/proc` does not show the descriptor (the engine and the commit reach the inode through it):
+/// the caller then makes a named one. Errors: the `open`'s other errors (a missing directory,
+/// permission, a read-only file system).
+fn open_unnamed(dir: &Path) -> std::io::Result<Option<(File, PathBuf)>> {
+    use rustix::fs::{open, Mode, OFlags};
+    use rustix::io::Errno;
+    let fd = match open(
+        dir,
+        OFlags::TMPFILE | OFlags::RDWR | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o666),
+    ) {
+        Ok(fd) => fd,
+        Err(Errno::OPNOTSUPP | Errno::ISDIR | Errno::INVAL | Errno::NOSYS) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    let file = File::from(fd);
+    let path = PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
+    let same = match (file.metadata(), std::fs::metadata(&path)) {
+        (Ok(a), Ok(b)) => (a.dev(), a.ino()) == (b.dev(), b.ino()),
+        _ => false,
+    };
+    Ok(same.then_some((file, path)))
+}
+
+/// A named temporary for a target called `name` in `dir`, created exclusively (`O_EXCL`,
+/// `O_NOFOLLOW`) and registered for removal before it exists. Errors: [`Error::Open`] naming
+/// `dir` when it cannot be created.
+fn create_named(dir: &Path, name: &OsStr) -> Result<(File, Temporary)> {
+    let mut attempt = 0;
+    loop {
+        let path = dir.join(temp_name(name, random_name(dir)?));
+        // Registered before it exists: a signal between the open and the registration would
+        // otherwise leave the file behind.
+        let temp = Temporary::adopt(&path);
+        let opened = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o666)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&path);
+        match opened {
+            Ok(f) => return Ok((f, temp)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && attempt < 8 => {
+                // Someone else's file: not ours to remove.
+                temp.keep();
+                attempt += 1;
+            }
+            Err(e) => {
+                temp.keep();
+                return Err(Error::Open {
+                    path: dir.to_owned(),
+                    source: Arc::new(e),
+                });
+            }
+        }
+    }
+}
+
+/// The random part of a temporary's name. Errors: [`Error::Open`] naming `dir` when the system
+/// has no randomness to give.
+fn random_name(dir: &Path) -> Result<u64> {
+    getrandom::u64().map_err(|e| Error::Open {
+        path: dir.to_owned(),
+        source: Arc::new(std::io::Error::other(format!("no random name: {e}"))),
+    })
 }
 
 /// Renames `from` to `to` unless `to` exists (`renameat2(RENAME_NOREPLACE)`; where the file
@@ -371,6 +586,8 @@ mod tests {
     use super::*;
     use std::io::Write;
 
+    const TEMP_MARKER_TEXT: &str = super::super::TEMP_MARKER;
+
     fn temporaries(dir: &Path) -> Vec<String> {
         std::fs::read_dir(dir)
             .unwrap()
@@ -380,45 +597,115 @@ mod tests {
             .collect()
     }
 
+    /// Whether the file system of `dir` makes unnamed temporaries (`O_TMPFILE`).
+    fn unnamed_here(dir: &Path) -> bool {
+        matches!(open_unnamed(dir), Ok(Some(_)))
+    }
+
     #[test]
     fn the_target_changes_only_at_commit_and_a_dropped_file_leaves_nothing() {
-        let dir = tempfile::tempdir().unwrap();
-        let t = dir.path().join("t");
-        std::fs::write(&t, b"old").unwrap();
-        std::fs::set_permissions(&t, std::fs::Permissions::from_mode(0o640)).unwrap();
-        let mut a = AtomicFile::create(&t, ReplaceOptions::default().overwrite(true)).unwrap();
-        assert!(a.replaces());
-        a.write_all(b"new contents").unwrap();
-        assert_eq!(std::fs::read(&t).unwrap(), b"old", "not before the commit");
-        assert_eq!(temporaries(dir.path()).len(), 1);
-        a.commit().unwrap();
-        assert_eq!(std::fs::read(&t).unwrap(), b"new contents");
-        let mode = std::fs::metadata(&t).unwrap().permissions().mode() & 0o777;
-        assert_eq!(mode, 0o640, "the replaced file's permissions are kept");
-        assert!(temporaries(dir.path()).is_empty());
+        for unnamed in [true, false] {
+            let dir = tempfile::tempdir().unwrap();
+            let t = dir.path().join("t");
+            std::fs::write(&t, b"old").unwrap();
+            std::fs::set_permissions(&t, std::fs::Permissions::from_mode(0o640)).unwrap();
+            let opts = ReplaceOptions::default().overwrite(true);
+            let mut a = AtomicFile::create_as(&t, opts, unnamed).unwrap();
+            assert!(a.replaces());
+            let is_unnamed = unnamed && unnamed_here(dir.path());
+            assert_eq!(a.is_unnamed(), is_unnamed);
+            a.write_all(b"new contents").unwrap();
+            assert_eq!(std::fs::read(&t).unwrap(), b"old", "not before the commit");
+            assert_eq!(
+                temporaries(dir.path()).len(),
+                usize::from(!is_unnamed),
+                "an unnamed temporary has no name in the directory until the commit"
+            );
+            a.commit().unwrap();
+            assert_eq!(std::fs::read(&t).unwrap(), b"new contents");
+            let mode = std::fs::metadata(&t).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o640, "the replaced file's permissions are kept");
+            assert!(temporaries(dir.path()).is_empty());
 
-        let mut a = AtomicFile::create(&t, ReplaceOptions::default().overwrite(true)).unwrap();
-        a.write_all(b"partial").unwrap();
-        drop(a);
-        assert_eq!(std::fs::read(&t).unwrap(), b"new contents");
-        assert!(temporaries(dir.path()).is_empty(), "dropped: removed");
+            let mut a = AtomicFile::create_as(&t, opts, unnamed).unwrap();
+            a.write_all(b"partial").unwrap();
+            drop(a);
+            assert_eq!(std::fs::read(&t).unwrap(), b"new contents");
+            assert!(temporaries(dir.path()).is_empty(), "dropped: removed");
+            assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+        }
+    }
+
+    #[test]
+    fn an_unnamed_temporary_is_reached_through_proc_and_errors_name_the_target() {
+        let dir = tempfile::tempdir().unwrap();
+        if !unnamed_here(dir.path()) {
+            eprintln!("skipped: this file system refuses O_TMPFILE");
+            return;
+        }
+        let t = dir.path().join("t");
+        let mut a = AtomicFile::create(&t, ReplaceOptions::default()).unwrap();
+        assert!(a.is_unnamed());
+        assert!(
+            a.temp_path().starts_with("/proc/self/fd"),
+            "{:?}",
+            a.temp_path()
+        );
+        a.write_all(b"through the descriptor").unwrap();
+        // Another open of the path reaches the same inode, as the engine's registration does.
+        assert_eq!(
+            std::fs::read(a.temp_path()).unwrap(),
+            b"through the descriptor"
+        );
+        let eio = Error::io(
+            "write",
+            a.temp_path(),
+            7,
+            std::io::Error::from_raw_os_error(libc::EIO),
+        );
+        match a.explain(eio, 0) {
+            Error::Io { path, offset, .. } => assert_eq!((path, offset), (t.clone(), 7)),
+            other => panic!("{other}"),
+        }
+        a.commit().unwrap();
+        assert_eq!(std::fs::read(&t).unwrap(), b"through the descriptor");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
     }
 
     #[test]
     fn an_existing_target_needs_overwrite_even_if_it_appears_meanwhile() {
-        let dir = tempfile::tempdir().unwrap();
-        let t = dir.path().join("t");
-        std::fs::write(&t, b"old").unwrap();
-        let e = AtomicFile::create(&t, ReplaceOptions::default()).unwrap_err();
-        assert!(matches!(&e, Error::Exists { path } if *path == t), "{e}");
-        let u = dir.path().join("u");
-        let mut a = AtomicFile::create(&u, ReplaceOptions::default()).unwrap();
-        a.write_all(b"mine").unwrap();
-        std::fs::write(&u, b"someone else's").unwrap();
-        let e = a.commit().unwrap_err();
-        assert!(matches!(e, Error::Exists { .. }), "{e}");
-        assert_eq!(std::fs::read(&u).unwrap(), b"someone else's");
-        assert!(temporaries(dir.path()).is_empty());
+        for unnamed in [true, false] {
+            let dir = tempfile::tempdir().unwrap();
+            let t = dir.path().join("t");
+            std::fs::write(&t, b"old").unwrap();
+            let e = AtomicFile::create_as(&t, ReplaceOptions::default(), unnamed).unwrap_err();
+            assert!(matches!(&e, Error::Exists { path } if *path == t), "{e}");
+            let u = dir.path().join("u");
+            let mut a = AtomicFile::create_as(&u, ReplaceOptions::default(), unnamed).unwrap();
+            a.write_all(b"mine").unwrap();
+            std::fs::write(&u, b"someone else's").unwrap();
+            let e = a.commit().unwrap_err();
+            assert!(matches!(e, Error::Exists { .. }), "{e}");
+            assert_eq!(std::fs::read(&u).unwrap(), b"someone else's");
+            assert!(temporaries(dir.path()).is_empty());
+        }
+    }
+
+    #[test]
+    fn a_missing_directory_is_named_not_a_temporary() {
+        for unnamed in [true, false] {
+            let dir = tempfile::tempdir().unwrap();
+            let t = dir.path().join("nodir/x");
+            let e = AtomicFile::create_as(&t, ReplaceOptions::default(), unnamed).unwrap_err();
+            match &e {
+                Error::Open { path, source } => {
+                    assert_eq!(*path, dir.path().join("nodir"));
+                    assert_eq!(source.kind(), std::io::ErrorKind::NotFound);
+                }
+                other => panic!("{other}"),
+            }
+            assert!(!e.to_string().contains(TEMP_MARKER_TEXT), "{e}");
+        }
     }
 
     #[test]

@@ -9,20 +9,22 @@
 //!   ([`FileSpec`](crate::FileSpec)) open through the same check, and confirm it on the open
 //!   descriptor (`fstat`), so a path swapped in between is refused too.
 //! - [`AtomicFile`] creates or replaces a file through a temporary file in the target's
-//!   directory that is renamed over the target only when complete (`fsync` of the file, the
-//!   rename, `fsync` of the directory): a failure, an interrupt or a `SIGKILL` leaves the old
-//!   file as it was and no partial one. An existing target is replaced only when asked
-//!   ([`ReplaceOptions::overwrite`]).
+//!   directory that takes the target's name only when complete (`fsync` of the file, the link
+//!   or rename, `fsync` of the directory): a failure, an interrupt or a `SIGKILL` leaves the old
+//!   file as it was and no partial one. The temporary is an unnamed inode (`O_TMPFILE`) where
+//!   the file system supports it, so a `SIGKILL` leaves no temporary either; elsewhere it is a
+//!   named file. An existing target is replaced only when asked ([`ReplaceOptions::overwrite`]).
 //! - [`Temporary`] is a file this process made and removes: when dropped, and from a signal
 //!   handler's thread through [`remove_live_temporaries`], so an interrupted command leaves none;
-//!   what a `SIGKILL` leaves behind has a recognisable name ([`TEMP_MARKER`]) and is removed by
-//!   the next [`AtomicFile::create`] of the same target ([`remove_stale_temporaries`]).
+//!   a named temporary a `SIGKILL` leaves behind has a recognisable name ([`TEMP_MARKER`]) and
+//!   is removed by the next [`AtomicFile::create`] of the same target
+//!   ([`remove_stale_temporaries`]).
 
 mod atomic;
 mod kind;
 mod temporary;
 
-pub use atomic::{AtomicFile, ReplaceOptions};
+pub use atomic::{check_target, AtomicFile, ReplaceOptions};
 pub(crate) use kind::open_regular;
 pub use kind::{check_regular, is_no_space, read_bounded, special_kind};
 pub use temporary::{remove_live_temporaries, remove_stale_temporaries, Temporary, TEMP_MARKER};
