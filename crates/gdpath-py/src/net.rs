@@ -121,7 +121,7 @@ impl Server {
             NetEvent::Connected { peer } => ("connected".into(), peer),
             NetEvent::Refused { reason, .. } => ("refused".into(), reason),
             NetEvent::Left { peer } => ("left".into(), peer),
-            NetEvent::Lost { peer, detail } => ("lost".into(), format!("{peer}: {detail}")),
+            NetEvent::Lost { peer, detail, .. } => ("lost".into(), format!("{peer}: {detail}")),
         }))
     }
 

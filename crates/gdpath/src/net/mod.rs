@@ -33,6 +33,9 @@ pub mod codec;
 pub mod protocol;
 
 pub use auth::{Token, MIN_TOKEN_LEN};
+pub use events::{EventKind, EventLog};
+
+mod events;
 
 use crate::backend::network::{PeerLink, ServeLink};
 use crate::error::{Error, Result};
@@ -173,8 +176,15 @@ pub enum NetEvent {
     },
     /// A connection failed or its handshake timed out: the peer died, was killed, or its
     /// network went away, without saying goodbye. `detail` says why (e.g. `connection
-    /// failed: UCS_ERR_ENDPOINT_TIMEOUT (-80)`, `no handshake within 10s`).
-    Lost { peer: String, detail: String },
+    /// failed: UCS_ERR_ENDPOINT_TIMEOUT (-80)`, `no handshake within 10s`). `authenticated`:
+    /// the peer had proved the token (`peer` is then `name@address`; before, its address),
+    /// so that a connection lost in its handshake, which anyone who reaches the port can
+    /// cause, is told apart.
+    Lost {
+        peer: String,
+        detail: String,
+        authenticated: bool,
+    },
     /// A peer closed its connection cleanly ([`Peer::close`], its last [`Peer`] handle or its
     /// agent dropped, a `gdpath bench net` run ending): it said goodbye after its operations
     /// completed, and what the server held for it was released. `peer` is `name@address`.
