@@ -48,7 +48,10 @@ pub struct NetOpts {
     /// UCX transports (UCX_TLS), e.g. `tcp`.
     #[arg(long)]
     transports: Option<String>,
-    /// UCX network devices (UCX_NET_DEVICES), e.g. `lo` or `veth0`.
+    /// UCX network devices (UCX_NET_DEVICES), e.g. `lo` or `veth0` [default: for serve, the
+    /// interface of --listen (every one for 0.0.0.0); for bench net, the one that reaches
+    /// --peer; RDMA devices always]. UCX's own tcp port listens on these, without
+    /// authentication: firewall it (docs/network.md).
     #[arg(long)]
     devices: Option<String>,
     /// Bound on a handshake, seconds (a server drops a client that has not finished it by then;

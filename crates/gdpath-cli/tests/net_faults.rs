@@ -450,6 +450,121 @@ fn listening_ports(pid: u32) -> Vec<u16> {
         .collect()
 }
 
+/// The TCP addresses a process listens on, IPv4 and IPv6, from `/proc`.
+fn listening_addrs(pid: u32) -> Vec<std::net::SocketAddr> {
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+    let inodes: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter_map(|l| {
+            let l = l.to_string_lossy().into_owned();
+            l.strip_prefix("socket:[")?
+                .strip_suffix(']')
+                .map(str::to_owned)
+        })
+        .collect();
+    // The kernel prints each 32-bit word of an address as a native-endian number.
+    let word = |h: &str| u32::from_str_radix(h, 16).map(u32::to_ne_bytes);
+    let ip = |h: &str| -> Option<IpAddr> {
+        match h.len() {
+            8 => Some(IpAddr::V4(Ipv4Addr::from(word(h).ok()?))),
+            32 => {
+                let mut b = [0u8; 16];
+                for i in 0..4 {
+                    b[4 * i..4 * i + 4].copy_from_slice(&word(&h[8 * i..8 * i + 8]).ok()?);
+                }
+                Some(IpAddr::V6(Ipv6Addr::from(b)))
+            }
+            _ => None,
+        }
+    };
+    let mut out = Vec::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else {
+            continue;
+        };
+        for l in text.lines().skip(1) {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            // local address, state (0A = listening), inode
+            if f.get(3) != Some(&"0A") || !inodes.iter().any(|i| Some(&i.as_str()) == f.get(9)) {
+                continue;
+            }
+            let Some((a, p)) = f[1].split_once(':') else {
+                continue;
+            };
+            if let (Some(a), Ok(p)) = (ip(a), u16::from_str_radix(p, 16)) {
+                out.push(SocketAddr::new(a, p));
+            }
+        }
+    }
+    out
+}
+
+/// `serve --listen 127.0.0.1:P` and a `bench net` client, neither with `--devices`: UCX's own
+/// tcp port (unauthenticated) listens on the loopback interface only, in both processes. It
+/// listened on every interface (the external eth0 address too), reachable from the network.
+#[test]
+fn a_loopback_serve_and_its_client_listen_on_loopback_only() {
+    let _serial = serial();
+    let Some(external) = gdpath_testkit::external_ipv4() else {
+        eprintln!("SKIP: this host has no non-loopback IPv4 interface, so nothing to leave out");
+        return;
+    };
+    eprintln!("non-loopback address here: {external}");
+    let (mut srv, addr) = common::serve(
+        &[],
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--export",
+            "host:64MiB",
+            "--duration",
+            "120",
+        ],
+        T,
+    );
+    let own = listening_addrs(srv.child.id());
+    eprintln!("serve listens on {own:?}");
+    assert!(
+        own.iter().any(|a| a.port() != addr.port()),
+        "UCX's own port not found among {own:?}: nothing checked"
+    );
+    let mut cl = Proc::spawn(Command::new(bin()).args([
+        "bench",
+        "net",
+        "--peer",
+        &addr.to_string(),
+        "--size",
+        "1MiB",
+        "--runs",
+        "50",
+        "--bytes-per-run",
+        "1GiB",
+    ]));
+    srv.wait_line("connected: bench@", T);
+    let theirs = listening_addrs(cl.child.id());
+    eprintln!("bench net listens on {theirs:?}");
+    assert!(
+        !theirs.is_empty(),
+        "the client's UCX port not found: nothing checked"
+    );
+    signal(&cl, libc::SIGINT);
+    assert_eq!(cl.wait_exit(T).code(), Some(130), "{:?}", cl.stderr());
+    srv.wait_line("left: bench@", T);
+    let beyond = |v: &[std::net::SocketAddr]| -> Vec<std::net::SocketAddr> {
+        v.iter()
+            .filter(|a| !a.ip().is_loopback())
+            .copied()
+            .collect()
+    };
+    assert!(
+        beyond(&own).is_empty() && beyond(&theirs).is_empty(),
+        "beyond loopback: serve on {addr} listens on {:?}, its bench net client on {:?}",
+        beyond(&own),
+        beyond(&theirs)
+    );
+}
+
 /// What is left of UCX that an unauthenticated client can reach: its tcp transport's own
 /// listening port (peers' data connections arrive there; no UCX connection manager listens any
 /// more). The bytes that aborted the connection manager are reset there, and the server keeps
