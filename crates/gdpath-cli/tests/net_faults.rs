@@ -1,10 +1,12 @@
 //! Faults and bad input against `gdpath serve` and `gdpath bench net` as processes, over
-//! 127.0.0.1 (`--devices lo`), each reproducing an item of issue 21: raw-socket garbage and a
-//! huge length prefix, a half handshake left hanging, 500 idle connections at `ulimit -n 64`,
-//! the server killed under every bench mode, one SIGINT, `--qd` bounds, a restart on the same
-//! port, a device that does not exist, a library that is not one, a token file others can
-//! read, eight clients benchmarking one region at once, and a connection reset seen by a send
-//! in the middle of a message.
+//! 127.0.0.1 (`--devices lo`, but where the devices are the engine's choice), each reproducing
+//! an item of issue 21: raw-socket garbage and a huge length prefix, a flood of garbage
+//! connections (the log's size), a half handshake left hanging, 500 idle connections at
+//! `ulimit -n 64`, the server killed under every bench mode, one SIGINT, `--qd` bounds, a
+//! restart on the same port, a device that does not exist, a library that is not one, a token
+//! file others can read, eight clients benchmarking one region at once, a connection reset seen
+//! by a send in the middle of a message, and where UCX's own port listens without `--devices`.
+//! `scripts/fault-suite.sh network` runs them.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
