@@ -8,7 +8,12 @@
 #   files   devices, FIFOs, full file systems, interrupts, closed/full stdout, arguments,
 #           checkpoint saves (resave: kills, a full tmpfs, an existing file)
 #           (cargo test --test faults, then the issue's own command lines in a shell)
-#   network added by the network helper: serve and bench net against raw sockets and kills
+#   network serve and bench net against raw sockets, floods, kills and signals, and where UCX's
+#           own port listens (cargo test --test net_faults and gdpath's net_garbage, then the
+#           issue's command lines in a shell: a loopback serve listens on loopback only, a
+#           garbage flood leaves serve's stdout small)
+#   inputs  hostile topology input: deep and huge XML, /dev/zero, FIFOs, device-count bounds
+#           (gdpath-topo's input_limits, then the same through `gdpath topo` and `doctor`)
 #
 # Usage: scripts/fault-suite.sh [BLOCK...]   (default: all blocks). Exit status 0: all passed.
 set -euo pipefail
@@ -146,11 +151,120 @@ PY
   if grep -q panicked "$work/err"; then fail "p2p --json | head -c 800 panicked"; fi
 }
 
+# Starts `gdpath serve ARGS` with stdout into $1 (the rest: its arguments) and waits up to 30 s
+# for it to listen: sets serve_pid and serve_addr, or fails and returns 1.
+start_serve() {
+  local out=$1
+  shift
+  "$gdpath" serve "$@" >"$out" 2>"$out.err" &
+  serve_pid=$!
+  cleanup+=("kill $serve_pid 2>/dev/null")
+  serve_addr=
+  local i
+  for ((i = 0; i < 300; i++)); do
+    serve_addr=$(sed -n 's/^gdpath serve: listening on \([^ ]*\) .*/\1/p' "$out" 2>/dev/null)
+    [[ -n $serve_addr ]] && return 0
+    kill -0 "$serve_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  fail "serve $* did not listen: $(cat "$out.err")"
+  return 1
+}
+
+# The local addresses process $1 listens on over TCP (`ss`), one a line.
+listening_of() {
+  ss -Htlnp 2>/dev/null | awk -v pid="pid=$1," 'index($0, pid) { print $4 }'
+}
+
+block_network() {
+  say "network: cargo test --test net_faults (gdpath-cli) and --test net_garbage (gdpath)"
+  bounded 600 cargo test --locked -p gdpath-cli --test net_faults --quiet ||
+    fail "crates/gdpath-cli/tests/net_faults.rs"
+  bounded 300 cargo test --locked -p gdpath --test net_garbage --quiet ||
+    fail "crates/gdpath/tests/net_garbage.rs"
+
+  # The issue's command lines, as a user types them.
+  say "network: serve on 127.0.0.1 without --devices listens on loopback only (ss)"
+  if ! command -v ss >/dev/null || ! command -v ip >/dev/null; then
+    say "skipped: ss or ip (iproute2) is missing"
+  elif [[ -z $(ip -4 -o addr show scope global 2>/dev/null) ]]; then
+    say "skipped: no non-loopback IPv4 interface here, so nothing to leave out"
+  elif start_serve "$work/lo.out" --listen 127.0.0.1:0 --export host:16MiB --duration 60; then
+    local ports
+    ports=$(listening_of "$serve_pid")
+    (($(wc -l <<<"$ports") >= 2)) || fail "no UCX port found beside gdpath's: $ports"
+    if grep -Ev '^(127\.|\[::1\]:)' <<<"$ports"; then
+      fail "serve on $serve_addr listens beyond loopback: $(tr '\n' ' ' <<<"$ports")"
+    fi
+    kill -INT "$serve_pid" 2>/dev/null || true
+    wait "$serve_pid" 2>/dev/null || true
+  fi
+
+  say "network: a garbage flood leaves serve's stdout small, and a client verifies after"
+  if start_serve "$work/flood.out" --listen 127.0.0.1:0 --devices lo --export host:16MiB \
+    --duration 120; then
+    local host=${serve_addr%:*} port=${serve_addr##*:} n=0 end=$((SECONDS + 3))
+    while ((SECONDS < end)); do
+      if exec {c}<>"/dev/tcp/$host/$port"; then
+        printf '\xff%.0s' {1..16} >&"$c" 2>/dev/null || true
+        exec {c}<&-
+        n=$((n + 1))
+      fi
+    done 2>/dev/null
+    say "$n garbage connections"
+    bounded 60 "$gdpath" bench net --peer "$serve_addr" --devices lo --size 4KiB --runs 1 \
+      --bytes-per-run 1MiB --json >"$work/bench.json" 2>"$work/err" ||
+      fail "bench net after the flood: $(cat "$work/err")"
+    grep -q '"verified": true' "$work/bench.json" || fail "bench net after the flood: not verified"
+    kill -INT "$serve_pid" 2>/dev/null || true
+    wait "$serve_pid" 2>/dev/null || true
+    local bytes errbytes
+    bytes=$(wc -c <"$work/flood.out")
+    errbytes=$(wc -c <"$work/flood.out.err")
+    ((n >= 100)) || fail "only $n connections: no flood to speak of"
+    ((bytes < 4096)) || fail "serve wrote $bytes bytes of stdout for $n garbage connections"
+    ((errbytes < 4096)) || fail "serve wrote $errbytes bytes of stderr for $n garbage connections"
+    grep -q '^refused: .*more connection(s) refused' "$work/flood.out" ||
+      fail "no count of the refusals left out: $(head -c 2000 "$work/flood.out")"
+  fi
+}
+
+block_inputs() {
+  say "inputs: cargo test --test input_limits (gdpath-topo)"
+  bounded 300 cargo test --locked -p gdpath-topo --test input_limits --quiet ||
+    fail "crates/gdpath-topo/tests/input_limits.rs"
+
+  # The issue's command lines, as a user types them.
+  say "inputs: deep NCCL XML to topo and doctor, /dev/zero to every reader"
+  {
+    echo '<system version="1"><cpu numaid="0" affinity="ff">'
+    for ((i = 0; i < 10000; i++)); do printf '<pci busid="%04x:%02x:00.0" class="0x060400">' $((i / 256)) $((i % 256)); done
+    printf '<pci busid="ffff:00:00.0"><gpu dev="0"/></pci>'
+    for ((i = 0; i < 10000; i++)); do printf '</pci>'; done
+    echo '</cpu></system>'
+  } >"$work/deep.xml"
+  local rc=0
+  bounded 60 "$gdpath" topo --nccl-xml "$work/deep.xml" >/dev/null 2>"$work/err" || rc=$?
+  [[ $rc == 1 ]] || fail "topo --nccl-xml (10,000 levels): status $rc (134: the stack overflowed)"
+  grep -q "nested deeper than" "$work/err" || fail "deep XML to topo says: $(cat "$work/err")"
+  rc=0
+  bounded 60 "$gdpath" doctor --nccl-xml "$work/deep.xml" >/dev/null 2>"$work/err" || rc=$?
+  [[ $rc == 3 ]] || fail "doctor --nccl-xml (10,000 levels): status $rc"
+  local flag
+  for flag in --nccl-xml --hwloc-xml --smi-topo --snapshot; do
+    rc=0
+    bounded 30 "$gdpath" topo "$flag" /dev/zero >/dev/null 2>"$work/err" || rc=$?
+    [[ $rc == 1 ]] || fail "topo $flag /dev/zero: status $rc (124: it read without end)"
+    grep -q "character device, not a regular file" "$work/err" ||
+      fail "topo $flag /dev/zero says: $(cat "$work/err")"
+  done
+}
+
 blocks=("$@")
-((${#blocks[@]})) || blocks=(files)
+((${#blocks[@]})) || blocks=(files network inputs)
 for b in "${blocks[@]}"; do
   if ! declare -F "block_$b" >/dev/null; then
-    say "no block '$b' (blocks: files)"
+    say "no block '$b' (blocks: files network inputs)"
     exit 2
   fi
   "block_$b"

@@ -108,11 +108,12 @@ pub struct NetBenchArgs {
     lat_iters: usize,
     /// When a put counts as done: `remote` (confirmed in the peer's memory by a flush, one
     /// round trip per transfer) or `local` (the local buffer is free; each bandwidth run ends
-    /// with one flush, like ucx_perftest). Gets always complete when their data arrived.
-    #[arg(long, value_enum, default_value_t = Completion::Remote)]
-    completion: Completion,
+    /// with one flush, like ucx_perftest) [default: remote]. Puts only: gets always complete
+    /// when their data arrived.
+    #[arg(long, value_enum)]
+    completion: Option<Completion>,
     /// Send every put as a UCX put, also where host writes over tcp would go as packed writes
-    /// (the engine's own messages, acknowledged by the peer; docs/network.md).
+    /// (the engine's own messages, acknowledged by the peer; docs/network.md). Puts only.
     #[arg(long)]
     no_pack: bool,
     #[command(flatten)]
@@ -534,7 +535,26 @@ fn fmt_gbps(v: f64) -> String {
 /// `bench net`'s sweep when `--size` is not given (sizes above the peer's region are skipped).
 const DEFAULT_NET_SIZES: &str = "8B..1GiB";
 
+impl NetBenchArgs {
+    /// Refuses the options that do not apply to the operation chosen: `--completion` and
+    /// `--no-pack` say how puts are sent and confirmed, which a get run has none of.
+    fn check_op(&self) -> Result<()> {
+        use crate::args::refuse_if;
+        if self.op == "get" {
+            let why = "applies to puts (--op put): a get completes when its data arrived";
+            refuse_if(self.completion.is_some(), "--completion", why)?;
+            refuse_if(
+                self.no_pack,
+                "--no-pack",
+                "applies to puts (--op put): only writes are sent as packed writes",
+            )?;
+        }
+        Ok(())
+    }
+}
+
 fn run_net(a: NetBenchArgs) -> Result<ExitCode> {
+    a.check_op()?;
     if a.qd == 0 || a.qd > net::MAX_QD {
         return Err(crate::usage(format!(
             "--qd {} is outside 1..={}: the peer's receive queue holds at most {} messages",
@@ -554,7 +574,7 @@ fn run_net(a: NetBenchArgs) -> Result<ExitCode> {
         peer,
         token: a.net.token()?,
         net: NetConfig {
-            put_completion: a.completion.into(),
+            put_completion: a.completion.unwrap_or(Completion::Remote).into(),
             pack_writes: !a.no_pack,
             ..a.net.config()
         },
@@ -678,7 +698,7 @@ fn run_net(a: NetBenchArgs) -> Result<ExitCode> {
              completion ({})",
             if a.op == "get" {
                 "a get completes when its data is in local memory"
-            } else if a.completion == Completion::Local {
+            } else if a.completion == Some(Completion::Local) {
                 "--completion local: a put completes when its buffer is free; each bandwidth run \
                  ends with a flush confirming all of them"
             } else {

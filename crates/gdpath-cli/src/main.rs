@@ -80,8 +80,15 @@ impl Command {
 pub(crate) const ERROR_SCHEMA: &str = "gdpath.error/1";
 
 fn main() -> ExitCode {
+    // Warnings by default: the engine's rate-limited ones (connections dropped to make room,
+    // accept failing at the descriptor limit) are how an operator learns of trouble.
+    let filter = tracing_subscriber::EnvFilter::try_from_env("GDPATH_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    use std::io::IsTerminal;
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_env("GDPATH_LOG"))
+        .with_env_filter(filter)
+        // Colour codes only where a person reads them, not in a journal or a file.
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr)
         .init();
     let cli = match Cli::try_parse() {

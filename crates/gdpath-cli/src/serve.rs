@@ -2,7 +2,7 @@
 
 use anyhow::{Context, Result};
 use clap::Args;
-use gdpath::net::{FailureMode, NetConfig, NetEvent, Token};
+use gdpath::net::{EventKind, EventLog, FailureMode, NetConfig, NetEvent, Token};
 use gdpath::units::{format_size, parse_size};
 use gdpath::{Agent, AgentConfig, HostBuffer, Memory};
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
@@ -48,7 +48,10 @@ pub struct NetOpts {
     /// UCX transports (UCX_TLS), e.g. `tcp`.
     #[arg(long)]
     transports: Option<String>,
-    /// UCX network devices (UCX_NET_DEVICES), e.g. `lo` or `veth0`.
+    /// UCX network devices (UCX_NET_DEVICES), e.g. `lo` or `veth0` [default: for serve, the
+    /// interface of --listen (every one for 0.0.0.0); for bench net, the one that reaches
+    /// --peer; RDMA devices always]. UCX's own tcp port listens on these, without
+    /// authentication: firewall it (docs/network.md).
     #[arg(long)]
     devices: Option<String>,
     /// Bound on a handshake, seconds (a server drops a client that has not finished it by then;
@@ -311,19 +314,19 @@ pub fn run(a: ServeArgs) -> Result<ExitCode> {
     let end = a
         .duration
         .and_then(|s| Instant::now().checked_add(Duration::from_secs_f64(s.max(0.0))));
+    // Refused and lost connections are as many as anyone reaching the port makes: the
+    // engine's log policy lets one line per kind and interval through, with counts.
+    let log = EventLog::default();
     loop {
         if let Some(e) = srv.next_event(EVENT_WAIT) {
-            match e {
-                NetEvent::Connected { peer } => outln!("connected: {peer}"),
-                NetEvent::Refused { addr, reason } => outln!(
-                    "refused: {} ({reason})",
-                    addr.map_or_else(|| "?".into(), |a| a.to_string())
-                ),
-                NetEvent::Lost { peer, detail } => outln!("lost: {peer} ({detail})"),
-                NetEvent::Left { peer } => outln!("left: {peer} (closed the connection cleanly)"),
+            if let Some(left_out) = log.admit(&e) {
+                print_event(e, left_out, &log);
             }
-            std::io::stdout().flush().ok();
         }
+        for (kind, n) in log.overdue() {
+            print_left_out(kind, n, &log);
+        }
+        std::io::stdout().flush().ok();
         for n in agent.take_notifications() {
             outln!("notification from {}: {} bytes", n.from, n.message.len());
         }
@@ -334,9 +337,48 @@ pub fn run(a: ServeArgs) -> Result<ExitCode> {
         }
     }
     let told = srv.stop(STOP_WAIT);
+    for (kind, n) in log.left_out() {
+        print_left_out(kind, n, &log);
+    }
     outln!("stopped: told {told} connected client(s) goodbye");
     std::io::stdout().flush().ok();
     Ok(ExitCode::SUCCESS)
+}
+
+/// One line for `e`, with how many of its kind were left out before it (`left_out`).
+fn print_event(e: NetEvent, left_out: u64, log: &EventLog) {
+    let more = if left_out > 0 {
+        format!(
+            " ({left_out} more like it left out since the last, one line per {}s)",
+            log.interval().as_secs()
+        )
+    } else {
+        String::new()
+    };
+    match e {
+        NetEvent::Connected { peer } => outln!("connected: {peer}"),
+        NetEvent::Refused { addr, reason } => outln!(
+            "refused: {} ({reason}){more}",
+            addr.map_or_else(|| "?".into(), |a| a.to_string())
+        ),
+        NetEvent::Lost { peer, detail, .. } => outln!("lost: {peer} ({detail}){more}"),
+        NetEvent::Left { peer } => outln!("left: {peer} (closed the connection cleanly)"),
+    }
+}
+
+/// The line telling that `n` events of `kind` were left out since its last line.
+fn print_left_out(kind: EventKind, n: u64, log: &EventLog) {
+    let (prefix, what) = match kind {
+        EventKind::Refused => ("refused", "connection(s) refused"),
+        EventKind::LostInHandshake => ("lost", "connection(s) lost in their handshake"),
+        EventKind::Lost => ("lost", "peer(s) lost"),
+        // Never rate-limited: every one has its line.
+        EventKind::Connected | EventKind::Left => return,
+    };
+    outln!(
+        "{prefix}: {n} more {what} since the last such line (one line per {}s)",
+        log.interval().as_secs()
+    );
 }
 
 /// How long a stopping server waits for its clients to answer its goodbye (they flush what

@@ -1,10 +1,12 @@
 //! Faults and bad input against `gdpath serve` and `gdpath bench net` as processes, over
-//! 127.0.0.1 (`--devices lo`), each reproducing an item of issue 21: raw-socket garbage and a
-//! huge length prefix, a half handshake left hanging, 500 idle connections at `ulimit -n 64`,
-//! the server killed under every bench mode, one SIGINT, `--qd` bounds, a restart on the same
-//! port, a device that does not exist, a library that is not one, a token file others can
-//! read, eight clients benchmarking one region at once, and a connection reset seen by a send
-//! in the middle of a message.
+//! 127.0.0.1 (`--devices lo`, but where the devices are the engine's choice), each reproducing
+//! an item of issue 21: raw-socket garbage and a huge length prefix, a flood of garbage
+//! connections (the log's size), a half handshake left hanging, 500 idle connections at
+//! `ulimit -n 64`, the server killed under every bench mode, one SIGINT, `--qd` bounds, a
+//! restart on the same port, a device that does not exist, a library that is not one, a token
+//! file others can read, eight clients benchmarking one region at once, a connection reset seen
+//! by a send in the middle of a message, and where UCX's own port listens without `--devices`.
+//! `scripts/fault-suite.sh network` runs them.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -75,12 +77,59 @@ fn raw_socket_garbage_and_a_huge_length_prefix_do_not_stop_serve() {
             closed_within(&mut s, Duration::from_secs(5)),
             "{what}: the server kept the connection"
         );
-        srv.wait_line("refused:", T);
     }
+    // One line for the three: refusals are rate-limited.
+    srv.wait_line("refused:", T);
     assert!(srv.child.try_wait().unwrap().is_none(), "serve died");
     let out = quick_bench(addr);
     assert_eq!(json_ok(&out)["rows"][0]["verified"], true);
     assert!(stderr_bytes(&srv) < 4096, "{:?}", srv.stderr());
+}
+
+/// A local client connecting in a loop for 3 s, sending 16 × 0xff (refused) or nothing (lost
+/// in its handshake) each time and closing: `serve` writes one line per kind and 10 s with the
+/// count of those left out, not one per connection (a 10 s flood once wrote 3.1 MB of stdout),
+/// its stderr stays small, and a real client still verifies afterwards.
+#[test]
+fn a_flood_of_garbage_connections_is_logged_at_a_bounded_rate() {
+    let _serial = serial();
+    let (mut srv, addr) = lo_serve(&["--export", "host:4MiB"]);
+    let flood = Instant::now();
+    let mut made = 0u64;
+    while flood.elapsed() < Duration::from_secs(3) {
+        if let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_secs(1)) {
+            if made % 2 == 0 {
+                let _ = s.write_all(&[0xff; 16]);
+            }
+            made += 1;
+        }
+    }
+    eprintln!("{made} garbage connections in 3 s");
+    assert!(made >= 200, "only {made} connections: no flood to speak of");
+    assert!(srv.child.try_wait().unwrap().is_none(), "serve died");
+    let out = quick_bench(addr);
+    assert_eq!(json_ok(&out)["rows"][0]["verified"], true);
+    srv.wait_line("left: bench@", T);
+    signal(&srv, libc::SIGINT);
+    srv.wait_line("stopped:", T);
+    srv.wait_exit(T);
+    let lines = srv.stdout_lines();
+    let bytes: usize = lines.iter().map(|l| l.len() + 1).sum();
+    eprintln!("stdout: {} lines, {bytes} bytes: {lines:#?}", lines.len());
+    assert!(
+        bytes < 4096,
+        "{bytes} bytes of stdout: {:?}",
+        &lines[..lines.len().min(20)]
+    );
+    // The count is not lost: the refusals left out are told, at the latest when serve stops.
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("refused: ") && l.contains("more connection(s) refused")),
+        "{lines:?}"
+    );
+    let err = stderr_bytes(&srv);
+    assert!(err < 4096, "{err} bytes of stderr: {:?}", srv.stderr());
 }
 
 /// A client that sends part of its answer and then nothing is dropped at the handshake bound
@@ -109,7 +158,8 @@ fn a_half_handshake_left_hanging_is_dropped_at_the_deadline() {
 
 /// 500 idle TCP connections against a server limited to 64 file descriptors: it drops the
 /// oldest idle ones to make room, keeps serving an authenticated client, and says so in a few
-/// lines, not one per connection (it once wrote 2.6 GB of "accept() failed").
+/// lines, not one per connection (it once wrote 2.6 GB of "accept() failed"), which are shown
+/// without `GDPATH_LOG` (they were not).
 #[test]
 fn idle_connections_at_a_low_descriptor_limit_do_not_stop_serve() {
     let _serial = serial();
@@ -140,6 +190,12 @@ fn idle_connections_at_a_low_descriptor_limit_do_not_stop_serve() {
     assert!(srv.child.try_wait().unwrap().is_none(), "serve died");
     let err = stderr_bytes(&srv);
     assert!(err < 8192, "{err} bytes of stderr: {:?}", srv.stderr());
+    // The operator is told, without GDPATH_LOG: warnings are shown by default.
+    assert!(
+        srv.stderr().iter().any(|l| l.contains("to make room")),
+        "{:?}",
+        srv.stderr()
+    );
     drop(idle);
 }
 
@@ -394,6 +450,121 @@ fn listening_ports(pid: u32) -> Vec<u16> {
                 .flatten()
         })
         .collect()
+}
+
+/// The TCP addresses a process listens on, IPv4 and IPv6, from `/proc`.
+fn listening_addrs(pid: u32) -> Vec<std::net::SocketAddr> {
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+    let inodes: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter_map(|l| {
+            let l = l.to_string_lossy().into_owned();
+            l.strip_prefix("socket:[")?
+                .strip_suffix(']')
+                .map(str::to_owned)
+        })
+        .collect();
+    // The kernel prints each 32-bit word of an address as a native-endian number.
+    let word = |h: &str| u32::from_str_radix(h, 16).map(u32::to_ne_bytes);
+    let ip = |h: &str| -> Option<IpAddr> {
+        match h.len() {
+            8 => Some(IpAddr::V4(Ipv4Addr::from(word(h).ok()?))),
+            32 => {
+                let mut b = [0u8; 16];
+                for i in 0..4 {
+                    b[4 * i..4 * i + 4].copy_from_slice(&word(&h[8 * i..8 * i + 8]).ok()?);
+                }
+                Some(IpAddr::V6(Ipv6Addr::from(b)))
+            }
+            _ => None,
+        }
+    };
+    let mut out = Vec::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else {
+            continue;
+        };
+        for l in text.lines().skip(1) {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            // local address, state (0A = listening), inode
+            if f.get(3) != Some(&"0A") || !inodes.iter().any(|i| Some(&i.as_str()) == f.get(9)) {
+                continue;
+            }
+            let Some((a, p)) = f[1].split_once(':') else {
+                continue;
+            };
+            if let (Some(a), Ok(p)) = (ip(a), u16::from_str_radix(p, 16)) {
+                out.push(SocketAddr::new(a, p));
+            }
+        }
+    }
+    out
+}
+
+/// `serve --listen 127.0.0.1:P` and a `bench net` client, neither with `--devices`: UCX's own
+/// tcp port (unauthenticated) listens on the loopback interface only, in both processes. It
+/// listened on every interface (the external eth0 address too), reachable from the network.
+#[test]
+fn a_loopback_serve_and_its_client_listen_on_loopback_only() {
+    let _serial = serial();
+    let Some(external) = gdpath_testkit::external_ipv4() else {
+        eprintln!("SKIP: this host has no non-loopback IPv4 interface, so nothing to leave out");
+        return;
+    };
+    eprintln!("non-loopback address here: {external}");
+    let (mut srv, addr) = common::serve(
+        &[],
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--export",
+            "host:64MiB",
+            "--duration",
+            "120",
+        ],
+        T,
+    );
+    let own = listening_addrs(srv.child.id());
+    eprintln!("serve listens on {own:?}");
+    assert!(
+        own.iter().any(|a| a.port() != addr.port()),
+        "UCX's own port not found among {own:?}: nothing checked"
+    );
+    let mut cl = Proc::spawn(Command::new(bin()).args([
+        "bench",
+        "net",
+        "--peer",
+        &addr.to_string(),
+        "--size",
+        "1MiB",
+        "--runs",
+        "50",
+        "--bytes-per-run",
+        "1GiB",
+    ]));
+    srv.wait_line("connected: bench@", T);
+    let theirs = listening_addrs(cl.child.id());
+    eprintln!("bench net listens on {theirs:?}");
+    assert!(
+        !theirs.is_empty(),
+        "the client's UCX port not found: nothing checked"
+    );
+    signal(&cl, libc::SIGINT);
+    assert_eq!(cl.wait_exit(T).code(), Some(130), "{:?}", cl.stderr());
+    srv.wait_line("left: bench@", T);
+    let beyond = |v: &[std::net::SocketAddr]| -> Vec<std::net::SocketAddr> {
+        v.iter()
+            .filter(|a| !a.ip().is_loopback())
+            .copied()
+            .collect()
+    };
+    assert!(
+        beyond(&own).is_empty() && beyond(&theirs).is_empty(),
+        "beyond loopback: serve on {addr} listens on {:?}, its bench net client on {:?}",
+        beyond(&own),
+        beyond(&theirs)
+    );
 }
 
 /// What is left of UCX that an unauthenticated client can reach: its tcp transport's own

@@ -229,7 +229,8 @@ impl Agent {
     /// Enables the network backend with these settings (else the first network call enables
     /// it with the defaults): `fast_local` lets UCX use shared memory between agents of one
     /// host (a dead peer is then noticed only by `op_timeout`); `transports` is `UCX_TLS`
-    /// (`"tcp"`), `devices` `UCX_NET_DEVICES` (`"lo"`); timeouts in seconds. Errors: `ucx`
+    /// (`"tcp"`), `devices` `UCX_NET_DEVICES` (`"lo"`; by default the engine gives UCX's tcp
+    /// the interface the first serve or connect needs); timeouts in seconds. Errors: `ucx`
     /// when UCX cannot be loaded, `config` when already enabled otherwise.
     #[pyo3(signature = (*, fast_local=false, transports=None, devices=None, connect_timeout=10.0, op_timeout=60.0))]
     fn enable_net(

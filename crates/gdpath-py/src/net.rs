@@ -49,7 +49,8 @@ pub fn token(py: Python<'_>, t: Option<Vec<u8>>) -> PyResult<Token> {
 
 /// The network backend's settings (`NetConfig`): `fast_local` UCX shared memory between agents
 /// of one host (a dead peer then noticed only by `op_timeout`), `transports` (`UCX_TLS`),
-/// `devices` (`UCX_NET_DEVICES`, e.g. `"lo"`), `connect_timeout` and `op_timeout` seconds.
+/// `devices` (`UCX_NET_DEVICES`, e.g. `"lo"`; `None`: the engine chooses, docs/network.md),
+/// `connect_timeout` and `op_timeout` seconds.
 pub fn config(
     fast_local: bool,
     transports: Option<String>,
@@ -121,7 +122,7 @@ impl Server {
             NetEvent::Connected { peer } => ("connected".into(), peer),
             NetEvent::Refused { reason, .. } => ("refused".into(), reason),
             NetEvent::Left { peer } => ("left".into(), peer),
-            NetEvent::Lost { peer, detail } => ("lost".into(), format!("{peer}: {detail}")),
+            NetEvent::Lost { peer, detail, .. } => ("lost".into(), format!("{peer}: {detail}")),
         }))
     }
 

@@ -108,3 +108,37 @@ pub fn ucx_serial() -> std::sync::MutexGuard<'static, ()> {
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
     LOCK.lock().unwrap_or_else(|p| p.into_inner())
 }
+
+/// An IPv4 address of this host's interfaces that is not a loopback one, if there is any: the
+/// address a test of what listens beyond loopback needs (none: nothing to leave out, skip).
+pub fn external_ipv4() -> Option<std::net::Ipv4Addr> {
+    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills `head` with a list this function frees below.
+    if unsafe { libc::getifaddrs(&mut head) } != 0 {
+        return None;
+    }
+    let mut found = None;
+    let mut cur = head;
+    while !cur.is_null() {
+        // SAFETY: a node of the list, alive until freeifaddrs.
+        let ifa = unsafe { &*cur };
+        cur = ifa.ifa_next;
+        if ifa.ifa_addr.is_null() {
+            continue;
+        }
+        // SAFETY: ifa_addr is a sockaddr of the family it names.
+        if i32::from(unsafe { (*ifa.ifa_addr).sa_family }) != libc::AF_INET {
+            continue;
+        }
+        // SAFETY: an AF_INET sockaddr is a sockaddr_in.
+        let sin = unsafe { &*ifa.ifa_addr.cast::<libc::sockaddr_in>() };
+        let a = std::net::Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr));
+        if !a.is_loopback() {
+            found = Some(a);
+            break;
+        }
+    }
+    // SAFETY: freed once; nothing points into it any more.
+    unsafe { libc::freeifaddrs(head) };
+    found
+}

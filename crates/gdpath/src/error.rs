@@ -196,6 +196,10 @@ pub enum Error {
         #[source]
         source: Option<crate::net::codec::DecodeError>,
     },
+    /// The network devices UCX may use could not be chosen for a serve or connect, or do not
+    /// cover it ([`crate::net::NetConfig::devices`] names them outright).
+    #[error("UCX network devices: {0}")]
+    NetDevices(#[source] Box<crate::net::DevicesError>),
     /// A UCX call failed outside any one descriptor pair (context, worker, listener, mapping).
     #[error("UCX {op}: {source}")]
     Ucx {
@@ -291,6 +295,7 @@ impl Error {
             Error::PeerFailed { .. } => "peer_failed",
             Error::AuthFailed { .. } => "auth_failed",
             Error::Protocol { .. } => "protocol",
+            Error::NetDevices(_) => "net_devices",
             Error::Ucx { .. } => "ucx",
             // A CUDA failure was an `Error::Backend` before it kept its typed source: scripts
             // that match on the kind keep seeing `backend`.
@@ -308,6 +313,12 @@ impl Error {
             offset,
             source: Arc::new(e),
         }
+    }
+}
+
+impl From<crate::net::DevicesError> for Error {
+    fn from(e: crate::net::DevicesError) -> Self {
+        Error::NetDevices(Box::new(e))
     }
 }
 

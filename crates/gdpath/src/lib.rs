@@ -50,6 +50,7 @@ pub mod net;
 pub mod os;
 pub mod path;
 mod planner;
+mod ratelimit;
 mod region;
 mod transfer;
 pub mod tune;

@@ -1193,3 +1193,73 @@ fn block_transfers_with_a_peer_region_as_source_and_as_destination_are_byte_exac
         "remote destination: a block landed wrong"
     );
 }
+
+/// The tcp devices of `agent`'s UCX context, as its facts list them.
+fn tcp_devices(agent: &Agent) -> Vec<String> {
+    let mut d: Vec<String> = agent
+        .ucx_facts()
+        .unwrap()
+        .resources
+        .into_iter()
+        .filter(|r| r.transport == "tcp")
+        .map(|r| r.device)
+        .collect();
+    d.sort();
+    d
+}
+
+/// Without `NetConfig::devices` the engine chooses what UCX's tcp listens on: a server on
+/// 127.0.0.1 and its client get the loopback interface only, and data moves; the agent that
+/// served on loopback cannot then connect to a server on this host's external address (its
+/// context has no such device): `Error::NetDevices` names the devices to give; a server on
+/// the external address (token) and a fresh client get the external interface only. Regions
+/// registered and exported before the first serve (the context is made there) are served.
+#[test]
+fn without_devices_ucx_gets_only_the_interfaces_serve_and_connect_need() {
+    let _serial = serial();
+    let chosen = |name: &str| agent_with(name, NetConfig::default());
+    let server = chosen("srv");
+    let before = tcp_devices(&server);
+    let exported = host_pattern(&server, 7);
+    let id = server.export(&exported).unwrap();
+    let srv = server
+        .serve("127.0.0.1:0".parse().unwrap(), Token::none())
+        .unwrap();
+    let client = chosen("cli");
+    let peer = client.connect(srv.local_addr()).unwrap();
+    let remote = client.register(peer.memory(id).unwrap()).unwrap();
+    let (back, _) = read_back(&client, &remote, LEN);
+    assert!(back.host_view().unwrap()[..] == pattern(LEN, 7)[..]);
+    assert_eq!(tcp_devices(&server), ["lo"], "UCX had {before:?}");
+    assert_eq!(tcp_devices(&client), ["lo"], "UCX had {before:?}");
+    let Some(external) = gdpath_testkit::external_ipv4() else {
+        eprintln!("SKIP the external part: this host has no non-loopback IPv4 interface");
+        return;
+    };
+    let token = Token::new("a shared secret of some length").unwrap();
+    let outer = chosen("outer");
+    let r = outer
+        .register(Memory::host(HostBuffer::zeroed(4096)))
+        .unwrap();
+    outer.export(&r).unwrap();
+    let osrv = outer.serve((external, 0).into(), token.clone()).unwrap();
+    let external_devices = tcp_devices(&outer);
+    assert!(
+        !external_devices.contains(&"lo".to_owned()) && external_devices.len() == 1,
+        "serving on {external}: {external_devices:?} of {before:?}"
+    );
+    let opts = ConnectOptions { token, timeout: T };
+    let err = server.connect_with(osrv.local_addr(), &opts).unwrap_err();
+    assert_eq!(err.kind(), "net_devices", "{err}");
+    let text = err.to_string();
+    assert!(
+        text.contains("made for lo (listening on 127.0.0.1:")
+            && text.contains(&format!("needs {}", external_devices[0])),
+        "{text}"
+    );
+    let fresh = chosen("fresh");
+    let p = fresh.connect_with(osrv.local_addr(), &opts).unwrap();
+    assert_eq!(p.regions().len(), 1);
+    assert_eq!(tcp_devices(&fresh), external_devices);
+    drop(p);
+}

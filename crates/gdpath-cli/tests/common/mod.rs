@@ -153,6 +153,15 @@ impl Proc {
         }
     }
 
+    /// Every stdout line read so far: those seen while waiting, then those waiting on the
+    /// channel.
+    pub fn stdout_lines(&mut self) -> Vec<String> {
+        while let Ok(l) = self.lines.try_recv() {
+            self.seen.push(l);
+        }
+        self.seen.clone()
+    }
+
     /// Waits for a line containing `needle`; panics with what was seen after `timeout` (or
     /// when the process exits first).
     pub fn wait_line(&mut self, needle: &str, timeout: Duration) -> String {

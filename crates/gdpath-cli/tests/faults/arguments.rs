@@ -199,3 +199,34 @@ fn arguments_that_do_not_apply_are_refused_before_anything_runs() {
         assert!(temporaries(dir.path()).is_empty(), "{line}");
     }
 }
+
+/// Item 4, `bench net`: `--completion` and `--no-pack` say how puts are sent and confirmed, so
+/// with `--op get` they are usage errors that say so, before anything is done: the peer, a
+/// listener of this test, sees no connection. On main both ran a get and ignored them.
+#[test]
+fn put_options_with_a_get_run_are_refused_before_connecting() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let peer = listener.local_addr().unwrap().to_string();
+    let cases: [(&[&str], &str); 4] = [
+        (&["--completion", "local"], "--completion applies to puts"),
+        (&["--completion", "remote"], "--completion applies to puts"),
+        (&["--no-pack"], "--no-pack applies to puts"),
+        (
+            &["--no-pack", "--completion", "local"],
+            "--completion applies to puts",
+        ),
+    ];
+    for (extra, says) in cases {
+        let mut args = vec!["bench", "net", "--peer", &peer, "--op", "get"];
+        args.extend_from_slice(extra);
+        let (st, err) = run(&args);
+        let line = args.join(" ");
+        assert_eq!(st.code(), Some(2), "{line}: {err}");
+        assert!(err.contains(says), "{line}: {err:?} lacks {says:?}");
+        match listener.accept() {
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            other => panic!("{line} connected to the peer: {other:?}"),
+        }
+    }
+}

@@ -33,6 +33,11 @@ pub mod codec;
 pub mod protocol;
 
 pub use auth::{Token, MIN_TOKEN_LEN};
+pub use devices::DevicesError;
+pub use events::{EventKind, EventLog};
+
+pub(crate) mod devices;
+mod events;
 
 use crate::backend::network::{PeerLink, ServeLink};
 use crate::error::{Error, Result};
@@ -95,7 +100,13 @@ pub struct NetConfig {
     pub failure_mode: FailureMode,
     /// `UCX_TLS` (e.g. `tcp`); `None` lets UCX choose.
     pub transports: Option<String>,
-    /// `UCX_NET_DEVICES` (e.g. `lo`, `veth0`); `None` lets UCX use every device.
+    /// `UCX_NET_DEVICES` (e.g. `lo`, `veth0`, `eth0,mlx5_0:1`). `None` (the default): the
+    /// engine chooses, unless the environment sets `UCX_NET_DEVICES`: UCX's tcp transport
+    /// listens only on the interface that carries the first [`Agent::serve`]'s address (the
+    /// loopback interface for a loopback address; every interface for `0.0.0.0` or `::`), or,
+    /// for an agent that connects first, the interface its connection left from; other
+    /// network devices (RDMA) stay. A later serve or connect that needs another interface is
+    /// [`Error::NetDevices`]; name every interface then (docs/network.md, "UCX's own port").
     pub devices: Option<String>,
     /// Bound on a handshake, both sides (default 10 s).
     pub connect_timeout: Duration,
@@ -173,8 +184,15 @@ pub enum NetEvent {
     },
     /// A connection failed or its handshake timed out: the peer died, was killed, or its
     /// network went away, without saying goodbye. `detail` says why (e.g. `connection
-    /// failed: UCS_ERR_ENDPOINT_TIMEOUT (-80)`, `no handshake within 10s`).
-    Lost { peer: String, detail: String },
+    /// failed: UCS_ERR_ENDPOINT_TIMEOUT (-80)`, `no handshake within 10s`). `authenticated`:
+    /// the peer had proved the token (`peer` is then `name@address`; before, its address),
+    /// so that a connection lost in its handshake, which anyone who reaches the port can
+    /// cause, is told apart.
+    Lost {
+        peer: String,
+        detail: String,
+        authenticated: bool,
+    },
     /// A peer closed its connection cleanly ([`Peer::close`], its last [`Peer`] handle or its
     /// agent dropped, a `gdpath bench net` run ending): it said goodbye after its operations
     /// completed, and what the server held for it was released. `peer` is `name@address`.

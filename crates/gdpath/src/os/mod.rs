@@ -17,6 +17,8 @@
 //! - [`pages`]: how much of a file is in the page cache (`mincore` on a mapping of it) and its
 //!   file system's magic number (`fstatfs`), for the storage chooser.
 //! - [`malloc`]: glibc's allocator thresholds (`mallopt`), which a serving agent raises.
+//! - [`netif`]: the host's network interfaces and their addresses (`getifaddrs`), from which the
+//!   network backend chooses the devices UCX may listen on.
 //! - [`uring`]: an io_uring whose submissions own the memory they point to until the kernel
 //!   completes them.
 //!
@@ -36,6 +38,7 @@ mod dl;
 pub(crate) mod file;
 pub(crate) mod malloc;
 pub(crate) mod mem;
+pub(crate) mod netif;
 mod pages;
 mod process;
 pub(crate) mod uring;

@@ -29,6 +29,7 @@ use super::{
 use crate::error::{Error, Result};
 use crate::net::auth::nonce;
 use crate::net::codec::{self, Message, RefuseCode};
+use crate::net::devices::Need;
 use crate::net::protocol::{self, Action, Flush, Limits, Role};
 #[cfg(doc)]
 use crate::net::NetEvent;
@@ -240,6 +241,15 @@ impl UcxBackend {
         }
         .map_err(|e| failed(format!("cannot connect: {e}")))?;
         let _ = stream.set_nodelay(true);
+        // UCX's own port listens only on the interface this connection left from, when the
+        // engine chooses: the server's side reaches it as it reached the server.
+        let local = stream
+            .local_addr()
+            .map_err(|e| failed(format!("the connection's local address: {e}")))?;
+        self.core_for(&Need::Connect {
+            peer: addr,
+            local: local.ip(),
+        })?;
         // The server may send over UCX as soon as it welcomed: what comes before this side has
         // registered the connection waits under its routing id.
         let session = {
@@ -296,7 +306,7 @@ impl UcxBackend {
         // each, and acknowledges each.
         let pack_max = if self.cfg.pack_writes && transport == "tcp" {
             let proto = std::env::var("UCX_PROTO_ENABLE").ok();
-            crate::net::pack_limit(self.ctx.ucx().version(), proto.as_deref())
+            crate::net::pack_limit(self.ucx.version(), proto.as_deref())
         } else {
             0
         };
@@ -373,7 +383,7 @@ impl UcxBackend {
                     }
                     Action::Connect { worker_address, .. } => {
                         let made = Endpoint::connect_address_with(
-                            &self.worker,
+                            &self.made()?.worker,
                             &WorkerAddress(worker_address),
                             self.cfg.failure_mode.ucx(),
                         )
@@ -399,8 +409,11 @@ impl UcxBackend {
     /// Routes queued control messages to their connections' state machines, by the routing
     /// id at their head.
     pub(crate) fn dispatch_messages(&self) -> bool {
+        let Some(core) = self.core() else {
+            return false;
+        };
         let mut any = false;
-        while let Some(m) = self.worker.am_try_recv(CTRL_AM) {
+        while let Some(m) = core.worker.am_try_recv(CTRL_AM) {
             any = true;
             let Some(session) = routing_id(&m) else {
                 self.log.warn("unroutable", || {

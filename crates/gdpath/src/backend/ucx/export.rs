@@ -35,6 +35,8 @@ pub(crate) fn release(st: &mut State, id: u64) {
 impl UcxBackend {
     /// Exports `region`: peers see it in their metadata (now, and a metadata update goes to
     /// those already connected) and may read and write it. Returns the id peers know it by.
+    /// Before the first serve or connect, which makes the UCX context, the region waits to be
+    /// published then ([`UcxBackend::core_for`]); an error of publishing it is that call's.
     pub(crate) fn export(&self, region: &Region) -> Result<u64> {
         if region.inner.agent != self.agent_id {
             return Err(Error::ForeignRegion {
@@ -49,7 +51,7 @@ impl UcxBackend {
                 return Err(Error::Unsupported {
                     what: format!(
                         "exporting GPU memory with UCX {}, which has no CUDA support [{}]",
-                        self.ctx.ucx().version_string(),
+                        self.ucx.version_string(),
                         crate::finding::ids::GDR_UCX_NO_CUDA
                     ),
                     backend: "ucx (CUDA-enabled, e.g. the libucx-cu13 wheel)",
@@ -62,6 +64,38 @@ impl UcxBackend {
                 })
             }
         };
+        let id = region.id().0;
+        if self.core().is_none() {
+            let mut st = lock(&self.state);
+            // Checked again under the lock: the core may have been made (and the pending
+            // exports published) since.
+            if self.core().is_none() {
+                st.pending_exports.insert(id, (region.clone(), kind));
+                return Ok(id);
+            }
+        }
+        self.publish(region, kind)?;
+        Ok(id)
+    }
+
+    /// Publishes the regions exported before the UCX context was made, in id order; one that
+    /// fails stays pending with those after it.
+    pub(crate) fn publish_pending(&self) -> Result<()> {
+        loop {
+            let next = lock(&self.state)
+                .pending_exports
+                .first_key_value()
+                .map(|(_, (r, k))| (r.clone(), *k));
+            let Some((region, kind)) = next else {
+                return Ok(());
+            };
+            self.publish(&region, kind)?;
+            lock(&self.state).pending_exports.remove(&region.id().0);
+        }
+    }
+
+    /// Maps `region`, packs its rkey and lists it in the export table (see [`export`]).
+    fn publish(&self, region: &Region, kind: WireKind) -> Result<()> {
         let mem = self.local_mem(region)?;
         let rkey = mem
             .pack_rkey()
@@ -97,7 +131,7 @@ impl UcxBackend {
             },
         );
         self.for_each_client(st, |c, _, out| c.send_metadata(md.clone(), out));
-        Ok(id)
+        Ok(())
     }
 
     /// Withdraws an exported region (see the module docs). Errors: [`Error::Config`] when it
@@ -106,6 +140,10 @@ impl UcxBackend {
         let id = region.id().0;
         let mut guard = lock(&self.state);
         let st = &mut *guard;
+        // Never published: no peer saw it.
+        if st.pending_exports.remove(&id).is_some() {
+            return Ok(());
+        }
         if st.node.exports.get(id).is_none() {
             return Err(Error::Config(format!(
                 "region {} is not exported",
@@ -125,8 +163,11 @@ impl UcxBackend {
         Ok(())
     }
 
-    /// True when `region` is exported (or being withdrawn) by this agent.
+    /// True when `region` is exported (or being withdrawn, or waiting to be published) by this
+    /// agent.
     pub(crate) fn is_exported(&self, region: &Region) -> bool {
-        lock(&self.state).node.exports.holds(region.id().0)
+        let st = lock(&self.state);
+        let id = region.id().0;
+        st.pending_exports.contains_key(&id) || st.node.exports.holds(id)
     }
 }

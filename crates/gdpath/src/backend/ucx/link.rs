@@ -7,6 +7,7 @@ use super::{lock, ucx_err, UcxBackend, CTRL_AM};
 use crate::backend::network::{NetworkBackend, NotificationHook, PeerLink, ServeLink};
 use crate::error::{Error, Result};
 use crate::net::codec::{self, Message, RegionMeta};
+use crate::net::devices::Need;
 use crate::net::protocol::Role;
 use crate::net::{ConnectOptions, NetConfig, NetEvent, Notification, Token};
 use crate::region::Region;
@@ -42,9 +43,16 @@ impl NetworkBackend for UcxBackend {
         if slot.is_some() {
             return Err(Error::Config("this agent already listens".into()));
         }
+        let listener = super::listen::bind(listen)?;
+        let bound = listener.local_addr().map_err(|e| Error::Backend {
+            backend: "ucx",
+            detail: format!("listener: {e}"),
+        })?;
+        // UCX's own port listens only where this listener does, when the engine chooses.
+        self.core_for(&Need::Listen(bound))?;
         // The token is in place before the first client can answer a challenge.
         lock(&self.state).node.token = Some(token);
-        let control = match super::listen::ControlPlane::start(&self.this(), listen) {
+        let control = match super::listen::ControlPlane::start(&self.this(), listener) {
             Ok(c) => c,
             Err(e) => {
                 lock(&self.state).node.token = None;
@@ -106,10 +114,7 @@ impl NetworkBackend for UcxBackend {
     }
 
     fn ucx_facts(&self) -> Result<gdpath_ucx::UcxFacts> {
-        self.context().facts().map_err(|source| Error::Ucx {
-            op: "facts",
-            source,
-        })
+        self.facts()
     }
 }
 
@@ -282,9 +287,13 @@ fn serve_loop(b: Arc<UcxBackend>, stop: Arc<AtomicBool>) {
             last = Instant::now();
             continue;
         }
+        let slept = || match b.core() {
+            Some(c) => b.wake.sleep(&c.worker, seen, idle_sleep(&b)),
+            None => false,
+        };
         if last.elapsed() < SERVE_SPIN {
             std::thread::yield_now();
-        } else if !b.wake.sleep(&b.worker, seen, idle_sleep(&b)) {
+        } else if !slept() {
             std::thread::sleep(Duration::from_micros(500));
         }
     }

@@ -88,20 +88,26 @@ pub(crate) struct ControlPlane {
     thread: Option<JoinHandle<()>>,
 }
 
+/// Binds the control plane's listener on `listen` (`SO_REUSEADDR`, as
+/// `std::net::TcpListener::bind` sets on Unix). Errors: [`Error::Config`] for an address in
+/// use, [`Error::Backend`] for another bind failure.
+pub(crate) fn bind(listen: SocketAddr) -> Result<TcpListener> {
+    TcpListener::bind(listen).map_err(|e| match e.kind() {
+        io::ErrorKind::AddrInUse => Error::Config(format!(
+            "cannot listen on {listen}: address already in use (another `gdpath serve`?); \
+             choose another port with --listen"
+        )),
+        _ => Error::Backend {
+            backend: "ucx",
+            detail: format!("cannot listen on {listen}: {e}"),
+        },
+    })
+}
+
 impl ControlPlane {
-    /// Binds `listen` and starts the control thread. Errors: [`Error::Config`] for an address
-    /// in use, [`Error::Backend`] for another bind or thread failure.
-    pub(crate) fn start(b: &Arc<UcxBackend>, listen: SocketAddr) -> Result<ControlPlane> {
-        let listener = TcpListener::bind(listen).map_err(|e| match e.kind() {
-            io::ErrorKind::AddrInUse => Error::Config(format!(
-                "cannot listen on {listen}: address already in use (another `gdpath serve`?); \
-                 choose another port with --listen"
-            )),
-            _ => Error::Backend {
-                backend: "ucx",
-                detail: format!("cannot listen on {listen}: {e}"),
-            },
-        })?;
+    /// Starts the control thread on `listener` ([`bind`]). Errors: [`Error::Backend`] for a
+    /// listener or thread failure.
+    pub(crate) fn start(b: &Arc<UcxBackend>, listener: TcpListener) -> Result<ControlPlane> {
         let os = |what: &str, e: io::Error| Error::Backend {
             backend: "ucx",
             detail: format!("{what}: {e}"),
@@ -572,11 +578,15 @@ fn perform(b: &Arc<UcxBackend>, st: &mut State, slot: &mut Slot, out: Vec<Action
                     continue;
                 };
                 let Some(mut c) = proto.take() else { continue };
-                let made = Endpoint::connect_address_with(
-                    &b.worker,
-                    &WorkerAddress(worker_address),
-                    b.cfg.failure_mode.ucx(),
-                );
+                // The core was made before the control plane started (`serve`).
+                let made = b.made().map_err(|e| e.to_string()).and_then(|core| {
+                    Endpoint::connect_address_with(
+                        &core.worker,
+                        &WorkerAddress(worker_address),
+                        b.cfg.failure_mode.ucx(),
+                    )
+                    .map_err(|e| e.to_string())
+                });
                 match made {
                     Ok(ep) => {
                         let peer = Arc::new(PeerConn::new(ep, *c, slot.stream.try_clone().ok()));

@@ -38,15 +38,19 @@ use crate::backend::{Backend, Capability, Drive, PlanChoice, Preference, Refusal
 use crate::error::{Error, Result};
 use crate::finding::ids;
 use crate::memory::{Memory, MemoryClass};
+use crate::net::devices::{self, Need, Plan};
 use crate::net::protocol::Node;
 use crate::net::{NetConfig, NetEvent, Notification};
 use crate::path::Path;
 use crate::region::{BackendHandle, Descriptor, ForeignMemory, Region};
 use crate::transfer::{Op, WorkItem};
-use gdpath_ucx::{AmMessage, Context, Features, MemHandle, MemType, UcxCfg, UcxError, Worker};
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use gdpath_ucx::{
+    AmMessage, Context, Features, MemHandle, MemType, Resource, Ucx, UcxCfg, UcxError, UcxFacts,
+    Worker,
+};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, Weak};
 
 pub(crate) use conn::PeerConn;
 pub(crate) use remote::{ipc_import, RemoteMem};
@@ -151,6 +155,9 @@ pub(crate) struct State {
     pub(crate) early: HashMap<u64, Vec<AmMessage>>,
     /// When clients' control connections were last read ([`CTL_CHECK`]).
     pub(crate) ctl_checked: Option<std::time::Instant>,
+    /// Regions exported before the UCX context was made, by id: published (mapped, their
+    /// rkeys packed) when it is ([`UcxBackend::core_for`]).
+    pub(crate) pending_exports: BTreeMap<u64, (Region, crate::net::codec::WireKind)>,
 }
 
 /// Messages kept for a connection in its handshake ([`State::early`]); more are dropped.
@@ -160,6 +167,19 @@ pub(crate) const MAX_EARLY: usize = 256;
 /// that died is seen within this (a read that would block costs a system call).
 pub(crate) const CTL_CHECK: std::time::Duration = std::time::Duration::from_millis(2);
 
+/// The UCX context and worker of a backend, made by its first serve or connect
+/// ([`UcxBackend::core_for`]): the worker's tcp transport listens on every network device of
+/// the context, and which devices the agent needs is known only then
+/// ([`crate::net::devices`]).
+pub(crate) struct Core {
+    pub(crate) ctx: Context,
+    pub(crate) worker: Worker,
+    /// The tcp devices the context was restricted to; `None`: not restricted.
+    allowed: Option<BTreeSet<String>>,
+    /// What the context was made for (`listening on ADDR`, `connecting to ADDR`), for errors.
+    made_for: String,
+}
+
 /// The UCX backend of one agent: a UCX context and worker, its peers, its exports and the
 /// operations in flight.
 pub struct UcxBackend {
@@ -168,8 +188,22 @@ pub struct UcxBackend {
     pub(crate) cfg: NetConfig,
     pub(crate) agent_name: String,
     pub(crate) agent_id: u64,
-    pub(crate) ctx: Context,
-    pub(crate) worker: Worker,
+    /// The UCX library loaded.
+    pub(crate) ucx: Arc<Ucx>,
+    /// The settings the context is made with (gdpath's defaults that apply, `cfg`'s).
+    ucfg: UcxCfg,
+    /// The resources of a context made with `ucfg`: the devices to choose from.
+    resources: Vec<Resource>,
+    /// Whether the engine chooses the network devices (neither `cfg.devices` nor the
+    /// environment's `UCX_NET_DEVICES` names them).
+    choose_devices: bool,
+    /// The context made with `ucfg` at the start, for facts, until [`UcxBackend::core_for`]
+    /// takes it (to use, or to drop for one restricted to fewer devices).
+    probe: Mutex<Option<Context>>,
+    /// Context and worker, once made ([`UcxBackend::core_for`]).
+    core: OnceLock<Core>,
+    /// Held while the core is made.
+    core_init: Mutex<()>,
     pub(crate) cuda: bool,
     pub(crate) state: Mutex<State>,
     /// The control plane (TCP listener and its thread), while serving.
@@ -205,8 +239,12 @@ impl std::fmt::Debug for UcxBackend {
 }
 
 impl UcxBackend {
-    /// Loads UCX and creates the context (RMA, active messages, and wakeup for a serving
-    /// thread's idle waits) and worker.
+    /// Loads UCX and creates a context (RMA, active messages, and wakeup for a serving
+    /// thread's idle waits) with gdpath's settings, which tells what UCX has here (CUDA
+    /// support, transports, devices) and checks `cfg.devices`. The context that moves data,
+    /// and its worker, come with the first serve or connect ([`UcxBackend::core_for`]).
+    /// Errors: [`Error::Ucx`] (UCX missing or refusing the settings), [`Error::Config`] (a
+    /// device of `cfg.devices` no transport uses).
     pub(crate) fn new(agent_name: &str, agent_id: u64, cfg: NetConfig) -> Result<Arc<Self>> {
         let ucx_err = |source| Error::Ucx {
             op: "context",
@@ -282,36 +320,32 @@ impl UcxBackend {
         if let Some(devices) = &cfg.devices {
             check_devices(&ctx, devices, &ucfg)?;
         }
-        let worker = Worker::new(&ctx).map_err(|source| Error::Ucx {
-            op: "worker",
+        let resources = ctx.resources().map_err(|source| Error::Ucx {
+            op: "resources",
             source,
         })?;
-        worker.am_register(CTRL_AM).map_err(|source| Error::Ucx {
-            op: "am_register",
-            source,
-        })?;
-        let worker_address = worker.address().map_err(|source| Error::Ucx {
-            op: "worker address",
-            source,
-        })?;
+        let choose_devices = cfg.devices.is_none() && std::env::var_os("UCX_NET_DEVICES").is_none();
         Ok(Arc::new_cyclic(|me| UcxBackend {
             me: me.clone(),
             cfg,
             agent_name: agent_name.to_owned(),
             agent_id,
-            ctx,
-            worker,
+            ucx: ctx.ucx().clone(),
+            ucfg,
+            resources,
+            choose_devices,
+            probe: Mutex::new(Some(ctx)),
+            core: OnceLock::new(),
+            core_init: Mutex::new(()),
             cuda,
             state: Mutex::new(State {
                 peers: Vec::new(),
-                node: Node {
-                    worker_address: worker_address.0,
-                    ..Node::new(agent_name)
-                },
+                node: Node::new(agent_name),
                 held: BTreeMap::new(),
                 ops: ops::Ops::default(),
                 early: HashMap::new(),
                 ctl_checked: None,
+                pending_exports: BTreeMap::new(),
             }),
             control: Mutex::new(None),
             log: ratelog::RateLog::default(),
@@ -360,9 +394,107 @@ impl UcxBackend {
         }
     }
 
-    /// The UCX context (facts, memory types).
-    pub(crate) fn context(&self) -> &Context {
-        &self.ctx
+    /// The context and worker, once the first serve or connect made them.
+    pub(crate) fn core(&self) -> Option<&Core> {
+        self.core.get()
+    }
+
+    /// [`UcxBackend::core`], or [`Error::Backend`] before the first serve or connect (nothing
+    /// that needs it comes before them).
+    pub(crate) fn made(&self) -> Result<&Core> {
+        self.core().ok_or_else(|| Error::Backend {
+            backend: "ucx",
+            detail: "no UCX worker yet: the first serve or connect makes it".into(),
+        })
+    }
+
+    /// The context and worker, made now if this is the first serve or connect, for the
+    /// interfaces `need` needs: when the engine chooses the devices, UCX's tcp transport gets
+    /// only those (docs/network.md, "UCX's own port"). A core already made must cover them.
+    /// Exports made before are published here. Errors: [`Error::NetDevices`] (interfaces not
+    /// found, no tcp device on them, outside the first's), [`Error::Ucx`] (context, worker),
+    /// and those of publishing an export.
+    pub(crate) fn core_for(&self, need: &Need) -> Result<&Core> {
+        let core = match self.core() {
+            Some(c) => {
+                if c.allowed.is_some() {
+                    devices::check_covered(
+                        &need.reach().map_err(Error::from)?,
+                        c.allowed.as_ref(),
+                        &devices::tcp_devices(&self.resources),
+                        &c.made_for,
+                        &need.to_string(),
+                    )
+                    .map_err(Error::from)?;
+                }
+                c
+            }
+            None => self.make_core(need)?,
+        };
+        self.publish_pending()?;
+        Ok(core)
+    }
+
+    fn make_core(&self, need: &Need) -> Result<&Core> {
+        let _making = lock(&self.core_init);
+        if let Some(c) = self.core() {
+            return Ok(c);
+        }
+        let plan = if self.choose_devices {
+            let reach = need.reach().map_err(Error::from)?;
+            devices::plan(&reach, &self.resources, need.addr()).map_err(Error::from)?
+        } else {
+            Plan::ALL
+        };
+        let ucx_err = |op| move |source| Error::Ucx { op, source };
+        let probe = lock(&self.probe).clone();
+        let ctx = match (&plan.devices, probe) {
+            (None, Some(c)) => c,
+            (None, None) => {
+                Context::with_ucx(self.ucx.clone(), &self.ucfg).map_err(ucx_err("context"))?
+            }
+            (Some(d), _) => {
+                tracing::debug!("UCX network devices for {need}: {d}");
+                let cfg = UcxCfg {
+                    devices: Some(d.clone()),
+                    ..self.ucfg.clone()
+                };
+                Context::with_ucx(self.ucx.clone(), &cfg).map_err(ucx_err("context"))?
+            }
+        };
+        let worker = Worker::new(&ctx).map_err(ucx_err("worker"))?;
+        worker
+            .am_register(CTRL_AM)
+            .map_err(ucx_err("am_register"))?;
+        let worker_address = worker.address().map_err(ucx_err("worker address"))?;
+        lock(&self.state).node.worker_address = worker_address.0;
+        let core = self.core.get_or_init(|| Core {
+            ctx,
+            worker,
+            allowed: plan.allowed,
+            made_for: need.to_string(),
+        });
+        // From now on facts describe the core's context.
+        lock(&self.probe).take();
+        Ok(core)
+    }
+
+    /// Facts of the context that moves data, or before the first serve or connect, of the
+    /// context made at the start.
+    pub(crate) fn facts(&self) -> Result<UcxFacts> {
+        let ucx_err = |source| Error::Ucx {
+            op: "facts",
+            source,
+        };
+        if let Some(c) = self.core() {
+            return c.ctx.facts().map_err(ucx_err);
+        }
+        // Made meanwhile: the probe is gone once the core is there.
+        let probe = lock(&self.probe).clone();
+        match probe {
+            Some(p) => p.facts().map_err(ucx_err),
+            None => self.made()?.ctx.facts().map_err(ucx_err),
+        }
     }
 
     pub(crate) fn push_event(&self, e: NetEvent) {
@@ -406,6 +538,11 @@ impl UcxBackend {
     /// `ucp_mem_map` of a host region, or of a GPU region when UCX supports CUDA; `None` for
     /// kinds this backend does not map (GPU memory then goes through staging buffers).
     fn map_region(&self, region: &Region) -> Result<Option<MemHandle>> {
+        // A region registered before the first serve or connect is mapped when it is first
+        // used ([`UcxBackend::local_mem`]).
+        let Some(core) = self.core() else {
+            return Ok(None);
+        };
         if let Some(dev) = crate::backend::cuda::gpu_buffer(region) {
             if !self.cuda || dev.is_empty() {
                 return Ok(None);
@@ -418,7 +555,7 @@ impl UcxBackend {
             // The handle is the region's backend handle, dropped before the region's memory,
             // and requests using it hold the region (work items).
             let m =
-                crate::os::mem::ucx_map_device(&self.ctx, dev).map_err(|source| Error::Ucx {
+                crate::os::mem::ucx_map_device(&core.ctx, dev).map_err(|source| Error::Ucx {
                     op: "ucp_mem_map (CUDA)",
                     source,
                 })?;
@@ -433,7 +570,7 @@ impl UcxBackend {
         // The handle is stored as the region's backend handle, which is dropped before the
         // region's memory (field order of RegionInner), and every request using it also holds
         // the region (work items).
-        let m = crate::os::mem::ucx_map_host(&self.ctx, mem).map_err(|source| Error::Ucx {
+        let m = crate::os::mem::ucx_map_host(&core.ctx, mem).map_err(|source| Error::Ucx {
             op: "ucp_mem_map",
             source,
         })?;
@@ -443,7 +580,9 @@ impl UcxBackend {
     /// Records work posted outside the serving thread's progress rounds and wakes that thread
     /// if it sleeps on the event fd ([`wake::Wakeup::kick`]).
     pub(crate) fn kick(&self) {
-        self.wake.kick(&self.worker);
+        if let Some(c) = self.core() {
+            self.wake.kick(&c.worker);
+        }
     }
 
     /// Whether packed writes to peer `id` wait for their acknowledgement.
@@ -482,16 +621,19 @@ impl UcxBackend {
 
     /// [`UcxBackend::progress_round`], or `None` when another thread is running one (its
     /// caller must not conclude that nothing is pending: UCX wants a progress call that found
-    /// nothing before `ucp_worker_arm`).
+    /// nothing before `ucp_worker_arm`) or there is no worker yet (nothing to progress before
+    /// the first serve or connect).
     pub(crate) fn try_progress_round(&self) -> Option<(usize, bool)> {
         let Ok(_g) = self.progress_lock.try_lock() else {
             return None;
         };
+        // Before the first serve or connect there is no worker, and nothing to progress.
+        let core = self.core()?;
         self.last_round
             .store(self.epoch.elapsed().as_nanos() as u64, Ordering::Relaxed);
         let mut events = 0u32;
         for _ in 0..8 {
-            let n = self.worker.progress();
+            let n = core.worker.progress();
             events += n;
             if n == 0 {
                 break;
@@ -607,7 +749,7 @@ impl Backend for UcxBackend {
             finding: Some(ids::GDR_UCX_NO_CUDA.into()),
             detail: Some(format!(
                 "UCX {} has no CUDA support: GPU memory goes through pinned staging buffers",
-                self.ctx.ucx().version_string()
+                self.ucx.version_string()
             )),
         })
     }

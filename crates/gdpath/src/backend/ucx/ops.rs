@@ -520,7 +520,7 @@ fn post(
     let loff = usize::try_from(l.offset).map_err(|_| Error::Config("offset above usize".into()))?;
     let staged = match gpu_buffer(&l.region) {
         Some(dev) if !b.cuda => {
-            let mut st = stages.take(&b.ctx, dev, len)?;
+            let mut st = stages.take(&b.made()?.ctx, dev, len)?;
             if item.op() == Op::Write {
                 item.mark_started();
                 if let Err(e) = staging::d2h(dev, loff, &mut st, len) {

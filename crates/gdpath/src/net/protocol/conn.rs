@@ -670,6 +670,7 @@ impl Conn {
                     out.push(Action::Event(NetEvent::Lost {
                         peer: self.label.clone(),
                         detail: detail.clone(),
+                        authenticated: !self.is_handshaking(),
                     }));
                 }
                 let e = Error::PeerFailed {

@@ -1,0 +1,201 @@
+//! A serving agent's [`NetEvent`]s as log lines at a bounded rate: what `gdpath serve` prints.
+//!
+//! Anyone who reaches a server's port can make it refuse connections, or lose them in their
+//! handshake, as fast as it can connect (docs/network.md, "What keeps an unauthenticated client
+//! from the server"), so a log that wrote a line per event would grow without bound.
+//! [`EventLog`] lets through one line per [`EventKind`] of those and per interval, and counts
+//! the rest; events only an authenticated peer causes (connected, left) always pass.
+
+use super::NetEvent;
+use crate::ratelimit::{RateLimit, EVERY};
+use std::time::{Duration, Instant};
+
+/// What kind of thing a [`NetEvent`] says happened, for logs and counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum EventKind {
+    /// [`NetEvent::Connected`].
+    Connected,
+    /// [`NetEvent::Refused`]: anyone reaching the port can cause it.
+    Refused,
+    /// [`NetEvent::Lost`] of a connection still in its handshake (silent, closed, or reset
+    /// before it proved the token): anyone reaching the port can cause it.
+    LostInHandshake,
+    /// [`NetEvent::Lost`] of an authenticated peer.
+    Lost,
+    /// [`NetEvent::Left`].
+    Left,
+}
+
+impl EventKind {
+    /// A stable name: `connected`, `refused`, `lost-in-handshake`, `lost`, `left`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventKind::Connected => "connected",
+            EventKind::Refused => "refused",
+            EventKind::LostInHandshake => "lost-in-handshake",
+            EventKind::Lost => "lost",
+            EventKind::Left => "left",
+        }
+    }
+
+    fn from_str(s: &str) -> Option<EventKind> {
+        [
+            EventKind::Connected,
+            EventKind::Refused,
+            EventKind::LostInHandshake,
+            EventKind::Lost,
+            EventKind::Left,
+        ]
+        .into_iter()
+        .find(|k| k.as_str() == s)
+    }
+
+    /// Whether a log bounds the rate of this kind ([`EventLog`]): refused and lost
+    /// connections, which a peer can repeat as fast as it connects (a lost authenticated
+    /// peer too: a client killed in a loop is no reason to flood the log either).
+    pub fn is_rate_limited(self) -> bool {
+        matches!(
+            self,
+            EventKind::Refused | EventKind::LostInHandshake | EventKind::Lost
+        )
+    }
+}
+
+impl std::fmt::Display for EventKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl NetEvent {
+    /// The event's [`EventKind`].
+    pub fn kind(&self) -> EventKind {
+        match self {
+            NetEvent::Connected { .. } => EventKind::Connected,
+            NetEvent::Refused { .. } => EventKind::Refused,
+            NetEvent::Lost {
+                authenticated: false,
+                ..
+            } => EventKind::LostInHandshake,
+            NetEvent::Lost { .. } => EventKind::Lost,
+            NetEvent::Left { .. } => EventKind::Left,
+        }
+    }
+}
+
+/// Decides which of a serving agent's events a log writes: every event of a kind that is not
+/// rate-limited ([`EventKind::is_rate_limited`]), and of the others one per kind and
+/// [`EventLog::interval`], counting those left out. Thread-safe.
+///
+/// ```
+/// use gdpath::net::{EventLog, NetEvent};
+/// let log = EventLog::default();
+/// let refused = NetEvent::Refused { addr: None, reason: "bad magic".into() };
+/// assert_eq!(log.admit(&refused), Some(0)); // written
+/// assert_eq!(log.admit(&refused), None); // left out and counted
+/// // At the end (or, with `overdue`, once the interval is over): one line with the count.
+/// assert_eq!(log.left_out(), vec![(refused.kind(), 1)]);
+/// ```
+#[derive(Debug, Default)]
+pub struct EventLog {
+    limit: RateLimit,
+}
+
+impl EventLog {
+    /// The shortest time between two lines of one rate-limited kind.
+    pub fn interval(&self) -> Duration {
+        EVERY
+    }
+
+    /// Whether to write `e` now: `Some(n)`, `n` being how many events of its kind were left
+    /// out since the last one written (write it with that count when `n > 0`), or `None`: an
+    /// event of its kind was written less than [`EventLog::interval`] ago, and this one is
+    /// counted instead.
+    pub fn admit(&self, e: &NetEvent) -> Option<u64> {
+        self.admit_at(e.kind(), Instant::now())
+    }
+
+    fn admit_at(&self, kind: EventKind, now: Instant) -> Option<u64> {
+        if !kind.is_rate_limited() {
+            return Some(0);
+        }
+        self.limit.admit(kind.as_str(), now)
+    }
+
+    /// The kinds with events left out whose last line is at least [`EventLog::interval`] old,
+    /// each with its count: write one line each now (it counts as the kind's line), so that
+    /// a count is told within about an interval even when the flood has stopped. Call it
+    /// regularly (`gdpath serve` does at least every 100 ms).
+    pub fn overdue(&self) -> Vec<(EventKind, u64)> {
+        kinds(self.limit.overdue(Instant::now()))
+    }
+
+    /// Every kind with events left out, with its count, whatever their age: for the end of
+    /// the log.
+    pub fn left_out(&self) -> Vec<(EventKind, u64)> {
+        kinds(self.limit.left_out())
+    }
+}
+
+fn kinds(counts: Vec<(&'static str, u64)>) -> Vec<(EventKind, u64)> {
+    let mut out: Vec<(EventKind, u64)> = counts
+        .into_iter()
+        .filter_map(|(k, n)| Some((EventKind::from_str(k)?, n)))
+        .collect();
+    out.sort_unstable();
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lost(authenticated: bool) -> NetEvent {
+        NetEvent::Lost {
+            peer: "p".into(),
+            detail: "d".into(),
+            authenticated,
+        }
+    }
+
+    #[test]
+    fn a_flood_of_refusals_and_losses_is_one_line_per_kind_and_authenticated_events_all_pass() {
+        let log = EventLog::default();
+        let refused = NetEvent::Refused {
+            addr: None,
+            reason: "bad magic".into(),
+        };
+        let connected = NetEvent::Connected { peer: "a@b".into() };
+        let t0 = Instant::now();
+        for i in 0..1000 {
+            let at = t0 + Duration::from_millis(i);
+            let first = i == 0;
+            assert_eq!(log.admit_at(refused.kind(), at).is_some(), first);
+            assert_eq!(log.admit_at(lost(false).kind(), at).is_some(), first);
+            assert_eq!(log.admit_at(connected.kind(), at), Some(0));
+        }
+        // An authenticated peer lost is a kind of its own: the flood does not hide it.
+        assert_eq!(log.admit_at(lost(true).kind(), t0), Some(0));
+        assert_eq!(
+            log.admit_at(EventKind::Refused, t0 + EVERY),
+            Some(999),
+            "the next line says how many were left out"
+        );
+        assert_eq!(log.left_out(), vec![(EventKind::LostInHandshake, 999)]);
+    }
+
+    #[test]
+    fn kinds_have_stable_names() {
+        for k in [
+            EventKind::Connected,
+            EventKind::Refused,
+            EventKind::LostInHandshake,
+            EventKind::Lost,
+            EventKind::Left,
+        ] {
+            assert_eq!(EventKind::from_str(k.as_str()), Some(k));
+        }
+        assert_eq!(lost(false).kind(), EventKind::LostInHandshake);
+        assert_eq!(lost(true).kind(), EventKind::Lost);
+    }
+}
