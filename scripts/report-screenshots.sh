@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
-# Makes the screenshots of `gdpath report` in docs/ (README.md links them): the report of three
+# Makes the screenshots of `gdpath report` in docs/ (README.md links them): the report of four
 # vendored machines — AWS p4d.24xlarge (PCIe switches, EFA NICs), a two-socket server, the
-# one-GPU H200 VM with the recorded storage bench — and the drawing of the 8-GPU, 32-NIC,
+# one-GPU H200 VM, and the two H200s joined by NVLink (the embedded snapshot) with the one
+# recorded bench document charted, the whole page — and the drawing of the 8-GPU, 32-NIC,
 # 9-NVMe machine the report's tests derive from the p4d, rendered by headless chromium
-# (scripts/setup.sh installs it) and shrunk with pngquant when that is installed.
+# (scripts/setup.sh installs it), cut below the page (scripts/png_cut_below.py) and shrunk with
+# pngquant when that is installed.
+#
+# No --path is passed: a replay then checks GDS in no directory, rather than judging the
+# directory this script runs in as if it were on the replayed machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -14,11 +19,15 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 # Relative paths, so the command line the report shows reads as a user would type it.
 ln -s "$root/fixtures" "$tmp/fixtures"
+ln -s "$root/assets" "$tmp/assets"
 browse() { # file.html|file.svg out.png width height
   chromium --headless --no-sandbox --disable-gpu --disable-background-networking \
     --disable-component-update --disable-sync --no-first-run --hide-scrollbars \
     --user-data-dir="$tmp/profile" --screenshot="$2" --window-size="$3,$4" "file://$1" \
     >/dev/null 2>&1
+}
+cut_below() { # png: drops the white below the page's content (keeps a margin)
+  python3 "$root/scripts/png_cut_below.py" "$1" 24
 }
 keep() { # png name
   if command -v pngquant >/dev/null; then
@@ -26,18 +35,22 @@ keep() { # png name
   else
     cp "$1" "$root/docs/$2"
   fi
-  echo "docs/$2"
+  echo "docs/$2 ($(($(stat -c %s "$root/docs/$2") / 1024)) KiB)"
 }
 shot() { # name width height report-args...
   local name=$1 w=$2 h=$3
   shift 3
-  (cd "$tmp" && "$bin" report -o "$name.html" --path . "$@" >/dev/null)
+  (cd "$tmp" && "$bin" report -o "$name.html" "$@" >/dev/null)
   browse "$tmp/$name.html" "$tmp/$name.png" "$w" "$h"
+  cut_below "$tmp/$name.png"
   keep "$tmp/$name.png" "report-$name.png"
 }
 shot p4d 1600 1250 --nccl-xml fixtures/nccl-xml/nccl-aws-p4d-24xl-topo.xml
 shot two-socket 1600 1000 --hwloc-xml fixtures/hwloc-xml/hwloc-xml-32em64t-2n8c2t-pci-normalio.xml
-shot h200x1 1300 1400 --snapshot fixtures/device/h200x1-capture-2026-12-01.tar.gz \
+shot h200x1 1300 1250 --snapshot fixtures/device/h200x1-capture-2026-12-01.tar.gz
+# The whole page, down to the chart: the storage bench recorded on the development machine
+# (fixtures/README.md), the one bench document in the repository.
+shot h200x2 1400 4000 --snapshot assets/snapshots/h200x2.tar.gz \
   --from fixtures/bench/storage-var-tmp-2026-12-01.json
 mkdir "$tmp/dump"
 GDPATH_REPORT_DUMP="$tmp/dump" cargo test -q -p gdpath-report --test large >/dev/null

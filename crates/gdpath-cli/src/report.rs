@@ -23,7 +23,9 @@ pub struct ReportArgs {
     /// live machine; a storage file is written in the first --path and removed).
     #[arg(long)]
     measure: bool,
-    /// A directory to check for GDS; repeatable. Default: the current directory.
+    /// A directory to check for GDS; repeatable. Default: the current directory on the live
+    /// machine, none in a replay (the directory this command runs in is not on the replayed
+    /// machine).
     #[arg(long = "path", value_name = "DIR")]
     paths: Vec<PathBuf>,
     #[command(flatten)]

@@ -207,7 +207,14 @@ fn rdma_devices(input: &DoctorInput) -> Finding {
                     by_id.join("; ")
                 )
             };
-            finding(id, A, "system", Status::Unknown, evidence, "")
+            finding(
+                id,
+                A,
+                "system",
+                Status::Unknown,
+                evidence,
+                crate::read_the_machine("/sys/class/infiniband lists its RDMA devices"),
+            )
         }
     }
 }
@@ -345,8 +352,10 @@ fn dmabuf(input: &DoctorInput, modules: &PeermemModules) -> Dmabuf {
             ),
         };
     }
-    let remedy = if missing.is_empty() || modules.loaded.is_some() {
+    let remedy = if status == Status::Ok || modules.loaded.is_some() {
         String::new()
+    } else if missing.is_empty() {
+        input.missing_remedy().to_owned()
     } else {
         "dma-buf GDR needs Linux ≥ 5.12, NVIDIA's open kernel modules (driver ≥ 515) on a GPU \
          that reports the dma-buf attribute, and rdma-core ≥ 34; otherwise load nvidia_peermem"
@@ -412,7 +421,7 @@ fn peermem(input: &DoctorInput, modules: &PeermemModules, dmabuf: &Dmabuf) -> Ve
             "system",
             Status::Unknown,
             format!("whether nvidia_peermem or nv_peer_mem is loaded is not known: {ev}"),
-            "",
+            crate::read_the_machine("/sys/module shows the loaded kernel modules"),
         ),
     });
     if let Some(m) = loaded {
@@ -499,7 +508,7 @@ fn ucx(input: &DoctorInput) -> Finding {
             "system",
             input.missing_status(),
             input.missing_evidence("UCX transports"),
-            "",
+            input.missing_remedy(),
         ),
     }
 }
@@ -530,7 +539,7 @@ fn cuda_attr(input: &DoctorInput, g: &Device, gf: Option<&GpuFacts>) -> Finding 
             &g.id,
             Status::Unknown,
             "CUDA GPUDirect RDMA attribute not in the driver facts",
-            "",
+            crate::RECAPTURE,
         ),
         None => finding(
             id,
@@ -538,7 +547,7 @@ fn cuda_attr(input: &DoctorInput, g: &Device, gf: Option<&GpuFacts>) -> Finding 
             &g.id,
             input.missing_status(),
             input.missing_evidence("CUDA GPUDirect RDMA attribute"),
-            "",
+            input.missing_remedy(),
         ),
     }
 }
@@ -552,7 +561,7 @@ fn bar1(input: &DoctorInput, g: &Device, gf: Option<&GpuFacts>) -> Finding {
             &g.id,
             input.missing_status(),
             input.missing_evidence("NVML BAR1 size"),
-            "",
+            input.missing_remedy(),
         );
     };
     let Some(total) = f.bar1_total_bytes else {
@@ -562,7 +571,7 @@ fn bar1(input: &DoctorInput, g: &Device, gf: Option<&GpuFacts>) -> Finding {
             &g.id,
             Status::Unknown,
             "NVML BAR1 size not in the driver facts",
-            "",
+            crate::RECAPTURE,
         );
     };
     let used = f
@@ -648,7 +657,14 @@ fn link(m: &gdpath_topo::Machine, d: &Device, gf: Option<&GpuFacts>) -> Finding 
                 "current link speed and width not in the source; {}",
                 m.coverage.link_state.gap().unwrap_or(&src)
             ),
-            "",
+            if matches!(m.source.as_str(), "live" | "sysfs-root" | "snapshot") {
+                // The machine's own sysfs had no link files: virtual devices or an old kernel.
+                "read the link's LnkSta (`lspci -vv`) where the device is physical: on the host \
+                 of a virtual machine"
+                    .to_owned()
+            } else {
+                crate::read_the_machine("sysfs gives each link's trained speed and width")
+            },
         );
     }
     if !l.is_degraded() {
@@ -686,7 +702,7 @@ fn nic_far(input: &DoctorInput, g: &Device, nic: &Device, class: LinkClass) -> F
             s,
             Status::Unknown,
             format!("GPU↔NIC class {class}: the source has no PCI tree"),
-            "",
+            crate::PAIR_CLASS_UNKNOWN,
         );
     };
     if path <= level {

@@ -113,7 +113,9 @@ fn nvidia_fs(input: &DoctorInput, facts: &GdsFacts) -> (Finding, Option<bool>) {
                 "system",
                 Status::Unknown,
                 format!("whether nvidia-fs is loaded is unknown; {ev}"),
-                "",
+                crate::read_the_machine(
+                    "/proc/driver/nvidia-fs and /sys/module show whether nvidia-fs is loaded",
+                ),
             ),
             None,
         ),
@@ -170,7 +172,7 @@ fn cufile(input: &DoctorInput) -> Finding {
             "system",
             input.missing_status(),
             input.missing_evidence("cuFile"),
-            "",
+            input.missing_remedy(),
         ),
     }
 }
@@ -208,7 +210,12 @@ fn config(input: &DoctorInput, facts: &GdsFacts) -> (Option<CufileConfig>, Findi
                         ": cuFile uses its built-in defaults"
                     }
                 ),
-                "",
+                if input.is_replay() {
+                    "run `gdpath doctor` on the machine itself to read the cufile.json in force \
+                     (a capture holds it only when it exists)"
+                } else {
+                    ""
+                },
             ),
         );
     };
@@ -321,15 +328,20 @@ fn per_path(
             out.extend(probe_findings(input, &s, probe, &mut compat, &mut unknown));
         }
         other => {
-            let (st, ev) = match other {
-                Gathered::Failed(e) => (Status::Unknown, format!("probe failed: {e}")),
+            let (st, ev, remedy) = match other {
+                Gathered::Failed(e) => (
+                    Status::Unknown,
+                    format!("probe failed: {e}"),
+                    "check that the directory exists and can be read",
+                ),
                 _ => (
                     input.missing_status(),
                     input.missing_evidence("file system, O_DIRECT and block device probe"),
+                    input.missing_remedy(),
                 ),
             };
             for id in [ids::GDS_FS_UNSUPPORTED, ids::STORAGE_ODIRECT_UNSUPPORTED] {
-                out.push(finding(id, A, &s, st, &ev, ""));
+                out.push(finding(id, A, &s, st, &ev, remedy));
             }
             unknown.push("the path was not probed".to_owned());
         }
@@ -365,24 +377,26 @@ fn per_path(
             ))
         }
         None => {
-            let (st, ev) = if cufile.status == Status::Unavailable {
+            let (st, ev, remedy) = if cufile.status == Status::Unavailable {
                 (
                     Status::Unavailable,
                     format!(
                         "not attempted: cuFile is unavailable (see {})",
                         ids::GDS_CUFILE_MISSING
                     ),
+                    "install cuFile first (gds.cufile-missing says how)",
                 )
             } else {
                 (
                     input.missing_status(),
                     input.missing_evidence("cuFileHandleRegister"),
+                    input.missing_remedy(),
                 )
             };
             if st == Status::Unavailable {
                 refused = Some(ev.clone());
             }
-            out.push(finding(id, A, &s, st, ev, ""));
+            out.push(finding(id, A, &s, st, ev, remedy));
         }
     }
 
@@ -419,7 +433,7 @@ fn per_path(
             Status::Unknown,
             "nvidia-fs missing but cufile.json asks for PCI P2PDMA mode: cuFile decides at \
              cuFileDriverOpen (P2PDMA needs a recent kernel, NVMe and the open GPU modules)",
-            "",
+            "cuFile's log (cufile.log) says which mode it took; load nvidia-fs for native GDS where P2PDMA is not supported",
         )
     } else if !compat.is_empty() {
         finding(
@@ -452,7 +466,7 @@ fn per_path(
                     unknown.join("; ")
                 }
             ),
-            "",
+            if input.is_replay() { input.missing_remedy() } else { "settle the unknowns listed (each id above has its remedy)" },
         )
     } else {
         finding(
@@ -526,14 +540,21 @@ fn probe_findings(
                         s,
                         Status::Unknown,
                         format!("{ev}: native support depends on the transport (NFS only over RDMA) or is not known to gdpath"),
-                        "",
+                        "for native GDS use ext4 or XFS on local NVMe, NFS over RDMA, or a GDS-enabled distributed file system (Lustre, GPFS, WekaFS, BeeGFS, VAST)",
                     ));
                 }
             }
         }
         None => {
             unknown.push("file system type".to_owned());
-            out.push(finding(id, A, s, Status::Unknown, "statfs failed", ""));
+            out.push(finding(
+                id,
+                A,
+                s,
+                Status::Unknown,
+                "statfs failed",
+                "check that the directory exists and can be read (statfs failed on it)",
+            ));
         }
     }
 
@@ -594,7 +615,7 @@ fn probe_findings(
                 "st_dev {}:{}: no block device (memory or network file system)",
                 dev.0, dev.1
             ),
-            "",
+            "for native GDS keep the files on a file system on local NVMe (or one GDS supports over the network)",
         ));
         return out;
     }
@@ -609,7 +630,7 @@ fn probe_findings(
                 "st_dev {}:{}: no /sys/dev/block/{}:{} or /sys/class/block entry",
                 dev.0, dev.1, dev.0, dev.1
             ),
-            "",
+            "check /sys/dev/block on the machine: native GDS needs the file system on an NVMe drive",
         ));
         return out;
     };
@@ -703,7 +724,7 @@ fn nvme_far(input: &DoctorInput, s: &str, b: &BlockInfo) -> Vec<Finding> {
                 "{} is not on a PCI function in the machine (NVMe-oF?)",
                 b.name
             ),
-            "",
+            "not a local NVMe drive: over NVMe-oF the data crosses an RDMA NIC, so keep that NIC near the GPU (gdr.nic-far)",
         )];
     };
     m.gpus()
@@ -737,7 +758,7 @@ fn nvme_class_finding(s: &str, g: &Device, nvme: &Device, class: LinkClass) -> F
             subject,
             Status::Unknown,
             format!("{kind} {} class {class} from {}", nvme.pci, g.id),
-            "",
+            crate::PAIR_CLASS_UNKNOWN,
         ),
         c => finding(
             id,

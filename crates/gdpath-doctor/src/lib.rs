@@ -220,6 +220,16 @@ impl<'a> DoctorInput<'a> {
         }
     }
 
+    /// Remedy for a check whose facts are missing: in a replay, the machine itself has them.
+    fn missing_remedy(&self) -> &'static str {
+        match self.mode {
+            Mode::Live => "run the doctor again: these facts are gathered as it starts",
+            Mode::Replay { .. } => {
+                "run `gdpath doctor` on the machine itself: a replay runs no live checks"
+            }
+        }
+    }
+
     /// Evidence for a check whose facts are missing.
     fn missing_evidence(&self, what: &str) -> String {
         match &self.mode {
@@ -536,6 +546,32 @@ pub fn read_files(machine: &Machine, view: &dyn SysView) {
     let _ = run(&DoctorInput::new(machine, view, Mode::Live));
 }
 
+/// The remedy for a finding the source leaves unknown: read the machine, `where` it shows.
+pub(crate) fn read_the_machine(what: &str) -> String {
+    format!(
+        "read the machine itself, where {what}: `gdpath doctor` on it, or a snapshot of it \
+         (`gdpath topo capture`)"
+    )
+}
+
+/// The remedy for facts a snapshot's driver record lacks (captured by an older gdpath).
+pub(crate) const RECAPTURE: &str = "capture the machine again (`gdpath topo capture` records \
+     these driver facts), or run `gdpath doctor` on it";
+
+/// The remedy for a pair whose PCIe class the source does not give.
+pub(crate) const PAIR_CLASS_UNKNOWN: &str = "read the machine where the pair's PCIe path is \
+     known: `gdpath doctor` on the machine itself, a snapshot of it (`gdpath topo capture`), or \
+     its `nvidia-smi topo -m` text (`--smi-topo FILE`)";
+
+/// The remedy of `system.no-gpu`: a machine with GPUs, or a source that can show them.
+pub(crate) fn no_gpu_remedy(status: Status) -> String {
+    if status == Status::Unknown {
+        read_the_machine("the PCI device list gives each function's class and vendor")
+    } else {
+        "run the doctor on a machine with NVIDIA GPUs (or replay one with --snapshot)".to_owned()
+    }
+}
+
 /// `system.no-gpu` under `area` when the machine has no GPU: GDR and GDS need one, whatever
 /// else is in place.
 fn no_gpu(input: &DoctorInput, area: Area) -> Option<Finding> {
@@ -546,7 +582,7 @@ fn no_gpu(input: &DoctorInput, area: Area) -> Option<Finding> {
         "system",
         status,
         evidence,
-        "",
+        no_gpu_remedy(status),
     ))
 }
 

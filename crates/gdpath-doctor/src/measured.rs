@@ -82,7 +82,7 @@ pub fn compare(area: Area, subject: &str, direct_gbps: f64, fallback_gbps: f64) 
             format!(
                 "measurement invalid: direct {direct_gbps} GB/s, fallback {fallback_gbps} GB/s"
             ),
-            "",
+            "measure again: `gdpath doctor --measure`",
         ));
     }
     let ratio = direct_gbps / fallback_gbps;
@@ -104,6 +104,7 @@ pub fn not_available(area: Area) -> Option<Finding> {
     not_run(
         area,
         "no bandwidth probe for this path yet (P2P and GDS have one)",
+        "measure GDR with `gdpath bench net` between two machines",
     )
 }
 
@@ -113,12 +114,13 @@ pub fn not_live(area: Area) -> Option<Finding> {
     not_run(
         area,
         "a replay has nothing to measure: run --measure on the machine itself",
+        "run `gdpath doctor --measure` on the machine itself",
     )
 }
 
-fn not_run(area: Area, why: &str) -> Option<Finding> {
+fn not_run(area: Area, why: &str, remedy: &str) -> Option<Finding> {
     let id = id_for(area)?;
-    Some(finding(id, area, "system", Status::NotRun, why, ""))
+    Some(finding(id, area, "system", Status::NotRun, why, remedy))
 }
 
 /// Bytes per copy of the P2P probe: large enough to reach the link's plateau (≥ 64 MiB on
@@ -146,7 +148,7 @@ pub fn probe_p2p() -> Vec<Finding> {
                 "system",
                 Status::Unknown,
                 format!("P2P probe could not run: {e}"),
-                "",
+                "check that CUDA works here: `gdpath bench p2p` runs the same copies and says why it cannot",
             )]
         }
     };
@@ -220,7 +222,7 @@ pub fn probe_gds(dirs: &[std::path::PathBuf]) -> Vec<Finding> {
                 d,
                 Status::Unknown,
                 format!("GDS probe could not run: {why}"),
-                "",
+                "check that CUDA and cuFile work here: `gdpath bench storage --gpu 0` runs the same reads and says why it cannot",
             ),
         })
         .collect()
@@ -364,7 +366,7 @@ fn probe_gds_in(dir: &std::path::Path) -> Finding {
                     "cuFile did not take its GDS path here ({}); {staged}{left}",
                     why_skipped(GdsPathChoice::Gds)
                 ),
-                "",
+                "the gds.* findings for this directory say what keeps cuFile off its GDS path, each with its remedy",
             )
         }
         (Some(n), None) => unknown(

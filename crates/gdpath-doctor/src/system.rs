@@ -29,7 +29,7 @@ fn no_gpu(input: &DoctorInput) -> Finding {
             "system",
             status,
             evidence,
-            "run the doctor on a machine with NVIDIA GPUs (or replay one with --snapshot)",
+            super::no_gpu_remedy(status),
         )
     } else {
         let names: Vec<String> = m.gpus().map(|g| format!("{} {}", g.id, g.pci)).collect();
@@ -74,7 +74,7 @@ fn driver(input: &DoctorInput) -> Finding {
             "system",
             Status::Unknown,
             "no GPU, and /proc/driver/nvidia/version absent",
-            "",
+            "run the doctor on a machine with NVIDIA GPUs, their driver loaded",
         );
     }
     let live = !input.is_replay();
@@ -101,6 +101,14 @@ fn driver(input: &DoctorInput) -> Finding {
          loaded when it was captured"
             .to_owned()
     };
+    let remedy = if live {
+        "install and load the NVIDIA driver (`modprobe nvidia`; `nvidia-smi` should list the GPUs)"
+            .to_owned()
+    } else if evidence.contains("has no /proc") {
+        crate::read_the_machine("/proc/driver/nvidia/version names the loaded driver")
+    } else {
+        "load the NVIDIA driver (`modprobe nvidia`) and capture the machine again".to_owned()
+    };
     finding(
         id,
         A,
@@ -111,11 +119,7 @@ fn driver(input: &DoctorInput) -> Finding {
             Status::Unknown
         },
         evidence,
-        if live {
-            "install and load the NVIDIA driver (`modprobe nvidia`; `nvidia-smi` should list the GPUs)"
-        } else {
-            ""
-        },
+        remedy,
     )
 }
 
@@ -154,7 +158,7 @@ fn cuda(input: &DoctorInput) -> Finding {
             "system",
             input.missing_status(),
             input.missing_evidence("CUDA and NVML facts"),
-            "",
+            input.missing_remedy(),
         ),
     }
 }
@@ -175,7 +179,7 @@ fn kernel(input: &DoctorInput) -> Finding {
             "system",
             Status::Unknown,
             "/proc/sys/kernel/osrelease and /proc/version not in the source",
-            "",
+            crate::read_the_machine("/proc/sys/kernel/osrelease gives the running kernel"),
         ),
     }
 }
@@ -199,7 +203,7 @@ fn memlock(input: &DoctorInput) -> Finding {
                 "system",
                 Status::Unknown,
                 format!("getrlimit(RLIMIT_MEMLOCK): {e}"),
-                "",
+                "check the limit in the shell or service that runs the job: `ulimit -l` (unlimited, or at least the memory to register)",
             )
         }
         Gathered::Missing => {
@@ -209,7 +213,7 @@ fn memlock(input: &DoctorInput) -> Finding {
                 "system",
                 input.missing_status(),
                 input.missing_evidence("RLIMIT_MEMLOCK of this process"),
-                "",
+                input.missing_remedy(),
             )
         }
     };
@@ -275,7 +279,7 @@ fn iommu(input: &DoctorInput) -> Finding {
             "system",
             Status::Unknown,
             format!("/sys/class/iommu not in the source{cmd_ev}"),
-            "",
+            crate::read_the_machine("/sys/class/iommu and /sys/kernel/iommu_groups show the IOMMU"),
         ),
         Some(false) => finding(
             id,
@@ -343,7 +347,7 @@ fn iommu(input: &DoctorInput) -> Finding {
                     "system",
                     Status::Unknown,
                     format!("{ev}: mode not certain"),
-                    "",
+                    "check the mode: /sys/kernel/iommu_groups/*/type (identity is pass-through) and the kernel command line (iommu=pt)",
                 )
             }
         }
@@ -360,7 +364,7 @@ fn virtual_machine(input: &DoctorInput) -> Finding {
             "system",
             Status::Unknown,
             "/proc/cpuinfo not in the source",
-            "",
+            crate::read_the_machine("/proc/cpuinfo shows a hypervisor"),
         );
     };
     let hyper = cpuinfo
@@ -470,7 +474,7 @@ fn container(input: &DoctorInput) -> Finding {
             "system",
             Status::Unknown,
             "no /proc in the source",
-            "",
+            crate::read_the_machine("/proc shows whether it runs in a container"),
         )
     } else {
         finding(

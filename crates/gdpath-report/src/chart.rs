@@ -161,16 +161,10 @@ pub fn chart(doc: &BenchDoc) -> Option<(String, Vec<Text>)> {
     let ys = |v: f64| py1 - v / ymax * (py1 - py0);
     let mut o = String::new();
     let mut texts: Vec<Text> = Vec::new();
-    // The series labels take their line's colour from a class of this chart.
-    let style: String = series
-        .iter()
-        .enumerate()
-        .map(|(i, s)| format!(".chart .s{i} {{ fill: {}; }}", colour(&s.name, i)))
-        .collect();
     let _ = write!(
         o,
         "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"chart\" width=\"{W}\" height=\"{H}\" \
-         viewBox=\"0 0 {W} {H}\" role=\"img\" aria-label=\"{}\"><style>{style}</style>",
+         viewBox=\"0 0 {W} {H}\" role=\"img\" aria-label=\"{}\">",
         esc(&format!("GB/s against size: {}", doc.command))
     );
     // Grid and axes.
@@ -242,8 +236,9 @@ pub fn chart(doc: &BenchDoc) -> Option<(String, Vec<Text>)> {
         )
         .anchored(Anchor::Middle),
     );
-    // Line-end labels, nudged apart vertically.
-    let mut ends: Vec<(f64, String, &'static str)> = Vec::new();
+    // Line-end labels, nudged apart vertically; each in its line's colour, inline (a page has
+    // several charts, and a style sheet's rule would reach all of them).
+    let mut ends: Vec<(f64, String, &'static str, Option<&'static str>)> = Vec::new();
     for (val, names) in &limits {
         let g = *val as f64 / 100.0;
         let y = ys(g);
@@ -264,7 +259,7 @@ pub fn chart(doc: &BenchDoc) -> Option<(String, Vec<Text>)> {
         } else {
             format!("limit {} ({})", rate(g), names[0])
         };
-        ends.push((y, what, "limit-t"));
+        ends.push((y, what, "limit-t", None));
     }
     for (i, s) in series.iter().enumerate() {
         let c = colour(&s.name, i);
@@ -312,11 +307,11 @@ pub fn chart(doc: &BenchDoc) -> Option<(String, Vec<Text>)> {
             s.name.clone()
         };
         let last = line.last().copied().unwrap_or((px1, py1));
-        ends.push((last.1, name, series_class(i)));
+        ends.push((last.1, name, "series-t", Some(c)));
     }
     ends.sort_by(|a, b| a.0.total_cmp(&b.0));
     let mut placed: Vec<f64> = Vec::new();
-    for (y, _, _) in &ends {
+    for (y, ..) in &ends {
         let mut y = (*y + 3.5).max(py0);
         if let Some(&prev) = placed.last() {
             y = y.max(prev + 12.0);
@@ -332,42 +327,22 @@ pub fn chart(doc: &BenchDoc) -> Option<(String, Vec<Text>)> {
             }
         }
     }
-    for ((_, name, class), y) in ends.iter().zip(placed) {
-        texts.push(Text::new(
+    for ((_, name, class, fill), y) in ends.iter().zip(placed) {
+        let mut t = Text::new(
             px1 + 8.0,
             y,
             SIZE,
             crate::svg::fit(name, SIZE, RIGHT - 12.0),
             class,
-        ));
+        );
+        t.fill = *fill;
+        texts.push(t);
     }
     for t in &texts {
         t.write(&mut o);
     }
     o.push_str("</svg>");
     Some((o, texts))
-}
-
-fn series_class(i: usize) -> &'static str {
-    const C: [&str; 16] = [
-        "s0 series-t",
-        "s1 series-t",
-        "s2 series-t",
-        "s3 series-t",
-        "s4 series-t",
-        "s5 series-t",
-        "s6 series-t",
-        "s7 series-t",
-        "s8 series-t",
-        "s9 series-t",
-        "s10 series-t",
-        "s11 series-t",
-        "s12 series-t",
-        "s13 series-t",
-        "s14 series-t",
-        "s15 series-t",
-    ];
-    C.get(i).copied().unwrap_or("series-t")
 }
 
 fn rate_tick(v: f64, step: f64) -> String {

@@ -49,6 +49,13 @@ svg.machine .link-idle { fill: #b45309; }
 svg.machine .link-cap { fill: #6b7280; font-style: italic; }
 svg.machine .halo { paint-order: stroke; stroke: #ffffff; stroke-width: 3px; stroke-linejoin: round; }
 svg.machine .route-label { fill: #111827; font-weight: bold; }
+svg.machine .rl-p2p { fill: #1d4ed8; }
+svg.machine .rl-gdr { fill: #15803d; }
+svg.machine .rl-gds { fill: #c2410c; }
+svg.machine .tag-box { fill: #ffffff; stroke-width: 1.2; }
+svg.machine .tag-box.rl-p2p { stroke: #2563eb; }
+svg.machine .tag-box.rl-gdr { stroke: #16a34a; }
+svg.machine .tag-box.rl-gds { stroke: #ea580c; }
 svg.machine .panel-title { font-weight: bold; }
 svg.machine .mx-head { fill: #374151; }
 svg.machine .mx-self { fill: #e5e7eb; }
@@ -80,10 +87,10 @@ pub fn machine_svg(
     // Twice: the first layout tells how many paths run along each rail, the second leaves
     // room for them.
     let mut lay = layout::layout(m, &tree, &Default::default());
-    let (mut drawn, mut route_texts, room) = routing::draw(&lay, routes, labels);
-    if !room.is_empty() {
-        lay = layout::layout(m, &tree, &room);
-        (drawn, route_texts, _) = routing::draw(&lay, routes, labels);
+    let mut drawn = routing::draw(&lay, routes, labels);
+    if !drawn.room.is_empty() {
+        lay = layout::layout(m, &tree, &drawn.room);
+        drawn = routing::draw(&lay, routes, labels);
     }
     let gpus: Vec<String> = m.gpus().map(|g| g.id.clone()).collect();
     // The matrix and legend go under the machine, or beside a narrow one (a VM of one or two
@@ -112,7 +119,13 @@ pub fn machine_svg(
     panel_texts.extend(texts);
     right = right.max(b.right() + PAD);
     bottom = bottom.max(b.bottom());
-    let notes = notes(m, &lay, routes, gpus.len());
+    let mut notes = notes(m, &lay, routes, gpus.len());
+    if !drawn.unplaced.is_empty() {
+        notes.push(format!(
+            "Not drawn over the tree: {} (the source does not say where the device attaches).",
+            drawn.unplaced.join(", ")
+        ));
+    }
     let mut ny = bottom + 22.0;
     for n in notes {
         let t = Text::new(PAD, ny, SMALL, n, "note");
@@ -203,7 +216,7 @@ pub fn machine_svg(
         o.push_str("</g>");
     }
     // Paths: staged and unknown ones first, so the direct ones are on top.
-    let mut order: Vec<&routing::DrawnRoute> = drawn.iter().collect();
+    let mut order: Vec<&routing::DrawnRoute> = drawn.routes.iter().collect();
     order.sort_by_key(|r| match r.state {
         RouteState::Unknown => 0,
         RouteState::Staged => 1,
@@ -222,12 +235,18 @@ pub fn machine_svg(
             RouteState::Staged => "staged",
             RouteState::Unknown => "unknown",
         };
+        // A route stroked wholly by look-alikes under it keeps its line for its tooltip.
+        let (d, hidden) = if r.strokes.is_empty() {
+            (polyline_d(&r.points), " stroke-opacity=\"0\"")
+        } else {
+            let parts: Vec<String> = r.strokes.iter().map(|s| polyline_d(s)).collect();
+            (parts.join(" "), "")
+        };
         let _ = write!(
             o,
-            "<path class=\"route {area} {state}\" data-route=\"{area} {} {}\" d=\"{}\"><title>{}</title></path>",
+            "<path class=\"route {area} {state}\" data-route=\"{area} {} {}\" d=\"{d}\"{hidden}><title>{}</title></path>",
             esc(&r.gpu),
             esc(&r.peer),
-            polyline_d(&r.points),
             esc(&r.title)
         );
     }
@@ -270,10 +289,32 @@ pub fn machine_svg(
             t.write(&mut o);
         }
     }
-    for t in lay.texts.iter().chain(&route_texts) {
+    for t in lay.texts.iter().chain(
+        drawn
+            .texts
+            .iter()
+            .filter(|p| p.tag.is_none())
+            .map(|p| &p.text),
+    ) {
         let mut t = t.clone();
         t.class = halo_class(t.class);
         t.write(&mut o);
+    }
+    // Figures hung on their line: a box over the GPU's own line and lanes, the text in it.
+    for p in &drawn.texts {
+        if let Some(r) = p.tag {
+            let _ = write!(
+                o,
+                "<g class=\"tag\"><rect class=\"tag-box {}\" x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" rx=\"2\"/>",
+                p.text.class.trim_start_matches("route-label "),
+                num(r.x),
+                num(r.y),
+                num(r.w),
+                num(r.h)
+            );
+            p.text.write(&mut o);
+            o.push_str("</g>");
+        }
     }
     o.push_str(&panels);
     for t in &panel_texts {
@@ -291,7 +332,9 @@ fn halo_class(c: &'static str) -> &'static str {
         "link-idle" => "link-idle halo",
         "link-cap" => "link-cap halo",
         "nv-label" => "nv-label halo",
-        "route-label" => "route-label halo",
+        "route-label rl-p2p" => "route-label rl-p2p halo",
+        "route-label rl-gdr" => "route-label rl-gdr halo",
+        "route-label rl-gds" => "route-label rl-gds halo",
         "smp-label" => "smp-label halo",
         other => {
             debug_assert!(other.ends_with(HALO), "class {other} has no halo variant");

@@ -160,16 +160,48 @@ pub fn chip(s: Status) -> String {
     format!("<span class=\"st st-{class}\">{text}</span>")
 }
 
-/// Findings grouped by what a reader acts on: path, id, status, remedy; in report order.
-fn groups(findings: &[&Finding]) -> Vec<Vec<usize>> {
-    let mut groups: Vec<Vec<usize>> = Vec::new();
+/// A row of the table: findings of one path, id, status and remedy, and the other paths that
+/// report the very same findings.
+struct Group {
+    members: Vec<usize>,
+    areas: Vec<Area>,
+}
+
+/// Findings grouped by what a reader acts on: path, id, status, remedy; in report order. A
+/// finding the doctor reports under several paths with the same subject and evidence
+/// (`system.no-gpu` under GDR, GDS and system) is one row naming each path, as the doctor's
+/// text lists it once.
+fn groups(findings: &[&Finding]) -> Vec<Group> {
+    let mut groups: Vec<Group> = Vec::new();
     for (i, f) in findings.iter().enumerate() {
+        let same = |h: &Finding| {
+            h.id == f.id
+                && h.status == f.status
+                && h.subject == f.subject
+                && h.evidence == f.evidence
+        };
+        if let Some(g) = groups
+            .iter_mut()
+            .find(|g| g.members.len() == 1 && same(findings[g.members[0]]))
+        {
+            if !g.areas.contains(&f.path) {
+                g.areas.push(f.path);
+            }
+            continue;
+        }
         match groups.iter_mut().find(|g| {
-            let h = findings[g[0]];
-            h.path == f.path && h.id == f.id && h.status == f.status && h.remedy == f.remedy
+            let h = findings[g.members[0]];
+            g.areas.len() == 1
+                && h.path == f.path
+                && h.id == f.id
+                && h.status == f.status
+                && h.remedy == f.remedy
         }) {
-            Some(g) => g.push(i),
-            None => groups.push(vec![i]),
+            Some(g) => g.members.push(i),
+            None => groups.push(Group {
+                members: vec![i],
+                areas: vec![f.path],
+            }),
         }
     }
     groups
@@ -187,7 +219,8 @@ fn table(o: &mut String, fs: &[&Finding], m: &Machine, dirs: &[PathBuf], remedie
         o.push_str("<th>remedy</th>");
     }
     o.push_str("</tr></thead><tbody>");
-    for g in groups(fs) {
+    for group in groups(fs) {
+        let g = &group.members;
         let first = fs[g[0]];
         let subjects: Vec<&str> = g.iter().map(|&i| fs[i].subject.as_str()).collect();
         let all_same = g.iter().all(|&i| fs[i].evidence == first.evidence);
@@ -224,13 +257,24 @@ fn table(o: &mut String, fs: &[&Finding], m: &Machine, dirs: &[PathBuf], remedie
                 Status::NotRun => "not-run",
             },
             chip(first.status),
-            area_name(first.path),
+            group
+                .areas
+                .iter()
+                .map(|a| area_name(*a))
+                .collect::<Vec<_>>()
+                .join(", "),
             esc(first.id.as_str()),
             esc(&affected(&subjects, m, dirs)),
             evidence
         );
         if remedies {
-            let _ = write!(o, "<td>{}</td>", esc(&first.remedy));
+            // The remedy of the row's findings (one finding of a merged row may have none).
+            let remedy = g
+                .iter()
+                .map(|&i| fs[i].remedy.as_str())
+                .find(|r| !r.is_empty())
+                .unwrap_or_default();
+            let _ = write!(o, "<td>{}</td>", esc(remedy));
         }
         o.push_str("</tr>");
     }
@@ -238,7 +282,8 @@ fn table(o: &mut String, fs: &[&Finding], m: &Machine, dirs: &[PathBuf], remedie
 }
 
 /// The findings section's HTML: the findings that need attention (degraded, unavailable,
-/// unknown) with remedies, and the passed and not-run checks folded away below.
+/// unknown) with remedies, and the passed and not-run checks folded away below (the checks not
+/// run with what would run them).
 pub fn html(r: &Report, m: &Machine, dirs: &[PathBuf]) -> String {
     let mut o = String::new();
     let order = |s: Status| match s {
@@ -276,7 +321,7 @@ pub fn html(r: &Report, m: &Machine, dirs: &[PathBuf]) -> String {
             "<details class=\"passed\"><summary>{ok} check(s) passed, {} not run</summary>",
             rest.len() - ok
         );
-        table(&mut o, &rest, m, dirs, false);
+        table(&mut o, &rest, m, dirs, ok < rest.len());
         o.push_str("</details>");
     }
     o

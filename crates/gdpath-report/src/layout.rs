@@ -17,16 +17,19 @@
 //!   gives each a PCI domain). When a NUMA node has more than [`MAX_BRIDGE_COLUMNS`] host
 //!   bridges, those holding only NICs and NVMe are merged into one stack whose rows name their
 //!   host bridge, so 25 single-device host bridges do not become 25 columns.
-//! - **Links.** A PCIe link is labelled where it enters its box: on the vertical line above a
-//!   GPU or switch (to its right, clear of the paths, which run on the left of a line going
-//!   up), inside the row of a stacked device.
+//! - **Links.** A PCIe link is labelled where it enters its box: just above a GPU or switch, to
+//!   the right of the line into it (past the lanes of any paths coming down that line; paths
+//!   going up run on its left), or inside the row of a stacked device.
+//! - **Room for paths.** The paths ([`crate::routing`]) are laid out once on a first layout; the
+//!   room their lanes take ([`Extra`]) is then given on a second: under rails, between the CPU
+//!   interconnect and the NUMA nodes, beside link labels and the CPU list of a NUMA node.
 //!
 //! Every label's box is known here ([`Layout::texts`]); nothing is placed over another label
 //! (the tests check the SVG itself).
 
 pub use crate::links::{link_label, LinkLabel};
 pub use crate::nvlink::NvDraw;
-use crate::svg::{fit, text_width, Anchor, Rect, Text};
+use crate::svg::{fit, text_rect, text_width, Anchor, Rect, Text};
 use crate::tree::{Group, Hub, HubKind, Leaf, Tree};
 use gdpath_topo::{Device, DeviceKind, Machine};
 
@@ -48,6 +51,8 @@ const ROW_GAP: f64 = 6.0;
 const BUS_INDENT: f64 = 8.0;
 const STUB: f64 = 14.0;
 const GPU_H: f64 = 46.0;
+/// A GPU box whose model name takes two lines.
+const GPU_H2: f64 = 58.0;
 const HUB_H: f64 = 32.0;
 const NUMA_H: f64 = 48.0;
 const RAIL_GAP: f64 = 12.0;
@@ -105,9 +110,10 @@ pub struct Node {
     pub title: String,
     /// The link into the box, and the labels' CSS class when it is downtrained.
     pub link: Option<LinkLabel>,
-    /// NUMA nodes: the y of the host-memory strip, and where staged paths may dip into it.
+    /// NUMA nodes: the y of the middle of the host-memory strip (where staged paths turn), and
+    /// the y where other paths crossing the node run (the top of the strip).
     pub mem_y: f64,
-    pub mem_x: (f64, f64),
+    pub pass_y: f64,
 }
 
 /// A horizontal rail under a hub, from x0 to x1 at y, with the drop from the hub above it.
@@ -140,6 +146,9 @@ pub struct Layout {
     pub bridges: usize,
 }
 
+/// A straight piece of line from one point to another.
+pub type Seg = (P, P);
+
 impl Layout {
     /// The box of the device with this id.
     pub fn device(&self, id: &str) -> Option<usize> {
@@ -152,6 +161,28 @@ impl Layout {
             .iter()
             .flat_map(|n| n.texts.iter())
             .chain(self.texts.iter())
+    }
+
+    /// The tree's lines: rails with their drops, each box's line up, the CPU interconnect, and
+    /// the NVLink lines.
+    pub fn lines(&self) -> Vec<Seg> {
+        let mut v: Vec<Seg> = Vec::new();
+        for r in &self.rails {
+            v.push(r.drop);
+            v.push(((r.x0, r.y), (r.x1, r.y)));
+        }
+        for n in &self.nodes {
+            v.extend(n.up.windows(2).map(|w| (w[0], w[1])));
+        }
+        if let Some((y, x0, x1)) = self.smp {
+            v.push(((x0, y), (x1, y)));
+        }
+        for nv in &self.nvlinks {
+            for l in &nv.lines {
+                v.extend(l.windows(2).map(|w| (w[0], w[1])));
+            }
+        }
+        v
     }
 
     /// Areas later labels must avoid: boxes and labels.
@@ -301,25 +332,67 @@ fn stack_depth(rows: &[Row]) -> f64 {
     rows.len() as f64 * (ROW_H + ROW_GAP) - ROW_GAP
 }
 
-/// A GPU box's lines: id, model, address.
+/// A GPU box's lines: id, model, address (none for the made-up addresses of a source that
+/// gives none).
 fn gpu_lines(d: &Device) -> [String; 3] {
     [
         d.id.clone(),
         d.display_name().trim_start_matches("NVIDIA ").to_owned(),
-        d.pci.to_string(),
+        if d.synthetic {
+            "(no address)".to_owned()
+        } else {
+            d.pci.to_string()
+        },
     ]
 }
 
 const GPU_W_MIN: f64 = 96.0;
 const GPU_W_MAX: f64 = 150.0;
+/// Room for text in a GPU box (its width less the margins).
+const GPU_TEXT_PAD: f64 = 16.0;
 
 fn gpu_width(d: &Device) -> f64 {
     let [id, name, pci] = gpu_lines(d);
-    (text_width(&id, FONT)
-        .max(text_width(&name, SMALL))
-        .max(text_width(&pci, SMALL))
-        + 16.0)
-        .clamp(GPU_W_MIN, GPU_W_MAX)
+    let text = name_lines(&name)
+        .iter()
+        .map(|l| text_width(l, SMALL))
+        .fold(text_width(&id, FONT).max(text_width(&pci, SMALL)), f64::max);
+    (text + GPU_TEXT_PAD).clamp(GPU_W_MIN, GPU_W_MAX)
+}
+
+/// The model name as a GPU box shows it: one line when it fits the widest box, else two,
+/// broken at the space that makes the longer line shortest (the box is then only as wide as
+/// that line), the second cut with `…` if it still does not fit.
+fn name_lines(name: &str) -> Vec<String> {
+    let room = GPU_W_MAX - GPU_TEXT_PAD;
+    if text_width(name, SMALL) <= room {
+        return vec![name.to_owned()];
+    }
+    let chars: Vec<char> = name.chars().collect();
+    let split = |i: usize| -> (String, String) {
+        (
+            chars[..i].iter().collect::<String>().trim_end().to_owned(),
+            chars[i..].iter().collect::<String>().trim().to_owned(),
+        )
+    };
+    let max = (room / text_width("x", SMALL)) as usize;
+    let spaces: Vec<usize> = (1..chars.len()).filter(|&i| chars[i - 1] == ' ').collect();
+    let longer = |i: &usize| {
+        let (a, b) = split(*i);
+        a.chars().count().max(b.chars().count())
+    };
+    // Balanced when both halves fit; else as much as fits on the first line.
+    let at = match spaces.iter().min_by_key(|i| longer(i)) {
+        Some(&i) if longer(&i) <= max => i,
+        _ => spaces
+            .iter()
+            .copied()
+            .filter(|&i| i <= max + 1)
+            .max()
+            .unwrap_or(max.min(chars.len())),
+    };
+    let (first, rest) = split(at);
+    vec![fit(&first, SMALL, room), fit(&rest, SMALL, room)]
 }
 
 fn hub_lines(h: &Hub) -> (String, String) {
@@ -359,9 +432,55 @@ fn measure_hub(h: &Hub, ex: &Extra) -> (f64, f64) {
 }
 
 /// The room under a rail beyond the usual drop that a path `d` px below the rail needs, to
-/// keep clear of the boxes below (≤ 0: none).
+/// keep clear of the link labels just above the boxes below (≤ 0: none).
 pub fn room_needed(d: f64) -> f64 {
-    d + 7.0 - DROP
+    d + 1.5 + 2.0 + LINK_LABEL_RISE + text_rect(0.0, 0.0, 0.0, SMALL).y.abs() - DROP
+}
+
+/// The room beyond the usual space above the NUMA nodes that a path `d` px below the CPU
+/// interconnect's line needs, to stay above the nodes' tops.
+pub fn smp_room_needed(d: f64) -> f64 {
+    d + 6.0 - (SMP_H - SMP_LINE)
+}
+
+/// Gap between a line and the link label right of it.
+pub const LINK_LABEL_GAP: f64 = 4.0;
+/// A link label's baseline above the top of the box it enters.
+const LINK_LABEL_RISE: f64 = 4.0;
+/// The CPU interconnect's line below the top margin.
+const SMP_LINE: f64 = 14.0;
+/// [`Extra`] key of the room between the CPU interconnect and the NUMA nodes.
+pub const SMP_KEY: &str = "smp";
+
+/// [`Extra`] key of the shift right of the link label of box `key`, past the lanes of paths
+/// coming down the line into it.
+pub fn right_key(key: &str) -> String {
+    format!("right:{key}")
+}
+
+/// [`Extra`] key of the room left of the interconnect's line through NUMA node `key`, kept
+/// clear of its CPU list for the lanes of paths going up it.
+pub fn cpu_key(key: &str) -> String {
+    format!("cpu:{key}")
+}
+
+/// The height of the GPU boxes: taller when a model name takes two lines.
+fn gpu_height(tree: &Tree) -> f64 {
+    let two = tree.groups.iter().any(|g| {
+        g.bridges.iter().any(|h| {
+            h.all_leaves().iter().any(|l| {
+                l.dev.kind == DeviceKind::Gpu && {
+                    let [_, name, _] = gpu_lines(l.dev);
+                    name_lines(&name).len() > 1
+                }
+            })
+        })
+    });
+    if two {
+        GPU_H2
+    } else {
+        GPU_H
+    }
 }
 
 /// Extra space under a hub's rail, by [`Node::key`], for the paths that run along it (found by
@@ -411,10 +530,12 @@ fn measure_group(g: &Group, ex: &Extra) -> (f64, f64) {
     let (id, _) = numa_title(g);
     // Room for the id, a little of the CPU list, and the interconnect's line at the right.
     let min = text_width(&id, FONT) + 150.0;
-    (
-        w.max(min),
-        NUMA_H + RAIL_GAP + DROP + extra(ex, &group_key(g)) + d,
-    )
+    let below = if g.bridges.is_empty() {
+        0.0
+    } else {
+        RAIL_GAP + DROP + extra(ex, &group_key(g)) + d
+    };
+    (w.max(min), NUMA_H + below)
 }
 
 struct Builder<'a> {
@@ -424,6 +545,7 @@ struct Builder<'a> {
     rails: Vec<Rail>,
     texts: Vec<Text>,
     gpu_top: f64,
+    gpu_h: f64,
 }
 
 impl Builder<'_> {
@@ -495,7 +617,7 @@ impl Builder<'_> {
                 title: device_title(self.m, d, r.via.as_deref()),
                 link,
                 mem_y: 0.0,
-                mem_x: (0.0, 0.0),
+                pass_y: 0.0,
             });
         }
         bus_x
@@ -504,23 +626,21 @@ impl Builder<'_> {
     fn place_gpu(&mut self, l: &Leaf, x: f64, parent: usize, rail_y: f64) -> f64 {
         let d = l.dev;
         let w = gpu_width(d);
-        let rect = Rect::new(x, self.gpu_top, w, GPU_H);
+        let rect = Rect::new(x, self.gpu_top, w, self.gpu_h);
         let cx = rect.cx();
         let [id, name, pci] = gpu_lines(d);
-        let texts = vec![
-            Text::new(cx, rect.y + 15.0, FONT, id, "dev-id gpu-id").anchored(Anchor::Middle),
-            Text::new(
-                cx,
-                rect.y + 28.0,
-                SMALL,
-                fit(&name, SMALL, w - 10.0),
-                "dev-sub",
-            )
-            .anchored(Anchor::Middle),
-            Text::new(cx, rect.y + 40.0, SMALL, pci, "dev-pci").anchored(Anchor::Middle),
-        ];
+        let mut texts =
+            vec![Text::new(cx, rect.y + 15.0, FONT, id, "dev-id gpu-id").anchored(Anchor::Middle)];
+        let mut y = rect.y + 28.0;
+        for line in name_lines(&name) {
+            texts.push(Text::new(cx, y, SMALL, line, "dev-sub").anchored(Anchor::Middle));
+            y += 12.0;
+        }
+        texts.push(
+            Text::new(cx, rect.bottom() - 6.0, SMALL, pci, "dev-pci").anchored(Anchor::Middle),
+        );
         let link = link_label(d, &l.chain);
-        self.link_text(&link, cx, rail_y, rect.y);
+        self.link_text(&link, &d.id, parent, cx, rail_y, rect.y);
         self.push(Node {
             key: d.id.clone(),
             kind: NodeKind::Gpu,
@@ -536,17 +656,31 @@ impl Builder<'_> {
             title: device_title(self.m, d, None),
             link,
             mem_y: 0.0,
-            mem_x: (0.0, 0.0),
+            pass_y: 0.0,
         });
         cx
     }
 
-    /// A link label to the right of the vertical line at `x` between `y0` (above) and `y1`.
-    fn link_text(&mut self, link: &Option<LinkLabel>, x: f64, y0: f64, y1: f64) {
+    /// The label of the link into box `key` (below `parent`'s rail at `y0`, its top at `y1`):
+    /// right of its line at `x` and of the lanes of paths coming down it; half way down a long
+    /// line, else just above the box — below the lanes along the rail either way.
+    fn link_text(
+        &mut self,
+        link: &Option<LinkLabel>,
+        key: &str,
+        parent: usize,
+        x: f64,
+        y0: f64,
+        y1: f64,
+    ) {
         if let Some(l) = link {
-            let base = (y0 + y1) / 2.0 + 3.5;
+            let dx = LINK_LABEL_GAP + extra(self.ex, &right_key(key));
+            let below_lanes = y0 + extra(self.ex, &self.nodes[parent].key) + DROP - LINK_LABEL_RISE;
+            let base = ((y0 + y1) / 2.0 + 3.5)
+                .max(below_lanes)
+                .min(y1 - LINK_LABEL_RISE);
             self.texts
-                .push(Text::new(x + 4.0, base, SMALL, l.text.clone(), l.class));
+                .push(Text::new(x + dx, base, SMALL, l.text.clone(), l.class));
         }
     }
 
@@ -592,7 +726,7 @@ impl Builder<'_> {
                 None,
             ),
         };
-        self.link_text(&link, cx, rail_y, top);
+        self.link_text(&link, &hub_key(h), parent, cx, rail_y, top);
         let my_rail = top + HUB_H + RAIL_GAP;
         let mut pci: Vec<String> = own.iter().map(|b| b.pci.to_string()).collect();
         pci.extend(h.chain.iter().map(|b| b.pci.to_string()));
@@ -611,7 +745,7 @@ impl Builder<'_> {
             title,
             link,
             mem_y: 0.0,
-            mem_x: (0.0, 0.0),
+            pass_y: 0.0,
         });
         let drop = DROP + extra(self.ex, &hub_key(h));
         let drops = self.place_cols(&cols, cols_x, my_rail + drop, me, my_rail);
@@ -619,8 +753,11 @@ impl Builder<'_> {
         cx
     }
 
-    /// The rail under node `me` across its children's drops.
+    /// The rail under node `me` across its children's drops (none without children).
     fn rail(&mut self, me: usize, drops: &[f64]) {
+        if drops.is_empty() {
+            return;
+        }
         let n = &self.nodes[me];
         // The drop from the box: at its centre (a NUMA node's through line is at its right).
         let cx = n.rect.cx();
@@ -644,9 +781,13 @@ impl Builder<'_> {
         let id_t = Text::new(x + 8.0, top + 15.0, FONT, id, "numa-id");
         let cpu_x = id_t.rect().right() + 8.0;
         let smp_x = rect.right() - 14.0;
-        let cpus = fit(&cpus, SMALL, smp_x - 12.0 - cpu_x);
+        // Clear of the interconnect's line and the lanes of paths going up beside it.
+        let cpus = fit(
+            &cpus,
+            SMALL,
+            smp_x - 12.0 - extra(self.ex, &cpu_key(&group_key(g))) - cpu_x,
+        );
         let mem_label = Text::new(x + 8.0, top + 41.0, SMALL, "host memory", "mem-label");
-        let mem_x0 = mem_label.rect().right() + 10.0;
         let texts = vec![
             id_t,
             Text::new(cpu_x, top + 15.0, SMALL, cpus, "numa-sub"),
@@ -677,7 +818,7 @@ impl Builder<'_> {
             title,
             link: None,
             mem_y: top + 37.0,
-            mem_x: (mem_x0, smp_x - 10.0),
+            pass_y: top + 22.0,
         });
         let drop = DROP + extra(self.ex, &group_key(g));
         let drops = self.place_cols(&cols, x + (w - cw) / 2.0, rail_y + drop, me, rail_y);
@@ -726,9 +867,15 @@ fn device_title(m: &Machine, d: &Device, via: Option<&str>) -> String {
     if !d.block.is_empty() {
         t.push_str(&format!(" ({})", d.block.join(", ")));
     }
-    match (d.numa, m.numa_of(d)) {
+    match (d.numa, crate::tree::placement(m, d)) {
         (Some(n), _) => t.push_str(&format!("; NUMA {n}")),
-        (None, Some(n)) => t.push_str(&format!("; NUMA {n} (inferred)")),
+        (None, Some(p)) => match p.by {
+            Some((gpu, class)) => t.push_str(&format!(
+                "; NUMA {} (not in the source: placed with {gpu}, {class} from it)",
+                p.numa
+            )),
+            None => t.push_str(&format!("; NUMA {} (inferred)", p.numa)),
+        },
         (None, None) => t.push_str("; NUMA unknown"),
     }
     if let Some(v) = via {
@@ -740,8 +887,13 @@ fn device_title(m: &Machine, d: &Device, via: Option<&str>) -> String {
 /// Lays out the machine drawing of `tree` (from [`Tree::of`]), with `ex` room under rails.
 pub fn layout(m: &Machine, tree: &Tree, ex: &Extra) -> Layout {
     let several = tree.groups.len() > 1;
-    let top = PAD + if several { SMP_H } else { 0.0 };
-    let smp_y = several.then_some(PAD + 14.0);
+    let top = PAD
+        + if several {
+            SMP_H + extra(ex, SMP_KEY)
+        } else {
+            0.0
+        };
+    let smp_y = several.then_some(PAD + SMP_LINE);
     let depth = tree
         .groups
         .iter()
@@ -754,6 +906,7 @@ pub fn layout(m: &Machine, tree: &Tree, ex: &Extra) -> Layout {
         rails: Vec::new(),
         texts: Vec::new(),
         gpu_top: top + depth,
+        gpu_h: gpu_height(tree),
     };
     let mut x = PAD;
     for g in &tree.groups {
@@ -785,7 +938,7 @@ pub fn layout(m: &Machine, tree: &Tree, ex: &Extra) -> Layout {
     }
     let has_gpu = b.nodes.iter().any(|n| n.kind == NodeKind::Gpu);
     let mut bottom = if has_gpu {
-        b.gpu_top + GPU_H
+        b.gpu_top + b.gpu_h
     } else {
         b.nodes.iter().map(|n| n.rect.bottom()).fold(top, f64::max)
     };
@@ -809,5 +962,26 @@ pub fn layout(m: &Machine, tree: &Tree, ex: &Extra) -> Layout {
         bottom,
         undrawn: tree.undrawn,
         bridges: tree.bridges,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gpu_model_names_take_one_line_or_two_balanced() {
+        assert_eq!(name_lines("H200"), vec!["H200"]);
+        assert_eq!(
+            name_lines("3D controller (vendor unknown)"),
+            vec!["3D controller", "(vendor unknown)"]
+        );
+        // Too long for two balanced lines: the first as full as fits, the rest cut.
+        let v = name_lines("GPU (listed by the NVIDIA driver; vendor id unreadable)");
+        assert_eq!(v[0], "GPU (listed by the");
+        assert!(v[1].ends_with('…'), "{v:?}");
+        for l in &v {
+            assert!(text_width(l, SMALL) <= GPU_W_MAX - GPU_TEXT_PAD);
+        }
     }
 }

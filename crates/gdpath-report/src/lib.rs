@@ -24,6 +24,7 @@
 pub mod chart;
 pub mod drawing;
 pub mod findings;
+pub mod lanes;
 pub mod layout;
 pub mod links;
 pub mod matrix;
@@ -31,8 +32,10 @@ pub mod measure;
 pub mod nvlink;
 pub mod page;
 pub mod results;
+pub mod route_labels;
 pub mod routing;
 pub mod save;
+pub mod strokes;
 pub mod svg;
 pub mod tree;
 

@@ -125,6 +125,7 @@ pub fn band(m: &Machine, nodes: &[Node], gpu_bottom: f64) -> (Vec<NvDraw>, Vec<T
     let mut levels: Vec<Vec<(f64, f64)>> = Vec::new();
     let mut legs: std::collections::BTreeMap<usize, usize> = Default::default();
     let base = y;
+    let mut pending: Vec<(f64, f64, f64, String)> = Vec::new();
     let mut max_y = if draws.is_empty() {
         gpu_bottom
     } else {
@@ -160,16 +161,7 @@ pub fn band(m: &Machine, nodes: &[Node], gpu_bottom: f64) -> (Vec<NvDraw>, Vec<T
             (b, a)
         };
         let pts = vec![(xa, gpu_bottom), (xa, ly), (xb, ly), (xb, gpu_bottom)];
-        texts.push(
-            Text::new(
-                (xa + xb) / 2.0,
-                ly - 3.0,
-                SMALL,
-                format!("NV{c}"),
-                "nv-label",
-            )
-            .anchored(Anchor::Middle),
-        );
+        pending.push((xa, xb, ly, format!("NV{c}")));
         max_y = max_y.max(ly);
         draws.push(NvDraw {
             gpus: vec![gpus[ia].0.to_owned(), gpus[ib].0.to_owned()],
@@ -177,9 +169,39 @@ pub fn band(m: &Machine, nodes: &[Node], gpu_bottom: f64) -> (Vec<NvDraw>, Vec<T
             paths: vec![(gpus[ia].0.to_owned(), gpus[ib].0.to_owned(), pts)],
         });
     }
+    let lines: Vec<Rect> = draws
+        .iter()
+        .flat_map(|d| d.lines.iter())
+        .flat_map(|l| {
+            l.windows(2)
+                .map(|w| crate::route_labels::seg_rect(&(w[0], w[1]), 1.6))
+        })
+        .collect();
+    for (xa, xb, ly, text) in pending {
+        texts.push(bracket_label(xa, xb, ly, text, &lines, &texts));
+    }
     let bottom = texts
         .iter()
         .map(|t| t.rect().bottom())
         .fold(max_y, f64::max);
     (draws, texts, bottom)
+}
+
+/// A bracket's label just above its run from `xa` to `xb` at `ly`: in the middle, or slid
+/// along the run to the first spot clear of the other brackets' legs and labels.
+fn bracket_label(xa: f64, xb: f64, ly: f64, text: String, lines: &[Rect], texts: &[Text]) -> Text {
+    let at =
+        |x: f64| Text::new(x, ly - 5.5, SMALL, text.clone(), "nv-label").anchored(Anchor::Middle);
+    let mid = (xa + xb) / 2.0;
+    let half = at(mid).width() / 2.0 + 3.0;
+    (0..)
+        .map(|k: i32| mid + f64::from((k + 1) / 2 * if k % 2 == 1 { 1 } else { -1 }) * 6.0)
+        .take_while(|x| (x - mid).abs() <= (xb - xa) / 2.0)
+        .filter(|x| *x - half >= xa && *x + half <= xb)
+        .map(at)
+        .find(|t| {
+            let r = t.rect().grow(1.0);
+            lines.iter().all(|l| !l.overlaps(&r)) && texts.iter().all(|o| !o.rect().overlaps(&r))
+        })
+        .unwrap_or_else(|| at(mid))
 }

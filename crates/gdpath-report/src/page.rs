@@ -44,7 +44,7 @@ details > summary { cursor: pointer; }
 details.passed { margin-top: 10px; }
 .cards { display: flex; flex-wrap: wrap; gap: 18px; }
 .card { border: 1px solid #e5e7eb; border-radius: 6px; padding: 10px 12px; max-width: 660px; }
-.card .cmd { display: block; white-space: pre-wrap; word-break: break-all; background: #f9fafb; padding: 4px 6px; border-radius: 4px; margin: 4px 0; }
+.card .cmd { display: block; white-space: pre-wrap; overflow-wrap: break-word; background: #f9fafb; padding: 4px 6px; border-radius: 4px; margin: 4px 0; }
 .missing { color: #991b1b; }
 svg.chart text { font-family: "DejaVu Sans Mono", "Liberation Mono", monospace; fill: #374151; }
 svg.chart .grid { stroke: #eef0f3; fill: none; }
@@ -224,16 +224,10 @@ pub fn html(p: &PageInput) -> String {
     );
     let _ = write!(
         o,
-        "<tr><th>findings</th><td>gdpath {}'s doctor, {} mode, on the machine above; GDS checked \
-         in {}</td></tr>",
+        "<tr><th>findings</th><td>gdpath {}'s doctor, {} mode, on the machine above; {}</td></tr>",
         env!("CARGO_PKG_VERSION"),
         ex.report.mode,
-        esc(&ex
-            .paths
-            .iter()
-            .map(|p| p.display().to_string())
-            .collect::<Vec<_>>()
-            .join(", "))
+        esc(&gds_dirs(&ex.paths))
     );
     for d in p.docs {
         let (when, origin) = (when(d), origin(d));
@@ -258,6 +252,18 @@ pub fn html(p: &PageInput) -> String {
          encoding (docs/topology.md).</p></body></html>\n",
     );
     o
+}
+
+/// Which directories GDS was checked in: none in a replay without `--path` (the directory
+/// the report runs in is not on the replayed machine).
+fn gds_dirs(paths: &[std::path::PathBuf]) -> String {
+    if paths.is_empty() {
+        return "GDS checked in no directory (a replay checks only directories given with \
+                --path)"
+            .to_owned();
+    }
+    let dirs: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+    format!("GDS checked in {}", dirs.join(", "))
 }
 
 /// When a document's bench ran.

@@ -111,6 +111,9 @@ pub struct Text {
     pub anchor: Anchor,
     pub text: String,
     pub class: &'static str,
+    /// A fill colour of its own, written inline (it wins over every class rule, whatever else
+    /// is on the page).
+    pub fill: Option<&'static str>,
 }
 
 impl Text {
@@ -122,6 +125,7 @@ impl Text {
             anchor: Anchor::Start,
             text: text.into(),
             class,
+            fill: None,
         }
     }
 
@@ -155,10 +159,14 @@ impl Text {
             Anchor::Middle => " text-anchor=\"middle\"",
             Anchor::End => " text-anchor=\"end\"",
         };
+        let style = self
+            .fill
+            .map(|c| format!(" style=\"fill:{}\"", esc(c)))
+            .unwrap_or_default();
         let _ = write!(
             out,
             "<text x=\"{:.1}\" y=\"{:.1}\" font-size=\"{}\" textLength=\"{:.1}\" \
-             lengthAdjust=\"spacingAndGlyphs\" class=\"{}\"{anchor}>{}</text>",
+             lengthAdjust=\"spacingAndGlyphs\" class=\"{}\"{anchor}{style}>{}</text>",
             self.x,
             self.y,
             self.size,

@@ -6,8 +6,11 @@
 //! each lead somewhere, or NCCL's virtual switches); every other bridge (a root port, a
 //! downstream port with one device, the functions of one card) is folded into the link of the
 //! box below it and kept in that box's `chain`, so its address and link state still show.
+//!
+//! A device is drawn under its NUMA node ([`placement`]); every NUMA node with CPUs is drawn,
+//! with devices or without (a source may list nodes whose devices are not GPUs, NICs or NVMe).
 
-use gdpath_topo::{Device, DeviceKind, Machine, PciAddr};
+use gdpath_topo::{Device, DeviceKind, LinkClass, Machine, PciAddr};
 use std::collections::BTreeMap;
 
 /// A GPU, NIC or NVMe controller and the bridges folded into its link (nearest first).
@@ -197,7 +200,10 @@ impl<'m> Tree<'m> {
                     up.reverse();
                     roots.entry(Some(hb)).or_default().insert(&up, d);
                 }
-                None => no_tree.entry(m.numa_of(d)).or_default().push(d),
+                None => no_tree
+                    .entry(placement(m, d).map(|p| p.numa))
+                    .or_default()
+                    .push(d),
             }
         }
         above.sort_unstable();
@@ -219,6 +225,9 @@ impl<'m> Tree<'m> {
                 .entry(numa)
                 .or_default()
                 .push(hub(HubKind::NoTree, items));
+        }
+        for n in drawn_nodes(m) {
+            groups.entry(Some(n)).or_default();
         }
         // Known nodes in order, the unknown node last.
         let mut ordered: Vec<(Option<u32>, Vec<Hub<'m>>)> = groups.into_iter().collect();
@@ -249,12 +258,65 @@ impl<'m> Tree<'m> {
     }
 }
 
+/// The NUMA nodes drawn even without devices: those with CPUs, or every node the source lists
+/// when it gives no node's CPUs (NCCL's `<cpu numaid>` without `affinity`); memory-only nodes
+/// (GPU memory exposed as a node) are left out.
+fn drawn_nodes(m: &Machine) -> Vec<u32> {
+    let with_cpus: Vec<u32> = m
+        .numa_nodes
+        .iter()
+        .filter(|n| !n.cpus.is_empty())
+        .map(|n| n.id)
+        .collect();
+    if with_cpus.is_empty() {
+        m.numa_nodes.iter().map(|n| n.id).collect()
+    } else {
+        with_cpus
+    }
+}
+
+/// Where a device is drawn: its NUMA node, and the GPU it was placed by when the source does
+/// not give the node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placement {
+    pub numa: u32,
+    /// The GPU whose node it shares and their stated class (`GPU0`, PIX), when placed by it.
+    pub by: Option<(String, LinkClass)>,
+}
+
+/// The NUMA node of `d`: [`Machine::numa_of`], else — for a NIC or NVMe of a source that states
+/// the pair classes (`nvidia-smi topo -m` gives only the GPUs' NUMA affinity) — the node of the
+/// GPU it is closest to, when that class says they share a node (PIX, PXB, PHB or NODE; the
+/// first such GPU in PCI order on a tie). `None` when neither settles it.
+pub fn placement(m: &Machine, d: &Device) -> Option<Placement> {
+    if let Some(numa) = m.numa_of(d) {
+        return Some(Placement { numa, by: None });
+    }
+    if d.kind == DeviceKind::Gpu || m.stated_pcie.is_none() {
+        return None;
+    }
+    let (class, gpu, numa) = m
+        .gpus()
+        .filter_map(|g| Some((m.pcie_class(d, g), g, m.numa_of(g)?)))
+        .filter(|(c, _, _)| {
+            matches!(
+                c,
+                LinkClass::Pix | LinkClass::Pxb | LinkClass::Phb | LinkClass::Node
+            )
+        })
+        .min_by_key(|(c, g, _)| (*c, g.pci))?;
+    Some(Placement {
+        numa,
+        by: Some((gpu.id.clone(), class)),
+    })
+}
+
 /// The NUMA node a host bridge is drawn under: the most common node of its devices
-/// ([`Machine::numa_of`]), the lower on a tie; `None` when no device's node is known.
+/// ([`placement`]), the lower on a tie; `None` when no device's node is known.
 fn group_numa(m: &Machine, h: &Hub) -> Option<u32> {
     let mut count: BTreeMap<u32, usize> = BTreeMap::new();
     for l in h.all_leaves() {
-        if let Some(n) = m.numa_of(l.dev) {
+        if let Some(n) = placement(m, l.dev).map(|p| p.numa) {
             *count.entry(n).or_default() += 1;
         }
     }

@@ -107,10 +107,31 @@ fn near(a: [u8; 3], b: [u8; 3]) -> bool {
     a.iter().zip(b).all(|(x, y)| x.abs_diff(y) <= 6)
 }
 
-/// Renders the report of `source` and checks it; each of `colours` must cover at least its
-/// count of pixels, or at most that many when the count is negative. (The legend alone shows
-/// each path colour on about a hundred pixels, so the counts are set above that.)
-fn check(bin: &Path, source: Source, from: Vec<PathBuf>, colours: &[(&str, [u8; 3], i64)]) {
+/// How much of a colour a drawing must show.
+enum Count {
+    /// At least this many pixels (lines).
+    AtLeast(usize),
+    /// At most this many pixels.
+    AtMost(usize),
+    /// At most this many pixels inside a solid 5×5 block of it: no filled area (a line of the
+    /// drawing is at most 3.2 px wide, a matrix cell 62 × 30).
+    FilledAtMost(usize),
+}
+
+/// Pixels whose 5×5 neighbourhood is all near `c`.
+fn filled(w: u32, h: u32, px: &[[u8; 3]], c: [u8; 3]) -> usize {
+    let (w, h) = (w as usize, h as usize);
+    let on: Vec<bool> = px.iter().map(|p| near(*p, c)).collect();
+    (2..h.saturating_sub(2))
+        .flat_map(|y| (2..w.saturating_sub(2)).map(move |x| (x, y)))
+        .filter(|&(x, y)| (y - 2..=y + 2).all(|yy| (x - 2..=x + 2).all(|xx| on[yy * w + xx])))
+        .count()
+}
+
+/// Renders the report of `source` and checks it; each of `colours` must cover as much of the
+/// drawing as its [`Count`] says. (The legend alone shows each path colour on about a hundred
+/// pixels, so the counts are set above that.)
+fn check(bin: &Path, source: Source, from: Vec<PathBuf>, colours: &[(&str, [u8; 3], Count)]) {
     let work = tempfile::tempdir().unwrap();
     let html = gdpath_report::report(&Options {
         source: source.clone(),
@@ -173,20 +194,21 @@ fn check(bin: &Path, source: Source, from: Vec<PathBuf>, colours: &[(&str, [u8; 
         ],
     );
     assert!(!stderr.contains(":CONSOLE"), "the drawing logged: {stderr}");
-    let (_, _, px) = pixels(&shot);
+    let (w, h, px) = pixels(&shot);
     for (name, c, want) in colours {
-        let n = px.iter().filter(|p| near(**p, *c)).count() as i64;
-        if *want >= 0 {
-            assert!(
-                n >= *want,
-                "{name} ({c:?}): {n} pixels, expected at least {want}"
-            );
-        } else {
-            assert!(
-                n <= -want,
-                "{name} ({c:?}): {n} pixels, expected at most {}",
-                -want
-            );
+        let n = px.iter().filter(|p| near(**p, *c)).count();
+        match *want {
+            Count::AtLeast(k) => {
+                assert!(n >= k, "{name} ({c:?}): {n} pixels, expected at least {k}")
+            }
+            Count::AtMost(k) => assert!(n <= k, "{name} ({c:?}): {n} pixels, expected at most {k}"),
+            Count::FilledAtMost(k) => {
+                let f = filled(w, h, &px, *c);
+                assert!(
+                    f <= k,
+                    "{name} ({c:?}): {f} pixels in filled areas, expected at most {k}"
+                );
+            }
         }
     }
 }
@@ -219,11 +241,11 @@ fn the_report_renders_in_chromium_from_disk() {
         ),
         vec![fixture("bench/storage-var-tmp-2026-12-01.json")],
         &[
-            ("staged red", RED, 400),
-            ("P2P blue", BLUE, 1000),
-            ("NVLink violet", VIOLET, 250),
+            ("staged red", RED, Count::AtLeast(400)),
+            ("P2P blue", BLUE, Count::AtLeast(1000)),
+            ("NVLink violet", VIOLET, Count::AtLeast(250)),
             // No NVMe: no GDS path, only the legend's sample.
-            ("GDS orange", ORANGE, -250),
+            ("GDS orange", ORANGE, Count::AtMost(250)),
         ],
     );
     // The p4d: four switches, eight GPUs; nothing is known from the file (dotted green GDR,
@@ -233,10 +255,10 @@ fn the_report_renders_in_chromium_from_disk() {
         Source::NcclXml(fixture("nccl-xml/nccl-aws-p4d-24xl-topo.xml")),
         Vec::new(),
         &[
-            ("GDR green", GREEN, 400),
+            ("GDR green", GREEN, Count::AtLeast(400)),
             // No pair known to work: no solid blue cell, only the legend's line and the
             // cells' dotted borders.
-            ("P2P blue", BLUE, -400),
+            ("P2P blue", BLUE, Count::FilledAtMost(0)),
         ],
     );
 }

@@ -25,18 +25,57 @@ fn report(source: Source) -> (String, gdpath_topo::Machine) {
     (html, machine)
 }
 
+/// The findings tables' rows: (class, path cell, id, remedy cell).
+fn finding_rows(doc: &roxmltree::Document) -> Vec<(String, String, String, String)> {
+    let text = |n: roxmltree::Node| -> String {
+        n.descendants()
+            .filter(|d| d.is_text())
+            .map(|d| d.text().unwrap())
+            .collect()
+    };
+    doc.descendants()
+        .filter(|n| n.has_tag_name("table") && n.attribute("class") == Some("findings"))
+        .flat_map(|t| t.descendants().filter(|n| n.has_tag_name("tr")))
+        .filter_map(|tr| {
+            let class = tr.attribute("class")?.to_owned();
+            let tds: Vec<String> = tr
+                .children()
+                .filter(|n| n.has_tag_name("td"))
+                .map(text)
+                .collect();
+            Some((
+                class,
+                tds[1].clone(),
+                tds[2].clone(),
+                tds.get(5).cloned().unwrap_or_default(),
+            ))
+        })
+        .collect()
+}
+
 fn check(source: Source) -> String {
     let what = format!("{source:?}");
     let (html, m) = report(source.clone());
     let doc = parse(&html);
+    // Every row that is not ok says what to do.
+    for (class, _, id, remedy) in finding_rows(&doc) {
+        if class != "row-ok" {
+            assert!(
+                !remedy.trim().is_empty(),
+                "{what}: {id} ({class}) has no remedy"
+            );
+        }
+    }
     let svg = machine_svg(&doc);
     assert_devices_drawn(svg, &m, &what);
     assert_no_overlap(svg, &what);
+    assert_lines_clear(svg, &what);
     // The drawing alone (`topo --svg`) is a document of its own, just as checked.
     let alone = gdpath_report::drawing(&source, &[std::env::temp_dir()]).unwrap();
     let d2 = parse(&alone);
     assert_devices_drawn(d2.root_element(), &m, &what);
     assert_no_overlap(d2.root_element(), &what);
+    assert_lines_clear(d2.root_element(), &what);
     html
 }
 
@@ -59,10 +98,33 @@ fn every_nccl_topology() {
 }
 
 #[test]
+fn every_nvidia_smi_text() {
+    for p in files("nvidia-smi", ".txt") {
+        check(Source::SmiTopo(p));
+    }
+}
+
+#[test]
 fn every_hwloc_xml_topology() {
     for p in files("hwloc-xml", ".xml") {
         check(Source::HwlocXml(p));
     }
+}
+
+#[test]
+fn a_machine_without_gpu_lists_system_no_gpu_once() {
+    let (_guard, top) = unpack_sysfs("hwloc-sysfs-2pa-pcidomain32bits.tar.bz2");
+    let html = check(Source::SysfsRoot(top));
+    let doc = parse(&html);
+    let rows: Vec<_> = finding_rows(&doc)
+        .into_iter()
+        .filter(|r| r.2 == "system.no-gpu")
+        .collect();
+    // The doctor reports it under GDR, GDS and system (each needs a GPU); one row names all
+    // three, as `gdpath doctor` prints it once.
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0].1, "GDR, GDS, system");
+    assert!(rows[0].3.contains("machine with NVIDIA GPUs"), "{rows:?}");
 }
 
 #[test]
@@ -175,4 +237,96 @@ fn the_p4d_cannot_tell_from_its_file_and_says_so() {
         html.contains("all 28 pairs of GPU0–7"),
         "pairs not compressed"
     );
+}
+
+/// The box (x, y, width) of a `<rect>` of the given class inside `g`.
+fn rect_of(g: roxmltree::Node, class: &str) -> (f64, f64, f64) {
+    let r = g
+        .descendants()
+        .find(|n| n.has_tag_name("rect") && n.attribute("class") == Some(class))
+        .unwrap_or_else(|| panic!("no {class} rect"));
+    let f = |a: &str| r.attribute(a).unwrap().parse::<f64>().unwrap();
+    (f("x"), f("y"), f("width"))
+}
+
+#[test]
+fn nvidia_smi_nics_sit_on_the_node_of_the_gpu_beside_them() {
+    // The HGX H100's text gives the GPUs' NUMA affinity (GPU0–3 node 0, GPU4–7 node 1) and NIC0
+    // PIX to GPU0, NIC8 PIX to GPU6, but no NUMA node for any NIC.
+    let html = check(Source::SmiTopo(fixture(
+        "nvidia-smi/topo-nccl-1264-hgx-h100-sxm-10nic.txt",
+    )));
+    let doc = parse(&html);
+    let svg = machine_svg(&doc);
+    let numa = |n: u32| {
+        let title = format!("NUMA node {n}");
+        let g = svg
+            .descendants()
+            .find(|g| {
+                g.attribute("class") == Some("numa")
+                    && g.children()
+                        .any(|t| t.has_tag_name("title") && t.text() == Some(title.as_str()))
+            })
+            .unwrap_or_else(|| panic!("no {title}"));
+        rect_of(g, "numa-box")
+    };
+    let device = |id: &str| {
+        let g = svg
+            .descendants()
+            .find(|g| g.attribute("data-id") == Some(id))
+            .unwrap_or_else(|| panic!("no {id}"));
+        rect_of(g, "box nic")
+    };
+    for (nic, node) in [("NIC0", 0), ("NIC8", 1)] {
+        let (nx, _, nw) = numa(node);
+        let (x, _, w) = device(nic);
+        assert!(
+            x >= nx && x + w <= nx + nw,
+            "{nic} is not under NUMA {node}"
+        );
+    }
+    // Each GPU's GDR path is PIX: it stays under its node, never up at the CPU interconnect
+    // above the nodes' boxes.
+    let top = numa(0).1.min(numa(1).1);
+    let gdr: Vec<_> = svg
+        .descendants()
+        .filter(|n| {
+            n.attribute("data-route")
+                .is_some_and(|r| r.starts_with("gdr "))
+        })
+        .collect();
+    assert_eq!(gdr.len(), 8);
+    for p in gdr {
+        for (a, b) in segments(p.attribute("d").unwrap()) {
+            assert!(
+                a.1 > top && b.1 > top,
+                "{:?} crosses the interconnect",
+                p.attribute("data-route")
+            );
+        }
+    }
+}
+
+#[test]
+fn a_nic_the_text_places_nowhere_gets_no_path_across_the_sockets() {
+    // Two GPUs on two NUMA nodes and a NIC whose class to either is not given (N/A): where the
+    // NIC attaches is not in the text, so its GDR paths are not drawn (least of all across the
+    // CPU interconnect), and a note says so.
+    let dir = tempfile::tempdir().unwrap();
+    let text = dir.path().join("topo.txt");
+    std::fs::write(
+        &text,
+        "\tGPU0\tGPU1\tNIC0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\n\
+         GPU0\t X \tSYS\tN/A\t0-7\t0\t\tN/A\n\
+         GPU1\tSYS\t X \tN/A\t8-15\t1\t\tN/A\n\
+         NIC0\tN/A\tN/A\t X \t\t\t\t\n\n\
+         NIC Legend:\n\n  NIC0: mlx5_0\n",
+    )
+    .unwrap();
+    let html = check(Source::SmiTopo(text));
+    let r = routes(&html);
+    assert!(!r.iter().any(|(k, _)| k.starts_with("gdr")), "{r:?}");
+    assert!(html.contains("Not drawn over the tree: GDR GPU0 ↔ NIC0, GDR GPU1 ↔ NIC0"));
+    // The P2P pair is SYS: that crossing the text states, and it is drawn.
+    assert!(r.iter().any(|(k, _)| k == "p2p GPU0 GPU1"), "{r:?}");
 }

@@ -165,6 +165,7 @@ fn check(m: &Machine, what: &str, max_width: f64) {
     let root = doc.root_element();
     assert_devices_drawn(root, m, what);
     assert_no_overlap(root, what);
+    assert_lines_clear(root, what);
     let w: f64 = root.attribute("width").unwrap().parse().unwrap();
     assert!(w <= max_width, "{what}: {w} px wide");
     // One GDR path per GPU, one GDS path per GPU.
@@ -238,8 +239,12 @@ fn a_hybrid_cube_mesh_of_nvlinks() {
         m.set_nvlink(gpus[a], gpus[b], n);
     }
     let svg = svg_of(&m);
+    if let Some(dir) = std::env::var_os("GDPATH_REPORT_DUMP") {
+        std::fs::write(std::path::Path::new(&dir).join("mesh.svg"), &svg).unwrap();
+    }
     let doc = parse(&svg);
     assert_no_overlap(doc.root_element(), "hybrid cube mesh");
+    assert_lines_clear(doc.root_element(), "hybrid cube mesh");
     let drawn = doc
         .descendants()
         .filter(|n| n.attribute("class") == Some("nvlink"))
@@ -253,7 +258,66 @@ fn a_hybrid_cube_mesh_of_nvlinks() {
             "{pair}"
         );
     }
-    if let Some(dir) = std::env::var_os("GDPATH_REPORT_DUMP") {
-        std::fs::write(std::path::Path::new(&dir).join("mesh.svg"), &svg).unwrap();
+}
+
+/// The 8-GPU machine with its NICs on the second socket only (as in a cloud VM whose NICs all
+/// hang off one CPU): the four GPUs of the first socket reach them across the CPU
+/// interconnect, staged through host memory. Their dashed paths share one way into each
+/// node's host memory and one lane across, not one each; no line runs over a label.
+#[test]
+fn staged_paths_across_the_sockets_share_one_lane() {
+    let all = cloud_machine();
+    let devs: Vec<Device> = all
+        .devices
+        .iter()
+        .filter(|d| d.kind != DeviceKind::Nic || d.numa == Some(1))
+        .cloned()
+        .collect();
+    let mut m = Machine::assemble(
+        devs,
+        all.numa_nodes.clone(),
+        all.iommu.clone(),
+        true,
+        "nccl-xml",
+    );
+    let gpus: Vec<PciAddr> = m.gpus().map(|g| g.pci).collect();
+    for (i, a) in gpus.iter().enumerate() {
+        for b in &gpus[i + 1..] {
+            m.set_nvlink(*a, *b, 12);
+        }
     }
+    assert_eq!(m.nics().count(), 16);
+    let svg = svg_of(&m);
+    if let Some(dir) = std::env::var_os("GDPATH_REPORT_DUMP") {
+        std::fs::write(std::path::Path::new(&dir).join("cross.svg"), &svg).unwrap();
+    }
+    let doc = parse(&svg);
+    let root = doc.root_element();
+    assert_no_overlap(root, "NICs on one socket");
+    assert_lines_clear(root, "NICs on one socket");
+    let staged: Vec<_> = root
+        .descendants()
+        .filter(|n| {
+            n.attribute("class") == Some("route gdr staged") && n.has_attribute("data-route")
+        })
+        .collect();
+    assert_eq!(staged.len(), 4, "GPU0–3 staged across the sockets");
+    // Above the nodes' boxes the paths run along the interconnect: one stroke for all four.
+    let numa_top = root
+        .descendants()
+        .filter(|n| n.attribute("class") == Some("numa-box"))
+        .map(|n| n.attribute("y").unwrap().parse::<f64>().unwrap())
+        .fold(f64::MAX, f64::min);
+    let across: Vec<f64> = staged
+        .iter()
+        .filter(|p| p.attribute("stroke-opacity") != Some("0"))
+        .flat_map(|p| segments(p.attribute("d").unwrap()))
+        .filter(|(a, b)| a.1 < numa_top && (a.1 - b.1).abs() < 0.01)
+        .map(|(a, _)| a.1)
+        .collect();
+    assert_eq!(
+        across.len(),
+        1,
+        "one stroke along the interconnect: {across:?}"
+    );
 }

@@ -68,6 +68,99 @@ fn the_recorded_storage_bench_is_charted_with_its_command_line() {
         .any(|l| l.text.contains("GB/s")));
 }
 
+/// A `bench h2d` document: the medians of docs/benchmarks.md's H2D rows (nvidia-h200-x2,
+/// 2026-11-30; pinned 54.58 / 54.59 / 55.18 GB/s, pageable 30.71 / 41.30 / 45.95 at 64 MiB /
+/// 256 MiB / 1 GiB), each its own min and max, with the Gen5 x16 limit.
+fn h2d_doc(dir: &std::path::Path) -> PathBuf {
+    let row = |path: &str, bytes: u64, g: f64| {
+        format!(
+            r#"{{"path":"{path}","op":"copy","bytes":{bytes},"block":{bytes},"qd":1,"gbps_min":{g},"gbps_median":{g},"gbps_max":{g},"iops":0,"latency_us_p50":0,"latency_us_p99":0,"verified":true,"src":"host","dst":"GPU0","limit_gbps":63.015}}"#
+        )
+    };
+    let rows: Vec<String> = [
+        (64u64 << 20, 54.58, 30.71),
+        (256 << 20, 54.59, 41.30),
+        (1 << 30, 55.18, 45.95),
+    ]
+    .iter()
+    .flat_map(|&(b, p, q)| [row("h2d-pinned", b, p), row("h2d-pageable", b, q)])
+    .collect();
+    let path = dir.join("h2d.json");
+    std::fs::write(
+        &path,
+        format!(
+            r#"{{"schema":"gdpath.bench/1","command":"bench h2d","rows":[{}]}}"#,
+            rows.join(",")
+        ),
+    )
+    .unwrap();
+    path
+}
+
+#[test]
+fn each_chart_labels_its_lines_in_their_own_colours() {
+    // Two charts on one page: each line-end label must take its own line's colour, not the
+    // colour another chart gives the same place in its list.
+    let dir = tempfile::tempdir().unwrap();
+    let docs = vec![
+        fixture("bench/storage-var-tmp-2026-12-01.json"),
+        h2d_doc(dir.path()),
+    ];
+    let html = gdpath_report::report(&opts(h200x1(), docs, dir.path())).unwrap();
+    let doc = parse(&html);
+    let charts: Vec<_> = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("svg") && n.attribute("class") == Some("chart"))
+        .collect();
+    assert_eq!(charts.len(), 2);
+    let style = |n: roxmltree::Node, prop: &str| -> String {
+        n.attribute("style")
+            .and_then(|s| s.strip_prefix(&format!("{prop}:")))
+            .unwrap_or_else(|| panic!("no inline {prop} on {n:?}"))
+            .to_owned()
+    };
+    let mut seen = 0;
+    for c in charts {
+        assert!(
+            !c.descendants().any(|n| n.has_tag_name("style")),
+            "a chart brings a style sheet of its own"
+        );
+        let lines: Vec<(String, String)> = c
+            .descendants()
+            .filter(|n| n.attribute("class") == Some("series"))
+            .map(|g| {
+                let title = g
+                    .children()
+                    .find(|n| n.has_tag_name("title"))
+                    .and_then(|t| t.text())
+                    .unwrap();
+                let line = g
+                    .children()
+                    .find(|n| n.attribute("class") == Some("line"))
+                    .unwrap();
+                (
+                    title.lines().next().unwrap().to_owned(),
+                    style(line, "stroke"),
+                )
+            })
+            .collect();
+        for t in c
+            .descendants()
+            .filter(|n| n.attribute("class") == Some("series-t"))
+        {
+            let text = t.text().unwrap();
+            let name = text.split(" (×").next().unwrap();
+            let (_, stroke) = lines
+                .iter()
+                .find(|(n, _)| n == name)
+                .unwrap_or_else(|| panic!("no line named {name:?} in {lines:?}"));
+            assert_eq!(&style(t, "fill"), stroke, "label {text:?}");
+            seen += 1;
+        }
+    }
+    assert_eq!(seen, 4, "posix-direct, read-loop, h2d-pinned, h2d-pageable");
+}
+
 #[test]
 fn documents_that_are_not_bench_results_are_refused_naming_the_file() {
     let dir = tempfile::tempdir().unwrap();

@@ -49,7 +49,11 @@ pub(super) fn check(input: &DoctorInput) -> Vec<Finding> {
                 },
                 m.source
             ),
-            "",
+            if status == Status::Unknown {
+                crate::read_the_machine("the PCI device list names each GPU")
+            } else {
+                "P2P needs two GPUs: run the doctor on a machine with two or more".to_owned()
+            },
         ));
         return out;
     }

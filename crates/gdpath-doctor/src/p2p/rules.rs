@@ -210,11 +210,19 @@ impl<'a, 'i> Rules<'a, 'i> {
 
     fn no_driver(&self, id: &str, what: &str) -> Finding {
         let input = self.input;
-        let (status, evidence) = match &input.driver {
-            Gathered::Failed(e) => (Status::Unknown, format!("{what}: driver facts failed: {e}")),
-            _ => (input.missing_status(), input.missing_evidence(what)),
+        let (status, evidence, remedy) = match &input.driver {
+            Gathered::Failed(e) => (
+                Status::Unknown,
+                format!("{what}: driver facts failed: {e}"),
+                "check that the NVIDIA driver's libraries load (`nvidia-smi` works)",
+            ),
+            _ => (
+                input.missing_status(),
+                input.missing_evidence(what),
+                input.missing_remedy(),
+            ),
         };
-        finding(id, A, "", status, evidence, "")
+        finding(id, A, "", status, evidence, remedy)
     }
 
     fn iommu(&self, k: &PairKey) -> Finding {
@@ -236,7 +244,9 @@ impl<'a, 'i> Rules<'a, 'i> {
                         "IOMMU state not in the source; {}",
                         m.coverage.iommu.gap().unwrap_or("no /sys/class/iommu")
                     ),
-                    "",
+                    &crate::read_the_machine(
+                        "/sys/kernel/iommu_groups shows whether the IOMMU translates",
+                    ),
                 )
             }
             Some(false) => {
@@ -340,7 +350,7 @@ impl<'a, 'i> Rules<'a, 'i> {
                 } else {
                     "N/A: the source has no PCI tree and the NUMA nodes do not differ"
                 },
-                "",
+                crate::PAIR_CLASS_UNKNOWN,
             ),
             c => finding(id, A, "", Status::Ok, format!("{c}: same socket"), ""),
         }
@@ -405,7 +415,7 @@ impl<'a, 'i> Rules<'a, 'i> {
                 "",
                 Status::Unknown,
                 format!("pair class {class}: NCCL's path type unknown; P2P level {level} ({why})"),
-                "",
+                crate::PAIR_CLASS_UNKNOWN,
             );
         };
         let refuses = driver_says(&k.driver) == Some(false);
@@ -558,7 +568,9 @@ pub(crate) fn acs_finding(
         Acs::TreeUnknown => fin(
             Status::Unknown,
             "the source has no PCI tree: the bridges between the pair are unknown".into(),
-            "",
+            &crate::read_the_machine(
+                "the PCI tree and each bridge's ACS control can be read (as root)",
+            ),
         ),
         Acs::NoBridge(h) => fin(
             Status::Ok,

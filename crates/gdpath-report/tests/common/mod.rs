@@ -155,3 +155,115 @@ pub fn assert_devices_drawn(svg: Node, m: &Machine, what: &str) {
         "{what}: no note saying {note:?}"
     );
 }
+
+/// The straight pieces of an SVG path's `d` (absolute `M`, `L`, `H` and `V` only, as the
+/// drawing writes them).
+pub fn segments(d: &str) -> Vec<((f64, f64), (f64, f64))> {
+    let mut out = Vec::new();
+    let mut cur = (0.0, 0.0);
+    let mut cmd = 'M';
+    let mut nums: Vec<f64> = Vec::new();
+    let mut flush = |cmd: char, nums: &mut Vec<f64>, cur: &mut (f64, f64)| {
+        let next = match (cmd, nums.as_slice()) {
+            ('M', [x, y]) => {
+                *cur = (*x, *y);
+                None
+            }
+            ('L', [x, y]) => Some((*x, *y)),
+            ('H', [x]) => Some((*x, cur.1)),
+            ('V', [y]) => Some((cur.0, *y)),
+            (c, n) => panic!("path command {c} with {n:?}"),
+        };
+        if let Some(p) = next {
+            out.push((*cur, p));
+            *cur = p;
+        }
+        nums.clear();
+    };
+    let arity = |c: char| if matches!(c, 'H' | 'V') { 1 } else { 2 };
+    let spaced: String = d
+        .chars()
+        .flat_map(|c| {
+            if "MLHV".contains(c) {
+                vec![' ', c, ' ']
+            } else {
+                vec![c]
+            }
+        })
+        .collect();
+    for tok in spaced.split_whitespace() {
+        match tok {
+            "M" | "L" | "H" | "V" => cmd = tok.chars().next().unwrap(),
+            n => {
+                nums.push(n.parse().unwrap_or_else(|e| panic!("{n:?} in {d:?}: {e}")));
+                if nums.len() == arity(cmd) {
+                    flush(cmd, &mut nums, &mut cur);
+                    // Numbers after a move continue as lines.
+                    if cmd == 'M' {
+                        cmd = 'L';
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Half the stroke width of a drawn line, by its class (the drawing's style sheet).
+fn half_stroke(class: &str) -> f64 {
+    let has = |c: &str| class.split(' ').any(|x| x == c);
+    if has("nv") {
+        1.6
+    } else if has("smp") {
+        1.5
+    } else if has("route") {
+        1.3
+    } else if has("down") {
+        1.1
+    } else {
+        0.75
+    }
+}
+
+/// Panics naming the first label under `root` that a drawn line runs over: every `<path>`
+/// (paths, NVLink, the tree's lines, legend samples) against every label not inside a box (a
+/// device or hub box, or the tag of a measured figure hung on its GPU's line: each is drawn
+/// over the lines that pass under it, its labels with it).
+pub fn assert_lines_clear(root: Node, what: &str) {
+    let free: Vec<Label> = root
+        .descendants()
+        .filter(|n| n.has_tag_name("text"))
+        .filter(|n| {
+            !n.ancestors().any(|a| {
+                a.has_tag_name("g") && matches!(a.attribute("class"), Some("node" | "tag"))
+            })
+        })
+        .flat_map(|n| labels(n))
+        .collect();
+    assert!(!free.is_empty(), "{what}: no labels outside boxes");
+    for p in root.descendants().filter(|n| n.has_tag_name("path")) {
+        if p.attribute("stroke-opacity") == Some("0") {
+            continue;
+        }
+        let class = p.attribute("class").unwrap_or_default();
+        let half = half_stroke(class);
+        for ((x0, y0), (x1, y1)) in segments(p.attribute("d").unwrap_or_default()) {
+            let s = Rect::new(
+                x0.min(x1) - half,
+                y0.min(y1) - half,
+                (x1 - x0).abs() + 2.0 * half,
+                (y1 - y0).abs() + 2.0 * half,
+            );
+            for l in &free {
+                assert!(
+                    !s.overlaps(&l.rect),
+                    "{what}: a line ({class}, {:?} → {:?}) runs over the label {:?} at {:?}",
+                    (x0, y0),
+                    (x1, y1),
+                    l.text,
+                    l.rect
+                );
+            }
+        }
+    }
+}
