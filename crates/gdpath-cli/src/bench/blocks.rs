@@ -1,0 +1,154 @@
+//! `gdpath bench kv`: KV-cache block transfers beside one contiguous copy.
+
+use super::{argv, verdict};
+use crate::progress;
+use anyhow::{Context, Result};
+use clap::Args;
+use comfy_table::{presets::UTF8_BORDERS_ONLY, Table};
+use gdpath::units::{format_size, parse_size};
+use gdpath_bench::{kv, BenchDocument, BenchRow};
+use std::process::ExitCode;
+
+#[derive(Debug, Args)]
+pub struct KvArgs {
+    /// Blocks per transfer (descriptors, one layer, one K/V plane).
+    #[arg(long, default_value_t = 100_000)]
+    blocks: u64,
+    /// Bytes per block.
+    #[arg(long, default_value = "16KiB", value_parser = parse_size)]
+    block_size: u64,
+    /// Placement: random (every block to a random slot on both sides) or runs (runs of
+    /// --run-len consecutive blocks, which merge).
+    #[arg(long, default_value = "random", value_parser = ["random", "runs"])]
+    layout: String,
+    /// Blocks per run with --layout runs.
+    #[arg(long, default_value_t = 16)]
+    run_len: u64,
+    /// Source memory: gpu:N or host.
+    #[arg(long, default_value = "gpu:0", value_parser = kv::KvMem::parse)]
+    src: kv::KvMem,
+    /// Destination memory: gpu:N, host, or peer (a `gdpath serve --export gpu:0:SIZE`, see
+    /// --peer; through CUDA IPC on this node).
+    #[arg(long, default_value = "host", value_parser = kv::KvMem::parse)]
+    dst: kv::KvMem,
+    /// Timed runs per row, after one warm-up.
+    #[arg(long, default_value_t = 5)]
+    runs: usize,
+    /// auto (the backend chooses), kernel, driver-batch or copies.
+    #[arg(long, default_value = "auto")]
+    method: String,
+    /// The serving agent for --dst peer, HOST:PORT.
+    #[arg(long)]
+    peer: Option<String>,
+    #[command(flatten)]
+    net: crate::serve::NetOpts,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub(super) json: bool,
+}
+
+pub(super) fn run_kv(a: KvArgs) -> Result<ExitCode> {
+    let method = match a.method.as_str() {
+        "auto" => None,
+        m => Some(gdpath::CopyMethod::parse(m).ok_or_else(|| {
+            crate::usage(format!(
+                "--method {m}: expected auto, kernel, driver-batch or copies"
+            ))
+        })?),
+    };
+    let peer = match &a.peer {
+        Some(p) => Some(crate::serve::resolve("--peer", p)?),
+        None => None,
+    };
+    let cfg = kv::KvBenchConfig {
+        blocks: a.blocks,
+        block_size: a.block_size,
+        placement: if a.layout == "runs" {
+            kv::KvPlacement::Runs
+        } else {
+            kv::KvPlacement::Random
+        },
+        run_len: a.run_len,
+        src: a.src,
+        dst: a.dst,
+        runs: a.runs,
+        method,
+        peer,
+        token: a.net.token()?,
+        net: a.net.config(),
+    };
+    let bars = progress::for_terminal(a.json);
+    let started = std::time::SystemTime::now();
+    let r = kv::run(&cfg, bars.as_ref()).context("bench kv")?;
+    let ok = r.blocks.row.verified && r.contiguous.verified;
+    if a.json {
+        let rows = vec![
+            serde_json::to_value(&r.blocks)?,
+            serde_json::to_value(&r.contiguous)?,
+        ];
+        let out = BenchDocument::new("bench kv", argv(), started, rows)
+            .unit("post_ns_per_descriptor", "ns")
+            .unit("post_call_us", "us")
+            .notes(&r.notes)
+            .with("layout", &a.layout)?;
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else {
+        let mut t = Table::new();
+        t.load_preset(UTF8_BORDERS_ONLY);
+        t.set_header([
+            "op",
+            "path",
+            "method",
+            "src",
+            "dst",
+            "bytes",
+            "block",
+            "descriptors",
+            "merged",
+            "GB/s min",
+            "GB/s median",
+            "GB/s max",
+            "verified",
+        ]);
+        let b = &r.blocks;
+        let row = |x: &BenchRow, m: &str, n: String, c: String| {
+            [
+                x.op.clone(),
+                x.path.clone(),
+                m.to_owned(),
+                x.src.clone().unwrap_or_default(),
+                x.dst.clone().unwrap_or_default(),
+                format_size(x.bytes),
+                format_size(x.block),
+                n,
+                c,
+                format!("{:.2}", x.gbps_min),
+                format!("{:.2}", x.gbps_median),
+                format!("{:.2}", x.gbps_max),
+                if x.verified {
+                    "yes".into()
+                } else {
+                    "NO".into()
+                },
+            ]
+        };
+        t.add_row(row(
+            &b.row,
+            &b.method,
+            b.descriptors.to_string(),
+            b.coalesced.to_string(),
+        ));
+        t.add_row(row(&r.contiguous, "copies", "1".into(), "1".into()));
+        println!("{t}");
+        println!(
+            "blocks / contiguous = {:.3}x (median GB/s); posting {:.1} ns per descriptor \
+             (post() {:.1} us)",
+            b.ratio, b.post_ns_per_descriptor, b.post_call_us
+        );
+        for n in &r.notes {
+            println!("note: {n}");
+        }
+        println!("GB/s = 1e9 bytes/s, post to completion; the contiguous row moves the same bytes between the same regions");
+    }
+    Ok(verdict(ok, ""))
+}
