@@ -13,7 +13,7 @@ pub(crate) unsafe fn capture(print: impl FnOnce(*mut libc::FILE)) -> Result<Stri
     if stream.is_null() {
         return Err(UcxError::Os {
             op: "open_memstream",
-            message: std::io::Error::last_os_error().to_string(),
+            source: std::sync::Arc::new(std::io::Error::last_os_error()),
         });
     }
     print(stream);
@@ -29,7 +29,7 @@ pub(crate) unsafe fn capture(print: impl FnOnce(*mut libc::FILE)) -> Result<Stri
     if rc != 0 {
         return Err(UcxError::Os {
             op: "fclose(memstream)",
-            message: std::io::Error::last_os_error().to_string(),
+            source: std::sync::Arc::new(std::io::Error::last_os_error()),
         });
     }
     Ok(text)

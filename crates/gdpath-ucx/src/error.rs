@@ -188,12 +188,13 @@ pub enum UcxError {
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
     /// A system call around UCX failed (memstream, poll).
-    #[error("{op}: {message}")]
+    #[error("{op}: {source}")]
     Os {
         /// What was attempted.
         op: &'static str,
-        /// `strerror` text.
-        message: String,
+        /// The OS error (shared: the error is `Clone`).
+        #[source]
+        source: std::sync::Arc<std::io::Error>,
     },
 }
 

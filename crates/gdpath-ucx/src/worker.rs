@@ -338,7 +338,7 @@ impl Worker {
             }
             return Err(UcxError::Os {
                 op: "poll(ucp worker efd)",
-                message: e.to_string(),
+                source: std::sync::Arc::new(e),
             });
         }
         Ok(rc > 0)

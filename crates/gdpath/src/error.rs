@@ -196,6 +196,11 @@ pub enum Error {
         #[source]
         source: Option<crate::net::codec::DecodeError>,
     },
+    /// A message to a peer could not be encoded: a value of this agent's (a notification, a
+    /// name, the regions it exports) is over a limit of the agent protocol
+    /// ([`crate::net::codec::EncodeError`] says which and the limit). Nothing was sent.
+    #[error("{0}")]
+    ProtocolLimit(#[source] crate::net::codec::EncodeError),
     /// The network devices UCX may use could not be chosen for a serve or connect, or do not
     /// cover it ([`crate::net::NetConfig::devices`] names them outright).
     #[error("UCX network devices: {0}")]
@@ -295,6 +300,7 @@ impl Error {
             Error::PeerFailed { .. } => "peer_failed",
             Error::AuthFailed { .. } => "auth_failed",
             Error::Protocol { .. } => "protocol",
+            Error::ProtocolLimit(_) => "protocol_limit",
             Error::NetDevices(_) => "net_devices",
             Error::Ucx { .. } => "ucx",
             // A CUDA failure was an `Error::Backend` before it kept its typed source: scripts
@@ -313,6 +319,12 @@ impl Error {
             offset,
             source: Arc::new(e),
         }
+    }
+}
+
+impl From<crate::net::codec::EncodeError> for Error {
+    fn from(e: crate::net::codec::EncodeError) -> Self {
+        Error::ProtocolLimit(e)
     }
 }
 
@@ -375,6 +387,11 @@ mod tests {
                 source: Arc::new(std::io::Error::from_raw_os_error(libc::ENOSPC)),
             },
             Error::Exists { path: "/x".into() },
+            Error::ProtocolLimit(crate::net::codec::EncodeError {
+                what: "notification",
+                len: 70_000,
+                max: 65_536,
+            }),
         ];
         for e in cases {
             assert_eq!(e.kind(), snake_case_variant(&e), "{e:?}");

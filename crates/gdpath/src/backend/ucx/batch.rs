@@ -181,7 +181,7 @@ impl Batch {
             if self.notify_req.is_none() {
                 let msg = Message::Notify(self.notify.as_deref().unwrap_or_default().to_vec());
                 let sent = crate::net::codec::encode(&msg)
-                    .map_err(|e| Error::Config(e.to_string()))
+                    .map_err(Error::ProtocolLimit)
                     .and_then(|bytes| {
                         self.peer
                             .ep

@@ -82,7 +82,7 @@ impl UcxBackend {
     /// Encodes and sends a control message over UCX, the peer's routing id at its head; the
     /// request is tracked until it completes.
     fn send_msg(&self, st: &mut State, peer: &Arc<PeerConn>, msg: &Message) -> Result<()> {
-        let bytes = codec::encode(msg).map_err(|e| Error::Config(e.to_string()))?;
+        let bytes = codec::encode(msg).map_err(Error::ProtocolLimit)?;
         let req = peer
             .ep
             .am_send(CTRL_AM, &peer.route, &bytes)
@@ -377,7 +377,7 @@ impl UcxBackend {
             for a in out {
                 match a {
                     Action::Send(m) => {
-                        let bytes = codec::encode(&m).map_err(|e| Error::Config(e.to_string()))?;
+                        let bytes = codec::encode(&m).map_err(Error::ProtocolLimit)?;
                         tcp::write_frame(stream, &bytes, proto.next_deadline())
                             .map_err(|e| failed(format!("cannot answer the server: {e}")))?;
                     }

@@ -120,7 +120,7 @@ impl UcxBackend {
         let md = st.node.exports.metadata(&self.agent_name);
         if let Err(e) = codec::encode(&Message::Metadata(md.clone())) {
             st.node.exports.remove(id);
-            return Err(Error::Config(format!("cannot export region {id}: {e}")));
+            return Err(Error::ProtocolLimit(e));
         }
         st.held.insert(
             id,

@@ -190,8 +190,8 @@ impl PeerLink for UcxPeer {
                 detail: why,
             });
         }
-        let bytes = codec::encode(&Message::Notify(message.to_vec()))
-            .map_err(|e| Error::Config(e.to_string()))?;
+        let bytes =
+            codec::encode(&Message::Notify(message.to_vec())).map_err(Error::ProtocolLimit)?;
         let label = label.as_str();
         let ucx = |op| move |e| ucx_err(label, op, e);
         let r = (|| {

@@ -112,7 +112,7 @@ impl Ops {
             // The routing id goes first, in the same buffer as the frame's head.
             let sent =
                 codec::encode_writes_head_after(peer.route.to_vec(), seq, region, &records, bytes)
-                    .map_err(|e| Error::Config(e.to_string()))
+                    .map_err(Error::ProtocolLimit)
                     .and_then(|head| {
                         peer.ep
                             .am_send_parts(super::CTRL_AM, head, &parts)
