@@ -601,7 +601,10 @@ impl Agent {
     /// Connects to a serving agent and exchanges metadata: challenge, mutual authentication
     /// with `opts.token`, then the server's regions (id, kind, length, packed rkey). Errors:
     /// [`Error::AuthFailed`] (wrong token either side), [`Error::PeerFailed`] (unreachable, no
-    /// answer within `opts.timeout`), [`Error::Protocol`] (malformed metadata), [`Error::Ucx`].
+    /// answer within `opts.timeout`), [`Error::Protocol`] (malformed metadata), [`Error::Ucx`];
+    /// [`Error::NetDevices`] when the engine chooses UCX's devices and this agent's UCX context,
+    /// made for its first serve or connect, does not cover the interface `addr` needs; errors
+    /// of publishing regions exported before the first serve or connect.
     pub fn connect_with(
         &self,
         addr: std::net::SocketAddr,
@@ -627,7 +630,8 @@ impl Agent {
     ///
     /// A non-loopback address needs a token ([`crate::net::Token::new`]), else
     /// [`Error::Config`]. One listener per agent. Errors: [`Error::Config`] (address in use),
-    /// [`Error::Ucx`].
+    /// [`Error::Ucx`]; [`Error::NetDevices`] as for [`Agent::connect_with`] (the listen
+    /// address's interface); errors of publishing regions exported before.
     pub fn serve(
         &self,
         listen: std::net::SocketAddr,

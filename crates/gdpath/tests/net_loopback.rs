@@ -1263,3 +1263,41 @@ fn without_devices_ucx_gets_only_the_interfaces_serve_and_connect_need() {
     assert_eq!(tcp_devices(&fresh), external_devices);
     drop(p);
 }
+
+/// Regions exported before the first serve or connect are published once even when a serve and
+/// a connect make the agent's UCX context at the same moment, and one withdrawn while that
+/// happens is never published: a second publisher failed the serve or connect with "already
+/// exported", and a withdrawal racing the publish left the region readable by peers.
+#[test]
+fn exports_made_before_the_context_survive_a_serve_and_a_connect_at_once() {
+    let _serial = serial();
+    let other = agent_with("other", NetConfig::default());
+    let osrv = other
+        .serve("127.0.0.1:0".parse().unwrap(), Token::none())
+        .unwrap();
+    for round in 0..12 {
+        let a = agent_with("both", NetConfig::default());
+        let kept = host_pattern(&a, round);
+        let dropped = host_pattern(&a, round + 100);
+        let kept_id = a.export(&kept).unwrap();
+        let dropped_id = a.export(&dropped).unwrap();
+        let (srv, withdrawn) = std::thread::scope(|s| {
+            let serving = s.spawn(|| a.serve("127.0.0.1:0".parse().unwrap(), Token::none()));
+            let connecting = s.spawn(|| a.connect(osrv.local_addr()));
+            let withdrawing = s.spawn(|| a.unexport(&dropped));
+            let srv = serving.join().unwrap();
+            let peer = connecting.join().unwrap();
+            assert!(peer.is_ok(), "round {round}: connect: {:?}", peer.err());
+            (srv, withdrawing.join().unwrap())
+        });
+        let srv = srv.unwrap_or_else(|e| panic!("round {round}: serve: {e}"));
+        withdrawn.unwrap_or_else(|e| panic!("round {round}: unexport: {e}"));
+        let c = agent_with("look", NetConfig::default());
+        let p = c.connect(srv.local_addr()).unwrap();
+        let ids: Vec<u64> = p.regions().iter().map(|r| r.id).collect();
+        assert_eq!(ids, [kept_id], "round {round}: {dropped_id} was withdrawn");
+        let remote = c.register(p.memory(kept_id).unwrap()).unwrap();
+        let (back, _) = read_back(&c, &remote, LEN);
+        assert!(back.host_view().unwrap()[..] == pattern(LEN, round)[..]);
+    }
+}

@@ -18,9 +18,11 @@ use gdpath_ucx::MemHandle;
 
 /// An exported region, or one withdrawn and still held for a peer.
 pub(crate) struct Held {
-    pub(crate) region: Region,
     /// The region's UCX registration; packed writes copy into its host mapping through it.
+    /// Declared before `region` so that it is unmapped before the region (perhaps its last
+    /// holder) frees the memory: fields drop in declaration order.
     pub(crate) mem: MemHandle,
+    pub(crate) region: Region,
     /// Length of the mapping in bytes, as the metadata lists it.
     pub(crate) len: u64,
 }
@@ -74,12 +76,14 @@ impl UcxBackend {
                 return Ok(id);
             }
         }
-        self.publish(region, kind)?;
+        self.publish(region, kind, false)?;
         Ok(id)
     }
 
     /// Publishes the regions exported before the UCX context was made, in id order; one that
-    /// fails stays pending with those after it.
+    /// fails stays pending with those after it. Threads may run it at once (a serve and a
+    /// connect): each region is claimed from the pending list where it enters the export
+    /// table, under one lock, so it is published once, and one withdrawn meanwhile not at all.
     pub(crate) fn publish_pending(&self) -> Result<()> {
         loop {
             let next = lock(&self.state)
@@ -89,13 +93,15 @@ impl UcxBackend {
             let Some((region, kind)) = next else {
                 return Ok(());
             };
-            self.publish(&region, kind)?;
-            lock(&self.state).pending_exports.remove(&region.id().0);
+            self.publish(&region, kind, true)?;
         }
     }
 
-    /// Maps `region`, packs its rkey and lists it in the export table (see [`export`]).
-    fn publish(&self, region: &Region, kind: WireKind) -> Result<()> {
+    /// Maps `region`, packs its rkey and lists it in the export table (see [`export`]), taking
+    /// it off the pending list in the same locked step. `from_pending`: publish it only if it
+    /// is still pending (another thread may have published it, or `unexport` withdrawn it,
+    /// since it was read there); the mapping made is then dropped unused.
+    fn publish(&self, region: &Region, kind: WireKind, from_pending: bool) -> Result<()> {
         let mem = self.local_mem(region)?;
         let rkey = mem
             .pack_rkey()
@@ -116,10 +122,24 @@ impl UcxBackend {
         let len = meta.len;
         let mut guard = lock(&self.state);
         let st = &mut *guard;
-        st.node.exports.add(meta).map_err(Error::Config)?;
+        let pending = st.pending_exports.remove(&id);
+        if from_pending && pending.is_none() {
+            return Ok(());
+        }
+        // A failure leaves it pending, as it was.
+        let keep_pending = |st: &mut State| {
+            if let Some(p) = pending.clone() {
+                st.pending_exports.insert(id, p);
+            }
+        };
+        if let Err(e) = st.node.exports.add(meta) {
+            keep_pending(st);
+            return Err(Error::Config(e));
+        }
         let md = st.node.exports.metadata(&self.agent_name);
         if let Err(e) = codec::encode(&Message::Metadata(md.clone())) {
             st.node.exports.remove(id);
+            keep_pending(st);
             return Err(Error::ProtocolLimit(e));
         }
         st.held.insert(

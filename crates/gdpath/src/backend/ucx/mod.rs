@@ -204,6 +204,9 @@ pub struct UcxBackend {
     core: OnceLock<Core>,
     /// Held while the core is made.
     core_init: Mutex<()>,
+    /// Serializes the mapping of regions registered before the core existed
+    /// ([`UcxBackend::local_mem`]).
+    map_lock: Mutex<()>,
     pub(crate) cuda: bool,
     pub(crate) state: Mutex<State>,
     /// The control plane (TCP listener and its thread), while serving.
@@ -337,6 +340,7 @@ impl UcxBackend {
             probe: Mutex::new(Some(ctx)),
             core: OnceLock::new(),
             core_init: Mutex::new(()),
+            map_lock: Mutex::new(()),
             cuda,
             state: Mutex::new(State {
                 peers: Vec::new(),
@@ -416,21 +420,21 @@ impl UcxBackend {
     /// and those of publishing an export.
     pub(crate) fn core_for(&self, need: &Need) -> Result<&Core> {
         let core = match self.core() {
-            Some(c) => {
-                if c.allowed.is_some() {
-                    devices::check_covered(
-                        &need.reach().map_err(Error::from)?,
-                        c.allowed.as_ref(),
-                        &devices::tcp_devices(&self.resources),
-                        &c.made_for,
-                        &need.to_string(),
-                    )
-                    .map_err(Error::from)?;
-                }
-                c
-            }
+            Some(c) => c,
             None => self.make_core(need)?,
         };
+        // Also when made now: a thread that waited for another's making gets that core, made
+        // for the other's need (the need a core was made for passes its own check).
+        if core.allowed.is_some() {
+            devices::check_covered(
+                &need.reach().map_err(Error::from)?,
+                core.allowed.as_ref(),
+                &devices::tcp_devices(&self.resources),
+                &core.made_for,
+                &need.to_string(),
+            )
+            .map_err(Error::from)?;
+        }
         self.publish_pending()?;
         Ok(core)
     }
@@ -519,11 +523,18 @@ impl UcxBackend {
 
     /// The region's UCX registration, made now if the region predates the backend.
     pub(crate) fn local_mem(&self, region: &Region) -> Result<MemHandle> {
-        let found = region.with_backend_handle(self.name(), |h| {
-            h.and_then(|h| h.downcast_ref::<LocalMem>())
-                .map(|m| m.0.clone())
-        });
-        if let Some(m) = found {
+        let found = || {
+            region.with_backend_handle(self.name(), |h| {
+                h.and_then(|h| h.downcast_ref::<LocalMem>())
+                    .map(|m| m.0.clone())
+            })
+        };
+        if let Some(m) = found() {
+            return Ok(m);
+        }
+        // One mapping per region, whichever thread gets here first.
+        let _mapping = lock(&self.map_lock);
+        if let Some(m) = found() {
             return Ok(m);
         }
         let m = self.map_region(region)?.ok_or_else(|| Error::Unsupported {
