@@ -140,11 +140,13 @@ pub(crate) fn reach_of_listen(ip: IpAddr, ifs: &[InterfaceAddr]) -> Result<Reach
 }
 
 /// The interfaces that carry local address `ip` (a client's end of its connection to a
-/// server): the loopback ones for a loopback address, else those that have `ip`. Errors:
-/// [`DevicesError::NoInterface`].
+/// server): the loopback ones for a loopback address, else those that have `ip`. A
+/// non-loopback address that only a loopback interface carries (a service address bound to
+/// `lo`) is reached by peers through the others, which UCX must then advertise: every
+/// interface. Errors: [`DevicesError::NoInterface`] for a loopback address on no interface.
 pub(crate) fn reach_of_local(ip: IpAddr, ifs: &[InterfaceAddr]) -> Result<Reach, DevicesError> {
     let ip = ip.to_canonical();
-    let found: BTreeSet<String> = ifs
+    let on: Vec<&InterfaceAddr> = ifs
         .iter()
         .filter(|i| {
             if ip.is_loopback() {
@@ -153,12 +155,16 @@ pub(crate) fn reach_of_local(ip: IpAddr, ifs: &[InterfaceAddr]) -> Result<Reach,
                 i.addr == ip
             }
         })
-        .map(|i| i.name.clone())
         .collect();
-    if found.is_empty() {
+    if on.is_empty() && ip.is_loopback() {
         return Err(DevicesError::NoInterface { addr: ip });
     }
-    Ok(Reach::Only(found))
+    if !ip.is_loopback() && on.iter().all(|i| i.loopback) {
+        // Also an address on no interface (routed here, bound with IP_FREEBIND): the
+        // interfaces it arrives by are not known.
+        return Ok(Reach::All);
+    }
+    Ok(Reach::Only(on.iter().map(|i| i.name.clone()).collect()))
 }
 
 /// How the backend's UCX context is made for a [`Reach`].
@@ -204,8 +210,10 @@ fn other_network_devices(resources: &[Resource]) -> BTreeSet<String> {
 /// The context for `reach`, given the `resources` of a context made without `UCX_NET_DEVICES`
 /// (`addr`: the address the reach is for, for the error): tcp's devices on the interfaces
 /// reached plus every other network device, or no restriction when none of tcp's devices is
-/// left out. Errors: [`DevicesError::NoTcpDevice`] when tcp has devices but none on the
-/// interfaces reached.
+/// left out; the other network devices alone when tcp has none on the interfaces reached
+/// (an RDMA machine's data then moves over RDMA only). Errors: [`DevicesError::NoTcpDevice`]
+/// when tcp has devices but none on the interfaces reached, and there is no other network
+/// device.
 pub(crate) fn plan(
     reach: &Reach,
     resources: &[Resource],
@@ -219,6 +227,14 @@ pub(crate) fn plan(
         return Ok(Plan::ALL);
     }
     let keep: BTreeSet<String> = tcp.intersection(ifs).cloned().collect();
+    let other = other_network_devices(resources);
+    if keep.is_empty() && !other.is_empty() {
+        // The RDMA devices carry the data; UCX's tcp gets no device, so no port of its listens.
+        return Ok(Plan {
+            devices: Some(names(&other)),
+            allowed: Some(keep),
+        });
+    }
     if keep.is_empty() {
         return Err(DevicesError::NoTcpDevice {
             addr,
@@ -230,7 +246,7 @@ pub(crate) fn plan(
         return Ok(Plan::ALL);
     }
     let mut devices = keep.clone();
-    devices.extend(other_network_devices(resources));
+    devices.extend(other);
     Ok(Plan {
         devices: Some(names(&devices)),
         allowed: Some(keep),
@@ -316,12 +332,29 @@ mod tests {
         assert_eq!(at("10.1.0.5").unwrap(), only(&["ib0"]));
         assert_eq!(at("0.0.0.0").unwrap(), Reach::All);
         assert_eq!(at("::").unwrap(), Reach::All);
+        // An address on no interface (routed here), or only on `lo` (a service address bound
+        // there): peers arrive by interfaces not known, so UCX keeps them all.
+        assert_eq!(at("192.0.2.9").unwrap(), Reach::All);
+        let mut vip = ifs.clone();
+        vip.push(InterfaceAddr {
+            name: "lo".into(),
+            addr: "198.51.100.7".parse().unwrap(),
+            loopback: true,
+        });
+        assert_eq!(
+            reach_of_listen("198.51.100.7".parse().unwrap(), &vip).unwrap(),
+            Reach::All
+        );
+        // A loopback address is always on a loopback interface; none listed is an error.
+        let no_lo: Vec<InterfaceAddr> = ifs.iter().filter(|i| !i.loopback).cloned().collect();
         assert!(matches!(
-            at("192.0.2.9"),
+            at_in("127.0.0.1", &no_lo),
             Err(DevicesError::NoInterface { .. })
         ));
-        // A client's end is never unspecified: an unknown address is an error there too.
-        assert!(reach_of_local("0.0.0.0".parse().unwrap(), &ifs).is_err());
+    }
+
+    fn at_in(s: &str, ifs: &[InterfaceAddr]) -> Result<Reach, DevicesError> {
+        reach_of_listen(s.parse().unwrap(), ifs)
     }
 
     #[test]
@@ -359,7 +392,11 @@ mod tests {
         ]);
         let p = plan(&only(&["ib0"]), &rdma, a).unwrap();
         assert_eq!(p.devices.as_deref(), Some("ib0,mlx5_0:1,mlx5_1:1"));
-        // An interface tcp has no device on is named, with the devices it has.
+        // An interface tcp has no device on: the RDMA devices alone, where there are some ...
+        let p = plan(&only(&["docker0"]), &rdma, a).unwrap();
+        assert_eq!(p.devices.as_deref(), Some("mlx5_0:1,mlx5_1:1"));
+        assert_eq!(p.allowed, Some(BTreeSet::new()));
+        // ... else it is named, with the devices tcp has.
         let e = plan(&only(&["docker0"]), &debian, a).unwrap_err();
         assert!(e.to_string().contains("no device on docker0"), "{e}");
         assert!(e.to_string().contains("eth0,lo"), "{e}");
