@@ -186,7 +186,7 @@ fn region(agent: &Agent, mem: KvMem, other: KvMem, len: u64, cfg: &KvBenchConfig
     let (region, peer) = match mem {
         KvMem::Gpu(ordinal) => (agent.register(Memory::Gpu { ordinal, len })?, None),
         KvMem::Host => {
-            let buf = HostBuffer::zeroed(len as usize);
+            let buf = HostBuffer::try_zeroed(usize::try_from(len).unwrap_or(usize::MAX))?;
             let m = if other == KvMem::Host {
                 Memory::host(buf)
             } else {
@@ -334,6 +334,17 @@ pub fn run(cfg: &KvBenchConfig, progress: &dyn Progress) -> Result<KvBenchReport
         .blocks
         .checked_mul(cfg.block_size)
         .ok_or_else(|| Error::Config("blocks × block size overflows".into()))?;
+    // The host memory it will take (each host side, the host scratch copy, the id arrays),
+    // refused up front rather than met by the OOM killer while it fills them.
+    let host_sides = [cfg.src, cfg.dst]
+        .iter()
+        .filter(|m| **m == KvMem::Host)
+        .count() as u64;
+    let ids = cfg.blocks.saturating_mul(2 * 4);
+    gdpath::memory::check_host_memory(
+        "bench kv",
+        len.saturating_mul(host_sides + 1).saturating_add(ids),
+    )?;
     let (src_ids, dst_ids) = placement(cfg)?;
     let agent = Agent::new(AgentConfig {
         name: "bench-kv".into(),
@@ -343,9 +354,12 @@ pub fn run(cfg: &KvBenchConfig, progress: &dyn Progress) -> Result<KvBenchReport
     let dst = region(&agent, cfg.dst, cfg.src, len, cfg)?;
     let scratch = Scratch {
         agent: agent.clone(),
-        host: agent
-            .register(Memory::pinned(HostBuffer::zeroed(len as usize)))
-            .or_else(|_| agent.register(Memory::host(HostBuffer::zeroed(len as usize))))?,
+        host: {
+            let bytes = usize::try_from(len).unwrap_or(usize::MAX);
+            agent
+                .register(Memory::pinned(HostBuffer::try_zeroed(bytes)?))
+                .or_else(|_| agent.register(Memory::host(HostBuffer::try_zeroed(bytes)?)))?
+        },
         gpu: match (cfg.src, cfg.dst) {
             (KvMem::Gpu(o), KvMem::Peer) => Some(agent.register(Memory::Gpu { ordinal: o, len })?),
             (_, KvMem::Peer) => {

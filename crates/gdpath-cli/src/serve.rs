@@ -261,6 +261,14 @@ pub fn run(a: ServeArgs) -> Result<ExitCode> {
         name: a.name.clone(),
         ..AgentConfig::default()
     })?;
+    let host_bytes = specs
+        .iter()
+        .map(|s| match s {
+            ExportSpec::Host(size) => *size,
+            ExportSpec::Gpu(..) => 0,
+        })
+        .fold(0u64, u64::saturating_add);
+    gdpath::memory::check_host_memory("--export", host_bytes)?;
     agent.enable_net(a.net.config())?;
     let mut regions = Vec::new();
     for spec in specs {

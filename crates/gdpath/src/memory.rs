@@ -226,6 +226,47 @@ pub struct HostBuffer {
     buf: AlignedBuf,
 }
 
+/// Host memory available for new allocations, bytes: `MemAvailable` of `/proc/meminfo`, within
+/// what the process's cgroup (v2) still allows; `None` when neither can be read.
+pub fn host_memory_available() -> Option<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok().and_then(|t| {
+        t.lines()
+            .find_map(|l| l.strip_prefix("MemAvailable:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .map(|kb| kb * 1024)
+    });
+    let read = |f: &str| {
+        std::fs::read_to_string(format!("/sys/fs/cgroup/{f}"))
+            .ok()
+            .and_then(|t| t.trim().parse::<u64>().ok())
+    };
+    // cgroup v2 at the mount point (a container's own cgroup); "max" does not parse: no limit.
+    let cgroup =
+        read("memory.max").map(|max| max.saturating_sub(read("memory.current").unwrap_or(0)));
+    match (meminfo, cgroup) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// Refuses `bytes` of host memory that `what` would allocate when they are more than
+/// [`host_memory_available`], before anything is allocated: the kernel grants a large
+/// allocation lazily and meets it with the OOM killer when it is filled. Unknown availability
+/// passes.
+///
+/// Errors: [`crate::Error::Config`] naming `what` and both sizes (bytes and GiB).
+pub fn check_host_memory(what: &str, bytes: u64) -> crate::Result<()> {
+    match host_memory_available() {
+        Some(avail) if bytes > avail => Err(crate::Error::Config(format!(
+            "{what} needs {bytes} bytes ({:.1} GiB) of host memory, and {avail} bytes ({:.1} GiB) \
+             are available here",
+            bytes as f64 / (1u64 << 30) as f64,
+            avail as f64 / (1u64 << 30) as f64
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// The error for a host allocation of `len` bytes that the system refused.
 pub(crate) fn host_alloc_error(len: usize) -> crate::Error {
     crate::Error::Config(format!(

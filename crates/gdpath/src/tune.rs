@@ -193,24 +193,7 @@ impl Facts {
 
 /// Memory the page cache may use (bytes), see [`Facts::mem_available`].
 fn mem_available() -> Option<u64> {
-    let meminfo = std::fs::read_to_string("/proc/meminfo").ok().and_then(|t| {
-        t.lines()
-            .find_map(|l| l.strip_prefix("MemAvailable:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            .map(|kb| kb * 1024)
-    });
-    let read = |f: &str| {
-        std::fs::read_to_string(format!("/sys/fs/cgroup/{f}"))
-            .ok()
-            .and_then(|t| t.trim().parse::<u64>().ok())
-    };
-    // cgroup v2 at the mount point (a container's own cgroup); "max" does not parse: no limit.
-    let cgroup =
-        read("memory.max").map(|max| max.saturating_sub(read("memory.current").unwrap_or(0)));
-    match (meminfo, cgroup) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    }
+    crate::memory::host_memory_available()
 }
 
 /// Values the caller gave explicitly (flags); each one set wins over the rule.

@@ -230,3 +230,51 @@ fn put_options_with_a_get_run_are_refused_before_connecting() {
         }
     }
 }
+
+/// Host memory a command would allocate beyond what the machine has is refused before anything
+/// is allocated, with both sizes: `bench kv` of 2,000,000 × 1 MiB blocks aborted on the failed
+/// allocation (a Rust backtrace, status 134), and two `serve --export` of most of the memory
+/// each were met by the OOM killer.
+#[test]
+fn host_memory_beyond_the_machine_is_refused_up_front() {
+    let kv = [
+        "bench",
+        "kv",
+        "--src",
+        "host",
+        "--dst",
+        "host",
+        "--blocks",
+        "2000000",
+        "--block-size",
+        "1MiB",
+    ];
+    let (st, err) = run(&kv);
+    assert_eq!(st.code(), Some(1), "{err}");
+    assert!(
+        err.contains("bench kv needs")
+            && err.contains("of host memory")
+            && err.contains("available"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("panicked") && !err.contains("memory allocation of"),
+        "{err}"
+    );
+    let (st, err) = run(&[
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--export",
+        "host:64TiB",
+        "--export",
+        "host:64TiB",
+        "--duration",
+        "1",
+    ]);
+    assert_eq!(st.code(), Some(1), "{err}");
+    assert!(
+        err.contains("--export needs") && err.contains("available"),
+        "{err}"
+    );
+}
