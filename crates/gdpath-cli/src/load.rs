@@ -12,8 +12,10 @@ use std::process::ExitCode;
 
 #[derive(Debug, Args)]
 pub struct LoadArgs {
-    /// A safetensors checkpoint.
-    file: PathBuf,
+    /// A safetensors checkpoint: one file, the files of a sharded one, or its
+    /// `model.safetensors.index.json`.
+    #[arg(required = true, value_name = "FILE")]
+    files: Vec<PathBuf>,
     /// CUDA ordinal of the GPU to load onto.
     #[arg(long, default_value_t = 0)]
     gpu: u32,
@@ -55,10 +57,13 @@ pub struct LoadArgs {
 
 pub fn run(a: LoadArgs) -> Result<ExitCode> {
     // The header first: a malformed file is a `checkpoint` error before anything else runs.
-    let ck = Checkpoint::open(&[&a.file])?;
-    if a.cold {
-        drop_cache(&a.file);
-    }
+    let ck = Checkpoint::open_paths(&a.files)?;
+    let cold = || {
+        if a.cold {
+            ck.files.iter().for_each(|f| drop_cache(f));
+        }
+    };
+    cold();
     let dest = if a.host {
         Destination::Host { pinned: false }
     } else {
@@ -98,9 +103,7 @@ pub fn run(a: LoadArgs) -> Result<ExitCode> {
         Destination::Host { .. } => "host memory".to_owned(),
     };
     for i in 1..a.repeat {
-        if a.cold {
-            drop_cache(&a.file);
-        }
+        cold();
         let c = load()?;
         if !a.json {
             outln!(
@@ -112,9 +115,7 @@ pub fn run(a: LoadArgs) -> Result<ExitCode> {
             );
         }
     }
-    if a.cold {
-        drop_cache(&a.file);
-    }
+    cold();
     let c = load()?;
     let verified = if a.verify {
         Some(c.verify(&setup.agent)?)
@@ -123,10 +124,10 @@ pub fn run(a: LoadArgs) -> Result<ExitCode> {
     };
     let status = match &verified {
         Some(v) if !v.ok => {
-            let at = v.first_difference.map_or(0, |(_, at)| at);
+            let (file, at) = v.first_difference.unwrap_or((0, 0));
             errln!(
                 "gdpath: data verification FAILED: the loaded bytes differ from {} at file offset {at}",
-                a.file.display()
+                ck.files[file].display()
             );
             ExitCode::from(crate::NOT_VERIFIED_STATUS)
         }
@@ -150,7 +151,8 @@ pub fn run(a: LoadArgs) -> Result<ExitCode> {
         let out = serde_json::json!({
             "schema": "gdpath.load/1",
             "command": "load",
-            "file": a.file,
+            "file": ck.files[0],
+            "files": ck.files,
             "gpu": (!a.host).then_some(a.gpu),
             "host": a.host,
             "tensors": tensors,
@@ -186,8 +188,12 @@ pub fn run(a: LoadArgs) -> Result<ExitCode> {
         }
     }
     outln!(
-        "{}: {} tensors, {} onto {onto} in {:.3} s: {:.2} GB/s (1e9 B/s; transfer alone {:.3} s)",
-        a.file.display(),
+        "{}{}: {} tensors, {} onto {onto} in {:.3} s: {:.2} GB/s (1e9 B/s; transfer alone {:.3} s)",
+        ck.files[0].display(),
+        match ck.files.len() {
+            1 => String::new(),
+            n => format!(" and {} more files", n - 1),
+        },
         c.tensors.len(),
         format_size(c.tensor_bytes),
         c.elapsed.as_secs_f64(),

@@ -49,6 +49,13 @@ pub fn run(a: ResaveArgs) -> Result<ExitCode> {
         .context("resave");
     }
     let agent = Agent::new(AgentConfig::default())?;
+    if a.src.extension().is_some_and(|e| e == "json") {
+        return Err(crate::usage(format!(
+            "{}: resave takes one .safetensors file (and compares DST with it byte for byte); \
+             resave a sharded checkpoint's files one by one",
+            a.src.display()
+        )));
+    }
     let src = Checkpoint::open(&[&a.src])?;
     let mut note = None;
     let loaded = if a.host {

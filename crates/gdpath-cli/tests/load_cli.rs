@@ -131,3 +131,51 @@ fn a_tmpfs_file_is_memory() {
     assert_eq!(v["verified"], true, "{v}");
     assert_eq!(v["path"], "posix-buffered", "{v}");
 }
+
+/// A sharded checkpoint loads as one, named by its files or by its index, verified against
+/// every shard; `resave` of an index says it takes one file. The new-user trial found `load`
+/// reading the index as a safetensors header ("header length 7017841271895827067 bytes") and
+/// refusing a second file.
+#[test]
+fn a_sharded_checkpoint_loads_by_its_files_or_its_index() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let a = dir.path().join("model-00001-of-00002.safetensors");
+    let b = dir.path().join("model-00002-of-00002.safetensors");
+    let (ab, _) = common::write_checkpoint(&a, &[("x.0", 1 << 18), ("x.1", 77)]);
+    let (bb, _) = common::write_checkpoint(&b, &[("y.0", 5000)]);
+    let index = dir.path().join("model.safetensors.index.json");
+    std::fs::write(
+        &index,
+        serde_json::json!({
+            "metadata": {"total_size": ab + bb},
+            "weight_map": {
+                "x.0": "model-00001-of-00002.safetensors",
+                "x.1": "model-00001-of-00002.safetensors",
+                "y.0": "model-00002-of-00002.safetensors",
+            }
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let s = |p: &std::path::Path| p.to_str().unwrap().to_owned();
+    for args in [vec![s(&a), s(&b)], vec![s(&index)]] {
+        let mut with: Vec<&str> = args.iter().map(String::as_str).collect();
+        with.push("--verify");
+        let v = load_json(&with);
+        assert_eq!(v["tensor_bytes"], ab + bb, "{args:?}: {v}");
+        assert_eq!(v["tensors"].as_array().unwrap().len(), 3, "{v}");
+        assert_eq!(v["verified"], true, "{v}");
+        assert_eq!(v["files"].as_array().unwrap().len(), 2, "{v}");
+    }
+    let out = Command::new(common::bin())
+        .args([
+            "resave",
+            &s(&index),
+            &s(&dir.path().join("out.safetensors")),
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("resave takes one .safetensors file"), "{err}");
+}

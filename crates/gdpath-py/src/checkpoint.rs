@@ -56,6 +56,16 @@ impl Checkpoint {
         Ok(Checkpoint { ck })
     }
 
+    /// A checkpoint named as users name one: one path ending in `.json` is a sharded
+    /// checkpoint's index, else the files themselves (`gdpath::checkpoint::Checkpoint::open_paths`).
+    #[staticmethod]
+    fn open_paths(py: Python<'_>, paths: Vec<PathBuf>) -> PyResult<Checkpoint> {
+        let ck = py
+            .detach(move || ck::Checkpoint::open_paths(&paths))
+            .py_err(py)?;
+        Ok(Checkpoint { ck })
+    }
+
     /// The sharded checkpoint an index lists (its shards checked against its weight map).
     #[staticmethod]
     fn open_index(py: Python<'_>, index: PathBuf) -> PyResult<Checkpoint> {

@@ -57,13 +57,11 @@ def _gpu_of(device: Any) -> Optional[int]:
 
 
 def _open(files: Files) -> "_native.Checkpoint":
-    """A checkpoint of one file, of several (a list), or of the shards an index lists."""
+    """A checkpoint of one file, of several (a list), or of the shards an index (a ``.json``
+    path) lists, as the engine's ``Checkpoint::open_paths`` and ``gdpath load`` name them."""
     if isinstance(files, (str, os.PathLike)):
-        path = os.fspath(files)
-        if path.endswith(".index.json"):
-            return _native.Checkpoint.open_index(path)
-        return _native.Checkpoint([path])
-    return _native.Checkpoint([os.fspath(f) for f in files])
+        return _native.Checkpoint.open_paths([os.fspath(files)])
+    return _native.Checkpoint.open_paths([os.fspath(f) for f in files])
 
 
 def _framework(framework: str) -> str:

@@ -275,6 +275,18 @@ impl Checkpoint {
         })
     }
 
+    /// A checkpoint named the way users name one: a single path ending in `.json` is a sharded
+    /// checkpoint's index ([`Checkpoint::open_index`]); otherwise the files themselves, one
+    /// or several ([`Checkpoint::open`]). Errors: those of the two.
+    pub fn open_paths<P: AsRef<std::path::Path>>(paths: &[P]) -> Result<Checkpoint, LoadError> {
+        match paths {
+            [one] if one.as_ref().extension().is_some_and(|e| e == "json") => {
+                Checkpoint::open_index(one.as_ref())
+            }
+            _ => Checkpoint::open(paths),
+        }
+    }
+
     /// Opens the sharded checkpoint that the index at `index` lists (see [`Index`]): its shards
     /// in name order, each checked to hold exactly the tensors the weight map gives it.
     /// Errors: as [`Checkpoint::open`], and [`CheckpointError::BadIndex`] (naming the index)
