@@ -410,7 +410,7 @@ impl Agent {
         format!(
             "gdpath.Agent(name={:?}, strict={}, backends={:?})",
             self.agent.name(),
-            self.strict,
+            if self.strict { "True" } else { "False" },
             self.backends()
         )
     }

@@ -117,7 +117,7 @@ pub enum Error {
     },
     /// The file exists and replacing it was not asked for
     /// ([`crate::file::ReplaceOptions::overwrite`], the commands' `--overwrite`).
-    #[error("{path} exists: it is replaced only with --overwrite")]
+    #[error("{path} exists: it is replaced only with --overwrite (`overwrite` in the APIs)")]
     Exists { path: PathBuf },
     /// A write was requested into a file region registered read-only.
     #[error("{path} was registered read-only; register it with FileAccess::ReadWrite to write")]

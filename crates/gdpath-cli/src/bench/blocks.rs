@@ -142,8 +142,15 @@ pub(super) fn run_kv(a: KvArgs) -> Result<ExitCode> {
         println!("{t}");
         println!(
             "blocks / contiguous = {:.3}x (median GB/s); posting {:.1} ns per descriptor \
-             (post() {:.1} us)",
-            b.ratio, b.post_ns_per_descriptor, b.post_call_us
+             (post() {:.1} us){}",
+            b.ratio,
+            b.post_ns_per_descriptor,
+            b.post_call_us,
+            if b.posted_inline {
+                ", the copy included: the CPU moved the bytes inside post()"
+            } else {
+                ""
+            }
         );
         for n in &r.notes {
             println!("note: {n}");

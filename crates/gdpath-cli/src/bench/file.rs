@@ -53,7 +53,7 @@ pub struct StorageArgs {
     /// Do not fsync a test file this run creates before it takes its name (without --gpu).
     #[arg(long)]
     no_fsync: bool,
-    /// Print JSON (schema below) instead of a table.
+    /// Print JSON (schema gdpath.bench/1: docs/engine.md) instead of a table.
     #[arg(long)]
     pub(super) json: bool,
     /// File <-> GPU memory of this GPU instead of host memory (the GDS paths).

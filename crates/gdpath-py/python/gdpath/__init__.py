@@ -192,8 +192,13 @@ _default: Optional[Agent] = None
 
 def default_agent() -> Agent:
     """The module's agent, made on first use (``Agent()``): what :mod:`gdpath.safetensors`
-    loads with when given none."""
+    saves with when given none (its loads take agents set up by the storage chooser)."""
     global _default
     if _default is None:
         _default = Agent()
     return _default
+
+
+# `gdpath.safetensors` after `import gdpath` alone, as users of `safetensors` expect its
+# framework modules to be there; it imports NumPy or PyTorch only when used.
+from . import safetensors  # noqa: E402
