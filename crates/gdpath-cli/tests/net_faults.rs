@@ -425,31 +425,12 @@ fn eight_concurrent_clients_each_with_their_own_offset_all_verify() {
     }
 }
 
-/// The TCP ports a process listens on, from `/proc`: the sockets among its descriptors that
-/// `/proc/net/tcp` lists as listening.
+/// The TCP ports a process listens on, IPv4 and IPv6 ([`listening_addrs`]).
 fn listening_ports(pid: u32) -> Vec<u16> {
-    let inodes: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .unwrap()
-        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
-        .filter_map(|l| {
-            let l = l.to_string_lossy().into_owned();
-            l.strip_prefix("socket:[")?
-                .strip_suffix(']')
-                .map(str::to_owned)
-        })
-        .collect();
-    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
-    table
-        .lines()
-        .skip(1)
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            // local address, state (0A = listening), inode
-            (f.get(3) == Some(&"0A") && inodes.iter().any(|i| Some(&i.as_str()) == f.get(9)))
-                .then(|| u16::from_str_radix(f[1].rsplit(':').next()?, 16).ok())
-                .flatten()
-        })
-        .collect()
+    let mut ports: Vec<u16> = listening_addrs(pid).iter().map(|a| a.port()).collect();
+    ports.sort_unstable();
+    ports.dedup();
+    ports
 }
 
 /// The TCP addresses a process listens on, IPv4 and IPv6, from `/proc`.
