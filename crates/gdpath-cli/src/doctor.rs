@@ -19,7 +19,8 @@ pub(crate) const EXIT_FAILED: u8 = doctor::exit::FAILED;
     after_help = "Exit status: 0 nothing degraded or unavailable (some verdict decided), \
     1 some finding degraded, 2 some unavailable, 3 the doctor itself failed, 4 no verdict could \
     be decided (every path unknown or not run: a broken --sysfs-root, a source that describes \
-    too little), so that `gdpath doctor && launch` does not go ahead on it."
+    too little), so that `gdpath doctor && launch` does not go ahead on it. With --need, only \
+    the paths named (and system findings) count."
 )]
 pub struct DoctorArgs {
     #[command(flatten)]
@@ -44,6 +45,21 @@ pub struct DoctorArgs {
     /// Show every evidence text and remedy; by default one line per finding.
     #[arg(long, short)]
     verbose: bool,
+    /// The paths the exit status judges: a comma list of p2p, gdr, gds (default: all; system
+    /// findings always count). E.g. `--need gds` on a one-GPU node without an RDMA NIC, where
+    /// P2P and GDR are unavailable by nature. Every finding is still reported.
+    #[arg(long, value_delimiter = ',', value_parser = parse_area)]
+    need: Vec<gdpath::finding::Area>,
+}
+
+/// A path name of `--need`.
+fn parse_area(s: &str) -> Result<gdpath::finding::Area, String> {
+    match s {
+        "p2p" => Ok(gdpath::finding::Area::P2p),
+        "gdr" => Ok(gdpath::finding::Area::Gdr),
+        "gds" => Ok(gdpath::finding::Area::Gds),
+        other => Err(format!("{other:?}: expected p2p, gdr or gds")),
+    }
 }
 
 /// Runs `gdpath doctor`; its errors become exit status [`EXIT_FAILED`] (in `main`, which
@@ -60,7 +76,7 @@ pub fn run(args: DoctorArgs) -> Result<ExitCode> {
         };
         out!("{}", render::text(&r, &mode, opts));
     }
-    Ok(ExitCode::from(r.exit_code()))
+    Ok(ExitCode::from(r.exit_code_for(&args.need)))
 }
 
 /// The report and what was examined ([`doctor::examine`]).

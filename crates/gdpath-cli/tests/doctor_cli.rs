@@ -330,3 +330,34 @@ fn common_run(args: &[&str]) -> (bool, String, String) {
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }
+
+/// `--need` judges the paths a node needs: the one-GPU H200 capture is `unavailable` (exit 2)
+/// for P2P, which one GPU cannot have, so `gdpath doctor && launch` could never pass there;
+/// `--need gds` judges GDS and the system findings (GDS through staging: degraded, 1) and
+/// still reports every finding; `--need p2p` keeps the 2; an unknown name is refused.
+#[test]
+fn need_judges_only_the_paths_named() {
+    let snap = gdpath_testkit::fixture("device/h200x1-capture-2026-12-01.tar.gz");
+    let snap = snap.to_str().unwrap();
+    let run = |extra: &[&str]| {
+        gdpath()
+            .args(["doctor", "--snapshot", snap])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let all = run(&[]);
+    assert_eq!(all.status.code(), Some(2));
+    let gds = run(&["--need", "gds"]);
+    assert_eq!(
+        gds.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&gds.stdout)
+    );
+    assert!(String::from_utf8_lossy(&gds.stdout).contains("p2p.unsupported"));
+    assert_eq!(run(&["--need", "p2p,gds"]).status.code(), Some(2));
+    let bad = run(&["--need", "nvme"]);
+    assert_eq!(bad.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("expected p2p, gdr or gds"));
+}

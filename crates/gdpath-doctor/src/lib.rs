@@ -314,9 +314,24 @@ impl Report {
     /// some is `degraded`, else 4 when every path's verdict is `unknown` or `not-run`, else 0.
     /// 3 — the doctor itself failed — is the caller's to return.
     pub fn exit_code(&self) -> u8 {
+        self.exit_code_for(&[])
+    }
+
+    /// [`Report::exit_code`] judged on the paths `need` names alone (empty: all of them), so
+    /// that a node that needs no P2P (one GPU) or no GDR (no RDMA NIC) can still pass
+    /// `gdpath doctor --need gds && launch`. Findings of the system area count whatever
+    /// `need` says: every path depends on them; storage findings (file ↔ host) count with GDS.
+    pub fn exit_code_for(&self, need: &[Area]) -> u8 {
+        let judged = |a: Area| {
+            need.is_empty()
+                || a == Area::System
+                || need.contains(&a)
+                || (a == Area::Storage && need.contains(&Area::Gds))
+        };
         let worst = self
             .findings
             .iter()
+            .filter(|f| judged(f.path))
             .map(|f| f.status)
             .filter(|s| matches!(s, Status::Degraded | Status::Unavailable))
             .map(severity)
@@ -327,6 +342,7 @@ impl Report {
             _ if self
                 .verdicts
                 .iter()
+                .filter(|v| judged(v.path))
                 .all(|v| matches!(v.status, Status::Unknown | Status::NotRun)) =>
             {
                 exit::UNDECIDED
