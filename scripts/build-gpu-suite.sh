@@ -15,7 +15,7 @@ tests=(
   "gdpath gpu_paths gpu_paths" "gdpath gds_gpu gpu_gds" "gdpath gpu_kv gpu_kv"
   "gdpath-doctor gpu_doctor gpu_doctor"
   "gdpath-cuda gpu gpu_cuda"
-  "gdpath-cli gpu_net gpu_net" "gdpath-cli gpu_load gpu_load"
+  "gdpath-cli gpu_net gpu_net" "gdpath-cli gpu_load gpu_load" "gdpath-cli gpu_report gpu_report"
 )
 mkdir -p "$dir"
 cargo build --release --locked -p gdpath-cli
