@@ -24,7 +24,12 @@ fn report_measure_charts_the_gpu_benches_it_ran() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     let page = std::fs::read_to_string(&html).unwrap();
-    for command in ["bench h2d", "bench d2h", "bench storage", "bench storage --gpu 0"] {
+    for command in [
+        "bench h2d",
+        "bench d2h",
+        "bench storage",
+        "bench storage --gpu 0",
+    ] {
         assert!(page.contains(command), "no {command:?} in the report");
     }
     for path in ["h2d-pinned", "d2h-pinned"] {
