@@ -121,26 +121,20 @@ fn sigint_and_sigkill_during_copy_leave_the_old_file_or_the_new_one_whole() {
                 );
             }
         }
-        let left: Vec<String> = temporaries(dir.path())
-            .into_iter()
-            .filter(|n| !before.contains(n))
-            .collect();
         if kill {
-            assert!(left.len() <= 1, "{what}: {left:?}");
-            assert!(
-                left.iter().all(|n| n.starts_with(".dst.gdpath-tmp-")),
-                "{left:?}"
+            assert_killed_leaves_no_partial(
+                dir.path(),
+                &before,
+                ".dst.gdpath-tmp-",
+                unnamed,
+                &new,
+                &what,
             );
-            if unnamed {
-                for n in &left {
-                    let len = std::fs::metadata(dir.path().join(n)).map_or(0, |m| m.len());
-                    assert!(
-                        std::fs::read(dir.path().join(n)).ok().as_deref() == Some(&new[..]),
-                        "{what}: a partial temporary {n} of {len} bytes is left"
-                    );
-                }
-            }
         } else {
+            let left: Vec<String> = temporaries(dir.path())
+                .into_iter()
+                .filter(|n| !before.contains(n))
+                .collect();
             assert!(left.is_empty(), "{what}: SIGINT left {left:?}");
             assert!(!err.contains("panicked"), "{what}: {err}");
         }
@@ -219,17 +213,7 @@ fn sigkill_while_bench_storage_makes_its_test_file_leaves_nothing() {
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .collect();
     assert!(left.is_empty(), "SIGKILL left {left:?}");
-    let (st, err) = run(&[
-        "bench",
-        "storage",
-        "--file",
-        s(&f),
-        "--size",
-        "4MiB",
-        "--runs",
-        "1",
-    ]);
-    assert!(st.success(), "the next run is not refused: {err}");
+    next_bench_storage_runs(&f);
 }
 
 /// Item 10: a SIGINT while `bench storage` writes its test file leaves no file (on main a
@@ -250,11 +234,16 @@ fn sigint_while_bench_storage_makes_its_test_file_leaves_none() {
     assert_eq!(st.code(), Some(130), "{err}");
     assert!(err.contains("interrupted"), "{err}");
     assert!(temporaries(dir.path()).is_empty());
+    next_bench_storage_runs(&f);
+}
+
+/// The `bench storage` run after an interrupted one on `f` works (nothing it left is refused).
+fn next_bench_storage_runs(f: &Path) {
     let (st, err) = run(&[
         "bench",
         "storage",
         "--file",
-        s(&f),
+        s(f),
         "--size",
         "4MiB",
         "--runs",

@@ -86,6 +86,37 @@ fn temporaries(dir: &Path) -> Vec<String> {
         .collect()
 }
 
+/// What a `SIGKILL` may leave in `dir` beside the temporaries `before` it: at most one
+/// temporary of the target (its name starts with `prefix`), and where temporaries are unnamed
+/// (`O_TMPFILE`, only named between link and rename) only a complete one, holding `new`.
+fn assert_killed_leaves_no_partial(
+    dir: &Path,
+    before: &[String],
+    prefix: &str,
+    unnamed: bool,
+    new: &[u8],
+    what: &str,
+) {
+    let left: Vec<String> = temporaries(dir)
+        .into_iter()
+        .filter(|n| !before.contains(n))
+        .collect();
+    assert!(left.len() <= 1, "{what}: {left:?}");
+    assert!(
+        left.iter().all(|n| n.starts_with(prefix)),
+        "{what}: {left:?}"
+    );
+    if unnamed {
+        for n in &left {
+            let len = std::fs::metadata(dir.join(n)).map_or(0, |m| m.len());
+            assert!(
+                std::fs::read(dir.join(n)).ok().as_deref() == Some(new),
+                "{what}: a partial temporary {n} of {len} bytes is left"
+            );
+        }
+    }
+}
+
 /// Whether the file system of `dir` makes unnamed temporaries (`O_TMPFILE`), which gdpath then
 /// uses and which a `SIGKILL` cannot leave behind (elsewhere a named one stays until the next
 /// run).

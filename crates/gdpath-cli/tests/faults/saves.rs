@@ -133,25 +133,14 @@ fn sigkill_at_random_points_of_a_save_leaves_the_old_checkpoint_or_the_new_one()
                 );
             }
         }
-        let left: Vec<String> = temporaries(dir.path())
-            .into_iter()
-            .filter(|n| !before.contains(n))
-            .collect();
-        assert!(left.len() <= 1, "{what}: {left:?}");
-        assert!(
-            left.iter()
-                .all(|n| n.starts_with(".dst.safetensors.gdpath-tmp-")),
-            "{what}: {left:?}"
+        assert_killed_leaves_no_partial(
+            dir.path(),
+            &before,
+            ".dst.safetensors.gdpath-tmp-",
+            unnamed,
+            &new,
+            &what,
         );
-        if unnamed {
-            for n in &left {
-                let len = std::fs::metadata(dir.path().join(n)).map_or(0, |m| m.len());
-                assert!(
-                    std::fs::read(dir.path().join(n)).ok().as_deref() == Some(&new[..]),
-                    "{what}: a partial temporary {n} of {len} bytes is left"
-                );
-            }
-        }
         // What earlier kills left is removed by this run (unless it was killed first).
         if st.success() {
             assert!(
