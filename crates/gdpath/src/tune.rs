@@ -171,7 +171,7 @@ impl Facts {
         let gds = crate::gds::GdsFacts::gather(&gdpath_topo::DirView::live(), None);
         Ok(Facts {
             cores: cores(),
-            mem_available: mem_available(),
+            mem_available: crate::memory::host_memory_available(),
             file_bytes: total,
             fs: largest.1,
             resident: resident.map(|r| {
@@ -191,10 +191,6 @@ impl Facts {
     }
 }
 
-/// Memory the page cache may use (bytes), see [`Facts::mem_available`].
-fn mem_available() -> Option<u64> {
-    crate::memory::host_memory_available()
-}
 
 /// Values the caller gave explicitly (flags); each one set wins over the rule.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
