@@ -191,7 +191,6 @@ impl Facts {
     }
 }
 
-
 /// Values the caller gave explicitly (flags); each one set wins over the rule.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Overrides {
