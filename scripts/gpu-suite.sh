@@ -2,6 +2,7 @@
 # GPU suite: runs every GPU test binary in DIR (executables named gpu_*, as copied from
 # `cargo test --release --no-run` output) with --ignored, first with every GPU visible, then
 # with one GPU visible (CUDA_VISIBLE_DEVICES=0), so two-GPU and one-GPU machines are both covered.
+# On a machine with one GPU the second pass would repeat the first, so it runs once.
 #
 # Build here:  scripts/build-gpu-suite.sh DIR (every GPU test binary, named gpu_*, and gdpath)
 # Run there:   GDPATH_BIN=DIR/gdpath scripts/gpu-suite.sh DIR   (GDPATH_BIN for the CLI tests)
@@ -23,8 +24,10 @@ if [ -z "${GDPATH_FIXTURES:-}" ]; then
         export GDPATH_FIXTURES="$PWD/fixtures"
     fi
 fi
+passes="all 0"
+if [ "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')" -le 1 ]; then passes=all; fi
 fail=0
-for visible in all 0; do
+for visible in $passes; do
     for b in "${bins[@]}"; do
         [ -x "$b" ] && [ -f "$b" ] || continue
         case "$b" in *.sh) continue ;; esac
