@@ -17,7 +17,8 @@
 #   mkdir -p .devbin/storage && strip -o .devbin/storage/gdpath target/release/gdpath \
 #     && strip -o .devbin/storage/gpu_load target/release/deps/gpu_load-HASH   (optional: its tests run first)
 # Wheels (optional, for the baselines that do not come with the image): put them in a folder
-# carried too (e.g. .devbin/wheels: runai_model_streamer, instanttensor, fastsafetensors, kvikio);
+# carried too (e.g. .devbin/wheels: runai_model_streamer, instanttensor, fastsafetensors, and for
+# KvikIO kvikio_cu13, libkvikio_cu13 and rapids_logger, without which libkvikio.so does not load);
 # they are installed with `pip install --no-deps --target` into a temporary folder on PYTHONPATH.
 # Run there (carry .devbin):   scripts/device-storage.sh .devbin/storage [.devbin/wheels]
 #
