@@ -38,6 +38,11 @@ fn report_measure_charts_the_gpu_benches_it_ran() {
     for gpu_bench in ["bench h2d: not measured", "bench d2h: not measured"] {
         assert!(!page.contains(gpu_bench), "{gpu_bench} on a GPU machine");
     }
+    // A bench that could not run (P2P on one GPU) is listed as not measured, with no empty card.
+    assert!(
+        !page.contains("No verified row with a size to chart"),
+        "an empty chart card"
+    );
     // The scratch files of the storage benches are removed.
     let left: Vec<_> = std::fs::read_dir(dir.path())
         .unwrap()

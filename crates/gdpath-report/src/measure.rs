@@ -77,9 +77,11 @@ pub fn measure(dir: &Path) -> Measured {
         let started = now();
         match gdpath_bench::gpu::run(&cfg) {
             Ok(rep) => {
+                // Listed under "not measured" alone: an empty card would say it again.
                 if rep.rows.is_empty() {
                     out.missing
                         .push(format!("{command}: no rows ({})", rep.notes.join("; ")));
+                    continue;
                 }
                 out.docs.push(BenchDoc {
                     origin: Origin::Measured,
