@@ -214,6 +214,8 @@ def main() -> int:
 
     for path, cold, runs in ((shm, False, a.runs_tmpfs), (disk, True, a.runs_disk)):
         where = "disk cold" if cold else "tmpfs"
+        if runs <= 0:  # --runs-disk 0: that place is skipped
+            continue
         for name, fn in LOADERS:
             if a.only and not any(o in name for o in a.only.split(",")):
                 continue
