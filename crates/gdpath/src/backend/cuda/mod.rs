@@ -103,7 +103,7 @@ impl std::fmt::Debug for CudaBackend {
 /// thread, so `Agent::post` returns with it done; larger ones go to the worker threads: below
 /// it the hand-off to a worker costs more than the copy (docs/benchmarks.md, "Measurements
 /// behind the defaults").
-const INLINE_MAX: u64 = 256 << 10;
+const INLINE_MAX: u64 = 1 << 20;
 
 impl CudaBackend {
     /// Loads the CUDA driver and starts `cfg.workers` threads.
