@@ -132,8 +132,9 @@ pub struct Facts {
     pub file_bytes: u64,
     /// The file system of the largest file (most bytes decide).
     pub fs: FsKind,
-    /// Fraction (0 ..= 1) of the files' bytes in the page cache (`mincore`); `None` when it
-    /// could not be asked (a file system that cannot be mapped).
+    /// Fraction (0 ..= 1) of the files' bytes in the page cache (`mincore`: counted for files
+    /// up to 256 MiB, sampled above, [`crate::os::resident_bytes`]); `None` when it could not
+    /// be asked (a file system that cannot be mapped).
     pub resident: Option<f64>,
     /// The `nvidia_fs` kernel module is loaded (GPUDirect Storage can DMA from the device).
     pub nvidia_fs: bool,
