@@ -73,6 +73,7 @@ pub fn run(args: DoctorArgs) -> Result<ExitCode> {
             verbose: args.verbose,
             all: args.all,
             measure: args.measure,
+            need: args.need.clone(),
         };
         out!("{}", render::text(&r, &mode, opts));
     }

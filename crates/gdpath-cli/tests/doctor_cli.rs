@@ -334,7 +334,8 @@ fn common_run(args: &[&str]) -> (bool, String, String) {
 /// `--need` judges the paths a node needs: the one-GPU H200 capture is `unavailable` (exit 2)
 /// for P2P, which one GPU cannot have, so `gdpath doctor && launch` could never pass there;
 /// `--need gds` judges GDS and the system findings (GDS through staging: degraded, 1) and
-/// still reports every finding; `--need p2p` keeps the 2; an unknown name is refused.
+/// still reports every finding, its closing line saying so; `--need p2p` keeps the 2; an
+/// unknown name is refused.
 #[test]
 fn need_judges_only_the_paths_named() {
     let snap = gdpath_testkit::fixture("device/h200x1-capture-2026-12-01.tar.gz");
@@ -356,6 +357,14 @@ fn need_judges_only_the_paths_named() {
         String::from_utf8_lossy(&gds.stdout)
     );
     assert!(String::from_utf8_lossy(&gds.stdout).contains("p2p.unsupported"));
+    // The closing line says the status the process returns, and on what it was judged.
+    assert!(
+        String::from_utf8_lossy(&gds.stdout)
+            .contains("exit status 1 (judged on --need gds): some path degraded"),
+        "{}",
+        String::from_utf8_lossy(&gds.stdout)
+    );
+    assert!(String::from_utf8_lossy(&all.stdout).contains("exit status 2: some path unavailable"));
     assert_eq!(run(&["--need", "p2p,gds"]).status.code(), Some(2));
     let bad = run(&["--need", "nvme"]);
     assert_eq!(bad.status.code(), Some(3));

@@ -293,6 +293,15 @@ pub fn severity(s: Status) -> u8 {
     }
 }
 
+/// Whether findings of area `a` count for an exit status judged on `need` (empty: all):
+/// system findings always (every path depends on them), storage findings (file ↔ host) with GDS.
+pub(crate) fn judged(need: &[Area], a: Area) -> bool {
+    need.is_empty()
+        || a == Area::System
+        || need.contains(&a)
+        || (a == Area::Storage && need.contains(&Area::Gds))
+}
+
 /// The exit statuses of `gdpath doctor` (docs/doctor.md, "Exit status").
 pub mod exit {
     /// Nothing degraded or unavailable, and some path's verdict was decided.
@@ -322,12 +331,7 @@ impl Report {
     /// `gdpath doctor --need gds && launch`. Findings of the system area count whatever
     /// `need` says: every path depends on them; storage findings (file ↔ host) count with GDS.
     pub fn exit_code_for(&self, need: &[Area]) -> u8 {
-        let judged = |a: Area| {
-            need.is_empty()
-                || a == Area::System
-                || need.contains(&a)
-                || (a == Area::Storage && need.contains(&Area::Gds))
-        };
+        let judged = |a: Area| judged(need, a);
         let worst = self
             .findings
             .iter()

@@ -20,7 +20,7 @@ const SUMMARY_CHARS: usize = 110;
 const SUBJECT_CHARS: usize = 100;
 
 /// What to show.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TextOptions {
     /// Every evidence text and remedy under its line.
     pub verbose: bool,
@@ -29,6 +29,9 @@ pub struct TextOptions {
     /// `--measure` was asked for: measured findings are listed even when `ok` or `not-run`,
     /// and a closing line says what was measured.
     pub measure: bool,
+    /// The paths the exit status is judged on (`--need`; empty: all), as
+    /// [`Report::exit_code_for`] judges them.
+    pub need: Vec<Area>,
 }
 
 /// The report as text: a header naming what was examined (`mode`), what the source does not
@@ -60,7 +63,7 @@ pub fn text(r: &Report, mode: &Mode, opts: TextOptions) -> String {
     }
     coverage(&mut o, r, opts.verbose);
 
-    let lines = lines(r, opts);
+    let lines = lines(r, &opts);
     let width = lines
         .iter()
         .flat_map(|(_, ls, _)| ls.iter().map(|l| l.id.chars().count()))
@@ -107,8 +110,18 @@ pub fn text(r: &Report, mode: &Mode, opts: TextOptions) -> String {
             }
         );
     }
-    let code = r.exit_code();
-    let _ = writeln!(o, "exit status {code}: {}", exit_meaning(r, code));
+    let code = r.exit_code_for(&opts.need);
+    let judged_on = if opts.need.is_empty() {
+        String::new()
+    } else {
+        let names: Vec<&str> = opts.need.iter().map(|a| a.as_str()).collect();
+        format!(" (judged on --need {})", names.join(","))
+    };
+    let _ = writeln!(
+        o,
+        "exit status {code}{judged_on}: {}",
+        exit_meaning(r, code, &opts.need)
+    );
     if !opts.verbose {
         let _ = writeln!(o, "Evidence and remedies: --verbose (or --json).");
     }
@@ -116,9 +129,14 @@ pub fn text(r: &Report, mode: &Mode, opts: TextOptions) -> String {
 }
 
 /// What an exit status means for this report.
-fn exit_meaning(r: &Report, code: u8) -> &'static str {
+fn exit_meaning(r: &Report, code: u8, need: &[Area]) -> &'static str {
     match code {
-        crate::exit::OK if r.verdicts.iter().all(|v| v.status == Status::Ok) => {
+        crate::exit::OK
+            if r.verdicts
+                .iter()
+                .filter(|v| crate::judged(need, v.path))
+                .all(|v| v.status == Status::Ok) =>
+        {
             "every checked path available"
         }
         crate::exit::OK => "nothing degraded or unavailable, but some verdicts are unknown",
@@ -241,7 +259,7 @@ impl Line<'_> {
 /// Per path: its lines, and how many checks passed and were not run without being listed.
 type Section<'r> = (Area, Vec<Line<'r>>, (usize, usize));
 
-fn lines(r: &Report, opts: TextOptions) -> Vec<Section<'_>> {
+fn lines<'a>(r: &'a Report, opts: &TextOptions) -> Vec<Section<'a>> {
     let mut out: Vec<Section> = Vec::new();
     // (id, status, summary, evidence) of lines already made → (section, line).
     let mut said: HashMap<(&str, Status, &str, &str), (usize, usize)> = HashMap::new();

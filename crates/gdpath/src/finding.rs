@@ -24,6 +24,20 @@ pub enum Area {
     System,
 }
 
+impl Area {
+    /// The name JSON documents and `gdpath doctor --need` use: `p2p`, `gdr`, `gds`, `storage`,
+    /// `system`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Area::P2p => "p2p",
+            Area::Gdr => "gdr",
+            Area::Gds => "gds",
+            Area::Storage => "storage",
+            Area::System => "system",
+        }
+    }
+}
+
 /// How a finding affects its path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
