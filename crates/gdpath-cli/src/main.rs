@@ -44,8 +44,9 @@ enum Command {
     /// Copy a file through registered host memory (into memory only, or out to another file),
     /// or between a file and GPU memory (`gpu:N[@offset]`).
     Copy(copy::CopyArgs),
-    /// Will P2P, GDR and GDS work here, and if not, why and what to do. Exit status: 0 all
-    /// available, 1 some degraded, 2 some unavailable, 3 the doctor failed, 4 nothing decided.
+    /// Will P2P, GDR and GDS work here, and if not, why and what to do. Exit status: 0 nothing
+    /// degraded or unavailable, 1 some degraded, 2 some unavailable, 3 the doctor failed, 4
+    /// nothing decided.
     Doctor(doctor::DoctorArgs),
     /// Load a safetensors checkpoint into one GPU allocation on the fastest path.
     Load(load::LoadArgs),
@@ -120,9 +121,9 @@ fn main() -> ExitCode {
     let code = match result {
         Ok(code) => code,
         Err(e) => {
-            let message = error_chain(&e);
-            errln!("gdpath: error: {message}");
             let kind = error_kind(&e);
+            let message = error_chain(&e) + hint(kind);
+            errln!("gdpath: error: {message}");
             if json {
                 print_error_json(&message, kind);
             }
@@ -182,6 +183,15 @@ fn usage_failure(e: clap::Error) -> ExitCode {
     let doctor = subcommand_word().as_deref() == Some("doctor");
     let _ = output::finish();
     ExitCode::from(failure_status(doctor, true))
+}
+
+/// What the CLI adds to an error of `kind` whose engine message names no option: the option
+/// that does what was refused.
+fn hint(kind: &str) -> &'static str {
+    match kind {
+        "exists" => ": it is replaced only with --overwrite",
+        _ => "",
+    }
 }
 
 /// Exit status of a bad command line, as clap's own.

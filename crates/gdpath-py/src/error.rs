@@ -3,11 +3,12 @@
 //! by kind); this module hands each error's kind, message, finding id and details to
 //! `gdpath.errors._from_native`, which builds the exception.
 
-use gdpath::checkpoint::LoadError;
+use gdpath::checkpoint::{CheckpointError, LoadError};
 use gdpath::{Error, PairOutcome, TransferError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyList};
+use std::path::Path;
 
 static FROM_NATIVE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 
@@ -61,9 +62,24 @@ fn details_of<'py>(py: Python<'py>, e: &Error) -> PyResult<Option<Bound<'py, PyD
             d.set_item("index", index)?;
             d.set_item("planned", planned.as_ref().map(|p| p.name()))?;
         }
+        Error::Open { path, source }
+        | Error::CreateIn { dir: path, source }
+        | Error::Io { path, source, .. }
+        | Error::NoSpace { path, source, .. } => os_details(&d, path, Some(source))?,
+        Error::Exists { path } | Error::NotAFile { path, .. } => os_details(&d, path, None)?,
         _ => return Ok(None),
     }
     Ok(Some(d))
+}
+
+/// `errno` and `filename` of a file error, so that Python raises it as the `OSError` subclass
+/// its errno names (`FileNotFoundError` for `ENOENT`, ...), as `open()` would.
+fn os_details(d: &Bound<'_, PyDict>, path: &Path, source: Option<&std::io::Error>) -> PyResult<()> {
+    d.set_item("filename", path.as_os_str())?;
+    if let Some(n) = source.and_then(|s| s.raw_os_error()) {
+        d.set_item("errno", n)?;
+    }
+    Ok(())
 }
 
 /// An engine error as a Python exception.
@@ -121,7 +137,20 @@ pub fn transfer(py: Python<'_>, e: &TransferError) -> PyErr {
 pub fn load(py: Python<'_>, e: &LoadError) -> PyErr {
     match e {
         LoadError::Engine { error, .. } => engine_with_message(py, error, &e.to_string()),
-        LoadError::Checkpoint { .. } => raise(py, e.kind(), &e.to_string(), None, None),
+        LoadError::Checkpoint { error, .. } => {
+            let details = match error {
+                CheckpointError::Open { path, source }
+                | CheckpointError::Io { path, source, .. } => {
+                    let d = PyDict::new(py);
+                    match os_details(&d, path, Some(source)) {
+                        Ok(()) => Some(d),
+                        Err(err) => return err,
+                    }
+                }
+                _ => None,
+            };
+            raise(py, e.kind(), &e.to_string(), None, details)
+        }
     }
 }
 

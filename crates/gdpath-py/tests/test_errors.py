@@ -65,6 +65,37 @@ def test_files_that_cannot_be_registered(setup):
         gdpath.File(str(scratch / "f"), direct="sometimes")
 
 
+def test_file_errors_are_the_oserror_python_raises(setup):
+    """A missing file is ``FileNotFoundError`` with its errno and filename, as ``open()`` and
+    ``safetensors`` raise it; an existing one not to be replaced is ``FileExistsError``; the
+    messages say the Python way out and keep gdpath's text."""
+    import errno
+
+    np = pytest.importorskip("numpy")
+    from gdpath.safetensors import load_file, save_file
+
+    agent, f, _, _, scratch = setup
+    missing = str(scratch / "missing.safetensors")
+    for fn in (
+        lambda: agent.register(gdpath.File(missing)),
+        lambda: load_file(missing, framework="numpy"),
+    ):
+        with pytest.raises(FileNotFoundError) as e:
+            fn()
+        assert isinstance(e.value, gdpath.StorageError) and e.value.kind == "open"
+        assert e.value.errno == errno.ENOENT and e.value.filename == missing
+        assert missing in str(e.value) and "[Errno" not in str(e.value)
+    (scratch / "old.safetensors").write_bytes(b"old")
+    with pytest.raises(FileExistsError) as e:
+        save_file({"a": np.zeros(4, np.float32)}, str(scratch / "old.safetensors"), overwrite=False)
+    assert e.value.kind == "exists" and "overwrite=True" in str(e.value)
+    assert (scratch / "old.safetensors").read_bytes() == b"old"
+    src = agent.register(bytearray(16))
+    with pytest.raises(gdpath.ReadOnlyMemoryError) as e:
+        agent.post("write", src.desc(0, 16), f.desc(0, 16)).wait(10)
+    assert 'mode="r+"' in str(e.value)
+
+
 def test_timeouts_and_network_arguments(setup):
     agent, f, dst, _, _ = setup
     with pytest.raises(ValueError, match="seconds"):

@@ -11,8 +11,16 @@ use std::path::{Path, PathBuf};
 
 /// The fixture folder (see the crate docs). Panics, naming the path, when it does not exist.
 pub fn fixtures() -> PathBuf {
+    // `cargo test` sets CARGO_MANIFEST_DIR for the test process too, to the tested crate's
+    // folder in the checkout being tested; the path compiled in is where this crate was built,
+    // which a target folder shared between checkouts (`.ci/run`) can make another checkout's.
     let dir = std::env::var_os("GDPATH_FIXTURES")
         .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("CARGO_MANIFEST_DIR")
+                .map(|m| PathBuf::from(m).join("../../fixtures"))
+                .filter(|d| d.is_dir())
+        })
         .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../fixtures")));
     assert!(
         dir.is_dir(),

@@ -100,6 +100,14 @@ pub enum Error {
         #[source]
         source: Arc<std::io::Error>,
     },
+    /// No file could be created in the directory (a file written whole is made there first):
+    /// permission, a read-only file system, a missing directory. Kind `open`, as [`Error::Open`].
+    #[error("cannot create a file in {dir}: {source}")]
+    CreateIn {
+        dir: PathBuf,
+        #[source]
+        source: Arc<std::io::Error>,
+    },
     /// The path names something that is not a regular file (`what`: "a directory", ...).
     #[error("{path} is {what}, not a regular file")]
     NotAFile { path: PathBuf, what: &'static str },
@@ -117,10 +125,12 @@ pub enum Error {
     },
     /// The file exists and replacing it was not asked for
     /// ([`crate::file::ReplaceOptions::overwrite`], the commands' `--overwrite`).
-    #[error("{path} exists: it is replaced only with --overwrite (`overwrite` in the APIs)")]
+    /// The message names no option: the CLI adds "--overwrite", Python `overwrite=True`.
+    #[error("{path} exists")]
     Exists { path: PathBuf },
     /// A write was requested into a file region registered read-only.
-    #[error("{path} was registered read-only; register it with FileAccess::ReadWrite to write")]
+    /// The message names no API: Rust's is `FileAccess::ReadWrite`, Python's `mode="r+"`.
+    #[error("{path} was registered read-only")]
     ReadOnly { path: PathBuf },
     /// Memory registered read-only (a read-only Python buffer, [`crate::HostPointer::new`] with
     /// `writable: false`, [`crate::GpuPointer::read_only`]) would be written: as a read's local
@@ -284,7 +294,7 @@ impl Error {
             Error::ShortFile { .. } => "short_file",
             Error::Misaligned { .. } => "misaligned",
             Error::Io { .. } => "io",
-            Error::Open { .. } => "open",
+            Error::Open { .. } | Error::CreateIn { .. } => "open",
             Error::NotAFile { .. } => "not_a_file",
             Error::NoSpace { .. } => "no_space",
             Error::Exists { .. } => "exists",

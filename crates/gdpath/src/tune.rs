@@ -234,9 +234,12 @@ impl Tuning {
         } else {
             format!(" (given: {})", self.overridden.join(", "))
         };
+        let threads = match self.threads {
+            1 => "1 thread".to_owned(),
+            n => format!("{n} threads"),
+        };
         format!(
-            "{} threads × {}, {mode}{gds}: {}{flags}",
-            self.threads,
+            "{threads} × {}, {mode}{gds}: {}{flags}",
             format_size(self.chunk),
             self.reason
         )
@@ -334,7 +337,7 @@ pub fn rule(facts: &Facts, dest: Dest) -> Tuning {
                 false,
                 false,
                 format!(
-                    "cold files ({resident}) on {}: buffered readahead with many readers \
+                    "cold files ({resident}) on {}: buffered readahead, readers in parallel \
                      (faster than O_DIRECT there)",
                     facts.fs.name()
                 ),

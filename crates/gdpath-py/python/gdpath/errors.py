@@ -15,6 +15,8 @@ Subclasses group kinds a caller may want to catch alone; each is still a ``Gdpat
 
 from __future__ import annotations
 
+import errno as _errno
+import os as _os
 from typing import Any, Dict, List, Optional, Tuple
 
 __all__ = [
@@ -111,7 +113,14 @@ class PathNotAcceptedError(GdpathError):
 class StorageError(GdpathError, OSError):
     """A file could not be opened, read or written (kinds ``open``, ``io``, ``not_a_file``,
     ``misaligned``, ``no_space`` for a full file system, ``exists`` for a file not to be
-    replaced)."""
+    replaced). ``errno`` and ``filename`` are set where the system named them, and the error is
+    then also the ``OSError`` subclass Python's ``open()`` raises for that errno
+    (``FileNotFoundError`` for ``ENOENT``, ``PermissionError``, ``FileExistsError`` for
+    ``exists``, ``IsADirectoryError``, ``NotADirectoryError``)."""
+
+    def __str__(self) -> str:
+        # OSError's own text would be "[Errno 2] ..." without gdpath's message.
+        return self.message
 
 
 class PeerError(GdpathError, ConnectionError):
@@ -173,9 +182,42 @@ _BY_KIND: Dict[str, type] = {
 }
 
 
+# The OSError subclass Python's own open() raises for an errno; a file error of gdpath is
+# raised as both, so ``except FileNotFoundError`` catches a missing checkpoint as it does for
+# safetensors.
+_OS_BY_ERRNO = {
+    _errno.ENOENT: FileNotFoundError,
+    _errno.EACCES: PermissionError,
+    _errno.EPERM: PermissionError,
+    _errno.EEXIST: FileExistsError,
+    _errno.EISDIR: IsADirectoryError,
+    _errno.ENOTDIR: NotADirectoryError,
+}
+_OS_SUBCLASSES: Dict[Tuple[type, type], type] = {}
+
+
+def _os_subclass(cls: type, code: Optional[int]) -> type:
+    """``cls`` joined with the OSError subclass ``code`` names (cached), or ``cls`` itself."""
+    os_cls = _OS_BY_ERRNO.get(code) if code is not None else None
+    if os_cls is None:
+        return cls
+    key = (cls, os_cls)
+    if key not in _OS_SUBCLASSES:
+        _OS_SUBCLASSES[key] = type(cls.__name__, (cls, os_cls), {"__module__": __name__, "__doc__": cls.__doc__})
+    return _OS_SUBCLASSES[key]
+
+
+_HINTS = {
+    "exists": ": pass overwrite=True to replace it",
+    "read_only": ': register gdpath.File(path, mode="r+") to write it',
+}
+
+
 def _from_native(kind: str, message: str, finding: Optional[str], details: Optional[Dict[str, Any]]) -> GdpathError:
     """Builds the exception for an error of ``kind`` (called by the native module)."""
     details = dict(details or {})
+    # The engine's message names no API: say the Python way to do what was refused.
+    message += _HINTS.get(kind, "")
     if details.pop("transfer_failed", False):
         cls: type = {"deadline_exceeded": DeadlineExceeded, "cancelled": Cancelled}.get(kind, TransferError)
     elif kind == "deadline_exceeded":
@@ -187,9 +229,13 @@ def _from_native(kind: str, message: str, finding: Optional[str], details: Optio
     else:
         cls = _BY_KIND.get(kind, GdpathError)
     if issubclass(cls, OSError):
+        code = details.get("errno", _errno.EEXIST if kind == "exists" else None)
+        cls = _os_subclass(cls, code)
         # OSError's own constructor reads its arguments as (errno, strerror): build it as a
         # GdpathError and keep the message as its only argument.
         e = cls.__new__(cls, message)
         GdpathError.__init__(e, message, kind, finding, **details)
+        if code is not None:
+            e.errno, e.strerror = code, _os.strerror(code)
         return e
     return cls(message, kind, finding, **details)

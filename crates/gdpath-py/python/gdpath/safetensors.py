@@ -164,7 +164,9 @@ def load_file(
     for those settings. The GIL is released while the bytes move.
 
     Raises :class:`gdpath.CheckpointError` (kind ``checkpoint``) for a malformed file or index
-    before anything is allocated; :class:`gdpath.GdpathError` with the engine's kind for the
+    before anything is allocated; :class:`gdpath.StorageError` (kinds ``open``, ``io``), which
+    is also ``FileNotFoundError`` for a missing file as with ``safetensors``, when a file cannot
+    be opened or read; :class:`gdpath.GdpathError` with the engine's kind for the
     rest (``unsupported`` for a GPU without a CUDA driver); ``TypeError`` for a dtype the
     framework lacks (NumPy has no bf16 or fp8, as with ``safetensors.numpy``).
     """

@@ -178,10 +178,15 @@ impl CheckpointError {
 }
 
 impl CheckpointError {
-    /// The error's kind for scripts: `checkpoint`, for every variant (the file is not a valid
-    /// safetensors checkpoint, or could not be read as one; the message says which check
-    /// failed). A contract as [`crate::Error::kind`]: `gdpath load --json` prints it.
+    /// The error's kind for scripts: `open` and `io` when the file could not be opened or read
+    /// (as [`crate::Error::Open`] and [`crate::Error::Io`] for any other file), `checkpoint`
+    /// for the rest (the file is not a valid safetensors checkpoint; the message says which
+    /// check failed). A contract as [`crate::Error::kind`]: `gdpath load --json` prints it.
     pub fn kind(&self) -> &'static str {
-        "checkpoint"
+        match self {
+            CheckpointError::Open { .. } => "open",
+            CheckpointError::Io { .. } => "io",
+            _ => "checkpoint",
+        }
     }
 }

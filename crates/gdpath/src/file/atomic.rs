@@ -83,9 +83,9 @@ impl AtomicFile {
     ///
     /// Errors: [`Error::NotAFile`] when `target` is a directory, device, FIFO, socket or a
     /// dangling symbolic link (nothing is opened); [`Error::Exists`] when it exists and
-    /// `opts.overwrite` is false; [`Error::Open`] when `stat` fails, or, naming the target's
-    /// directory, when no temporary can be created there (permission, a missing directory, a
-    /// read-only file system).
+    /// `opts.overwrite` is false; [`Error::Open`] when `stat` fails; [`Error::CreateIn`],
+    /// naming the target's directory, when no temporary can be created there (permission, a
+    /// missing directory, a read-only file system).
     pub fn create(target: impl AsRef<Path>, opts: ReplaceOptions) -> Result<AtomicFile> {
         Self::create_as(target.as_ref(), opts, true)
     }
@@ -115,8 +115,8 @@ impl AtomicFile {
                 (file, Temp::Named(temp))
             }
             Err(e) => {
-                return Err(Error::Open {
-                    path: dir.clone(),
+                return Err(Error::CreateIn {
+                    dir: dir.clone(),
                     source: Arc::new(e),
                 })
             }
@@ -501,8 +501,8 @@ fn open_unnamed(dir: &Path) -> std::io::Result<Option<(File, PathBuf)>> {
 }
 
 /// A named temporary for a target called `name` in `dir`, created exclusively (`O_EXCL`,
-/// `O_NOFOLLOW`) and registered for removal before it exists. Errors: [`Error::Open`] naming
-/// `dir` when it cannot be created.
+/// `O_NOFOLLOW`) and registered for removal before it exists. Errors: [`Error::CreateIn`]
+/// naming `dir` when it cannot be created.
 fn create_named(dir: &Path, name: &OsStr) -> Result<(File, Temporary)> {
     let mut attempt = 0;
     loop {
@@ -526,8 +526,8 @@ fn create_named(dir: &Path, name: &OsStr) -> Result<(File, Temporary)> {
             }
             Err(e) => {
                 temp.keep();
-                return Err(Error::Open {
-                    path: dir.to_owned(),
+                return Err(Error::CreateIn {
+                    dir: dir.to_owned(),
                     source: Arc::new(e),
                 });
             }
@@ -698,7 +698,7 @@ mod tests {
             let t = dir.path().join("nodir/x");
             let e = AtomicFile::create_as(&t, ReplaceOptions::default(), unnamed).unwrap_err();
             match &e {
-                Error::Open { path, source } => {
+                Error::CreateIn { dir: path, source } => {
                     assert_eq!(*path, dir.path().join("nodir"));
                     assert_eq!(source.kind(), std::io::ErrorKind::NotFound);
                 }
