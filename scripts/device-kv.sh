@@ -50,7 +50,7 @@ b, c = d["rows"]
 print(f'  {b["src"]} -> {b["dst"]}: blocks {b["gbps_median"]:.1f} GB/s ({b["method"]} on {b["path"]}, '
       f'{b["descriptors"]} -> {b["coalesced"]} descriptors), contiguous {c["gbps_median"]:.1f} GB/s, '
       f'ratio {b["ratio"]:.3f}, posting {b["post_ns_per_descriptor"]:.1f} ns/descriptor, '
-      f'verified {b["verified"] and c["verified"]}' + ''.join(f'\n  finding: {n}' for n in d.get("findings", [])))
+      f'verified {b["verified"] and c["verified"]}' + ''.join(f'\n  note: {n}' for n in d.get("notes", []) + d.get("findings", [])))
 EOF
 }
 

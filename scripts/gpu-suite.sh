@@ -25,7 +25,9 @@ if [ -z "${GDPATH_FIXTURES:-}" ]; then
     fi
 fi
 passes="all 0"
-if [ "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')" -le 1 ]; then passes=all; fi
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+if [ "$gpus" -eq 1 ]; then passes=all; fi
+echo "gpu-suite: nvidia-smi lists ${gpus} GPU(s): passes with GPUs visible: ${passes}"
 fail=0
 for visible in $passes; do
     for b in "${bins[@]}"; do

@@ -3,10 +3,9 @@
 use std::process::Command;
 
 /// The snapshot of the two-GPU H200 machine shipped with gdpath.
-const H200_SNAPSHOT: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../assets/snapshots/h200x2.tar.gz"
-);
+fn h200_snapshot() -> &'static str {
+    gdpath_testkit::h200x2_snapshot()
+}
 
 fn gdpath() -> Command {
     Command::new(env!("CARGO_BIN_EXE_gdpath"))
@@ -30,7 +29,7 @@ fn a_missing_path_is_a_failure_of_the_doctor_not_a_finding() {
 #[test]
 fn snapshot_of_the_h200_machine_gives_json_and_the_unavailable_exit_status() {
     let out = gdpath()
-        .args(["doctor", "--json", "--snapshot", H200_SNAPSHOT])
+        .args(["doctor", "--json", "--snapshot", h200_snapshot()])
         .output()
         .unwrap();
     // GDR is unavailable there (no RDMA device): exit status 2.
@@ -51,7 +50,13 @@ fn snapshot_of_the_h200_machine_gives_json_and_the_unavailable_exit_status() {
 #[test]
 fn measure_on_a_snapshot_is_not_run_with_the_reason() {
     let out = gdpath()
-        .args(["doctor", "--json", "--measure", "--snapshot", H200_SNAPSHOT])
+        .args([
+            "doctor",
+            "--json",
+            "--measure",
+            "--snapshot",
+            h200_snapshot(),
+        ])
         .output()
         .unwrap();
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -101,7 +106,7 @@ fn snapshot_json_names_the_snapshot_and_has_no_cwd_finding() {
     let cwd = tempfile::tempdir().unwrap();
     let out = in_dir(
         cwd.path(),
-        &["doctor", "--json", "--all", "--snapshot", H200_SNAPSHOT],
+        &["doctor", "--json", "--all", "--snapshot", h200_snapshot()],
     );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["source"], "snapshot");
@@ -120,7 +125,7 @@ fn snapshot_json_names_the_snapshot_and_has_no_cwd_finding() {
     // The text says so too: no current directory, no "here".
     let out = in_dir(
         cwd.path(),
-        &["doctor", "--verbose", "--snapshot", H200_SNAPSHOT],
+        &["doctor", "--verbose", "--snapshot", h200_snapshot()],
     );
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -134,7 +139,7 @@ fn snapshot_json_names_the_snapshot_and_has_no_cwd_finding() {
             "doctor",
             "--json",
             "--snapshot",
-            H200_SNAPSHOT,
+            h200_snapshot(),
             "--path",
             cwd_text,
         ],

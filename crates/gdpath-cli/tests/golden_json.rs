@@ -27,7 +27,7 @@ const CLEARED_ENV: &[&str] = &[
 ];
 
 fn golden_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden")
+    gdpath_testkit::repo_root().join("crates/gdpath-cli/tests/golden")
 }
 
 /// Runs `gdpath ARGS` in `cwd` with the cleared environment and returns stdout with the
@@ -109,8 +109,7 @@ fn cases(fx: &Path) -> (Vec<Case>, Vec<Dump>) {
     // Canonical, so that `$ASSETS` replaces it wherever the checkout is.
     snaps.push((
         "h200x2".into(),
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../assets/snapshots/h200x2.tar.gz")
+        PathBuf::from(gdpath_testkit::h200x2_snapshot())
             .canonicalize()
             .unwrap(),
     ));
@@ -141,8 +140,8 @@ fn cases(fx: &Path) -> (Vec<Case>, Vec<Dump>) {
 #[test]
 fn json_documents_match_the_recorded_ones() {
     let fx = fixtures().canonicalize().unwrap();
-    let assets = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../assets")
+    let assets = gdpath_testkit::repo_root()
+        .join("assets")
         .canonicalize()
         .unwrap();
     let cwd = tempfile::tempdir().unwrap();

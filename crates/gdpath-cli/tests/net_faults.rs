@@ -584,7 +584,7 @@ fn a_reset_seen_by_a_send_mid_message_ends_the_client_cleanly() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let shim = dir.path().join("send_reset.so");
-    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/shim/send_reset.c");
+    let src = gdpath_testkit::repo_path("crates/gdpath-cli/tests/shim/send_reset.c");
     let cc = Command::new("cc")
         .args(["-shared", "-fPIC", "-O2", "-o"])
         .arg(&shim)

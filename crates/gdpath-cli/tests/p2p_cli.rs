@@ -41,10 +41,7 @@ fn recorded_facts_render_text_and_json() {
 /// from, never the machine the command runs on (issue 22; both were missing).
 #[test]
 fn a_snapshot_is_named_as_the_source() {
-    let snap = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../assets/snapshots/h200x2.tar.gz"
-    );
+    let snap = gdpath_testkit::h200x2_snapshot();
     let (ok, out, err) = gdpath(&["p2p", "--snapshot", snap]);
     assert!(ok, "{err}");
     assert_eq!(

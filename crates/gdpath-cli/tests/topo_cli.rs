@@ -148,10 +148,7 @@ fn replay_wording_footnotes_and_plurals() {
     );
     assert!(out.contains("[topo.nvlink-unknown]"), "{out}");
     // The H200 snapshot: NUMA -1 and trained links: both.
-    let snap = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../assets/snapshots/h200x2.tar.gz"
-    );
+    let snap = gdpath_testkit::h200x2_snapshot();
     let (ok, out, _) = gdpath(&["topo", "--snapshot", snap]);
     assert!(ok);
     assert!(

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+    gdpath_testkit::repo_root()
 }
 
 #[test]

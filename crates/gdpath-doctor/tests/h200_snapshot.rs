@@ -10,10 +10,7 @@ use gdpath_testkit::fixtures;
 use std::path::PathBuf;
 
 fn snapshot() -> PathBuf {
-    PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../assets/snapshots/h200x2.tar.gz"
-    ))
+    PathBuf::from(gdpath_testkit::h200x2_snapshot())
 }
 
 #[test]

@@ -6,7 +6,7 @@
 use gdpath::Status;
 use gdpath_testkit::{fixture, fixtures, unpack_sysfs};
 use gdpath_topo::Source;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 fn files(dir: &str, ext: &str) -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = std::fs::read_dir(fixtures().join(dir))
@@ -40,9 +40,9 @@ fn every_finding_that_is_not_ok_has_a_remedy() {
     sources.push(Source::Snapshot(fixture(
         "device/h200x1-capture-2026-12-01.tar.gz",
     )));
-    sources.push(Source::Snapshot(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../assets/snapshots/h200x2.tar.gz"),
-    ));
+    sources.push(Source::Snapshot(PathBuf::from(
+        gdpath_testkit::h200x2_snapshot(),
+    )));
     let mut missing = Vec::new();
     for s in &sources {
         missing.extend(

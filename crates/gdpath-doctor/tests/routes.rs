@@ -5,7 +5,7 @@ use gdpath::finding::{ids, Area, Status};
 use gdpath_doctor::routes::{RouteState, Subject};
 use gdpath_testkit::fixture;
 use gdpath_topo::Source;
-use std::path::Path;
+use std::path::PathBuf;
 
 fn examine(source: Source) -> gdpath_doctor::Examination {
     let dir = std::env::temp_dir();
@@ -14,9 +14,9 @@ fn examine(source: Source) -> gdpath_doctor::Examination {
 
 #[test]
 fn the_h200_pair() {
-    let ex = examine(Source::Snapshot(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../assets/snapshots/h200x2.tar.gz"),
-    ));
+    let ex = examine(Source::Snapshot(PathBuf::from(
+        gdpath_testkit::h200x2_snapshot(),
+    )));
     let routes = ex.routes();
     let p2p: Vec<_> = routes.iter().filter(|r| r.area == Area::P2p).collect();
     assert_eq!(p2p.len(), 1);

@@ -42,7 +42,9 @@ impl TensorInfo {
 /// A checkpoint of one or several safetensors files, every header read and validated, tensor
 /// names unique across files; nothing loaded yet. `Checkpoint(paths)` or
 /// `Checkpoint.open_index("model.safetensors.index.json")`. Errors: `gdpath.CheckpointError`
-/// (kind `checkpoint`) naming the file and the check that failed.
+/// (kind `checkpoint`) naming the file and the check that failed; `gdpath.StorageError` (kinds
+/// `open`, `io`; also `FileNotFoundError`, `IsADirectoryError`, ... by errno) for a file that
+/// cannot be opened or read.
 #[pyclass(module = "gdpath._native", name = "Checkpoint", frozen)]
 pub struct Checkpoint {
     ck: ck::Checkpoint,

@@ -96,6 +96,25 @@ def test_file_errors_are_the_oserror_python_raises(setup):
     assert 'mode="r+"' in str(e.value)
 
 
+def test_file_errors_pickle_with_their_errno(scratch):
+    """Errors cross process boundaries (multiprocessing, concurrent.futures): a file error keeps
+    its class, errno, filename and message through pickle and copy."""
+    import copy
+    import pickle
+
+    missing = str(scratch / "missing.safetensors")
+    with pytest.raises(FileNotFoundError) as e:
+        gdpath.Checkpoint([missing])
+    for back in (pickle.loads(pickle.dumps(e.value)), copy.copy(e.value)):
+        assert isinstance(back, FileNotFoundError) and isinstance(back, gdpath.StorageError)
+        assert (back.kind, back.errno, back.filename, str(back)) == (
+            e.value.kind,
+            e.value.errno,
+            e.value.filename,
+            str(e.value),
+        )
+
+
 def test_timeouts_and_network_arguments(setup):
     agent, f, dst, _, _ = setup
     with pytest.raises(ValueError, match="seconds"):

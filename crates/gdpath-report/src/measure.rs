@@ -79,8 +79,14 @@ pub fn measure(dir: &Path) -> Measured {
             Ok(rep) => {
                 // Listed under "not measured" alone: an empty card would say it again.
                 if rep.rows.is_empty() {
+                    let why: Vec<String> = rep
+                        .notes
+                        .iter()
+                        .cloned()
+                        .chain(rep.findings.iter().map(|f| format!("finding {f}")))
+                        .collect();
                     out.missing
-                        .push(format!("{command}: no rows ({})", rep.notes.join("; ")));
+                        .push(format!("{command}: no rows ({})", why.join("; ")));
                     continue;
                 }
                 out.docs.push(BenchDoc {

@@ -236,9 +236,7 @@ fn the_report_renders_in_chromium_from_disk() {
     // NVLink (violet); with the recorded storage bench charted.
     check(
         &bin,
-        Source::Snapshot(
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../assets/snapshots/h200x2.tar.gz"),
-        ),
+        Source::Snapshot(PathBuf::from(gdpath_testkit::h200x2_snapshot())),
         vec![fixture("bench/storage-var-tmp-2026-12-01.json")],
         &[
             ("staged red", RED, Count::AtLeast(400)),

@@ -7,7 +7,7 @@ use common::*;
 use gdpath_report::Options;
 use gdpath_testkit::{fixture, fixtures, unpack_sysfs};
 use gdpath_topo::Source;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// The report page and the machine it was made of.
 fn report(source: Source) -> (String, gdpath_topo::Machine) {
@@ -139,7 +139,7 @@ fn every_hwloc_sysfs_dump() {
 #[test]
 fn every_snapshot() {
     let mut snaps = files("device", ".tar.gz");
-    snaps.push(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../assets/snapshots/h200x2.tar.gz"));
+    snaps.push(PathBuf::from(gdpath_testkit::h200x2_snapshot()));
     for p in snaps {
         check(Source::Snapshot(p));
     }
@@ -161,9 +161,9 @@ fn routes(html: &str) -> Vec<(String, String)> {
 
 #[test]
 fn the_h200_pair_draws_p2p_over_nvlink_and_gdr_through_host_memory() {
-    let html = check(Source::Snapshot(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../assets/snapshots/h200x2.tar.gz"),
-    ));
+    let html = check(Source::Snapshot(PathBuf::from(
+        gdpath_testkit::h200x2_snapshot(),
+    )));
     let r = routes(&html);
     // The pair is joined by 18 NVLinks and every P2P check passed: the direct path.
     assert!(

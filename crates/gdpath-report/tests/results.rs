@@ -164,10 +164,7 @@ fn each_chart_labels_its_lines_in_their_own_colours() {
 #[test]
 fn documents_that_are_not_bench_results_are_refused_naming_the_file() {
     let dir = tempfile::tempdir().unwrap();
-    let topo = PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../gdpath-cli/tests/golden/topo-h200x2.json"
-    ));
+    let topo = gdpath_testkit::repo_root().join("crates/gdpath-cli/tests/golden/topo-h200x2.json");
     let e = gdpath_report::report(&opts(h200x1(), vec![topo.clone()], dir.path())).unwrap_err();
     assert!(
         matches!(e, ReportError::Results(ResultsError::NotBench { ref found, .. }) if found == "gdpath.topo/1"),

@@ -9,19 +9,55 @@
 
 use std::path::{Path, PathBuf};
 
+/// The root of the checkout under test: from the tested crate's folder, which `cargo test`
+/// sets as CARGO_MANIFEST_DIR for the test process; else where this crate was compiled; else
+/// the current directory (a test binary copied to a GPU machine runs from a checkout's root).
+/// The first that holds `Cargo.lock`. A path compiled into a test (`env!`) is not enough:
+/// `.ci/run` shares one target folder between the checkout and its fresh clone, so a binary
+/// cargo does not rebuild keeps the other checkout's paths.
+pub fn repo_root() -> PathBuf {
+    let candidates = [
+        std::env::var_os("CARGO_MANIFEST_DIR").map(|m| PathBuf::from(m).join("../..")),
+        Some(PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))),
+        std::env::current_dir().ok(),
+    ];
+    candidates
+        .into_iter()
+        .flatten()
+        .find(|d| d.join("Cargo.lock").is_file())
+        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../..")))
+}
+
+/// `rel` under [`repo_root`], as text (for command lines), made once per path.
+pub fn repo_path(rel: &str) -> &'static str {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    static PATHS: OnceLock<Mutex<HashMap<String, &'static str>>> = OnceLock::new();
+    let mut m = PATHS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    m.entry(rel.to_owned()).or_insert_with(|| {
+        Box::leak(
+            repo_root()
+                .join(rel)
+                .to_string_lossy()
+                .into_owned()
+                .into_boxed_str(),
+        )
+    })
+}
+
+/// The embedded snapshot of the two-GPU H200 machine (`assets/snapshots/h200x2.tar.gz`).
+pub fn h200x2_snapshot() -> &'static str {
+    repo_path("assets/snapshots/h200x2.tar.gz")
+}
+
 /// The fixture folder (see the crate docs). Panics, naming the path, when it does not exist.
 pub fn fixtures() -> PathBuf {
-    // `cargo test` sets CARGO_MANIFEST_DIR for the test process too, to the tested crate's
-    // folder in the checkout being tested; the path compiled in is where this crate was built,
-    // which a target folder shared between checkouts (`.ci/run`) can make another checkout's.
     let dir = std::env::var_os("GDPATH_FIXTURES")
         .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("CARGO_MANIFEST_DIR")
-                .map(|m| PathBuf::from(m).join("../../fixtures"))
-                .filter(|d| d.is_dir())
-        })
-        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../fixtures")));
+        .unwrap_or_else(|| repo_root().join("fixtures"));
     assert!(
         dir.is_dir(),
         "fixture directory {} not found (set GDPATH_FIXTURES to the repository's fixtures folder)",

@@ -628,7 +628,7 @@ mod tests {
     #[test]
     fn a_real_disk_file_hot_then_evicted_is_chosen_buffered_memory_then_cold() {
         // The repository's disk (ext4 or overlay here), not tmpfs: the target dir is on it.
-        let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
+        let dir = tempfile::tempdir_in(gdpath_testkit::repo_root()).unwrap();
         let p = dir.path().join("ckpt");
         write_synced(&p, 16 << 20);
         let hot = choose(&[&p], Dest::Gpu, &Overrides::default()).unwrap();

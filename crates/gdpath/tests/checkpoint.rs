@@ -15,7 +15,7 @@ fn minilm() -> Option<PathBuf> {
     if let Ok(p) = std::env::var("GDPATH_MINILM") {
         return Some(PathBuf::from(p));
     }
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/fetch-minilm.sh");
+    let script = gdpath_testkit::repo_path("scripts/fetch-minilm.sh");
     let required = std::env::var("GDPATH_REQUIRE_MINILM").is_ok_and(|v| v == "1");
     let out = Command::new("bash").arg(script).output();
     let why = match out {

@@ -268,10 +268,7 @@ fn minilm_loads_byte_exact() {
         Ok(p) => PathBuf::from(p),
         Err(_) => {
             let out = std::process::Command::new("bash")
-                .arg(concat!(
-                    env!("CARGO_MANIFEST_DIR"),
-                    "/../../scripts/fetch-minilm.sh"
-                ))
+                .arg(gdpath_testkit::repo_path("scripts/fetch-minilm.sh"))
                 .output()
                 .unwrap();
             assert!(

@@ -25,10 +25,9 @@ use std::time::{Duration, Instant};
 /// No command here may take longer: a FIFO that blocks an open fails the test, not CI.
 const DEADLINE: Duration = Duration::from_secs(60);
 
-const H200_SNAPSHOT: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../assets/snapshots/h200x2.tar.gz"
-);
+fn h200_snapshot() -> &'static str {
+    gdpath_testkit::h200x2_snapshot()
+}
 
 fn gdpath() -> Command {
     let mut c = Command::new(common::bin());

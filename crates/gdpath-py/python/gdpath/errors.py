@@ -122,6 +122,9 @@ class StorageError(GdpathError, OSError):
         # OSError's own text would be "[Errno 2] ..." without gdpath's message.
         return self.message
 
+    def __reduce__(self) -> Tuple[Any, ...]:
+        return (_restore_os, (type(self), self.message, self.kind, self.finding, self.errno, self.filename, dict(self.__dict__)))
+
 
 class PeerError(GdpathError, ConnectionError):
     """A peer agent failed, refused authentication or broke the protocol (kinds
@@ -203,8 +206,25 @@ def _os_subclass(cls: type, code: Optional[int]) -> type:
         return cls
     key = (cls, os_cls)
     if key not in _OS_SUBCLASSES:
-        _OS_SUBCLASSES[key] = type(cls.__name__, (cls, os_cls), {"__module__": __name__, "__doc__": cls.__doc__})
+        # Named as the class it extends (repr, tracebacks), found by pickle under its own
+        # module-level name.
+        qualname = f"_{cls.__name__}_{os_cls.__name__}"
+        joined = type(cls.__name__, (cls, os_cls), {"__module__": __name__, "__doc__": cls.__doc__, "__qualname__": qualname})
+        globals()[qualname] = joined
+        _OS_SUBCLASSES[key] = joined
     return _OS_SUBCLASSES[key]
+
+
+def _restore_os(cls: type, message: str, kind: str, finding: Optional[str], code: Optional[int], filename: Any, state: Dict[str, Any]) -> GdpathError:
+    """Unpickles a file error: ``errno`` and ``filename`` live in OSError's own slots, which
+    OSError's pickling drops when the arguments are gdpath's message."""
+    e = cls.__new__(cls, message)
+    GdpathError.__init__(e, message, kind, finding)
+    e.__dict__.update(state)
+    if code is not None:
+        e.errno, e.strerror = code, _os.strerror(code)
+    e.filename = filename
+    return e
 
 
 _HINTS = {

@@ -33,7 +33,8 @@ use std::sync::Arc;
 
 /// An error of the engine's file opening ([`crate::file`]) for checkpoint file `path`:
 /// [`CheckpointError::Open`] / [`CheckpointError::Io`] with the OS error where there is one,
-/// else (not a regular file, more bytes than read) `Open` with the error's text.
+/// `EISDIR` for a directory, else (another file that is not regular, more bytes than read)
+/// `Open` with the error's text.
 pub(crate) fn file_error(path: &Path, e: crate::Error) -> CheckpointError {
     match e {
         crate::Error::Open { source, .. } => CheckpointError::Open {
@@ -44,6 +45,15 @@ pub(crate) fn file_error(path: &Path, e: crate::Error) -> CheckpointError {
             op,
             path: path.to_owned(),
             source,
+        },
+        // A directory is what open(2) for writing calls EISDIR: say so with that errno, so
+        // callers that map errnos (Python's IsADirectoryError) see it.
+        crate::Error::NotAFile {
+            what: "a directory",
+            ..
+        } => CheckpointError::Open {
+            path: path.to_owned(),
+            source: Arc::new(std::io::Error::from_raw_os_error(libc::EISDIR)),
         },
         other => CheckpointError::Open {
             path: path.to_owned(),

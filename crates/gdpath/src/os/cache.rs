@@ -29,7 +29,7 @@ mod tests {
     #[test]
     fn a_file_just_written_leaves_the_page_cache() {
         // Beside the crate, not in /tmp, which may be tmpfs.
-        let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
+        let dir = tempfile::tempdir_in(gdpath_testkit::repo_root()).unwrap();
         let f = dir.path().join("dirty");
         std::fs::write(&f, vec![3u8; 8 << 20]).unwrap();
         let file = std::fs::File::open(&f).unwrap();

@@ -27,11 +27,32 @@ const SAMPLE_BYTES: u64 = 256 << 10;
 /// Errors: the `mmap` or `mincore` error (e.g. `ENODEV` for a file system that cannot be
 /// mapped).
 pub fn resident_bytes(f: &File, len: u64) -> std::io::Result<u64> {
-    if len == 0 {
+    let page = super::file::page_size() as u64;
+    if len <= EXACT_MAX {
+        return Ok((resident_pages(f, 0, len)? * page).min(len));
+    }
+    // Window starts rounded down to a page, as mmap wants; a window is mapped alone, so a
+    // process under an address-space limit (RLIMIT_AS) can still ask about a large file.
+    let step = len / SAMPLES;
+    let (mut asked, mut resident) = (0u64, 0u64);
+    for i in 0..SAMPLES {
+        let off = i * step / page * page;
+        let n = SAMPLE_BYTES.min(len - off);
+        asked += n.div_ceil(page);
+        resident += resident_pages(f, off, n)?;
+    }
+    Ok((len as f64 * resident as f64 / asked.max(1) as f64) as u64)
+}
+
+/// Pages of `f`'s bytes `off .. off + n` (`off` page-aligned) in the page cache: one mapping
+/// of that range, one `mincore`. Errors: the `mmap` or `mincore` error.
+fn resident_pages(f: &File, off: u64, n: u64) -> std::io::Result<u64> {
+    if n == 0 {
         return Ok(0);
     }
     let page = super::file::page_size() as u64;
-    let map_len = usize::try_from(len).map_err(|_| std::io::ErrorKind::InvalidInput)?;
+    let map_len = usize::try_from(n).map_err(|_| std::io::ErrorKind::InvalidInput)?;
+    let file_off = libc::off_t::try_from(off).map_err(|_| std::io::ErrorKind::InvalidInput)?;
     // SAFETY: a new read-only shared mapping at an address the kernel picks; nothing reads
     // through it (mincore looks at the pages' state only) and it is unmapped below.
     let addr = unsafe {
@@ -41,52 +62,23 @@ pub fn resident_bytes(f: &File, len: u64) -> std::io::Result<u64> {
             libc::PROT_READ,
             libc::MAP_SHARED,
             f.as_raw_fd(),
-            0,
+            file_off,
         )
     };
     if addr == libc::MAP_FAILED {
         return Err(std::io::Error::last_os_error());
     }
-    let windows: Vec<(u64, u64)> = if len <= EXACT_MAX {
-        vec![(0, len)]
-    } else {
-        // Window starts rounded down to a page, as mincore wants.
-        let step = len / SAMPLES;
-        (0..SAMPLES)
-            .map(|i| (i * step / page * page, SAMPLE_BYTES))
-            .collect()
-    };
-    let mut vec = Vec::new();
-    let (mut asked, mut resident) = (0u64, 0u64);
-    let mut result = Ok(());
-    for (off, n) in windows {
-        let n = n.min(len - off);
-        let pages = n.div_ceil(page) as usize;
-        vec.clear();
-        vec.resize(pages, 0u8);
-        // SAFETY: `off` is page-aligned and `off + n` lies within the mapping of `len` bytes;
-        // `vec` holds one byte per page of the range, as mincore writes.
-        let r = unsafe {
-            libc::mincore(
-                addr.cast::<u8>().add(off as usize).cast(),
-                n as usize,
-                vec.as_mut_ptr(),
-            )
-        };
-        if r != 0 {
-            result = Err(std::io::Error::last_os_error());
-            break;
-        }
-        asked += pages as u64;
-        resident += vec.iter().filter(|&&b| b & 1 != 0).count() as u64;
-    }
+    let mut vec = vec![0u8; n.div_ceil(page) as usize];
+    // SAFETY: `addr` is the page-aligned start of a mapping of `map_len` bytes and `vec` holds
+    // one byte per page of it, as mincore writes.
+    let r = unsafe { libc::mincore(addr, map_len, vec.as_mut_ptr()) };
+    let err = (r != 0).then(std::io::Error::last_os_error);
     // SAFETY: the mapping made above, unmapped once; no reference into it exists.
     unsafe { libc::munmap(addr, map_len) };
-    result?;
-    if len <= EXACT_MAX {
-        return Ok((resident * page).min(len));
+    match err {
+        Some(e) => Err(e),
+        None => Ok(vec.iter().filter(|&&b| b & 1 != 0).count() as u64),
     }
-    Ok((len as f64 * resident as f64 / asked.max(1) as f64) as u64)
 }
 
 /// The file system magic number of `f` (`statfs.f_type`: `0x01021994` tmpfs, `0xEF53` ext2/3/4,
