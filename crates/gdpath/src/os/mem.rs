@@ -13,14 +13,23 @@ use std::ops::{Deref, DerefMut};
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-/// A zero-initialised heap allocation of `len` bytes aligned to `align` bytes (a power of two):
-/// the memory of a [`crate::HostBuffer`] and of the O_DIRECT bounce buffers. Owns its memory like
+/// A zero-initialised allocation of `len` bytes aligned to `align` bytes (a power of two): the
+/// memory of a [`crate::HostBuffer`] and of the O_DIRECT bounce buffers. From 1 MiB
+/// (`MAP_MIN`) an anonymous mapping, whose pages are zeroed when first touched, else the heap. Owns its memory like
 /// a `Box<[u8]>`; the address does not change when the value moves.
 pub struct AlignedBuf {
     ptr: NonNull<u8>,
     len: usize,
     align: usize,
+    /// Made by `mmap` (freed by `munmap`) rather than the allocator.
+    mapped: bool,
 }
+
+/// Allocations of at least this many bytes (with an alignment of at most a page) are anonymous
+/// mappings, whose pages the kernel zeroes when first touched: the allocator's zeroed aligned
+/// allocation writes every byte first, which took as long as reading a 2 GiB checkpoint from
+/// disk into it (docs/benchmarks.md, "Measurements behind the defaults").
+const MAP_MIN: usize = 1 << 20;
 
 // SAFETY: AlignedBuf uniquely owns its allocation, like Box<[u8]>.
 unsafe impl Send for AlignedBuf {}
@@ -37,11 +46,44 @@ impl AlignedBuf {
             // An aligned dangling pointer, never dereferenced for a zero length (a slice of
             // length 0 may sit at any non-null aligned address).
             let ptr = NonNull::new(align as *mut u8)?;
-            return Some(AlignedBuf { ptr, len, align });
+            return Some(AlignedBuf {
+                ptr,
+                len,
+                align,
+                mapped: false,
+            });
+        }
+        if len >= MAP_MIN && align <= super::file::page_size() {
+            // SAFETY: a new private anonymous mapping at an address the kernel picks (page
+            // aligned, so aligned to `align`), owned by the value and unmapped in Drop.
+            let raw = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                )
+            };
+            if raw == libc::MAP_FAILED {
+                return None;
+            }
+            return NonNull::new(raw.cast::<u8>()).map(|ptr| AlignedBuf {
+                ptr,
+                len,
+                align,
+                mapped: true,
+            });
         }
         // SAFETY: layout has a non-zero size.
         let raw = unsafe { alloc::alloc_zeroed(layout) };
-        NonNull::new(raw).map(|ptr| AlignedBuf { ptr, len, align })
+        NonNull::new(raw).map(|ptr| AlignedBuf {
+            ptr,
+            len,
+            align,
+            mapped: false,
+        })
     }
 
     /// As [`AlignedBuf::try_zeroed`], aborting like `Vec` when the allocator fails.
@@ -83,7 +125,11 @@ impl AlignedBuf {
 
 impl Drop for AlignedBuf {
     fn drop(&mut self) {
-        if self.len > 0 {
+        if self.mapped {
+            // SAFETY: the mapping `try_zeroed` made, of `len` bytes, unmapped once; the value
+            // owned it and no reference into it outlives the value.
+            unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+        } else if self.len > 0 {
             // SAFETY: allocated in `try_zeroed` with exactly this size and alignment (a layout
             // it checked).
             unsafe {
@@ -567,11 +613,25 @@ mod tests {
 
     #[test]
     fn allocations_are_aligned_zeroed_and_sized() {
-        for (len, align) in [(0usize, 4096usize), (1, 4096), (4097, 4096), (100, 64)] {
-            let b = AlignedBuf::zeroed(len, align);
+        // Below and above MAP_MIN (a mapping, from the kernel's zero pages), and a length that
+        // is not a multiple of the page.
+        for (len, align) in [
+            (0usize, 4096usize),
+            (1, 4096),
+            (4097, 4096),
+            (100, 64),
+            (MAP_MIN, 4096),
+            (3 * MAP_MIN + 5, 4096),
+        ] {
+            let mut b = AlignedBuf::zeroed(len, align);
             assert_eq!(b.len(), len);
             assert_eq!(b.as_ptr() as usize % align, 0, "len {len}");
             assert!(b.as_slice().iter().all(|&x| x == 0));
+            assert_eq!(b.mapped, len >= MAP_MIN, "len {len}");
+            if let Some(last) = b.as_mut_slice().last_mut() {
+                *last = 7;
+                assert_eq!(b.as_slice()[len - 1], 7);
+            }
         }
         assert!(AlignedBuf::try_zeroed(usize::MAX, 4096).is_none());
         assert!(
