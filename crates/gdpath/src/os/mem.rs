@@ -15,8 +15,8 @@ use std::sync::Arc;
 
 /// A zero-initialised allocation of `len` bytes aligned to `align` bytes (a power of two): the
 /// memory of a [`crate::HostBuffer`] and of the O_DIRECT bounce buffers. From 1 MiB
-/// (`MAP_MIN`) an anonymous mapping, whose pages are zeroed when first touched, else the heap. Owns its memory like
-/// a `Box<[u8]>`; the address does not change when the value moves.
+/// (`MAP_MIN`) an anonymous mapping, whose pages are zeroed when first touched, else the heap.
+/// Owns its memory like a `Box<[u8]>`; the address does not change when the value moves.
 pub struct AlignedBuf {
     ptr: NonNull<u8>,
     len: usize,
