@@ -89,16 +89,6 @@ fn in_dir(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
     gdpath().args(args).current_dir(dir).output().unwrap()
 }
 
-fn files(dir: &str, ext: &str) -> Vec<std::path::PathBuf> {
-    let mut v: Vec<_> = std::fs::read_dir(gdpath_testkit::fixtures().join(dir))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.to_str().unwrap().ends_with(ext))
-        .collect();
-    v.sort();
-    v
-}
-
 /// A replayed snapshot's JSON names the snapshot (and what it was captured from) and judges no
 /// directory of the machine the doctor runs on: no `--path` given, no GDS path findings.
 #[test]
@@ -208,17 +198,17 @@ fn a_broken_sysfs_root_exits_4() {
 fn default_output_stays_short_on_the_vendored_sources() {
     let mut sources: Vec<(&str, std::path::PathBuf)> = Vec::new();
     sources.extend(
-        files("nccl-xml", ".xml")
+        gdpath_testkit::fixture_files("nccl-xml", ".xml")
             .into_iter()
             .map(|p| ("--nccl-xml", p)),
     );
     sources.extend(
-        files("hwloc-xml", ".xml")
+        gdpath_testkit::fixture_files("hwloc-xml", ".xml")
             .into_iter()
             .map(|p| ("--hwloc-xml", p)),
     );
     sources.extend(
-        files("nvidia-smi", ".txt")
+        gdpath_testkit::fixture_files("nvidia-smi", ".txt")
             .into_iter()
             .map(|p| ("--smi-topo", p)),
     );
@@ -268,7 +258,7 @@ fn default_output_stays_short_on_the_vendored_sources() {
 /// over NVLink.
 #[test]
 fn smi_topo_texts_through_topo_and_doctor() {
-    let texts = files("nvidia-smi", ".txt");
+    let texts = gdpath_testkit::fixture_files("nvidia-smi", ".txt");
     assert!(texts.len() >= 6);
     for p in &texts {
         let f = p.to_str().unwrap();

@@ -4,20 +4,9 @@
 //! or not-run finding carries a remedy (the report's findings table shows one on every row).
 
 use gdpath::Status;
-use gdpath_testkit::{fixture, fixtures, unpack_sysfs};
+use gdpath_testkit::{fixture, fixture_files, unpack_sysfs};
 use gdpath_topo::Source;
 use std::path::PathBuf;
-
-fn files(dir: &str, ext: &str) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(fixtures().join(dir))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.to_string_lossy().ends_with(ext))
-        .collect();
-    v.sort();
-    assert!(!v.is_empty(), "no {ext} fixtures in {dir}");
-    v
-}
 
 /// The findings of `source` that are not ok and have no remedy, as `id (status) subject`.
 fn without_remedy(source: &Source, paths: &[PathBuf]) -> Vec<String> {
@@ -34,9 +23,21 @@ fn without_remedy(source: &Source, paths: &[PathBuf]) -> Vec<String> {
 #[test]
 fn every_finding_that_is_not_ok_has_a_remedy() {
     let mut sources: Vec<Source> = Vec::new();
-    sources.extend(files("nccl-xml", ".xml").into_iter().map(Source::NcclXml));
-    sources.extend(files("hwloc-xml", ".xml").into_iter().map(Source::HwlocXml));
-    sources.extend(files("nvidia-smi", ".txt").into_iter().map(Source::SmiTopo));
+    sources.extend(
+        fixture_files("nccl-xml", ".xml")
+            .into_iter()
+            .map(Source::NcclXml),
+    );
+    sources.extend(
+        fixture_files("hwloc-xml", ".xml")
+            .into_iter()
+            .map(Source::HwlocXml),
+    );
+    sources.extend(
+        fixture_files("nvidia-smi", ".txt")
+            .into_iter()
+            .map(Source::SmiTopo),
+    );
     sources.push(Source::Snapshot(fixture(
         "device/h200x1-capture-2026-12-01.tar.gz",
     )));
@@ -52,7 +53,7 @@ fn every_finding_that_is_not_ok_has_a_remedy() {
         );
     }
     let mut guards = Vec::new();
-    for p in files("hwloc-sysfs", ".tar.bz2") {
+    for p in fixture_files("hwloc-sysfs", ".tar.bz2") {
         let (guard, top) = unpack_sysfs(p.file_name().unwrap().to_str().unwrap());
         let s = Source::SysfsRoot(top);
         missing.extend(

@@ -5,7 +5,7 @@
 mod common;
 use common::*;
 use gdpath_report::Options;
-use gdpath_testkit::{fixture, fixtures, unpack_sysfs};
+use gdpath_testkit::{fixture, fixture_files, unpack_sysfs};
 use gdpath_topo::Source;
 use std::path::PathBuf;
 
@@ -79,34 +79,23 @@ fn check(source: Source) -> String {
     html
 }
 
-fn files(dir: &str, ext: &str) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(fixtures().join(dir))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.to_string_lossy().ends_with(ext))
-        .collect();
-    v.sort();
-    assert!(!v.is_empty(), "no {ext} fixtures in {dir}");
-    v
-}
-
 #[test]
 fn every_nccl_topology() {
-    for p in files("nccl-xml", ".xml") {
+    for p in fixture_files("nccl-xml", ".xml") {
         check(Source::NcclXml(p));
     }
 }
 
 #[test]
 fn every_nvidia_smi_text() {
-    for p in files("nvidia-smi", ".txt") {
+    for p in fixture_files("nvidia-smi", ".txt") {
         check(Source::SmiTopo(p));
     }
 }
 
 #[test]
 fn every_hwloc_xml_topology() {
-    for p in files("hwloc-xml", ".xml") {
+    for p in fixture_files("hwloc-xml", ".xml") {
         check(Source::HwlocXml(p));
     }
 }
@@ -129,7 +118,7 @@ fn a_machine_without_gpu_lists_system_no_gpu_once() {
 
 #[test]
 fn every_hwloc_sysfs_dump() {
-    for p in files("hwloc-sysfs", ".tar.bz2") {
+    for p in fixture_files("hwloc-sysfs", ".tar.bz2") {
         let name = p.file_name().unwrap().to_str().unwrap().to_owned();
         let (_guard, top) = unpack_sysfs(&name);
         check(Source::SysfsRoot(top));
@@ -138,7 +127,7 @@ fn every_hwloc_sysfs_dump() {
 
 #[test]
 fn every_snapshot() {
-    let mut snaps = files("device", ".tar.gz");
+    let mut snaps = fixture_files("device", ".tar.gz");
     snaps.push(PathBuf::from(gdpath_testkit::h200x2_snapshot()));
     for p in snaps {
         check(Source::Snapshot(p));

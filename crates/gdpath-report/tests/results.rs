@@ -68,32 +68,10 @@ fn the_recorded_storage_bench_is_charted_with_its_command_line() {
         .any(|l| l.text.contains("GB/s")));
 }
 
-/// A `bench h2d` document: the medians of docs/benchmarks.md's H2D rows (nvidia-h200-x2,
-/// 2026-11-30; pinned 54.58 / 54.59 / 55.18 GB/s, pageable 30.71 / 41.30 / 45.95 at 64 MiB /
-/// 256 MiB / 1 GiB), each its own min and max, with the Gen5 x16 limit.
+/// The recorded `bench h2d` document ([`gdpath_testkit::h2d_bench_json`]) as a file in `dir`.
 fn h2d_doc(dir: &std::path::Path) -> PathBuf {
-    let row = |path: &str, bytes: u64, g: f64| {
-        format!(
-            r#"{{"path":"{path}","op":"copy","bytes":{bytes},"block":{bytes},"qd":1,"gbps_min":{g},"gbps_median":{g},"gbps_max":{g},"iops":0,"latency_us_p50":0,"latency_us_p99":0,"verified":true,"src":"host","dst":"GPU0","limit_gbps":63.015}}"#
-        )
-    };
-    let rows: Vec<String> = [
-        (64u64 << 20, 54.58, 30.71),
-        (256 << 20, 54.59, 41.30),
-        (1 << 30, 55.18, 45.95),
-    ]
-    .iter()
-    .flat_map(|&(b, p, q)| [row("h2d-pinned", b, p), row("h2d-pageable", b, q)])
-    .collect();
     let path = dir.join("h2d.json");
-    std::fs::write(
-        &path,
-        format!(
-            r#"{{"schema":"gdpath.bench/1","command":"bench h2d","rows":[{}]}}"#,
-            rows.join(",")
-        ),
-    )
-    .unwrap();
+    std::fs::write(&path, gdpath_testkit::h2d_bench_json()).unwrap();
     path
 }
 

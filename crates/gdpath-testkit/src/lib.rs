@@ -66,6 +66,43 @@ pub fn fixtures() -> PathBuf {
     dir
 }
 
+/// The fixture files in folder `dir` whose names end with `ext`, sorted. Panics when there are
+/// none (a test over every fixture of a kind must not pass over none).
+pub fn fixture_files(dir: &str, ext: &str) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(fixtures().join(dir))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().ends_with(ext))
+        .collect();
+    v.sort();
+    assert!(!v.is_empty(), "no {ext} fixtures in {dir}");
+    v
+}
+
+/// A `bench h2d --json` document (schema `gdpath.bench/1`) of recorded figures, for drawing:
+/// the medians of docs/benchmarks.md's H2D rows (nvidia-h200-x2, 2026-11-30; pinned 54.58 /
+/// 54.59 / 55.18 GB/s, pageable 30.71 / 41.30 / 45.95 at 64 MiB / 256 MiB / 1 GiB), each as its
+/// own min and max, with the Gen5 x16 limit (63.015 GB/s).
+pub fn h2d_bench_json() -> String {
+    let row = |path: &str, bytes: u64, g: f64| {
+        format!(
+            r#"{{"path":"{path}","op":"copy","bytes":{bytes},"block":{bytes},"qd":1,"gbps_min":{g},"gbps_median":{g},"gbps_max":{g},"iops":0,"latency_us_p50":0,"latency_us_p99":0,"verified":true,"src":"host","dst":"GPU0","limit_gbps":63.015}}"#
+        )
+    };
+    let rows: Vec<String> = [
+        (64u64 << 20, 54.58, 30.71),
+        (256 << 20, 54.59, 41.30),
+        (1 << 30, 55.18, 45.95),
+    ]
+    .iter()
+    .flat_map(|&(b, p, q)| [row("h2d-pinned", b, p), row("h2d-pageable", b, q)])
+    .collect();
+    format!(
+        r#"{{"schema":"gdpath.bench/1","command":"bench h2d","rows":[{}]}}"#,
+        rows.join(",")
+    )
+}
+
 /// The fixture file `rel` (e.g. `nccl-xml/nccl-aws-p4d-24xl-topo.xml`). Panics when missing.
 pub fn fixture(rel: &str) -> PathBuf {
     let p = fixtures().join(rel);
