@@ -24,7 +24,9 @@
 //!
 //! Memory: `gpu:N` (device memory), `host` (pinned when the other side is a GPU, pageable for
 //! host ↔ host: the CPU tier), `peer` (the largest GPU region a serving agent exports, reached
-//! through CUDA IPC when it runs on this node; `gdpath serve --export gpu:0:SIZE`).
+//! through CUDA IPC when it runs on this node; `gdpath serve --export gpu:0:SIZE`), `peer-host`
+//! (the largest host region it exports, `--export host:SIZE`: shared memory that this process
+//! maps when it runs on this node, UCX otherwise).
 
 use crate::{BenchRow, Progress};
 use gdpath::backend::cuda::gpu_buffer;
@@ -50,19 +52,24 @@ pub enum KvMem {
     Host,
     /// A serving agent's exported GPU region (destination only).
     Peer,
+    /// A serving agent's exported host region (destination only).
+    PeerHost,
 }
 
 impl KvMem {
-    /// Parses `gpu:N`, `host` or `peer`.
+    /// Parses `gpu:N`, `host`, `peer` or `peer-host`.
     pub fn parse(s: &str) -> std::result::Result<KvMem, String> {
         match s {
             "host" => Ok(KvMem::Host),
             "peer" => Ok(KvMem::Peer),
+            "peer-host" => Ok(KvMem::PeerHost),
             _ => s
                 .strip_prefix("gpu:")
                 .and_then(|n| n.parse().ok())
                 .map(KvMem::Gpu)
-                .ok_or_else(|| format!("bad memory {s:?}: expected gpu:N, host or peer")),
+                .ok_or_else(|| {
+                    format!("bad memory {s:?}: expected gpu:N, host, peer or peer-host")
+                }),
         }
     }
 }
@@ -73,6 +80,7 @@ impl std::fmt::Display for KvMem {
             KvMem::Gpu(n) => write!(f, "gpu:{n}"),
             KvMem::Host => f.write_str("host"),
             KvMem::Peer => f.write_str("peer"),
+            KvMem::PeerHost => f.write_str("peer-host"),
         }
     }
 }
@@ -114,7 +122,8 @@ pub struct KvBenchConfig {
 pub struct KvBenchRow {
     #[serde(flatten)]
     pub row: BenchRow,
-    /// The method the backend used (`kernel`, `driver-batch`, `copies`).
+    /// The method the backend used (`kernel`, `driver-batch`, `copies`; `pairs` where the
+    /// list was expanded into descriptor pairs for a backend without block lists).
     pub method: String,
     /// Descriptors per transfer, and after merging.
     pub descriptors: u64,
@@ -190,16 +199,18 @@ fn region(agent: &Agent, mem: KvMem, other: KvMem, len: u64, cfg: &KvBenchConfig
         KvMem::Gpu(ordinal) => (agent.register(Memory::Gpu { ordinal, len })?, None),
         KvMem::Host => {
             let buf = HostBuffer::try_zeroed(usize::try_from(len).unwrap_or(usize::MAX))?;
-            let m = if other == KvMem::Host {
-                Memory::host(buf)
-            } else {
+            let m = if matches!(other, KvMem::Gpu(_)) {
                 Memory::pinned(buf)
+            } else {
+                Memory::host(buf)
             };
             (agent.register(m)?, None)
         }
-        KvMem::Peer => {
+        KvMem::Peer | KvMem::PeerHost => {
             let addr = cfg.peer.ok_or_else(|| {
-                Error::Config("--dst peer needs --peer HOST:PORT of a `gdpath serve`".into())
+                Error::Config(format!(
+                    "--dst {mem} needs --peer HOST:PORT of a `gdpath serve`"
+                ))
             })?;
             agent.enable_net(cfg.net.clone())?;
             let peer = agent.connect_with(
@@ -209,17 +220,20 @@ fn region(agent: &Agent, mem: KvMem, other: KvMem, len: u64, cfg: &KvBenchConfig
                     ..ConnectOptions::default()
                 },
             )?;
+            let gpu = mem == KvMem::Peer;
             let r = peer
                 .regions()
                 .into_iter()
-                .filter(|r| matches!(r.kind, WireKind::Gpu(_)) && r.len >= len)
+                .filter(|r| matches!(r.kind, WireKind::Gpu(_)) == gpu && r.len >= len)
                 .max_by_key(|r| r.len)
                 .ok_or_else(|| {
                     Error::Config(format!(
-                        "peer {} exports no GPU region of {} (start it with `gdpath serve \
-                         --export gpu:0:SIZE`)",
+                        "peer {} exports no {} region of {} (start it with `gdpath serve \
+                         --export {}:SIZE`)",
                         peer.name(),
-                        format_size(len)
+                        if gpu { "GPU" } else { "host" },
+                        format_size(len),
+                        if gpu { "gpu:0" } else { "host" },
                     ))
                 })?;
             let region = agent.register(peer.memory_range(r.id, 0, len)?)?;
@@ -253,7 +267,7 @@ fn fill(side: &Side, len: u64) -> Result<()> {
                 .and_then(|()| s.synchronize())
                 .map_err(cuda_err("fill"))
         }
-        KvMem::Peer => Err(Error::Config(
+        KvMem::Peer | KvMem::PeerHost => Err(Error::Config(
             "a peer's region is a destination only".into(),
         )),
     }
@@ -299,6 +313,10 @@ impl Scratch {
                     .map_err(cuda_err("clear"))?;
                 self.copy(z, &side.region, len)
             }
+            KvMem::PeerHost => {
+                self.host.host_view()?[..len as usize].fill(0);
+                self.copy(&self.host, &side.region, len)
+            }
         }
     }
 
@@ -316,19 +334,23 @@ impl Scratch {
                 self.copy(z, &self.host, len)?;
                 Ok(self.host.host_view()?[..len as usize].to_vec())
             }
+            KvMem::PeerHost => {
+                self.copy(&side.region, &self.host, len)?;
+                Ok(self.host.host_view()?[..len as usize].to_vec())
+            }
         }
     }
 }
 
 /// Runs the bench. Errors: no GPU where one is named, a peer that cannot be reached or exports
-/// no large enough GPU region, a failed transfer, bad settings ([`Error::Config`]).
+/// no large enough region of the kind asked for, a failed transfer, bad settings ([`Error::Config`]).
 pub fn run(cfg: &KvBenchConfig, progress: &dyn Progress) -> Result<KvBenchReport> {
     if cfg.blocks == 0 || cfg.block_size == 0 || cfg.runs == 0 {
         return Err(Error::Config(
             "blocks, block size and runs must be at least 1".into(),
         ));
     }
-    if cfg.src == KvMem::Peer {
+    if matches!(cfg.src, KvMem::Peer | KvMem::PeerHost) {
         return Err(Error::Config(
             "--src peer: a peer's region is a destination only".into(),
         ));
@@ -404,11 +426,15 @@ pub fn run(cfg: &KvBenchConfig, progress: &dyn Progress) -> Result<KvBenchReport
         rates.push(gbps(len, took));
         call_us.push(called.as_secs_f64() * 1e6);
         let batch = rep.pairs.first().and_then(|p| p.batch);
-        if let Some(b) = batch {
-            let backend = if inline { 0.0 } else { b.post_ns as f64 };
-            post_ns.push((called.as_nanos() as f64 + backend) / b.descriptors as f64);
+        match batch {
+            Some(b) => {
+                let backend = if inline { 0.0 } else { b.post_ns as f64 };
+                post_ns.push((called.as_nanos() as f64 + backend) / b.descriptors as f64);
+            }
+            // Expanded into descriptor pairs: `post` alone is the posting.
+            None => post_ns.push(called.as_nanos() as f64 / cfg.blocks as f64),
         }
-        last = Some((rep.pairs[0].path.clone(), batch));
+        last = Some((rep.pairs[0].path.clone(), batch, rep.pairs.len() as u64));
     }
     progress.finish();
     let expected: Vec<BlockCopy> = src_ids
@@ -451,11 +477,12 @@ pub fn run(cfg: &KvBenchConfig, progress: &dyn Progress) -> Result<KvBenchReport
     if !contiguous_ok {
         notes.push("the contiguous copy's destination differs from the source".into());
     }
-    let (path, batch) = last.expect("at least one timed run");
-    let batch = batch.ok_or_else(|| Error::Backend {
-        backend: "engine",
-        detail: "the block transfer reported no batch".into(),
-    })?;
+    let (path, batch, pairs) = last.expect("at least one timed run");
+    // A backend without block lists moved one descriptor pair per merged run.
+    let (method, descriptors, coalesced) = match batch {
+        Some(b) => (b.method.name().to_owned(), b.descriptors, b.coalesced),
+        None => ("pairs".to_owned(), cfg.blocks, pairs),
+    };
     let (src_name, dst_name) = (cfg.src.to_string(), cfg.dst.to_string());
     let mut row = BenchRow::from_runs(
         path.name(),
@@ -489,9 +516,9 @@ pub fn run(cfg: &KvBenchConfig, progress: &dyn Progress) -> Result<KvBenchReport
     Ok(KvBenchReport {
         blocks: KvBenchRow {
             row,
-            method: batch.method.name().into(),
-            descriptors: batch.descriptors,
-            coalesced: batch.coalesced,
+            method,
+            descriptors,
+            coalesced,
             ratio,
             post_ns_per_descriptor: median(&mut post_ns),
             post_call_us: median(&mut call_us),

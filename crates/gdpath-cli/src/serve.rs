@@ -17,8 +17,9 @@ pub struct ServeArgs {
     /// token.
     #[arg(long, default_value = "127.0.0.1:18515")]
     listen: String,
-    /// A region to export: `host:SIZE` (e.g. host:1GiB) or `gpu:N:SIZE` (needs a CUDA-enabled
-    /// UCX). Repeat for several. Only these are visible to peers.
+    /// A region to export: `host:SIZE` (e.g. host:1GiB; shared memory, which agents on this
+    /// node map and move bytes into themselves) or `gpu:N:SIZE` (needs a CUDA-enabled UCX).
+    /// Repeat for several. Only these are visible to peers.
     #[arg(long = "export", value_name = "KIND:SIZE")]
     exports: Vec<String>,
     /// The agent name peers see (1 to 64 characters).
@@ -275,7 +276,8 @@ pub fn run(a: ServeArgs) -> Result<ExitCode> {
         let (r, what) = match spec {
             ExportSpec::Host(size) => {
                 let len = usize::try_from(size).context("export size")?;
-                let r = agent.register(Memory::host(HostBuffer::try_zeroed(len)?))?;
+                // Shared, so that agents on this node move bytes into it themselves.
+                let r = agent.register(Memory::host(HostBuffer::try_shared(len)?))?;
                 (r, format!("host {}", format_size(size)))
             }
             ExportSpec::Gpu(ordinal, len) => {

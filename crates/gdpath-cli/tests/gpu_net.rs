@@ -85,6 +85,8 @@ fn round_trip(fast_local: bool) {
             } else {
                 FailureMode::Detect
             },
+            // UCX is under test, also where the peer exports (shared) host memory.
+            shared_memory: false,
             ..NetConfig::default()
         })
         .unwrap();

@@ -16,7 +16,14 @@ const T: Duration = Duration::from_secs(30);
 
 use gdpath_testkit::ucx_serial as serial;
 
+/// A client agent over `lo` that leaves every remote pair to UCX (the transport these tests
+/// are about: `gdpath serve` exports shared host memory, which a client on this node would
+/// otherwise write itself).
 fn client() -> Agent {
+    client_with(false)
+}
+
+fn client_with(shared_memory: bool) -> Agent {
     let a = Agent::new(AgentConfig {
         name: "test".into(),
         ..AgentConfig::default()
@@ -24,6 +31,7 @@ fn client() -> Agent {
     .unwrap();
     a.enable_net(NetConfig {
         devices: Some("lo".into()),
+        shared_memory,
         ..NetConfig::default()
     })
     .unwrap();
@@ -91,6 +99,93 @@ fn two_processes_over_loopback() {
     let (mut srv, addr) = lo_serve(&["--export", "host:8MiB"]);
     round_trip(&client(), addr, 8 << 20, 3);
     srv.wait_line("connected: test@127.0.0.1", T);
+}
+
+#[test]
+fn a_peers_shared_host_memory_is_written_in_place_on_this_node() {
+    let _serial = serial();
+    let (_srv, addr) = lo_serve(&["--export", "host:8MiB"]);
+    let agent = client_with(true);
+    let peer = agent.connect(addr).unwrap();
+    let id = peer.regions()[0].id;
+    let remote = agent.register(peer.memory(id).unwrap()).unwrap();
+    let len = 8usize << 20;
+    let n = len as u64;
+    let src = agent
+        .register(Memory::host(HostBuffer::from_slice(&pattern(len, 21))))
+        .unwrap();
+    let dst = agent
+        .register(Memory::host(HostBuffer::zeroed(len)))
+        .unwrap();
+    let rep = agent
+        .post(TransferRequest::write(
+            vec![src.desc(0, n)],
+            vec![remote.desc(0, n)],
+        ))
+        .unwrap()
+        .wait()
+        .unwrap();
+    assert_eq!(rep.pairs[0].path, Path::HostCopy, "{rep:?}");
+    // Read back at an offset: the bytes are in the server's memory, not in a local copy.
+    let rep = agent
+        .post(TransferRequest::read(
+            vec![dst.desc(0, n - 4096)],
+            vec![remote.desc(4096, n - 4096)],
+        ))
+        .unwrap()
+        .wait()
+        .unwrap();
+    assert_eq!(rep.pairs[0].path, Path::HostCopy);
+    assert!(dst.host_view().unwrap()[..len - 4096] == pattern(len, 21)[4096..]);
+    // A second client over UCX sees what the first wrote through shared memory.
+    let other = client();
+    let peer2 = other.connect(addr).unwrap();
+    let remote2 = other.register(peer2.memory(id).unwrap()).unwrap();
+    let dst2 = other
+        .register(Memory::host(HostBuffer::zeroed(len)))
+        .unwrap();
+    let rep = other
+        .post(TransferRequest::read(
+            vec![dst2.desc(0, n)],
+            vec![remote2.desc(0, n)],
+        ))
+        .unwrap()
+        .wait()
+        .unwrap();
+    assert!(matches!(rep.pairs[0].path, Path::Ucx { .. }), "{rep:?}");
+    assert!(dst2.host_view().unwrap()[..] == pattern(len, 21)[..]);
+}
+
+#[test]
+fn kv_blocks_to_a_peers_shared_host_memory_are_verified() {
+    let _serial = serial();
+    let (_srv, addr) = lo_serve(&["--export", "host:64MiB"]);
+    let out = Command::new(bin())
+        .args([
+            "bench",
+            "kv",
+            "--src",
+            "host",
+            "--dst",
+            "peer-host",
+            "--peer",
+        ])
+        .arg(addr.to_string())
+        .args([
+            "--devices",
+            "lo",
+            "--blocks",
+            "4096",
+            "--block-size",
+            "4KiB",
+        ])
+        .args(["--runs", "2", "--json"])
+        .output()
+        .unwrap();
+    let v = json_ok(&out);
+    let row = &v["rows"][0];
+    assert_eq!(row["verified"], true, "{v}");
+    assert_eq!(row["path"], "host-copy", "{v}");
 }
 
 #[test]

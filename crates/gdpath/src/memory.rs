@@ -293,6 +293,29 @@ impl HostBuffer {
             .ok_or_else(|| host_alloc_error(len))
     }
 
+    /// `len` (> 0) zeroed bytes that another process of this node can map: a sealed memfd.
+    /// Exported to a peer on the same node ([`crate::Agent::export`]), the peer's `cuda` and
+    /// `host-copy` backends write and read it directly (GPU kernels, copy engines, `memcpy`)
+    /// instead of going through UCX; peers elsewhere use UCX as for any host memory
+    /// (`docs/network.md`, "Host memory of another process").
+    ///
+    /// Errors: [`crate::Error::Config`] naming the size when the system refuses the memory.
+    pub fn try_shared(len: usize) -> crate::Result<Self> {
+        AlignedBuf::try_shared(len)
+            .map(|buf| HostBuffer { buf })
+            .map_err(|e| {
+                crate::Error::Config(format!(
+                    "cannot allocate {len} bytes ({:.1} GiB) of shared host memory: {e}",
+                    len as f64 / (1u64 << 30) as f64
+                ))
+            })
+    }
+
+    /// Whether another process of this node can map the buffer ([`HostBuffer::try_shared`]).
+    pub fn is_shared(&self) -> bool {
+        self.buf.shm_id().is_some()
+    }
+
     /// An aligned copy of `bytes`.
     pub fn from_slice(bytes: &[u8]) -> Self {
         let mut b = Self::zeroed(bytes.len());

@@ -371,11 +371,13 @@ fn pairs_of_one_request_are_batched_and_report_the_method() {
     }
 }
 
+/// Set in the child: `LEN gpu` or `LEN host` (the memory it exports).
 const IPC_CHILD: &str = "GDPATH_KV_AGENT_CHILD";
-/// The test's libtest name (an integration test at the crate root is named by its function),
+/// The tests' libtest names (an integration test at the crate root is named by its function),
 /// which the child is re-run with under `--exact`; a child that matched no test ends at once
 /// and the parent fails with "the child ended".
 const IPC_TEST: &str = "blocks_to_and_from_another_process_gpu_memory_through_the_agent_protocol";
+const SHM_TEST: &str = "blocks_to_and_from_another_process_host_memory_through_shared_memory";
 /// Prefix of every message the child writes on stdout. It is searched for anywhere in a line:
 /// libtest (single-threaded, `--nocapture`) writes `test NAME ... ` without a newline before
 /// the test runs, so the child's first message shares that line.
@@ -451,22 +453,43 @@ impl ChildLines {
 #[test]
 #[ignore = "needs an NVIDIA GPU and a CUDA-enabled UCX: run the GPU suite"]
 fn blocks_to_and_from_another_process_gpu_memory_through_the_agent_protocol() {
-    if std::env::var_os(IPC_CHILD).is_some() {
-        return agent_child();
+    match std::env::var(IPC_CHILD) {
+        Ok(v) => agent_child(&v),
+        Err(_) => two_processes(IPC_TEST, false, 40_000, 64 << 10),
     }
-    let (n, bs) = (40_000u32, 64u64 << 10);
+}
+
+/// KV offload to (and reload from) host memory of another process on the node (a CPU KV tier
+/// served by its own process): as the test above, with the child exporting shared host memory
+/// (`HostBuffer::try_shared`) that this process maps and page-locks, 100,000 × 16 KiB, every
+/// method; the `cuda` backend moves the blocks straight into the child's pages.
+#[test]
+#[ignore = "needs an NVIDIA GPU: run the GPU suite"]
+fn blocks_to_and_from_another_process_host_memory_through_shared_memory() {
+    match std::env::var(IPC_CHILD) {
+        Ok(v) => agent_child(&v),
+        Err(_) => two_processes(SHM_TEST, true, 100_000, 16 << 10),
+    }
+}
+
+/// The parent's side of the two-process tests: `n` blocks of `bs` bytes from and to the
+/// child's exported region (host memory when `host`, else GPU memory).
+fn two_processes(test: &str, host: bool, n: u32, bs: u64) {
     let len = n as u64 * bs;
     eprintln!("parent: starting the child");
     let mut child = ChildGuard(
         std::process::Command::new(std::env::current_exe().unwrap())
             .args([
                 "--exact",
-                IPC_TEST,
+                test,
                 "--ignored",
                 "--nocapture",
                 "--test-threads=1",
             ])
-            .env(IPC_CHILD, format!("{len}"))
+            .env(
+                IPC_CHILD,
+                format!("{len} {}", if host { "host" } else { "gpu" }),
+            )
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .spawn()
@@ -482,7 +505,7 @@ fn blocks_to_and_from_another_process_gpu_memory_through_the_agent_protocol() {
     eprintln!("parent: waiting for the child's port");
     let first = from_child.next("waiting for the child's port");
     if let Some(why) = first.strip_prefix("SKIP ") {
-        eprintln!("SKIP {IPC_TEST}: the serving process cannot export GPU memory: {why}");
+        eprintln!("SKIP {test}: the serving process cannot export its memory: {why}");
         return;
     }
     let port: u16 = first
@@ -497,8 +520,8 @@ fn blocks_to_and_from_another_process_gpu_memory_through_the_agent_protocol() {
     let info = peer
         .regions()
         .into_iter()
-        .find(|r| matches!(r.kind, WireKind::Gpu(_)))
-        .expect("the child's GPU region");
+        .find(|r| matches!(r.kind, WireKind::Gpu(_)) != host)
+        .expect("the child's region");
     let remote = a.register(peer.memory(info.id).unwrap()).unwrap();
     let l = KvLayout::new(bs, n as u64);
     // Reload: the child's blocks into this process's GPU memory.
@@ -512,9 +535,14 @@ fn blocks_to_and_from_another_process_gpu_memory_through_the_agent_protocol() {
         .prepare_blocks(BlockTransfer::new(&remote, l, &mine, l))
         .unwrap();
     eprintln!("parent: reload planned: {:?}", p.plan());
-    assert!(p.is_block_list(), "IPC: moved by the cuda backend");
+    assert!(p.is_block_list(), "moved by the cuda backend, not UCX");
     assert_eq!(p.plan().backend, "cuda");
-    assert_eq!(p.plan().path, Path::DeviceLocal, "both processes on GPU 0");
+    let reload_path = if host {
+        Path::HostToDevice { pinned: true }
+    } else {
+        Path::DeviceLocal
+    };
+    assert_eq!(p.plan().path, reload_path, "both processes on GPU 0");
     let (s, d) = (pattern::shuffled(n, 7), pattern::shuffled(n, 8));
     eprintln!("parent: posting the reload");
     let t0 = Instant::now();
@@ -547,6 +575,9 @@ fn blocks_to_and_from_another_process_gpu_memory_through_the_agent_protocol() {
         let t0 = Instant::now();
         let rep = wait(p.post(&s, &d).unwrap());
         assert_eq!(rep.pairs[0].batch.unwrap().method, m);
+        if host {
+            assert_eq!(rep.pairs[0].path, Path::DeviceToHost { pinned: true });
+        }
         eprintln!(
             "offload to the other process, {m}: {:.1} GB/s",
             len as f64 / t0.elapsed().as_secs_f64() / 1e9
@@ -574,20 +605,41 @@ fn blocks_to_and_from_another_process_gpu_memory_through_the_agent_protocol() {
     }
 }
 
-/// The serving side of the IPC test: exports a GPU region with the pattern, announces its port
-/// (messages on stdout after [`IPC_MARK`], progress on stderr), then checks its memory when
-/// asked (and clears it for the next round). Stdin closing (the parent gone) ends it.
-fn agent_child() {
+/// The serving side of the two-process tests (`spec`: `LEN gpu|host`): exports a region with
+/// the pattern, announces its port (messages on stdout after [`IPC_MARK`], progress on stderr),
+/// then checks its memory when asked (and clears it for the next round). Stdin closing (the
+/// parent gone) ends it.
+fn agent_child(spec: &str) {
     let tell = |msg: &str| {
         // A newline first: libtest's "test NAME ... " is still open on this line.
         println!("\n{IPC_MARK}{msg}");
         let _ = std::io::stdout().flush();
     };
-    let len: u64 = std::env::var(IPC_CHILD).unwrap().parse().unwrap();
-    eprintln!("child: starting an agent, {len} bytes of GPU memory");
+    let (len, host) = match spec.split_once(' ') {
+        Some((l, kind)) => (l.parse::<u64>().unwrap(), kind == "host"),
+        None => panic!("bad {IPC_CHILD}: {spec:?}"),
+    };
+    eprintln!("child: starting an agent, {len} bytes of {spec}");
     let a = agent();
-    let r = gpu(&a, 0, len);
-    fill_gpu(&r, len, true);
+    let r = if host {
+        let buf = HostBuffer::try_shared(len as usize).expect("shared host memory");
+        a.register(Memory::host(buf)).unwrap()
+    } else {
+        gpu(&a, 0, len)
+    };
+    let clear = |pattern_or_zero: bool| {
+        if host {
+            let mut v = r.host_view().unwrap();
+            if pattern_or_zero {
+                pattern::fill(&mut v, SEED, 0);
+            } else {
+                v.fill(0);
+            }
+        } else {
+            fill_gpu(&r, len, pattern_or_zero);
+        }
+    };
+    clear(true);
     eprintln!("child: serving on 127.0.0.1");
     let server = match a.serve(
         std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
@@ -616,7 +668,7 @@ fn agent_child() {
         }
         if line.starts_with("CLEAR") {
             eprintln!("child: clearing");
-            fill_gpu(&r, len, false);
+            clear(false);
             tell("CLEARED");
             continue;
         }
@@ -635,7 +687,7 @@ fn agent_child() {
         } else {
             format!("BAD {bad}")
         });
-        fill_gpu(&r, len, false);
+        clear(false);
     }
     server.stop(Duration::from_secs(5));
     eprintln!("child: stopped");

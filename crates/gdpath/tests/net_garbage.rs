@@ -328,6 +328,7 @@ fn client_refuses_malformed_welcome() {
         len,
         rkey: vec![1, 2, 3],
         ipc: None,
+        shm: None,
     };
     type Make = Box<dyn Fn([u8; 32], [u8; 32]) -> Vec<u8> + Send>;
     let welcome = |md: Metadata| -> Make {
@@ -441,6 +442,7 @@ fn arb_message() -> impl Strategy<Value = Message> {
                 handle: [o as u8; 64],
                 offset: addr / 2,
             }),
+            shm: None,
         });
     let md =
         ("[a-z]{0,20}", prop::collection::vec(region, 0..6)).prop_map(|(name, mut regions)| {

@@ -27,8 +27,9 @@ pub struct KvArgs {
     /// Source memory: gpu:N or host.
     #[arg(long, default_value = "gpu:0", value_parser = kv::KvMem::parse)]
     src: kv::KvMem,
-    /// Destination memory: gpu:N, host, or peer (a `gdpath serve --export gpu:0:SIZE`, see
-    /// --peer; through CUDA IPC on this node).
+    /// Destination memory: gpu:N, host, peer (a `gdpath serve --export gpu:0:SIZE`, see
+    /// --peer; through CUDA IPC on this node) or peer-host (its `--export host:SIZE`: shared
+    /// memory written in place on this node).
     #[arg(long, default_value = "host", value_parser = kv::KvMem::parse)]
     dst: kv::KvMem,
     /// Timed runs per row, after one warm-up.
@@ -37,9 +38,13 @@ pub struct KvArgs {
     /// auto (the backend chooses), kernel, driver-batch or copies.
     #[arg(long, default_value = "auto")]
     method: String,
-    /// The serving agent for --dst peer, HOST:PORT.
+    /// The serving agent for --dst peer / peer-host, HOST:PORT.
     #[arg(long)]
     peer: Option<String>,
+    /// Reach a peer-host on this node through UCX instead of mapping its shared memory (to
+    /// compare the two).
+    #[arg(long)]
+    no_shared_memory: bool,
     #[command(flatten)]
     net: crate::serve::NetOpts,
     /// Print JSON instead of a table.
@@ -75,7 +80,10 @@ pub(super) fn run_kv(a: KvArgs) -> Result<ExitCode> {
         method,
         peer,
         token: a.net.token()?,
-        net: a.net.config(),
+        net: gdpath::net::NetConfig {
+            shared_memory: !a.no_shared_memory,
+            ..a.net.config()
+        },
     };
     let bars = progress::for_terminal(a.json);
     let started = std::time::SystemTime::now();

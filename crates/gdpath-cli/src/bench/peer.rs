@@ -130,6 +130,8 @@ pub(super) fn run_net(a: NetBenchArgs) -> Result<ExitCode> {
         net: NetConfig {
             put_completion: a.completion.unwrap_or(Completion::Remote).into(),
             pack_writes: !a.no_pack,
+            // The bench measures UCX, also against a peer on this node that shares its memory.
+            shared_memory: false,
             ..a.net.config()
         },
         op: if a.op == "get" { Op::Read } else { Op::Write },

@@ -1,12 +1,14 @@
 //! `HostCopy`: host memory ↔ host memory with `memcpy`, on the posting thread; block lists
-//! (CPU KV tiers, [`crate::blocks`]) as one `memmove` per merged run.
+//! (CPU KV tiers, [`crate::blocks`]) as one `memmove` per merged run. A peer's host region on
+//! this node that the peer shares ([`super::shm`]) counts as host memory: the bytes go
+//! straight into the peer's pages.
 
 use super::{Backend, Capability, PlanChoice, Preference, Refusal};
 use crate::blocks::{BatchReport, CopyMethod};
 use crate::memory::MemoryClass;
 use crate::os::mem::HostMem;
 use crate::path::Path;
-use crate::region::Descriptor;
+use crate::region::{Descriptor, Region};
 use crate::transfer::{Op, WorkItem};
 
 /// Backend name.
@@ -22,12 +24,21 @@ impl Backend for HostCopy {
     }
 
     fn capabilities(&self) -> Vec<Capability> {
-        vec![Capability::both(
-            MemoryClass::Host,
-            MemoryClass::Host,
-            Path::HostCopy,
-            Preference::Preferred,
-        )]
+        vec![
+            Capability::both(
+                MemoryClass::Host,
+                MemoryClass::Host,
+                Path::HostCopy,
+                Preference::Preferred,
+            ),
+            // A peer's shared host memory on this node (refused otherwise: UCX takes the pair).
+            Capability::both(
+                MemoryClass::Host,
+                MemoryClass::Remote,
+                Path::HostCopy,
+                Preference::Preferred,
+            ),
+        ]
     }
 
     fn plan(
@@ -36,12 +47,17 @@ impl Backend for HostCopy {
         local: &Descriptor,
         target: &Descriptor,
     ) -> Result<PlanChoice, Refusal> {
-        match (local.region.host_ptr(), target.region.host_ptr()) {
-            (Some(_), Some(_)) => Ok(PlanChoice::on(Path::HostCopy)),
-            _ => Err(Refusal {
-                finding: None,
-                detail: "both sides must be host memory".into(),
-            }),
+        let refuse = |detail: String| Refusal {
+            finding: None,
+            detail,
+        };
+        match (host_side(&local.region), host_side(&target.region)) {
+            (Some(Ok(_)), Some(Ok(_))) => Ok(PlanChoice::on(Path::HostCopy)),
+            (Some(Err(why)), _) | (_, Some(Err(why))) => Err(refuse(why)),
+            _ => Err(refuse(
+                "both sides must be host memory (a peer's only when it shares it on this node)"
+                    .into(),
+            )),
         }
     }
 
@@ -64,9 +80,9 @@ impl Backend for HostCopy {
                 copy_blocks(item);
                 continue;
             }
-            let (Some(l), Some(t)) = (
-                item.local().region.host_mem(),
-                item.target().region.host_mem(),
+            let (Some(Ok(l)), Some(Ok(t))) = (
+                host_side(&item.local().region),
+                host_side(&item.target().region),
             ) else {
                 item.complete(Err(crate::Error::Backend {
                     backend: NAME,
@@ -91,6 +107,15 @@ impl Backend for HostCopy {
     }
 }
 
+/// The host memory of `region`: its own, or a peer's shared memory mapped here; `None` for
+/// other memory, the mapping's error for a peer's that cannot be mapped.
+fn host_side(region: &Region) -> Option<Result<&HostMem, String>> {
+    if let Some(m) = region.host_mem() {
+        return Some(Ok(m));
+    }
+    super::ucx::shm_import(region).map(|i| i.mem())
+}
+
 /// Moves a block list: one `memmove` per merged run, source to destination. The report's
 /// `post_ns` is the whole copy (the CPU moves the bytes as it walks the list).
 fn copy_blocks(item: WorkItem) {
@@ -102,7 +127,7 @@ fn copy_blocks(item: WorkItem) {
         Op::Write => (item.local(), item.target()),
         Op::Read => (item.target(), item.local()),
     };
-    let (Some(s), Some(d)) = (src.region.host_mem(), dst.region.host_mem()) else {
+    let (Some(Ok(s)), Some(Ok(d))) = (host_side(&src.region), host_side(&dst.region)) else {
         item.complete(Err(fail("both sides must be host memory".into())));
         return;
     };

@@ -17,6 +17,7 @@ pub mod host_copy;
 pub mod network;
 pub mod posix_buffered;
 pub mod posix_direct;
+pub(crate) mod shm;
 mod split;
 pub mod ucx;
 mod workers;

@@ -35,8 +35,9 @@ pub const MAGIC: [u8; 4] = *b"GDPN";
 /// The protocol version this build speaks (and the only one it accepts). Version 3 moved the
 /// handshake to gdpath's own TCP connection, added the UCX worker addresses and routing ids
 /// to `Auth` and `Welcome`, and lets a region carry a CUDA IPC handle ([`RegionMeta::ipc`]);
-/// version 2 added `Bye`, `Writes` and `WritesAck`.
-pub const VERSION: u16 = 3;
+/// version 2 added `Bye`, `Writes` and `WritesAck`; version 4 lets a host region carry its
+/// shared-memory name ([`RegionMeta::shm`]).
+pub const VERSION: u16 = 4;
 /// Frame header length in bytes.
 pub const HEADER_LEN: usize = 12;
 /// Largest message (header + body) in bytes: the UCX control-message bound
@@ -119,8 +120,31 @@ pub struct RegionMeta {
     pub len: u64,
     pub rkey: Vec<u8>,
     /// The CUDA IPC handle of the GPU allocation holding the region, for importers on the same
-    /// node (wire: a presence byte 0/1, then the fields of [`IpcMeta`]).
+    /// node (wire: a presence byte 0 (none), 1 (this), 2 ([`RegionMeta::shm`]), then the
+    /// fields of [`IpcMeta`]).
     pub ipc: Option<IpcMeta>,
+    /// For host memory: the shared memory holding the region, for importers on the same node
+    /// (wire: presence byte 2, then the fields of [`ShmMeta`]). At most one of `ipc` and `shm`.
+    pub shm: Option<ShmMeta>,
+}
+
+/// A host region's shared memory as its exporter declares it: a sealed memfd that processes of
+/// the same node (the importer compares `host` with its own) open as `/proc/PID/fd/FD`, check
+/// against `dev` and `ino`, and map, the region `offset` bytes into it. Wire: `host[16]`,
+/// `pid` u32, `fd` u32, `dev` u64, `ino` u64, `offset` u64.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShmMeta {
+    /// The exporter's node: the kernel's boot id (`/proc/sys/kernel/random/boot_id`).
+    pub host: [u8; 16],
+    /// The exporting process.
+    pub pid: u32,
+    /// The memfd's descriptor number in the exporting process.
+    pub fd: u32,
+    /// Device and inode numbers of the memfd (`fstat`).
+    pub dev: u64,
+    pub ino: u64,
+    /// Bytes from the file's start to the region's.
+    pub offset: u64,
 }
 
 /// Longest PCI address an [`IpcMeta`] carries, bytes (`0000:00:06.0` is 12).
@@ -665,8 +689,9 @@ fn metadata(r: &mut Reader<'_>) -> Result<Metadata, DecodeError> {
             });
         }
         let rkey = r.take("rkey", klen)?.to_vec();
-        let ipc = match r.u8("IPC presence")? {
-            0 => None,
+        let (mut ipc, mut shm) = (None, None);
+        match r.u8("IPC presence")? {
+            0 => {}
             1 => {
                 let host = r.array::<16>("IPC host")?;
                 let pci = r.str16("IPC PCI address", MAX_PCI)?;
@@ -678,24 +703,52 @@ fn metadata(r: &mut Reader<'_>) -> Result<Metadata, DecodeError> {
                         detail: format!("IPC offset {offset} is past the region's address"),
                     });
                 }
-                Some(IpcMeta {
+                ipc = Some(IpcMeta {
                     host,
                     pci,
                     handle,
                     offset,
-                })
+                });
+            }
+            2 => {
+                let host = r.array::<16>("shared memory host")?;
+                let pid = r.u32("shared memory pid")?;
+                let fd = r.u32("shared memory fd")?;
+                let dev = r.u64("shared memory device")?;
+                let ino = r.u64("shared memory inode")?;
+                let offset = r.u64("shared memory offset")?;
+                if offset.checked_add(len).is_none() {
+                    return Err(DecodeError::BadRegion {
+                        id,
+                        detail: format!("shared memory offset {offset}+{len} wraps"),
+                    });
+                }
+                shm = Some(ShmMeta {
+                    host,
+                    pid,
+                    fd,
+                    dev,
+                    ino,
+                    offset,
+                });
             }
             b => {
                 return Err(DecodeError::BadRegion {
                     id,
-                    detail: format!("IPC presence byte {b} (expected 0 or 1)"),
+                    detail: format!("IPC presence byte {b} (expected 0, 1 or 2)"),
                 })
             }
-        };
+        }
         if ipc.is_some() && kind == WireKind::Host {
             return Err(DecodeError::BadRegion {
                 id,
                 detail: "an IPC handle for host memory".into(),
+            });
+        }
+        if shm.is_some() && kind != WireKind::Host {
+            return Err(DecodeError::BadRegion {
+                id,
+                detail: "shared host memory for GPU memory".into(),
             });
         }
         if regions.iter().any(|x| x.id == id) {
@@ -711,6 +764,7 @@ fn metadata(r: &mut Reader<'_>) -> Result<Metadata, DecodeError> {
             len,
             rkey,
             ipc,
+            shm,
         });
     }
     Ok(Metadata { name, regions })
@@ -865,15 +919,31 @@ impl Writer {
             self.0
                 .extend_from_slice(&(g.rkey.len() as u16).to_le_bytes());
             self.0.extend_from_slice(&g.rkey);
-            match &g.ipc {
-                None => self.0.push(0),
-                Some(i) => {
+            match (&g.ipc, &g.shm) {
+                (None, None) => self.0.push(0),
+                (Some(i), None) => {
                     Self::limit("IPC PCI address", i.pci.len(), MAX_PCI)?;
                     self.0.push(1);
                     self.0.extend_from_slice(&i.host);
                     self.str16("IPC PCI address", &i.pci)?;
                     self.0.extend_from_slice(&i.handle);
                     self.0.extend_from_slice(&i.offset.to_le_bytes());
+                }
+                (None, Some(m)) => {
+                    self.0.push(2);
+                    self.0.extend_from_slice(&m.host);
+                    self.0.extend_from_slice(&m.pid.to_le_bytes());
+                    self.0.extend_from_slice(&m.fd.to_le_bytes());
+                    self.0.extend_from_slice(&m.dev.to_le_bytes());
+                    self.0.extend_from_slice(&m.ino.to_le_bytes());
+                    self.0.extend_from_slice(&m.offset.to_le_bytes());
+                }
+                (Some(_), Some(_)) => {
+                    return Err(EncodeError {
+                        what: "memory-sharing records (CUDA IPC and shared host memory)",
+                        len: 2,
+                        max: 1,
+                    })
                 }
             }
         }
@@ -1006,6 +1076,7 @@ mod tests {
                     len: 1 << 20,
                     rkey: vec![1, 2, 3],
                     ipc: None,
+                    shm: None,
                 },
                 RegionMeta {
                     id: 9,
@@ -1018,6 +1089,23 @@ mod tests {
                         pci: "0000:00:06.0".into(),
                         handle: [0xa5; 64],
                         offset: 256,
+                    }),
+                    shm: None,
+                },
+                RegionMeta {
+                    id: 11,
+                    kind: WireKind::Host,
+                    addr: 0x7e00_0000_0000,
+                    len: 1 << 16,
+                    rkey: vec![4; 40],
+                    ipc: None,
+                    shm: Some(ShmMeta {
+                        host: [8; 16],
+                        pid: 1234,
+                        fd: 9,
+                        dev: 0x1a,
+                        ino: 77,
+                        offset: 4096,
                     }),
                 },
             ],
@@ -1274,15 +1362,24 @@ mod tests {
         body.extend_from_slice(&g.len.to_le_bytes());
         body.extend_from_slice(&(g.rkey.len() as u16).to_le_bytes());
         body.extend_from_slice(&g.rkey);
-        match &g.ipc {
-            None => body.push(0),
-            Some(i) => {
+        match (&g.ipc, &g.shm) {
+            (None, None) => body.push(0),
+            (Some(i), _) => {
                 body.push(1);
                 body.extend_from_slice(&i.host);
                 body.extend_from_slice(&(i.pci.len() as u16).to_le_bytes());
                 body.extend_from_slice(i.pci.as_bytes());
                 body.extend_from_slice(&i.handle);
                 body.extend_from_slice(&i.offset.to_le_bytes());
+            }
+            (None, Some(m)) => {
+                body.push(2);
+                body.extend_from_slice(&m.host);
+                body.extend_from_slice(&m.pid.to_le_bytes());
+                body.extend_from_slice(&m.fd.to_le_bytes());
+                body.extend_from_slice(&m.dev.to_le_bytes());
+                body.extend_from_slice(&m.ino.to_le_bytes());
+                body.extend_from_slice(&m.offset.to_le_bytes());
             }
         }
         let mut b = MAGIC.to_vec();
@@ -1303,6 +1400,7 @@ mod tests {
             len: 4096,
             rkey: vec![1],
             ipc: None,
+            shm: None,
         };
         assert!(decode(&with_region(ok.clone())).is_ok());
         let ipc = IpcMeta {
@@ -1314,10 +1412,52 @@ mod tests {
         let gpu = RegionMeta {
             kind: WireKind::Gpu(0),
             ipc: Some(ipc.clone()),
+            shm: None,
             ..ok.clone()
         };
         assert!(decode(&with_region(gpu.clone())).is_ok());
+        let shm = ShmMeta {
+            host: [3; 16],
+            pid: 4242,
+            fd: 7,
+            dev: 5,
+            ino: 99,
+            offset: 8192,
+        };
+        let shared = RegionMeta {
+            shm: Some(shm.clone()),
+            ..ok.clone()
+        };
+        assert_eq!(
+            decode(&with_region(shared.clone())).unwrap(),
+            Message::Metadata(Metadata {
+                name: String::new(),
+                regions: vec![shared.clone()]
+            })
+        );
+        // Both sharing records on one region cannot be encoded.
+        assert!(encode(&Message::Metadata(Metadata {
+            name: String::new(),
+            regions: vec![RegionMeta {
+                ipc: Some(ipc.clone()),
+                ..shared.clone()
+            }],
+        }))
+        .is_err());
         let bad = [
+            // Shared host memory named for GPU memory; an offset that wraps with the length.
+            RegionMeta {
+                ipc: None,
+                shm: Some(shm.clone()),
+                ..gpu.clone()
+            },
+            RegionMeta {
+                shm: Some(ShmMeta {
+                    offset: u64::MAX - 100,
+                    ..shm.clone()
+                }),
+                ..ok.clone()
+            },
             RegionMeta {
                 len: 0,
                 ..ok.clone()
@@ -1334,6 +1474,7 @@ mod tests {
             // An IPC handle of host memory; an offset past the address.
             RegionMeta {
                 ipc: Some(ipc.clone()),
+                shm: None,
                 ..ok.clone()
             },
             RegionMeta {
@@ -1341,6 +1482,7 @@ mod tests {
                     offset: 4097,
                     ..ipc.clone()
                 }),
+                shm: None,
                 ..gpu.clone()
             },
         ];
@@ -1349,6 +1491,7 @@ mod tests {
                 pci: "x".repeat(MAX_PCI + 1),
                 ..ipc.clone()
             }),
+            shm: None,
             ..gpu.clone()
         };
         assert!(matches!(
@@ -1373,7 +1516,7 @@ mod tests {
         b[12 + 2 + 4 + 8] = 7; // kind byte
         assert!(matches!(decode(&b), Err(DecodeError::BadRegion { .. })));
         let mut b = with_region(ok.clone());
-        *b.last_mut().unwrap() = 2; // IPC presence byte
+        *b.last_mut().unwrap() = 3; // sharing presence byte (0, 1 or 2)
         assert!(matches!(decode(&b), Err(DecodeError::BadRegion { .. })));
         let dup = encode(&Message::Metadata(Metadata {
             name: String::new(),

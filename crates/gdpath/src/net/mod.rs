@@ -135,6 +135,13 @@ pub struct NetConfig {
     /// their rate at glibc's defaults (docs/benchmarks.md, "Measurements behind the defaults",
     /// `TRIM_THRESHOLD` / `MMAP_THRESHOLD`). Default `true`; no effect elsewhere than glibc.
     pub keep_freed_memory: bool,
+    /// Move bytes to and from a peer's shared host region on this node
+    /// ([`crate::HostBuffer::try_shared`], what `gdpath serve --export host:SIZE` exports)
+    /// without UCX: `memcpy` from host memory, the `cuda` backend's copies and block copier
+    /// from GPU memory, straight into the peer's pages (default `true`; docs/network.md, "Host
+    /// memory of another process"). `false` leaves every remote pair to UCX (what `gdpath bench
+    /// net` measures).
+    pub shared_memory: bool,
 }
 
 impl Default for NetConfig {
@@ -150,6 +157,7 @@ impl Default for NetConfig {
             put_completion: PutCompletion::Remote,
             pack_writes: true,
             keep_freed_memory: true,
+            shared_memory: true,
         }
     }
 }

@@ -23,6 +23,8 @@ pub struct AlignedBuf {
     align: usize,
     /// Made by `mmap` (freed by `munmap`) rather than the allocator.
     mapped: bool,
+    /// A memfd another process can map ([`AlignedBuf::try_shared`]); it owns the mapping.
+    shared: Option<super::shm::SharedBuf>,
 }
 
 /// Allocations of at least this many bytes (with an alignment of at most a page) are anonymous
@@ -51,6 +53,7 @@ impl AlignedBuf {
                 len,
                 align,
                 mapped: false,
+                shared: None,
             });
         }
         if len >= MAP_MIN && align <= super::file::page_size() {
@@ -74,6 +77,7 @@ impl AlignedBuf {
                 len,
                 align,
                 mapped: true,
+                shared: None,
             });
         }
         // SAFETY: layout has a non-zero size.
@@ -83,7 +87,29 @@ impl AlignedBuf {
             len,
             align,
             mapped: false,
+            shared: None,
         })
+    }
+
+    /// `len` (> 0) zeroed, page-aligned bytes that another process of this node can map
+    /// (a sealed memfd, [`super::shm`]): writes it makes land here.
+    ///
+    /// Errors: the system's (`memfd_create`, `mmap`, ...), `EINVAL` for a zero length.
+    pub fn try_shared(len: usize) -> std::io::Result<Self> {
+        let shared = super::shm::SharedBuf::new(len)?;
+        Ok(AlignedBuf {
+            ptr: NonNull::new(shared.as_ptr()).expect("mmap returned a non-null address"),
+            len: shared.len(),
+            align: super::file::page_size(),
+            mapped: false,
+            shared: Some(shared),
+        })
+    }
+
+    /// How another process names this memory, for a buffer made by
+    /// [`AlignedBuf::try_shared`].
+    pub fn shm_id(&self) -> Option<super::shm::ShmId> {
+        self.shared.as_ref().map(|s| s.id())
     }
 
     /// As [`AlignedBuf::try_zeroed`], aborting like `Vec` when the allocator fails.
@@ -125,7 +151,9 @@ impl AlignedBuf {
 
 impl Drop for AlignedBuf {
     fn drop(&mut self) {
-        if self.mapped {
+        if self.shared.is_some() {
+            // The shared buffer unmaps itself.
+        } else if self.mapped {
             // SAFETY: the mapping `try_zeroed` made, of `len` bytes, unmapped once; the value
             // owned it and no reference into it outlives the value.
             unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
@@ -286,6 +314,15 @@ impl HostMem {
             Ok(Bytes::Owned(buf)) => Ok(buf),
             Ok(other) => Err(HostMem(Arc::new(other))),
             Err(shared) => Err(HostMem(shared)),
+        }
+    }
+
+    /// How another process of this node names this memory, when it is gdpath's own shared
+    /// allocation ([`AlignedBuf::try_shared`]).
+    pub fn shm_id(&self) -> Option<super::shm::ShmId> {
+        match &*self.0 {
+            Bytes::Owned(b) => b.shm_id(),
+            Bytes::Borrowed { .. } => None,
         }
     }
 

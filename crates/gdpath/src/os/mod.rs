@@ -19,6 +19,9 @@
 //! - [`malloc`]: glibc's allocator thresholds (`mallopt`), which a serving agent raises.
 //! - [`netif`]: the host's network interfaces and their addresses (`getifaddrs`), from which the
 //!   network backend chooses the devices UCX may listen on.
+//! - [`node`]: this node's identity (the kernel's boot id), shared by every process of it.
+//! - [`shm`]: host memory another process of this node maps (a sealed memfd, named by pid, fd
+//!   number, device and inode) and the importer's checked mapping of it through `/proc`.
 //! - [`uring`]: an io_uring whose submissions own the memory they point to until the kernel
 //!   completes them.
 //!
@@ -39,11 +42,15 @@ pub(crate) mod file;
 pub(crate) mod malloc;
 pub(crate) mod mem;
 pub(crate) mod netif;
+mod node;
 mod pages;
 mod process;
+pub(crate) mod shm;
 pub(crate) mod uring;
 
 pub use cache::evict_page_cache;
 pub use dl::library_exports;
+pub use node::boot_id;
 pub use pages::{fs_magic, resident_bytes};
 pub use process::exit_immediately;
+pub use shm::ShmId;

@@ -7,7 +7,7 @@
 //! waited for once. Per list: one copier lease, one stream lease, one lock of a pinned region;
 //! nothing per descriptor.
 
-use super::memory::cuda_err;
+use super::memory::{cuda_err, PinnedHandle};
 use super::pageable::{self, Dir, HostRange, Stop};
 use super::{with_pinned, Shared, NAME};
 use crate::blocks::{BatchReport, CopyMethod};
@@ -112,6 +112,8 @@ pub(crate) enum End<'a> {
     Dev { buf: DevBuf<'a>, off: u64 },
     /// Pinned host memory (its registration is reached under the region's handle lock).
     Pinned { region: &'a Region, ptr: u64 },
+    /// A peer's shared host memory mapped here, with its registration.
+    Mapped { handle: Arc<PinnedHandle>, ptr: u64 },
     /// Pageable host memory.
     Pageable { mem: &'a HostMem },
 }
@@ -122,8 +124,22 @@ impl End<'_> {
     fn base(&self) -> u64 {
         match self {
             End::Dev { buf, off } => buf.device_ptr() + off,
-            End::Pinned { ptr, .. } => *ptr,
+            End::Pinned { ptr, .. } | End::Mapped { ptr, .. } => *ptr,
             End::Pageable { .. } => 0,
+        }
+    }
+
+    /// Runs `f` on the registration of a pinned or mapped end.
+    fn with_host<R>(
+        &self,
+        f: impl FnOnce(&PinnedHandle) -> std::result::Result<R, CudaError>,
+    ) -> std::result::Result<R, CudaError> {
+        match self {
+            End::Pinned { region, .. } => with_pinned(region, f),
+            End::Mapped { handle, .. } => f(handle),
+            _ => Err(CudaError::InvalidArgument(
+                "a page-locked host end was expected".into(),
+            )),
         }
     }
 
@@ -179,6 +195,11 @@ impl Shared {
                 buf: DevBuf::Shared(buf),
                 off,
             });
+        }
+        if let Some(imp) = crate::backend::ucx::shm_import(&d.region) {
+            let handle = self.shm_pinned(imp).map_err(backend_err)?;
+            let ptr = imp.mem().map_err(backend_err)?.as_ptr() as u64;
+            return Ok(End::Mapped { handle, ptr });
         }
         let mem = d.region.host_mem().ok_or_else(|| {
             backend_err(format!(
@@ -295,7 +316,8 @@ impl Shared {
             matches!(src, End::Pageable { .. }) || matches!(dst, End::Pageable { .. }),
             *path == Path::Staged,
         );
-        let host = matches!(src, End::Pinned { .. }) || matches!(dst, End::Pinned { .. });
+        let host = matches!(src, End::Pinned { .. } | End::Mapped { .. })
+            || matches!(dst, End::Pinned { .. } | End::Mapped { .. });
         if let (Some(s), Some(d)) = (src.device(), dst.device()) {
             if s.ordinal() != d.ordinal() && !staged {
                 self.gpus
@@ -449,22 +471,24 @@ fn copies(
             }
             Ok(())
         }
-        (End::Dev { buf: s, .. }, End::Pinned { region, .. }) => with_pinned(region, |h| {
-            let mut h = h.lock();
-            for c in list {
-                let (so, dof, len) = offs(c);
-                stream.copy_d2h(&mut *h, dof, s, so, len)?;
-            }
-            Ok(())
-        }),
-        (End::Pinned { region, .. }, End::Dev { buf: d, .. }) => with_pinned(region, |h| {
-            let h = h.lock();
-            for c in list {
-                let (so, dof, len) = offs(c);
-                stream.copy_h2d(d, dof, &*h, so, len)?;
-            }
-            Ok(())
-        }),
+        (End::Dev { buf: s, .. }, host @ (End::Pinned { .. } | End::Mapped { .. })) => host
+            .with_host(|h| {
+                let mut h = h.lock();
+                for c in list {
+                    let (so, dof, len) = offs(c);
+                    stream.copy_d2h(&mut *h, dof, s, so, len)?;
+                }
+                Ok(())
+            }),
+        (host @ (End::Pinned { .. } | End::Mapped { .. }), End::Dev { buf: d, .. }) => host
+            .with_host(|h| {
+                let h = h.lock();
+                for c in list {
+                    let (so, dof, len) = offs(c);
+                    stream.copy_h2d(d, dof, &*h, so, len)?;
+                }
+                Ok(())
+            }),
         _ => Err(CudaError::InvalidArgument(
             "plain block copies need GPU memory on one side and no pageable memory".into(),
         )),
@@ -521,14 +545,16 @@ fn post_list(
         (End::Dev { buf: s, .. }, End::Dev { buf: d, .. }) => {
             run(BlockRegion::device(s), BlockRegion::device(d))
         }
-        (End::Dev { buf: s, .. }, End::Pinned { region, .. }) => with_pinned(region, |h| {
-            let mut h = h.lock();
-            run(BlockRegion::device(s), BlockRegion::host_mut(&mut *h))
-        }),
-        (End::Pinned { region, .. }, End::Dev { buf: d, .. }) => with_pinned(region, |h| {
-            let h = h.lock();
-            run(BlockRegion::host(&*h), BlockRegion::device(d))
-        }),
+        (End::Dev { buf: s, .. }, host @ (End::Pinned { .. } | End::Mapped { .. })) => host
+            .with_host(|h| {
+                let mut h = h.lock();
+                run(BlockRegion::device(s), BlockRegion::host_mut(&mut *h))
+            }),
+        (host @ (End::Pinned { .. } | End::Mapped { .. }), End::Dev { buf: d, .. }) => host
+            .with_host(|h| {
+                let h = h.lock();
+                run(BlockRegion::host(&*h), BlockRegion::device(d))
+            }),
         _ => Err(CudaError::InvalidArgument(
             "a block copy needs GPU memory on one side and no pageable memory".into(),
         )),

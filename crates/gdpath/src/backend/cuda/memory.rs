@@ -55,6 +55,10 @@ pub fn gpu_buffer(region: &Region) -> Option<&DeviceBuffer> {
 pub(crate) struct PinnedHandle(Mutex<HostRegistration<HostMem>>);
 
 impl PinnedHandle {
+    pub(crate) fn new(reg: HostRegistration<HostMem>) -> PinnedHandle {
+        PinnedHandle(Mutex::new(reg))
+    }
+
     pub(crate) fn lock(&self) -> MutexGuard<'_, HostRegistration<HostMem>> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -124,5 +128,5 @@ pub(crate) fn register(gpus: &Gpus, region: &Region) -> Result<Option<BackendHan
     // page-locked already (PyTorch's pinned memory) is used as it is and left locked.
     let reg = os_mem::pin_host_memory(&ctx, mem)
         .map_err(|e| cuda_err(format!("pinning {len} bytes of host memory"), e))?;
-    Ok(Some(Box::new(PinnedHandle(Mutex::new(reg)))))
+    Ok(Some(Box::new(PinnedHandle::new(reg))))
 }

@@ -13,6 +13,7 @@
 //! | pinned host ↔ GPU | `HostToDevice`/`DeviceToHost { pinned: true }` | one async copy ([`direct`]) |
 //! | pageable host ↔ GPU | `… { pinned: false }` + `system.host-pageable` | threads + bounce buffers ([`pageable`]); the driver's own copy below 16 MiB |
 //! | GPU ↔ a peer agent's GPU region on this node, opened through CUDA IPC ([`ipc`]) | `DeviceLocal` (the same GPU) or `P2pNvlink`/`P2pPcie` | as between local GPU memory, on the mapping |
+//! | GPU ↔ a peer agent's shared host region on this node ([`crate::backend::shm`]) | `HostToDevice`/`DeviceToHost { pinned: true }` | as with pinned host memory, on the mapping (page-locked here once) |
 //!
 //! Many descriptors at once ([`lists`]): a block list ([`crate::blocks`]), and three or more
 //! consecutive pairs of one request between the same two regions on a direct path, are one list
@@ -211,10 +212,18 @@ impl Shared {
                 }))
             }
             (MemoryKind::Gpu { ordinal }, MemoryKind::Remote { .. }) => {
-                self.ipc_choice(*ordinal, &dst.region).map_err(refuse)
+                match crate::backend::ucx::shm_import(&dst.region) {
+                    Some(imp) => self.shm_choice(imp, Path::DeviceToHost { pinned: true }),
+                    None => self.ipc_choice(*ordinal, &dst.region),
+                }
+                .map_err(refuse)
             }
             (MemoryKind::Remote { .. }, MemoryKind::Gpu { ordinal }) => {
-                self.ipc_choice(*ordinal, &src.region).map_err(refuse)
+                match crate::backend::ucx::shm_import(&src.region) {
+                    Some(imp) => self.shm_choice(imp, Path::HostToDevice { pinned: true }),
+                    None => self.ipc_choice(*ordinal, &src.region),
+                }
+                .map_err(refuse)
             }
             (s, d) => Err(refuse(format!("{NAME} does not move {s} to {d}"))),
         }
@@ -255,6 +264,48 @@ impl Shared {
             }
             PeerLink::Possible(path) => Ok(PlanChoice::on(path)),
             PeerLink::Impossible(why) => Err(why),
+        }
+    }
+
+    /// `path` (pinned host ↔ GPU) for a peer's shared host region on this node, once its
+    /// mapping is made and page-locked here. Refused (UCX then takes the pair) when it cannot
+    /// be mapped or locked.
+    fn shm_choice(
+        &self,
+        imp: &crate::backend::shm::ShmImport,
+        path: Path,
+    ) -> std::result::Result<PlanChoice, String> {
+        self.shm_pinned(imp)?;
+        Ok(PlanChoice::on(path))
+    }
+
+    /// The page-locked mapping of a peer's shared host region (locked on first use, kept with
+    /// the import; a failure is kept too).
+    pub(crate) fn shm_pinned(
+        &self,
+        imp: &crate::backend::shm::ShmImport,
+    ) -> std::result::Result<Arc<PinnedHandle>, String> {
+        imp.pinned
+            .get_or_init(|| {
+                let mem = imp.mem()?.clone();
+                let ctx = self.gpus.context(0).map_err(|e| e.to_string())?;
+                let reg = crate::os::mem::pin_host_memory(&ctx, &mem)
+                    .map_err(|e| format!("page-locking the peer's shared host memory: {e}"))?;
+                Ok(Arc::new(PinnedHandle::new(reg)))
+            })
+            .clone()
+    }
+
+    /// Runs `f` on the page-locked memory of host region `region`: a pinned region's own, or a
+    /// peer's shared host region mapped here.
+    fn with_host_pinned<R>(
+        &self,
+        region: &Region,
+        f: impl FnOnce(&PinnedHandle) -> std::result::Result<R, CudaError>,
+    ) -> std::result::Result<R, CudaError> {
+        match crate::backend::ucx::shm_import(region) {
+            Some(imp) => f(&*self.shm_pinned(imp).map_err(CudaError::InvalidArgument)?),
+            None => with_pinned(region, f),
         }
     }
 
@@ -331,14 +382,14 @@ impl Shared {
             }
             Path::HostToDevice { pinned: true } => {
                 let d = dev(dst)?;
-                with_pinned(&src.region, |h| {
+                self.with_host_pinned(&src.region, |h| {
                     direct::h2d_pinned(&self.gpus, h, so, d, dof, len)
                 })
                 .map_err(&fail)?;
             }
             Path::DeviceToHost { pinned: true } => {
                 let s = dev(src)?;
-                with_pinned(&dst.region, |h| {
+                self.with_host_pinned(&dst.region, |h| {
                     direct::d2h_pinned(&self.gpus, s, so, h, dof, len)
                 })
                 .map_err(&fail)?;
@@ -442,6 +493,21 @@ impl Backend for CudaBackend {
             Capability::both(Gpu, Remote, Path::DeviceLocal, Preference::Preferred),
             Capability::both(Gpu, Remote, Path::P2pNvlink, Preference::Preferred),
             Capability::both(Gpu, Remote, Path::P2pPcie, Preference::Preferred),
+            // A peer's shared host memory on this node (refused otherwise, as above).
+            one(
+                Gpu,
+                Remote,
+                Op::Write,
+                Path::DeviceToHost { pinned: true },
+                Preference::Preferred,
+            ),
+            one(
+                Gpu,
+                Remote,
+                Op::Read,
+                Path::HostToDevice { pinned: true },
+                Preference::Preferred,
+            ),
             one(
                 Host,
                 Gpu,

@@ -118,6 +118,7 @@ impl UcxBackend {
             len: mem.len() as u64,
             rkey,
             ipc: crate::backend::cuda::ipc_export_meta(region),
+            shm: crate::backend::shm::export_meta(region),
         };
         let len = meta.len;
         let mut guard = lock(&self.state);

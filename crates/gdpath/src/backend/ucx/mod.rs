@@ -53,7 +53,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, Weak};
 
 pub(crate) use conn::PeerConn;
-pub(crate) use remote::{ipc_import, RemoteMem};
+pub(crate) use remote::{ipc_import, shm_import, RemoteMem};
 
 /// Settings of UCX's CUDA transports gdpath prefers, unless the environment sets them
 /// (`UCX_<name>`); applied only where UCX supports CUDA memory.

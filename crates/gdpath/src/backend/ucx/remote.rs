@@ -31,6 +31,9 @@ pub(crate) struct RemoteMem {
     /// The exporter's CUDA IPC handle of this range, when it sent one and is on this node: the
     /// `cuda` backend then moves GPU ↔ this region itself.
     pub(crate) ipc: Option<Arc<crate::backend::cuda::IpcImport>>,
+    /// The exporter's shared host memory of this range, when it sent its name and is on this
+    /// node: the `host-copy` and `cuda` backends then move bytes to and from it themselves.
+    pub(crate) shm: Option<Arc<crate::backend::shm::ShmImport>>,
 }
 
 /// The CUDA IPC import of a remote region, if it has one (for the `cuda` backend's planning).
@@ -41,6 +44,18 @@ pub(crate) fn ipc_import(region: &Region) -> Option<&crate::backend::cuda::IpcIm
         .downcast_ref::<RemoteMem>()?
         .ipc
         .as_deref()
+}
+
+/// The shared-memory import of a remote region, if it has one and its peer is still connected
+/// (for the `host-copy` and `cuda` backends' planning): once the connection failed or the
+/// region was withdrawn, UCX takes the pair and reports that as it does for any peer.
+pub(crate) fn shm_import(region: &Region) -> Option<&crate::backend::shm::ShmImport> {
+    let rm = region.foreign()?.as_any().downcast_ref::<RemoteMem>()?;
+    let imp = rm.shm.as_deref()?;
+    if rm.withdrawn() || rm.peer.failed_error().is_some() {
+        return None;
+    }
+    Some(imp)
 }
 
 impl fmt::Debug for RemoteMem {
@@ -141,6 +156,11 @@ impl UcxBackend {
             let ipc = m.ipc.as_ref().and_then(|i| {
                 crate::backend::cuda::IpcImport::from_meta(i, r.addr - m.addr, r.len)
             });
+            let shm = m
+                .shm
+                .as_ref()
+                .filter(|_| self.cfg.shared_memory)
+                .and_then(|s| crate::backend::shm::ShmImport::from_meta(s, r.addr - m.addr, r.len));
             return Ok(Box::new(RemoteMem {
                 peer: p,
                 region_id: m.id,
@@ -148,6 +168,7 @@ impl UcxBackend {
                 base_off: r.addr - m.addr,
                 remote,
                 ipc,
+                shm,
             }));
         }
         Err(Error::Config(format!(

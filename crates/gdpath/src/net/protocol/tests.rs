@@ -25,6 +25,7 @@ fn region(id: u64, len: u64) -> RegionMeta {
         len,
         rkey: vec![1, 2, 3],
         ipc: None,
+        shm: None,
     }
 }
 
