@@ -607,8 +607,8 @@ fn two_processes(test: &str, host: bool, n: u32, bs: u64) {
 
 /// The serving side of the two-process tests (`spec`: `LEN gpu|host`): exports a region with
 /// the pattern, announces its port (messages on stdout after [`IPC_MARK`], progress on stderr),
-/// then checks its memory when asked (and clears it for the next round). Stdin closing (the
-/// parent gone) ends it.
+/// then checks its memory when asked (and clears it for the next round before answering).
+/// Stdin closing (the parent gone) ends it.
 fn agent_child(spec: &str) {
     let tell = |msg: &str| {
         // A newline first: libtest's "test NAME ... " is still open on this line.
@@ -682,12 +682,14 @@ fn agent_child(spec: &str) {
         let (s, d) = (pattern::shuffled(n, 7), pattern::shuffled(n, 8));
         let got = read(&a, &r, len);
         let (bad, _) = pattern::check_copies(&got, 0, &copies(&s, &d, bs), 0, SEED);
+        // Cleared before answering: the parent's next round starts writing at the answer
+        // (zeroing 1.6 GB of host memory takes long enough to overwrite some of it).
+        clear(false);
         tell(&if bad == 0 {
             "OK".to_owned()
         } else {
             format!("BAD {bad}")
         });
-        clear(false);
     }
     server.stop(Duration::from_secs(5));
     eprintln!("child: stopped");
