@@ -53,7 +53,17 @@ impl BlockList<'_> {
     ///
     /// Coalescing never changes which bytes go where; vLLM's connectors do it by hand
     /// (34,000 → 422 descriptors per transfer, issue 25).
-    pub fn for_each_run(&self, mut f: impl FnMut(u64, u64, u64)) -> u64 {
+    pub fn for_each_run(&self, f: impl FnMut(u64, u64, u64)) -> u64 {
+        self.for_each_run_in(0..self.descriptors(), f)
+    }
+
+    /// [`BlockList::for_each_run`] over descriptors `range` of that order only (runs merge
+    /// within it), so that a backend can post the head of a list while it expands the rest.
+    pub fn for_each_run_in(
+        &self,
+        range: std::ops::Range<u64>,
+        mut f: impl FnMut(u64, u64, u64),
+    ) -> u64 {
         let size = self.src.block_size;
         let mut runs = 0u64;
         let mut cur: Option<(u64, u64, u64)> = None;
@@ -69,21 +79,33 @@ impl BlockList<'_> {
             cur = Some((s, d, size));
         };
         let (layers, planes) = (self.src.layers, self.src.kv);
-        if layers * planes > 1 && block_major(self.src) && block_major(self.dst) {
-            for (&s, &d) in self.src_ids.iter().zip(self.dst_ids) {
-                for l in 0..layers {
-                    for k in 0..planes {
-                        push(self.src.at(l, k, s as u64), self.dst.at(l, k, d as u64));
-                    }
-                }
+        let per = layers * planes;
+        let n = self.src_ids.len() as u64;
+        let (start, end) = (range.start, range.end.min(n * per));
+        let pair = |b: u64| {
+            (
+                self.src_ids[b as usize] as u64,
+                self.dst_ids[b as usize] as u64,
+            )
+        };
+        if per == 1 {
+            for b in start..end {
+                let (s, d) = pair(b);
+                push(self.src.at(0, 0, s), self.dst.at(0, 0, d));
+            }
+        } else if block_major(self.src) && block_major(self.dst) {
+            // Descriptor i is block i / per, layer and plane from i % per.
+            for i in start..end {
+                let ((s, d), r) = (pair(i / per), i % per);
+                let (l, k) = (r / planes, r % planes);
+                push(self.src.at(l, k, s), self.dst.at(l, k, d));
             }
         } else {
-            for l in 0..layers {
-                for k in 0..planes {
-                    for (&s, &d) in self.src_ids.iter().zip(self.dst_ids) {
-                        push(self.src.at(l, k, s as u64), self.dst.at(l, k, d as u64));
-                    }
-                }
+            // Descriptor i is block i % n of layer and plane i / n.
+            for i in start..end {
+                let ((s, d), lk) = (pair(i % n), i / n);
+                let (l, k) = (lk / planes, lk % planes);
+                push(self.src.at(l, k, s), self.dst.at(l, k, d));
             }
         }
         if let Some((s, d, l)) = cur {
@@ -179,5 +201,53 @@ mod tests {
         }
         // Host slots of block 1 are back to back, GPU ones are not: no merging.
         assert_eq!(got, want);
+    }
+
+    /// The descriptors one at a time: every (src, dst) of the whole list, unmerged.
+    fn singles(list: &BlockList<'_>) -> Vec<(u64, u64)> {
+        let mut v = Vec::new();
+        let size = list.block_size();
+        list.for_each_run(|s, d, l| {
+            for o in (0..l).step_by(size as usize) {
+                v.push((s + o, d + o));
+            }
+        });
+        v
+    }
+
+    #[test]
+    fn ranges_of_a_list_cover_it_in_the_same_order() {
+        let ids: Vec<u32> = vec![3, 4, 5, 0, 9, 1, 2, 8, 7, 6];
+        let rev: Vec<u32> = ids.iter().rev().copied().collect();
+        let layer_major = KvLayout::new(8, 10).kv(2, 80).layers(3, 160);
+        let block_major = KvLayout::new(8, 10).block_stride(48).layers(3, 16).kv(2, 8);
+        for (src, dst) in [
+            (KvLayout::new(8, 10), KvLayout::new(8, 10).offset(4)),
+            (layer_major, layer_major.offset(1000)),
+            (block_major, block_major),
+            (layer_major, block_major),
+        ] {
+            let list = BlockList {
+                src: &src,
+                dst: &dst,
+                src_ids: &ids,
+                dst_ids: &rev,
+            };
+            let whole = singles(&list);
+            let n = list.descriptors();
+            for cut in [0, 1, 7, n / 2, n - 1, n] {
+                let mut parts = Vec::new();
+                for r in [0..cut, cut..n] {
+                    list.for_each_run_in(r, |s, d, l| {
+                        for o in (0..l).step_by(8) {
+                            parts.push((s + o, d + o));
+                        }
+                    });
+                }
+                assert_eq!(parts, whole, "cut at {cut} of {n}");
+            }
+            // Past the end is empty, not a panic.
+            assert_eq!(list.for_each_run_in(n..n + 5, |_, _, _| panic!("a run")), 0);
+        }
     }
 }

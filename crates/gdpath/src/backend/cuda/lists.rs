@@ -236,8 +236,8 @@ impl Shared {
             list.descriptors(),
             t0,
             &|| item.stop_reason(),
-            &mut |out, sb, db| {
-                list.for_each_run(|s, d, len| push_merged(out, db + d, sb + s, len));
+            &mut |out, sb, db, range| {
+                list.for_each_run_in(range, |s, d, len| push_merged(out, db + d, sb + s, len));
             },
         )?;
         Ok((list.bytes(), rep))
@@ -266,8 +266,12 @@ impl Shared {
                 items.len() as u64,
                 now,
                 &|| first.stop_reason(),
-                &mut |out, sb, db| {
-                    for i in &items {
+                &mut |out, sb, db, range| {
+                    let (a, b) = (
+                        range.start as usize,
+                        range.end.min(items.len() as u64) as usize,
+                    );
+                    for i in &items[a.min(b)..b] {
                         let (s, d) = super::ends(i.op(), i.local(), i.target());
                         push_merged(out, db + d.offset, sb + s.offset, s.len);
                     }
@@ -284,9 +288,11 @@ impl Shared {
         }
     }
 
-    /// Builds the list with `fill(list, src_base, dst_base)`, chooses the method (or takes
-    /// `forced`), posts it on one stream of the driving GPU and waits. `t0`: when the caller
-    /// started, for the report's posting time.
+    /// Builds the list with `fill(list, src_base, dst_base, range)` (descriptors `range` of
+    /// `descriptors`, appended merged), chooses the method (or takes `forced`), posts it on one
+    /// stream of the driving GPU and waits. A long scattered list that goes to the kernel is
+    /// posted in two parts ([`HEAD_DIV`]): the GPU starts on the head while the rest is
+    /// expanded. `t0`: when the caller started, for the report's posting time.
     #[allow(clippy::too_many_arguments)]
     fn run_list(
         &self,
@@ -297,7 +303,7 @@ impl Shared {
         descriptors: u64,
         t0: Instant,
         stop: &(dyn Fn() -> Option<Error> + Sync),
-        fill: &mut dyn FnMut(&mut Vec<BlockCopy>, u64, u64),
+        fill: &mut Fill<'_>,
     ) -> Result<BatchReport> {
         let what = format!("block list on {path}");
         let fail = |e: CudaError| cuda_err(&what, e);
@@ -308,14 +314,57 @@ impl Shared {
         let ordinal = drive.ordinal();
         let mut lease = self.gpus.copier(ordinal).map_err(fail)?;
         let slot = &mut *lease;
-        slot.list.clear();
-        fill(&mut slot.list, src.base(), dst.base());
-        let runs = slot.list.len();
-        let bytes: u64 = slot.list.iter().map(|c| c.len).sum();
         let (pageable, staged) = (
             matches!(src, End::Pageable { .. }) || matches!(dst, End::Pageable { .. }),
             *path == Path::Staged,
         );
+        let (sb, db) = (src.base(), dst.base());
+        slot.list.clear();
+        let kernel_ok = !pageable && !staged && slot.copier.available(BlockMethod::Kernel).is_ok();
+        if kernel_ok
+            && forced.is_none_or(|m| m == CopyMethod::Kernel)
+            && descriptors >= PIPELINE_MIN as u64
+        {
+            let head = descriptors / HEAD_DIV;
+            fill(&mut slot.list, sb, db, 0..head);
+            // More runs in the head than the driver batch takes: whatever the rest merges to,
+            // the list goes to the kernel (`choose_method`).
+            if slot.list.len() > BATCH_MAX_COPIES {
+                let stream = self.gpus.stream(ordinal).map_err(fail)?;
+                let m = BlockMethod::Kernel;
+                match post_list(&mut slot.copier, &stream, src, dst, &slot.list, m) {
+                    Ok(first) => {
+                        let head_runs = slot.list.len() as u64;
+                        slot.list.clear();
+                        fill(&mut slot.list, sb, db, head..descriptors);
+                        let rest = post_list(&mut slot.copier, &stream, src, dst, &slot.list, m);
+                        // The head is in flight: drain the stream before any error returns.
+                        let post_ns = t0.elapsed().as_nanos() as u64;
+                        let synced = stream.synchronize();
+                        let rest = rest.map_err(fail)?;
+                        synced.map_err(fail)?;
+                        return Ok(BatchReport {
+                            method: CopyMethod::Kernel,
+                            descriptors,
+                            coalesced: head_runs + slot.list.len() as u64,
+                            posted: first + rest,
+                            post_ns,
+                        });
+                    }
+                    // Nothing posted (a device that maps host memory elsewhere): the whole
+                    // list takes the general path below.
+                    Err(CudaError::BlockList(
+                        gdpath_cuda::BlockListError::HostMappedElsewhere { .. },
+                    )) => {}
+                    Err(e) => return Err(fail(e)),
+                }
+            }
+            fill(&mut slot.list, sb, db, head..descriptors);
+        } else {
+            fill(&mut slot.list, sb, db, 0..descriptors);
+        }
+        let runs = slot.list.len();
+        let bytes: u64 = slot.list.iter().map(|c| c.len).sum();
         let host = matches!(src, End::Pinned { .. } | End::Mapped { .. })
             || matches!(dst, End::Pinned { .. } | End::Mapped { .. });
         if let (Some(s), Some(d)) = (src.device(), dst.device()) {
@@ -332,7 +381,7 @@ impl Shared {
                 runs,
                 bytes,
                 host,
-                kernel: !pageable && !staged && slot.copier.available(BlockMethod::Kernel).is_ok(),
+                kernel: kernel_ok,
                 batch: batch_ok,
                 direct: !pageable && !staged,
             }),
@@ -501,6 +550,15 @@ fn copies(
 /// descriptors costs ~1 ms of CPU (`gdpath_cuda::blocks`), against ~1.3 ms for the GPU to
 /// move 40,000 × 64 KiB within an H200, so three quarters of it are hidden that way.
 pub(crate) const PIPELINE_MIN: usize = 8192;
+
+/// Appends descriptors `range` of a list, merged, to the copier's vector, given the two ends'
+/// base addresses: `fill(list, src_base, dst_base, range)`.
+type Fill<'a> = dyn FnMut(&mut Vec<BlockCopy>, u64, u64, std::ops::Range<u64>) + 'a;
+
+/// A kernel list of at least [`PIPELINE_MIN`] descriptors is expanded and posted in two parts,
+/// the first `1 / HEAD_DIV` of it: the GPU starts on the head while the CPU expands the rest,
+/// which otherwise all precedes the first launch.
+pub(crate) const HEAD_DIV: u64 = 8;
 
 /// Where [`post_list`] cuts a list of `n` descriptors: the first call's length (all of it
 /// below [`PIPELINE_MIN`]).
