@@ -332,12 +332,13 @@ impl Shared {
             if slot.list.len() > BATCH_MAX_COPIES {
                 let stream = self.gpus.stream(ordinal).map_err(fail)?;
                 let m = BlockMethod::Kernel;
-                match post_list(&mut slot.copier, &stream, src, dst, &slot.list, m) {
+                match post_list(&mut slot.copier, &stream, src, dst, &slot.list, m, false) {
                     Ok(first) => {
                         let head_runs = slot.list.len() as u64;
                         slot.list.clear();
                         fill(&mut slot.list, sb, db, head..descriptors);
-                        let rest = post_list(&mut slot.copier, &stream, src, dst, &slot.list, m);
+                        let rest =
+                            post_list(&mut slot.copier, &stream, src, dst, &slot.list, m, false);
                         // The head is in flight: drain the stream before any error returns.
                         let post_ns = t0.elapsed().as_nanos() as u64;
                         let synced = stream.synchronize();
@@ -415,7 +416,15 @@ impl Shared {
                     CopyMethod::Kernel => BlockMethod::Kernel,
                     _ => BlockMethod::DriverBatch,
                 };
-                let r = post_list(&mut slot.copier, &stream, src, dst, &slot.list, m(method));
+                let r = post_list(
+                    &mut slot.copier,
+                    &stream,
+                    src,
+                    dst,
+                    &slot.list,
+                    m(method),
+                    true,
+                );
                 posted = match r {
                     Ok(p) => p,
                     // A device that maps host memory elsewhere: the batch takes host pointers.
@@ -423,8 +432,16 @@ impl Shared {
                         gdpath_cuda::BlockListError::HostMappedElsewhere { .. },
                     )) if forced.is_none() && batch_ok => {
                         method = CopyMethod::DriverBatch;
-                        post_list(&mut slot.copier, &stream, src, dst, &slot.list, m(method))
-                            .map_err(fail)?
+                        post_list(
+                            &mut slot.copier,
+                            &stream,
+                            src,
+                            dst,
+                            &slot.list,
+                            m(method),
+                            true,
+                        )
+                        .map_err(fail)?
                     }
                     Err(e) => return Err(fail(e)),
                 };
@@ -556,9 +573,9 @@ pub(crate) const PIPELINE_MIN: usize = 8192;
 type Fill<'a> = dyn FnMut(&mut Vec<BlockCopy>, u64, u64, std::ops::Range<u64>) + 'a;
 
 /// A kernel list of at least [`PIPELINE_MIN`] descriptors is expanded and posted in two parts,
-/// the first `1 / HEAD_DIV` of it: the GPU starts on the head while the CPU expands the rest,
-/// which otherwise all precedes the first launch.
-pub(crate) const HEAD_DIV: u64 = 8;
+/// the first `1 / HEAD_DIV` of it, one call each: the GPU starts on the head while the CPU
+/// expands and stages the rest, which otherwise all precedes the first launch.
+pub(crate) const HEAD_DIV: u64 = 16;
 
 /// Where [`post_list`] cuts a list of `n` descriptors: the first call's length (all of it
 /// below [`PIPELINE_MIN`]).
@@ -570,9 +587,12 @@ pub(crate) fn first_call(n: usize) -> usize {
     }
 }
 
-/// The list through the block copier: two calls for long lists ([`first_call`]), each cut
-/// into calls of at most [`MAX_BLOCKS_PER_CALL`]; returns what the method ran (pieces or
-/// copies).
+/// The list through the block copier: with `split`, two calls for long lists
+/// ([`first_call`]), each cut into calls of at most [`MAX_BLOCKS_PER_CALL`]; returns what the
+/// method ran (pieces or copies). Without `split` (a part of a list posted in two parts, whose
+/// GPU work already overlaps the CPU's) one call: a third call in flight would wait for the
+/// first's staging slot.
+#[allow(clippy::too_many_arguments)]
 fn post_list(
     copier: &mut gdpath_cuda::BlockCopier,
     stream: &gdpath_cuda::Stream,
@@ -580,10 +600,16 @@ fn post_list(
     dst: &End<'_>,
     list: &[BlockCopy],
     method: BlockMethod,
+    split: bool,
 ) -> std::result::Result<u64, CudaError> {
     let mut run = |s: BlockRegion<'_>, d: BlockRegion<'_>| {
         let mut posted = 0u64;
-        let (head, tail) = list.split_at(first_call(list.len()));
+        let cut = if split {
+            first_call(list.len())
+        } else {
+            list.len()
+        };
+        let (head, tail) = list.split_at(cut);
         for chunk in head
             .chunks(MAX_BLOCKS_PER_CALL)
             .chain(tail.chunks(MAX_BLOCKS_PER_CALL))
