@@ -152,6 +152,7 @@ fn host_region(id: u64) -> RegionMeta {
         len: 4096,
         rkey: vec![1],
         ipc: None,
+        shm: None,
     }
 }
 

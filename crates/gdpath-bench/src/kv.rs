@@ -199,7 +199,7 @@ fn region(agent: &Agent, mem: KvMem, other: KvMem, len: u64, cfg: &KvBenchConfig
         KvMem::Gpu(ordinal) => (agent.register(Memory::Gpu { ordinal, len })?, None),
         KvMem::Host => {
             let buf = HostBuffer::try_zeroed(usize::try_from(len).unwrap_or(usize::MAX))?;
-            let m = if matches!(other, KvMem::Gpu(_)) {
+            let m = if matches!(other, KvMem::Gpu(_) | KvMem::Peer) {
                 Memory::pinned(buf)
             } else {
                 Memory::host(buf)
@@ -352,7 +352,7 @@ pub fn run(cfg: &KvBenchConfig, progress: &dyn Progress) -> Result<KvBenchReport
     }
     if matches!(cfg.src, KvMem::Peer | KvMem::PeerHost) {
         return Err(Error::Config(
-            "--src peer: a peer's region is a destination only".into(),
+            "--src peer / peer-host: a peer's region is a destination only".into(),
         ));
     }
     let len = cfg

@@ -276,9 +276,18 @@ pub fn run(a: ServeArgs) -> Result<ExitCode> {
         let (r, what) = match spec {
             ExportSpec::Host(size) => {
                 let len = usize::try_from(size).context("export size")?;
-                // Shared, so that agents on this node move bytes into it themselves.
-                let r = agent.register(Memory::host(HostBuffer::try_shared(len)?))?;
-                (r, format!("host {}", format_size(size)))
+                // Shared, so that agents on this node move bytes into it themselves; where
+                // memfds are refused (a seccomp filter, a full /dev/shm), private memory that
+                // every peer reaches through UCX.
+                let (buf, kind) = match HostBuffer::try_shared(len) {
+                    Ok(b) => (b, "shared"),
+                    Err(e) => {
+                        errln!("gdpath: warning: {e}; exporting private memory (peers use UCX)");
+                        (HostBuffer::try_zeroed(len)?, "private")
+                    }
+                };
+                let r = agent.register(Memory::host(buf))?;
+                (r, format!("host {} ({kind})", format_size(size)))
             }
             ExportSpec::Gpu(ordinal, len) => {
                 // The engine's error names the GPU and the memory already.

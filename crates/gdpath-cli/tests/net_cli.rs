@@ -104,7 +104,7 @@ fn two_processes_over_loopback() {
 #[test]
 fn a_peers_shared_host_memory_is_written_in_place_on_this_node() {
     let _serial = serial();
-    let (_srv, addr) = lo_serve(&["--export", "host:8MiB"]);
+    let (mut srv, addr) = lo_serve(&["--export", "host:8MiB"]);
     let agent = client_with(true);
     let peer = agent.connect(addr).unwrap();
     let id = peer.regions()[0].id;
@@ -154,6 +154,17 @@ fn a_peers_shared_host_memory_is_written_in_place_on_this_node() {
         .unwrap();
     assert!(matches!(rep.pairs[0].path, Path::Ucx { .. }), "{rep:?}");
     assert!(dst2.host_view().unwrap()[..] == pattern(len, 21)[..]);
+    // A request with a notification goes through UCX, which delivers it after the writes.
+    let rep = agent
+        .post(
+            TransferRequest::write(vec![src.desc(0, 4096)], vec![remote.desc(0, 4096)])
+                .notify(b"kv ready".to_vec()),
+        )
+        .unwrap()
+        .wait()
+        .unwrap();
+    assert!(matches!(rep.pairs[0].path, Path::Ucx { .. }), "{rep:?}");
+    srv.wait_line("notification from test@127.0.0.1", T);
 }
 
 #[test]

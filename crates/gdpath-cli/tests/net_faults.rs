@@ -57,6 +57,14 @@ fn closed_within(s: &mut TcpStream, within: Duration) -> bool {
     }
 }
 
+/// The first 8 bytes of a frame of this build's protocol version: magic, version, kind, flags.
+fn header(kind: u8) -> Vec<u8> {
+    let mut h = gdpath::net::codec::MAGIC.to_vec();
+    h.extend_from_slice(&gdpath::net::codec::VERSION.to_le_bytes());
+    h.extend_from_slice(&[kind, 0]);
+    h
+}
+
 /// Bytes that once aborted `gdpath serve` inside UCX (16 × 0xff, 1000 zero bytes) and a
 /// header declaring a 4 GiB body: each connection is refused and closed, the server keeps
 /// serving a real client, and its stderr stays small.
@@ -64,7 +72,7 @@ fn closed_within(s: &mut TcpStream, within: Duration) -> bool {
 fn raw_socket_garbage_and_a_huge_length_prefix_do_not_stop_serve() {
     let _serial = serial();
     let (mut srv, addr) = lo_serve(&["--export", "host:4MiB"]);
-    let mut huge = b"GDPN\x03\x00\x02\x00".to_vec();
+    let mut huge = header(2);
     huge.extend_from_slice(&u32::MAX.to_le_bytes());
     for (what, bytes) in [
         ("16 x 0xff", vec![0xff; 16]),
@@ -144,8 +152,10 @@ fn a_half_handshake_left_hanging_is_dropped_at_the_deadline() {
     s.read_exact(&mut challenge).unwrap();
     assert_eq!(&challenge[..4], b"GDPN");
     // The header of an answer and a few bytes of it.
-    s.write_all(b"GDPN\x03\x00\x02\x00\x80\x00\x00\x00abcdefgh")
-        .unwrap();
+    let mut answer = header(2);
+    answer.extend_from_slice(&128u32.to_le_bytes());
+    answer.extend_from_slice(b"abcdefgh");
+    s.write_all(&answer).unwrap();
     let lost = srv.wait_line("lost:", T);
     let at = start.elapsed();
     assert!(lost.contains("no handshake within"), "{lost}");

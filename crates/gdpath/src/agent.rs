@@ -426,6 +426,7 @@ impl Agent {
             t,
             request.accept.as_deref(),
             request.preferred_only,
+            request.notify.is_some(),
         )?;
         Ok(Planned {
             set,

@@ -293,11 +293,13 @@ impl HostBuffer {
             .ok_or_else(|| host_alloc_error(len))
     }
 
-    /// `len` (> 0) zeroed bytes that another process of this node can map: a sealed memfd.
-    /// Exported to a peer on the same node ([`crate::Agent::export`]), the peer's `cuda` and
-    /// `host-copy` backends write and read it directly (GPU kernels, copy engines, `memcpy`)
-    /// instead of going through UCX; peers elsewhere use UCX as for any host memory
-    /// (`docs/network.md`, "Host memory of another process").
+    /// `len` (> 0) zeroed bytes that another process of this node can map: a sealed memfd of
+    /// tmpfs with a random name, its pages allocated now (charged to this process). Exported to
+    /// a peer on the same node ([`crate::Agent::export`]), the peer's `cuda` and `host-copy`
+    /// backends write and read it directly (GPU kernels, copy engines, `memcpy`) instead of
+    /// going through UCX; peers elsewhere use UCX as for any host memory (`docs/network.md`,
+    /// "Host memory of another process"). As with memory a NIC writes, the bytes behind
+    /// [`HostBuffer::as_slice`] change when an importer writes them.
     ///
     /// Errors: [`crate::Error::Config`] naming the size when the system refuses the memory.
     pub fn try_shared(len: usize) -> crate::Result<Self> {

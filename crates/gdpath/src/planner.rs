@@ -109,6 +109,7 @@ pub(crate) fn plan_pairs(
     target: &[Descriptor],
     accept: Option<&[Path]>,
     preferred_only: bool,
+    notify: bool,
 ) -> Result<(Vec<usize>, Vec<PlannedPair>)> {
     let mut backends = Vec::with_capacity(local.len());
     let mut plans: Vec<PlannedPair> = Vec::with_capacity(local.len());
@@ -126,7 +127,7 @@ pub(crate) fn plan_pairs(
             plans.push(plan);
             continue;
         }
-        let (bi, plan) = plan_pair(set, op, i, ld, td, accept)?;
+        let (bi, plan) = plan_pair(set, op, i, ld, td, accept, notify)?;
         if preferred_only && plan.finding.is_some() {
             // A fallback, or a degraded acceptance: not the preferred path.
             return Err(Error::PathNotAccepted {
@@ -152,7 +153,7 @@ pub(crate) fn plan_one(
     local: &Descriptor,
     target: &Descriptor,
 ) -> Result<(usize, PlannedPair)> {
-    plan_pair(set, op, 0, local, target, None)
+    plan_pair(set, op, 0, local, target, None, false)
 }
 
 /// Plans a block list between the regions of `local` and `target` (descriptors of the two
@@ -198,9 +199,12 @@ fn plan_pair(
     local: &Descriptor,
     target: &Descriptor,
     accept: Option<&[Path]>,
+    notify: bool,
 ) -> Result<(usize, PlannedPair)> {
     let (lc, tc) = (local.region.kind().class(), target.region.kind().class());
     let candidates = &set.candidates[slot(lc, tc, op)];
+    // Only the network backend delivers a request's notification to the peer.
+    let remote = lc == MemoryClass::Remote || tc == MemoryClass::Remote;
     if candidates.is_empty() {
         return Err(Error::NoPath {
             index,
@@ -212,6 +216,9 @@ fn plan_pair(
     let mut not_accepted: Option<Path> = None;
     for (pos, &bi) in candidates.iter().enumerate() {
         let b = &set.list[bi];
+        if notify && remote && b.network().is_none() {
+            continue;
+        }
         match b.plan(op, local, target) {
             Ok(choice) => {
                 if let Some(acc) = accept {

@@ -442,7 +442,16 @@ fn arb_message() -> impl Strategy<Value = Message> {
                 handle: [o as u8; 64],
                 offset: addr / 2,
             }),
-            shm: None,
+            // Host regions name shared memory half of the time.
+            shm: (!gpu && id % 2 == 0).then(|| codec::ShmMeta {
+                host: [id as u8; 16],
+                pid: o + 100,
+                fd: o,
+                dev: id,
+                ino: id / 3,
+                name: [o as u8; 16],
+                offset: addr / 3,
+            }),
         });
     let md =
         ("[a-z]{0,20}", prop::collection::vec(region, 0..6)).prop_map(|(name, mut regions)| {

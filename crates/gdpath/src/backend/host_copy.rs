@@ -53,7 +53,7 @@ impl Backend for HostCopy {
         };
         match (host_side(&local.region), host_side(&target.region)) {
             (Some(Ok(_)), Some(Ok(_))) => Ok(PlanChoice::on(Path::HostCopy)),
-            (Some(Err(why)), _) | (_, Some(Err(why))) => Err(refuse(why)),
+            (Some(Err(e)), _) | (_, Some(Err(e))) => Err(refuse(e.to_string())),
             _ => Err(refuse(
                 "both sides must be host memory (a peer's only when it shares it on this node)"
                     .into(),
@@ -80,15 +80,12 @@ impl Backend for HostCopy {
                 copy_blocks(item);
                 continue;
             }
-            let (Some(Ok(l)), Some(Ok(t))) = (
-                host_side(&item.local().region),
-                host_side(&item.target().region),
-            ) else {
-                item.complete(Err(crate::Error::Backend {
-                    backend: NAME,
-                    detail: "both sides must be host memory".into(),
-                }));
-                continue;
+            let (l, t) = match both_host(item.local(), item.target()) {
+                Ok(lt) => lt,
+                Err(e) => {
+                    item.complete(Err(e));
+                    continue;
+                }
             };
             item.mark_started();
             let len = item.local().len as usize;
@@ -108,12 +105,35 @@ impl Backend for HostCopy {
 }
 
 /// The host memory of `region`: its own, or a peer's shared memory mapped here; `None` for
-/// other memory, the mapping's error for a peer's that cannot be mapped.
-fn host_side(region: &Region) -> Option<Result<&HostMem, String>> {
+/// other memory; the error of a peer's that cannot be mapped, was withdrawn or whose peer
+/// failed.
+fn host_side(region: &Region) -> Option<Result<&HostMem, crate::Error>> {
     if let Some(m) = region.host_mem() {
         return Some(Ok(m));
     }
-    super::ucx::shm_import(region).map(|i| i.mem())
+    super::ucx::shm_import(region).map(|r| {
+        r.and_then(|i| {
+            i.mem().map_err(|detail| crate::Error::Backend {
+                backend: NAME,
+                detail,
+            })
+        })
+    })
+}
+
+/// The host memory of both sides of a pair, or the error that stops it.
+fn both_host<'a>(
+    a: &'a Descriptor,
+    b: &'a Descriptor,
+) -> Result<(&'a HostMem, &'a HostMem), crate::Error> {
+    match (host_side(&a.region), host_side(&b.region)) {
+        (Some(Ok(x)), Some(Ok(y))) => Ok((x, y)),
+        (Some(Err(e)), _) | (_, Some(Err(e))) => Err(e),
+        _ => Err(crate::Error::Backend {
+            backend: NAME,
+            detail: "both sides must be host memory".into(),
+        }),
+    }
 }
 
 /// Moves a block list: one `memmove` per merged run, source to destination. The report's
@@ -127,9 +147,12 @@ fn copy_blocks(item: WorkItem) {
         Op::Write => (item.local(), item.target()),
         Op::Read => (item.target(), item.local()),
     };
-    let (Some(Ok(s)), Some(Ok(d))) = (host_side(&src.region), host_side(&dst.region)) else {
-        item.complete(Err(fail("both sides must be host memory".into())));
-        return;
+    let (s, d) = match both_host(src, dst) {
+        Ok(sd) => sd,
+        Err(e) => {
+            item.complete(Err(e));
+            return;
+        }
     };
     if let Some(m) = item.forced_method().filter(|&m| m != CopyMethod::Copies) {
         item.complete(Err(fail(format!(

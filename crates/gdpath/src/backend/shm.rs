@@ -28,6 +28,7 @@ pub(crate) fn export_meta(region: &Region) -> Option<ShmMeta> {
         fd: id.fd,
         dev: id.dev,
         ino: id.ino,
+        name: id.name,
         offset: 0,
     })
 }
@@ -67,6 +68,7 @@ impl ShmImport {
                 fd: meta.fd,
                 dev: meta.dev,
                 ino: meta.ino,
+                name: meta.name,
             },
             offset: meta.offset.checked_add(range_offset)?,
             len,
@@ -99,13 +101,14 @@ mod tests {
             fd: 3,
             dev: 1,
             ino: 2,
+            name: [1; 16],
             offset: 0,
         };
         assert!(ShmImport::from_meta(&meta, 0, 10).is_none());
         if let Some(h) = crate::os::boot_id() {
             let here = ShmImport::from_meta(&ShmMeta { host: h, ..meta }, 4096, 10).unwrap();
             assert_eq!(here.offset, 4096);
-            // pid 1's fd 3 is not ours to open, or not that inode.
+            // pid 1's fd 3 is not a buffer of that name (or not ours to read).
             assert!(here.mem().is_err());
         }
     }

@@ -129,9 +129,9 @@ pub struct RegionMeta {
 }
 
 /// A host region's shared memory as its exporter declares it: a sealed memfd that processes of
-/// the same node (the importer compares `host` with its own) open as `/proc/PID/fd/FD`, check
-/// against `dev` and `ino`, and map, the region `offset` bytes into it. Wire: `host[16]`,
-/// `pid` u32, `fd` u32, `dev` u64, `ino` u64, `offset` u64.
+/// the same node (the importer compares `host` with its own) find as `/proc/PID/fd/FD`, check
+/// against its random `name`, `dev` and `ino`, and map, the region `offset` bytes into it.
+/// Wire: `host[16]`, `pid` u32, `fd` u32, `dev` u64, `ino` u64, `name[16]`, `offset` u64.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShmMeta {
     /// The exporter's node: the kernel's boot id (`/proc/sys/kernel/random/boot_id`).
@@ -140,9 +140,12 @@ pub struct ShmMeta {
     pub pid: u32,
     /// The memfd's descriptor number in the exporting process.
     pub fd: u32,
-    /// Device and inode numbers of the memfd (`fstat`).
+    /// Device number of the memfd (`fstat`).
     pub dev: u64,
+    /// Inode number of the memfd (`fstat`).
     pub ino: u64,
+    /// The random part of the memfd's name, which the importer compares with the file's.
+    pub name: [u8; 16],
     /// Bytes from the file's start to the region's.
     pub offset: u64,
 }
@@ -716,6 +719,7 @@ fn metadata(r: &mut Reader<'_>) -> Result<Metadata, DecodeError> {
                 let fd = r.u32("shared memory fd")?;
                 let dev = r.u64("shared memory device")?;
                 let ino = r.u64("shared memory inode")?;
+                let name = r.array::<16>("shared memory name")?;
                 let offset = r.u64("shared memory offset")?;
                 if offset.checked_add(len).is_none() {
                     return Err(DecodeError::BadRegion {
@@ -729,6 +733,7 @@ fn metadata(r: &mut Reader<'_>) -> Result<Metadata, DecodeError> {
                     fd,
                     dev,
                     ino,
+                    name,
                     offset,
                 });
             }
@@ -936,6 +941,7 @@ impl Writer {
                     self.0.extend_from_slice(&m.fd.to_le_bytes());
                     self.0.extend_from_slice(&m.dev.to_le_bytes());
                     self.0.extend_from_slice(&m.ino.to_le_bytes());
+                    self.0.extend_from_slice(&m.name);
                     self.0.extend_from_slice(&m.offset.to_le_bytes());
                 }
                 (Some(_), Some(_)) => {
@@ -1105,6 +1111,7 @@ mod tests {
                         fd: 9,
                         dev: 0x1a,
                         ino: 77,
+                        name: [0x5a; 16],
                         offset: 4096,
                     }),
                 },
@@ -1379,6 +1386,7 @@ mod tests {
                 body.extend_from_slice(&m.fd.to_le_bytes());
                 body.extend_from_slice(&m.dev.to_le_bytes());
                 body.extend_from_slice(&m.ino.to_le_bytes());
+                body.extend_from_slice(&m.name);
                 body.extend_from_slice(&m.offset.to_le_bytes());
             }
         }
@@ -1422,6 +1430,7 @@ mod tests {
             fd: 7,
             dev: 5,
             ino: 99,
+            name: [6; 16],
             offset: 8192,
         };
         let shared = RegionMeta {

@@ -24,7 +24,7 @@ pub struct AlignedBuf {
     /// Made by `mmap` (freed by `munmap`) rather than the allocator.
     mapped: bool,
     /// A memfd another process can map ([`AlignedBuf::try_shared`]); it owns the mapping.
-    shared: Option<super::shm::SharedBuf>,
+    shared: Option<Box<super::shm::SharedBuf>>,
 }
 
 /// Allocations of at least this many bytes (with an alignment of at most a page) are anonymous
@@ -102,7 +102,7 @@ impl AlignedBuf {
             len: shared.len(),
             align: super::file::page_size(),
             mapped: false,
-            shared: Some(shared),
+            shared: Some(Box::new(shared)),
         })
     }
 

@@ -46,7 +46,10 @@ pub struct TransferRequest {
     pub deadline: Option<Instant>,
     /// A notification (at most 64 KiB) that the network backend delivers to each peer agent
     /// whose remote memory the transfer touched, once all of that peer's pairs completed and
-    /// their writes are visible there (NIXL's "notification"). Ignored by local backends.
+    /// their writes are visible there (NIXL's "notification"). A request that carries one
+    /// moves its pairs with peers' memory through the network backend, which delivers it: the
+    /// local paths to a peer on this node (CUDA IPC, shared host memory) send nothing, so for
+    /// them post without it, wait, then `Peer::notify` (docs/network.md).
     pub notify: Option<Vec<u8>>,
 }
 

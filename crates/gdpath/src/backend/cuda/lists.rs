@@ -197,6 +197,7 @@ impl Shared {
             });
         }
         if let Some(imp) = crate::backend::ucx::shm_import(&d.region) {
+            let imp = imp?;
             let handle = self.shm_pinned(imp).map_err(backend_err)?;
             let ptr = imp.mem().map_err(backend_err)?.as_ptr() as u64;
             return Ok(End::Mapped { handle, ptr });
@@ -318,6 +319,13 @@ impl Shared {
             matches!(src, End::Pageable { .. }) || matches!(dst, End::Pageable { .. }),
             *path == Path::Staged,
         );
+        if let (Some(s), Some(d)) = (src.device(), dst.device()) {
+            if s.ordinal() != d.ordinal() && !staged {
+                self.gpus
+                    .ensure_peer_access(s.ordinal(), d.ordinal())
+                    .map_err(fail)?;
+            }
+        }
         let (sb, db) = (src.base(), dst.base());
         slot.list.clear();
         let kernel_ok = !pageable && !staged && slot.copier.available(BlockMethod::Kernel).is_ok();
@@ -368,13 +376,6 @@ impl Shared {
         let bytes: u64 = slot.list.iter().map(|c| c.len).sum();
         let host = matches!(src, End::Pinned { .. } | End::Mapped { .. })
             || matches!(dst, End::Pinned { .. } | End::Mapped { .. });
-        if let (Some(s), Some(d)) = (src.device(), dst.device()) {
-            if s.ordinal() != d.ordinal() && !staged {
-                self.gpus
-                    .ensure_peer_access(s.ordinal(), d.ordinal())
-                    .map_err(fail)?;
-            }
-        }
         let batch_ok = !pageable && slot.copier.available(BlockMethod::DriverBatch).is_ok();
         let method = match forced {
             Some(m) => m,

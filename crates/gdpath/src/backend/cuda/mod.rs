@@ -213,14 +213,16 @@ impl Shared {
             }
             (MemoryKind::Gpu { ordinal }, MemoryKind::Remote { .. }) => {
                 match crate::backend::ucx::shm_import(&dst.region) {
-                    Some(imp) => self.shm_choice(imp, Path::DeviceToHost { pinned: true }),
+                    Some(Ok(imp)) => self.shm_choice(imp, Path::DeviceToHost { pinned: true }),
+                    Some(Err(e)) => Err(e.to_string()),
                     None => self.ipc_choice(*ordinal, &dst.region),
                 }
                 .map_err(refuse)
             }
             (MemoryKind::Remote { .. }, MemoryKind::Gpu { ordinal }) => {
                 match crate::backend::ucx::shm_import(&src.region) {
-                    Some(imp) => self.shm_choice(imp, Path::HostToDevice { pinned: true }),
+                    Some(Ok(imp)) => self.shm_choice(imp, Path::HostToDevice { pinned: true }),
+                    Some(Err(e)) => Err(e.to_string()),
                     None => self.ipc_choice(*ordinal, &src.region),
                 }
                 .map_err(refuse)
@@ -304,7 +306,8 @@ impl Shared {
         f: impl FnOnce(&PinnedHandle) -> std::result::Result<R, CudaError>,
     ) -> std::result::Result<R, CudaError> {
         match crate::backend::ucx::shm_import(region) {
-            Some(imp) => f(&*self.shm_pinned(imp).map_err(CudaError::InvalidArgument)?),
+            Some(Ok(imp)) => f(&*self.shm_pinned(imp).map_err(CudaError::InvalidArgument)?),
+            Some(Err(e)) => Err(CudaError::InvalidArgument(e.to_string())),
             None => with_pinned(region, f),
         }
     }

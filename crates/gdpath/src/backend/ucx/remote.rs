@@ -46,16 +46,23 @@ pub(crate) fn ipc_import(region: &Region) -> Option<&crate::backend::cuda::IpcIm
         .as_deref()
 }
 
-/// The shared-memory import of a remote region, if it has one and its peer is still connected
-/// (for the `host-copy` and `cuda` backends' planning): once the connection failed or the
-/// region was withdrawn, UCX takes the pair and reports that as it does for any peer.
-pub(crate) fn shm_import(region: &Region) -> Option<&crate::backend::shm::ShmImport> {
+/// The shared-memory import of a remote region: `None` when it has none; the error once its
+/// peer's connection failed or the region was withdrawn (the backends' planning refuses it, so
+/// UCX takes new pairs and reports that as for any peer; a pair planned before fails with it).
+pub(crate) fn shm_import(
+    region: &Region,
+) -> Option<std::result::Result<&crate::backend::shm::ShmImport, Error>> {
     let rm = region.foreign()?.as_any().downcast_ref::<RemoteMem>()?;
     let imp = rm.shm.as_deref()?;
-    if rm.withdrawn() || rm.peer.failed_error().is_some() {
-        return None;
+    if rm.withdrawn() {
+        return Some(Err(Error::Deregistered {
+            region: region.id(),
+        }));
     }
-    Some(imp)
+    if let Some(e) = rm.peer.failed_error() {
+        return Some(Err(e));
+    }
+    Some(Ok(imp))
 }
 
 impl fmt::Debug for RemoteMem {
