@@ -213,10 +213,15 @@ fn plan_pair(
         });
     }
     let mut first_refusal: Option<(&'static str, Refusal)> = None;
+    // A local backend's refusal of a peer's memory (no CUDA IPC handle or shared memory it
+    // can use) only means the network backend moves the pair, as it would without it: it is
+    // neither the pair's detail nor the error while the network backend has its own say.
+    let mut quiet_refusal: Option<(&'static str, Refusal)> = None;
     let mut not_accepted: Option<Path> = None;
     for (pos, &bi) in candidates.iter().enumerate() {
         let b = &set.list[bi];
-        if notify && remote && b.network().is_none() {
+        let local_for_remote = remote && b.network().is_none();
+        if notify && local_for_remote {
             continue;
         }
         match b.plan(op, local, target) {
@@ -263,6 +268,12 @@ fn plan_pair(
                     },
                 ));
             }
+            Err(r) if local_for_remote => {
+                tracing::debug!(pair = index, backend = b.name(), detail = %r.detail, "a peer's memory left to the network backend");
+                if quiet_refusal.is_none() {
+                    quiet_refusal = Some((b.name(), r));
+                }
+            }
             Err(r) => {
                 if first_refusal.is_none() {
                     first_refusal = Some((b.name(), r));
@@ -270,7 +281,7 @@ fn plan_pair(
             }
         }
     }
-    let (finding, detail) = match first_refusal {
+    let (finding, detail) = match first_refusal.or(quiet_refusal) {
         Some((name, r)) => (r.finding, format!("{name}: {}", r.detail)),
         None => (None, "no backend accepted the pair".into()),
     };
