@@ -221,21 +221,30 @@ fn region(agent: &Agent, mem: KvMem, other: KvMem, len: u64, cfg: &KvBenchConfig
                 },
             )?;
             let gpu = mem == KvMem::Peer;
-            let r = peer
+            let largest = peer
                 .regions()
                 .into_iter()
-                .filter(|r| matches!(r.kind, WireKind::Gpu(_)) == gpu && r.len >= len)
-                .max_by_key(|r| r.len)
-                .ok_or_else(|| {
-                    Error::Config(format!(
-                        "peer {} exports no {} region of {} (start it with `gdpath serve \
-                         --export {}:SIZE`)",
-                        peer.name(),
-                        if gpu { "GPU" } else { "host" },
-                        format_size(len),
-                        if gpu { "gpu:0" } else { "host" },
-                    ))
-                })?;
+                .filter(|r| matches!(r.kind, WireKind::Gpu(_)) == gpu)
+                .max_by_key(|r| r.len);
+            let r = largest.clone().filter(|r| r.len >= len).ok_or_else(|| {
+                let kind = if gpu { "GPU" } else { "host" };
+                let offered = match &largest {
+                    Some(r) => format!(
+                        "its largest {kind} region has {}: at most {} blocks of {}",
+                        format_size(r.len),
+                        r.len / cfg.block_size,
+                        format_size(cfg.block_size)
+                    ),
+                    None => format!("it exports no {kind} region"),
+                };
+                Error::Config(format!(
+                    "peer {} has no {kind} region of {} ({offered}; start it with `gdpath serve \
+                     --export {}:SIZE`)",
+                    peer.name(),
+                    format_size(len),
+                    if gpu { "gpu:0" } else { "host" },
+                ))
+            })?;
             let region = agent.register(peer.memory_range(r.id, 0, len)?)?;
             (region, Some(peer))
         }

@@ -168,6 +168,47 @@ fn a_peers_shared_host_memory_is_written_in_place_on_this_node() {
 }
 
 #[test]
+fn a_killed_exporter_of_shared_memory_fails_the_next_post() {
+    let _serial = serial();
+    let (srv, addr) = lo_serve(&["--export", "host:1MiB"]);
+    let agent = client_with(true);
+    let peer = agent.connect(addr).unwrap();
+    let remote = agent
+        .register(peer.memory(peer.regions()[0].id).unwrap())
+        .unwrap();
+    let src = agent
+        .register(Memory::host(HostBuffer::from_slice(&pattern(4096, 2))))
+        .unwrap();
+    let write = || {
+        agent
+            .post(TransferRequest::write(
+                vec![src.desc(0, 4096)],
+                vec![remote.desc(0, 4096)],
+            ))
+            .and_then(|t| t.wait_timeout(T).map_err(|e| e.error))
+    };
+    assert_eq!(write().unwrap().pairs[0].path, Path::HostCopy);
+    signal(&srv, libc::SIGKILL);
+    // The shared mapping would take the bytes as if nothing happened; the closed control
+    // connection says the peer is gone, and the post fails within the bound.
+    let start = Instant::now();
+    let err = loop {
+        match write() {
+            Err(e) => break e,
+            Ok(rep) => {
+                assert!(start.elapsed() < T, "still writing to a dead peer: {rep:?}");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    };
+    assert!(
+        matches!(err, Error::PeerFailed { .. } | Error::Refused { .. }),
+        "{err:?}"
+    );
+    assert!(start.elapsed() < Duration::from_secs(5), "{:?}", start.elapsed());
+}
+
+#[test]
 fn kv_blocks_to_a_peers_shared_host_memory_are_verified() {
     let _serial = serial();
     let (_srv, addr) = lo_serve(&["--export", "host:64MiB"]);

@@ -299,9 +299,14 @@ impl HostBuffer {
     /// backends write and read it directly (GPU kernels, copy engines, `memcpy`) instead of
     /// going through UCX; peers elsewhere use UCX as for any host memory (`docs/network.md`,
     /// "Host memory of another process"). As with memory a NIC writes, the bytes behind
-    /// [`HostBuffer::as_slice`] change when an importer writes them.
+    /// [`HostBuffer::as_slice`] change when an importer writes them. Use: register it
+    /// (`agent.register(Memory::host(buf))`), then `agent.export(&region)` on a serving agent;
+    /// an importer's report then names `host-copy` or the pinned host ↔ GPU paths for its pairs
+    /// (`TransferRequest::accept` refuses anything else).
     ///
-    /// Errors: [`crate::Error::Config`] naming the size when the system refuses the memory.
+    /// Errors: [`crate::Error::Config`] naming the size when the system refuses the memory (a
+    /// zero length, a seccomp filter without `memfd_create`, a full `/dev/shm`): a caller
+    /// may then fall back to [`HostBuffer::try_zeroed`], as `gdpath serve` does.
     pub fn try_shared(len: usize) -> crate::Result<Self> {
         AlignedBuf::try_shared(len)
             .map(|buf| HostBuffer { buf })

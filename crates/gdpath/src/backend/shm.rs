@@ -83,7 +83,14 @@ impl ShmImport {
     /// Errors: why the peer's memory cannot be mapped ([`crate::os::shm`]'s checks).
     pub(crate) fn mem(&self) -> Result<&HostMem, String> {
         self.mapped
-            .get_or_init(|| crate::os::shm::map_peer(self.id, self.offset, self.len))
+            .get_or_init(|| {
+                let r = crate::os::shm::map_peer(self.id, self.offset, self.len);
+                if let Err(why) = &r {
+                    // Once per import: its pairs go through UCX, much slower, from now on.
+                    tracing::warn!(%why, "a peer's shared host memory cannot be mapped here; UCX moves its pairs");
+                }
+                r
+            })
             .as_ref()
             .map_err(Clone::clone)
     }

@@ -89,8 +89,9 @@ impl TransferRequest {
         self.deadline = Some(at);
         self
     }
-    /// Deliver `message` to the peer agent(s) after the remote pairs complete (network
-    /// backend); see [`TransferRequest::notify`].
+    /// Deliver `message` to the peer agent(s) after the remote pairs complete: the field
+    /// `notify` of this type says how, and that it keeps those pairs on the network backend
+    /// (UCX) rather than a local path to a peer on this node.
     pub fn notify(mut self, message: impl Into<Vec<u8>>) -> Self {
         self.notify = Some(message.into());
         self

@@ -12,6 +12,7 @@ use crate::net::protocol::{self, Role};
 use crate::path::Path;
 use crate::region::{Region, RegionInner};
 use gdpath_ucx::{Endpoint, MemType, Request};
+use std::io::ErrorKind;
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -259,6 +260,23 @@ impl PeerConn {
                 }
                 Err(e) => return Err(format!("the control connection failed: {e}")),
             }
+        }
+    }
+
+    /// Why a client's control connection is over (the peer closed it, or it failed), seen
+    /// without reading what arrived on it: paths that move bytes to the peer without UCX (its
+    /// shared memory) check it before they plan, as UCX's progress would otherwise notice.
+    pub(crate) fn control_gone(&self) -> Option<String> {
+        if self.role != Role::Client {
+            return None;
+        }
+        let s = self.ctl.as_ref()?;
+        // Non-blocking (set when the connection was made): WouldBlock is a live, quiet peer.
+        match s.peek(&mut [0u8; 1]) {
+            Ok(0) => Some("the peer went away (it closed the control connection)".into()),
+            Ok(_) => None,
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => None,
+            Err(e) => Some(format!("the control connection failed: {e}")),
         }
     }
 

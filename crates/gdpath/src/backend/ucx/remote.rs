@@ -47,7 +47,8 @@ pub(crate) fn ipc_import(region: &Region) -> Option<&crate::backend::cuda::IpcIm
 }
 
 /// The shared-memory import of a remote region: `None` when it has none; the error once its
-/// peer's connection failed or the region was withdrawn (the backends' planning refuses it, so
+/// peer's connection failed (its control connection is read for that here: nothing else
+/// progresses UCX on this path) or the region was withdrawn (the backends' planning refuses it, so
 /// UCX takes new pairs and reports that as for any peer; a pair planned before fails with it).
 pub(crate) fn shm_import(
     region: &Region,
@@ -61,6 +62,12 @@ pub(crate) fn shm_import(
     }
     if let Some(e) = rm.peer.failed_error() {
         return Some(Err(e));
+    }
+    if let Some(detail) = rm.peer.control_gone() {
+        return Some(Err(Error::PeerFailed {
+            peer: rm.peer.label(),
+            detail,
+        }));
     }
     Some(Ok(imp))
 }
