@@ -23,6 +23,11 @@ fn client() -> Agent {
     client_with(false)
 }
 
+/// Posts `r` and waits for it.
+fn done(a: &Agent, r: TransferRequest) -> gdpath::TransferReport {
+    a.post(r).unwrap().wait().unwrap()
+}
+
 fn client_with(shared_memory: bool) -> Agent {
     let a = Agent::new(AgentConfig {
         name: "test".into(),
@@ -117,24 +122,19 @@ fn a_peers_shared_host_memory_is_written_in_place_on_this_node() {
     let dst = agent
         .register(Memory::host(HostBuffer::zeroed(len)))
         .unwrap();
-    let rep = agent
-        .post(TransferRequest::write(
-            vec![src.desc(0, n)],
-            vec![remote.desc(0, n)],
-        ))
-        .unwrap()
-        .wait()
-        .unwrap();
+    let rep = done(
+        &agent,
+        TransferRequest::write(vec![src.desc(0, n)], vec![remote.desc(0, n)]),
+    );
     assert_eq!(rep.pairs[0].path, Path::HostCopy, "{rep:?}");
     // Read back at an offset: the bytes are in the server's memory, not in a local copy.
-    let rep = agent
-        .post(TransferRequest::read(
+    let rep = done(
+        &agent,
+        TransferRequest::read(
             vec![dst.desc(0, n - 4096)],
             vec![remote.desc(4096, n - 4096)],
-        ))
-        .unwrap()
-        .wait()
-        .unwrap();
+        ),
+    );
     assert_eq!(rep.pairs[0].path, Path::HostCopy);
     assert!(dst.host_view().unwrap()[..len - 4096] == pattern(len, 21)[4096..]);
     // A second client over UCX sees what the first wrote through shared memory.
@@ -144,25 +144,18 @@ fn a_peers_shared_host_memory_is_written_in_place_on_this_node() {
     let dst2 = other
         .register(Memory::host(HostBuffer::zeroed(len)))
         .unwrap();
-    let rep = other
-        .post(TransferRequest::read(
-            vec![dst2.desc(0, n)],
-            vec![remote2.desc(0, n)],
-        ))
-        .unwrap()
-        .wait()
-        .unwrap();
+    let rep = done(
+        &other,
+        TransferRequest::read(vec![dst2.desc(0, n)], vec![remote2.desc(0, n)]),
+    );
     assert!(matches!(rep.pairs[0].path, Path::Ucx { .. }), "{rep:?}");
     assert!(dst2.host_view().unwrap()[..] == pattern(len, 21)[..]);
     // A request with a notification goes through UCX, which delivers it after the writes.
-    let rep = agent
-        .post(
-            TransferRequest::write(vec![src.desc(0, 4096)], vec![remote.desc(0, 4096)])
-                .notify(b"kv ready".to_vec()),
-        )
-        .unwrap()
-        .wait()
-        .unwrap();
+    let rep = done(
+        &agent,
+        TransferRequest::write(vec![src.desc(0, 4096)], vec![remote.desc(0, 4096)])
+            .notify(b"kv ready".to_vec()),
+    );
     assert!(matches!(rep.pairs[0].path, Path::Ucx { .. }), "{rep:?}");
     srv.wait_line("notification from test@127.0.0.1", T);
 }
@@ -205,7 +198,11 @@ fn a_killed_exporter_of_shared_memory_fails_the_next_post() {
         matches!(err, Error::PeerFailed { .. } | Error::Refused { .. }),
         "{err:?}"
     );
-    assert!(start.elapsed() < Duration::from_secs(5), "{:?}", start.elapsed());
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
 }
 
 #[test]

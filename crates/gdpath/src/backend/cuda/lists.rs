@@ -417,32 +417,18 @@ impl Shared {
                     CopyMethod::Kernel => BlockMethod::Kernel,
                     _ => BlockMethod::DriverBatch,
                 };
-                let r = post_list(
-                    &mut slot.copier,
-                    &stream,
-                    src,
-                    dst,
-                    &slot.list,
-                    m(method),
-                    true,
-                );
-                posted = match r {
+                let list = &slot.list;
+                let post = |copier: &mut gdpath_cuda::BlockCopier, m| {
+                    post_list(copier, &stream, src, dst, list, m, true)
+                };
+                posted = match post(&mut slot.copier, m(method)) {
                     Ok(p) => p,
                     // A device that maps host memory elsewhere: the batch takes host pointers.
                     Err(CudaError::BlockList(
                         gdpath_cuda::BlockListError::HostMappedElsewhere { .. },
                     )) if forced.is_none() && batch_ok => {
                         method = CopyMethod::DriverBatch;
-                        post_list(
-                            &mut slot.copier,
-                            &stream,
-                            src,
-                            dst,
-                            &slot.list,
-                            m(method),
-                            true,
-                        )
-                        .map_err(fail)?
+                        post(&mut slot.copier, m(method)).map_err(fail)?
                     }
                     Err(e) => return Err(fail(e)),
                 };
