@@ -359,6 +359,13 @@ pub fn run(cfg: &KvBenchConfig, progress: &dyn Progress) -> Result<KvBenchReport
             "blocks, block size and runs must be at least 1".into(),
         ));
     }
+    if cfg.dst == KvMem::Peer && !matches!(cfg.src, KvMem::Gpu(_)) {
+        return Err(Error::Config(
+            "--dst peer (a peer's GPU memory) needs --src gpu:N; a peer's host memory is \
+             --dst peer-host"
+                .into(),
+        ));
+    }
     if matches!(cfg.src, KvMem::Peer | KvMem::PeerHost) {
         return Err(Error::Config(
             "--src peer / peer-host: a peer's region is a destination only".into(),
