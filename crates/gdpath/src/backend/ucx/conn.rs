@@ -241,6 +241,16 @@ impl PeerConn {
         lock(&self.inner).proto.error().cloned()
     }
 
+    /// The error for work on a connection that is unusable ([`PeerConn::failure`]): the one it
+    /// failed with as it is (its text names the peer already), else `PeerFailed` saying why.
+    pub(crate) fn unusable(&self) -> Option<Error> {
+        let why = self.failure()?;
+        Some(self.failed_error().unwrap_or_else(|| Error::PeerFailed {
+            peer: self.label(),
+            detail: why,
+        }))
+    }
+
     /// Reads what arrived on a client's control connection (non-blocking): the frames, or why
     /// the connection is over (the peer closed it: it went away).
     pub(crate) fn read_control(&self) -> std::result::Result<Vec<Vec<u8>>, String> {

@@ -163,11 +163,8 @@ impl PeerLink for UcxPeer {
         }
         // A connection already over (the peer went away, said goodbye) confirms nothing: an
         // endpoint flush with nothing outstanding could still succeed.
-        if let Some(why) = self.conn.failure() {
-            return Err(self.conn.failed_error().unwrap_or(Error::PeerFailed {
-                peer: self.conn.label(),
-                detail: why,
-            }));
+        if let Some(e) = self.conn.unusable() {
+            return Err(e);
         }
         let r = self
             .conn
@@ -183,13 +180,10 @@ impl PeerLink for UcxPeer {
 
     fn notify(&self, message: &[u8], timeout: Duration) -> Result<()> {
         self.backend.progress_round();
-        let label = self.conn.label();
-        if let Some(why) = self.conn.failure() {
-            return Err(Error::PeerFailed {
-                peer: label,
-                detail: why,
-            });
+        if let Some(e) = self.conn.unusable() {
+            return Err(e);
         }
+        let label = self.conn.label();
         let bytes =
             codec::encode(&Message::Notify(message.to_vec())).map_err(Error::ProtocolLimit)?;
         let label = label.as_str();

@@ -178,13 +178,9 @@ impl Ops {
     ) {
         // Planned while the connection was open, posted after it closed (a goodbye begun,
         // a failure seen) in between: nothing may follow the goodbye's flush.
-        if let Some(why) = peer.failure() {
-            let label = peer.label();
+        if let Some(e) = peer.unusable() {
             for item in items {
-                item.complete(Err(Error::PeerFailed {
-                    peer: label.clone(),
-                    detail: why.clone(),
-                }));
+                item.complete(Err(e.clone()));
             }
             return;
         }
