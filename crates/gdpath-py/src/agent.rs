@@ -230,9 +230,13 @@ impl Agent {
     /// it with the defaults): `fast_local` lets UCX use shared memory between agents of one
     /// host (a dead peer is then noticed only by `op_timeout`); `transports` is `UCX_TLS`
     /// (`"tcp"`), `devices` `UCX_NET_DEVICES` (`"lo"`; by default the engine gives UCX's tcp
-    /// the interface the first serve or connect needs); timeouts in seconds. Errors: `ucx`
-    /// when UCX cannot be loaded, `config` when already enabled otherwise.
-    #[pyo3(signature = (*, fast_local=false, transports=None, devices=None, connect_timeout=10.0, op_timeout=60.0))]
+    /// the interface the first serve or connect needs); timeouts in seconds; `shared_memory`:
+    /// a peer's shared host memory on this node (what `gdpath serve --export host:SIZE`
+    /// exports) is written and read in place, without UCX (docs/network.md, "Host memory of
+    /// another process"). Errors: `ucx` when UCX cannot be loaded, `config` when already
+    /// enabled otherwise.
+    #[pyo3(signature = (*, fast_local=false, transports=None, devices=None, connect_timeout=10.0, op_timeout=60.0, shared_memory=true))]
+    #[allow(clippy::too_many_arguments)]
     fn enable_net(
         &self,
         py: Python<'_>,
@@ -241,8 +245,16 @@ impl Agent {
         devices: Option<String>,
         connect_timeout: f64,
         op_timeout: f64,
+        shared_memory: bool,
     ) -> PyResult<()> {
-        let cfg = crate::net::config(fast_local, transports, devices, connect_timeout, op_timeout)?;
+        let cfg = crate::net::config(
+            fast_local,
+            transports,
+            devices,
+            connect_timeout,
+            op_timeout,
+            shared_memory,
+        )?;
         let agent = self.agent.clone();
         py.detach(move || agent.enable_net(cfg)).py_err(py)
     }

@@ -50,13 +50,14 @@ pub fn token(py: Python<'_>, t: Option<Vec<u8>>) -> PyResult<Token> {
 /// The network backend's settings (`NetConfig`): `fast_local` UCX shared memory between agents
 /// of one host (a dead peer then noticed only by `op_timeout`), `transports` (`UCX_TLS`),
 /// `devices` (`UCX_NET_DEVICES`, e.g. `"lo"`; `None`: the engine chooses, docs/network.md),
-/// `connect_timeout` and `op_timeout` seconds.
+/// `connect_timeout` and `op_timeout` seconds, `shared_memory` (`NetConfig::shared_memory`).
 pub fn config(
     fast_local: bool,
     transports: Option<String>,
     devices: Option<String>,
     connect_timeout: f64,
     op_timeout: f64,
+    shared_memory: bool,
 ) -> PyResult<NetConfig> {
     Ok(NetConfig {
         failure_mode: if fast_local {
@@ -68,6 +69,7 @@ pub fn config(
         devices,
         connect_timeout: seconds(connect_timeout)?,
         op_timeout: seconds(op_timeout)?,
+        shared_memory,
         ..NetConfig::default()
     })
 }

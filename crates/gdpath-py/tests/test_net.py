@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import gdpath
-from conftest import Serving, net_agent, wait_event
+from conftest import Serving, gdpath_bin, net_agent, wait_event
 
 
 @pytest.fixture
@@ -76,3 +76,40 @@ def test_tokens_and_a_clean_close():
     events = wait_event(srv, "left")
     assert "left" in events and "lost" not in events
     srv.close()
+
+
+def test_a_serving_process_shared_host_memory_is_written_in_place():
+    """`gdpath serve --export host:SIZE` in another process exports shared memory: a client on
+    this node writes and reads it with `memcpy` (path host-copy); with ``shared_memory=False``
+    through UCX, and each client sees the other's bytes."""
+    import subprocess
+
+    srv = subprocess.Popen(
+        [str(gdpath_bin()), "serve", "--listen", "127.0.0.1:0", "--devices", "lo",
+         "--export", "host:1MiB", "--duration", "60"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    try:
+        addr = None
+        for line in srv.stdout:
+            if "listening on " in line:
+                addr = line.split("listening on ", 1)[1].split()[0]
+                break
+        assert addr, "gdpath serve did not say where it listens"
+        data = np.random.default_rng(7).integers(0, 256, 1 << 20, dtype=np.uint8)
+        for shared, path in [(True, "host-copy"), (False, "ucx:")]:
+            a = gdpath.Agent(name=f"cli-{shared}")
+            a.enable_net(devices="lo", shared_memory=shared)
+            peer = a.connect(addr)
+            remote = peer.memory(peer.regions()[0].id)
+            mine = data if shared else data[::-1].copy()
+            rep = a.post("write", a.register(mine), remote).wait()
+            assert rep.pairs[0].path.startswith(path), rep.pairs[0]
+            back = np.zeros_like(data)
+            rep = a.post("read", a.register(back), remote).wait()
+            assert rep.pairs[0].path.startswith(path), rep.pairs[0]
+            assert np.array_equal(back, mine)
+            peer.close()
+    finally:
+        srv.kill()
+        srv.wait(10)
