@@ -130,7 +130,7 @@ impl End<'_> {
     }
 
     /// Runs `f` on the registration of a pinned or mapped end.
-    fn with_host<R>(
+    pub(crate) fn with_host<R>(
         &self,
         f: impl FnOnce(&PinnedHandle) -> std::result::Result<R, CudaError>,
     ) -> std::result::Result<R, CudaError> {

@@ -298,20 +298,6 @@ impl Shared {
             .clone()
     }
 
-    /// Runs `f` on the page-locked memory of host region `region`: a pinned region's own, or a
-    /// peer's shared host region mapped here.
-    fn with_host_pinned<R>(
-        &self,
-        region: &Region,
-        f: impl FnOnce(&PinnedHandle) -> std::result::Result<R, CudaError>,
-    ) -> std::result::Result<R, CudaError> {
-        match crate::backend::ucx::shm_import(region) {
-            Some(Ok(imp)) => f(&*self.shm_pinned(imp).map_err(CudaError::InvalidArgument)?),
-            Some(Err(e)) => Err(CudaError::InvalidArgument(e.to_string())),
-            None => with_pinned(region, f),
-        }
-    }
-
     /// GPU → GPU through pinned bounce buffers ([`staged`]), with the backend's settings.
     fn staged(
         &self,
@@ -385,17 +371,15 @@ impl Shared {
             }
             Path::HostToDevice { pinned: true } => {
                 let d = dev(dst)?;
-                self.with_host_pinned(&src.region, |h| {
-                    direct::h2d_pinned(&self.gpus, h, so, d, dof, len)
-                })
-                .map_err(&fail)?;
+                self.end(src, None)?
+                    .with_host(|h| direct::h2d_pinned(&self.gpus, h, so, d, dof, len))
+                    .map_err(&fail)?;
             }
             Path::DeviceToHost { pinned: true } => {
                 let s = dev(src)?;
-                self.with_host_pinned(&dst.region, |h| {
-                    direct::d2h_pinned(&self.gpus, s, so, h, dof, len)
-                })
-                .map_err(&fail)?;
+                self.end(dst, None)?
+                    .with_host(|h| direct::d2h_pinned(&self.gpus, s, so, h, dof, len))
+                    .map_err(&fail)?;
             }
             Path::HostToDevice { pinned: false } | Path::DeviceToHost { pinned: false } => {
                 let (host, gpu, hoff, goff, dir) = match item.path() {
