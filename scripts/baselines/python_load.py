@@ -8,7 +8,8 @@ disk with the page cache dropped before each run, beside the pinned H2D rate of 
 
 Every run is verified: each tensor equal (torch.equal, on the GPU) to the reference that
 safetensors loaded, names, dtypes and shapes included. GB/s = file bytes / wall time of the
-call, 1e9 B/s, with `torch.cuda.synchronize()` on both sides; min / median / max over the runs.
+call, 1e9 B/s, with `torch.cuda.synchronize()` on both sides; min / median / max over the runs,
+which go in rounds (each loader once per round, in turn) so that drift falls on all alike.
 CUDA is started in this process before any timing (no loader pays for the context), and each
 loader's one-time setup that a serving process pays once is done before its runs and reported
 apart: gdpath's agent and a 64 MiB warm-up load (as `gdpath load` does before timing).
@@ -216,27 +217,35 @@ def main() -> int:
         where = "disk cold" if cold else "tmpfs"
         if runs <= 0:  # --runs-disk 0: that place is skipped
             continue
-        for name, fn in LOADERS:
-            if a.only and not any(o in name for o in a.only.split(",")):
-                continue
-            key = f"{where} | {name}"
-            try:
-                gbps, ok, how = [], True, None
-                for _ in range(runs):
+        # Rounds: every loader once per round, in turn, so that the machine's drift (other
+        # tenants, the page cache's state) falls on all of them alike.
+        chosen = [(n, fn) for n, fn in LOADERS if not a.only or any(o in n for o in a.only.split(","))]
+        acc = {n: {"gbps": [], "ok": True, "how": None, "error": None} for n, _ in chosen}
+        for _ in range(runs):
+            for name, fn in chosen:
+                r = acc[name]
+                if r["error"]:
+                    continue
+                try:
                     if cold:
-                        how = drop_cache(path)
+                        r["how"] = drop_cache(path)
                     torch.cuda.synchronize()
                     t0 = time.perf_counter()
                     d = fn(path)
                     torch.cuda.synchronize()
-                    gbps.append(nb / (time.perf_counter() - t0) / 1e9)
-                    ok = ok and verified(d)
+                    r["gbps"].append(nb / (time.perf_counter() - t0) / 1e9)
+                    r["ok"] = r["ok"] and verified(d)
                     del d
                     torch.cuda.empty_cache()
-                res["rows"][key] = {**stats(gbps), "runs": [round(x, 2) for x in gbps], "verified": ok,
-                                    **({"cache": how} if how else {})}
-            except Exception as e:  # a loader missing or failing is reported, not fatal
-                res["rows"][key] = {"error": repr(e)[:300]}
+                except Exception as e:  # a loader missing or failing is reported, not fatal
+                    r["error"] = repr(e)[:300]
+        for name, _ in chosen:
+            r, key = acc[name], f"{where} | {name}"
+            if r["error"]:
+                res["rows"][key] = {"error": r["error"]}
+            else:
+                res["rows"][key] = {**stats(r["gbps"]), "runs": [round(x, 2) for x in r["gbps"]],
+                                    "verified": r["ok"], **({"cache": r["how"]} if r["how"] else {})}
             print(key, res["rows"][key], flush=True)
         if a.gdpath_bin:
             cmd = [a.gdpath_bin, "load", path, "--repeat", str(max(runs, 2)), "--json"] + (["--cold"] if cold else [])

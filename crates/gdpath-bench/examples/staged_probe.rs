@@ -1,0 +1,331 @@
+//! Where the staged file → GPU path's time goes, on a GPU machine (an experiment, not a bench of
+//! the engine: `docs/benchmarks.md`, "Measurements behind the defaults", holds what it found).
+//!
+//! ```text
+//! staged_probe FILE MODE...      MODE: read:T:C[:F] | dma | readdma:T:C[:F] | pipe:T:C:D[:F]
+//! ```
+//! F, flags: `h` bounce buffers are transparent huge pages registered with `cuMemHostRegister`
+//! (else `cuMemHostAlloc`, 4 KiB pages); `m` the file is read through a shared mapping and
+//! `memcpy` (else `pread`); `p` each mapped chunk is populated first (`MADV_POPULATE_READ`).
+//! `read:T:C`: T threads `pread` C-byte chunks of FILE (round robin) into one pinned buffer each,
+//! nothing sent to the GPU: the CPU's copy rate out of the page cache. `dma`: H2D of 4 GiB from
+//! one 256 MiB pinned buffer (the PCIe limit). `readdma:T:C`: `read:T:C` while a second thread
+//! keeps H2D copies running: what each gets when they share host memory. `pipe:T:C:D`: the staged
+//! pipeline with D bounce buffers per thread (the engine's is D = 2). Sizes take K/M suffixes
+//! (KiB, MiB). Each mode runs three times; min / median / max GB/s (1e9 B/s).
+use gdpath_cuda::{
+    Context, Cuda, DeviceBuffer, HostRegistration, PinnedHostBuffer, RawHostMemory, Stream,
+};
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Instant;
+
+fn size(s: &str) -> usize {
+    let (n, m) = match s.as_bytes().last() {
+        Some(b'K') => (&s[..s.len() - 1], 1 << 10),
+        Some(b'M') => (&s[..s.len() - 1], 1 << 20),
+        _ => (s, 1),
+    };
+    n.parse::<usize>().expect("a size") * m
+}
+
+/// A bounce buffer: `cuMemHostAlloc`, or an anonymous mapping advised huge and registered.
+enum Buf {
+    Alloc(PinnedHostBuffer),
+    Huge(Option<HostRegistration<RawHostMemory>>, *mut u8, usize),
+}
+
+unsafe impl Send for Buf {}
+
+impl Buf {
+    fn new(ctx: &Context, len: usize, huge: bool) -> Buf {
+        if !huge {
+            return Buf::Alloc(PinnedHostBuffer::new(ctx, len).expect("pinned"));
+        }
+        let map = len.div_ceil(2 << 20) * (2 << 20);
+        // SAFETY: a fresh private anonymous mapping, unmapped in Drop after the registration.
+        unsafe {
+            let p = libc::mmap(
+                std::ptr::null_mut(),
+                map,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            assert!(p != libc::MAP_FAILED, "mmap");
+            libc::madvise(p, map, libc::MADV_HUGEPAGE);
+            std::ptr::write_bytes(p as *mut u8, 0, map);
+            let r = HostRegistration::from_raw(ctx, p as *mut u8, map).expect("register");
+            Buf::Huge(Some(r), p as *mut u8, map)
+        }
+    }
+    fn slice(&mut self) -> &mut [u8] {
+        match self {
+            Buf::Alloc(b) => b.as_mut_slice().expect("buffer"),
+            Buf::Huge(r, _, _) => r
+                .as_mut()
+                .expect("registered")
+                .as_mut_slice()
+                .expect("buffer"),
+        }
+    }
+    fn h2d(&self, st: &Stream, dev: &DeviceBuffer, off: usize, l: usize) {
+        match self {
+            Buf::Alloc(b) => st.copy_h2d(dev, off, b, 0, l),
+            Buf::Huge(r, _, _) => st.copy_h2d(dev, off, r.as_ref().expect("registered"), 0, l),
+        }
+        .expect("h2d")
+    }
+}
+
+impl Drop for Buf {
+    fn drop(&mut self) {
+        if let Buf::Huge(r, p, len) = self {
+            // Unregistered (after its streams' copies) before the memory goes.
+            drop(r.take());
+            // SAFETY: the mapping made in `new`, no longer registered or referenced.
+            unsafe { libc::munmap(*p as *mut _, *len) };
+        }
+    }
+}
+
+/// A read-only shared mapping of a whole file.
+struct Map(*mut libc::c_void, usize);
+
+impl Map {
+    fn new(f: &std::fs::File, len: usize) -> Map {
+        use std::os::fd::AsRawFd;
+        // SAFETY: a new mapping of the open file; unmapped in Drop.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                f.as_raw_fd(),
+                0,
+            )
+        };
+        assert!(p != libc::MAP_FAILED, "mmap FILE");
+        Map(p, len)
+    }
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: the mapping lives as long as self.
+        unsafe { std::slice::from_raw_parts(self.0 as *const u8, self.1) }
+    }
+}
+
+impl Drop for Map {
+    fn drop(&mut self) {
+        // SAFETY: our mapping, no borrows left (they borrow self).
+        unsafe { libc::munmap(self.0, self.1) };
+    }
+}
+
+/// Where chunks come from: `pread`, or a shared mapping of the file.
+struct Src<'a> {
+    f: &'a std::fs::File,
+    map: Option<&'a [u8]>,
+    populate: bool,
+}
+
+impl Src<'_> {
+    fn read(&self, dst: &mut [u8], off: usize) {
+        let l = dst.len();
+        if let Some(m) = self.map {
+            if self.populate {
+                let a = off / 4096 * 4096;
+                // SAFETY: inside the mapping. 22 is MADV_POPULATE_READ (Linux 5.14).
+                let r = unsafe { libc::madvise(m.as_ptr().add(a) as *mut _, off + l - a, 22) };
+                assert!(
+                    r == 0,
+                    "MADV_POPULATE_READ: {}",
+                    std::io::Error::last_os_error()
+                );
+            }
+            dst.copy_from_slice(&m[off..off + l]);
+            return;
+        }
+        let mut got = 0;
+        while got < l {
+            let n = self
+                .f
+                .read_at(&mut dst[got..l], (off + got) as u64)
+                .expect("pread");
+            assert!(n > 0, "short file");
+            got += n;
+        }
+    }
+}
+
+/// Reads chunks `w, w + t, ...` of `[0, len)` into `buf` (and, when `dev` is given, sends each to
+/// the GPU through `d` buffers on `d` streams).
+fn worker(
+    src: &Src<'_>,
+    len: usize,
+    c: usize,
+    w: usize,
+    t: usize,
+    bufs: &mut [Buf],
+    gpu: Option<(&DeviceBuffer, &[Stream])>,
+) {
+    let mut k = 0;
+    let mut i = w;
+    while i * c < len {
+        let off = i * c;
+        let l = c.min(len - off);
+        let s = k % bufs.len();
+        if let Some((_, streams)) = gpu {
+            streams[s].synchronize().expect("sync");
+        }
+        src.read(&mut bufs[s].slice()[..l], off);
+        if let Some((dev, streams)) = gpu {
+            bufs[s].h2d(&streams[s], dev, off, l);
+        }
+        k += 1;
+        i += t;
+    }
+    if let Some((_, streams)) = gpu {
+        for st in streams {
+            st.synchronize().expect("sync");
+        }
+    }
+}
+
+/// Compares eight 1 MiB ranges spread over the GPU copy with the file.
+fn check(f: &std::fs::File, dev: &DeviceBuffer, len: usize) {
+    let st = Stream::new(dev.context()).expect("stream");
+    let l = (1usize << 20).min(len);
+    let (mut a, mut b) = (vec![0u8; l], vec![0u8; l]);
+    for i in 0..8 {
+        let off = (len - l) / 7 * i;
+        st.read_into_slice(&mut a, dev, off).expect("d2h");
+        f.read_exact_at(&mut b, off as u64).expect("pread");
+        assert!(a == b, "GPU bytes at {off} differ from the file");
+    }
+}
+
+fn stats(mut v: Vec<f64>) -> String {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    format!(
+        "{:.2} / {:.2} / {:.2}",
+        v[0],
+        v[v.len() / 2],
+        v[v.len() - 1]
+    )
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let path = &args[1];
+    let f = std::fs::File::open(path).expect("open FILE");
+    let len = f.metadata().expect("stat").len() as usize;
+    let cuda = Cuda::load().expect("libcuda");
+    let ctx = Context::new(&cuda, 0).expect("context");
+    let dev = DeviceBuffer::new(&ctx, len).expect("device buffer");
+    let dma_src = PinnedHostBuffer::new(&ctx, 256 << 20).expect("pinned");
+    let dma_st = Stream::new(&ctx).expect("stream");
+    let dma_gb = |stop: Option<&AtomicBool>, moved: &AtomicU64| -> f64 {
+        let (src, st) = (&dma_src, &dma_st);
+        let t0 = Instant::now();
+        let mut n = 0usize;
+        loop {
+            st.copy_h2d(&dev, (n % 16) << 28, src, 0, 256 << 20)
+                .expect("h2d");
+            n += 1;
+            if n % 4 == 0 {
+                st.synchronize().expect("sync");
+                moved.fetch_add(4 << 28, Ordering::Relaxed);
+                match stop {
+                    Some(s) if s.load(Ordering::Relaxed) => break,
+                    None if n >= 16 => break,
+                    _ => {}
+                }
+            }
+        }
+        st.synchronize().expect("sync");
+        t0.elapsed().as_secs_f64()
+    };
+    for mode in &args[2..] {
+        let p: Vec<&str> = mode.split(':').collect();
+        let mut rates = Vec::new();
+        let mut side = Vec::new();
+        for _ in 0..3 {
+            match p[0] {
+                "dma" => {
+                    let moved = AtomicU64::new(0);
+                    let dt = dma_gb(None, &moved);
+                    rates.push(moved.load(Ordering::Relaxed) as f64 / dt / 1e9);
+                }
+                "read" | "readdma" | "pipe" => {
+                    let (t, c) = (p[1].parse::<usize>().expect("T"), size(p[2]));
+                    let d = if p[0] == "pipe" {
+                        p[3].parse::<usize>().expect("D")
+                    } else {
+                        1
+                    };
+                    let flags = p
+                        .get(if p[0] == "pipe" { 4 } else { 3 })
+                        .copied()
+                        .unwrap_or("");
+                    // A fresh mapping per run, so that every run faults its pages in.
+                    let map = flags.contains('m').then(|| Map::new(&f, len));
+                    let src = Src {
+                        f: &f,
+                        map: map.as_ref().map(|m| m.bytes()),
+                        populate: flags.contains('p'),
+                    };
+                    let mut bufs: Vec<Vec<Buf>> = (0..t)
+                        .map(|_| {
+                            (0..d)
+                                .map(|_| Buf::new(&ctx, c, flags.contains('h')))
+                                .collect()
+                        })
+                        .collect();
+                    let streams: Vec<Vec<Stream>> = (0..t)
+                        .map(|_| (0..d).map(|_| Stream::new(&ctx).expect("stream")).collect())
+                        .collect();
+                    let stop = AtomicBool::new(false);
+                    let moved = AtomicU64::new(0);
+                    let (dt, dma_t) = std::thread::scope(|sc| {
+                        let bg =
+                            (p[0] == "readdma").then(|| sc.spawn(|| dma_gb(Some(&stop), &moved)));
+                        if bg.is_some() {
+                            // Let the copies reach their rate first.
+                            std::thread::sleep(std::time::Duration::from_millis(50));
+                        }
+                        let t0 = Instant::now();
+                        std::thread::scope(|s2| {
+                            for (w, (b, st)) in bufs.iter_mut().zip(&streams).enumerate() {
+                                let (src, dev) = (&src, &dev);
+                                let gpu = (p[0] == "pipe").then_some((dev, st.as_slice()));
+                                s2.spawn(move || worker(src, len, c, w, t, b, gpu));
+                            }
+                        });
+                        let dt = t0.elapsed().as_secs_f64();
+                        stop.store(true, Ordering::Relaxed);
+                        (dt, bg.map(|h| h.join().expect("dma thread")))
+                    });
+                    // Unmapping is part of reading through a mapping.
+                    let t1 = Instant::now();
+                    drop(map);
+                    rates.push(len as f64 / (dt + t1.elapsed().as_secs_f64()) / 1e9);
+                    if p[0] == "pipe" {
+                        check(&f, &dev, len);
+                    }
+                    if let Some(s) = dma_t {
+                        side.push(moved.load(Ordering::Relaxed) as f64 / s / 1e9);
+                    }
+                }
+                m => panic!("unknown mode {m}"),
+            }
+        }
+        let extra = if side.is_empty() {
+            String::new()
+        } else {
+            format!("  (concurrent H2D {})", stats(side))
+        };
+        println!("{mode:<22} {}{extra}", stats(rates));
+    }
+}
