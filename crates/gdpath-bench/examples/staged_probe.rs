@@ -3,7 +3,10 @@
 //!
 //! ```text
 //! staged_probe FILE MODE...      MODE: read:T:C[:F] | dma | readdma:T:C[:F] | pipe:T:C:D[:F]
+//!                                       | alloc:N:C[:F]
 //! ```
+//! `alloc:N:C`: the time to allocate N pinned buffers of C bytes one after another, from N
+//! threads at once, and as one allocation of N × C (printed in ms, not GB/s).
 //! F, flags: `h` bounce buffers are transparent huge pages registered with `cuMemHostRegister`
 //! (else `cuMemHostAlloc`, 4 KiB pages); `m` the file is read through a shared mapping and
 //! `memcpy` (else `pread`); `p` each mapped chunk is populated first (`MADV_POPULATE_READ`).
@@ -253,6 +256,36 @@ fn main() {
         let mut side = Vec::new();
         for _ in 0..3 {
             match p[0] {
+                "alloc" => {
+                    let (n, c) = (p[1].parse::<usize>().expect("N"), size(p[2]));
+                    let huge = p.get(3).is_some_and(|f| f.contains('h'));
+                    let ms = |t: Instant| t.elapsed().as_secs_f64() * 1e3;
+                    let t0 = Instant::now();
+                    let one: Vec<Buf> = (0..n).map(|_| Buf::new(&ctx, c, huge)).collect();
+                    let seq = ms(t0);
+                    let t1 = Instant::now();
+                    drop(one);
+                    let free = ms(t1);
+                    let t0 = Instant::now();
+                    let par: Vec<Buf> = std::thread::scope(|s| {
+                        let hs: Vec<_> = (0..n)
+                            .map(|_| s.spawn(|| Buf::new(&ctx, c, huge)))
+                            .collect();
+                        hs.into_iter()
+                            .map(|h| h.join().expect("alloc thread"))
+                            .collect()
+                    });
+                    let par_ms = ms(t0);
+                    drop(par);
+                    let t0 = Instant::now();
+                    let big = Buf::new(&ctx, n * c, huge);
+                    let big_ms = ms(t0);
+                    drop(big);
+                    side.push(seq);
+                    rates.push(par_ms);
+                    println!("{mode:<22} one by one {seq:.1} ms (freeing {free:.1}), from {n} threads {par_ms:.1} ms, one of {} MiB {big_ms:.1} ms", (n * c) >> 20);
+                    continue;
+                }
                 "dma" => {
                     let moved = AtomicU64::new(0);
                     let dt = dma_gb(None, &moved);
@@ -320,6 +353,9 @@ fn main() {
                 }
                 m => panic!("unknown mode {m}"),
             }
+        }
+        if p[0] == "alloc" {
+            continue; // printed per run above
         }
         let extra = if side.is_empty() {
             String::new()

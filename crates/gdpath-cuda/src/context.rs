@@ -50,7 +50,11 @@ impl Drop for ContextInner {
             .api
             .check("cuDevicePrimaryCtxRelease_v2", r)
         {
-            tracing::warn!(ordinal = self.device.ordinal(), error = %e, "releasing primary context");
+            crate::error::log_teardown(
+                "releasing primary context",
+                Some(self.device.ordinal()),
+                &e,
+            );
         }
     }
 }

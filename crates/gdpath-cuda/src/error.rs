@@ -166,6 +166,12 @@ fn cuda_suffix(cu_result: i32) -> String {
 }
 
 impl CudaError {
+    /// True for `CUDA_ERROR_DEINITIALIZED`: the driver shut down (the process is exiting), so a
+    /// resource it held goes with the process.
+    pub fn is_deinitialized(&self) -> bool {
+        matches!(self, CudaError::Driver { code, .. } if *code == crate::ffi::CUDA_ERROR_DEINITIALIZED)
+    }
+
     /// The library this error is about, when it is a load failure.
     pub fn missing_library(&self) -> Option<Library> {
         match self {
@@ -209,5 +215,40 @@ pub(crate) fn no_panic<T>(
                 .unwrap_or_else(|| "non-string panic payload".to_string());
             Err(CudaError::Panicked { what, message })
         }
+    }
+}
+
+/// Logs an error met while freeing a CUDA resource in `Drop`: a warning, but at debug level when
+/// the driver has shut down already ([`CudaError::is_deinitialized`]): threads that free their
+/// streams and buffers while the process exits race the driver's own exit handler, and what
+/// they held goes with the process.
+pub(crate) fn log_teardown(what: &str, ordinal: Option<u32>, e: &CudaError) {
+    if e.is_deinitialized() {
+        tracing::debug!(?ordinal, error = %e, "{what} after the driver shut down (process exit)");
+    } else {
+        tracing::warn!(?ordinal, error = %e, "{what}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::CudaError;
+
+    fn driver(code: i32) -> CudaError {
+        CudaError::Driver {
+            call: "cuStreamDestroy_v2",
+            code,
+            name: format!("CUresult {code}"),
+            message: "unknown error".into(),
+        }
+    }
+
+    #[test]
+    fn only_the_driver_shutting_down_counts_as_deinitialized() {
+        assert!(driver(4).is_deinitialized());
+        for code in [0, 1, 2, 3, 100, 700] {
+            assert!(!driver(code).is_deinitialized(), "code {code}");
+        }
+        assert!(!CudaError::InvalidArgument("x".into()).is_deinitialized());
     }
 }

@@ -28,6 +28,8 @@ pub type CUmodule = *mut c_void;
 pub type CUfunction = *mut c_void;
 
 pub const CUDA_SUCCESS: CUresult = 0;
+/// The driver has shut down: the process is exiting (`cuda.h`).
+pub const CUDA_ERROR_DEINITIALIZED: CUresult = 4;
 pub const CUDA_ERROR_NO_DEVICE: CUresult = 100;
 pub const CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED: CUresult = 704;
 /// `cuMemHostRegister` on memory that is already page-locked (registered, or allocated pinned

@@ -164,7 +164,7 @@ pub(crate) fn close(ctx: &Context, ptr: CUdeviceptr) {
         })
     });
     if let Err(e) = r {
-        tracing::warn!(ordinal = ctx.ordinal(), error = %e, "closing an IPC memory mapping");
+        crate::error::log_teardown("closing an IPC memory mapping", Some(ctx.ordinal()), &e);
     }
 }
 

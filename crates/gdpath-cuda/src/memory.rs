@@ -71,7 +71,7 @@ impl Drop for DevMem {
             api.check("cuMemFree_v2", unsafe { (api.cuMemFree)(self.ptr) })
         });
         if let Err(e) = r {
-            tracing::warn!(ordinal = self.ctx.ordinal(), error = %e, "freeing device memory");
+            crate::error::log_teardown("freeing device memory", Some(self.ctx.ordinal()), &e);
         }
     }
 }
@@ -267,7 +267,7 @@ impl Drop for PinnedMem {
             })
         });
         if let Err(e) = r {
-            tracing::warn!(error = %e, "freeing pinned host memory");
+            crate::error::log_teardown("freeing pinned host memory", None, &e);
         }
     }
 }
@@ -456,7 +456,7 @@ impl<M: HostMemory> RegMem<M> {
 impl<M: HostMemory> Drop for RegMem<M> {
     fn drop(&mut self) {
         if let Err(e) = self.unregister() {
-            tracing::warn!(error = %e, "unregistering host memory");
+            crate::error::log_teardown("unregistering host memory", None, &e);
         }
     }
 }

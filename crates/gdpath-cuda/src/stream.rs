@@ -55,13 +55,13 @@ impl std::fmt::Debug for Stream {
 impl Drop for Stream {
     fn drop(&mut self) {
         if let Err(e) = self.synchronize() {
-            tracing::warn!(error = %e, "synchronizing a stream being dropped");
+            crate::error::log_teardown("synchronizing a stream being dropped", None, &e);
         }
         let api = self.ctx.api();
         // SAFETY: our stream, idle now.
         let r = unsafe { (api.cuStreamDestroy)(self.raw) };
         if let Err(e) = api.check("cuStreamDestroy_v2", r) {
-            tracing::warn!(error = %e, "destroying stream");
+            crate::error::log_teardown("destroying stream", None, &e);
         }
     }
 }
@@ -383,7 +383,7 @@ impl Drop for Event {
                 })
             });
         if let Err(e) = r {
-            tracing::warn!(error = %e, "destroying event");
+            crate::error::log_teardown("destroying event", None, &e);
         }
     }
 }

@@ -365,7 +365,11 @@ impl Drop for Staging {
     fn drop(&mut self) {
         for s in self.slots.iter_mut().flatten() {
             if let Err(e) = s.wait() {
-                tracing::warn!(error = %e, "waiting for a block-copy launch before freeing its staging");
+                crate::error::log_teardown(
+                    "waiting for a block-copy launch before freeing its staging",
+                    None,
+                    &e,
+                );
             }
         }
     }
