@@ -226,6 +226,7 @@ def main() -> int:
                 r = acc[name]
                 if r["error"]:
                     continue
+                d = None
                 try:
                     if cold:
                         r["how"] = drop_cache(path)
@@ -235,17 +236,21 @@ def main() -> int:
                     torch.cuda.synchronize()
                     r["gbps"].append(nb / (time.perf_counter() - t0) / 1e9)
                     r["ok"] = r["ok"] and verified(d)
-                    del d
-                    torch.cuda.empty_cache()
                 except Exception as e:  # a loader missing or failing is reported, not fatal
                     r["error"] = repr(e)[:300]
+                finally:
+                    # The next loader starts from the same (empty) allocator cache either way.
+                    del d
+                    torch.cuda.empty_cache()
         for name, _ in chosen:
             r, key = acc[name], f"{where} | {name}"
+            row = {}
+            if r["gbps"]:  # rounds before a failure still count, beside the error
+                row = {**stats(r["gbps"]), "runs": [round(x, 2) for x in r["gbps"]],
+                       "verified": r["ok"], **({"cache": r["how"]} if r["how"] else {})}
             if r["error"]:
-                res["rows"][key] = {"error": r["error"]}
-            else:
-                res["rows"][key] = {**stats(r["gbps"]), "runs": [round(x, 2) for x in r["gbps"]],
-                                    "verified": r["ok"], **({"cache": r["how"]} if r["how"] else {})}
+                row["error"] = r["error"]
+            res["rows"][key] = row
             print(key, res["rows"][key], flush=True)
         if a.gdpath_bin:
             cmd = [a.gdpath_bin, "load", path, "--repeat", str(max(runs, 2)), "--json"] + (["--cold"] if cold else [])

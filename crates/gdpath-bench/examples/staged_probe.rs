@@ -10,12 +10,15 @@
 //! F, flags: `h` bounce buffers are transparent huge pages registered with `cuMemHostRegister`
 //! (else `cuMemHostAlloc`, 4 KiB pages); `m` the file is read through a shared mapping and
 //! `memcpy` (else `pread`); `p` each mapped chunk is populated first (`MADV_POPULATE_READ`).
-//! `read:T:C`: T threads `pread` C-byte chunks of FILE (round robin) into one pinned buffer each,
-//! nothing sent to the GPU: the CPU's copy rate out of the page cache. `dma`: H2D of 4 GiB from
-//! one 256 MiB pinned buffer (the PCIe limit). `readdma:T:C`: `read:T:C` while a second thread
-//! keeps H2D copies running: what each gets when they share host memory. `pipe:T:C:D`: the staged
-//! pipeline with D bounce buffers per thread (the engine's is D = 2). Sizes take K/M suffixes
-//! (KiB, MiB). Each mode runs three times; min / median / max GB/s (1e9 B/s).
+//!
+//! FILE must hold at least 4 GiB. `read:T:C`: T threads `pread` C-byte chunks of FILE (round
+//! robin) into one pinned buffer each, nothing sent to the GPU: the CPU's copy rate out of the
+//! page cache. `dma`: H2D of 4 GiB in 64 MiB copies from one pinned buffer, each waited for (the
+//! PCIe limit). `readdma:T:C`: `read:T:C` while a second thread keeps such copies running; the
+//! copies' rate counts those done while the reads ran. `pipe:T:C:D`: the staged pipeline with D
+//! bounce buffers per thread (the engine's is D = 2); the GPU copy is cleared before each run and
+//! eight 1 MiB ranges of it are compared with the file after. Sizes take K/M suffixes (KiB, MiB).
+//! Each mode runs three times; min / median / max GB/s (1e9 B/s).
 use gdpath_cuda::{
     Context, Cuda, DeviceBuffer, HostRegistration, PinnedHostBuffer, RawHostMemory, Stream,
 };
@@ -38,6 +41,8 @@ enum Buf {
     Huge(Option<HostRegistration<RawHostMemory>>, *mut u8, usize),
 }
 
+// SAFETY: the pointer is to a mapping this value owns alone (as `PinnedHostBuffer` owns its
+// memory); nothing else refers to it.
 unsafe impl Send for Buf {}
 
 impl Buf {
@@ -57,7 +62,12 @@ impl Buf {
                 0,
             );
             assert!(p != libc::MAP_FAILED, "mmap");
-            libc::madvise(p, map, libc::MADV_HUGEPAGE);
+            if libc::madvise(p, map, libc::MADV_HUGEPAGE) != 0 {
+                eprintln!(
+                    "MADV_HUGEPAGE refused ({}): small pages",
+                    std::io::Error::last_os_error()
+                );
+            }
             std::ptr::write_bytes(p as *mut u8, 0, map);
             let r = HostRegistration::from_raw(ctx, p as *mut u8, map).expect("register");
             Buf::Huge(Some(r), p as *mut u8, map)
@@ -85,10 +95,12 @@ impl Buf {
 impl Drop for Buf {
     fn drop(&mut self) {
         if let Buf::Huge(r, p, len) = self {
-            // Unregistered (after its streams' copies) before the memory goes.
-            drop(r.take());
-            // SAFETY: the mapping made in `new`, no longer registered or referenced.
-            unsafe { libc::munmap(*p as *mut _, *len) };
+            // Unregistered before the memory goes; if a stream still held it, the mapping is
+            // leaked rather than unmapped under a copy.
+            if let Some(Ok(_)) = r.take().map(|r| r.into_inner()) {
+                // SAFETY: the mapping made in `new`, no longer registered or referenced.
+                unsafe { libc::munmap(*p as *mut _, *len) };
+            }
         }
     }
 }
@@ -227,27 +239,28 @@ fn main() {
     let cuda = Cuda::load().expect("libcuda");
     let ctx = Context::new(&cuda, 0).expect("context");
     let dev = DeviceBuffer::new(&ctx, len).expect("device buffer");
-    let dma_src = PinnedHostBuffer::new(&ctx, 256 << 20).expect("pinned");
+    assert!(
+        len >= 4 << 30,
+        "FILE must hold at least 4 GiB (the DMA modes fill 4 GiB of the GPU copy)"
+    );
+    let dma_src = PinnedHostBuffer::new(&ctx, 64 << 20).expect("pinned");
     let dma_st = Stream::new(&ctx).expect("stream");
+    // H2D copies of 64 MiB from one pinned buffer, each waited for, so that `moved` is exact
+    // to one copy (≈ 1.2 ms) at any moment: 64 copies (4 GiB), or until `stop`.
     let dma_gb = |stop: Option<&AtomicBool>, moved: &AtomicU64| -> f64 {
         let (src, st) = (&dma_src, &dma_st);
         let t0 = Instant::now();
-        let mut n = 0usize;
-        loop {
-            st.copy_h2d(&dev, (n % 16) << 28, src, 0, 256 << 20)
+        for n in 0usize.. {
+            st.copy_h2d(&dev, (n % 64) << 26, src, 0, 64 << 20)
                 .expect("h2d");
-            n += 1;
-            if n % 4 == 0 {
-                st.synchronize().expect("sync");
-                moved.fetch_add(4 << 28, Ordering::Relaxed);
-                match stop {
-                    Some(s) if s.load(Ordering::Relaxed) => break,
-                    None if n >= 16 => break,
-                    _ => {}
-                }
+            st.synchronize().expect("sync");
+            moved.fetch_add(64 << 20, Ordering::Relaxed);
+            match stop {
+                Some(s) if s.load(Ordering::Relaxed) => break,
+                None if n + 1 >= 64 => break,
+                _ => {}
             }
         }
-        st.synchronize().expect("sync");
         t0.elapsed().as_secs_f64()
     };
     for mode in &args[2..] {
@@ -319,6 +332,11 @@ fn main() {
                     let streams: Vec<Vec<Stream>> = (0..t)
                         .map(|_| (0..d).map(|_| Stream::new(&ctx).expect("stream")).collect())
                         .collect();
+                    if p[0] == "pipe" {
+                        // So that the check after the run sees this run's bytes, not a past one's.
+                        dma_st.memset(&dev, 0, len, 0xA5).expect("memset");
+                        dma_st.synchronize().expect("sync");
+                    }
                     let stop = AtomicBool::new(false);
                     let moved = AtomicU64::new(0);
                     let (dt, dma_t) = std::thread::scope(|sc| {
@@ -328,7 +346,7 @@ fn main() {
                             // Let the copies reach their rate first.
                             std::thread::sleep(std::time::Duration::from_millis(50));
                         }
-                        let t0 = Instant::now();
+                        let (t0, m0) = (Instant::now(), moved.load(Ordering::Relaxed));
                         std::thread::scope(|s2| {
                             for (w, (b, st)) in bufs.iter_mut().zip(&streams).enumerate() {
                                 let (src, dev) = (&src, &dev);
@@ -337,8 +355,13 @@ fn main() {
                             }
                         });
                         let dt = t0.elapsed().as_secs_f64();
+                        // The copies done while the reads ran, not those before or after.
+                        let during = moved.load(Ordering::Relaxed) - m0;
                         stop.store(true, Ordering::Relaxed);
-                        (dt, bg.map(|h| h.join().expect("dma thread")))
+                        if let Some(h) = bg {
+                            h.join().expect("dma thread");
+                        }
+                        (dt, (p[0] == "readdma").then_some(during as f64 / dt / 1e9))
                     });
                     // Unmapping is part of reading through a mapping.
                     let t1 = Instant::now();
@@ -347,8 +370,8 @@ fn main() {
                     if p[0] == "pipe" {
                         check(&f, &dev, len);
                     }
-                    if let Some(s) = dma_t {
-                        side.push(moved.load(Ordering::Relaxed) as f64 / s / 1e9);
+                    if let Some(g) = dma_t {
+                        side.push(g);
                     }
                 }
                 m => panic!("unknown mode {m}"),
