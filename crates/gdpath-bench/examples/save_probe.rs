@@ -106,7 +106,7 @@ fn run(path: &str, size: usize, mode: &str, t: usize, src: &[u8]) -> f64 {
     let mut a = vec![0u8; 1 << 20];
     for i in 0..8 {
         // Whole MiB, so that the range's source bytes are one slice of the 64 MiB source.
-        let off = (size - a.len()) / 7 * i >> 20 << 20;
+        let off = (((size - a.len()) / 7 * i) >> 20) << 20;
         f.read_exact_at(&mut a, off as u64).expect("read back");
         assert!(
             a == src[off % src.len()..][..a.len()],
