@@ -9,7 +9,8 @@
 //! threads at once, and as one allocation of N × C (printed in ms, not GB/s).
 //! F, flags: `h` bounce buffers are transparent huge pages registered with `cuMemHostRegister`
 //! (else `cuMemHostAlloc`, 4 KiB pages); `m` the file is read through a shared mapping and
-//! `memcpy` (else `pread`); `p` each mapped chunk is populated first (`MADV_POPULATE_READ`).
+//! `memcpy` (else `pread`); `p` each mapped chunk is populated first (`MADV_POPULATE_READ`);
+//! `f` the GPU copy goes to a new allocation each run; `z` the same, cleared by a GPU memset first.
 //!
 //! FILE must hold at least 4 GiB. `read:T:C`: T threads `pread` C-byte chunks of FILE (round
 //! robin) into one pinned buffer each, nothing sent to the GPU: the CPU's copy rate out of the
@@ -332,9 +333,15 @@ fn main() {
                     let streams: Vec<Vec<Stream>> = (0..t)
                         .map(|_| (0..d).map(|_| Stream::new(&ctx).expect("stream")).collect())
                         .collect();
-                    if p[0] == "pipe" {
+                    // `f`: a new device allocation for this run (outside the timing); `z`: the
+                    // same, written once by a GPU memset first.
+                    let fresh = flags.contains('f') || flags.contains('z');
+                    let new_dev =
+                        fresh.then(|| DeviceBuffer::new(&ctx, len).expect("device buffer"));
+                    let dev = new_dev.as_ref().unwrap_or(&dev);
+                    if p[0] == "pipe" && !flags.contains('f') {
                         // So that the check after the run sees this run's bytes, not a past one's.
-                        dma_st.memset(&dev, 0, len, 0xA5).expect("memset");
+                        dma_st.memset(dev, 0, len, 0xA5).expect("memset");
                         dma_st.synchronize().expect("sync");
                     }
                     let stop = AtomicBool::new(false);
@@ -349,7 +356,7 @@ fn main() {
                         let (t0, m0) = (Instant::now(), moved.load(Ordering::Relaxed));
                         std::thread::scope(|s2| {
                             for (w, (b, st)) in bufs.iter_mut().zip(&streams).enumerate() {
-                                let (src, dev) = (&src, &dev);
+                                let src = &src;
                                 let gpu = (p[0] == "pipe").then_some((dev, st.as_slice()));
                                 s2.spawn(move || worker(src, len, c, w, t, b, gpu));
                             }
@@ -368,7 +375,7 @@ fn main() {
                     drop(map);
                     rates.push(len as f64 / (dt + t1.elapsed().as_secs_f64()) / 1e9);
                     if p[0] == "pipe" {
-                        check(&f, &dev, len);
+                        check(&f, dev, len);
                     }
                     if let Some(g) = dma_t {
                         side.push(g);
