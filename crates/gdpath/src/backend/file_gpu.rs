@@ -276,9 +276,9 @@ impl Job<'_> {
         let ctx = self.dev.context();
         let what = "file → GPU copy";
         let cuda = |e: CudaError| crate::backend::cuda::memory::cuda_err(what, e);
-        // One buffer to start with; the second is taken once the first chunk's copy is posted,
-        // so that a cold pool's allocation (pinning, milliseconds a buffer) overlaps that copy
-        // (docs/benchmarks.md, "Measurements behind the defaults").
+        // One buffer to start with, the second once the first chunk's copy is posted: from a cold
+        // pool the driver pins one buffer at a time (milliseconds each), so every thread starts
+        // after one allocation (docs/benchmarks.md, "Measurements behind the defaults").
         let mut bufs = self.be.take(ctx, 1, what)?;
         let streams = [
             Stream::new(ctx).map_err(cuda)?,
