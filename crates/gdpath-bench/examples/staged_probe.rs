@@ -10,7 +10,9 @@
 //! F, flags: `h` bounce buffers are transparent huge pages registered with `cuMemHostRegister`
 //! (else `cuMemHostAlloc`, 4 KiB pages); `m` the file is read through a shared mapping and
 //! `memcpy` (else `pread`); `p` each mapped chunk is populated first (`MADV_POPULATE_READ`);
-//! `f` the GPU copy goes to a new allocation each run; `z` the same, cleared by a GPU memset first.
+//! `f` the GPU copy goes to a new allocation each run; `z` the same, cleared by a GPU memset first;
+//! `u` the copy starts 20 KiB into the file (a safetensors data section), chunk boundaries staying
+//! aligned in the file, so that the GPU offsets are not (as the engine cuts such a pair).
 //!
 //! FILE must hold at least 4 GiB. `read:T:C`: T threads `pread` C-byte chunks of FILE (round
 //! robin) into one pinned buffer each, nothing sent to the GPU: the CPU's copy rate out of the
@@ -177,29 +179,36 @@ impl Src<'_> {
 
 /// Reads chunks `w, w + t, ...` of `[0, len)` into `buf` (and, when `dev` is given, sends each to
 /// the GPU through `d` buffers on `d` streams).
+#[allow(clippy::too_many_arguments)]
 fn worker(
     src: &Src<'_>,
     len: usize,
+    base: usize,
     c: usize,
     w: usize,
     t: usize,
     bufs: &mut [Buf],
     gpu: Option<(&DeviceBuffer, &[Stream])>,
 ) {
+    // Chunk i is file bytes [max(i·c, base), min((i+1)·c, len)), at GPU offset (start − base):
+    // boundaries aligned in the file, as the engine cuts a pair that starts at `base`.
     let mut k = 0;
     let mut i = w;
     while i * c < len {
-        let off = i * c;
-        let l = c.min(len - off);
-        let s = k % bufs.len();
-        if let Some((_, streams)) = gpu {
-            streams[s].synchronize().expect("sync");
+        let start = (i * c).max(base);
+        let end = ((i + 1) * c).min(len);
+        if start < end {
+            let l = end - start;
+            let s = k % bufs.len();
+            if let Some((_, streams)) = gpu {
+                streams[s].synchronize().expect("sync");
+            }
+            src.read(&mut bufs[s].slice()[..l], start);
+            if let Some((dev, streams)) = gpu {
+                bufs[s].h2d(&streams[s], dev, start - base, l);
+            }
+            k += 1;
         }
-        src.read(&mut bufs[s].slice()[..l], off);
-        if let Some((dev, streams)) = gpu {
-            bufs[s].h2d(&streams[s], dev, off, l);
-        }
-        k += 1;
         i += t;
     }
     if let Some((_, streams)) = gpu {
@@ -209,16 +218,21 @@ fn worker(
     }
 }
 
-/// Compares eight 1 MiB ranges spread over the GPU copy with the file.
-fn check(f: &std::fs::File, dev: &DeviceBuffer, len: usize) {
+/// Compares eight 1 MiB ranges spread over the GPU copy of file bytes `[base, len)` with the file.
+fn check(f: &std::fs::File, dev: &DeviceBuffer, len: usize, base: usize) {
     let st = Stream::new(dev.context()).expect("stream");
-    let l = (1usize << 20).min(len);
+    let n = len - base;
+    let l = (1usize << 20).min(n);
     let (mut a, mut b) = (vec![0u8; l], vec![0u8; l]);
     for i in 0..8 {
-        let off = (len - l) / 7 * i;
+        let off = (n - l) / 7 * i;
         st.read_into_slice(&mut a, dev, off).expect("d2h");
-        f.read_exact_at(&mut b, off as u64).expect("pread");
-        assert!(a == b, "GPU bytes at {off} differ from the file");
+        f.read_exact_at(&mut b, (base + off) as u64).expect("pread");
+        assert!(
+            a == b,
+            "GPU bytes at {off} differ from the file's at {}",
+            base + off
+        );
     }
 }
 
@@ -333,6 +347,9 @@ fn main() {
                     let streams: Vec<Vec<Stream>> = (0..t)
                         .map(|_| (0..d).map(|_| Stream::new(&ctx).expect("stream")).collect())
                         .collect();
+                    // `u`: the pair starts 20 KiB into the file, as a safetensors data section
+                    // after its header does.
+                    let base = if flags.contains('u') { 20 << 10 } else { 0 };
                     // `f`: a new device allocation for this run (outside the timing); `z`: the
                     // same, written once by a GPU memset first.
                     let fresh = flags.contains('f') || flags.contains('z');
@@ -358,7 +375,7 @@ fn main() {
                             for (w, (b, st)) in bufs.iter_mut().zip(&streams).enumerate() {
                                 let src = &src;
                                 let gpu = (p[0] == "pipe").then_some((dev, st.as_slice()));
-                                s2.spawn(move || worker(src, len, c, w, t, b, gpu));
+                                s2.spawn(move || worker(src, len, base, c, w, t, b, gpu));
                             }
                         });
                         let dt = t0.elapsed().as_secs_f64();
@@ -373,9 +390,9 @@ fn main() {
                     // Unmapping is part of reading through a mapping.
                     let t1 = Instant::now();
                     drop(map);
-                    rates.push(len as f64 / (dt + t1.elapsed().as_secs_f64()) / 1e9);
+                    rates.push((len - base) as f64 / (dt + t1.elapsed().as_secs_f64()) / 1e9);
                     if p[0] == "pipe" {
-                        check(&f, dev, len);
+                        check(&f, dev, len, base);
                     }
                     if let Some(g) = dma_t {
                         side.push(g);
