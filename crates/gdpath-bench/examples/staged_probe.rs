@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! staged_probe FILE MODE...      MODE: read:T:C[:F] | dma | readdma:T:C[:F] | pipe:T:C:D[:F]
-//!                                       | alloc:N:C[:F]
+//!                                       | alloc:N:C[:F] | dmac:C:S:T | slab:T:C:N
 //! ```
 //! `alloc:N:C`: the time to allocate N pinned buffers of C bytes one after another, from N
 //! threads at once, and as one allocation of N × C (printed in ms, not GB/s).
@@ -13,6 +13,11 @@
 //! `f` the GPU copy goes to a new allocation each run; `z` the same, cleared by a GPU memset first;
 //! `u` the copy starts 20 KiB into the file (a safetensors data section), chunk boundaries staying
 //! aligned in the file, so that the GPU offsets are not (as the engine cuts such a pair).
+//!
+//! `dmac:C:S:T`: H2D of 4 GiB in C-byte copies from T threads, each with S streams (nothing
+//! read): the copy engine's rate for copies of that size. `slab:T:C:N`: T threads `pread` C-byte
+//! pieces into N pinned slabs of T × C bytes, and whichever thread reads a slab's last piece
+//! posts one H2D copy of the whole slab (checked as `pipe` is).
 //!
 //! FILE must hold at least 4 GiB. `read:T:C`: T threads `pread` C-byte chunks of FILE (round
 //! robin) into one pinned buffer each, nothing sent to the GPU: the CPU's copy rate out of the
@@ -318,6 +323,132 @@ fn main() {
                     let moved = AtomicU64::new(0);
                     let dt = dma_gb(None, &moved);
                     rates.push(moved.load(Ordering::Relaxed) as f64 / dt / 1e9);
+                }
+                "dmac" => {
+                    // H2D of 4 GiB in C-byte copies posted by T threads, each from one pinned
+                    // buffer onto S streams of its own, nothing read: the copy engine's rate
+                    // for copies of that size.
+                    let (c, s_n, t) = (
+                        size(p[1]),
+                        p[2].parse::<usize>().expect("S"),
+                        p[3].parse::<usize>().expect("T"),
+                    );
+                    let total = 4usize << 30;
+                    let srcs: Vec<PinnedHostBuffer> = (0..t)
+                        .map(|_| PinnedHostBuffer::new(&ctx, c).expect("pinned"))
+                        .collect();
+                    let streams: Vec<Vec<Stream>> = (0..t)
+                        .map(|_| {
+                            (0..s_n)
+                                .map(|_| Stream::new(&ctx).expect("stream"))
+                                .collect()
+                        })
+                        .collect();
+                    let t0 = Instant::now();
+                    std::thread::scope(|sc| {
+                        for (w, (src, sts)) in srcs.iter().zip(&streams).enumerate() {
+                            let dev = &dev;
+                            sc.spawn(move || {
+                                let mut i = w;
+                                let mut k = 0;
+                                while i * c < total {
+                                    let l = c.min(total - i * c);
+                                    let st = &sts[k % sts.len()];
+                                    // At most S copies of this thread in flight, as in `pipe`.
+                                    if k >= sts.len() {
+                                        st.synchronize().expect("sync");
+                                    }
+                                    st.copy_h2d(dev, i * c, src, 0, l).expect("h2d");
+                                    k += 1;
+                                    i += t;
+                                }
+                                for st in sts {
+                                    st.synchronize().expect("sync");
+                                }
+                            });
+                        }
+                    });
+                    rates.push(total as f64 / t0.elapsed().as_secs_f64() / 1e9);
+                }
+                "slab" => {
+                    // T threads read C-byte pieces into N pinned slabs of T × C bytes; the
+                    // thread that finishes a slab's last piece posts one copy of the whole slab.
+                    let (t, c, n) = (
+                        p[1].parse::<usize>().expect("T"),
+                        size(p[2]),
+                        p[3].parse::<usize>().expect("N"),
+                    );
+                    let slab = t * c;
+                    let mut slabs: Vec<PinnedHostBuffer> = (0..n)
+                        .map(|_| PinnedHostBuffer::new(&ctx, slab).expect("pinned"))
+                        .collect();
+                    let ptrs: Vec<usize> = slabs
+                        .iter_mut()
+                        .map(|b| b.as_mut_slice().expect("slab").as_mut_ptr() as usize)
+                        .collect();
+                    let streams: Vec<Stream> =
+                        (0..n).map(|_| Stream::new(&ctx).expect("stream")).collect();
+                    dma_st.memset(&dev, 0, len, 0xA5).expect("memset");
+                    dma_st.synchronize().expect("sync");
+                    let groups = len.div_ceil(slab);
+                    // Per group: pieces still to read; per slab: the last group posted + 1.
+                    let left: Vec<AtomicU64> = (0..groups)
+                        .map(|g| AtomicU64::new(t.min((len - g * slab).div_ceil(c)) as u64))
+                        .collect();
+                    let posted: Vec<AtomicU64> = (0..n).map(|_| AtomicU64::new(0)).collect();
+                    let t0 = Instant::now();
+                    std::thread::scope(|sc| {
+                        for w in 0..t {
+                            let (left, posted, streams, ptrs, slabs, dev, f) =
+                                (&left, &posted, &streams, &ptrs, &slabs, &dev, &f);
+                            sc.spawn(move || {
+                                for (g, left_g) in left.iter().enumerate() {
+                                    let j = g % n;
+                                    let start = g * slab + w * c;
+                                    if start >= len {
+                                        continue;
+                                    }
+                                    // The slab's previous group must be posted and copied.
+                                    if g >= n {
+                                        while posted[j].load(Ordering::Acquire) < (g - n + 1) as u64
+                                        {
+                                            std::hint::spin_loop();
+                                        }
+                                        streams[j].synchronize().expect("sync");
+                                    }
+                                    let l = c.min(len - start);
+                                    // SAFETY: piece w of slab j, written by this thread alone
+                                    // while no copy of the slab runs (waited for above).
+                                    let dst = unsafe {
+                                        std::slice::from_raw_parts_mut(
+                                            (ptrs[j] + w * c) as *mut u8,
+                                            l,
+                                        )
+                                    };
+                                    let mut got = 0;
+                                    while got < l {
+                                        let r = f
+                                            .read_at(&mut dst[got..], (start + got) as u64)
+                                            .expect("pread");
+                                        assert!(r > 0, "short file");
+                                        got += r;
+                                    }
+                                    if left_g.fetch_sub(1, Ordering::AcqRel) == 1 {
+                                        let gl = slab.min(len - g * slab);
+                                        streams[j]
+                                            .copy_h2d(dev, g * slab, &slabs[j], 0, gl)
+                                            .expect("h2d");
+                                        posted[j].store((g + 1) as u64, Ordering::Release);
+                                    }
+                                }
+                            });
+                        }
+                    });
+                    for st in &streams {
+                        st.synchronize().expect("sync");
+                    }
+                    rates.push(len as f64 / t0.elapsed().as_secs_f64() / 1e9);
+                    check(&f, &dev, len, 0);
                 }
                 "read" | "readdma" | "pipe" => {
                     let (t, c) = (p[1].parse::<usize>().expect("T"), size(p[2]));

@@ -64,6 +64,9 @@ pub struct GdsBenchConfig {
     pub blocks: Vec<u64>,
     /// Thread counts (requests in flight, `GdsConfig::threads`); empty: the chooser's.
     pub threads: Vec<usize>,
+    /// Slabs of the staged path's buffered reads (`GdsConfig::slabs`: 0 for a buffer pair per
+    /// thread); `None`: the chooser's.
+    pub slabs: Option<usize>,
     pub op: Op,
     /// Timed runs per row.
     pub runs: usize,
@@ -196,6 +199,7 @@ pub fn run(cfg: &GdsBenchConfig, progress: &dyn Progress) -> Result<GdsBenchRepo
     } else {
         gdpath::DirectIo::Off
     };
+    let slabs = chosen.slabs;
     report.chosen = Some(chosen);
     for &path in &cfg.paths {
         if report.skipped.iter().any(|s| s.path == path) {
@@ -211,6 +215,7 @@ pub fn run(cfg: &GdsBenchConfig, progress: &dyn Progress) -> Result<GdsBenchRepo
                     gds: GdsConfig {
                         chunk: block,
                         threads,
+                        slabs,
                         ..GdsConfig::default()
                     },
                     ..AgentConfig::default()
@@ -328,6 +333,7 @@ fn choose(cfg: &GdsBenchConfig, target: &std::path::Path) -> Result<Tuning> {
         threads: (cfg.threads.len() == 1).then(|| cfg.threads[0]),
         direct: None,
         cufile: None,
+        slabs: cfg.slabs,
     };
     Ok(gdpath::tune::with_overrides(
         gdpath::tune::rule(&facts, Dest::Gpu),

@@ -25,9 +25,13 @@ pub struct LoadArgs {
     /// Threads per read (default: chosen from the machine and the file; see `chosen:`).
     #[arg(long, value_parser = crate::args::count)]
     threads: Option<usize>,
-    /// Bytes per request (default: chosen, 4 MiB).
+    /// Bytes per request (default: chosen, 2 MiB from memory onto a GPU, else 4 MiB).
     #[arg(long, value_parser = crate::args::nonzero_size)]
     chunk: Option<u64>,
+    /// Buffered reads onto a GPU gather the threads' requests into N pinned slabs, one copy to
+    /// the GPU each; 0 for a buffer pair per thread (default: chosen, 3 for files in memory).
+    #[arg(long)]
+    slabs: Option<usize>,
     /// Read with O_DIRECT where the file system allows (default: chosen per file).
     #[arg(long, conflicts_with = "buffered")]
     direct: bool,
@@ -78,6 +82,7 @@ pub fn run(a: LoadArgs) -> Result<ExitCode> {
             _ => None,
         },
         cufile: None,
+        slabs: a.slabs,
     };
     let mut setup = ck
         .setup(dest, &over, AgentConfig::default())

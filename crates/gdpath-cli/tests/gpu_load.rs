@@ -184,7 +184,13 @@ fn load_uses_the_chooser_and_verifies_on_the_gpu() {
         assert_eq!(v["tensor_bytes"], bytes, "{v}");
         let c = &v["chosen"];
         assert!(c["overridden"].as_array().unwrap().is_empty(), "{v}");
-        assert_eq!(c["chunk"], 4 << 20, "{v}");
+        // From memory onto the GPU: 2 MiB reads into 3 slabs; cold: 4 MiB, a buffer pair each.
+        let (chunk, slabs) = if cold { (4 << 20, 0) } else { (2 << 20, 3) };
+        assert_eq!(
+            (&c["chunk"], &c["slabs"]),
+            (&chunk.into(), &slabs.into()),
+            "{v}"
+        );
         assert!(!c["reason"].as_str().unwrap().is_empty(), "{v}");
         if c["facts"]["nvidia_fs"] == false {
             assert_eq!(

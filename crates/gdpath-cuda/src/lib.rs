@@ -33,6 +33,7 @@ pub mod loader;
 mod memory;
 pub mod nvml;
 pub mod pattern;
+mod slab;
 mod stream;
 
 pub use blocks::{
@@ -53,4 +54,5 @@ pub use memory::{
     RawHostMemory,
 };
 pub use pattern::Verdict;
+pub use slab::{PinnedSlab, SlabPart};
 pub use stream::{Event, Stream};

@@ -520,3 +520,64 @@ fn one_gpu_path() {
         ));
     }
 }
+
+/// A slab filled in parts from several threads and sent with one copy is byte-exact; the rules
+/// hold: overlapping parts and parts outside the slab are refused, no part is handed out while a
+/// copy may run (until `wait_copied`), no copy starts while a part is out.
+#[test]
+#[ignore = "needs an NVIDIA GPU: run the GPU suite"]
+fn slab_parts_then_one_copy() {
+    use gdpath_cuda::PinnedSlab;
+    let c = cuda();
+    let g = ctx(&c, 0);
+    let (parts, part) = (8usize, (1usize << 20) + 7);
+    let len = parts * part;
+    let slab = PinnedSlab::new(&g, Box::new(PinnedHostBuffer::new(&g, len).unwrap())).unwrap();
+    let dev = DeviceBuffer::new(&g, len).unwrap();
+    let st = Stream::new(&g).unwrap();
+    let mut want = vec![0u8; len];
+    pattern::fill(&mut want, SEED, 0);
+    for round in 0..2u8 {
+        std::thread::scope(|s| {
+            for i in 0..parts {
+                let (slab, want) = (&slab, &want);
+                s.spawn(move || {
+                    let r = i * part..(i + 1) * part;
+                    let mut p = slab.part(r.clone()).unwrap();
+                    p.copy_from_slice(&want[r]);
+                    p[0] ^= round; // round 1 differs in each part's first byte
+                });
+            }
+        });
+        {
+            let p = slab.part(0..16).unwrap();
+            assert!(matches!(
+                slab.part(8..24),
+                Err(CudaError::InvalidArgument(_))
+            ));
+            assert!(matches!(
+                slab.part(len - 1..len + 1),
+                Err(CudaError::InvalidArgument(_))
+            ));
+            assert!(matches!(
+                slab.copy_h2d(&st, &dev, 0, 0, len),
+                Err(CudaError::BufferBusy)
+            ));
+            drop(p);
+        }
+        slab.copy_h2d(&st, &dev, 0, 0, len).unwrap();
+        assert!(matches!(slab.part(0..1), Err(CudaError::BufferBusy)));
+        slab.wait_copied().unwrap();
+        let mut back = vec![0u8; len];
+        st.read_into_slice(&mut back, &dev, 0).unwrap();
+        let mut expect = want.clone();
+        for i in 0..parts {
+            expect[i * part] ^= round;
+        }
+        assert!(back == expect, "round {round}: the GPU copy differs");
+        slab.part(0..1).unwrap();
+    }
+    drop(st);
+    let mut buf = slab.into_inner();
+    buf.as_mut_slice().unwrap();
+}

@@ -276,6 +276,7 @@ fn probe_gds_in(dir: &std::path::Path) -> Finding {
         gpu: 0,
         blocks: vec![defaults.chunk],
         threads: vec![defaults.threads],
+        slabs: None,
         op: gdpath::Op::Read,
         runs,
         paths: vec![GdsPathChoice::Gds, GdsPathChoice::Staged],

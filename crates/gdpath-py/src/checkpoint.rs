@@ -276,13 +276,19 @@ static TUNED: Mutex<Vec<(Settings, gdpath::Agent)>> = Mutex::new(Vec::new());
 const MAX_TUNED: usize = 4;
 
 /// What a chosen tuning sets in an agent (its explanation aside).
-type Settings = (usize, u64, bool, bool);
+type Settings = (usize, u64, usize, bool, bool);
 
 /// A load setup with the chooser's settings for `ck`'s files, on a kept agent when one has
 /// them, else on a new one (kept).
 fn tuned_setup(ck: &ck::Checkpoint, dest: Destination) -> Result<ck::LoadSetup, ck::LoadError> {
     let tuning = ck.choose(dest, &Overrides::default())?;
-    let key: Settings = (tuning.threads, tuning.chunk, tuning.direct, tuning.cufile);
+    let key: Settings = (
+        tuning.threads,
+        tuning.chunk,
+        tuning.slabs,
+        tuning.direct,
+        tuning.cufile,
+    );
     let kept = {
         let mut agents = TUNED.lock().unwrap_or_else(|p| p.into_inner());
         let i = agents.iter().position(|(k, _)| *k == key);

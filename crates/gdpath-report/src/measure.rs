@@ -229,6 +229,7 @@ fn gds(dir: &Path) -> gdpath::Result<BenchDoc> {
         gpu: 0,
         blocks: blocks.clone(),
         threads: vec![threads],
+        slabs: None,
         op: gdpath::Op::Read,
         runs: 3,
         paths: vec![

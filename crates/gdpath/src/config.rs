@@ -173,6 +173,11 @@ pub struct GdsConfig {
     /// chunk k+1 overlaps the copy of chunk k, and the threads' reads overlap each other
     /// (several requests in flight: the queue depth is `threads`).
     pub threads: usize,
+    /// Buffered reads into GPU memory: 0 for the two buffers per thread above; `n` (2 ..= 16)
+    /// to gather the threads' chunks into `n` shared pinned slabs of `threads × chunk` bytes,
+    /// each sent with one H2D copy (fewer, larger copies and a smaller working set: the
+    /// chooser's pick for files in memory, [`crate::tune::SLABS`]).
+    pub slabs: usize,
 }
 
 /// The file ↔ GPU chunk where no file is known: the chooser's [`crate::tune::CHUNK`].
@@ -186,6 +191,7 @@ impl Default for GdsConfig {
             cufile: true,
             chunk: DEFAULT_GDS_CHUNK,
             threads: crate::tune::memory_threads(crate::tune::cores()),
+            slabs: 0,
         }
     }
 }
@@ -203,6 +209,12 @@ impl GdsConfig {
             return Err(Error::Config(format!(
                 "GDS threads must be 1..=256, got {}",
                 self.threads
+            )));
+        }
+        if self.slabs == 1 || self.slabs > 16 {
+            return Err(Error::Config(format!(
+                "GDS slabs must be 0 (none) or 2..=16, got {}",
+                self.slabs
             )));
         }
         Ok(())

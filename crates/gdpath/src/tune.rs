@@ -24,6 +24,16 @@ use std::path::Path;
 /// "Storage defaults: the chooser").
 pub const CHUNK: u64 = 4 << 20;
 
+/// Bytes per read the chooser picks for files in memory going to a GPU (2 MiB), where the reads
+/// fill slabs ([`SLABS`]) rather than a buffer per copy: smaller reads keep the bounce buffers'
+/// working set small enough to copy faster (docs/gds.md, "Storage defaults: the chooser").
+pub const SLAB_CHUNK: u64 = 2 << 20;
+
+/// Slabs the chooser gives a read from memory into a GPU (3): `threads × SLAB_CHUNK` bytes each,
+/// one H2D copy per slab; three keep a slab filling while one copies and one waits
+/// (docs/gds.md, "Storage defaults: the chooser").
+pub const SLABS: usize = 3;
+
 /// Most threads the chooser gives one transfer (32): the page-cache `memcpy` is memory-bound
 /// past it on the machines measured (docs/gds.md, "Storage defaults: the chooser").
 pub const MAX_THREADS: usize = 32;
@@ -202,6 +212,8 @@ pub struct Overrides {
     pub direct: Option<bool>,
     /// Whether to open cuFile.
     pub cufile: Option<bool>,
+    /// Slabs of a buffered read into a GPU (0: a buffer pair per thread).
+    pub slabs: Option<usize>,
 }
 
 /// The chooser's answer.
@@ -211,6 +223,9 @@ pub struct Tuning {
     pub threads: usize,
     /// Bytes per request.
     pub chunk: u64,
+    /// Buffered reads into a GPU gather the threads' chunks into this many slabs, one H2D copy
+    /// each (`GdsConfig::slabs`); 0: each thread copies its own chunks.
+    pub slabs: usize,
     /// O_DIRECT (where the file system allows it) rather than the page cache.
     pub direct: bool,
     /// Open cuFile and try to register the files (GDS). `false` spares its driver open
@@ -218,14 +233,15 @@ pub struct Tuning {
     pub cufile: bool,
     /// One sentence: why these values.
     pub reason: String,
-    /// The flags that overrode the rule (`threads`, `chunk`, `direct`, `cufile`).
+    /// The flags that overrode the rule (`threads`, `chunk`, `slabs`, `direct`, `cufile`).
     pub overridden: Vec<&'static str>,
     /// What it was decided from.
     pub facts: Facts,
 }
 
 impl Tuning {
-    /// `32 threads × 4 MiB, buffered: <reason>`, as the reports print after `chosen: `.
+    /// `32 threads × 4 MiB, buffered: <reason>` (`16 threads × 2 MiB in 3 slabs, ...` with
+    /// slabs), as the reports print after `chosen: `.
     pub fn summary(&self) -> String {
         let mode = if self.direct { "O_DIRECT" } else { "buffered" };
         let gds = if self.cufile { ", cuFile tried" } else { "" };
@@ -238,19 +254,24 @@ impl Tuning {
             1 => "1 thread".to_owned(),
             n => format!("{n} threads"),
         };
+        let slabs = match self.slabs {
+            0 => String::new(),
+            n => format!(" in {n} slabs"),
+        };
         format!(
-            "{threads} × {}, {mode}{gds}: {}{flags}",
+            "{threads} × {}{slabs}, {mode}{gds}: {}{flags}",
             format_size(self.chunk),
             self.reason
         )
     }
 
-    /// Writes the choice into `cfg`: the staged file ↔ GPU path's threads, chunk and cuFile
-    /// switch; the host backends' chunk and buffered threads; O_DIRECT off (every file
+    /// Writes the choice into `cfg`: the staged file ↔ GPU path's threads, chunk, slabs and
+    /// cuFile switch; the host backends' chunk and buffered threads; O_DIRECT off (every file
     /// registered with [`DirectIo::Auto`] goes buffered) when `direct` is false.
     pub fn apply(&self, cfg: &mut AgentConfig) {
         cfg.gds.threads = self.threads;
         cfg.gds.chunk = self.chunk;
+        cfg.gds.slabs = self.slabs;
         cfg.gds.cufile = self.cufile;
         cfg.storage.chunk = self.chunk;
         cfg.storage.buffered_threads = self.threads;
@@ -266,7 +287,8 @@ impl Tuning {
 ///
 /// - From memory (tmpfs, or the files [`HOT_FRACTION`] in the page cache): buffered (an
 ///   O_DIRECT read of a cached file goes to the device instead), [`memory_threads`] threads of
-///   [`CHUNK`]; no cuFile (it has nothing to DMA from the device).
+///   [`CHUNK`]; no cuFile (it has nothing to DMA from the device). Into a GPU, the threads read
+///   [`SLAB_CHUNK`] into [`SLABS`] slabs.
 /// - Cold ([`device_threads`] threads), on a local file system: buffered with the kernel's
 ///   readahead and as many readers,
 ///   unless the files are larger than [`DIRECT_ABOVE_MEMORY`] of available memory, which
@@ -276,7 +298,12 @@ impl Tuning {
 ///
 /// Threads never exceed the chunks there are (a small file gets one thread per chunk).
 pub fn rule(facts: &Facts, dest: Dest) -> Tuning {
-    let chunk = CHUNK;
+    let slabbed = facts.in_memory() && dest == Dest::Gpu;
+    let (chunk, slabs) = if slabbed {
+        (SLAB_CHUNK, SLABS)
+    } else {
+        (CHUNK, 0)
+    };
     let mut threads = if facts.in_memory() {
         memory_threads(facts.cores)
     } else {
@@ -349,6 +376,7 @@ pub fn rule(facts: &Facts, dest: Dest) -> Tuning {
     Tuning {
         threads,
         chunk,
+        slabs,
         direct,
         cufile,
         reason,
@@ -372,6 +400,10 @@ pub fn with_overrides(mut t: Tuning, over: &Overrides) -> Tuning {
     if let Some(v) = over.chunk {
         t.chunk = v;
         t.overridden.push("chunk");
+    }
+    if let Some(v) = over.slabs {
+        t.slabs = v;
+        t.overridden.push("slabs");
     }
     if let Some(v) = over.direct {
         t.direct = v;
@@ -515,7 +547,7 @@ mod tests {
                 Dest::Gpu,
                 (32, false, false),
             ),
-            // A small file: one thread per chunk.
+            // A small file: one thread per chunk (2 MiB ones, into a GPU from memory).
             (
                 16,
                 Ext4,
@@ -523,6 +555,15 @@ mod tests {
                 10 << 20,
                 false,
                 Dest::Gpu,
+                (5, false, false),
+            ),
+            (
+                16,
+                Ext4,
+                Some(1.0),
+                10 << 20,
+                false,
+                Dest::Host,
                 (3, false, false),
             ),
             (16, Ext4, Some(1.0), 0, false, Dest::Gpu, (1, false, false)),
@@ -535,7 +576,15 @@ mod tests {
                 "{cores} cores, {fs:?}, {res:?}, {bytes} B, nvfs {nvfs}, {dest:?}: {}",
                 t.summary()
             );
-            assert_eq!(t.chunk, CHUNK);
+            // Slabs of 2 MiB reads for memory into a GPU, a buffer pair of 4 MiB otherwise.
+            let memory_to_gpu =
+                (fs == Tmpfs || res.is_some_and(|r| r >= HOT_FRACTION)) && dest == Dest::Gpu;
+            let want_chunk = if memory_to_gpu {
+                (SLAB_CHUNK, SLABS)
+            } else {
+                (CHUNK, 0)
+            };
+            assert_eq!((t.chunk, t.slabs), want_chunk, "{}", t.summary());
             assert!(!t.reason.is_empty() && t.overridden.is_empty());
         }
     }
@@ -545,8 +594,14 @@ mod tests {
         let t = rule(&facts(16, FsKind::Tmpfs, Some(1.0), GIB, false), Dest::Gpu);
         assert_eq!(
             t.summary(),
-            "16 threads × 4 MiB, buffered: files on tmpfs (memory): reads are memory copies, \
-             one per thread"
+            "16 threads × 2 MiB in 3 slabs, buffered: files on tmpfs (memory): reads are \
+             memory copies, one per thread"
+        );
+        let t = rule(&facts(16, FsKind::Tmpfs, Some(1.0), GIB, false), Dest::Host);
+        assert!(
+            t.summary().starts_with("16 threads × 4 MiB, buffered: "),
+            "{}",
+            t.summary()
         );
         let t = rule(&facts(16, FsKind::Ext4, Some(0.0), GIB, false), Dest::Gpu);
         assert!(
@@ -575,15 +630,17 @@ mod tests {
                 chunk: Some(1 << 20),
                 direct: Some(true),
                 cufile: None,
+                slabs: Some(0),
             },
         );
         assert_eq!(
-            (o.threads, o.chunk, o.direct, o.cufile),
-            (12, 1 << 20, true, false)
+            (o.threads, o.chunk, o.slabs, o.direct, o.cufile),
+            (12, 1 << 20, 0, true, false)
         );
-        assert_eq!(o.overridden, ["threads", "chunk", "direct"]);
+        assert_eq!(o.overridden, ["threads", "chunk", "slabs", "direct"]);
         assert!(
-            o.summary().ends_with("(given: threads, chunk, direct)"),
+            o.summary()
+                .ends_with("(given: threads, chunk, slabs, direct)"),
             "{}",
             o.summary()
         );
@@ -595,12 +652,17 @@ mod tests {
         let mut cfg = AgentConfig::default();
         t.apply(&mut cfg);
         assert_eq!(
-            (cfg.gds.threads, cfg.gds.chunk, cfg.gds.cufile),
-            (16, CHUNK, false)
+            (
+                cfg.gds.threads,
+                cfg.gds.chunk,
+                cfg.gds.slabs,
+                cfg.gds.cufile
+            ),
+            (16, SLAB_CHUNK, SLABS, false)
         );
         assert_eq!(
             (cfg.storage.buffered_threads, cfg.storage.chunk),
-            (16, CHUNK)
+            (16, SLAB_CHUNK)
         );
         assert_eq!(cfg.storage.direct, DirectIo::Off);
         cfg.gds.validate().unwrap();

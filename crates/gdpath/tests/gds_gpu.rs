@@ -175,6 +175,152 @@ fn every_path_both_directions_byte_exact() {
         .any(|(p, _)| matches!(p, Path::PosixDirect | Path::GdsNative)));
 }
 
+/// Buffered reads into GPU memory through slabs (`GdsConfig::slabs`): sizes of one chunk, one
+/// group, a group and a byte, many groups with a short last one; unaligned file and GPU offsets;
+/// two and three slabs; two pairs at once (two dispatchers). Byte-exact, and the GPU bytes just
+/// outside each read keep their sentinel.
+#[test]
+#[ignore = "needs an NVIDIA GPU: run the GPU suite"]
+fn slab_reads_byte_exact() {
+    let chunk = 64u64 << 10;
+    let threads = 3;
+    let group = chunk * threads as u64;
+    let sizes = [
+        1u64,
+        chunk,
+        group,
+        group + 1,
+        7 * group + 4097,
+        (4 << 20) + 12_345,
+    ];
+    let offs = [0u64, 1, 4096, 12_345];
+    for slabs in [2, 3] {
+        let a = Agent::new(AgentConfig {
+            gds: GdsConfig {
+                chunk,
+                threads,
+                slabs,
+                ..GdsConfig::default()
+            },
+            ..AgentConfig::default()
+        })
+        .unwrap();
+        for dir in gdpath_testkit::gds_dirs() {
+            let td = tempfile::tempdir_in(&dir).unwrap();
+            let fpath = td.path().join("slabs");
+            let file_len = (5u64 << 20) + 77;
+            let src = pattern(file_len as usize, 11);
+            std::fs::write(&fpath, &src).unwrap();
+            let f = a
+                .register(Memory::File(FileSpec::read(&fpath).direct(DirectIo::Off)))
+                .unwrap();
+            let glen = 12u64 << 20;
+            let g = a
+                .register(Memory::Gpu {
+                    ordinal: 0,
+                    len: glen,
+                })
+                .unwrap();
+            for &len in &sizes {
+                for &fo in &offs {
+                    if fo + len > file_len {
+                        continue;
+                    }
+                    let go = 4096 + (fo * 7 + 3) % 8192;
+                    // Two pairs: the range and, after it on the GPU, the same file range again.
+                    let go2 = go + len + 4096;
+                    gpu_put(&a, &g, 0, &vec![0xAA; glen as usize]);
+                    let r = a
+                        .post(TransferRequest::read(
+                            vec![g.desc(go, len), g.desc(go2, len)],
+                            vec![f.desc(fo, len), f.desc(fo, len)],
+                        ))
+                        .unwrap()
+                        .wait()
+                        .unwrap();
+                    assert_eq!(r.pairs[0].path, Path::PosixBuffered);
+                    let want = &src[fo as usize..(fo + len) as usize];
+                    for at in [go, go2] {
+                        let got = gpu_bytes(&a, &g, at - 1, len + 2);
+                        let what = format!("{slabs} slabs, len {len}, file off {fo}, gpu off {at}");
+                        assert_eq!(&got[1..=len as usize], want, "{what}");
+                        assert_eq!(
+                            (got[0], got[len as usize + 1]),
+                            (0xAA, 0xAA),
+                            "{what}: a byte outside the read changed"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A slab read cancelled while it runs ends promptly, with the cancellation or (when it won the
+/// race) complete; the agent's next slab read is byte-exact (no slab left busy or leaked).
+#[test]
+#[ignore = "needs an NVIDIA GPU: run the GPU suite"]
+fn slab_reads_cancelled_leave_the_agent_usable() {
+    let a = Agent::new(AgentConfig {
+        gds: GdsConfig {
+            chunk: 1 << 20,
+            threads: 4,
+            slabs: 3,
+            ..GdsConfig::default()
+        },
+        ..AgentConfig::default()
+    })
+    .unwrap();
+    let td = tempfile::tempdir_in("/dev/shm").unwrap();
+    let p = td.path().join("big");
+    let len = 256u64 << 20;
+    let src = pattern(len as usize, 5);
+    std::fs::write(&p, &src).unwrap();
+    let f = a
+        .register(Memory::File(FileSpec::read(&p).direct(DirectIo::Off)))
+        .unwrap();
+    let g = a.register(Memory::Gpu { ordinal: 0, len }).unwrap();
+    let mut cancelled = 0;
+    for _ in 0..3 {
+        let t = a
+            .post(TransferRequest::read(
+                vec![g.desc(0, len)],
+                vec![f.desc(0, len)],
+            ))
+            .unwrap();
+        t.cancel();
+        let t0 = std::time::Instant::now();
+        match t.wait() {
+            Ok(r) => assert_eq!(r.bytes, len),
+            Err(e) => {
+                assert!(matches!(e.error, Error::Cancelled), "{}", e.error);
+                cancelled += 1;
+            }
+        }
+        assert!(
+            t0.elapsed().as_secs() < 10,
+            "the cancelled read took {:?}",
+            t0.elapsed()
+        );
+    }
+    eprintln!("{cancelled} of 3 reads cancelled before they finished");
+    gpu_put(&a, &g, 0, &vec![0xAA; 1 << 20]);
+    a.post(TransferRequest::read(
+        vec![g.desc(0, len)],
+        vec![f.desc(0, len)],
+    ))
+    .unwrap()
+    .wait()
+    .unwrap();
+    for off in [0u64, len / 2, len - (1 << 20)] {
+        assert_eq!(
+            gpu_bytes(&a, &g, off, 1 << 20),
+            &src[off as usize..(off + (1 << 20)) as usize],
+            "offset {off}"
+        );
+    }
+}
+
 /// Strict requests for each GDS path: taken where possible, else a typed refusal naming the
 /// finding (cuFile's reason in the detail).
 #[test]

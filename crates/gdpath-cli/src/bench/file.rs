@@ -66,6 +66,11 @@ pub struct StorageArgs {
     /// chosen from the machine and the file, see `chosen:`).
     #[arg(long)]
     threads: Option<String>,
+    /// Slabs of the staged path's buffered reads (with --gpu): the threads' reads gathered into
+    /// N pinned slabs of threads × block bytes, one copy to the GPU each; 0 for a buffer pair
+    /// per thread (default: chosen, 3 for files in memory, see `chosen:`).
+    #[arg(long, requires = "gpu")]
+    slabs: Option<usize>,
 }
 
 impl StorageArgs {
@@ -181,6 +186,7 @@ pub(super) fn run_gds(a: &StorageArgs, gpu: u32, blocks: Vec<u64>) -> Result<Exi
         gpu,
         blocks,
         threads,
+        slabs: a.slabs,
         op: if a.write { Op::Write } else { Op::Read },
         runs: a.runs,
         paths,

@@ -134,10 +134,11 @@ impl LoadSetup {
     }
 
     /// One-time setup a serving process pays once, paid before timed loads: for a GPU, reading
-    /// the first `threads × chunk` bytes of `ck`'s first file onto it brings up the agent's
-    /// context and the file path's own setup (cuFile's driver open and registration attempt
-    /// where the tuning opens cuFile, the staged path's pinned bounce buffers: its chunks go
-    /// round-robin to its threads, so each thread takes its buffers once and they stay pooled).
+    /// the first `threads × chunk × max(2, slabs)` bytes of `ck`'s first file onto it brings up
+    /// the agent's context and the file path's own setup (cuFile's driver open and registration
+    /// attempt where the tuning opens cuFile, the staged path's pinned bounce buffers: enough
+    /// chunks that every thread takes both its buffers, or every slab is taken, and they stay
+    /// pooled).
     /// Returns the seconds it took; `Ok(None)` for host memory, which has nothing to set up.
     /// docs/gds.md says what it costs on the H200.
     ///
@@ -157,7 +158,7 @@ impl LoadSetup {
         let len = f
             .len()
             .map_err(eng)?
-            .min((gds.threads as u64).max(1) * gds.chunk);
+            .min((gds.threads as u64).max(1) * gds.chunk * gds.slabs.max(2) as u64);
         if len > 0 {
             let g = self
                 .agent

@@ -6,6 +6,8 @@
 //! streams: for a read it `pread`s chunk k+1 into one buffer while the H2D copy of chunk k runs
 //! from the other; for a write the D2H copy of chunk k+1 runs while chunk k is `pwrite`n. The
 //! threads' requests are the queue depth (several reads in flight, as KvikIO's thread pool).
+//! With `GdsConfig::slabs` set, a buffered read into GPU memory gathers the threads' chunks into
+//! a few shared slabs and copies each slab at once instead ([`slabs`]).
 //! Threads rather than io_uring: from the page cache (tmpfs, warm files) an O_DIRECT or buffered
 //! read is a `memcpy` done by the thread that issues it (io_uring hands such requests to io-wq
 //! workers anyway), so CPU parallelism is what buys bandwidth; on a disk the same requests give
@@ -31,6 +33,8 @@ use crate::transfer::{Op, WorkItem};
 use gdpath_cuda::{Context, CudaError, DeviceBuffer, PinnedHostBuffer, Stream};
 use std::fs::File;
 use std::time::Duration;
+
+mod slabs;
 
 /// Backend name.
 pub const NAME: &str = "file-gpu";
@@ -67,9 +71,11 @@ impl FileGpu {
     pub fn new(cfg: GdsConfig) -> Result<std::sync::Arc<FileGpu>> {
         cfg.validate()?;
         let (tx, rx) = crossbeam_channel::unbounded::<WorkItem>();
-        // Every dispatcher's pair at once: `threads` threads with two buffers each.
+        // Every dispatcher's pair at once: `threads` threads with two buffers each, or `slabs`
+        // slabs of `threads` chunks.
         let size = cfg.chunk as usize + SLACK;
-        let budget = (DISPATCHERS * cfg.threads * 2 * size) as u64;
+        let per_pair = (cfg.threads * 2 * size).max(cfg.slabs * cfg.threads * cfg.chunk as usize);
+        let budget = (DISPATCHERS * per_pair) as u64;
         let me = std::sync::Arc::new(FileGpu {
             pool: BouncePool::new(NAME, size, budget, 2 * cfg.threads),
             cfg,
@@ -103,8 +109,18 @@ impl FileGpu {
     /// `n` pinned bounce buffers of `chunk + SLACK` bytes allocated in `ctx`, back to the pool
     /// when dropped. Errors: `Error::BounceExhausted`, or the allocation's error as `what`.
     fn take(&self, ctx: &Context, n: usize, what: &str) -> Result<Vec<Pooled<PinnedHostBuffer>>> {
-        let size = self.cfg.chunk as usize + SLACK;
-        self.pool.take(n, size, Wait::For(WAIT), |len| {
+        self.take_len(ctx, n, self.cfg.chunk as usize + SLACK, what)
+    }
+
+    /// [`FileGpu::take`] of buffers of at least `len` bytes (slabs).
+    fn take_len(
+        &self,
+        ctx: &Context,
+        n: usize,
+        len: usize,
+        what: &str,
+    ) -> Result<Vec<Pooled<PinnedHostBuffer>>> {
+        self.pool.take(n, len, Wait::For(WAIT), |len| {
             PinnedHostBuffer::new(ctx, len)
                 .map_err(|e| crate::backend::cuda::memory::cuda_err(what, e))
         })
@@ -153,7 +169,9 @@ impl FileGpu {
             chunk: self.cfg.chunk as usize,
             stop: &|| item.stop_reason(),
         };
-        run(&job, to_gpu, self.cfg.threads)?;
+        // Slabs for buffered reads only: a group of chunks waits for its slowest read.
+        let slabs = (to_gpu && job.direct.is_none()).then_some(self.cfg.slabs);
+        run(&job, to_gpu, self.cfg.threads, slabs.unwrap_or(0))?;
         Ok(file_d.len)
     }
 }
@@ -392,10 +410,14 @@ impl Job<'_> {
     }
 }
 
-/// Runs the job on up to `threads` threads (inline for a single chunk).
-fn run(job: &Job<'_>, to_gpu: bool, threads: usize) -> Result<()> {
+/// Runs the job on up to `threads` threads (inline for a single chunk), a read through `slabs`
+/// slabs when there are at least two (and two groups of chunks to fill them).
+fn run(job: &Job<'_>, to_gpu: bool, threads: usize, slabs: usize) -> Result<()> {
     let n = job.chunks();
     let workers = threads.clamp(1, n.max(1));
+    if to_gpu && slabs >= 2 && n > workers {
+        return slabs::read(job, workers, slabs);
+    }
     let one = |w: usize| {
         if to_gpu {
             job.reader(w, workers)
