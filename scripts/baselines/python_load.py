@@ -218,11 +218,13 @@ def main() -> int:
         if runs <= 0:  # --runs-disk 0: that place is skipped
             continue
         # Rounds: every loader once per round, in turn, so that the machine's drift (other
-        # tenants, the page cache's state) falls on all of them alike.
+        # tenants, the page cache's state) falls on all of them alike; the order rotates.
         chosen = [(n, fn) for n, fn in LOADERS if not a.only or any(o in n for o in a.only.split(","))]
         acc = {n: {"gbps": [], "ok": True, "how": None, "error": None} for n, _ in chosen}
-        for _ in range(runs):
-            for name, fn in chosen:
+        for rnd in range(runs):
+            # Each round starts one loader later: none is always first after a cache drop.
+            k = rnd % len(chosen)
+            for name, fn in chosen[k:] + chosen[:k]:
                 r = acc[name]
                 if r["error"]:
                     continue

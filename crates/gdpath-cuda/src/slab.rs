@@ -4,7 +4,8 @@
 //!
 //! The rules are checked at run time, under one lock: parts being written never overlap; no
 //! part is handed out while a copy from the slab may still be running (the copies are tracked
-//! by an event, [`PinnedSlab::wait_copied`]); no copy starts while a part is out.
+//! by one event, each new copy ordered after the previous one); no copy starts while a part is
+//! out.
 
 use crate::context::Context;
 use crate::error::CudaError;
@@ -13,12 +14,15 @@ use crate::stream::{Event, Stream};
 use std::ops::{Deref, DerefMut, Range};
 use std::sync::{Mutex, MutexGuard};
 
-/// A slab over a pinned buffer `B` (the buffer itself, or a handle that owns it, such as a
-/// pool's). `Send + Sync`: parts may be written from several threads at once.
-pub struct PinnedSlab<B: Deref<Target = PinnedHostBuffer>> {
-    buf: B,
-    /// Start of the buffer's memory: parts are written through it, never through `buf`.
+/// A slab over a pinned buffer it owns. `Send + Sync`: parts may be written from several
+/// threads at once.
+pub struct PinnedSlab {
+    buf: PinnedHostBuffer,
+    /// Start and length of the buffer's memory: parts are written through them, never through
+    /// `buf`.
     ptr: *mut u8,
+    len: usize,
+    ctx: Context,
     event: Event,
     state: Mutex<State>,
 }
@@ -29,45 +33,59 @@ struct State {
     /// Copies posted from the slab, and how many of them are known to be done.
     copies: u64,
     done: u64,
+    /// A copy was posted that the event does not cover and the stream could not be waited for:
+    /// the slab stays busy for good.
+    lost: bool,
 }
 
 // SAFETY: the buffer's memory is written only through parts, which the lock keeps disjoint and
 // keeps apart from running copies; everything else is behind the lock or is a driver handle.
-unsafe impl<B: Deref<Target = PinnedHostBuffer> + Send> Send for PinnedSlab<B> {}
+unsafe impl Send for PinnedSlab {}
 // SAFETY: as above.
-unsafe impl<B: Deref<Target = PinnedHostBuffer> + Send + Sync> Sync for PinnedSlab<B> {}
+unsafe impl Sync for PinnedSlab {}
 
-impl<B: Deref<Target = PinnedHostBuffer> + DerefMut> PinnedSlab<B> {
-    /// A slab over `buf`, on `ctx` (the context its copies and event use).
+impl PinnedSlab {
+    /// A slab over `buf`, its copies on streams of `ctx`.
     ///
-    /// Errors: [`CudaError::BufferBusy`] while a stream still holds the buffer; the event's
-    /// creation error.
-    pub fn new(ctx: &Context, mut buf: B) -> Result<PinnedSlab<B>, CudaError> {
+    /// Errors, with the buffer given back: [`CudaError::BufferBusy`] while a stream still holds
+    /// it; the event's creation error.
+    pub fn new(
+        ctx: &Context,
+        mut buf: PinnedHostBuffer,
+    ) -> Result<PinnedSlab, (CudaError, PinnedHostBuffer)> {
         // Proves that nothing else uses the buffer now.
-        buf.as_mut_slice()?;
+        let len = match buf.as_mut_slice() {
+            Ok(b) => b.len(),
+            Err(e) => return Err((e, buf)),
+        };
         let ptr = buf.host_ptr() as *mut u8;
+        let event = match Event::new(ctx, false) {
+            Ok(e) => e,
+            Err(e) => return Err((e, buf)),
+        };
         Ok(PinnedSlab {
             buf,
             ptr,
-            event: Event::new(ctx, false)?,
+            len,
+            ctx: ctx.clone(),
+            event,
             state: Mutex::new(State {
                 parts: Vec::new(),
                 copies: 0,
                 done: 0,
+                lost: false,
             }),
         })
     }
-}
 
-impl<B: Deref<Target = PinnedHostBuffer>> PinnedSlab<B> {
     /// Length in bytes.
     pub fn len(&self) -> usize {
-        self.buf.len()
+        self.len
     }
 
     /// Never true: pinned buffers are not empty.
     pub fn is_empty(&self) -> bool {
-        self.buf.is_empty()
+        self.len == 0
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -80,15 +98,15 @@ impl<B: Deref<Target = PinnedHostBuffer>> PinnedSlab<B> {
     /// Errors: [`CudaError::InvalidArgument`] for a range outside the slab or overlapping a
     /// part that is out; [`CudaError::BufferBusy`] while a copy posted from the slab is not known
     /// to be done (call [`PinnedSlab::wait_copied`]).
-    pub fn part(&self, range: Range<usize>) -> Result<SlabPart<'_, B>, CudaError> {
+    pub fn part(&self, range: Range<usize>) -> Result<SlabPart<'_>, CudaError> {
         check_range(
             "slab part",
-            self.len(),
+            self.len,
             range.start,
             range.end.saturating_sub(range.start),
         )?;
         let mut st = self.lock();
-        if st.done < st.copies {
+        if st.lost || st.done < st.copies {
             return Err(CudaError::BufferBusy);
         }
         if let Some(o) = st
@@ -106,12 +124,13 @@ impl<B: Deref<Target = PinnedHostBuffer>> PinnedSlab<B> {
     }
 
     /// Host → device, asynchronous: slab bytes `[src_off, src_off + len)` to `dst[dst_off..]`
-    /// on `stream`, tracked so that no part is handed out until it is done.
+    /// on `stream` (of the slab's GPU), ordered after the slab's previous copy, tracked so that
+    /// no part is handed out until it is done.
     ///
-    /// Errors: [`CudaError::BufferBusy`] while a part is out; range and driver errors of
-    /// [`Stream::copy_h2d`] and [`Event::record`]. When the copy was posted but could not be
-    /// tracked, the stream is synchronized before the error returns; if that fails too, the
-    /// slab stays busy (parts are refused) for good.
+    /// Errors: [`CudaError::InvalidArgument`] for a stream of another GPU; [`CudaError::BufferBusy`]
+    /// while a part is out; range and driver errors of [`Stream::copy_h2d`]. When the copy was
+    /// posted but could not be tracked, the stream is synchronized before the error returns; if
+    /// that fails too, the slab stays busy (parts are refused) for good.
     pub fn copy_h2d(
         &self,
         stream: &Stream,
@@ -120,31 +139,48 @@ impl<B: Deref<Target = PinnedHostBuffer>> PinnedSlab<B> {
         src_off: usize,
         len: usize,
     ) -> Result<(), CudaError> {
+        if !self.ctx.same_device(stream.context()) {
+            return Err(CudaError::InvalidArgument(format!(
+                "slab of GPU {} copied on a stream of GPU {}",
+                self.ctx.ordinal(),
+                stream.context().ordinal()
+            )));
+        }
         let mut st = self.lock();
         if !st.parts.is_empty() {
             return Err(CudaError::BufferBusy);
         }
-        stream.copy_h2d(dst, dst_off, &*self.buf, src_off, len)?;
+        if st.done < st.copies {
+            // The event then covers this copy and every earlier one, whatever their streams.
+            stream.wait_event(&self.event)?;
+        }
+        stream.copy_h2d(dst, dst_off, &self.buf, src_off, len)?;
         st.copies += 1;
         if let Err(e) = self.event.record(stream) {
-            if stream.synchronize().is_ok() {
-                st.done = st.copies;
+            match stream.synchronize() {
+                Ok(()) => st.done = st.copies,
+                Err(_) => st.lost = true,
             }
             return Err(e);
         }
         Ok(())
     }
 
-    /// Waits until every copy posted from the slab so far is done. Errors: the driver's.
+    /// Waits until every copy posted from the slab so far is done. Errors: the driver's;
+    /// [`CudaError::BufferBusy`] when a copy could not be tracked ([`PinnedSlab::copy_h2d`]).
     pub fn wait_copied(&self) -> Result<(), CudaError> {
         let posted = {
             let st = self.lock();
+            if st.lost {
+                return Err(CudaError::BufferBusy);
+            }
             if st.done == st.copies {
                 return Ok(());
             }
             st.copies
         };
-        // Waits for the last copy recorded when it is called: at least the `posted`-th.
+        // Waits for the last copy recorded when it is called, which each copy is ordered after:
+        // at least the `posted`-th.
         self.event.synchronize()?;
         let mut st = self.lock();
         st.done = st.done.max(posted);
@@ -152,27 +188,27 @@ impl<B: Deref<Target = PinnedHostBuffer>> PinnedSlab<B> {
     }
 
     /// The buffer back. A copy still running keeps its memory alive (the stream holds it).
-    pub fn into_inner(self) -> B {
+    pub fn into_inner(self) -> PinnedHostBuffer {
         self.buf
     }
 }
 
 /// A part of a [`PinnedSlab`] being written: derefs to its bytes.
-pub struct SlabPart<'s, B: Deref<Target = PinnedHostBuffer>> {
-    slab: &'s PinnedSlab<B>,
+pub struct SlabPart<'s> {
+    slab: &'s PinnedSlab,
     range: Range<usize>,
 }
 
-impl<B: Deref<Target = PinnedHostBuffer>> Deref for SlabPart<'_, B> {
+impl Deref for SlabPart<'_> {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        // SAFETY: inside the slab (checked in `part`), and no other part or copy touches these
-        // bytes while this part is out.
+        // SAFETY: inside the slab's memory (checked against its length in `part`), which the
+        // slab owns; no other part or copy touches these bytes while this part is out.
         unsafe { std::slice::from_raw_parts(self.slab.ptr.add(self.range.start), self.range.len()) }
     }
 }
 
-impl<B: Deref<Target = PinnedHostBuffer>> DerefMut for SlabPart<'_, B> {
+impl DerefMut for SlabPart<'_> {
     fn deref_mut(&mut self) -> &mut [u8] {
         // SAFETY: as in `deref`; this part is the only way to these bytes while it is out.
         unsafe {
@@ -181,7 +217,7 @@ impl<B: Deref<Target = PinnedHostBuffer>> DerefMut for SlabPart<'_, B> {
     }
 }
 
-impl<B: Deref<Target = PinnedHostBuffer>> Drop for SlabPart<'_, B> {
+impl Drop for SlabPart<'_> {
     fn drop(&mut self) {
         let mut st = self.slab.lock();
         if let Some(i) = st.parts.iter().position(|p| *p == self.range) {

@@ -532,9 +532,12 @@ fn slab_parts_then_one_copy() {
     let g = ctx(&c, 0);
     let (parts, part) = (8usize, (1usize << 20) + 7);
     let len = parts * part;
-    let slab = PinnedSlab::new(&g, Box::new(PinnedHostBuffer::new(&g, len).unwrap())).unwrap();
+    let slab = PinnedSlab::new(&g, PinnedHostBuffer::new(&g, len).unwrap())
+        .map_err(|(e, _)| e)
+        .unwrap();
     let dev = DeviceBuffer::new(&g, len).unwrap();
     let st = Stream::new(&g).unwrap();
+    let st2 = Stream::new(&g).unwrap();
     let mut want = vec![0u8; len];
     pattern::fill(&mut want, SEED, 0);
     for round in 0..2u8 {
@@ -565,7 +568,10 @@ fn slab_parts_then_one_copy() {
             ));
             drop(p);
         }
-        slab.copy_h2d(&st, &dev, 0, 0, len).unwrap();
+        // The second copy, on another stream, is ordered after the first: one wait covers both.
+        slab.copy_h2d(&st, &dev, 0, 0, len / 2).unwrap();
+        slab.copy_h2d(&st2, &dev, len / 2, len / 2, len - len / 2)
+            .unwrap();
         assert!(matches!(slab.part(0..1), Err(CudaError::BufferBusy)));
         slab.wait_copied().unwrap();
         let mut back = vec![0u8; len];
@@ -577,7 +583,8 @@ fn slab_parts_then_one_copy() {
         assert!(back == expect, "round {round}: the GPU copy differs");
         slab.part(0..1).unwrap();
     }
-    drop(st);
+    st.synchronize().unwrap();
+    st2.synchronize().unwrap();
     let mut buf = slab.into_inner();
     buf.as_mut_slice().unwrap();
 }

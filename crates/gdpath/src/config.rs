@@ -158,10 +158,11 @@ impl GpuConfig {
 /// File ↔ GPU path settings (the `cufile` and `file-gpu` backends).
 ///
 /// Memory bound: each pair on the staged path holds `2 × threads` pinned bounce buffers of
-/// `chunk` bytes (plus 128 KiB each for O_DIRECT realignment), kept in a pool for reuse (at most
-/// `2 × threads` kept): about 264 MiB per pair with the default 32 threads. Four pairs
-/// run at once, so the pool holds at most four times that; a pair that finds it spent waits up
-/// to 10 s for buffers, then fails with [`Error::BounceExhausted`].
+/// `chunk` bytes (plus 128 KiB each for O_DIRECT realignment), or with `slabs`, that many slabs
+/// of `threads × chunk` bytes, kept in a pool for reuse (at most `2 × threads` buffers kept):
+/// about 264 MiB per pair with 32 threads of 4 MiB, 96 MiB with 16 threads of 2 MiB in 3 slabs.
+/// Four pairs run at once, so the pool holds at most four times the larger of the two; a pair
+/// that finds it spent waits up to 10 s for buffers, then fails with [`Error::BounceExhausted`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GdsConfig {
     /// Use cuFile (GdsNative, GdsCompat) when it can register the file. `false` skips cuFile
@@ -185,8 +186,9 @@ pub const DEFAULT_GDS_CHUNK: u64 = crate::tune::CHUNK;
 
 impl Default for GdsConfig {
     fn default() -> Self {
-        // The chooser's values for a file served from memory, where no file is known yet;
-        // `crate::tune::choose` decides per file (`gdpath load`, `gdpath bench storage --gpu`).
+        // The chooser's values for a file served from memory into host memory, where no file
+        // is known yet (slabs need their 2 MiB chunk, which O_DIRECT reads would also take);
+        // `crate::tune::choose` decides per file (`gdpath load`, `load_file`, `bench storage`).
         GdsConfig {
             cufile: true,
             chunk: DEFAULT_GDS_CHUNK,

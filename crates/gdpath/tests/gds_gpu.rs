@@ -183,18 +183,18 @@ fn every_path_both_directions_byte_exact() {
 #[ignore = "needs an NVIDIA GPU: run the GPU suite"]
 fn slab_reads_byte_exact() {
     let chunk = 64u64 << 10;
-    let threads = 3;
-    let group = chunk * threads as u64;
-    let sizes = [
-        1u64,
-        chunk,
-        group,
-        group + 1,
-        7 * group + 4097,
-        (4 << 20) + 12_345,
-    ];
     let offs = [0u64, 1, 4096, 12_345];
-    for slabs in [2, 3] {
+    // One thread too: a group is then one chunk.
+    for (threads, slabs) in [(3usize, 2usize), (3, 3), (1, 2)] {
+        let group = chunk * threads as u64;
+        let sizes = [
+            1u64,
+            chunk,
+            group,
+            group + 1,
+            7 * group + 4097,
+            (4 << 20) + 12_345,
+        ];
         let a = Agent::new(AgentConfig {
             gds: GdsConfig {
                 chunk,
@@ -242,7 +242,9 @@ fn slab_reads_byte_exact() {
                     let want = &src[fo as usize..(fo + len) as usize];
                     for at in [go, go2] {
                         let got = gpu_bytes(&a, &g, at - 1, len + 2);
-                        let what = format!("{slabs} slabs, len {len}, file off {fo}, gpu off {at}");
+                        let what = format!(
+                            "{threads} threads, {slabs} slabs, len {len}, file off {fo}, gpu off {at}"
+                        );
                         assert_eq!(&got[1..=len as usize], want, "{what}");
                         assert_eq!(
                             (got[0], got[len as usize + 1]),
@@ -256,11 +258,12 @@ fn slab_reads_byte_exact() {
     }
 }
 
-/// A slab read cancelled while it runs ends promptly, with the cancellation or (when it won the
-/// race) complete; the agent's next slab read is byte-exact (no slab left busy or leaked).
+/// A slab read cancelled while it runs, or whose file is truncated under it, ends promptly:
+/// cancelled (or complete, when it won the race), or a short-file error (or complete); the
+/// agent's next slab read is byte-exact (no slab left busy or leaked).
 #[test]
 #[ignore = "needs an NVIDIA GPU: run the GPU suite"]
-fn slab_reads_cancelled_leave_the_agent_usable() {
+fn slab_reads_cancelled_or_cut_short_leave_the_agent_usable() {
     let a = Agent::new(AgentConfig {
         gds: GdsConfig {
             chunk: 1 << 20,
@@ -273,21 +276,24 @@ fn slab_reads_cancelled_leave_the_agent_usable() {
     .unwrap();
     let td = tempfile::tempdir_in("/dev/shm").unwrap();
     let p = td.path().join("big");
-    let len = 256u64 << 20;
+    let len = 1u64 << 30;
     let src = pattern(len as usize, 5);
     std::fs::write(&p, &src).unwrap();
     let f = a
         .register(Memory::File(FileSpec::read(&p).direct(DirectIo::Off)))
         .unwrap();
     let g = a.register(Memory::Gpu { ordinal: 0, len }).unwrap();
-    let mut cancelled = 0;
+    let read = || {
+        a.post(TransferRequest::read(
+            vec![g.desc(0, len)],
+            vec![f.desc(0, len)],
+        ))
+        .unwrap()
+    };
+    let (mut cancelled, mut short) = (0, 0);
     for _ in 0..3 {
-        let t = a
-            .post(TransferRequest::read(
-                vec![g.desc(0, len)],
-                vec![f.desc(0, len)],
-            ))
-            .unwrap();
+        let t = read();
+        std::thread::sleep(std::time::Duration::from_millis(3));
         t.cancel();
         let t0 = std::time::Instant::now();
         match t.wait() {
@@ -303,15 +309,33 @@ fn slab_reads_cancelled_leave_the_agent_usable() {
             t0.elapsed()
         );
     }
-    eprintln!("{cancelled} of 3 reads cancelled before they finished");
+    for _ in 0..2 {
+        let t = read();
+        std::thread::sleep(std::time::Duration::from_millis(3));
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&p)
+            .unwrap()
+            .set_len(len / 2)
+            .unwrap();
+        let t0 = std::time::Instant::now();
+        match t.wait() {
+            Ok(r) => assert_eq!(r.bytes, len),
+            Err(e) => {
+                assert!(matches!(e.error, Error::ShortFile { .. }), "{}", e.error);
+                short += 1;
+            }
+        }
+        assert!(
+            t0.elapsed().as_secs() < 10,
+            "the cut read took {:?}",
+            t0.elapsed()
+        );
+        std::fs::write(&p, &src).unwrap();
+    }
+    eprintln!("{cancelled} of 3 reads cancelled, {short} of 2 cut short before they finished");
     gpu_put(&a, &g, 0, &vec![0xAA; 1 << 20]);
-    a.post(TransferRequest::read(
-        vec![g.desc(0, len)],
-        vec![f.desc(0, len)],
-    ))
-    .unwrap()
-    .wait()
-    .unwrap();
+    read().wait().unwrap();
     for off in [0u64, len / 2, len - (1 << 20)] {
         assert_eq!(
             gpu_bytes(&a, &g, off, 1 << 20),

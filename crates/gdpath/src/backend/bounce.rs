@@ -174,7 +174,16 @@ impl<B: Bounce> BouncePool<B> {
         let (got, missing) = loop {
             let mut got = Vec::with_capacity(n);
             while got.len() < n {
-                match st.free.iter().rposition(|b| b.len() >= len) {
+                // The smallest kept buffer that fits, and none more than twice the size asked:
+                // a small request must not tie up a large buffer (a staged path's slab).
+                let fit = st
+                    .free
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, b)| b.len() >= len && b.len() <= size.saturating_mul(2))
+                    .min_by_key(|(_, b)| b.len())
+                    .map(|(i, _)| i);
+                match fit {
                     Some(i) => got.push(st.free.swap_remove(i)),
                     None => break,
                 }
@@ -400,6 +409,24 @@ mod tests {
         let big = pool.take(1, 8192, Wait::Never, alloc(&n)).unwrap();
         assert_eq!(big[0].len(), 8192);
         assert_eq!(pool.allocated(), 8192);
+    }
+
+    #[test]
+    fn a_request_takes_the_smallest_fitting_buffer_and_never_one_twice_its_size() {
+        let pool = BouncePool::new("test", 1024, 1 << 20, 8);
+        let n = std::cell::Cell::new(0);
+        let big = pool.take(1, 64 << 10, Wait::Never, alloc(&n)).unwrap();
+        let small = pool.take(1, 1024, Wait::Never, alloc(&n)).unwrap();
+        drop((big, small));
+        assert_eq!(n.get(), 2);
+        // Two small ones: the kept small buffer, then a new one rather than the 64 KiB slab.
+        let two = pool.take(2, 1024, Wait::Never, alloc(&n)).unwrap();
+        assert!(two.iter().all(|b| b.len() == 1024));
+        assert_eq!(n.get(), 3);
+        drop(two);
+        // The large one is still kept for a large request.
+        let again = pool.take(1, 64 << 10, Wait::Never, alloc(&n)).unwrap();
+        assert_eq!((again[0].len(), n.get()), (64 << 10, 3));
     }
 
     #[test]

@@ -74,7 +74,8 @@ impl FileGpu {
         // Every dispatcher's pair at once: `threads` threads with two buffers each, or `slabs`
         // slabs of `threads` chunks.
         let size = cfg.chunk as usize + SLACK;
-        let per_pair = (cfg.threads * 2 * size).max(cfg.slabs * cfg.threads * cfg.chunk as usize);
+        let slab = (cfg.threads * cfg.chunk as usize).max(size);
+        let per_pair = (cfg.threads * 2 * size).max(cfg.slabs * slab);
         let budget = (DISPATCHERS * per_pair) as u64;
         let me = std::sync::Arc::new(FileGpu {
             pool: BouncePool::new(NAME, size, budget, 2 * cfg.threads),

@@ -11,16 +11,24 @@
 //! this path (the chooser picks it for files in memory): a group waits for its slowest read,
 //! which a disk would stall.
 
-use super::{Job, WAIT};
-use crate::backend::bounce::Pooled;
+use super::Job;
 use crate::error::{Error, Result};
-use gdpath_cuda::{CudaError, PinnedHostBuffer, PinnedSlab, Stream};
+use gdpath_cuda::{CudaError, PinnedSlab, Stream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::OnceLock;
-use std::time::Instant;
+use std::sync::{Condvar, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
-/// A slab over a pooled bounce buffer (back to the pool when it drops).
-type Slab = PinnedSlab<Pooled<PinnedHostBuffer>>;
+/// How long a thread waits for a slab's previous group before it calls the read stuck: the
+/// wait is on other threads' reads of one chunk each, so this long means I/O made no progress
+/// (a slow read only delays the group, as it would delay its own thread's pipeline).
+const STALL: Duration = Duration::from_secs(120);
+
+/// How long a waiting thread spins before it sleeps until a post wakes it: about one chunk's
+/// copy out of the page cache, the usual wait.
+const SPIN: Duration = Duration::from_micros(50);
+
+/// A slab over a bounce buffer out of the backend's pool, given back in [`read`].
+type Slab = PinnedSlab;
 
 /// The state the job's threads share.
 struct Slabs<'j, 'a> {
@@ -34,13 +42,31 @@ struct Slabs<'j, 'a> {
     left: Vec<AtomicUsize>,
     /// Per slab: the number of the last group whose copy was posted from it, plus one.
     posted: Vec<AtomicUsize>,
-    /// Set by a thread that failed: the others stop at their next chunk or wait.
+    /// Set by a thread that failed (or panicked): the others stop at their next chunk or wait.
     failed: AtomicBool,
+    /// Wakes waiting threads when a group is posted or a thread fails.
+    gate: Mutex<()>,
+    woken: Condvar,
+}
+
+/// Marks the job failed when its thread ends in an error or a panic, and wakes the waiters.
+struct FailGuard<'s, 'j, 'a> {
+    s: &'s Slabs<'j, 'a>,
+    ok: bool,
+}
+
+impl Drop for FailGuard<'_, '_, '_> {
+    fn drop(&mut self) {
+        if !self.ok {
+            self.s.failed.store(true, Ordering::Release);
+            self.s.wake();
+        }
+    }
 }
 
 /// Reads `job` (file → GPU) with `workers` threads through `n` slabs (at least 2). Errors: the
 /// read's, the copy's, a bounce-buffer allocation's, the job's stop reason, and
-/// `Error::Backend` when a slab's previous group is not posted within [`WAIT`].
+/// `Error::Backend` when a slab's previous group is not posted within [`STALL`].
 pub(super) fn read(job: &Job<'_>, workers: usize, n: usize) -> Result<()> {
     let ctx = job.dev.context();
     let chunks = job.chunks();
@@ -58,14 +84,15 @@ pub(super) fn read(job: &Job<'_>, workers: usize, n: usize) -> Result<()> {
         posted: (0..streams.len()).map(|_| AtomicUsize::new(0)).collect(),
         streams,
         failed: AtomicBool::new(false),
+        gate: Mutex::new(()),
+        woken: Condvar::new(),
     };
     let ran = super::super::workers::fan_out(
         workers,
         |w| {
+            let mut guard = FailGuard { s: &s, ok: false };
             let r = s.thread(w);
-            if r.is_err() {
-                s.failed.store(true, Ordering::Release);
-            }
+            guard.ok = r.is_ok();
             r
         },
         || Error::Backend {
@@ -73,14 +100,17 @@ pub(super) fn read(job: &Job<'_>, workers: usize, n: usize) -> Result<()> {
             detail: "a copy thread panicked".into(),
         },
     );
-    // Every posted copy done before the slabs go back to the pool (streams dropped first).
+    // Every posted copy done before the slabs go back to the pool (a buffer a stream still
+    // holds is freed there, not kept).
     let synced = s
         .streams
         .iter()
         .try_for_each(|st| st.synchronize().map_err(cuda));
     let Slabs { streams, slabs, .. } = s;
     drop(streams);
-    drop(slabs);
+    for slab in slabs.into_iter().filter_map(OnceLock::into_inner).flatten() {
+        job.be.pool.give(slab.into_inner());
+    }
     ran.and(synced)
 }
 
@@ -128,8 +158,11 @@ impl Slabs<'_, '_> {
             .job
             .be
             .take_len(self.job.dev.context(), 1, len, "file → GPU copy")?;
-        let buf = got.pop().expect("one buffer taken");
-        PinnedSlab::new(self.job.dev.context(), buf).map_err(cuda)
+        let buf = got.pop().expect("one buffer taken").into_inner();
+        PinnedSlab::new(self.job.dev.context(), buf).map_err(|(e, buf)| {
+            self.job.be.pool.give(buf);
+            cuda(e)
+        })
     }
 
     /// Pair offset of group `g`'s first byte.
@@ -164,38 +197,61 @@ impl Slabs<'_, '_> {
         )
         .map_err(cuda)?;
         self.posted[j].store(g + 1, Ordering::Release);
+        self.wake();
         Ok(())
     }
 
+    /// Wakes every waiting thread (after `posted` or `failed` changed).
+    fn wake(&self) {
+        // Taking the lock orders this wake after a waiter's check of the counters.
+        drop(self.gate.lock().unwrap_or_else(|p| p.into_inner()));
+        self.woken.notify_all();
+    }
+
     /// Waits until slab `j`'s group `want - 1` is posted: `Ok(true)`; `Ok(false)` when another
-    /// thread failed meanwhile. Spins briefly, then yields (the wait is one chunk's read on
-    /// another thread). Errors: the job's stop reason; `Error::Backend` after [`WAIT`].
+    /// thread failed meanwhile. Spins for [`SPIN`], then sleeps until a post or a failure wakes
+    /// it. Errors: the job's stop reason; `Error::Backend` after [`STALL`].
     fn wait_posted(&self, j: usize, want: usize) -> Result<bool> {
+        let ready = || self.posted[j].load(Ordering::Acquire) >= want;
+        let failed = || self.failed.load(Ordering::Acquire);
         let t0 = Instant::now();
-        let mut spins = 0u32;
-        while self.posted[j].load(Ordering::Acquire) < want {
-            if self.failed.load(Ordering::Acquire) {
+        while t0.elapsed() < SPIN {
+            for _ in 0..64 {
+                if ready() {
+                    return Ok(true);
+                }
+                std::hint::spin_loop();
+            }
+            if failed() {
                 return Ok(false);
             }
-            spins += 1;
-            if spins < 256 {
-                std::hint::spin_loop();
-                continue;
+        }
+        let mut gate = self.gate.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            if ready() {
+                return Ok(true);
+            }
+            if failed() {
+                return Ok(false);
             }
             if let Some(e) = (self.job.stop)() {
                 return Err(e);
             }
-            if t0.elapsed() > WAIT {
+            if t0.elapsed() > STALL {
                 return Err(Error::Backend {
                     backend: super::NAME,
                     detail: format!(
-                        "a slab's previous copy was not posted within {} s (a read is stuck)",
-                        WAIT.as_secs()
+                        "a slab's previous group was not posted within {} s: a read is stuck",
+                        STALL.as_secs()
                     ),
                 });
             }
-            std::thread::yield_now();
+            // Woken by a post or a failure; the timeout is for the job's stop reason.
+            gate = self
+                .woken
+                .wait_timeout(gate, Duration::from_millis(10))
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
         }
-        Ok(true)
     }
 }
