@@ -143,8 +143,9 @@ pub struct Facts {
     /// The file system of the largest file (most bytes decide).
     pub fs: FsKind,
     /// Fraction (0 ..= 1) of the files' bytes in the page cache (`mincore`: counted for files
-    /// up to 256 MiB, sampled above, [`crate::os::resident_bytes`]); `None` when it could not
-    /// be asked (a file system that cannot be mapped).
+    /// up to 256 MiB, sampled above, [`crate::os::resident_bytes`]; a tmpfs file counts as
+    /// resident without asking); `None` when it could not be asked (a file system that cannot
+    /// be mapped).
     pub resident: Option<f64>,
     /// The `nvidia_fs` kernel module is loaded (GPUDirect Storage can DMA from the device).
     pub nvidia_fs: bool,
@@ -173,7 +174,14 @@ impl Facts {
             if len >= largest.0 {
                 largest = (len, fs);
             }
-            resident = match (resident, crate::os::resident_bytes(&f, len)) {
+            // A tmpfs file's pages are its memory: asking `mincore` would cost a load of a
+            // large file about 5 ms and could only answer "resident".
+            let here = if fs == FsKind::Tmpfs {
+                Ok(len)
+            } else {
+                crate::os::resident_bytes(&f, len)
+            };
+            resident = match (resident, here) {
                 (Some(r), Ok(b)) => Some(r + b),
                 _ => None,
             };
@@ -740,7 +748,11 @@ mod tests {
         eprintln!("tmpfs: {}", t.summary());
         assert_eq!(t.facts.fs, FsKind::Tmpfs);
         assert!(!t.direct && !t.cufile);
-        assert_eq!(t.threads, memory_threads(cores()).min(16));
+        assert_eq!(
+            t.threads,
+            memory_threads(cores()).min(((64 << 20) / SLAB_CHUNK) as usize)
+        );
+        assert_eq!(t.facts.resident, Some(1.0), "tmpfs counts as resident");
         assert!(t.reason.contains("tmpfs"), "{}", t.reason);
     }
 
