@@ -221,6 +221,8 @@ def main() -> int:
         # tenants, the page cache's state) falls on all of them alike; the order rotates.
         chosen = [(n, fn) for n, fn in LOADERS if not a.only or any(o in n for o in a.only.split(","))]
         acc = {n: {"gbps": [], "ok": True, "how": None, "error": None} for n, _ in chosen}
+        if not chosen:  # --only matched no loader
+            continue
         for rnd in range(runs):
             # Each round starts one loader later: none is always first after a cache drop.
             k = rnd % len(chosen)

@@ -538,6 +538,7 @@ fn slab_parts_then_one_copy() {
     let dev = DeviceBuffer::new(&g, len).unwrap();
     let st = Stream::new(&g).unwrap();
     let st2 = Stream::new(&g).unwrap();
+    let st3 = Stream::new(&g).unwrap();
     let mut want = vec![0u8; len];
     pattern::fill(&mut want, SEED, 0);
     for round in 0..2u8 {
@@ -568,14 +569,16 @@ fn slab_parts_then_one_copy() {
             ));
             drop(p);
         }
-        // The second copy, on another stream, is ordered after the first: one wait covers both.
-        slab.copy_h2d(&st, &dev, 0, 0, len / 2).unwrap();
-        slab.copy_h2d(&st2, &dev, len / 2, len / 2, len - len / 2)
+        // The second (small) copy, on another stream, is ordered after the first (large) one:
+        // one wait covers both, which a read on a third stream then sees.
+        let small = 4096;
+        slab.copy_h2d(&st, &dev, 0, 0, len - small).unwrap();
+        slab.copy_h2d(&st2, &dev, len - small, len - small, small)
             .unwrap();
         assert!(matches!(slab.part(0..1), Err(CudaError::BufferBusy)));
         slab.wait_copied().unwrap();
         let mut back = vec![0u8; len];
-        st.read_into_slice(&mut back, &dev, 0).unwrap();
+        st3.read_into_slice(&mut back, &dev, 0).unwrap();
         let mut expect = want.clone();
         for i in 0..parts {
             expect[i * part] ^= round;

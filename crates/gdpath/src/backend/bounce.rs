@@ -83,6 +83,8 @@ struct Inner<B> {
     min_len: usize,
     budget: u64,
     keep: usize,
+    /// A kept buffer more than this many times the size asked is not handed out (0: any size).
+    oversize: usize,
     state: Mutex<State<B>>,
     back: Condvar,
 }
@@ -135,6 +137,7 @@ impl<B: Bounce> BouncePool<B> {
                 min_len,
                 budget,
                 keep,
+                oversize: 0,
                 state: Mutex::new(State {
                     free: Vec::new(),
                     allocated: 0,
@@ -144,8 +147,18 @@ impl<B: Bounce> BouncePool<B> {
         }
     }
 
-    /// `n` buffers of at least `len` bytes (at least the pool's minimum): kept ones first, the
-    /// rest allocated with `alloc(size)`. All or none: on an error nothing stays taken.
+    /// The same pool, whose requests never take a kept buffer more than `factor` times the size
+    /// asked (a pool of several sizes, where a small request must not tie up a large buffer).
+    /// Only before the pool is shared (clones made later share the setting).
+    pub(crate) fn oversize(mut self, factor: usize) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.oversize = factor;
+        }
+        self
+    }
+
+    /// `n` buffers of at least `len` bytes (at least the pool's minimum): kept ones first (the
+    /// smallest that fit), the rest allocated with `alloc(size)`. All or none: on an error nothing stays taken.
     ///
     /// Errors: [`Exhausted`] (converted into `E`) when `n` such buffers exceed the budget, or
     /// the budget stayed spent for as long as `wait` allows; `alloc`'s error.
@@ -171,16 +184,22 @@ impl<B: Bounce> BouncePool<B> {
             Wait::For(d) => Instant::now().checked_add(d),
         };
         let mut st = p.lock();
+        // Kept buffers freed to make room, dropped after the lock (freeing pinned memory takes
+        // milliseconds).
+        let mut evicted = Vec::new();
         let (got, missing) = loop {
             let mut got = Vec::with_capacity(n);
             while got.len() < n {
-                // The smallest kept buffer that fits, and none more than twice the size asked:
-                // a small request must not tie up a large buffer (a staged path's slab).
+                // The smallest kept buffer that fits (within the pool's oversize limit).
+                let cap = match p.oversize {
+                    0 => usize::MAX,
+                    f => size.saturating_mul(f),
+                };
                 let fit = st
                     .free
                     .iter()
                     .enumerate()
-                    .filter(|(_, b)| b.len() >= len && b.len() <= size.saturating_mul(2))
+                    .filter(|(_, b)| b.len() >= len && b.len() <= cap)
                     .min_by_key(|(_, b)| b.len())
                     .map(|(i, _)| i);
                 match fit {
@@ -195,7 +214,10 @@ impl<B: Bounce> BouncePool<B> {
             if st.allocated - kept + extra <= p.budget {
                 while st.allocated + extra > p.budget {
                     match st.free.pop() {
-                        Some(b) => st.allocated -= b.len() as u64,
+                        Some(b) => {
+                            st.allocated -= b.len() as u64;
+                            evicted.push(b);
+                        }
                         None => break,
                     }
                 }
@@ -216,6 +238,7 @@ impl<B: Bounce> BouncePool<B> {
             }
         };
         drop(st);
+        drop(evicted);
         let mut out: Vec<Pooled<B>> = got.into_iter().map(|b| self.pooled(b)).collect();
         for k in 0..missing {
             match alloc(size) {
@@ -413,7 +436,7 @@ mod tests {
 
     #[test]
     fn a_request_takes_the_smallest_fitting_buffer_and_never_one_twice_its_size() {
-        let pool = BouncePool::new("test", 1024, 1 << 20, 8);
+        let pool = BouncePool::new("test", 1024, 1 << 20, 8).oversize(2);
         let n = std::cell::Cell::new(0);
         let big = pool.take(1, 64 << 10, Wait::Never, alloc(&n)).unwrap();
         let small = pool.take(1, 1024, Wait::Never, alloc(&n)).unwrap();
@@ -427,6 +450,22 @@ mod tests {
         // The large one is still kept for a large request.
         let again = pool.take(1, 64 << 10, Wait::Never, alloc(&n)).unwrap();
         assert_eq!((again[0].len(), n.get()), (64 << 10, 3));
+        drop(again);
+        // Without the limit a small request takes the smallest kept buffer that fits.
+        let any = BouncePool::new("test", 1024, 1 << 20, 8);
+        let held: Vec<_> = [8192usize, 4096, 16384]
+            .iter()
+            .map(|&len| any.take(1, len, Wait::Never, alloc(&n)).unwrap())
+            .collect();
+        drop(held);
+        let got = any.take(1, 3000, Wait::Never, alloc(&n)).unwrap();
+        assert_eq!(
+            got[0].len(),
+            4096,
+            "the smallest of 4, 8 and 16 KiB that fits 3000 bytes"
+        );
+        let big = any.take(1, 9000, Wait::Never, alloc(&n)).unwrap();
+        assert_eq!(big[0].len(), 16384, "any size when the pool sets no limit");
     }
 
     #[test]

@@ -78,7 +78,9 @@ impl FileGpu {
         let per_pair = (cfg.threads * 2 * size).max(cfg.slabs * slab);
         let budget = (DISPATCHERS * per_pair) as u64;
         let me = std::sync::Arc::new(FileGpu {
-            pool: BouncePool::new(NAME, size, budget, 2 * cfg.threads),
+            // Slabs and per-thread buffers share the pool: a per-thread request must not take
+            // a slab.
+            pool: BouncePool::new(NAME, size, budget, 2 * cfg.threads).oversize(2),
             cfg,
             tx,
         });

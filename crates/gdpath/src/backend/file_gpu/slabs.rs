@@ -12,23 +12,45 @@
 //! which a disk would stall.
 
 use super::Job;
+use crate::backend::bounce::BouncePool;
 use crate::error::{Error, Result};
-use gdpath_cuda::{CudaError, PinnedSlab, Stream};
+use gdpath_cuda::{CudaError, PinnedHostBuffer, PinnedSlab, Stream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// How long a thread waits for a slab's previous group before it calls the read stuck: the
 /// wait is on other threads' reads of one chunk each, so this long means I/O made no progress
-/// (a slow read only delays the group, as it would delay its own thread's pipeline).
+/// (a slow read only delays the group, as it would delay its own thread's pipeline). The waiting
+/// threads then stop; the transfer fails when the stuck read returns.
 const STALL: Duration = Duration::from_secs(120);
 
 /// How long a waiting thread spins before it sleeps until a post wakes it: about one chunk's
 /// copy out of the page cache, the usual wait.
 const SPIN: Duration = Duration::from_micros(50);
 
-/// A slab over a bounce buffer out of the backend's pool, given back in [`read`].
-type Slab = PinnedSlab;
+/// A slab over a bounce buffer out of the backend's pool, given back when it drops (a panic
+/// included).
+struct Slab {
+    slab: Option<PinnedSlab>,
+    pool: BouncePool<PinnedHostBuffer>,
+}
+
+impl std::ops::Deref for Slab {
+    type Target = PinnedSlab;
+    fn deref(&self) -> &PinnedSlab {
+        self.slab.as_ref().expect("present until dropped")
+    }
+}
+
+impl Drop for Slab {
+    fn drop(&mut self) {
+        if let Some(s) = self.slab.take() {
+            // A buffer a stream still holds is freed by the pool, not kept.
+            self.pool.give(s.into_inner());
+        }
+    }
+}
 
 /// The state the job's threads share.
 struct Slabs<'j, 'a> {
@@ -100,17 +122,16 @@ pub(super) fn read(job: &Job<'_>, workers: usize, n: usize) -> Result<()> {
             detail: "a copy thread panicked".into(),
         },
     );
-    // Every posted copy done before the slabs go back to the pool (a buffer a stream still
-    // holds is freed there, not kept).
+    // Every posted copy done before the slabs go back to the pool, and the slabs back before
+    // the streams drop: after a failed wait a stream still holds its slab's buffer, which the
+    // pool then frees rather than keeps.
     let synced = s
         .streams
         .iter()
         .try_for_each(|st| st.synchronize().map_err(cuda));
     let Slabs { streams, slabs, .. } = s;
+    drop(slabs);
     drop(streams);
-    for slab in slabs.into_iter().filter_map(OnceLock::into_inner).flatten() {
-        job.be.pool.give(slab.into_inner());
-    }
     ran.and(synced)
 }
 
@@ -159,10 +180,17 @@ impl Slabs<'_, '_> {
             .be
             .take_len(self.job.dev.context(), 1, len, "file → GPU copy")?;
         let buf = got.pop().expect("one buffer taken").into_inner();
-        PinnedSlab::new(self.job.dev.context(), buf).map_err(|(e, buf)| {
-            self.job.be.pool.give(buf);
-            cuda(e)
-        })
+        let pool = self.job.be.pool.clone();
+        match PinnedSlab::new(self.job.dev.context(), buf) {
+            Ok(slab) => Ok(Slab {
+                slab: Some(slab),
+                pool,
+            }),
+            Err((e, buf)) => {
+                pool.give(buf);
+                Err(cuda(e))
+            }
+        }
     }
 
     /// Pair offset of group `g`'s first byte.
