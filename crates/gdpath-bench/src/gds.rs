@@ -65,7 +65,8 @@ pub struct GdsBenchConfig {
     /// Thread counts (requests in flight, `GdsConfig::threads`); empty: the chooser's.
     pub threads: Vec<usize>,
     /// Slabs of the staged path's buffered reads (`GdsConfig::slabs`: 0 for a buffer pair per
-    /// thread); `None`: the chooser's.
+    /// thread); `None`: the chooser's, or none where `blocks` are given (slabs were measured
+    /// with the chooser's block).
     pub slabs: Option<usize>,
     pub op: Op,
     /// Timed runs per row.
@@ -335,8 +336,10 @@ fn choose(cfg: &GdsBenchConfig, target: &std::path::Path) -> Result<Tuning> {
         cufile: None,
         slabs: cfg.slabs,
     };
-    Ok(gdpath::tune::with_overrides(
-        gdpath::tune::rule(&facts, Dest::Gpu),
-        &over,
-    ))
+    let mut t = gdpath::tune::with_overrides(gdpath::tune::rule(&facts, Dest::Gpu), &over);
+    if !cfg.blocks.is_empty() && cfg.slabs.is_none() {
+        // A sweep of blocks (one block is an override, which does the same).
+        t.slabs = 0;
+    }
+    Ok(t)
 }

@@ -21,6 +21,19 @@ pub fn count(s: &str) -> Result<usize, String> {
     }
 }
 
+/// A slab count for `--slabs`: 0 or 2 ..= `gdpath::config::MAX_SLABS` (the engine's rule).
+pub fn slabs(s: &str) -> Result<usize, String> {
+    let n = s.trim().parse::<usize>().map_err(|e| e.to_string())?;
+    if gdpath::config::valid_slabs(n) {
+        Ok(n)
+    } else {
+        Err(format!(
+            "must be 0 (a buffer pair per thread) or 2..={}",
+            gdpath::config::MAX_SLABS
+        ))
+    }
+}
+
 /// Refuses `option`, given, when it does not apply: `why` says to what it does.
 pub fn refuse_if(given: bool, option: &str, why: &str) -> anyhow::Result<()> {
     if given {

@@ -29,8 +29,9 @@ pub struct LoadArgs {
     #[arg(long, value_parser = crate::args::nonzero_size)]
     chunk: Option<u64>,
     /// Buffered reads onto a GPU gather the threads' requests into N pinned slabs, one copy to
-    /// the GPU each; 0 for a buffer pair per thread (default: chosen, 3 for files in memory).
-    #[arg(long)]
+    /// the GPU each: 0 (a buffer pair per thread) or 2..=16 (default: chosen, 3 with 2 MiB
+    /// requests for files in memory; --chunk alone turns them off).
+    #[arg(long, value_parser = crate::args::slabs, conflicts_with_all = ["host", "direct"])]
     slabs: Option<usize>,
     /// Read with O_DIRECT where the file system allows (default: chosen per file).
     #[arg(long, conflicts_with = "buffered")]

@@ -179,3 +179,34 @@ fn a_sharded_checkpoint_loads_by_its_files_or_its_index() {
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("resave takes one .safetensors file"), "{err}");
 }
+
+/// `--slabs` outside 0 or 2..=16 is a usage error naming the flag and the range (exit 2), before
+/// any file is read; with `--host` or `--direct` it is refused too, since only buffered reads
+/// into a GPU take slabs.
+#[test]
+fn slabs_out_of_range_or_where_they_do_not_apply_are_usage_errors() {
+    for (args, want) in [
+        (
+            &["--gpu", "0", "--slabs", "1"][..],
+            "0 (a buffer pair per thread) or 2..=16",
+        ),
+        (
+            &["--gpu", "0", "--slabs", "17"][..],
+            "0 (a buffer pair per thread) or 2..=16",
+        ),
+        (&["--host", "--slabs", "3"][..], "--host"),
+        (&["--gpu", "0", "--direct", "--slabs", "3"][..], "--direct"),
+    ] {
+        let out = Command::new(common::bin())
+            .args(["load", "/nonexistent/x.safetensors"])
+            .args(args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains("--slabs") && err.contains(want),
+            "{args:?}: {err}"
+        );
+    }
+}

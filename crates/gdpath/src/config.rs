@@ -181,6 +181,16 @@ pub struct GdsConfig {
     pub slabs: usize,
 }
 
+/// Most slabs a staged read may use ([`GdsConfig::slabs`]): each holds `threads × chunk` pinned
+/// bytes, and beyond a few the working set only grows (docs/gds.md, "Slabs").
+pub const MAX_SLABS: usize = 16;
+
+/// Whether `n` is a valid [`GdsConfig::slabs`]: 0 (a buffer pair per thread) or 2 ..=
+/// [`MAX_SLABS`] (one slab cannot fill while another copies).
+pub fn valid_slabs(n: usize) -> bool {
+    n == 0 || (2..=MAX_SLABS).contains(&n)
+}
+
 /// The file ↔ GPU chunk where no file is known: the chooser's [`crate::tune::CHUNK`].
 pub const DEFAULT_GDS_CHUNK: u64 = crate::tune::CHUNK;
 
@@ -213,9 +223,9 @@ impl GdsConfig {
                 self.threads
             )));
         }
-        if self.slabs == 1 || self.slabs > 16 {
+        if !valid_slabs(self.slabs) {
             return Err(Error::Config(format!(
-                "GDS slabs must be 0 (none) or 2..=16, got {}",
+                "staged-path slabs must be 0 (a buffer pair per thread) or 2..={MAX_SLABS}, got {}",
                 self.slabs
             )));
         }

@@ -249,7 +249,7 @@ pub struct Tuning {
 
 impl Tuning {
     /// `32 threads × 4 MiB, buffered: <reason>` (`16 threads × 2 MiB in 3 slabs, ...` with
-    /// slabs), as the reports print after `chosen: `.
+    /// slabs, which only buffered reads take), as the reports print after `chosen: `.
     pub fn summary(&self) -> String {
         let mode = if self.direct { "O_DIRECT" } else { "buffered" };
         let gds = if self.cufile { ", cuFile tried" } else { "" };
@@ -263,8 +263,8 @@ impl Tuning {
             n => format!("{n} threads"),
         };
         let slabs = match self.slabs {
-            0 => String::new(),
-            n => format!(" in {n} slabs"),
+            n if n > 0 && !self.direct => format!(" in {n} slabs"),
+            _ => String::new(),
         };
         format!(
             "{threads} × {}{slabs}, {mode}{gds}: {}{flags}",
@@ -399,7 +399,8 @@ pub fn choose<P: AsRef<Path>>(files: &[P], dest: Dest, over: &Overrides) -> Resu
     Ok(with_overrides(rule(&Facts::gather(files)?, dest), over))
 }
 
-/// `t` with `over`'s values in place (each named in [`Tuning::overridden`]).
+/// `t` with `over`'s values in place (each named in [`Tuning::overridden`]); a chunk given
+/// without slabs turns slabs off.
 pub fn with_overrides(mut t: Tuning, over: &Overrides) -> Tuning {
     if let Some(v) = over.threads {
         t.threads = v;
@@ -408,6 +409,11 @@ pub fn with_overrides(mut t: Tuning, over: &Overrides) -> Tuning {
     if let Some(v) = over.chunk {
         t.chunk = v;
         t.overridden.push("chunk");
+        if over.slabs.is_none() {
+            // Slabs were measured with their own chunk: another chunk alone means the
+            // per-thread pipeline, as before slabs (docs/gds.md, "Slabs").
+            t.slabs = 0;
+        }
     }
     if let Some(v) = over.slabs {
         t.slabs = v;
@@ -650,6 +656,40 @@ mod tests {
             o.summary()
                 .ends_with("(given: threads, chunk, slabs, direct)"),
             "{}",
+            o.summary()
+        );
+    }
+
+    #[test]
+    fn a_chunk_given_alone_turns_slabs_off_and_o_direct_prints_none() {
+        let t = rule(&facts(16, FsKind::Tmpfs, Some(1.0), GIB, false), Dest::Gpu);
+        assert_eq!((t.chunk, t.slabs), (SLAB_CHUNK, SLABS));
+        let chunk_only = Overrides {
+            chunk: Some(CHUNK),
+            ..Overrides::default()
+        };
+        let o = with_overrides(t.clone(), &chunk_only);
+        assert_eq!((o.chunk, o.slabs), (CHUNK, 0));
+        assert!(
+            o.summary().starts_with("16 threads × 4 MiB, buffered"),
+            "{}",
+            o.summary()
+        );
+        let both = Overrides {
+            chunk: Some(1 << 20),
+            slabs: Some(4),
+            ..Overrides::default()
+        };
+        let o = with_overrides(t.clone(), &both);
+        assert_eq!((o.chunk, o.slabs), (1 << 20, 4));
+        let direct = Overrides {
+            direct: Some(true),
+            ..Overrides::default()
+        };
+        let o = with_overrides(t, &direct);
+        assert!(
+            !o.summary().contains("slabs"),
+            "O_DIRECT reads take no slabs: {}",
             o.summary()
         );
     }

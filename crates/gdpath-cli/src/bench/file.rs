@@ -67,9 +67,10 @@ pub struct StorageArgs {
     #[arg(long)]
     threads: Option<String>,
     /// Slabs of the staged path's buffered reads (with --gpu): the threads' reads gathered into
-    /// N pinned slabs of threads × block bytes, one copy to the GPU each; 0 for a buffer pair
-    /// per thread (default: chosen, 3 for files in memory, see `chosen:`).
-    #[arg(long, requires = "gpu")]
+    /// N pinned slabs of threads × block bytes, one copy to the GPU each: 0 (a buffer pair per
+    /// thread) or 2..=16 (default: chosen, 3 with 2 MiB blocks for files in memory, see
+    /// `chosen:`; --block alone turns them off).
+    #[arg(long, requires = "gpu", value_parser = crate::args::slabs)]
     slabs: Option<usize>,
 }
 
