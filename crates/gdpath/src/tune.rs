@@ -25,13 +25,14 @@ use std::path::Path;
 pub const CHUNK: u64 = 4 << 20;
 
 /// Bytes per read the chooser picks for files in memory going to a GPU (2 MiB), where the reads
-/// fill slabs ([`SLABS`]) rather than a buffer per copy: smaller reads keep the bounce buffers'
-/// working set small enough to copy faster (docs/gds.md, "Storage defaults: the chooser").
+/// fill slabs ([`SLABS`]) rather than a buffer per copy: the CPU copies out of the page cache
+/// faster in smaller pieces (docs/gds.md, "Slabs"; figures in docs/benchmarks.md, "Measurements
+/// behind the defaults").
 pub const SLAB_CHUNK: u64 = 2 << 20;
 
 /// Slabs the chooser gives a read from memory into a GPU (3): `threads × SLAB_CHUNK` bytes each,
 /// one H2D copy per slab; three keep a slab filling while one copies and one waits
-/// (docs/gds.md, "Storage defaults: the chooser").
+/// (docs/gds.md, "Slabs").
 pub const SLABS: usize = 3;
 
 /// Most threads the chooser gives one transfer (32): the page-cache `memcpy` is memory-bound

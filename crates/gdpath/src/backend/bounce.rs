@@ -158,7 +158,8 @@ impl<B: Bounce> BouncePool<B> {
     }
 
     /// `n` buffers of at least `len` bytes (at least the pool's minimum): kept ones first (the
-    /// smallest that fit), the rest allocated with `alloc(size)`. All or none: on an error nothing stays taken.
+    /// smallest that fit), the rest allocated with `alloc(size)`. All or none: on an error
+    /// nothing stays taken.
     ///
     /// Errors: [`Exhausted`] (converted into `E`) when `n` such buffers exceed the budget, or
     /// the budget stayed spent for as long as `wait` allows; `alloc`'s error.
@@ -183,6 +184,11 @@ impl<B: Bounce> BouncePool<B> {
             Wait::Never => None,
             Wait::For(d) => Instant::now().checked_add(d),
         };
+        // The largest kept buffer this request may take (the pool's oversize limit).
+        let cap = match p.oversize {
+            0 => usize::MAX,
+            f => size.saturating_mul(f),
+        };
         let mut st = p.lock();
         // Kept buffers freed to make room, dropped after the lock (freeing pinned memory takes
         // milliseconds).
@@ -190,11 +196,7 @@ impl<B: Bounce> BouncePool<B> {
         let (got, missing) = loop {
             let mut got = Vec::with_capacity(n);
             while got.len() < n {
-                // The smallest kept buffer that fits (within the pool's oversize limit).
-                let cap = match p.oversize {
-                    0 => usize::MAX,
-                    f => size.saturating_mul(f),
-                };
+                // The smallest kept buffer that fits.
                 let fit = st
                     .free
                     .iter()
