@@ -12,11 +12,17 @@ call, 1e9 B/s, with `torch.cuda.synchronize()` on both sides; min / median / max
 which go in rounds (each loader once per round, in turn) so that drift falls on all alike.
 CUDA is started in this process before any timing (no loader pays for the context), and each
 loader's one-time setup that a serving process pays once is done before its runs and reported
-apart: gdpath's agent and a 64 MiB warm-up load (as `gdpath load` does before timing).
+apart: gdpath's agent and the module's warm-up of the agent it keeps for the file's settings,
+made by loading a few small tensors (as `gdpath load` warms up before timing).
+
+Each timed load starts `--settle` seconds (default 1) after the previous loader's tensors were
+freed: the driver keeps working on a freed multi-GB allocation for a while, and a copy to the GPU
+started meanwhile runs about 10 % slower (docs/benchmarks.md, "Measurements behind the
+defaults"), a cost of the previous loader's clean-up, not of the next load.
 
 Usage (H200 machine; the loaders' wheels carried, see docs/python.md):
     python3 scripts/baselines/python_load.py [--quick] [--runs-tmpfs 3] [--runs-disk 2]
-        [--gdpath-bin PATH] [--only NAME,...] [--json OUT.json]
+        [--gdpath-bin PATH] [--only NAME,...] [--settle S] [--json OUT.json]
 Files: /dev/shm/gdpath-ckpt/model.safetensors and $GDPATH_CKPT_DIR (default /root/gdpath-ckpt).
 """
 
@@ -151,6 +157,8 @@ def main() -> int:
     ap.add_argument("--runs-disk", type=int, default=2)
     ap.add_argument("--gdpath-bin", default=os.environ.get("GDPATH"), help="the gdpath CLI, for `gdpath load`")
     ap.add_argument("--only", default="", help="comma-separated loader names (substrings)")
+    ap.add_argument("--settle", type=float, default=1.0,
+                    help="seconds between freeing one load's tensors and timing the next")
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
 
@@ -180,7 +188,8 @@ def main() -> int:
         return all(d[k].dtype == ref[k].dtype and d[k].shape == ref[k].shape
                    and d[k].device == ref[k].device and torch.equal(d[k], ref[k]) for k in ref)
 
-    res = {"bytes": nb, "tensors": len(ref), "torch": torch.__version__, "rows": {}}
+    res = {"bytes": nb, "tensors": len(ref), "torch": torch.__version__, "settle_s": a.settle,
+           "rows": {}}
 
     # The pinned H2D rate of this run: 4 GiB (or the checkpoint, if smaller) pinned → GPU.
     n = min(4 << 30, nb)
@@ -198,7 +207,8 @@ def main() -> int:
     print("pinned H2D", res["pinned_h2d_gbps"], "GB/s", flush=True)
 
     # gdpath's one-time setup, as `gdpath load` does it before timing: the agent (CUDA, cuFile's
-    # driver) and a warm-up load of the first 64 MiB's worth of tensors.
+    # driver) and the agent the module keeps for this file's settings, which the first load
+    # through it makes and warms up (its pinned slabs); a few small tensors are that load.
     if not a.only or "gdpath" in a.only:
         import gdpath
         import gdpath.safetensors as gst
@@ -235,6 +245,7 @@ def main() -> int:
                     if cold:
                         r["how"] = drop_cache(path)
                     torch.cuda.synchronize()
+                    time.sleep(a.settle)
                     t0 = time.perf_counter()
                     d = fn(path)
                     torch.cuda.synchronize()

@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""Cold root-disk loads of one checkpoint with `gdpath load` settings in turn, beside
+fastsafetensors (nogds), to check the storage chooser's setting for cold files against the
+alternatives on the same disk (docs/benchmarks.md, "Checkpoint load": the settings sweep row).
+
+Each load starts with the page cache dropped (`echo 3 > /proc/sys/vm/drop_caches`, root) and
+0.5 s of quiet; the settings go in rounds whose order rotates, so that the disk's drift falls on
+all alike. GB/s = tensor bytes / the CLI's load time (its `gbps`, start excluded) or the file's
+bytes / fastsafetensors' wall time, 1e9 B/s. The CLI verifies nothing here; `python_load.py`
+verifies every tensor of the chooser's setting.
+
+Usage (GPU machine, root, fastsafetensors on PYTHONPATH):
+    python3 scripts/baselines/cold_settings.py GDPATH_BIN CKPT [ROUNDS]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import torch
+
+
+def drop() -> None:
+    os.sync()
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3\n")
+    time.sleep(0.5)
+
+
+def main() -> int:
+    gd, path = sys.argv[1], sys.argv[2]
+    rounds = int(sys.argv[3]) if len(sys.argv) > 3 else 2
+    nb = os.path.getsize(path)
+    torch.zeros(1, device="cuda:0")
+    torch.cuda.synchronize()
+
+    def fast():
+        from fastsafetensors import SafeTensorsFileLoader
+
+        drop()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        ld = SafeTensorsFileLoader(None, "cuda:0", nogds=True)
+        ld.add_filenames({0: [path]})
+        fb = ld.copy_files_to_device()
+        d = {k: fb.get_tensor(k).clone() for k in ld.get_keys()}
+        ld.close()
+        torch.cuda.synchronize()
+        g = nb / (time.perf_counter() - t0) / 1e9
+        del d, fb
+        torch.cuda.empty_cache()
+        return round(g, 3)
+
+    def cli(*extra):
+        def run():
+            drop()
+            q = subprocess.run([gd, "load", path, "--json", *extra], capture_output=True, text=True)
+            try:
+                return round(json.loads(q.stdout)["gbps"], 3)
+            except (json.JSONDecodeError, KeyError):
+                return "error: " + (q.stderr or q.stdout)[-300:]
+
+        return run
+
+    settings = [
+        ("chosen", cli()),
+        ("fastsafetensors nogds", fast),
+        ("32 x 16 MiB buffered", cli("--threads", "32", "--chunk", "16MiB")),
+        ("16 x 16 MiB buffered", cli("--threads", "16", "--chunk", "16MiB")),
+        ("32 x 4 MiB O_DIRECT", cli("--threads", "32", "--direct")),
+        ("32 x 16 MiB O_DIRECT", cli("--threads", "32", "--direct", "--chunk", "16MiB")),
+        ("8 x 64 MiB buffered", cli("--threads", "8", "--chunk", "64MiB")),
+    ]
+    res = {n: [] for n, _ in settings}
+    for r in range(rounds):
+        k = r % len(settings)
+        for name, fn in settings[k:] + settings[:k]:
+            v = fn()
+            res[name].append(v)
+            print(r, name, v, flush=True)
+    print(json.dumps(res, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
