@@ -3,11 +3,13 @@
 fastsafetensors (nogds), to check the storage chooser's setting for cold files against the
 alternatives on the same disk (docs/benchmarks.md, "Checkpoint load": the settings sweep row).
 
-Each load starts with the page cache dropped (`echo 3 > /proc/sys/vm/drop_caches`, root) and
-0.5 s of quiet; the settings go in rounds whose order rotates, so that the disk's drift falls on
-all alike. GB/s = tensor bytes / the CLI's load time (its `gbps`, start excluded) or the file's
-bytes / fastsafetensors' wall time, 1e9 B/s. The CLI verifies nothing here; `python_load.py`
-verifies every tensor of the chooser's setting.
+Each load starts with the file out of the page cache (`python_load.drop_cache`) and 0.5 s of
+quiet; `gdpath load` also runs with `--cold`, which drops the file again after its untimed
+warm-up read. The settings go in rounds whose order rotates, so that the disk's drift falls on
+all alike. GB/s (1e9 B/s): tensor bytes / the CLI's load time (its `gbps`: the process start and
+the warm-up excluded), or the file's bytes / fastsafetensors' wall time (its setup included).
+Nothing is verified here; `python_load.py` verifies every tensor of the chooser's setting and of
+each loader.
 
 Usage (GPU machine, root, fastsafetensors on PYTHONPATH):
     python3 scripts/baselines/cold_settings.py GDPATH_BIN CKPT [ROUNDS]
@@ -23,12 +25,8 @@ import time
 
 import torch
 
-
-def drop() -> None:
-    os.sync()
-    with open("/proc/sys/vm/drop_caches", "w") as f:
-        f.write("3\n")
-    time.sleep(0.5)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from python_load import drop_cache, l_fast  # noqa: E402
 
 
 def main() -> int:
@@ -39,26 +37,23 @@ def main() -> int:
     torch.cuda.synchronize()
 
     def fast():
-        from fastsafetensors import SafeTensorsFileLoader
-
-        drop()
+        drop_cache(path)
+        time.sleep(0.5)
         torch.cuda.synchronize()
         t0 = time.perf_counter()
-        ld = SafeTensorsFileLoader(None, "cuda:0", nogds=True)
-        ld.add_filenames({0: [path]})
-        fb = ld.copy_files_to_device()
-        d = {k: fb.get_tensor(k).clone() for k in ld.get_keys()}
-        ld.close()
+        d = l_fast(path)
         torch.cuda.synchronize()
         g = nb / (time.perf_counter() - t0) / 1e9
-        del d, fb
+        del d
         torch.cuda.empty_cache()
         return round(g, 3)
 
     def cli(*extra):
         def run():
-            drop()
-            q = subprocess.run([gd, "load", path, "--json", *extra], capture_output=True, text=True)
+            drop_cache(path)
+            time.sleep(0.5)
+            cmd = [gd, "load", path, "--cold", "--json", *extra]
+            q = subprocess.run(cmd, capture_output=True, text=True)
             try:
                 return round(json.loads(q.stdout)["gbps"], 3)
             except (json.JSONDecodeError, KeyError):

@@ -11,9 +11,9 @@ safetensors loaded, names, dtypes and shapes included. GB/s = file bytes / wall 
 call, 1e9 B/s, with `torch.cuda.synchronize()` on both sides; min / median / max over the runs,
 which go in rounds (each loader once per round, in turn) so that drift falls on all alike.
 CUDA is started in this process before any timing (no loader pays for the context), and each
-loader's one-time setup that a serving process pays once is done before its runs and reported
-apart: gdpath's agent and the module's warm-up of the agent it keeps for the file's settings,
-made by loading a few small tensors (as `gdpath load` warms up before timing).
+loader's one-time setup that a serving process pays once is paid before the rounds: `--warmup`
+(default 1) untimed loads of every loader at each place, their seconds reported with its row
+(`warmup_s`), as `gdpath load` warms up before timing.
 
 Each timed load starts `--settle` seconds (default 1) after the previous loader's tensors were
 freed: the driver keeps working on a freed multi-GB allocation for a while, and a copy to the GPU
@@ -22,7 +22,7 @@ defaults"), a cost of the previous loader's clean-up, not of the next load.
 
 Usage (H200 machine; the loaders' wheels carried, see docs/python.md):
     python3 scripts/baselines/python_load.py [--quick] [--runs-tmpfs 3] [--runs-disk 2]
-        [--gdpath-bin PATH] [--only NAME,...] [--settle S] [--json OUT.json]
+        [--gdpath-bin PATH] [--only NAME,...] [--warmup N] [--settle S] [--json OUT.json]
 Files: /dev/shm/gdpath-ckpt/model.safetensors and $GDPATH_CKPT_DIR (default /root/gdpath-ckpt).
 """
 
@@ -157,6 +157,8 @@ def main() -> int:
     ap.add_argument("--runs-disk", type=int, default=2)
     ap.add_argument("--gdpath-bin", default=os.environ.get("GDPATH"), help="the gdpath CLI, for `gdpath load`")
     ap.add_argument("--only", default="", help="comma-separated loader names (substrings)")
+    ap.add_argument("--warmup", type=int, default=1,
+                    help="untimed loads of each loader at each place before the timed rounds")
     ap.add_argument("--settle", type=float, default=1.0,
                     help="seconds between freeing one load's tensors and timing the next")
     ap.add_argument("--json", default=None)
@@ -206,22 +208,11 @@ def main() -> int:
     del src, dst
     print("pinned H2D", res["pinned_h2d_gbps"], "GB/s", flush=True)
 
-    # gdpath's one-time setup, as `gdpath load` does it before timing: the agent (CUDA, cuFile's
-    # driver) and the agent the module keeps for this file's settings, which the first load
-    # through it makes and warms up (its pinned slabs); a few small tensors are that load.
     if not a.only or "gdpath" in a.only:
         import gdpath
-        import gdpath.safetensors as gst
 
-        t0 = time.perf_counter()
-        agent = gdpath.default_agent()
-        with gst.safe_open(shm, device="cuda:0") as f:
-            small = [k for k in f.keys() if f.info(k).nbytes <= 64 << 20][:4]
-            for k in small:
-                f.get_tensor(k)
-        res["gdpath_setup_s"] = round(time.perf_counter() - t0, 3)
-        res["gdpath_backends"] = agent.backends
-        print(f"gdpath setup (agent + warm-up) {res['gdpath_setup_s']} s, backends {agent.backends}", flush=True)
+        res["gdpath_backends"] = gdpath.default_agent().backends
+        print(f"gdpath backends {res['gdpath_backends']}", flush=True)
 
     for path, cold, runs in ((shm, False, a.runs_tmpfs), (disk, True, a.runs_disk)):
         where = "disk cold" if cold else "tmpfs"
@@ -233,6 +224,20 @@ def main() -> int:
         acc = {n: {"gbps": [], "ok": True, "how": None, "error": None} for n, _ in chosen}
         if not chosen:  # --only matched no loader
             continue
+        # One-time setup a serving process pays once (gdpath's agent and its pinned slabs or
+        # bounce buffers, the other loaders' thread pools and buffers): untimed loads of each
+        # loader at this place before the rounds.
+        for name, fn in chosen:
+            for _ in range(a.warmup):
+                try:
+                    t0 = time.perf_counter()
+                    d = fn(path)
+                    torch.cuda.synchronize()
+                    acc[name].setdefault("warmup_s", []).append(round(time.perf_counter() - t0, 3))
+                    del d
+                except Exception as e:  # reported with the loader's row
+                    acc[name]["error"] = repr(e)[:300]
+                torch.cuda.empty_cache()
         for rnd in range(runs):
             # Each round starts one loader later: none is always first after a cache drop.
             k = rnd % len(chosen)
@@ -263,6 +268,8 @@ def main() -> int:
             if r["gbps"]:  # rounds before a failure still count, beside the error
                 row = {**stats(r["gbps"]), "runs": [round(x, 2) for x in r["gbps"]],
                        "verified": r["ok"], **({"cache": r["how"]} if r["how"] else {})}
+            if r.get("warmup_s"):
+                row["warmup_s"] = r["warmup_s"]
             if r["error"]:
                 row["error"] = r["error"]
             res["rows"][key] = row

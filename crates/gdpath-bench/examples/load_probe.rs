@@ -5,15 +5,15 @@
 //! ```text
 //! load_probe CKPT [RUNS]
 //! ```
-//! With the chooser's agent for CKPT, after its warm-up, RUNS times each (GB/s of post → last
-//! byte, 1e9 B/s; max / median / min): `load` the engine's load (a new allocation each, the
-//! previous one freed just before); `kept` the load's reads into one allocation kept between
-//! runs; `fresh` the same reads into a new allocation each run (allocated outside the timing,
-//! the previous one freed just before); `nofree` the same with every earlier allocation kept
-//! until the mode ends; `memset` a new allocation cleared by a GPU memset first (outside the
-//! timing; `memset+` inside it); `free+N ms` a new allocation N ms after the previous one was
-//! freed; `aligned` the file's first bytes from offset 0, rounded down to 2 MiB, into the kept
-//! allocation; `shifted` as many bytes from the load's first file offset.
+//! CKPT is one safetensors file (not a sharded checkpoint). With the chooser's agent for CKPT,
+//! after its warm-up, RUNS times each (GB/s of post → last byte, 1e9 B/s; max / median / min):
+//! `load` the engine's load (a new allocation each, the previous one freed just before); `kept` the
+//! load's reads into one allocation kept between runs; `fresh` the same reads into a new allocation
+//! each run (allocated outside the timing, the previous one freed just before); `nofree` the same
+//! with every earlier allocation kept until the mode ends; `memset` a new allocation cleared by a
+//! GPU memset first (outside the timing; `memset+` inside it); `free+N ms` a new allocation N ms
+//! after the previous one was freed; `aligned` the file's first bytes from offset 0, rounded down
+//! to 2 MiB, into the kept allocation; `shifted` as many bytes from the load's first file offset.
 use gdpath::checkpoint::{Checkpoint, Destination};
 use gdpath::tune::Overrides;
 use gdpath::{AgentConfig, FileSpec, Memory, TransferRequest};
@@ -35,6 +35,7 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     let path = std::path::PathBuf::from(args.get(1).expect("usage: load_probe CKPT [RUNS]"));
     let runs: usize = args.get(2).map_or(5, |r| r.parse().expect("RUNS"));
+    assert!(runs > 0, "RUNS: at least 1");
     let ck = Checkpoint::open(&[&path]).expect("open");
     let mut setup = ck
         .setup(

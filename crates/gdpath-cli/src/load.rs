@@ -50,8 +50,9 @@ pub struct LoadArgs {
     /// Load this many times with one agent (later loads show the steady state of a serving
     /// process: the page cache warm, the file's blocks cached by the file system). One-time
     /// setup (CUDA context, cuFile's driver) is done before the first and timed apart (`start`).
-    /// On a GPU each later load starts 1 s after the previous one's memory was freed, untimed:
-    /// copies overlapping the driver's work on a freed allocation run about 10 % slower.
+    /// On a GPU each later load starts 1 s after the previous one's memory was freed, untimed
+    /// (`LoadSetup::settle_after_free`): copies overlapping the driver's work on a freed
+    /// allocation run about 10 % slower.
     #[arg(long, default_value_t = 1, value_parser = crate::args::count)]
     repeat: usize,
     /// Drop the file from the page cache (posix_fadvise DONTNEED) before each load.
@@ -105,22 +106,16 @@ pub fn run(a: LoadArgs) -> Result<ExitCode> {
             ))
         );
     }
-    let mut load = || setup.load(&ck, None);
     let onto = match dest {
         Destination::Gpu(g) => format!("GPU {g}"),
         Destination::Host { .. } => "host memory".to_owned(),
     };
-    let settle = || {
-        if matches!(dest, Destination::Gpu(_)) {
-            std::thread::sleep(gdpath::checkpoint::load::SETTLE_AFTER_FREE);
-        }
-    };
     for i in 1..a.repeat {
         if i > 1 {
-            settle();
+            setup.settle_after_free();
         }
         cold();
-        let c = load()?;
+        let c = setup.load(&ck, None)?;
         if !a.json {
             outln!(
                 "load {i}: {} in {:.3} s: {:.2} GB/s (1e9 B/s) via {}",
@@ -132,10 +127,10 @@ pub fn run(a: LoadArgs) -> Result<ExitCode> {
         }
     }
     if a.repeat > 1 {
-        settle();
+        setup.settle_after_free();
     }
     cold();
-    let c = load()?;
+    let c = setup.load(&ck, None)?;
     let verified = if a.verify {
         Some(c.verify(&setup.agent)?)
     } else {

@@ -123,10 +123,8 @@ impl Checkpoint {
     /// `agent=None` loads with the storage settings the engine's chooser picks for these files
     /// (threads, bytes per request, O_DIRECT or the page cache, cuFile; `LoadedCheckpoint.chosen`
     /// says which and why), through an agent the module keeps for those settings (at most
-    /// four, the least recently used dropped first), as `gdpath load` does: the call that makes
-    /// such an agent for a GPU also warms it up (its pinned buffers, cuFile's driver: the
-    /// checkpoint's first `threads × chunk × max(2, slabs)` bytes read once more, about 100 MB
-    /// for a file in memory). An agent given loads with its own configuration.
+    /// four, the least recently used dropped first), as `gdpath load` does; an agent given
+    /// loads with its own configuration.
     ///
     /// Errors: `checkpoint` (an unknown name), the engine's (`unsupported` without a CUDA
     /// driver for a GPU, transfer failures).
@@ -281,8 +279,7 @@ const MAX_TUNED: usize = 4;
 type Settings = (usize, u64, usize, bool, bool);
 
 /// A load setup with the chooser's settings for `ck`'s files, on a kept agent when one has
-/// them, else on a new one (kept), warmed up with `ck`'s first bytes when `dest` is a GPU
-/// ([`ck::LoadSetup::warm_up`]).
+/// them, else on a new one (kept).
 fn tuned_setup(ck: &ck::Checkpoint, dest: Destination) -> Result<ck::LoadSetup, ck::LoadError> {
     let tuning = ck.choose(dest, &Overrides::default())?;
     let key: Settings = (
@@ -304,11 +301,7 @@ fn tuned_setup(ck: &ck::Checkpoint, dest: Destination) -> Result<ck::LoadSetup, 
     if let Some(agent) = kept {
         return Ok(ck::LoadSetup::with_agent(agent, tuning, dest));
     }
-    let mut setup = ck.setup(dest, &Overrides::default(), AgentConfig::default())?;
-    // The new agent's one-time setup (its pinned slabs or bounce buffers, cuFile's driver) is
-    // paid here, as `gdpath load` pays it before timing, not by the load that first needs each
-    // buffer. A step that fails here fails again in the load, which says why.
-    let _ = setup.warm_up(ck);
+    let setup = ck.setup(dest, &Overrides::default(), AgentConfig::default())?;
     let mut agents = TUNED.lock().unwrap_or_else(|p| p.into_inner());
     if agents.len() >= MAX_TUNED {
         agents.remove(0);

@@ -16,10 +16,10 @@ use std::time::{Duration, Instant};
 /// O_DIRECT / cuFile alignment the load plan uses (bytes).
 pub const LOAD_ALIGN: u64 = 4096;
 
-/// How long a load timed after another one's GPU allocation was freed waits first, when it
-/// measures loads in a row (`gdpath load --repeat`): the driver keeps working on a freed
-/// multi-GB allocation for a while, and copies to the GPU that overlap it run about 10 % slower
-/// (docs/benchmarks.md, "Measurements behind the defaults": `load_probe`, the `free+N ms` rows).
+/// How long [`super::LoadSetup::settle_after_free`] waits between freeing one GPU load and
+/// timing the next (`gdpath load --repeat`): copies to the GPU that overlap the driver's work on
+/// a freed multi-GB allocation run about 10 % slower (docs/benchmarks.md, "Measurements behind
+/// the defaults": `load_probe`'s `free+N ms` rows).
 pub const SETTLE_AFTER_FREE: Duration = Duration::from_secs(1);
 
 /// Why a load failed.

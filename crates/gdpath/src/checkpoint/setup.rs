@@ -200,6 +200,15 @@ impl LoadSetup {
         Ok(c)
     }
 
+    /// Waits [`super::load::SETTLE_AFTER_FREE`] when this setup loads onto a GPU, and returns
+    /// at once for host memory: a caller timing loads in a row calls it after freeing one load
+    /// and before the next, which would otherwise overlap the driver's work on the freed memory.
+    pub fn settle_after_free(&self) {
+        if matches!(self.dest, Destination::Gpu(_)) {
+            std::thread::sleep(super::load::SETTLE_AFTER_FREE);
+        }
+    }
+
     /// Seconds the CUDA driver and the GPU's primary context took to come up on the prestart
     /// thread, beside the chooser and the agent's start; `None` for host memory, before the
     /// first [`LoadSetup::warm_up`] or [`LoadSetup::load`], or when they failed there (the
