@@ -147,7 +147,9 @@ impl Agent {
     /// `read_only=True` registers writable memory read-only; read-only objects (`bytes`) are
     /// always read-only: a transfer that would write them fails with `read_only_memory`.
     /// `gpu`: the CUDA ordinal of a `__cuda_array_interface__` object that does not name its
-    /// device.
+    /// device (`ValueError` for other objects, which say where their memory is). Memory that
+    /// holds Python object references (a NumPy array of dtype `object`) is refused with
+    /// `TypeError`: bytes moved over them would crash the interpreter.
     ///
     /// Errors: `TypeError` / `ValueError` for what cannot be registered; the engine's as
     /// `gdpath.GdpathError` (`unsupported` for GPU or pinned memory without a CUDA driver,
@@ -183,8 +185,9 @@ impl Agent {
     /// `local` and `remote` are a `Region`, a `Descriptor` or equal-length lists of them (pair
     /// `i` is `local[i]` with `remote[i]`, of equal lengths). Every check happens before any
     /// byte moves (lengths, bounds, regions, short files, read-only memory, a path for each
-    /// pair). `accept`: strict mode, the path names every pair must take (`"posix-direct"`,
-    /// `"gds-native"`, `"h2d-pinned"`, `"ucx:tcp"`, ...). `timeout`: seconds until the
+    /// pair). `accept`: strict mode, the path name or names every pair must take
+    /// (`"posix-direct"`, `"gds-native"`, `"h2d-pinned"`, `"ucx:tcp"`, ...; an empty list is a
+    /// `ValueError`). `timeout`: seconds until the
     /// request's deadline (then `deadline_exceeded`). `notify`: bytes (at most 64 KiB)
     /// delivered to each peer whose memory the transfer wrote, after the writes are visible
     /// there. Returns a `Transfer`; the GIL is released while posting (small host copies run
@@ -198,7 +201,7 @@ impl Agent {
         op: &str,
         local: Bound<'_, PyAny>,
         remote: Bound<'_, PyAny>,
-        accept: Option<Vec<String>>,
+        accept: Option<Bound<'_, PyAny>>,
         timeout: Option<f64>,
         notify: Option<Vec<u8>>,
     ) -> PyResult<Transfer> {
@@ -218,7 +221,7 @@ impl Agent {
         op: &str,
         local: Bound<'_, PyAny>,
         remote: Bound<'_, PyAny>,
-        accept: Option<Vec<String>>,
+        accept: Option<Bound<'_, PyAny>>,
     ) -> PyResult<Vec<PlannedPair>> {
         let req = self.request(py, op, &local, &remote, accept, None, None)?;
         let agent = self.agent.clone();
@@ -460,7 +463,7 @@ impl Agent {
         op: &str,
         local: &Bound<'_, PyAny>,
         remote: &Bound<'_, PyAny>,
-        accept: Option<Vec<String>>,
+        accept: Option<Bound<'_, PyAny>>,
         timeout: Option<f64>,
         notify: Option<Vec<u8>>,
     ) -> PyResult<TransferRequest> {
@@ -469,7 +472,7 @@ impl Agent {
             descriptors(py, local)?,
             descriptors(py, remote)?,
         );
-        match accept {
+        match accept.as_ref().map(accept_names).transpose()? {
             Some(names) => {
                 let paths = names
                     .iter()
@@ -493,6 +496,29 @@ impl Agent {
         }
         Ok(req)
     }
+}
+
+/// `accept=`'s path names: one name (`"posix-direct"`) or a list of them. Errors: `TypeError`
+/// for anything else, `ValueError` for an empty list (it would accept no path).
+fn accept_names(obj: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
+    if let Ok(name) = obj.extract::<String>() {
+        return Ok(vec![name]);
+    }
+    let names: Vec<String> = obj.extract().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "accept: a path name (\"posix-direct\") or a list of them, not {}",
+            obj.get_type()
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_default()
+        ))
+    })?;
+    if names.is_empty() {
+        return Err(PyValueError::new_err(
+            "accept=[] would accept no path: name at least one, or pass None for any path",
+        ));
+    }
+    Ok(names)
 }
 
 /// Registered memory. `len(region)` is its length in bytes (a file's current size);

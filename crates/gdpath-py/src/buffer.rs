@@ -14,7 +14,7 @@
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyMemoryView;
-use std::ffi::{c_char, c_int, c_void};
+use std::ffi::{c_char, c_int, c_void, CStr};
 
 /// CPython's `Py_buffer` (Include/pybuffer.h, unchanged since 3.3).
 #[repr(C)]
@@ -90,15 +90,27 @@ pub fn export(obj: &Bound<'_, PyAny>) -> PyResult<Option<HostExport>> {
     let geometry =
         crate::memory::Geometry::new(&shape64, strides64.as_deref(), 1, b.itemsize.max(1) as u64);
     let (ptr, len, readonly) = (b.buf as *mut u8, b.len.max(0) as usize, b.readonly != 0);
-    // SAFETY: `b` was filled by a successful PyObject_GetBuffer and is released once.
+    // SAFETY: with PyBUF_FORMAT the format is null (meaning "B") or a C string valid until the
+    // release below.
+    let objects = !b.format.is_null() && holds_objects(unsafe { CStr::from_ptr(b.format) });
+    // SAFETY: `b` was filled by a successful PyObject_GetBuffer and is released once; nothing
+    // it points to is read after this.
     unsafe { PyBuffer_Release(&mut b) };
+    if objects {
+        return Err(PyTypeError::new_err(format!(
+            "the {} object holds Python object references (buffer format 'O', such as a NumPy \
+             array of dtype object): gdpath moves raw bytes, and bytes written over object \
+             references would crash the interpreter; register numeric or byte memory",
+            obj.get_type().name()?
+        )));
+    }
     if !dense {
         return Err(PyValueError::new_err(format!(
             "the {} object's memory is not contiguous (strides {:?} for shape {:?}): \
              register a contiguous copy (numpy.ascontiguousarray) or the array it views",
             obj.get_type().name()?,
-            strides.map(<[isize]>::to_vec).unwrap_or_default(),
-            shape.to_vec()
+            strides64.unwrap_or_default(),
+            shape64
         )));
     }
     Ok(Some(HostExport {
@@ -108,4 +120,16 @@ pub fn export(obj: &Bound<'_, PyAny>) -> PyResult<Option<HostExport>> {
         view: view.unbind(),
         geometry,
     }))
+}
+
+/// Whether a buffer-protocol format string (the `struct` module's syntax, with NumPy's `T{...}`
+/// records) has an object-reference item (`O`), outside the `:name:` of a record's fields.
+fn holds_objects(format: &CStr) -> bool {
+    let mut in_name = false;
+    format.to_bytes().iter().any(|&c| {
+        if c == b':' {
+            in_name = !in_name;
+        }
+        !in_name && c == b'O'
+    })
 }

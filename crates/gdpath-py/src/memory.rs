@@ -152,6 +152,13 @@ impl Geometry {
 /// a GPU that cannot be told.
 pub fn resolve(obj: &Bound<'_, PyAny>, o: &Options) -> PyResult<Resolved> {
     let py = obj.py();
+    if o.gpu.is_some() && !obj.hasattr("__cuda_array_interface__")? {
+        return Err(PyValueError::new_err(format!(
+            "gpu= names the GPU of a __cuda_array_interface__ object that does not name its \
+             own; a {} says where its memory is",
+            obj.get_type().name()?
+        )));
+    }
     if let Ok(f) = obj.cast::<File>() {
         return Ok(Resolved {
             memory: Memory::File(f.get().spec.clone()),

@@ -126,6 +126,10 @@ impl PlannedPair {
     }
 }
 
+/// How long a blocking `Transfer.wait` waits without the GIL before it lets Python's signal
+/// handlers run (Ctrl-C): short against a person's patience, long against a wait's own cost.
+const SIGNAL_SLICE: Duration = Duration::from_millis(100);
+
 /// A posted transfer. `wait(timeout=None)` blocks (without the GIL) and returns the
 /// [`TransferReport`] or raises; `done()` says whether every pair has completed; `cancel()`
 /// starts no more I/O; `report` is the report once done (`None` before; raises if it failed);
@@ -151,14 +155,27 @@ impl Transfer {
         }
     }
 
+    /// Waits as `wait(timeout)` does, in slices of [`SIGNAL_SLICE`] between which Python's
+    /// signal handlers run: Ctrl-C raises `KeyboardInterrupt` within a slice and the transfer
+    /// goes on (`cancel()` stops it).
     // The engine's error carries every pair's outcome (once per wait).
     #[allow(clippy::result_large_err)]
     fn result(&self, py: Python<'_>, timeout: Option<Duration>) -> PyResult<TransferReport> {
-        let t = self.inner.clone();
-        let r = py.detach(move || t.wait_shared(timeout));
-        match r {
-            Ok(rep) => TransferReport::new(py, &rep),
-            Err(e) => Err(error::transfer(py, &e)),
+        let end = timeout.and_then(|t| Instant::now().checked_add(t));
+        loop {
+            let t = self.inner.clone();
+            let left = end.map(|e| e.saturating_duration_since(Instant::now()));
+            // The last slice is the engine's own wait with the time left, which ends the
+            // transfer when it passes, as a timeout does.
+            let r = match left {
+                Some(l) if l <= SIGNAL_SLICE => py.detach(move || t.wait_shared(Some(l)).map(Some)),
+                _ => py.detach(move || t.wait_shared_for(SIGNAL_SLICE)),
+            };
+            match r {
+                Ok(Some(rep)) => return TransferReport::new(py, &rep),
+                Ok(None) => py.check_signals()?,
+                Err(e) => return Err(error::transfer(py, &e)),
+            }
         }
     }
 }
@@ -170,6 +187,8 @@ impl Transfer {
     /// as a `gdpath.TransferError` (with `.kind`, `.finding`, `.outcomes`): the first pair's
     /// failure, `cancelled`, or `deadline_exceeded` — a timeout cancels the transfer, as the
     /// engine's `wait_timeout` does. After the end it returns (or raises) the same at once.
+    /// Ctrl-C (any signal handler that raises) interrupts the wait within 0.1 s with its
+    /// exception (`KeyboardInterrupt`); the transfer goes on unless `cancel()` is called.
     #[pyo3(signature = (timeout=None))]
     fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<TransferReport> {
         let timeout = timeout.map(seconds).transpose()?;

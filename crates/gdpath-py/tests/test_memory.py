@@ -59,6 +59,23 @@ def test_fortran_order_is_one_span_and_a_strided_view_is_refused(agent):
     assert len(agent.register(e)) == 0
 
 
+def test_memory_holding_python_objects_is_refused(agent):
+    # Bytes read over object references would be pointers the interpreter follows.
+    with pytest.raises(TypeError, match="object references"):
+        agent.register(np.array([None, 1, "x"], dtype=object))
+    with pytest.raises(TypeError, match="object references"):
+        agent.register(np.zeros(2, dtype=[("Omega", "<f8"), ("obj", "O")]))
+    # A field merely named with an O holds no objects.
+    assert len(agent.register(np.zeros(2, dtype=[("Omega", "<f8"), ("count", "<i4")]))) == 24
+
+
+def test_a_gpu_ordinal_for_memory_that_names_its_own_place_is_refused(agent):
+    with pytest.raises(ValueError, match="gpu="):
+        agent.register(np.zeros(16), gpu=0)
+    with pytest.raises(ValueError, match="gpu="):
+        agent.register(bytearray(16), gpu=0)
+
+
 def test_read_only_memory_is_never_written(agent, scratch):
     f = write_file(agent, scratch / "src", b"x" * 100)
     cases = [b"y" * 100]

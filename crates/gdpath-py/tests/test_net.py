@@ -113,3 +113,53 @@ def test_a_serving_process_shared_host_memory_is_written_in_place():
     finally:
         srv.kill()
         srv.wait(10)
+
+
+def test_ctrl_c_interrupts_a_wait_on_a_stalled_peer_and_the_transfer_goes_on():
+    """A write to a peer that stopped (SIGSTOP) cannot complete; Ctrl-C (here
+    `_thread.interrupt_main`) interrupts `wait()` within its 0.1 s slices, not at the
+    network's operation timeout, and the transfer is still there to cancel."""
+    import _thread
+    import signal
+    import subprocess
+    import threading
+    import time
+
+    srv = subprocess.Popen(
+        [str(gdpath_bin()), "serve", "--listen", "127.0.0.1:0", "--devices", "lo",
+         "--export", "host:64MiB", "--duration", "60"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    try:
+        addr = None
+        for line in srv.stdout:
+            if "listening on " in line:
+                addr = line.split("listening on ", 1)[1].split()[0]
+                break
+        assert addr, "gdpath serve did not say where it listens"
+        a = gdpath.Agent(name="cli-sigint")
+        a.enable_net(devices="lo", shared_memory=False, op_timeout=30.0)
+        peer = a.connect(addr)
+        remote = peer.memory(peer.regions()[0].id)
+        srv.send_signal(signal.SIGSTOP)
+        t = a.post("write", a.register(np.ones(64 << 20, dtype=np.uint8)), remote)
+        # Ctrl-C a moment into the wait; cancelled after it so that none can come later.
+        timer = threading.Timer(0.3, _thread.interrupt_main)
+        timer.start()
+        t0 = time.monotonic()
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                t.wait()
+        finally:
+            timer.cancel()
+        assert time.monotonic() - t0 < 5.0
+        assert not t.done()
+        t.cancel()
+        srv.send_signal(signal.SIGCONT)
+        with pytest.raises(gdpath.GdpathError):
+            t.wait(30)
+    finally:
+        srv.send_signal(signal.SIGCONT)
+        srv.kill()
+        srv.wait(10)
+

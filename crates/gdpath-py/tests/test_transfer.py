@@ -172,3 +172,15 @@ def test_the_gil_is_released_while_bytes_move(agent, scratch):
     assert end - start > 0.01, "the write was too quick to tell"
     assert len(during) > 100, (len(during), end - start)
     assert os.path.getsize(path) == size
+
+
+def test_accept_takes_one_path_name_or_a_non_empty_list(agent, scratch):
+    f = agent.register(gdpath.File(str(scratch / "acc"), "w"))
+    src = agent.register(bytearray(b"x" * 4096))
+    path = agent.plan("write", src, f.desc(0, 4096))[0].path
+    assert agent.post("write", src, f.desc(0, 4096), accept=path).wait().pairs[0].path == path
+    assert agent.post("write", src, f.desc(0, 4096), accept=[path]).wait().pairs[0].path == path
+    with pytest.raises(ValueError, match="accept=\\[\\]"):
+        agent.post("write", src, f.desc(0, 4096), accept=[])
+    with pytest.raises(TypeError, match="accept: a path name"):
+        agent.post("write", src, f.desc(0, 4096), accept=3)

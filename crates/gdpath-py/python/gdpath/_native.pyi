@@ -46,12 +46,12 @@ class Agent:
         local: _Side,
         remote: _Side,
         *,
-        accept: Optional[Sequence[str]] = None,
+        accept: Union[str, Sequence[str], None] = None,
         timeout: Optional[float] = None,
         notify: Optional[bytes] = None,
     ) -> Transfer: ...
     def plan(
-        self, op: str, local: _Side, remote: _Side, *, accept: Optional[Sequence[str]] = None
+        self, op: str, local: _Side, remote: _Side, *, accept: Union[str, Sequence[str], None] = None
     ) -> List[PlannedPair]: ...
     def enable_net(
         self,

@@ -313,8 +313,9 @@ def save_file(
     order, so either package reads it back the same), from wherever the tensors are: PyTorch
     tensors, CuPy arrays and NumPy arrays, on any GPU or in host memory, mixed. Every dtype of
     the format (bf16 and fp8 included) and zero-size tensors; a tensor that is not contiguous
-    is copied contiguous first (``safetensors`` does the same), and tensors sharing memory are
-    each saved whole.
+    is saved as its values, copied contiguous first (as ``safetensors.torch`` does;
+    ``safetensors.numpy.save_file`` 0.8.0 writes such an array's underlying buffer instead),
+    and tensors sharing memory are each saved whole.
 
     ``metadata``: the header's ``__metadata__`` (str → str). ``fsync``: sync the file before it
     takes its name and the directory after (default); ``False`` for scratch data (a killed

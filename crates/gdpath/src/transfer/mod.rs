@@ -102,7 +102,8 @@ impl Transfer {
     // does not matter.
     #[allow(clippy::result_large_err)]
     pub fn wait(self) -> std::result::Result<TransferReport, TransferError> {
-        self.wait_until(None, None, true)
+        self.wait_until(None, None, true, None)
+            .and_then(Self::unpaused)
     }
 
     /// As [`Transfer::wait`], giving up after `timeout` (or the request's deadline, if earlier)
@@ -114,7 +115,8 @@ impl Transfer {
         self,
         timeout: Duration,
     ) -> std::result::Result<TransferReport, TransferError> {
-        self.wait_until(Some(timeout), None, true)
+        self.wait_until(Some(timeout), None, true, None)
+            .and_then(Self::unpaused)
     }
 
     /// As [`Transfer::wait_timeout`], and once `stop` is set (by another thread: a signal
@@ -129,7 +131,8 @@ impl Transfer {
         stop: &AtomicBool,
         timeout: Duration,
     ) -> std::result::Result<TransferReport, TransferError> {
-        self.wait_until(Some(timeout), Some(stop), true)
+        self.wait_until(Some(timeout), Some(stop), true, None)
+            .and_then(Self::unpaused)
     }
 
     /// As [`Transfer::wait`] (`timeout: None`) or [`Transfer::wait_timeout`], without consuming
@@ -143,12 +146,39 @@ impl Transfer {
         &self,
         timeout: Option<Duration>,
     ) -> std::result::Result<TransferReport, TransferError> {
-        self.wait_until(timeout, None, false)
+        self.wait_until(timeout, None, false, None)
+            .and_then(Self::unpaused)
+    }
+
+    /// As [`Transfer::wait_shared`] without a timeout, returning `Ok(None)` when the transfer
+    /// is still running after `pause`. Unlike a timeout, a pause that passes ends nothing: a
+    /// waiter that must look up now and then (the Python binding, for Ctrl-C) waits in such
+    /// slices. The request's deadline still ends the transfer with [`Error::DeadlineExceeded`].
+    // The error carries every pair's outcome, as for `wait`.
+    #[allow(clippy::result_large_err)]
+    pub fn wait_shared_for(
+        &self,
+        pause: Duration,
+    ) -> std::result::Result<Option<TransferReport>, TransferError> {
+        self.wait_until(None, None, false, Instant::now().checked_add(pause))
+    }
+
+    /// The report of a wait given no pause (which never returns `Ok(None)`).
+    #[allow(clippy::result_large_err)]
+    fn unpaused(r: Option<TransferReport>) -> std::result::Result<TransferReport, TransferError> {
+        r.ok_or_else(|| TransferError {
+            error: Error::Backend {
+                backend: "engine",
+                detail: "a wait without a pause paused".into(),
+            },
+            outcomes: Vec::new(),
+        })
     }
 
     /// The wait of [`Transfer::wait`], [`Transfer::wait_timeout`] and [`Transfer::wait_unless`]
     /// (`take`: the outcomes are moved out, the transfer being consumed) and of
-    /// [`Transfer::wait_shared`] (they are cloned); `stop`, when set, cancels the transfer.
+    /// [`Transfer::wait_shared`] (they are cloned); `stop`, when set, cancels the transfer;
+    /// `Ok(None)` once `pause` passes with the transfer still running, which goes on.
     // The error carries every pair's outcome; it is returned once per transfer, so its size
     // does not matter.
     #[allow(clippy::result_large_err)]
@@ -157,7 +187,8 @@ impl Transfer {
         timeout: Option<Duration>,
         stop: Option<&AtomicBool>,
         take: bool,
-    ) -> std::result::Result<TransferReport, TransferError> {
+        pause: Option<Instant>,
+    ) -> std::result::Result<Option<TransferReport>, TransferError> {
         let sh = &self.shared;
         // The bound is the request's deadline or `timeout` from now, whichever is earlier. It
         // is computed when the transfer is first found unfinished: most waits in a stream of
@@ -202,6 +233,9 @@ impl Transfer {
                     return Err(self.failure(Error::DeadlineExceeded));
                 }
             }
+            if pause.is_some_and(|p| now >= p) {
+                return Ok(None);
+            }
             if !matches!(sh.pollers, Pollers::None) {
                 drop(st);
                 let n = sh.progress_pollers();
@@ -210,7 +244,11 @@ impl Transfer {
                     continue;
                 }
             }
-            let wait = until.map_or(tick, |u| u.saturating_duration_since(now).min(tick));
+            let wait = until
+                .into_iter()
+                .chain(pause)
+                .map(|u| u.saturating_duration_since(now))
+                .fold(tick, Duration::min);
             st.waiters += 1;
             st = sh
                 .cv
@@ -245,11 +283,11 @@ impl Transfer {
         };
         drop(st);
         let bytes = pairs.iter().map(|p| p.bytes).sum();
-        Ok(TransferReport {
+        Ok(Some(TransferReport {
             pairs,
             bytes,
             elapsed: finished.duration_since(sh.posted),
-        })
+        }))
     }
 
     fn failure(&self, error: Error) -> TransferError {
