@@ -203,7 +203,7 @@ impl Agent {
         remote: Bound<'_, PyAny>,
         accept: Option<Bound<'_, PyAny>>,
         timeout: Option<f64>,
-        notify: Option<Vec<u8>>,
+        notify: Option<Bound<'_, PyAny>>,
     ) -> PyResult<Transfer> {
         let req = self.request(py, op, &local, &remote, accept, timeout, notify)?;
         let deadline = req.deadline;
@@ -465,7 +465,7 @@ impl Agent {
         remote: &Bound<'_, PyAny>,
         accept: Option<Bound<'_, PyAny>>,
         timeout: Option<f64>,
-        notify: Option<Vec<u8>>,
+        notify: Option<Bound<'_, PyAny>>,
     ) -> PyResult<TransferRequest> {
         let mut req = TransferRequest::new(
             op_of(op)?,
@@ -492,7 +492,7 @@ impl Agent {
             };
         }
         if let Some(n) = notify {
-            req = req.notify(n);
+            req = req.notify(crate::net::message_bytes(&n, "notify")?);
         }
         Ok(req)
     }

@@ -23,7 +23,9 @@ use std::path::PathBuf;
 /// A file to register: `gdpath.File(path, mode="r", direct="auto")`.
 ///
 /// `mode`: `"r"` read-only (writes fail with `read_only`), `"r+"` read and write an existing
-/// file, `"w"` create or truncate, `"a"` create if missing and keep what is there. `direct`:
+/// file, `"w"` create or truncate, `"a"` create if missing and keep what is there (writes land
+/// at the offsets their descriptors give: nothing is appended). `path` is a `pathlib.Path`.
+/// `direct`:
 /// `"auto"` O_DIRECT where the file system allows it, `"off"` the page cache only,
 /// `"required"` fail registration where O_DIRECT is refused.
 #[pyclass(module = "gdpath._native", name = "File", frozen, from_py_object)]

@@ -7,8 +7,9 @@ use crate::error::IntoPy;
 use crate::transfer::seconds;
 use gdpath::net::codec::WireKind;
 use gdpath::net::{FailureMode, NetConfig, NetEvent, Token};
-use pyo3::exceptions::PyValueError;
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::types::{PyByteArray, PyBytes, PyMemoryView, PyString};
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::{Arc, Mutex};
 
@@ -302,7 +303,8 @@ impl Peer {
     /// Sends `message` (at most 64 KiB) after every write posted to the peer so far has
     /// completed there; waits up to `timeout` seconds (the GIL released).
     #[pyo3(signature = (message, timeout=10.0))]
-    fn notify(&self, py: Python<'_>, message: Vec<u8>, timeout: f64) -> PyResult<()> {
+    fn notify(&self, py: Python<'_>, message: Bound<'_, PyAny>, timeout: f64) -> PyResult<()> {
+        let message = message_bytes(&message, "message")?;
         let t = seconds(timeout)?;
         let p = self.handle(py)?;
         py.detach(move || p.notify(&message, t)).py_err(py)
@@ -348,5 +350,34 @@ impl Peer {
 
     fn __repr__(&self) -> String {
         format!("gdpath.Peer({:?})", self.name)
+    }
+}
+
+/// A notification's bytes from `bytes`, `bytearray` or anything with the buffer protocol of
+/// bytes. Errors: `TypeError` naming `what` for anything else; a `str` is refused, its encoding
+/// being the caller's to choose.
+pub(crate) fn message_bytes(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<u8>> {
+    if obj.is_instance_of::<PyString>() {
+        return Err(PyTypeError::new_err(format!(
+            "{what}: bytes, not str (encode it, e.g. message.encode())"
+        )));
+    }
+    if let Ok(b) = obj.cast::<PyBytes>() {
+        return Ok(b.as_bytes().to_vec());
+    }
+    if let Ok(b) = obj.cast::<PyByteArray>() {
+        return Ok(b.to_vec());
+    }
+    // Any other buffer (a memoryview, a NumPy array) through a memoryview's copy of its bytes.
+    let copied = PyMemoryView::from(obj).and_then(|v| v.call_method0("tobytes"));
+    match copied.as_ref().map(|b| b.cast::<PyBytes>()) {
+        Ok(Ok(b)) => Ok(b.as_bytes().to_vec()),
+        _ => Err(PyTypeError::new_err(format!(
+            "{what}: bytes, bytearray or memoryview, not {}",
+            obj.get_type()
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_default()
+        ))),
     }
 }

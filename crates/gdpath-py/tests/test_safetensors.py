@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 import struct
 
 import numpy as np
@@ -190,6 +191,13 @@ def test_malformed_files_and_unknown_names(scratch):
         gst.load_file(p, framework="numpy", device="cuda:0")
     with pytest.raises(ValueError, match="framework"):
         gst.load_file(p, framework="tf")
+    # A path given as bytes is one path (not a list of byte values); a number is no path.
+    by_bytes = gst.load_file(os.fsencode(str(p)), framework="numpy")
+    by_str = gst.load_file(str(p), framework="numpy")
+    assert list(by_bytes) == list(by_str) and len(by_str) > 0
+    assert all(np.array_equal(by_bytes[k], by_str[k]) for k in by_str)
+    with pytest.raises(TypeError, match="a checkpoint is a path"):
+        gst.load_file(3, framework="numpy")
 
 
 def test_the_default_framework_without_torch_names_numpy(scratch):

@@ -184,3 +184,12 @@ def test_accept_takes_one_path_name_or_a_non_empty_list(agent, scratch):
         agent.post("write", src, f.desc(0, 4096), accept=[])
     with pytest.raises(TypeError, match="accept: a path name"):
         agent.post("write", src, f.desc(0, 4096), accept=3)
+
+
+def test_a_notification_is_bytes_and_a_str_is_refused_by_name(agent, scratch):
+    f = agent.register(gdpath.File(str(scratch / "note"), "w"))
+    src = agent.register(bytearray(16))
+    with pytest.raises(TypeError, match="notify: bytes, not str"):
+        agent.post("write", src, f.desc(0, 16), notify="layer 7 done")
+    with pytest.raises(TypeError, match="notify: bytes, bytearray or memoryview, not int"):
+        agent.post("write", src, f.desc(0, 16), notify=7)

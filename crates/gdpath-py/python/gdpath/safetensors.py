@@ -30,7 +30,7 @@ from . import _native, default_agent
 
 __all__ = ["load_file", "safe_open", "save_file"]
 
-PathLike = Union[str, "os.PathLike[str]"]
+PathLike = Union[str, bytes, "os.PathLike[str]"]
 Files = Union[PathLike, Sequence[PathLike]]
 
 
@@ -59,9 +59,16 @@ def _gpu_of(device: Any) -> Optional[int]:
 def _open(files: Files) -> "_native.Checkpoint":
     """A checkpoint of one file, of several (a list), or of the shards an index (a ``.json``
     path) lists, as the engine's ``Checkpoint::open_paths`` and ``gdpath load`` name them."""
-    if isinstance(files, (str, os.PathLike)):
-        return _native.Checkpoint.open_paths([os.fspath(files)])
-    return _native.Checkpoint.open_paths([os.fspath(f) for f in files])
+    if isinstance(files, (str, bytes, os.PathLike)):
+        return _native.Checkpoint.open_paths([os.fsdecode(files)])
+    try:
+        paths = [os.fsdecode(f) for f in files]
+    except TypeError as e:
+        raise TypeError(
+            f"{type(files).__name__}: a checkpoint is a path (str, bytes, os.PathLike), a list "
+            "of its shards' paths, or its model.safetensors.index.json"
+        ) from e
+    return _native.Checkpoint.open_paths(paths)
 
 
 def _framework(framework: str) -> str:
