@@ -506,7 +506,7 @@ fn accept_names(obj: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
     }
     let names: Vec<String> = obj.extract().map_err(|_| {
         PyTypeError::new_err(format!(
-            "accept: a path name (\"posix-direct\") or a list of them, not {}",
+            "accept: a path name (\"posix-direct\") or a list of path names (each a str), not {}",
             obj.get_type()
                 .name()
                 .map(|n| n.to_string())

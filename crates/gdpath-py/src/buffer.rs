@@ -92,7 +92,8 @@ pub fn export(obj: &Bound<'_, PyAny>) -> PyResult<Option<HostExport>> {
     let (ptr, len, readonly) = (b.buf as *mut u8, b.len.max(0) as usize, b.readonly != 0);
     // SAFETY: with PyBUF_FORMAT the format is null (meaning "B") or a C string valid until the
     // release below.
-    let objects = !b.format.is_null() && holds_objects(unsafe { CStr::from_ptr(b.format) });
+    let objects =
+        !b.format.is_null() && holds_objects(unsafe { CStr::from_ptr(b.format) }.to_bytes());
     // SAFETY: `b` was filled by a successful PyObject_GetBuffer and is released once; nothing
     // it points to is read after this.
     unsafe { PyBuffer_Release(&mut b) };
@@ -124,9 +125,11 @@ pub fn export(obj: &Bound<'_, PyAny>) -> PyResult<Option<HostExport>> {
 
 /// Whether a buffer-protocol format string (the `struct` module's syntax, with NumPy's `T{...}`
 /// records) has an object-reference item (`O`), outside the `:name:` of a record's fields.
-fn holds_objects(format: &CStr) -> bool {
+/// A view cast to bytes (`memoryview(a).cast("B")`) says `B` and passes: a reinterpretation
+/// the caller chose.
+pub(crate) fn holds_objects(format: &[u8]) -> bool {
     let mut in_name = false;
-    format.to_bytes().iter().any(|&c| {
+    format.iter().any(|&c| {
         if c == b':' {
             in_name = !in_name;
         }

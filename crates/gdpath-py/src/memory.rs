@@ -154,7 +154,9 @@ impl Geometry {
 /// a GPU that cannot be told.
 pub fn resolve(obj: &Bound<'_, PyAny>, o: &Options) -> PyResult<Resolved> {
     let py = obj.py();
-    if o.gpu.is_some() && !obj.hasattr("__cuda_array_interface__")? {
+    // `getattr`, not `hasattr`: PyTorch raises RuntimeError, not AttributeError, for a CUDA
+    // tensor that requires grad.
+    if o.gpu.is_some() && obj.getattr("__cuda_array_interface__").is_err() {
         return Err(PyValueError::new_err(format!(
             "gpu= names the GPU of a __cuda_array_interface__ object that does not name its \
              own; a {} says where its memory is",
@@ -209,6 +211,11 @@ pub fn resolve(obj: &Bound<'_, PyAny>, o: &Options) -> PyResult<Resolved> {
             KDL_CUDA | KDL_CUDA_MANAGED => {
                 let ordinal = u32::try_from(t.device_id)
                     .map_err(|_| PyValueError::new_err("negative DLPack device id"))?;
+                if let Some(g) = o.gpu.filter(|&g| g != ordinal) {
+                    return Err(PyValueError::new_err(format!(
+                        "gpu={g}: the object's DLPack device is GPU {ordinal}"
+                    )));
+                }
                 gpu_pointer(ordinal, t.ptr, t.len, writable)
             }
             other => {

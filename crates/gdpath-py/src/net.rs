@@ -368,16 +368,32 @@ pub(crate) fn message_bytes(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<
     if let Ok(b) = obj.cast::<PyByteArray>() {
         return Ok(b.to_vec());
     }
-    // Any other buffer (a memoryview, a NumPy array) through a memoryview's copy of its bytes.
-    let copied = PyMemoryView::from(obj).and_then(|v| v.call_method0("tobytes"));
-    match copied.as_ref().map(|b| b.cast::<PyBytes>()) {
-        Ok(Ok(b)) => Ok(b.as_bytes().to_vec()),
-        _ => Err(PyTypeError::new_err(format!(
-            "{what}: bytes, bytearray or memoryview, not {}",
-            obj.get_type()
-                .name()
-                .map(|n| n.to_string())
-                .unwrap_or_default()
-        ))),
+    // Any other buffer (a memoryview, a NumPy array) through a memoryview's copy of its bytes;
+    // object references are pointers, not a message.
+    let view = match PyMemoryView::from(obj) {
+        Ok(v) => v,
+        Err(e) if !e.is_instance_of::<PyTypeError>(obj.py()) => return Err(e),
+        Err(_) => return Err(not_bytes(obj, what)),
+    };
+    let format: String = view.getattr("format")?.extract()?;
+    if crate::buffer::holds_objects(format.as_bytes()) {
+        return Err(PyTypeError::new_err(format!(
+            "{what}: the buffer holds Python object references (format {format:?}), not bytes"
+        )));
     }
+    view.call_method0("tobytes")?
+        .cast::<PyBytes>()
+        .map(|b| b.as_bytes().to_vec())
+        .map_err(|_| not_bytes(obj, what))
+}
+
+/// The `TypeError` for a notification that is not bytes.
+fn not_bytes(obj: &Bound<'_, PyAny>, what: &str) -> PyErr {
+    PyTypeError::new_err(format!(
+        "{what}: bytes, bytearray or memoryview, not {}",
+        obj.get_type()
+            .name()
+            .map(|n| n.to_string())
+            .unwrap_or_default()
+    ))
 }

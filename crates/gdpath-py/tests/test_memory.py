@@ -65,6 +65,10 @@ def test_memory_holding_python_objects_is_refused(agent):
         agent.register(np.array([None, 1, "x"], dtype=object))
     with pytest.raises(TypeError, match="object references"):
         agent.register(np.zeros(2, dtype=[("Omega", "<f8"), ("obj", "O")]))
+    import ctypes
+
+    with pytest.raises(TypeError, match="object references"):
+        agent.register((ctypes.py_object * 2)())
     # A field merely named with an O holds no objects.
     assert len(agent.register(np.zeros(2, dtype=[("Omega", "<f8"), ("count", "<i4")]))) == 24
 

@@ -111,6 +111,10 @@ def test_save_file_of_numpy_arrays_reads_back_equal(scratch):
     gst.save_file(contiguous, ours, metadata={"format": "np"})
     safetensors.numpy.save_file(contiguous, str(theirs), metadata={"format": "np"})
     assert ours.read_bytes() == theirs.read_bytes()
+    # A path given as bytes names the same file.
+    as_bytes = scratch / "b.safetensors"
+    gst.save_file(contiguous, os.fsencode(str(as_bytes)), metadata={"format": "np"})
+    assert as_bytes.read_bytes() == theirs.read_bytes()
 
 
 def test_replacing_fsync_off_and_refusals_leave_no_temporary(scratch):

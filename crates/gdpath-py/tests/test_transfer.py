@@ -193,3 +193,7 @@ def test_a_notification_is_bytes_and_a_str_is_refused_by_name(agent, scratch):
         agent.post("write", src, f.desc(0, 16), notify="layer 7 done")
     with pytest.raises(TypeError, match="notify: bytes, bytearray or memoryview, not int"):
         agent.post("write", src, f.desc(0, 16), notify=7)
+    with pytest.raises(TypeError, match="object references"):
+        agent.post("write", src, f.desc(0, 16), notify=np.array([None], dtype=object))
+    # Any buffer of bytes is a message.
+    agent.post("write", src, f.desc(0, 16), notify=memoryview(b"done")).wait()

@@ -1,5 +1,6 @@
 //! Completion without a blocked waiter: `Transfer::on_complete` hooks (what the Python binding's
-//! `await` rests on) and the non-consuming `Transfer::wait_shared`, on real file transfers.
+//! `await` rests on) and the non-consuming `Transfer::wait_shared` and `wait_shared_for`, on real
+//! file transfers.
 
 mod common;
 
@@ -132,4 +133,49 @@ fn a_transfer_ended_by_its_deadline_says_so_to_every_later_wait() {
         assert_eq!(e.outcomes.len(), pairs as usize);
     }
     assert_eq!(t.wait().unwrap_err().error.kind(), "deadline_exceeded");
+}
+
+#[test]
+fn a_pause_returns_without_ending_the_transfer_and_a_deadline_still_ends_it() {
+    let dir = disk_dir();
+    let agent = agent();
+    // 256 MiB cannot be read in the first millisecond (it would take 256 GB/s).
+    let (t, dst, data) = posted_read(&agent, dir.path(), 4 << 20, 64);
+    assert!(t
+        .wait_shared_for(Duration::from_millis(1))
+        .unwrap()
+        .is_none());
+    let start = std::time::Instant::now();
+    let report = loop {
+        if let Some(r) = t.wait_shared_for(Duration::from_millis(10)).unwrap() {
+            break r;
+        }
+        assert!(start.elapsed() < Duration::from_secs(60), "never ended");
+    };
+    assert_eq!(report.bytes, 256 << 20);
+    assert_eq!(t.wait().unwrap(), report);
+    assert_eq!(bytes_of(&dst), data);
+
+    // A request past its deadline ends at the first slice, not after the pause.
+    let (len, pairs) = (1u64 << 20, 8u64);
+    let file = readable_file(
+        &agent,
+        dir.path(),
+        "late",
+        &pattern((len * pairs) as usize, 9),
+    );
+    let dst = host_zeroed(&agent, (len * pairs) as usize);
+    let t = agent
+        .post(
+            TransferRequest::read(
+                (0..pairs).map(|i| dst.desc(i * len, len)).collect(),
+                (0..pairs).map(|i| file.desc(i * len, len)).collect(),
+            )
+            .deadline(std::time::Instant::now()),
+        )
+        .unwrap();
+    let start = std::time::Instant::now();
+    let e = t.wait_shared_for(Duration::from_secs(10)).unwrap_err();
+    assert_eq!(e.error.kind(), "deadline_exceeded", "{e}");
+    assert!(start.elapsed() < Duration::from_secs(5));
 }

@@ -369,7 +369,7 @@ def save_file(
         keep.append((raw, region))
         entries.append((name, dtype, shape, region, 0, nbytes))
     report = _native.Checkpoint.save(
-        agent, entries, os.fspath(filename), metadata=metadata, overwrite=overwrite, fsync=fsync
+        agent, entries, os.fsdecode(filename), metadata=metadata, overwrite=overwrite, fsync=fsync
     )
     del keep
     return report

@@ -103,7 +103,7 @@ impl Transfer {
     #[allow(clippy::result_large_err)]
     pub fn wait(self) -> std::result::Result<TransferReport, TransferError> {
         self.wait_until(None, None, true, None)
-            .and_then(Self::unpaused)
+            .and_then(|r| self.unpaused(r))
     }
 
     /// As [`Transfer::wait`], giving up after `timeout` (or the request's deadline, if earlier)
@@ -116,7 +116,7 @@ impl Transfer {
         timeout: Duration,
     ) -> std::result::Result<TransferReport, TransferError> {
         self.wait_until(Some(timeout), None, true, None)
-            .and_then(Self::unpaused)
+            .and_then(|r| self.unpaused(r))
     }
 
     /// As [`Transfer::wait_timeout`], and once `stop` is set (by another thread: a signal
@@ -132,7 +132,7 @@ impl Transfer {
         timeout: Duration,
     ) -> std::result::Result<TransferReport, TransferError> {
         self.wait_until(Some(timeout), Some(stop), true, None)
-            .and_then(Self::unpaused)
+            .and_then(|r| self.unpaused(r))
     }
 
     /// As [`Transfer::wait`] (`timeout: None`) or [`Transfer::wait_timeout`], without consuming
@@ -147,7 +147,7 @@ impl Transfer {
         timeout: Option<Duration>,
     ) -> std::result::Result<TransferReport, TransferError> {
         self.wait_until(timeout, None, false, None)
-            .and_then(Self::unpaused)
+            .and_then(|r| self.unpaused(r))
     }
 
     /// As [`Transfer::wait_shared`] without a timeout, returning `Ok(None)` when the transfer
@@ -165,13 +165,15 @@ impl Transfer {
 
     /// The report of a wait given no pause (which never returns `Ok(None)`).
     #[allow(clippy::result_large_err)]
-    fn unpaused(r: Option<TransferReport>) -> std::result::Result<TransferReport, TransferError> {
-        r.ok_or_else(|| TransferError {
-            error: Error::Backend {
+    fn unpaused(
+        &self,
+        r: Option<TransferReport>,
+    ) -> std::result::Result<TransferReport, TransferError> {
+        r.ok_or_else(|| {
+            self.failure(Error::Backend {
                 backend: "engine",
                 detail: "a wait without a pause paused".into(),
-            },
-            outcomes: Vec::new(),
+            })
         })
     }
 
