@@ -33,7 +33,7 @@ pub struct TensorInfo {
 impl TensorInfo {
     fn __repr__(&self) -> String {
         format!(
-            "TensorInfo(name={:?}, dtype={}, shape={:?}, nbytes={})",
+            "TensorInfo(name={:?}, dtype={:?}, shape={:?}, nbytes={})",
             self.name, self.dtype, self.shape, self.nbytes
         )
     }
@@ -407,5 +407,16 @@ impl Loaded {
     #[getter]
     fn gbps(&self) -> f64 {
         self.inner.gbps()
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "LoadedCheckpoint(tensors={}, tensor_bytes={}, path={:?}, elapsed={:.3}, gbps={:.2})",
+            self.tensors.len(),
+            self.inner.tensor_bytes,
+            self.inner.path.as_ref().map(gdpath::Path::name),
+            self.inner.elapsed.as_secs_f64(),
+            self.inner.gbps()
+        )
     }
 }

@@ -284,6 +284,14 @@ impl View {
 
 #[pymethods]
 impl View {
+    fn __repr__(&self) -> String {
+        let (kind, id) = self.device;
+        format!(
+            "DLPackView(len={}, addr={:#x}, device=({kind}, {id}))",
+            self.len, self.addr
+        )
+    }
+
     /// A DLPack capsule of the bytes (`dltensor_versioned` when `max_version` allows 1.x, else
     /// the legacy `dltensor`). `stream` is accepted and ignored: the bytes are in place when
     /// the view is made (the load or transfer that wrote them has completed). `copy=True` and

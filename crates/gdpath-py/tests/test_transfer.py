@@ -197,3 +197,7 @@ def test_a_notification_is_bytes_and_a_str_is_refused_by_name(agent, scratch):
         agent.post("write", src, f.desc(0, 16), notify=np.array([None], dtype=object))
     # Any buffer of bytes is a message.
     agent.post("write", src, f.desc(0, 16), notify=memoryview(b"done")).wait()
+    # One the wire cannot carry fails at post, before any byte moves.
+    with pytest.raises(gdpath.GdpathError) as e:
+        agent.post("write", src, f.desc(0, 16), notify=b"x" * (64 * 1024 + 1))
+    assert e.value.kind == "protocol_limit", e.value

@@ -435,8 +435,8 @@ impl Drop for Server {
 /// causes, this side's own choices among them.
 pub(crate) fn unreachable_hint(cfg: &NetConfig, addr: SocketAddr) -> String {
     let mode = match cfg.failure_mode {
-        FailureMode::FastLocal => "--fast-local",
-        FailureMode::Detect => "peer error detection (no --fast-local)",
+        FailureMode::FastLocal => "fast-local (--fast-local, fast_local=True in Python)",
+        FailureMode::Detect => "peer error detection (no fast-local)",
     };
     let mut limits = Vec::new();
     if let Some(d) = &cfg.devices {

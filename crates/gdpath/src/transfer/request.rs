@@ -91,7 +91,9 @@ impl TransferRequest {
     }
     /// Deliver `message` to the peer agent(s) after the remote pairs complete: the field
     /// `notify` of this type says how, and that it keeps those pairs on the network backend
-    /// (UCX) rather than a local path to a peer on this node.
+    /// (UCX) rather than a local path to a peer on this node. At most
+    /// [`crate::net::codec::MAX_NOTIFY`] bytes: a longer one fails the post with
+    /// [`crate::Error::ProtocolLimit`] before any byte moves.
     pub fn notify(mut self, message: impl Into<Vec<u8>>) -> Self {
         self.notify = Some(message.into());
         self

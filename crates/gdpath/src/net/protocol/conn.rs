@@ -384,7 +384,7 @@ impl Conn {
             ) => {
                 let mut detail = format!("refused ({code:?}): {}", sanitize(&reason));
                 if code == RefuseCode::BadToken && token.is_none() {
-                    detail.push_str(" (this side used no token: pass the server's with --token)");
+                    detail.push_str(" (this side used no token: pass the server's: --token, or token= in Python)");
                 }
                 let peer = self.label.clone();
                 let e = match code {
