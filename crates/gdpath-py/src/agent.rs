@@ -78,10 +78,7 @@ fn descriptors(py: Python<'_>, side: &Bound<'_, PyAny>) -> PyResult<Vec<gdpath::
     for item in side.try_iter().map_err(|_| {
         PyTypeError::new_err(format!(
             "a side of a transfer is a Region, a Descriptor or a list of them, not {}",
-            side.get_type()
-                .name()
-                .map(|n| n.to_string())
-                .unwrap_or_default()
+            crate::error::type_name(side)
         ))
     })? {
         let item = item?;
@@ -507,10 +504,7 @@ fn accept_names(obj: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
     let names: Vec<String> = obj.extract().map_err(|_| {
         PyTypeError::new_err(format!(
             "accept: a path name (\"posix-direct\") or a list of path names (each a str), not {}",
-            obj.get_type()
-                .name()
-                .map(|n| n.to_string())
-                .unwrap_or_default()
+            crate::error::type_name(obj)
         ))
     })?;
     if names.is_empty() {

@@ -170,3 +170,11 @@ impl<T> IntoPy<T> for Result<T, LoadError> {
         self.map_err(|e| load(py, &e))
     }
 }
+
+/// The name of `obj`'s type for a message (`"ndarray"`, `"str"`), empty if it has none.
+pub(crate) fn type_name(obj: &Bound<'_, PyAny>) -> String {
+    obj.get_type()
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_default()
+}

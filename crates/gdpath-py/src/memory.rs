@@ -242,10 +242,7 @@ pub fn resolve(obj: &Bound<'_, PyAny>, o: &Options) -> PyResult<Resolved> {
             None => device_of(obj)?.ok_or_else(|| {
                 PyValueError::new_err(format!(
                     "cannot tell which GPU the {} object is on: pass gpu=N",
-                    obj.get_type()
-                        .name()
-                        .map(|n| n.to_string())
-                        .unwrap_or_default()
+                    crate::error::type_name(obj)
                 ))
             })?,
         };

@@ -391,9 +391,6 @@ pub(crate) fn message_bytes(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<
 fn not_bytes(obj: &Bound<'_, PyAny>, what: &str) -> PyErr {
     PyTypeError::new_err(format!(
         "{what}: bytes, bytearray or memoryview, not {}",
-        obj.get_type()
-            .name()
-            .map(|n| n.to_string())
-            .unwrap_or_default()
+        crate::error::type_name(obj)
     ))
 }

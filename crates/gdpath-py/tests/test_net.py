@@ -78,24 +78,30 @@ def test_tokens_and_a_clean_close():
     srv.close()
 
 
-def test_a_serving_process_shared_host_memory_is_written_in_place():
-    """`gdpath serve --export host:SIZE` in another process exports shared memory: a client on
-    this node writes and reads it with `memcpy` (path host-copy); with ``shared_memory=False``
-    through UCX, and each client sees the other's bytes."""
+def serve_process(export: str):
+    """`gdpath serve` in another process on loopback, exporting `export` (`host:1MiB`): the
+    process and the address it says it listens on."""
     import subprocess
 
     srv = subprocess.Popen(
         [str(gdpath_bin()), "serve", "--listen", "127.0.0.1:0", "--devices", "lo",
-         "--export", "host:1MiB", "--duration", "60"],
+         "--export", export, "--duration", "60"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
+    for line in srv.stdout:
+        if "listening on " in line:
+            return srv, line.split("listening on ", 1)[1].split()[0]
+    srv.kill()
+    srv.wait(10)
+    raise AssertionError("gdpath serve did not say where it listens")
+
+
+def test_a_serving_process_shared_host_memory_is_written_in_place():
+    """`gdpath serve --export host:SIZE` in another process exports shared memory: a client on
+    this node writes and reads it with `memcpy` (path host-copy); with ``shared_memory=False``
+    through UCX, and each client sees the other's bytes."""
+    srv, addr = serve_process("host:1MiB")
     try:
-        addr = None
-        for line in srv.stdout:
-            if "listening on " in line:
-                addr = line.split("listening on ", 1)[1].split()[0]
-                break
-        assert addr, "gdpath serve did not say where it listens"
         data = np.random.default_rng(7).integers(0, 256, 1 << 20, dtype=np.uint8)
         for shared, path in [(True, "host-copy"), (False, "ucx:")]:
             a = gdpath.Agent(name=f"cli-{shared}")
@@ -126,27 +132,16 @@ def test_ctrl_c_interrupts_a_wait_on_a_stalled_peer_and_the_transfer_goes_on():
     transfer completes whole."""
     import _thread
     import signal
-    import subprocess
     import threading
     import time
 
     def interrupted(signum, frame):
         raise _Interrupted()
 
-    srv = subprocess.Popen(
-        [str(gdpath_bin()), "serve", "--listen", "127.0.0.1:0", "--devices", "lo",
-         "--export", "host:64MiB", "--duration", "60"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
+    srv, addr = serve_process("host:64MiB")
     old = signal.signal(signal.SIGINT, interrupted)
     timer = threading.Timer(0.3, _thread.interrupt_main)
     try:
-        addr = None
-        for line in srv.stdout:
-            if "listening on " in line:
-                addr = line.split("listening on ", 1)[1].split()[0]
-                break
-        assert addr, "gdpath serve did not say where it listens"
         a = gdpath.Agent(name="cli-sigint")
         a.enable_net(devices="lo", shared_memory=False, op_timeout=30.0)
         peer = a.connect(addr)
