@@ -324,7 +324,8 @@ impl Agent {
     }
 
     /// The next notification, waiting up to `timeout` seconds (the GIL released; `0` does not
-    /// wait), or `None`. `await agent.notification()` waits without blocking.
+    /// wait; Ctrl-C interrupts the wait within 0.1 s), or `None`. `await agent.notification()`
+    /// waits without blocking.
     #[pyo3(signature = (timeout=0.0))]
     fn wait_notification(
         &self,
@@ -333,9 +334,7 @@ impl Agent {
     ) -> PyResult<Option<crate::net::Notification>> {
         let t = seconds(timeout)?;
         let agent = self.agent.clone();
-        Ok(py
-            .detach(move || agent.wait_notification(t))
-            .map(Into::into))
+        Ok(crate::transfer::in_slices(py, t, |s| agent.wait_notification(s))?.map(Into::into))
     }
 
     /// `await agent.notification()`: the next notification, waiting in asyncio without

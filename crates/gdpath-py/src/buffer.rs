@@ -97,11 +97,12 @@ pub fn export(obj: &Bound<'_, PyAny>) -> PyResult<Option<HostExport>> {
     // SAFETY: `b` was filled by a successful PyObject_GetBuffer and is released once; nothing
     // it points to is read after this.
     unsafe { PyBuffer_Release(&mut b) };
-    if objects {
+    if objects || hides_objects(obj)? {
         return Err(PyTypeError::new_err(format!(
-            "the {} object holds Python object references (buffer format 'O', such as a NumPy \
-             array of dtype object): gdpath moves raw bytes, and bytes written over object \
-             references would crash the interpreter; register numeric or byte memory",
+            "the {} object holds Python object references (a NumPy dtype with objects, a \
+             ctypes py_object, buffer format 'O'), or views memory that does: gdpath moves \
+             raw bytes, and bytes written over object references would crash the interpreter; \
+             register numeric or byte memory",
             obj.get_type().name()?
         )));
     }
@@ -135,4 +136,60 @@ pub(crate) fn holds_objects(format: &[u8]) -> bool {
         }
         !in_name && c == b'O'
     })
+}
+
+/// Whether `obj`'s memory may hold Python object references that its buffer format does not
+/// show: a NumPy array that is, or views along `.base`, an array whose dtype holds objects (a
+/// multi-field view of a record with an object field shows only the other fields, its items
+/// still spanning the references); a `memoryview` of such an exporter (`.obj`, a cast to
+/// bytes included); a ctypes instance whose type has a `py_object` anywhere in it (a `Union`
+/// reports format `B`).
+pub(crate) fn hides_objects(obj: &Bound<'_, PyAny>) -> PyResult<bool> {
+    let mut cur = obj.clone();
+    // Owner chains are short; the bound only guards against a cycle.
+    for _ in 0..32 {
+        let has = cur
+            .getattr("dtype")
+            .and_then(|d| d.getattr("hasobject"))
+            .and_then(|h| h.is_truthy())
+            .unwrap_or(false);
+        if has || ctypes_objects(&cur.get_type().into_any(), 0) {
+            return Ok(true);
+        }
+        let next = if let Ok(v) = cur.cast::<PyMemoryView>() {
+            v.getattr("obj").ok()
+        } else {
+            cur.getattr("base").ok()
+        };
+        match next {
+            Some(n) if !n.is_none() => cur = n,
+            _ => break,
+        }
+    }
+    Ok(false)
+}
+
+/// Whether the ctypes type `t` has a `py_object` in it: its own `_type_` `"O"`, or in an
+/// array's or pointer's element type or a structure's or union's fields, within a few levels
+/// (a self-referencing structure ends there).
+fn ctypes_objects(t: &Bound<'_, PyAny>, depth: usize) -> bool {
+    if depth > 8 {
+        return false;
+    }
+    if let Ok(ty) = t.getattr("_type_") {
+        if ty.extract::<String>().is_ok_and(|c| c == "O") {
+            return true;
+        }
+        if ty.is_instance_of::<pyo3::types::PyType>() && ctypes_objects(&ty, depth + 1) {
+            return true;
+        }
+    }
+    let Ok(fields) = t.getattr("_fields_") else {
+        return false;
+    };
+    let Ok(iter) = fields.try_iter() else {
+        return false;
+    };
+    iter.flatten()
+        .any(|f| f.get_item(1).is_ok_and(|ty| ctypes_objects(&ty, depth + 1)))
 }

@@ -411,10 +411,13 @@ impl Loaded {
 
     fn __repr__(&self) -> String {
         format!(
-            "LoadedCheckpoint(tensors={}, tensor_bytes={}, path={:?}, elapsed={:.3}, gbps={:.2})",
+            "LoadedCheckpoint(tensors={}, tensor_bytes={}, path={}, elapsed={:.3}, gbps={:.2})",
             self.tensors.len(),
             self.inner.tensor_bytes,
-            self.inner.path.as_ref().map(gdpath::Path::name),
+            self.inner
+                .path
+                .as_ref()
+                .map_or_else(|| "None".to_owned(), |p| format!("{:?}", p.name())),
             self.inner.elapsed.as_secs_f64(),
             self.inner.gbps()
         )

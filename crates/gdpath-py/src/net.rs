@@ -111,7 +111,8 @@ impl Server {
         self.get().map_or(0, |s| s.peers())
     }
 
-    /// The next connection event, waiting up to `timeout` seconds (the GIL released):
+    /// The next connection event, waiting up to `timeout` seconds (the GIL released; Ctrl-C
+    /// interrupts the wait within 0.1 s):
     /// `("connected", peer)`, `("refused", reason)`, `("left", peer)`, `("lost", detail)`,
     /// or `None`.
     #[pyo3(signature = (timeout=0.0))]
@@ -120,7 +121,7 @@ impl Server {
         let Some(s) = self.get() else {
             return Ok(None);
         };
-        let ev = py.detach(move || s.next_event(t));
+        let ev = crate::transfer::in_slices(py, t, |slice| s.next_event(slice))?;
         Ok(ev.map(|e| match e {
             NetEvent::Connected { peer } => ("connected".into(), peer),
             NetEvent::Refused { reason, .. } => ("refused".into(), reason),
@@ -319,12 +320,17 @@ impl Peer {
     }
 
     /// Progresses the connection until the peer exports region `id` or `timeout` seconds pass
-    /// (metadata updates arrive while the backend progresses); returns whether it does.
+    /// (metadata updates arrive while the backend progresses); returns whether it does. Ctrl-C
+    /// interrupts the wait within 0.1 s.
     #[pyo3(signature = (id, timeout=10.0))]
     fn wait_for_region(&self, py: Python<'_>, id: u64, timeout: f64) -> PyResult<bool> {
         let t = seconds(timeout)?;
         let p = self.handle(py)?;
-        Ok(py.detach(move || p.wait_until(t, |p| p.regions().iter().any(|r| r.id == id))))
+        let found = crate::transfer::in_slices(py, t, |slice| {
+            p.wait_until(slice, |p| p.regions().iter().any(|r| r.id == id))
+                .then_some(())
+        })?;
+        Ok(found.is_some())
     }
 
     /// Closes the connection cleanly: in-flight transfers complete, then a goodbye, waiting up
@@ -376,7 +382,7 @@ pub(crate) fn message_bytes(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<
         Err(_) => return Err(not_bytes(obj, what)),
     };
     let format: String = view.getattr("format")?.extract()?;
-    if crate::buffer::holds_objects(format.as_bytes()) {
+    if crate::buffer::holds_objects(format.as_bytes()) || crate::buffer::hides_objects(obj)? {
         return Err(PyTypeError::new_err(format!(
             "{what}: the buffer holds Python object references (format {format:?}), not bytes"
         )));

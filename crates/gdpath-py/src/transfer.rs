@@ -126,9 +126,35 @@ impl PlannedPair {
     }
 }
 
-/// How long a blocking `Transfer.wait` waits without the GIL before it lets Python's signal
-/// handlers run (Ctrl-C): short against a person's patience, long against a wait's own cost.
+/// How long a blocking wait (`Transfer.wait`, `wait_notification`, `next_event`,
+/// `wait_for_region`) waits without the GIL before it lets Python's signal handlers run
+/// (Ctrl-C): short against a person's patience, long against a wait's own cost.
 const SIGNAL_SLICE: Duration = Duration::from_millis(100);
+
+/// Calls `wait(slice)` without the GIL in slices of at most [`SIGNAL_SLICE`] until it returns
+/// something or `total` has passed (`Ok(None)`), running Python's signal handlers between
+/// slices: for waits whose timeout ends nothing but the wait. Errors: what a signal handler
+/// raises (`KeyboardInterrupt`).
+pub(crate) fn in_slices<T: Send>(
+    py: Python<'_>,
+    total: Duration,
+    mut wait: impl FnMut(Duration) -> Option<T> + Send,
+) -> PyResult<Option<T>> {
+    let end = Instant::now().checked_add(total);
+    loop {
+        let left = end.map_or(SIGNAL_SLICE, |e| {
+            e.saturating_duration_since(Instant::now())
+        });
+        let slice = left.min(SIGNAL_SLICE);
+        if let Some(v) = py.detach(|| wait(slice)) {
+            return Ok(Some(v));
+        }
+        if left <= SIGNAL_SLICE {
+            return Ok(None);
+        }
+        py.check_signals()?;
+    }
+}
 
 /// A posted transfer. `wait(timeout=None)` blocks (without the GIL) and returns the
 /// [`TransferReport`] or raises; `done()` says whether every pair has completed; `cancel()`

@@ -69,6 +69,20 @@ def test_memory_holding_python_objects_is_refused(agent):
 
     with pytest.raises(TypeError, match="object references"):
         agent.register((ctypes.py_object * 2)())
+    # References the buffer format does not show: a multi-field view of a record with an
+    # object field (its items still span the references), a ctypes Union (format "B"), a
+    # byte cast of an object array.
+    rec = np.zeros(4, dtype=[("a", "<i8"), ("o", "O")])
+    with pytest.raises(TypeError, match="object references"):
+        agent.register(rec[["a"]])
+
+    class U(ctypes.Union):
+        _fields_ = [("x", ctypes.c_int64), ("o", ctypes.py_object)]
+
+    with pytest.raises(TypeError, match="object references"):
+        agent.register((U * 2)())
+    with pytest.raises(TypeError, match="object references"):
+        agent.register(memoryview(np.array([None, 1], dtype=object)).cast("B"))
     # A field merely named with an O holds no objects.
     assert len(agent.register(np.zeros(2, dtype=[("Omega", "<f8"), ("count", "<i4")]))) == 24
 

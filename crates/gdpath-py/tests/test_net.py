@@ -162,3 +162,35 @@ def test_ctrl_c_interrupts_a_wait_on_a_stalled_peer_and_the_transfer_goes_on():
         srv.send_signal(signal.SIGCONT)
         srv.kill()
         srv.wait(10)
+
+
+def test_ctrl_c_interrupts_the_waits_on_notifications_events_and_regions():
+    """`wait_notification`, `next_event` and `wait_for_region` wait in slices too: a SIGINT
+    (the test's own handler) ends each within a second, not at its 30 s timeout."""
+    import _thread
+    import signal
+    import threading
+    import time
+
+    def interrupted(signum, frame):
+        raise _Interrupted()
+
+    s = Serving(4096)
+    # The client's connection is the server's one event: taken first, none is pending.
+    assert "connected" in wait_event(s.srv, "connected")
+    old = signal.signal(signal.SIGINT, interrupted)
+    try:
+        for wait in (lambda: s.server.wait_notification(30.0), lambda: s.srv.next_event(30.0),
+                     lambda: s.peer.wait_for_region(s.rid + 99, 30.0)):
+            timer = threading.Timer(0.3, _thread.interrupt_main)
+            t0 = time.monotonic()
+            try:
+                with pytest.raises(_Interrupted):
+                    timer.start()
+                    wait()
+            finally:
+                timer.cancel()
+            assert time.monotonic() - t0 < 5.0
+    finally:
+        signal.signal(signal.SIGINT, old)
+        s.close()
