@@ -111,6 +111,13 @@ def test_save_file_of_numpy_arrays_reads_back_equal(scratch):
     gst.save_file(contiguous, ours, metadata={"format": "np"})
     safetensors.numpy.save_file(contiguous, str(theirs), metadata={"format": "np"})
     assert ours.read_bytes() == theirs.read_bytes()
+    # Big-endian items are stored little-endian and NumPy scalars as 0-d tensors, as the
+    # package stores them.
+    odd = {"be": np.arange(6, dtype=">f4").reshape(2, 3), "scalar": np.float32(3.5)}
+    gst.save_file(odd, scratch / "odd.safetensors")
+    back = safetensors.numpy.load_file(str(scratch / "odd.safetensors"))
+    assert back["be"].dtype == np.dtype("<f4") and np.array_equal(back["be"], odd["be"])
+    assert back["scalar"].shape == () and back["scalar"] == np.float32(3.5)
     # A path given as bytes names the same file.
     as_bytes = scratch / "b.safetensors"
     gst.save_file(contiguous, os.fsencode(str(as_bytes)), metadata={"format": "np"})

@@ -282,6 +282,21 @@ def _dtype_name(obj: Any) -> str:
     raise TypeError(f"dtype {dt} has no safetensors name")
 
 
+def _little_endian(obj: Any) -> Any:
+    """A NumPy scalar as a 0-d array, and a NumPy array of big-endian items as a little-endian
+    copy (the format stores little-endian, as ``safetensors.numpy`` converts it); anything
+    else as it is."""
+    if not type(obj).__module__.startswith("numpy"):
+        return obj
+    import numpy as np
+
+    if isinstance(obj, np.generic):
+        obj = np.asarray(obj)
+    if isinstance(obj, np.ndarray) and obj.dtype.byteorder == ">":
+        obj = obj.astype(obj.dtype.newbyteorder("<"))
+    return obj
+
+
 def _raw(obj: Any) -> Any:
     """``obj``'s bytes as a contiguous 1-D ``uint8`` tensor or array of the same library and
     device (a copy only when ``obj`` is not contiguous)."""
@@ -322,7 +337,8 @@ def save_file(
     the format (bf16 and fp8 included) and zero-size tensors; a tensor that is not contiguous
     is saved as its values, copied contiguous first (as ``safetensors.torch`` does;
     ``safetensors.numpy.save_file`` 0.8.0 writes such an array's underlying buffer instead),
-    and tensors sharing memory are each saved whole.
+    and tensors sharing memory are each saved whole. NumPy scalars are saved as 0-d tensors and
+    big-endian arrays as little-endian copies (the format's byte order).
 
     ``metadata``: the header's ``__metadata__`` (str → str). ``fsync``: sync the file before it
     takes its name and the directory after (default); ``False`` for scratch data (a killed
@@ -355,6 +371,7 @@ def save_file(
     for name, obj in tensors.items():
         if not isinstance(name, str):
             raise TypeError(f"tensor name {name!r}: names are str")
+        obj = _little_endian(obj)
         dtype = _dtype_name(obj)
         shape = [int(d) for d in obj.shape]
         raw = _raw(obj)
