@@ -92,12 +92,15 @@ pub fn export(obj: &Bound<'_, PyAny>) -> PyResult<Option<HostExport>> {
     let (ptr, len, readonly) = (b.buf as *mut u8, b.len.max(0) as usize, b.readonly != 0);
     // SAFETY: with PyBUF_FORMAT the format is null (meaning "B") or a C string valid until the
     // release below.
-    let objects =
-        !b.format.is_null() && holds_objects(unsafe { CStr::from_ptr(b.format) }.to_bytes());
+    let format = if b.format.is_null() {
+        Vec::new()
+    } else {
+        unsafe { CStr::from_ptr(b.format) }.to_bytes().to_vec()
+    };
     // SAFETY: `b` was filled by a successful PyObject_GetBuffer and is released once; nothing
     // it points to is read after this.
     unsafe { PyBuffer_Release(&mut b) };
-    if objects || hides_objects(obj)? {
+    if holds_objects(&format, obj)? {
         return Err(PyTypeError::new_err(format!(
             "the {} object holds Python object references (a NumPy dtype with objects, a \
              ctypes py_object, buffer format 'O'), or views memory that does: gdpath moves \
@@ -124,11 +127,16 @@ pub fn export(obj: &Bound<'_, PyAny>) -> PyResult<Option<HostExport>> {
     }))
 }
 
+/// Whether the memory `obj` exports with buffer format `format` holds Python object
+/// references, shown by the format ([`format_has_objects`]) or hidden from it
+/// ([`hides_objects`]): bytes moved over them would crash the interpreter.
+pub(crate) fn holds_objects(format: &[u8], obj: &Bound<'_, PyAny>) -> PyResult<bool> {
+    Ok(format_has_objects(format) || hides_objects(obj)?)
+}
+
 /// Whether a buffer-protocol format string (the `struct` module's syntax, with NumPy's `T{...}`
 /// records) has an object-reference item (`O`), outside the `:name:` of a record's fields.
-/// A view cast to bytes (`memoryview(a).cast("B")`) says `B` and passes: a reinterpretation
-/// the caller chose.
-pub(crate) fn holds_objects(format: &[u8]) -> bool {
+fn format_has_objects(format: &[u8]) -> bool {
     let mut in_name = false;
     format.iter().any(|&c| {
         if c == b':' {
@@ -144,7 +152,7 @@ pub(crate) fn holds_objects(format: &[u8]) -> bool {
 /// still spanning the references); a `memoryview` of such an exporter (`.obj`, a cast to
 /// bytes included); a ctypes instance whose type has a `py_object` anywhere in it (a `Union`
 /// reports format `B`).
-pub(crate) fn hides_objects(obj: &Bound<'_, PyAny>) -> PyResult<bool> {
+fn hides_objects(obj: &Bound<'_, PyAny>) -> PyResult<bool> {
     let mut cur = obj.clone();
     // Owner chains are short; the bound only guards against a cycle.
     for _ in 0..32 {

@@ -382,7 +382,7 @@ pub(crate) fn message_bytes(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<
         Err(_) => return Err(not_bytes(obj, what)),
     };
     let format: String = view.getattr("format")?.extract()?;
-    if crate::buffer::holds_objects(format.as_bytes()) || crate::buffer::hides_objects(obj)? {
+    if crate::buffer::holds_objects(format.as_bytes(), obj)? {
         return Err(PyTypeError::new_err(format!(
             "{what}: the buffer holds Python object references (format {format:?}), not bytes"
         )));

@@ -132,9 +132,9 @@ impl PlannedPair {
 const SIGNAL_SLICE: Duration = Duration::from_millis(100);
 
 /// Calls `wait(slice)` without the GIL in slices of at most [`SIGNAL_SLICE`] until it returns
-/// something or `total` has passed (`Ok(None)`), running Python's signal handlers between
-/// slices: for waits whose timeout ends nothing but the wait. Errors: what a signal handler
-/// raises (`KeyboardInterrupt`).
+/// something or `total` has passed (`Ok(None)`; a `total` too far to represent is no bound),
+/// running Python's signal handlers between slices: for waits whose slices end nothing but
+/// the wait. Errors: what a signal handler raises (`KeyboardInterrupt`).
 pub(crate) fn in_slices<T: Send>(
     py: Python<'_>,
     total: Duration,
@@ -142,14 +142,12 @@ pub(crate) fn in_slices<T: Send>(
 ) -> PyResult<Option<T>> {
     let end = Instant::now().checked_add(total);
     loop {
-        let left = end.map_or(SIGNAL_SLICE, |e| {
-            e.saturating_duration_since(Instant::now())
-        });
-        let slice = left.min(SIGNAL_SLICE);
+        let left = end.map(|e| e.saturating_duration_since(Instant::now()));
+        let slice = left.map_or(SIGNAL_SLICE, |l| l.min(SIGNAL_SLICE));
         if let Some(v) = py.detach(|| wait(slice)) {
             return Ok(Some(v));
         }
-        if left <= SIGNAL_SLICE {
+        if left.is_some_and(|l| l <= SIGNAL_SLICE) {
             return Ok(None);
         }
         py.check_signals()?;
@@ -181,27 +179,23 @@ impl Transfer {
         }
     }
 
-    /// Waits as `wait(timeout)` does, in slices of [`SIGNAL_SLICE`] between which Python's
-    /// signal handlers run: Ctrl-C raises `KeyboardInterrupt` within a slice and the transfer
-    /// goes on (`cancel()` stops it).
+    /// Waits as `wait(timeout)` does, in slices ([`in_slices`]) between which Python's signal
+    /// handlers run: Ctrl-C raises `KeyboardInterrupt` within a slice and the transfer goes on
+    /// (`cancel()` stops it).
     // The engine's error carries every pair's outcome (once per wait).
     #[allow(clippy::result_large_err)]
     fn result(&self, py: Python<'_>, timeout: Option<Duration>) -> PyResult<TransferReport> {
-        let end = timeout.and_then(|t| Instant::now().checked_add(t));
-        loop {
-            let t = self.inner.clone();
-            let left = end.map(|e| e.saturating_duration_since(Instant::now()));
-            // The last slice is the engine's own wait with the time left, which ends the
-            // transfer when it passes, as a timeout does.
-            let r = match left {
-                Some(l) if l <= SIGNAL_SLICE => py.detach(move || t.wait_shared(Some(l)).map(Some)),
-                _ => py.detach(move || t.wait_shared_for(SIGNAL_SLICE)),
-            };
-            match r {
-                Ok(Some(rep)) => return TransferReport::new(py, &rep),
-                Ok(None) => py.check_signals()?,
-                Err(e) => return Err(error::transfer(py, &e)),
-            }
+        let t = &self.inner;
+        let total = timeout.unwrap_or(Duration::MAX);
+        let r = match in_slices(py, total, |s| t.wait_shared_for(s).transpose())? {
+            Some(r) => r,
+            // The timeout passed: a wait of zero ends the transfer past its bound, as the
+            // engine's own timeout does, or returns it if it has just completed.
+            None => py.detach(|| t.wait_shared(Some(Duration::ZERO))),
+        };
+        match r {
+            Ok(rep) => TransferReport::new(py, &rep),
+            Err(e) => Err(error::transfer(py, &e)),
         }
     }
 }

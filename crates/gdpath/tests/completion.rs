@@ -7,26 +7,38 @@ mod common;
 use common::*;
 use gdpath::TransferRequest;
 use std::sync::mpsc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-/// A read of `len` bytes of a fresh file into host memory, posted.
+/// A read of `pairs` pieces of `len` bytes of a fresh file into host memory, posted.
 fn posted_read(
     agent: &gdpath::Agent,
     dir: &std::path::Path,
     len: usize,
     pairs: usize,
 ) -> (gdpath::Transfer, gdpath::Region, Vec<u8>) {
+    posted_read_until(agent, dir, len, pairs, None)
+}
+
+/// [`posted_read`] with a deadline.
+fn posted_read_until(
+    agent: &gdpath::Agent,
+    dir: &std::path::Path,
+    len: usize,
+    pairs: usize,
+    deadline: Option<Instant>,
+) -> (gdpath::Transfer, gdpath::Region, Vec<u8>) {
     let data = pattern(len * pairs, len as u64);
     let file = readable_file(agent, dir, "src", &data);
     let dst = host_zeroed(agent, len * pairs);
     let l = len as u64;
-    let t = agent
-        .post(TransferRequest::read(
-            (0..pairs as u64).map(|i| dst.desc(i * l, l)).collect(),
-            (0..pairs as u64).map(|i| file.desc(i * l, l)).collect(),
-        ))
-        .unwrap();
-    (t, dst, data)
+    let mut req = TransferRequest::read(
+        (0..pairs as u64).map(|i| dst.desc(i * l, l)).collect(),
+        (0..pairs as u64).map(|i| file.desc(i * l, l)).collect(),
+    );
+    if let Some(at) = deadline {
+        req = req.deadline(at);
+    }
+    (agent.post(req).unwrap(), dst, data)
 }
 
 #[test]
@@ -111,26 +123,14 @@ fn a_transfer_of_no_pairs_is_complete_at_once() {
 fn a_transfer_ended_by_its_deadline_says_so_to_every_later_wait() {
     let dir = disk_dir();
     let agent = agent();
-    let (len, pairs) = (1usize << 20, 64u64);
-    let data = pattern(len * pairs as usize, 7);
-    let file = readable_file(&agent, dir.path(), "src", &data);
-    let dst = host_zeroed(&agent, len * pairs as usize);
-    let l = len as u64;
-    let t = agent
-        .post(
-            TransferRequest::read(
-                (0..pairs).map(|i| dst.desc(i * l, l)).collect(),
-                (0..pairs).map(|i| file.desc(i * l, l)).collect(),
-            )
-            .deadline(std::time::Instant::now()),
-        )
-        .unwrap();
+    let pairs = 64;
+    let (t, _, _) = posted_read_until(&agent, dir.path(), 1 << 20, pairs, Some(Instant::now()));
     // The first wait ends it past its deadline (cancelling what has not started); every later
     // wait, and the consuming one, says the same rather than `cancelled`.
     for _ in 0..3 {
         let e = t.wait_shared(None).unwrap_err();
         assert_eq!(e.error.kind(), "deadline_exceeded", "{e}");
-        assert_eq!(e.outcomes.len(), pairs as usize);
+        assert_eq!(e.outcomes.len(), pairs);
     }
     assert_eq!(t.wait().unwrap_err().error.kind(), "deadline_exceeded");
 }
@@ -145,7 +145,7 @@ fn a_pause_returns_without_ending_the_transfer_and_a_deadline_still_ends_it() {
         .wait_shared_for(Duration::from_millis(1))
         .unwrap()
         .is_none());
-    let start = std::time::Instant::now();
+    let start = Instant::now();
     let report = loop {
         if let Some(r) = t.wait_shared_for(Duration::from_millis(10)).unwrap() {
             break r;
@@ -157,24 +157,9 @@ fn a_pause_returns_without_ending_the_transfer_and_a_deadline_still_ends_it() {
     assert_eq!(bytes_of(&dst), data);
 
     // A request past its deadline ends at the first slice, not after the pause.
-    let (len, pairs) = (1u64 << 20, 8u64);
-    let file = readable_file(
-        &agent,
-        dir.path(),
-        "late",
-        &pattern((len * pairs) as usize, 9),
-    );
-    let dst = host_zeroed(&agent, (len * pairs) as usize);
-    let t = agent
-        .post(
-            TransferRequest::read(
-                (0..pairs).map(|i| dst.desc(i * len, len)).collect(),
-                (0..pairs).map(|i| file.desc(i * len, len)).collect(),
-            )
-            .deadline(std::time::Instant::now()),
-        )
-        .unwrap();
-    let start = std::time::Instant::now();
+    let dir = disk_dir();
+    let (t, _, _) = posted_read_until(&agent, dir.path(), 1 << 20, 8, Some(Instant::now()));
+    let start = Instant::now();
     let e = t.wait_shared_for(Duration::from_secs(10)).unwrap_err();
     assert_eq!(e.error.kind(), "deadline_exceeded", "{e}");
     assert!(start.elapsed() < Duration::from_secs(5));
