@@ -184,8 +184,17 @@ fn load_uses_the_chooser_and_verifies_on_the_gpu() {
         assert_eq!(v["tensor_bytes"], bytes, "{v}");
         let c = &v["chosen"];
         assert!(c["overridden"].as_array().unwrap().is_empty(), "{v}");
-        // From memory onto the GPU: 2 MiB reads into 3 slabs; cold: 4 MiB, a buffer pair each.
-        let (chunk, slabs) = if cold { (4 << 20, 0) } else { (2 << 20, 3) };
+        // From memory onto the GPU: 2 MiB reads into 3 slabs; cold: O_DIRECT, 16 MiB requests
+        // (cuFile's 4 MiB where nvidia_fs is loaded), a buffer pair each.
+        let cold_chunk = if c["cufile"] == true {
+            4 << 20
+        } else {
+            16 << 20
+        };
+        let (chunk, slabs) = if cold { (cold_chunk, 0) } else { (2 << 20, 3) };
+        if cold {
+            assert_eq!(c["direct"], true, "{v}");
+        }
         assert_eq!(
             (&c["chunk"], &c["slabs"]),
             (&chunk.into(), &slabs.into()),

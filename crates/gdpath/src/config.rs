@@ -41,7 +41,7 @@ impl Default for StorageConfig {
             chunk: DEFAULT_CHUNK,
             queue_depth: DEFAULT_QUEUE_DEPTH,
             bounce_budget: DEFAULT_BOUNCE_BUDGET,
-            buffered_threads: crate::tune::memory_threads(crate::tune::cores()),
+            buffered_threads: crate::tune::core_threads(crate::tune::cores()),
             direct: DirectIo::Auto,
         }
     }
@@ -202,7 +202,7 @@ impl Default for GdsConfig {
         GdsConfig {
             cufile: true,
             chunk: DEFAULT_GDS_CHUNK,
-            threads: crate::tune::memory_threads(crate::tune::cores()),
+            threads: crate::tune::core_threads(crate::tune::cores()),
             slabs: 0,
         }
     }

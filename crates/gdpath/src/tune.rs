@@ -48,22 +48,24 @@ pub const MIN_THREADS: usize = 4;
 /// whole file take the cold path.
 pub const HOT_FRACTION: f64 = 0.9;
 
-/// A cold file larger than this fraction of available memory (0.5) is read with O_DIRECT: the
-/// page cache cannot keep it, so buffered readahead only evicts other data and adds a copy
+/// Bytes per request of a cold read from a local disk (16 MiB), with O_DIRECT: fewer, larger
+/// requests kept the device busier than 4 MiB ones, buffered or direct, on the disks measured
 /// (docs/gds.md, "Cold reads").
-pub const DIRECT_ABOVE_MEMORY: f64 = 0.5;
+pub const COLD_CHUNK: u64 = 16 << 20;
 
-/// Threads for a transfer served from memory (the page cache or tmpfs): one per core, within
-/// [`MIN_THREADS`] ..= [`MAX_THREADS`]: each is a memory-bound `memcpy`, and more threads than
-/// cores only contend (docs/gds.md, "Storage defaults: the chooser"). Also the default of
-/// [`crate::GdsConfig`] and the buffered backend, where no file is known.
-pub fn memory_threads(cores: usize) -> usize {
+/// One thread per core, within [`MIN_THREADS`] ..= [`MAX_THREADS`]: the threads of a transfer
+/// served from memory (the page cache or tmpfs), where each is a memory-bound `memcpy` and more
+/// threads than cores only contend, and of a cold O_DIRECT read from a local disk, where one
+/// [`COLD_CHUNK`] request per core keeps enough bytes queued (docs/gds.md, "Storage defaults:
+/// the chooser"). Also the default of [`crate::GdsConfig`] and the buffered backend, where no
+/// file is known.
+pub fn core_threads(cores: usize) -> usize {
     cores.max(1).clamp(MIN_THREADS, MAX_THREADS)
 }
 
-/// Threads for a cold transfer (reads from the device): two per core, within
-/// [`MIN_THREADS`] ..= [`MAX_THREADS`]: a reader mostly waits on the device, and more requests
-/// in flight keep its queue full (docs/gds.md, "Cold reads").
+/// Threads for a cold transfer of [`CHUNK`] requests (cuFile, a network file system): two per
+/// core, within [`MIN_THREADS`] ..= [`MAX_THREADS`]: a reader mostly waits on the device, and
+/// more requests in flight keep its queue full (docs/gds.md, "Cold reads").
 pub fn device_threads(cores: usize) -> usize {
     (cores.max(1) * 2).clamp(MIN_THREADS, MAX_THREADS)
 }
@@ -136,9 +138,6 @@ pub enum Dest {
 pub struct Facts {
     /// CPUs this process may use ([`cores`]).
     pub cores: usize,
-    /// Memory available for the page cache, bytes: `MemAvailable` of `/proc/meminfo`, capped
-    /// by the cgroup's `memory.max` less its usage; `None` when neither can be read.
-    pub mem_available: Option<u64>,
     /// Bytes of all the files together.
     pub file_bytes: u64,
     /// The file system of the largest file (most bytes decide).
@@ -191,7 +190,6 @@ impl Facts {
         let gds = crate::gds::GdsFacts::gather(&gdpath_topo::DirView::live(), None);
         Ok(Facts {
             cores: cores(),
-            mem_available: crate::memory::host_memory_available(),
             file_bytes: total,
             fs: largest.1,
             resident: resident.map(|r| {
@@ -295,40 +293,38 @@ impl Tuning {
 /// The rule: the choice for moving `facts`' files to (or from) `dest`, before overrides.
 ///
 /// - From memory (tmpfs, or the files [`HOT_FRACTION`] in the page cache): buffered (an
-///   O_DIRECT read of a cached file goes to the device instead), [`memory_threads`] threads of
+///   O_DIRECT read of a cached file goes to the device instead), [`core_threads`] threads of
 ///   [`CHUNK`]; no cuFile (it has nothing to DMA from the device). Into a GPU, the threads read
 ///   [`SLAB_CHUNK`] into [`SLABS`] slabs.
-/// - Cold ([`device_threads`] threads), on a local file system: buffered with the kernel's
-///   readahead and as many readers,
-///   unless the files are larger than [`DIRECT_ABOVE_MEMORY`] of available memory, which
-///   takes O_DIRECT with as many requests in flight. With `nvidia_fs` loaded on ext4 or xfs,
-///   for a GPU: cuFile (GDS), O_DIRECT.
-/// - Cold, on a network file system: buffered (the client's readahead), as many readers.
+/// - Cold, for a GPU, on ext4 or xfs with `nvidia_fs` loaded: cuFile (GDS), O_DIRECT,
+///   [`device_threads`] threads of [`CHUNK`].
+/// - Cold, on a network file system: buffered (the client's readahead), [`device_threads`]
+///   threads of [`CHUNK`].
+/// - Cold, on a local file system otherwise: O_DIRECT, [`core_threads`] threads of
+///   [`COLD_CHUNK`] (a file system that refuses O_DIRECT reads buffered, reported per transfer).
 ///
 /// Threads never exceed the chunks there are (a small file gets one thread per chunk).
 pub fn rule(facts: &Facts, dest: Dest) -> Tuning {
-    let slabbed = facts.in_memory() && dest == Dest::Gpu;
-    let (chunk, slabs) = if slabbed {
-        (SLAB_CHUNK, SLABS)
-    } else {
-        (CHUNK, 0)
-    };
-    let mut threads = if facts.in_memory() {
-        memory_threads(facts.cores)
-    } else {
-        device_threads(facts.cores)
-    };
     let resident = facts.resident.map_or_else(
         || "residency unknown".to_owned(),
         |r| format!("{:.0}% in page cache", r * 100.0),
     );
-    let (direct, cufile, reason) = if facts.in_memory() {
+    let fs = facts.fs.name();
+    let (threads, chunk, slabs, direct, cufile, reason) = if facts.in_memory() {
         let why = if facts.fs == FsKind::Tmpfs {
             "files on tmpfs (memory)".to_owned()
         } else {
-            format!("files {resident} on {}", facts.fs.name())
+            format!("files {resident} on {fs}")
+        };
+        let (chunk, slabs) = if dest == Dest::Gpu {
+            (SLAB_CHUNK, SLABS)
+        } else {
+            (CHUNK, 0)
         };
         (
+            core_threads(facts.cores),
+            chunk,
+            slabs,
             false,
             false,
             format!("{why}: reads are memory copies, one per thread"),
@@ -336,54 +332,38 @@ pub fn rule(facts: &Facts, dest: Dest) -> Tuning {
     } else if dest == Dest::Gpu && facts.nvidia_fs && matches!(facts.fs, FsKind::Ext4 | FsKind::Xfs)
     {
         (
+            device_threads(facts.cores),
+            CHUNK,
+            0,
             true,
             true,
-            format!(
-                "cold files ({resident}) on {} with nvidia_fs loaded: GPUDirect Storage DMA",
-                facts.fs.name()
-            ),
+            format!("cold files ({resident}) on {fs} with nvidia_fs loaded: GPUDirect Storage DMA"),
         )
     } else if facts.fs == FsKind::Network {
         (
+            device_threads(facts.cores),
+            CHUNK,
+            0,
             false,
             false,
-            format!(
-                "cold files ({resident}) on {}: the client's readahead",
-                facts.fs.name()
-            ),
+            format!("cold files ({resident}) on {fs}: the client's readahead"),
         )
     } else {
-        let big = facts
-            .mem_available
-            .is_some_and(|m| facts.file_bytes as f64 > m as f64 * DIRECT_ABOVE_MEMORY);
-        if big {
-            (
-                true,
-                false,
-                format!(
-                    "cold files ({resident}) of {} on {}, more than half the {} of memory \
-                     available: O_DIRECT, the page cache cannot keep them",
-                    format_size(facts.file_bytes),
-                    facts.fs.name(),
-                    format_size(facts.mem_available.unwrap_or(0))
-                ),
-            )
-        } else {
-            (
-                false,
-                false,
-                format!(
-                    "cold files ({resident}) on {}: buffered readahead, readers in parallel \
-                     (faster than O_DIRECT there)",
-                    facts.fs.name()
-                ),
-            )
-        }
+        (
+            core_threads(facts.cores),
+            COLD_CHUNK,
+            0,
+            true,
+            false,
+            format!(
+                "cold files ({resident}) on {fs}: O_DIRECT, large requests straight from the \
+                 device (the page cache keeps no copy)"
+            ),
+        )
     };
     let chunks = facts.file_bytes.div_ceil(chunk).max(1);
-    threads = threads.min(usize::try_from(chunks).unwrap_or(usize::MAX));
     Tuning {
-        threads,
+        threads: threads.min(usize::try_from(chunks).unwrap_or(usize::MAX)),
         chunk,
         slabs,
         direct,
@@ -441,7 +421,6 @@ mod tests {
     fn facts(cores: usize, fs: FsKind, resident: Option<f64>, bytes: u64, nvfs: bool) -> Facts {
         Facts {
             cores,
-            mem_available: Some(64 * GIB),
             file_bytes: bytes,
             fs,
             resident,
@@ -451,155 +430,46 @@ mod tests {
 
     #[test]
     fn the_rule_over_a_table_of_machines_and_files() {
+        use Dest::{Gpu, Host};
         use FsKind::*;
-        // (cores, fs, resident, bytes, nvidia_fs, dest) → (threads, direct, cufile)
+        const MIB: u64 = 1 << 20;
+        // (cores, fs, resident, bytes, nvidia_fs, dest) → (threads, chunk, slabs, direct, cufile)
+        #[rustfmt::skip]
         let table = [
-            (
-                16,
-                Tmpfs,
-                Some(1.0),
-                4 * GIB,
-                false,
-                Dest::Gpu,
-                (16, false, false),
-            ),
-            (
-                32,
-                Tmpfs,
-                None,
-                4 * GIB,
-                true,
-                Dest::Gpu,
-                (32, false, false),
-            ),
-            (
-                2,
-                Tmpfs,
-                Some(1.0),
-                4 * GIB,
-                false,
-                Dest::Host,
-                (4, false, false),
-            ),
-            (
-                8,
-                Ext4,
-                Some(1.0),
-                9 * GIB,
-                false,
-                Dest::Gpu,
-                (8, false, false),
-            ),
-            (
-                16,
-                Ext4,
-                Some(0.95),
-                9 * GIB,
-                true,
-                Dest::Gpu,
-                (16, false, false),
-            ),
-            (
-                16,
-                Ext4,
-                Some(0.0),
-                9 * GIB,
-                false,
-                Dest::Gpu,
-                (32, false, false),
-            ),
-            (
-                16,
-                Ext4,
-                Some(0.5),
-                9 * GIB,
-                false,
-                Dest::Host,
-                (32, false, false),
-            ),
-            (
-                16,
-                Xfs,
-                Some(0.0),
-                9 * GIB,
-                true,
-                Dest::Gpu,
-                (32, true, true),
-            ),
-            (
-                16,
-                Xfs,
-                Some(0.0),
-                9 * GIB,
-                true,
-                Dest::Host,
-                (32, false, false),
-            ),
-            (
-                16,
-                Ext4,
-                Some(0.0),
-                40 * GIB,
-                false,
-                Dest::Gpu,
-                (32, true, false),
-            ),
-            (
-                16,
-                Network,
-                Some(0.0),
-                40 * GIB,
-                false,
-                Dest::Gpu,
-                (32, false, false),
-            ),
-            (
-                16,
-                Overlay,
-                None,
-                9 * GIB,
-                false,
-                Dest::Gpu,
-                (32, false, false),
-            ),
-            // A small file: one thread per chunk (2 MiB ones, into a GPU from memory).
-            (
-                16,
-                Ext4,
-                Some(1.0),
-                10 << 20,
-                false,
-                Dest::Gpu,
-                (5, false, false),
-            ),
-            (
-                16,
-                Ext4,
-                Some(1.0),
-                10 << 20,
-                false,
-                Dest::Host,
-                (3, false, false),
-            ),
-            (16, Ext4, Some(1.0), 0, false, Dest::Gpu, (1, false, false)),
+            // From memory: one thread per core; into a GPU 2 MiB reads into slabs.
+            (16, Tmpfs, Some(1.0), 4 * GIB, false, Gpu, (16, SLAB_CHUNK, SLABS, false, false)),
+            (32, Tmpfs, None, 4 * GIB, true, Gpu, (32, SLAB_CHUNK, SLABS, false, false)),
+            (2, Tmpfs, Some(1.0), 4 * GIB, false, Host, (4, CHUNK, 0, false, false)),
+            (8, Ext4, Some(1.0), 9 * GIB, false, Gpu, (8, SLAB_CHUNK, SLABS, false, false)),
+            (16, Ext4, Some(0.95), 9 * GIB, true, Gpu, (16, SLAB_CHUNK, SLABS, false, false)),
+            // Cold, local: O_DIRECT, one 16 MiB request per core.
+            (16, Ext4, Some(0.0), 9 * GIB, false, Gpu, (16, COLD_CHUNK, 0, true, false)),
+            (16, Ext4, Some(0.5), 9 * GIB, false, Host, (16, COLD_CHUNK, 0, true, false)),
+            (16, Ext4, Some(0.0), 40 * GIB, false, Gpu, (16, COLD_CHUNK, 0, true, false)),
+            (2, Btrfs, Some(0.0), 9 * GIB, false, Host, (4, COLD_CHUNK, 0, true, false)),
+            (64, Xfs, Some(0.0), 9 * GIB, false, Gpu, (32, COLD_CHUNK, 0, true, false)),
+            (16, Overlay, None, 9 * GIB, false, Gpu, (16, COLD_CHUNK, 0, true, false)),
+            (16, Other, Some(0.2), 9 * GIB, false, Gpu, (16, COLD_CHUNK, 0, true, false)),
+            // Cold with nvidia_fs: GDS into a GPU (ext4/xfs only), two 4 MiB readers per core.
+            (16, Xfs, Some(0.0), 9 * GIB, true, Gpu, (32, CHUNK, 0, true, true)),
+            (16, Xfs, Some(0.0), 9 * GIB, true, Host, (16, COLD_CHUNK, 0, true, false)),
+            (16, Btrfs, Some(0.0), 9 * GIB, true, Gpu, (16, COLD_CHUNK, 0, true, false)),
+            // Cold on a network file system: the client's readahead.
+            (16, Network, Some(0.0), 40 * GIB, false, Gpu, (32, CHUNK, 0, false, false)),
+            // Small files: one thread per chunk.
+            (16, Ext4, Some(1.0), 10 * MIB, false, Gpu, (5, SLAB_CHUNK, SLABS, false, false)),
+            (16, Ext4, Some(1.0), 10 * MIB, false, Host, (3, CHUNK, 0, false, false)),
+            (16, Ext4, Some(0.0), 40 * MIB, false, Gpu, (3, COLD_CHUNK, 0, true, false)),
+            (16, Ext4, Some(1.0), 0, false, Gpu, (1, SLAB_CHUNK, SLABS, false, false)),
         ];
         for (cores, fs, res, bytes, nvfs, dest, want) in table {
             let t = rule(&facts(cores, fs, res, bytes, nvfs), dest);
             assert_eq!(
-                (t.threads, t.direct, t.cufile),
+                (t.threads, t.chunk, t.slabs, t.direct, t.cufile),
                 want,
                 "{cores} cores, {fs:?}, {res:?}, {bytes} B, nvfs {nvfs}, {dest:?}: {}",
                 t.summary()
             );
-            // Slabs of 2 MiB reads for memory into a GPU, a buffer pair of 4 MiB otherwise.
-            let memory_to_gpu =
-                (fs == Tmpfs || res.is_some_and(|r| r >= HOT_FRACTION)) && dest == Dest::Gpu;
-            let want_chunk = if memory_to_gpu {
-                (SLAB_CHUNK, SLABS)
-            } else {
-                (CHUNK, 0)
-            };
-            assert_eq!((t.chunk, t.slabs), want_chunk, "{}", t.summary());
             assert!(!t.reason.is_empty() && t.overridden.is_empty());
         }
     }
@@ -629,7 +499,7 @@ mod tests {
             Dest::Gpu,
         );
         assert!(
-            t.summary().starts_with("32 threads × 4 MiB, O_DIRECT: "),
+            t.summary().starts_with("16 threads × 16 MiB, O_DIRECT: "),
             "{}",
             t.summary()
         );
@@ -737,7 +607,7 @@ mod tests {
     }
 
     #[test]
-    fn a_real_disk_file_hot_then_evicted_is_chosen_buffered_memory_then_cold() {
+    fn a_real_disk_file_hot_then_evicted_is_read_buffered_then_direct() {
         // The repository's disk (ext4 or overlay here), not tmpfs: the target dir is on it.
         let dir = tempfile::tempdir_in(gdpath_testkit::repo_root()).unwrap();
         let p = dir.path().join("ckpt");
@@ -770,9 +640,14 @@ mod tests {
         }
         assert!(r < 0.5, "{r}");
         assert!(cold.reason.starts_with("cold files"), "{}", cold.reason);
-        // 16 MiB never exceeds half of memory: buffered readahead, or GDS with nvidia_fs.
-        assert_eq!(cold.direct, cold.cufile);
-        assert_eq!(cold.threads, 4, "16 MiB is four 4 MiB chunks");
+        // O_DIRECT, through cuFile where nvidia_fs is loaded (4 MiB requests) or not (16 MiB).
+        assert!(cold.direct);
+        let want = if cold.cufile {
+            (4, CHUNK)
+        } else {
+            (1, COLD_CHUNK)
+        };
+        assert_eq!((cold.threads, cold.chunk), want, "16 MiB in requests");
     }
 
     #[test]
@@ -791,7 +666,7 @@ mod tests {
         assert!(!t.direct && !t.cufile);
         assert_eq!(
             t.threads,
-            memory_threads(cores()).min(((64 << 20) / SLAB_CHUNK) as usize)
+            core_threads(cores()).min(((64 << 20) / SLAB_CHUNK) as usize)
         );
         assert_eq!(t.facts.resident, Some(1.0), "tmpfs counts as resident");
         assert!(t.reason.contains("tmpfs"), "{}", t.reason);
