@@ -25,7 +25,8 @@ pub struct LoadArgs {
     /// Threads per read (default: chosen from the machine and the file; see `chosen:`).
     #[arg(long, value_parser = crate::args::count)]
     threads: Option<usize>,
-    /// Bytes per request (default: chosen, 2 MiB from memory onto a GPU, else 4 MiB).
+    /// Bytes per request (default: chosen, 2 MiB from memory onto a GPU, 4 MiB from memory into
+    /// host memory, 16 MiB from a local disk).
     #[arg(long, value_parser = crate::args::nonzero_size)]
     chunk: Option<u64>,
     /// Buffered reads onto a GPU gather the threads' requests into N pinned slabs, one copy to
@@ -48,7 +49,8 @@ pub struct LoadArgs {
     #[arg(long)]
     tensors: bool,
     /// Load this many times with one agent (later loads show the steady state of a serving
-    /// process: the page cache warm, the file's blocks cached by the file system). One-time
+    /// process: its buffers made; a file read buffered stays in the page cache, one read with
+    /// O_DIRECT, the chooser's choice for a cold file on a local disk, does not). One-time
     /// setup (CUDA context, cuFile's driver) is done before the first and timed apart (`start`).
     /// On a GPU each later load starts 1 s after the previous one's memory was freed, untimed
     /// (`LoadSetup::settle_after_free`): copies overlapping the driver's work on a freed

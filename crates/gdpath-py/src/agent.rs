@@ -158,14 +158,14 @@ impl Agent {
         obj: Bound<'_, PyAny>,
         pinned: Option<bool>,
         read_only: bool,
-        gpu: Option<u32>,
+        gpu: Option<i64>,
     ) -> PyResult<Region> {
         let r = resolve(
             &obj,
             &Options {
                 pinned,
                 read_only,
-                gpu,
+                gpu: crate::error::ordinal("gpu", gpu)?,
             },
         )?;
         self.register_resolved(py, obj, r)
@@ -500,12 +500,19 @@ fn accept_names(obj: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
     if let Ok(name) = obj.extract::<String>() {
         return Ok(vec![name]);
     }
-    let names: Vec<String> = obj.extract().map_err(|_| {
+    let wrong = |what: &Bound<'_, PyAny>| {
         PyTypeError::new_err(format!(
             "accept: a path name (\"posix-direct\") or a list of path names (each a str), not {}",
-            crate::error::type_name(obj)
+            crate::error::type_name(what)
         ))
-    })?;
+    };
+    // A list's items are checked one by one, so that the message names the item that is wrong
+    // (`accept=[1]`: "not int"), not the list.
+    let items: Vec<Bound<'_, PyAny>> = obj.extract().map_err(|_| wrong(obj))?;
+    let names = items
+        .iter()
+        .map(|item| item.extract::<String>().map_err(|_| wrong(item)))
+        .collect::<PyResult<Vec<String>>>()?;
     if names.is_empty() {
         return Err(PyValueError::new_err(
             "accept=[] would accept no path: name at least one, or pass None for any path",

@@ -124,19 +124,35 @@ impl Checkpoint {
     /// (threads, bytes per request, O_DIRECT or the page cache, cuFile; `LoadedCheckpoint.chosen`
     /// says which and why), through an agent the module keeps for those settings (at most
     /// four, the least recently used dropped first), as `gdpath load` does; an agent given
-    /// loads with its own configuration.
+    /// loads with its own configuration. `direct` overrides the chooser's O_DIRECT-or-buffered
+    /// choice as `gdpath load --direct` / `--buffered` do (`True`: O_DIRECT where the file
+    /// system allows; `False`: through the page cache, which then keeps the file for the next
+    /// reader); `None` leaves it to the chooser.
     ///
-    /// Errors: `checkpoint` (an unknown name), the engine's (`unsupported` without a CUDA
-    /// driver for a GPU, transfer failures).
-    #[pyo3(signature = (agent=None, *, gpu=None, names=None, pinned=false))]
+    /// Errors: `ValueError` for `direct` with an agent (whose configuration decides);
+    /// `checkpoint` (an unknown name), the engine's (`unsupported` without a CUDA driver for a
+    /// GPU, transfer failures).
+    #[pyo3(signature = (agent=None, *, gpu=None, names=None, pinned=false, direct=None))]
     fn load(
         &self,
         py: Python<'_>,
         agent: Option<&Agent>,
-        gpu: Option<u32>,
+        gpu: Option<i64>,
         names: Option<Vec<String>>,
         pinned: bool,
+        direct: Option<bool>,
     ) -> PyResult<Loaded> {
+        let gpu = crate::error::ordinal("gpu", gpu)?;
+        if agent.is_some() && direct.is_some() {
+            return Err(PyValueError::new_err(
+                "direct= chooses the settings of the module's own agents: an agent given loads \
+                 with its own configuration (leave direct=None)",
+            ));
+        }
+        let over = Overrides {
+            direct,
+            ..Overrides::default()
+        };
         let dest = match gpu {
             Some(g) => Destination::Gpu(g),
             None => Destination::Host { pinned },
@@ -154,7 +170,7 @@ impl Checkpoint {
                 match a {
                     Some(a) => c.load(&a, dest, names.as_deref()).map(|l| (l, None)),
                     None => {
-                        let mut setup = tuned_setup(&c, dest)?;
+                        let mut setup = tuned_setup(&c, dest, &over)?;
                         let loaded = setup.load(&c, names.as_deref())?;
                         Ok((loaded, Some(setup.tuning.summary())))
                     }
@@ -278,10 +294,14 @@ const MAX_TUNED: usize = 4;
 /// What a chosen tuning sets in an agent (its explanation aside).
 type Settings = (usize, u64, usize, bool, bool);
 
-/// A load setup with the chooser's settings for `ck`'s files, on a kept agent when one has
-/// them, else on a new one (kept).
-fn tuned_setup(ck: &ck::Checkpoint, dest: Destination) -> Result<ck::LoadSetup, ck::LoadError> {
-    let tuning = ck.choose(dest, &Overrides::default())?;
+/// A load setup with the chooser's settings for `ck`'s files (`over`'s values in their place),
+/// on a kept agent when one has them, else on a new one (kept).
+fn tuned_setup(
+    ck: &ck::Checkpoint,
+    dest: Destination,
+    over: &Overrides,
+) -> Result<ck::LoadSetup, ck::LoadError> {
+    let tuning = ck.choose(dest, over)?;
     let key: Settings = (
         tuning.threads,
         tuning.chunk,
@@ -301,7 +321,7 @@ fn tuned_setup(ck: &ck::Checkpoint, dest: Destination) -> Result<ck::LoadSetup, 
     if let Some(agent) = kept {
         return Ok(ck::LoadSetup::with_agent(agent, tuning, dest));
     }
-    let setup = ck.setup(dest, &Overrides::default(), AgentConfig::default())?;
+    let setup = ck.setup(dest, over, AgentConfig::default())?;
     let mut agents = TUNED.lock().unwrap_or_else(|p| p.into_inner());
     if agents.len() >= MAX_TUNED {
         agents.remove(0);
@@ -345,11 +365,12 @@ impl Loaded {
             .collect()
     }
 
-    /// Tensor `i`'s bytes as a DLPack-exportable view (1-D `uint8`).
-    fn view(&self, i: usize) -> PyResult<View> {
-        let t = self
-            .tensors
-            .get(i)
+    /// Tensor `i`'s bytes as a DLPack-exportable view (1-D `uint8`). Errors: `IndexError` for
+    /// an `i` outside `0 .. len(tensors)` (negative ones included).
+    fn view(&self, i: i64) -> PyResult<View> {
+        let (i, t) = usize::try_from(i)
+            .ok()
+            .and_then(|u| Some((u, self.tensors.get(u)?)))
             .ok_or_else(|| PyIndexError::new_err(format!("no tensor {i}")))?;
         Ok(View::new(
             self.inner.region.clone(),

@@ -178,3 +178,17 @@ pub(crate) fn type_name(obj: &Bound<'_, PyAny>) -> String {
         .map(|n| n.to_string())
         .unwrap_or_default()
 }
+
+/// `value` as a CUDA ordinal for argument `arg` (`gpu=`): a `ValueError` naming the argument for
+/// a negative or too large one, where PyO3's conversion to `u32` would raise `OverflowError`.
+pub(crate) fn ordinal(arg: &str, value: Option<i64>) -> PyResult<Option<u32>> {
+    value
+        .map(|v| {
+            u32::try_from(v).map_err(|_| {
+                pyo3::exceptions::PyValueError::new_err(format!(
+                    "{arg}={v}: a CUDA ordinal is 0 or more (and below 2**32)"
+                ))
+            })
+        })
+        .transpose()
+}

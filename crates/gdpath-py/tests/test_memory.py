@@ -92,6 +92,9 @@ def test_a_gpu_ordinal_for_memory_that_names_its_own_place_is_refused(agent):
         agent.register(np.zeros(16), gpu=0)
     with pytest.raises(ValueError, match="gpu="):
         agent.register(bytearray(16), gpu=0)
+    # A negative ordinal is a ValueError naming the argument (PyO3 alone raised OverflowError).
+    with pytest.raises(ValueError, match="gpu=-1: a CUDA ordinal is 0 or more"):
+        agent.register(bytearray(16), gpu=-1)
 
 
 def test_read_only_memory_is_never_written(agent, scratch):

@@ -3,6 +3,8 @@ gets byte-exact with their paths, tokens, withdrawal, notifications, clean close
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
@@ -119,6 +121,34 @@ def test_a_serving_process_shared_host_memory_is_written_in_place():
     finally:
         srv.kill()
         srv.wait(10)
+
+
+def test_a_post_to_a_peer_that_failed_raises_peer_error():
+    """After a peer's process is killed, the transfer that meets the loss fails, and later posts
+    to its memory raise `PeerError` at once (the trial saw `UnsupportedError`, kind `refused`)."""
+    srv, addr = serve_process("host:1MiB")
+    a = gdpath.Agent(name="cli-lost")
+    a.enable_net(devices="lo", shared_memory=False)
+    try:
+        peer = a.connect(addr)
+        remote = peer.memory(peer.regions()[0].id)
+        src = a.register(bytearray(b"z" * 4096))
+        assert a.post("write", src, remote[0:4096]).wait(20).bytes == 4096
+    finally:
+        srv.kill()
+        srv.wait(10)
+    met = None
+    for _ in range(50):  # the loss shows in a transfer's wait or at a post
+        try:
+            a.post("write", src, remote[0:4096]).wait(20)
+        except gdpath.GdpathError as e:
+            met = e
+            break
+        time.sleep(0.1)
+    assert isinstance(met, gdpath.GdpathError) and met.kind in ("peer_failed", "refused"), met
+    with pytest.raises(gdpath.PeerError) as e:
+        a.post("write", src, remote[0:4096])
+    assert (e.value.kind, e.value.finding) == ("refused", "net.peer-failed"), e.value
 
 
 class _Interrupted(Exception):

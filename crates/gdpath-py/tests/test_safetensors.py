@@ -198,6 +198,17 @@ def test_malformed_files_and_unknown_names(scratch):
     assert all(np.array_equal(by_bytes[k], by_str[k]) for k in by_str)
     with pytest.raises(TypeError, match="a checkpoint is a path"):
         gst.load_file(3, framework="numpy")
+    loaded = gdpath._native.Checkpoint([str(p)]).load(gpu=None)
+    for i in (-1, len(loaded.tensors)):
+        with pytest.raises(IndexError, match=f"no tensor {i}"):
+            loaded.view(i)
+    with pytest.raises(ValueError, match="gpu=-2"):
+        gdpath._native.Checkpoint([str(p)]).load(gpu=-2)
+    # A dict's keys or a set's members are not shards in order (the trial found a dict of
+    # path → anything loaded by its keys).
+    for unordered in ({str(p): 1}, {str(p)}, frozenset([str(p)])):
+        with pytest.raises(TypeError, match="a list of paths, in order"):
+            gst.load_file(unordered, framework="numpy")
 
 
 def test_the_default_framework_without_torch_names_numpy(scratch):
@@ -259,3 +270,41 @@ def test_a_load_without_an_agent_uses_the_choosers_settings_as_the_cli(scratch):
     assert_same_numpy(got, safetensors.numpy.load_file(str(p)))
     # An agent given loads with its own configuration, and says nothing was chosen.
     assert ck.load(gdpath.Agent(name="mine"), gpu=None).chosen is None
+
+
+def test_direct_overrides_the_choosers_page_cache_choice(scratch):
+    """``direct=`` replaces the chooser's O_DIRECT-or-buffered choice, as ``gdpath load
+    --direct`` / ``--buffered`` do, and names itself as given; a cold file on a disk is read
+    with O_DIRECT by default; ``direct`` with an agent is refused."""
+    ts = {k: t for k, t in tensors(12).items() if t["dtype"] in NUMPY}
+    p = scratch / "direct.safetensors"
+    write(p, ts)
+    want = safetensors.numpy.load_file(str(p))
+    ck = gdpath._native.Checkpoint([str(p)])
+    hot = ck.load(gpu=None, direct=True)  # just written: the chooser alone would read it buffered
+    assert "O_DIRECT" in hot.chosen.split(": ")[0] and "(given: direct)" in hot.chosen, hot.chosen
+    # O_DIRECT on the disk the scratch dir is on, or the buffered path saying why not.
+    assert hot.path == "posix-direct" or hot.finding == "storage.odirect-unsupported", (hot.path, hot.finding)
+    assert_same_numpy(gst.load_file(p, framework="numpy", direct=True), want)
+    with open(p, "rb") as f:
+        os.fsync(f.fileno())
+        os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+    # "4 threads × 16 MiB, O_DIRECT: cold files ..." → "O_DIRECT"
+    mode = lambda chosen: chosen.split(": ")[0].split(", ")[1]
+    cold = ck.load(gpu=None)
+    if not cold.chosen.split(": ")[1].startswith("cold files"):
+        print(f"cold half skipped: the kernel kept the file cached after DONTNEED: {cold.chosen}")
+    else:
+        assert mode(cold.chosen) == "O_DIRECT" and "given" not in cold.chosen, cold.chosen
+    buffered = ck.load(gpu=None, direct=False)
+    assert mode(buffered.chosen) == "buffered" and "(given: direct)" in buffered.chosen, buffered.chosen
+    assert buffered.path == "posix-buffered", buffered.path
+    with gst.safe_open(p, framework="numpy", direct=False) as f:
+        assert sorted(f.keys()) == sorted(want)
+        assert_same_numpy({k: f.get_tensor(k) for k in want}, want)
+    agent = gdpath.Agent(name="mine")
+    for call in (lambda: gst.load_file(p, framework="numpy", agent=agent, direct=True),
+                 lambda: gst.safe_open(p, framework="numpy", agent=agent, direct=False),
+                 lambda: ck.load(agent, gpu=None, direct=True)):
+        with pytest.raises(ValueError, match="direct="):
+            call()

@@ -182,8 +182,11 @@ def test_accept_takes_one_path_name_or_a_non_empty_list(agent, scratch):
     assert agent.post("write", src, f.desc(0, 4096), accept=[path]).wait().pairs[0].path == path
     with pytest.raises(ValueError, match="accept=\\[\\]"):
         agent.post("write", src, f.desc(0, 4096), accept=[])
-    with pytest.raises(TypeError, match="accept: a path name"):
+    with pytest.raises(TypeError, match="accept: a path name.*not int"):
         agent.post("write", src, f.desc(0, 4096), accept=3)
+    # The item that is wrong is named, not the list.
+    with pytest.raises(TypeError, match="each a str\\), not int$"):
+        agent.post("write", src, f.desc(0, 4096), accept=[path, 1])
 
 
 def test_a_notification_is_bytes_and_a_str_is_refused_by_name(agent, scratch):

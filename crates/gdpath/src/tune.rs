@@ -1,11 +1,11 @@
 //! The storage chooser: threads, chunk size, O_DIRECT or buffered, and whether to open cuFile,
 //! for file ↔ GPU and file ↔ host transfers, picked from the machine and the files.
 //!
-//! [`Facts::gather`] observes (cores, memory, each file's size, file system and page-cache
-//! residency); [`rule`] is the pure decision over those facts (tested with table inputs);
+//! [`Facts::gather`] observes (cores, each file's size, file system and page-cache residency,
+//! whether `nvidia_fs` is loaded); [`rule`] is the pure decision over those facts (tested with table inputs);
 //! [`choose`] is both, with the caller's explicit values ([`Overrides`]) winning. The result, a
 //! [`Tuning`], carries the chosen values and one sentence saying why, which the load and bench
-//! reports print (`chosen: 32 threads × 4 MiB, buffered: ...`). [`Tuning::apply`] writes it
+//! reports print (`chosen: 16 threads × 16 MiB, O_DIRECT: ...`). [`Tuning::apply`] writes it
 //! into an [`AgentConfig`] before the agent is made (the backends size their threads and
 //! bounce buffers at start).
 //!
@@ -48,10 +48,17 @@ pub const MIN_THREADS: usize = 4;
 /// whole file take the cold path.
 pub const HOT_FRACTION: f64 = 0.9;
 
-/// Bytes per request of a cold read from a local disk (16 MiB), with O_DIRECT: fewer, larger
-/// requests kept the device busier than 4 MiB ones, buffered or direct, on the disks measured
-/// (docs/gds.md, "Cold reads").
+/// Bytes per request of a cold read from a local disk (16 MiB): 16 MiB O_DIRECT requests led
+/// the earlier rule's 4 MiB buffered ones in every round measured, and 16 MiB led 4 MiB at the
+/// same thread count in most rounds, buffered or direct (docs/gds.md, "Storage defaults: the
+/// chooser").
 pub const COLD_CHUNK: u64 = 16 << 20;
+
+/// A cold file on a local file system is read with O_DIRECT only below this fraction of its
+/// bytes in the page cache (0.1): O_DIRECT reads every byte from the device, while a buffered
+/// read takes the cached ones from memory, about 25× faster, and reads the rest within about
+/// 10 % of O_DIRECT's rate, which pays from about a tenth cached (docs/gds.md).
+pub const DIRECT_BELOW: f64 = 0.1;
 
 /// One thread per core, within [`MIN_THREADS`] ..= [`MAX_THREADS`]: the threads of a transfer
 /// served from memory (the page cache or tmpfs), where each is a memory-bound `memcpy` and more
@@ -63,8 +70,8 @@ pub fn core_threads(cores: usize) -> usize {
     cores.max(1).clamp(MIN_THREADS, MAX_THREADS)
 }
 
-/// Threads for a cold transfer of [`CHUNK`] requests (cuFile, a network file system): two per
-/// core, within [`MIN_THREADS`] ..= [`MAX_THREADS`]: a reader mostly waits on the device, and
+/// Threads for a cold transfer of [`CHUNK`] requests through cuFile or from a network file
+/// system (neither measured here): two per core, within [`MIN_THREADS`] ..= [`MAX_THREADS`]: a reader mostly waits on the device, and
 /// more requests in flight keep its queue full (docs/gds.md, "Cold reads").
 pub fn device_threads(cores: usize) -> usize {
     (cores.max(1) * 2).clamp(MIN_THREADS, MAX_THREADS)
@@ -300,8 +307,10 @@ impl Tuning {
 ///   [`device_threads`] threads of [`CHUNK`].
 /// - Cold, on a network file system: buffered (the client's readahead), [`device_threads`]
 ///   threads of [`CHUNK`].
-/// - Cold, on a local file system otherwise: O_DIRECT, [`core_threads`] threads of
-///   [`COLD_CHUNK`] (a file system that refuses O_DIRECT reads buffered, reported per transfer).
+/// - Cold, on a local file system: [`core_threads`] threads of [`COLD_CHUNK`], with O_DIRECT on
+///   ext4, xfs or btrfs when less than [`DIRECT_BELOW`] of the files is in the page cache (or
+///   residency is unknown), buffered otherwise (partly cached files; overlayfs and file systems
+///   not recognised, where O_DIRECT may be refused or unsupported).
 ///
 /// Threads never exceed the chunks there are (a small file gets one thread per chunk).
 pub fn rule(facts: &Facts, dest: Dest) -> Tuning {
@@ -349,16 +358,29 @@ pub fn rule(facts: &Facts, dest: Dest) -> Tuning {
             format!("cold files ({resident}) on {fs}: the client's readahead"),
         )
     } else {
+        let direct_fs = matches!(facts.fs, FsKind::Ext4 | FsKind::Xfs | FsKind::Btrfs);
+        let nearly_none = facts.resident.is_none_or(|r| r < DIRECT_BELOW);
+        let (direct, why) = match (direct_fs, nearly_none) {
+            (true, true) => (
+                true,
+                "large requests straight from the device (the page cache keeps no copy)",
+            ),
+            (true, false) => (
+                false,
+                "large requests through the page cache, which serves the part it holds",
+            ),
+            (false, _) => (
+                false,
+                "large requests through the page cache (O_DIRECT is chosen on ext4, xfs and btrfs)",
+            ),
+        };
         (
             core_threads(facts.cores),
             COLD_CHUNK,
             0,
-            true,
+            direct,
             false,
-            format!(
-                "cold files ({resident}) on {fs}: O_DIRECT, large requests straight from the \
-                 device (the page cache keeps no copy)"
-            ),
+            format!("cold files ({resident}) on {fs}: {why}"),
         )
     };
     let chunks = facts.file_bytes.div_ceil(chunk).max(1);
@@ -442,14 +464,18 @@ mod tests {
             (2, Tmpfs, Some(1.0), 4 * GIB, false, Host, (4, CHUNK, 0, false, false)),
             (8, Ext4, Some(1.0), 9 * GIB, false, Gpu, (8, SLAB_CHUNK, SLABS, false, false)),
             (16, Ext4, Some(0.95), 9 * GIB, true, Gpu, (16, SLAB_CHUNK, SLABS, false, false)),
-            // Cold, local: O_DIRECT, one 16 MiB request per core.
+            // Cold, local: one 16 MiB request per core; O_DIRECT on ext4/xfs/btrfs when
+            // (nearly) nothing is cached, buffered for partly cached files and other kinds.
             (16, Ext4, Some(0.0), 9 * GIB, false, Gpu, (16, COLD_CHUNK, 0, true, false)),
-            (16, Ext4, Some(0.5), 9 * GIB, false, Host, (16, COLD_CHUNK, 0, true, false)),
+            (16, Ext4, Some(0.05), 9 * GIB, false, Host, (16, COLD_CHUNK, 0, true, false)),
+            (16, Ext4, None, 9 * GIB, false, Gpu, (16, COLD_CHUNK, 0, true, false)),
             (16, Ext4, Some(0.0), 40 * GIB, false, Gpu, (16, COLD_CHUNK, 0, true, false)),
             (2, Btrfs, Some(0.0), 9 * GIB, false, Host, (4, COLD_CHUNK, 0, true, false)),
             (64, Xfs, Some(0.0), 9 * GIB, false, Gpu, (32, COLD_CHUNK, 0, true, false)),
-            (16, Overlay, None, 9 * GIB, false, Gpu, (16, COLD_CHUNK, 0, true, false)),
-            (16, Other, Some(0.2), 9 * GIB, false, Gpu, (16, COLD_CHUNK, 0, true, false)),
+            (16, Ext4, Some(0.1), 9 * GIB, false, Gpu, (16, COLD_CHUNK, 0, false, false)),
+            (16, Ext4, Some(0.5), 9 * GIB, false, Host, (16, COLD_CHUNK, 0, false, false)),
+            (16, Overlay, None, 9 * GIB, false, Gpu, (16, COLD_CHUNK, 0, false, false)),
+            (16, Other, Some(0.0), 9 * GIB, false, Gpu, (16, COLD_CHUNK, 0, false, false)),
             // Cold with nvidia_fs: GDS into a GPU (ext4/xfs only), two 4 MiB readers per core.
             (16, Xfs, Some(0.0), 9 * GIB, true, Gpu, (32, CHUNK, 0, true, true)),
             (16, Xfs, Some(0.0), 9 * GIB, true, Host, (16, COLD_CHUNK, 0, true, false)),
@@ -640,14 +666,20 @@ mod tests {
         }
         assert!(r < 0.5, "{r}");
         assert!(cold.reason.starts_with("cold files"), "{}", cold.reason);
-        // O_DIRECT, through cuFile where nvidia_fs is loaded (4 MiB requests) or not (16 MiB).
-        assert!(cold.direct);
+        // cuFile where nvidia_fs is loaded (4 MiB requests, O_DIRECT), else one 16 MiB request,
+        // O_DIRECT on the kinds that take it when (nearly) nothing is cached.
         let want = if cold.cufile {
-            (4, CHUNK)
+            (4, CHUNK, true)
         } else {
-            (1, COLD_CHUNK)
+            let direct_fs = matches!(cold.facts.fs, FsKind::Ext4 | FsKind::Xfs | FsKind::Btrfs);
+            (1, COLD_CHUNK, direct_fs && r < DIRECT_BELOW)
         };
-        assert_eq!((cold.threads, cold.chunk), want, "16 MiB in requests");
+        assert_eq!(
+            (cold.threads, cold.chunk, cold.direct),
+            want,
+            "{}",
+            cold.summary()
+        );
     }
 
     #[test]

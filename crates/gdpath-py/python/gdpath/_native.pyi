@@ -360,6 +360,7 @@ class Checkpoint:
         gpu: Optional[int] = None,
         names: Optional[Sequence[str]] = None,
         pinned: bool = False,
+        direct: Optional[bool] = None,
     ) -> LoadedCheckpoint: ...
     @staticmethod
     def save(

@@ -128,7 +128,12 @@ class StorageError(GdpathError, OSError):
 
 class PeerError(GdpathError, ConnectionError):
     """A peer agent failed, refused authentication or broke the protocol (kinds
-    ``peer_failed``, ``auth_failed``, ``protocol``, ``ucx``)."""
+    ``peer_failed``, ``auth_failed``, ``protocol``, ``ucx``), and a post to a peer that failed
+    earlier (kind ``refused``, finding ``net.peer-failed``)."""
+
+
+# The finding of a pair refused because its peer failed (the engine's `ids::NET_PEER_FAILED`).
+_PEER_FAILED = "net.peer-failed"
 
 
 class CheckpointError(GdpathError, ValueError):
@@ -246,6 +251,10 @@ def _from_native(kind: str, message: str, finding: Optional[str], details: Optio
     elif kind == "cancelled":
         cls = Cancelled
         details.setdefault("outcomes", [])
+    elif kind == "refused" and finding == _PEER_FAILED:
+        # Every backend refused the pair because its peer failed earlier: a lost peer, as the
+        # transfer that met the failure reported it.
+        cls = PeerError
     else:
         cls = _BY_KIND.get(kind, GdpathError)
     if issubclass(cls, OSError):

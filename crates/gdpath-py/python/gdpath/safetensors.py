@@ -24,6 +24,7 @@ PyTorch is needed only for ``framework="pt"`` (the default of ``load_file``), Nu
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Set as AbstractSet
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from . import _native, default_agent
@@ -61,6 +62,11 @@ def _open(files: Files) -> "_native.Checkpoint":
     path) lists, as the engine's ``Checkpoint::open_paths`` and ``gdpath load`` name them."""
     if isinstance(files, (str, bytes, os.PathLike)):
         return _native.Checkpoint.open_paths([os.fsdecode(files)])
+    if isinstance(files, (Mapping, AbstractSet)):
+        # Iterating would take a dict's keys, or a set's paths in no fixed order, as shards.
+        raise TypeError(
+            f"{type(files).__name__}: a checkpoint's shards are a list of paths, in order"
+        )
     try:
         paths = [os.fsdecode(f) for f in files]
     except TypeError as e:
@@ -158,6 +164,7 @@ def load_file(
     *,
     framework: str = "pt",
     agent: Optional["_native.Agent"] = None,
+    direct: Optional[bool] = None,
 ) -> Dict[str, Any]:
     """Loads a safetensors checkpoint: ``{name: tensor}`` in file order, as
     ``safetensors.torch.load_file`` (``framework="pt"``, the default) or
@@ -168,21 +175,27 @@ def load_file(
     ordinal. ``agent``: the :class:`gdpath.Agent` to load with; by default the storage
     settings the engine's chooser picks for these files (threads, bytes per request, O_DIRECT
     or the page cache, cuFile), as ``gdpath load`` uses them, through an agent the module keeps
-    for those settings. The GIL is released while the bytes move.
+    for those settings: a cold file on a local disk is read with O_DIRECT, which leaves no copy
+    in the page cache. ``direct``: ``False`` reads through the page cache (it then keeps the
+    file for the next reader, such as other processes loading the same checkpoint), ``True``
+    with O_DIRECT where the file system allows, ``None`` (default) as the chooser decides; as
+    ``gdpath load --buffered`` / ``--direct``, and only without ``agent``. The GIL is released
+    while the bytes move.
 
-    Raises :class:`gdpath.CheckpointError` (kind ``checkpoint``) for a malformed file or index
-    before anything is allocated; :class:`gdpath.StorageError` (kinds ``open``, ``io``), which
-    is also ``FileNotFoundError`` for a missing file as with ``safetensors``, when a file cannot
-    be opened or read; :class:`gdpath.GdpathError` with the engine's kind for the
-    rest (``unsupported`` for a GPU without a CUDA driver); ``TypeError`` for a dtype the
-    framework lacks (NumPy has no bf16 or fp8, as with ``safetensors.numpy``).
+    Raises ``ValueError`` for ``direct`` with ``agent``; :class:`gdpath.CheckpointError` (kind
+    ``checkpoint``) for a malformed file or index before anything is allocated;
+    :class:`gdpath.StorageError` (kinds ``open``, ``io``), which is also ``FileNotFoundError``
+    for a missing file as with ``safetensors``, when a file cannot be opened or read;
+    :class:`gdpath.GdpathError` with the engine's kind for the rest (``unsupported`` for a GPU
+    without a CUDA driver); ``TypeError`` for a dtype the framework lacks (NumPy has no bf16
+    or fp8, as with ``safetensors.numpy``).
     """
     build = _Builder(framework)
     gpu = _gpu_of(device)
     if build.framework == "np" and gpu is not None:
         raise ValueError("framework=\"numpy\" loads into host memory: device must be \"cpu\"")
     ck = _open(filename)
-    loaded = ck.load(agent, gpu=gpu)
+    loaded = ck.load(agent, gpu=gpu, direct=direct)
     return {t.name: build.tensor(loaded, i, t) for i, t in enumerate(loaded.tensors)}
 
 
@@ -194,7 +207,8 @@ class safe_open:
 
     Opening reads and validates the headers only. ``get_tensor(name)`` loads that tensor
     alone (one allocation of its own); ``get_tensors()`` and :meth:`tensors` load every tensor
-    with one transfer into one allocation, as :func:`load_file`.
+    with one transfer into one allocation, as :func:`load_file`. ``agent`` and ``direct`` as
+    for :func:`load_file` (``ValueError`` for both).
     """
 
     def __init__(
@@ -204,12 +218,17 @@ class safe_open:
         device: Any = "cpu",
         *,
         agent: Optional["_native.Agent"] = None,
+        direct: Optional[bool] = None,
     ):
+        if agent is not None and direct is not None:
+            raise ValueError("direct= chooses the settings of the module's own agents: an agent "
+                             "given loads with its own configuration (leave direct=None)")
         self._build = _Builder(framework)
         self._gpu = _gpu_of(device)
         if self._build.framework == "np" and self._gpu is not None:
             raise ValueError("framework=\"numpy\" loads into host memory: device must be \"cpu\"")
         self._agent = agent
+        self._direct = direct
         self._ck = _open(filename)
         self._infos = {t.name: t for t in self._ck.tensors()}
 
@@ -247,13 +266,13 @@ class safe_open:
     def get_tensor(self, name: str) -> Any:
         """Tensor ``name``, loaded now into an allocation of its own. Raises
         :class:`gdpath.CheckpointError` for a name the checkpoint does not hold."""
-        loaded = self._ck.load(self._agent, gpu=self._gpu, names=[name])
+        loaded = self._ck.load(self._agent, gpu=self._gpu, names=[name], direct=self._direct)
         return self._build.tensor(loaded, 0, loaded.tensors[0])
 
     def tensors(self) -> Iterator[Tuple[str, Any]]:
         """``(name, tensor)`` for every tensor in file order, all loaded with one transfer into
         one allocation."""
-        loaded = self._ck.load(self._agent, gpu=self._gpu)
+        loaded = self._ck.load(self._agent, gpu=self._gpu, direct=self._direct)
         for i, t in enumerate(loaded.tensors):
             yield t.name, self._build.tensor(loaded, i, t)
 
