@@ -50,7 +50,7 @@ pub struct LoadArgs {
     tensors: bool,
     /// Load this many times with one agent (later loads show the steady state of a serving
     /// process: its buffers made; a file read buffered stays in the page cache, one read with
-    /// O_DIRECT, the chooser's choice for a cold file on a local disk, does not). One-time
+    /// O_DIRECT, the chooser's choice for a cold file on ext4/xfs/btrfs, does not). One-time
     /// setup (CUDA context, cuFile's driver) is done before the first and timed apart (`start`).
     /// On a GPU each later load starts 1 s after the previous one's memory was freed, untimed
     /// (`LoadSetup::settle_after_free`): copies overlapping the driver's work on a freed

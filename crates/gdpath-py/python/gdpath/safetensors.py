@@ -175,8 +175,8 @@ def load_file(
     ordinal. ``agent``: the :class:`gdpath.Agent` to load with; by default the storage
     settings the engine's chooser picks for these files (threads, bytes per request, O_DIRECT
     or the page cache, cuFile), as ``gdpath load`` uses them, through an agent the module keeps
-    for those settings: a cold file on a local disk is read with O_DIRECT, which leaves no copy
-    in the page cache. ``direct``: ``False`` reads through the page cache (it then keeps the
+    for those settings: a cold file on ext4, xfs or btrfs is read with O_DIRECT, which leaves
+    no copy in the page cache. ``direct``: ``False`` reads through the page cache (it then keeps the
     file for the next reader, such as other processes loading the same checkpoint), ``True``
     with O_DIRECT where the file system allows, ``None`` (default) as the chooser decides; as
     ``gdpath load --buffered`` / ``--direct``, and only without ``agent``. The GIL is released
