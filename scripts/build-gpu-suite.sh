@@ -19,7 +19,7 @@ tests=(
 )
 mkdir -p "$dir"
 cargo build --release --locked -p gdpath-cli
-strip -o "$dir/gdpath" target/release/gdpath
+strip -o "$dir/gdpath" "${CARGO_TARGET_DIR:-target}/release/gdpath"
 for t in "${tests[@]}"; do
   set -- $t
   # The test binary's path is the executable cargo prints for that target.

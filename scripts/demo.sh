@@ -8,7 +8,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --locked -p gdpath-cli || exit 1
-g=target/release/gdpath
+# The binary cargo built (CARGO_TARGET_DIR moves it).
+g="${CARGO_TARGET_DIR:-target}/release/gdpath"
 work=$(mktemp -d "${TMPDIR:-/var/tmp}/gdpath-demo.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }

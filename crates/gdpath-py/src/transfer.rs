@@ -41,11 +41,11 @@ impl From<&gdpath::PairReport> for PairReport {
 impl PairReport {
     fn __repr__(&self) -> String {
         format!(
-            "PairReport(index={}, bytes={}, path={:?}, finding={:?}, elapsed={:.6}{})",
+            "PairReport(index={}, bytes={}, path={:?}, finding={}, elapsed={:.6}{})",
             self.index,
             self.bytes,
             self.path,
-            self.finding,
+            opt_repr(&self.finding),
             self.elapsed,
             match &self.batch {
                 Some(b) => format!(", method={:?}", b.method),
@@ -120,10 +120,20 @@ impl From<&gdpath::PlannedPair> for PlannedPair {
 impl PlannedPair {
     fn __repr__(&self) -> String {
         format!(
-            "PlannedPair(index={}, backend={:?}, path={:?}, finding={:?})",
-            self.index, self.backend, self.path, self.finding
+            "PlannedPair(index={}, backend={:?}, path={:?}, finding={})",
+            self.index,
+            self.backend,
+            self.path,
+            opt_repr(&self.finding)
         )
     }
+}
+
+/// An optional string as Python prints it in a repr: `None`, or the string quoted (Rust's
+/// `Some("...")` would leak into the Python text).
+fn opt_repr(o: &Option<String>) -> String {
+    o.as_ref()
+        .map_or_else(|| "None".to_owned(), |s| format!("{s:?}"))
 }
 
 /// How long a blocking wait (`Transfer.wait`, `wait_notification`, `next_event`,

@@ -79,6 +79,8 @@ def test_this_machine_live(scratch):
     assert live["mode"] == "live"
     # The live doctor probes the directory; its document matches the CLI's run beside it.
     assert gdpath.doctor_json(paths=[str(scratch)]) == cli(["doctor", "--path", str(scratch)], scratch)
+    # One path is a list of one (the trial's paths="/dir" was read as its characters).
+    assert gdpath.doctor_json(paths=str(scratch)) == gdpath.doctor_json(paths=[scratch])
     # The default directory is the current one, as for the CLI.
     cwd = os.getcwd()
     try:

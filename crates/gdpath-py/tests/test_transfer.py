@@ -177,7 +177,13 @@ def test_the_gil_is_released_while_bytes_move(agent, scratch):
 def test_accept_takes_one_path_name_or_a_non_empty_list(agent, scratch):
     f = agent.register(gdpath.File(str(scratch / "acc"), "w"))
     src = agent.register(bytearray(b"x" * 4096))
-    path = agent.plan("write", src, f.desc(0, 4096))[0].path
+    planned = agent.plan("write", src, f.desc(0, 4096))[0]
+    path = planned.path
+    # Reprs print Python's None or the quoted id, not Rust's Option.
+    pair = agent.post("write", src, f.desc(0, 4096)).wait().pairs[0]
+    for obj, finding in ((planned, planned.finding), (pair, pair.finding)):
+        want = "finding=None" if finding is None else f'finding="{finding}"'
+        assert want in repr(obj) and "Some(" not in repr(obj), repr(obj)
     assert agent.post("write", src, f.desc(0, 4096), accept=path).wait().pairs[0].path == path
     assert agent.post("write", src, f.desc(0, 4096), accept=[path]).wait().pairs[0].path == path
     with pytest.raises(ValueError, match="accept=\\[\\]"):

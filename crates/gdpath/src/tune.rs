@@ -257,7 +257,7 @@ impl Tuning {
     /// `32 threads × 4 MiB, buffered: <reason>` (`16 threads × 2 MiB in 3 slabs, ...` with
     /// slabs, which only buffered reads take), as the reports print after `chosen: `.
     pub fn summary(&self) -> String {
-        let mode = if self.direct { "O_DIRECT" } else { "buffered" };
+        let mode = mode(self.direct);
         let gds = if self.cufile { ", cuFile tried" } else { "" };
         let flags = if self.overridden.is_empty() {
             String::new()
@@ -294,6 +294,15 @@ impl Tuning {
         } else {
             DirectIo::Off
         };
+    }
+}
+
+/// `O_DIRECT` or `buffered`, as the reports name the mode.
+fn mode(direct: bool) -> &'static str {
+    if direct {
+        "O_DIRECT"
+    } else {
+        "buffered"
     }
 }
 
@@ -423,6 +432,14 @@ pub fn with_overrides(mut t: Tuning, over: &Overrides) -> Tuning {
         t.overridden.push("slabs");
     }
     if let Some(v) = over.direct {
+        if v != t.direct {
+            // The rule's reason argued for the other mode: say so, not print it under this one.
+            t.reason = format!(
+                "given, where the rule chose {} for {}",
+                mode(t.direct),
+                t.reason
+            );
+        }
         t.direct = v;
         t.overridden.push("direct");
     }
@@ -555,6 +572,34 @@ mod tests {
             "{}",
             o.summary()
         );
+        // A mode given against the rule's: the reason says the rule chose the other one, not
+        // argue for it under the mode given (the trial saw "buffered: ... straight from the
+        // device").
+        assert!(
+            o.summary()
+                .starts_with("12 threads × 1 MiB, O_DIRECT: given, where the rule chose buffered for files on tmpfs"),
+            "{}",
+            o.summary()
+        );
+        let cold = rule(&facts(16, FsKind::Ext4, Some(0.0), GIB, false), Dest::Host);
+        let buffered = Overrides {
+            direct: Some(false),
+            ..Overrides::default()
+        };
+        let o = with_overrides(cold.clone(), &buffered);
+        assert!(
+            o.summary().starts_with(
+                "16 threads × 16 MiB, buffered: given, where the rule chose O_DIRECT for cold files"
+            ),
+            "{}",
+            o.summary()
+        );
+        // The same mode given: the rule's reason stands.
+        let same = Overrides {
+            direct: Some(true),
+            ..Overrides::default()
+        };
+        assert_eq!(with_overrides(cold.clone(), &same).reason, cold.reason);
     }
 
     #[test]

@@ -140,13 +140,13 @@ def doctor_json(
     hwloc_xml: Optional[PathLike] = None,
     nccl_xml: Optional[PathLike] = None,
     smi_topo: Optional[PathLike] = None,
-    paths: Optional[Sequence[PathLike]] = None,
+    paths: Union[PathLike, Sequence[PathLike], None] = None,
     measure: bool = False,
 ) -> str:
     """The ``gdpath.doctor/1`` document as text, byte for byte what ``gdpath doctor --json``
     prints with the same arguments (without its final newline): ``paths`` are the GDS
-    directories (``--path``; default the current directory on the live machine, none in a
-    replay), ``measure`` runs the measured
+    directories, one path or a list (``--path``; default the current directory on the live
+    machine, none in a replay), ``measure`` runs the measured
     probes (``--measure``; live only). Raises :class:`GdpathError` of kind ``usage`` for a
     path that is not a directory, ``topology`` for a source that cannot be read."""
     text, _code = _native.doctor_json(
@@ -155,10 +155,20 @@ def doctor_json(
         hwloc_xml=hwloc_xml,
         nccl_xml=nccl_xml,
         smi_topo=smi_topo,
-        paths=None if paths is None else [_os.fspath(p) for p in paths],
+        paths=_path_list(paths),
         measure=measure,
     )
     return text
+
+
+def _path_list(paths: Union[PathLike, Sequence[PathLike], None]) -> Optional[List[str]]:
+    """``paths`` as a list of str: one path (str, bytes, os.PathLike) is a list of one, not of
+    its characters."""
+    if paths is None:
+        return None
+    if isinstance(paths, (str, bytes, _os.PathLike)):
+        return [_os.fsdecode(paths)]
+    return [_os.fsdecode(p) for p in paths]
 
 
 def doctor(
@@ -168,7 +178,7 @@ def doctor(
     hwloc_xml: Optional[PathLike] = None,
     nccl_xml: Optional[PathLike] = None,
     smi_topo: Optional[PathLike] = None,
-    paths: Optional[Sequence[PathLike]] = None,
+    paths: Union[PathLike, Sequence[PathLike], None] = None,
     measure: bool = False,
 ) -> Dict[str, Any]:
     """The ``gdpath.doctor/1`` document as a dict: for P2P, GDR and GDS the findings (id,
