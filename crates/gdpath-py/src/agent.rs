@@ -508,6 +508,10 @@ fn accept_names(obj: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
     };
     // A list's items are checked one by one, so that the message names the item that is wrong
     // (`accept=[1]`: "not int"), not the list.
+    // PyO3 would take bytes as a list of ints; a bytes name is refused as bytes.
+    if obj.is_instance_of::<pyo3::types::PyBytes>() {
+        return Err(wrong(obj));
+    }
     let items: Vec<Bound<'_, PyAny>> = obj.extract().map_err(|_| wrong(obj))?;
     let names = items
         .iter()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import re
 import struct
 
 import numpy as np
@@ -289,13 +290,11 @@ def test_direct_overrides_the_choosers_page_cache_choice(scratch):
     with open(p, "rb") as f:
         os.fsync(f.fileno())
         os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
-    # "4 threads × 16 MiB, O_DIRECT: cold files ..." → "O_DIRECT"
+    # "4 threads × 16 MiB, O_DIRECT: cold files (0% in page cache) on ext4: ..." → "O_DIRECT"
     mode = lambda chosen: chosen.split(": ")[0].split(", ")[1]
     cold = ck.load(gpu=None)
-    if not cold.chosen.split(": ")[1].startswith("cold files"):
-        print(f"cold half skipped: the kernel kept the file cached after DONTNEED: {cold.chosen}")
-    else:
-        assert mode(cold.chosen) == "O_DIRECT" and "given" not in cold.chosen, cold.chosen
+    seen = re.match(r"cold files \((?:(\d+)% in page cache|residency unknown)\) on (\w+)",
+                    cold.chosen.split(": ")[1])
     buffered = ck.load(gpu=None, direct=False)
     assert mode(buffered.chosen) == "buffered" and "(given: direct)" in buffered.chosen, buffered.chosen
     assert buffered.path == "posix-buffered", buffered.path
@@ -304,7 +303,15 @@ def test_direct_overrides_the_choosers_page_cache_choice(scratch):
         assert_same_numpy({k: f.get_tensor(k) for k in want}, want)
     agent = gdpath.Agent(name="mine")
     for call in (lambda: gst.load_file(p, framework="numpy", agent=agent, direct=True),
+                 lambda: gst.load_file(scratch / "missing", agent=agent, direct=True),
                  lambda: gst.safe_open(p, framework="numpy", agent=agent, direct=False),
                  lambda: ck.load(agent, gpu=None, direct=True)):
         with pytest.raises(ValueError, match="direct="):
             call()
+    # The cold half last: its skip ends the test. O_DIRECT on ext4/xfs/btrfs under a tenth
+    # cached (or residency unknown), 16 MiB buffered elsewhere.
+    if seen is None:
+        pytest.skip(f"cold half: the chooser saw no cold file after DONTNEED ({cold.chosen})")
+    pct, fs = seen.groups()
+    direct = fs in ("ext4", "xfs", "btrfs") and (pct is None or int(pct) < 10)
+    assert mode(cold.chosen) == ("O_DIRECT" if direct else "buffered") and "given" not in cold.chosen, cold.chosen

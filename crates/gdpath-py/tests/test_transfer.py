@@ -193,6 +193,8 @@ def test_accept_takes_one_path_name_or_a_non_empty_list(agent, scratch):
     # The item that is wrong is named, not the list.
     with pytest.raises(TypeError, match="each a str\\), not int$"):
         agent.post("write", src, f.desc(0, 4096), accept=[path, 1])
+    with pytest.raises(TypeError, match="each a str\\), not bytes$"):
+        agent.post("write", src, f.desc(0, 4096), accept=path.encode())
 
 
 def test_a_notification_is_bytes_and_a_str_is_refused_by_name(agent, scratch):

@@ -56,8 +56,9 @@ pub const COLD_CHUNK: u64 = 16 << 20;
 
 /// A cold file on a local file system is read with O_DIRECT only below this fraction of its
 /// bytes in the page cache (0.1): O_DIRECT reads every byte from the device, while a buffered
-/// read takes the cached ones from memory, about 25× faster, and reads the rest within about
-/// 10 % of O_DIRECT's rate, which pays from about a tenth cached (docs/gds.md).
+/// read takes the cached ones from memory, about 25× faster, and read the rest within about
+/// 10 % of O_DIRECT's rate with 32 × 16 MiB readers, which pays from about a tenth cached
+/// (derived, not measured: docs/gds.md).
 pub const DIRECT_BELOW: f64 = 0.1;
 
 /// One thread per core, within [`MIN_THREADS`] ..= [`MAX_THREADS`]: the threads of a transfer
@@ -114,6 +115,13 @@ impl FsKind {
             | 0x6573_5546 => FsKind::Network,
             _ => FsKind::Other,
         }
+    }
+
+    /// ext4, xfs or btrfs: the local kinds the chooser reads cold files from with O_DIRECT
+    /// (overlayfs passes it down only on recent kernels; FUSE and 9p may take the flag and fail
+    /// the reads).
+    pub fn takes_direct(self) -> bool {
+        matches!(self, FsKind::Ext4 | FsKind::Xfs | FsKind::Btrfs)
     }
 
     /// `tmpfs`, `ext4`, ... as reports print it.
@@ -367,7 +375,7 @@ pub fn rule(facts: &Facts, dest: Dest) -> Tuning {
             format!("cold files ({resident}) on {fs}: the client's readahead"),
         )
     } else {
-        let direct_fs = matches!(facts.fs, FsKind::Ext4 | FsKind::Xfs | FsKind::Btrfs);
+        let direct_fs = facts.fs.takes_direct();
         let nearly_none = facts.resident.is_none_or(|r| r < DIRECT_BELOW);
         let (direct, why) = match (direct_fs, nearly_none) {
             (true, true) => (
@@ -433,12 +441,9 @@ pub fn with_overrides(mut t: Tuning, over: &Overrides) -> Tuning {
     }
     if let Some(v) = over.direct {
         if v != t.direct {
-            // The rule's reason argued for the other mode: say so, not print it under this one.
-            t.reason = format!(
-                "given, where the rule chose {} for {}",
-                mode(t.direct),
-                t.reason
-            );
+            // The rule's reason argued for the other mode: keep only the facts it decided on.
+            let facts = t.reason.split(": ").next().unwrap_or_default();
+            t.reason = format!("the rule chose {} for {facts}", mode(t.direct));
         }
         t.direct = v;
         t.overridden.push("direct");
@@ -577,7 +582,7 @@ mod tests {
         // device").
         assert!(
             o.summary()
-                .starts_with("12 threads × 1 MiB, O_DIRECT: given, where the rule chose buffered for files on tmpfs"),
+                .starts_with("12 threads × 1 MiB, O_DIRECT: the rule chose buffered for files on tmpfs (memory) (given: "),
             "{}",
             o.summary()
         );
@@ -589,7 +594,7 @@ mod tests {
         let o = with_overrides(cold.clone(), &buffered);
         assert!(
             o.summary().starts_with(
-                "16 threads × 16 MiB, buffered: given, where the rule chose O_DIRECT for cold files"
+                "16 threads × 16 MiB, buffered: the rule chose O_DIRECT for cold files (0% in page cache) on ext4 (given: direct)"
             ),
             "{}",
             o.summary()
@@ -716,8 +721,11 @@ mod tests {
         let want = if cold.cufile {
             (4, CHUNK, true)
         } else {
-            let direct_fs = matches!(cold.facts.fs, FsKind::Ext4 | FsKind::Xfs | FsKind::Btrfs);
-            (1, COLD_CHUNK, direct_fs && r < DIRECT_BELOW)
+            (
+                1,
+                COLD_CHUNK,
+                cold.facts.fs.takes_direct() && r < DIRECT_BELOW,
+            )
         };
         assert_eq!(
             (cold.threads, cold.chunk, cold.direct),

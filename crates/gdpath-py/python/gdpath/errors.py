@@ -100,7 +100,9 @@ class ReadOnlyMemoryError(GdpathError):
 class UnsupportedError(GdpathError):
     """What was asked needs a backend this machine does not have (``unsupported``: GPU or pinned
     memory without a CUDA driver, remote memory without UCX) or no backend moves the pair
-    (``no_path``), or every backend refused it (``refused``, with its ``finding``)."""
+    (``no_path``), or every backend refused it (``refused``, with its ``finding``; a pair
+    refused because its peer failed earlier, finding ``net.peer-failed``, is a
+    :class:`PeerError` instead)."""
 
 
 class PathNotAcceptedError(GdpathError):

@@ -57,6 +57,14 @@ def _gpu_of(device: Any) -> Optional[int]:
     raise ValueError(f"device {device!r}: \"cpu\", \"cuda\", \"cuda:N\" or a CUDA ordinal")
 
 
+def _no_direct_with(agent: Optional["_native.Agent"], direct: Optional[bool]) -> None:
+    """``ValueError`` for ``direct`` given with ``agent``, before any file is opened (the
+    native load refuses the pair too, for callers of ``_native`` itself)."""
+    if agent is not None and direct is not None:
+        raise ValueError("direct= chooses the settings of the module's own agents: an agent "
+                         "given loads with its own configuration (leave direct=None)")
+
+
 def _open(files: Files) -> "_native.Checkpoint":
     """A checkpoint of one file, of several (a list), or of the shards an index (a ``.json``
     path) lists, as the engine's ``Checkpoint::open_paths`` and ``gdpath load`` name them."""
@@ -190,6 +198,7 @@ def load_file(
     without a CUDA driver); ``TypeError`` for a dtype the framework lacks (NumPy has no bf16
     or fp8, as with ``safetensors.numpy``).
     """
+    _no_direct_with(agent, direct)
     build = _Builder(framework)
     gpu = _gpu_of(device)
     if build.framework == "np" and gpu is not None:
@@ -220,9 +229,7 @@ class safe_open:
         agent: Optional["_native.Agent"] = None,
         direct: Optional[bool] = None,
     ):
-        if agent is not None and direct is not None:
-            raise ValueError("direct= chooses the settings of the module's own agents: an agent "
-                             "given loads with its own configuration (leave direct=None)")
+        _no_direct_with(agent, direct)
         self._build = _Builder(framework)
         self._gpu = _gpu_of(device)
         if self._build.framework == "np" and self._gpu is not None:
