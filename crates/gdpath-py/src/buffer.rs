@@ -106,7 +106,7 @@ pub fn export(obj: &Bound<'_, PyAny>) -> PyResult<Option<HostExport>> {
              ctypes py_object, buffer format 'O'), or views memory that does: gdpath moves \
              raw bytes, and bytes written over object references would crash the interpreter; \
              register numeric or byte memory",
-            obj.get_type().name()?
+            crate::error::type_name(obj)
         )));
     }
     if !dense {

@@ -435,10 +435,7 @@ impl Loaded {
             "LoadedCheckpoint(tensors={}, tensor_bytes={}, path={}, elapsed={:.3}, gbps={:.2})",
             self.tensors.len(),
             self.inner.tensor_bytes,
-            self.inner
-                .path
-                .as_ref()
-                .map_or_else(|| "None".to_owned(), |p| format!("{:?}", p.name())),
+            crate::error::opt_repr(self.inner.path.as_ref().map(|p| p.name()).as_deref()),
             self.inner.elapsed.as_secs_f64(),
             self.inner.gbps()
         )

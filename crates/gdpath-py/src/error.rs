@@ -179,6 +179,12 @@ pub(crate) fn type_name(obj: &Bound<'_, PyAny>) -> String {
         .unwrap_or_default()
 }
 
+/// An optional string for a repr: `None`, or the string quoted (Rust's `Some("...")` would leak
+/// into the Python text; the quoting is Rust's `{:?}`, double quotes).
+pub(crate) fn opt_repr(o: Option<&str>) -> String {
+    o.map_or_else(|| "None".to_owned(), |s| format!("{s:?}"))
+}
+
 /// `value` as a CUDA ordinal for argument `arg` (`gpu=`): a `ValueError` naming the argument for
 /// a negative or too large one, where PyO3's conversion to `u32` would raise `OverflowError`.
 pub(crate) fn ordinal(arg: &str, value: Option<i64>) -> PyResult<Option<u32>> {

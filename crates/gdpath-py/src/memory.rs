@@ -160,7 +160,7 @@ pub fn resolve(obj: &Bound<'_, PyAny>, o: &Options) -> PyResult<Resolved> {
         return Err(PyValueError::new_err(format!(
             "gpu= names the GPU of a __cuda_array_interface__ object that does not name its \
              own; a {} says where its memory is",
-            obj.get_type().name()?
+            crate::error::type_name(obj)
         )));
     }
     if let Ok(f) = obj.cast::<File>() {

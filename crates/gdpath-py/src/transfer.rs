@@ -45,7 +45,7 @@ impl PairReport {
             self.index,
             self.bytes,
             self.path,
-            opt_repr(&self.finding),
+            crate::error::opt_repr(self.finding.as_deref()),
             self.elapsed,
             match &self.batch {
                 Some(b) => format!(", method={:?}", b.method),
@@ -124,16 +124,9 @@ impl PlannedPair {
             self.index,
             self.backend,
             self.path,
-            opt_repr(&self.finding)
+            crate::error::opt_repr(self.finding.as_deref())
         )
     }
-}
-
-/// An optional string as Python prints it in a repr: `None`, or the string quoted (Rust's
-/// `Some("...")` would leak into the Python text).
-fn opt_repr(o: &Option<String>) -> String {
-    o.as_ref()
-        .map_or_else(|| "None".to_owned(), |s| format!("{s:?}"))
 }
 
 /// How long a blocking wait (`Transfer.wait`, `wait_notification`, `next_event`,

@@ -5,7 +5,6 @@ use crate::backend::{self, Backend, Capability, Drive};
 use crate::config::AgentConfig;
 use crate::error::{Error, Result, Side};
 use crate::memory::{DirectIo, Memory, MemoryClass, MemoryKind};
-use crate::net::codec::{EncodeError, MAX_NOTIFY};
 use crate::os::mem::{HostMem, Keep};
 use crate::planner::{plan_pairs, BackendSet};
 use crate::region::{Descriptor, FileRegion, Region, RegionId, Storage, UseGuard};
@@ -409,12 +408,8 @@ impl Agent {
         }
         // A notification the wire cannot carry fails here, before any byte moves, rather than
         // after the writes it was to follow.
-        if let Some(n) = request.notify.as_ref().filter(|n| n.len() > MAX_NOTIFY) {
-            return Err(Error::ProtocolLimit(EncodeError {
-                what: "notification",
-                len: n.len(),
-                max: MAX_NOTIFY,
-            }));
+        if let Some(n) = &request.notify {
+            crate::net::codec::notification_fits(n).map_err(Error::ProtocolLimit)?;
         }
         let (local_reads, target_reads) = match request.op {
             Op::Read => (false, true),

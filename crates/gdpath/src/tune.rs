@@ -2,7 +2,8 @@
 //! for file ↔ GPU and file ↔ host transfers, picked from the machine and the files.
 //!
 //! [`Facts::gather`] observes (cores, each file's size, file system and page-cache residency,
-//! whether `nvidia_fs` is loaded); [`rule`] is the pure decision over those facts (tested with table inputs);
+//! whether `nvidia_fs` is loaded); [`rule`] is the pure decision over those facts (tested with
+//! table inputs);
 //! [`choose`] is both, with the caller's explicit values ([`Overrides`]) winning. The result, a
 //! [`Tuning`], carries the chosen values and one sentence saying why, which the load and bench
 //! reports print (`chosen: 16 threads × 16 MiB, O_DIRECT: ...`). [`Tuning::apply`] writes it
@@ -72,8 +73,9 @@ pub fn core_threads(cores: usize) -> usize {
 }
 
 /// Threads for a cold transfer of [`CHUNK`] requests through cuFile or from a network file
-/// system (neither measured here): two per core, within [`MIN_THREADS`] ..= [`MAX_THREADS`]: a reader mostly waits on the device, and
-/// more requests in flight keep its queue full (docs/gds.md, "Cold reads").
+/// system (neither measured here): two per core, within [`MIN_THREADS`] ..= [`MAX_THREADS`]: a
+/// reader mostly waits on the device, and more requests in flight keep its queue full
+/// (docs/gds.md, "Cold reads").
 pub fn device_threads(cores: usize) -> usize {
     (cores.max(1) * 2).clamp(MIN_THREADS, MAX_THREADS)
 }

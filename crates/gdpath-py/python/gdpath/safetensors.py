@@ -57,12 +57,20 @@ def _gpu_of(device: Any) -> Optional[int]:
     raise ValueError(f"device {device!r}: \"cpu\", \"cuda\", \"cuda:N\" or a CUDA ordinal")
 
 
-def _no_direct_with(agent: Optional["_native.Agent"], direct: Optional[bool]) -> None:
-    """``ValueError`` for ``direct`` given with ``agent``, before any file is opened (the
-    native load refuses the pair too, for callers of ``_native`` itself)."""
+def _load_args(
+    framework: str, device: Any, agent: Optional["_native.Agent"], direct: Optional[bool]
+) -> Tuple["_Builder", Optional[int]]:
+    """The tensor builder and CUDA ordinal of ``load_file``'s and ``safe_open``'s arguments,
+    checked before any file is opened: ``ValueError`` for ``direct`` with ``agent`` (the native
+    load refuses the pair too, for callers of ``_native`` itself) and for a GPU with NumPy."""
     if agent is not None and direct is not None:
         raise ValueError("direct= chooses the settings of the module's own agents: an agent "
                          "given loads with its own configuration (leave direct=None)")
+    build = _Builder(framework)
+    gpu = _gpu_of(device)
+    if build.framework == "np" and gpu is not None:
+        raise ValueError("framework=\"numpy\" loads into host memory: device must be \"cpu\"")
+    return build, gpu
 
 
 def _open(files: Files) -> "_native.Checkpoint":
@@ -198,11 +206,7 @@ def load_file(
     without a CUDA driver); ``TypeError`` for a dtype the framework lacks (NumPy has no bf16
     or fp8, as with ``safetensors.numpy``).
     """
-    _no_direct_with(agent, direct)
-    build = _Builder(framework)
-    gpu = _gpu_of(device)
-    if build.framework == "np" and gpu is not None:
-        raise ValueError("framework=\"numpy\" loads into host memory: device must be \"cpu\"")
+    build, gpu = _load_args(framework, device, agent, direct)
     ck = _open(filename)
     loaded = ck.load(agent, gpu=gpu, direct=direct)
     return {t.name: build.tensor(loaded, i, t) for i, t in enumerate(loaded.tensors)}
@@ -229,11 +233,7 @@ class safe_open:
         agent: Optional["_native.Agent"] = None,
         direct: Optional[bool] = None,
     ):
-        _no_direct_with(agent, direct)
-        self._build = _Builder(framework)
-        self._gpu = _gpu_of(device)
-        if self._build.framework == "np" and self._gpu is not None:
-            raise ValueError("framework=\"numpy\" loads into host memory: device must be \"cpu\"")
+        self._build, self._gpu = _load_args(framework, device, agent, direct)
         self._agent = agent
         self._direct = direct
         self._ck = _open(filename)

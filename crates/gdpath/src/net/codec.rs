@@ -802,6 +802,12 @@ pub struct EncodeError {
 }
 
 /// A frame being written, after the first `.1` bytes of `.0` (a prefix that is not part of it).
+/// `Ok` for a notification the wire carries (at most [`MAX_NOTIFY`] bytes), else the error
+/// encoding it gives: the agent checks at post what the encoder would refuse after the writes.
+pub(crate) fn notification_fits(message: &[u8]) -> Result<(), EncodeError> {
+    Writer::limit("notification", message.len(), MAX_NOTIFY)
+}
+
 struct Writer(Vec<u8>, usize);
 
 impl Writer {
@@ -998,7 +1004,7 @@ pub fn encode(msg: &Message) -> Result<Vec<u8>, EncodeError> {
         Message::Metadata(m) => w.metadata(m)?,
         Message::Withdraw(ids) | Message::WithdrawAck(ids) => w.ids(ids)?,
         Message::Notify(b) => {
-            Writer::limit("notification", b.len(), MAX_NOTIFY)?;
+            notification_fits(b)?;
             w.0.extend_from_slice(&(b.len() as u32).to_le_bytes());
             w.0.extend_from_slice(b);
         }
