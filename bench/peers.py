@@ -1,7 +1,7 @@
 """The peers' adapters that bench/'s baseline scripts share, in one place: each checkpoint loader
 takes the path of a safetensors file and returns {tensor name: torch tensor on cuda:0}, so that
-the scripts time and verify every loader alike; beside them the KvikIO read and the page-cache
-drop that cold runs start with. What one script alone measures stays in it (the savers in
+the scripts time and verify every loader alike; beside them the KvikIO read, the page-cache
+drop that cold runs start with, and the size arguments' parser. What one script alone measures stays in it (the savers in
 save_baselines.py, NIXL in kv_blocks.py, PyTorch's copies in torch_copy.py), and the anchors/
 scripts are kept as they ran.
 
@@ -20,6 +20,18 @@ from __future__ import annotations
 import json
 import os
 import struct
+
+
+UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
+
+
+def parse_size(s: str) -> int:
+    """Bytes of a size argument: a number of bytes, or one with B, KiB, MiB or GiB after it
+    ("16KiB", "1.5GiB")."""
+    for u in sorted(UNITS, key=len, reverse=True):
+        if s.endswith(u):
+            return int(float(s[: -len(u)]) * UNITS[u])
+    return int(s)
 
 
 def drop_cache(path: str) -> str:
