@@ -25,8 +25,10 @@ if [ "${#missing[@]}" -gt 0 ]; then
 fi
 command -v cargo >/dev/null || { echo "setup: cargo not found; install Rust with rustup" >&2; exit 1; }
 
-# The Python module `gdpath` (crates/gdpath-py, built by maturin): a venv with maturin and the
-# packages the Python tests compare with (pytest, numpy, safetensors) from PyPI, and gdpath
+# The Python module `gdpath` (crates/gdpath-py, built by maturin): a venv with maturin, the
+# packages the Python tests compare with (pytest, numpy, safetensors) and mypy (its stubtest checks
+# the native module's type stubs, tests/test_stubs.py; held to one minor release, since a newer
+# stubtest may add checks: raise the bound on purpose) from PyPI, and gdpath
 # built (debug, as `cargo test` builds) and installed into it. A release wheel for another
 # machine (manylinux_2_28, linked by zig against glibc 2.28): docs/python.md. Users install it
 # with `pip install crates/gdpath-py`.
@@ -35,5 +37,5 @@ command -v "$py" >/dev/null || { echo "setup: $py not found (the Python module n
 if [ ! -x .venv/bin/python ]; then
   "$py" -m venv .venv || { echo "setup: '$py -m venv' failed: install python3-venv" >&2; exit 1; }
 fi
-.venv/bin/python -m pip install -q --disable-pip-version-check "maturin>=1.9.4,<2" pytest numpy safetensors
+.venv/bin/python -m pip install -q --disable-pip-version-check "maturin>=1.9.4,<2" pytest numpy safetensors "mypy>=2.4.1,<2.5"
 VIRTUAL_ENV="$PWD/.venv" .venv/bin/maturin develop -q -m crates/gdpath-py/Cargo.toml

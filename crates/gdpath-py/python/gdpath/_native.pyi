@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Awaitable, Dict, Generator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Awaitable, Dict, Generator, List, Optional, Sequence, Tuple, Union, final
 
 _Path = Union[str, "os.PathLike[str]"]
 _Side = Union["Region", "Descriptor", Sequence[Union["Region", "Descriptor"]]]
@@ -14,15 +14,43 @@ _Token = Union[str, bytes]
 # place) or any sequence of ints.
 _Ids = Any
 
+__all__ = [
+    "Agent",
+    "Region",
+    "Descriptor",
+    "File",
+    "Transfer",
+    "TransferReport",
+    "PairReport",
+    "PlannedPair",
+    "Waker",
+    "Server",
+    "Peer",
+    "RemoteRegion",
+    "Notification",
+    "Checkpoint",
+    "LoadedCheckpoint",
+    "TensorInfo",
+    "DLPackView",
+    "KvLayout",
+    "PreparedBlocks",
+    "BatchReport",
+    "topo_json",
+    "doctor_json",
+    "NOTIFICATION_TOKEN",
+    "__version__",
+]
+
 __version__: str
 NOTIFICATION_TOKEN: int
 
+@final
 class File:
     """A file to register: mode "r" (read-only), "r+" (read and write, existing), "w" (create or
     truncate), "a" (create if missing, keep what is there; writes land at the offsets their
     descriptors give, not appended); direct "auto" | "off" | "required" (O_DIRECT policy)."""
 
-    def __init__(self, path: _Path, mode: str = "r", direct: str = "auto") -> None: ...
+    def __new__(cls, path: _Path, mode: str = "r", direct: str = "auto") -> File: ...
     @property
     def path(self) -> Path: ...
     @property
@@ -30,8 +58,9 @@ class File:
     @property
     def direct(self) -> str: ...
 
+@final
 class Agent:
-    def __init__(self, name: Optional[str] = None, strict: bool = False) -> None: ...
+    def __new__(cls, name: Optional[str] = None, strict: bool = False) -> Agent: ...
     @property
     def name(self) -> str: ...
     @property
@@ -98,9 +127,10 @@ class Agent:
     ) -> Transfer:
         """prepare_blocks(src, dst, method=method).transfer(src_ids, dst_ids, timeout=timeout)."""
 
+@final
 class Region:
     def desc(self, offset: int = 0, length: Optional[int] = None) -> Descriptor: ...
-    def __getitem__(self, key: slice) -> Descriptor: ...
+    def __getitem__(self, key: slice, /) -> Descriptor: ...
     def __len__(self) -> int: ...
     @property
     def nbytes(self) -> int: ...
@@ -123,8 +153,9 @@ class Region:
     @property
     def in_flight(self) -> int: ...
 
+@final
 class Descriptor:
-    def __init__(self, region: Region, offset: int = 0, length: Optional[int] = None) -> None: ...
+    def __new__(cls, region: Region, offset: int = 0, length: Optional[int] = None) -> Descriptor: ...
     @property
     def region(self) -> Region: ...
     @property
@@ -132,8 +163,9 @@ class Descriptor:
     @property
     def length(self) -> int: ...
     def __len__(self) -> int: ...
-    def __getitem__(self, key: slice) -> Descriptor: ...
+    def __getitem__(self, key: slice, /) -> Descriptor: ...
 
+@final
 class BatchReport:
     """How a backend posted a batch of descriptors (a block transfer's one pair): method
     "copies" | "driver-batch" | "kernel"; descriptor counts as given and after merging; what
@@ -147,6 +179,7 @@ class BatchReport:
     @property
     def post_us_per_descriptor(self) -> float: ...
 
+@final
 class PairReport:
     index: int
     bytes: int
@@ -155,13 +188,14 @@ class PairReport:
     elapsed: float
     batch: Optional[BatchReport]
 
+@final
 class KvLayout:
     """Blocks of a paged KV cache in a region, in bytes: the slot of block `id` in layer `l`,
     plane `k` is at offset + l*layer_stride + k*kv_stride + id*block_stride. Defaults lay it out
     as [num_layers][kv_planes][num_blocks][block_bytes]."""
 
-    def __init__(
-        self,
+    def __new__(
+        cls,
         region: Region,
         block_bytes: int,
         num_blocks: int,
@@ -172,7 +206,7 @@ class KvLayout:
         kv_planes: int = 1,
         kv_stride: Optional[int] = None,
         offset: int = 0,
-    ) -> None: ...
+    ) -> KvLayout: ...
     @staticmethod
     def from_tensor(
         target: Union[Agent, Region],
@@ -209,6 +243,7 @@ class KvLayout:
     def bytes_per_block(self) -> int: ...
     def block_offset(self, id: int, layer: int = 0, plane: int = 0) -> int: ...
 
+@final
 class PreparedBlocks:
     """A block transfer checked and planned once (agent.prepare_blocks), posted with new ids
     as often as needed."""
@@ -227,6 +262,7 @@ class PreparedBlocks:
     @property
     def method(self) -> Optional[str]: ...
 
+@final
 class TransferReport:
     bytes: int
     elapsed: float
@@ -234,6 +270,7 @@ class TransferReport:
     pairs: List[PairReport]
     paths: List[str]
 
+@final
 class PlannedPair:
     index: int
     backend: str
@@ -241,6 +278,7 @@ class PlannedPair:
     finding: Optional[str]
     detail: Optional[str]
 
+@final
 class Transfer:
     def wait(self, timeout: Optional[float] = None) -> TransferReport: ...
     def done(self) -> bool: ...
@@ -260,12 +298,14 @@ class Transfer:
     def __await__(self) -> Generator[Any, None, TransferReport]: ...
     def _notify(self, waker: Waker, token: int) -> None: ...
 
+@final
 class Waker:
-    def __init__(self) -> None: ...
+    def __new__(cls) -> Waker: ...
     def fileno(self) -> int: ...
     def drain(self) -> List[int]: ...
     def signal(self, token: int) -> None: ...
 
+@final
 class Server:
     @property
     def address(self) -> str: ...
@@ -276,15 +316,18 @@ class Server:
     def __enter__(self) -> Server: ...
     def __exit__(self, *exc: Any) -> None: ...
 
+@final
 class RemoteRegion:
     id: int
     kind: str
     len: int
 
+@final
 class Notification:
     sender: str
     message: bytes
 
+@final
 class Peer:
     @property
     def name(self) -> str: ...
@@ -301,6 +344,7 @@ class Peer:
     def __enter__(self) -> Peer: ...
     def __exit__(self, *exc: Any) -> None: ...
 
+@final
 class TensorInfo:
     name: str
     dtype: str
@@ -308,6 +352,7 @@ class TensorInfo:
     nbytes: int
     file: int
 
+@final
 class DLPackView:
     def __dlpack__(
         self,
@@ -322,6 +367,7 @@ class DLPackView:
     @property
     def address(self) -> int: ...
 
+@final
 class LoadedCheckpoint:
     @property
     def tensors(self) -> List[TensorInfo]: ...
@@ -343,8 +389,9 @@ class LoadedCheckpoint:
     @property
     def gbps(self) -> float: ...
 
+@final
 class Checkpoint:
-    def __init__(self, paths: Sequence[_Path]) -> None: ...
+    def __new__(cls, paths: Sequence[_Path]) -> Checkpoint: ...
     @staticmethod
     def open_index(index: _Path) -> Checkpoint: ...
     @staticmethod

@@ -3,7 +3,7 @@
 fastsafetensors (nogds), to check the storage chooser's setting for cold files against the
 alternatives on the same disk (docs/benchmarks.md, "Checkpoint load": the settings sweep row).
 
-Each load starts with the file out of the page cache (`python_load.drop_cache`) and 0.5 s of
+Each load starts with the file out of the page cache (`peers.drop_cache`) and 0.5 s of
 quiet; `gdpath load` also runs with `--cold`, which drops the file again after its untimed
 warm-up read. The settings go in rounds whose order rotates, so that the disk's drift falls on
 all alike. GB/s (1e9 B/s): tensor bytes / the CLI's load time (its `gbps`: the process start and
@@ -12,7 +12,7 @@ Nothing is verified here; `python_load.py` verifies every tensor of the chooser'
 each loader.
 
 Usage (GPU machine, root, fastsafetensors on PYTHONPATH):
-    python3 scripts/baselines/cold_settings.py GDPATH_BIN CKPT [ROUNDS]
+    python3 bench/cold_settings.py GDPATH_BIN CKPT [ROUNDS]
 """
 
 from __future__ import annotations
@@ -25,8 +25,7 @@ import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from python_load import drop_cache, l_fast  # noqa: E402
+from peers import drop_cache, fastsafetensors_load
 
 
 def main() -> int:
@@ -41,7 +40,7 @@ def main() -> int:
         time.sleep(0.5)
         torch.cuda.synchronize()
         t0 = time.perf_counter()
-        d = l_fast(path)
+        d = fastsafetensors_load(path)
         torch.cuda.synchronize()
         g = nb / (time.perf_counter() - t0) / 1e9
         del d

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Baselines of scripts/device-storage.sh (issue 24), one JSON object per line on stdout, each
+"""Baselines of bench/device-storage.sh (issue 24), one JSON object per line on stdout, each
 with `part`, `method`, `gbps_min` / `gbps_median` / `gbps_max` (1e9 B/s, over the runs),
 `runs` and `verified` (the bytes that arrived equal the file's; a row that could not run has
 `error` or `skipped` instead).
@@ -34,6 +34,9 @@ import subprocess
 import sys
 import time
 
+import peers
+from peers import drop_cache, kvikio_compat_mode, kvikio_env, kvikio_read
+
 GB = 1e9
 
 
@@ -50,27 +53,10 @@ def emit(part, method, runs, verified, **extra):
           flush=True)
 
 
-def drop_cache(path):
-    """Drops the page cache (all of it as root, else the file's pages); returns which."""
-    subprocess.run(["sync"])
-    try:
-        with open("/proc/sys/vm/drop_caches", "w") as f:
-            f.write("3\n")
-        return "drop_caches"
-    except OSError:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
-        return "fadvise"
-
-
 # --- (a) KvikIO POSIX and pinned H2D --------------------------------------------------------
 
 def kvikio_child(path, runs, cold, threads, task):
     import cupy
-    import kvikio
     import numpy as np
 
     size = os.path.getsize(path)
@@ -80,19 +66,14 @@ def kvikio_child(path, runs, cold, threads, task):
         if cold:
             drop_cache(path)
         t = time.perf_counter()
-        with kvikio.CuFile(path, "r") as fh:
-            n = fh.read(buf)
-        cupy.cuda.runtime.deviceSynchronize()
+        n = kvikio_read(path, buf)
         dt = time.perf_counter() - t
         assert n == size, (n, size)
         if i > 0:  # the first run is a warm-up (KvikIO's thread pool, bounce buffers)
             g.append(size / dt / GB)
     ref = cupy.asarray(np.fromfile(path, dtype=np.uint8))
     ok = bool(cupy.array_equal(ref, buf))
-    try:
-        compat = str(kvikio.defaults.compat_mode())
-    except Exception:
-        compat = os.environ.get("KVIKIO_COMPAT_MODE")
+    compat = kvikio_compat_mode()
     emit("a" if not cold else "b", f"kvikio-posix-t{threads}-{task}MiB", g, ok, file=path,
          bytes=size, threads=threads, task_bytes=task << 20, compat_mode=compat, cold=cold)
 
@@ -100,8 +81,7 @@ def kvikio_child(path, runs, cold, threads, task):
 def kvikio(a):
     for t in [int(x) for x in a.threads.split(",")]:
         for task in [int(x) for x in a.tasks.split(",")]:
-            env = dict(os.environ, KVIKIO_COMPAT_MODE="ON", KVIKIO_NTHREADS=str(t),
-                       KVIKIO_TASK_SIZE=str(task << 20))
+            env = kvikio_env(t, task << 20)
             args = [sys.executable, __file__, "kvikio-child", a.file, "--runs", str(a.runs),
                     "--threads", str(t), "--tasks", str(task)] + (["--cold"] if a.cold else [])
             p = subprocess.run(args, env=env, capture_output=True, text=True, timeout=120)
@@ -142,87 +122,22 @@ def pinned(a):
 
 # --- (b) checkpoint loaders, cold from the disk ---------------------------------------------
 
-def l_runai(p):
-    from runai_model_streamer import SafetensorsStreamer
-
-    d = {}
-    with SafetensorsStreamer() as s:
-        s.stream_file(p, device="cuda:0")
-        for n, x in s.get_tensors():
-            d[n] = x.clone()
-    return d
-
-
-def l_it(p, backend=None):
-    from instanttensor import safe_open
-
-    d = {}
-    kw = {"backend": backend} if backend is not None else {}
-    with safe_open(p, framework="pt", device=0, **kw) as f:
-        for n, x in f.tensors():
-            d[n] = x
-    return d
-
-
-def l_it_buffered(p):
-    from instanttensor import BackendPolicy
-
-    return l_it(p, BackendPolicy.BUFFERED)
-
-
-def l_fast(p):
-    from fastsafetensors import SafeTensorsFileLoader
-
-    ld = SafeTensorsFileLoader(None, "cuda:0", nogds=True)
-    ld.add_filenames({0: [p]})
-    fb = ld.copy_files_to_device()
-    d = {k: fb.get_tensor(k).clone() for k in ld.get_keys()}
-    ld.close()
-    return d
-
-
-def l_kvikio(p):
-    """The whole file into one GPU buffer (POSIX mode, 32 threads x 16 MiB, set by the parent
-    in the environment), tensors as views of it."""
-    import struct
-
-    import cupy
-    import kvikio
-    import torch
-
-    size = os.path.getsize(p)
-    buf = torch.empty(size, dtype=torch.uint8, device="cuda:0")
-    with kvikio.CuFile(p, "r") as fh:
-        fh.read(cupy.asarray(buf))
-    with open(p, "rb") as f:
-        (hl,) = struct.unpack("<Q", f.read(8))
-        header = json.loads(f.read(hl))
-    dt = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}
-    d = {}
-    for k, v in header.items():
-        if k == "__metadata__":
-            continue
-        b, e = v["data_offsets"]
-        d[k] = buf[8 + hl + b: 8 + hl + e].view(dt[v["dtype"]]).view(v["shape"])
-    return d
-
-
+# KvikIO reads 32 threads x 16 MiB here: device-storage.sh sets KVIKIO_* for this process.
 LOADERS = [
-    ("runai-model-streamer", l_runai),
-    ("instanttensor-default", l_it),
-    ("instanttensor-buffered", l_it_buffered),
-    ("fastsafetensors-nogds", l_fast),
-    ("kvikio-posix-t32-16MiB", l_kvikio),
+    ("runai-model-streamer", lambda p: peers.runai_load(p, clone=True)),
+    ("instanttensor-default", peers.instanttensor_load),
+    ("instanttensor-buffered", peers.instanttensor_buffered_load),
+    ("fastsafetensors-nogds", peers.fastsafetensors_load),
+    ("kvikio-posix-t32-16MiB", peers.kvikio_load),
 ]
 
 
 def loaders(a):
     import torch
-    from safetensors.torch import load_file
 
     torch.zeros(1, device="cuda:0")
     nb = os.path.getsize(a.ckpt)
-    ref = load_file(a.ckpt, device="cuda:0")
+    ref = peers.safetensors_load(a.ckpt)
     os.environ.setdefault("KVIKIO_COMPAT_MODE", "ON")
 
     def same(d):
@@ -391,8 +306,7 @@ def main():
     if a.cmd == "kvikio-child":
         return kvikio_child(a.file, a.runs, a.cold, int(a.threads), int(a.tasks))
     if a.cmd == "make":
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-        from python_load import make
+        from python_load import make  # beside this script, as peers is
 
         os.makedirs(os.path.dirname(os.path.abspath(a.path)), exist_ok=True)
         t = time.perf_counter()

@@ -21,7 +21,7 @@ started meanwhile runs about 10 % slower (docs/benchmarks.md, "Measurements behi
 defaults"), a cost of the previous loader's clean-up, not of the next load.
 
 Usage (H200 machine; the loaders' wheels carried, see docs/python.md):
-    python3 scripts/baselines/python_load.py [--quick] [--runs-tmpfs 3] [--runs-disk 2]
+    python3 bench/python_load.py [--quick] [--runs-tmpfs 3] [--runs-disk 2]
         [--gdpath-bin PATH] [--only NAME,...] [--warmup N] [--settle S] [--json OUT.json]
 Files: /dev/shm/gdpath-ckpt/model.safetensors and $GDPATH_CKPT_DIR (default /root/gdpath-ckpt).
 """
@@ -38,6 +38,9 @@ import sys
 import time
 
 import torch
+
+import peers
+from peers import drop_cache
 
 H, I, KV, V, LAYERS = 4096, 14336, 1024, 128256, 16  # 147 tensors, 9.08 GB in bf16
 
@@ -65,83 +68,14 @@ def make(path: str, quick: bool) -> None:
     save_file(t, path, metadata={"format": "pt"})
 
 
-def drop_cache(path: str) -> str:
-    """Drops the file from the page cache: `echo 3 > drop_caches` where allowed, else
-    posix_fadvise(DONTNEED). Returns which worked."""
-    subprocess.run("sync", shell=True)
-    try:
-        with open("/proc/sys/vm/drop_caches", "w") as f:
-            f.write("3\n")
-        return "drop_caches"
-    except OSError:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
-        return "fadvise"
-
-
-# --- loaders: each returns {name: tensor on cuda:0} ------------------------------------------
-
-def l_gdpath(p):
-    import gdpath.safetensors
-
-    return gdpath.safetensors.load_file(p, device="cuda:0")
-
-
-def l_safetensors(p):
-    from safetensors.torch import load_file
-
-    return load_file(p, device="cuda:0")
-
-
-def l_fast(p):
-    from fastsafetensors import SafeTensorsFileLoader
-
-    ld = SafeTensorsFileLoader(None, "cuda:0", nogds=True)
-    ld.add_filenames({0: [p]})
-    fb = ld.copy_files_to_device()
-    d = {k: fb.get_tensor(k).clone() for k in ld.get_keys()}
-    ld.close()
-    return d
-
-
-def l_runai(p):
-    from runai_model_streamer import SafetensorsStreamer
-
-    d = {}
-    with SafetensorsStreamer() as s:
-        s.stream_file(p, device="cuda:0")
-        for n, x in s.get_tensors():
-            d[n] = x
-    return d
-
-
-def l_it(p, backend=None):
-    from instanttensor import safe_open
-
-    d = {}
-    kw = {"backend": backend} if backend is not None else {}
-    with safe_open(p, framework="pt", device=0, **kw) as f:
-        for n, x in f.tensors():
-            d[n] = x
-    return d
-
-
-def l_it_buffered(p):
-    from instanttensor import BackendPolicy
-
-    return l_it(p, BackendPolicy.BUFFERED)
-
-
+# The loaders, each returning {name: tensor on cuda:0} (bench/peers.py).
 LOADERS = [
-    ("gdpath.safetensors.load_file", l_gdpath),
-    ("safetensors.load_file", l_safetensors),
-    ("fastsafetensors nogds", l_fast),
-    ("runai-model-streamer", l_runai),
-    ("instanttensor default", l_it),
-    ("instanttensor BUFFERED", l_it_buffered),
+    ("gdpath.safetensors.load_file", peers.gdpath_load),
+    ("safetensors.load_file", peers.safetensors_load),
+    ("fastsafetensors nogds", peers.fastsafetensors_load),
+    ("runai-model-streamer", peers.runai_load),
+    ("instanttensor default", peers.instanttensor_load),
+    ("instanttensor BUFFERED", peers.instanttensor_buffered_load),
 ]
 
 
@@ -179,9 +113,7 @@ def main() -> int:
         shutil.copy(disk, shm)
     nb = os.path.getsize(disk)
 
-    from safetensors.torch import load_file
-
-    ref = load_file(shm, device="cuda:0")
+    ref = peers.safetensors_load(shm)
     print(f"checkpoint: {nb} bytes, {len(ref)} tensors (reference loaded by safetensors)", flush=True)
 
     def verified(d) -> bool:

@@ -20,7 +20,7 @@
 # carried too (e.g. .devbin/wheels: runai_model_streamer, instanttensor, fastsafetensors, and for
 # KvikIO kvikio_cu13, libkvikio_cu13 and rapids_logger, without which libkvikio.so does not load);
 # they are installed with `pip install --no-deps --target` into a temporary folder on PYTHONPATH.
-# Run there (carry .devbin):   scripts/device-storage.sh .devbin/storage [.devbin/wheels]
+# Run there (carry .devbin):   bench/device-storage.sh .devbin/storage [.devbin/wheels]
 #
 # Environment: PY (python with torch, cupy, safetensors; default /opt/torch/.venv/bin/python,
 # else python3), CKPT (default /root/gdpath-ckpt/llama.safetensors, made when missing, ~15 s),
@@ -32,7 +32,7 @@ out=${OUT:-.}
 g="$dir/gdpath"
 PY=${PY:-$( [ -x /opt/torch/.venv/bin/python ] && echo /opt/torch/.venv/bin/python || command -v python3 )}
 here=$(cd "$(dirname "$0")" && pwd)
-base="$here/baselines/storage_device.py"
+base="$here/storage_device.py"
 CKPT=${CKPT:-/root/gdpath-ckpt/llama.safetensors}
 RUNS_COLD=${RUNS_COLD:-2}
 SKIP=${SKIP:-}
@@ -165,7 +165,7 @@ if ! skip d; then
     timeout 40 "$g" bench h2d --gpus 0 --sizes 1MiB,16MiB,256MiB --runs 20 --json > "$out/d-gdpath.json" 2> "$out/d-gdpath.err" \
         || { echo "bench h2d: exit $?"; fail=1; }
     rows2jsonl d gdpath "$out/d-gdpath.json"
-    timeout 40 "$PY" "$here/baselines/torch_copy.py" --kinds h2d-pageable --sizes 1MiB,16MiB,256MiB --iters 20 2> "$out/d-torch.err" \
+    timeout 40 "$PY" "$here/torch_copy.py" --kinds h2d-pageable --sizes 1MiB,16MiB,256MiB --iters 20 2> "$out/d-torch.err" \
         | "$PY" -c '
 import json, sys
 for l in sys.stdin:

@@ -15,7 +15,7 @@ fastsafetensors with `fsync=True`; fio with `end_fsync=1`. GB/s = file bytes / w
 is verified: each tensor read back (safetensors, on the CPU) equal to the GPU tensor's bytes.
 
 Usage (H200 machine):
-    python3 scripts/baselines/save_baselines.py --gdpath-bin PATH [--size 4GiB] [--runs 3]
+    python3 bench/save_baselines.py --gdpath-bin PATH [--size 4GiB] [--runs 3]
         [--disk-runs 2] [--dirs /dev/shm,$PWD] [--only NAME,...]
         [--json OUT.jsonl]
 """

@@ -8,7 +8,7 @@
 #   cargo test --release -p gdpath --test gpu_kv --no-run     # prints target/release/deps/gpu_kv-HASH
 #   mkdir -p .devbin/kv && strip -o .devbin/kv/gdpath target/release/gdpath \
 #     && strip -o .devbin/kv/gpu_kv target/release/deps/gpu_kv-HASH
-# Run there (carry .devbin/kv):   scripts/device-kv.sh .devbin/kv
+# Run there (carry .devbin/kv):   bench/device-kv.sh .devbin/kv
 #
 # Environment: PY (a python with torch; default /opt/torch/.venv/bin/python, else python3),
 # GDPATH_UCX_LIB (a CUDA-enabled libucp.so.0; found in the wheel `libucx-cu13` if PY has it,
@@ -87,9 +87,9 @@ kill "$spid" 2>/dev/null; wait "$spid" 2>/dev/null
 tail -2 "$out/serve-host.log"
 
 if [ "${SKIP_BASELINES:-0}" != 1 ] && [ -n "$PY" ]; then
-    elapsed "### baselines (scripts/baselines/kv_blocks.py, $PY)"
-    timeout 60 "$PY" "$here/baselines/kv_blocks.py" --src gpu:0 --dst host --blocks 100000 --block-size 16KiB --runs 3 | tee "$out/baseline-d2h.jsonl"
-    timeout 50 "$PY" "$here/baselines/kv_blocks.py" --src gpu:0 --dst gpu:0 --blocks 40000 --block-size 64KiB --runs 3 | tee "$out/baseline-d2d.jsonl"
+    elapsed "### baselines (bench/kv_blocks.py, $PY)"
+    timeout 60 "$PY" "$here/kv_blocks.py" --src gpu:0 --dst host --blocks 100000 --block-size 16KiB --runs 3 | tee "$out/baseline-d2h.jsonl"
+    timeout 50 "$PY" "$here/kv_blocks.py" --src gpu:0 --dst gpu:0 --blocks 40000 --block-size 64KiB --runs 3 | tee "$out/baseline-d2d.jsonl"
 fi
 elapsed "done"
 [ $fail -eq 0 ] && echo "device-kv: all ran and verified" || echo "device-kv: FAILURES above" >&2

@@ -12,10 +12,10 @@
 #   maturin build --release --zig --compatibility manylinux_2_28 -m crates/gdpath-py/Cargo.toml \
 #       --out .devbin/pywheel                                      # docs/python.md
 #   .devbin/ucx: libucx-cu13's lib/ (libucp, libuct, libucs, libucm, ucx/*.so.0, stripped)
-#   .devbin/wheels: the peers' wheels (scripts/device-storage.sh says which)
+#   .devbin/wheels: the peers' wheels (bench/device-storage.sh says which)
 #   .devbin/exp (optional): gdpath-NAME (a build with one constant changed), kv_copy
 #   tar cf - suite exp | xz > .devbin/bin.tar.xz                   # from .devbin: 24 MB -> 7 MB
-# There:  scripts/device-all.sh .devbin
+# There:  bench/device-all.sh .devbin
 set -u -o pipefail
 D=$(cd "${1:?usage: device-all.sh DEVBIN}" && pwd); R=/tmp/res; mkdir -p $R
 OUT=${OUT:-$R}
@@ -38,11 +38,11 @@ step pytest
 step report
 timeout "$(lim 60)" $GDPATH_BIN report --measure -o $OUT/report-h200.html --path /dev/shm > $R/report.log 2>&1; echo "report rc=$?"
 if ok 60; then step python loaders
-  timeout "$(lim 150)" $PY scripts/baselines/python_load.py --runs-tmpfs 3 --runs-disk 0 --gdpath-bin $GDPATH_BIN --json $R/python_load.json > $R/pyload.log 2>&1; echo "pyload rc=$?"
+  timeout "$(lim 150)" $PY bench/python_load.py --runs-tmpfs 3 --runs-disk 0 --gdpath-bin $GDPATH_BIN --json $R/python_load.json > $R/pyload.log 2>&1; echo "pyload rc=$?"
   grep -E '^tmpfs|pinned|setup' $R/pyload.log | cut -c1-220
 fi
 if ok 60; then step storage a, c, d
-  SKIP=tests,b OUT=$R timeout "$(lim 150)" scripts/device-storage.sh $D/suite > $R/storage.log 2>&1; echo "storage rc=$?"
+  SKIP=tests,b OUT=$R timeout "$(lim 150)" bench/device-storage.sh $D/suite > $R/storage.log 2>&1; echo "storage rc=$?"
   grep -E '^ +\(|^\(' $R/storage.log | cut -c1-200
 fi
 shopt -s nullglob

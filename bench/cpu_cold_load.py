@@ -7,7 +7,7 @@ default settings (what `load_file` used before it took the chooser's), and by
 `safetensors.numpy.load_file`; rounds interleaved, every load compared with the first one's
 bytes (a SHA-256 per tensor). GB/s = tensor bytes / wall time, 1e9 B/s; min / median / max.
 
-Usage: python3 scripts/baselines/cpu_cold_load.py DIR [--gib 2] [--rounds 3]
+Usage: python3 bench/cpu_cold_load.py DIR [--gib 2] [--rounds 3]
 """
 
 from __future__ import annotations

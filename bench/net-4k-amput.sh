@@ -6,7 +6,7 @@
 # target) with 64 and 256 unacknowledged. Server on CPU 0, client on CPU 1, UCX_TLS=tcp
 # UCX_NET_DEVICES=lo. Prints GB/s and the ratio to perftest of the same round.
 # Build first: cargo build --release -p gdpath-ucx --example put_stream
-# Usage: scripts/net-4k-amput.sh ROUNDS [path/to/put_stream]
+# Usage: bench/net-4k-amput.sh ROUNDS [path/to/put_stream]
 set -uo pipefail
 export LC_ALL=C UCX_TLS=tcp UCX_NET_DEVICES=lo
 rounds=${1:?usage: net-4k-amput.sh ROUNDS [put_stream]}

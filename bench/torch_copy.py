@@ -14,14 +14,7 @@ import sys
 
 import torch
 
-UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
-
-
-def parse_size(s):
-    for u in sorted(UNITS, key=len, reverse=True):
-        if s.endswith(u):
-            return int(float(s[: -len(u)]) * UNITS[u])
-    return int(s)
+from peers import parse_size
 
 
 def timed(fn, iters, streams):

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 24's checkpoint save on a GPU machine, in one call of about 150 s at the default size:
-# the save GPU tests (Rust and Python), then scripts/baselines/save_baselines.py: GPU tensors
+# the save GPU tests (Rust and Python), then bench/save_baselines.py: GPU tensors
 # (SIZE, default 4GiB) saved to tmpfs and to the root disk by `gdpath resave`,
 # `gdpath.safetensors.save_file`, `safetensors.torch.save_file` and fastsafetensors'
 # ParallelSaver, beside `dd` / `fio` writes of the same size; fsync in every timing; every
@@ -16,7 +16,7 @@
 #     && strip -o .devbin/save/gpu_gds_gpu target/release/deps/gds_gpu-HASH \
 #     && strip -o .devbin/save/gpu_gpu_load target/release/deps/gpu_load-HASH \
 #     && cp target/wheels/gdpath-*.whl .devbin/save/
-# Run there (carry .devbin/save and .whl):   scripts/device-save.sh .devbin/save [.whl]
+# Run there (carry .devbin/save and .whl):   bench/device-save.sh .devbin/save [.whl]
 #
 # Environment: PY (a python with torch and safetensors; default /opt/torch/.venv/bin/python,
 # else python3), SIZE (default 4GiB), RUNS (tmpfs, default 3), DISK_RUNS (default 2),
@@ -70,8 +70,8 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
     fi
 fi
 
-elapsed "### savers (scripts/baselines/save_baselines.py, SIZE=${SIZE:-4GiB})"
-timeout 400 "$PY" "$here/baselines/save_baselines.py" --gdpath-bin "$dir/gdpath" \
+elapsed "### savers (bench/save_baselines.py, SIZE=${SIZE:-4GiB})"
+timeout 400 "$PY" "$here/save_baselines.py" --gdpath-bin "$dir/gdpath" \
     --size "${SIZE:-4GiB}" --runs "${RUNS:-3}" --disk-runs "${DISK_RUNS:-2}" \
     --dirs "${DIRS:-/dev/shm,$PWD}" --json "$out/save.jsonl" 2>&1 | tee "$out/save.log" || fail=1
 elapsed "done"

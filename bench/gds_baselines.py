@@ -26,6 +26,8 @@ import subprocess
 import sys
 import time
 
+import peers
+
 GB = 1e9
 
 
@@ -117,10 +119,8 @@ def run_torch(path, runs, cold, methods):
         emit("pinned-h2d", None, n, out)
         del h, g
     if "safetensors-load" in methods:
-        from safetensors.torch import load_file
-
         def f():
-            t = load_file(path, device="cuda:0")
+            t = peers.safetensors_load(path)
             torch.cuda.synchronize()
             del t
         emit("safetensors-load", path, size, timed(f, runs, path, cold))
@@ -128,19 +128,13 @@ def run_torch(path, runs, cold, methods):
 
 def run_kvikio_child(path, runs, cold, threads):
     import cupy
-    import kvikio
     size = os.path.getsize(path)
     buf = cupy.empty(size, dtype=cupy.uint8)
-    try:
-        compat = str(kvikio.defaults.compat_mode())
-    except Exception:  # older/newer API
-        compat = os.environ.get("KVIKIO_COMPAT_MODE")
+    compat = peers.kvikio_compat_mode()
 
     def f():
-        with kvikio.CuFile(path, "r") as fh:
-            n = fh.read(buf)
+        n = peers.kvikio_read(path, buf)
         assert n == size, (n, size)
-        cupy.cuda.runtime.deviceSynchronize()
     emit(f"kvikio-posix-t{threads}", path, size, timed(f, runs, path, cold),
          threads=threads, task_size=4 << 20, compat_mode=compat)
 
@@ -182,8 +176,7 @@ def main():
         run_torch(a.path, a.runs, a.cold, methods)
     if "kvikio" in methods:
         for t in [int(x) for x in a.threads.split(",")]:
-            env = dict(os.environ, KVIKIO_COMPAT_MODE="ON", KVIKIO_NTHREADS=str(t),
-                       KVIKIO_TASK_SIZE=str(4 << 20))
+            env = peers.kvikio_env(t, 4 << 20)
             args = [sys.executable, __file__, "run", a.path, "--runs", str(a.runs),
                     "--kvikio-child", str(t)] + (["--cold"] if a.cold else [])
             p = subprocess.run(args, env=env, capture_output=True, text=True)

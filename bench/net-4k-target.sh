@@ -17,7 +17,7 @@
 # coalesced, and for each program how many of its runs were coalesced and its median GB/s in
 # each mode.
 # CC=cubic (root) runs the rounds under that congestion control and restores the host's at exit.
-# Usage: scripts/net-4k-target.sh ROUNDS GDPATH [GDPATH...]   (BATCH=16, N=200000, CC unset)
+# Usage: bench/net-4k-target.sh ROUNDS GDPATH [GDPATH...]   (BATCH=16, N=200000, CC unset)
 set -uo pipefail
 export LC_ALL=C  # sort -n and awk read "0.63" alike in every locale
 rounds=${1:?usage: net-4k-target.sh ROUNDS GDPATH [GDPATH...]}

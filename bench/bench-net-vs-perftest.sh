@@ -5,7 +5,7 @@
 # per transfer (qd 64, batch 16: one flush confirms 16 puts, as a NIXL descriptor list does).
 # Also 8-byte latency: gdpath put (post -> in the peer's memory, one round trip) and get
 # against ucx_perftest ucp_put_lat (half a ping-pong round trip) and ucp_get (one round trip).
-# Usage: scripts/bench-net-vs-perftest.sh [path/to/gdpath] [rounds]
+# Usage: bench/bench-net-vs-perftest.sh [path/to/gdpath] [rounds]
 set -euo pipefail
 GDPATH=${1:-target/release/gdpath}
 ROUNDS=${2:-3}
