@@ -1,5 +1,7 @@
 //! Captures what a UCX `*_print_info(…, FILE *)` function writes, through `open_memstream(3)`.
 
+use std::sync::Arc;
+
 use crate::error::{Result, UcxError};
 
 /// Runs `print` with a memory-backed `FILE *` and returns what it wrote (lossy UTF-8).
@@ -7,30 +9,32 @@ use crate::error::{Result, UcxError};
 /// # Safety
 /// `print` must only write to the stream it is given and not keep it.
 pub(crate) unsafe fn capture(print: impl FnOnce(*mut libc::FILE)) -> Result<String> {
+    let os_error = |op| UcxError::Os {
+        op,
+        source: Arc::new(std::io::Error::last_os_error()),
+    };
     let mut buf: *mut libc::c_char = std::ptr::null_mut();
     let mut size: libc::size_t = 0;
-    let stream = libc::open_memstream(&mut buf, &mut size);
+    // SAFETY: both out-pointers are live; libc updates them until the stream is closed below.
+    let stream = unsafe { libc::open_memstream(&mut buf, &mut size) };
     if stream.is_null() {
-        return Err(UcxError::Os {
-            op: "open_memstream",
-            source: std::sync::Arc::new(std::io::Error::last_os_error()),
-        });
+        return Err(os_error("open_memstream"));
     }
     print(stream);
-    // fclose flushes and sets buf/size for the final time.
-    let rc = libc::fclose(stream);
+    // SAFETY: the stream is open and `print` kept it not; fclose flushes and sets buf/size for
+    // the final time.
+    let rc = unsafe { libc::fclose(stream) };
     let text = if buf.is_null() {
         String::new()
     } else {
-        let bytes = std::slice::from_raw_parts(buf as *const u8, size);
+        // SAFETY: after fclose, `buf` holds `size` bytes written through the stream.
+        let bytes = unsafe { std::slice::from_raw_parts(buf as *const u8, size) };
         String::from_utf8_lossy(bytes).into_owned()
     };
-    libc::free(buf.cast());
+    // SAFETY: `buf` was allocated by open_memstream (or is NULL) and is not used after.
+    unsafe { libc::free(buf.cast()) };
     if rc != 0 {
-        return Err(UcxError::Os {
-            op: "fclose(memstream)",
-            source: std::sync::Arc::new(std::io::Error::last_os_error()),
-        });
+        return Err(os_error("fclose(memstream)"));
     }
     Ok(text)
 }

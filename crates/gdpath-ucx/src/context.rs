@@ -3,11 +3,13 @@
 use std::ffi::CString;
 use std::fmt;
 use std::ops::BitOr;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
-use crate::capture::capture;
-use crate::error::{check, Result, UcxError};
-use crate::loader::Ucx;
+use crate::call;
+use crate::error::{Result, UcxError};
+use crate::loader::{Ucx, UcxVersion};
+use crate::mem_type::MemType;
+use crate::sync::lock;
 use crate::sys;
 
 /// UCP features a context is created with (`ucp_feature`).
@@ -19,10 +21,8 @@ impl Features {
     pub const RMA: Features = Features(sys::UCP_FEATURE_RMA as u64);
     /// Active messages (`UCP_FEATURE_AM`): this crate's control messages.
     pub const AM: Features = Features(sys::UCP_FEATURE_AM as u64);
-    /// Tag matching (`UCP_FEATURE_TAG`).
-    pub const TAG: Features = Features(sys::UCP_FEATURE_TAG as u64);
     /// Blocking waits on an event fd (`UCP_FEATURE_WAKEUP`). Off by default. Together with
-    /// [`Features::TAG`], UCX's wireup puts the active-message lane only on a transport that
+    /// tag matching (`UCP_FEATURE_TAG`, which this crate does not use), UCX's wireup puts the active-message lane only on a transport that
     /// can raise events; without TAG the lanes are chosen as without WAKEUP, and traffic on a
     /// transport that cannot raise events does not wake a waiter (bound the wait).
     pub const WAKEUP: Features = Features(sys::UCP_FEATURE_WAKEUP as u64);
@@ -42,59 +42,6 @@ impl BitOr for Features {
     type Output = Features;
     fn bitor(self, rhs: Features) -> Features {
         Features(self.0 | rhs.0)
-    }
-}
-
-/// Memory types UCX distinguishes (`ucs_memory_type_t`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum MemType {
-    /// Host (system) memory.
-    Host,
-    /// CUDA device memory (`cudaMalloc`/`cuMemAlloc`).
-    Cuda,
-    /// CUDA managed (unified) memory.
-    CudaManaged,
-    /// ROCm device memory.
-    Rocm,
-    /// ROCm managed memory.
-    RocmManaged,
-}
-
-impl MemType {
-    /// All types in `ucs_memory_type_t` order.
-    pub const ALL: [MemType; 5] = [
-        MemType::Host,
-        MemType::Cuda,
-        MemType::CudaManaged,
-        MemType::Rocm,
-        MemType::RocmManaged,
-    ];
-
-    pub(crate) fn raw(self) -> sys::ucs_memory_type_t {
-        match self {
-            MemType::Host => sys::UCS_MEMORY_TYPE_HOST,
-            MemType::Cuda => sys::UCS_MEMORY_TYPE_CUDA,
-            MemType::CudaManaged => sys::UCS_MEMORY_TYPE_CUDA_MANAGED,
-            MemType::Rocm => sys::UCS_MEMORY_TYPE_ROCM,
-            MemType::RocmManaged => sys::UCS_MEMORY_TYPE_ROCM_MANAGED,
-        }
-    }
-
-    /// UCX's name (`host`, `cuda`, `cuda-managed`, `rocm`, `rocm-managed`).
-    pub fn name(self) -> &'static str {
-        match self {
-            MemType::Host => "host",
-            MemType::Cuda => "cuda",
-            MemType::CudaManaged => "cuda-managed",
-            MemType::Rocm => "rocm",
-            MemType::RocmManaged => "rocm-managed",
-        }
-    }
-}
-
-impl fmt::Display for MemType {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
     }
 }
 
@@ -153,7 +100,7 @@ pub struct UcxFacts {
     /// The library loaded (name or path).
     pub library: String,
     /// Its version.
-    pub version: crate::UcxVersion,
+    pub version: UcxVersion,
     /// Its version string.
     pub version_string: String,
     /// The transports and devices this context may use: the "resource" lines of
@@ -185,6 +132,7 @@ pub(crate) struct ContextInner {
 // UCS_THREAD_MODE_MULTI share that same lock, so UCX never sees two threads at once in a
 // context that was not made for it.
 unsafe impl Send for ContextInner {}
+// SAFETY: as for Send.
 unsafe impl Sync for ContextInner {}
 
 impl Drop for ContextInner {
@@ -192,7 +140,7 @@ impl Drop for ContextInner {
         let _g = lock(&self.lock);
         // SAFETY: last reference; workers, endpoints and mem handles hold a Context clone, so
         // all of them are gone.
-        unsafe { self.ucx.api.ucp_cleanup(self.raw) };
+        unsafe { call::cleanup(&self.ucx.api, self.raw) };
     }
 }
 
@@ -213,12 +161,6 @@ impl fmt::Debug for Context {
             .field("thread_multi", &self.inner.thread_multi)
             .finish()
     }
-}
-
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panic while holding a lock cannot leave UCX state, or the queues and lists this crate
-    // guards (each changed by one push, pop or swap), half-changed from Rust's view.
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Context {
@@ -264,55 +206,34 @@ impl Context {
             defaults.push((k, v));
         }
 
-        let mut config: *mut sys::ucp_config_t = std::ptr::null_mut();
-        // SAFETY: NULL env prefix and file name read the defaults and UCX_* variables.
-        check("ucp_config_read", unsafe {
-            api.ucp_config_read(std::ptr::null(), std::ptr::null(), &mut config)
-        })?;
+        let config = call::config_read(api)?;
         let result = (|| {
             for (k, v) in &defaults {
-                // SAFETY: config is live; k and v are NUL-terminated.
-                let st = unsafe { api.ucp_config_modify(config, k.as_ptr(), v.as_ptr()) };
-                if st != sys::UCS_OK {
-                    tracing::debug!("UCX refused the default {k:?}={v:?} (status {st}); skipped");
+                // SAFETY: config was read above and is released only below.
+                if let Err(e) = unsafe { call::config_modify(api, config, k, v) } {
+                    tracing::debug!("UCX refused the default {k:?}={v:?} ({e}); skipped");
                 }
             }
             for (k, v) in &settings {
-                // SAFETY: config is live; k and v are NUL-terminated.
-                check("ucp_config_modify", unsafe {
-                    api.ucp_config_modify(config, k.as_ptr(), v.as_ptr())
-                })?;
+                // SAFETY: as above.
+                unsafe { call::config_modify(api, config, k, v) }?;
             }
-            // SAFETY: zeroed params are valid; only fields flagged in field_mask are read and
-            // every flag used here exists since UCX 1.13.
-            let mut params: sys::ucp_params_t = unsafe { std::mem::zeroed() };
+            let mut params: sys::ucp_params_t = call::unset();
             params.field_mask =
                 (sys::UCP_PARAM_FIELD_FEATURES | sys::UCP_PARAM_FIELD_MT_WORKERS_SHARED) as u64;
             params.features = cfg.features.bits();
             params.mt_workers_shared = 1;
-            let mut raw: sys::ucp_context_h = std::ptr::null_mut();
-            // SAFETY: ucp_init is a static inline that forwards the header's API version.
-            check("ucp_init", unsafe {
-                api.ucp_init_version(
-                    sys::UCP_API_MAJOR,
-                    sys::UCP_API_MINOR,
-                    &params,
-                    config,
-                    &mut raw,
-                )
-            })?;
-            Ok(raw)
+            // SAFETY: config is live; both flags exist since UCX 1.13.
+            unsafe { call::init_version(api, &params, config) }
         })();
         // SAFETY: config was read above and is no longer used.
-        unsafe { api.ucp_config_release(config) };
+        unsafe { call::config_release(api, config) };
         let raw = result?;
 
-        // SAFETY: zeroed attr with a known field.
-        let mut attr: sys::ucp_context_attr_t = unsafe { std::mem::zeroed() };
-        attr.field_mask = sys::UCP_ATTR_FIELD_THREAD_MODE as u64;
-        // SAFETY: raw is a live context.
-        let thread_multi = unsafe { api.ucp_context_query(raw, &mut attr) } == sys::UCS_OK
-            && attr.thread_mode == sys::UCS_THREAD_MODE_MULTI;
+        // SAFETY: raw is a live context; THREAD_MODE exists since UCX 1.13.
+        let thread_multi =
+            unsafe { call::context_query(api, raw, sys::UCP_ATTR_FIELD_THREAD_MODE as u64) }
+                .is_ok_and(|attr| attr.thread_mode == sys::UCS_THREAD_MODE_MULTI);
         Ok(Context {
             inner: Arc::new(ContextInner {
                 ucx: ucx.clone(),
@@ -329,9 +250,9 @@ impl Context {
         &self.inner.ucx
     }
 
-    /// The features the context was created with.
-    pub fn features(&self) -> Features {
-        self.inner.features
+    /// The loaded library's functions.
+    pub(crate) fn api(&self) -> &sys::Ucp {
+        &self.inner.ucx.api
     }
 
     pub(crate) fn require(&self, f: Features, name: &'static str) -> Result<()> {
@@ -354,17 +275,17 @@ impl Context {
     /// Memory types this context can map and move (`ucp_context_query`,
     /// `UCP_ATTR_FIELD_MEMORY_TYPES`).
     pub fn memory_types(&self) -> Result<Vec<MemType>> {
-        // SAFETY: zeroed attr with a field known since UCX 1.13.
-        let mut attr: sys::ucp_context_attr_t = unsafe { std::mem::zeroed() };
-        attr.field_mask = sys::UCP_ATTR_FIELD_MEMORY_TYPES as u64;
-        let _g = lock(&self.inner.lock);
-        // SAFETY: live context.
-        check("ucp_context_query", unsafe {
-            self.inner
-                .ucx
-                .api
-                .ucp_context_query(self.inner.raw, &mut attr)
-        })?;
+        let attr = {
+            let _g = lock(&self.inner.lock);
+            // SAFETY: live context, calls serialised; MEMORY_TYPES exists since UCX 1.13.
+            unsafe {
+                call::context_query(
+                    self.api(),
+                    self.inner.raw,
+                    sys::UCP_ATTR_FIELD_MEMORY_TYPES as u64,
+                )
+            }?
+        };
         Ok(MemType::ALL
             .into_iter()
             .filter(|m| attr.memory_types & (1u64 << m.raw()) != 0)
@@ -376,11 +297,23 @@ impl Context {
         Ok(self.memory_types()?.contains(&m))
     }
 
+    /// `Ok` when this context can map and move memory of type `m`.
+    ///
+    /// Errors: [`UcxError::MemTypeUnsupported`] listing the types it can.
+    pub(crate) fn require_mem_type(&self, m: MemType) -> Result<()> {
+        let have = self.memory_types()?;
+        if have.contains(&m) {
+            return Ok(());
+        }
+        let have: Vec<&str> = have.iter().map(|t| t.name()).collect();
+        Err(UcxError::MemTypeUnsupported(m, have.join(",")))
+    }
+
     /// UCX's own description of the context (`ucp_context_print_info`).
     pub fn print_info(&self) -> Result<String> {
         let _g = lock(&self.inner.lock);
-        // SAFETY: the callee writes to the memstream only.
-        unsafe { capture(|f| self.inner.ucx.api.ucp_context_print_info(self.inner.raw, f)) }
+        // SAFETY: live context, calls serialised.
+        unsafe { call::context_print_info(self.api(), self.inner.raw) }
     }
 
     /// The transports and devices this context may use (see [`UcxFacts::resources`]).
@@ -462,6 +395,5 @@ mod tests {
         let f = Features::RMA | Features::AM;
         assert!(f.contains(Features::RMA));
         assert!(!f.contains(Features::WAKEUP));
-        assert_eq!(MemType::Cuda.raw(), sys::UCS_MEMORY_TYPE_CUDA);
     }
 }

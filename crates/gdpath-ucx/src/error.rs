@@ -3,6 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
+use crate::mem_type::MemType;
 use crate::sys;
 
 /// A UCX status code (`ucs_status_t`, a signed byte: 0 is `UCS_OK`, 1 `UCS_INPROGRESS`,
@@ -161,15 +162,15 @@ pub enum UcxError {
     },
     /// The memory is not host memory, so the CPU cannot read or write it directly.
     #[error("memory of type {0} cannot be accessed by the CPU through this handle")]
-    NotHostMemory(crate::MemType),
+    NotHostMemory(MemType),
     /// This UCX build cannot map or move memory of the given type.
     #[error("this UCX build does not support {0} memory (supported: {1})")]
-    MemTypeUnsupported(crate::MemType, String),
+    MemTypeUnsupported(MemType, String),
     /// UCX's detection found another memory type than the caller declared.
     #[error("memory declared as {expected} was detected by UCX as {detected}")]
     MemTypeMismatch {
         /// The type the caller passed.
-        expected: crate::MemType,
+        expected: MemType,
         /// What `ucp_mem_query` reported.
         detected: String,
     },
@@ -201,29 +202,6 @@ pub enum UcxError {
 /// Result alias of this crate.
 pub type Result<T> = std::result::Result<T, UcxError>;
 
-/// Maps a returned status to `Ok(())` or [`UcxError::Status`] naming `op`.
-pub(crate) fn check(op: &'static str, status: sys::ucs_status_t) -> Result<()> {
-    if status == sys::UCS_OK {
-        Ok(())
-    } else {
-        Err(UcxError::Status {
-            op,
-            status: Status(status),
-        })
-    }
-}
-
-/// `UCS_PTR_IS_ERR`: UCX encodes an error status in a returned pointer as the small negative
-/// integer `(uintptr_t)ptr >= (uintptr_t)UCS_ERR_LAST` (see `ucs/type/status.h`).
-pub(crate) fn ptr_is_err(p: *const std::ffi::c_void) -> bool {
-    (p as usize) >= (sys::UCS_ERR_LAST as isize as usize)
-}
-
-/// `UCS_PTR_STATUS`: the status encoded in a pointer that [`ptr_is_err`] accepted.
-pub(crate) fn ptr_status(p: *const std::ffi::c_void) -> Status {
-    Status(p as isize as i8)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -239,15 +217,5 @@ mod tests {
         assert!(Status(-70).is_peer_failure());
         assert!(!Status(sys::UCS_ERR_INVALID_PARAM).is_peer_failure());
         assert!(Status(0).is_ok());
-    }
-
-    #[test]
-    fn pointer_status_encoding() {
-        let err = sys::UCS_ERR_UNREACHABLE as isize as *const std::ffi::c_void;
-        assert!(ptr_is_err(err));
-        assert_eq!(ptr_status(err), Status(sys::UCS_ERR_UNREACHABLE));
-        let real = 0x7f00_0000_1000usize as *const std::ffi::c_void;
-        assert!(!ptr_is_err(real));
-        assert!(!ptr_is_err(std::ptr::null()));
     }
 }

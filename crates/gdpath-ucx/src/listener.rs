@@ -7,11 +7,11 @@ use std::os::raw::c_void;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use crate::context::lock;
-
+use crate::call;
 use crate::endpoint::{Endpoint, ErrorMode};
-use crate::error::{check, Result, UcxError};
+use crate::error::{Result, UcxError};
 use crate::sockaddr::{from_storage, CSockAddr};
+use crate::sync::lock;
 use crate::sys;
 use crate::worker::Worker;
 
@@ -30,6 +30,7 @@ pub struct Listener {
 
 // SAFETY: UCX calls on `raw` happen under the worker lock; the queue is a Mutex.
 unsafe impl Send for Listener {}
+// SAFETY: as for Send.
 unsafe impl Sync for Listener {}
 
 impl fmt::Debug for Listener {
@@ -42,7 +43,7 @@ impl fmt::Debug for Listener {
 
 unsafe extern "C" fn conn_cb(conn: sys::ucp_conn_request_h, arg: *mut c_void) {
     // SAFETY: arg is this listener's queue, alive until after ucp_listener_destroy.
-    let q = &*(arg as *const ConnQueue);
+    let q = unsafe { &*(arg as *const ConnQueue) };
     lock(q).push_back(conn as usize);
 }
 
@@ -60,8 +61,7 @@ impl Listener {
     pub fn bind_with(worker: &Worker, addr: SocketAddr, mode: ErrorMode) -> Result<Listener> {
         let queue: *mut ConnQueue = Box::into_raw(Box::new(Mutex::new(VecDeque::new())));
         let sa = CSockAddr::new(&addr);
-        // SAFETY: zeroed params; fields flagged exist since UCX 1.10.
-        let mut p: sys::ucp_listener_params_t = unsafe { std::mem::zeroed() };
+        let mut p: sys::ucp_listener_params_t = call::unset();
         p.field_mask = (sys::UCP_LISTENER_PARAM_FIELD_SOCK_ADDR
             | sys::UCP_LISTENER_PARAM_FIELD_CONN_HANDLER) as u64;
         p.sockaddr = sa.as_ucs();
@@ -69,21 +69,20 @@ impl Listener {
             cb: Some(conn_cb),
             arg: queue.cast(),
         };
-        let mut raw: sys::ucp_listener_h = std::ptr::null_mut();
-        let st = {
+        let created = {
             let _g = worker.guard();
-            // SAFETY: live worker; the queue outlives the listener.
-            unsafe {
-                worker
-                    .api()
-                    .ucp_listener_create(worker.inner.raw, &p, &mut raw)
+            // SAFETY: live worker, serialised; the flagged fields exist since UCX 1.10; the
+            // socket address lives through the call and the queue outlives the listener.
+            unsafe { call::listener_create(worker.api(), worker.inner.raw, &p) }
+        };
+        let raw = match created {
+            Ok(raw) => raw,
+            Err(e) => {
+                // SAFETY: UCX did not keep the queue.
+                drop(unsafe { Box::from_raw(queue) });
+                return Err(e);
             }
         };
-        if st != sys::UCS_OK {
-            // SAFETY: UCX did not keep the queue.
-            drop(unsafe { Box::from_raw(queue) });
-            check("ucp_listener_create", st)?;
-        }
         Ok(Listener {
             worker: worker.clone(),
             raw,
@@ -94,16 +93,17 @@ impl Listener {
 
     /// The bound address, with the port UCX chose.
     pub fn local_addr(&self) -> Result<SocketAddr> {
-        // SAFETY: zeroed attr; SOCKADDR known since 1.10.
-        let mut attr: sys::ucp_listener_attr_t = unsafe { std::mem::zeroed() };
-        attr.field_mask = sys::UCP_LISTENER_ATTR_FIELD_SOCKADDR as u64;
-        {
+        let attr = {
             let _g = self.worker.guard();
-            // SAFETY: live listener.
-            check("ucp_listener_query", unsafe {
-                self.worker.api().ucp_listener_query(self.raw, &mut attr)
-            })?;
-        }
+            // SAFETY: live listener, serialised; SOCKADDR exists since UCX 1.10.
+            unsafe {
+                call::listener_query(
+                    self.worker.api(),
+                    self.raw,
+                    sys::UCP_LISTENER_ATTR_FIELD_SOCKADDR as u64,
+                )
+            }?
+        };
         // SAFETY: UCX filled a sockaddr_storage (same layout as libc's).
         unsafe { from_storage((&attr.sockaddr as *const sys::sockaddr_storage).cast()) }
             .ok_or_else(|| UcxError::InvalidArgument("listener address family".into()))
@@ -120,20 +120,23 @@ impl Listener {
         let Some(conn) = self.pop() else {
             return Ok(None);
         };
-        // SAFETY: zeroed attr; CLIENT_ADDR known since 1.10.
-        let mut attr: sys::ucp_conn_request_attr_t = unsafe { std::mem::zeroed() };
-        attr.field_mask = sys::UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR as u64;
-        let peer = {
+        let queried = {
             let _g = self.worker.guard();
-            // SAFETY: a live, unconsumed connection request.
-            let st = unsafe { self.worker.api().ucp_conn_request_query(conn, &mut attr) };
-            // SAFETY: filled on success.
-            (st == sys::UCS_OK)
-                .then(|| unsafe {
-                    from_storage((&attr.client_address as *const sys::sockaddr_storage).cast())
-                })
-                .flatten()
+            // SAFETY: a live, unconsumed connection request, serialised; CLIENT_ADDR exists
+            // since UCX 1.10.
+            unsafe {
+                call::conn_request_query(
+                    self.worker.api(),
+                    conn,
+                    sys::UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR as u64,
+                )
+            }
         };
+        // A peer whose address UCX cannot tell is still accepted, as `?`.
+        let peer = queried.ok().and_then(|attr| {
+            // SAFETY: UCX filled the client address, a sockaddr_storage (libc's layout).
+            unsafe { from_storage((&attr.client_address as *const sys::sockaddr_storage).cast()) }
+        });
         Endpoint::accept(&self.worker, conn, peer, self.mode).map(Some)
     }
 
@@ -161,17 +164,14 @@ impl Drop for Listener {
         let _g = self.worker.guard();
         let api = self.worker.api();
         // SAFETY: queue alive; each pending request is rejected once.
-        let pending: Vec<usize> = unsafe { &*self.queue }
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .drain(..)
-            .collect();
+        let pending: Vec<usize> = lock(unsafe { &*self.queue }).drain(..).collect();
         for c in pending {
-            // SAFETY: an unconsumed request of this listener.
-            unsafe { api.ucp_listener_reject(self.raw, c as sys::ucp_conn_request_h) };
+            // SAFETY: an unconsumed request of this listener, serialised. A request UCX cannot
+            // reject (its client gone) leaves nothing to undo.
+            let _ = unsafe { call::listener_reject(api, self.raw, c as sys::ucp_conn_request_h) };
         }
-        // SAFETY: live listener; no callbacks after this returns.
-        unsafe { api.ucp_listener_destroy(self.raw) };
+        // SAFETY: live listener, serialised; no callbacks after this returns.
+        unsafe { call::listener_destroy(api, self.raw) };
         // SAFETY: from Box::into_raw in bind.
         drop(unsafe { Box::from_raw(self.queue) });
     }

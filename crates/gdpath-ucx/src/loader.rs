@@ -1,12 +1,12 @@
 //! Loading libucp at run time and checking its version.
 
-use std::ffi::CStr;
 use std::fmt;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use crate::context::lock;
+use crate::call;
 use crate::error::{Result, Status, UcxError};
+use crate::sync::lock;
 use crate::sys;
 
 /// The library `Ucx::load` opens unless [`ENV_LIB`] names another.
@@ -21,7 +21,7 @@ pub const MIN_VERSION: UcxVersion = UcxVersion {
     release: 0,
 };
 /// First UCX release with `UCP_EP_ATTR_FIELD_TRANSPORTS` in `ucp_ep_query`.
-pub const EP_QUERY_TRANSPORTS_SINCE: UcxVersion = UcxVersion {
+const EP_QUERY_TRANSPORTS_SINCE: UcxVersion = UcxVersion {
     major: 1,
     minor: 14,
     release: 0,
@@ -32,7 +32,7 @@ pub const EP_QUERY_TRANSPORTS_SINCE: UcxVersion = UcxVersion {
 pub struct UcxVersion {
     /// Major (1 for every UCX so far).
     pub major: u32,
-    /// Minor (13 for Debian bookworm, 16 for Ubuntu 24.04, 22 for the 2026 PyPI wheels).
+    /// Minor (13 for Debian bookworm, 16 for Ubuntu 24.04; see `docs/ucx.md` for others).
     pub minor: u32,
     /// Release (patch) number.
     pub release: u32,
@@ -64,18 +64,6 @@ impl fmt::Debug for Ucx {
 
 /// The one libucp of this process, once loaded.
 static LOADED: Mutex<Option<Arc<Ucx>>> = Mutex::new(None);
-
-/// Functions gdpath calls; all exist in UCX 1.13. Checked once at load so that the
-/// generated wrappers (which panic on a missing symbol) never panic.
-macro_rules! required_symbols {
-    ($api:expr, $lib:expr, [$($sym:ident),* $(,)?]) => {
-        $(
-            if $api.$sym.is_err() {
-                return Err(UcxError::SymbolMissing { library: $lib.to_string(), symbol: stringify!($sym) });
-            }
-        )*
-    };
-}
 
 impl Ucx {
     /// Loads the process's libucp: the library named by `GDPATH_UCX_LIB` if set, else
@@ -129,57 +117,8 @@ impl Ucx {
             library: library.to_string(),
             reason: loader_message(&e),
         })?;
-        required_symbols!(
-            api,
-            library,
-            [
-                ucp_get_version,
-                ucp_get_version_string,
-                ucs_status_string,
-                ucp_config_read,
-                ucp_config_release,
-                ucp_config_modify,
-                ucp_init_version,
-                ucp_cleanup,
-                ucp_context_query,
-                ucp_context_print_info,
-                ucp_worker_create,
-                ucp_worker_destroy,
-                ucp_worker_progress,
-                ucp_worker_get_efd,
-                ucp_worker_arm,
-                ucp_worker_signal,
-                ucp_worker_flush_nbx,
-                ucp_worker_set_am_recv_handler,
-                ucp_worker_get_address,
-                ucp_worker_release_address,
-                ucp_worker_print_info,
-                ucp_listener_create,
-                ucp_listener_destroy,
-                ucp_listener_query,
-                ucp_listener_reject,
-                ucp_ep_create,
-                ucp_ep_close_nbx,
-                ucp_ep_query,
-                ucp_ep_print_info,
-                ucp_ep_flush_nbx,
-                ucp_mem_map,
-                ucp_mem_unmap,
-                ucp_mem_query,
-                ucp_rkey_pack,
-                ucp_rkey_buffer_release,
-                ucp_ep_rkey_unpack,
-                ucp_rkey_destroy,
-                ucp_put_nbx,
-                ucp_get_nbx,
-                ucp_am_send_nbx,
-                ucp_request_check_status,
-                ucp_request_free,
-            ]
-        );
-        let (mut major, mut minor, mut release) = (0u32, 0u32, 0u32);
-        // SAFETY: checked present above; writes three unsigned ints.
-        unsafe { api.ucp_get_version(&mut major, &mut minor, &mut release) };
+        call::check_symbols(&api, library)?;
+        let (major, minor, release) = call::get_version(&api);
         let version = UcxVersion {
             major,
             minor,
@@ -191,8 +130,7 @@ impl Ucx {
                 found: version.to_string(),
             });
         }
-        // SAFETY: returns a static NUL-terminated string.
-        let version_string = unsafe { cstr(api.ucp_get_version_string()) };
+        let version_string = call::get_version_string(&api);
         Ok(Ucx {
             api,
             library: library.to_string(),
@@ -223,8 +161,7 @@ impl Ucx {
 
     /// UCX's own description of a status (`ucs_status_string`).
     pub fn status_string(&self, status: Status) -> String {
-        // SAFETY: returns a static string for any code.
-        unsafe { cstr(self.api.ucs_status_string(status.0)) }
+        call::status_string(&self.api, status)
     }
 }
 
@@ -255,16 +192,4 @@ fn loader_message(e: &libloading::Error) -> String {
         cause = c.source();
     }
     text
-}
-
-/// Copies a C string UCX returned; empty for NULL.
-///
-/// # Safety
-/// `p` is NULL or points to a NUL-terminated string.
-pub(crate) unsafe fn cstr(p: *const std::os::raw::c_char) -> String {
-    if p.is_null() {
-        String::new()
-    } else {
-        CStr::from_ptr(p).to_string_lossy().into_owned()
-    }
 }

@@ -1,21 +1,15 @@
-//! Memory registration (`ucp_mem_map`), packed remote keys and unpacked remote keys.
+//! Memory registration (`ucp_mem_map`) and the packed remote key a peer needs to reach it.
 
 use std::fmt;
 use std::os::raw::c_void;
 use std::sync::Arc;
 
-use crate::context::{lock, Context, MemType};
-use crate::endpoint::Endpoint;
-use crate::error::{check, Result, UcxError};
+use crate::call;
+use crate::context::Context;
+use crate::error::{Result, Status, UcxError};
+use crate::mem_type::MemType;
+use crate::sync::lock;
 use crate::sys;
-
-/// Largest packed remote key accepted from a peer, bytes. Real keys are tens to a few
-/// hundred bytes (one entry per memory domain).
-pub const MAX_PACKED_RKEY: usize = 64 * 1024;
-/// Zero bytes appended after a peer's packed key before UCX parses it:
-/// `ucp_ep_rkey_unpack` takes no length, so a truncated key would make UCX read past the
-/// buffer; the padding keeps such reads inside memory we own.
-const RKEY_PAD: usize = 4096;
 
 enum Owner {
     /// UCX allocated the memory (`UCP_MEM_MAP_ALLOCATE`); unmapping frees it.
@@ -38,21 +32,15 @@ pub(crate) struct MemInner {
 // SAFETY: the mapping is an address range plus a UCX handle; UCX calls on it are made under
 // the context lock; CPU access goes through bounds-checked copies.
 unsafe impl Send for MemInner {}
+// SAFETY: as for Send: nothing of it changes after mapping.
 unsafe impl Sync for MemInner {}
 
 impl Drop for MemInner {
     fn drop(&mut self) {
         let _g = lock(&self.ctx.inner.lock);
         // SAFETY: last reference (requests hold a clone while they use the memory).
-        let st = unsafe {
-            self.ctx
-                .inner
-                .ucx
-                .api
-                .ucp_mem_unmap(self.ctx.inner.raw, self.raw)
-        };
-        if st != sys::UCS_OK {
-            tracing::warn!(status = st, "ucp_mem_unmap failed");
+        if let Err(e) = unsafe { call::mem_unmap(self.ctx.api(), self.ctx.inner.raw, self.raw) } {
+            tracing::warn!("{e}");
         }
     }
 }
@@ -76,32 +64,33 @@ impl fmt::Debug for MemHandle {
 }
 
 impl MemHandle {
-    fn map_params(
+    /// Maps `len` bytes at `addr` (or lets UCX allocate them, for [`Owner::Ucx`]) and wraps the
+    /// mapping with what owns the memory.
+    fn map_owned(
         ctx: &Context,
         addr: *mut c_void,
         len: usize,
         mem_type: MemType,
-        allocate: bool,
-    ) -> Result<(sys::ucp_mem_h, *mut u8)> {
+        owner: Owner,
+    ) -> Result<MemHandle> {
         if len == 0 {
             return Err(UcxError::InvalidArgument(
                 "memory handle length must be > 0".into(),
             ));
         }
-        if mem_type != MemType::Host && !ctx.supports(mem_type)? {
-            let have: Vec<String> = ctx.memory_types()?.iter().map(|m| m.to_string()).collect();
-            return Err(UcxError::MemTypeUnsupported(mem_type, have.join(",")));
+        if mem_type != MemType::Host {
+            ctx.require_mem_type(mem_type)?;
         }
+        let allocate = matches!(owner, Owner::Ucx);
         // Existing device memory is mapped without its type: UCX then detects the type *and
         // the system device* (GPU) of the range and packs that device into the remote key
         // (UCX_PROTO_INFO then shows the peer's memory as `cuda/dev[N]`, as for memory UCX
-        // allocates itself). With the type given, the peer saw plain `cuda` and UCX 1.22 chose
+        // allocates itself). With the type given, the peer saw plain `cuda` and UCX chose
         // software emulation over shared memory instead of cuda_ipc (docs/benchmarks.md,
         // "Measurements behind the defaults", GPU memory mapped with UCX's type detection).
         // The detected type is checked against `mem_type` after mapping.
         let detect = !allocate && mem_type != MemType::Host;
-        // SAFETY: zeroed params; every field flagged exists since UCX 1.13.
-        let mut p: sys::ucp_mem_map_params_t = unsafe { std::mem::zeroed() };
+        let mut p: sys::ucp_mem_map_params_t = call::unset();
         p.field_mask = (sys::UCP_MEM_MAP_PARAM_FIELD_ADDRESS
             | sys::UCP_MEM_MAP_PARAM_FIELD_LENGTH
             | sys::UCP_MEM_MAP_PARAM_FIELD_FLAGS) as u64;
@@ -116,80 +105,64 @@ impl MemHandle {
             0
         };
         p.memory_type = mem_type.raw();
-        let mut raw: sys::ucp_mem_h = std::ptr::null_mut();
-        {
+        let api = ctx.api();
+        let raw = {
             let _g = lock(&ctx.inner.lock);
-            // SAFETY: live context; the caller vouches for addr/len when not allocating.
-            check("ucp_mem_map", unsafe {
-                ctx.inner.ucx.api.ucp_mem_map(ctx.inner.raw, &p, &mut raw)
-            })?;
-        }
-        if detect {
-            // SAFETY: zeroed attr; MEM_TYPE is known since 1.13; raw was just mapped.
-            let mut attr: sys::ucp_mem_attr_t = unsafe { std::mem::zeroed() };
-            attr.field_mask = sys::UCP_MEM_ATTR_FIELD_MEM_TYPE as u64;
-            let st = unsafe { ctx.inner.ucx.api.ucp_mem_query(raw, &mut attr) };
-            let found = MemType::ALL.into_iter().find(|t| t.raw() == attr.mem_type);
-            if st != sys::UCS_OK || found != Some(mem_type) {
-                let _g = lock(&ctx.inner.lock);
-                // SAFETY: undo the mapping made above.
-                unsafe { ctx.inner.ucx.api.ucp_mem_unmap(ctx.inner.raw, raw) };
-                return Err(if st != sys::UCS_OK {
-                    UcxError::Status {
-                        op: "ucp_mem_query",
-                        status: crate::Status(st),
-                    }
-                } else {
-                    UcxError::MemTypeMismatch {
+            // SAFETY: live context, calls serialised; the flagged fields exist since UCX 1.13;
+            // the caller vouches for addr/len when not allocating.
+            unsafe { call::mem_map(api, ctx.inner.raw, &p) }?
+        };
+        let base = (|| {
+            if detect {
+                // SAFETY: raw was just mapped; MEM_TYPE exists since UCX 1.13.
+                let attr =
+                    unsafe { call::mem_query(api, raw, sys::UCP_MEM_ATTR_FIELD_MEM_TYPE as u64) }?;
+                let found = MemType::from_raw(attr.mem_type);
+                if found != Some(mem_type) {
+                    return Err(UcxError::MemTypeMismatch {
                         expected: mem_type,
                         detected: found.map_or_else(
                             || format!("unknown ({})", attr.mem_type),
                             |t| t.to_string(),
                         ),
-                    }
-                });
+                    });
+                }
             }
-        }
-        let base = if allocate {
-            // SAFETY: zeroed attr; ADDRESS is known since 1.13.
-            let mut attr: sys::ucp_mem_attr_t = unsafe { std::mem::zeroed() };
-            attr.field_mask = sys::UCP_MEM_ATTR_FIELD_ADDRESS as u64;
-            // SAFETY: raw was just mapped.
-            let st = unsafe { ctx.inner.ucx.api.ucp_mem_query(raw, &mut attr) };
-            if st != sys::UCS_OK || attr.address.is_null() {
-                let _g = lock(&ctx.inner.lock);
-                // SAFETY: undo the mapping made above.
-                unsafe { ctx.inner.ucx.api.ucp_mem_unmap(ctx.inner.raw, raw) };
+            if !allocate {
+                return Ok(addr as *mut u8);
+            }
+            // SAFETY: raw was just mapped; ADDRESS exists since UCX 1.13.
+            let attr =
+                unsafe { call::mem_query(api, raw, sys::UCP_MEM_ATTR_FIELD_ADDRESS as u64) }?;
+            if attr.address.is_null() {
+                // UCX allocated the memory but tells no address: its query failed in effect.
                 return Err(UcxError::Status {
                     op: "ucp_mem_query",
-                    status: crate::Status(st),
+                    status: Status(sys::UCS_OK),
                 });
             }
-            attr.address as *mut u8
-        } else {
-            addr as *mut u8
+            Ok(attr.address as *mut u8)
+        })();
+        let base = match base {
+            Ok(b) => b,
+            Err(e) => {
+                let _g = lock(&ctx.inner.lock);
+                // SAFETY: undoes the mapping made above, which nothing else holds; its own
+                // failure would add nothing to the error being returned.
+                let _ = unsafe { call::mem_unmap(api, ctx.inner.raw, raw) };
+                return Err(e);
+            }
         };
-        Ok((raw, base))
-    }
-
-    fn wrap(
-        ctx: &Context,
-        raw: sys::ucp_mem_h,
-        addr: *mut u8,
-        len: usize,
-        mem_type: MemType,
-        owner: Owner,
-    ) -> MemHandle {
-        MemHandle {
+        Ok(MemHandle {
             inner: Arc::new(MemInner {
                 ctx: ctx.clone(),
                 raw,
-                addr,
+                addr: base,
                 len,
                 mem_type,
                 _owner: owner,
             }),
-        }
+        })
     }
 
     /// Lets UCX allocate and register `len` bytes of `mem_type` memory
@@ -198,25 +171,16 @@ impl MemHandle {
     /// Errors: [`UcxError::InvalidArgument`] for `len == 0`, [`UcxError::MemTypeUnsupported`]
     /// when the context cannot handle `mem_type`, [`UcxError::Status`] from `ucp_mem_map`.
     pub fn alloc(ctx: &Context, len: usize, mem_type: MemType) -> Result<MemHandle> {
-        let (raw, base) = Self::map_params(ctx, std::ptr::null_mut(), len, mem_type, true)?;
-        Ok(Self::wrap(ctx, raw, base, len, mem_type, Owner::Ucx))
+        Self::map_owned(ctx, std::ptr::null_mut(), len, mem_type, Owner::Ucx)
     }
 
     /// Registers a host buffer this handle takes ownership of (freed after unmapping).
     ///
     /// Errors: as [`MemHandle::alloc`].
     pub fn from_vec(ctx: &Context, mut buf: Vec<u8>) -> Result<MemHandle> {
-        let len = buf.len();
-        let ptr = buf.as_mut_ptr();
-        let (raw, base) = Self::map_params(ctx, ptr.cast(), len, MemType::Host, false)?;
-        Ok(Self::wrap(
-            ctx,
-            raw,
-            base,
-            len,
-            MemType::Host,
-            Owner::Vec(buf),
-        ))
+        let (ptr, len) = (buf.as_mut_ptr(), buf.len());
+        // The Vec's heap bytes stay where they are when it moves into the handle.
+        Self::map_owned(ctx, ptr.cast(), len, MemType::Host, Owner::Vec(buf))
     }
 
     /// Registers existing memory of `mem_type` (host memory, or a CUDA device pointer from
@@ -239,8 +203,7 @@ impl MemHandle {
         if addr.is_null() {
             return Err(UcxError::InvalidArgument("address is NULL".into()));
         }
-        let (raw, base) = Self::map_params(ctx, addr.cast(), len, mem_type, false)?;
-        Ok(Self::wrap(ctx, raw, base, len, mem_type, Owner::Foreign))
+        Self::map_owned(ctx, addr.cast(), len, mem_type, Owner::Foreign)
     }
 
     /// The first byte's address (what a peer's RMA targets), as an integer.
@@ -309,18 +272,14 @@ impl MemHandle {
     /// Packs a remote key for the whole mapping (`ucp_rkey_pack`) for a peer to unpack.
     pub fn pack_rkey(&self) -> Result<PackedRkey> {
         let ctx = &self.inner.ctx;
-        let api = &ctx.inner.ucx.api;
+        let api = ctx.api();
         let _g = lock(&ctx.inner.lock);
-        let mut buf: *mut c_void = std::ptr::null_mut();
-        let mut size: usize = 0;
-        // SAFETY: live context and mapping; UCX allocates the buffer.
-        check("ucp_rkey_pack", unsafe {
-            api.ucp_rkey_pack(ctx.inner.raw, self.inner.raw, &mut buf, &mut size)
-        })?;
+        // SAFETY: live context and mapping, calls serialised.
+        let (buf, size) = unsafe { call::rkey_pack(api, ctx.inner.raw, self.inner.raw) }?;
         // SAFETY: `size` bytes at `buf`; released right after copying.
         let bytes = unsafe { std::slice::from_raw_parts(buf as *const u8, size) }.to_vec();
-        // SAFETY: releases what rkey_pack allocated.
-        unsafe { api.ucp_rkey_buffer_release(buf) };
+        // SAFETY: releases what rkey_pack allocated, once.
+        unsafe { call::rkey_buffer_release(api, buf) };
         Ok(PackedRkey(bytes))
     }
 
@@ -354,118 +313,4 @@ pub struct RegionDesc {
     pub len: u64,
     /// Packed remote key.
     pub rkey: PackedRkey,
-}
-
-pub(crate) struct RkeyInner {
-    pub(crate) ep: Endpoint,
-    pub(crate) raw: sys::ucp_rkey_h,
-}
-
-// SAFETY: destroyed under the worker lock; otherwise only read by UCX under that lock.
-unsafe impl Send for RkeyInner {}
-unsafe impl Sync for RkeyInner {}
-
-impl Drop for RkeyInner {
-    fn drop(&mut self) {
-        let w = self.ep.worker();
-        let _g = w.guard();
-        // SAFETY: last reference; requests using the key hold a clone.
-        unsafe { w.api().ucp_rkey_destroy(self.raw) };
-    }
-}
-
-/// An unpacked remote key (`ucp_rkey_h`), valid on the endpoint it was unpacked on.
-#[derive(Clone)]
-pub struct RemoteKey {
-    pub(crate) inner: Arc<RkeyInner>,
-}
-
-impl fmt::Debug for RemoteKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RemoteKey").finish_non_exhaustive()
-    }
-}
-
-impl RemoteKey {
-    /// Unpacks a peer's key on `ep` (`ucp_ep_rkey_unpack`).
-    ///
-    /// The bytes come from the network: they are size-checked (1..=[`MAX_PACKED_RKEY`]) and
-    /// zero-padded before UCX parses them, but UCX itself does not validate keys, so accept
-    /// keys only from peers on a connection you trust.
-    pub fn unpack(ep: &Endpoint, packed: &[u8]) -> Result<RemoteKey> {
-        if packed.is_empty() || packed.len() > MAX_PACKED_RKEY {
-            return Err(UcxError::InvalidArgument(format!(
-                "packed remote key of {} bytes (expected 1..={MAX_PACKED_RKEY})",
-                packed.len()
-            )));
-        }
-        ep.ensure_ok()?;
-        let mut padded = vec![0u8; packed.len() + RKEY_PAD];
-        padded[..packed.len()].copy_from_slice(packed);
-        let w = ep.worker();
-        let mut raw: sys::ucp_rkey_h = std::ptr::null_mut();
-        {
-            let _g = w.guard();
-            // SAFETY: live endpoint; the buffer is readable for len + RKEY_PAD bytes.
-            check("ucp_ep_rkey_unpack", unsafe {
-                w.api()
-                    .ucp_ep_rkey_unpack(ep.raw(), padded.as_ptr().cast(), &mut raw)
-            })?;
-        }
-        Ok(RemoteKey {
-            inner: Arc::new(RkeyInner {
-                ep: ep.clone(),
-                raw,
-            }),
-        })
-    }
-}
-
-/// A peer's registered region: base address, length and unpacked key. Every access is
-/// checked against `len` before it is posted (UCX itself does not check bounds).
-#[derive(Debug, Clone)]
-pub struct RemoteRegion {
-    /// Remote address of the first byte.
-    pub base: u64,
-    /// Length in bytes.
-    pub len: u64,
-    /// Key for the region, unpacked on the endpoint that will access it.
-    pub rkey: RemoteKey,
-}
-
-impl RemoteRegion {
-    /// Unpacks `desc.rkey` on `ep` and keeps the bounds.
-    pub fn new(ep: &Endpoint, desc: &RegionDesc) -> Result<RemoteRegion> {
-        if desc.base.checked_add(desc.len).is_none() {
-            return Err(UcxError::InvalidArgument(format!(
-                "remote region {:#x}+{} wraps the address space",
-                desc.base, desc.len
-            )));
-        }
-        Ok(RemoteRegion {
-            base: desc.base,
-            len: desc.len,
-            rkey: RemoteKey::unpack(ep, desc.rkey.as_bytes())?,
-        })
-    }
-
-    /// Validates `(offset, len)` against the region; returns the remote address to use.
-    ///
-    /// Errors: [`UcxError::RemoteOutOfBounds`]; [`UcxError::InvalidArgument`] for a region
-    /// built by hand whose `base + offset` wraps.
-    pub fn check(&self, offset: u64, len: u64) -> Result<u64> {
-        match offset.checked_add(len) {
-            Some(end) if end <= self.len => self.base.checked_add(offset).ok_or_else(|| {
-                UcxError::InvalidArgument(format!(
-                    "remote region {:#x}+{} wraps the address space",
-                    self.base, self.len
-                ))
-            }),
-            _ => Err(UcxError::RemoteOutOfBounds {
-                offset,
-                len,
-                region_len: self.len,
-            }),
-        }
-    }
 }

@@ -2,11 +2,13 @@
 
 use std::fmt;
 use std::os::raw::c_void;
+use std::sync::Arc;
 use std::time::Duration;
 
-use crate::endpoint::Endpoint;
-use crate::error::{ptr_is_err, ptr_status, Result, Status, UcxError};
-use crate::memory::{MemHandle, RemoteKey};
+use crate::call::{self, Posted};
+use crate::error::{Result, Status, UcxError};
+use crate::memory::MemHandle;
+use crate::peer::Peer;
 use crate::sys;
 use crate::worker::Worker;
 
@@ -20,13 +22,25 @@ pub const DROP_WAIT: Duration = Duration::from_secs(30);
 #[allow(dead_code)]
 pub(crate) struct Pins {
     pub(crate) mem: Option<MemHandle>,
-    /// The mappings an IOV send reads from ([`Endpoint::am_send_parts`]).
+    /// The mappings an IOV send reads from (`Endpoint::am_send_parts`).
     pub(crate) mems: Vec<MemHandle>,
-    pub(crate) rkey: Option<RemoteKey>,
+    /// The remote key the operation uses (a `RemoteKey`'s inside), held without its type:
+    /// keys belong to endpoints, which sit above requests.
+    pub(crate) rkey: Option<Arc<dyn Send + Sync>>,
     pub(crate) bytes: Vec<Box<[u8]>>,
     /// An IOV send's entry array: UCX reads it until the send completes.
     pub(crate) iov: Option<IovPin>,
-    pub(crate) ep: Option<Endpoint>,
+    pub(crate) ep: Option<EpPin>,
+}
+
+/// The endpoint an operation runs on.
+pub(crate) struct EpPin {
+    /// The endpoint (an `Endpoint`'s inside), held without its type so that it is not closed
+    /// under the operation.
+    #[allow(dead_code)]
+    pub(crate) hold: Arc<dyn Send + Sync>,
+    /// Its peer, to name when the operation fails.
+    pub(crate) peer: Arc<Peer>,
 }
 
 /// An IOV descriptor array held for UCX. Its raw pointers point into mappings the same
@@ -36,6 +50,7 @@ pub(crate) struct IovPin(#[allow(dead_code)] pub(crate) Box<[sys::ucp_dt_iov_t]>
 // SAFETY: the array is only allocated and freed here, never dereferenced by Rust; what it
 // points to is kept alive by the same Pins.
 unsafe impl Send for IovPin {}
+// SAFETY: as for Send: Rust never reads the array.
 unsafe impl Sync for IovPin {}
 
 /// A posted operation (put, get, flush, active message). Owns what the operation touches
@@ -68,32 +83,30 @@ impl fmt::Debug for Request {
 }
 
 impl Request {
-    /// Wraps what an `*_nbx` call returned: NULL (done), an encoded error, or a request.
-    /// Call with the worker lock held or not: it does not lock.
-    pub(crate) fn from_ptr(
+    /// Wraps what an `*_nbx` call returned: an error (naming the peer when the endpoint in
+    /// `pins` failed), an operation finished at post, or a request to poll. Call with the
+    /// worker lock held or not: it does not lock.
+    pub(crate) fn new(
         worker: Worker,
         pins: Option<Pins>,
-        op: &'static str,
-        p: *mut c_void,
+        posted: Result<Posted>,
     ) -> Result<Request> {
-        if ptr_is_err(p) {
-            let status = ptr_status(p);
-            // The peer's name only on failure: formatting it costs more than a small put.
-            let ep = pins.as_ref().and_then(|p| p.ep.as_ref());
-            return Err(match ep {
-                Some(e) if status.is_peer_failure() => UcxError::EndpointFailed {
-                    peer: e.peer_name(),
-                    status,
-                },
-                _ => UcxError::Status { op, status },
-            });
-        }
-        let done = p.is_null();
+        let posted = match posted {
+            Ok(p) => p,
+            Err(UcxError::Status { op, status }) => {
+                // The peer's name only on failure: formatting it costs more than a small put.
+                return Err(match pins.as_ref().and_then(|p| p.ep.as_ref()) {
+                    Some(ep) if status.is_peer_failure() => ep.peer.failed(status),
+                    _ => UcxError::Status { op, status },
+                });
+            }
+            Err(e) => return Err(e),
+        };
         Ok(Request {
             worker,
-            raw: p,
-            op,
-            result: done.then_some(Ok(())),
+            raw: posted.req,
+            op: posted.op,
+            result: posted.req.is_null().then_some(Ok(())),
             pins: pins.unwrap_or_default(),
         })
     }
@@ -106,33 +119,29 @@ impl Request {
     /// UCX's description of the protocol this pending operation runs
     /// (`ucp_request_query` with `UCP_REQUEST_ATTR_FIELD_INFO_STRING`): under UCX ≥ 1.15's
     /// protocol selection it names the operation, memory types, length, protocol and the
-    /// `transport/device` pairs it uses (e.g. `… zero-copy cuda_ipc/cuda`). `None` when the operation already finished (no
-    /// request to ask), when the loaded libucp lacks the call, or when UCX has no description
-    /// for it (`<no debug info>`, e.g. RMA under UCX 1.13's older protocols).
+    /// `transport/device` pairs it uses (e.g. `… zero-copy cuda_ipc/cuda`). `None` when the
+    /// operation already finished (no request to ask), when the query fails, or when UCX has no
+    /// description for it (`<no debug info>`, e.g. RMA under UCX 1.13's older protocols).
     /// [`ProtoInfo::parse`] reads the transports out of it.
     pub fn info(&self) -> Option<String> {
         if self.raw.is_null() {
             return None;
         }
-        let api = self.worker.api();
-        api.ucp_request_query.as_ref().ok()?;
         // UCX writes at most this much (truncating); multi-rail descriptions fit in 1 KiB.
         let mut buf = vec![0u8; 1024];
-        // SAFETY: zeroed attr; INFO_STRING(_SIZE) exist since UCX 1.13.
-        let mut attr: sys::ucp_request_attr_t = unsafe { std::mem::zeroed() };
+        let mut attr: sys::ucp_request_attr_t = call::unset();
         attr.field_mask = (sys::UCP_REQUEST_ATTR_FIELD_INFO_STRING
             | sys::UCP_REQUEST_ATTR_FIELD_INFO_STRING_SIZE) as u64;
         attr.debug_string = buf.as_mut_ptr().cast();
         attr.debug_string_size = buf.len();
-        let st = {
+        let queried = {
             let _g = self.worker.guard();
-            // SAFETY: raw is a live (not yet released) request of this worker; UCX writes at
-            // most debug_string_size bytes, NUL-terminated, into buf.
-            unsafe { api.ucp_request_query(self.raw, &mut attr) }
+            // SAFETY: raw is a live (not yet released) request of this worker; INFO_STRING(_SIZE)
+            // exist since UCX 1.13; UCX writes at most debug_string_size bytes, NUL-terminated,
+            // into buf.
+            unsafe { call::request_query(self.worker.api(), self.raw, &mut attr) }
         };
-        if st != sys::UCS_OK {
-            return None;
-        }
+        queried.ok()?;
         let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
         let text = String::from_utf8_lossy(&buf[..end]).trim().to_owned();
         (!text.is_empty() && !text.contains("<no debug info>")).then_some(text)
@@ -146,22 +155,22 @@ impl Request {
         }
         let st = {
             let _g = self.worker.guard();
-            // SAFETY: raw is a live request of this worker.
-            let st = unsafe { self.worker.api().ucp_request_check_status(self.raw) };
-            if st != sys::UCS_INPROGRESS {
+            // SAFETY: raw is a live request of this worker, serialised.
+            let st = unsafe { call::request_check_status(self.worker.api(), self.raw) };
+            if st.0 != sys::UCS_INPROGRESS {
                 // SAFETY: finished; released exactly once.
-                unsafe { self.worker.api().ucp_request_free(self.raw) };
+                unsafe { call::request_free(self.worker.api(), self.raw) };
                 self.raw = std::ptr::null_mut();
             }
             st
         };
-        if st == sys::UCS_INPROGRESS {
+        if st.0 == sys::UCS_INPROGRESS {
             return Ok(false);
         }
-        let r = if st == sys::UCS_OK {
+        let r = if st.is_ok() {
             Ok(())
         } else {
-            Err(self.error(Status(st)))
+            Err(self.error(st))
         };
         self.result = Some(r.clone());
         r.map(|()| true)
@@ -169,11 +178,8 @@ impl Request {
 
     fn error(&self, status: Status) -> UcxError {
         match &self.pins.ep {
-            Some(ep) if status.is_peer_failure() || ep.failure().is_some() => {
-                UcxError::EndpointFailed {
-                    peer: ep.peer_name(),
-                    status: ep.failure().unwrap_or(status),
-                }
+            Some(ep) if status.is_peer_failure() || ep.peer.failure().is_some() => {
+                ep.peer.failed(ep.peer.failure().unwrap_or(status))
             }
             _ => UcxError::Status {
                 op: self.op,
@@ -224,8 +230,8 @@ impl Drop for Request {
             );
             {
                 let _g = worker.guard();
-                // SAFETY: UCX releases a pending request when it completes.
-                unsafe { worker.api().ucp_request_free(self.raw) };
+                // SAFETY: released once; UCX frees a pending request when it completes.
+                unsafe { call::request_free(worker.api(), self.raw) };
             }
             std::mem::forget(std::mem::take(&mut self.pins));
         }

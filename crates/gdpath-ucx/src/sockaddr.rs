@@ -51,16 +51,20 @@ impl CSockAddr {
 /// # Safety
 /// `ss` points to a `sockaddr_storage` (UCX's bindgen type has the same layout as libc's).
 pub(crate) unsafe fn from_storage(ss: *const libc::sockaddr_storage) -> Option<SocketAddr> {
-    match (*ss).ss_family as libc::c_int {
+    // SAFETY: the caller's contract.
+    let family = unsafe { (*ss).ss_family };
+    match family as libc::c_int {
         libc::AF_INET => {
-            let sin = &*(ss as *const libc::sockaddr_in);
+            // SAFETY: an AF_INET address in a sockaddr_storage is a sockaddr_in.
+            let sin = unsafe { &*(ss as *const libc::sockaddr_in) };
             Some(SocketAddr::V4(SocketAddrV4::new(
                 Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)),
                 u16::from_be(sin.sin_port),
             )))
         }
         libc::AF_INET6 => {
-            let sin6 = &*(ss as *const libc::sockaddr_in6);
+            // SAFETY: an AF_INET6 address in a sockaddr_storage is a sockaddr_in6.
+            let sin6 = unsafe { &*(ss as *const libc::sockaddr_in6) };
             Some(SocketAddr::V6(SocketAddrV6::new(
                 Ipv6Addr::from(sin6.sin6_addr.s6_addr),
                 u16::from_be(sin6.sin6_port),

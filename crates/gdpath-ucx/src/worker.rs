@@ -6,9 +6,10 @@ use std::os::raw::c_void;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
-use crate::capture::capture;
-use crate::context::{lock, Context, Features};
-use crate::error::{check, Result, UcxError};
+use crate::call;
+use crate::context::{Context, Features};
+use crate::error::{Result, UcxError};
+use crate::sync::lock;
 use crate::sys;
 
 /// Largest control message (header + payload, bytes) this crate sends or queues. Larger
@@ -77,6 +78,7 @@ struct Held {
 
 // SAFETY: the bytes are immutable while held, and only released under the worker's lock.
 unsafe impl Send for Held {}
+// SAFETY: as for Send: shared access only reads the bytes.
 unsafe impl Sync for Held {}
 
 impl Held {
@@ -85,7 +87,9 @@ impl Held {
     /// # Safety
     /// `w` is the live worker the buffer came from, locked by the caller.
     unsafe fn release_locked(&mut self, w: &WorkerInner) {
-        w.ctx.inner.ucx.api.ucp_am_data_release(w.raw, self.ptr);
+        // SAFETY: the caller's contract; `ptr` is released once, as `queued` is emptied and
+        // `taken` was taken.
+        unsafe { call::am_data_release(w.ctx.api(), w.raw, self.ptr) };
         self.queued = Weak::new();
         HELD_LIVE.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
     }
@@ -182,6 +186,7 @@ pub(crate) struct WorkerInner {
 // SAFETY: all calls on `raw` are made under `lock` (the worker is created in
 // UCS_THREAD_MODE_SERIALIZED); the raw callback args are only freed in Drop.
 unsafe impl Send for WorkerInner {}
+// SAFETY: as for Send: shared access goes through `lock` or the queues' mutex.
 unsafe impl Sync for WorkerInner {}
 
 impl Drop for WorkerInner {
@@ -198,7 +203,7 @@ impl Drop for WorkerInner {
             }
             drop(q);
             // SAFETY: last reference: endpoints, listeners, keys and requests hold a Worker.
-            unsafe { self.ctx.inner.ucx.api.ucp_worker_destroy(self.raw) };
+            unsafe { call::worker_destroy(self.ctx.api(), self.raw) };
         }
         for arg in self
             .am_args
@@ -238,22 +243,15 @@ impl fmt::Debug for Worker {
 impl Worker {
     /// Creates a worker on `ctx`.
     pub fn new(ctx: &Context) -> Result<Worker> {
-        // SAFETY: zeroed params; only THREAD_MODE is flagged.
-        let mut params: sys::ucp_worker_params_t = unsafe { std::mem::zeroed() };
+        let mut params: sys::ucp_worker_params_t = call::unset();
         params.field_mask = sys::UCP_WORKER_PARAM_FIELD_THREAD_MODE as u64;
         params.thread_mode = sys::UCS_THREAD_MODE_SERIALIZED;
         let lock_ = ctx.worker_lock();
-        let mut raw: sys::ucp_worker_h = std::ptr::null_mut();
-        {
+        let raw = {
             let _g = lock(&ctx.inner.lock);
-            // SAFETY: live context; params valid for the call.
-            check("ucp_worker_create", unsafe {
-                ctx.inner
-                    .ucx
-                    .api
-                    .ucp_worker_create(ctx.inner.raw, &params, &mut raw)
-            })?;
-        }
+            // SAFETY: live context, calls serialised; THREAD_MODE exists since UCX 1.13.
+            unsafe { call::worker_create(ctx.api(), ctx.inner.raw, &params) }?
+        };
         Ok(Worker {
             inner: Arc::new(WorkerInner {
                 ctx: ctx.clone(),
@@ -271,7 +269,7 @@ impl Worker {
     }
 
     pub(crate) fn api(&self) -> &sys::Ucp {
-        &self.inner.ctx.inner.ucx.api
+        self.inner.ctx.api()
     }
 
     pub(crate) fn guard(&self) -> MutexGuard<'_, ()> {
@@ -283,7 +281,7 @@ impl Worker {
     pub fn progress(&self) -> u32 {
         let _g = self.guard();
         // SAFETY: live worker, serialised.
-        unsafe { self.api().ucp_worker_progress(self.inner.raw) }
+        unsafe { call::worker_progress(self.api(), self.inner.raw) }
     }
 
     /// Progresses until `done()` is true or `timeout` passes. Returns whether `done()` became
@@ -310,17 +308,12 @@ impl Worker {
         self.inner.ctx.require(Features::WAKEUP, "WAKEUP")?;
         let fd = {
             let _g = self.guard();
-            let mut fd: libc::c_int = -1;
-            // SAFETY: live worker.
-            check("ucp_worker_get_efd", unsafe {
-                self.api().ucp_worker_get_efd(self.inner.raw, &mut fd)
-            })?;
-            // SAFETY: live worker.
-            let st = unsafe { self.api().ucp_worker_arm(self.inner.raw) };
-            if st == sys::UCS_ERR_BUSY {
+            // SAFETY: live worker, serialised.
+            let fd = unsafe { call::worker_get_efd(self.api(), self.inner.raw) }?;
+            // SAFETY: live worker, serialised.
+            if !unsafe { call::worker_arm(self.api(), self.inner.raw) }? {
                 return Ok(true); // events already pending: progress first
             }
-            check("ucp_worker_arm", st)?;
             fd
         };
         let mut pfd = libc::pollfd {
@@ -347,49 +340,21 @@ impl Worker {
     /// Wakes a thread blocked in [`Worker::wait`] (`ucp_worker_signal`).
     pub fn signal(&self) -> Result<()> {
         let _g = self.guard();
-        // SAFETY: live worker.
-        check("ucp_worker_signal", unsafe {
-            self.api().ucp_worker_signal(self.inner.raw)
-        })
-    }
-
-    /// Completes every operation posted on every endpoint of this worker
-    /// (`ucp_worker_flush_nbx`), progressing up to `timeout`.
-    pub fn flush(&self, timeout: Duration) -> Result<()> {
-        let req = {
-            let _g = self.guard();
-            // SAFETY: zeroed request params (no flags) are valid.
-            let param: sys::ucp_request_param_t = unsafe { std::mem::zeroed() };
-            // SAFETY: live worker.
-            let p = unsafe { self.api().ucp_worker_flush_nbx(self.inner.raw, &param) };
-            crate::request::Request::from_ptr(self.clone(), None, "ucp_worker_flush_nbx", p)?
-        };
-        req.wait(timeout)
+        // SAFETY: live worker, serialised.
+        unsafe { call::worker_signal(self.api(), self.inner.raw) }
     }
 
     /// This worker's address (`ucp_worker_get_address`), to send to a peer that connects
     /// with [`crate::Endpoint::connect_address`].
     pub fn address(&self) -> Result<WorkerAddress> {
         let _g = self.guard();
-        let mut addr: *mut sys::ucp_address_t = std::ptr::null_mut();
-        let mut len: usize = 0;
-        // SAFETY: live worker; UCX allocates the address.
-        check("ucp_worker_get_address", unsafe {
-            self.api()
-                .ucp_worker_get_address(self.inner.raw, &mut addr, &mut len)
-        })?;
+        // SAFETY: live worker, serialised.
+        let (addr, len) = unsafe { call::worker_get_address(self.api(), self.inner.raw) }?;
         // SAFETY: UCX returned `len` readable bytes at `addr`; released right after copying.
         let bytes = unsafe { std::slice::from_raw_parts(addr as *const u8, len) }.to_vec();
-        // SAFETY: releases what get_address allocated.
-        unsafe { self.api().ucp_worker_release_address(self.inner.raw, addr) };
+        // SAFETY: releases what get_address allocated, once.
+        unsafe { call::worker_release_address(self.api(), self.inner.raw, addr) };
         Ok(WorkerAddress(bytes))
-    }
-
-    /// UCX's own description of the worker (`ucp_worker_print_info`).
-    pub fn print_info(&self) -> Result<String> {
-        let _g = self.guard();
-        // SAFETY: writes to the memstream only.
-        unsafe { capture(|f| self.api().ucp_worker_print_info(self.inner.raw, f)) }
     }
 
     /// Starts queueing active messages sent to `id` (`ucp_worker_set_am_recv_handler`).
@@ -403,8 +368,7 @@ impl Worker {
             queues: self.inner.am.clone(),
             worker: Arc::downgrade(&self.inner),
         }));
-        // SAFETY: zeroed params; fields flagged below exist since UCX 1.11.
-        let mut p: sys::ucp_am_handler_param_t = unsafe { std::mem::zeroed() };
+        let mut p: sys::ucp_am_handler_param_t = call::unset();
         p.field_mask = (sys::UCP_AM_HANDLER_PARAM_FIELD_ID
             | sys::UCP_AM_HANDLER_PARAM_FIELD_FLAGS
             | sys::UCP_AM_HANDLER_PARAM_FIELD_CB
@@ -413,18 +377,16 @@ impl Worker {
         p.flags = sys::UCP_AM_FLAG_WHOLE_MSG;
         p.cb = Some(am_recv_cb);
         p.arg = arg.cast();
-        let st = {
+        let set = {
             let _g = self.guard();
-            // SAFETY: live worker; `arg` outlives the worker (freed in WorkerInner::drop).
-            unsafe {
-                self.api()
-                    .ucp_worker_set_am_recv_handler(self.inner.raw, &p)
-            }
+            // SAFETY: live worker, serialised; the flagged fields exist since UCX 1.11; `arg`
+            // outlives the worker (freed in WorkerInner::drop).
+            unsafe { call::worker_set_am_recv_handler(self.api(), self.inner.raw, &p) }
         };
-        if st != sys::UCS_OK {
+        if let Err(e) = set {
             // SAFETY: UCX did not take the arg.
             drop(unsafe { Box::from_raw(arg) });
-            return check("ucp_worker_set_am_recv_handler", st);
+            return Err(e);
         }
         lock(&self.inner.am_args).push(arg);
         Ok(())
@@ -478,8 +440,9 @@ unsafe extern "C" fn am_recv_cb(
     param: *const sys::ucp_am_recv_param_t,
 ) -> sys::ucs_status_t {
     // SAFETY: arg is the AmHandlerArg registered with this id; it outlives the worker.
-    let arg = &*(arg as *const AmHandlerArg);
-    let param = &*param;
+    let arg = unsafe { &*(arg as *const AmHandlerArg) };
+    // SAFETY: UCX passes a valid parameter struct for the duration of the callback.
+    let param = unsafe { &*param };
     let mut q = lock(&arg.queues);
     // Eager data is readable now (FLAG_DATA only says UCX would let us keep it); rendezvous
     // data would need ucp_am_recv_data_nbx, which this crate's senders never require.
@@ -496,7 +459,7 @@ unsafe extern "C" fn am_recv_cb(
             Vec::new()
         } else {
             // SAFETY: UCX guarantees n readable bytes at p for the duration of the callback.
-            std::slice::from_raw_parts(p as *const u8, n).to_vec()
+            unsafe { std::slice::from_raw_parts(p as *const u8, n) }.to_vec()
         }
     };
     let reply_ep = (param.recv_attr & sys::UCP_AM_RECV_ATTR_FIELD_REPLY_EP as u64 != 0

@@ -587,3 +587,31 @@ fn refused_defaults_are_skipped_refused_extras_are_errors() {
         Worker::new(&ctx).unwrap();
     }
 }
+
+/// A failed call names the libucp function that was loaded and called: a context whose
+/// transports UCX does not have fails in `ucp_init_version` (what the header inline `ucp_init`
+/// calls), and a setting UCX refuses in `ucp_config_modify`.
+#[test]
+fn failed_calls_name_the_symbol_loaded() {
+    let _serial = serial();
+    let none = Context::new(&common::cfg(Some("no_such_transport")));
+    let Err(UcxError::Status { op, status }) = &none else {
+        panic!("a context without transports was made: {none:?}");
+    };
+    assert_eq!(*op, "ucp_init_version", "{none:?}");
+    assert!(!status.is_ok(), "{status}");
+    let refused = Context::new(&UcxCfg {
+        extra: vec![("RNDV_THRESH".to_owned(), "not-a-size".to_owned())],
+        ..common::cfg(Some("tcp"))
+    });
+    assert!(
+        matches!(
+            refused,
+            Err(UcxError::Status {
+                op: "ucp_config_modify",
+                ..
+            })
+        ),
+        "{refused:?}"
+    );
+}

@@ -6,8 +6,10 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::Endpoint;
-use crate::context::{Features, MemType};
+use crate::call;
+use crate::context::Features;
 use crate::error::{Result, UcxError};
+use crate::mem_type::MemType;
 use crate::memory::MemHandle;
 use crate::request::{IovPin, Pins, Request};
 use crate::sys;
@@ -96,20 +98,21 @@ impl Endpoint {
         self.ensure_ok()?;
         let w = self.worker();
         let _g = w.guard();
-        // SAFETY: zeroed params; FLAGS and DATATYPE known since 1.10.
-        let mut prm: sys::ucp_request_param_t = unsafe { std::mem::zeroed() };
+        let mut prm: sys::ucp_request_param_t = call::unset();
         prm.op_attr_mask = sys::UCP_OP_ATTR_FIELD_FLAGS;
         prm.flags = sys::UCP_AM_SEND_FLAG_REPLY | sys::UCP_AM_SEND_FLAG_EAGER;
         if iov {
             prm.op_attr_mask |= sys::UCP_OP_ATTR_FIELD_DATATYPE;
             prm.datatype = sys::UCP_DATATYPE_IOV as sys::ucp_datatype_t;
         }
-        // SAFETY: live endpoint; what the operation reads is held by `pins` (the caller's
-        // contract), which the request keeps until it completes.
-        let r = unsafe {
-            w.api().ucp_am_send_nbx(
+        // SAFETY: live endpoint, serialised; FLAGS and DATATYPE exist since UCX 1.10; what the
+        // operation reads is held by `pins` (the caller's contract), which the request keeps
+        // until it completes.
+        let posted = unsafe {
+            call::am_send_nbx(
+                w.api(),
                 self.inner.raw,
-                id as u32,
+                id,
                 header.0.cast(),
                 header.1,
                 data,
@@ -118,7 +121,7 @@ impl Endpoint {
             )
         };
         self.inner.dirty.store(true, Ordering::Release);
-        Request::from_ptr(w.clone(), Some(pins), "ucp_am_send_nbx", r)
+        Request::new(w.clone(), Some(pins), posted)
     }
 
     /// Sends an active message to `id` whose payload is `head` followed by the bytes of each

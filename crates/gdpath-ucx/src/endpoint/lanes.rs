@@ -4,9 +4,10 @@
 use std::fmt;
 
 use super::Endpoint;
-use crate::capture::capture;
-use crate::context::MemType;
-use crate::error::{check, Result, UcxError};
+use crate::call;
+use crate::error::Result;
+use crate::mem_type::MemType;
+use crate::sys_ext::{ucp_ep_attr_v114, ucp_transport_entry_t, UCP_EP_ATTR_FIELD_TRANSPORTS};
 
 impl Endpoint {
     /// UCX's description of the endpoint's configuration (`ucp_ep_print_info`): lanes,
@@ -15,8 +16,8 @@ impl Endpoint {
         self.ensure_ok()?;
         let w = self.worker();
         let _g = w.guard();
-        // SAFETY: live endpoint; writes to the memstream only.
-        unsafe { capture(|f| w.api().ucp_ep_print_info(self.inner.raw, f)) }
+        // SAFETY: live endpoint, serialised.
+        unsafe { call::ep_print_info(w.api(), self.inner.raw) }
     }
 
     /// The transports and devices this endpoint moves data with. UCX >= 1.14: `ucp_ep_query`
@@ -38,33 +39,34 @@ impl Endpoint {
     fn query_transports(&self) -> Result<EpTransports> {
         self.ensure_ok()?;
         const MAX: usize = 64;
-        let mut entries = [crate::sys_ext::ucp_transport_entry_t {
+        let mut entries = [ucp_transport_entry_t {
             transport_name: std::ptr::null(),
             device_name: std::ptr::null(),
         }; MAX];
-        // SAFETY: zeroed attr of the 1.14+ layout; only TRANSPORTS is requested, and the
-        // caller checked the loaded UCX is >= 1.14.
-        let mut attr: crate::sys_ext::ucp_ep_attr_v114 = unsafe { std::mem::zeroed() };
-        attr.field_mask = crate::sys_ext::UCP_EP_ATTR_FIELD_TRANSPORTS;
+        let mut attr: ucp_ep_attr_v114 = call::unset();
+        attr.field_mask = UCP_EP_ATTR_FIELD_TRANSPORTS;
         attr.transports.entries = entries.as_mut_ptr();
         attr.transports.num_entries = MAX as u32;
-        attr.transports.entry_size = std::mem::size_of::<crate::sys_ext::ucp_transport_entry_t>();
+        attr.transports.entry_size = std::mem::size_of::<ucp_transport_entry_t>();
         let w = self.worker();
         let _g = w.guard();
-        // SAFETY: live endpoint; attr is the 1.14 layout; entries has MAX slots.
-        check("ucp_ep_query", unsafe {
-            w.api().ucp_ep_query(
+        // SAFETY: live endpoint, serialised; attr is the 1.14 layout, which the caller checked
+        // the loaded UCX has, and only TRANSPORTS is requested; entries has MAX slots.
+        unsafe {
+            call::ep_query(
+                w.api(),
                 self.inner.raw,
-                (&mut attr as *mut crate::sys_ext::ucp_ep_attr_v114).cast(),
+                (&mut attr as *mut ucp_ep_attr_v114).cast(),
             )
-        })?;
+        }?;
         let n = (attr.transports.num_entries as usize).min(MAX);
         let lanes = entries[..n]
             .iter()
             .map(|e| Lane {
                 // SAFETY: strings valid until the endpoint closes; copied now.
-                transport: unsafe { crate::loader::cstr(e.transport_name) },
-                device: unsafe { crate::loader::cstr(e.device_name) },
+                transport: unsafe { call::cstr(e.transport_name) },
+                // SAFETY: as above.
+                device: unsafe { call::cstr(e.device_name) },
                 usage: Vec::new(),
             })
             // The connection-manager lane of a client-server endpoint (e.g. `tcp` with no
@@ -85,13 +87,9 @@ impl Endpoint {
     /// operation and reports it nowhere in its API, so the answer is [`RmaBasis::Unknown`]
     /// with the endpoint's lanes.
     ///
-    /// Errors: [`UcxError::MemTypeUnsupported`] when the context cannot move `mem`.
+    /// Errors: [`crate::UcxError::MemTypeUnsupported`] when the context cannot move `mem`.
     pub fn rma_transports(&self, mem: MemType) -> Result<RmaTransports> {
-        let ctx = self.worker().context();
-        if !ctx.supports(mem)? {
-            let have: Vec<String> = ctx.memory_types()?.iter().map(|m| m.to_string()).collect();
-            return Err(UcxError::MemTypeUnsupported(mem, have.join(",")));
-        }
+        self.worker().context().require_mem_type(mem)?;
         let lanes = parse_lanes(&self.print_info()?);
         if mem != MemType::Host {
             return Ok(RmaTransports {

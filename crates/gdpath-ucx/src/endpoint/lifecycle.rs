@@ -3,12 +3,14 @@
 
 use std::net::SocketAddr;
 use std::os::raw::c_void;
-use std::sync::atomic::{AtomicBool, AtomicI8, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::Endpoint;
-use crate::error::{check, ptr_is_err, Result, Status, UcxError};
+use crate::call::{self, Posted};
+use crate::error::{Result, Status, UcxError};
+use crate::peer::Peer;
 use crate::sockaddr::CSockAddr;
 use crate::sys;
 use crate::worker::{Worker, WorkerAddress};
@@ -16,54 +18,45 @@ use crate::worker::{Worker, WorkerAddress};
 /// How long dropping an endpoint flushes its outstanding operations before force-closing it.
 pub const CLOSE_WAIT: Duration = Duration::from_secs(5);
 
-/// Shared with UCX's error callback: 0 while healthy, else the failure status.
-struct EpState {
-    failure: AtomicI8,
-}
-
 pub(crate) struct EpInner {
     pub(super) worker: Worker,
     pub(super) raw: sys::ucp_ep_h,
-    /// Box handed to UCX as the error-callback argument; freed after the close completes.
-    state: *mut EpState,
-    pub(super) peer: Option<SocketAddr>,
+    /// The peer, whose failure UCX's error callback records.
+    pub(super) peer: Arc<Peer>,
+    /// The reference to `peer` handed to UCX as the error-callback argument; given back after
+    /// the close completes (NULL then).
+    cb_arg: *const Peer,
     pub(super) err_mode: ErrorMode,
     /// Set when an operation is posted, cleared when a flush completes: a clean endpoint is
     /// force-closed at drop without flushing (which would wait on a peer that may be gone).
     pub(super) dirty: AtomicBool,
 }
 
-// SAFETY: UCX calls on `raw` happen under the worker lock; `state` is only read atomically.
+// SAFETY: UCX calls on `raw` happen under the worker lock; the peer's state is atomic.
 unsafe impl Send for EpInner {}
+// SAFETY: as for Send.
 unsafe impl Sync for EpInner {}
 
 impl EpInner {
-    pub(super) fn failure(&self) -> Option<Status> {
-        // SAFETY: state lives until after the endpoint is closed.
-        let s = unsafe { &*self.state }.failure.load(Ordering::Acquire);
-        (s != 0).then_some(Status(s))
-    }
-
-    /// Polls a request of this worker until it finishes or `timeout` passes; releases it.
-    /// Returns its final status, or `None` on timeout (UCX then frees it on completion).
-    fn poll_raw(&self, req: *mut c_void, timeout: Duration) -> Option<sys::ucs_status_t> {
+    /// Polls a close or flush until it finishes or `timeout` passes, and releases its request.
+    /// Returns the operation's final status (its error at post included), or `None` on
+    /// timeout (UCX then frees the request on completion).
+    fn poll_raw(&self, posted: Posted, timeout: Duration) -> Option<Status> {
+        let req = posted.req;
         if req.is_null() {
-            return Some(sys::UCS_OK);
-        }
-        if ptr_is_err(req) {
-            return Some(crate::error::ptr_status(req).0);
+            return Some(Status(sys::UCS_OK));
         }
         let api = self.worker.api();
-        let mut status = sys::UCS_INPROGRESS;
+        let mut status = Status(sys::UCS_INPROGRESS);
         let done = self.worker.progress_until(timeout, || {
             let _g = self.worker.guard();
-            // SAFETY: live request of this worker.
-            status = unsafe { api.ucp_request_check_status(req) };
-            status != sys::UCS_INPROGRESS
+            // SAFETY: live request of this worker, serialised.
+            status = unsafe { call::request_check_status(api, req) };
+            status.0 != sys::UCS_INPROGRESS
         });
         let _g = self.worker.guard();
         // SAFETY: released once; if still pending, UCX frees it on completion.
-        unsafe { api.ucp_request_free(req) };
+        unsafe { call::request_free(api, req) };
         done.then_some(status)
     }
 
@@ -73,8 +66,8 @@ impl EpInner {
     /// the peer's worker progresses too. Otherwise: flush outstanding operations for at most
     /// `timeout`, then force close (`UCP_EP_CLOSE_FLAG_FORCE`, allowed because every endpoint
     /// uses peer error handling), which does not wait for the peer. A failed endpoint is
-    /// always force-closed. If UCX does not finish, the error-callback state is leaked
-    /// (never freed while UCX may call back).
+    /// always force-closed. If UCX does not finish, the error callback's reference to the peer
+    /// is leaked (never given back while UCX may call back).
     fn close_raw(&mut self, graceful: bool, timeout: Duration) -> Result<()> {
         if self.raw.is_null() {
             return Ok(());
@@ -82,56 +75,59 @@ impl EpInner {
         let start = Instant::now();
         let api = self.worker.api();
         // Force close is only defined with peer error handling.
-        let force = self.err_mode == ErrorMode::Peer && (!graceful || self.failure().is_some());
-        if force && self.failure().is_none() && self.dirty.load(Ordering::Acquire) {
+        let failed = self.peer.failure().is_some();
+        let force = self.err_mode == ErrorMode::Peer && (!graceful || failed);
+        if force && !failed && self.dirty.load(Ordering::Acquire) {
             let flush = {
                 let _g = self.worker.guard();
-                // SAFETY: zeroed params are valid.
-                let p: sys::ucp_request_param_t = unsafe { std::mem::zeroed() };
-                // SAFETY: live endpoint.
-                unsafe { api.ucp_ep_flush_nbx(self.raw, &p) }
+                // SAFETY: live endpoint, serialised.
+                unsafe { call::ep_flush_nbx(api, self.raw) }
             };
-            if self.poll_raw(flush, timeout) != Some(sys::UCS_OK) {
-                tracing::debug!(peer = ?self.peer, "flush before force close did not complete");
+            let flushed = flush.is_ok_and(|f| self.poll_raw(f, timeout).is_some_and(Status::is_ok));
+            if !flushed {
+                tracing::debug!(peer = ?self.peer.addr(), "flush before force close did not complete");
             }
         }
-        let req = {
+        let flags = if force {
+            sys::UCP_EP_CLOSE_FLAG_FORCE
+        } else {
+            0
+        };
+        let close = {
             let _g = self.worker.guard();
-            // SAFETY: zeroed params; FLAGS known since 1.10.
-            let mut p: sys::ucp_request_param_t = unsafe { std::mem::zeroed() };
-            if force {
-                p.op_attr_mask = sys::UCP_OP_ATTR_FIELD_FLAGS;
-                p.flags = sys::UCP_EP_CLOSE_FLAG_FORCE;
-            }
-            // SAFETY: live endpoint; after this call it must not be used again.
-            unsafe { api.ucp_ep_close_nbx(self.raw, &p) }
+            // SAFETY: live endpoint, serialised; it is not used after this call; a force
+            // close only with peer error handling.
+            unsafe { call::ep_close_nbx(api, self.raw, flags) }
         };
         self.raw = std::ptr::null_mut();
-        match self.poll_raw(req, timeout.saturating_sub(start.elapsed())) {
-            Some(st) => {
-                self.free_state();
-                if st == sys::UCS_OK || st == sys::UCS_ERR_CANCELED || Status(st).is_peer_failure()
-                {
-                    Ok(())
-                } else {
-                    check("ucp_ep_close_nbx", st)
-                }
-            }
-            None => {
-                tracing::warn!(peer = ?self.peer, "endpoint close did not finish within {timeout:?}");
-                Err(UcxError::Timeout {
-                    op: "ucp_ep_close_nbx",
-                    timeout,
-                })
-            }
+        let (op, status) = match close {
+            Ok(c) => (
+                c.op,
+                self.poll_raw(c, timeout.saturating_sub(start.elapsed())),
+            ),
+            Err(UcxError::Status { op, status }) => (op, Some(status)),
+            // The call layer fails a post with a status only; anything else leaves the
+            // callback's reference where it is.
+            Err(e) => return Err(e),
+        };
+        let Some(st) = status else {
+            tracing::warn!(peer = ?self.peer.addr(), "endpoint close did not finish within {timeout:?}");
+            return Err(UcxError::Timeout { op, timeout });
+        };
+        self.release_cb_arg();
+        if st.is_ok() || st.0 == sys::UCS_ERR_CANCELED || st.is_peer_failure() {
+            Ok(())
+        } else {
+            Err(UcxError::Status { op, status: st })
         }
     }
 
-    fn free_state(&mut self) {
-        if !self.state.is_null() {
-            // SAFETY: from Box::into_raw in `create`; UCX no longer calls back.
-            drop(unsafe { Box::from_raw(self.state) });
-            self.state = std::ptr::null_mut();
+    /// Gives back the error callback's reference to the peer, once UCX no longer calls back.
+    fn release_cb_arg(&mut self) {
+        if !self.cb_arg.is_null() {
+            // SAFETY: from Arc::into_raw in `create`, given back once; UCX no longer calls back.
+            drop(unsafe { Arc::from_raw(self.cb_arg) });
+            self.cb_arg = std::ptr::null();
         }
     }
 }
@@ -146,16 +142,10 @@ impl Drop for EpInner {
 /// keepalive timeout. It only records the status; operations then fail with
 /// [`UcxError::EndpointFailed`].
 unsafe extern "C" fn ep_error_cb(arg: *mut c_void, _ep: sys::ucp_ep_h, status: sys::ucs_status_t) {
-    // SAFETY: arg is the EpState box of this endpoint, alive until close completes.
-    let state = &*(arg as *const EpState);
-    let s = if status == sys::UCS_OK {
-        sys::UCS_ERR_IO_ERROR
-    } else {
-        status
-    };
-    let _ = state
-        .failure
-        .compare_exchange(0, s, Ordering::AcqRel, Ordering::Acquire);
+    // SAFETY: arg is this endpoint's reference to its peer, given back only after the close
+    // completes.
+    let peer = unsafe { &*(arg as *const Peer) };
+    peer.record_failure(status);
 }
 
 /// How an endpoint learns that its peer failed (`ucp_err_handling_mode_t`).
@@ -165,7 +155,7 @@ pub enum ErrorMode {
     /// ([`UcxError::EndpointFailed`]) instead of hanging its operations, and endpoints can be
     /// force-closed. UCX then uses only transports that detect peer failure: in UCX 1.13
     /// through 1.22 that excludes the shared-memory transports (posix, sysv, cma), so two
-    /// processes of one host talk over `tcp` (measured: UCX 1.13.1 and 1.22.0, `docs/ucx.md`).
+    /// processes of one host talk over `tcp` (`docs/ucx.md`, "Errors and peers that die").
     #[default]
     Peer,
     /// `UCP_ERR_HANDLING_MODE_NONE`: every transport is eligible (shared memory included), but
@@ -188,11 +178,9 @@ impl Endpoint {
         peer: Option<SocketAddr>,
         err_mode: ErrorMode,
     ) -> Result<Endpoint> {
-        let state = Box::into_raw(Box::new(EpState {
-            failure: AtomicI8::new(0),
-        }));
-        // SAFETY: zeroed params; every field flagged exists since UCX 1.13.
-        let mut p: sys::ucp_ep_params_t = unsafe { std::mem::zeroed() };
+        let peer = Arc::new(Peer::new(peer));
+        let cb_arg = Arc::into_raw(peer.clone());
+        let mut p: sys::ucp_ep_params_t = call::unset();
         p.field_mask = (sys::UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE
             | sys::UCP_EP_PARAM_FIELD_ERR_HANDLER) as u64;
         p.err_mode = match err_mode {
@@ -201,7 +189,7 @@ impl Endpoint {
         };
         p.err_handler = sys::ucp_err_handler_t {
             cb: Some(ep_error_cb),
-            arg: state.cast(),
+            arg: cb_arg.cast_mut().cast(),
         };
         match target {
             Target::Sock(sa) => {
@@ -219,24 +207,27 @@ impl Endpoint {
                 p.conn_request = c;
             }
         }
-        let mut raw: sys::ucp_ep_h = std::ptr::null_mut();
-        let st = {
+        let created = {
             let _g = worker.guard();
-            // SAFETY: live worker; params (and the address bytes they point to) valid for
-            // the call; `state` outlives the endpoint.
-            unsafe { worker.api().ucp_ep_create(worker.inner.raw, &p, &mut raw) }
+            // SAFETY: live worker, serialised; the flagged fields exist since UCX 1.13; params
+            // (and the address bytes they point to) are valid for the call; `cb_arg` outlives
+            // the endpoint.
+            unsafe { call::ep_create(worker.api(), worker.inner.raw, &p) }
         };
-        if st != sys::UCS_OK {
-            // SAFETY: UCX did not keep the callback argument.
-            drop(unsafe { Box::from_raw(state) });
-            return check("ucp_ep_create", st).map(|()| unreachable!());
-        }
+        let raw = match created {
+            Ok(raw) => raw,
+            Err(e) => {
+                // SAFETY: UCX did not keep the callback argument.
+                drop(unsafe { Arc::from_raw(cb_arg) });
+                return Err(e);
+            }
+        };
         Ok(Endpoint {
             inner: Arc::new(EpInner {
                 worker: worker.clone(),
                 raw,
-                state,
                 peer,
+                cb_arg,
                 err_mode,
                 dirty: AtomicBool::new(false),
             }),

@@ -1,30 +1,32 @@
-//! Endpoints: a connection to a peer worker (`ucp_ep_h`), in four parts:
+//! Endpoints: a connection to a peer worker (`ucp_ep_h`), in five parts:
 //! - [`lifecycle`]: create (connect to a socket address or a worker address, accept), close,
-//!   and the error state UCX's callback records;
+//!   and the failure UCX's error callback records;
+//! - [`rkey`]: a peer's remote keys unpacked on an endpoint, and the regions they open;
 //! - [`rma`]: put, get and flush;
 //! - [`am`]: active messages, contiguous and gathered from registered memory;
 //! - [`lanes`]: which transports an endpoint uses, from `ucp_ep_query` or parsed from
 //!   `ucp_ep_print_info`.
 
 use std::fmt;
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use crate::error::{Result, Status, UcxError};
 use crate::memory::MemHandle;
-use crate::request::Pins;
+use crate::request::{EpPin, Pins};
 use crate::sys;
 use crate::worker::{EpId, Worker};
 
 mod am;
 mod lanes;
 mod lifecycle;
+mod rkey;
 mod rma;
 
 pub use am::{AmPart, AM_GATHER_COPY_MAX, AM_IN_PLACE_MIN};
 pub use lanes::{EpTransports, Lane, RmaBasis, RmaTransports, TransportSource};
 use lifecycle::EpInner;
 pub use lifecycle::{ErrorMode, CLOSE_WAIT};
+pub use rkey::{RemoteKey, RemoteRegion, MAX_PACKED_RKEY};
 
 /// A connection to a peer worker (`ucp_ep_h`), created with peer error handling
 /// (`UCP_ERR_HANDLING_MODE_PEER`) so that a dead peer surfaces as
@@ -40,7 +42,7 @@ pub struct Endpoint {
 impl fmt::Debug for Endpoint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Endpoint")
-            .field("peer", &self.inner.peer)
+            .field("peer", &self.inner.peer.addr())
             .field("failure", &self.failure())
             .finish()
     }
@@ -66,36 +68,24 @@ impl Endpoint {
         EpId(self.inner.raw as usize)
     }
 
-    /// The peer's socket address, when connected through one.
-    pub fn peer(&self) -> Option<SocketAddr> {
-        self.inner.peer
-    }
-
-    pub(crate) fn peer_name(&self) -> String {
-        self.inner
-            .peer
-            .map_or_else(|| "?".to_string(), |a| a.to_string())
-    }
-
     /// The status UCX reported through the error callback, once the endpoint failed.
     pub fn failure(&self) -> Option<Status> {
-        self.inner.failure()
+        self.inner.peer.failure()
     }
 
     /// `Ok` while the endpoint is healthy, else [`UcxError::EndpointFailed`].
     pub fn ensure_ok(&self) -> Result<()> {
-        match self.failure() {
-            None => Ok(()),
-            Some(status) => Err(UcxError::EndpointFailed {
-                peer: self.peer_name(),
-                status,
-            }),
-        }
+        self.inner.peer.ensure_ok()
     }
 
+    /// What every request posted on this endpoint holds: the endpoint, and its peer to name
+    /// when the operation fails.
     fn pins(&self) -> Pins {
         Pins {
-            ep: Some(self.clone()),
+            ep: Some(EpPin {
+                hold: self.inner.clone(),
+                peer: self.inner.peer.clone(),
+            }),
             ..Pins::default()
         }
     }

@@ -4,10 +4,12 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::rkey::RemoteRegion;
 use super::Endpoint;
+use crate::call;
 use crate::context::Features;
 use crate::error::{Result, UcxError};
-use crate::memory::{MemHandle, RemoteRegion};
+use crate::memory::MemHandle;
 use crate::request::{Pins, Request};
 use crate::sys;
 
@@ -29,11 +31,9 @@ impl Endpoint {
         self.ensure_ok()?;
         let w = self.worker();
         let _g = w.guard();
-        // SAFETY: zeroed params are valid (no callback: completion is polled).
-        let p: sys::ucp_request_param_t = unsafe { std::mem::zeroed() };
-        // SAFETY: live endpoint.
-        let r = unsafe { w.api().ucp_ep_flush_nbx(self.inner.raw, &p) };
-        Request::from_ptr(w.clone(), Some(self.pins()), "ucp_ep_flush_nbx", r)
+        // SAFETY: live endpoint, serialised.
+        let posted = unsafe { call::ep_flush_nbx(w.api(), self.inner.raw) };
+        Request::new(w.clone(), Some(self.pins()), posted)
     }
 
     fn rma(
@@ -57,47 +57,36 @@ impl Endpoint {
         self.ensure_ok()?;
         let w = self.worker();
         let _g = w.guard();
-        // SAFETY: zeroed params; MEMORY_TYPE and MEMH are known since UCX 1.13.
-        let mut p: sys::ucp_request_param_t = unsafe { std::mem::zeroed() };
+        let mut p: sys::ucp_request_param_t = call::unset();
         p.op_attr_mask = sys::UCP_OP_ATTR_FIELD_MEMORY_TYPE | sys::UCP_OP_ATTR_FIELD_MEMH;
         p.memory_type = local.mem_type().raw();
         p.memh = local.inner.raw;
-        let (op, r) = if get {
-            // SAFETY: local range is inside a live mapping pinned by the request; the remote
-            // range was checked against the peer's region; key is live on this endpoint.
-            ("ucp_get_nbx", unsafe {
-                w.api().ucp_get_nbx(
-                    self.inner.raw,
-                    laddr.cast(),
-                    len,
-                    raddr,
-                    remote.rkey.inner.raw,
-                    &p,
-                )
-            })
-        } else {
-            // SAFETY: as above.
-            ("ucp_put_nbx", unsafe {
-                w.api().ucp_put_nbx(
-                    self.inner.raw,
-                    laddr.cast(),
-                    len,
-                    raddr,
-                    remote.rkey.inner.raw,
-                    &p,
-                )
-            })
+        let post = if get { call::get_nbx } else { call::put_nbx };
+        // SAFETY: live endpoint, serialised; MEMORY_TYPE and MEMH exist since UCX 1.13; the
+        // local range is inside a live mapping the request pins while pending; the remote
+        // range was checked against the peer's region; the key is live on this endpoint.
+        let posted = unsafe {
+            post(
+                w.api(),
+                self.inner.raw,
+                laddr.cast(),
+                len,
+                raddr,
+                remote.rkey.inner.raw,
+                &p,
+            )
         };
         self.inner.dirty.store(true, Ordering::Release);
         // An operation UCX finished at post (a small put copied out, the common case) touches
         // nothing afterwards: only a pending one pins what it uses. An error keeps the
         // endpoint, to name the peer.
-        let pins = (!r.is_null()).then(|| Pins {
+        let pending = posted.as_ref().map_or(true, |p| !p.req.is_null());
+        let pins = pending.then(|| Pins {
             mem: Some(local.clone()),
-            rkey: Some(remote.rkey.clone()),
+            rkey: Some(remote.rkey.inner.clone()),
             ..self.pins()
         });
-        Request::from_ptr(w.clone(), pins, op, r)
+        Request::new(w.clone(), pins, posted)
     }
 
     /// Writes `len` bytes from `local[local_off..]` to `remote[remote_off..]`

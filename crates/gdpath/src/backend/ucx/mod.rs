@@ -289,9 +289,12 @@ impl UcxBackend {
         // library or a setting UCX refuses fails both alike, so it is not tried again).
         let mut ctx = match Context::with_ucx(ucx.clone(), &ucfg) {
             Ok(c) => c,
-            Err(e @ gdpath_ucx::UcxError::Status { op: "ucp_init", .. })
-                if !ucfg.defaults.is_empty() =>
-            {
+            Err(
+                e @ gdpath_ucx::UcxError::Status {
+                    op: "ucp_init_version",
+                    ..
+                },
+            ) if !ucfg.defaults.is_empty() => {
                 tracing::debug!("UCX context with gdpath's transport defaults: {e}");
                 ucfg.defaults.clear();
                 Context::with_ucx(ucx.clone(), &ucfg).map_err(ucx_err)?
