@@ -3,7 +3,8 @@
 //! asked, interrupts and kills during `copy` and `bench storage`, closed and full stdout for
 //! every command, arguments that do not apply refused. Real files, real signals, the real
 //! binary. The tests that need root (a loop device, a small tmpfs) are here too and say when
-//! they skip; [`saves`] holds issue 24's checkpoint-save checks; `scripts/fault-suite.sh` runs these and the shell-level checks in CI. Here: the
+//! they skip; [`saves`] holds issue 24's checkpoint-save checks, [`links`] issue 37's symbolic
+//! links another user planted and the owner a replaced file keeps; `scripts/fault-suite.sh` runs these and the shell-level checks in CI. Here: the
 //! helpers; [`files`], [`arguments`], [`stdout`] and [`interrupts`] hold the tests.
 
 mod arguments;
@@ -11,6 +12,7 @@ mod arguments;
 mod common;
 mod files;
 mod interrupts;
+mod links;
 mod saves;
 mod stdout;
 

@@ -180,6 +180,16 @@ impl AtomicFile {
         self.linked
     }
 
+    /// [`AtomicFile::target`], [`AtomicFile::through_link`] and [`AtomicFile::replaces`] as
+    /// one value, for a caller that reports which file it wrote after the commit.
+    pub fn as_target(&self) -> Target {
+        Target {
+            path: self.target.clone(),
+            through_link: self.linked,
+            exists: self.replaces(),
+        }
+    }
+
     /// A path of the temporary file the data goes into until the commit: `/proc/self/fd/N` for
     /// an unnamed one (it opens the same inode while this value lives), else the named file.
     pub fn temp_path(&self) -> &Path {
