@@ -53,7 +53,9 @@ impl ReplaceOptions {
 }
 
 /// A file being created or replaced whole. [`AtomicFile::create`] makes a temporary file in the
-/// target's directory: an unnamed inode (`open(dir, O_TMPFILE)`) where the file system supports
+/// target's directory, relative to a handle of it (`O_PATH`) opened when the target was
+/// checked, so that a directory renamed or swapped afterwards cannot redirect the write: an
+/// unnamed inode (`openat(dir, ".", O_TMPFILE)`) where the file system supports
 /// it, else a file named as [`super::TEMP_MARKER`] says, created exclusively (nothing that exists
 /// is opened). The data goes into it, through [`std::io::Write`] or through the engine (register
 /// [`AtomicFile::spec`] and post writes); [`AtomicFile::commit`] syncs it, gives it the target's
