@@ -132,12 +132,14 @@ PY
 
   say "files: a link nobody planted in a sticky directory is not followed; a replaced file keeps its owner"
   if [[ $(id -u) == 0 ]] && command -v setpriv >/dev/null; then
+    chmod o+x "$work" # nobody reaches the sticky directory through it
     mkdir -m 755 "$work/links"
     mkdir -m 1777 "$work/links/S"
     printf 'root secret\n' >"$work/links/P"
     chmod 600 "$work/links/P"
-    cp "$work/links/P" "$work/links/P.ref"
-    setpriv --reuid=65534 --regid=65534 --clear-groups ln -s "$work/links/P" "$work/links/S/model.safetensors"
+    cp -p "$work/links/P" "$work/links/P.ref"
+    setpriv --reuid=65534 --regid=65534 --clear-groups ln -s "$work/links/P" "$work/links/S/model.safetensors" ||
+      fail "nobody could not plant a link in $work/links/S"
     ln -s "$work/links/P" "$work/links/S/report.html"
     chown -h 65534:65534 "$work/links/S/report.html" # planted by nobody, as the report
     ln -s "$work/links/P" "$work/links/S/own.html"     # root's own: followed
@@ -147,6 +149,7 @@ PY
       "resave $work/ck.safetensors $work/links/S/model.safetensors --host --overwrite" \
       "report -o $work/links/S/report.html --overwrite --snapshot assets/snapshots/h200x2.tar.gz" \
       "topo capture -o $work/links/S/model.safetensors --overwrite"; do
+      cp -p "$work/links/P.ref" "$work/links/P"
       rc=0
       # shellcheck disable=SC2086 # the line is split into its words on purpose
       bounded 60 "$gdpath" $line >"$work/out" 2>"$work/err" || rc=$?
