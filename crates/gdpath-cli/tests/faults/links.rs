@@ -16,70 +16,34 @@ fn empty_checkpoint(dir: &Path) -> PathBuf {
 }
 
 /// Every command that writes a file, aimed at `t` (each replaces an existing file).
-fn writers(t: &str, src: &str, ck: &str) -> Vec<Vec<String>> {
+fn writers<'a>(t: &'a str, src: &'a str, ck: &'a str) -> Vec<Vec<&'a str>> {
     let snap = h200_snapshot();
-    let cases: [&[&str]; 9] = [
-        &["copy", src, t, "--overwrite"],
-        &["copy", "gpu:0", t, "--size", "1MiB", "--overwrite"],
-        &["resave", ck, t, "--host", "--overwrite"],
-        &["report", "-o", t, "--snapshot", snap, "--overwrite"],
-        &["topo", "--snapshot", snap, "--svg", t, "--overwrite"],
-        &["topo", "capture", "-o", t, "--overwrite"],
+    let bench = |extra: &[&'a str]| {
+        let mut v = vec![
+            "bench",
+            "storage",
+            "--file",
+            t,
+            "--size",
+            "1MiB",
+            "--overwrite",
+        ];
+        v.extend_from_slice(extra);
+        v
+    };
+    vec![
+        vec!["copy", src, t, "--overwrite"],
+        vec!["copy", "gpu:0", t, "--size", "1MiB", "--overwrite"],
+        vec!["resave", ck, t, "--host", "--overwrite"],
+        vec!["report", "-o", t, "--snapshot", snap, "--overwrite"],
+        vec!["topo", "--snapshot", snap, "--svg", t, "--overwrite"],
+        vec!["topo", "capture", "-o", t, "--overwrite"],
         // The test file is shorter than --size: replaced with the pattern.
-        &[
-            "bench",
-            "storage",
-            "--file",
-            t,
-            "--size",
-            "1MiB",
-            "--overwrite",
-        ],
-        &[
-            "bench",
-            "storage",
-            "--file",
-            t,
-            "--size",
-            "1MiB",
-            "--gpu",
-            "0",
-            "--overwrite",
-        ],
+        bench(&[]),
+        bench(&["--gpu", "0"]),
         // An existing file is written in place.
-        &[
-            "bench",
-            "storage",
-            "--file",
-            t,
-            "--size",
-            "1MiB",
-            "--runs",
-            "1",
-            "--write",
-            "--overwrite",
-        ],
-    ];
-    cases
-        .iter()
-        .map(|c| c.iter().map(|a| a.to_string()).collect())
-        .collect()
-}
-
-/// Runs `args`: (status, stdout, stderr).
-fn output(args: &[String]) -> (ExitStatus, String, String) {
-    let child = gdpath()
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    (
-        out.status,
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+        bench(&["--runs", "1", "--write"]),
+    ]
 }
 
 fn scene(test: &str) -> Option<(PlantedLink, tempfile::TempDir, PathBuf, PathBuf)> {
@@ -105,7 +69,7 @@ fn every_writing_command_refuses_a_link_another_user_planted() {
     };
     for args in writers(s(&p.link), s(&src), s(&ck)) {
         let line = args.join(" ");
-        let (st, _, err) = output(&args);
+        let (st, err) = run(&args);
         assert_eq!(st.code(), Some(1), "{line}: {err}");
         for part in [
             s(&p.link),
@@ -148,7 +112,7 @@ fn a_link_the_rule_allows_is_followed_and_the_message_names_the_real_file() {
             continue; // no GPU here; the benches name no file
         }
         std::fs::write(&p.victim, b"before").unwrap();
-        let (st, out, err) = output(&args);
+        let (st, out, err) = run_output(&args, Stdio::piped());
         assert!(st.success(), "{line}: {err}");
         assert!(out.contains(&named), "{line}: {out}");
         assert_ne!(std::fs::read(&p.victim).unwrap(), b"before", "{line}");

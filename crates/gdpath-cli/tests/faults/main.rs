@@ -42,16 +42,25 @@ fn disk_dir() -> tempfile::TempDir {
 }
 
 /// Waits for `child` at most [`DEADLINE`]; a child still running then is killed and the test
-/// fails (it hung).
-fn wait(mut child: Child, what: &str) -> (ExitStatus, String) {
+/// fails (it hung). Returns its status and stderr.
+fn wait(child: Child, what: &str) -> (ExitStatus, String) {
+    let (st, _, err) = wait_output(child, what);
+    (st, err)
+}
+
+/// [`wait`], returning stdout too (what a piped stdout held; a command's few lines fit a pipe).
+fn wait_output(mut child: Child, what: &str) -> (ExitStatus, String, String) {
     let t0 = Instant::now();
     loop {
         if let Some(st) = child.try_wait().unwrap() {
-            let mut err = String::new();
+            let (mut out, mut err) = (String::new(), String::new());
+            if let Some(mut o) = child.stdout.take() {
+                let _ = o.read_to_string(&mut out);
+            }
             if let Some(mut e) = child.stderr.take() {
                 let _ = e.read_to_string(&mut err);
             }
-            return (st, err);
+            return (st, out, err);
         }
         if t0.elapsed() > DEADLINE {
             let _ = child.kill();
@@ -64,13 +73,19 @@ fn wait(mut child: Child, what: &str) -> (ExitStatus, String) {
 
 /// Runs `args` with stdout to `/dev/null`: (status, stderr).
 fn run(args: &[&str]) -> (ExitStatus, String) {
+    let (st, _, err) = run_output(args, Stdio::null());
+    (st, err)
+}
+
+/// Runs `args` with stdout to `stdout`: (status, stdout if piped, stderr).
+fn run_output(args: &[&str], stdout: Stdio) -> (ExitStatus, String, String) {
     let child = gdpath()
         .args(args)
-        .stdout(Stdio::null())
+        .stdout(stdout)
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    wait(child, &args.join(" "))
+    wait_output(child, &args.join(" "))
 }
 
 fn s(p: &Path) -> &str {
