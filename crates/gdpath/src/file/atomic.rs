@@ -92,7 +92,7 @@ impl ReplaceOptions {
 /// - until the commit, the temporary of a replacement is readable by its owner only (mode
 ///   0600), so a secret file's new content is never readable by others meanwhile.
 ///
-/// A new file gets the writer's owner and group and mode `0666 & !umask`, as `open(O_CREAT)`
+/// A new file gets the writer's owner and group and mode `0666 & ~umask`, as `open(O_CREAT)`
 /// gives.
 #[derive(Debug)]
 pub struct AtomicFile {
