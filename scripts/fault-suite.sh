@@ -6,7 +6,8 @@
 #
 # Blocks, each self-contained (a helper adding a block keeps to this shape):
 #   files   devices, FIFOs, full file systems, interrupts, closed/full stdout, arguments,
-#           checkpoint saves (resave: kills, a full tmpfs, an existing file)
+#           checkpoint saves (resave: kills, a full tmpfs, an existing file), symbolic links
+#           another user planted in a sticky directory, owners kept by a replacement
 #           (cargo test --test faults, then the issue's own command lines in a shell)
 #   network serve and bench net against raw sockets, floods, kills and signals, and where UCX's
 #           own port listens (cargo test --test net_faults and gdpath's net_garbage, then the
@@ -127,6 +128,52 @@ PY
     if ls -A "$work/tiny" | grep -q gdpath-tmp; then fail "temporaries left: $(ls -A "$work/tiny")"; fi
   else
     say "skipped: cannot mount a tmpfs here (needs root)"
+  fi
+
+  say "files: a link nobody planted in a sticky directory is not followed; a replaced file keeps its owner"
+  if [[ $(id -u) == 0 ]] && command -v setpriv >/dev/null; then
+    chmod o+x "$work" # nobody reaches the sticky directory through it
+    mkdir -m 755 "$work/links"
+    mkdir -m 1777 "$work/links/S"
+    printf 'root secret\n' >"$work/links/P"
+    chmod 600 "$work/links/P"
+    cp -p "$work/links/P" "$work/links/P.ref"
+    setpriv --reuid=65534 --regid=65534 --clear-groups ln -s "$work/links/P" "$work/links/S/model.safetensors" ||
+      fail "nobody could not plant a link in $work/links/S"
+    ln -s "$work/links/P" "$work/links/S/report.html"
+    chown -h 65534:65534 "$work/links/S/report.html" # planted by nobody, as the issue's report
+    ln -s "$work/links/P" "$work/links/S/own.html"     # root's own: followed
+    head -c $((1 << 20)) /dev/urandom >"$work/links/src"
+    for line in \
+      "copy $work/links/src $work/links/S/model.safetensors --overwrite" \
+      "resave $work/ck.safetensors $work/links/S/model.safetensors --host --overwrite" \
+      "report -o $work/links/S/report.html --overwrite --snapshot assets/snapshots/h200x2.tar.gz" \
+      "topo capture -o $work/links/S/model.safetensors --overwrite"; do
+      cp -p "$work/links/P.ref" "$work/links/P"
+      rc=0
+      # shellcheck disable=SC2086 # the line is split into its words on purpose
+      bounded 60 "$gdpath" $line >"$work/out" 2>"$work/err" || rc=$?
+      [[ $rc == 1 ]] || fail "gdpath $line: status $rc (0: it wrote through nobody's link)"
+      grep -q "protected_symlinks" "$work/err" || fail "gdpath $line says: $(cat "$work/err")"
+      cmp -s "$work/links/P" "$work/links/P.ref" || fail "gdpath $line changed root's file"
+    done
+    if ls -A "$work/links/S" | grep -q gdpath-tmp; then fail "temporaries left: $(ls -A "$work/links/S")"; fi
+    rc=0
+    bounded 60 "$gdpath" report -o "$work/links/S/own.html" --overwrite \
+      --snapshot assets/snapshots/h200x2.tar.gz >"$work/out" 2>"$work/err" || rc=$?
+    [[ $rc == 0 ]] || fail "report -o through root's own link: status $rc: $(cat "$work/err")"
+    grep -q "(the file $work/links/P it links to)" "$work/out" || fail "report -o own link says: $(cat "$work/out")"
+    head -c 100 /dev/urandom >"$work/links/theirs"
+    chown 65534:65534 "$work/links/theirs"
+    chmod 640 "$work/links/theirs"
+    rc=0
+    bounded 60 "$gdpath" copy "$work/links/src" "$work/links/theirs" --overwrite >/dev/null 2>"$work/err" || rc=$?
+    [[ $rc == 0 ]] || fail "copy --overwrite onto nobody's file: status $rc: $(cat "$work/err")"
+    [[ $(stat -c %u:%g:%a "$work/links/theirs") == 65534:65534:640 ]] ||
+      fail "copy --overwrite onto nobody:nogroup 640 left $(stat -c %U:%G:%a "$work/links/theirs")"
+    cmp -s "$work/links/src" "$work/links/theirs" || fail "copy --overwrite: wrong content"
+  else
+    say "skipped: planting a link as another user needs root and setpriv"
   fi
 
   say "files: closed and full stdout"

@@ -21,6 +21,7 @@ use gdpath::{
     Transfer, TransferReport, TransferRequest,
 };
 use serde::Serialize;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 /// Default window: 32 MiB (two are held).
@@ -79,6 +80,10 @@ pub struct CopyReport {
     /// How the source was read when not as its `stat` size said (a procfs or sysfs file).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// When the destination given is a symbolic link: the real path of the file it leads to,
+    /// the one written (absent otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dst_file: Option<PathBuf>,
 }
 
 impl CopyReport {
@@ -97,6 +102,7 @@ impl CopyReport {
             write,
             verified,
             note,
+            dst_file: None,
         }
     }
 }
@@ -269,18 +275,14 @@ pub fn copy_file(
                 && plain_hash(src, size)? == src_hash.digest(),
         ),
     };
+    let mut report = CopyReport::new(size, elapsed, [read_leg, write_leg], verified, None);
+    report.dst_file = out.as_ref().and_then(linked_file);
     if let Some(f) = out.take() {
         if verified != Some(false) {
             f.commit()?;
         }
     }
-    Ok(CopyReport::new(
-        size,
-        elapsed,
-        [read_leg, write_leg],
-        verified,
-        None,
-    ))
+    Ok(report)
 }
 
 /// Largest pseudo file (procfs, sysfs: a `stat` size that is not the length) that
@@ -366,6 +368,7 @@ fn copy_pseudo_file(
     let mut write_leg = None;
     // Into memory only there is one read, nothing to compare it with: not verified.
     let mut verified = None;
+    let mut dst_file = None;
     if let Some(d) = dst {
         let mut out = AtomicFile::create(d, opts.replace)?;
         out.reserve(size)?;
@@ -384,6 +387,7 @@ fn copy_pseudo_file(
         if opts.verify {
             verified = Some(plain_hash(out.temp_path(), size)? == Checksum::of(&data));
         }
+        dst_file = linked_file(&out);
         if verified != Some(false) {
             out.commit()?;
         }
@@ -396,13 +400,14 @@ fn copy_pseudo_file(
          end, {size} bytes",
         src.display()
     ));
-    Ok(CopyReport::new(
-        size,
-        elapsed,
-        [read_leg, write_leg],
-        verified,
-        note,
-    ))
+    let mut report = CopyReport::new(size, elapsed, [read_leg, write_leg], verified, note);
+    report.dst_file = dst_file;
+    Ok(report)
+}
+
+/// The real file `f` writes when its destination was given as a symbolic link.
+pub(crate) fn linked_file(f: &AtomicFile) -> Option<PathBuf> {
+    f.through_link().then(|| f.target().to_owned())
 }
 
 fn plain_hash(path: &std::path::Path, len: u64) -> Result<u64> {

@@ -176,10 +176,13 @@ pub fn run(cfg: &GdsBenchConfig, progress: &dyn Progress) -> Result<GdsBenchRepo
         (Op::Write, None) => Some(AtomicFile::create(&cfg.file, ReplaceOptions::default())?),
         _ => None,
     };
-    let target = new_file
-        .as_ref()
-        .map_or(cfg.file.as_path(), |f| f.temp_path())
-        .to_owned();
+    let target = match &new_file {
+        Some(f) => f.temp_path().to_owned(),
+        // Written in place: the file a link leads to, found as AtomicFile finds it (a link
+        // another user planted in a sticky directory is refused), never through the link.
+        None if cfg.op == Op::Write => gdpath::file::check_target(&cfg.file, true)?.path,
+        None => cfg.file.clone(),
+    };
     if cfg.cold {
         // The chooser sees the file as the timed runs will.
         let _ = gdpath::os::evict_page_cache(&target);

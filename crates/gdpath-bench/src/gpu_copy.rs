@@ -57,6 +57,10 @@ pub struct GpuCopyReport {
     pub detail: Option<String>,
     /// Checksums of source and destination matched (`None`: not verified).
     pub verified: Option<bool>,
+    /// When the destination file given is a symbolic link: the real path of the file it leads
+    /// to, the one written (absent otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dst_file: Option<std::path::PathBuf>,
 }
 
 fn report(
@@ -74,6 +78,7 @@ fn report(
         finding: plan.finding,
         detail: plan.detail,
         verified,
+        dst_file: None,
     }
 }
 
@@ -195,8 +200,10 @@ pub fn gpu_to_file(
     } else {
         None
     };
+    let mut r = report(len, elapsed, plan, verified);
+    r.dst_file = crate::copy::linked_file(&out);
     if verified != Some(false) {
         out.commit()?;
     }
-    Ok(report(len, elapsed, plan, verified))
+    Ok(r)
 }

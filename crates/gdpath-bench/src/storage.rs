@@ -235,10 +235,13 @@ pub fn run(cfg: &StorageBenchConfig, progress: &dyn Progress) -> Result<StorageB
             }
         },
     };
-    let target = new_file
-        .as_ref()
-        .map_or(cfg.file.as_path(), |f| f.temp_path())
-        .to_owned();
+    let target = match &new_file {
+        Some(f) => f.temp_path().to_owned(),
+        // Written in place: the file a link leads to, found as AtomicFile finds it (a link
+        // another user planted in a sticky directory is refused), never through the link.
+        None if cfg.op == Op::Write => gdpath::file::check_target(&cfg.file, true)?.path,
+        None => cfg.file.clone(),
+    };
     let mut rows = Vec::new();
     let mut findings: Vec<FindingId> = Vec::new();
     for &block in &cfg.blocks {

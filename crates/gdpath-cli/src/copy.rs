@@ -124,9 +124,9 @@ pub fn run(a: CopyArgs) -> Result<ExitCode> {
         outln!(
             "{} -> {}: {} in {:.3} s, {:.3} GB/s (1e9 B/s)",
             a.src.display(),
-            a.dst
-                .as_ref()
-                .map_or("host memory".into(), |d| d.display().to_string()),
+            a.dst.as_ref().map_or("host memory".into(), |d| {
+                crate::output::written(d, r.dst_file.as_deref())
+            }),
             format_size(r.bytes),
             r.elapsed.as_secs_f64(),
             r.gbps
@@ -207,9 +207,9 @@ fn run_gpu(
         outln!(
             "{} -> {}: {} in {:.3} s, {:.3} GB/s (1e9 B/s)",
             a.src.display(),
-            a.dst
-                .as_ref()
-                .map_or(String::new(), |d| d.display().to_string()),
+            a.dst.as_ref().map_or(String::new(), |d| {
+                crate::output::written(d, r.dst_file.as_deref())
+            }),
             format_size(r.bytes),
             r.elapsed.as_secs_f64(),
             r.gbps

@@ -54,6 +54,21 @@ fn classify(e: std::io::Error) -> Failure {
     }
 }
 
+/// How a command names a file it wrote: `given` as typed, followed by the file it links to
+/// when `given` was a symbolic link (`real`), so that a write through a link never goes
+/// unsaid: `report.html (the file /data/r.html it links to)`.
+pub fn written(given: &std::path::Path, real: Option<&std::path::Path>) -> String {
+    match real {
+        Some(r) => format!("{} (the file {} it links to)", given.display(), r.display()),
+        None => given.display().to_string(),
+    }
+}
+
+/// [`written`] for a [`gdpath::file::Target`] the write returned.
+pub fn written_target(given: &std::path::Path, t: &gdpath::file::Target) -> String {
+    written(given, t.through_link.then_some(t.path.as_path()))
+}
+
 /// Flushes stdout and returns how writing it failed, if it did.
 pub fn finish() -> Option<Failure> {
     let mut f = failed();

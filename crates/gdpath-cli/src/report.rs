@@ -45,11 +45,11 @@ pub fn run(a: ReportArgs) -> Result<ExitCode> {
         argv: std::env::args().collect(),
     };
     let html = gdpath_report::report(&opts).map_err(report_error)?;
-    gdpath_report::save(&a.output, html.as_bytes(), a.overwrite)
+    let t = gdpath_report::save(&a.output, html.as_bytes(), a.overwrite)
         .with_context(|| format!("writing the report to {}", a.output.display()))?;
     outln!(
         "wrote {} ({} KiB)",
-        a.output.display(),
+        crate::output::written_target(&a.output, &t),
         html.len().div_ceil(1024)
     );
     Ok(ExitCode::SUCCESS)

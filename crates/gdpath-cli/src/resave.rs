@@ -40,14 +40,9 @@ pub struct ResaveArgs {
 
 pub fn run(a: ResaveArgs) -> Result<ExitCode> {
     // What the save would refuse (it checks again when it creates the file), said before
-    // anything is loaded: a device, FIFO or socket, or an existing file without --overwrite.
-    let existing = gdpath::file::check_regular(&a.dst).context("resave")?;
-    if existing.is_some() && !a.overwrite {
-        return Err(gdpath::Error::Exists {
-            path: a.dst.clone(),
-        })
-        .context("resave");
-    }
+    // anything is loaded: a device, FIFO or socket, a link another user planted in a sticky
+    // directory, or an existing file without --overwrite.
+    gdpath::file::check_target(&a.dst, a.overwrite).context("resave")?;
     let agent = Agent::new(AgentConfig::default())?;
     if a.src.extension().is_some_and(|e| e == "json") {
         return Err(crate::usage(format!(
@@ -125,7 +120,7 @@ pub fn run(a: ResaveArgs) -> Result<ExitCode> {
                  {:.3} s; fsync {})",
                 i + 1,
                 format_size(r.file_bytes),
-                r.path.display(),
+                crate::output::written(&a.dst, r.through_link.then_some(r.path.as_path())),
                 r.elapsed.as_secs_f64(),
                 r.gbps(),
                 r.transfer.as_secs_f64(),

@@ -106,11 +106,12 @@ pub fn run(args: TopoArgs) -> Result<ExitCode> {
             overwrite,
             fsync: !no_fsync,
         };
-        let (m, s, why) = gdpath_doctor::machine::capture(sysfs_root.as_deref(), &output, replace)
+        let c = gdpath_doctor::machine::capture(sysfs_root.as_deref(), &output, replace)
             .with_context(|| format!("capturing into {}", output.display()))?;
+        let (m, s, why) = (c.machine, c.summary, c.no_facts);
         outln!(
             "wrote {}: {}, {}, {} ({}, {}, {}, {})",
-            output.display(),
+            crate::output::written_target(&output, &c.file),
             plural(s.files, "file", "files"),
             plural(s.links, "link", "links"),
             plural(s.listings, "directory listing", "directory listings"),
@@ -147,8 +148,8 @@ pub fn run(args: TopoArgs) -> Result<ExitCode> {
         // What the save would refuse, said before the machine is read.
         gdpath::file::check_target(file, args.overwrite).with_context(context)?;
         let svg = gdpath_report::drawing(&source, &[]).map_err(crate::report::report_error)?;
-        gdpath_report::save(file, svg.as_bytes(), args.overwrite).with_context(context)?;
-        outln!("wrote {}", file.display());
+        let t = gdpath_report::save(file, svg.as_bytes(), args.overwrite).with_context(context)?;
+        outln!("wrote {}", crate::output::written_target(file, &t));
         return Ok(ExitCode::SUCCESS);
     }
     let (machine, no_facts) = gdpath_doctor::document::topo(&source)?;

@@ -93,13 +93,15 @@ impl std::error::Error for CaptureError {
 /// a device, FIFO or socket is refused before the machine is read, and a failure leaves no
 /// partial snapshot). For the live machine the driver facts are read and stored in the
 /// snapshot (`driver.json`), so a replay shows the same NVLink matrix; without a driver the
-/// snapshot has none. Returns the machine, what was written and, for the live machine without
-/// a driver, why no facts were stored.
+/// snapshot has none. Returns the machine, what was written, for the live machine without
+/// a driver why no facts were stored, and the file written (the real one when `out` is a
+/// symbolic link; a link another user planted in a sticky directory is refused,
+/// [`gdpath::Error::SymlinkRefused`]).
 pub fn capture(
     sysfs_root: Option<&Path>,
     out: &Path,
     replace: gdpath::file::ReplaceOptions,
-) -> Result<(Machine, CaptureSummary, Option<String>), CaptureError> {
+) -> Result<Captured, CaptureError> {
     let mut file = gdpath::file::AtomicFile::create(out, replace).map_err(CaptureError::Output)?;
     let (view, label) = match sysfs_root {
         Some(root) => (DirView::new(root), "sysfs-root"),
@@ -125,6 +127,25 @@ pub fn capture(
         Err(TopoError::Write(e)) => return Err(CaptureError::Output(file.write_error(e))),
         Err(e) => return Err(CaptureError::Read(e)),
     };
+    let written = file.as_target();
     file.commit().map_err(CaptureError::Output)?;
-    Ok((machine, summary, why))
+    Ok(Captured {
+        machine,
+        summary,
+        no_facts: why,
+        file: written,
+    })
+}
+
+/// What [`capture`] read and wrote.
+#[derive(Debug)]
+pub struct Captured {
+    /// The machine read.
+    pub machine: Machine,
+    /// What the snapshot holds.
+    pub summary: CaptureSummary,
+    /// For the live machine without a driver: why no driver facts were stored.
+    pub no_facts: Option<String>,
+    /// The file written (`path` the real one, `through_link` when the output was a link).
+    pub file: gdpath::file::Target,
 }

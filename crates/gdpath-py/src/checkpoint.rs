@@ -206,8 +206,13 @@ impl Checkpoint {
     /// offset, nbytes)` — `dtype` a safetensors name (`"F32"`, `"BF16"`, ...), `region` a
     /// registered GPU or host `Region` holding the `nbytes` bytes at `offset`. Written to a
     /// temporary in the same directory, fsynced (unless `fsync=False`), renamed over `path`:
-    /// a crash leaves the old file or the new one. The GIL is released while the bytes move.
-    /// Returns the report as a dict: `path`, `tensors`, `tensor_bytes`, `header_bytes`,
+    /// a crash leaves the old file or the new one; a replaced file keeps its owner (where the
+    /// writer may set it), group, mode and extended attributes, not set-id bits; a symbolic
+    /// link is followed unless the kernel's `protected_symlinks` rule forbids it (a link
+    /// another user planted in a sticky world-writable directory: kind `symlink_refused`).
+    /// The GIL is released while the bytes move.
+    /// Returns the report as a dict: `path` (the file written: the real one when `path` is a
+    /// link), `tensors`, `tensor_bytes`, `header_bytes`,
     /// `file_bytes` (bytes), `pairs`, `paths` (path names), `finding`, `detail`, `fsync`,
     /// `replaced`, `elapsed`, `transfer`, `commit` (seconds), `gbps` (file bytes per second of
     /// `elapsed`, 1e9 B/s).
@@ -215,7 +220,8 @@ impl Checkpoint {
     /// Errors: `ValueError` for an unknown dtype name; `gdpath.CheckpointError` (kind
     /// `checkpoint`) naming the tensor for a duplicate or reserved name, a byte count that is
     /// not `product(shape) × dtype size`, bytes outside the region; the engine's kinds for the
-    /// file (`exists` without `overwrite`, `no_space`, `io`, ...) and the transfer.
+    /// file (`exists` without `overwrite`, `symlink_refused`, `no_space`, `io`, ...) and the
+    /// transfer.
     #[staticmethod]
     #[pyo3(signature = (agent, tensors, path, *, metadata=None, overwrite=true, fsync=true))]
     // The arguments are the Python signature's.

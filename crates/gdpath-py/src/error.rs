@@ -67,6 +67,12 @@ fn details_of<'py>(py: Python<'py>, e: &Error) -> PyResult<Option<Bound<'py, PyD
         | Error::Io { path, source, .. }
         | Error::NoSpace { path, source, .. } => os_details(&d, path, Some(source))?,
         Error::Exists { path } | Error::NotAFile { path, .. } => os_details(&d, path, None)?,
+        // EACCES: what open(2) returns where the kernel applies the rule itself.
+        Error::SymlinkRefused { link, .. } => os_details(
+            &d,
+            link,
+            Some(&std::io::Error::from(nix::errno::Errno::EACCES)),
+        )?,
         _ => return Ok(None),
     }
     Ok(Some(d))

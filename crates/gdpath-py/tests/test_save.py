@@ -6,6 +6,10 @@ bytes the package itself writes for the same tensors."""
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -166,3 +170,75 @@ def test_torch_tensors_on_the_cpu_equal_safetensors_torch(scratch):
     for k, t in ts.items():
         assert back[k].dtype == t.dtype and back[k].shape == t.shape, k
         assert torch.equal(back[k].reshape(-1).view(torch.uint8), t.contiguous().reshape(-1).view(torch.uint8)) or t.numel() == 0, k
+
+
+NOBODY = 65534
+
+
+@pytest.fixture
+def planted():
+    """Issue 37's scene, made for real: in a sticky world-writable directory ``S`` (mode 1777,
+    inside a scratch directory), ``nobody`` planted ``S/model.safetensors``, a link to root's
+    mode-0600 file ``P``; ``S/own.link`` is root's own link to it. Root only: skipped, saying
+    why, otherwise."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root: planting a link as another user (nobody)")
+    # Not pytest's tmp_path: its parents are closed to nobody.
+    tmp_path = Path(tempfile.mkdtemp())
+    os.chmod(tmp_path, 0o755)
+    sticky = tmp_path / "S"
+    sticky.mkdir()
+    os.chmod(sticky, 0o1777)
+    victim = tmp_path / "P"
+    victim.write_bytes(b"root's secret\n")
+    os.chmod(victim, 0o600)
+    link = sticky / "model.safetensors"
+    subprocess.run(
+        ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "ln", "-s", str(victim), str(link)],
+        check=True,
+    )
+    own = sticky / "own.link"
+    own.symlink_to(victim)
+    yield sticky, victim, link, own
+    shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+def test_save_file_refuses_a_link_another_user_planted(planted):
+    """Issue 37 item 1: on main, ``save_file`` (overwrite is its default) replaced root's file
+    through ``nobody``'s link. Now it raises kind ``symlink_refused``, a ``PermissionError`` as
+    ``open()`` raises where the kernel applies the rule, and the file is untouched."""
+    sticky, victim, link, _ = planted
+    a = {"w": np.ones((4, 4), dtype=np.float32)}
+    with pytest.raises(gdpath.StorageError) as e:
+        gst.save_file(a, link)
+    assert e.value.kind == "symlink_refused"
+    assert isinstance(e.value, PermissionError) and e.value.filename == str(link)
+    assert "owned by uid 65534" in str(e.value) and "protected_symlinks" in str(e.value)
+    assert victim.read_bytes() == b"root's secret\n"
+    assert os.stat(victim).st_mode & 0o7777 == 0o600
+    assert temporaries(sticky) == [] and temporaries(victim.parent) == []
+
+
+def test_save_file_follows_an_allowed_link_and_reports_the_real_file(planted):
+    """Root's own link is followed, as ``open()`` follows it; the report's ``path`` is the file
+    written."""
+    _, victim, _, own = planted
+    a = {"w": np.arange(8, dtype=np.int32)}
+    r = gst.save_file(a, own)
+    assert Path(r["path"]) == victim.resolve() and r["replaced"] is True
+    assert own.is_symlink()
+    assert np.array_equal(safetensors.numpy.load_file(str(victim))["w"], a["w"])
+
+
+def test_save_file_keeps_the_owner_and_mode_of_the_file_it_replaces(scratch):
+    """Issue 37 item 7: root replacing ``nobody``'s 0640 checkpoint leaves it ``nobody``'s, mode
+    0640 (on main it became root's)."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root: a file owned by another user (nobody)")
+    path = scratch / "theirs.safetensors"
+    path.write_bytes(b"old")
+    os.chown(path, NOBODY, NOBODY)
+    os.chmod(path, 0o640)
+    gst.save_file({"w": np.ones(3, dtype=np.float32)}, path)
+    st = os.stat(path)
+    assert (st.st_uid, st.st_gid, st.st_mode & 0o7777) == (NOBODY, NOBODY, 0o640)

@@ -4,22 +4,27 @@
 //! of gdpath that writes a file does: `-o notes.txt` typed by mistake must not turn someone's
 //! notes into HTML. The file is written through the engine's [`gdpath::file::AtomicFile`] (a
 //! temporary in the same directory, synced, given the target's name, the directory synced; a
-//! replaced file keeps its permissions, a link is followed, a directory or other non-regular
-//! target is refused), so a reader, or a crash at any moment, sees the old file or the new one,
-//! never a torn one, and a failed run leaves the old report as it was.
+//! replaced file keeps its owner where the writer may set it, its group and permissions, a link
+//! is followed unless the kernel's `protected_symlinks` rule forbids it, a directory or other
+//! non-regular target is refused), so a reader, or a crash at any moment, sees the old file or
+//! the new one, never a torn one, and a failed run leaves the old report as it was.
 
-use gdpath::file::{AtomicFile, ReplaceOptions};
+use gdpath::file::{AtomicFile, ReplaceOptions, Target};
 use std::io::Write as _;
 use std::path::Path;
 
 /// Writes `bytes` to `path` crash-safely (see the module docs), replacing an existing file
-/// only when `overwrite`. Errors: the engine's ([`gdpath::Error::Exists`] for an existing file
+/// only when `overwrite`, and returns the file written (the real one when `path` is a
+/// symbolic link). Errors: the engine's ([`gdpath::Error::Exists`] for an existing file
 /// without `overwrite`, [`gdpath::Error::NotAFile`] for a directory or device,
+/// [`gdpath::Error::SymlinkRefused`] for a link another user planted in a sticky directory,
 /// [`gdpath::Error::NoSpace`], [`gdpath::Error::Io`] naming the file).
-pub fn save(path: &Path, bytes: &[u8], overwrite: bool) -> gdpath::Result<()> {
+pub fn save(path: &Path, bytes: &[u8], overwrite: bool) -> gdpath::Result<Target> {
     let mut f = AtomicFile::create(path, ReplaceOptions::default().overwrite(overwrite))?;
     f.write_all(bytes).map_err(|e| f.write_error(e))?;
-    f.commit()
+    let written = f.as_target();
+    f.commit()?;
+    Ok(written)
 }
 
 #[cfg(test)]
@@ -31,7 +36,8 @@ mod tests {
     fn replaces_only_when_asked_atomically_and_keeps_permissions() {
         let d = tempfile::tempdir().unwrap();
         let f = d.path().join("r.html");
-        save(&f, b"one", false).unwrap();
+        let t = save(&f, b"one", false).unwrap();
+        assert!(!t.through_link && !t.exists && t.path == f, "{t:?}");
         assert_eq!(std::fs::read(&f).unwrap(), b"one");
         assert_eq!(
             std::fs::metadata(&f).unwrap().permissions().mode() & 0o777,
@@ -56,7 +62,11 @@ mod tests {
         // Through a link, the target is replaced and the link stays.
         let l = d.path().join("link.html");
         std::os::unix::fs::symlink(&f, &l).unwrap();
-        save(&l, b"three", true).unwrap();
+        let t = save(&l, b"three", true).unwrap();
+        assert!(
+            t.through_link && t.path == f.canonicalize().unwrap(),
+            "{t:?}"
+        );
         assert!(std::fs::symlink_metadata(&l)
             .unwrap()
             .file_type()

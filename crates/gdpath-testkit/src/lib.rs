@@ -223,3 +223,96 @@ pub fn external_ipv4() -> Option<std::net::Ipv4Addr> {
     unsafe { libc::freeifaddrs(head) };
     found
 }
+
+/// The uid and gid of `nobody` / `nogroup` on Debian and most distributions: the other user
+/// the symbolic-link and ownership tests act as.
+pub const NOBODY: u32 = 65534;
+
+/// What [`PlantedLink::victim`] holds: any change to it is a write through the link.
+pub const VICTIM_BYTES: &[u8] = b"root's secret, mode 0600\n";
+
+/// The scene of the kernel's `protected_symlinks` rule, made for real: a sticky,
+/// world-writable directory (mode 1777, like `/tmp`, inside a scratch directory) where the
+/// user `nobody` planted a symbolic link to a file of root's (mode 0600), and root, the writer,
+/// is asked to write to the link's name.
+pub struct PlantedLink {
+    _dir: tempfile::TempDir,
+    /// The sticky, world-writable directory the links are in.
+    pub sticky: PathBuf,
+    /// Root's file (mode 0600, [`VICTIM_BYTES`]) beside `sticky`.
+    pub victim: PathBuf,
+    /// `sticky/model.safetensors`, a link to `victim` that `nobody` made: refused.
+    pub link: PathBuf,
+    /// `sticky/own.link`, a link to `victim` that root made: followed.
+    pub own_link: PathBuf,
+}
+
+impl PlantedLink {
+    /// Whether `victim` is as it was: its bytes, owner and mode.
+    pub fn victim_untouched(&self) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        let md = std::fs::metadata(&self.victim).unwrap();
+        std::fs::read(&self.victim).unwrap() == VICTIM_BYTES
+            && md.uid() == 0
+            && md.mode() & 0o7777 == 0o600
+    }
+
+    /// gdpath's temporaries (`.NAME.gdpath-tmp-…`) left in `sticky` or beside `victim`.
+    pub fn temporaries(&self) -> Vec<PathBuf> {
+        [self.sticky.as_path(), self.victim.parent().unwrap()]
+            .iter()
+            .flat_map(|d| std::fs::read_dir(d).unwrap().flatten())
+            .map(|e| e.path())
+            .filter(|p| p.to_string_lossy().contains(".gdpath-tmp-"))
+            .collect()
+    }
+}
+
+/// Makes a [`PlantedLink`] scene, or `None` (saying so on stderr, naming `test`) when this
+/// process is not root: planting as another user and owning the victim need root. Panics when
+/// root cannot plant the link as `nobody` (`setpriv` from util-linux).
+pub fn planted_link(test: &str) -> Option<PlantedLink> {
+    use std::os::unix::fs::PermissionsExt;
+    if !is_root() {
+        eprintln!("skipped {test}: needs root (to plant a link as another user)");
+        return None;
+    }
+    let dir = tempfile::tempdir().expect("temporary directory");
+    // `nobody` must reach the sticky directory through it.
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let sticky = dir.path().join("S");
+    std::fs::create_dir(&sticky).unwrap();
+    std::fs::set_permissions(&sticky, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let victim = dir.path().join("P");
+    std::fs::write(&victim, VICTIM_BYTES).unwrap();
+    std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let link = sticky.join("model.safetensors");
+    as_nobody(&["ln", "-s", victim.to_str().unwrap(), link.to_str().unwrap()]);
+    let own_link = sticky.join("own.link");
+    std::os::unix::fs::symlink(&victim, &own_link).unwrap();
+    Some(PlantedLink {
+        _dir: dir,
+        sticky,
+        victim,
+        link,
+        own_link,
+    })
+}
+
+/// Runs `argv` as `nobody` (uid and gid [`NOBODY`], no supplementary groups) through
+/// `setpriv`; panics when it fails.
+pub fn as_nobody(argv: &[&str]) {
+    let id = NOBODY.to_string();
+    let st = std::process::Command::new("setpriv")
+        .args(["--reuid", &id, "--regid", &id, "--clear-groups", "--"])
+        .args(argv)
+        .status()
+        .expect("setpriv (util-linux)");
+    assert!(st.success(), "as nobody: {argv:?}: {st}");
+}
+
+/// Whether this process runs as root (effective uid 0).
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}

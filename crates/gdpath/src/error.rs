@@ -111,6 +111,23 @@ pub enum Error {
     /// The path names something that is not a regular file (`what`: "a directory", ...).
     #[error("{path} is {what}, not a regular file")]
     NotAFile { path: PathBuf, what: &'static str },
+    /// A write was asked to follow a symbolic link that the kernel's `fs.protected_symlinks`
+    /// rule (Documentation/admin-guide/sysctl/fs.rst) forbids following, whatever the sysctl
+    /// says: `link` sits in the sticky (`S_ISVTX`), world-writable directory `dir` and its
+    /// owner, uid `owner`, is neither the writer (its effective uid) nor the directory's
+    /// owner — a link anyone could have planted there to make this process write another
+    /// user's file. Nothing was written. Python raises it as a `PermissionError` (`EACCES`,
+    /// what `open(2)` returns when the kernel applies the rule).
+    #[error(
+        "{link}: a symbolic link owned by uid {owner} in the sticky world-writable directory \
+         {dir}, neither the writer's nor the directory owner's; the kernel's protected_symlinks \
+         rule does not follow it: remove the link or write elsewhere"
+    )]
+    SymlinkRefused {
+        link: PathBuf,
+        owner: u32,
+        dir: PathBuf,
+    },
     /// The file system holding `path` is full (`ENOSPC`, or `EDQUOT`: a quota is): `needed`
     /// bytes were to be written (when known in advance), `written` bytes were when it filled
     /// up. Written through [`crate::file::AtomicFile`], `path` is the target, which is as it
@@ -296,6 +313,7 @@ impl Error {
             Error::Io { .. } => "io",
             Error::Open { .. } | Error::CreateIn { .. } => "open",
             Error::NotAFile { .. } => "not_a_file",
+            Error::SymlinkRefused { .. } => "symlink_refused",
             Error::NoSpace { .. } => "no_space",
             Error::Exists { .. } => "exists",
             Error::ReadOnly { .. } => "read_only",
@@ -397,6 +415,11 @@ mod tests {
                 source: Arc::new(std::io::Error::from_raw_os_error(libc::ENOSPC)),
             },
             Error::Exists { path: "/x".into() },
+            Error::SymlinkRefused {
+                link: "/s/l".into(),
+                owner: 65534,
+                dir: "/s".into(),
+            },
             Error::ProtocolLimit(crate::net::codec::EncodeError {
                 what: "notification",
                 len: 70_000,

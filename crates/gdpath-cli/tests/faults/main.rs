@@ -3,7 +3,8 @@
 //! asked, interrupts and kills during `copy` and `bench storage`, closed and full stdout for
 //! every command, arguments that do not apply refused. Real files, real signals, the real
 //! binary. The tests that need root (a loop device, a small tmpfs) are here too and say when
-//! they skip; [`saves`] holds issue 24's checkpoint-save checks; `scripts/fault-suite.sh` runs these and the shell-level checks in CI. Here: the
+//! they skip; [`saves`] holds issue 24's checkpoint-save checks, [`links`] issue 37's symbolic
+//! links another user planted and the owner a replaced file keeps; `scripts/fault-suite.sh` runs these and the shell-level checks in CI. Here: the
 //! helpers; [`files`], [`arguments`], [`stdout`] and [`interrupts`] hold the tests.
 
 mod arguments;
@@ -11,6 +12,7 @@ mod arguments;
 mod common;
 mod files;
 mod interrupts;
+mod links;
 mod saves;
 mod stdout;
 
@@ -40,16 +42,25 @@ fn disk_dir() -> tempfile::TempDir {
 }
 
 /// Waits for `child` at most [`DEADLINE`]; a child still running then is killed and the test
-/// fails (it hung).
-fn wait(mut child: Child, what: &str) -> (ExitStatus, String) {
+/// fails (it hung). Returns its status and stderr.
+fn wait(child: Child, what: &str) -> (ExitStatus, String) {
+    let (st, _, err) = wait_output(child, what);
+    (st, err)
+}
+
+/// [`wait`], returning stdout too (what a piped stdout held; a command's few lines fit a pipe).
+fn wait_output(mut child: Child, what: &str) -> (ExitStatus, String, String) {
     let t0 = Instant::now();
     loop {
         if let Some(st) = child.try_wait().unwrap() {
-            let mut err = String::new();
+            let (mut out, mut err) = (String::new(), String::new());
+            if let Some(mut o) = child.stdout.take() {
+                let _ = o.read_to_string(&mut out);
+            }
             if let Some(mut e) = child.stderr.take() {
                 let _ = e.read_to_string(&mut err);
             }
-            return (st, err);
+            return (st, out, err);
         }
         if t0.elapsed() > DEADLINE {
             let _ = child.kill();
@@ -62,13 +73,19 @@ fn wait(mut child: Child, what: &str) -> (ExitStatus, String) {
 
 /// Runs `args` with stdout to `/dev/null`: (status, stderr).
 fn run(args: &[&str]) -> (ExitStatus, String) {
+    let (st, _, err) = run_output(args, Stdio::null());
+    (st, err)
+}
+
+/// Runs `args` with stdout to `stdout`: (status, stdout if piped, stderr).
+fn run_output(args: &[&str], stdout: Stdio) -> (ExitStatus, String, String) {
     let child = gdpath()
         .args(args)
-        .stdout(Stdio::null())
+        .stdout(stdout)
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    wait(child, &args.join(" "))
+    wait_output(child, &args.join(" "))
 }
 
 fn s(p: &Path) -> &str {

@@ -115,10 +115,13 @@ class PathNotAcceptedError(GdpathError):
 class StorageError(GdpathError, OSError):
     """A file could not be opened, read or written (kinds ``open``, ``io``, ``not_a_file``,
     ``misaligned``, ``no_space`` for a full file system, ``exists`` for a file not to be
-    replaced). ``errno`` and ``filename`` are set where the system named them, and the error is
-    then also the ``OSError`` subclass Python's ``open()`` raises for that errno
-    (``FileNotFoundError`` for ``ENOENT``, ``PermissionError``, ``FileExistsError`` for
-    ``exists``, ``IsADirectoryError``, ``NotADirectoryError``)."""
+    replaced, ``symlink_refused`` for a symbolic link another user planted in a sticky
+    world-writable directory, which the kernel's ``protected_symlinks`` rule does not follow).
+    ``errno`` and ``filename`` are set where the system named them, and the error is then also
+    the ``OSError`` subclass Python's ``open()`` raises for that errno (``FileNotFoundError``
+    for ``ENOENT``, ``PermissionError`` for ``EACCES`` — ``symlink_refused`` too, as the
+    kernel's own refusal —, ``FileExistsError`` for ``exists``, ``IsADirectoryError``,
+    ``NotADirectoryError``)."""
 
     def __str__(self) -> str:
         # OSError's own text would be "[Errno 2] ..." without gdpath's message.
@@ -184,6 +187,7 @@ _BY_KIND: Dict[str, type] = {
     "misaligned": StorageError,
     "no_space": StorageError,
     "exists": StorageError,
+    "symlink_refused": StorageError,
     "peer_failed": PeerError,
     "auth_failed": PeerError,
     "protocol": PeerError,

@@ -369,11 +369,18 @@ def save_file(
     ``metadata``: the header's ``__metadata__`` (str → str). ``fsync``: sync the file before it
     takes its name and the directory after (default); ``False`` for scratch data (a killed
     process still leaves no torn file; a power loss may). ``overwrite``: replace an existing
-    file (default, as ``safetensors``); ``False`` raises kind ``exists``. ``agent``: the
+    file (default, as ``safetensors``); ``False`` raises kind ``exists``. A replaced file keeps
+    its owner (where the writer may set it: root does), group, permission bits and extended
+    attributes; set-user-ID and set-group-ID bits are dropped. A symbolic link ``filename`` is
+    followed, as ``open()`` follows it, unless the kernel's ``protected_symlinks`` rule forbids
+    it whatever the sysctl says: a link in a sticky world-writable directory (``/tmp``) owned
+    by neither this user nor the directory's owner raises kind ``symlink_refused`` (a
+    ``PermissionError``) and nothing is written. ``agent``: the
     :class:`gdpath.Agent` to save with (default :func:`gdpath.default_agent`). The GIL is
     released while the bytes move.
 
-    Returns the save's report: ``path``, ``tensors``, ``tensor_bytes``, ``header_bytes``,
+    Returns the save's report: ``path`` (the file written: when ``filename`` is a symbolic
+    link, the real file it leads to), ``tensors``, ``tensor_bytes``, ``header_bytes``,
     ``file_bytes`` (bytes), ``paths`` (the engine paths that moved the data: ``gds-native``,
     ``posix-direct``, ...), ``finding`` (why the preferred path was not taken, or ``None``),
     ``fsync``, ``replaced``, ``elapsed``, ``transfer``, ``commit`` (seconds; ``elapsed`` covers
@@ -383,7 +390,8 @@ def save_file(
     Raises ``TypeError`` for an object or dtype it cannot save, ``ValueError`` for metadata
     that is not str → str; :class:`gdpath.CheckpointError` (kind ``checkpoint``) for a
     reserved name (``__metadata__``); :class:`gdpath.GdpathError` with the engine's kind for
-    the file (``exists``, ``no_space`` — checked before any data is written — ``io``) and the
+    the file (``exists``, ``symlink_refused``, ``no_space`` — checked before any data is
+    written — ``io``) and the
     transfer. On any error the file is as it was and no temporary is left.
     """
     if metadata is not None:

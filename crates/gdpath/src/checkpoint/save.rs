@@ -105,8 +105,13 @@ impl Default for SaveOptions {
 /// What a save did.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct SaveReport {
-    /// The file written (symbolic links resolved).
+    /// The file written: the path given, or, when that is a symbolic link, the real path of
+    /// the file it leads to ([`crate::file::AtomicFile::target`]).
     pub path: PathBuf,
+    /// Whether the path given was a symbolic link, followed to `path` (not serialised: `path`
+    /// says which file was written).
+    #[serde(skip)]
+    pub through_link: bool,
     /// Tensors saved.
     pub tensors: usize,
     /// Bytes of tensor data (the data section).
@@ -452,12 +457,14 @@ pub fn save(
         }));
     }
     let path = out.target().to_owned();
+    let through_link = out.through_link();
     let replaced = out.replaces();
     let t2 = Instant::now();
     out.commit().map_err(eng)?;
     let commit = t2.elapsed();
     Ok(SaveReport {
         path,
+        through_link,
         tensors: placed.len(),
         tensor_bytes,
         header_bytes,

@@ -1,16 +1,21 @@
 //! Creating or replacing a file whole: a temporary in the target's directory that takes the
 //! target's name when complete. The temporary is an unnamed inode (`O_TMPFILE`) where the file
 //! system allows, so that a process killed mid-write leaves nothing in the directory; elsewhere
-//! it is a named file that the next run removes.
+//! it is a named file that the next run removes. Both are made and named relative to the
+//! target's directory handle ([`super::resolve`]).
 
-use super::kind::{check_regular, is_no_space};
+use super::keep::Kept;
+use super::kind::is_no_space;
+use super::resolve::{resolve, Resolved};
 use super::temporary::{remove_stale_temporaries, temp_name, Temporary};
 use crate::error::{Error, Result};
-use std::ffi::OsStr;
-use std::fs::{File, OpenOptions};
+use rustix::fs::{linkat, openat, renameat, AtFlags, Mode, OFlags, CWD};
+use rustix::io::Errno;
+use std::ffi::{OsStr, OsString};
+use std::fs::File;
 use std::io::Write;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -48,7 +53,9 @@ impl ReplaceOptions {
 }
 
 /// A file being created or replaced whole. [`AtomicFile::create`] makes a temporary file in the
-/// target's directory: an unnamed inode (`open(dir, O_TMPFILE)`) where the file system supports
+/// target's directory, relative to a handle of it (`O_PATH`) opened when the target was
+/// checked, so that a directory renamed or swapped afterwards cannot redirect the write: an
+/// unnamed inode (`openat(dir, ".", O_TMPFILE)`) where the file system supports
 /// it, else a file named as [`super::TEMP_MARKER`] says, created exclusively (nothing that exists
 /// is opened). The data goes into it, through [`std::io::Write`] or through the engine (register
 /// [`AtomicFile::spec`] and post writes); [`AtomicFile::commit`] syncs it, gives it the target's
@@ -61,17 +68,46 @@ impl ReplaceOptions {
 /// handler removes a named one through [`super::remove_live_temporaries`], and a `SIGKILL`
 /// frees an unnamed one with the process. Either way the target is as it was.
 ///
-/// A symbolic link as target is followed: the file it points to is replaced (a dangling link
-/// is refused). A replaced file keeps its permission bits (`rwx`, not set-id bits); its owner
-/// becomes the writer, and other hard links to it keep the old content.
+/// **Symbolic links.** A symbolic link as the path's last component is followed, as `open(2)`
+/// would, one link at a time, with the kernel's `protected_symlinks` rule applied to every link
+/// whatever `fs.protected_symlinks` says: a link in a sticky world-writable directory (`/tmp`)
+/// whose owner is neither the writer (its effective uid) nor the directory's owner is refused
+/// ([`Error::SymlinkRefused`]), so a link another user planted never makes this process replace
+/// a file it may write and that user may not. At most 40 links are followed (`ELOOP` beyond, as
+/// the kernel's `MAXSYMLINKS`); a dangling link is refused. The directories of the path are
+/// resolved by the kernel, as `open(2)` resolves them. [`AtomicFile::target`] is the file the
+/// commit replaces (the real one, when a link was followed: [`AtomicFile::through_link`]), and
+/// the link itself stays.
+///
+/// **What a replaced file keeps.** The commit renames a new inode over the old name, so:
+/// - owner and group: kept where the writer may set them — root sets both; another writer keeps
+///   the group when it is a member of it (`chown` refuses others with `EPERM`, and the write
+///   carries on with the file the writer's);
+/// - permission bits (`rwx`): kept; set-user-ID, set-group-ID and sticky bits are dropped, as
+///   the kernel drops set-id bits when a file is written;
+/// - extended attributes (POSIX ACLs, SELinux labels, `user.*`): copied where the writer can
+///   read and set them, except `security.capability` (file capabilities), dropped as set-id bits
+///   are;
+/// - other hard links to the old inode keep the old content (and its owner and mode);
+/// - until the commit, the temporary of a replacement is readable by its owner only (mode
+///   0600), so a secret file's new content is never readable by others meanwhile.
+///
+/// A new file gets the writer's owner and group and mode `0666 & ~umask`, as `open(O_CREAT)`
+/// gives.
 #[derive(Debug)]
 pub struct AtomicFile {
     target: PathBuf,
-    dir: PathBuf,
+    linked: bool,
+    /// The target's directory, `O_PATH`: the temporary is made, linked and renamed relative
+    /// to it.
+    dir: File,
+    dir_path: PathBuf,
+    name: OsString,
     temp: Temp,
     file: File,
     opts: ReplaceOptions,
-    replaces: bool,
+    /// The replaced file's attributes, given to the new one at the commit.
+    kept: Option<Kept>,
     written: u64,
     needed: Option<u64>,
 }
@@ -82,10 +118,12 @@ impl AtomicFile {
     /// first ([`super::remove_stale_temporaries`]).
     ///
     /// Errors: [`Error::NotAFile`] when `target` is a directory, device, FIFO, socket or a
-    /// dangling symbolic link (nothing is opened); [`Error::Exists`] when it exists and
-    /// `opts.overwrite` is false; [`Error::Open`] when `stat` fails; [`Error::CreateIn`],
-    /// naming the target's directory, when no temporary can be created there (permission, a
-    /// missing directory, a read-only file system).
+    /// dangling symbolic link (nothing is opened for writing); [`Error::SymlinkRefused`] for a
+    /// link the `protected_symlinks` rule forbids following (see the type's docs);
+    /// [`Error::Exists`] when it exists and `opts.overwrite` is false; [`Error::Open`] when it
+    /// cannot be examined (permission, `ELOOP`); [`Error::CreateIn`], naming the target's
+    /// directory, when no temporary can be created there (permission, a missing directory, a
+    /// read-only file system).
     pub fn create(target: impl AsRef<Path>, opts: ReplaceOptions) -> Result<AtomicFile> {
         Self::create_as(target.as_ref(), opts, true)
     }
@@ -93,54 +131,65 @@ impl AtomicFile {
     /// [`AtomicFile::create`], with an unnamed temporary only when `unnamed` (the tests take the
     /// named fallback on file systems that would not need it).
     fn create_as(target: &Path, opts: ReplaceOptions, unnamed: bool) -> Result<AtomicFile> {
-        let (target, existing) = checked_target(target, opts.overwrite)?;
-        let name = target.file_name().ok_or_else(|| Error::NotAFile {
-            path: target.clone(),
-            what: "a path without a file name",
-        })?;
-        let dir = match target.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d.to_owned(),
-            _ => PathBuf::from("."),
-        };
-        remove_stale_temporaries(&target);
+        let r = checked(target, opts.overwrite)?;
+        remove_stale_temporaries(&r.path);
+        // A replacement stays the writer's alone until the commit gives it the old file's mode.
+        let mode = if r.existing.is_some() { 0o600 } else { 0o666 };
         let tried = if unnamed {
-            open_unnamed(&dir)
+            open_unnamed(&r.dir, mode)
         } else {
             Ok(None)
         };
         let (file, temp) = match tried {
             Ok(Some((file, path))) => (file, Temp::Unnamed(path)),
             Ok(None) => {
-                let (file, temp) = create_named(&dir, name)?;
+                let (file, temp) = create_named(&r, mode)?;
                 (file, Temp::Named(temp))
             }
             Err(e) => {
                 return Err(Error::CreateIn {
-                    dir: dir.clone(),
+                    dir: r.dir_path,
                     source: Arc::new(e),
                 })
             }
         };
-        if let Some(md) = &existing {
-            let mode = md.permissions().mode() & 0o777;
-            file.set_permissions(std::fs::Permissions::from_mode(mode))
-                .map_err(|e| Error::io("fchmod", temp.shown(&target), 0, e))?;
-        }
+        let kept = r.existing.as_ref().map(|(old, md)| Kept::of(old, md));
         Ok(AtomicFile {
-            target,
-            dir,
+            target: r.path,
+            linked: r.linked,
+            dir: r.dir,
+            dir_path: r.dir_path,
+            name: r.name,
             temp,
             file,
             opts,
-            replaces: existing.is_some(),
+            kept,
             written: 0,
             needed: None,
         })
     }
 
-    /// The file that [`AtomicFile::commit`] creates or replaces (symbolic links resolved).
+    /// The file that [`AtomicFile::commit`] creates or replaces: the path given, or, when that
+    /// was a symbolic link ([`AtomicFile::through_link`]), the real path of the file it leads
+    /// to.
     pub fn target(&self) -> &Path {
         &self.target
+    }
+
+    /// Whether the path given was a symbolic link, followed to [`AtomicFile::target`]; a
+    /// command says so ("wrote out.bin (the file /data/x.bin it links to)").
+    pub fn through_link(&self) -> bool {
+        self.linked
+    }
+
+    /// [`AtomicFile::target`], [`AtomicFile::through_link`] and [`AtomicFile::replaces`] as
+    /// one value, for a caller that reports which file it wrote after the commit.
+    pub fn as_target(&self) -> Target {
+        Target {
+            path: self.target.clone(),
+            through_link: self.linked,
+            exists: self.replaces(),
+        }
     }
 
     /// A path of the temporary file the data goes into until the commit: `/proc/self/fd/N` for
@@ -170,7 +219,7 @@ impl AtomicFile {
 
     /// Whether the target existed when this began (the commit replaces it).
     pub fn replaces(&self) -> bool {
-        self.replaces
+        self.kept.is_some()
     }
 
     /// Bytes written through [`std::io::Write`] so far.
@@ -296,12 +345,14 @@ impl AtomicFile {
         )
     }
 
-    /// Makes the data the target's: `fsync` of the temporary (unless
+    /// Makes the data the target's: the replaced file's owner, group, mode and extended
+    /// attributes (see the type's docs), `fsync` of the temporary (unless
     /// [`ReplaceOptions::fsync`] is off), the target's name for it (see the type's docs: a link
-    /// of an unnamed temporary, a rename of a named one; without `overwrite`, one that refuses
-    /// to replace a target made meanwhile), `fsync` of the directory.
+    /// of an unnamed temporary, a rename of a named one, both relative to the target's
+    /// directory handle; without `overwrite`, one that refuses to replace a target made
+    /// meanwhile), `fsync` of the directory.
     ///
-    /// Errors: [`Error::NoSpace`] or [`Error::Io`] (op `fsync`, `link`, `rename`) — before the
+    /// Errors: [`Error::NoSpace`] or [`Error::Io`] (op `fchmod`, `fsync`, `link`, `rename`) — before the
     /// target has its new content the temporary is removed and the target is as it was;
     /// [`Error::Exists`] when the target appeared meanwhile without `overwrite`; an `fsync` of
     /// the directory that fails afterwards is [`Error::Io`] too (the target is replaced, its
@@ -311,6 +362,11 @@ impl AtomicFile {
         self.file
             .flush()
             .map_err(|e| self.explain(Error::io("flush", self.temp.path(), 0, e), written))?;
+        if let Some(kept) = &self.kept {
+            // Before the fsync, so that the attributes are as durable as the data.
+            kept.apply(&self.file)
+                .map_err(|e| self.explain(Error::io("fchmod", self.temp.path(), 0, e), written))?;
+        }
         if self.opts.fsync {
             self.file
                 .sync_all()
@@ -319,11 +375,12 @@ impl AtomicFile {
         match &mut self.temp {
             Temp::Named(temp) => {
                 let from = temp.path().to_owned();
+                let from_name = from.file_name().unwrap_or_default();
                 if self.opts.overwrite {
-                    std::fs::rename(&from, &self.target)
-                        .map_err(|e| Error::io("rename", &from, 0, e))?;
+                    renameat(&self.dir, from_name, &self.dir, &self.name)
+                        .map_err(|e| Error::io("rename", &from, 0, e.into()))?;
                 } else {
-                    rename_no_replace(&from, &self.target)?;
+                    rename_no_replace(&self.dir, from_name, &self.name, &from, &self.target)?;
                 }
                 temp.disarm();
             }
@@ -333,20 +390,25 @@ impl AtomicFile {
             }
         }
         if self.opts.fsync {
-            File::open(&self.dir)
-                .and_then(|d| d.sync_all())
-                .map_err(|e| Error::io("fsync", &self.dir, 0, e))?;
+            openat(
+                &self.dir,
+                ".",
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+            .map_err(std::io::Error::from)
+            .and_then(|d| File::from(d).sync_all())
+            .map_err(|e| Error::io("fsync", &self.dir_path, 0, e))?;
         }
         Ok(())
     }
 
-    /// Gives the unnamed temporary at `proc` (`/proc/self/fd/N`) the target's name: a link
-    /// straight to the target when it must not be replaced, else a link to a fresh temporary
-    /// name (registered for removal before it exists) renamed over the target.
+    /// Gives the unnamed temporary at `proc` (`/proc/self/fd/N`) the target's name in the
+    /// target's directory: a link straight to the target when it must not be replaced, else a
+    /// link to a fresh temporary name (registered for removal before it exists) renamed over
+    /// the target.
     fn link_unnamed(&self, proc: &Path) -> Result<()> {
-        use rustix::fs::{linkat, AtFlags, CWD};
-        use rustix::io::Errno;
-        let link = |to: &Path| linkat(CWD, proc, CWD, to, AtFlags::SYMLINK_FOLLOW);
+        let link = |to: &OsStr| linkat(CWD, proc, &self.dir, to, AtFlags::SYMLINK_FOLLOW);
         let failed = |e: Errno| {
             self.explain(
                 Error::io("link", &self.target, 0, std::io::Error::from(e)),
@@ -354,7 +416,7 @@ impl AtomicFile {
             )
         };
         if !self.opts.overwrite {
-            return match link(&self.target) {
+            return match link(&self.name) {
                 Ok(()) => Ok(()),
                 Err(Errno::EXIST) => Err(Error::Exists {
                     path: self.target.clone(),
@@ -362,18 +424,18 @@ impl AtomicFile {
                 Err(e) => Err(failed(e)),
             };
         }
-        let name = self.target.file_name().unwrap_or(OsStr::new("file"));
         let mut attempt = 0;
         loop {
-            let path = self.dir.join(temp_name(name, random_name(&self.dir)?));
+            let name = temp_name(&self.name, random_name(&self.dir_path)?);
+            let path = self.dir_path.join(&name);
             // Registered before it exists, so that an interrupt between the link and the
             // rename removes it.
             let temp = Temporary::adopt(&path);
-            match link(&path) {
+            match link(&name) {
                 Ok(()) => {
                     // On failure `temp` drops and removes the name: the target stays as it was.
-                    std::fs::rename(&path, &self.target)
-                        .map_err(|e| Error::io("rename", &path, 0, e))?;
+                    renameat(&self.dir, &name, &self.dir, &self.name)
+                        .map_err(|e| Error::io("rename", &path, 0, e.into()))?;
                     temp.keep();
                     return Ok(());
                 }
@@ -402,47 +464,42 @@ impl Write for AtomicFile {
     }
 }
 
+/// The file a write to a path would create or replace, as [`check_target`] found it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    /// The path given, or, when it is a symbolic link, the real path of the file it leads to.
+    pub path: PathBuf,
+    /// Whether the path given is a symbolic link (followed to `path`).
+    pub through_link: bool,
+    /// Whether the file exists (the write would replace it).
+    pub exists: bool,
+}
+
 /// Checks, creating nothing, what [`AtomicFile::create`] would refuse for `target` with
 /// [`ReplaceOptions::overwrite`] `overwrite`, so that a command can refuse before it does any
-/// work (loads a checkpoint, runs its measurements). Returns whether `target` exists; the
-/// create checks again, since the answer may change meanwhile.
+/// work (loads a checkpoint, runs its measurements), and says which file the write would
+/// replace. The create checks again, since the answer may change meanwhile.
 ///
-/// Errors: as [`AtomicFile::create`]'s before it opens anything: [`Error::NotAFile`] for a
-/// directory, device, FIFO, socket or dangling symbolic link, [`Error::Exists`] for an existing
-/// file without `overwrite`, [`Error::Open`] when `stat` fails.
-pub fn check_target(target: &Path, overwrite: bool) -> Result<bool> {
-    checked_target(target, overwrite).map(|(_, existing)| existing.is_some())
+/// Errors: as [`AtomicFile::create`]'s before it creates anything: [`Error::NotAFile`] for a
+/// directory, device, FIFO, socket or dangling symbolic link, [`Error::SymlinkRefused`],
+/// [`Error::Exists`] for an existing file without `overwrite`, [`Error::CreateIn`] for a
+/// missing directory, [`Error::Open`] when the path cannot be examined.
+pub fn check_target(target: &Path, overwrite: bool) -> Result<Target> {
+    let r = checked(target, overwrite)?;
+    Ok(Target {
+        exists: r.existing.is_some(),
+        path: r.path,
+        through_link: r.linked,
+    })
 }
 
-/// `target` resolved ([`resolve`]) and its metadata when it exists, after the checks of
-/// [`check_target`].
-fn checked_target(target: &Path, overwrite: bool) -> Result<(PathBuf, Option<std::fs::Metadata>)> {
-    let target = resolve(target)?;
-    let existing = check_regular(&target)?;
-    if existing.is_some() && !overwrite {
-        return Err(Error::Exists { path: target });
+/// `target` resolved ([`resolve`]), refused when it exists and `overwrite` is off.
+fn checked(target: &Path, overwrite: bool) -> Result<Resolved> {
+    let r = resolve(target)?;
+    if r.existing.is_some() && !overwrite {
+        return Err(Error::Exists { path: r.path });
     }
-    Ok((target, existing))
-}
-
-/// `target` with a symbolic link at its end resolved (the file it points to is the one
-/// replaced). Errors: [`Error::NotAFile`] for a dangling link, [`Error::Open`] when the link
-/// cannot be read.
-fn resolve(target: &Path) -> Result<PathBuf> {
-    match std::fs::symlink_metadata(target) {
-        Ok(md) if md.file_type().is_symlink() => match std::fs::canonicalize(target) {
-            Ok(p) => Ok(p),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(Error::NotAFile {
-                path: target.to_owned(),
-                what: "a dangling symbolic link",
-            }),
-            Err(e) => Err(Error::Open {
-                path: target.to_owned(),
-                source: Arc::new(e),
-            }),
-        },
-        _ => Ok(target.to_owned()),
-    }
+    Ok(r)
 }
 
 /// Where the data waits until the commit.
@@ -463,29 +520,20 @@ impl Temp {
             Temp::Named(t) => t.path(),
         }
     }
-
-    /// The path an error names: the temporary's own name, or `target` for an unnamed one.
-    fn shown<'a>(&'a self, target: &'a Path) -> &'a Path {
-        match self {
-            Temp::Unnamed(_) => target,
-            Temp::Named(t) => t.path(),
-        }
-    }
 }
 
-/// An unnamed temporary in `dir` (`open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0666)`) and the
-/// `/proc/self/fd/N` path that reaches it. `Ok(None)` where the file system or kernel refuses
-/// `O_TMPFILE` (`EOPNOTSUPP`, `EISDIR` on kernels that predate it, `EINVAL`, `ENOSYS`) or
-/// `/proc` does not show the descriptor (the engine and the commit reach the inode through it):
-/// the caller then makes a named one. Errors: the `open`'s other errors (a missing directory,
-/// permission, a read-only file system).
-fn open_unnamed(dir: &Path) -> std::io::Result<Option<(File, PathBuf)>> {
-    use rustix::fs::{open, Mode, OFlags};
-    use rustix::io::Errno;
-    let fd = match open(
+/// An unnamed temporary in the directory open as `dir` (`openat(dir, ".", O_TMPFILE | O_RDWR |
+/// O_CLOEXEC, mode)`) and the `/proc/self/fd/N` path that reaches it. `Ok(None)` where the file
+/// system or kernel refuses `O_TMPFILE` (`EOPNOTSUPP`, `EISDIR` on kernels that predate it,
+/// `EINVAL`, `ENOSYS`) or `/proc` does not show the descriptor (the engine and the commit reach
+/// the inode through it): the caller then makes a named one. Errors: the `open`'s other errors
+/// (permission, a read-only file system).
+fn open_unnamed(dir: &File, mode: u32) -> std::io::Result<Option<(File, PathBuf)>> {
+    let fd = match openat(
         dir,
+        ".",
         OFlags::TMPFILE | OFlags::RDWR | OFlags::CLOEXEC,
-        Mode::from_raw_mode(0o666),
+        Mode::from_raw_mode(mode),
     ) {
         Ok(fd) => fd,
         Err(Errno::OPNOTSUPP | Errno::ISDIR | Errno::INVAL | Errno::NOSYS) => return Ok(None),
@@ -500,26 +548,26 @@ fn open_unnamed(dir: &Path) -> std::io::Result<Option<(File, PathBuf)>> {
     Ok(same.then_some((file, path)))
 }
 
-/// A named temporary for a target called `name` in `dir`, created exclusively (`O_EXCL`,
-/// `O_NOFOLLOW`) and registered for removal before it exists. Errors: [`Error::CreateIn`]
-/// naming `dir` when it cannot be created.
-fn create_named(dir: &Path, name: &OsStr) -> Result<(File, Temporary)> {
+/// A named temporary for the target `r` in its directory, created exclusively (`O_EXCL`,
+/// `O_NOFOLLOW`) relative to the directory handle, with permission bits `mode`, and registered
+/// for removal before it exists. Errors: [`Error::CreateIn`] naming the directory when it
+/// cannot be created.
+fn create_named(r: &Resolved, mode: u32) -> Result<(File, Temporary)> {
     let mut attempt = 0;
     loop {
-        let path = dir.join(temp_name(name, random_name(dir)?));
+        let name = temp_name(&r.name, random_name(&r.dir_path)?);
         // Registered before it exists: a signal between the open and the registration would
         // otherwise leave the file behind.
-        let temp = Temporary::adopt(&path);
-        let opened = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .mode(0o666)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&path);
+        let temp = Temporary::adopt(r.dir_path.join(&name));
+        let opened = openat(
+            &r.dir,
+            &name,
+            OFlags::RDWR | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(mode),
+        );
         match opened {
-            Ok(f) => return Ok((f, temp)),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && attempt < 8 => {
+            Ok(f) => return Ok((File::from(f), temp)),
+            Err(Errno::EXIST) if attempt < 8 => {
                 // Someone else's file: not ours to remove.
                 temp.keep();
                 attempt += 1;
@@ -527,8 +575,8 @@ fn create_named(dir: &Path, name: &OsStr) -> Result<(File, Temporary)> {
             Err(e) => {
                 temp.keep();
                 return Err(Error::CreateIn {
-                    dir: dir.to_owned(),
-                    source: Arc::new(e),
+                    dir: r.dir_path.clone(),
+                    source: Arc::new(e.into()),
                 });
             }
         }
@@ -544,39 +592,36 @@ fn random_name(dir: &Path) -> Result<u64> {
     })
 }
 
-/// Renames `from` to `to` unless `to` exists (`renameat2(RENAME_NOREPLACE)`; where the file
-/// system does not support it, a hard link and an unlink, which fail the same way; where hard
-/// links are not supported either, a check and a plain rename).
-fn rename_no_replace(from: &Path, to: &Path) -> Result<()> {
-    use nix::errno::Errno;
+/// Renames `from` to `to` in the directory open as `dir` unless `to` exists
+/// (`renameat2(RENAME_NOREPLACE)`; where the file system does not support it, a hard link and
+/// an unlink, which fail the same way; where hard links are not supported either, a check and a
+/// plain rename). `from_shown` and `to_shown` are their paths for errors.
+fn rename_no_replace(
+    dir: &File,
+    from: &OsStr,
+    to: &OsStr,
+    from_shown: &Path,
+    to_shown: &Path,
+) -> Result<()> {
+    use rustix::fs::{renameat_with, statat, unlinkat, RenameFlags};
     let exists = || Error::Exists {
-        path: to.to_owned(),
+        path: to_shown.to_owned(),
     };
-    let err = |op, e: Errno| Error::io(op, from, 0, std::io::Error::from(e));
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    match nix::fcntl::renameat2(
-        None,
-        from,
-        None,
-        to,
-        nix::fcntl::RenameFlags::RENAME_NOREPLACE,
-    ) {
+    let err = |op, e: Errno| Error::io(op, from_shown, 0, std::io::Error::from(e));
+    match renameat_with(dir, from, dir, to, RenameFlags::NOREPLACE) {
         Ok(()) => return Ok(()),
-        Err(Errno::EEXIST) => return Err(exists()),
-        Err(Errno::EINVAL | Errno::ENOSYS) => {}
+        Err(Errno::EXIST) => return Err(exists()),
+        Err(Errno::INVAL | Errno::NOSYS) => {}
         Err(e) => return Err(err("rename", e)),
     }
-    match std::fs::hard_link(from, to) {
-        Ok(()) => {
-            std::fs::remove_file(from).map_err(|e| Error::io("unlink", from, 0, e))?;
-            Ok(())
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(exists()),
+    match linkat(dir, from, dir, to, AtFlags::empty()) {
+        Ok(()) => unlinkat(dir, from, AtFlags::empty()).map_err(|e| err("unlink", e)),
+        Err(Errno::EXIST) => Err(exists()),
         Err(_) => {
-            if to.exists() {
+            if statat(dir, to, AtFlags::SYMLINK_NOFOLLOW).is_ok() {
                 return Err(exists());
             }
-            std::fs::rename(from, to).map_err(|e| Error::io("rename", from, 0, e))
+            renameat(dir, from, dir, to).map_err(|e| err("rename", e))
         }
     }
 }
@@ -585,6 +630,7 @@ fn rename_no_replace(from: &Path, to: &Path) -> Result<()> {
 mod tests {
     use super::*;
     use std::io::Write;
+    use std::os::unix::fs::PermissionsExt;
 
     const TEMP_MARKER_TEXT: &str = super::super::TEMP_MARKER;
 
@@ -599,7 +645,8 @@ mod tests {
 
     /// Whether the file system of `dir` makes unnamed temporaries (`O_TMPFILE`).
     fn unnamed_here(dir: &Path) -> bool {
-        matches!(open_unnamed(dir), Ok(Some(_)))
+        let d = File::open(dir).unwrap();
+        matches!(open_unnamed(&d, 0o600), Ok(Some(_)))
     }
 
     #[test]
@@ -609,6 +656,11 @@ mod tests {
             let t = dir.path().join("t");
             std::fs::write(&t, b"old").unwrap();
             std::fs::set_permissions(&t, std::fs::Permissions::from_mode(0o640)).unwrap();
+            // Root keeps another user's ownership (tests/atomic_links.rs checks more).
+            let root = rustix::process::geteuid().is_root();
+            if root {
+                std::os::unix::fs::chown(&t, Some(65534), Some(65534)).unwrap();
+            }
             let opts = ReplaceOptions::default().overwrite(true);
             let mut a = AtomicFile::create_as(&t, opts, unnamed).unwrap();
             assert!(a.replaces());
@@ -623,8 +675,15 @@ mod tests {
             );
             a.commit().unwrap();
             assert_eq!(std::fs::read(&t).unwrap(), b"new contents");
-            let mode = std::fs::metadata(&t).unwrap().permissions().mode() & 0o777;
-            assert_eq!(mode, 0o640, "the replaced file's permissions are kept");
+            let md = std::fs::metadata(&t).unwrap();
+            assert_eq!(
+                md.mode() & 0o7777,
+                0o640,
+                "the replaced file's permissions are kept"
+            );
+            if root {
+                assert_eq!((md.uid(), md.gid()), (65534, 65534), "and its owner");
+            }
             assert!(temporaries(dir.path()).is_empty());
 
             let mut a = AtomicFile::create_as(&t, opts, unnamed).unwrap();
