@@ -15,8 +15,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use crate::context::Context;
+use crate::driver::call;
+use crate::driver::sys::{
+    CUdeviceptr, CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED, CU_MEMHOST_PORTABLE,
+};
 use crate::error::CudaError;
-use crate::ffi::{self, CUdeviceptr};
 
 /// Check that `[offset, offset + len)` lies inside a buffer of `buf_len` bytes. Pure: called by
 /// every copy, memset and cuFile I/O before the driver sees the range.
@@ -59,20 +62,35 @@ pub(crate) struct DevMem {
 impl Drop for DevMem {
     fn drop(&mut self) {
         if self.ipc {
-            crate::ipc::close(&self.ctx, self.ptr);
+            // SAFETY: ptr came from cuIpcOpenMemHandle in this context; no stream holds it any
+            // more, and this is its last handle.
+            unsafe { close_ipc_mapping(&self.ctx, self.ptr) };
             return;
         }
         if !self.owned {
             return;
         }
-        let api = self.ctx.api();
         let r = self.ctx.bind().and_then(|()| {
             // SAFETY: ptr came from cuMemAlloc in this context; no stream holds it any more.
-            api.check("cuMemFree_v2", unsafe { (api.cuMemFree)(self.ptr) })
+            unsafe { call::mem_free(self.ctx.api(), self.ptr) }
         });
         if let Err(e) = r {
             crate::error::log_teardown("freeing device memory", Some(self.ctx.ordinal()), &e);
         }
+    }
+}
+
+/// Close an IPC mapping (`cuIpcCloseMemHandle`); errors are logged (called while dropping).
+///
+/// # Safety
+/// `ptr` came from `cuIpcOpenMemHandle` in `ctx`, is closed once, and nothing uses it after.
+pub(crate) unsafe fn close_ipc_mapping(ctx: &Context, ptr: CUdeviceptr) {
+    let r = ctx.bind().and_then(|()| {
+        // SAFETY: the caller's contract.
+        unsafe { call::ipc_close_mem_handle(ctx.api(), ptr) }
+    });
+    if let Err(e) = r {
+        crate::error::log_teardown("closing an IPC memory mapping", Some(ctx.ordinal()), &e);
     }
 }
 
@@ -97,11 +115,7 @@ impl DeviceBuffer {
             ));
         }
         ctx.bind()?;
-        let mut ptr: CUdeviceptr = 0;
-        // SAFETY: context current; out-pointer live.
-        ctx.api().check("cuMemAlloc_v2", unsafe {
-            (ctx.api().cuMemAlloc)(&mut ptr, len)
-        })?;
+        let ptr = call::mem_alloc(ctx.api(), len)?;
         Ok(DeviceBuffer::wrap(ctx, ptr, len, true, false))
     }
 
@@ -173,6 +187,11 @@ impl DeviceBuffer {
     /// CUDA ordinal of the device holding the memory.
     pub fn ordinal(&self) -> u32 {
         self.inner.ctx.ordinal()
+    }
+
+    /// The device address of byte `off` (unchecked: callers check ranges with [`check_range`]).
+    pub(crate) fn at(&self, off: usize) -> CUdeviceptr {
+        self.inner.ptr + off as u64
     }
 
     /// The context the memory was allocated in.
@@ -259,12 +278,9 @@ impl HostKeep for PinnedMem {
 
 impl Drop for PinnedMem {
     fn drop(&mut self) {
-        let api = self.ctx.api();
         let r = self.ctx.bind().and_then(|()| {
             // SAFETY: ptr came from cuMemHostAlloc; no stream holds it any more.
-            api.check("cuMemFreeHost", unsafe {
-                (api.cuMemFreeHost)(self.ptr as *mut c_void)
-            })
+            unsafe { call::mem_free_host(self.ctx.api(), self.ptr as *mut c_void) }
         });
         if let Err(e) = r {
             crate::error::log_teardown("freeing pinned host memory", None, &e);
@@ -291,11 +307,7 @@ impl PinnedHostBuffer {
             ));
         }
         ctx.bind()?;
-        let mut p: *mut c_void = std::ptr::null_mut();
-        // SAFETY: context current; out-pointer live.
-        ctx.api().check("cuMemHostAlloc", unsafe {
-            (ctx.api().cuMemHostAlloc)(&mut p, len, ffi::CU_MEMHOST_PORTABLE)
-        })?;
+        let p = call::mem_host_alloc(ctx.api(), len, CU_MEMHOST_PORTABLE)?;
         // SAFETY: fresh allocation of len bytes that nothing else references yet.
         unsafe { std::ptr::write_bytes(p as *mut u8, 0, len) };
         Ok(PinnedHostBuffer {
@@ -445,11 +457,8 @@ impl<M: HostMemory> RegMem<M> {
         }
         self.registered = false;
         self.ctx.bind()?;
-        let api = self.ctx.api();
         // SAFETY: ptr was registered by HostRegistration::new and nothing is in flight on it.
-        api.check("cuMemHostUnregister", unsafe {
-            (api.cuMemHostUnregister)(self.ptr as *mut c_void)
-        })
+        unsafe { call::mem_host_unregister(self.ctx.api(), self.ptr as *mut c_void) }
     }
 }
 
@@ -482,8 +491,7 @@ impl<M: HostMemory> HostRegistration<M> {
     /// (PyTorch's pinned memory, `cudaHostAlloc`, another `cudaHostRegister`): where the driver
     /// maps both ends of the range already (`cuMemHostGetDevicePointer`), or answers the
     /// registration with `CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED`, the memory is used as it
-    /// is (copies from it are asynchronous DMA all the same) and left locked on drop
-    /// ([`HostRegistration::locked_here`] is then false).
+    /// is (copies from it are asynchronous DMA all the same) and left locked on drop.
     ///
     /// Errors: as [`HostRegistration::new`], except `CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED`.
     pub fn new_or_locked(ctx: &Context, mem: M) -> Result<HostRegistration<M>, CudaError> {
@@ -509,29 +517,29 @@ impl<M: HostMemory> HostRegistration<M> {
         // The driver answers a registration of memory it allocated page-locked
         // (`cuMemHostAlloc`, PyTorch's pinned allocator) with CUDA_ERROR_INVALID_VALUE, not
         // ALREADY_REGISTERED, so foreign memory is asked first whether both ends are page-locked.
+        let api = ctx.api();
         let locked_elsewhere = accept_locked && {
-            let api = ctx.api();
-            let mapped = |p: *mut u8| {
-                let mut dptr: ffi::CUdeviceptr = 0;
-                // SAFETY: a query of the address only; nothing is read or written through it.
-                let r = unsafe { (api.cuMemHostGetDevicePointer)(&mut dptr, p as *mut c_void, 0) };
-                r == ffi::CUDA_SUCCESS
-            };
+            let mapped =
+                |p: *mut u8| call::mem_host_get_device_pointer(api, p as *mut c_void).is_ok();
             mapped(ptr) && mapped(ptr.wrapping_add(len - 1))
         };
         let registered = if locked_elsewhere {
             false
         } else {
-            // SAFETY: ptr/len describe live memory owned by `mem` (HostMemory contract).
-            let r = unsafe {
-                (ctx.api().cuMemHostRegister)(ptr as *mut c_void, len, ffi::CU_MEMHOST_PORTABLE)
-            };
-            let registered =
-                !(accept_locked && r == ffi::CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED);
-            if registered {
-                ctx.api().check("cuMemHostRegister_v2", r)?;
+            // SAFETY: ptr/len describe live memory owned by `mem` (HostMemory contract), which
+            // the registration keeps until it unregisters.
+            match unsafe {
+                call::mem_host_register(api, ptr as *mut c_void, len, CU_MEMHOST_PORTABLE)
+            } {
+                Ok(()) => true,
+                Err(e)
+                    if accept_locked
+                        && e.cu_result() == Some(CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED) =>
+                {
+                    false
+                }
+                Err(e) => return Err(e),
             }
-            registered
         };
         Ok(HostRegistration {
             inner: Arc::new(RegMem {
@@ -543,12 +551,6 @@ impl<M: HostMemory> HostRegistration<M> {
                 mem: Some(mem),
             }),
         })
-    }
-
-    /// False when the memory was page-locked already by its owner and is used as it is (see
-    /// [`HostRegistration::new_or_locked`]); true when this registration locked it.
-    pub fn locked_here(&self) -> bool {
-        self.inner.registered
     }
 
     /// Unregister and give the memory back.

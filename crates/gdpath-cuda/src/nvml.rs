@@ -1,19 +1,21 @@
 //! What NVML tells about GPUs that CUDA does not: BAR1, PCIe link, NVLink, P2P status.
 //!
-//! Through nvml-wrapper 0.13 (which loads `libnvidia-ml.so.1` itself and returns an error, not a
+//! Through nvml-wrapper (which loads `libnvidia-ml.so.1` itself and returns an error, not a
 //! panic, when it is absent), plus two raw calls through its symbol table where the wrapper falls
 //! short: `nvmlDeviceGetNvLinkRemoteDeviceType` (the wrapper writes the result into a temporary
 //! and always returns `Unknown`) and `nvmlDeviceGetFieldValues` with a scope id (per-link speed).
+//! Each raw call has one checked function here that turns its `nvmlReturn_t` into a
+//! [`CudaError`] naming the call, as the wrapper's calls do.
 
 use nvml_wrapper::enum_wrappers::device::{P2pCapabilitiesIndex, P2pStatus};
-use nvml_wrapper::error::NvmlError;
+use nvml_wrapper::error::{nvml_try, NvmlError};
 use nvml_wrapper::{Device, Nvml};
 use nvml_wrapper_sys::bindings::nvmlFieldValue_t;
 
 use gdpath_topo::facts::{NvLinkFacts, NvmlP2pStatus, P2pCap, PcieLinkFacts};
 
 use crate::error::{no_panic, CudaError, Library};
-use crate::facts::normalize_pci;
+use crate::pci::normalize_pci;
 
 /// `NVML_NVLINK_MAX_LINKS` of NVML 12/13 headers.
 const MAX_LINKS: u32 = 18;
@@ -65,7 +67,7 @@ fn nvml_err(call: &'static str) -> impl Fn(NvmlError) -> CudaError {
             CudaError::SymbolMissing {
                 library: Library::Nvml,
                 symbol: call,
-                needed: "an NVIDIA driver of the R450 series or newer",
+                needed: NVML_NEEDED,
             }
         }
         other => CudaError::Nvml {
@@ -127,18 +129,69 @@ pub fn nvlink_mbps_to_gbps(mbps: u64) -> f64 {
     mbps as f64 / 1000.0
 }
 
-/// Read one numeric field value (with a scope id) through the raw `nvmlDeviceGetFieldValues`.
-fn field_u64(nvml: &Nvml, dev: &Device, field: u32, scope: u32) -> Option<u64> {
-    let f = nvml.lib().nvmlDeviceGetFieldValues.as_ref().ok()?;
+/// The NVIDIA driver series that has every NVML call gdpath makes.
+const NVML_NEEDED: &str = "an NVIDIA driver of the R450 series or newer";
+
+/// `nvmlDeviceGetFieldValues` for one `field` with a scope id (the link, for per-link fields).
+///
+/// Errors: [`CudaError::SymbolMissing`] where NVML lacks the call; [`CudaError::Nvml`] for the
+/// call's error or the field's own (`nvmlFieldValue_t::nvmlReturn`).
+fn device_get_field_value(
+    nvml: &Nvml,
+    dev: &Device,
+    field: u32,
+    scope: u32,
+) -> Result<nvmlFieldValue_t, CudaError> {
+    const CALL: &str = "nvmlDeviceGetFieldValues";
+    let f = nvml
+        .lib()
+        .nvmlDeviceGetFieldValues
+        .as_ref()
+        .map_err(|_| missing(CALL))?;
     // SAFETY: a zeroed nvmlFieldValue_t is a valid input; we set the id and scope.
     let mut v: nvmlFieldValue_t = unsafe { std::mem::zeroed() };
     v.fieldId = field;
     v.scopeId = scope;
-    // SAFETY: one element, live device handle from this Nvml.
-    let r = unsafe { f(dev.handle(), 1, &mut v) };
-    if r != 0 || v.nvmlReturn != 0 {
-        return None;
+    // SAFETY: one element, a live device handle of this Nvml.
+    nvml_try(unsafe { f(dev.handle(), 1, &mut v) }).map_err(nvml_err(CALL))?;
+    nvml_try(v.nvmlReturn).map_err(nvml_err(CALL))?;
+    Ok(v)
+}
+
+/// `nvmlDeviceGetNvLinkRemoteDeviceType` of `link`: `nvmlIntNvLinkDeviceType_t`.
+///
+/// Errors: as [`device_get_field_value`].
+fn device_get_nvlink_remote_device_type(
+    nvml: &Nvml,
+    dev: &Device,
+    link: u32,
+) -> Result<u32, CudaError> {
+    const CALL: &str = "nvmlDeviceGetNvLinkRemoteDeviceType";
+    let f = nvml
+        .lib()
+        .nvmlDeviceGetNvLinkRemoteDeviceType
+        .as_ref()
+        .map_err(|_| missing(CALL))?;
+    let mut t: u32 = 0xff;
+    // SAFETY: a live device handle; out-pointer to a live u32 (the C enum is 32-bit).
+    nvml_try(unsafe { f(dev.handle(), link, &mut t as *mut u32 as *mut _) })
+        .map_err(nvml_err(CALL))?;
+    Ok(t)
+}
+
+fn missing(call: &'static str) -> CudaError {
+    CudaError::SymbolMissing {
+        library: Library::Nvml,
+        symbol: call,
+        needed: NVML_NEEDED,
     }
+}
+
+/// One numeric field value (with a scope id), whatever its C type; `None` when NVML has none.
+// `c_ulong` is 64 bits here but 32 on other targets, so its cast stays.
+#[allow(clippy::unnecessary_cast)]
+fn field_u64(nvml: &Nvml, dev: &Device, field: u32, scope: u32) -> Option<u64> {
+    let v = device_get_field_value(nvml, dev, field, scope).ok()?;
     // SAFETY: valueType says which union member NVML wrote (nvmlValueType_t).
     unsafe {
         match v.valueType {
@@ -155,15 +208,8 @@ fn field_u64(nvml: &Nvml, dev: &Device, field: u32, scope: u32) -> Option<u64> {
 }
 
 fn remote_is_switch(nvml: &Nvml, dev: &Device, link: u32) -> Option<bool> {
-    let f = nvml
-        .lib()
-        .nvmlDeviceGetNvLinkRemoteDeviceType
-        .as_ref()
-        .ok()?;
-    let mut t: u32 = 0xff;
-    // SAFETY: live device handle; out-pointer to a live u32 (the C enum is 32-bit).
-    let r = unsafe { f(dev.handle(), link, &mut t as *mut u32 as *mut _) };
-    (r == 0).then_some(t == NVLINK_DEVICE_TYPE_SWITCH)
+    let t = device_get_nvlink_remote_device_type(nvml, dev, link).ok()?;
+    Some(t == NVLINK_DEVICE_TYPE_SWITCH)
 }
 
 fn read_nvlinks(nvml: &Nvml, dev: &Device, gaps: &mut Vec<(String, String)>) -> Vec<NvLinkFacts> {

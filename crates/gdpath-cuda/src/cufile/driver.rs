@@ -4,6 +4,7 @@ use std::sync::{Arc, Mutex, Weak};
 
 use super::call;
 use super::sys::{self, Api};
+use crate::context::Context;
 use crate::error::CudaError;
 
 /// An open cuFile driver (`cuFileDriverOpen`); closed (`cuFileDriverClose_v2`) when the last
@@ -111,7 +112,7 @@ impl CuFileDriver {
     ///
     /// Errors: [`CudaError::LibraryMissing`] naming `libcufile.so.0`; [`CudaError::CuFile`] with
     /// cuFile's code and text.
-    pub fn open(ctx: &crate::Context) -> Result<CuFileDriver, CudaError> {
+    pub fn open(ctx: &Context) -> Result<CuFileDriver, CudaError> {
         let api = sys::api()?;
         let mut live = LIVE.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(inner) = live.upgrade() {
@@ -151,11 +152,6 @@ impl CuFileDriver {
             max_batch_io_size: p.max_batch_io_size,
             max_batch_io_timeout_msecs: p.max_batch_io_timeout_msecs,
         })
-    }
-
-    /// Whether this libcufile has the batch API.
-    pub fn has_batch_api(&self) -> bool {
-        self.inner.api.batch.is_some()
     }
 }
 

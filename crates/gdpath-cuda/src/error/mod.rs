@@ -4,8 +4,19 @@
 //! call with CUDA's own error name and text, or cuFile's code with its text. Errors are `Clone`
 //! so that a failed library load, which is cached for the life of the process, can be handed to
 //! every caller.
+//!
+//! This module is the bottom of the crate and imports nothing of it: the block-list copier's
+//! refusals it carries are defined here too ([`blocks`]).
 
 use std::fmt;
+
+pub(crate) mod blocks;
+
+use blocks::{BlockListError, BlockMethod, Unavailable};
+
+/// `CUDA_ERROR_DEINITIALIZED` (cuda.h): the driver has shut down, because the process is
+/// exiting.
+const CUDA_ERROR_DEINITIALIZED: i32 = 4;
 
 /// A vendor library that gdpath loads at run time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -142,13 +153,13 @@ pub enum CudaError {
 
     /// A block list was refused before anything was enqueued ([`crate::blocks`]).
     #[error("block list refused: {0}")]
-    BlockList(#[from] crate::blocks::BlockListError),
+    BlockList(#[from] BlockListError),
 
     /// A block-copy method cannot run with this driver or device.
     #[error("block copy method {method} is unavailable: {reason}")]
     MethodUnavailable {
-        method: crate::blocks::BlockMethod,
-        reason: crate::blocks::Unavailable,
+        method: BlockMethod,
+        reason: Unavailable,
     },
 
     /// A binding panicked; the panic was caught and converted. This is a bug in a binding, kept
@@ -169,7 +180,7 @@ impl CudaError {
     /// True for `CUDA_ERROR_DEINITIALIZED`: the driver shut down (the process is exiting), so a
     /// resource it held goes with the process.
     pub fn is_deinitialized(&self) -> bool {
-        matches!(self, CudaError::Driver { code, .. } if *code == crate::ffi::CUDA_ERROR_DEINITIALIZED)
+        matches!(self, CudaError::Driver { code, .. } if *code == CUDA_ERROR_DEINITIALIZED)
     }
 
     /// The library this error is about, when it is a load failure.
@@ -185,14 +196,6 @@ impl CudaError {
     pub fn cu_result(&self) -> Option<i32> {
         match self {
             CudaError::Driver { code, .. } => Some(*code),
-            _ => None,
-        }
-    }
-
-    /// The raw `CUfileOpError` of a failed cuFile call.
-    pub fn cufile_code(&self) -> Option<i32> {
-        match self {
-            CudaError::CuFile { code, .. } => Some(*code),
             _ => None,
         }
     }
