@@ -31,13 +31,19 @@ const NVLINK_DEVICE_TYPE_SWITCH: u32 = 2;
 pub struct NvmlGpu {
     /// NVML index (PCI bus order).
     pub index: u32,
-    /// sysfs form.
+    /// PCI address, sysfs form.
     pub pci: String,
+    /// `nvmlDeviceGetName`.
     pub name: Option<String>,
+    /// Device memory in bytes (`nvmlDeviceGetMemoryInfo`).
     pub memory_bytes: Option<u64>,
+    /// BAR1 aperture in bytes (`nvmlDeviceGetBAR1MemoryInfo`).
     pub bar1_total_bytes: Option<u64>,
+    /// BAR1 in use, bytes.
     pub bar1_used_bytes: Option<u64>,
+    /// PCIe link generation and width, current and maximum.
     pub pcie: Option<PcieLinkFacts>,
+    /// The NVLinks that are up.
     pub nvlinks: Vec<NvLinkFacts>,
     /// Partial failures: (what, error text).
     pub gaps: Vec<(String, String)>,
@@ -46,9 +52,11 @@ pub struct NvmlGpu {
 /// Everything read from NVML.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NvmlFacts {
+    /// `nvmlSystemGetDriverVersion`, e.g. `580.159.04`.
     pub driver_version: Option<String>,
     /// `nvmlSystemGetCudaDriverVersion`, e.g. 13000.
     pub cuda_driver_version: Option<u32>,
+    /// The GPUs, in NVML index order.
     pub gpus: Vec<NvmlGpu>,
     /// NVML P2P status for ordered pairs of NVML indices (a, b), a != b.
     pub p2p: Vec<(u32, u32, NvmlP2pStatus)>,

@@ -1,36 +1,19 @@
 //! PCI addresses in the sysfs form, from what CUDA and NVML print.
 
+use gdpath_topo::PciAddr;
+
 use crate::error::CudaError;
 
 /// Normalise a PCI address to the sysfs form: `DDDD:BB:DD.F`, lower case, domain at least four
 /// hex digits. Accepts NVML's eight-digit domain (`00000000:00:06.0`), CUDA's form
-/// (`0000:00:06.0`) and a missing domain (`00:06.0`, domain 0).
+/// (`0000:00:06.0`) and a missing domain (`00:06.0`, domain 0), as [`PciAddr`] parses them.
 ///
 /// Errors: [`CudaError::InvalidArgument`] for anything that is not a PCI address.
 pub fn normalize_pci(s: &str) -> Result<String, CudaError> {
-    let bad = || CudaError::InvalidArgument(format!("not a PCI address: {s:?}"));
-    let s = s.trim();
-    let (rest, func) = s.rsplit_once('.').ok_or_else(bad)?;
-    let parts: Vec<&str> = rest.split(':').collect();
-    let (domain, bus, dev) = match parts.as_slice() {
-        [d, b, v] => (*d, *b, *v),
-        [b, v] => ("0", *b, *v),
-        _ => return Err(bad()),
-    };
-    let hex = |x: &str, max_digits: usize| -> Result<u32, CudaError> {
-        if x.is_empty() || x.len() > max_digits {
-            return Err(bad());
-        }
-        u32::from_str_radix(x, 16).map_err(|_| bad())
-    };
-    let domain = hex(domain, 8)?;
-    let bus = hex(bus, 2)?;
-    let dev = hex(dev, 2)?;
-    let func = hex(func, 1)?;
-    if dev > 0x1f || func > 7 {
-        return Err(bad());
-    }
-    Ok(format!("{domain:04x}:{bus:02x}:{dev:02x}.{func:x}"))
+    s.trim()
+        .parse::<PciAddr>()
+        .map(|a| a.to_string())
+        .map_err(|_| CudaError::InvalidArgument(format!("not a PCI address: {s:?}")))
 }
 
 #[cfg(test)]

@@ -141,6 +141,19 @@ impl Stream {
         Ok(())
     }
 
+    /// Checks a copy's destination and source ranges (`what`: their names in errors, each range
+    /// as (buffer length, offset)): `Ok(false)` when there is nothing to copy.
+    fn ranges(
+        what: [&str; 2],
+        (dst_len, dst_off): (usize, usize),
+        (src_len, src_off): (usize, usize),
+        len: usize,
+    ) -> Result<bool, CudaError> {
+        check_range(what[0], dst_len, dst_off, len)?;
+        check_range(what[1], src_len, src_off, len)?;
+        Ok(len > 0)
+    }
+
     /// Host → device of `len` bytes from host address `src` into `dst[dst_off..]`, ranges
     /// checked by the caller; `src_keep` is what keeps the source alive, if the stream must.
     ///
@@ -198,10 +211,9 @@ impl Stream {
         check: impl FnOnce() -> Result<(), CudaError>,
         post: impl FnOnce(&DriverApi, CUdeviceptr, CUdeviceptr, CUstream) -> Result<(), CudaError>,
     ) -> Result<(), CudaError> {
-        check_range(what[0], dst.len(), dst_off, len)?;
-        check_range(what[1], src.len(), src_off, len)?;
+        let any = Self::ranges(what, (dst.len(), dst_off), (src.len(), src_off), len)?;
         check()?;
-        if len == 0 {
+        if !any {
             return Ok(());
         }
         let held = [
@@ -223,9 +235,8 @@ impl Stream {
         src_off: usize,
         len: usize,
     ) -> Result<(), CudaError> {
-        check_range("H2D destination", dst.len(), dst_off, len)?;
-        check_range("H2D source", src.len(), src_off, len)?;
-        if len == 0 {
+        let what = ["H2D destination", "H2D source"];
+        if !Self::ranges(what, (dst.len(), dst_off), (src.len(), src_off), len)? {
             return Ok(());
         }
         let region = src.region();
@@ -244,9 +255,8 @@ impl Stream {
         src_off: usize,
         len: usize,
     ) -> Result<(), CudaError> {
-        check_range("D2H destination", dst.len(), dst_off, len)?;
-        check_range("D2H source", src.len(), src_off, len)?;
-        if len == 0 {
+        let what = ["D2H destination", "D2H source"];
+        if !Self::ranges(what, (dst.len(), dst_off), (src.len(), src_off), len)? {
             return Ok(());
         }
         let region = dst.region();

@@ -35,8 +35,9 @@ static LIVE: Mutex<Weak<DriverInner>> = Mutex::new(Weak::new());
 /// `*_kb` fields are KiB.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CuFileProperties {
-    /// nvidia-fs kernel module version, (0, 0) when the module is not loaded.
+    /// nvidia-fs kernel module major version, 0 when the module is not loaded.
     pub nvfs_major: u32,
+    /// nvidia-fs kernel module minor version, 0 when the module is not loaded.
     pub nvfs_minor: u32,
     /// I/O at or below this size is completed by polling when poll mode is on (KiB).
     pub poll_thresh_size_kb: u64,
@@ -57,6 +58,7 @@ pub struct CuFileProperties {
     pub max_device_pinned_mem_size_kb: u32,
     /// Most entries in one batch.
     pub max_batch_io_size: u32,
+    /// Longest a batch waits for its completions (ms).
     pub max_batch_io_timeout_msecs: u32,
 }
 

@@ -30,6 +30,18 @@ fn check<F: Copy>(
     result(api, sym.name, call(sym.f))
 }
 
+/// Calls `sym` through `call` with a pointer to `value` for the entry point to write, and
+/// returns what it wrote, naming `sym`'s export on failure.
+fn out<T, F: Copy>(
+    api: &DriverApi,
+    sym: Sym<F>,
+    mut value: T,
+    call: impl FnOnce(F, &mut T) -> CUresult,
+) -> Result<T, CudaError> {
+    check(api, sym, |f| call(f, &mut value))?;
+    Ok(value)
+}
+
 /// `Ok` for `CUDA_SUCCESS`, else a [`CudaError::Driver`] naming `call`, with CUDA's name and
 /// text of the code (`cuGetErrorName`, `cuGetErrorString`).
 fn result(api: &DriverApi, call: &'static str, r: CUresult) -> Result<(), CudaError> {
@@ -80,26 +92,20 @@ pub(crate) fn init(api: &DriverApi) -> Result<(), CudaError> {
 
 /// `cuDriverGetVersion`: 1000 × major + 10 × minor of the CUDA version the driver supports.
 pub(crate) fn driver_get_version(api: &DriverApi) -> Result<c_int, CudaError> {
-    let mut v: c_int = 0;
     // SAFETY: out-pointer to a live int.
-    check(api, api.cuDriverGetVersion, |f| unsafe { f(&mut v) })?;
-    Ok(v)
+    out(api, api.cuDriverGetVersion, 0, |f, v| unsafe { f(v) })
 }
 
 /// `cuDeviceGetCount`.
 pub(crate) fn device_get_count(api: &DriverApi) -> Result<c_int, CudaError> {
-    let mut n: c_int = 0;
     // SAFETY: out-pointer to a live int.
-    check(api, api.cuDeviceGetCount, |f| unsafe { f(&mut n) })?;
-    Ok(n)
+    out(api, api.cuDeviceGetCount, 0, |f, n| unsafe { f(n) })
 }
 
 /// `cuDeviceGet`: the handle of device `ordinal` (the driver checks the ordinal).
 pub(crate) fn device_get(api: &DriverApi, ordinal: c_int) -> Result<CUdevice, CudaError> {
-    let mut dev: CUdevice = 0;
     // SAFETY: out-pointer to a live int.
-    check(api, api.cuDeviceGet, |f| unsafe { f(&mut dev, ordinal) })?;
-    Ok(dev)
+    out(api, api.cuDeviceGet, 0, |f, dev| unsafe { f(dev, ordinal) })
 }
 
 /// `cuDeviceGetName`.
@@ -114,10 +120,8 @@ pub(crate) fn device_get_name(api: &DriverApi, dev: CUdevice) -> Result<String, 
 
 /// `cuDeviceTotalMem_v2`: device memory in bytes.
 pub(crate) fn device_total_mem(api: &DriverApi, dev: CUdevice) -> Result<usize, CudaError> {
-    let mut n: usize = 0;
     // SAFETY: out-pointer to a live usize.
-    check(api, api.cuDeviceTotalMem, |f| unsafe { f(&mut n, dev) })?;
-    Ok(n)
+    out(api, api.cuDeviceTotalMem, 0, |f, n| unsafe { f(n, dev) })
 }
 
 /// `cuDeviceGetAttribute`; an attribute the driver does not know is an error, not UB.
@@ -126,12 +130,10 @@ pub(crate) fn device_get_attribute(
     attr: c_int,
     dev: CUdevice,
 ) -> Result<c_int, CudaError> {
-    let mut v: c_int = 0;
     // SAFETY: out-pointer to a live int.
-    check(api, api.cuDeviceGetAttribute, |f| unsafe {
-        f(&mut v, attr, dev)
-    })?;
-    Ok(v)
+    out(api, api.cuDeviceGetAttribute, 0, |f, v| unsafe {
+        f(v, attr, dev)
+    })
 }
 
 /// `cuDeviceGetPCIBusId`, as the driver prints it (`0000:00:06.0`).
@@ -150,12 +152,11 @@ pub(crate) fn device_can_access_peer(
     dev: CUdevice,
     peer: CUdevice,
 ) -> Result<bool, CudaError> {
-    let mut v: c_int = 0;
     // SAFETY: out-pointer to a live int.
-    check(api, api.cuDeviceCanAccessPeer, |f| unsafe {
-        f(&mut v, dev, peer)
-    })?;
-    Ok(v != 0)
+    out(api, api.cuDeviceCanAccessPeer, 0, |f, v| unsafe {
+        f(v, dev, peer)
+    })
+    .map(|v| v != 0)
 }
 
 /// `cuDeviceGetP2PAttribute(attr, dev, peer)`.
@@ -165,12 +166,10 @@ pub(crate) fn device_get_p2p_attribute(
     dev: CUdevice,
     peer: CUdevice,
 ) -> Result<c_int, CudaError> {
-    let mut v: c_int = 0;
     // SAFETY: out-pointer to a live int.
-    check(api, api.cuDeviceGetP2PAttribute, |f| unsafe {
-        f(&mut v, attr, dev, peer)
-    })?;
-    Ok(v)
+    out(api, api.cuDeviceGetP2PAttribute, 0, |f, v| unsafe {
+        f(v, attr, dev, peer)
+    })
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -182,12 +181,13 @@ pub(crate) fn device_primary_ctx_retain(
     api: &DriverApi,
     dev: CUdevice,
 ) -> Result<CUcontext, CudaError> {
-    let mut ctx: CUcontext = std::ptr::null_mut();
     // SAFETY: out-pointer to a live handle.
-    check(api, api.cuDevicePrimaryCtxRetain, |f| unsafe {
-        f(&mut ctx, dev)
-    })?;
-    Ok(ctx)
+    out(
+        api,
+        api.cuDevicePrimaryCtxRetain,
+        std::ptr::null_mut(),
+        |f, ctx| unsafe { f(ctx, dev) },
+    )
 }
 
 /// `cuDevicePrimaryCtxRelease_v2` (or the older export).
@@ -214,10 +214,13 @@ pub(crate) unsafe fn ctx_set_current(api: &DriverApi, ctx: CUcontext) -> Result<
 
 /// `cuCtxGetCurrent`: the context bound to the calling thread (null for none).
 pub(crate) fn ctx_get_current(api: &DriverApi) -> Result<CUcontext, CudaError> {
-    let mut ctx: CUcontext = std::ptr::null_mut();
     // SAFETY: out-pointer to a live handle.
-    check(api, api.cuCtxGetCurrent, |f| unsafe { f(&mut ctx) })?;
-    Ok(ctx)
+    out(
+        api,
+        api.cuCtxGetCurrent,
+        std::ptr::null_mut(),
+        |f, ctx| unsafe { f(ctx) },
+    )
 }
 
 /// `cuCtxSynchronize`: wait for all work of the current context.
@@ -259,10 +262,8 @@ pub(crate) fn mem_get_info(api: &DriverApi) -> Result<(usize, usize), CudaError>
 
 /// `cuMemAlloc_v2`: `len` bytes of device memory in the current context.
 pub(crate) fn mem_alloc(api: &DriverApi, len: usize) -> Result<CUdeviceptr, CudaError> {
-    let mut ptr: CUdeviceptr = 0;
     // SAFETY: out-pointer to a live value.
-    check(api, api.cuMemAlloc, |f| unsafe { f(&mut ptr, len) })?;
-    Ok(ptr)
+    out(api, api.cuMemAlloc, 0, |f, ptr| unsafe { f(ptr, len) })
 }
 
 /// `cuMemFree_v2`.
@@ -280,12 +281,13 @@ pub(crate) fn mem_host_alloc(
     len: usize,
     flags: c_uint,
 ) -> Result<*mut c_void, CudaError> {
-    let mut p: *mut c_void = std::ptr::null_mut();
     // SAFETY: out-pointer to a live pointer.
-    check(api, api.cuMemHostAlloc, |f| unsafe {
-        f(&mut p, len, flags)
-    })?;
-    Ok(p)
+    out(
+        api,
+        api.cuMemHostAlloc,
+        std::ptr::null_mut(),
+        |f, p| unsafe { f(p, len, flags) },
+    )
 }
 
 /// `cuMemFreeHost`.
@@ -327,12 +329,10 @@ pub(crate) fn mem_host_get_device_pointer(
     api: &DriverApi,
     p: *mut c_void,
 ) -> Result<CUdeviceptr, CudaError> {
-    let mut dptr: CUdeviceptr = 0;
     // SAFETY: out-pointer to a live value; `p` is only looked up.
-    check(api, api.cuMemHostGetDevicePointer, |f| unsafe {
-        f(&mut dptr, p, 0)
-    })?;
-    Ok(dptr)
+    out(api, api.cuMemHostGetDevicePointer, 0, |f, dptr| unsafe {
+        f(dptr, p, 0)
+    })
 }
 
 /// `cuMemGetAddressRange_v2`: (base, size) of the allocation holding `ptr`, which the driver
@@ -341,7 +341,7 @@ pub(crate) fn mem_get_address_range(
     api: &DriverApi,
     ptr: CUdeviceptr,
 ) -> Result<(CUdeviceptr, usize), CudaError> {
-    let (mut base, mut size) = (0 as CUdeviceptr, 0usize);
+    let (mut base, mut size) = (0, 0usize);
     // SAFETY: out-pointers to live values.
     check(api, api.cuMemGetAddressRange, |f| unsafe {
         f(&mut base, &mut size, ptr)
@@ -355,10 +355,13 @@ pub(crate) fn mem_get_address_range(
 
 /// `cuStreamCreate` in the current context with `flags` (`CU_STREAM_*`).
 pub(crate) fn stream_create(api: &DriverApi, flags: c_uint) -> Result<CUstream, CudaError> {
-    let mut s: CUstream = std::ptr::null_mut();
     // SAFETY: out-pointer to a live handle.
-    check(api, api.cuStreamCreate, |f| unsafe { f(&mut s, flags) })?;
-    Ok(s)
+    out(
+        api,
+        api.cuStreamCreate,
+        std::ptr::null_mut(),
+        |f, s| unsafe { f(s, flags) },
+    )
 }
 
 /// `cuStreamDestroy_v2`.
@@ -394,10 +397,13 @@ pub(crate) unsafe fn stream_wait_event(
 
 /// `cuEventCreate` in the current context with `flags` (`CU_EVENT_*`).
 pub(crate) fn event_create(api: &DriverApi, flags: c_uint) -> Result<CUevent, CudaError> {
-    let mut e: CUevent = std::ptr::null_mut();
     // SAFETY: out-pointer to a live handle.
-    check(api, api.cuEventCreate, |f| unsafe { f(&mut e, flags) })?;
-    Ok(e)
+    out(
+        api,
+        api.cuEventCreate,
+        std::ptr::null_mut(),
+        |f, e| unsafe { f(e, flags) },
+    )
 }
 
 /// `cuEventDestroy_v2`.
@@ -441,12 +447,10 @@ pub(crate) unsafe fn event_elapsed_time(
     start: CUevent,
     end: CUevent,
 ) -> Result<f32, CudaError> {
-    let mut ms = 0f32;
     // SAFETY: the caller's contract; out-pointer to a live value.
-    check(api, api.cuEventElapsedTime, |f| unsafe {
-        f(&mut ms, start, end)
-    })?;
-    Ok(ms)
+    out(api, api.cuEventElapsedTime, 0f32, |f, ms| unsafe {
+        f(ms, start, end)
+    })
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -659,12 +663,13 @@ pub(crate) unsafe fn memcpy_batch_async(
 
 /// `cuModuleLoadData` of PTX text in the current context (the driver JIT-compiles it).
 pub(crate) fn module_load_data(api: &DriverApi, ptx: &CStr) -> Result<CUmodule, CudaError> {
-    let mut m: CUmodule = std::ptr::null_mut();
     // SAFETY: NUL-terminated text, read during the call only; out-pointer to a live handle.
-    check(api, api.cuModuleLoadData, |f| unsafe {
-        f(&mut m, ptx.as_ptr() as *const c_void)
-    })?;
-    Ok(m)
+    out(
+        api,
+        api.cuModuleLoadData,
+        std::ptr::null_mut(),
+        |f, m| unsafe { f(m, ptx.as_ptr() as *const c_void) },
+    )
 }
 
 /// `cuModuleUnload`.
@@ -686,12 +691,13 @@ pub(crate) unsafe fn module_get_function(
     m: CUmodule,
     name: &CStr,
 ) -> Result<CUfunction, CudaError> {
-    let mut func: CUfunction = std::ptr::null_mut();
     // SAFETY: the caller's contract; NUL-terminated name; out-pointer to a live handle.
-    check(api, api.cuModuleGetFunction, |f| unsafe {
-        f(&mut func, m, name.as_ptr())
-    })?;
-    Ok(func)
+    out(
+        api,
+        api.cuModuleGetFunction,
+        std::ptr::null_mut(),
+        |f, func| unsafe { f(func, m, name.as_ptr()) },
+    )
 }
 
 /// `cuLaunchKernel` of `func` on `s`: `grid` CTAs of `block` threads (one-dimensional), no
@@ -736,14 +742,13 @@ pub(crate) unsafe fn occupancy_max_active_blocks_per_multiprocessor(
     func: CUfunction,
     threads: c_int,
 ) -> Result<c_int, CudaError> {
-    let mut n: c_int = 0;
     // SAFETY: the caller's contract; out-pointer to a live int.
-    check(
+    out(
         api,
         api.cuOccupancyMaxActiveBlocksPerMultiprocessor,
-        |f| unsafe { f(&mut n, func, threads, 0) },
-    )?;
-    Ok(n)
+        0,
+        |f, n| unsafe { f(n, func, threads, 0) },
+    )
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -756,12 +761,11 @@ pub(crate) fn ipc_get_mem_handle(
     api: &DriverApi,
     ptr: CUdeviceptr,
 ) -> Result<CUipcMemHandle, CudaError> {
-    let mut h = CUipcMemHandle {
+    let h = CUipcMemHandle {
         reserved: [0 as c_char; 64],
     };
     // SAFETY: out-pointer to a live handle.
-    check(api, api.cuIpcGetMemHandle, |f| unsafe { f(&mut h, ptr) })?;
-    Ok(h)
+    out(api, api.cuIpcGetMemHandle, h, |f, h| unsafe { f(h, ptr) })
 }
 
 /// `cuIpcOpenMemHandle_v2` (or the older export) of `h` with `flags` (`CU_IPC_MEM_*`) in the
@@ -771,12 +775,10 @@ pub(crate) fn ipc_open_mem_handle(
     h: CUipcMemHandle,
     flags: c_uint,
 ) -> Result<CUdeviceptr, CudaError> {
-    let mut ptr: CUdeviceptr = 0;
     // SAFETY: the handle is passed by value as cuda.h says; out-pointer to a live value.
-    check(api, api.cuIpcOpenMemHandle, |f| unsafe {
-        f(&mut ptr, h, flags)
-    })?;
-    Ok(ptr)
+    out(api, api.cuIpcOpenMemHandle, 0, |f, ptr| unsafe {
+        f(ptr, h, flags)
+    })
 }
 
 /// `cuIpcCloseMemHandle`.

@@ -82,6 +82,7 @@ pub enum CudaError {
         env = library.env_override()
     )]
     LibraryMissing {
+        /// The library.
         library: Library,
         /// Every name or path handed to `dlopen`, in order.
         tried: Vec<String>,
@@ -92,7 +93,9 @@ pub enum CudaError {
     /// The library loaded but lacks a function gdpath needs: it is older than required.
     #[error("{library} has no symbol `{symbol}`: the installed version is too old for gdpath ({needed})")]
     SymbolMissing {
+        /// The library.
         library: Library,
+        /// The function's export name (the newest, where several are accepted).
         symbol: &'static str,
         /// Which release first has the symbol.
         needed: &'static str,
@@ -101,7 +104,7 @@ pub enum CudaError {
     /// A CUDA driver API call returned an error.
     #[error("{call} failed: {name} ({code}): {message}")]
     Driver {
-        /// The driver API function, e.g. `cuMemAlloc_v2`.
+        /// The driver API function called, as the driver exports it, e.g. `cuMemAlloc_v2`.
         call: &'static str,
         /// The raw `CUresult`.
         code: i32,
@@ -117,7 +120,12 @@ pub enum CudaError {
 
     /// No CUDA device with this ordinal.
     #[error("no CUDA device {ordinal}: the driver reports {count} device(s)")]
-    NoSuchDevice { ordinal: u32, count: u32 },
+    NoSuchDevice {
+        /// The ordinal asked for.
+        ordinal: u32,
+        /// Devices the driver reports.
+        count: u32,
+    },
 
     /// A host buffer is still the target or source of an operation on a stream that has not been
     /// synchronized, so the CPU may not touch it yet.
@@ -126,12 +134,18 @@ pub enum CudaError {
 
     /// An NVML call failed.
     #[error("NVML {call} failed: {message}")]
-    Nvml { call: &'static str, message: String },
+    Nvml {
+        /// The NVML function.
+        call: &'static str,
+        /// NVML's error, as nvml-wrapper words it.
+        message: String,
+    },
 
     /// A cuFile call returned a `CU_FILE_*` error (5001..) or, for code 5011
     /// (`CU_FILE_CUDA_DRIVER_ERROR`), a CUDA error as well.
     #[error("cuFile {call} failed: {name} ({code}): {message}{}", cuda_suffix(*cu_result))]
     CuFile {
+        /// The cuFile function called, as libcufile exports it.
         call: &'static str,
         /// The raw `CUfileOpError` value.
         code: i32,
@@ -146,8 +160,11 @@ pub enum CudaError {
     /// A cuFile read or write failed with a system error (`errno`).
     #[error("cuFile {call} failed: {message} (errno {errno})")]
     CuFileIo {
+        /// `cuFileRead` or `cuFileWrite`.
         call: &'static str,
+        /// The `errno` value.
         errno: i32,
+        /// The system's text for it.
         message: String,
     },
 
@@ -158,14 +175,21 @@ pub enum CudaError {
     /// A block-copy method cannot run with this driver or device.
     #[error("block copy method {method} is unavailable: {reason}")]
     MethodUnavailable {
+        /// The method asked for.
         method: BlockMethod,
+        /// Why it cannot run.
         reason: Unavailable,
     },
 
     /// A binding panicked; the panic was caught and converted. This is a bug in a binding, kept
     /// as an error so that a probe never takes the process down.
     #[error("{what} panicked: {message}")]
-    Panicked { what: &'static str, message: String },
+    Panicked {
+        /// The binding call that panicked.
+        what: &'static str,
+        /// The panic's message.
+        message: String,
+    },
 }
 
 fn cuda_suffix(cu_result: i32) -> String {
