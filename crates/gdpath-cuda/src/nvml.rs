@@ -126,8 +126,8 @@ pub fn nvlink_version_text(v: u32) -> Option<&'static str> {
 }
 
 /// The remote end of an NVLink in sysfs form; NVML's placeholder for an end the OS cannot see
-/// (`FFFFFFFF:FF:FF.0`, not a valid address: an NVSwitch outside this VM on the H200 machine)
-/// is kept, lower-cased, rather than rejected.
+/// (`FFFFFFFF:FF:FF.0`, not a valid address: an NVSwitch outside a VM, on HGX boards) is kept,
+/// lower-cased, rather than rejected.
 pub fn remote_pci_text(nvml_bus_id: &str) -> String {
     normalize_pci(nvml_bus_id).unwrap_or_else(|_| nvml_bus_id.trim().to_lowercase())
 }

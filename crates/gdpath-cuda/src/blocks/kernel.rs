@@ -21,20 +21,20 @@ use crate::memory::{DeviceBuffer, PinnedHost, PinnedHostBuffer};
 use crate::module::{self, Kernel};
 use crate::stream::{Event, Stream};
 
-/// Launch shape and work split of the copy kernel. The defaults are the fast configuration on
-/// an H200 (see the module documentation of [`crate::blocks`]); change them only to measure.
+/// Launch shape and work split of the copy kernel. The defaults are the fastest configuration
+/// measured (docs/gpu.md, "Block-list copies"; the reasons are in the module documentation of
+/// [`crate::blocks`]); change them only to measure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KernelTuning {
     /// Threads per CTA: a multiple of 32 from 32 to 1024. Default 256 (8 warps).
     pub threads_per_block: u32,
     /// CTAs per SM in the grid, at most as many as fit; 0 asks the driver how many fit
-    /// (`cuOccupancyMaxActiveBlocksPerMultiprocessor`). Default 2: 16 warps and 32 KiB of
-    /// loads in flight per SM already saturate HBM and PCIe, and fewer concurrent streams keep
-    /// DRAM pages and the IOMMU's translations warmer (docs/benchmarks.md, "Measurements behind
-    /// the defaults", block lists).
+    /// (`cuOccupancyMaxActiveBlocksPerMultiprocessor`). Default 2: that already keeps enough
+    /// loads in flight per SM to saturate HBM and PCIe, and fewer concurrent streams keep DRAM
+    /// pages and the IOMMU's translations warmer (docs/gpu.md, "Block-list copies").
     pub blocks_per_sm: u32,
     /// Descriptors longer than the piece size are split into pieces; the piece size is
-    /// `total bytes / (2 × warps in the grid)`, rounded up to 4 KiB and at least this many
+    /// the list's bytes over twice the grid's warps, rounded up to 4 KiB and at least this many
     /// bytes. Default 64 KiB: below that the per-piece cost shows, above it one large
     /// descriptor can keep one warp busy while the others idle.
     pub min_piece_bytes: u64,
@@ -176,7 +176,7 @@ pub(crate) struct Staging {
     scratch: Vec<BlockCopy>,
 }
 
-/// Smallest staging buffer: 64 KiB (2,730 descriptors).
+/// Smallest staging buffer, in bytes: small lists share one size instead of growing it often.
 const MIN_STAGING: usize = 64 << 10;
 
 impl Staging {
@@ -368,9 +368,9 @@ mod tests {
 
     #[test]
     fn piece_size_spreads_large_lists_and_keeps_small_blocks_whole() {
-        // H200 with the default tuning: 132 SMs × 2 CTAs × 8 warps.
+        // A device of 132 SMs with the default tuning (2 CTAs of 8 warps per SM).
         let warps = 132 * 2 * 8;
-        // 40,000 × 64 KiB: pieces above 64 KiB, so no block is split.
+        // 40,000 blocks of 64 KiB: pieces above 64 KiB, so no block is split.
         assert!(piece_size(40_000 * 65536, warps, 65536) >= 65536);
         // One 1 GiB descriptor: split into about 2 pieces per warp.
         let p = piece_size(1 << 30, warps, 65536);

@@ -27,9 +27,8 @@ impl BlockCopy {
     }
 }
 
-/// Most descriptors one call takes: 2^24 (16,777,216; 384 MiB of descriptors for the kernel's
-/// upload). A KV transfer of 100,000 blocks × 64 layers fits; a larger list is split by the
-/// caller, so that staging memory stays bounded.
+/// Most descriptors one call takes: 2^24, which bounds the kernel's pinned and device staging
+/// (24 bytes a descriptor); a larger list is split by the caller.
 pub const MAX_BLOCKS_PER_CALL: usize = 1 << 24;
 
 /// The checks that need no regions: count, zero lengths, address overflow, self-overlap.
@@ -227,8 +226,8 @@ pub(crate) fn plan(
 }
 
 /// [`plan`] into `out`, which has room for every descriptor of `blocks` (coalescing only
-/// shrinks a list). One thread: on the H200 machine one pass costs about 5 ns per descriptor,
-/// and splitting the pass over threads gained nothing there (starting them cost as much).
+/// shrinks a list). One thread: splitting the pass over threads did not pay for starting them
+/// (docs/gpu.md, "Block-list copies").
 ///
 /// Errors: as [`plan`]'s.
 pub(crate) fn plan_into(
@@ -248,7 +247,7 @@ pub(crate) fn plan_into(
 /// `out` is cleared first. A merge whose length would overflow u64 is not made.
 ///
 /// Coalescing never changes which bytes go where; it only lowers the count the driver or the
-/// kernel sees (vLLM's connectors coalesce 34,000 descriptors to 422 by hand, issue 25).
+/// kernel sees, which is what its cost per descriptor is paid for.
 pub fn coalesce(blocks: &[BlockCopy], out: &mut Vec<BlockCopy>) {
     out.clear();
     let Some((first, rest)) = blocks.split_first() else {

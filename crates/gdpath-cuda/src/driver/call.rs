@@ -90,7 +90,8 @@ pub(crate) fn init(api: &DriverApi) -> Result<(), CudaError> {
     check(api, api.cuInit, |f| unsafe { f(0) })
 }
 
-/// `cuDriverGetVersion`: 1000 × major + 10 × minor of the CUDA version the driver supports.
+/// `cuDriverGetVersion`: the CUDA version the driver supports, 1000 times major plus 10 times
+/// minor.
 pub(crate) fn driver_get_version(api: &DriverApi) -> Result<c_int, CudaError> {
     // SAFETY: out-pointer to a live int.
     out(api, api.cuDriverGetVersion, 0, |f, v| unsafe { f(v) })
