@@ -4,7 +4,7 @@ use std::sync::{Arc, OnceLock};
 
 use crate::cuda::{Cuda, Device, DeviceAttribute};
 use crate::driver::call;
-use crate::driver::sys::{CUcontext, DriverApi};
+use crate::driver::sys::{CUcontext, CUfunction, DriverApi};
 use crate::error::CudaError;
 use crate::module::{Kernel, Module, Ptx};
 
@@ -119,10 +119,7 @@ impl Context {
     /// is bound then).
     ///
     /// Errors: the module's load error (kept: a module that failed to load is not retried).
-    pub(crate) fn kernel(
-        &self,
-        kernel: Kernel,
-    ) -> Result<crate::driver::sys::CUfunction, CudaError> {
+    pub(crate) fn kernel(&self, kernel: Kernel) -> Result<CUfunction, CudaError> {
         let ptx = kernel.ptx();
         let module = self.inner.modules[ptx.slot()]
             .get_or_init(|| {

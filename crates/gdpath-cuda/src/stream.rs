@@ -198,10 +198,9 @@ impl Stream {
         })
     }
 
-    /// A device → device copy of `len` bytes between two checked ranges (`what`: the names of
-    /// destination and source in range errors), posted by `post` with the two addresses and
-    /// both buffers held until synchronize.
-    #[allow(clippy::too_many_arguments)]
+    /// A device → device copy of `len` bytes: checks both ranges (`what`: their names in
+    /// errors), then `check`, then posts with `post` given the two addresses, both buffers held
+    /// until synchronize.
     fn post_d2d(
         &self,
         what: [&str; 2],
