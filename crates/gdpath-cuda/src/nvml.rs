@@ -140,6 +140,23 @@ pub fn nvlink_mbps_to_gbps(mbps: u64) -> f64 {
 /// The NVIDIA driver series that has every NVML call gdpath makes.
 const NVML_NEEDED: &str = "an NVIDIA driver of the R450 series or newer";
 
+/// nvml-wrapper's raw entry point `$sym` and its name, for the name in errors to be the one
+/// called; [`CudaError::SymbolMissing`] naming it where this NVML lacks it.
+macro_rules! raw_nvml {
+    ($nvml:expr, $sym:ident) => {
+        $nvml
+            .lib()
+            .$sym
+            .as_ref()
+            .map(|f| (f, stringify!($sym)))
+            .map_err(|_| CudaError::SymbolMissing {
+                library: Library::Nvml,
+                symbol: stringify!($sym),
+                needed: NVML_NEEDED,
+            })
+    };
+}
+
 /// `nvmlDeviceGetFieldValues` for one `field` with a scope id (the link, for per-link fields).
 ///
 /// Errors: [`CudaError::SymbolMissing`] where NVML lacks the call; [`CudaError::Nvml`] for the
@@ -150,19 +167,14 @@ fn device_get_field_value(
     field: u32,
     scope: u32,
 ) -> Result<nvmlFieldValue_t, CudaError> {
-    const CALL: &str = "nvmlDeviceGetFieldValues";
-    let f = nvml
-        .lib()
-        .nvmlDeviceGetFieldValues
-        .as_ref()
-        .map_err(|_| missing(CALL))?;
+    let (f, call) = raw_nvml!(nvml, nvmlDeviceGetFieldValues)?;
     // SAFETY: a zeroed nvmlFieldValue_t is a valid input; we set the id and scope.
     let mut v: nvmlFieldValue_t = unsafe { std::mem::zeroed() };
     v.fieldId = field;
     v.scopeId = scope;
     // SAFETY: one element, a live device handle of this Nvml.
-    nvml_try(unsafe { f(dev.handle(), 1, &mut v) }).map_err(nvml_err(CALL))?;
-    nvml_try(v.nvmlReturn).map_err(nvml_err(CALL))?;
+    nvml_try(unsafe { f(dev.handle(), 1, &mut v) }).map_err(nvml_err(call))?;
+    nvml_try(v.nvmlReturn).map_err(nvml_err(call))?;
     Ok(v)
 }
 
@@ -174,25 +186,12 @@ fn device_get_nvlink_remote_device_type(
     dev: &Device,
     link: u32,
 ) -> Result<u32, CudaError> {
-    const CALL: &str = "nvmlDeviceGetNvLinkRemoteDeviceType";
-    let f = nvml
-        .lib()
-        .nvmlDeviceGetNvLinkRemoteDeviceType
-        .as_ref()
-        .map_err(|_| missing(CALL))?;
+    let (f, call) = raw_nvml!(nvml, nvmlDeviceGetNvLinkRemoteDeviceType)?;
     let mut t: u32 = 0xff;
     // SAFETY: a live device handle; out-pointer to a live u32 (the C enum is 32-bit).
     nvml_try(unsafe { f(dev.handle(), link, &mut t as *mut u32 as *mut _) })
-        .map_err(nvml_err(CALL))?;
+        .map_err(nvml_err(call))?;
     Ok(t)
-}
-
-fn missing(call: &'static str) -> CudaError {
-    CudaError::SymbolMissing {
-        library: Library::Nvml,
-        symbol: call,
-        needed: NVML_NEEDED,
-    }
 }
 
 /// One numeric field value (with a scope id), whatever its C type; `None` when NVML has none.
