@@ -1,13 +1,13 @@
 //! Block-list copies of KV-cache shapes, both methods, against one contiguous copy of the same
-//! bytes (issue 25's targets): min / median / max GB/s (1e9 B/s) over `--runs` runs timed with
+//! bytes: min / median / max GB/s (1e9 B/s) over `--runs` runs timed with
 //! CUDA events, the ratio of the medians, the CPU time to post the list, and a byte-exact check
 //! of the destination after the runs of each method.
 //!
 //! Shapes (random layouts: source and destination slots are two fixed permutations):
-//! - `d2h`:  100,000 × 16 KiB, GPU 0 → pinned host (KV offload)
-//! - `h2d`:  100,000 × 16 KiB, pinned host → GPU 0 (KV reload)
-//! - `d2d`:  40,000 × 64 KiB within GPU 0
-//! - `peer`: 40,000 × 64 KiB, GPU 0 → GPU 1 (skipped with one GPU)
+//! - `d2h`:  100,000 blocks of 16 KiB, GPU 0 → pinned host (KV offload)
+//! - `h2d`:  100,000 blocks of 16 KiB, pinned host → GPU 0 (KV reload)
+//! - `d2d`:  40,000 blocks of 64 KiB within GPU 0
+//! - `peer`: 40,000 blocks of 64 KiB, GPU 0 → GPU 1 (skipped with one GPU)
 //!
 //! `cargo build --release -p gdpath-cuda --example kv_copy`, then
 //! `kv_copy [--runs N] [--shapes d2h,h2d,d2d,peer] [--methods driver-batch,kernel]

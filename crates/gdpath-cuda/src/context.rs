@@ -2,11 +2,11 @@
 
 use std::sync::{Arc, OnceLock};
 
-use crate::blocks::CopyKernel;
-use crate::cuda::{Cuda, Device};
+use crate::cuda::{Cuda, Device, DeviceAttribute};
+use crate::driver::call;
+use crate::driver::sys::{CUcontext, CUfunction, DriverApi};
 use crate::error::CudaError;
-use crate::ffi::{self, CUcontext, DriverApi};
-use crate::kernels::Kernels;
+use crate::module::{Kernel, Module, Ptx};
 
 /// A retained primary context (`cuDevicePrimaryCtxRetain` / `cuDevicePrimaryCtxRelease_v2`).
 ///
@@ -22,10 +22,11 @@ pub struct Context {
 pub(crate) struct ContextInner {
     pub(crate) device: Device,
     pub(crate) raw: CUcontext,
-    /// The PTX kernels (pattern fill / verify / compare), loaded on first use.
-    pub(crate) kernels: OnceLock<Result<Kernels, CudaError>>,
-    /// The block-list copy kernel ([`crate::blocks`]), loaded on first use.
-    pub(crate) copy_kernel: OnceLock<Result<CopyKernel, CudaError>>,
+    /// The shipped PTX modules, each loaded on the first use of one of its kernels (a failed
+    /// load is kept too, and not retried).
+    modules: [OnceLock<Result<Module, CudaError>>; Ptx::COUNT],
+    /// The device's SM count, read on first use.
+    multiprocessors: OnceLock<Result<u32, CudaError>>,
 }
 
 // SAFETY: a CUcontext is a handle the driver lets any thread bind (cuCtxSetCurrent); we never
@@ -36,25 +37,21 @@ unsafe impl Sync for ContextInner {}
 
 impl Drop for ContextInner {
     fn drop(&mut self) {
-        if let Some(Ok(k)) = self.kernels.take() {
-            k.unload(self.device.cuda.api, self.raw);
-        }
-        if let Some(Ok(k)) = self.copy_kernel.take() {
-            k.unload(self.device.cuda.api, self.raw);
+        let api = self.device.cuda.api;
+        let ordinal = Some(self.device.ordinal());
+        for module in self.modules.iter_mut().filter_map(|m| m.take()?.ok()) {
+            // SAFETY: our context, still retained; no kernel of ours runs once the last handle to
+            // the context (which every stream holds) is gone, and the module goes with this call.
+            let r = unsafe { call::ctx_set_current(api, self.raw) }
+                // SAFETY: as above, with the context current.
+                .and_then(|()| unsafe { module.unload(api) });
+            if let Err(e) = r {
+                crate::error::log_teardown("unloading a PTX module", ordinal, &e);
+            }
         }
         // SAFETY: balances the retain in Context::new.
-        let r = unsafe { (self.device.cuda.api.cuDevicePrimaryCtxRelease)(self.device.raw) };
-        if let Err(e) = self
-            .device
-            .cuda
-            .api
-            .check("cuDevicePrimaryCtxRelease_v2", r)
-        {
-            crate::error::log_teardown(
-                "releasing primary context",
-                Some(self.device.ordinal()),
-                &e,
-            );
+        if let Err(e) = unsafe { call::device_primary_ctx_release(api, self.device.raw) } {
+            crate::error::log_teardown("releasing primary context", ordinal, &e);
         }
     }
 }
@@ -71,17 +68,13 @@ impl Context {
     /// Retain the primary context of device `ordinal`.
     pub fn new(cuda: &Cuda, ordinal: u32) -> Result<Context, CudaError> {
         let device = cuda.device(ordinal)?;
-        let mut raw: CUcontext = std::ptr::null_mut();
-        // SAFETY: valid device, out-pointer to a live handle.
-        cuda.api.check("cuDevicePrimaryCtxRetain", unsafe {
-            (cuda.api.cuDevicePrimaryCtxRetain)(&mut raw, device.raw)
-        })?;
+        let raw = call::device_primary_ctx_retain(cuda.api, device.raw)?;
         let ctx = Context {
             inner: Arc::new(ContextInner {
                 device,
                 raw,
-                kernels: OnceLock::new(),
-                copy_kernel: OnceLock::new(),
+                modules: Default::default(),
+                multiprocessors: OnceLock::new(),
             }),
         };
         ctx.bind()?;
@@ -106,29 +99,52 @@ impl Context {
     /// crate does this itself; call it only before your own driver calls.
     pub fn bind(&self) -> Result<(), CudaError> {
         // SAFETY: a retained context handle.
-        self.api().check("cuCtxSetCurrent", unsafe {
-            (self.api().cuCtxSetCurrent)(self.inner.raw)
-        })
+        unsafe { call::ctx_set_current(self.api(), self.inner.raw) }
     }
 
     /// Wait for all work in this context (`cuCtxSynchronize`).
     pub fn synchronize(&self) -> Result<(), CudaError> {
         self.bind()?;
-        // SAFETY: context is current.
-        self.api().check("cuCtxSynchronize", unsafe {
-            (self.api().cuCtxSynchronize)()
-        })
+        call::ctx_synchronize(self.api())
     }
 
     /// (free, total) device memory in bytes (`cuMemGetInfo_v2`).
     pub fn memory_info(&self) -> Result<(u64, u64), CudaError> {
         self.bind()?;
-        let (mut free, mut total) = (0usize, 0usize);
-        // SAFETY: context current, out-pointers live.
-        self.api().check("cuMemGetInfo_v2", unsafe {
-            (self.api().cuMemGetInfo)(&mut free, &mut total)
-        })?;
+        let (free, total) = call::mem_get_info(self.api())?;
         Ok((free as u64, total as u64))
+    }
+
+    /// The function of `kernel` in this context, loading its module on first use (the context
+    /// is bound then).
+    ///
+    /// Errors: the module's load error (kept: a module that failed to load is not retried).
+    pub(crate) fn kernel(&self, kernel: Kernel) -> Result<CUfunction, CudaError> {
+        let ptx = kernel.ptx();
+        let module = self.inner.modules[ptx.slot()]
+            .get_or_init(|| {
+                self.bind()?;
+                Module::load(self.api(), ptx)
+            })
+            .as_ref()
+            .map_err(Clone::clone)?;
+        module.function(kernel).ok_or_else(|| {
+            CudaError::InvalidArgument(format!("{kernel:?} is not a kernel of {ptx:?}"))
+        })
+    }
+
+    /// Number of SMs of the device (`CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT`, at least 1), read
+    /// once per context: the kernels size their grids by it.
+    pub(crate) fn multiprocessors(&self) -> Result<u32, CudaError> {
+        self.inner
+            .multiprocessors
+            .get_or_init(|| {
+                let n = self
+                    .device()
+                    .attribute(DeviceAttribute::MULTIPROCESSOR_COUNT)?;
+                Ok(n.max(1) as u32)
+            })
+            .clone()
     }
 
     /// Whether both handles are the same device's context.
@@ -162,11 +178,10 @@ pub fn enable_peer_access(from: &Context, to: &Context) -> Result<PeerAccess, Cu
         )));
     }
     from.bind()?;
-    // SAFETY: `from` current, `to` a retained context, flags must be 0.
-    let r = unsafe { (from.api().cuCtxEnablePeerAccess)(to.inner.raw, 0) };
-    if r == ffi::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED {
-        return Ok(PeerAccess::AlreadyEnabled);
+    // SAFETY: `to` is a retained context (its handle keeps it so).
+    if unsafe { call::ctx_enable_peer_access(from.api(), to.inner.raw) }? {
+        Ok(PeerAccess::Enabled)
+    } else {
+        Ok(PeerAccess::AlreadyEnabled)
     }
-    from.api().check("cuCtxEnablePeerAccess", r)?;
-    Ok(PeerAccess::Enabled)
 }

@@ -1,26 +1,26 @@
 //! The driver handle and per-device queries (no context needed).
 
-use std::ffi::{c_char, c_int};
-
 use gdpath_topo::facts::CudaP2pAttrs;
 
+use crate::driver::sys::{self, CUdevice, DriverApi};
+use crate::driver::{self, call};
 use crate::error::CudaError;
-use crate::facts::normalize_pci;
-use crate::ffi::{self, CUdevice, DriverApi};
+use crate::pci::normalize_pci;
 
 /// The loaded CUDA driver. Cheap to copy; every `Cuda` shares one process-wide library handle,
 /// loaded on the first [`Cuda::load`] and never unloaded.
 #[derive(Clone, Copy)]
 pub struct Cuda {
     pub(crate) api: &'static DriverApi,
-    init: ffi::CUresult,
+    /// `cuInit` found no device: the driver loaded, and the machine has no GPU.
+    no_device: bool,
 }
 
 impl std::fmt::Debug for Cuda {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Cuda")
             .field("loaded_from", &self.api.loaded_from)
-            .field("init", &self.init)
+            .field("no_device", &self.no_device)
             .finish()
     }
 }
@@ -32,13 +32,15 @@ impl Cuda {
     /// driver older than CUDA 11.4, [`CudaError::Driver`] if `cuInit` fails for a reason other
     /// than "no device" (a machine without GPUs loads fine and reports 0 devices).
     pub fn load() -> Result<Cuda, CudaError> {
-        let loaded = ffi::driver()?;
-        if loaded.init != ffi::CUDA_SUCCESS && loaded.init != ffi::CUDA_ERROR_NO_DEVICE {
-            loaded.api.check("cuInit", loaded.init)?;
-        }
+        let loaded = driver::loaded()?;
+        let no_device = match &loaded.init {
+            Ok(()) => false,
+            Err(e) if e.cu_result() == Some(sys::CUDA_ERROR_NO_DEVICE) => true,
+            Err(e) => return Err(e.clone()),
+        };
         Ok(Cuda {
             api: &loaded.api,
-            init: loaded.init,
+            no_device,
         })
     }
 
@@ -50,35 +52,22 @@ impl Cuda {
     /// `cuDriverGetVersion`: the CUDA version the driver supports, as 1000*major + 10*minor
     /// (13000 for CUDA 13.0).
     pub fn driver_version(&self) -> Result<u32, CudaError> {
-        let mut v: c_int = 0;
-        // SAFETY: out-pointer to a live int.
-        self.api.check("cuDriverGetVersion", unsafe {
-            (self.api.cuDriverGetVersion)(&mut v)
-        })?;
-        Ok(v as u32)
+        Ok(call::driver_get_version(self.api)? as u32)
     }
 
     /// Whether the calling thread has a CUDA context current (`cuCtxGetCurrent` non-NULL).
     /// Libraries that issue CUDA calls on the caller's thread without choosing a context
     /// themselves (UCX's CUDA transports) need one.
     pub fn has_current_context(&self) -> bool {
-        let mut ctx: ffi::CUcontext = std::ptr::null_mut();
-        // SAFETY: out-pointer to a live handle.
-        let r = unsafe { (self.api.cuCtxGetCurrent)(&mut ctx) };
-        r == ffi::CUDA_SUCCESS && !ctx.is_null()
+        call::ctx_get_current(self.api).is_ok_and(|ctx| !ctx.is_null())
     }
 
     /// Number of CUDA devices visible to this process (after `CUDA_VISIBLE_DEVICES`).
     pub fn device_count(&self) -> Result<u32, CudaError> {
-        if self.init == ffi::CUDA_ERROR_NO_DEVICE {
+        if self.no_device {
             return Ok(0);
         }
-        let mut n: c_int = 0;
-        // SAFETY: out-pointer to a live int.
-        self.api.check("cuDeviceGetCount", unsafe {
-            (self.api.cuDeviceGetCount)(&mut n)
-        })?;
-        Ok(n.max(0) as u32)
+        Ok(call::device_get_count(self.api)?.max(0) as u32)
     }
 
     /// The device with CUDA ordinal `ordinal`.
@@ -87,15 +76,10 @@ impl Cuda {
         if ordinal >= count {
             return Err(CudaError::NoSuchDevice { ordinal, count });
         }
-        let mut dev: CUdevice = 0;
-        // SAFETY: ordinal < count, out-pointer to a live int.
-        self.api.check("cuDeviceGet", unsafe {
-            (self.api.cuDeviceGet)(&mut dev, ordinal as c_int)
-        })?;
         Ok(Device {
             cuda: *self,
             ordinal,
-            raw: dev,
+            raw: call::device_get(self.api, ordinal as i32)?,
         })
     }
 
@@ -118,17 +102,19 @@ pub struct Device {
 pub struct DeviceAttribute(pub i32);
 
 impl DeviceAttribute {
-    pub const MULTIPROCESSOR_COUNT: Self = Self(ffi::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
-    pub const UNIFIED_ADDRESSING: Self = Self(ffi::CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING);
+    /// `CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT`: SMs of the device.
+    pub const MULTIPROCESSOR_COUNT: Self = Self(sys::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
+    /// `CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR`.
     pub const COMPUTE_CAPABILITY_MAJOR: Self =
-        Self(ffi::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
+        Self(sys::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
+    /// `CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR`.
     pub const COMPUTE_CAPABILITY_MINOR: Self =
-        Self(ffi::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
+        Self(sys::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
     /// `CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED` (CUDA 11.3+).
     pub const GPU_DIRECT_RDMA_SUPPORTED: Self =
-        Self(ffi::CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED);
+        Self(sys::CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED);
     /// `CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED` (CUDA 11.7+).
-    pub const DMA_BUF_SUPPORTED: Self = Self(ffi::CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED);
+    pub const DMA_BUF_SUPPORTED: Self = Self(sys::CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED);
 }
 
 impl Device {
@@ -144,42 +130,22 @@ impl Device {
 
     /// `cuDeviceGetName`, e.g. `NVIDIA H200`.
     pub fn name(&self) -> Result<String, CudaError> {
-        let mut buf = [0 as c_char; 256];
-        // SAFETY: buffer of the stated length.
-        self.cuda.api.check("cuDeviceGetName", unsafe {
-            (self.cuda.api.cuDeviceGetName)(buf.as_mut_ptr(), buf.len() as c_int, self.raw)
-        })?;
-        Ok(ffi::c_buf_to_string(&buf))
+        call::device_get_name(self.cuda.api, self.raw)
     }
 
     /// `cuDeviceTotalMem_v2`: device memory in bytes.
     pub fn total_memory(&self) -> Result<u64, CudaError> {
-        let mut n: usize = 0;
-        // SAFETY: out-pointer to a live usize.
-        self.cuda.api.check("cuDeviceTotalMem_v2", unsafe {
-            (self.cuda.api.cuDeviceTotalMem)(&mut n, self.raw)
-        })?;
-        Ok(n as u64)
+        Ok(call::device_total_mem(self.cuda.api, self.raw)? as u64)
     }
 
     /// `cuDeviceGetPCIBusId`, in sysfs form (`0000:00:06.0`, lower case).
     pub fn pci_bus_id(&self) -> Result<String, CudaError> {
-        let mut buf = [0 as c_char; 64];
-        // SAFETY: buffer of the stated length.
-        self.cuda.api.check("cuDeviceGetPCIBusId", unsafe {
-            (self.cuda.api.cuDeviceGetPCIBusId)(buf.as_mut_ptr(), buf.len() as c_int, self.raw)
-        })?;
-        normalize_pci(&ffi::c_buf_to_string(&buf))
+        normalize_pci(&call::device_get_pci_bus_id(self.cuda.api, self.raw)?)
     }
 
     /// `cuDeviceGetAttribute`.
     pub fn attribute(&self, attr: DeviceAttribute) -> Result<i32, CudaError> {
-        let mut v: c_int = 0;
-        // SAFETY: out-pointer to a live int; unknown attributes return an error, not UB.
-        self.cuda.api.check("cuDeviceGetAttribute", unsafe {
-            (self.cuda.api.cuDeviceGetAttribute)(&mut v, attr.0, self.raw)
-        })?;
-        Ok(v)
+        call::device_get_attribute(self.cuda.api, attr.0, self.raw)
     }
 
     /// (major, minor) compute capability, e.g. (9, 0) for H100/H200.
@@ -192,30 +158,18 @@ impl Device {
 
     /// `cuDeviceCanAccessPeer(self, peer)`: whether this device can map `peer`'s memory.
     pub fn can_access_peer(&self, peer: &Device) -> Result<bool, CudaError> {
-        let mut v: c_int = 0;
-        // SAFETY: out-pointer to a live int.
-        self.cuda.api.check("cuDeviceCanAccessPeer", unsafe {
-            (self.cuda.api.cuDeviceCanAccessPeer)(&mut v, self.raw, peer.raw)
-        })?;
-        Ok(v != 0)
+        call::device_can_access_peer(self.cuda.api, self.raw, peer.raw)
     }
 
     /// `cuDeviceGetP2PAttribute` for the ordered pair (self → peer): access, native atomics,
     /// CUDA array access and performance rank (relative; lower is better).
     pub fn p2p_attributes(&self, peer: &Device) -> Result<CudaP2pAttrs, CudaError> {
-        let get = |attr: c_int| -> Result<i32, CudaError> {
-            let mut v: c_int = 0;
-            // SAFETY: out-pointer to a live int.
-            self.cuda.api.check("cuDeviceGetP2PAttribute", unsafe {
-                (self.cuda.api.cuDeviceGetP2PAttribute)(&mut v, attr, self.raw, peer.raw)
-            })?;
-            Ok(v)
-        };
+        let get = |attr| call::device_get_p2p_attribute(self.cuda.api, attr, self.raw, peer.raw);
         Ok(CudaP2pAttrs {
-            access_supported: get(ffi::CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED)? != 0,
-            native_atomics: get(ffi::CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED)? != 0,
-            cuda_array_access: get(ffi::CU_DEVICE_P2P_ATTRIBUTE_CUDA_ARRAY_ACCESS_SUPPORTED)? != 0,
-            performance_rank: get(ffi::CU_DEVICE_P2P_ATTRIBUTE_PERFORMANCE_RANK)?,
+            access_supported: get(sys::CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED)? != 0,
+            native_atomics: get(sys::CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED)? != 0,
+            cuda_array_access: get(sys::CU_DEVICE_P2P_ATTRIBUTE_CUDA_ARRAY_ACCESS_SUPPORTED)? != 0,
+            performance_rank: get(sys::CU_DEVICE_P2P_ATTRIBUTE_PERFORMANCE_RANK)?,
         })
     }
 }

@@ -21,9 +21,10 @@
 use std::ffi::c_char;
 
 use crate::context::Context;
+use crate::driver::call;
+use crate::driver::sys::{CUdeviceptr, CUipcMemHandle, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS};
 use crate::error::CudaError;
-use crate::ffi::{self, CUdeviceptr, CUipcMemHandle};
-use crate::memory::DeviceBuffer;
+use crate::memory::{close_ipc_mapping, DeviceBuffer};
 
 /// An exported allocation: `CUipcMemHandle`, 64 bytes, meaningful to other processes of the
 /// same node while the exporter keeps the memory allocated. Plain data: `Copy`, comparable,
@@ -66,14 +67,7 @@ impl IpcMemHandle {
                 buf.device_ptr() - base
             )));
         }
-        let api = ctx.api();
-        let mut h = CUipcMemHandle {
-            reserved: [0 as c_char; IpcMemHandle::SIZE],
-        };
-        // SAFETY: context current; out-pointer to a live handle; the pointer is an allocation base.
-        api.check("cuIpcGetMemHandle", unsafe {
-            (api.cuIpcGetMemHandle)(&mut h, buf.device_ptr())
-        })?;
+        let h = call::ipc_get_mem_handle(ctx.api(), buf.device_ptr())?;
         Ok(IpcMemHandle {
             bytes: h.reserved.map(|c| c as u8),
         })
@@ -116,27 +110,22 @@ impl IpcMemHandle {
     /// names no live allocation or one already open in this context; `CUDA_ERROR_TOO_MANY_PEERS`).
     pub fn open(&self, ctx: &Context) -> Result<DeviceBuffer, CudaError> {
         ctx.bind()?;
-        let api = ctx.api();
         let h = CUipcMemHandle {
             reserved: self.bytes.map(|b| b as c_char),
         };
-        let mut ptr: CUdeviceptr = 0;
-        // SAFETY: context current; out-pointer live; the handle is passed by value as cuda.h says.
-        api.check("cuIpcOpenMemHandle_v2", unsafe {
-            (api.cuIpcOpenMemHandle)(&mut ptr, h, ffi::CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)
-        })?;
+        let ptr = call::ipc_open_mem_handle(ctx.api(), h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)?;
         let len = match address_range(ctx, ptr) {
             Ok((base, len)) if base == ptr && len > 0 => len,
-            Ok((base, len)) => {
-                close(ctx, ptr);
-                return Err(CudaError::InvalidArgument(format!(
-                    "IPC mapping at {ptr:#x}: the driver reports an allocation of {len} bytes at \
-                     {base:#x}"
-                )));
-            }
-            Err(e) => {
-                close(ctx, ptr);
-                return Err(e);
+            other => {
+                // SAFETY: opened just above in this context; nothing else has the address.
+                unsafe { close_ipc_mapping(ctx, ptr) };
+                return Err(match other {
+                    Err(e) => e,
+                    Ok((base, len)) => CudaError::InvalidArgument(format!(
+                        "IPC mapping at {ptr:#x}: the driver reports an allocation of {len} \
+                         bytes at {base:#x}"
+                    )),
+                });
             }
         };
         Ok(DeviceBuffer::wrap(ctx, ptr, len, false, true))
@@ -145,27 +134,7 @@ impl IpcMemHandle {
 
 /// (base, size) of the allocation holding `ptr` (`cuMemGetAddressRange_v2`); context current.
 fn address_range(ctx: &Context, ptr: CUdeviceptr) -> Result<(u64, usize), CudaError> {
-    let api = ctx.api();
-    let (mut base, mut size) = (0 as CUdeviceptr, 0usize);
-    // SAFETY: out-pointers live; the driver validates the pointer.
-    api.check("cuMemGetAddressRange_v2", unsafe {
-        (api.cuMemGetAddressRange)(&mut base, &mut size, ptr)
-    })?;
-    Ok((base, size))
-}
-
-/// Close an IPC mapping (`cuIpcCloseMemHandle`); errors are logged (called from `Drop`).
-pub(crate) fn close(ctx: &Context, ptr: CUdeviceptr) {
-    let api = ctx.api();
-    let r = ctx.bind().and_then(|()| {
-        // SAFETY: ptr came from cuIpcOpenMemHandle in this context; no stream holds it any more.
-        api.check("cuIpcCloseMemHandle", unsafe {
-            (api.cuIpcCloseMemHandle)(ptr)
-        })
-    });
-    if let Err(e) = r {
-        crate::error::log_teardown("closing an IPC memory mapping", Some(ctx.ordinal()), &e);
-    }
+    call::mem_get_address_range(ctx.api(), ptr)
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@
 //! - [`blocks`]: block-list copies ([`BlockCopier`], [`BlockRegion`], [`BlockCopy`]): N
 //!   descriptors with one `cuMemcpyBatchAsync` or one kernel launch, for KV-cache blocks.
 //! - [`IpcMemHandle`]: CUDA IPC, device memory shared with another process.
-//! - [`cufile`]: [`CuFileDriver`], [`CuFileBuf`], [`CuFileHandle`], [`CuFileBatch`].
+//! - [`cufile`]: [`CuFileDriver`], [`CuFileBuf`], [`CuFileHandle`].
 //! - [`pattern`] and the `Stream::{fill_pattern, verify_pattern, compare}` kernels to verify
 //!   data on the GPU without copying it back.
 //!
@@ -24,15 +24,17 @@ pub mod blocks;
 mod context;
 mod cuda;
 pub mod cufile;
+mod driver;
 mod error;
 pub mod facts;
-mod ffi;
 mod ipc;
 mod kernels;
 pub mod loader;
 mod memory;
+mod module;
 pub mod nvml;
 pub mod pattern;
+mod pci;
 mod slab;
 mod stream;
 
@@ -42,10 +44,7 @@ pub use blocks::{
 };
 pub use context::{enable_peer_access, Context, PeerAccess};
 pub use cuda::{Cuda, Device, DeviceAttribute};
-pub use cufile::{
-    BatchCompletion, BatchIo, BatchOp, CuFileBatch, CuFileBuf, CuFileDriver, CuFileHandle,
-    CuFileProperties,
-};
+pub use cufile::{CuFileBuf, CuFileDriver, CuFileHandle, CuFileProperties};
 pub use error::{CudaError, Library};
 pub use facts::gather_facts;
 pub use ipc::IpcMemHandle;

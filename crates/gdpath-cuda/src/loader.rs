@@ -236,19 +236,23 @@ pub fn open(
     })
 }
 
-/// Look up `names` in order (newest ABI first) and return the first found as `F`.
+/// Look up `names` in order (newest ABI first) and return the first found, with the name it
+/// was found under.
+///
+/// Errors: [`CudaError::SymbolMissing`] naming the newest name when the library has none.
 ///
 /// # Safety
-/// `F` must be the exact C signature of the symbol.
+/// `F` must be the exact C signature of every name in `names`.
 pub(crate) unsafe fn symbol<F: Copy>(
     lib: &libloading::Library,
     library: Library,
     names: &[&'static str],
     needed: &'static str,
-) -> Result<F, CudaError> {
+) -> Result<Sym<F>, CudaError> {
     for name in names {
-        if let Ok(s) = lib.get::<F>(*name) {
-            return Ok(*s);
+        // SAFETY: the caller's contract: `F` is the symbol's signature.
+        if let Ok(s) = unsafe { lib.get::<F>(name.as_bytes()) } {
+            return Ok(Sym { f: *s, name });
         }
     }
     Err(CudaError::SymbolMissing {
@@ -257,6 +261,67 @@ pub(crate) unsafe fn symbol<F: Copy>(
         needed,
     })
 }
+
+/// One entry point resolved from a loaded library, and the export name it was found under.
+#[derive(Clone, Copy)]
+pub(crate) struct Sym<F> {
+    /// The entry point.
+    pub(crate) f: F,
+    /// The name the library exports it as: the newest of its candidates the library has.
+    pub(crate) name: &'static str,
+}
+
+/// Declares the table of a library's entry points, `$name`, with `resolve(lib, loaded_from)`
+/// looking each one up by its candidate names in order (newest ABI first). A required entry the
+/// library lacks fails the load with [`CudaError::SymbolMissing`] (naming `$needed`); an
+/// optional one is `None`. Each entry is a [`Sym`], so every call through it can name the export
+/// it actually called. The fields are visible to the declaring module's parent (its call layer)
+/// only; the library handle lives as long as the table, so the pointers stay valid.
+macro_rules! symbol_table {
+    (
+        $(#[$meta:meta])*
+        struct $name:ident from $library:expr, needs $needed:expr;
+        required {
+            $( $(#[$fmeta:meta])* $field:ident: $fty:ty = [$($sym:literal),+]; )*
+        }
+        optional {
+            $( $(#[$ofmeta:meta])* $ofield:ident: $ofty:ty = [$($osym:literal),+]; )*
+        }
+    ) => {
+        $(#[$meta])*
+        pub(crate) struct $name {
+            _lib: libloading::Library,
+            /// What was loaded (name or path), for reports.
+            pub(crate) loaded_from: String,
+            $( $(#[$fmeta])* pub(super) $field: $crate::loader::Sym<$fty>, )*
+            $( $(#[$ofmeta])* pub(super) $ofield: Option<$crate::loader::Sym<$ofty>>, )*
+        }
+
+        impl $name {
+            /// Resolve every entry of the table from `lib`.
+            pub(super) fn resolve(
+                lib: libloading::Library,
+                loaded_from: String,
+            ) -> Result<Self, $crate::error::CudaError> {
+                $(
+                    // SAFETY: the field's type is the C signature of every name listed.
+                    let $field = unsafe {
+                        $crate::loader::symbol::<$fty>(&lib, $library, &[$($sym),+], $needed)
+                    }?;
+                )*
+                $(
+                    // SAFETY: as above.
+                    let $ofield = unsafe {
+                        $crate::loader::symbol::<$ofty>(&lib, $library, &[$($osym),+], $needed)
+                    }
+                    .ok();
+                )*
+                Ok($name { _lib: lib, loaded_from, $($field,)* $($ofield,)* })
+            }
+        }
+    };
+}
+pub(crate) use symbol_table;
 
 #[cfg(test)]
 mod tests {
@@ -355,6 +420,64 @@ mod tests {
                 assert_eq!(tried[0], fake.display().to_string());
             }
             Err(e) => panic!("unexpected error {e}"),
+        }
+    }
+
+    mod libc_table {
+        use std::ffi::c_char;
+
+        use crate::error::Library;
+
+        symbol_table! {
+            /// Entry points of the C library, standing in for a vendor library's table.
+            struct LibcApi from Library::CudaDriver, needs "a test C library";
+            required {
+                strlen: unsafe extern "C" fn(*const c_char) -> usize = ["gdpath_strlen_v2", "strlen"];
+                abs: unsafe extern "C" fn(i32) -> i32 = ["abs"];
+            }
+            optional {
+                absent: unsafe extern "C" fn() = ["gdpath_no_such_function"];
+            }
+        }
+
+        symbol_table! {
+            /// A table whose required entry no library has (never resolved, so never read).
+            #[allow(dead_code)]
+            struct Missing from Library::CudaDriver, needs "a test C library";
+            required {
+                absent: unsafe extern "C" fn() = ["gdpath_absent_v2", "gdpath_absent"];
+            }
+            optional {}
+        }
+
+        pub(super) fn libc() -> libloading::Library {
+            // SAFETY: the C library is loaded in every process already.
+            unsafe { libloading::Library::new("libc.so.6") }.expect("libc.so.6")
+        }
+
+        #[test]
+        fn a_table_records_the_name_it_resolved() {
+            let api = LibcApi::resolve(libc(), "libc.so.6".into()).unwrap();
+            // The newer name is absent, so the older one is what a call reaches and what an
+            // error must name.
+            assert_eq!(api.strlen.name, "strlen");
+            assert_eq!(api.abs.name, "abs");
+            assert!(api.absent.is_none());
+            // SAFETY: a NUL-terminated string.
+            assert_eq!(unsafe { (api.strlen.f)(c"four".as_ptr()) }, 4);
+            assert_eq!(api.loaded_from, "libc.so.6");
+        }
+
+        #[test]
+        fn a_missing_required_entry_names_its_newest_export() {
+            match Missing::resolve(libc(), "libc.so.6".into()) {
+                Err(crate::CudaError::SymbolMissing { symbol, needed, .. }) => {
+                    assert_eq!(symbol, "gdpath_absent_v2");
+                    assert_eq!(needed, "a test C library");
+                }
+                Err(e) => panic!("unexpected error {e}"),
+                Ok(_) => panic!("resolved a symbol no library has"),
+            }
         }
     }
 

@@ -15,8 +15,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use crate::context::Context;
+use crate::driver::call;
+use crate::driver::sys::{
+    CUdeviceptr, CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED, CU_MEMHOST_PORTABLE,
+};
 use crate::error::CudaError;
-use crate::ffi::{self, CUdeviceptr};
 
 /// Check that `[offset, offset + len)` lies inside a buffer of `buf_len` bytes. Pure: called by
 /// every copy, memset and cuFile I/O before the driver sees the range.
@@ -59,20 +62,35 @@ pub(crate) struct DevMem {
 impl Drop for DevMem {
     fn drop(&mut self) {
         if self.ipc {
-            crate::ipc::close(&self.ctx, self.ptr);
+            // SAFETY: ptr came from cuIpcOpenMemHandle in this context; no stream holds it any
+            // more, and this is its last handle.
+            unsafe { close_ipc_mapping(&self.ctx, self.ptr) };
             return;
         }
         if !self.owned {
             return;
         }
-        let api = self.ctx.api();
         let r = self.ctx.bind().and_then(|()| {
             // SAFETY: ptr came from cuMemAlloc in this context; no stream holds it any more.
-            api.check("cuMemFree_v2", unsafe { (api.cuMemFree)(self.ptr) })
+            unsafe { call::mem_free(self.ctx.api(), self.ptr) }
         });
         if let Err(e) = r {
             crate::error::log_teardown("freeing device memory", Some(self.ctx.ordinal()), &e);
         }
+    }
+}
+
+/// Close an IPC mapping (`cuIpcCloseMemHandle`); errors are logged (called while dropping).
+///
+/// # Safety
+/// `ptr` came from `cuIpcOpenMemHandle` in `ctx`, is closed once, and nothing uses it after.
+pub(crate) unsafe fn close_ipc_mapping(ctx: &Context, ptr: CUdeviceptr) {
+    let r = ctx.bind().and_then(|()| {
+        // SAFETY: the caller's contract.
+        unsafe { call::ipc_close_mem_handle(ctx.api(), ptr) }
+    });
+    if let Err(e) = r {
+        crate::error::log_teardown("closing an IPC memory mapping", Some(ctx.ordinal()), &e);
     }
 }
 
@@ -97,11 +115,7 @@ impl DeviceBuffer {
             ));
         }
         ctx.bind()?;
-        let mut ptr: CUdeviceptr = 0;
-        // SAFETY: context current; out-pointer live.
-        ctx.api().check("cuMemAlloc_v2", unsafe {
-            (ctx.api().cuMemAlloc)(&mut ptr, len)
-        })?;
+        let ptr = call::mem_alloc(ctx.api(), len)?;
         Ok(DeviceBuffer::wrap(ctx, ptr, len, true, false))
     }
 
@@ -175,6 +189,11 @@ impl DeviceBuffer {
         self.inner.ctx.ordinal()
     }
 
+    /// The device address of byte `off` (unchecked: callers check ranges with [`check_range`]).
+    pub(crate) fn at(&self, off: usize) -> CUdeviceptr {
+        self.inner.ptr + off as u64
+    }
+
     /// The context the memory was allocated in.
     pub fn context(&self) -> &Context {
         &self.inner.ctx
@@ -222,49 +241,144 @@ pub trait PinnedHost: sealed::Sealed {
     fn host_ptr(&self) -> *const u8;
 }
 
-fn host_slice<'a>(ptr: *mut u8, len: usize, keep: &dyn HostKeep) -> Result<&'a [u8], CudaError> {
-    if keep.writers().load(Ordering::Acquire) != 0 {
-        return Err(CudaError::BufferBusy);
-    }
-    // SAFETY: ptr/len describe memory owned by the caller's buffer for its life; no DMA writes
-    // are in flight (checked above) and none can start while this shared borrow lives, because
-    // starting one needs `&mut` of the buffer.
-    Ok(unsafe { std::slice::from_raw_parts(ptr, len) })
-}
-
-/// Pinned host memory from `cuMemHostAlloc` (portable: usable with every GPU's context), freed
-/// with `cuMemFreeHost`. Use it for staging and bounce buffers. `Send + Sync`.
-pub struct PinnedHostBuffer {
-    inner: Arc<PinnedMem>,
-}
-
-struct PinnedMem {
+/// Host memory the GPU can reach, shared by its buffer and the streams that use it: where it
+/// is, how many copies in flight write into it, and how it leaves the GPU's reach (`R`).
+struct HostMem<R: Release> {
     ctx: Context,
     ptr: *mut u8,
     len: usize,
     writers: AtomicUsize,
+    release: R,
 }
 
-// SAFETY: the pointer is to pinned memory owned by this value; access is guarded as described in
-// the module documentation.
-unsafe impl Send for PinnedMem {}
-// SAFETY: as above.
-unsafe impl Sync for PinnedMem {}
+/// How host memory stops being page-locked when its last holder goes.
+trait Release: Send + Sync {
+    /// Free or unregister `ptr` in `ctx`; errors are logged (this runs while dropping).
+    fn release(&mut self, ctx: &Context, ptr: *mut u8);
+}
 
-impl HostKeep for PinnedMem {
+// SAFETY: the pointer is to page-locked memory owned through `release`, which is Send + Sync;
+// access is guarded as described in the module documentation.
+unsafe impl<R: Release> Send for HostMem<R> {}
+// SAFETY: as above.
+unsafe impl<R: Release> Sync for HostMem<R> {}
+
+impl<R: Release> HostKeep for HostMem<R> {
     fn writers(&self) -> &AtomicUsize {
         &self.writers
     }
 }
 
-impl Drop for PinnedMem {
+impl<R: Release> Drop for HostMem<R> {
     fn drop(&mut self) {
-        let api = self.ctx.api();
-        let r = self.ctx.bind().and_then(|()| {
+        self.release.release(&self.ctx, self.ptr);
+    }
+}
+
+impl<R: Release + 'static> HostMem<R> {
+    fn new(ctx: &Context, ptr: *mut u8, len: usize, release: R) -> Arc<HostMem<R>> {
+        Arc::new(HostMem {
+            ctx: ctx.clone(),
+            ptr,
+            len,
+            writers: AtomicUsize::new(0),
+            release,
+        })
+    }
+
+    /// The contents, unless a device-to-host copy into them is in flight.
+    fn as_slice(&self) -> Result<&[u8], CudaError> {
+        if self.writers.load(Ordering::Acquire) != 0 {
+            return Err(CudaError::BufferBusy);
+        }
+        // SAFETY: ptr/len describe memory owned by this value for its life; no DMA writes are
+        // in flight (checked above) and none can start while this shared borrow lives, because
+        // starting one needs `&mut` of the buffer.
+        Ok(unsafe { std::slice::from_raw_parts(self.ptr, self.len) })
+    }
+
+    /// The contents to write, unless a stream holds them.
+    fn as_mut_slice(this: &mut Arc<HostMem<R>>) -> Result<&mut [u8], CudaError> {
+        if Arc::strong_count(this) != 1 {
+            return Err(CudaError::BufferBusy);
+        }
+        // SAFETY: no stream holds the memory (count 1) and the caller holds it mutably.
+        Ok(unsafe { std::slice::from_raw_parts_mut(this.ptr, this.len) })
+    }
+
+    fn region(this: &Arc<HostMem<R>>) -> HostRegion {
+        HostRegion {
+            ptr: this.ptr,
+            keep: this.clone(),
+        }
+    }
+}
+
+/// The accessors the host buffer types share, over their `inner: Arc<HostMem<_>>`; `$empty`
+/// says why a buffer is never empty.
+macro_rules! host_buffer {
+    ($name:literal, $ty:ty, $empty:literal $(, $g:ident: $bound:path)?) => {
+        impl$(<$g: $bound>)? $ty {
+            /// Length in bytes.
+            pub fn len(&self) -> usize {
+                self.inner.len
+            }
+
+            #[doc = $empty]
+            pub fn is_empty(&self) -> bool {
+                self.inner.len == 0
+            }
+
+            /// Read the contents. Errors: [`CudaError::BufferBusy`] while a device-to-host copy
+            /// into it has not been synchronized.
+            pub fn as_slice(&self) -> Result<&[u8], CudaError> {
+                self.inner.as_slice()
+            }
+
+            /// Write the contents. Errors: [`CudaError::BufferBusy`] while any stream operation
+            /// on it has not been synchronized.
+            pub fn as_mut_slice(&mut self) -> Result<&mut [u8], CudaError> {
+                HostMem::as_mut_slice(&mut self.inner)
+            }
+        }
+
+        impl$(<$g: $bound>)? sealed::Sealed for $ty {
+            fn region(&self) -> HostRegion {
+                HostMem::region(&self.inner)
+            }
+        }
+
+        impl$(<$g: $bound>)? PinnedHost for $ty {
+            fn len(&self) -> usize {
+                self.inner.len
+            }
+            fn host_ptr(&self) -> *const u8 {
+                self.inner.ptr
+            }
+        }
+
+        impl$(<$g: $bound>)? std::fmt::Debug for $ty {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.debug_struct($name).field("len", &self.inner.len).finish()
+            }
+        }
+    };
+}
+
+/// Pinned host memory from `cuMemHostAlloc` (portable: usable with every GPU's context), freed
+/// with `cuMemFreeHost`. Use it for staging and bounce buffers. `Send + Sync`.
+pub struct PinnedHostBuffer {
+    inner: Arc<HostMem<Allocated>>,
+}
+
+/// Memory from `cuMemHostAlloc`, freed with `cuMemFreeHost`.
+struct Allocated;
+
+impl Release for Allocated {
+    fn release(&mut self, ctx: &Context, ptr: *mut u8) {
+        let r = ctx.bind().and_then(|()| {
             // SAFETY: ptr came from cuMemHostAlloc; no stream holds it any more.
-            api.check("cuMemFreeHost", unsafe {
-                (api.cuMemFreeHost)(self.ptr as *mut c_void)
-            })
+            unsafe { call::mem_free_host(ctx.api(), ptr as *mut c_void) }
         });
         if let Err(e) = r {
             crate::error::log_teardown("freeing pinned host memory", None, &e);
@@ -272,13 +386,11 @@ impl Drop for PinnedMem {
     }
 }
 
-impl std::fmt::Debug for PinnedHostBuffer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PinnedHostBuffer")
-            .field("len", &self.inner.len)
-            .finish()
-    }
-}
+host_buffer!(
+    "PinnedHostBuffer",
+    PinnedHostBuffer,
+    "Always false: zero-length buffers cannot be made."
+);
 
 impl PinnedHostBuffer {
     /// Allocate `len` bytes of pinned host memory, zero-filled.
@@ -291,65 +403,12 @@ impl PinnedHostBuffer {
             ));
         }
         ctx.bind()?;
-        let mut p: *mut c_void = std::ptr::null_mut();
-        // SAFETY: context current; out-pointer live.
-        ctx.api().check("cuMemHostAlloc", unsafe {
-            (ctx.api().cuMemHostAlloc)(&mut p, len, ffi::CU_MEMHOST_PORTABLE)
-        })?;
+        let p = call::mem_host_alloc(ctx.api(), len, CU_MEMHOST_PORTABLE)?;
         // SAFETY: fresh allocation of len bytes that nothing else references yet.
         unsafe { std::ptr::write_bytes(p as *mut u8, 0, len) };
         Ok(PinnedHostBuffer {
-            inner: Arc::new(PinnedMem {
-                ctx: ctx.clone(),
-                ptr: p as *mut u8,
-                len,
-                writers: AtomicUsize::new(0),
-            }),
+            inner: HostMem::new(ctx, p as *mut u8, len, Allocated),
         })
-    }
-
-    /// Length in bytes.
-    pub fn len(&self) -> usize {
-        self.inner.len
-    }
-
-    /// Always false: zero-length buffers cannot be made.
-    pub fn is_empty(&self) -> bool {
-        self.inner.len == 0
-    }
-
-    /// Read the contents. Errors: [`CudaError::BufferBusy`] while a device-to-host copy into it
-    /// has not been synchronized.
-    pub fn as_slice(&self) -> Result<&[u8], CudaError> {
-        host_slice(self.inner.ptr, self.inner.len, &*self.inner)
-    }
-
-    /// Write the contents. Errors: [`CudaError::BufferBusy`] while any stream operation on it
-    /// has not been synchronized.
-    pub fn as_mut_slice(&mut self) -> Result<&mut [u8], CudaError> {
-        if Arc::strong_count(&self.inner) != 1 {
-            return Err(CudaError::BufferBusy);
-        }
-        // SAFETY: no stream holds the buffer (count 1) and we hold it mutably.
-        Ok(unsafe { std::slice::from_raw_parts_mut(self.inner.ptr, self.inner.len) })
-    }
-}
-
-impl sealed::Sealed for PinnedHostBuffer {
-    fn region(&self) -> HostRegion {
-        HostRegion {
-            ptr: self.inner.ptr,
-            keep: self.inner.clone(),
-        }
-    }
-}
-
-impl PinnedHost for PinnedHostBuffer {
-    fn len(&self) -> usize {
-        self.inner.len
-    }
-    fn host_ptr(&self) -> *const u8 {
-        self.inner.ptr
     }
 }
 
@@ -415,59 +474,44 @@ unsafe impl HostMemory for RawHostMemory {
 /// (`cuMemHostUnregister`) on drop, before the memory itself is dropped. Owns the memory so that
 /// it cannot be freed while registered or while a stream uses it. `Send + Sync`.
 pub struct HostRegistration<M: HostMemory = Vec<u8>> {
-    inner: Arc<RegMem<M>>,
+    inner: Arc<HostMem<Registered<M>>>,
 }
 
-struct RegMem<M: HostMemory> {
-    ctx: Context,
-    ptr: *mut u8,
-    len: usize,
-    writers: AtomicUsize,
-    registered: bool,
+/// Memory owned by a registration: unregistered (when this registration locked it) before it is
+/// dropped or given back.
+struct Registered<M> {
+    /// False once unregistered, and for memory its owner had page-locked already.
+    locked_here: bool,
+    /// The memory, until [`HostRegistration::into_inner`] takes it back.
     mem: Option<M>,
 }
 
-// SAFETY: M is Send + Sync; the raw pointer points into M.
-unsafe impl<M: HostMemory> Send for RegMem<M> {}
-// SAFETY: as above.
-unsafe impl<M: HostMemory> Sync for RegMem<M> {}
-
-impl<M: HostMemory> HostKeep for RegMem<M> {
-    fn writers(&self) -> &AtomicUsize {
-        &self.writers
-    }
-}
-
-impl<M: HostMemory> RegMem<M> {
-    fn unregister(&mut self) -> Result<(), CudaError> {
-        if !self.registered {
+impl<M: HostMemory> Registered<M> {
+    fn unregister(&mut self, ctx: &Context, ptr: *mut u8) -> Result<(), CudaError> {
+        if !self.locked_here {
             return Ok(());
         }
-        self.registered = false;
-        self.ctx.bind()?;
-        let api = self.ctx.api();
+        self.locked_here = false;
+        ctx.bind()?;
         // SAFETY: ptr was registered by HostRegistration::new and nothing is in flight on it.
-        api.check("cuMemHostUnregister", unsafe {
-            (api.cuMemHostUnregister)(self.ptr as *mut c_void)
-        })
+        unsafe { call::mem_host_unregister(ctx.api(), ptr as *mut c_void) }
     }
 }
 
-impl<M: HostMemory> Drop for RegMem<M> {
-    fn drop(&mut self) {
-        if let Err(e) = self.unregister() {
+impl<M: HostMemory> Release for Registered<M> {
+    fn release(&mut self, ctx: &Context, ptr: *mut u8) {
+        if let Err(e) = self.unregister(ctx, ptr) {
             crate::error::log_teardown("unregistering host memory", None, &e);
         }
     }
 }
 
-impl<M: HostMemory> std::fmt::Debug for HostRegistration<M> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HostRegistration")
-            .field("len", &self.inner.len)
-            .finish()
-    }
-}
+host_buffer!(
+    "HostRegistration",
+    HostRegistration<M>,
+    "Always false: empty memory cannot be registered.",
+    M: HostMemory
+);
 
 impl<M: HostMemory> HostRegistration<M> {
     /// Page-lock `mem` in place and take ownership of it until [`HostRegistration::into_inner`].
@@ -482,8 +526,7 @@ impl<M: HostMemory> HostRegistration<M> {
     /// (PyTorch's pinned memory, `cudaHostAlloc`, another `cudaHostRegister`): where the driver
     /// maps both ends of the range already (`cuMemHostGetDevicePointer`), or answers the
     /// registration with `CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED`, the memory is used as it
-    /// is (copies from it are asynchronous DMA all the same) and left locked on drop
-    /// ([`HostRegistration::locked_here`] is then false).
+    /// is (copies from it are asynchronous DMA all the same) and left locked on drop.
     ///
     /// Errors: as [`HostRegistration::new`], except `CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED`.
     pub fn new_or_locked(ctx: &Context, mem: M) -> Result<HostRegistration<M>, CudaError> {
@@ -509,46 +552,37 @@ impl<M: HostMemory> HostRegistration<M> {
         // The driver answers a registration of memory it allocated page-locked
         // (`cuMemHostAlloc`, PyTorch's pinned allocator) with CUDA_ERROR_INVALID_VALUE, not
         // ALREADY_REGISTERED, so foreign memory is asked first whether both ends are page-locked.
+        let api = ctx.api();
         let locked_elsewhere = accept_locked && {
-            let api = ctx.api();
-            let mapped = |p: *mut u8| {
-                let mut dptr: ffi::CUdeviceptr = 0;
-                // SAFETY: a query of the address only; nothing is read or written through it.
-                let r = unsafe { (api.cuMemHostGetDevicePointer)(&mut dptr, p as *mut c_void, 0) };
-                r == ffi::CUDA_SUCCESS
-            };
+            let mapped =
+                |p: *mut u8| call::mem_host_get_device_pointer(api, p as *mut c_void).is_ok();
             mapped(ptr) && mapped(ptr.wrapping_add(len - 1))
         };
         let registered = if locked_elsewhere {
             false
         } else {
-            // SAFETY: ptr/len describe live memory owned by `mem` (HostMemory contract).
-            let r = unsafe {
-                (ctx.api().cuMemHostRegister)(ptr as *mut c_void, len, ffi::CU_MEMHOST_PORTABLE)
-            };
-            let registered =
-                !(accept_locked && r == ffi::CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED);
-            if registered {
-                ctx.api().check("cuMemHostRegister_v2", r)?;
+            // SAFETY: ptr/len describe live memory owned by `mem` (HostMemory contract), which
+            // the registration keeps until it unregisters.
+            match unsafe {
+                call::mem_host_register(api, ptr as *mut c_void, len, CU_MEMHOST_PORTABLE)
+            } {
+                Ok(()) => true,
+                Err(e)
+                    if accept_locked
+                        && e.cu_result() == Some(CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED) =>
+                {
+                    false
+                }
+                Err(e) => return Err(e),
             }
-            registered
+        };
+        let release = Registered {
+            locked_here: registered,
+            mem: Some(mem),
         };
         Ok(HostRegistration {
-            inner: Arc::new(RegMem {
-                ctx: ctx.clone(),
-                ptr,
-                len,
-                writers: AtomicUsize::new(0),
-                registered,
-                mem: Some(mem),
-            }),
+            inner: HostMem::new(ctx, ptr, len, release),
         })
-    }
-
-    /// False when the memory was page-locked already by its owner and is used as it is (see
-    /// [`HostRegistration::new_or_locked`]); true when this registration locked it.
-    pub fn locked_here(&self) -> bool {
-        self.inner.registered
     }
 
     /// Unregister and give the memory back.
@@ -558,38 +592,16 @@ impl<M: HostMemory> HostRegistration<M> {
     /// driver's error from `cuMemHostUnregister`.
     pub fn into_inner(self) -> Result<M, CudaError> {
         match Arc::try_unwrap(self.inner) {
-            Ok(mut reg) => {
-                reg.unregister()?;
-                Ok(reg.mem.take().expect("memory present until into_inner"))
+            Ok(mut host) => {
+                host.release.unregister(&host.ctx, host.ptr)?;
+                Ok(host
+                    .release
+                    .mem
+                    .take()
+                    .expect("memory present until into_inner"))
             }
             Err(_still_held) => Err(CudaError::BufferBusy),
         }
-    }
-
-    /// Length in bytes.
-    pub fn len(&self) -> usize {
-        self.inner.len
-    }
-
-    /// Always false: empty memory cannot be registered.
-    pub fn is_empty(&self) -> bool {
-        self.inner.len == 0
-    }
-
-    /// Read the contents. Errors: [`CudaError::BufferBusy`] while a device-to-host copy into it
-    /// has not been synchronized.
-    pub fn as_slice(&self) -> Result<&[u8], CudaError> {
-        host_slice(self.inner.ptr, self.inner.len, &*self.inner)
-    }
-
-    /// Write the contents. Errors: [`CudaError::BufferBusy`] while any stream operation on it
-    /// has not been synchronized.
-    pub fn as_mut_slice(&mut self) -> Result<&mut [u8], CudaError> {
-        if Arc::strong_count(&self.inner) != 1 {
-            return Err(CudaError::BufferBusy);
-        }
-        // SAFETY: no stream holds it and we hold it mutably.
-        Ok(unsafe { std::slice::from_raw_parts_mut(self.inner.ptr, self.inner.len) })
     }
 }
 
@@ -606,24 +618,6 @@ impl HostRegistration<RawHostMemory> {
         len: usize,
     ) -> Result<HostRegistration<RawHostMemory>, CudaError> {
         HostRegistration::new(ctx, RawHostMemory { ptr, len })
-    }
-}
-
-impl<M: HostMemory> sealed::Sealed for HostRegistration<M> {
-    fn region(&self) -> HostRegion {
-        HostRegion {
-            ptr: self.inner.ptr,
-            keep: self.inner.clone(),
-        }
-    }
-}
-
-impl<M: HostMemory> PinnedHost for HostRegistration<M> {
-    fn len(&self) -> usize {
-        self.inner.len
-    }
-    fn host_ptr(&self) -> *const u8 {
-        self.inner.ptr
     }
 }
 

@@ -1,19 +1,21 @@
 //! What NVML tells about GPUs that CUDA does not: BAR1, PCIe link, NVLink, P2P status.
 //!
-//! Through nvml-wrapper 0.13 (which loads `libnvidia-ml.so.1` itself and returns an error, not a
+//! Through nvml-wrapper (which loads `libnvidia-ml.so.1` itself and returns an error, not a
 //! panic, when it is absent), plus two raw calls through its symbol table where the wrapper falls
 //! short: `nvmlDeviceGetNvLinkRemoteDeviceType` (the wrapper writes the result into a temporary
 //! and always returns `Unknown`) and `nvmlDeviceGetFieldValues` with a scope id (per-link speed).
+//! Each raw call has one checked function here that turns its `nvmlReturn_t` into a
+//! [`CudaError`] naming the call, as the wrapper's calls do.
 
 use nvml_wrapper::enum_wrappers::device::{P2pCapabilitiesIndex, P2pStatus};
-use nvml_wrapper::error::NvmlError;
+use nvml_wrapper::error::{nvml_try, NvmlError};
 use nvml_wrapper::{Device, Nvml};
 use nvml_wrapper_sys::bindings::nvmlFieldValue_t;
 
 use gdpath_topo::facts::{NvLinkFacts, NvmlP2pStatus, P2pCap, PcieLinkFacts};
 
 use crate::error::{no_panic, CudaError, Library};
-use crate::facts::normalize_pci;
+use crate::pci::normalize_pci;
 
 /// `NVML_NVLINK_MAX_LINKS` of NVML 12/13 headers.
 const MAX_LINKS: u32 = 18;
@@ -29,13 +31,19 @@ const NVLINK_DEVICE_TYPE_SWITCH: u32 = 2;
 pub struct NvmlGpu {
     /// NVML index (PCI bus order).
     pub index: u32,
-    /// sysfs form.
+    /// PCI address, sysfs form.
     pub pci: String,
+    /// `nvmlDeviceGetName`.
     pub name: Option<String>,
+    /// Device memory in bytes (`nvmlDeviceGetMemoryInfo`).
     pub memory_bytes: Option<u64>,
+    /// BAR1 aperture in bytes (`nvmlDeviceGetBAR1MemoryInfo`).
     pub bar1_total_bytes: Option<u64>,
+    /// BAR1 in use, bytes.
     pub bar1_used_bytes: Option<u64>,
+    /// PCIe link generation and width, current and maximum.
     pub pcie: Option<PcieLinkFacts>,
+    /// The NVLinks that are up.
     pub nvlinks: Vec<NvLinkFacts>,
     /// Partial failures: (what, error text).
     pub gaps: Vec<(String, String)>,
@@ -44,9 +52,11 @@ pub struct NvmlGpu {
 /// Everything read from NVML.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NvmlFacts {
+    /// `nvmlSystemGetDriverVersion`, e.g. `580.159.04`.
     pub driver_version: Option<String>,
     /// `nvmlSystemGetCudaDriverVersion`, e.g. 13000.
     pub cuda_driver_version: Option<u32>,
+    /// The GPUs, in NVML index order.
     pub gpus: Vec<NvmlGpu>,
     /// NVML P2P status for ordered pairs of NVML indices (a, b), a != b.
     pub p2p: Vec<(u32, u32, NvmlP2pStatus)>,
@@ -65,7 +75,7 @@ fn nvml_err(call: &'static str) -> impl Fn(NvmlError) -> CudaError {
             CudaError::SymbolMissing {
                 library: Library::Nvml,
                 symbol: call,
-                needed: "an NVIDIA driver of the R450 series or newer",
+                needed: NVML_NEEDED,
             }
         }
         other => CudaError::Nvml {
@@ -116,8 +126,8 @@ pub fn nvlink_version_text(v: u32) -> Option<&'static str> {
 }
 
 /// The remote end of an NVLink in sysfs form; NVML's placeholder for an end the OS cannot see
-/// (`FFFFFFFF:FF:FF.0`, not a valid address: an NVSwitch outside this VM on the H200 machine)
-/// is kept, lower-cased, rather than rejected.
+/// (`FFFFFFFF:FF:FF.0`, not a valid address: an NVSwitch outside a VM, on HGX boards) is kept,
+/// lower-cased, rather than rejected.
 pub fn remote_pci_text(nvml_bus_id: &str) -> String {
     normalize_pci(nvml_bus_id).unwrap_or_else(|_| nvml_bus_id.trim().to_lowercase())
 }
@@ -127,18 +137,68 @@ pub fn nvlink_mbps_to_gbps(mbps: u64) -> f64 {
     mbps as f64 / 1000.0
 }
 
-/// Read one numeric field value (with a scope id) through the raw `nvmlDeviceGetFieldValues`.
-fn field_u64(nvml: &Nvml, dev: &Device, field: u32, scope: u32) -> Option<u64> {
-    let f = nvml.lib().nvmlDeviceGetFieldValues.as_ref().ok()?;
+/// The NVIDIA driver series that has every NVML call gdpath makes.
+const NVML_NEEDED: &str = "an NVIDIA driver of the R450 series or newer";
+
+/// nvml-wrapper's raw entry point `$sym` and its name, for the name in errors to be the one
+/// called; [`CudaError::SymbolMissing`] naming it where this NVML lacks it.
+macro_rules! raw_nvml {
+    ($nvml:expr, $sym:ident) => {
+        $nvml
+            .lib()
+            .$sym
+            .as_ref()
+            .map(|f| (f, stringify!($sym)))
+            .map_err(|_| CudaError::SymbolMissing {
+                library: Library::Nvml,
+                symbol: stringify!($sym),
+                needed: NVML_NEEDED,
+            })
+    };
+}
+
+/// `nvmlDeviceGetFieldValues` for one `field` with a scope id (the link, for per-link fields).
+///
+/// Errors: [`CudaError::SymbolMissing`] where NVML lacks the call; [`CudaError::Nvml`] for the
+/// call's error or the field's own (`nvmlFieldValue_t::nvmlReturn`).
+fn device_get_field_value(
+    nvml: &Nvml,
+    dev: &Device,
+    field: u32,
+    scope: u32,
+) -> Result<nvmlFieldValue_t, CudaError> {
+    let (f, call) = raw_nvml!(nvml, nvmlDeviceGetFieldValues)?;
     // SAFETY: a zeroed nvmlFieldValue_t is a valid input; we set the id and scope.
     let mut v: nvmlFieldValue_t = unsafe { std::mem::zeroed() };
     v.fieldId = field;
     v.scopeId = scope;
-    // SAFETY: one element, live device handle from this Nvml.
-    let r = unsafe { f(dev.handle(), 1, &mut v) };
-    if r != 0 || v.nvmlReturn != 0 {
-        return None;
-    }
+    // SAFETY: one element, a live device handle of this Nvml.
+    nvml_try(unsafe { f(dev.handle(), 1, &mut v) }).map_err(nvml_err(call))?;
+    nvml_try(v.nvmlReturn).map_err(nvml_err(call))?;
+    Ok(v)
+}
+
+/// `nvmlDeviceGetNvLinkRemoteDeviceType` of `link`: `nvmlIntNvLinkDeviceType_t`.
+///
+/// Errors: as [`device_get_field_value`].
+fn device_get_nvlink_remote_device_type(
+    nvml: &Nvml,
+    dev: &Device,
+    link: u32,
+) -> Result<u32, CudaError> {
+    let (f, call) = raw_nvml!(nvml, nvmlDeviceGetNvLinkRemoteDeviceType)?;
+    let mut t: u32 = 0xff;
+    // SAFETY: a live device handle; out-pointer to a live u32 (the C enum is 32-bit).
+    nvml_try(unsafe { f(dev.handle(), link, &mut t as *mut u32 as *mut _) })
+        .map_err(nvml_err(call))?;
+    Ok(t)
+}
+
+/// One numeric field value (with a scope id), whatever its C type; `None` when NVML has none.
+// `c_ulong` is 64 bits here but 32 on other targets, so its cast stays.
+#[allow(clippy::unnecessary_cast)]
+fn field_u64(nvml: &Nvml, dev: &Device, field: u32, scope: u32) -> Option<u64> {
+    let v = device_get_field_value(nvml, dev, field, scope).ok()?;
     // SAFETY: valueType says which union member NVML wrote (nvmlValueType_t).
     unsafe {
         match v.valueType {
@@ -155,15 +215,8 @@ fn field_u64(nvml: &Nvml, dev: &Device, field: u32, scope: u32) -> Option<u64> {
 }
 
 fn remote_is_switch(nvml: &Nvml, dev: &Device, link: u32) -> Option<bool> {
-    let f = nvml
-        .lib()
-        .nvmlDeviceGetNvLinkRemoteDeviceType
-        .as_ref()
-        .ok()?;
-    let mut t: u32 = 0xff;
-    // SAFETY: live device handle; out-pointer to a live u32 (the C enum is 32-bit).
-    let r = unsafe { f(dev.handle(), link, &mut t as *mut u32 as *mut _) };
-    (r == 0).then_some(t == NVLINK_DEVICE_TYPE_SWITCH)
+    let t = device_get_nvlink_remote_device_type(nvml, dev, link).ok()?;
+    Some(t == NVLINK_DEVICE_TYPE_SWITCH)
 }
 
 fn read_nvlinks(nvml: &Nvml, dev: &Device, gaps: &mut Vec<(String, String)>) -> Vec<NvLinkFacts> {

@@ -8,8 +8,12 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 use crate::context::Context;
+use crate::driver::call;
+use crate::driver::sys::{
+    CUdeviceptr, CUevent, CUstream, DriverApi, CU_EVENT_DEFAULT, CU_EVENT_DISABLE_TIMING,
+    CU_STREAM_NON_BLOCKING,
+};
 use crate::error::CudaError;
-use crate::ffi::{self, CUevent, CUstream};
 #[allow(unused_imports)]
 use crate::memory::Sealed as _;
 use crate::memory::{check_range, DevMem, DeviceBuffer, HostKeep, PinnedHost};
@@ -57,10 +61,8 @@ impl Drop for Stream {
         if let Err(e) = self.synchronize() {
             crate::error::log_teardown("synchronizing a stream being dropped", None, &e);
         }
-        let api = self.ctx.api();
-        // SAFETY: our stream, idle now.
-        let r = unsafe { (api.cuStreamDestroy)(self.raw) };
-        if let Err(e) = api.check("cuStreamDestroy_v2", r) {
+        // SAFETY: our stream, idle now, destroyed once.
+        if let Err(e) = unsafe { call::stream_destroy(self.ctx.api(), self.raw) } {
             crate::error::log_teardown("destroying stream", None, &e);
         }
     }
@@ -70,11 +72,7 @@ impl Stream {
     /// Create a stream on `ctx`.
     pub fn new(ctx: &Context) -> Result<Stream, CudaError> {
         ctx.bind()?;
-        let mut raw: CUstream = std::ptr::null_mut();
-        // SAFETY: context current; out-pointer live.
-        ctx.api().check("cuStreamCreate", unsafe {
-            (ctx.api().cuStreamCreate)(&mut raw, ffi::CU_STREAM_NON_BLOCKING)
-        })?;
+        let raw = call::stream_create(ctx.api(), CU_STREAM_NON_BLOCKING)?;
         Ok(Stream {
             ctx: ctx.clone(),
             raw,
@@ -92,10 +90,8 @@ impl Stream {
     /// belong to another device's context (CUDA driver API reference, cuStreamWaitEvent).
     pub fn wait_event(&self, event: &Event) -> Result<(), CudaError> {
         self.ctx.bind()?;
-        // SAFETY: our stream and a live event; flags 0 is the only defined value.
-        self.ctx.api().check("cuStreamWaitEvent", unsafe {
-            (self.ctx.api().cuStreamWaitEvent)(self.raw, event.raw, 0)
-        })
+        // SAFETY: our stream and a live event.
+        unsafe { call::stream_wait_event(self.ctx.api(), self.raw, event.raw) }
     }
 
     /// Wait until all work enqueued so far has finished, then release the buffers it held.
@@ -104,8 +100,7 @@ impl Stream {
         // Take the list first: what is enqueued after this point is not covered by this wait.
         let held = std::mem::take(&mut *self.held.lock().unwrap_or_else(|p| p.into_inner()));
         // SAFETY: our stream.
-        let r = unsafe { (self.ctx.api().cuStreamSynchronize)(self.raw) };
-        match self.ctx.api().check("cuStreamSynchronize", r) {
+        match unsafe { call::stream_synchronize(self.ctx.api(), self.raw) } {
             Ok(()) => {
                 drop(held);
                 Ok(())
@@ -132,6 +127,103 @@ impl Stream {
         self.raw
     }
 
+    /// Binds the context, posts one operation with `post` (given the driver and this stream),
+    /// and keeps `held` until the next synchronize. When the post fails, `held` is dropped,
+    /// which also uncounts a host buffer's writer.
+    fn enqueue(
+        &self,
+        held: impl IntoIterator<Item = Held>,
+        post: impl FnOnce(&DriverApi, CUstream) -> Result<(), CudaError>,
+    ) -> Result<(), CudaError> {
+        self.ctx.bind()?;
+        post(self.ctx.api(), self.raw)?;
+        self.hold(held);
+        Ok(())
+    }
+
+    /// Checks a copy's destination and source ranges (`what`: their names in errors, each range
+    /// as (buffer length, offset)): `Ok(false)` when there is nothing to copy.
+    fn ranges(
+        what: [&str; 2],
+        (dst_len, dst_off): (usize, usize),
+        (src_len, src_off): (usize, usize),
+        len: usize,
+    ) -> Result<bool, CudaError> {
+        check_range(what[0], dst_len, dst_off, len)?;
+        check_range(what[1], src_len, src_off, len)?;
+        Ok(len > 0)
+    }
+
+    /// Host → device of `len` bytes from host address `src` into `dst[dst_off..]`, ranges
+    /// checked by the caller; `src_keep` is what keeps the source alive, if the stream must.
+    ///
+    /// # Safety
+    /// `[src, src + len)` is readable host memory that stays so until the copy is done: held by
+    /// `src_keep`, or borrowed by the caller across a synchronize.
+    unsafe fn post_h2d(
+        &self,
+        dst: &DeviceBuffer,
+        dst_off: usize,
+        src: *const u8,
+        len: usize,
+        src_keep: Option<Held>,
+    ) -> Result<(), CudaError> {
+        let held = [Some(Held::Device(dst.inner.clone())), src_keep];
+        self.enqueue(held.into_iter().flatten(), |api, s| {
+            // SAFETY: the caller's contract for the source; `dst` is held until synchronize.
+            unsafe { call::memcpy_htod_async(api, dst.at(dst_off), src.cast(), len, s) }
+        })
+    }
+
+    /// Device → host of `len` bytes from `src[src_off..]` to host address `dst`, ranges checked
+    /// by the caller; `dst_keep` is what keeps the destination alive, if the stream must.
+    ///
+    /// # Safety
+    /// `[dst, dst + len)` is writable host memory that nothing else touches until the copy is
+    /// done: held (and counted as written) by `dst_keep`, or borrowed mutably by the caller
+    /// across a synchronize.
+    unsafe fn post_d2h(
+        &self,
+        dst: *mut u8,
+        src: &DeviceBuffer,
+        src_off: usize,
+        len: usize,
+        dst_keep: Option<Held>,
+    ) -> Result<(), CudaError> {
+        let held = [dst_keep, Some(Held::Device(src.inner.clone()))];
+        self.enqueue(held.into_iter().flatten(), |api, s| {
+            // SAFETY: the caller's contract for the destination; `src` is held until
+            // synchronize.
+            unsafe { call::memcpy_dtoh_async(api, dst.cast(), src.at(src_off), len, s) }
+        })
+    }
+
+    /// A device → device copy of `len` bytes: checks both ranges (`what`: their names in
+    /// errors), then `check`, then posts with `post` given the two addresses, both buffers held
+    /// until synchronize.
+    fn post_d2d(
+        &self,
+        what: [&str; 2],
+        (dst, dst_off): (&DeviceBuffer, usize),
+        (src, src_off): (&DeviceBuffer, usize),
+        len: usize,
+        check: impl FnOnce() -> Result<(), CudaError>,
+        post: impl FnOnce(&DriverApi, CUdeviceptr, CUdeviceptr, CUstream) -> Result<(), CudaError>,
+    ) -> Result<(), CudaError> {
+        let any = Self::ranges(what, (dst.len(), dst_off), (src.len(), src_off), len)?;
+        check()?;
+        if !any {
+            return Ok(());
+        }
+        let held = [
+            Held::Device(dst.inner.clone()),
+            Held::Device(src.inner.clone()),
+        ];
+        self.enqueue(held, |api, s| {
+            post(api, dst.at(dst_off), src.at(src_off), s)
+        })
+    }
+
     /// Host → device, asynchronous: `len` bytes from `src[src_off..]` (pinned or registered
     /// host memory) to `dst[dst_off..]` (`cuMemcpyHtoDAsync_v2`).
     pub fn copy_h2d<H: PinnedHost>(
@@ -142,25 +234,14 @@ impl Stream {
         src_off: usize,
         len: usize,
     ) -> Result<(), CudaError> {
-        check_range("H2D destination", dst.len(), dst_off, len)?;
-        check_range("H2D source", src.len(), src_off, len)?;
-        if len == 0 {
+        let what = ["H2D destination", "H2D source"];
+        if !Self::ranges(what, (dst.len(), dst_off), (src.len(), src_off), len)? {
             return Ok(());
         }
         let region = src.region();
-        self.ctx.bind()?;
-        // SAFETY: ranges checked; both buffers are kept alive by `hold` until synchronize.
-        let r = unsafe {
-            (self.ctx.api().cuMemcpyHtoDAsync)(
-                dst.inner.ptr + dst_off as u64,
-                region.ptr.add(src_off) as *const _,
-                len,
-                self.raw,
-            )
-        };
-        self.ctx.api().check("cuMemcpyHtoDAsync_v2", r)?;
-        self.hold([Held::Device(dst.inner.clone()), Held::HostRead(region.keep)]);
-        Ok(())
+        let from = region.ptr.wrapping_add(src_off);
+        // SAFETY: the range is inside `src` (checked), which the stream holds until synchronize.
+        unsafe { self.post_h2d(dst, dst_off, from, len, Some(Held::HostRead(region.keep))) }
     }
 
     /// Device → host, asynchronous: `len` bytes from `src[src_off..]` into `dst[dst_off..]`
@@ -173,31 +254,18 @@ impl Stream {
         src_off: usize,
         len: usize,
     ) -> Result<(), CudaError> {
-        check_range("D2H destination", dst.len(), dst_off, len)?;
-        check_range("D2H source", src.len(), src_off, len)?;
-        if len == 0 {
+        let what = ["D2H destination", "D2H source"];
+        if !Self::ranges(what, (dst.len(), dst_off), (src.len(), src_off), len)? {
             return Ok(());
         }
         let region = dst.region();
-        self.ctx.bind()?;
+        let to = region.ptr.wrapping_add(dst_off);
         // Count the writer before the DMA can start, so that no `as_slice` can race with it.
         region.keep.writers().fetch_add(1, Ordering::AcqRel);
         let writer = Held::HostWrite(region.keep);
-        // SAFETY: ranges checked; both buffers are kept alive by `hold` until synchronize.
-        let r = unsafe {
-            (self.ctx.api().cuMemcpyDtoHAsync)(
-                region.ptr.add(dst_off) as *mut _,
-                src.inner.ptr + src_off as u64,
-                len,
-                self.raw,
-            )
-        };
-        if let Err(e) = self.ctx.api().check("cuMemcpyDtoHAsync_v2", r) {
-            drop(writer);
-            return Err(e);
-        }
-        self.hold([Held::Device(src.inner.clone()), writer]);
-        Ok(())
+        // SAFETY: the range is inside `dst` (checked), which the stream holds, counted as being
+        // written, until synchronize.
+        unsafe { self.post_d2h(to, src, src_off, len, Some(writer)) }
     }
 
     /// Device → device on one GPU, asynchronous (`cuMemcpyDtoDAsync_v2`). Both buffers must be
@@ -210,35 +278,27 @@ impl Stream {
         src_off: usize,
         len: usize,
     ) -> Result<(), CudaError> {
-        check_range("D2D destination", dst.len(), dst_off, len)?;
-        check_range("D2D source", src.len(), src_off, len)?;
-        if dst.ordinal() != src.ordinal() || dst.ordinal() != self.ctx.ordinal() {
-            return Err(CudaError::InvalidArgument(format!(
-                "D2D copy from GPU {} to GPU {} on a stream of GPU {}: use copy_peer across GPUs",
-                src.ordinal(),
-                dst.ordinal(),
-                self.ctx.ordinal()
-            )));
-        }
-        if len == 0 {
-            return Ok(());
-        }
-        self.ctx.bind()?;
-        // SAFETY: ranges checked; buffers held until synchronize.
-        let r = unsafe {
-            (self.ctx.api().cuMemcpyDtoDAsync)(
-                dst.inner.ptr + dst_off as u64,
-                src.inner.ptr + src_off as u64,
-                len,
-                self.raw,
-            )
+        let one_gpu = || {
+            if dst.ordinal() != src.ordinal() || dst.ordinal() != self.ctx.ordinal() {
+                return Err(CudaError::InvalidArgument(format!(
+                    "D2D copy from GPU {} to GPU {} on a stream of GPU {}: use copy_peer across \
+                     GPUs",
+                    src.ordinal(),
+                    dst.ordinal(),
+                    self.ctx.ordinal()
+                )));
+            }
+            Ok(())
         };
-        self.ctx.api().check("cuMemcpyDtoDAsync_v2", r)?;
-        self.hold([
-            Held::Device(dst.inner.clone()),
-            Held::Device(src.inner.clone()),
-        ]);
-        Ok(())
+        self.post_d2d(
+            ["D2D destination", "D2D source"],
+            (dst, dst_off),
+            (src, src_off),
+            len,
+            one_gpu,
+            // SAFETY: ranges checked, on the stream's device; both buffers held.
+            |api, d, s, stream| unsafe { call::memcpy_dtod_async(api, d, s, len, stream) },
+        )
     }
 
     /// GPU → GPU, asynchronous (`cuMemcpyPeerAsync`). With peer access enabled
@@ -252,29 +312,18 @@ impl Stream {
         src_off: usize,
         len: usize,
     ) -> Result<(), CudaError> {
-        check_range("peer destination", dst.len(), dst_off, len)?;
-        check_range("peer source", src.len(), src_off, len)?;
-        if len == 0 {
-            return Ok(());
-        }
-        self.ctx.bind()?;
-        // SAFETY: ranges checked; both contexts retained by the buffers; buffers held.
-        let r = unsafe {
-            (self.ctx.api().cuMemcpyPeerAsync)(
-                dst.inner.ptr + dst_off as u64,
-                dst.inner.ctx.inner.raw,
-                src.inner.ptr + src_off as u64,
-                src.inner.ctx.inner.raw,
-                len,
-                self.raw,
-            )
-        };
-        self.ctx.api().check("cuMemcpyPeerAsync", r)?;
-        self.hold([
-            Held::Device(dst.inner.clone()),
-            Held::Device(src.inner.clone()),
-        ]);
-        Ok(())
+        let (dst_ctx, src_ctx) = (dst.inner.ctx.inner.raw, src.inner.ctx.inner.raw);
+        self.post_d2d(
+            ["peer destination", "peer source"],
+            (dst, dst_off),
+            (src, src_off),
+            len,
+            || Ok(()),
+            // SAFETY: ranges checked; both contexts retained by the buffers, which are held.
+            |api, d, s, stream| unsafe {
+                call::memcpy_peer_async(api, (d, dst_ctx), (s, src_ctx), len, stream)
+            },
+        )
     }
 
     /// Set `len` bytes of `dst` from `off` to `value`, asynchronous (`cuMemsetD8Async`).
@@ -289,14 +338,10 @@ impl Stream {
         if len == 0 {
             return Ok(());
         }
-        self.ctx.bind()?;
-        // SAFETY: range checked; buffer held.
-        let r = unsafe {
-            (self.ctx.api().cuMemsetD8Async)(dst.inner.ptr + off as u64, value, len, self.raw)
-        };
-        self.ctx.api().check("cuMemsetD8Async", r)?;
-        self.hold([Held::Device(dst.inner.clone())]);
-        Ok(())
+        self.enqueue([Held::Device(dst.inner.clone())], |api, s| {
+            // SAFETY: range checked; the buffer is held until synchronize.
+            unsafe { call::memset_d8_async(api, dst.at(off), value, len, s) }
+        })
     }
 
     /// Host → device from ordinary (pageable) memory, blocking: returns when the bytes are on
@@ -312,18 +357,8 @@ impl Stream {
         if src.is_empty() {
             return Ok(());
         }
-        self.ctx.bind()?;
         // SAFETY: range checked; `src` is borrowed until after the synchronize below.
-        let r = unsafe {
-            (self.ctx.api().cuMemcpyHtoDAsync)(
-                dst.inner.ptr + dst_off as u64,
-                src.as_ptr() as *const _,
-                src.len(),
-                self.raw,
-            )
-        };
-        self.ctx.api().check("cuMemcpyHtoDAsync_v2", r)?;
-        self.hold([Held::Device(dst.inner.clone())]);
+        unsafe { self.post_h2d(dst, dst_off, src.as_ptr(), src.len(), None) }?;
         self.synchronize()
     }
 
@@ -338,18 +373,8 @@ impl Stream {
         if dst.is_empty() {
             return Ok(());
         }
-        self.ctx.bind()?;
         // SAFETY: range checked; `dst` is borrowed mutably until after the synchronize below.
-        let r = unsafe {
-            (self.ctx.api().cuMemcpyDtoHAsync)(
-                dst.as_mut_ptr() as *mut _,
-                src.inner.ptr + src_off as u64,
-                dst.len(),
-                self.raw,
-            )
-        };
-        self.ctx.api().check("cuMemcpyDtoHAsync_v2", r)?;
-        self.hold([Held::Device(src.inner.clone())]);
+        unsafe { self.post_d2h(dst.as_mut_ptr(), src, src_off, dst.len(), None) }?;
         self.synchronize()
     }
 
@@ -372,16 +397,10 @@ unsafe impl Sync for Event {}
 
 impl Drop for Event {
     fn drop(&mut self) {
-        let api = self.ctx.api();
-        let r = self
-            .ctx
-            .bind()
-            // SAFETY: our event.
-            .and_then(|()| {
-                api.check("cuEventDestroy_v2", unsafe {
-                    (api.cuEventDestroy)(self.raw)
-                })
-            });
+        let r = self.ctx.bind().and_then(|()| {
+            // SAFETY: our event, destroyed once.
+            unsafe { call::event_destroy(self.ctx.api(), self.raw) }
+        });
         if let Err(e) = r {
             crate::error::log_teardown("destroying event", None, &e);
         }
@@ -402,15 +421,11 @@ impl Event {
     pub fn new(ctx: &Context, timing: bool) -> Result<Event, CudaError> {
         ctx.bind()?;
         let flags = if timing {
-            ffi::CU_EVENT_DEFAULT
+            CU_EVENT_DEFAULT
         } else {
-            ffi::CU_EVENT_DISABLE_TIMING
+            CU_EVENT_DISABLE_TIMING
         };
-        let mut raw: CUevent = std::ptr::null_mut();
-        // SAFETY: context current; out-pointer live.
-        ctx.api().check("cuEventCreate", unsafe {
-            (ctx.api().cuEventCreate)(&mut raw, flags)
-        })?;
+        let raw = call::event_create(ctx.api(), flags)?;
         Ok(Event {
             ctx: ctx.clone(),
             raw,
@@ -428,23 +443,20 @@ impl Event {
             )));
         }
         self.ctx.bind()?;
-        // SAFETY: our event and a stream of the same context.
-        self.ctx.api().check("cuEventRecord", unsafe {
-            (self.ctx.api().cuEventRecord)(self.raw, stream.raw())
-        })
+        // SAFETY: our event and a live stream of the same context.
+        unsafe { call::event_record(self.ctx.api(), self.raw, stream.raw()) }
     }
 
     /// Wait until the work before the last `record` has finished (`cuEventSynchronize`).
     pub fn synchronize(&self) -> Result<(), CudaError> {
         self.ctx.bind()?;
         // SAFETY: our event.
-        self.ctx.api().check("cuEventSynchronize", unsafe {
-            (self.ctx.api().cuEventSynchronize)(self.raw)
-        })
+        unsafe { call::event_synchronize(self.ctx.api(), self.raw) }
     }
 
     /// Milliseconds of GPU time between `self` (start) and `end`, both recorded and completed
-    /// (`cuEventElapsedTime_v2`; resolution about 0.5 µs per the CUDA documentation).
+    /// (`cuEventElapsedTime_v2`, or `cuEventElapsedTime` on drivers before CUDA 12.8; resolution
+    /// about 0.5 µs per the CUDA documentation).
     pub fn elapsed_ms(&self, end: &Event) -> Result<f32, CudaError> {
         if !self.timing || !end.timing {
             return Err(CudaError::InvalidArgument(
@@ -452,11 +464,7 @@ impl Event {
             ));
         }
         self.ctx.bind()?;
-        let mut ms = 0f32;
-        // SAFETY: two timing events; out-pointer live.
-        self.ctx.api().check("cuEventElapsedTime_v2", unsafe {
-            (self.ctx.api().cuEventElapsedTime)(&mut ms, self.raw, end.raw)
-        })?;
-        Ok(ms)
+        // SAFETY: two live events.
+        unsafe { call::event_elapsed_time(self.ctx.api(), self.raw, end.raw) }
     }
 }

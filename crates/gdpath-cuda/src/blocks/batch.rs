@@ -20,117 +20,71 @@
 //! with the same pair of locations (`attrIdxs` gives the first copy of each run), so the usual
 //! list (one source region, one destination region) passes a single attribute.
 
-use std::ffi::{c_char, c_int, c_uint, c_void};
+use std::ffi::{c_int, c_uint};
 use std::sync::OnceLock;
 
-use super::{BatchAbi, MemLocation, Unavailable};
+use crate::driver::call::{self, BatchCopies};
+use crate::driver::sys::{
+    BatchFn, CUdeviceptr, CUmemLocation, CUmemcpyAttributes, CUstream, DriverApi,
+    CU_MEMCPY_SRC_ACCESS_ORDER_STREAM, CU_MEM_LOCATION_TYPE_DEVICE, CU_MEM_LOCATION_TYPE_HOST,
+};
+use crate::error::blocks::Unavailable;
 use crate::error::CudaError;
-use crate::ffi::{CUdeviceptr, CUresult, CUstream, DriverApi};
 
-/// `CUmemcpySrcAccessOrder` (cuda.h 12.8+).
-pub(crate) const CU_MEMCPY_SRC_ACCESS_ORDER_STREAM: c_int = 1;
-/// `CUmemLocationType` (cuda.h).
-pub(crate) const CU_MEM_LOCATION_TYPE_DEVICE: c_int = 1;
-pub(crate) const CU_MEM_LOCATION_TYPE_HOST: c_int = 2;
-/// `CUmemcpyFlags` (cuda.h 12.8+).
-pub(crate) const CU_MEMCPY_FLAG_DEFAULT: c_uint = 0;
-pub(crate) const CU_MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE: c_uint = 1;
-/// `CUdriverProcAddress_flags`: resolve the legacy-default-stream variant (not `_ptsz`); gdpath
-/// never passes stream 0, so the two behave the same, and this one is explicit.
-const CU_GET_PROC_ADDRESS_LEGACY_STREAM: u64 = 1;
-/// `CUdriverProcAddressQueryResult::CU_GET_PROC_ADDRESS_SUCCESS`.
-const CU_GET_PROC_ADDRESS_SUCCESS: c_int = 0;
-
-/// `CUmemLocation`: `{ CUmemLocationType type; int id; }`, 8 bytes (cuda.h).
-#[repr(C)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct CUmemLocation {
-    pub kind: c_int,
-    pub id: c_int,
+/// Where memory is, for the driver's location hints and for reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MemLocation {
+    /// Device memory of the GPU with this CUDA ordinal (for an IPC mapping: the importing
+    /// context's GPU).
+    Device(u32),
+    /// Pinned host memory.
+    Host,
 }
 
-/// `CUmemcpyAttributes_v1`: `{ CUmemcpySrcAccessOrder srcAccessOrder; CUmemLocation srcLocHint;
-/// CUmemLocation dstLocHint; unsigned int flags; }`, 24 bytes, 4-byte aligned (cuda.h 12.8+).
-#[repr(C)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct CUmemcpyAttributes {
-    pub src_access_order: c_int,
-    pub src_loc_hint: CUmemLocation,
-    pub dst_loc_hint: CUmemLocation,
-    pub flags: c_uint,
+/// Which `cuMemcpyBatchAsync` signature was resolved (see `batch.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BatchAbi {
+    /// CUDA 12.8's, with `size_t *failIdx`; on 12.8 and 12.9 drivers.
+    Cuda12_8,
+    /// CUDA 13.0's, without `failIdx`; on 13.0 and later drivers.
+    Cuda13_0,
 }
 
-impl CUmemLocation {
-    pub(crate) fn of(loc: MemLocation) -> CUmemLocation {
-        match loc {
-            MemLocation::Device(ordinal) => CUmemLocation {
-                kind: CU_MEM_LOCATION_TYPE_DEVICE,
-                id: ordinal as c_int,
-            },
-            MemLocation::Host => CUmemLocation {
-                kind: CU_MEM_LOCATION_TYPE_HOST,
-                id: 0,
-            },
-        }
+/// The driver's location hint for `loc`.
+fn location(loc: MemLocation) -> CUmemLocation {
+    match loc {
+        MemLocation::Device(ordinal) => CUmemLocation {
+            kind: CU_MEM_LOCATION_TYPE_DEVICE,
+            id: ordinal as c_int,
+        },
+        MemLocation::Host => CUmemLocation {
+            kind: CU_MEM_LOCATION_TYPE_HOST,
+            id: 0,
+        },
     }
 }
 
-impl CUmemcpyAttributes {
-    pub(crate) fn new(dst: MemLocation, src: MemLocation, flags: c_uint) -> CUmemcpyAttributes {
-        CUmemcpyAttributes {
-            src_access_order: CU_MEMCPY_SRC_ACCESS_ORDER_STREAM,
-            src_loc_hint: CUmemLocation::of(src),
-            dst_loc_hint: CUmemLocation::of(dst),
-            flags,
-        }
+/// The attributes of a copy from `src` to `dst` with `flags` (`CU_MEMCPY_FLAG_*`).
+pub(crate) fn attributes(dst: MemLocation, src: MemLocation, flags: c_uint) -> CUmemcpyAttributes {
+    CUmemcpyAttributes {
+        src_access_order: CU_MEMCPY_SRC_ACCESS_ORDER_STREAM,
+        src_loc_hint: location(src),
+        dst_loc_hint: location(dst),
+        flags,
     }
 }
 
-type GetProcAddressV2 =
-    unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64, *mut c_int) -> CUresult;
-
-/// The 12.8 signature (with `failIdx`).
-type BatchV12080 = unsafe extern "C" fn(
-    *mut CUdeviceptr,
-    *mut CUdeviceptr,
-    *mut usize,
-    usize,
-    *mut CUmemcpyAttributes,
-    *mut usize,
-    usize,
-    *mut usize,
-    CUstream,
-) -> CUresult;
-
-/// The 13.0 signature (no `failIdx`).
-type BatchV13000 = unsafe extern "C" fn(
-    *mut CUdeviceptr,
-    *mut CUdeviceptr,
-    *mut usize,
-    usize,
-    *mut CUmemcpyAttributes,
-    *mut usize,
-    usize,
-    CUstream,
-) -> CUresult;
-
-#[derive(Clone, Copy)]
-pub(crate) enum BatchFn {
-    V12080(BatchV12080),
-    V13000(BatchV13000),
-}
-
-impl BatchFn {
-    pub(crate) fn abi(self) -> BatchAbi {
-        match self {
-            BatchFn::V12080(_) => BatchAbi::Cuda12_8,
-            BatchFn::V13000(_) => BatchAbi::Cuda13_0,
-        }
+/// The ABI a resolved entry point has.
+pub(crate) fn abi(f: BatchFn) -> BatchAbi {
+    match f {
+        BatchFn::V12080(_) => BatchAbi::Cuda12_8,
+        BatchFn::V13000(_) => BatchAbi::Cuda13_0,
     }
 }
 
 /// Which `cudaVersion` to ask `cuGetProcAddress` for, from the driver's CUDA version
-/// (`cuDriverGetVersion`, 1000 × major + 10 × minor). Pure, so the rule is tested on the CPU.
+/// (`cuDriverGetVersion`, 1000 times major plus 10 times minor). Pure, so the rule is tested on
+/// the CPU.
 pub(crate) fn requested_version(driver: u32) -> Result<(c_int, BatchAbi), Unavailable> {
     match driver {
         v if v >= 13000 => Ok((13000, BatchAbi::Cuda13_0)),
@@ -147,48 +101,19 @@ pub(crate) fn resolve(api: &DriverApi) -> Result<BatchFn, Unavailable> {
 }
 
 fn resolve_uncached(api: &DriverApi) -> Result<BatchFn, Unavailable> {
-    let mut driver: c_int = 0;
-    // SAFETY: out-pointer to a live int.
-    let r = unsafe { (api.cuDriverGetVersion)(&mut driver) };
-    if r != crate::ffi::CUDA_SUCCESS {
-        return Err(Unavailable::DriverVersionUnknown { result: r });
-    }
+    let driver = call::driver_get_version(api).map_err(|e| Unavailable::DriverVersionUnknown {
+        result: e.cu_result().unwrap_or(-1),
+    })?;
     let (version, abi) = requested_version(driver.max(0) as u32)?;
-    // SAFETY: the CUDA 12.0+ signature of cuGetProcAddress_v2 (cuda.h).
-    let get: GetProcAddressV2 =
-        unsafe { api.optional_symbol("cuGetProcAddress_v2") }.ok_or(Unavailable::NoProcAddress)?;
-    let mut pfn: *mut c_void = std::ptr::null_mut();
-    let mut status: c_int = -1;
-    // SAFETY: NUL-terminated name, live out-pointers.
-    let r = unsafe {
-        get(
-            c"cuMemcpyBatchAsync".as_ptr(),
-            &mut pfn,
-            version,
-            CU_GET_PROC_ADDRESS_LEGACY_STREAM,
-            &mut status,
-        )
-    };
-    if r != crate::ffi::CUDA_SUCCESS || status != CU_GET_PROC_ADDRESS_SUCCESS || pfn.is_null() {
-        return Err(Unavailable::NotExported {
+    let f = call::memcpy_batch_async_entry(api, version)
+        .ok_or(Unavailable::NoProcAddress)?
+        .map_err(|(status, result)| Unavailable::NotExported {
             requested: version,
             status,
-            result: r,
-        });
-    }
+            result,
+        })?;
     tracing::debug!(requested = version, ?abi, "resolved cuMemcpyBatchAsync");
-    // SAFETY: cuGetProcAddress returned the variant of the ABI of `version`, whose signature is
-    // the one named here (see the module documentation).
-    Ok(unsafe {
-        match abi {
-            BatchAbi::Cuda13_0 => {
-                BatchFn::V13000(std::mem::transmute::<*mut c_void, BatchV13000>(pfn))
-            }
-            BatchAbi::Cuda12_8 => {
-                BatchFn::V12080(std::mem::transmute::<*mut c_void, BatchV12080>(pfn))
-            }
-        }
-    })
+    Ok(f)
 }
 
 /// The host arrays of one `cuMemcpyBatchAsync` call, kept between calls to avoid allocating.
@@ -227,81 +152,35 @@ impl BatchArrays {
     ///
     /// Errors: [`CudaError::Driver`] for `cuMemcpyBatchAsync`, with the failing copy's
     /// addresses in the message when the 12.8 ABI reports its index.
-    pub(crate) fn post(
+    ///
+    /// # Safety
+    /// Every copy's ranges are memory the stream's context can access, valid until the stream
+    /// has passed the batch; `stream` is live, its context current.
+    pub(crate) unsafe fn post(
         &mut self,
         api: &DriverApi,
         f: BatchFn,
         stream: CUstream,
     ) -> Result<(), CudaError> {
-        let count = self.dsts.len();
-        let mut fail_idx = usize::MAX;
-        // SAFETY: the arrays have `count` (attrs: `attr_idxs.len()`) live elements; the driver
-        // reads them during the call; the stream is the caller's, its context current.
-        let r = unsafe {
-            match f {
-                BatchFn::V13000(g) => g(
-                    self.dsts.as_mut_ptr(),
-                    self.srcs.as_mut_ptr(),
-                    self.sizes.as_mut_ptr(),
-                    count,
-                    self.attrs.as_mut_ptr(),
-                    self.attr_idxs.as_mut_ptr(),
-                    self.attrs.len(),
-                    stream,
-                ),
-                BatchFn::V12080(g) => g(
-                    self.dsts.as_mut_ptr(),
-                    self.srcs.as_mut_ptr(),
-                    self.sizes.as_mut_ptr(),
-                    count,
-                    self.attrs.as_mut_ptr(),
-                    self.attr_idxs.as_mut_ptr(),
-                    self.attrs.len(),
-                    &mut fail_idx,
-                    stream,
-                ),
-            }
+        let copies = BatchCopies {
+            dsts: &mut self.dsts,
+            srcs: &mut self.srcs,
+            sizes: &mut self.sizes,
+            attrs: &mut self.attrs,
+            attr_idxs: &mut self.attr_idxs,
         };
-        api.check("cuMemcpyBatchAsync", r).map_err(|e| match e {
-            CudaError::Driver {
-                call,
-                code,
-                name,
-                message,
-            } if fail_idx < count => CudaError::Driver {
-                call,
-                code,
-                name,
-                message: format!(
-                    "{message} (copy {fail_idx} of {count}: {:#x} -> {:#x}, {} bytes)",
-                    self.srcs[fail_idx], self.dsts[fail_idx], self.sizes[fail_idx]
-                ),
-            },
-            e => e,
-        })
+        // SAFETY: the caller's contract; `push` keeps the arrays' lengths matched.
+        unsafe { call::memcpy_batch_async(api, f, copies, stream) }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::mem::{align_of, offset_of, size_of};
 
-    /// Layout of cuda.h 12.8/13.0: `CUmemLocation` is two 4-byte fields, and
-    /// `CUmemcpyAttributes` is `srcAccessOrder` (an enum, 4 bytes), two locations and a 4-byte
-    /// `flags`, with no padding.
     #[test]
-    fn attribute_structs_match_cuda_h() {
-        assert_eq!(size_of::<CUmemLocation>(), 8);
-        assert_eq!(align_of::<CUmemLocation>(), 4);
-        assert_eq!(offset_of!(CUmemLocation, id), 4);
-        assert_eq!(size_of::<CUmemcpyAttributes>(), 24);
-        assert_eq!(align_of::<CUmemcpyAttributes>(), 4);
-        assert_eq!(offset_of!(CUmemcpyAttributes, src_access_order), 0);
-        assert_eq!(offset_of!(CUmemcpyAttributes, src_loc_hint), 4);
-        assert_eq!(offset_of!(CUmemcpyAttributes, dst_loc_hint), 12);
-        assert_eq!(offset_of!(CUmemcpyAttributes, flags), 20);
-        let a = CUmemcpyAttributes::new(MemLocation::Host, MemLocation::Device(3), 0);
+    fn attributes_name_both_locations() {
+        let a = attributes(MemLocation::Host, MemLocation::Device(3), 0);
         assert_eq!(a.src_access_order, CU_MEMCPY_SRC_ACCESS_ORDER_STREAM);
         assert_eq!(a.src_loc_hint, CUmemLocation { kind: 1, id: 3 });
         assert_eq!(a.dst_loc_hint, CUmemLocation { kind: 2, id: 0 });
@@ -321,8 +200,8 @@ mod tests {
 
     #[test]
     fn attribute_runs_follow_location_changes() {
-        let d2h = CUmemcpyAttributes::new(MemLocation::Host, MemLocation::Device(0), 0);
-        let d2d = CUmemcpyAttributes::new(MemLocation::Device(0), MemLocation::Device(0), 0);
+        let d2h = attributes(MemLocation::Host, MemLocation::Device(0), 0);
+        let d2d = attributes(MemLocation::Device(0), MemLocation::Device(0), 0);
         let mut a = BatchArrays::default();
         a.push(1, 2, 3, d2h);
         a.push(4, 5, 6, d2h);

@@ -10,32 +10,31 @@
 //! overlap their host work with the previous launch and nothing is allocated per call (buffers
 //! grow to the largest list seen, in powers of two).
 
-use std::ffi::{c_int, c_uint, c_void};
+use std::ffi::c_int;
 
 use super::list::BlockCopy;
 use crate::context::Context;
+use crate::driver::call;
+use crate::driver::sys::CUfunction;
 use crate::error::CudaError;
-use crate::ffi::{CUcontext, CUfunction, CUmodule, DriverApi};
 use crate::memory::{DeviceBuffer, PinnedHost, PinnedHostBuffer};
+use crate::module::{self, Kernel};
 use crate::stream::{Event, Stream};
 
-const PTX: &str = concat!(include_str!("../ptx/copy_blocks.ptx"), "\0");
-const ENTRY: &str = "gdpath_copy_blocks";
-
-/// Launch shape and work split of the copy kernel. The defaults are the fast configuration on
-/// an H200 (see the module documentation of [`crate::blocks`]); change them only to measure.
+/// Launch shape and work split of the copy kernel. The defaults are the fastest configuration
+/// measured (docs/gpu.md, "Block-list copies"; the reasons are in the module documentation of
+/// [`crate::blocks`]); change them only to measure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KernelTuning {
     /// Threads per CTA: a multiple of 32 from 32 to 1024. Default 256 (8 warps).
     pub threads_per_block: u32,
     /// CTAs per SM in the grid, at most as many as fit; 0 asks the driver how many fit
-    /// (`cuOccupancyMaxActiveBlocksPerMultiprocessor`). Default 2: 16 warps and 32 KiB of
-    /// loads in flight per SM already saturate HBM and PCIe, and fewer concurrent streams keep
-    /// DRAM pages and the IOMMU's translations warmer (docs/benchmarks.md, "Measurements behind
-    /// the defaults", block lists).
+    /// (`cuOccupancyMaxActiveBlocksPerMultiprocessor`). Default 2: that already keeps enough
+    /// loads in flight per SM to saturate HBM and PCIe, and fewer concurrent streams keep DRAM
+    /// pages and the IOMMU's translations warmer (docs/gpu.md, "Block-list copies").
     pub blocks_per_sm: u32,
     /// Descriptors longer than the piece size are split into pieces; the piece size is
-    /// `total bytes / (2 × warps in the grid)`, rounded up to 4 KiB and at least this many
+    /// the list's bytes over twice the grid's warps, rounded up to 4 KiB and at least this many
     /// bytes. Default 64 KiB: below that the per-piece cost shows, above it one large
     /// descriptor can keep one warp busy while the others idle.
     pub min_piece_bytes: u64,
@@ -69,62 +68,36 @@ impl KernelTuning {
     }
 }
 
-/// The loaded module of one context.
+/// The copy kernel of one context and what its launch is sized by.
+#[derive(Clone, Copy)]
 pub(crate) struct CopyKernel {
-    module: CUmodule,
     func: CUfunction,
     sms: u32,
 }
 
-// SAFETY: module and function handles are plain driver handles, usable from any thread with the
-// context current.
-unsafe impl Send for CopyKernel {}
-// SAFETY: as above.
-unsafe impl Sync for CopyKernel {}
-
 impl CopyKernel {
-    fn load(ctx: &Context) -> Result<CopyKernel, CudaError> {
-        let (module, [func]) = crate::kernels::load_module(ctx, PTX, [ENTRY])?;
-        let sms = match ctx
-            .device()
-            .attribute(crate::cuda::DeviceAttribute::MULTIPROCESSOR_COUNT)
-        {
-            Ok(n) => n.max(1) as u32,
-            Err(e) => {
-                crate::kernels::unload_module(ctx.api(), std::ptr::null_mut(), module);
-                return Err(e);
-            }
-        };
-        Ok(CopyKernel { module, func, sms })
-    }
-
-    pub(crate) fn unload(&self, api: &DriverApi, ctx: CUcontext) {
-        crate::kernels::unload_module(api, ctx, self.module);
-    }
-
     /// CTAs of `threads` threads that fit on one SM at once.
-    fn occupancy(&self, api: &DriverApi, threads: u32) -> Result<u32, CudaError> {
-        let mut n: c_int = 0;
-        // SAFETY: a function of a loaded module; out-pointer live; no dynamic shared memory.
-        api.check("cuOccupancyMaxActiveBlocksPerMultiprocessor", unsafe {
-            (api.cuOccupancyMaxActiveBlocksPerMultiprocessor)(
-                &mut n,
+    fn occupancy(&self, ctx: &Context, threads: u32) -> Result<u32, CudaError> {
+        // SAFETY: a function of a module loaded in `ctx`, which keeps it loaded.
+        let n = unsafe {
+            call::occupancy_max_active_blocks_per_multiprocessor(
+                ctx.api(),
                 self.func,
                 threads as c_int,
-                0,
             )
-        })?;
+        }?;
         Ok(n.max(1) as u32)
     }
 }
 
-/// The copy kernel of `ctx`, loaded on first use and kept with the context.
-pub(crate) fn copy_kernel(ctx: &Context) -> Result<&CopyKernel, CudaError> {
-    ctx.inner
-        .copy_kernel
-        .get_or_init(|| CopyKernel::load(ctx))
-        .as_ref()
-        .map_err(Clone::clone)
+/// The copy kernel of `ctx`, its module loaded on first use and kept with the context.
+///
+/// Errors: the module's load error; the SM count's query error.
+pub(crate) fn copy_kernel(ctx: &Context) -> Result<CopyKernel, CudaError> {
+    Ok(CopyKernel {
+        func: ctx.kernel(Kernel::CopyBlocks)?,
+        sms: ctx.multiprocessors()?,
+    })
 }
 
 /// Piece size for a list of `total` bytes over `warps` warps (see [`KernelTuning`]).
@@ -203,7 +176,7 @@ pub(crate) struct Staging {
     scratch: Vec<BlockCopy>,
 }
 
-/// Smallest staging buffer: 64 KiB (2,730 descriptors).
+/// Smallest staging buffer, in bytes: small lists share one size instead of growing it often.
 const MIN_STAGING: usize = 64 << 10;
 
 impl Staging {
@@ -269,13 +242,12 @@ impl Staging {
             .ok_or_else(|| CudaError::InvalidArgument("copy kernel launched unprepared".into()))?;
         tuning.check()?;
         let k = copy_kernel(ctx)?;
-        let api = ctx.api();
         ctx.bind()?;
         let threads = tuning.threads_per_block;
         let fit = match self.occupancy {
             Some((t, n)) if t == threads => n,
             _ => {
-                let n = k.occupancy(api, threads)?;
+                let n = k.occupancy(ctx, threads)?;
                 self.occupancy = Some((threads, n));
                 n
             }
@@ -308,46 +280,31 @@ impl Staging {
         self.next = i ^ 1;
         let slot = self.slots[i].as_mut().expect("prepared slot");
         let upload = pieces * std::mem::size_of::<BlockCopy>();
+        let api = ctx.api();
         // SAFETY: both buffers hold `upload` bytes; the slot outlives the copy (Drop waits).
-        let r = unsafe {
-            (api.cuMemcpyHtoDAsync)(
+        unsafe {
+            call::memcpy_htod_async(
+                api,
                 slot.dev.device_ptr(),
-                slot.host.host_ptr() as *const c_void,
+                slot.host.host_ptr().cast(),
                 upload,
                 stream.raw(),
             )
-        };
-        api.check("cuMemcpyHtoDAsync_v2", r)?;
+        }?;
         let per_block = (threads / 32) as u64;
         let grid = (pieces as u64)
             .div_ceil(per_block)
             .min(grid_max as u64)
             .max(1) as u32;
-        let (mut p, mut n) = (slot.dev.device_ptr(), pieces as u64);
-        let mut args = [
-            &mut p as *mut u64 as *mut c_void,
-            &mut n as *mut u64 as *mut c_void,
-        ];
-        // SAFETY: `args` points at the kernel's two u64 parameters; the driver copies them.
-        let r = unsafe {
-            (api.cuLaunchKernel)(
-                k.func,
-                grid as c_uint,
-                1,
-                1,
-                threads as c_uint,
-                1,
-                1,
-                0,
-                stream.raw(),
-                args.as_mut_ptr(),
-                std::ptr::null_mut(),
-            )
-        };
+        let params = [slot.dev.device_ptr(), pieces as u64];
+        // SAFETY: the kernel's two parameters are the uploaded descriptors and their count; the
+        // descriptors' ranges were checked (or vouched for) by the copier's caller.
+        let launched =
+            unsafe { module::launch(api, k.func, (grid, threads), stream.raw(), &params) };
         // Recorded even when the launch failed: the upload is in flight either way.
         let recorded = slot.done.record(stream);
         slot.pending = recorded.is_ok();
-        api.check("cuLaunchKernel", r)?;
+        launched?;
         if let Err(e) = recorded {
             // Without the event the slot cannot be reused safely: drain the stream now.
             stream.synchronize()?;
@@ -411,9 +368,9 @@ mod tests {
 
     #[test]
     fn piece_size_spreads_large_lists_and_keeps_small_blocks_whole() {
-        // H200 with the default tuning: 132 SMs × 2 CTAs × 8 warps.
+        // A device of 132 SMs with the default tuning (2 CTAs of 8 warps per SM).
         let warps = 132 * 2 * 8;
-        // 40,000 × 64 KiB: pieces above 64 KiB, so no block is split.
+        // 40,000 blocks of 64 KiB: pieces above 64 KiB, so no block is split.
         assert!(piece_size(40_000 * 65536, warps, 65536) >= 65536);
         // One 1 GiB descriptor: split into about 2 pieces per warp.
         let p = piece_size(1 << 30, warps, 65536);
@@ -423,13 +380,6 @@ mod tests {
         // Tiny lists: the minimum.
         assert_eq!(piece_size(100, warps, 65536), 65536);
         assert_eq!(piece_size(0, 0, 4096), 4096);
-    }
-
-    #[test]
-    fn the_copier_can_move_between_threads() {
-        fn send_sync<T: Send + Sync>() {}
-        send_sync::<super::super::BlockCopier>();
-        send_sync::<CopyKernel>();
     }
 
     #[test]
@@ -450,14 +400,5 @@ mod tests {
             ..Default::default()
         };
         assert!(matches!(k.check(), Err(CudaError::InvalidArgument(_))));
-    }
-
-    #[test]
-    fn the_shipped_ptx_declares_the_entry_and_a_jit_target() {
-        assert!(PTX.contains(".visible .entry gdpath_copy_blocks("), "entry");
-        assert!(PTX.contains(".target sm_80"), "target");
-        assert!(PTX.contains(".address_size 64"));
-        assert!(PTX.contains("ld.global.v4.u32") && PTX.contains("st.global.v4.u32"));
-        assert!(PTX.ends_with('\0'));
     }
 }

@@ -1,7 +1,7 @@
 //! Descriptor lists without the GPU: the descriptor type, the checks every list passes before
 //! anything is enqueued, and coalescing. Pure functions, O(N) (O(N log R) against R regions).
 
-use std::fmt;
+use crate::error::blocks::{BlockListError, Side};
 
 /// One copy of a block list: `len` bytes from address `src` to address `dst`.
 ///
@@ -27,84 +27,9 @@ impl BlockCopy {
     }
 }
 
-/// Which end of a copy an error is about.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Side {
-    /// The destination (`dst`).
-    Dst,
-    /// The source (`src`).
-    Src,
-}
-
-impl fmt::Display for Side {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Side::Dst => "destination",
-            Side::Src => "source",
-        })
-    }
-}
-
-/// Most descriptors one call takes: 2^24 (16,777,216; 384 MiB of descriptors for the kernel's
-/// upload). A KV transfer of 100,000 blocks × 64 layers fits; a larger list is split by the
-/// caller, so that staging memory stays bounded.
+/// Most descriptors one call takes: 2^24, which bounds the kernel's pinned and device staging
+/// (24 bytes a descriptor); a larger list is split by the caller.
 pub const MAX_BLOCKS_PER_CALL: usize = 1 << 24;
-
-/// Why a block list was refused. Nothing was enqueued when one of these is returned.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum BlockListError {
-    /// The list has no descriptors.
-    #[error("the list has no descriptors")]
-    Empty,
-    /// More than [`MAX_BLOCKS_PER_CALL`] descriptors.
-    #[error("{count} descriptors exceed the limit of {max} per call")]
-    TooMany { count: usize, max: usize },
-    /// A descriptor of length 0 (almost always a layout bug upstream, so it is not skipped).
-    #[error("descriptor {index} has length 0")]
-    ZeroLength { index: usize },
-    /// `addr + len` does not fit in 64 bits.
-    #[error("descriptor {index}: {side} {addr:#x} + {len} bytes overflows the address space")]
-    Overflow {
-        index: usize,
-        side: Side,
-        addr: u64,
-        len: u64,
-    },
-    /// The destination range overlaps the source range of the same descriptor.
-    #[error(
-        "descriptor {index}: destination {dst:#x} and source {src:#x} overlap over {len} bytes"
-    )]
-    SelfOverlap {
-        index: usize,
-        dst: u64,
-        src: u64,
-        len: u64,
-    },
-    /// The range lies in none of the regions given for its side (or straddles two).
-    #[error("descriptor {index}: {side} {addr:#x}..{end:#x} is inside no {side} region")]
-    OutsideRegions {
-        index: usize,
-        side: Side,
-        addr: u64,
-        end: u64,
-    },
-    /// No region was given for a side.
-    #[error("no {side} region was given")]
-    NoRegions { side: Side },
-    /// Two regions of one side overlap (the same buffer twice, or two views of one allocation).
-    #[error("{side} regions {a} and {b} overlap")]
-    OverlappingRegions { side: Side, a: usize, b: usize },
-    /// A destination region is host memory borrowed for reading ([`super::BlockRegion::host`]).
-    #[error("destination region {index} is read-only host memory (use BlockRegion::host_mut)")]
-    ReadOnlyDestination { index: usize },
-    /// The kernel method needs host memory at the same address on host and device; the driver
-    /// maps this region elsewhere (a device without `CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM`).
-    #[error(
-        "host region at {host:#x} is mapped at device address {device:#x}; the kernel method \
-         needs them equal (use the driver-batch method)"
-    )]
-    HostMappedElsewhere { host: u64, device: u64 },
-}
 
 /// The checks that need no regions: count, zero lengths, address overflow, self-overlap.
 ///
@@ -301,8 +226,8 @@ pub(crate) fn plan(
 }
 
 /// [`plan`] into `out`, which has room for every descriptor of `blocks` (coalescing only
-/// shrinks a list). One thread: on the H200 machine one pass costs about 5 ns per descriptor,
-/// and splitting the pass over threads gained nothing there (starting them cost as much).
+/// shrinks a list). One thread: splitting the pass over threads did not pay for starting them
+/// (docs/gpu.md, "Block-list copies").
 ///
 /// Errors: as [`plan`]'s.
 pub(crate) fn plan_into(
@@ -322,7 +247,7 @@ pub(crate) fn plan_into(
 /// `out` is cleared first. A merge whose length would overflow u64 is not made.
 ///
 /// Coalescing never changes which bytes go where; it only lowers the count the driver or the
-/// kernel sees (vLLM's connectors coalesce 34,000 descriptors to 422 by hand, issue 25).
+/// kernel sees, which is what its cost per descriptor is paid for.
 pub fn coalesce(blocks: &[BlockCopy], out: &mut Vec<BlockCopy>) {
     out.clear();
     let Some((first, rest)) = blocks.split_first() else {

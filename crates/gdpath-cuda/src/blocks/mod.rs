@@ -1,6 +1,6 @@
 //! Block-list copies: N (dst, src, len) descriptors enqueued on a stream with one driver call
-//! or one kernel launch, for KV-cache blocks (issue 25: 10,000–100,000 blocks of 16–256 KiB per
-//! request, where one copy call per block spends the time posting, not copying).
+//! or one kernel launch, for KV-cache blocks (many thousands of small blocks per request, where
+//! one copy call per block spends the time posting, not copying).
 //!
 //! Shapes: a [`BlockCopier`] (per context; owns reusable staging) takes the destination and
 //! source [`BlockRegion`]s (device memory of this GPU, of a peer GPU, another process's memory
@@ -11,30 +11,27 @@
 //!
 //! - [`BlockMethod::DriverBatch`]: `cuMemcpyBatchAsync` (CUDA 12.8+, see `batch.rs` for the ABI
 //!   choice). Copy engines move the data and no SM is used, but the driver prepares each copy
-//!   on the CPU (microseconds per copy, below): for lists of few, large copies.
+//!   on the CPU, whatever the count: for lists of few, large copies.
 //! - [`BlockMethod::Kernel`]: one launch of a gather/scatter kernel (`src/ptx/copy_blocks.cu`)
 //!   over descriptors uploaded from pinned staging: for many small copies, within a GPU, to a
 //!   peer, and to or from pinned host memory.
 //!
-//! Why the kernel's defaults are what they are (H200: 132 SMs, HBM3e ≈ 4.8 TB/s, PCIe Gen5 x16):
+//! Why the kernel's defaults are what they are (the device figures and the measurements behind
+//! them are in docs/gpu.md, "Block-list copies"):
 //! - one warp per descriptor, so every warp streams its own block with no CTA-wide barrier;
 //!   256-thread CTAs, 2 per SM ([`KernelTuning`]);
-//! - per step each lane loads four 16-byte vectors before storing them: 2 KiB per warp and
-//!   32 KiB per SM in flight, about the bandwidth × latency product of HBM per SM (≈ 36 KiB)
-//!   and far above what PCIe reads need, so the copy is bandwidth-bound, not latency-bound;
+//! - per step each lane loads four 16-byte vectors before storing them, so each SM keeps about
+//!   HBM's bandwidth-latency product per SM in flight (far above what PCIe reads need): the
+//!   copy is bandwidth-bound, not latency-bound;
 //! - every warp access is 512 contiguous bytes (four full 128-byte lines): whole L2 sectors
 //!   for HBM, and full-line posted writes that PCIe write combining turns into large TLPs when
 //!   the destination is pinned host memory;
-//! - descriptors longer than `total / (2 × warps)` (at least 64 KiB) are split, so a coalesced
-//!   run cannot leave one warp working alone, and 16–64 KiB blocks stay whole;
+//! - descriptors longer than the list's bytes over twice the grid's warps (and at least
+//!   64 KiB) are split, so a coalesced run cannot leave one warp working alone, while small
+//!   blocks stay whole;
 //! - the next descriptor is loaded while the current one is copied, hiding its latency;
 //! - the host side is one pass per list (check, coalesce and write into pinned staging
-//!   together) and one upload, so posting costs a small fraction of the bytes' time over PCIe.
-//!
-//! The driver batch (`cuMemcpyBatchAsync`) costs microseconds of CPU per copy whatever the
-//! count, so it is for lists of few large copies and the kernel for many small ones; the
-//! measurements behind both, against contiguous copies of the same bytes, are in
-//! docs/benchmarks.md ("Measurements behind the defaults", the block-list rows).
+//!   together) and one upload, so posting costs little next to moving the bytes over PCIe.
 //!
 //! On the driver batch: copies within a batch run in no particular order and may overlap each
 //! other in time; the batch as a whole is stream-ordered. Descriptors whose destinations
@@ -51,95 +48,21 @@ use std::marker::PhantomData;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+pub use crate::error::blocks::{BlockListError, BlockMethod, Side, Unavailable};
+pub use batch::{BatchAbi, MemLocation};
 pub use kernel::KernelTuning;
-pub use list::{check_list, coalesce, BlockCopy, BlockListError, Side, MAX_BLOCKS_PER_CALL};
-
-pub(crate) use kernel::CopyKernel;
+pub use list::{check_list, coalesce, BlockCopy, MAX_BLOCKS_PER_CALL};
 
 use crate::context::{enable_peer_access, Context};
+use crate::driver::call;
+use crate::driver::sys::{
+    BatchFn, CU_MEMCPY_FLAG_DEFAULT, CU_MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE,
+};
 use crate::error::CudaError;
 use crate::memory::{DevMem, DeviceBuffer, HostKeep, PinnedHost};
 use crate::stream::{Held, Stream};
-use batch::{BatchArrays, CUmemcpyAttributes};
+use batch::BatchArrays;
 use list::RegionIndex;
-
-/// Where memory is, for the driver's location hints and for reports.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum MemLocation {
-    /// Device memory of the GPU with this CUDA ordinal (for an IPC mapping: the importing
-    /// context's GPU).
-    Device(u32),
-    /// Pinned host memory.
-    Host,
-}
-
-/// How a block list is moved.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum BlockMethod {
-    /// `cuMemcpyBatchAsync`: the driver's batched copy on copy engines (CUDA 12.8+).
-    DriverBatch,
-    /// One launch of the gather/scatter copy kernel (shipped PTX).
-    Kernel,
-}
-
-impl BlockMethod {
-    /// Both methods, in a fixed order.
-    pub const ALL: [BlockMethod; 2] = [BlockMethod::DriverBatch, BlockMethod::Kernel];
-
-    /// The method's name in reports: `driver-batch` or `kernel`.
-    pub fn name(self) -> &'static str {
-        match self {
-            BlockMethod::DriverBatch => "driver-batch",
-            BlockMethod::Kernel => "kernel",
-        }
-    }
-}
-
-impl fmt::Display for BlockMethod {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// Which `cuMemcpyBatchAsync` signature was resolved (see `batch.rs`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum BatchAbi {
-    /// CUDA 12.8's, with `size_t *failIdx`; on 12.8 and 12.9 drivers.
-    Cuda12_8,
-    /// CUDA 13.0's, without `failIdx`; on 13.0 and later drivers.
-    Cuda13_0,
-}
-
-/// Why a [`BlockMethod`] cannot run here.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Unavailable {
-    /// The driver is older than CUDA 12.8, which introduced `cuMemcpyBatchAsync`.
-    #[error(
-        "the driver supports CUDA {}.{}; cuMemcpyBatchAsync needs 12.8 (driver R570) or newer",
-        driver / 1000,
-        driver % 1000 / 10
-    )]
-    DriverTooOld { driver: u32 },
-    /// `cuDriverGetVersion` failed.
-    #[error("cuDriverGetVersion failed (CUresult {result})")]
-    DriverVersionUnknown { result: i32 },
-    /// No `cuGetProcAddress_v2` (CUDA 12.0) to resolve the versioned entry point with.
-    #[error("the driver exports no cuGetProcAddress_v2 (CUDA 12.0)")]
-    NoProcAddress,
-    /// `cuGetProcAddress_v2` found no `cuMemcpyBatchAsync` for the version asked.
-    #[error(
-        "cuGetProcAddress_v2(\"cuMemcpyBatchAsync\", {requested}) found no entry point \
-         (query status {status}, CUresult {result})"
-    )]
-    NotExported {
-        requested: i32,
-        status: i32,
-        result: i32,
-    },
-    /// The copy kernel's PTX did not load (no PTX JIT, or a driver older than PTX ISA 7.0).
-    #[error("the copy kernel did not load: {message}")]
-    KernelLoad { message: String },
-}
 
 /// What a block-list copy enqueued.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -305,7 +228,7 @@ impl BlockCopier {
         BlockCopier {
             ctx: ctx.clone(),
             tuning: KernelTuning::default(),
-            batch_flags: batch::CU_MEMCPY_FLAG_DEFAULT,
+            batch_flags: CU_MEMCPY_FLAG_DEFAULT,
             staging: kernel::Staging::new(),
             arrays: BatchArrays::default(),
             peers: Vec::new(),
@@ -339,19 +262,14 @@ impl BlockCopier {
     ///
     /// Errors: [`CudaError::MethodUnavailable`].
     pub fn batch_abi(&self) -> Result<BatchAbi, CudaError> {
-        self.batch_fn().map(batch::BatchFn::abi)
+        self.batch_fn().map(batch::abi)
     }
 
-    fn batch_fn(&self) -> Result<batch::BatchFn, CudaError> {
+    fn batch_fn(&self) -> Result<BatchFn, CudaError> {
         batch::resolve(self.ctx.api()).map_err(|reason| CudaError::MethodUnavailable {
             method: BlockMethod::DriverBatch,
             reason,
         })
-    }
-
-    /// The kernel's launch shape and split (for measurements; the default is the fast one).
-    pub fn kernel_tuning(&self) -> KernelTuning {
-        self.tuning
     }
 
     /// Set the kernel's launch shape and split. Checked at the next launch.
@@ -363,9 +281,9 @@ impl BlockCopier {
     /// rather than use its default (flags 0, the default here).
     pub fn set_batch_prefer_overlap(&mut self, on: bool) {
         self.batch_flags = if on {
-            batch::CU_MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE
+            CU_MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE
         } else {
-            batch::CU_MEMCPY_FLAG_DEFAULT
+            CU_MEMCPY_FLAG_DEFAULT
         };
     }
 
@@ -455,7 +373,7 @@ impl BlockCopier {
                 arrays.clear();
                 Ok(list::plan(blocks, regions, |c, d, s| {
                     let (dl, sl) = locate(d, s);
-                    arrays.push(c.dst, c.src, c.len, CUmemcpyAttributes::new(dl, sl, flags));
+                    arrays.push(c.dst, c.src, c.len, batch::attributes(dl, sl, flags));
                 })?)
             }
             BlockMethod::Kernel => {
@@ -489,8 +407,11 @@ impl BlockCopier {
             BlockMethod::DriverBatch => {
                 let f = self.batch_fn()?;
                 stream.context().bind()?;
-                self.arrays.post(self.ctx.api(), f, stream.raw())?;
-                report.batch_abi = Some(f.abi());
+                // SAFETY: every copy was checked against its regions (which the caller keeps
+                // alive through the stream) or vouched for by `copy_unchecked`'s caller; the
+                // stream is live and its context current.
+                unsafe { self.arrays.post(self.ctx.api(), f, stream.raw()) }?;
+                report.batch_abi = Some(batch::abi(f));
             }
             BlockMethod::Kernel => {
                 let l = self.staging.launch(
@@ -552,11 +473,7 @@ impl BlockCopier {
         let api = self.ctx.api();
         self.ctx.bind()?;
         for r in regions.filter(|r| r.location == MemLocation::Host) {
-            let mut dev = 0u64;
-            // SAFETY: a pinned host pointer; out-pointer live; context current.
-            api.check("cuMemHostGetDevicePointer_v2", unsafe {
-                (api.cuMemHostGetDevicePointer)(&mut dev, r.addr as *mut std::ffi::c_void, 0)
-            })?;
+            let dev = call::mem_host_get_device_pointer(api, r.addr as *mut std::ffi::c_void)?;
             if dev != r.addr {
                 return Err(BlockListError::HostMappedElsewhere {
                     host: r.addr,
@@ -566,5 +483,14 @@ impl BlockCopier {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_copier_can_move_between_threads() {
+        fn send_sync<T: Send + Sync>() {}
+        send_sync::<super::BlockCopier>();
     }
 }

@@ -4,6 +4,7 @@ use std::sync::{Arc, Mutex, Weak};
 
 use super::call;
 use super::sys::{self, Api};
+use crate::context::Context;
 use crate::error::CudaError;
 
 /// An open cuFile driver (`cuFileDriverOpen`); closed (`cuFileDriverClose_v2`) when the last
@@ -34,8 +35,9 @@ static LIVE: Mutex<Weak<DriverInner>> = Mutex::new(Weak::new());
 /// `*_kb` fields are KiB.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CuFileProperties {
-    /// nvidia-fs kernel module version, (0, 0) when the module is not loaded.
+    /// nvidia-fs kernel module major version, 0 when the module is not loaded.
     pub nvfs_major: u32,
+    /// nvidia-fs kernel module minor version, 0 when the module is not loaded.
     pub nvfs_minor: u32,
     /// I/O at or below this size is completed by polling when poll mode is on (KiB).
     pub poll_thresh_size_kb: u64,
@@ -56,6 +58,7 @@ pub struct CuFileProperties {
     pub max_device_pinned_mem_size_kb: u32,
     /// Most entries in one batch.
     pub max_batch_io_size: u32,
+    /// Longest a batch waits for its completions (ms).
     pub max_batch_io_timeout_msecs: u32,
 }
 
@@ -111,7 +114,7 @@ impl CuFileDriver {
     ///
     /// Errors: [`CudaError::LibraryMissing`] naming `libcufile.so.0`; [`CudaError::CuFile`] with
     /// cuFile's code and text.
-    pub fn open(ctx: &crate::Context) -> Result<CuFileDriver, CudaError> {
+    pub fn open(ctx: &Context) -> Result<CuFileDriver, CudaError> {
         let api = sys::api()?;
         let mut live = LIVE.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(inner) = live.upgrade() {
@@ -151,11 +154,6 @@ impl CuFileDriver {
             max_batch_io_size: p.max_batch_io_size,
             max_batch_io_timeout_msecs: p.max_batch_io_timeout_msecs,
         })
-    }
-
-    /// Whether this libcufile has the batch API.
-    pub fn has_batch_api(&self) -> bool {
-        self.inner.api.batch.is_some()
     }
 }
 

@@ -128,12 +128,6 @@ impl CuFileHandle {
         buf.context().bind()?;
         let (api, ptr) = (self.driver.inner.api, buf.device_ptr());
         // SAFETY: range checked; buffer alive for the call (borrowed); handle registered.
-        unsafe {
-            if write {
-                call::write(api, self.raw, ptr, len, file_off, buf_off as i64)
-            } else {
-                call::read(api, self.raw, ptr, len, file_off, buf_off as i64)
-            }
-        }
+        unsafe { call::io(api, write, self.raw, ptr, len, (file_off, buf_off as i64)) }
     }
 }

@@ -12,18 +12,15 @@
 //!    cuFile's code, name and text; `unsafe` where the library dereferences what it is given.
 //! 3. The RAII types: [`CuFileDriver`] (`cuFileDriverOpen` / `cuFileDriverClose_v2`),
 //!    [`CuFileBuf`] (`cuFileBufRegister` / `cuFileBufDeregister`), [`CuFileHandle`]
-//!    (`cuFileHandleRegister` / `cuFileHandleDeregister`), [`CuFileBatch`] (`cuFileBatchIOSetUp`
-//!    / `cuFileBatchIODestroy`). Each holds what it depends on (`Arc`s), so drop order cannot
-//!    break it.
+//!    (`cuFileHandleRegister` / `cuFileHandleDeregister`). Each holds what it depends on
+//!    (`Arc`s), so drop order cannot break it.
 
-mod batch;
 mod call;
 mod codes;
 mod driver;
 mod handle;
 mod sys;
 
-pub use batch::{BatchCompletion, BatchIo, BatchOp, CuFileBatch};
 pub use call::io_result;
 pub use codes::{cufile_error, error_text};
 pub use driver::{CuFileDriver, CuFileProperties};

@@ -7,7 +7,7 @@ use std::ffi::{c_int, c_uint, c_void};
 use std::sync::OnceLock;
 
 use crate::error::{CudaError, Library};
-use crate::loader::{self, SearchEnv};
+use crate::loader::{self, symbol_table, SearchEnv};
 
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
@@ -57,119 +57,35 @@ pub(super) union CUfileDescrHandle {
 }
 
 pub(super) type CUfileHandle_t = *mut c_void;
-pub(super) type CUfileBatchHandle_t = *mut c_void;
-
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub(super) struct CUfileIOParamsBatch {
-    pub(super) dev_ptr_base: *mut c_void,
-    pub(super) file_offset: i64,
-    pub(super) dev_ptr_offset: i64,
-    pub(super) size: usize,
-}
-
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub(super) struct CUfileIOParams_t {
-    /// `CUFILE_BATCH` = 1.
-    pub(super) mode: c_int,
-    pub(super) u: CUfileIOParamsBatch,
-    pub(super) fh: CUfileHandle_t,
-    /// `CUFILE_READ` = 0, `CUFILE_WRITE` = 1.
-    pub(super) opcode: c_int,
-    pub(super) cookie: *mut c_void,
-}
-
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub(super) struct CUfileIOEvents_t {
-    pub(super) cookie: *mut c_void,
-    pub(super) status: c_int,
-    pub(super) ret: usize,
-}
-
-pub(super) struct Api {
-    _lib: libloading::Library,
-    pub(super) loaded_from: String,
-    pub(super) driver_open: unsafe extern "C" fn() -> CUfileError_t,
-    pub(super) driver_close: unsafe extern "C" fn() -> CUfileError_t,
-    pub(super) driver_get_properties: unsafe extern "C" fn(*mut CUfileDrvProps_t) -> CUfileError_t,
-    pub(super) handle_register:
-        unsafe extern "C" fn(*mut CUfileHandle_t, *mut CUfileDescr_t) -> CUfileError_t,
-    pub(super) handle_deregister: unsafe extern "C" fn(CUfileHandle_t),
-    pub(super) buf_register: unsafe extern "C" fn(*const c_void, usize, c_int) -> CUfileError_t,
-    pub(super) buf_deregister: unsafe extern "C" fn(*const c_void) -> CUfileError_t,
-    pub(super) read: unsafe extern "C" fn(CUfileHandle_t, *mut c_void, usize, i64, i64) -> isize,
-    pub(super) write: unsafe extern "C" fn(CUfileHandle_t, *const c_void, usize, i64, i64) -> isize,
-    pub(super) get_version: Option<unsafe extern "C" fn(*mut c_int) -> CUfileError_t>,
-    pub(super) batch: Option<BatchApi>,
-}
-
-#[derive(Clone, Copy)]
-pub(super) struct BatchApi {
-    pub(super) setup: unsafe extern "C" fn(*mut CUfileBatchHandle_t, c_uint) -> CUfileError_t,
-    pub(super) submit: unsafe extern "C" fn(
-        CUfileBatchHandle_t,
-        c_uint,
-        *mut CUfileIOParams_t,
-        c_uint,
-    ) -> CUfileError_t,
-    pub(super) get_status: unsafe extern "C" fn(
-        CUfileBatchHandle_t,
-        c_uint,
-        *mut c_uint,
-        *mut CUfileIOEvents_t,
-        *mut libc::timespec,
-    ) -> CUfileError_t,
-    pub(super) cancel: unsafe extern "C" fn(CUfileBatchHandle_t) -> CUfileError_t,
-    pub(super) destroy: unsafe extern "C" fn(CUfileBatchHandle_t),
-}
-
+/// Which release first has every required symbol, for [`CudaError::SymbolMissing`].
 const NEEDED: &str = "libcufile 1.0 (CUDA 11.4) or newer";
+
+symbol_table! {
+    /// libcufile's entry points, resolved once; lives in a process-wide `OnceLock` ([`api`]),
+    /// so the library is never unloaded.
+    struct Api from Library::CuFile, needs NEEDED;
+    required {
+        driver_open: unsafe extern "C" fn() -> CUfileError_t = ["cuFileDriverOpen"];
+        driver_close: unsafe extern "C" fn() -> CUfileError_t = ["cuFileDriverClose_v2", "cuFileDriverClose"];
+        driver_get_properties: unsafe extern "C" fn(*mut CUfileDrvProps_t) -> CUfileError_t = ["cuFileDriverGetProperties"];
+        handle_register: unsafe extern "C" fn(*mut CUfileHandle_t, *mut CUfileDescr_t) -> CUfileError_t = ["cuFileHandleRegister"];
+        handle_deregister: unsafe extern "C" fn(CUfileHandle_t) = ["cuFileHandleDeregister"];
+        buf_register: unsafe extern "C" fn(*const c_void, usize, c_int) -> CUfileError_t = ["cuFileBufRegister"];
+        buf_deregister: unsafe extern "C" fn(*const c_void) -> CUfileError_t = ["cuFileBufDeregister"];
+        read: unsafe extern "C" fn(CUfileHandle_t, *mut c_void, usize, i64, i64) -> isize = ["cuFileRead"];
+        write: unsafe extern "C" fn(CUfileHandle_t, *const c_void, usize, i64, i64) -> isize = ["cuFileWrite"];
+    }
+    optional {
+        /// Older libcufile releases lack it.
+        get_version: unsafe extern "C" fn(*mut c_int) -> CUfileError_t = ["cuFileGetVersion"];
+    }
+}
 
 impl Api {
     fn load() -> Result<Api, CudaError> {
         let env = SearchEnv::from_process(Library::CuFile);
         let (lib, from) = loader::open(Library::CuFile, &env)?;
-        let l = Library::CuFile;
-        // SAFETY (all below): each type is the cufile.h signature of the symbol.
-        unsafe {
-            let batch = (|| -> Result<BatchApi, CudaError> {
-                Ok(BatchApi {
-                    setup: loader::symbol(&lib, l, &["cuFileBatchIOSetUp"], NEEDED)?,
-                    submit: loader::symbol(&lib, l, &["cuFileBatchIOSubmit"], NEEDED)?,
-                    get_status: loader::symbol(&lib, l, &["cuFileBatchIOGetStatus"], NEEDED)?,
-                    cancel: loader::symbol(&lib, l, &["cuFileBatchIOCancel"], NEEDED)?,
-                    destroy: loader::symbol(&lib, l, &["cuFileBatchIODestroy"], NEEDED)?,
-                })
-            })()
-            .ok();
-            Ok(Api {
-                loaded_from: from.display(),
-                driver_open: loader::symbol(&lib, l, &["cuFileDriverOpen"], NEEDED)?,
-                driver_close: loader::symbol(
-                    &lib,
-                    l,
-                    &["cuFileDriverClose_v2", "cuFileDriverClose"],
-                    NEEDED,
-                )?,
-                driver_get_properties: loader::symbol(
-                    &lib,
-                    l,
-                    &["cuFileDriverGetProperties"],
-                    NEEDED,
-                )?,
-                handle_register: loader::symbol(&lib, l, &["cuFileHandleRegister"], NEEDED)?,
-                handle_deregister: loader::symbol(&lib, l, &["cuFileHandleDeregister"], NEEDED)?,
-                buf_register: loader::symbol(&lib, l, &["cuFileBufRegister"], NEEDED)?,
-                buf_deregister: loader::symbol(&lib, l, &["cuFileBufDeregister"], NEEDED)?,
-                read: loader::symbol(&lib, l, &["cuFileRead"], NEEDED)?,
-                write: loader::symbol(&lib, l, &["cuFileWrite"], NEEDED)?,
-                get_version: loader::symbol(&lib, l, &["cuFileGetVersion"], NEEDED).ok(),
-                batch,
-                _lib: lib,
-            })
-        }
+        Api::resolve(lib, from.display())
     }
 }
 
@@ -198,7 +114,5 @@ mod tests {
         assert_eq!(std::mem::size_of::<CUfileDrvPropsNvfs>(), 32);
         assert_eq!(std::mem::size_of::<CUfileDrvProps_t>(), 56);
         assert_eq!(std::mem::size_of::<CUfileDescr_t>(), 24);
-        assert_eq!(std::mem::size_of::<CUfileIOParams_t>(), 64);
-        assert_eq!(std::mem::size_of::<CUfileIOEvents_t>(), 24);
     }
 }

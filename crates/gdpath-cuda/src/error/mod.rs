@@ -4,8 +4,19 @@
 //! call with CUDA's own error name and text, or cuFile's code with its text. Errors are `Clone`
 //! so that a failed library load, which is cached for the life of the process, can be handed to
 //! every caller.
+//!
+//! This module is the bottom of the crate and imports nothing of it: the block-list copier's
+//! refusals it carries are defined here too ([`blocks`]).
 
 use std::fmt;
+
+pub(crate) mod blocks;
+
+use blocks::{BlockListError, BlockMethod, Unavailable};
+
+/// `CUDA_ERROR_DEINITIALIZED` (cuda.h): the driver has shut down, because the process is
+/// exiting.
+const CUDA_ERROR_DEINITIALIZED: i32 = 4;
 
 /// A vendor library that gdpath loads at run time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -71,6 +82,7 @@ pub enum CudaError {
         env = library.env_override()
     )]
     LibraryMissing {
+        /// The library.
         library: Library,
         /// Every name or path handed to `dlopen`, in order.
         tried: Vec<String>,
@@ -81,7 +93,9 @@ pub enum CudaError {
     /// The library loaded but lacks a function gdpath needs: it is older than required.
     #[error("{library} has no symbol `{symbol}`: the installed version is too old for gdpath ({needed})")]
     SymbolMissing {
+        /// The library.
         library: Library,
+        /// The function's export name (the newest, where several are accepted).
         symbol: &'static str,
         /// Which release first has the symbol.
         needed: &'static str,
@@ -90,7 +104,7 @@ pub enum CudaError {
     /// A CUDA driver API call returned an error.
     #[error("{call} failed: {name} ({code}): {message}")]
     Driver {
-        /// The driver API function, e.g. `cuMemAlloc_v2`.
+        /// The driver API function called, as the driver exports it, e.g. `cuMemAlloc_v2`.
         call: &'static str,
         /// The raw `CUresult`.
         code: i32,
@@ -106,7 +120,12 @@ pub enum CudaError {
 
     /// No CUDA device with this ordinal.
     #[error("no CUDA device {ordinal}: the driver reports {count} device(s)")]
-    NoSuchDevice { ordinal: u32, count: u32 },
+    NoSuchDevice {
+        /// The ordinal asked for.
+        ordinal: u32,
+        /// Devices the driver reports.
+        count: u32,
+    },
 
     /// A host buffer is still the target or source of an operation on a stream that has not been
     /// synchronized, so the CPU may not touch it yet.
@@ -115,12 +134,18 @@ pub enum CudaError {
 
     /// An NVML call failed.
     #[error("NVML {call} failed: {message}")]
-    Nvml { call: &'static str, message: String },
+    Nvml {
+        /// The NVML function.
+        call: &'static str,
+        /// NVML's error, as nvml-wrapper words it.
+        message: String,
+    },
 
     /// A cuFile call returned a `CU_FILE_*` error (5001..) or, for code 5011
     /// (`CU_FILE_CUDA_DRIVER_ERROR`), a CUDA error as well.
     #[error("cuFile {call} failed: {name} ({code}): {message}{}", cuda_suffix(*cu_result))]
     CuFile {
+        /// The cuFile function called, as libcufile exports it.
         call: &'static str,
         /// The raw `CUfileOpError` value.
         code: i32,
@@ -135,26 +160,36 @@ pub enum CudaError {
     /// A cuFile read or write failed with a system error (`errno`).
     #[error("cuFile {call} failed: {message} (errno {errno})")]
     CuFileIo {
+        /// `cuFileRead` or `cuFileWrite`.
         call: &'static str,
+        /// The `errno` value.
         errno: i32,
+        /// The system's text for it.
         message: String,
     },
 
     /// A block list was refused before anything was enqueued ([`crate::blocks`]).
     #[error("block list refused: {0}")]
-    BlockList(#[from] crate::blocks::BlockListError),
+    BlockList(#[from] BlockListError),
 
     /// A block-copy method cannot run with this driver or device.
     #[error("block copy method {method} is unavailable: {reason}")]
     MethodUnavailable {
-        method: crate::blocks::BlockMethod,
-        reason: crate::blocks::Unavailable,
+        /// The method asked for.
+        method: BlockMethod,
+        /// Why it cannot run.
+        reason: Unavailable,
     },
 
     /// A binding panicked; the panic was caught and converted. This is a bug in a binding, kept
     /// as an error so that a probe never takes the process down.
     #[error("{what} panicked: {message}")]
-    Panicked { what: &'static str, message: String },
+    Panicked {
+        /// The binding call that panicked.
+        what: &'static str,
+        /// The panic's message.
+        message: String,
+    },
 }
 
 fn cuda_suffix(cu_result: i32) -> String {
@@ -169,7 +204,7 @@ impl CudaError {
     /// True for `CUDA_ERROR_DEINITIALIZED`: the driver shut down (the process is exiting), so a
     /// resource it held goes with the process.
     pub fn is_deinitialized(&self) -> bool {
-        matches!(self, CudaError::Driver { code, .. } if *code == crate::ffi::CUDA_ERROR_DEINITIALIZED)
+        matches!(self, CudaError::Driver { code, .. } if *code == CUDA_ERROR_DEINITIALIZED)
     }
 
     /// The library this error is about, when it is a load failure.
@@ -185,14 +220,6 @@ impl CudaError {
     pub fn cu_result(&self) -> Option<i32> {
         match self {
             CudaError::Driver { code, .. } => Some(*code),
-            _ => None,
-        }
-    }
-
-    /// The raw `CUfileOpError` of a failed cuFile call.
-    pub fn cufile_code(&self) -> Option<i32> {
-        match self {
-            CudaError::CuFile { code, .. } => Some(*code),
             _ => None,
         }
     }
