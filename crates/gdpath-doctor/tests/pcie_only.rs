@@ -110,3 +110,43 @@ fn an_nvlink_capable_product_in_the_same_tree_stays_unknown() {
         f.evidence
     );
 }
+
+/// `fixture` with every `from` replaced by `to`, written to a scratch file.
+fn derived(fixture_rel: &str, from: &str, to: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+    let text = std::fs::read_to_string(fixture(fixture_rel)).unwrap();
+    assert!(text.contains(from), "{fixture_rel} has no {from}");
+    let tmp = scratch();
+    let file = tmp.path().join("derived.xml");
+    std::fs::write(&file, text.replace(from, to)).unwrap();
+    (tmp, file)
+}
+
+/// NCCL and hwloc XML carry PCI device ids too. Derived: AWS p4d's NCCL file (A100 SXM4,
+/// NVLink through NVSwitches, which the file does not describe) with its GPUs' device id made
+/// an L40S's, and an hwloc export's three Tesla M2070 made T4s: the cross-socket pairs, unknown
+/// for the original products, are degraded.
+#[test]
+fn pcie_only_products_are_recognised_in_nccl_and_hwloc_xml() {
+    let (_t, file) = derived(
+        "nccl-xml/nccl-aws-p4d-24xl-topo.xml",
+        r#"device="0x20b0""#,
+        r#"device="0x26b9""#,
+    );
+    let r = doctor_on_source(gdpath::topo::Source::NcclXml(file));
+    assert!(r.coverage.nvlink.is_unknown());
+    let x = find(&r, ids::P2P_CROSS_SOCKET, "GPU0-GPU4");
+    assert_eq!(x.status, Status::Degraded, "{}", x.evidence);
+
+    let hwloc = "hwloc-xml/hwloc-xml-24em64t-2n6c2t-pci.xml";
+    let r = doctor_on_source(gdpath::topo::Source::HwlocXml(fixture(hwloc)));
+    assert_eq!(
+        status(&r, ids::P2P_CROSS_SOCKET, "GPU0-GPU1"),
+        Status::Unknown
+    );
+    let (_t, file) = derived(hwloc, "[10de:06d2]", "[10de:1eb8]");
+    let r = doctor_on_source(gdpath::topo::Source::HwlocXml(file));
+    for pair in ["GPU0-GPU1", "GPU0-GPU2"] {
+        let x = find(&r, ids::P2P_CROSS_SOCKET, pair);
+        assert_eq!(x.status, Status::Degraded, "{pair}: {}", x.evidence);
+    }
+}
