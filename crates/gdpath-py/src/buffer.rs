@@ -7,8 +7,10 @@
 //! and `mmap.mmap` raise `BufferError` on a resize or close). The address, length and read-only
 //! flag are read once, through a second, short-lived export of that memoryview.
 //!
-//! Two exporters do not count exports, and [`export`] covers them along the object's owner
-//! chain ([`owners`]: a memoryview's `.obj`, an array's `.base`, a ctypes object's `_b_base_`):
+//! Along the object's owner chain ([`owners`]: a memoryview's `.obj`, an array's `.base`, a
+//! ctypes object's `_b_base_`) the registration also holds an export of every other exporter
+//! (the `mmap` an `np.memmap` lies in, of which NumPy holds none). Two exporters do not count
+//! exports, and [`export`] covers them:
 //! - a NumPy array frees its memory on `resize(..., refcheck=False)` whatever views it has
 //!   out, but refuses any resize while it has a weak reference (`PyArray_Resize` in NumPy's
 //!   `shape.c`: `weakreflist != NULL`): the registration holds a `weakref.ref` to every array
@@ -68,7 +70,8 @@ pub struct HostExport {
     pub len: usize,
     pub readonly: bool,
     /// What the engine keeps for the registration's whole life: a tuple of the memoryview that
-    /// holds the export and a `weakref.ref` to each NumPy array of the owner chain (the pins).
+    /// holds the export, then the pins ([`hold`]: a `weakref.ref` to each NumPy array of the
+    /// owner chain, a memoryview of each other exporter in it).
     pub keep: Py<PyAny>,
     /// The owners no pin holds, checked before every post.
     pub guard: Guard,
@@ -198,16 +201,23 @@ fn loaded_type<'py>(
 }
 
 /// The pins and the guard of `obj`'s memory: a `weakref.ref` to each NumPy array of its owner
-/// chain (a weakly referenced array refuses to resize), and each array and ctypes object of
-/// the chain watched at the address and length it exports now.
+/// chain (a weakly referenced array refuses to resize), a buffer export of each other owner
+/// past `obj` itself (NumPy keeps none of the `mmap` an `np.memmap` or `ndarray(buffer=...)`
+/// lies in, which would otherwise close under it), and each array and ctypes object of the
+/// chain watched at the address and length it exports now.
 fn hold<'py>(obj: &Bound<'py, PyAny>) -> PyResult<(Vec<Bound<'py, PyAny>>, Guard)> {
     let py = obj.py();
     let mut pins = Vec::new();
     let mut guard = Guard::default();
-    for o in owners(obj) {
+    for (i, o) in owners(obj).into_iter().enumerate() {
         let array = is_ndarray(&o);
         if array {
             pins.push(py.import("weakref")?.getattr("ref")?.call1((&o,))?);
+        } else if i > 0 && !o.is_instance_of::<PyMemoryView>() {
+            // An owner that is no exporter has nothing to hold.
+            if let Ok(v) = PyMemoryView::from(&o) {
+                pins.push(v.into_any());
+            }
         }
         if array || is_ctypes(&o) {
             let (addr, len) = span(&o)?;

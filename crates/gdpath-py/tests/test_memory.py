@@ -258,7 +258,8 @@ def test_a_ctypes_resize_fails_the_next_post_cleanly():
 def test_exporters_that_count_exports_refuse_to_resize_for_the_registrations_life():
     """``bytearray``, ``array.array`` and ``mmap.mmap`` refuse a resize (and an mmap a close)
     while their memory is registered, through a memoryview too, and allow it once the region
-    and its transfers are gone."""
+    and its transfers are gone; the mmap a NumPy array lies in (of which NumPy holds no export)
+    refuses its close while the array is registered."""
     out = run_isolated("""
         import gc
         def attempts(o):
@@ -284,6 +285,17 @@ def test_exporters_that_count_exports_refuse_to_resize_for_the_registrations_lif
                 a.register(bytearray(1))  # drains references released without the GIL
             for attempt in attempts(o):
                 attempt()
+        # NumPy holds no export of the mmap an array over it lies in: the registration does.
+        m = mmap.mmap(-1, N)
+        r = a.register(np.ndarray((N,), np.uint8, buffer=m))
+        for attempt in attempts(m):
+            try:
+                attempt()
+                print("resized", "mmap under an ndarray")
+            except BufferError:
+                pass
+        a.post("write", src, r).wait()
+        assert m[:4] == b"xxxx"
         print("ok")
     """)
     assert "resized" not in out.stdout, out.stdout
