@@ -14,7 +14,9 @@
 #           issue's command lines in a shell: a loopback serve listens on loopback only, a
 #           garbage flood leaves serve's stdout small)
 #   inputs  hostile topology input: deep and huge XML, /dev/zero, FIFOs, device-count bounds
-#           (gdpath-topo's input_limits, then the same through `gdpath topo` and `doctor`)
+#           (gdpath-topo's input_limits, then the same through `gdpath topo` and `doctor`);
+#           terminal escapes in tensor names (`load --tensors`), a snapshot's osrelease
+#           (`doctor --verbose`) and an index's weight_map (the error): printed escaped
 #
 # Usage: scripts/fault-suite.sh [BLOCK...]   (default: all blocks). Exit status 0: all passed.
 set -euo pipefail
@@ -305,6 +307,38 @@ block_inputs() {
     grep -q "character device, not a regular file" "$work/err" ||
       fail "topo $flag /dev/zero says: $(cat "$work/err")"
   done
+
+  say "inputs: terminal escapes in tensor names, a snapshot's osrelease and an index's weight_map"
+  # A checkpoint whose tensor names clear the screen, hold a NUL and forge a line.
+  python3 - "$work/hostile.safetensors" <<'PY'
+import json, struct, sys
+names = ["evil\x1b[2J\x1b[31mred", "nul\x00name", "line\nforged: 0 tensors"]
+hdr = {n: {"dtype": "U8", "shape": [4], "data_offsets": [4 * i, 4 * i + 4]} for i, n in enumerate(names)}
+h = json.dumps(hdr).encode()
+open(sys.argv[1], "wb").write(struct.pack("<Q", len(h)) + h + bytes(12))
+PY
+  has_controls() { LC_ALL=C tr -d '\n' <"$1" | LC_ALL=C grep -q '[[:cntrl:]]'; }
+  bounded 60 "$gdpath" load "$work/hostile.safetensors" --host --tensors >"$work/out" 2>"$work/err" ||
+    fail "load --tensors on hostile names: $(cat "$work/err")"
+  has_controls "$work/out" && fail "load --tensors printed a control character raw: $(cat -v "$work/out")"
+  grep -qF 'evil\u{1b}[2J' "$work/out" || fail "load --tensors shows no escaped name: $(cat -v "$work/out")"
+  # The H200 snapshot with a hostile kernel release.
+  mkdir -p "$work/snap"
+  tar xzf assets/snapshots/h200x2.tar.gz -C "$work/snap"
+  printf '6.8.0\033[2J\033[31mFORGED\000\n' >"$work/snap/fs/proc/sys/kernel/osrelease"
+  tar czf "$work/hostile-snap.tar.gz" -C "$work/snap" manifest.json driver.json fs
+  rc=0
+  bounded 60 "$gdpath" doctor --verbose --snapshot "$work/hostile-snap.tar.gz" >"$work/out" 2>"$work/err" || rc=$?
+  [[ $rc == 2 ]] || fail "doctor --verbose on the hostile snapshot: status $rc: $(cat "$work/err")"
+  has_controls "$work/out" && fail "doctor --verbose printed a control character raw: $(cat -v "$work/out")"
+  grep -qF 'kernel 6.8.0\u{1b}[2J' "$work/out" || fail "doctor --verbose shows no escaped release: $(cat -v "$work/out")"
+  # A NUL (and ESC) in a shard name of an index.
+  printf '{"weight_map": {"w": "a\\u0000.safetensors\\u001b[2J"}}' >"$work/model.safetensors.index.json"
+  rc=0
+  bounded 60 "$gdpath" load "$work/model.safetensors.index.json" --host >/dev/null 2>"$work/err" || rc=$?
+  [[ $rc == 1 ]] || fail "load of an index with a NUL: status $rc"
+  has_controls "$work/err" && fail "the index error holds a control character raw: $(cat -v "$work/err")"
+  grep -qF 'a\0.safetensors\u{1b}[2J' "$work/err" || fail "the index error says: $(cat -v "$work/err")"
 }
 
 blocks=("$@")

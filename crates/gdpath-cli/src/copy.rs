@@ -6,6 +6,7 @@ use crate::progress;
 use anyhow::{Context, Result};
 use clap::Args;
 use gdpath::file::ReplaceOptions;
+use gdpath::topo::text::escape;
 use gdpath::units::format_size;
 use gdpath::{Agent, AgentConfig, DirectIo};
 use gdpath_bench::copy::{copy_file, CopyOptions};
@@ -103,7 +104,7 @@ pub fn run(a: CopyArgs) -> Result<ExitCode> {
     let agent = Agent::new(cfg)?;
     let bars = progress::for_terminal(a.json);
     let r = copy_file(&agent, &a.src, a.dst.as_deref(), &opts, bars.as_ref())
-        .with_context(|| format!("copy {}", a.src.display()))?;
+        .with_context(|| format!("copy {}", escape(&a.src)))?;
     if a.json {
         let out = serde_json::json!({
             "schema": "gdpath.copy/1",
@@ -123,7 +124,7 @@ pub fn run(a: CopyArgs) -> Result<ExitCode> {
         };
         outln!(
             "{} -> {}: {} in {:.3} s, {:.3} GB/s (1e9 B/s)",
-            a.src.display(),
+            escape(&a.src),
             a.dst.as_ref().map_or("host memory".into(), |d| {
                 crate::output::written(d, r.dst_file.as_deref())
             }),
@@ -206,7 +207,7 @@ fn run_gpu(
     } else {
         outln!(
             "{} -> {}: {} in {:.3} s, {:.3} GB/s (1e9 B/s)",
-            a.src.display(),
+            escape(&a.src),
             a.dst.as_ref().map_or(String::new(), |d| {
                 crate::output::written(d, r.dst_file.as_deref())
             }),
@@ -218,7 +219,7 @@ fn run_gpu(
             Some(f) => outln!(
                 "  path: {} (fallback: {f}: {})",
                 r.path,
-                r.detail.as_deref().unwrap_or("")
+                escape(r.detail.as_deref().unwrap_or(""))
             ),
             None => outln!("  path: {}", r.path),
         }

@@ -4,6 +4,7 @@
 use anyhow::Result;
 use clap::Args;
 use gdpath::checkpoint::{Checkpoint, Destination, LoadError};
+use gdpath::topo::text::escape;
 use gdpath::tune::Overrides;
 use gdpath::units::format_size;
 use gdpath::AgentConfig;
@@ -95,7 +96,7 @@ pub fn run(a: LoadArgs) -> Result<ExitCode> {
         .map_err(host_hint)?;
     let tuning = setup.tuning.clone();
     if !a.json {
-        outln!("chosen: {}", tuning.summary());
+        outln!("chosen: {}", escape(&tuning.summary()));
     }
     // A step that fails here fails again in the load, which says why.
     let started = setup.warm_up(&ck).ok().flatten();
@@ -143,7 +144,7 @@ pub fn run(a: LoadArgs) -> Result<ExitCode> {
             let (file, at) = v.first_difference.unwrap_or((0, 0));
             errln!(
                 "gdpath: data verification FAILED: the loaded bytes differ from {} at file offset {at}",
-                ck.files[file].display()
+                escape(&ck.files[file])
             );
             ExitCode::from(crate::NOT_VERIFIED_STATUS)
         }
@@ -195,7 +196,7 @@ pub fn run(a: LoadArgs) -> Result<ExitCode> {
         for t in &c.tensors {
             outln!(
                 "{:<60} {:>5} {:<18} {:>10} {:#x}",
-                t.name,
+                escape(&t.name),
                 format!("{:?}", t.dtype),
                 format!("{:?}", t.shape),
                 format_size(t.bytes()),
@@ -205,7 +206,7 @@ pub fn run(a: LoadArgs) -> Result<ExitCode> {
     }
     outln!(
         "{}{}: {} tensors, {} onto {onto} in {:.3} s: {:.2} GB/s (1e9 B/s; transfer alone {:.3} s)",
-        ck.files[0].display(),
+        escape(&ck.files[0]),
         match ck.files.len() {
             1 => String::new(),
             n => format!(" and {} more files", n - 1),
@@ -220,7 +221,7 @@ pub fn run(a: LoadArgs) -> Result<ExitCode> {
         Some(f) => outln!(
             "path: {} (fallback: {f}: {})",
             path_text(&c.path),
-            c.detail.as_deref().unwrap_or("")
+            escape(c.detail.as_deref().unwrap_or(""))
         ),
         None => outln!("path: {}", path_text(&c.path)),
     }

@@ -11,6 +11,7 @@
 //!   (the doctor's 3, "the doctor failed").
 //! - stderr that cannot be written: ignored (there is nowhere left to say it).
 
+use gdpath::topo::text::escape;
 use std::fmt::Arguments;
 use std::io::Write;
 use std::sync::Mutex;
@@ -59,8 +60,8 @@ fn classify(e: std::io::Error) -> Failure {
 /// unsaid: `report.html (the file /data/r.html it links to)`.
 pub fn written(given: &std::path::Path, real: Option<&std::path::Path>) -> String {
     match real {
-        Some(r) => format!("{} (the file {} it links to)", given.display(), r.display()),
-        None => given.display().to_string(),
+        Some(r) => format!("{} (the file {} it links to)", escape(given), escape(r)),
+        None => escape(given),
     }
 }
 

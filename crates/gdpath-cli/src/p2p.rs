@@ -7,6 +7,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use gdpath::backend::cuda::gpu_pair_path_from_facts;
 use gdpath::topo::facts::{DriverFacts, NvmlP2pStatus, P2pCap};
+use gdpath::topo::text::escape;
 use gdpath::topo::Source;
 use gdpath::Path;
 use serde::Serialize;
@@ -83,13 +84,9 @@ impl FactsSource {
     }
 
     /// The header's words: `live driver (NVML, CUDA)`, `snapshot FILE (its driver facts)`,
-    /// `driver facts FILE`.
+    /// `driver facts FILE`, the file name escaped.
     pub fn describe(&self) -> String {
-        let path = self
-            .path
-            .as_ref()
-            .map(|p| p.display().to_string())
-            .unwrap_or_default();
+        let path = self.path.as_ref().map(escape).unwrap_or_default();
         match self.kind {
             "snapshot" => format!("snapshot {path} (its driver facts)"),
             "facts" => format!("driver facts {path}"),
@@ -247,7 +244,7 @@ impl P2pView {
         o.push('\n');
         o.push_str(&self.grid_text("gdpath path per pair (row = source):", &self.paths));
         for g in &self.gaps {
-            let _ = writeln!(o, "\nunknown: {g}");
+            let _ = writeln!(o, "\nunknown: {}", escape(g));
         }
         o
     }
@@ -260,9 +257,9 @@ const MAX_FACTS_BYTES: u64 = 64 << 20;
 fn read_facts(a: &P2pArgs) -> Result<(DriverFacts, FactsSource)> {
     if let Some(p) = &a.facts {
         let text = gdpath::file::read_bounded(p, MAX_FACTS_BYTES)
-            .with_context(|| format!("reading {}", p.display()))?;
+            .with_context(|| format!("reading {}", escape(&p)))?;
         let facts = serde_json::from_slice(&text)
-            .with_context(|| format!("{} is not driver facts JSON", p.display()))?;
+            .with_context(|| format!("{} is not driver facts JSON", escape(&p)))?;
         let source = FactsSource {
             kind: "facts",
             path: Some(p.clone()),
@@ -281,7 +278,7 @@ fn read_facts(a: &P2pArgs) -> Result<(DriverFacts, FactsSource)> {
             Some(d) => Ok((d, source)),
             None => bail!(
                 "snapshot {} has no driver facts (captured without a driver); P2P status unknown",
-                p.display()
+                escape(&p)
             ),
         };
     }

@@ -4,6 +4,7 @@
 use crate::topo::SourceArgs;
 use anyhow::{Context, Result};
 use clap::Args;
+use gdpath::topo::text::escape;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -36,7 +37,7 @@ pub struct ReportArgs {
 pub fn run(a: ReportArgs) -> Result<ExitCode> {
     // What the save would refuse, said before the report is made (and --measure runs).
     gdpath::file::check_target(&a.output, a.overwrite)
-        .with_context(|| format!("writing the report to {}", a.output.display()))?;
+        .with_context(|| format!("writing the report to {}", escape(&a.output)))?;
     let opts = gdpath_report::Options {
         source: a.source.source(),
         paths: a.paths,
@@ -46,7 +47,7 @@ pub fn run(a: ReportArgs) -> Result<ExitCode> {
     };
     let html = gdpath_report::report(&opts).map_err(report_error)?;
     let t = gdpath_report::save(&a.output, html.as_bytes(), a.overwrite)
-        .with_context(|| format!("writing the report to {}", a.output.display()))?;
+        .with_context(|| format!("writing the report to {}", escape(&a.output)))?;
     outln!(
         "wrote {} ({} KiB)",
         crate::output::written_target(&a.output, &t),

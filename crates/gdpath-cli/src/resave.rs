@@ -5,6 +5,7 @@
 use anyhow::{Context, Result};
 use clap::Args;
 use gdpath::checkpoint::{self as ck, Checkpoint, Destination, SaveOptions};
+use gdpath::topo::text::escape;
 use gdpath::units::format_size;
 use gdpath::{Agent, AgentConfig};
 use std::path::PathBuf;
@@ -48,7 +49,7 @@ pub fn run(a: ResaveArgs) -> Result<ExitCode> {
         return Err(crate::usage(format!(
             "{}: resave takes one .safetensors file (and compares DST with it byte for byte); \
              resave a sharded checkpoint's files one by one",
-            a.src.display()
+            escape(&a.src)
         )));
     }
     let src = Checkpoint::open(&[&a.src])?;
@@ -109,7 +110,7 @@ pub fn run(a: ResaveArgs) -> Result<ExitCode> {
     } else {
         outln!(
             "{}: {} tensors, {} loaded into {from} in {:.3} s",
-            a.src.display(),
+            escape(&a.src),
             loaded.tensors.len(),
             format_size(loaded.tensor_bytes),
             loaded.elapsed.as_secs_f64()
@@ -140,7 +141,7 @@ pub fn run(a: ResaveArgs) -> Result<ExitCode> {
         match &last.finding {
             Some(f) => outln!(
                 "path: {paths} (fallback: {f}: {})",
-                last.detail.as_deref().unwrap_or("")
+                escape(last.detail.as_deref().unwrap_or(""))
             ),
             None => outln!("path: {paths}"),
         }

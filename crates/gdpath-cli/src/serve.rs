@@ -3,6 +3,7 @@
 use anyhow::{Context, Result};
 use clap::Args;
 use gdpath::net::{EventKind, EventLog, FailureMode, NetConfig, NetEvent, Token};
+use gdpath::topo::text::escape;
 use gdpath::units::{format_size, parse_size};
 use gdpath::{Agent, AgentConfig, HostBuffer, Memory};
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
@@ -82,9 +83,9 @@ impl NetOpts {
         } else if let Some(p) = &self.token_file {
             // A regular file only, and a bounded read: a FIFO never blocks the start.
             let raw = gdpath::file::read_bounded(p, MAX_TOKEN_FILE_BYTES)
-                .with_context(|| format!("reading token file {}", p.display()))?;
+                .with_context(|| format!("reading token file {}", escape(&p)))?;
             let s = String::from_utf8(raw)
-                .map_err(|_| anyhow::anyhow!("token file {} is not UTF-8 text", p.display()))?;
+                .map_err(|_| anyhow::anyhow!("token file {} is not UTF-8 text", escape(&p)))?;
             warn_if_others_read(p);
             Some(s.trim_end_matches(['\n', '\r']).to_owned())
         } else {
@@ -135,9 +136,9 @@ fn warn_if_others_read(p: &std::path::Path) {
             errln!(
                 "gdpath: warning: token file {} can be read by other users (mode {:o}); \
                  `chmod 600 {}` keeps the secret yours",
-                p.display(),
+                escape(&p),
                 mode & 0o777,
-                p.display()
+                escape(&p)
             );
         }
     }

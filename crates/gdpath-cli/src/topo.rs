@@ -4,6 +4,7 @@
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use gdpath::topo::smi::{legend_lines, SmiMatrix};
+use gdpath::topo::text::escape;
 use gdpath::topo::{Device, DeviceKind, Machine, Source};
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -107,7 +108,7 @@ pub fn run(args: TopoArgs) -> Result<ExitCode> {
             fsync: !no_fsync,
         };
         let c = gdpath_doctor::machine::capture(sysfs_root.as_deref(), &output, replace)
-            .with_context(|| format!("capturing into {}", output.display()))?;
+            .with_context(|| format!("capturing into {}", escape(&output)))?;
         let (m, s, why) = (c.machine, c.summary, c.no_facts);
         outln!(
             "wrote {}: {}, {}, {} ({}, {}, {}, {})",
@@ -121,7 +122,7 @@ pub fn run(args: TopoArgs) -> Result<ExitCode> {
             plural(m.devices.len(), "PCI function", "PCI functions"),
         );
         if !s.refused.is_empty() {
-            outln!("left out as private: {}", s.refused.join(", "));
+            outln!("left out as private: {}", escape(&s.refused.join(", ")));
         }
         match &m.driver {
             Some(d) => outln!(
@@ -131,7 +132,10 @@ pub fn run(args: TopoArgs) -> Result<ExitCode> {
             ),
             None => {
                 if let Some(why) = why {
-                    outln!("no driver facts stored: NVLink facts unavailable: {why}");
+                    outln!(
+                        "no driver facts stored: NVLink facts unavailable: {}",
+                        escape(&why)
+                    );
                 }
             }
         }
@@ -144,7 +148,7 @@ pub fn run(args: TopoArgs) -> Result<ExitCode> {
     )?;
     let source = args.source.source();
     if let Some(file) = &args.svg {
-        let context = || format!("writing the drawing to {}", file.display());
+        let context = || format!("writing the drawing to {}", escape(&file));
         // What the save would refuse, said before the machine is read.
         gdpath::file::check_target(file, args.overwrite).with_context(context)?;
         let svg = gdpath_report::drawing(&source, &[]).map_err(crate::report::report_error)?;
@@ -159,7 +163,7 @@ pub fn run(args: TopoArgs) -> Result<ExitCode> {
         out!("{}", render(&machine, &source, args.all));
         // With two GPUs or more the topo.nvlink-unknown warning says it already.
         if let (Some(why), 1) = (no_facts, machine.gpus().count()) {
-            outln!("NVLink facts unavailable: {why}");
+            outln!("NVLink facts unavailable: {}", escape(&why));
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -169,8 +173,13 @@ fn plural(n: usize, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
 }
 
-/// Aligned text table: columns padded to their widest cell, two spaces apart.
+/// Aligned text table: columns padded to their widest cell, two spaces apart; every cell
+/// escaped ([`escape`]: names and ids come from the source).
 fn table(rows: &[Vec<String>]) -> String {
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| r.iter().map(escape).collect())
+        .collect();
     let ncols = rows.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> = (0..ncols)
         .map(|c| {
@@ -182,7 +191,7 @@ fn table(rows: &[Vec<String>]) -> String {
         })
         .collect();
     let mut out = String::new();
-    for r in rows {
+    for r in &rows {
         let line: Vec<String> = r
             .iter()
             .enumerate()
@@ -223,7 +232,7 @@ fn render(m: &Machine, source: &Source, all: bool) -> String {
     let _ = writeln!(
         o,
         "gdpath topo: {} ({}, {}, {}; {functions}; {})",
-        source.describe(),
+        escape(&source.describe()),
         plural(g, "GPU", "GPUs"),
         plural(n, "NIC", "NICs"),
         plural(v, "NVMe", "NVMe"),
@@ -233,7 +242,7 @@ fn render(m: &Machine, source: &Source, all: bool) -> String {
         let others: Vec<String> = m
             .nics()
             .chain(m.nvmes())
-            .map(|d| format!("{} {}", d.id, d.display_name()))
+            .map(|d| escape(&format!("{} {}", d.id, d.display_name())))
             .collect();
         let _ = writeln!(
             o,
@@ -345,10 +354,10 @@ fn render(m: &Machine, source: &Source, all: bool) -> String {
         let _ = writeln!(o, "  none");
     }
     for w in &warnings {
-        let _ = writeln!(o, "  [{}] {}", w.id, w.message);
+        let _ = writeln!(o, "  [{}] {}", w.id, escape(&w.message));
     }
     for note in &m.notes {
-        let _ = writeln!(o, "  [note] {note}");
+        let _ = writeln!(o, "  [note] {}", escape(note));
     }
 
     let iommu = match m.iommu.enabled() {

@@ -274,7 +274,7 @@ fn dmabuf(input: &DoctorInput, modules: &PeermemModules) -> Dmabuf {
         Some((r, file)) => match kernel_version(&r) {
             Some(v) if v >= (5, 12) => ev.push(format!("kernel {r} ≥ 5.12 ({file})")),
             Some(_) => missing.push(format!("kernel {r} < 5.12 ({file})")),
-            None => unknowns.push(format!("kernel release {r:?} not understood ({file})")),
+            None => unknowns.push(format!("kernel release \"{r}\" not understood ({file})")),
         },
         None => {
             unknowns.push("kernel release unknown (/proc/sys/kernel/osrelease absent)".to_owned())

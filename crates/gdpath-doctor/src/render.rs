@@ -6,10 +6,13 @@
 //! status whose summaries agree are one line; a finding that several paths share (`system.no-gpu`
 //! under GDR, GDS and system) is said once, naming the others. Passed and not-run checks are
 //! counted (`--all` lists them). `verbose` adds every evidence text, with the subjects it holds
-//! for, and the remedies; `--json` ([`crate::Report`]) keeps everything.
+//! for, and the remedies; `--json` ([`crate::Report`]) keeps everything. Every text that came
+//! from the source (evidence, subjects, remedies, the source's name) is written through
+//! [`gdpath_topo::text::escape`]: a snapshot's or XML's strings reach the terminal escaped.
 
 use crate::{Mode, Report};
 use gdpath::finding::{ids, Area, Finding, Status};
+use gdpath_topo::text::escape;
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
@@ -44,7 +47,7 @@ pub fn text(r: &Report, mode: &Mode, opts: TextOptions) -> String {
         "gdpath doctor: {}",
         match mode {
             Mode::Live => "this machine (live)".to_owned(),
-            Mode::Replay { what } => format!("{what} (replay: live-only checks not run)"),
+            Mode::Replay { what } => format!("{} (replay: live-only checks not run)", escape(what)),
         }
     );
     if r.findings
@@ -87,7 +90,13 @@ pub fn text(r: &Report, mode: &Mode, opts: TextOptions) -> String {
     if opts.verbose {
         let _ = writeln!(o, "\nVerdict:");
         for v in &r.verdicts {
-            let _ = writeln!(o, "  {} {:<6} {}", mark(v.status), name(v.path), v.summary);
+            let _ = writeln!(
+                o,
+                "  {} {:<6} {}",
+                mark(v.status),
+                name(v.path),
+                escape(&v.summary)
+            );
         }
     } else {
         let v: Vec<String> = r
@@ -163,7 +172,7 @@ fn coverage(o: &mut String, r: &Report, verbose: bool) {
             "Not described by the source (checks that need them are unknown):"
         );
         for (a, why) in gaps {
-            let _ = writeln!(o, "  {}: {why}", a.describe());
+            let _ = writeln!(o, "  {}: {}", a.describe(), escape(why));
         }
         return;
     }
@@ -208,7 +217,7 @@ struct Line<'r> {
 
 impl Line<'_> {
     fn write(&self, o: &mut String, width: usize, verbose: bool) {
-        let subjects = crate::subjects::compress(&self.subjects);
+        let subjects = escape(&crate::subjects::compress(&self.subjects));
         let also = if self.also.is_empty() {
             String::new()
         } else {
@@ -228,7 +237,7 @@ impl Line<'_> {
                 o,
                 "  {} {id}  {what}{}{also}",
                 mark(self.status),
-                cut(self.summary, SUMMARY_CHARS)
+                cut(&escape(self.summary), SUMMARY_CHARS)
             );
             return;
         }
@@ -240,17 +249,22 @@ impl Line<'_> {
         let _ = writeln!(o, "{}", head.trim_end());
         match self.evidence.as_slice() {
             [(ev, _)] => {
-                let _ = writeln!(o, "      {ev}");
+                let _ = writeln!(o, "      {}", escape(ev));
             }
             many => {
                 for (ev, subs) in many {
-                    let _ = writeln!(o, "      {}: {ev}", crate::subjects::compress(subs));
+                    let _ = writeln!(
+                        o,
+                        "      {}: {}",
+                        escape(&crate::subjects::compress(subs)),
+                        escape(ev)
+                    );
                 }
             }
         }
         if !matches!(self.status, Status::Ok | Status::NotRun) {
             for r in &self.remedies {
-                let _ = writeln!(o, "      → {r}");
+                let _ = writeln!(o, "      → {}", escape(r));
             }
         }
     }

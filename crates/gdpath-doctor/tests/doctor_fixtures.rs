@@ -595,14 +595,6 @@ fn doctor_on_nccl_file(path: PathBuf) -> gdpath_doctor::Report {
     doctor_on_source(gdpath::topo::Source::NcclXml(path))
 }
 
-/// The doctor on any source, as a replay.
-fn doctor_on_source(source: gdpath::topo::Source) -> gdpath_doctor::Report {
-    let loaded = gdpath_doctor::load(&source).unwrap();
-    let input =
-        gdpath_doctor::DoctorInput::new(&loaded.machine, loaded.view.as_ref(), loaded.mode.clone());
-    gdpath_doctor::run(&input)
-}
-
 /// Azure NDv2 (NCCL topology file): one InfiniBand NIC on NUMA 0; GPUs 0–3 reach it at PHB,
 /// GPUs 4–7 at SYS (INDEX.md). NCCL's default GDR level PXB turns GDR off for all of them.
 #[test]

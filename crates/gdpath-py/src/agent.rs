@@ -56,10 +56,12 @@ impl Agent {
 fn descriptors(py: Python<'_>, side: &Bound<'_, PyAny>) -> PyResult<Vec<gdpath::Descriptor>> {
     let one = |o: &Bound<'_, PyAny>| -> PyResult<Option<gdpath::Descriptor>> {
         if let Ok(d) = o.cast::<Descriptor>() {
-            return Ok(Some(d.get().engine(py)));
+            return Ok(Some(d.get().engine(py)?));
         }
         if let Ok(r) = o.cast::<Region>() {
-            let r = &r.get().region;
+            let r = r.get();
+            r.check(py)?;
+            let r = &r.region;
             return Ok(Some(r.desc(0, r.len().py_err(py)?)));
         }
         Ok(None)
@@ -146,7 +148,12 @@ impl Agent {
     /// `gpu`: the CUDA ordinal of a `__cuda_array_interface__` object that does not name its
     /// device (`ValueError` for other objects, which say where their memory is). Memory that
     /// holds Python object references (a NumPy array of dtype `object`) is refused with
-    /// `TypeError`: bytes moved over them would crash the interpreter.
+    /// `TypeError`: bytes moved over them would crash the interpreter. Buffer-protocol memory
+    /// stays in place for the registration's life: the region holds a buffer export (a
+    /// `bytearray`, `array.array` or `mmap` refuses to resize) and a weakref to each NumPy
+    /// array the memory lies in (NumPy refuses `resize`, even with `refcheck=False`); a
+    /// `ctypes.resize` or an array's `__setstate__`, which nothing refuses, fails the next
+    /// post on the region with `memory_moved`.
     ///
     /// Errors: `TypeError` / `ValueError` for what cannot be registered; the engine's as
     /// `gdpath.GdpathError` (`unsupported` for GPU or pinned memory without a CUDA driver,
@@ -303,6 +310,7 @@ impl Agent {
     /// Exports `region` to peers (host memory; GPU memory where UCX supports CUDA) and
     /// returns the id they know it by. Errors: `read_only_memory` (a peer could write it).
     fn export(&self, py: Python<'_>, region: &Region) -> PyResult<u64> {
+        region.check(py)?;
         let (agent, r) = (self.agent.clone(), region.region.clone());
         py.detach(move || agent.export(&r)).py_err(py)
     }
@@ -437,7 +445,7 @@ impl Agent {
         r: crate::memory::Resolved,
     ) -> PyResult<Region> {
         let agent = self.agent.clone();
-        let (memory, keep) = (r.memory, r.keep);
+        let (memory, keep, guard) = (r.memory, r.keep, r.guard);
         let region = py
             .detach(move || match keep {
                 Some(k) => agent.register_kept(memory, k),
@@ -448,6 +456,7 @@ impl Agent {
             region,
             obj: (r.via != "file").then(|| obj.unbind()),
             via: r.via,
+            guard,
         })
     }
 
@@ -533,6 +542,8 @@ pub struct Region {
     pub(crate) region: gdpath::Region,
     pub(crate) obj: Option<Py<PyAny>>,
     via: &'static str,
+    /// The owners of registered buffer memory that no pin holds (ctypes objects, NumPy arrays).
+    guard: crate::buffer::Guard,
 }
 
 impl Region {
@@ -542,7 +553,15 @@ impl Region {
             region,
             obj: None,
             via,
+            guard: Default::default(),
         }
+    }
+
+    /// Fails with kind `memory_moved` when the registered object's memory moved or was freed
+    /// since registration ([`crate::buffer::Guard`]); every post that uses the region calls it
+    /// first.
+    pub(crate) fn check(&self, py: Python<'_>) -> PyResult<()> {
+        self.guard.check(py, self.region.id().0)
     }
 
     fn length(&self, py: Python<'_>) -> PyResult<u64> {
@@ -696,12 +715,11 @@ pub struct Descriptor {
 }
 
 impl Descriptor {
-    fn engine(&self, py: Python<'_>) -> gdpath::Descriptor {
-        self.region
-            .bind(py)
-            .get()
-            .region
-            .desc(self.offset, self.length)
+    /// The engine's descriptor, once the region's memory is checked ([`Region::check`]).
+    fn engine(&self, py: Python<'_>) -> PyResult<gdpath::Descriptor> {
+        let r = self.region.bind(py).get();
+        r.check(py)?;
+        Ok(r.region.desc(self.offset, self.length))
     }
 }
 

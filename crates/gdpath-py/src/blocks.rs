@@ -716,6 +716,8 @@ pub fn prepare(
         }
     };
     let (s, d) = (src.get(), dst.get());
+    s.region.bind(py).get().check(py)?;
+    d.region.bind(py).get().check(py)?;
     let mut t = BlockTransfer::new(
         &s.region.bind(py).get().region,
         s.layout,
@@ -770,6 +772,9 @@ impl PreparedBlocks {
                 ))
             }
         };
+        for layout in [&self.src, &self.dst] {
+            layout.bind(py).get().region.bind(py).get().check(py)?;
+        }
         let p = &self.inner;
         let (ss, ds) = (s.slice(), d.slice());
         let r = py.detach(move || match (ss, ds) {

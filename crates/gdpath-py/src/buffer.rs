@@ -2,9 +2,23 @@
 //! NumPy arrays, `mmap`, `array.array`.
 //!
 //! The region keeps a `memoryview` of the object: it holds one export of the buffer for as
-//! long as it lives, so the exporter can neither free nor move the memory (a `bytearray` with a
-//! view out refuses to resize, "BufferError: Existing exports of data"). The address, length
-//! and read-only flag are read once, through a second, short-lived export of that memoryview.
+//! long as the engine holds the memory (the region, its transfers and exports), and an exporter
+//! that counts its exports then refuses to free or move the memory (`bytearray`, `array.array`
+//! and `mmap.mmap` raise `BufferError` on a resize or close). The address, length and read-only
+//! flag are read once, through a second, short-lived export of that memoryview.
+//!
+//! Along the object's owner chain ([`owners`]: a memoryview's `.obj`, an array's `.base`, a
+//! ctypes object's `_b_base_`) the registration also holds an export of every other exporter
+//! (the `mmap` an `np.memmap` lies in, of which NumPy holds none). Two exporters do not count
+//! exports, and [`export`] covers them:
+//! - a NumPy array frees its memory on `resize(..., refcheck=False)` whatever views it has
+//!   out, but refuses any resize while it has a weak reference (`PyArray_Resize` in NumPy's
+//!   `shape.c`: `weakreflist != NULL`): the registration holds a `weakref.ref` to every array
+//!   in the chain, which pins them;
+//! - `ctypes.resize` reallocates a ctypes object's memory with nothing to refuse it, and an
+//!   array's `__setstate__` frees it: no pin exists, so the registration records each array's
+//!   and ctypes object's address and length ([`Guard`]), and every post re-reads them first and
+//!   fails with kind `memory_moved` when they changed.
 //!
 //! `PyObject_GetBuffer` / `PyBuffer_Release` and `Py_buffer` joined the limited API in Python
 //! 3.11 (PEP 688 era), and so are not in PyO3's `abi3-py39` bindings; they are exported by
@@ -45,14 +59,176 @@ extern "C" {
     fn PyBuffer_Release(view: *mut PyBufferView);
 }
 
-/// The memory a buffer-protocol object exports, and the memoryview that keeps it exported.
+/// `PyBUF_INDIRECT` without `PyBUF_FORMAT`: the request every exporter answers (any strides,
+/// suboffsets allowed, no format to describe), which [`Guard`] re-reads an owner's address
+/// and length with.
+const PYBUF_INDIRECT: c_int = 0x0100 | 0x0010 | 0x0008;
+
+/// The memory a buffer-protocol object exports, and what keeps it in place.
 pub struct HostExport {
     pub ptr: *mut u8,
     pub len: usize,
     pub readonly: bool,
-    pub view: Py<PyMemoryView>,
+    /// What the engine keeps for the registration's whole life: a tuple of the memoryview that
+    /// holds the export, then the pins ([`hold`]: a `weakref.ref` to each NumPy array of the
+    /// owner chain, a memoryview of each other exporter in it).
+    pub keep: Py<PyAny>,
+    /// The owners no pin holds, checked before every post.
+    pub guard: Guard,
     /// Shape, strides (bytes) and item size as the exporter describes them.
     pub geometry: crate::memory::Geometry,
+}
+
+/// An owner of registered memory that can free or move it while it is exported (a NumPy array,
+/// a ctypes object), with the address and length (bytes) it exported at registration.
+struct Watched {
+    obj: Py<PyAny>,
+    addr: usize,
+    len: isize,
+}
+
+/// The owners of a registered buffer that can move or free its memory with nothing to refuse
+/// it (see the module doc); [`Guard::check`] runs before every post that uses the region.
+#[derive(Default)]
+pub struct Guard {
+    watched: Vec<Watched>,
+}
+
+impl Guard {
+    /// Fails when an owner's memory moved or changed length since registration: kind
+    /// `memory_moved` (`gdpath.DescriptorError`), naming region `region`. A change made while a
+    /// transfer is in flight is not seen by this check (nothing can refuse it).
+    pub fn check(&self, py: Python<'_>, region: u64) -> PyResult<()> {
+        for w in &self.watched {
+            let obj = w.obj.bind(py);
+            let now = span(obj).ok();
+            if now != Some((w.addr, w.len)) {
+                let was = format!("{} bytes at {:#x}", w.len, w.addr);
+                let is = now.map_or_else(
+                    || "no buffer".to_owned(),
+                    |(a, l)| format!("{l} bytes at {a:#x}"),
+                );
+                return Err(crate::error::raise(
+                    py,
+                    "memory_moved",
+                    &format!(
+                        "region {region}: the memory of the {} it was registered from moved or \
+                         was freed since registration (was {was}, now {is}: ctypes.resize, or \
+                         an array's __setstate__); nothing was moved: register the object again",
+                        crate::error::type_name(obj)
+                    ),
+                    None,
+                    None,
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The address and length (bytes) `obj` exports now, through a short-lived export.
+fn span(obj: &Bound<'_, PyAny>) -> PyResult<(usize, isize)> {
+    // SAFETY: a zeroed Py_buffer is what PyObject_GetBuffer fills; the GIL is held.
+    let mut b: PyBufferView = unsafe { std::mem::zeroed() };
+    if unsafe { PyObject_GetBuffer(obj.as_ptr(), &mut b, PYBUF_INDIRECT) } != 0 {
+        return Err(PyErr::fetch(obj.py()));
+    }
+    let out = (b.buf as usize, b.len);
+    // SAFETY: filled by the successful call above, released once, not read after.
+    unsafe { PyBuffer_Release(&mut b) };
+    Ok(out)
+}
+
+/// `obj` and the objects that own its memory, nearest first: a memoryview's `.obj`, a NumPy
+/// array's `.base`, a ctypes object's `_b_base_` (the object whose memory it lies in).
+fn owners<'py>(obj: &Bound<'py, PyAny>) -> Vec<Bound<'py, PyAny>> {
+    let mut chain = vec![obj.clone()];
+    // Owner chains are short; the bound only guards against a cycle.
+    while chain.len() < 32 {
+        let cur = &chain[chain.len() - 1];
+        let next = if let Ok(v) = cur.cast::<PyMemoryView>() {
+            v.getattr("obj").ok()
+        } else if is_ndarray(cur) {
+            cur.getattr("base").ok()
+        } else if is_ctypes(cur) {
+            cur.getattr("_b_base_").ok()
+        } else {
+            None
+        };
+        match next {
+            Some(n) if !n.is_none() => chain.push(n),
+            _ => break,
+        }
+    }
+    chain
+}
+
+/// Whether `obj` is a NumPy array (a subclass too); false when NumPy was never imported, as
+/// then none exists.
+fn is_ndarray(obj: &Bound<'_, PyAny>) -> bool {
+    loaded_type(obj.py(), "numpy", &["ndarray"])
+        .is_some_and(|t| t.iter().any(|t| obj.is_instance(t).unwrap_or(false)))
+}
+
+/// Whether `obj` is a ctypes data object (simple, array, structure, union, pointer, function
+/// pointer); false when ctypes was never imported.
+fn is_ctypes(obj: &Bound<'_, PyAny>) -> bool {
+    const KINDS: [&str; 6] = [
+        "_SimpleCData",
+        "Array",
+        "Structure",
+        "Union",
+        "_Pointer",
+        "CFuncPtr",
+    ];
+    loaded_type(obj.py(), "_ctypes", &KINDS)
+        .is_some_and(|t| t.iter().any(|t| obj.is_instance(t).unwrap_or(false)))
+}
+
+/// Attributes `names` of module `module` where it is already imported (`sys.modules`), without
+/// importing it.
+fn loaded_type<'py>(
+    py: Python<'py>,
+    module: &str,
+    names: &[&str],
+) -> Option<Vec<Bound<'py, PyAny>>> {
+    let m = py
+        .import("sys")
+        .and_then(|s| s.getattr("modules"))
+        .and_then(|m| m.get_item(module))
+        .ok()?;
+    Some(names.iter().filter_map(|n| m.getattr(*n).ok()).collect())
+}
+
+/// The pins and the guard of `obj`'s memory: a `weakref.ref` to each NumPy array of its owner
+/// chain (a weakly referenced array refuses to resize), a buffer export of each other owner
+/// past `obj` itself (NumPy keeps none of the `mmap` an `np.memmap` or `ndarray(buffer=...)`
+/// lies in, which would otherwise close under it), and each array and ctypes object of the
+/// chain watched at the address and length it exports now.
+fn hold<'py>(obj: &Bound<'py, PyAny>) -> PyResult<(Vec<Bound<'py, PyAny>>, Guard)> {
+    let py = obj.py();
+    let mut pins = Vec::new();
+    let mut guard = Guard::default();
+    for (i, o) in owners(obj).into_iter().enumerate() {
+        let array = is_ndarray(&o);
+        if array {
+            pins.push(py.import("weakref")?.getattr("ref")?.call1((&o,))?);
+        } else if i > 0 && !o.is_instance_of::<PyMemoryView>() {
+            // An owner that is no exporter has nothing to hold.
+            if let Ok(v) = PyMemoryView::from(&o) {
+                pins.push(v.into_any());
+            }
+        }
+        if array || is_ctypes(&o) {
+            let (addr, len) = span(&o)?;
+            guard.watched.push(Watched {
+                obj: o.unbind(),
+                addr,
+                len,
+            });
+        }
+    }
+    Ok((pins, guard))
 }
 
 /// Exports `obj`'s memory through the buffer protocol. `Ok(None)` when `obj` does not support
@@ -118,11 +294,16 @@ pub fn export(obj: &Bound<'_, PyAny>) -> PyResult<Option<HostExport>> {
             shape64
         )));
     }
+    let (pins, guard) = hold(obj)?;
+    let mut items = vec![view.into_any()];
+    items.extend(pins);
+    let keep = pyo3::types::PyTuple::new(obj.py(), items)?;
     Ok(Some(HostExport {
         ptr,
         len,
         readonly,
-        view: view.unbind(),
+        keep: keep.into_any().unbind(),
+        guard,
         geometry,
     }))
 }

@@ -237,6 +237,7 @@ impl Checkpoint {
     ) -> PyResult<Bound<'py, PyDict>> {
         let mut list = Vec::with_capacity(tensors.len());
         for (name, dtype, shape, region, offset, bytes) in tensors {
+            region.check(py)?;
             let dtype = ck::save::dtype_named(&dtype).ok_or_else(|| {
                 PyValueError::new_err(format!(
                     "tensor {name:?}: {dtype:?} is not a safetensors dtype name"

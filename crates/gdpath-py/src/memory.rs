@@ -112,6 +112,8 @@ pub struct Resolved {
     pub via: &'static str,
     /// The array's shape and strides (`None` for files).
     pub geometry: Option<Geometry>,
+    /// The owners of buffer-protocol memory that no pin holds, checked before every post.
+    pub guard: crate::buffer::Guard,
 }
 
 /// An array's shape, strides in bytes (C order filled in where the producer gave none) and
@@ -169,12 +171,16 @@ pub fn resolve(obj: &Bound<'_, PyAny>, o: &Options) -> PyResult<Resolved> {
             keep: None,
             via: "file",
             geometry: None,
+            guard: Default::default(),
         });
     }
     if let Some(x) = crate::buffer::export(obj)? {
         // SAFETY: the memoryview given to `register_kept` holds the buffer exported, and the
         // engine drops it only when it holds the memory no more (region, transfers, I/O), so
-        // the memory stays at this address as long as gdpath uses it.
+        // the memory stays at this address as long as gdpath uses it, except where an owner
+        // frees it regardless of exports: the weakrefs kept beside the memoryview pin NumPy
+        // arrays, and the guard refuses a post once a ctypes object or array moved (module
+        // doc of `crate::buffer`).
         let memory = unsafe { HostPointer::new(x.ptr, x.len, !x.readonly && !o.read_only) };
         let geometry = Some(x.geometry);
         return Ok(Resolved {
@@ -182,9 +188,10 @@ pub fn resolve(obj: &Bound<'_, PyAny>, o: &Options) -> PyResult<Resolved> {
                 memory,
                 pinned: o.pinned.unwrap_or(false),
             },
-            keep: Some(x.view.into_any()),
+            keep: Some(x.keep),
             via: "buffer",
             geometry,
+            guard: x.guard,
         });
     }
     if obj.hasattr("__dlpack__")? {
@@ -230,6 +237,7 @@ pub fn resolve(obj: &Bound<'_, PyAny>, o: &Options) -> PyResult<Resolved> {
             keep: Some(keep),
             via: "dlpack",
             geometry: Some(t.geometry),
+            guard: Default::default(),
         });
     }
     if let Ok(cai) = obj.getattr("__cuda_array_interface__") {
@@ -251,6 +259,7 @@ pub fn resolve(obj: &Bound<'_, PyAny>, o: &Options) -> PyResult<Resolved> {
             keep: Some(obj.clone().unbind()),
             via: "cuda_array_interface",
             geometry: Some(geometry),
+            guard: Default::default(),
         });
     }
     Err(PyTypeError::new_err(format!(

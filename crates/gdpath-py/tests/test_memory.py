@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import gc
 import mmap
+import subprocess
+import sys
+import textwrap
 import weakref
 
 import numpy as np
@@ -154,6 +157,149 @@ def test_a_bytearray_cannot_be_resized_under_its_region(agent):
     gc.collect()
     agent.register(bytearray(1))  # drains references released without the GIL
     b.extend(b"x")
+
+
+def run_isolated(body: str) -> subprocess.CompletedProcess:
+    """Runs ``body`` (Python, with ``gdpath``, ``np``, ``ctypes``, ``array`` and ``mmap``
+    imported and an agent ``a`` whose region ``src`` holds 64 MiB) in a child interpreter, so
+    that a write into freed memory kills the child and fails the test instead of pytest."""
+    prelude = (
+        "import array, ctypes, mmap, sys\n"
+        "import numpy as np\n"
+        "import gdpath\n"
+        "a = gdpath.Agent()\n"
+        "N = 64 << 20\n"  # large enough that malloc maps it apart and a free unmaps it
+        "src = a.register(bytearray(b'x' * N))\n"
+    )
+    return subprocess.run([sys.executable, "-c", prelude + textwrap.dedent(body)],
+                          capture_output=True, text=True, timeout=120)
+
+
+def assert_clean(out: subprocess.CompletedProcess, expect: str) -> None:
+    assert out.returncode == 0, f"the child died (status {out.returncode}): {out.stderr[-2000:]}"
+    assert out.stdout.strip().splitlines()[-1] == expect, out.stdout + out.stderr
+
+
+def test_a_registered_numpy_array_cannot_be_resized_even_without_refcheck():
+    """``resize(refcheck=False)`` frees an array's memory whatever views are out; the
+    registration's weakref makes NumPy refuse it, for the array and for the owner of a
+    registered view, and every later transfer still lands in the registered memory."""
+    out = run_isolated("""
+        for view in (False, True):
+            arr = np.zeros(N, dtype=np.uint8)
+            r = a.register(arr[16:] if view else arr)
+            try:
+                arr.resize(16, refcheck=False)
+                print("resized")
+            except ValueError as e:
+                assert "referenced" in str(e), e
+            for _ in range(4):
+                a.post("write", src.desc(0, len(r)), r).wait()
+            assert arr[16:].tobytes() == b"x" * (N - 16)
+            del r
+        print("ok")
+    """)
+    assert_clean(out, "ok")
+
+
+def test_an_array_freed_by_setstate_fails_the_next_post_cleanly():
+    """No pin holds an array against ``__setstate__`` (NumPy frees its memory unchecked): the
+    post after it fails with ``memory_moved`` before any byte moves."""
+    out = run_isolated("""
+        arr = np.zeros(N, dtype=np.uint8)
+        r = a.register(arr)
+        state = np.zeros(N, dtype=np.uint8).__reduce__()[2]
+        arr.__setstate__(state)
+        try:
+            a.post("write", src, r).wait()
+            print("posted")
+        except gdpath.DescriptorError as e:
+            assert e.kind == "memory_moved" and "register the object again" in str(e), e
+            print("refused")
+    """)
+    assert_clean(out, "refused")
+
+
+def test_a_ctypes_resize_fails_the_next_post_cleanly():
+    """``ctypes.resize`` reallocates with nothing to refuse it: the next post on the region
+    (by region, descriptor, export or block layout) fails with ``memory_moved``, and a region
+    of a ctypes object left alone still moves data."""
+    out = run_isolated("""
+        c = (ctypes.c_char * N)()
+        r = a.register(c)
+        a.post("write", src, r).wait()
+        assert c.raw[:4] == b"xxxx"
+        ctypes.resize(c, 4 * N)
+        for post in (lambda: a.post("write", src, r), lambda: a.post("read", r.desc(0, 8), src.desc(0, 8)),
+                     lambda: a.plan("write", src, r), lambda: a.export(r),
+                     lambda: a.prepare_blocks(gdpath.KvLayout(src, 4096, 4), gdpath.KvLayout(r, 4096, 4))):
+            try:
+                post()
+                print("posted")
+            except gdpath.DescriptorError as e:
+                assert e.kind == "memory_moved" and "c_char_Array" in str(e), e
+        # A member of a structure lies in the structure's memory: its resize is seen too.
+        class S(ctypes.Structure):
+            _fields_ = [("head", ctypes.c_int64), ("body", ctypes.c_uint8 * N)]
+        s = S()
+        body = a.register(s.body)
+        ctypes.resize(s, 4 * N)
+        try:
+            a.post("write", src, body)
+            print("posted")
+        except gdpath.DescriptorError as e:
+            assert e.kind == "memory_moved", e
+        print("ok")
+    """)
+    assert "posted" not in out.stdout, out.stdout
+    assert_clean(out, "ok")
+
+
+def test_exporters_that_count_exports_refuse_to_resize_for_the_registrations_life():
+    """``bytearray``, ``array.array`` and ``mmap.mmap`` refuse a resize (and an mmap a close)
+    while their memory is registered, through a memoryview too, and allow it once the region
+    and its transfers are gone; the mmap a NumPy array lies in (of which NumPy holds no export)
+    refuses its close while the array is registered."""
+    out = run_isolated("""
+        import gc
+        def attempts(o):
+            if isinstance(o, mmap.mmap):
+                return (lambda: o.resize(2 * N), o.close)
+            return (lambda: o.extend(b"y"),)
+        for make in (lambda: bytearray(N), lambda: array.array("B", bytes(N)),
+                     lambda: mmap.mmap(-1, N)):
+            o = make()
+            for target in (o, memoryview(o)):
+                r = a.register(target)
+                t = a.post("write", src, r)
+                for attempt in attempts(o):
+                    try:
+                        attempt()
+                        print("resized", type(o).__name__)
+                    except BufferError:
+                        pass
+                t.wait()
+                assert bytes(o[:4]) == b"xxxx"
+                del r, t, target
+                gc.collect()
+                a.register(bytearray(1))  # drains references released without the GIL
+            for attempt in attempts(o):
+                attempt()
+        # NumPy holds no export of the mmap an array over it lies in: the registration does.
+        m = mmap.mmap(-1, N)
+        r = a.register(np.ndarray((N,), np.uint8, buffer=m))
+        for attempt in attempts(m):
+            try:
+                attempt()
+                print("resized", "mmap under an ndarray")
+            except BufferError:
+                pass
+        a.post("write", src, r).wait()
+        assert m[:4] == b"xxxx"
+        print("ok")
+    """)
+    assert "resized" not in out.stdout, out.stdout
+    assert_clean(out, "ok")
 
 
 def test_dlpack_from_numpy_registers_host_memory(agent, scratch):

@@ -83,6 +83,35 @@ impl std::fmt::Display for RdmaEvidence<'_> {
     }
 }
 
+/// NVIDIA GPU products that have no NVLink connector, by PCI device id (vendor 0x10de): a pair
+/// with one of them moves P2P data over PCIe only, so the doctor judges its PCIe path even where
+/// the source does not describe NVLink ([`Device::pcie_only`]). The device ids are those of
+/// NVIDIA's driver (`src/nvidia/generated/g_nv_name_released.h` in NVIDIA's
+/// open-gpu-kernel-modules, which names every board of each id); the lack of NVLink is each
+/// product's datasheet or product brief:
+///
+/// - L40S (0x26b9) and L40 (0x26b5): the L40/L40S datasheets give "PCIe Gen4 x16" as the only
+///   interconnect and "NVLink support: No"; Ada Lovelace dropped NVLink (NVIDIA, GTC 2022).
+/// - L4 (0x27b8): L4 datasheet, interconnect "PCIe Gen4 x16", no NVLink.
+/// - A10 (0x2236): A10 datasheet, interconnect "PCIe Gen4 64 GB/s", no NVLink bridge.
+/// - A16 and A2 (0x25b6, one id for both): A16 product brief PB-10518-001 and A2 datasheet,
+///   PCIe Gen4 (A2: x8), no NVLink.
+/// - T4 (0x1eb8): T4 datasheet, interconnect "PCIe Gen3 x16", no NVLink.
+/// - RTX 6000 Ada Generation (0x26b1): its datasheet has no NVLink (Ada has none).
+///
+/// Not listed, as they have an NVLink bridge connector: A40 (0x2235; product brief
+/// PB-09976-001, "NVLink: 2-way, 112.5 GB/s"), A30, A100 PCIe, H100 PCIe, RTX A6000; SXM parts
+/// have NVLink by design. An id not listed stays unknown where the source is silent.
+pub const PCIE_ONLY_GPUS: [(u16, &str); 7] = [
+    (0x26b9, "L40S"),
+    (0x26b5, "L40"),
+    (0x27b8, "L4"),
+    (0x2236, "A10"),
+    (0x25b6, "A16/A2"),
+    (0x1eb8, "T4"),
+    (0x26b1, "RTX 6000 Ada Generation"),
+];
+
 /// One PCI function.
 ///
 /// Unknown values are `None` (or the documented sentinels for ids), never a guess: sysfs
@@ -201,6 +230,19 @@ impl Device {
         self.name
             .clone()
             .unwrap_or_else(|| names::display_name(self.vendor, self.device, self.class, None))
+    }
+
+    /// The product name when this function is an NVIDIA GPU that has no NVLink
+    /// ([`PCIE_ONLY_GPUS`]): P2P between it and any GPU goes over PCIe, whatever the source says
+    /// of NVLink. `None` for every other device, NVLink-capable GPUs included.
+    pub fn pcie_only(&self) -> Option<&'static str> {
+        if self.kind != DeviceKind::Gpu || self.vendor != names::vendor::NVIDIA {
+            return None;
+        }
+        PCIE_ONLY_GPUS
+            .iter()
+            .find(|(id, _)| *id == self.device)
+            .map(|(_, name)| *name)
     }
 
     /// Why this function is an RDMA-capable NIC judging by its PCI identity alone, for sources

@@ -113,7 +113,7 @@ pub fn parse(text: &str, path: &Path) -> Result<Machine, TopoError> {
     for child in root.children().filter(|c| c.has_tag_name("object")) {
         r.walk(child, &Ctx::default())?;
     }
-    input::check_device_counts(&r.devices, &path.display().to_string())?;
+    input::check_device_counts(&r.devices, &crate::text::escape(path))?;
     let mut seen = BTreeMap::new();
     for d in &r.devices {
         *seen.entry(d.pci).or_insert(0) += 1;

@@ -259,7 +259,7 @@ pub(crate) fn check_one_more_function(held: usize, path: &Path) -> Result<(), cr
         return Ok(());
     }
     Err(crate::TopoError::TooManyDevices {
-        source_name: path.display().to_string(),
+        source_name: crate::text::escape(path),
         what: "PCI functions",
         count: held + 1,
         limit: MAX_PCI_FUNCTIONS,

@@ -29,6 +29,7 @@ pub mod pci;
 pub mod smi;
 pub mod snapshot;
 pub mod sysfs;
+pub mod text;
 pub mod view;
 pub mod warnings;
 mod xml;
@@ -92,7 +93,8 @@ impl Source {
         }
     }
 
-    /// The source in words, for headers: `live /sys`, `snapshot FILE`, `NCCL XML FILE`.
+    /// The source in words, for headers: `live /sys`, `snapshot FILE`, `NCCL XML FILE`; the
+    /// path as it is (a text output escapes it: [`text::escape`]).
     pub fn describe(&self) -> String {
         let what = match self {
             Source::Live => return "live /sys".to_owned(),
@@ -114,14 +116,14 @@ pub enum TopoError {
     #[error("not a sysfs tree: {what}")]
     NotSysfs { what: String },
     /// A file could not be read.
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {}: {source}", crate::text::escape(.path))]
     Io {
         path: PathBuf,
         #[source]
         source: std::io::Error,
     },
     /// Malformed XML, or XML that is not of the expected kind.
-    #[error("{path}:{line}:{column}: {message}")]
+    #[error("{}:{line}:{column}: {message}", crate::text::escape(.path))]
     Xml {
         path: PathBuf,
         line: u32,
@@ -129,32 +131,31 @@ pub enum TopoError {
         message: String,
     },
     /// The text is not the output of `nvidia-smi topo -m`.
-    #[error("{path}: {source}")]
+    #[error("{}: {source}", crate::text::escape(.path))]
     Smi {
         path: PathBuf,
         #[source]
         source: smi::SmiError,
     },
     /// The file is not a gdpath snapshot (or is a damaged one).
-    #[error("{path} is not a gdpath snapshot: {reason}")]
+    #[error("{} is not a gdpath snapshot: {reason}", crate::text::escape(.path))]
     NotSnapshot { path: PathBuf, reason: String },
     /// Writing a snapshot failed.
     #[error("cannot write snapshot: {0}")]
     Write(#[source] std::io::Error),
     /// The file is larger than any source of its kind (or never ends: `/dev/zero`).
     #[error(
-        "{path} is larger than {}, the most gdpath reads from a source of this kind (no \
-         machine's topology is that large; is it the right file?)",
-        input::size_text(*.limit_bytes)
+        "{} is larger than {}, the most gdpath reads from a source of this kind (no \
+         machine's topology is that large; is it the right file?)", crate::text::escape(.path), input::size_text(*.limit_bytes)
     )]
     TooLarge { path: PathBuf, limit_bytes: u64 },
     /// A pipe or FIFO delivered no data for `seconds` seconds.
-    #[error("{path}: no data for {seconds} s (a pipe or FIFO whose writer does not write)")]
+    #[error("{}: no data for {seconds} s (a pipe or FIFO whose writer does not write)", crate::text::escape(.path))]
     Stalled { path: PathBuf, seconds: u64 },
     /// XML nested deeper than [`input::MAX_XML_DEPTH`] elements.
     #[error(
-        "{path}:{line}:{column}: XML nested deeper than {limit} elements (a real machine's PCI \
-         tree is fewer than 32 bridges deep)"
+        "{}:{line}:{column}: XML nested deeper than {limit} elements (a real machine's PCI \
+         tree is fewer than 32 bridges deep)", crate::text::escape(.path)
     )]
     TooDeep {
         path: PathBuf,
@@ -164,7 +165,7 @@ pub enum TopoError {
     },
     /// XML with more than [`input::MAX_XML_NODES`] nodes.
     #[error(
-        "{path}: more than {limit} XML nodes (a large machine's export has tens of thousands)"
+        "{}: more than {limit} XML nodes (a large machine's export has tens of thousands)", crate::text::escape(.path)
     )]
     TooManyNodes { path: PathBuf, limit: u32 },
     /// More devices than [`input::MAX_PCI_FUNCTIONS`] or [`input::MAX_MATRIX_DEVICES`]: checked
@@ -191,7 +192,7 @@ pub fn load(source: &Source) -> Result<Machine, TopoError> {
         Source::SysfsRoot(dir) => {
             if !dir.is_dir() {
                 return Err(TopoError::NotSysfs {
-                    what: format!("{} is not a directory", dir.display()),
+                    what: format!("{} is not a directory", text::escape(dir)),
                 });
             }
             sysfs::read_machine(&DirView::new(dir), source.kind())

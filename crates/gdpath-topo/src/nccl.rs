@@ -98,7 +98,7 @@ pub fn parse(text: &str, path: &Path) -> Result<Machine, TopoError> {
     for cpu in root.children().filter(|c| c.has_tag_name("cpu")) {
         r.cpu(cpu)?;
     }
-    input::check_device_counts(&r.devices, &path.display().to_string())?;
+    input::check_device_counts(&r.devices, &crate::text::escape(path))?;
     let tree_known = !r.devices.is_empty();
     let mut nodes = std::mem::take(&mut r.nodes);
     nodes.sort_by_key(|n| n.id);

@@ -165,24 +165,26 @@ impl Machine {
     }
 
     /// What is known of NVLink between `a` and `b`: [`NvLinkState::Links`] when the machine
-    /// lists NVLinks between them; otherwise [`NvLinkState::None`] when the pair is not two GPUs
-    /// or the source describes NVLink ([`crate::Coverage::nvlink`] described), else
-    /// [`NvLinkState::Unknown`].
+    /// lists NVLinks between them; otherwise [`NvLinkState::None`] when the pair is not two GPUs,
+    /// one of them is a product without NVLink ([`Device::pcie_only`]) or the source describes
+    /// NVLink ([`crate::Coverage::nvlink`] described), else [`NvLinkState::Unknown`].
     pub fn nvlink_state(&self, a: &Device, b: &Device) -> NvLinkState {
         if a.kind != DeviceKind::Gpu || b.kind != DeviceKind::Gpu || same_device(a, b) {
             return NvLinkState::None;
         }
         match self.nvlink_count(&a.pci, &b.pci) {
-            0 => self.unlisted_nvlink(),
+            0 => self.unlisted_nvlink(a, b),
             n => NvLinkState::Links(n),
         }
     }
 
     /// What [`Machine::nvlink_state`] says of two distinct GPUs the machine lists no NVLink
-    /// between: [`NvLinkState::None`] when the source describes NVLink, else
-    /// [`NvLinkState::Unknown`].
-    pub fn unlisted_nvlink(&self) -> NvLinkState {
-        if self.coverage.nvlink.is_described() {
+    /// between: [`NvLinkState::None`] when the source describes NVLink or either GPU is a
+    /// product without NVLink (a PCIe-only SKU, [`crate::device::PCIE_ONLY_GPUS`]: NVLink needs
+    /// both ends), else [`NvLinkState::Unknown`].
+    pub fn unlisted_nvlink(&self, a: &Device, b: &Device) -> NvLinkState {
+        if self.coverage.nvlink.is_described() || a.pcie_only().is_some() || b.pcie_only().is_some()
+        {
             NvLinkState::None
         } else {
             NvLinkState::Unknown

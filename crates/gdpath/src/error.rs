@@ -67,7 +67,7 @@ pub enum Error {
     #[error("region {region} is busy: {reason}")]
     RegionBusy { region: RegionId, reason: String },
     /// The file ends before the requested range: `available` bytes exist from `offset`.
-    #[error("short file {path}: {wanted} bytes wanted at offset {offset}, only {available} there")]
+    #[error("short file {}: {wanted} bytes wanted at offset {offset}, only {available} there", gdpath_topo::text::escape(.path))]
     ShortFile {
         path: PathBuf,
         offset: u64,
@@ -76,7 +76,8 @@ pub enum Error {
     },
     /// The file system refused an O_DIRECT request that the engine could not realign.
     #[error(
-        "O_DIRECT refused for {path}: {len} bytes at offset {offset} (alignment {align} bytes)"
+        "O_DIRECT refused for {}: {len} bytes at offset {offset} (alignment {align} bytes)",
+        gdpath_topo::text::escape(.path)
     )]
     Misaligned {
         path: PathBuf,
@@ -85,7 +86,7 @@ pub enum Error {
         align: u64,
     },
     /// An I/O call failed. `op` is the call (`read`, `write`, `fstat`, ...).
-    #[error("{op} {path} at offset {offset}: {source}")]
+    #[error("{op} {} at offset {offset}: {source}", gdpath_topo::text::escape(.path))]
     Io {
         op: &'static str,
         path: PathBuf,
@@ -94,7 +95,7 @@ pub enum Error {
         source: Arc<std::io::Error>,
     },
     /// The file could not be opened.
-    #[error("cannot open {path}: {source}")]
+    #[error("cannot open {}: {source}", gdpath_topo::text::escape(.path))]
     Open {
         path: PathBuf,
         #[source]
@@ -102,14 +103,14 @@ pub enum Error {
     },
     /// No file could be created in the directory (a file written whole is made there first):
     /// permission, a read-only file system, a missing directory. Kind `open`, as [`Error::Open`].
-    #[error("cannot create a file in {dir}: {source}")]
+    #[error("cannot create a file in {}: {source}", gdpath_topo::text::escape(.dir))]
     CreateIn {
         dir: PathBuf,
         #[source]
         source: Arc<std::io::Error>,
     },
     /// The path names something that is not a regular file (`what`: "a directory", ...).
-    #[error("{path} is {what}, not a regular file")]
+    #[error("{} is {what}, not a regular file", gdpath_topo::text::escape(.path))]
     NotAFile { path: PathBuf, what: &'static str },
     /// A write was asked to follow a symbolic link that the kernel's `fs.protected_symlinks`
     /// rule (Documentation/admin-guide/sysctl/fs.rst) forbids following, whatever the sysctl
@@ -132,7 +133,7 @@ pub enum Error {
     /// bytes were to be written (when known in advance), `written` bytes were when it filled
     /// up. Written through [`crate::file::AtomicFile`], `path` is the target, which is as it
     /// was.
-    #[error("no space left for {path}: {}", no_space_detail(*needed, *written))]
+    #[error("no space left for {}: {}", gdpath_topo::text::escape(.path), no_space_detail(*needed, *written))]
     NoSpace {
         path: PathBuf,
         needed: Option<u64>,
@@ -143,11 +144,11 @@ pub enum Error {
     /// The file exists and replacing it was not asked for
     /// ([`crate::file::ReplaceOptions::overwrite`], the commands' `--overwrite`).
     /// The message names no option: the CLI adds "--overwrite", Python `overwrite=True`.
-    #[error("{path} exists")]
+    #[error("{} exists", gdpath_topo::text::escape(.path))]
     Exists { path: PathBuf },
     /// A write was requested into a file region registered read-only.
     /// The message names no API: Rust's is `FileAccess::ReadWrite`, Python's `mode="r+"`.
-    #[error("{path} was registered read-only")]
+    #[error("{} was registered read-only", gdpath_topo::text::escape(.path))]
     ReadOnly { path: PathBuf },
     /// Memory registered read-only (a read-only Python buffer, [`crate::HostPointer::new`] with
     /// `writable: false`, [`crate::GpuPointer::read_only`]) would be written: as a read's local

@@ -4,6 +4,7 @@ use super::{argv, print_ratios, print_table, verdict};
 use crate::progress;
 use anyhow::{Context, Result};
 use clap::Args;
+use gdpath::topo::text::escape;
 use gdpath::units::parse_size_range;
 use gdpath::{DirectIo, Op};
 use gdpath_bench::{storage, BenchDocument};
@@ -135,7 +136,7 @@ pub(super) fn run_storage(a: StorageArgs) -> Result<ExitCode> {
     let bars = progress::for_terminal(a.json);
     let started = std::time::SystemTime::now();
     let report = storage::run(&cfg, bars.as_ref())
-        .with_context(|| format!("bench storage on {}", a.file.display()))?;
+        .with_context(|| format!("bench storage on {}", escape(&a.file)))?;
     let all_verified = report.rows.iter().all(|r| r.verified);
     if a.json {
         let out = BenchDocument::new("bench storage", argv(), started, report.rows)
@@ -197,7 +198,7 @@ pub(super) fn run_gds(a: &StorageArgs, gpu: u32, blocks: Vec<u64>) -> Result<Exi
     let bars = progress::for_terminal(a.json);
     let started = std::time::SystemTime::now();
     let report = run(&cfg, bars.as_ref())
-        .with_context(|| format!("bench storage --gpu {gpu} on {}", a.file.display()))?;
+        .with_context(|| format!("bench storage --gpu {gpu} on {}", escape(&a.file)))?;
     let all_verified = report.rows.iter().all(|r| r.verified);
     if a.json {
         let skipped: Vec<_> = report
@@ -218,7 +219,7 @@ pub(super) fn run_gds(a: &StorageArgs, gpu: u32, blocks: Vec<u64>) -> Result<Exi
         outln!("{}", serde_json::to_string_pretty(&out)?);
     } else {
         if let Some(c) = &report.chosen {
-            outln!("chosen: {}", c.summary());
+            outln!("chosen: {}", escape(&c.summary()));
         }
         print_table(&report.rows);
         for s in &report.skipped {
@@ -229,7 +230,7 @@ pub(super) fn run_gds(a: &StorageArgs, gpu: u32, blocks: Vec<u64>) -> Result<Exi
                     .as_ref()
                     .map(|f| format!("[{f}] "))
                     .unwrap_or_default(),
-                s.detail
+                escape(&s.detail)
             );
         }
         for f in &report.findings {

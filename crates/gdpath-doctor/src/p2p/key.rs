@@ -238,13 +238,21 @@ impl Plan {
             })
             .collect();
         // Groups of interchangeable GPUs; without a tree key (stated classes) each GPU alone.
-        let mut groups: HashMap<(Option<TreeKey>, usize, IommuOf, bool), usize> = HashMap::new();
+        // A product without NVLink is grouped apart: its pairs' NVLink is known (none).
+        type Group = (Option<TreeKey>, usize, IommuOf, bool, bool);
+        let mut groups: HashMap<Group, usize> = HashMap::new();
         let mut members: Vec<Vec<usize>> = Vec::new();
         let mut group_of = Vec::with_capacity(all.len());
         for (i, g) in all.iter().enumerate() {
             let tree = m.tree_key(&g.place);
             let alone = if tree.is_some() { 0 } else { i };
-            let k = (tree, alone, g.iommu.clone(), g.hidden);
+            let k = (
+                tree,
+                alone,
+                g.iommu.clone(),
+                g.hidden,
+                g.dev.pcie_only().is_some(),
+            );
             let next = members.len();
             let gi = *groups.entry(k).or_insert(next);
             if gi == next {
@@ -272,7 +280,6 @@ impl Plan {
                 plan.keys.len() - 1
             })
         };
-        let unlisted = m.unlisted_nvlink();
         for p in 0..k {
             for q in p..k {
                 let (a, b, block) = if p == q {
@@ -287,6 +294,7 @@ impl Plan {
                         PairBlock::Between(p, q),
                     )
                 };
+                let unlisted = m.unlisted_nvlink(all[a].dev, all[b].dev);
                 let key = pair_key(m, &all[a], &all[b], unlisted, Vec::new(), list);
                 let i = intern(&mut plan, key);
                 let slot = plan.slot(p, q);

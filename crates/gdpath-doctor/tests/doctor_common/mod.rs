@@ -24,6 +24,13 @@ pub fn doctor_on(root: &Path, setup: impl FnOnce(&mut DoctorInput)) -> Report {
     doctor::run(&input)
 }
 
+/// The doctor on any source, as a replay.
+pub fn doctor_on_source(source: Source) -> Report {
+    let loaded = doctor::load(&source).unwrap();
+    let input = DoctorInput::new(&loaded.machine, loaded.view.as_ref(), loaded.mode.clone());
+    doctor::run(&input)
+}
+
 /// As [`doctor_on`], with the machine changed by `change` before the doctor runs.
 pub fn doctor_on_machine(
     root: &Path,

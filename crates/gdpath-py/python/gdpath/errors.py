@@ -66,7 +66,9 @@ class GdpathError(Exception):
 class DescriptorError(GdpathError, ValueError):
     """A request the engine refused before moving a byte: lists or pairs of different lengths,
     a descriptor outside its region, a region of another agent (kinds ``out_of_bounds``,
-    ``list_length_mismatch``, ``pair_length_mismatch``, ``foreign_region``, ``short_file``)."""
+    ``list_length_mismatch``, ``pair_length_mismatch``, ``foreign_region``, ``short_file``),
+    a region whose registered object's memory moved or was freed since registration
+    (``memory_moved``: a ``ctypes.resize``, an array's ``__setstate__``)."""
 
 
 class BlockError(DescriptorError):
@@ -174,6 +176,7 @@ _BY_KIND: Dict[str, type] = {
     "pair_length_mismatch": DescriptorError,
     "foreign_region": DescriptorError,
     "short_file": DescriptorError,
+    "memory_moved": DescriptorError,
     "blocks": BlockError,
     "read_only_memory": ReadOnlyMemoryError,
     "read_only": ReadOnlyMemoryError,

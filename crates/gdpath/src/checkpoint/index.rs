@@ -54,6 +54,14 @@ impl Index {
             let Some(file) = file.as_str() else {
                 return Err(bad(format!("weight_map[{tensor:?}] is not a file name")));
             };
+            // A NUL can name no file and a control character no file a writer made: refused
+            // here, where the message quotes it escaped, rather than at an open that fails.
+            if file.chars().any(char::is_control) {
+                return Err(bad(format!(
+                    "weight_map[{tensor:?}] = {file:?} is not a file name (it holds a control \
+                     character)"
+                )));
+            }
             let inside = !file.is_empty()
                 && Path::new(file)
                     .components()
@@ -103,6 +111,16 @@ mod tests {
         );
         assert_eq!(i.weight_map["b"], 1);
         assert_eq!(i.metadata["total_size"], 12);
+    }
+
+    #[test]
+    fn a_shard_name_with_a_control_character_is_refused_escaped() {
+        let text = "{\"weight_map\": {\"w\\u001b[2J\": \"a\\u0000.safetensors\"}}";
+        let e = Index::parse(text.as_bytes(), Path::new("/ck")).unwrap_err();
+        let m = e.to_string();
+        assert!(m.contains(r#""a\0.safetensors" is not a file name"#), "{m}");
+        assert!(m.contains(r#""w\u{1b}[2J""#), "{m}");
+        assert!(!m.chars().any(char::is_control), "{m:?}");
     }
 
     #[test]

@@ -26,14 +26,14 @@ pub const SETTLE_AFTER_FREE: Duration = Duration::from_secs(1);
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum LoadError {
     /// The file is not a valid safetensors checkpoint (nothing was allocated on the GPU).
-    #[error("{path}: {error}")]
+    #[error("{}: {error}", gdpath_topo::text::escape(.path))]
     Checkpoint {
         path: std::path::PathBuf,
         #[source]
         error: CheckpointError,
     },
     /// Registration, allocation or the transfer failed (the allocation is freed again).
-    #[error("{path}: {error}")]
+    #[error("{}: {error}", gdpath_topo::text::escape(.path))]
     Engine {
         path: std::path::PathBuf,
         #[source]
@@ -311,7 +311,7 @@ impl Checkpoint {
                         message: format!(
                             "tensor {:?} of {} is not mapped to that file",
                             t.name,
-                            ck.files[i].display()
+                            gdpath_topo::text::escape(&ck.files[i])
                         ),
                     }));
                 }
@@ -325,7 +325,7 @@ impl Checkpoint {
             return Err(bad(CheckpointError::BadIndex {
                 message: format!(
                     "tensor {name:?} is mapped to {}, which does not hold it",
-                    ck.files[i].display()
+                    gdpath_topo::text::escape(&ck.files[i])
                 ),
             }));
         }

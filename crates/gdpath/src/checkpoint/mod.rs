@@ -71,14 +71,14 @@ pub(crate) fn file_error(path: &Path, e: crate::Error) -> CheckpointError {
 #[non_exhaustive]
 pub enum CheckpointError {
     /// The file could not be opened.
-    #[error("cannot open {path}: {source}")]
+    #[error("cannot open {}: {source}", gdpath_topo::text::escape(.path))]
     Open {
         path: PathBuf,
         #[source]
         source: Arc<std::io::Error>,
     },
     /// A read or `fstat` failed.
-    #[error("{op} {path}: {source}")]
+    #[error("{op} {}: {source}", gdpath_topo::text::escape(.path))]
     Io {
         op: &'static str,
         path: PathBuf,

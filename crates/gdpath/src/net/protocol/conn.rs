@@ -1,13 +1,14 @@
 //! One connection's protocol state: the handshake, what each phase accepts, acknowledgements
 //! owed, goodbyes and deadlines. See the module docs of [`super`].
 
-use super::{sanitize, Action, Flush, Limits, Node};
+use super::{Action, Flush, Limits, Node};
 use crate::error::Error;
 use crate::net::auth::{binding, Token};
 use crate::net::codec::{
     self, DecodeError, Message, RefuseCode, RegionMeta, WritesStatus, NONCE_LEN,
 };
 use crate::net::{NetEvent, Notification};
+use gdpath_topo::text::escape;
 use std::collections::{HashSet, VecDeque};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -369,7 +370,7 @@ impl Conn {
                     self.finish(node, Err(e), out);
                     return;
                 }
-                self.label = format!("{}@{}", sanitize(&metadata.name), addr_text(self.addr));
+                self.label = format!("{}@{}", escape(&metadata.name), addr_text(self.addr));
                 self.metadata = metadata.regions;
                 self.peer_session = Some(session);
                 out.push(Action::Connect {
@@ -382,7 +383,7 @@ impl Conn {
                 Phase::AwaitChallenge { token, .. } | Phase::AwaitWelcome { token, .. },
                 M::Refused { code, reason },
             ) => {
-                let mut detail = format!("refused ({code:?}): {}", sanitize(&reason));
+                let mut detail = format!("refused ({code:?}): {}", escape(&reason));
                 if code == RefuseCode::BadToken && token.is_none() {
                     detail.push_str(" (this side used no token: pass the server's: --token, or token= in Python)");
                 }
@@ -443,7 +444,7 @@ impl Conn {
                     self.refuse(node, RefuseCode::BadToken, reason.into(), out);
                     return;
                 }
-                self.label = format!("{}@{}", sanitize(&name), addr_text(self.addr));
+                self.label = format!("{}@{}", escape(&name), addr_text(self.addr));
                 out.push(Action::Event(NetEvent::Connected {
                     peer: self.label.clone(),
                 }));

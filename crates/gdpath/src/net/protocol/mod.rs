@@ -130,10 +130,3 @@ pub enum Action {
     /// way. `Ok` for a clean end (a goodbye answered), else why it failed.
     End(Result<(), Error>),
 }
-
-/// Printable form of a name a peer chose: control characters become `?`.
-pub(crate) fn sanitize(s: &str) -> String {
-    s.chars()
-        .map(|c| if c.is_control() { '?' } else { c })
-        .collect()
-}
