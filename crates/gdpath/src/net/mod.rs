@@ -28,9 +28,7 @@
 //! Protocol and checks: [`codec`] (wire format, every field bounds-checked) and [`auth`]
 //! (mutual HMAC-SHA256 over nonces; the token never crosses the wire). See `docs/network.md`.
 
-pub mod auth;
-pub mod codec;
-pub mod protocol;
+pub use gdpath_wire::{auth, codec, protocol};
 
 pub use auth::{Token, MIN_TOKEN_LEN};
 pub use devices::DevicesError;

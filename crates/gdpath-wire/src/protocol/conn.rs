@@ -3,11 +3,11 @@
 
 use super::{sanitize, Action, Flush, Limits, Node};
 use crate::error::Error;
-use crate::net::auth::{binding, Token};
-use crate::net::codec::{
+use crate::auth::{binding, Token};
+use crate::codec::{
     self, DecodeError, Message, RefuseCode, RegionMeta, WritesStatus, NONCE_LEN,
 };
-use crate::net::{NetEvent, Notification};
+use crate::{NetEvent, Notification};
 use std::collections::{HashSet, VecDeque};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};

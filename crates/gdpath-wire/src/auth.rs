@@ -15,7 +15,7 @@
 //! This authenticates the peers at connection time. It does not encrypt or integrity-protect
 //! the data that UCX moves afterwards (UCX has no such layer): use it on networks you trust.
 
-use crate::net::codec::NONCE_LEN;
+use crate::codec::NONCE_LEN;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use std::fmt;

@@ -32,9 +32,9 @@ pub use conn::{Conn, Role};
 pub use exports::Exports;
 
 use crate::error::Error;
-use crate::net::auth::Token;
-use crate::net::codec::{Message, WriteBytes, WritesStatus};
-use crate::net::{NetEvent, Notification};
+use crate::auth::Token;
+use crate::codec::{Message, WriteBytes, WritesStatus};
+use crate::{NetEvent, Notification};
 use std::time::Duration;
 
 /// The time bounds of a connection.
