@@ -2,11 +2,9 @@
 //! owed, goodbyes and deadlines. See the module docs of [`super`].
 
 use super::{sanitize, Action, Flush, Limits, Node};
-use crate::error::Error;
 use crate::auth::{binding, Token};
-use crate::codec::{
-    self, DecodeError, Message, RefuseCode, RegionMeta, WritesStatus, NONCE_LEN,
-};
+use crate::codec::{self, DecodeError, Message, RefuseCode, RegionMeta, WritesStatus, NONCE_LEN};
+use crate::error::Error;
 use crate::{NetEvent, Notification};
 use std::collections::{HashSet, VecDeque};
 use std::net::SocketAddr;
