@@ -36,7 +36,6 @@
 pub mod agent;
 pub mod backend;
 pub mod blocks;
-pub mod checkpoint;
 pub mod config;
 pub mod cufile_json;
 pub mod error;
@@ -53,7 +52,6 @@ mod planner;
 mod ratelimit;
 mod region;
 mod transfer;
-pub mod tune;
 pub mod units;
 
 pub use agent::{Agent, BackendInfo};

@@ -3,7 +3,7 @@
 //! `transformers` writes it), a selection of tensors, and the typed errors. Files are written by
 //! the `safetensors` crate; bytes are compared with the files'.
 
-use gdpath::checkpoint::{Checkpoint, CheckpointError, Destination, LoadError, LoadedCheckpoint};
+use gdpath_checkpoint::{Checkpoint, CheckpointError, Destination, LoadError, LoadedCheckpoint};
 use gdpath::{Agent, AgentConfig};
 use std::path::{Path, PathBuf};
 

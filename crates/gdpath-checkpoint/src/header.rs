@@ -80,7 +80,7 @@ impl Header {
         let mut read = std::fs::OpenOptions::new();
         read.read(true);
         let file =
-            crate::file::open_regular(path, read, 0).map_err(|e| super::file_error(path, e))?;
+            gdpath::file::open_regular(path, read, 0).map_err(|e| super::file_error(path, e))?;
         Self::read_from(&file, path)
     }
 

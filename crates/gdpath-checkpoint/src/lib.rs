@@ -31,24 +31,24 @@ pub use setup::{GpuPrestart, LoadSetup};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-/// An error of the engine's file opening ([`crate::file`]) for checkpoint file `path`:
+/// An error of the engine's file opening ([`gdpath::file`]) for checkpoint file `path`:
 /// [`CheckpointError::Open`] / [`CheckpointError::Io`] with the OS error where there is one,
 /// `EISDIR` for a directory, else (another file that is not regular, more bytes than read)
 /// `Open` with the error's text.
-pub(crate) fn file_error(path: &Path, e: crate::Error) -> CheckpointError {
+pub(crate) fn file_error(path: &Path, e: gdpath::Error) -> CheckpointError {
     match e {
-        crate::Error::Open { source, .. } => CheckpointError::Open {
+        gdpath::Error::Open { source, .. } => CheckpointError::Open {
             path: path.to_owned(),
             source,
         },
-        crate::Error::Io { op, source, .. } => CheckpointError::Io {
+        gdpath::Error::Io { op, source, .. } => CheckpointError::Io {
             op,
             path: path.to_owned(),
             source,
         },
         // A directory is what open(2) for writing calls EISDIR: say so with that errno, so
         // callers that map errnos (Python's IsADirectoryError) see it.
-        crate::Error::NotAFile {
+        gdpath::Error::NotAFile {
             what: "a directory",
             ..
         } => CheckpointError::Open {
@@ -189,9 +189,9 @@ impl CheckpointError {
 
 impl CheckpointError {
     /// The error's kind for scripts: `open` and `io` when the file could not be opened or read
-    /// (as [`crate::Error::Open`] and [`crate::Error::Io`] for any other file), `checkpoint`
+    /// (as [`gdpath::Error::Open`] and [`gdpath::Error::Io`] for any other file), `checkpoint`
     /// for the rest (the file is not a valid safetensors checkpoint; the message says which
-    /// check failed). A contract as [`crate::Error::kind`]: `gdpath load --json` prints it.
+    /// check failed). A contract as [`gdpath::Error::kind`]: `gdpath load --json` prints it.
     pub fn kind(&self) -> &'static str {
         match self {
             CheckpointError::Open { .. } => "open",

@@ -2,14 +2,14 @@
 //! every file with one transfer on the fastest path.
 
 use super::{CheckpointError, CheckpointPlan, Dtype, Header, Index};
-use crate::backend::cuda::gpu_buffer;
-use crate::error::Error;
-use crate::finding::FindingId;
-use crate::memory::{FileSpec, HostBuffer, Memory};
-use crate::path::Path;
-use crate::region::Region;
-use crate::transfer::{PairReport, TransferRequest};
-use crate::Agent;
+use gdpath::backend::cuda::gpu_buffer;
+use gdpath::error::Error;
+use gdpath::finding::FindingId;
+use gdpath::memory::{FileSpec, HostBuffer, Memory};
+use gdpath::path::Path;
+use gdpath::Region;
+use gdpath::{PairReport, TransferRequest};
+use gdpath::Agent;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -226,7 +226,7 @@ impl LoadedCheckpoint {
 
     /// Tensor bytes per second of [`LoadedCheckpoint::elapsed`], in GB/s (1e9 B/s).
     pub fn gbps(&self) -> f64 {
-        crate::units::gbps(self.tensor_bytes, self.elapsed)
+        gdpath::units::gbps(self.tensor_bytes, self.elapsed)
     }
 }
 
@@ -434,7 +434,7 @@ impl Checkpoint {
                 .outcomes
                 .iter()
                 .find_map(|o| match o {
-                    crate::transfer::PairOutcome::Failed { index, .. } => Some(*index),
+                    gdpath::PairOutcome::Failed { index, .. } => Some(*index),
                     _ => None,
                 })
                 .map_or(first, |i| &self.files[plan.reads[i].file]);

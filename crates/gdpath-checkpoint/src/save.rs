@@ -13,20 +13,20 @@
 //! file, else the pinned staging path with parallel writers (`posix-direct` /
 //! `posix-buffered`) for GPU memory, and the storage backends for host memory.
 //!
-//! Safety: through [`crate::file::AtomicFile`]: a temporary in the target's directory, space
+//! Safety: through [`gdpath::file::AtomicFile`]: a temporary in the target's directory, space
 //! reserved first (a full file system fails before a byte is written), `fsync` of the file,
 //! rename over the target, `fsync` of the directory. A crash or a kill at any point leaves the
 //! old file or the new one; the temporary of a killed run is removed by the next save of the
 //! same target.
 
 use super::Dtype;
-use crate::error::Error;
-use crate::file::{AtomicFile, ReplaceOptions};
-use crate::memory::MemoryKind;
-use crate::path::Path;
-use crate::region::Region;
-use crate::transfer::TransferRequest;
-use crate::Agent;
+use gdpath::error::Error;
+use gdpath::file::{AtomicFile, ReplaceOptions};
+use gdpath::memory::MemoryKind;
+use gdpath::path::Path;
+use gdpath::Region;
+use gdpath::TransferRequest;
+use gdpath::Agent;
 use serde::ser::{SerializeMap, Serializer};
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -88,7 +88,7 @@ pub struct SaveOptions {
     /// The header's `__metadata__` string map (none written when empty).
     pub metadata: BTreeMap<String, String>,
     /// O_DIRECT policy of the file (default `Auto`: where the file system allows it).
-    pub direct: crate::DirectIo,
+    pub direct: gdpath::DirectIo,
 }
 
 impl Default for SaveOptions {
@@ -97,7 +97,7 @@ impl Default for SaveOptions {
             overwrite: false,
             fsync: true,
             metadata: BTreeMap::new(),
-            direct: crate::DirectIo::Auto,
+            direct: gdpath::DirectIo::Auto,
         }
     }
 }
@@ -154,7 +154,7 @@ impl SaveReport {
     /// File bytes per second of [`SaveReport::elapsed`] (fsync included when on), GB/s
     /// (1e9 B/s).
     pub fn gbps(&self) -> f64 {
-        crate::units::gbps(self.file_bytes, self.elapsed)
+        gdpath::units::gbps(self.file_bytes, self.elapsed)
     }
 }
 
@@ -414,7 +414,7 @@ pub fn save(
     let mut transfer = Duration::ZERO;
     if !runs.is_empty() {
         let f = agent
-            .register(crate::Memory::File(out.spec(opts.direct)))
+            .register(gdpath::Memory::File(out.spec(opts.direct)))
             .map_err(|e| eng(out.explain(e, header_bytes)))?;
         let local = runs.iter().map(|r| r.region.desc(r.src, r.len)).collect();
         let target = runs
@@ -562,8 +562,8 @@ pub fn compare_files(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::checkpoint::{Checkpoint, Destination, Header};
-    use crate::{AgentConfig, HostBuffer, Memory};
+    use crate::{Checkpoint, Destination, Header};
+    use gdpath::{AgentConfig, HostBuffer, Memory};
 
     const ALL: [Dtype; 15] = [
         Dtype::BOOL,
@@ -691,7 +691,7 @@ mod tests {
             );
         }
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
-        let spec = crate::FileSpec::write(dir.path().join("f"));
+        let spec = gdpath::FileSpec::write(dir.path().join("f"));
         let fr = a.register(Memory::File(spec)).unwrap();
         let e = save(
             &a,

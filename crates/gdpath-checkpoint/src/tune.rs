@@ -13,10 +13,10 @@
 //! The rules and the measurements they rest on are in docs/gds.md, "Storage defaults: the
 //! chooser"; the constants here name the section they come from.
 
-use crate::config::AgentConfig;
-use crate::error::{Error, Result};
-use crate::memory::DirectIo;
-use crate::units::format_size;
+use gdpath::config::AgentConfig;
+use gdpath::error::{Error, Result};
+use gdpath::memory::DirectIo;
+use gdpath::units::format_size;
 use serde::Serialize;
 use std::path::Path;
 
@@ -66,7 +66,7 @@ pub const DIRECT_BELOW: f64 = 0.1;
 /// served from memory (the page cache or tmpfs), where each is a memory-bound `memcpy` and more
 /// threads than cores only contend, and of a cold O_DIRECT read from a local disk, where one
 /// [`COLD_CHUNK`] request per core keeps enough bytes queued (docs/gds.md, "Storage defaults:
-/// the chooser"). Also the default of [`crate::GdsConfig`] and the buffered backend, where no
+/// the chooser"). Also the default of [`gdpath::GdsConfig`] and the buffered backend, where no
 /// file is known.
 pub fn core_threads(cores: usize) -> usize {
     cores.max(1).clamp(MIN_THREADS, MAX_THREADS)
@@ -160,7 +160,7 @@ pub struct Facts {
     /// The file system of the largest file (most bytes decide).
     pub fs: FsKind,
     /// Fraction (0 ..= 1) of the files' bytes in the page cache (`mincore`: counted for files
-    /// up to 256 MiB, sampled above, [`crate::os::resident_bytes`]; a tmpfs file counts as
+    /// up to 256 MiB, sampled above, [`gdpath::os::resident_bytes`]; a tmpfs file counts as
     /// resident without asking); `None` when it could not be asked (a file system that cannot
     /// be mapped).
     pub resident: Option<f64>,
@@ -186,7 +186,7 @@ impl Facts {
             })?;
             let len = f.metadata().map_err(|e| Error::io("fstat", p, 0, e))?.len();
             let fs = FsKind::from_magic(
-                crate::os::fs_magic(&f).map_err(|e| Error::io("fstatfs", p, 0, e))?,
+                gdpath::os::fs_magic(&f).map_err(|e| Error::io("fstatfs", p, 0, e))?,
             );
             if len >= largest.0 {
                 largest = (len, fs);
@@ -196,7 +196,7 @@ impl Facts {
             let here = if fs == FsKind::Tmpfs {
                 Ok(len)
             } else {
-                crate::os::resident_bytes(&f, len)
+                gdpath::os::resident_bytes(&f, len)
             };
             resident = match (resident, here) {
                 (Some(r), Ok(b)) => Some(r + b),
@@ -204,7 +204,7 @@ impl Facts {
             };
             total += len;
         }
-        let gds = crate::gds::GdsFacts::gather(&gdpath_topo::DirView::live(), None);
+        let gds = gdpath::gds::GdsFacts::gather(&gdpath::topo::DirView::live(), None);
         Ok(Facts {
             cores: cores(),
             file_bytes: total,
@@ -708,7 +708,7 @@ mod tests {
         );
         assert!(hot.reason.contains("in page cache"), "{}", hot.reason);
         assert!(!hot.direct && !hot.cufile);
-        crate::os::evict_page_cache(&p).unwrap();
+        gdpath::os::evict_page_cache(&p).unwrap();
         let cold = choose(&[&p], Dest::Gpu, &Overrides::default()).unwrap();
         eprintln!("cold: {}", cold.summary());
         let r = cold.facts.resident.unwrap();
@@ -746,7 +746,7 @@ mod tests {
         let p = dir.path().join("f");
         write_synced(&p, 64 << 20);
         // DONTNEED cannot drop tmpfs pages: they are the file.
-        crate::os::evict_page_cache(&p).unwrap();
+        gdpath::os::evict_page_cache(&p).unwrap();
         let t = choose(&[&p], Dest::Gpu, &Overrides::default()).unwrap();
         eprintln!("tmpfs: {}", t.summary());
         assert_eq!(t.facts.fs, FsKind::Tmpfs);
