@@ -7,9 +7,9 @@ use gdpath::error::Error;
 use gdpath::finding::FindingId;
 use gdpath::memory::{FileSpec, HostBuffer, Memory};
 use gdpath::path::Path;
+use gdpath::Agent;
 use gdpath::Region;
 use gdpath::{PairReport, TransferRequest};
-use gdpath::Agent;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 

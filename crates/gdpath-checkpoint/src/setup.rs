@@ -5,11 +5,11 @@
 //! `load_file` both load through it.
 
 use super::load::{Checkpoint, Destination, LoadError, LoadedCheckpoint};
+use crate::tune::{Dest, Overrides, Tuning};
 use gdpath::error::Error;
 use gdpath::finding::ids;
 use gdpath::memory::{FileSpec, Memory};
 use gdpath::TransferRequest;
-use crate::tune::{Dest, Overrides, Tuning};
 use gdpath::{Agent, AgentConfig};
 use std::time::{Duration, Instant};
 

@@ -20,10 +20,12 @@ use gdpath::units::format_size;
 use serde::Serialize;
 use std::path::Path;
 
-/// Bytes per request the chooser picks (4 MiB): the best task size of the file ↔ GPU sweeps
-/// from the page cache, and large enough for a disk's sequential bandwidth (docs/gds.md,
-/// "Storage defaults: the chooser").
-pub const CHUNK: u64 = 4 << 20;
+/// The engine's thread rule, which the chooser applies to the files it is given.
+pub use gdpath::config::{core_threads, cores, MAX_THREADS, MIN_THREADS};
+
+/// Bytes per request the chooser picks (4 MiB): the engine's default file ↔ GPU chunk
+/// ([`gdpath::config::DEFAULT_GDS_CHUNK`], where its measurements are named).
+pub const CHUNK: u64 = gdpath::config::DEFAULT_GDS_CHUNK;
 
 /// Bytes per read the chooser picks for files in memory going to a GPU (2 MiB), where the reads
 /// fill slabs ([`SLABS`]) rather than a buffer per copy: the CPU copies out of the page cache
@@ -35,14 +37,6 @@ pub const SLAB_CHUNK: u64 = 2 << 20;
 /// one H2D copy per slab; three keep a slab filling while one copies and one waits
 /// (docs/gds.md, "Slabs").
 pub const SLABS: usize = 3;
-
-/// Most threads the chooser gives one transfer (32): the page-cache `memcpy` is memory-bound
-/// past it on the machines measured (docs/gds.md, "Storage defaults: the chooser").
-pub const MAX_THREADS: usize = 32;
-
-/// Fewest threads the chooser gives a transfer of many chunks (4): a thread waits on its copy
-/// to the GPU between reads, so even a two-core machine keeps more reads in flight than cores.
-pub const MIN_THREADS: usize = 4;
 
 /// A file counts as in the page cache (hot) from this fraction of its bytes resident (0.9):
 /// the rest is read from the device at its speed, but a few cold pages should not make the
@@ -62,28 +56,12 @@ pub const COLD_CHUNK: u64 = 16 << 20;
 /// (derived, not measured: docs/gds.md).
 pub const DIRECT_BELOW: f64 = 0.1;
 
-/// One thread per core, within [`MIN_THREADS`] ..= [`MAX_THREADS`]: the threads of a transfer
-/// served from memory (the page cache or tmpfs), where each is a memory-bound `memcpy` and more
-/// threads than cores only contend, and of a cold O_DIRECT read from a local disk, where one
-/// [`COLD_CHUNK`] request per core keeps enough bytes queued (docs/gds.md, "Storage defaults:
-/// the chooser"). Also the default of [`gdpath::GdsConfig`] and the buffered backend, where no
-/// file is known.
-pub fn core_threads(cores: usize) -> usize {
-    cores.max(1).clamp(MIN_THREADS, MAX_THREADS)
-}
-
 /// Threads for a cold transfer of [`CHUNK`] requests through cuFile or from a network file
 /// system (neither measured here): two per core, within [`MIN_THREADS`] ..= [`MAX_THREADS`]: a
 /// reader mostly waits on the device, and more requests in flight keep its queue full
 /// (docs/gds.md, "Cold reads").
 pub fn device_threads(cores: usize) -> usize {
     (cores.max(1) * 2).clamp(MIN_THREADS, MAX_THREADS)
-}
-
-/// The CPUs this process may use (`std::thread::available_parallelism`, which counts the
-/// affinity mask and a cgroup CPU quota), at least 1.
-pub fn cores() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 /// The kind of file system a file lives on, from `statfs`'s magic number.
