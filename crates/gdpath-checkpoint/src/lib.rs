@@ -25,7 +25,7 @@ pub mod save;
 pub mod setup;
 pub mod tune;
 
-pub use header::{Header, TensorEntry, MAX_HEADER_BYTES};
+pub use header::{tensor_bytes, Header, TensorEntry, MAX_HEADER_BYTES};
 pub use index::Index;
 pub use load::{
     load, Checkpoint, Destination, LoadError, LoadedCheckpoint, LoadedTensor, Verified,

@@ -19,7 +19,7 @@
 //! old file or the new one; the temporary of a killed run is removed by the next save of the
 //! same target.
 
-use super::Dtype;
+use super::{tensor_bytes, Dtype};
 use gdpath::error::Error;
 use gdpath::file::{AtomicFile, ReplaceOptions};
 use gdpath::memory::MemoryKind;
@@ -52,8 +52,8 @@ pub struct SaveTensor {
 }
 
 impl SaveTensor {
-    /// A tensor of `product(shape) × dtype size` bytes at `offset` of `region` (the length
-    /// computed with saturating arithmetic: an overflowing shape is refused by [`save`]).
+    /// A tensor of `product(shape) × dtype size` bytes ([`tensor_bytes`]) at `offset` of
+    /// `region` (`u64::MAX` bytes for a shape that overflows, which [`save`] refuses).
     pub fn new(
         name: impl Into<String>,
         dtype: Dtype,
@@ -61,9 +61,7 @@ impl SaveTensor {
         region: &Region,
         offset: u64,
     ) -> SaveTensor {
-        let bytes = shape
-            .iter()
-            .fold(dtype.size() as u64, |acc, &d| acc.saturating_mul(d));
+        let bytes = tensor_bytes(dtype, shape.iter().copied()).unwrap_or(u64::MAX);
         SaveTensor {
             name: name.into(),
             dtype,
@@ -243,11 +241,8 @@ fn layout<'a>(
                 name: t.name.clone(),
             });
         }
-        let expected = t
-            .shape
-            .iter()
-            .try_fold(t.dtype.size() as u64, |acc, &d| acc.checked_mul(d))
-            .filter(|&n| usize::try_from(n).is_ok());
+        let expected =
+            tensor_bytes(t.dtype, t.shape.iter().copied()).filter(|&n| usize::try_from(n).is_ok());
         let Some(expected) = expected else {
             return Err(SaveError::ShapeOverflow {
                 name: t.name.clone(),
@@ -652,6 +647,28 @@ mod tests {
         let mut sorted = order.clone();
         sorted.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
         assert_eq!(order, sorted);
+    }
+
+    /// Save and load take a tensor's size from one rule ([`tensor_bytes`]): a zero-size
+    /// tensor whose dims before the zero fit 64 bits is saved, and the loader reads it back,
+    /// although its dims times the dtype's size would not fit.
+    #[test]
+    fn save_accepts_the_sizes_the_loader_accepts() {
+        let a = agent();
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("z.safetensors");
+        let region = a.register(Memory::host(HostBuffer::zeroed(8))).unwrap();
+        let shape = vec![1 << 62, 0];
+        assert_eq!(tensor_bytes(Dtype::F32, shape.clone()), Some(0));
+        let t = SaveTensor::new("z", Dtype::F32, shape.clone(), &region, 0);
+        assert_eq!(t.bytes, 0);
+        save(&a, &[t], &f, &SaveOptions::default()).unwrap();
+        let h = Header::read(&f).unwrap();
+        assert_eq!(
+            (h.tensors[0].shape.clone(), h.tensors[0].bytes()),
+            (shape, 0)
+        );
+        assert_eq!(tensor_bytes(Dtype::F32, [u64::MAX, 2]), None);
     }
 
     #[test]
