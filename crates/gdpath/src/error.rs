@@ -338,8 +338,7 @@ impl From<crate::net::codec::EncodeError> for Error {
     }
 }
 
-/// The protocol's errors are the engine's variants of the same names, text and kind (the
-/// match is exhaustive: a variant the protocol adds must be named here).
+/// The protocol's errors are the engine's variants of the same names, text and kind.
 impl From<gdpath_wire::Error> for Error {
     fn from(e: gdpath_wire::Error) -> Self {
         use gdpath_wire::Error as W;

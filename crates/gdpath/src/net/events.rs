@@ -77,14 +77,6 @@ fn kinds(counts: Vec<(&'static str, u64)>) -> Vec<(EventKind, u64)> {
 mod tests {
     use super::*;
 
-    fn lost(authenticated: bool) -> NetEvent {
-        NetEvent::Lost {
-            peer: "p".into(),
-            detail: "d".into(),
-            authenticated,
-        }
-    }
-
     #[test]
     fn a_flood_of_refusals_and_losses_is_one_line_per_kind_and_authenticated_events_all_pass() {
         let log = EventLog::default();
@@ -98,11 +90,15 @@ mod tests {
             let at = t0 + Duration::from_millis(i);
             let first = i == 0;
             assert_eq!(log.admit_at(refused.kind(), at).is_some(), first);
-            assert_eq!(log.admit_at(lost(false).kind(), at).is_some(), first);
+            assert_eq!(
+                log.admit_at(EventKind::LostInHandshake, at).is_some(),
+                first
+            );
             assert_eq!(log.admit_at(connected.kind(), at), Some(0));
         }
-        // An authenticated peer lost is a kind of its own: the flood does not hide it.
-        assert_eq!(log.admit_at(lost(true).kind(), t0), Some(0));
+        // An authenticated peer lost is a kind of its own (`NetEvent::kind`): the flood does not
+        // hide it.
+        assert_eq!(log.admit_at(EventKind::Lost, t0), Some(0));
         assert_eq!(
             log.admit_at(EventKind::Refused, t0 + EVERY),
             Some(999),
