@@ -8,12 +8,12 @@
 #
 # Build here (the binaries run there without cargo):
 #   cargo build --release -p gdpath-cli
-#   cargo test --release -p gdpath --test gds_gpu --no-run      # prints target/release/deps/gds_gpu-HASH
+#   cargo test --release -p gdpath-checkpoint --test gpu_checkpoint --no-run # prints target/release/deps/gpu_checkpoint-HASH
 #   cargo test --release -p gdpath-cli --test gpu_load --no-run # prints target/release/deps/gpu_load-HASH
 #   PATH="$PWD/.venv/bin:$PATH" .venv/bin/maturin build --release --zig \
 #     --compatibility manylinux_2_28 -m crates/gdpath-py/Cargo.toml --out target/wheels
 #   mkdir -p .devbin/save && strip -o .devbin/save/gdpath target/release/gdpath \
-#     && strip -o .devbin/save/gpu_gds_gpu target/release/deps/gds_gpu-HASH \
+#     && strip -o .devbin/save/gpu_checkpoint target/release/deps/gpu_checkpoint-HASH \
 #     && strip -o .devbin/save/gpu_gpu_load target/release/deps/gpu_load-HASH \
 #     && cp target/wheels/gdpath-*.whl .devbin/save/
 # Run there (carry .devbin/save and .whl):   bench/device-save.sh .devbin/save [.whl]
@@ -49,9 +49,9 @@ export PYTHONPATH="$pylib${PYTHONPATH:+:$PYTHONPATH}"
 
 fail=0
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
-    if [ -x "$dir/gpu_gds_gpu" ]; then
-        elapsed "### GPU test: gds_gpu gpu_tensors_save_byte_exact"
-        timeout 60 "$dir/gpu_gds_gpu" --ignored --exact gpu_tensors_save_byte_exact --nocapture \
+    if [ -x "$dir/gpu_checkpoint" ]; then
+        elapsed "### GPU test: gpu_checkpoint gpu_tensors_save_byte_exact"
+        timeout 60 "$dir/gpu_checkpoint" --ignored --exact gpu_tensors_save_byte_exact --nocapture \
             2>&1 | tee "$out/gpu_save.log" | grep -E '^(test |/|test result)' || fail=1
         grep -q "test result: ok. 1 passed" "$out/gpu_save.log" || fail=1
     fi

@@ -13,6 +13,7 @@ dir=${1:?usage: build-gpu-suite.sh DIR}
 # crate, test target, name in DIR
 tests=(
   "gdpath gpu_paths gpu_paths" "gdpath gds_gpu gpu_gds" "gdpath gpu_kv gpu_kv"
+  "gdpath-checkpoint gpu_checkpoint gpu_checkpoint"
   "gdpath-doctor gpu_doctor gpu_doctor"
   "gdpath-cuda gpu gpu_cuda"
   "gdpath-cli gpu_net gpu_net" "gdpath-cli gpu_load gpu_load" "gdpath-cli gpu_report gpu_report"

@@ -8,7 +8,7 @@
 //! `cargo +nightly fuzz run metadata -- -max_total_time=60` (from the repository root).
 #![no_main]
 
-use gdpath::net::codec::{decode, decode_owned, encode};
+use gdpath_wire::codec::{decode, decode_owned, encode};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -1,4 +1,4 @@
-//! Fuzzes the agent-to-agent protocol state machine (`gdpath::net::protocol`): a client and a
+//! Fuzzes the agent-to-agent protocol state machine (`gdpath_wire::protocol`): a client and a
 //! server connection driven by an arbitrary sequence of inputs, in any order: bytes from an
 //! arbitrary peer (decoded, or refused by the decoder), the real messages the other side sent,
 //! the clock moving and deadlines checked, local requests (close, withdraw, export, leave,
@@ -14,9 +14,10 @@
 //! AddressSanitizer `cargo +nightly fuzz run protocol -- -max_total_time=60` (from `fuzz/`).
 #![no_main]
 
-use gdpath::net::codec::{self, Kind, Message, RegionMeta, WireKind, WritesStatus};
-use gdpath::net::protocol::{Action, Conn, Flush, Limits, Node, Role};
-use gdpath::net::{NetEvent, Token};
+use gdpath_wire::codec::{self, Kind, Message, RegionMeta, WireKind, WritesStatus};
+use gdpath_wire::protocol::{Action, Conn, Flush, Limits, Node, Role};
+use gdpath_wire::auth::Token;
+use gdpath_wire::NetEvent;
 use libfuzzer_sys::fuzz_target;
 use std::collections::{HashSet, VecDeque};
 use std::time::{Duration, Instant};

@@ -14,9 +14,9 @@
 //! GPU memset first (outside the timing; `memset+` inside it); `free+N ms` a new allocation N ms
 //! after the previous one was freed; `aligned` the file's first bytes from offset 0, rounded down
 //! to 2 MiB, into the kept allocation; `shifted` as many bytes from the load's first file offset.
-use gdpath::checkpoint::{Checkpoint, Destination};
-use gdpath::tune::Overrides;
 use gdpath::{AgentConfig, FileSpec, Memory, TransferRequest};
+use gdpath_checkpoint::tune::Overrides;
+use gdpath_checkpoint::{Checkpoint, Destination};
 use std::time::{Duration, Instant};
 
 fn stats(name: &str, bytes: u64, mut v: Vec<Duration>) {

@@ -11,12 +11,12 @@
 use super::files::{checksum_file, prepare_test_file};
 use super::{fill_pattern, BenchRow, Checksum, NoProgress, Progress};
 use gdpath::file::{AtomicFile, ReplaceOptions};
-use gdpath::tune::{Dest, Overrides, Tuning};
 use gdpath::units::{format_size, gbps};
 use gdpath::{
     Agent, AgentConfig, Error, FileAccess, FileSpec, FindingId, GdsConfig, HostBuffer, Memory, Op,
     Path, Region, Result, TransferRequest,
 };
+use gdpath_checkpoint::tune::{Dest, Overrides, Tuning};
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -60,7 +60,7 @@ pub struct GdsBenchConfig {
     /// CUDA ordinal of the GPU.
     pub gpu: u32,
     /// Block sizes (bytes per request, `GdsConfig::chunk`); empty: the chooser's
-    /// ([`gdpath::tune::choose`] on the prepared file).
+    /// ([`gdpath_checkpoint::tune::choose`] on the prepared file).
     pub blocks: Vec<u64>,
     /// Thread counts (requests in flight, `GdsConfig::threads`); empty: the chooser's.
     pub threads: Vec<usize>,
@@ -327,7 +327,7 @@ pub fn run(cfg: &GdsBenchConfig, progress: &dyn Progress) -> Result<GdsBenchRepo
 /// The chooser's settings for the bench's file `target` (a write's size counted as the file's
 /// bytes), with a single block size or thread count the caller gave in their place.
 fn choose(cfg: &GdsBenchConfig, target: &std::path::Path) -> Result<Tuning> {
-    let mut facts = gdpath::tune::Facts::gather(&[target])?;
+    let mut facts = gdpath_checkpoint::tune::Facts::gather(&[target])?;
     if cfg.op == Op::Write {
         facts.file_bytes = cfg.size;
     }
@@ -339,7 +339,10 @@ fn choose(cfg: &GdsBenchConfig, target: &std::path::Path) -> Result<Tuning> {
         cufile: None,
         slabs: cfg.slabs,
     };
-    let mut t = gdpath::tune::with_overrides(gdpath::tune::rule(&facts, Dest::Gpu), &over);
+    let mut t = gdpath_checkpoint::tune::with_overrides(
+        gdpath_checkpoint::tune::rule(&facts, Dest::Gpu),
+        &over,
+    );
     if !cfg.blocks.is_empty() && cfg.slabs.is_none() {
         // A sweep of blocks (one block is an override, which does the same).
         t.slabs = 0;

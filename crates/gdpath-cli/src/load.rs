@@ -1,13 +1,13 @@
-//! `gdpath load FILE.safetensors --gpu N`: output of `gdpath::checkpoint` loads, with the
-//! storage settings `gdpath::tune::choose` picks for the file unless flags give them.
+//! `gdpath load FILE.safetensors --gpu N`: output of `gdpath_checkpoint` loads, with the
+//! storage settings `gdpath_checkpoint::tune::choose` picks for the file unless flags give them.
 
 use anyhow::Result;
 use clap::Args;
-use gdpath::checkpoint::{Checkpoint, Destination, LoadError};
 use gdpath::topo::text::escape;
-use gdpath::tune::Overrides;
 use gdpath::units::format_size;
 use gdpath::AgentConfig;
+use gdpath_checkpoint::tune::Overrides;
+use gdpath_checkpoint::{Checkpoint, Destination, LoadError};
 use std::path::PathBuf;
 use std::process::ExitCode;
 

@@ -254,8 +254,8 @@ pub(crate) fn usage(message: impl Into<String>) -> anyhow::Error {
 
 /// The machine-readable category of a failure, from the outermost typed error of its chain:
 /// an engine error's [`gdpath::Error::kind`] (`peer_failed`, `open`, `config`, ...), a
-/// checkpoint load's [`gdpath::checkpoint::LoadError::kind`] (`checkpoint` for a malformed
-/// file), a save's [`gdpath::checkpoint::SaveError::kind`] (`exists`, `no_space`, ...); the CLI's own are `usage` and `resolve`; a size that does not parse
+/// checkpoint load's [`gdpath_checkpoint::LoadError::kind`] (`checkpoint` for a malformed
+/// file), a save's [`gdpath_checkpoint::SaveError::kind`] (`exists`, `no_space`, ...); the CLI's own are `usage` and `resolve`; a size that does not parse
 /// ([`gdpath::units::SizeError`]: only command-line values are parsed as sizes) is `usage`; a
 /// bare I/O error is `io`; anything else `other`.
 pub(crate) fn error_kind(e: &anyhow::Error) -> &'static str {
@@ -269,13 +269,13 @@ pub(crate) fn error_kind(e: &anyhow::Error) -> &'static str {
         if let Some(g) = cause.downcast_ref::<gdpath::Error>() {
             return g.kind();
         }
-        if let Some(l) = cause.downcast_ref::<gdpath::checkpoint::LoadError>() {
+        if let Some(l) = cause.downcast_ref::<gdpath_checkpoint::LoadError>() {
             return l.kind();
         }
-        if let Some(c) = cause.downcast_ref::<gdpath::checkpoint::CheckpointError>() {
+        if let Some(c) = cause.downcast_ref::<gdpath_checkpoint::CheckpointError>() {
             return c.kind();
         }
-        if let Some(s) = cause.downcast_ref::<gdpath::checkpoint::SaveError>() {
+        if let Some(s) = cause.downcast_ref::<gdpath_checkpoint::SaveError>() {
             return s.kind();
         }
         if cause.is::<std::io::Error>() {

@@ -1,13 +1,13 @@
-//! `gdpath resave SRC DST`: loads a checkpoint (`gdpath::checkpoint::load`), saves it again
-//! (`gdpath::checkpoint::save`), checks DST against SRC (`gdpath::checkpoint::compare_files`)
+//! `gdpath resave SRC DST`: loads a checkpoint (`gdpath_checkpoint::load`), saves it again
+//! (`gdpath_checkpoint::save`), checks DST against SRC (`gdpath_checkpoint::compare_files`)
 //! and prints the save's figures: the save benchmark.
 
 use anyhow::{Context, Result};
 use clap::Args;
-use gdpath::checkpoint::{self as ck, Checkpoint, Destination, SaveOptions};
 use gdpath::topo::text::escape;
 use gdpath::units::format_size;
 use gdpath::{Agent, AgentConfig};
+use gdpath_checkpoint::{self as ck, Checkpoint, Destination, SaveOptions};
 use std::path::PathBuf;
 use std::process::ExitCode;
 

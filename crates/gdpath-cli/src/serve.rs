@@ -99,7 +99,8 @@ impl NetOpts {
             }
         }
         match secret {
-            Some(s) => Ok(Token::new(s)?),
+            // The engine's error, so that `--json` gives its kind (`config`).
+            Some(s) => Ok(Token::new(s).map_err(gdpath::Error::from)?),
             None => Ok(Token::none()),
         }
     }

@@ -123,3 +123,22 @@ fn the_cli_s_own_argument_checks_are_usage_errors() {
     assert_eq!(v["kind"], "usage", "{v}");
     assert!(v["error"].as_str().unwrap().contains("differ"), "{v}");
 }
+
+/// A token shorter than 16 bytes is kind `config`, as the engine calls it, although the
+/// protocol crate (`gdpath-wire`) makes the refusal: the CLI converts it to the engine's error.
+#[test]
+fn a_short_token_is_kind_config() {
+    let out = run(&[
+        "bench",
+        "net",
+        "--peer",
+        "127.0.0.1:1",
+        "--token",
+        "short",
+        "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let v = error_doc(&out);
+    assert_eq!(v["kind"], "config", "{v}");
+    assert!(v["error"].as_str().unwrap().contains("too short"), "{v}");
+}

@@ -1,4 +1,4 @@
-//! Safetensors checkpoints through the engine's loader (`gdpath::checkpoint`): headers checked,
+//! Safetensors checkpoints through gdpath's loader (`gdpath_checkpoint`): headers checked,
 //! one allocation (a GPU's or host memory), one transfer. `gdpath.safetensors` builds the
 //! tensors from [`Loaded::view`]s (DLPack, zero-copy), so each tensor is a view of the one
 //! allocation and holds it: the allocation is freed when the last tensor is. Saving is
@@ -9,9 +9,9 @@ use crate::agent::{Agent, Region};
 use crate::dlpack::{View, KDL_CPU, KDL_CUDA};
 use crate::error::IntoPy;
 use crate::transfer::PairReport;
-use gdpath::checkpoint::{self as ck, Destination};
-use gdpath::tune::Overrides;
 use gdpath::AgentConfig;
+use gdpath_checkpoint::tune::Overrides;
+use gdpath_checkpoint::{self as ck, Destination};
 use pyo3::exceptions::{PyIndexError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -59,7 +59,7 @@ impl Checkpoint {
     }
 
     /// A checkpoint named as users name one: one path ending in `.json` is a sharded
-    /// checkpoint's index, else the files themselves (`gdpath::checkpoint::Checkpoint::open_paths`).
+    /// checkpoint's index, else the files themselves (`gdpath_checkpoint::Checkpoint::open_paths`).
     #[staticmethod]
     fn open_paths(py: Python<'_>, paths: Vec<PathBuf>) -> PyResult<Checkpoint> {
         let ck = py
@@ -202,7 +202,7 @@ impl Checkpoint {
     }
 
     /// Saves tensors as the safetensors file `path` through the engine's save
-    /// (`gdpath::checkpoint::save`): `tensors` is a list of `(name, dtype, shape, region,
+    /// (`gdpath_checkpoint::save`): `tensors` is a list of `(name, dtype, shape, region,
     /// offset, nbytes)` — `dtype` a safetensors name (`"F32"`, `"BF16"`, ...), `region` a
     /// registered GPU or host `Region` holding the `nbytes` bytes at `offset`. Written to a
     /// temporary in the same directory, fsynced (unless `fsync=False`), renamed over `path`:

@@ -3,8 +3,8 @@
 //! by kind); this module hands each error's kind, message, finding id and details to
 //! `gdpath.errors._from_native`, which builds the exception.
 
-use gdpath::checkpoint::{CheckpointError, LoadError};
 use gdpath::{Error, PairOutcome, TransferError};
+use gdpath_checkpoint::{CheckpointError, LoadError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyList};

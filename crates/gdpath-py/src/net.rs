@@ -44,7 +44,7 @@ impl<'a, 'py> FromPyObject<'a, 'py> for TokenArg {
 pub fn token(py: Python<'_>, t: Option<Vec<u8>>) -> PyResult<Token> {
     match t {
         None => Ok(Token::none()),
-        Some(b) => Token::new(b).py_err(py),
+        Some(b) => Token::new(b).map_err(gdpath::Error::from).py_err(py),
     }
 }
 

@@ -29,7 +29,7 @@ pub mod pci;
 pub mod smi;
 pub mod snapshot;
 pub mod sysfs;
-pub mod text;
+pub use gdpath_text as text;
 pub mod view;
 pub mod warnings;
 mod xml;

@@ -11,6 +11,32 @@ pub const DEFAULT_QUEUE_DEPTH: u32 = 32;
 /// Default bounce-buffer budget of the O_DIRECT path: 64 MiB.
 pub const DEFAULT_BOUNCE_BUDGET: u64 = 64 << 20;
 
+/// Most threads a transfer gets by default or from the storage chooser (32): the page-cache
+/// `memcpy` is memory-bound past it on the machines measured (docs/gds.md, "Storage defaults:
+/// the chooser").
+pub const MAX_THREADS: usize = 32;
+
+/// Fewest threads a transfer of many chunks gets by default or from the storage chooser (4): a
+/// thread waits on its copy to the GPU between reads, so even a two-core machine keeps more
+/// reads in flight than cores.
+pub const MIN_THREADS: usize = 4;
+
+/// One thread per core, within [`MIN_THREADS`] ..= [`MAX_THREADS`]: the threads of a transfer
+/// served from memory (the page cache or tmpfs), where each is a memory-bound `memcpy` and more
+/// threads than cores only contend, and of a cold O_DIRECT read from a local disk, where one
+/// 16 MiB request per core keeps enough bytes queued (docs/gds.md, "Storage defaults: the
+/// chooser"). The default of [`GdsConfig::threads`] and [`StorageConfig::buffered_threads`]
+/// (with [`cores`]), where no file is known; the storage chooser applies it per file.
+pub fn core_threads(cores: usize) -> usize {
+    cores.max(1).clamp(MIN_THREADS, MAX_THREADS)
+}
+
+/// The CPUs this process may use (`std::thread::available_parallelism`, which counts the
+/// affinity mask and a cgroup CPU quota), at least 1.
+pub fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
 /// Storage path settings.
 ///
 /// Memory bound: the O_DIRECT path holds at most `bounce_budget` bytes of bounce buffers
@@ -41,7 +67,7 @@ impl Default for StorageConfig {
             chunk: DEFAULT_CHUNK,
             queue_depth: DEFAULT_QUEUE_DEPTH,
             bounce_budget: DEFAULT_BOUNCE_BUDGET,
-            buffered_threads: crate::tune::core_threads(crate::tune::cores()),
+            buffered_threads: core_threads(cores()),
             direct: DirectIo::Auto,
         }
     }
@@ -177,7 +203,7 @@ pub struct GdsConfig {
     /// Buffered reads into GPU memory: 0 for the two buffers per thread above; `n` (2 ..= 16)
     /// to gather the threads' chunks into `n` shared pinned slabs of `threads × chunk` bytes,
     /// each sent with one H2D copy (fewer, larger copies and a smaller working set: the
-    /// chooser's pick for files in memory, [`crate::tune::SLABS`]).
+    /// storage chooser's pick for files in memory, `gdpath_checkpoint::tune::SLABS`).
     pub slabs: usize,
 }
 
@@ -191,18 +217,21 @@ pub fn valid_slabs(n: usize) -> bool {
     n == 0 || (2..=MAX_SLABS).contains(&n)
 }
 
-/// The file ↔ GPU chunk where no file is known: the chooser's [`crate::tune::CHUNK`].
-pub const DEFAULT_GDS_CHUNK: u64 = crate::tune::CHUNK;
+/// Bytes per request of the file ↔ GPU paths where no file is known (4 MiB), and the storage
+/// chooser's chunk: the best task size of the file ↔ GPU sweeps from the page cache, and large
+/// enough for a disk's sequential bandwidth (docs/gds.md, "Storage defaults: the chooser").
+pub const DEFAULT_GDS_CHUNK: u64 = 4 << 20;
 
 impl Default for GdsConfig {
     fn default() -> Self {
         // The chooser's values for a file served from memory into host memory, where no file
         // is known yet (slabs need their 2 MiB chunk, which O_DIRECT reads would also take);
-        // `crate::tune::choose` decides per file (`gdpath load`, `load_file`, `bench storage`).
+        // the storage chooser (`gdpath_checkpoint::tune::choose`) decides per file (`gdpath
+        // load`, `load_file`, `bench storage`).
         GdsConfig {
             cufile: true,
             chunk: DEFAULT_GDS_CHUNK,
-            threads: crate::tune::core_threads(crate::tune::cores()),
+            threads: core_threads(cores()),
             slabs: 0,
         }
     }

@@ -357,6 +357,27 @@ impl From<crate::net::codec::EncodeError> for Error {
     }
 }
 
+/// The protocol's errors are the engine's variants of the same names, text and kind.
+impl From<gdpath_wire::Error> for Error {
+    fn from(e: gdpath_wire::Error) -> Self {
+        use gdpath_wire::Error as W;
+        match e {
+            W::Config(detail) => Error::Config(detail),
+            W::PeerFailed { peer, detail } => Error::PeerFailed { peer, detail },
+            W::AuthFailed { peer, detail } => Error::AuthFailed { peer, detail },
+            W::Protocol {
+                peer,
+                detail,
+                source,
+            } => Error::Protocol {
+                peer,
+                detail,
+                source,
+            },
+        }
+    }
+}
+
 impl From<crate::net::DevicesError> for Error {
     fn from(e: crate::net::DevicesError) -> Self {
         Error::NetDevices(Box::new(e))
@@ -372,11 +393,13 @@ mod tests {
 
     /// `Debug`'s variant name in snake_case: `PeerFailed { .. }` → `peer_failed`.
     fn snake_case_variant(e: &Error) -> String {
+        snake_case_variant_of(&format!("{e:?}"))
+    }
+
+    /// The variant name that starts `debug`, in snake_case.
+    fn snake_case_variant_of(debug: &str) -> String {
         let mut out = String::new();
-        for c in format!("{e:?}")
-            .chars()
-            .take_while(char::is_ascii_alphanumeric)
-        {
+        for c in debug.chars().take_while(char::is_ascii_alphanumeric) {
             if c.is_ascii_uppercase() && !out.is_empty() {
                 out.push('_');
             }
@@ -431,5 +454,39 @@ mod tests {
             assert_eq!(e.kind(), snake_case_variant(&e), "{e:?}");
         }
         assert_eq!(Error::Config("x".into()).kind(), "config");
+    }
+
+    /// A protocol error becomes the engine's variant of the same name: same kind (the wire
+    /// variant's name in snake_case), same text, the decoder's refusal kept as its source.
+    #[test]
+    fn a_protocol_error_keeps_its_kind_and_text() {
+        use gdpath_wire::Error as W;
+        let cases = [
+            W::Config("token of 5 bytes is too short".into()),
+            W::PeerFailed {
+                peer: "a@b".into(),
+                detail: "the peer closed the connection".into(),
+            },
+            W::AuthFailed {
+                peer: "a@b".into(),
+                detail: "wrong or missing token".into(),
+            },
+            W::Protocol {
+                peer: "a@b".into(),
+                detail: "malformed message".into(),
+                source: Some(crate::net::codec::DecodeError::Trailing(3)),
+            },
+        ];
+        use std::error::Error as _;
+        for w in cases {
+            let (kind, text) = (snake_case_variant_of(&format!("{w:?}")), w.to_string());
+            let source = w.source().map(|s| s.to_string());
+            let e = Error::from(w);
+            assert_eq!(e.kind(), kind, "{e:?}");
+            assert_eq!(
+                (e.to_string(), e.source().map(|s| s.to_string())),
+                (text, source)
+            );
+        }
     }
 }

@@ -11,9 +11,11 @@
 //! The crate root is the user API. The interface a backend is written against
 //! ([`backend::Backend`], its capabilities, plans and refusals, the [`backend::WorkItem`]s it
 //! executes, the handles and foreign memory it keeps on a region) is under [`backend`] only.
-//! Also here: checkpoint loading ([`checkpoint`]), the facts behind the GDS decision that the
-//! doctor reports too ([`gds`], [`cufile_json`], [`kmod`]), the network ([`net`]), OS calls
-//! ([`os`]), safe file creation and replacement ([`file`]) and units ([`units`]).
+//! Also here: the facts behind the GDS decision that the doctor reports too ([`gds`],
+//! [`cufile_json`], [`kmod`]), the network ([`net`], whose protocol is the `gdpath-wire` crate),
+//! OS calls ([`os`]), safe file creation and replacement ([`file`]) and units ([`units`]).
+//! Checkpoints (safetensors loads and saves, and the storage chooser that sets loads up) are
+//! the `gdpath-checkpoint` crate, built on this one's public API.
 //!
 //! ```
 //! use gdpath::{Agent, AgentConfig, FileSpec, HostBuffer, Memory, Path, TransferRequest};
@@ -36,7 +38,6 @@
 pub mod agent;
 pub mod backend;
 pub mod blocks;
-pub mod checkpoint;
 pub mod config;
 pub mod cufile_json;
 pub mod error;
@@ -53,7 +54,6 @@ mod planner;
 mod ratelimit;
 mod region;
 mod transfer;
-pub mod tune;
 pub mod units;
 
 pub use agent::{Agent, BackendInfo};

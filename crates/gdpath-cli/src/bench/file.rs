@@ -214,7 +214,10 @@ pub(super) fn run_gds(a: &StorageArgs, gpu: u32, blocks: Vec<u64>) -> Result<Exi
             .with("chosen", &report.chosen)?
             .with(
                 "chosen_text",
-                report.chosen.as_ref().map(gdpath::tune::Tuning::summary),
+                report
+                    .chosen
+                    .as_ref()
+                    .map(gdpath_checkpoint::tune::Tuning::summary),
             )?;
         outln!("{}", serde_json::to_string_pretty(&out)?);
     } else {

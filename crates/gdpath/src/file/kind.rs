@@ -46,7 +46,7 @@ pub fn check_regular(path: &Path) -> Result<Option<Metadata>> {
 ///
 /// Errors: [`Error::NotAFile`]; [`Error::Open`] for a failed open (its source carries the OS
 /// error, e.g. `EINVAL` where a file system refuses `O_DIRECT`) or `fcntl`.
-pub(crate) fn open_regular(path: &Path, mut options: OpenOptions, flags: i32) -> Result<File> {
+pub fn open_regular(path: &Path, mut options: OpenOptions, flags: i32) -> Result<File> {
     let open_err = |e: std::io::Error| Error::Open {
         path: path.to_owned(),
         source: Arc::new(e),

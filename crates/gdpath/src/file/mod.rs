@@ -33,6 +33,5 @@ mod resolve;
 mod temporary;
 
 pub use atomic::{check_target, AtomicFile, ReplaceOptions, Target};
-pub(crate) use kind::open_regular;
-pub use kind::{check_regular, is_no_space, read_bounded, special_kind};
+pub use kind::{check_regular, is_no_space, open_regular, read_bounded, special_kind};
 pub use temporary::{remove_live_temporaries, remove_stale_temporaries, Temporary, TEMP_MARKER};

@@ -6,82 +6,9 @@
 //! [`EventLog`] lets through one line per [`EventKind`] of those and per interval, and counts
 //! the rest; events only an authenticated peer causes (connected, left) always pass.
 
-use super::NetEvent;
+use super::{EventKind, NetEvent};
 use crate::ratelimit::{RateLimit, EVERY};
 use std::time::{Duration, Instant};
-
-/// What kind of thing a [`NetEvent`] says happened, for logs and counts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum EventKind {
-    /// [`NetEvent::Connected`].
-    Connected,
-    /// [`NetEvent::Refused`]: anyone reaching the port can cause it.
-    Refused,
-    /// [`NetEvent::Lost`] of a connection still in its handshake (silent, closed, or reset
-    /// before it proved the token): anyone reaching the port can cause it.
-    LostInHandshake,
-    /// [`NetEvent::Lost`] of an authenticated peer.
-    Lost,
-    /// [`NetEvent::Left`].
-    Left,
-}
-
-impl EventKind {
-    /// A stable name: `connected`, `refused`, `lost-in-handshake`, `lost`, `left`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            EventKind::Connected => "connected",
-            EventKind::Refused => "refused",
-            EventKind::LostInHandshake => "lost-in-handshake",
-            EventKind::Lost => "lost",
-            EventKind::Left => "left",
-        }
-    }
-
-    fn from_str(s: &str) -> Option<EventKind> {
-        [
-            EventKind::Connected,
-            EventKind::Refused,
-            EventKind::LostInHandshake,
-            EventKind::Lost,
-            EventKind::Left,
-        ]
-        .into_iter()
-        .find(|k| k.as_str() == s)
-    }
-
-    /// Whether a log bounds the rate of this kind ([`EventLog`]): refused and lost
-    /// connections, which a peer can repeat as fast as it connects (a lost authenticated
-    /// peer too: a client killed in a loop is no reason to flood the log either).
-    pub fn is_rate_limited(self) -> bool {
-        matches!(
-            self,
-            EventKind::Refused | EventKind::LostInHandshake | EventKind::Lost
-        )
-    }
-}
-
-impl std::fmt::Display for EventKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl NetEvent {
-    /// The event's [`EventKind`].
-    pub fn kind(&self) -> EventKind {
-        match self {
-            NetEvent::Connected { .. } => EventKind::Connected,
-            NetEvent::Refused { .. } => EventKind::Refused,
-            NetEvent::Lost {
-                authenticated: false,
-                ..
-            } => EventKind::LostInHandshake,
-            NetEvent::Lost { .. } => EventKind::Lost,
-            NetEvent::Left { .. } => EventKind::Left,
-        }
-    }
-}
 
 /// Decides which of a serving agent's events a log writes: every event of a kind that is not
 /// rate-limited ([`EventKind::is_rate_limited`]), and of the others one per kind and
@@ -140,7 +67,7 @@ impl EventLog {
 fn kinds(counts: Vec<(&'static str, u64)>) -> Vec<(EventKind, u64)> {
     let mut out: Vec<(EventKind, u64)> = counts
         .into_iter()
-        .filter_map(|(k, n)| Some((EventKind::from_str(k)?, n)))
+        .filter_map(|(k, n)| Some((EventKind::from_name(k)?, n)))
         .collect();
     out.sort_unstable();
     out
@@ -149,14 +76,6 @@ fn kinds(counts: Vec<(&'static str, u64)>) -> Vec<(EventKind, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn lost(authenticated: bool) -> NetEvent {
-        NetEvent::Lost {
-            peer: "p".into(),
-            detail: "d".into(),
-            authenticated,
-        }
-    }
 
     #[test]
     fn a_flood_of_refusals_and_losses_is_one_line_per_kind_and_authenticated_events_all_pass() {
@@ -171,31 +90,20 @@ mod tests {
             let at = t0 + Duration::from_millis(i);
             let first = i == 0;
             assert_eq!(log.admit_at(refused.kind(), at).is_some(), first);
-            assert_eq!(log.admit_at(lost(false).kind(), at).is_some(), first);
+            assert_eq!(
+                log.admit_at(EventKind::LostInHandshake, at).is_some(),
+                first
+            );
             assert_eq!(log.admit_at(connected.kind(), at), Some(0));
         }
-        // An authenticated peer lost is a kind of its own: the flood does not hide it.
-        assert_eq!(log.admit_at(lost(true).kind(), t0), Some(0));
+        // An authenticated peer lost is a kind of its own (`NetEvent::kind`): the flood does not
+        // hide it.
+        assert_eq!(log.admit_at(EventKind::Lost, t0), Some(0));
         assert_eq!(
             log.admit_at(EventKind::Refused, t0 + EVERY),
             Some(999),
             "the next line says how many were left out"
         );
         assert_eq!(log.left_out(), vec![(EventKind::LostInHandshake, 999)]);
-    }
-
-    #[test]
-    fn kinds_have_stable_names() {
-        for k in [
-            EventKind::Connected,
-            EventKind::Refused,
-            EventKind::LostInHandshake,
-            EventKind::Lost,
-            EventKind::Left,
-        ] {
-            assert_eq!(EventKind::from_str(k.as_str()), Some(k));
-        }
-        assert_eq!(lost(false).kind(), EventKind::LostInHandshake);
-        assert_eq!(lost(true).kind(), EventKind::Lost);
     }
 }

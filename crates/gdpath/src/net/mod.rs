@@ -25,16 +25,17 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! Protocol and checks: [`codec`] (wire format, every field bounds-checked) and [`auth`]
-//! (mutual HMAC-SHA256 over nonces; the token never crosses the wire). See `docs/network.md`.
+//! Protocol and checks: [`codec`] (wire format, every field bounds-checked), [`auth`] (mutual
+//! HMAC-SHA256 over nonces; the token never crosses the wire) and [`protocol`] (the state
+//! machine of a connection, without I/O), re-exported from the `gdpath-wire` crate with the
+//! types a connection reports ([`NetEvent`], [`Notification`]). See `docs/network.md`.
 
-pub mod auth;
-pub mod codec;
-pub mod protocol;
+pub use gdpath_wire::{auth, codec, protocol};
 
 pub use auth::{Token, MIN_TOKEN_LEN};
 pub use devices::DevicesError;
-pub use events::{EventKind, EventLog};
+pub use events::EventLog;
+pub use gdpath_wire::{Error as WireError, EventKind, NetEvent, Notification};
 
 pub(crate) mod devices;
 mod events;
@@ -178,42 +179,6 @@ impl Default for ConnectOptions {
             timeout: Duration::from_secs(10),
         }
     }
-}
-
-/// Something that happened to a serving agent's connections.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum NetEvent {
-    /// A peer authenticated; `peer` is `name@address`.
-    Connected { peer: String },
-    /// A connection was refused (wrong token, protocol error, too many peers).
-    Refused {
-        addr: Option<SocketAddr>,
-        reason: String,
-    },
-    /// A connection failed or its handshake timed out: the peer died, was killed, or its
-    /// network went away, without saying goodbye. `detail` says why (e.g. `connection
-    /// failed: UCS_ERR_ENDPOINT_TIMEOUT (-80)`, `no handshake within 10s`). `authenticated`:
-    /// the peer had proved the token (`peer` is then `name@address`; before, its address),
-    /// so that a connection lost in its handshake, which anyone who reaches the port can
-    /// cause, is told apart.
-    Lost {
-        peer: String,
-        detail: String,
-        authenticated: bool,
-    },
-    /// A peer closed its connection cleanly ([`Peer::close`], its last [`Peer`] handle or its
-    /// agent dropped, a `gdpath bench net` run ending): it said goodbye after its operations
-    /// completed, and what the server held for it was released. `peer` is `name@address`.
-    Left { peer: String },
-}
-
-/// A notification from a peer ([`crate::TransferRequest::notify`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Notification {
-    /// The sender, `name@address`.
-    pub from: String,
-    /// The bytes it sent (at most [`codec::MAX_NOTIFY`]).
-    pub message: Vec<u8>,
 }
 
 /// A region a peer exports, as its metadata lists it.

@@ -238,7 +238,7 @@ impl PeerConn {
 
     /// The error the connection failed with, if it did.
     pub(crate) fn failed_error(&self) -> Option<Error> {
-        lock(&self.inner).proto.error().cloned()
+        lock(&self.inner).proto.error().cloned().map(Error::from)
     }
 
     /// The error for work on a connection that is unusable ([`PeerConn::failure`]): the one it

@@ -21,13 +21,13 @@
 //! server are not reported. A peer that dies without a goodbye is still [`NetEvent::Lost`].
 
 use super::conn::{gpu_path_of, rma_transport_name, PeerConn};
+use super::listen::nonce;
 use super::tcp::{self, FrameReader, ReadError};
 use super::{
     ep_failure, lock, next, ucx_err, State, UcxBackend, CTL_CHECK, CTRL_AM, MAX_EARLY,
     MAX_QUEUED_NOTIFICATIONS,
 };
 use crate::error::{Error, Result};
-use crate::net::auth::nonce;
 use crate::net::codec::{self, Message, RefuseCode};
 use crate::net::devices::Need;
 use crate::net::protocol::{self, Action, Flush, Limits, Role};
@@ -119,7 +119,7 @@ impl UcxBackend {
                     }
                 }
                 Action::Flush(f) => self.flush_for(st, peer, f),
-                Action::Fail(e) => st.ops.fail_peer(peer.id, &e),
+                Action::Fail(e) => st.ops.fail_peer(peer.id, &e.into()),
                 Action::Withdrawn(ids) => peer.mark_withdrawn(&ids),
                 Action::ApplyWrites {
                     seq,
@@ -146,6 +146,7 @@ impl UcxBackend {
                     tracing::debug!(peer = %peer.label(), "connect after the handshake ignored");
                 }
                 Action::End(r) => {
+                    let r = r.map_err(Error::from);
                     match &r {
                         Err(e @ Error::Protocol { .. }) => {
                             self.log.warn("protocol", || e.to_string())
@@ -392,7 +393,7 @@ impl UcxBackend {
                         })?;
                         ep = Some(made);
                     }
-                    Action::End(Err(e)) => return Err(e),
+                    Action::End(Err(e)) => return Err(e.into()),
                     Action::End(Ok(())) => {
                         return Err(failed("the connection ended in the handshake".into()))
                     }
@@ -612,7 +613,7 @@ impl UcxBackend {
         let g = lock(&conn.inner);
         match (g.proto.is_over(), g.proto.error()) {
             (true, None) => Ok(()),
-            (_, Some(e)) => Err(e.clone()),
+            (_, Some(e)) => Err(e.clone().into()),
             (false, None) => Err(Error::PeerFailed {
                 peer: g.proto.label().to_owned(),
                 detail: "the connection is not open".into(),

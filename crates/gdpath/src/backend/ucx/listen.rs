@@ -27,8 +27,7 @@ use super::conn::PeerConn;
 use super::tcp::{self, FrameReader, ReadError};
 use super::{export, lock, next, State, UcxBackend};
 use crate::error::{Error, Result};
-use crate::net::auth::nonce;
-use crate::net::codec::{self, RefuseCode};
+use crate::net::codec::{self, RefuseCode, NONCE_LEN};
 use crate::net::protocol::{self, Action, Limits, Role};
 #[cfg(doc)]
 use crate::net::NetEvent;
@@ -202,6 +201,17 @@ fn limits(b: &UcxBackend) -> Limits {
         goodbye: b.cfg.connect_timeout,
         ack: b.cfg.op_timeout,
     }
+}
+
+/// A nonce for a handshake ([`crate::net::auth`]): 32 bytes from the operating system's CSPRNG
+/// (`getrandom`). Errors with [`Error::Backend`] if the OS has none.
+pub(crate) fn nonce() -> Result<[u8; NONCE_LEN]> {
+    let mut n = [0u8; NONCE_LEN];
+    getrandom::fill(&mut n).map_err(|e| Error::Backend {
+        backend: "ucx",
+        detail: format!("getrandom: {e}"),
+    })?;
+    Ok(n)
 }
 
 /// A routing id for a new connection: random, non-zero, unused by `st`'s connections.

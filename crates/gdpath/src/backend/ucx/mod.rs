@@ -82,6 +82,9 @@ const UCX_TCP_DEFAULTS_BEFORE_1_16: &[(&str, &str)] = &[("ZCOPY_THRESH", "inf")]
 
 /// Active-message id of the control protocol.
 pub(crate) const CTRL_AM: u16 = crate::net::codec::AM_ID;
+// The protocol's largest message is what one UCX active message of this backend carries; the
+// protocol crate cannot see UCX, so the two are held equal here.
+const _: () = assert!(crate::net::codec::MAX_MESSAGE == gdpath_ucx::AM_MAX_MESSAGE);
 /// Notifications kept until the application takes them; more are dropped and counted.
 pub(crate) const MAX_QUEUED_NOTIFICATIONS: usize = 4096;
 

@@ -8,7 +8,14 @@
 //! [`Checkpoint`]; [`Checkpoint::load`] loads all of it, or the tensors named, into one
 //! allocation on a GPU or in host memory ([`Destination`]) with one transfer
 //! ([`CheckpointPlan`]). Saving tensors of GPU or host memory as a checkpoint, crash-safe, is
-//! [`save`] ([`save()`]).
+//! [`save`] ([`save()`]). The storage chooser ([`tune`]) picks threads, chunk and O_DIRECT or
+//! buffered reads for the files of a load; [`LoadSetup`] makes the agent from its choice, as
+//! `gdpath load` and the Python module's `load_file` do.
+//!
+//! Built on the engine's public API (`gdpath`: the agent, regions, transfers, the checked file
+//! opening and crash-safe writer of [`gdpath::file`]) and, for a loaded GPU tensor's address,
+//! the backend-author interface ([`gdpath::backend::cuda::gpu_buffer`]); the engine knows
+//! nothing of checkpoints.
 
 pub mod header;
 pub mod index;
@@ -16,8 +23,9 @@ pub mod load;
 pub mod plan;
 pub mod save;
 pub mod setup;
+pub mod tune;
 
-pub use header::{Header, TensorEntry, MAX_HEADER_BYTES};
+pub use header::{tensor_bytes, Header, TensorEntry, MAX_HEADER_BYTES};
 pub use index::Index;
 pub use load::{
     load, Checkpoint, Destination, LoadError, LoadedCheckpoint, LoadedTensor, Verified,
@@ -31,24 +39,24 @@ pub use setup::{GpuPrestart, LoadSetup};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-/// An error of the engine's file opening ([`crate::file`]) for checkpoint file `path`:
+/// An error of the engine's file opening ([`gdpath::file`]) for checkpoint file `path`:
 /// [`CheckpointError::Open`] / [`CheckpointError::Io`] with the OS error where there is one,
 /// `EISDIR` for a directory, else (another file that is not regular, more bytes than read)
 /// `Open` with the error's text.
-pub(crate) fn file_error(path: &Path, e: crate::Error) -> CheckpointError {
+pub(crate) fn file_error(path: &Path, e: gdpath::Error) -> CheckpointError {
     match e {
-        crate::Error::Open { source, .. } => CheckpointError::Open {
+        gdpath::Error::Open { source, .. } => CheckpointError::Open {
             path: path.to_owned(),
             source,
         },
-        crate::Error::Io { op, source, .. } => CheckpointError::Io {
+        gdpath::Error::Io { op, source, .. } => CheckpointError::Io {
             op,
             path: path.to_owned(),
             source,
         },
         // A directory is what open(2) for writing calls EISDIR: say so with that errno, so
         // callers that map errnos (Python's IsADirectoryError) see it.
-        crate::Error::NotAFile {
+        gdpath::Error::NotAFile {
             what: "a directory",
             ..
         } => CheckpointError::Open {
@@ -71,14 +79,14 @@ pub(crate) fn file_error(path: &Path, e: crate::Error) -> CheckpointError {
 #[non_exhaustive]
 pub enum CheckpointError {
     /// The file could not be opened.
-    #[error("cannot open {}: {source}", gdpath_topo::text::escape(.path))]
+    #[error("cannot open {}: {source}", gdpath_text::escape(.path))]
     Open {
         path: PathBuf,
         #[source]
         source: Arc<std::io::Error>,
     },
     /// A read or `fstat` failed.
-    #[error("{op} {}: {source}", gdpath_topo::text::escape(.path))]
+    #[error("{op} {}: {source}", gdpath_text::escape(.path))]
     Io {
         op: &'static str,
         path: PathBuf,
@@ -189,9 +197,9 @@ impl CheckpointError {
 
 impl CheckpointError {
     /// The error's kind for scripts: `open` and `io` when the file could not be opened or read
-    /// (as [`crate::Error::Open`] and [`crate::Error::Io`] for any other file), `checkpoint`
+    /// (as [`gdpath::Error::Open`] and [`gdpath::Error::Io`] for any other file), `checkpoint`
     /// for the rest (the file is not a valid safetensors checkpoint; the message says which
-    /// check failed). A contract as [`crate::Error::kind`]: `gdpath load --json` prints it.
+    /// check failed). A contract as [`gdpath::Error::kind`]: `gdpath load --json` prints it.
     pub fn kind(&self) -> &'static str {
         match self {
             CheckpointError::Open { .. } => "open",

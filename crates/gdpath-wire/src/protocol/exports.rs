@@ -6,7 +6,7 @@
 //! [`Action::Release`] given: memory is never freed under a peer's operation in flight.
 
 use super::Action;
-use crate::net::codec::{self, Metadata, RegionMeta, WireKind, WritesStatus};
+use crate::codec::{self, Metadata, RegionMeta, WireKind, WritesStatus};
 use std::collections::{BTreeMap, HashSet};
 
 /// A withdrawn region: held until the connections in `waiting` acknowledged or ended.

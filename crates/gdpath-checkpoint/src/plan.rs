@@ -179,7 +179,7 @@ impl CheckpointPlan {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::checkpoint::Dtype;
+    use crate::Dtype;
 
     fn entry(name: &str, start: u64, end: u64) -> TensorEntry {
         TensorEntry {

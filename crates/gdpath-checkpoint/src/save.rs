@@ -13,20 +13,20 @@
 //! file, else the pinned staging path with parallel writers (`posix-direct` /
 //! `posix-buffered`) for GPU memory, and the storage backends for host memory.
 //!
-//! Safety: through [`crate::file::AtomicFile`]: a temporary in the target's directory, space
+//! Safety: through [`gdpath::file::AtomicFile`]: a temporary in the target's directory, space
 //! reserved first (a full file system fails before a byte is written), `fsync` of the file,
 //! rename over the target, `fsync` of the directory. A crash or a kill at any point leaves the
 //! old file or the new one; the temporary of a killed run is removed by the next save of the
 //! same target.
 
-use super::Dtype;
-use crate::error::Error;
-use crate::file::{AtomicFile, ReplaceOptions};
-use crate::memory::MemoryKind;
-use crate::path::Path;
-use crate::region::Region;
-use crate::transfer::TransferRequest;
-use crate::Agent;
+use super::{tensor_bytes, Dtype};
+use gdpath::error::Error;
+use gdpath::file::{AtomicFile, ReplaceOptions};
+use gdpath::memory::MemoryKind;
+use gdpath::path::Path;
+use gdpath::Agent;
+use gdpath::Region;
+use gdpath::TransferRequest;
 use serde::ser::{SerializeMap, Serializer};
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -52,8 +52,8 @@ pub struct SaveTensor {
 }
 
 impl SaveTensor {
-    /// A tensor of `product(shape) × dtype size` bytes at `offset` of `region` (the length
-    /// computed with saturating arithmetic: an overflowing shape is refused by [`save`]).
+    /// A tensor of `product(shape) × dtype size` bytes ([`tensor_bytes`]) at `offset` of
+    /// `region` (`u64::MAX` bytes for a shape that overflows, which [`save`] refuses).
     pub fn new(
         name: impl Into<String>,
         dtype: Dtype,
@@ -61,9 +61,7 @@ impl SaveTensor {
         region: &Region,
         offset: u64,
     ) -> SaveTensor {
-        let bytes = shape
-            .iter()
-            .fold(dtype.size() as u64, |acc, &d| acc.saturating_mul(d));
+        let bytes = tensor_bytes(dtype, shape.iter().copied()).unwrap_or(u64::MAX);
         SaveTensor {
             name: name.into(),
             dtype,
@@ -88,7 +86,7 @@ pub struct SaveOptions {
     /// The header's `__metadata__` string map (none written when empty).
     pub metadata: BTreeMap<String, String>,
     /// O_DIRECT policy of the file (default `Auto`: where the file system allows it).
-    pub direct: crate::DirectIo,
+    pub direct: gdpath::DirectIo,
 }
 
 impl Default for SaveOptions {
@@ -97,7 +95,7 @@ impl Default for SaveOptions {
             overwrite: false,
             fsync: true,
             metadata: BTreeMap::new(),
-            direct: crate::DirectIo::Auto,
+            direct: gdpath::DirectIo::Auto,
         }
     }
 }
@@ -159,7 +157,7 @@ impl SaveReport {
     /// File bytes per second of [`SaveReport::elapsed`] (fsync included when on), GB/s
     /// (1e9 B/s).
     pub fn gbps(&self) -> f64 {
-        crate::units::gbps(self.file_bytes, self.elapsed)
+        gdpath::units::gbps(self.file_bytes, self.elapsed)
     }
 }
 
@@ -248,11 +246,8 @@ fn layout<'a>(
                 name: t.name.clone(),
             });
         }
-        let expected = t
-            .shape
-            .iter()
-            .try_fold(t.dtype.size() as u64, |acc, &d| acc.checked_mul(d))
-            .filter(|&n| usize::try_from(n).is_ok());
+        let expected =
+            tensor_bytes(t.dtype, t.shape.iter().copied()).filter(|&n| usize::try_from(n).is_ok());
         let Some(expected) = expected else {
             return Err(SaveError::ShapeOverflow {
                 name: t.name.clone(),
@@ -419,7 +414,7 @@ pub fn save(
     let mut transfer = Duration::ZERO;
     if !runs.is_empty() {
         let f = agent
-            .register(crate::Memory::File(out.spec(opts.direct)))
+            .register(gdpath::Memory::File(out.spec(opts.direct)))
             .map_err(|e| eng(out.explain(e, header_bytes)))?;
         let local = runs.iter().map(|r| r.region.desc(r.src, r.len)).collect();
         let target = runs
@@ -569,8 +564,8 @@ pub fn compare_files(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::checkpoint::{Checkpoint, Destination, Header};
-    use crate::{AgentConfig, HostBuffer, Memory};
+    use crate::{Checkpoint, Destination, Header};
+    use gdpath::{AgentConfig, HostBuffer, Memory};
 
     const ALL: [Dtype; 15] = [
         Dtype::BOOL,
@@ -661,6 +656,28 @@ mod tests {
         assert_eq!(order, sorted);
     }
 
+    /// Save and load take a tensor's size from one rule ([`tensor_bytes`]): a zero-size
+    /// tensor whose dims before the zero fit 64 bits is saved, and the loader reads it back,
+    /// although its dims times the dtype's size would not fit.
+    #[test]
+    fn save_accepts_the_sizes_the_loader_accepts() {
+        let a = agent();
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("z.safetensors");
+        let region = a.register(Memory::host(HostBuffer::zeroed(8))).unwrap();
+        let shape = vec![1 << 62, 0];
+        assert_eq!(tensor_bytes(Dtype::F32, shape.clone()), Some(0));
+        let t = SaveTensor::new("z", Dtype::F32, shape.clone(), &region, 0);
+        assert_eq!(t.bytes, 0);
+        save(&a, &[t], &f, &SaveOptions::default()).unwrap();
+        let h = Header::read(&f).unwrap();
+        assert_eq!(
+            (h.tensors[0].shape.clone(), h.tensors[0].bytes()),
+            (shape, 0)
+        );
+        assert_eq!(tensor_bytes(Dtype::F32, [u64::MAX, 2]), None);
+    }
+
     #[test]
     fn bad_tensors_are_refused_by_name_before_anything_is_created() {
         let a = agent();
@@ -698,7 +715,7 @@ mod tests {
             );
         }
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
-        let spec = crate::FileSpec::write(dir.path().join("f"));
+        let spec = gdpath::FileSpec::write(dir.path().join("f"));
         let fr = a.register(Memory::File(spec)).unwrap();
         let e = save(
             &a,

@@ -13,17 +13,19 @@
 //! The rules and the measurements they rest on are in docs/gds.md, "Storage defaults: the
 //! chooser"; the constants here name the section they come from.
 
-use crate::config::AgentConfig;
-use crate::error::{Error, Result};
-use crate::memory::DirectIo;
-use crate::units::format_size;
+use gdpath::config::AgentConfig;
+use gdpath::error::{Error, Result};
+use gdpath::memory::DirectIo;
+use gdpath::units::format_size;
 use serde::Serialize;
 use std::path::Path;
 
-/// Bytes per request the chooser picks (4 MiB): the best task size of the file ↔ GPU sweeps
-/// from the page cache, and large enough for a disk's sequential bandwidth (docs/gds.md,
-/// "Storage defaults: the chooser").
-pub const CHUNK: u64 = 4 << 20;
+/// The engine's thread rule, which the chooser applies to the files it is given.
+pub use gdpath::config::{core_threads, cores, MAX_THREADS, MIN_THREADS};
+
+/// Bytes per request the chooser picks (4 MiB): the engine's default file ↔ GPU chunk
+/// ([`gdpath::config::DEFAULT_GDS_CHUNK`], where its measurements are named).
+pub const CHUNK: u64 = gdpath::config::DEFAULT_GDS_CHUNK;
 
 /// Bytes per read the chooser picks for files in memory going to a GPU (2 MiB), where the reads
 /// fill slabs ([`SLABS`]) rather than a buffer per copy: the CPU copies out of the page cache
@@ -35,14 +37,6 @@ pub const SLAB_CHUNK: u64 = 2 << 20;
 /// one H2D copy per slab; three keep a slab filling while one copies and one waits
 /// (docs/gds.md, "Slabs").
 pub const SLABS: usize = 3;
-
-/// Most threads the chooser gives one transfer (32): the page-cache `memcpy` is memory-bound
-/// past it on the machines measured (docs/gds.md, "Storage defaults: the chooser").
-pub const MAX_THREADS: usize = 32;
-
-/// Fewest threads the chooser gives a transfer of many chunks (4): a thread waits on its copy
-/// to the GPU between reads, so even a two-core machine keeps more reads in flight than cores.
-pub const MIN_THREADS: usize = 4;
 
 /// A file counts as in the page cache (hot) from this fraction of its bytes resident (0.9):
 /// the rest is read from the device at its speed, but a few cold pages should not make the
@@ -62,28 +56,12 @@ pub const COLD_CHUNK: u64 = 16 << 20;
 /// (derived, not measured: docs/gds.md).
 pub const DIRECT_BELOW: f64 = 0.1;
 
-/// One thread per core, within [`MIN_THREADS`] ..= [`MAX_THREADS`]: the threads of a transfer
-/// served from memory (the page cache or tmpfs), where each is a memory-bound `memcpy` and more
-/// threads than cores only contend, and of a cold O_DIRECT read from a local disk, where one
-/// [`COLD_CHUNK`] request per core keeps enough bytes queued (docs/gds.md, "Storage defaults:
-/// the chooser"). Also the default of [`crate::GdsConfig`] and the buffered backend, where no
-/// file is known.
-pub fn core_threads(cores: usize) -> usize {
-    cores.max(1).clamp(MIN_THREADS, MAX_THREADS)
-}
-
 /// Threads for a cold transfer of [`CHUNK`] requests through cuFile or from a network file
 /// system (neither measured here): two per core, within [`MIN_THREADS`] ..= [`MAX_THREADS`]: a
 /// reader mostly waits on the device, and more requests in flight keep its queue full
 /// (docs/gds.md, "Cold reads").
 pub fn device_threads(cores: usize) -> usize {
     (cores.max(1) * 2).clamp(MIN_THREADS, MAX_THREADS)
-}
-
-/// The CPUs this process may use (`std::thread::available_parallelism`, which counts the
-/// affinity mask and a cgroup CPU quota), at least 1.
-pub fn cores() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 /// The kind of file system a file lives on, from `statfs`'s magic number.
@@ -160,7 +138,7 @@ pub struct Facts {
     /// The file system of the largest file (most bytes decide).
     pub fs: FsKind,
     /// Fraction (0 ..= 1) of the files' bytes in the page cache (`mincore`: counted for files
-    /// up to 256 MiB, sampled above, [`crate::os::resident_bytes`]; a tmpfs file counts as
+    /// up to 256 MiB, sampled above, [`gdpath::os::resident_bytes`]; a tmpfs file counts as
     /// resident without asking); `None` when it could not be asked (a file system that cannot
     /// be mapped).
     pub resident: Option<f64>,
@@ -186,7 +164,7 @@ impl Facts {
             })?;
             let len = f.metadata().map_err(|e| Error::io("fstat", p, 0, e))?.len();
             let fs = FsKind::from_magic(
-                crate::os::fs_magic(&f).map_err(|e| Error::io("fstatfs", p, 0, e))?,
+                gdpath::os::fs_magic(&f).map_err(|e| Error::io("fstatfs", p, 0, e))?,
             );
             if len >= largest.0 {
                 largest = (len, fs);
@@ -196,7 +174,7 @@ impl Facts {
             let here = if fs == FsKind::Tmpfs {
                 Ok(len)
             } else {
-                crate::os::resident_bytes(&f, len)
+                gdpath::os::resident_bytes(&f, len)
             };
             resident = match (resident, here) {
                 (Some(r), Ok(b)) => Some(r + b),
@@ -204,7 +182,7 @@ impl Facts {
             };
             total += len;
         }
-        let gds = crate::gds::GdsFacts::gather(&gdpath_topo::DirView::live(), None);
+        let gds = gdpath::gds::GdsFacts::gather(&gdpath::topo::DirView::live(), None);
         Ok(Facts {
             cores: cores(),
             file_bytes: total,
@@ -708,7 +686,7 @@ mod tests {
         );
         assert!(hot.reason.contains("in page cache"), "{}", hot.reason);
         assert!(!hot.direct && !hot.cufile);
-        crate::os::evict_page_cache(&p).unwrap();
+        gdpath::os::evict_page_cache(&p).unwrap();
         let cold = choose(&[&p], Dest::Gpu, &Overrides::default()).unwrap();
         eprintln!("cold: {}", cold.summary());
         let r = cold.facts.resident.unwrap();
@@ -746,7 +724,7 @@ mod tests {
         let p = dir.path().join("f");
         write_synced(&p, 64 << 20);
         // DONTNEED cannot drop tmpfs pages: they are the file.
-        crate::os::evict_page_cache(&p).unwrap();
+        gdpath::os::evict_page_cache(&p).unwrap();
         let t = choose(&[&p], Dest::Gpu, &Overrides::default()).unwrap();
         eprintln!("tmpfs: {}", t.summary());
         assert_eq!(t.facts.fs, FsKind::Tmpfs);

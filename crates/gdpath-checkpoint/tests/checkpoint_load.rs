@@ -3,8 +3,8 @@
 //! `transformers` writes it), a selection of tensors, and the typed errors. Files are written by
 //! the `safetensors` crate; bytes are compared with the files'.
 
-use gdpath::checkpoint::{Checkpoint, CheckpointError, Destination, LoadError, LoadedCheckpoint};
 use gdpath::{Agent, AgentConfig};
+use gdpath_checkpoint::{Checkpoint, CheckpointError, Destination, LoadError, LoadedCheckpoint};
 use std::path::{Path, PathBuf};
 
 /// Writes a safetensors file of `n` tensors named `{prefix}{i}` of dtypes cycling through a

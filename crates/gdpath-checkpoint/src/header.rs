@@ -23,6 +23,16 @@ use std::path::Path;
 /// corruption; a real header is ~100 bytes per tensor.
 pub const MAX_HEADER_BYTES: u64 = 100_000_000;
 
+/// A tensor's length in bytes: `product(shape) × dtype size`, the dims multiplied in order and
+/// the dtype's size last; `None` when a product overflows 64 bits (a zero dim after an
+/// overflowing prefix still overflows). The one rule of the format's size that [`Header::read`]
+/// checks `data_offsets` against and [`crate::save()`] checks its tensors against, so that a
+/// save writes only what a load accepts.
+pub fn tensor_bytes(dtype: Dtype, shape: impl IntoIterator<Item = u64>) -> Option<u64> {
+    let elements = shape.into_iter().try_fold(1u64, u64::checked_mul)?;
+    elements.checked_mul(dtype.size() as u64)
+}
+
 /// One tensor of a checkpoint, as its header describes it, validated against the file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TensorEntry {
@@ -80,7 +90,7 @@ impl Header {
         let mut read = std::fs::OpenOptions::new();
         read.read(true);
         let file =
-            crate::file::open_regular(path, read, 0).map_err(|e| super::file_error(path, e))?;
+            gdpath::file::open_regular(path, read, 0).map_err(|e| super::file_error(path, e))?;
         Self::read_from(&file, path)
     }
 
@@ -172,11 +182,7 @@ impl Header {
             if end < begin {
                 return Err(CheckpointError::ReversedRange { name, begin, end });
             }
-            let elements = info
-                .shape
-                .iter()
-                .try_fold(1u64, |acc, &d| acc.checked_mul(d as u64));
-            let expected = elements.and_then(|e| e.checked_mul(info.dtype.size() as u64));
+            let expected = tensor_bytes(info.dtype, info.shape.iter().map(|&d| d as u64));
             let Some(expected) = expected else {
                 return Err(CheckpointError::ShapeOverflow {
                     name,

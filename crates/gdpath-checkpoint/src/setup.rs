@@ -5,12 +5,12 @@
 //! `load_file` both load through it.
 
 use super::load::{Checkpoint, Destination, LoadError, LoadedCheckpoint};
-use crate::error::Error;
-use crate::finding::ids;
-use crate::memory::{FileSpec, Memory};
-use crate::transfer::TransferRequest;
 use crate::tune::{Dest, Overrides, Tuning};
-use crate::{Agent, AgentConfig};
+use gdpath::error::Error;
+use gdpath::finding::ids;
+use gdpath::memory::{FileSpec, Memory};
+use gdpath::TransferRequest;
+use gdpath::{Agent, AgentConfig};
 use std::time::{Duration, Instant};
 
 /// The CUDA driver's initialisation and GPU `ordinal`'s primary context, brought up on a thread

@@ -2,14 +2,14 @@
 //! every file with one transfer on the fastest path.
 
 use super::{CheckpointError, CheckpointPlan, Dtype, Header, Index};
-use crate::backend::cuda::gpu_buffer;
-use crate::error::Error;
-use crate::finding::FindingId;
-use crate::memory::{FileSpec, HostBuffer, Memory};
-use crate::path::Path;
-use crate::region::Region;
-use crate::transfer::{PairReport, TransferRequest};
-use crate::Agent;
+use gdpath::backend::cuda::gpu_buffer;
+use gdpath::error::Error;
+use gdpath::finding::FindingId;
+use gdpath::memory::{FileSpec, HostBuffer, Memory};
+use gdpath::path::Path;
+use gdpath::Agent;
+use gdpath::Region;
+use gdpath::{PairReport, TransferRequest};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -26,14 +26,14 @@ pub const SETTLE_AFTER_FREE: Duration = Duration::from_secs(1);
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum LoadError {
     /// The file is not a valid safetensors checkpoint (nothing was allocated on the GPU).
-    #[error("{}: {error}", gdpath_topo::text::escape(.path))]
+    #[error("{}: {error}", gdpath_text::escape(.path))]
     Checkpoint {
         path: std::path::PathBuf,
         #[source]
         error: CheckpointError,
     },
     /// Registration, allocation or the transfer failed (the allocation is freed again).
-    #[error("{}: {error}", gdpath_topo::text::escape(.path))]
+    #[error("{}: {error}", gdpath_text::escape(.path))]
     Engine {
         path: std::path::PathBuf,
         #[source]
@@ -226,7 +226,7 @@ impl LoadedCheckpoint {
 
     /// Tensor bytes per second of [`LoadedCheckpoint::elapsed`], in GB/s (1e9 B/s).
     pub fn gbps(&self) -> f64 {
-        crate::units::gbps(self.tensor_bytes, self.elapsed)
+        gdpath::units::gbps(self.tensor_bytes, self.elapsed)
     }
 }
 
@@ -311,7 +311,7 @@ impl Checkpoint {
                         message: format!(
                             "tensor {:?} of {} is not mapped to that file",
                             t.name,
-                            gdpath_topo::text::escape(&ck.files[i])
+                            gdpath_text::escape(&ck.files[i])
                         ),
                     }));
                 }
@@ -325,7 +325,7 @@ impl Checkpoint {
             return Err(bad(CheckpointError::BadIndex {
                 message: format!(
                     "tensor {name:?} is mapped to {}, which does not hold it",
-                    gdpath_topo::text::escape(&ck.files[i])
+                    gdpath_text::escape(&ck.files[i])
                 ),
             }));
         }
@@ -434,7 +434,7 @@ impl Checkpoint {
                 .outcomes
                 .iter()
                 .find_map(|o| match o {
-                    crate::transfer::PairOutcome::Failed { index, .. } => Some(*index),
+                    gdpath::PairOutcome::Failed { index, .. } => Some(*index),
                     _ => None,
                 })
                 .map_or(first, |i| &self.files[plan.reads[i].file]);

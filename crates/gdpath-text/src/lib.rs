@@ -10,8 +10,11 @@
 //! `\\` for a backslash so that the text reads back unambiguously. JSON output needs none of
 //! this: its own escaping already covers it.
 //!
-//! It lives here, in the lowest crate, so that the engine's error messages, the doctor's text
-//! and the CLI's tables share it without an upward import.
+//! It is a crate of its own, below every other, so that the wire protocol's peer names, the
+//! topology readers' errors, the engine's error messages, the doctor's text and the CLI's tables
+//! share it without an upward import (`gdpath_topo::text` re-exports it).
+
+#![forbid(unsafe_code)]
 
 use std::ffi::OsStr;
 use std::fmt::Write as _;

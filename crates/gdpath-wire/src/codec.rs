@@ -41,7 +41,7 @@ pub const VERSION: u16 = 4;
 /// Frame header length in bytes.
 pub const HEADER_LEN: usize = 12;
 /// Largest message (header + body) in bytes: the UCX control-message bound
-/// (`gdpath_ucx::AM_MAX_MESSAGE`, 1 MiB).
+/// (`gdpath_ucx::AM_MAX_MESSAGE`, 1 MiB; the engine's network backend checks that the two agree).
 pub const MAX_MESSAGE: usize = 1 << 20;
 /// Most regions one metadata message may list.
 pub const MAX_REGIONS: usize = 4096;
@@ -804,7 +804,7 @@ pub struct EncodeError {
 /// A frame being written, after the first `.1` bytes of `.0` (a prefix that is not part of it).
 /// `Ok` for a notification the wire carries (at most [`MAX_NOTIFY`] bytes), else the error
 /// encoding it gives: the agent checks at post what the encoder would refuse after the writes.
-pub(crate) fn notification_fits(message: &[u8]) -> Result<(), EncodeError> {
+pub fn notification_fits(message: &[u8]) -> Result<(), EncodeError> {
     Writer::limit("notification", message.len(), MAX_NOTIFY)
 }
 

@@ -11,9 +11,9 @@
 //! data channel, copy these packed writes, complete these writes, release this export, report
 //! this event, forget this connection.
 //!
-//! The network backend (`backend::ucx`) feeds it what UCX delivers and performs what it asks;
-//! the unit tests (`tests.rs`) and the fuzz target (`fuzz/fuzz_targets/protocol.rs`) wire two
-//! state machines together in memory. What is sent on which channel, and why, is in
+//! The engine's network backend (`backend::ucx` of `gdpath`) feeds it what UCX delivers and
+//! performs what it asks; the unit tests (`tests.rs`) and the fuzz target
+//! (`fuzz/fuzz_targets/protocol.rs`) wire two state machines together in memory. What is sent on which channel, and why, is in
 //! `docs/network.md` ("Protocol").
 //!
 //! Phases of a connection. Client: awaiting the challenge → awaiting the welcome → ready →
@@ -31,10 +31,10 @@ mod tests;
 pub use conn::{Conn, Role};
 pub use exports::Exports;
 
+use crate::auth::Token;
+use crate::codec::{Message, WriteBytes, WritesStatus};
 use crate::error::Error;
-use crate::net::auth::Token;
-use crate::net::codec::{Message, WriteBytes, WritesStatus};
-use crate::net::{NetEvent, Notification};
+use crate::{NetEvent, Notification};
 use std::time::Duration;
 
 /// The time bounds of a connection.

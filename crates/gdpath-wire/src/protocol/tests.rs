@@ -2,7 +2,7 @@
 //! the codec (every message encoded and decoded on its way), no UCX.
 
 use super::*;
-use crate::net::codec::{self, DecodeError, Metadata, RefuseCode, RegionMeta, WireKind};
+use crate::codec::{self, DecodeError, Metadata, RefuseCode, RegionMeta, WireKind};
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::time::Instant;

@@ -34,12 +34,12 @@ struct Raw {
 
 impl Index {
     /// Reads and checks the index at `path`, through the engine's file opening
-    /// ([`crate::file::read_bounded`]: a regular file, at most [`MAX_INDEX_BYTES`]). Errors:
+    /// ([`gdpath::file::read_bounded`]: a regular file, at most [`MAX_INDEX_BYTES`]). Errors:
     /// [`CheckpointError::Open`] (also for a directory, device or FIFO, or a larger file) /
     /// [`CheckpointError::Io`], and [`CheckpointError::BadIndex`] for malformed JSON, a weight
     /// map that is missing or not a map of strings, or a shard name that leaves the folder.
     pub fn read(path: &Path) -> Result<Index, CheckpointError> {
-        let text = crate::file::read_bounded(path, MAX_INDEX_BYTES)
+        let text = gdpath::file::read_bounded(path, MAX_INDEX_BYTES)
             .map_err(|e| super::file_error(path, e))?;
         let dir = path.parent().unwrap_or(Path::new("."));
         Self::parse(&text, dir)
