@@ -33,7 +33,7 @@
 //! assert!(p.path == Path::PosixDirect || p.finding.is_some());
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 
 pub mod agent;
 pub mod backend;
@@ -47,7 +47,6 @@ pub mod gds;
 pub mod kmod;
 pub mod memory;
 pub mod net;
-#[allow(unsafe_code)]
 pub mod os;
 pub mod path;
 mod planner;

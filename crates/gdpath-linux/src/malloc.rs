@@ -2,13 +2,13 @@
 
 /// Sets `M_TRIM_THRESHOLD` (freed bytes glibc keeps at the top of a heap) to `bytes`, capped at
 /// `c_int::MAX`. Returns whether glibc accepted it; `false` off glibc.
-pub(crate) fn set_trim_threshold(bytes: usize) -> bool {
+pub fn set_trim_threshold(bytes: usize) -> bool {
     imp::set(imp::TRIM, bytes)
 }
 
 /// Sets `M_MMAP_THRESHOLD` (allocations from this many bytes get a `mmap` of their own) to
 /// `bytes`, capped at `c_int::MAX`. Returns whether glibc accepted it; `false` off glibc.
-pub(crate) fn set_mmap_threshold(bytes: usize) -> bool {
+pub fn set_mmap_threshold(bytes: usize) -> bool {
     imp::set(imp::MMAP, bytes)
 }
 

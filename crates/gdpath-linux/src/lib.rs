@@ -1,7 +1,8 @@
-//! The engine's boundary to the operating system and to the drivers' raw interfaces: the only
-//! module of `gdpath` allowed `unsafe` code (`#![deny(unsafe_code)]` at the crate root). Each
-//! submodule wraps one concern behind safe functions and types, with the invariant that makes
-//! each `unsafe` sound written where it is used.
+//! The engine's boundary to Linux and to the drivers' raw memory registrations: the `unsafe`
+//! system calls of the engine live here, so that `gdpath` itself forbids `unsafe` code. Each
+//! module wraps one concern behind safe functions and types, with the invariant that makes each
+//! `unsafe` sound written where it is used. The engine re-exports this crate as `gdpath::os`;
+//! its items are the engine's interface to the system, not a stable API of their own.
 //!
 //! - [`mem`]: aligned host allocations, the registered host memory that regions, in-flight I/O
 //!   and driver registrations share (gdpath's own, or memory someone else owns with the object
@@ -31,24 +32,42 @@
 //!    (`RegionInner`'s field order), and every UCX request that uses such a handle holds the
 //!    region (its work item).
 //! 2. A reference (`&[u8]` / `&mut [u8]`) to a region's host bytes exists only inside a
-//!    [`crate::HostView`], which the region's use word grants only while no descriptor pair is in
+//!    `HostView` (the engine's), which the region's use word grants only while no descriptor pair is in
 //!    flight on it; transfers reach the bytes through the raw copies of [`mem::HostMem`], each
 //!    within the range of its own pair (transfers the caller runs at the same time over the same
 //!    bytes leave those bytes unspecified, as concurrent DMA into one buffer does).
 
 mod cache;
 mod dl;
-pub(crate) mod file;
-pub(crate) mod malloc;
-pub(crate) mod mem;
-pub(crate) mod netif;
+pub mod file;
+pub mod malloc;
+pub mod mem;
+pub mod netif;
 mod node;
 mod pages;
 mod process;
-pub(crate) mod shm;
-pub(crate) mod uring;
+pub mod shm;
+pub mod uring;
 
 pub use cache::evict_page_cache;
+
+/// A system call that failed: which one (`op`, e.g. `fdatasync`) and the error it returned.
+#[derive(Debug, thiserror::Error)]
+#[error("{op}: {source}")]
+pub struct SysError {
+    /// The system call, as its manual page names it.
+    pub op: &'static str,
+    /// What it returned.
+    #[source]
+    pub source: std::io::Error,
+}
+
+impl SysError {
+    /// `op` failed with `source`.
+    pub fn new(op: &'static str, source: std::io::Error) -> SysError {
+        SysError { op, source }
+    }
+}
 pub use dl::library_exports;
 pub use node::boot_id;
 pub use pages::{fs_magic, resident_bytes};

@@ -8,19 +8,19 @@ use std::net::Ipv4Addr;
 
 /// One IP address of a network interface.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct InterfaceAddr {
+pub struct InterfaceAddr {
     /// The interface's name (`lo`, `eth0`), without an address label's `:N` suffix: UCX names
     /// devices by interface.
-    pub(crate) name: String,
+    pub name: String,
     /// The address.
-    pub(crate) addr: IpAddr,
+    pub addr: IpAddr,
     /// The interface is a loopback one (`IFF_LOOPBACK`).
-    pub(crate) loopback: bool,
+    pub loopback: bool,
 }
 
 /// Every IPv4 and IPv6 address of every interface, in the order the kernel lists them.
 /// Errors: `getifaddrs`'s.
-pub(crate) fn interface_addrs() -> io::Result<Vec<InterfaceAddr>> {
+pub fn interface_addrs() -> io::Result<Vec<InterfaceAddr>> {
     let list = nix::ifaddrs::getifaddrs().map_err(io::Error::from)?;
     Ok(list
         .filter_map(|ifa| {

@@ -1,7 +1,7 @@
 //! Dropping a file's pages from the page cache, so that the next read comes from the device
 //! (a cold read for a bench or a load).
 
-use crate::error::{Error, Result};
+use crate::SysError;
 use nix::fcntl::{posix_fadvise, PosixFadviseAdvice};
 use std::os::fd::AsRawFd;
 use std::path::Path;
@@ -12,14 +12,13 @@ use std::path::Path;
 /// other processes have mapped may stay, and tmpfs keeps every page (memory is its storage).
 /// Advisory: success says the kernel took the advice, not that every page left.
 ///
-/// Errors: [`Error::Io`] with op `open` when the file cannot be opened for reading, op
-/// `fdatasync` when the write-back fails, or op `posix_fadvise` when the call fails (offset 0).
-pub fn evict_page_cache(path: &Path) -> Result<()> {
-    let f = std::fs::File::open(path).map_err(|e| Error::io("open", path, 0, e))?;
-    f.sync_data()
-        .map_err(|e| Error::io("fdatasync", path, 0, e))?;
+/// Errors: a [`SysError`] naming `open` when the file cannot be opened for reading,
+/// `fdatasync` when the write-back fails, or `posix_fadvise` when the call fails.
+pub fn evict_page_cache(path: &Path) -> Result<(), SysError> {
+    let f = std::fs::File::open(path).map_err(|e| SysError::new("open", e))?;
+    f.sync_data().map_err(|e| SysError::new("fdatasync", e))?;
     posix_fadvise(f.as_raw_fd(), 0, 0, PosixFadviseAdvice::POSIX_FADV_DONTNEED)
-        .map_err(|e| Error::io("posix_fadvise", path, 0, std::io::Error::from(e)))
+        .map_err(|e| SysError::new("posix_fadvise", std::io::Error::from(e)))
 }
 
 #[cfg(test)]
@@ -33,12 +32,12 @@ mod tests {
         let f = dir.path().join("dirty");
         std::fs::write(&f, vec![3u8; 8 << 20]).unwrap();
         let file = std::fs::File::open(&f).unwrap();
-        if crate::os::fs_magic(&file).unwrap() == 0x0102_1994 {
+        if crate::fs_magic(&file).unwrap() == 0x0102_1994 {
             eprintln!("SKIP a_file_just_written_leaves_the_page_cache: the checkout is on tmpfs");
             return;
         }
         evict_page_cache(&f).unwrap();
-        let resident = crate::os::resident_bytes(&file, 8 << 20).unwrap();
+        let resident = crate::resident_bytes(&file, 8 << 20).unwrap();
         assert!(
             resident < 1 << 20,
             "{resident} bytes still resident after the eviction"
@@ -55,9 +54,9 @@ mod tests {
         assert_eq!(std::fs::read(&f).unwrap(), vec![7u8; 1 << 20]);
         let missing = dir.path().join("missing");
         match evict_page_cache(&missing) {
-            Err(Error::Io {
-                op: "open", path, ..
-            }) => assert_eq!(path, missing),
+            Err(SysError { op: "open", source }) => {
+                assert_eq!(source.kind(), std::io::ErrorKind::NotFound)
+            }
             other => panic!("{other:?}"),
         }
     }

@@ -167,7 +167,7 @@ impl Drop for PeerMapping {
 /// namespace, a wrong name), the file is not a regular tmpfs file with the device and inode
 /// named, not sealed against shrinking, shorter than `offset + len` or with pages missing, or
 /// the mapping fails.
-pub(crate) fn map_peer(id: ShmId, offset: u64, len: u64) -> Result<HostMem, String> {
+pub fn map_peer(id: ShmId, offset: u64, len: u64) -> Result<HostMem, String> {
     if id.pid == std::process::id() {
         return Err("the shared buffer is this process's own".into());
     }
