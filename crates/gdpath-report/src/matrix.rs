@@ -194,7 +194,7 @@ pub fn summary(m: &Machine, x: f64, y: f64) -> (String, Vec<Text>, Rect) {
             x,
             yy,
             SMALL,
-            format!("{class:<5} {n} pairs"),
+            format!("{:<5} {n} pairs", class.to_string()),
             "legend-t",
         ));
         yy += 15.0;

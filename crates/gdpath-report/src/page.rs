@@ -209,16 +209,17 @@ pub fn html(p: &PageInput) -> String {
     match &not_drawn {
         None => {
             let _ = write!(o, "<div class=\"figure\">{svg}</div>");
+            o.push_str(
+                "<p class=\"hint\">Each path is drawn as the doctor judges it: solid where the \
+                 direct path is in use, dashed red where the data goes through host memory \
+                 instead, dotted where it is not known. Point at a path, a box or a matrix cell \
+                 for what decided it.</p>",
+            );
         }
         Some(why) => {
             let _ = write!(o, "<p class=\"missing\">{}</p>", esc(why));
         }
     }
-    o.push_str(
-        "<p class=\"hint\">Each path is drawn as the doctor judges it: solid where the direct \
-         path is in use, dashed red where the data goes through host memory instead, dotted \
-         where it is not known. Point at a path, a box or a matrix cell for what decided it.</p>",
-    );
     if let Some(f) = ex.report.findings.iter().find(|f| {
         f.id.as_str() == gdpath::finding::ids::SYSTEM_VIRTUAL_MACHINE
             && f.evidence.starts_with("virtual machine")

@@ -261,8 +261,9 @@ impl Machine {
     /// [`Machine::classify`] and the matrix give them, without listing them: the devices are
     /// grouped by [`TreeKey`] (one pair classified per pair of groups) and the NVLink bonds
     /// moved from their PCIe class to NV#, so the work is O(devices + groups² + bonds), not
-    /// O(devices²). A source that states its classes per pair (`nvidia-smi topo -m` text, whose
-    /// text holds every pair), or a device list with a repeated address, is counted pair by pair.
+    /// O(devices²). A source that states its classes per pair (`nvidia-smi topo -m` text) is
+    /// counted from what it states (its text holds every pair); a device list with a repeated
+    /// address, pair by pair.
     pub fn pair_counts(&self, devices: &[&Device]) -> PairCounts {
         let n = devices.len() as u64;
         let mut counts = PairCounts {
@@ -271,39 +272,30 @@ impl Machine {
             classes: BTreeMap::new(),
         };
         let places: Vec<Place> = devices.iter().map(|d| self.place(d)).collect();
-        let keys: Option<Vec<TreeKey>> = places.iter().map(|p| self.tree_key(p)).collect();
         let mut addrs: Vec<PciAddr> = devices.iter().map(|d| d.pci).collect();
         addrs.sort_unstable();
-        let repeated = addrs.windows(2).any(|w| w[0] == w[1]);
-        let Some(keys) = keys.filter(|_| !repeated) else {
+        if addrs.windows(2).any(|w| w[0] == w[1]) {
             for (i, a) in places.iter().enumerate() {
                 for b in &places[i + 1..] {
                     counts.add(self.pair_at(a, b).class(), 1);
                 }
             }
             return counts;
-        };
-        // Per key: two members (to classify a pair within the group) and the count.
-        let mut groups: BTreeMap<&TreeKey, (usize, Option<usize>, u64)> = BTreeMap::new();
-        for (i, k) in keys.iter().enumerate() {
-            let g = groups.entry(k).or_insert((i, None, 0));
-            if g.2 == 1 {
-                g.1 = Some(i);
-            }
-            g.2 += 1;
         }
-        let groups: Vec<(usize, Option<usize>, u64)> = groups.into_values().collect();
-        for (p, &(rep, second, size)) in groups.iter().enumerate() {
-            if let Some(second) = second {
-                let class = self.pcie_of(&places[rep], &places[second]);
-                counts.add(class, size * (size - 1) / 2);
+        match &self.stated_pcie {
+            Some(stated) => {
+                // The stated classes of the pairs among `devices`; a pair not stated is N/A.
+                let mut listed = 0;
+                let ours = |a: &PciAddr| addrs.binary_search(a).is_ok();
+                for (&(a, b), &class) in stated {
+                    if a != b && ours(&a) && ours(&b) {
+                        counts.add(class, 1);
+                        listed += 1;
+                    }
+                }
+                counts.add(LinkClass::Unknown, counts.pairs.saturating_sub(listed));
             }
-            for &(other, _, other_size) in &groups[p + 1..] {
-                counts.add(
-                    self.pcie_of(&places[rep], &places[other]),
-                    size * other_size,
-                );
-            }
+            None => self.count_by_tree_key(&places, &mut counts),
         }
         // NVLink: a bonded pair of GPUs is NV#, not its PCIe class.
         let gpus: HashMap<PciAddr, usize> = devices
@@ -328,6 +320,34 @@ impl Machine {
         }
         counts.classes.retain(|_, n| *n > 0);
         counts
+    }
+
+    /// The PCIe classes of every pair of `places` (a machine without stated classes) counted
+    /// into `counts`: one pair classified per pair of [`TreeKey`] groups.
+    fn count_by_tree_key(&self, places: &[Place], counts: &mut PairCounts) {
+        // Per key: two members (to classify a pair within the group) and the count.
+        let mut groups: BTreeMap<TreeKey, (usize, Option<usize>, u64)> = BTreeMap::new();
+        for (i, p) in places.iter().enumerate() {
+            let Some(k) = self.tree_key(p) else { continue };
+            let g = groups.entry(k).or_insert((i, None, 0));
+            if g.2 == 1 {
+                g.1 = Some(i);
+            }
+            g.2 += 1;
+        }
+        let groups: Vec<(usize, Option<usize>, u64)> = groups.into_values().collect();
+        for (p, &(rep, second, size)) in groups.iter().enumerate() {
+            if let Some(second) = second {
+                let class = self.pcie_of(&places[rep], &places[second]);
+                counts.add(class, size * (size - 1) / 2);
+            }
+            for &(other, _, other_size) in &groups[p + 1..] {
+                counts.add(
+                    self.pcie_of(&places[rep], &places[other]),
+                    size * other_size,
+                );
+            }
+        }
     }
 
     fn nearest_of(&self, gpu: &Place, candidates: &[Place]) -> Option<Peer> {
