@@ -363,11 +363,6 @@ pub fn not_drawn(m: &Machine) -> Option<String> {
         return None;
     }
     let counts = m.pair_counts(&devices);
-    let classes: Vec<String> = counts
-        .classes
-        .iter()
-        .map(|(c, n)| format!("{c} {n}"))
-        .collect();
     Some(format!(
         "Not drawn: {}, more than the {} GPUs, NICs and NVMe gdpath draws (the drawing would be \
          some {} px wide). Their {} pairs by class: {}. `gdpath topo` lists the devices.",
@@ -375,7 +370,7 @@ pub fn not_drawn(m: &Machine) -> Option<String> {
         crate::MAX_DRAWN_DEVICES,
         width_of(devices.len()),
         counts.pairs,
-        classes.join(", ")
+        counts.classes_text()
     ))
 }
 

@@ -89,15 +89,10 @@ fn route_counts(routes: &[Route], area: Area, m: &gdpath_topo::Machine) -> Strin
         // No route per pair: the doctor judges this many pairs in groups.
         let all: Vec<&gdpath_topo::Device> = m.gpus().collect();
         let counts = m.pair_counts(&all);
-        let classes: Vec<String> = counts
-            .classes
-            .iter()
-            .map(|(c, n)| format!("{n} {c}"))
-            .collect();
         return format!(
             "{} GPU pairs ({}), judged in groups: see the findings",
             counts.pairs,
-            classes.join(", ")
+            counts.classes_text()
         );
     }
     if of.is_empty() {

@@ -7,7 +7,10 @@
 //! `nvidia-smi topo -m`. All of them produce the same [`Machine`], from which come the
 //! [`Matrix`], [`Machine::nearest`] and [`Machine::warnings`]. Every file read of a sysfs source
 //! goes through a [`view::SysView`], which the doctor (in the engine) shares so that snapshots
-//! replay its reads too. Every input is bounded ([`input`]): size, XML depth, device counts.
+//! replay its reads too. Every input is bounded ([`input`]): size, XML depth, device counts;
+//! past [`input::MAX_LISTED_PAIR_DEVICES`] the pairs are counted per class
+//! ([`Machine::pair_counts`]) rather than listed, so no document grows with the square of the
+//! devices.
 
 #![forbid(unsafe_code)]
 

@@ -249,7 +249,7 @@ impl Machine {
         // The pairs that may be joined: those with a direct link either way, and every pair
         // of GPUs with links to NVSwitches (unless there are too many to list).
         let mut pairs: std::collections::BTreeSet<(&str, &str)> = Default::default();
-        for (a, _) in &gpus {
+        for a in gpus.keys() {
             for b in links[a.as_str()].0.keys() {
                 if let Some((b, _)) = gpus.get_key_value(b).filter(|(b, _)| *b != a) {
                     pairs.insert(if a < b { (a, b) } else { (b, a) });

@@ -402,6 +402,16 @@ pub struct PairCounts {
 }
 
 impl PairCounts {
+    /// The classes and their pairs in words, nearest first: `NV12 28, PHB 7970`.
+    pub fn classes_text(&self) -> String {
+        let parts: Vec<String> = self
+            .classes
+            .iter()
+            .map(|(c, n)| format!("{c} {n}"))
+            .collect();
+        parts.join(", ")
+    }
+
     /// Adds `n` pairs of `class`.
     fn add(&mut self, class: LinkClass, n: u64) {
         *self.classes.entry(class).or_insert(0) += n;
