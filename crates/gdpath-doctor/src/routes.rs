@@ -166,9 +166,11 @@ impl<'m> DeviceIds<'m> {
     }
 }
 
-/// Every route of the machine with its state (see the module docs): P2P pairs in PCI order,
-/// then GDR and GDS per GPU. `view` is the one the report's checks read (it tells an XML
-/// source, which has no `/sys/class`); `dirs` are the `--path` directories.
+/// Every route of the machine with its state (see the module docs): P2P pairs in PCI order
+/// (on machines of at most [`crate::PER_PAIR_GPUS`] GPUs: a larger one's findings name groups
+/// of pairs, and it gets no route per pair), then GDR and GDS per GPU. `view` is the one the
+/// report's checks read (it tells an XML source, which has no `/sys/class`); `dirs` are the
+/// `--path` directories. O(findings + routes), each route's findings found by their subject.
 pub fn routes<'r>(
     machine: &Machine,
     view: &dyn SysView,

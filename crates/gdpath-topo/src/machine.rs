@@ -211,7 +211,10 @@ impl Machine {
     /// Attaches driver facts and takes NVLink connections from them (GPUs matched by PCI
     /// address; the count of [`DriverFacts::nvlink_count`], the larger of the two directions).
     /// NVLink becomes described ([`Coverage::nvlink`]) unless NVML could not be read at all, in
-    /// which case it is unknown with NVML's error.
+    /// which case it is unknown with NVML's error, or more GPUs than
+    /// [`crate::input::MAX_NVSWITCH_GPUS`] have links up to NVSwitches, in which case their pairs
+    /// (each a bond of its own) are not recorded and NVLink is unknown with that reason. The work
+    /// is O(GPUs + links + bonds recorded).
     pub fn set_driver(&mut self, facts: DriverFacts) {
         // Per GPU: links to each remote address, and links to NVSwitches.
         let mut links: BTreeMap<String, (BTreeMap<String, u32>, u32)> = BTreeMap::new();
