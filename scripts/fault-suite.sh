@@ -13,8 +13,9 @@
 #           own port listens (cargo test --test net_faults and gdpath's net_garbage, then the
 #           issue's command lines in a shell: a loopback serve listens on loopback only, a
 #           garbage flood leaves serve's stdout small)
-#   inputs  hostile topology input: deep and huge XML, /dev/zero, FIFOs, device-count bounds
-#           (gdpath-topo's input_limits, then the same through `gdpath topo` and `doctor`);
+#   inputs  hostile topology input: deep and huge XML, /dev/zero, FIFOs, device-count bounds,
+#           many flat GPUs, repeated bus ids (gdpath-topo's input_limits, gdpath-cli's
+#           topo_scale, then the same through `gdpath topo`, `doctor`, `report` and `p2p`);
 #           terminal escapes in tensor names (`load --tensors`), a snapshot's osrelease
 #           (`doctor --verbose`) and an index's weight_map (the error): printed escaped
 #
@@ -339,6 +340,86 @@ PY
   [[ $rc == 1 ]] || fail "load of an index with a NUL: status $rc"
   has_controls "$work/err" && fail "the index error holds a control character raw: $(cat -v "$work/err")"
   grep -qF 'a\0.safetensors\u{1b}[2J' "$work/err" || fail "the index error says: $(cat -v "$work/err")"
+
+  say "inputs: cargo test --test topo_scale (gdpath-cli)"
+  bounded 600 cargo test --locked -p gdpath-cli --test topo_scale --quiet ||
+    fail "crates/gdpath-cli/tests/topo_scale.rs"
+
+  # Each run below: at most 60 s and 1 GiB of address space; output that grows with the GPUs.
+  local n f size mem=$((1 << 30))
+  for n in 500 1000 4000; do
+    say "inputs: $n flat GPUs (NCCL XML) to topo, topo --json, doctor, topo --svg, report"
+    f="$work/flat-$n.xml"
+    {
+      echo '<system version="1"><cpu numaid="0" affinity="ff">'
+      for ((i = 0; i < n; i++)); do
+        printf '<pci busid="%04x:%02x:00.0" class="0x030200" vendor="0x10de" device="0x2330"><gpu dev="%d"/></pci>\n' \
+          $((i / 256)) $((i % 256)) "$i"
+      done
+      echo '</cpu></system>'
+    } >"$f"
+    rc=0
+    bounded 60 prlimit --as=$mem "$gdpath" topo --nccl-xml "$f" >"$work/out" 2>"$work/err" || rc=$?
+    [[ $rc == 0 ]] || fail "topo ($n GPUs): status $rc (124: past 60 s; 134: out of memory)"
+    size=$(stat -c %s "$work/out")
+    ((size <= n * 2048 + 65536)) || fail "topo ($n GPUs): $size bytes of output"
+    grep -q "Pairs per class, not a matrix ($n GPUs, NICs and NVMe, more than the 256" "$work/out" ||
+      fail "topo ($n GPUs) does not count its pairs: $(head -c 300 "$work/out")"
+    rc=0
+    bounded 60 prlimit --as=$mem "$gdpath" topo --json --nccl-xml "$f" >"$work/out" 2>"$work/err" || rc=$?
+    [[ $rc == 0 ]] || fail "topo --json ($n GPUs): status $rc"
+    size=$(stat -c %s "$work/out")
+    ((size <= n * 2048 + 65536)) || fail "topo --json ($n GPUs): $size bytes of output"
+    grep -q '"pair_classes"' "$work/out" || fail "topo --json ($n GPUs): no pair_classes"
+    rc=0
+    bounded 60 prlimit --as=$mem "$gdpath" doctor --nccl-xml "$f" >/dev/null 2>"$work/err" || rc=$?
+    [[ $rc == 4 ]] || fail "doctor ($n GPUs): status $rc (4: nothing decided)"
+    rc=0
+    bounded 60 prlimit --as=$mem "$gdpath" topo --nccl-xml "$f" --svg "$work/flat.svg" >/dev/null 2>"$work/err" || rc=$?
+    [[ $rc == 1 && ! -e $work/flat.svg ]] || fail "topo --svg ($n GPUs): status $rc"
+    grep -q "more than the 256 gdpath draws" "$work/err" || fail "topo --svg ($n GPUs) says: $(cat "$work/err")"
+    rc=0
+    bounded 60 prlimit --as=$mem "$gdpath" report --nccl-xml "$f" -o "$work/flat.html" --overwrite >/dev/null 2>"$work/err" || rc=$?
+    [[ $rc == 0 ]] || fail "report ($n GPUs): status $rc (124: past 60 s): $(cat "$work/err")"
+    size=$(stat -c %s "$work/flat.html" 2>/dev/null || echo 0)
+    ((size > 0 && size <= n * 2048 + 65536)) || fail "report ($n GPUs): a page of $size bytes"
+    grep -qs "more than the 256 GPUs, NICs and NVMe gdpath draws" "$work/flat.html" ||
+      fail "report ($n GPUs) does not say why it has no drawing"
+  done
+
+  say "inputs: driver facts of 4,000 GPUs to p2p and p2p --json"
+  {
+    printf '{"driver_version": "580.159.04", "cuda_driver_version": 13000, "pairs": [], "gpus": ['
+    for ((i = 0; i < 4000; i++)); do
+      ((i == 0)) || printf ','
+      printf '{"ordinal": %d, "pci": "%04x:%02x:00.0", "name": "NVIDIA H100", "memory_bytes": 0, "bar1_total_bytes": null, "bar1_used_bytes": null, "pcie": null, "nvlinks": [], "gdr_supported": null, "dma_buf_supported": null}' \
+        "$i" $((i / 256)) $((i % 256))
+    done
+    printf ']}\n'
+  } >"$work/facts.json"
+  local json
+  for json in "" --json; do
+    rc=0
+    bounded 60 prlimit --as=$mem "$gdpath" p2p $json --facts "$work/facts.json" >"$work/out" 2>"$work/err" || rc=$?
+    [[ $rc == 0 ]] || fail "p2p $json (4,000 GPUs): status $rc (124: past 60 s; 134: out of memory)"
+    size=$(stat -c %s "$work/out")
+    ((size <= 4000 * 2048 + 65536)) || fail "p2p $json (4,000 GPUs): $size bytes of output"
+    grep -q "pair_counts" "$work/out" || fail "p2p $json (4,000 GPUs) does not count its pairs"
+  done
+
+  say "inputs: a PCI bus id three times in NCCL XML"
+  {
+    echo '<system version="1"><cpu numaid="0" affinity="ff">'
+    for i in 0 1 2; do
+      echo "<pci busid=\"0000:01:00.0\" class=\"0x030200\" vendor=\"0x10de\"><gpu dev=\"$i\"/></pci>"
+    done
+    echo '</cpu></system>'
+  } >"$work/dup.xml"
+  rc=0
+  bounded 30 "$gdpath" topo --nccl-xml "$work/dup.xml" >/dev/null 2>"$work/err" || rc=$?
+  [[ $rc == 1 ]] || fail "topo --nccl-xml (a bus id three times): status $rc"
+  grep -q "PCI bus id 0000:01:00.0 appears twice (line 2 and line 3)" "$work/err" ||
+    fail "repeated bus id says: $(cat "$work/err")"
 }
 
 blocks=("$@")

@@ -5,12 +5,13 @@
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use gdpath::backend::cuda::gpu_pair_path_from_facts;
-use gdpath::topo::facts::{DriverFacts, NvmlP2pStatus, P2pCap};
+use gdpath::backend::cuda::gpu_pair_path;
+use gdpath::topo::facts::{DriverFacts, FactsIndex, NvmlP2pStatus, P2pCap};
 use gdpath::topo::text::escape;
 use gdpath::topo::Source;
 use gdpath::Path;
 use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -107,26 +108,105 @@ pub struct P2pView {
     pub captured_from: Option<String>,
     /// GPU ordinals, in order.
     pub gpus: Vec<u32>,
-    /// Capability name → matrix of codes (`X` on the diagonal), rows = source GPU.
-    pub capabilities: Vec<(String, Vec<Vec<String>>)>,
-    /// `cuDeviceCanAccessPeer` per ordered pair (`X`, `yes`, `no`, `?`).
-    pub cuda_access: Vec<Vec<String>>,
+    /// Capability name → matrix of codes (`X` on the diagonal), rows = source GPU. Absent past
+    /// [`MAX_LISTED_GPUS`], where `pair_counts` counts the codes instead.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub capabilities: Option<Vec<(String, Vec<Vec<String>>)>>,
+    /// `cuDeviceCanAccessPeer` per ordered pair (`X`, `yes`, `no`, `?`); absent past the limit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cuda_access: Option<Vec<Vec<String>>>,
     /// The path gdpath's planner takes per ordered pair
     /// ([`gdpath::backend::cuda::gpu_pair_path`]): `p2p-nvlink (NV#)`, `p2p-pcie`, `staged`, `?`
-    /// without CUDA's answers.
-    pub paths: Vec<Vec<String>>,
+    /// without CUDA's answers; absent past the limit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub paths: Option<Vec<Vec<String>>>,
+    /// Past [`MAX_LISTED_GPUS`]: the ordered pairs counted per code, in place of the matrices.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pair_counts: Option<PairCodeCounts>,
     /// Why some facts are missing.
     pub gaps: Vec<String>,
 }
 
+/// Most GPUs whose ordered pairs `gdpath p2p` prints as matrices: the topology's limit for
+/// listing pairs ([`gdpath::topo::input::MAX_LISTED_PAIR_DEVICES`], 256; the largest
+/// single-node machines have 8 to 16 GPUs). Past it the seven matrices (of the square of the
+/// GPUs) are replaced by the pairs counted per code.
+pub const MAX_LISTED_GPUS: usize = gdpath::topo::input::MAX_LISTED_PAIR_DEVICES;
+
+/// The matrices of `gdpath p2p` in counts: ordered pairs per code, for driver facts of more
+/// GPUs than [`MAX_LISTED_GPUS`].
+#[derive(Debug, Clone, Serialize)]
+pub struct PairCodeCounts {
+    /// Why the pairs are counted rather than listed.
+    pub reason: String,
+    /// [`MAX_LISTED_GPUS`].
+    pub limit: usize,
+    /// Ordered pairs of distinct GPUs: GPUs × (GPUs − 1).
+    pub ordered_pairs: u64,
+    /// Capability name → code → pairs.
+    pub capabilities: Vec<(String, BTreeMap<String, u64>)>,
+    /// `cuDeviceCanAccessPeer` answer (`yes`, `no`, `?`) → pairs.
+    pub cuda_access: BTreeMap<String, u64>,
+    /// gdpath's path → pairs.
+    pub paths: BTreeMap<String, u64>,
+}
+
+/// The path gdpath takes from `a` to `b`, as the view prints it.
+fn path_text(ix: &FactsIndex, a: u32, b: u32) -> String {
+    match gpu_pair_path([ix.access(a, b), ix.access(b, a)], || ix.nvlink_count(a, b)) {
+        Some(Path::P2pNvlink) => format!("p2p-nvlink (NV{})", ix.nvlink_count(a, b)),
+        Some(path) => path.name(),
+        None => "?".to_owned(),
+    }
+}
+
+fn access_text(ix: &FactsIndex, a: u32, b: u32) -> &'static str {
+    match ix.access(a, b) {
+        Some(true) => "yes",
+        Some(false) => "no",
+        None => "?",
+    }
+}
+
+fn code(ix: &FactsIndex, a: u32, b: u32, letter: char) -> &'static str {
+    ix.pair(a, b)
+        .and_then(|p| p.nvml)
+        .map_or(P2pCap::U, |s| cap_of(&s, letter))
+        .code()
+}
+
 impl P2pView {
-    /// Builds the view from driver facts (live or recorded) read from `source`.
+    /// Builds the view from driver facts (live or recorded) read from `source`: matrices for
+    /// at most [`MAX_LISTED_GPUS`] GPUs, counts past it. O(GPUs²) up to the limit, O(GPUs +
+    /// pairs in the facts) past it.
     pub fn from_facts(f: &DriverFacts, source: &FactsSource) -> P2pView {
         let gpus: Vec<u32> = f.gpus.iter().map(|g| g.ordinal).collect();
+        let ix = FactsIndex::new(f);
+        let mut view = P2pView {
+            schema: "gdpath.p2p/1",
+            source: source.kind,
+            captured_from: source.captured_from.clone(),
+            gpus,
+            capabilities: None,
+            cuda_access: None,
+            paths: None,
+            pair_counts: None,
+            gaps: f
+                .gaps
+                .iter()
+                .map(|g| format!("{}: {}", g.what, g.reason))
+                .collect(),
+        };
+        if view.gpus.len() > MAX_LISTED_GPUS {
+            view.pair_counts = Some(counts(&view.gpus, &ix));
+            return view;
+        }
         let grid = |cell: &dyn Fn(u32, u32) -> String| -> Vec<Vec<String>> {
-            gpus.iter()
+            view.gpus
+                .iter()
                 .map(|&a| {
-                    gpus.iter()
+                    view.gpus
+                        .iter()
                         .map(|&b| if a == b { "X".to_owned() } else { cell(a, b) })
                         .collect()
                 })
@@ -135,54 +215,23 @@ impl P2pView {
         let capabilities = CAPS
             .iter()
             .map(|&(letter, name, _)| {
-                let m = grid(&|a, b| {
-                    f.pair(a, b)
-                        .and_then(|p| p.nvml)
-                        .map_or(P2pCap::U, |s| cap_of(&s, letter))
-                        .code()
-                        .to_owned()
-                });
+                let m = grid(&|a, b| code(&ix, a, b, letter).to_owned());
                 (name.to_owned(), m)
             })
             .collect();
-        let access = |a: u32, b: u32| {
-            f.pair(a, b)
-                .and_then(|p| p.cuda)
-                .map(|c| c.access_supported)
-        };
-        let cuda_access = grid(&|a, b| {
-            match access(a, b) {
-                Some(true) => "yes",
-                Some(false) => "no",
-                None => "?",
-            }
-            .to_owned()
-        });
-        let paths = grid(&|a, b| match gpu_pair_path_from_facts(f, a, b) {
-            Some(Path::P2pNvlink) => format!("p2p-nvlink (NV{})", f.nvlink_count(a, b)),
-            Some(path) => path.name(),
-            None => "?".to_owned(),
-        });
-        P2pView {
-            schema: "gdpath.p2p/1",
-            source: source.kind,
-            captured_from: source.captured_from.clone(),
-            gpus,
-            capabilities,
-            cuda_access,
-            paths,
-            gaps: f
-                .gaps
-                .iter()
-                .map(|g| format!("{}: {}", g.what, g.reason))
-                .collect(),
-        }
+        let cuda_access = grid(&|a, b| access_text(&ix, a, b).to_owned());
+        let paths = grid(&|a, b| path_text(&ix, a, b));
+        view.capabilities = Some(capabilities);
+        view.cuda_access = Some(cuda_access);
+        view.paths = Some(paths);
+        view
     }
 
-    /// One capability as `nvidia-smi topo -p2p <letter>` prints it (tabs, a leading space).
+    /// One capability as `nvidia-smi topo -p2p <letter>` prints it (tabs, a leading space);
+    /// `None` for another letter, or past [`MAX_LISTED_GPUS`] (no matrices).
     pub fn smi_text(&self, letter: char) -> Option<String> {
         let idx = CAPS.iter().position(|c| c.0 == letter)?;
-        let m = &self.capabilities[idx].1;
+        let m = &self.capabilities.as_ref()?[idx].1;
         let mut o = String::from(" \t");
         for g in &self.gpus {
             let _ = write!(o, "GPU{g}\t");
@@ -224,9 +273,19 @@ impl P2pView {
         o
     }
 
-    /// The human output: five matrices, the legend, CUDA access and gdpath's paths.
+    /// The human output: five matrices, the legend, CUDA access and gdpath's paths; past
+    /// [`MAX_LISTED_GPUS`], the pairs counted per code.
     pub fn render(&self) -> String {
         let mut o = String::new();
+        let (Some(cuda_access), Some(paths)) = (&self.cuda_access, &self.paths) else {
+            if let Some(c) = &self.pair_counts {
+                o.push_str(&c.render());
+            }
+            for g in &self.gaps {
+                let _ = writeln!(o, "\nunknown: {g}");
+            }
+            return o;
+        };
         for (letter, _, title) in CAPS {
             let _ = writeln!(o, "{title} (nvidia-smi topo -p2p {letter}):");
             o.push_str(&self.smi_text(letter).unwrap_or_default());
@@ -237,16 +296,91 @@ impl P2pView {
             let _ = writeln!(o, "{l}");
         }
         o.push('\n');
-        o.push_str(&self.grid_text(
-            "CUDA peer access (cuDeviceCanAccessPeer):",
-            &self.cuda_access,
-        ));
+        o.push_str(&self.grid_text("CUDA peer access (cuDeviceCanAccessPeer):", cuda_access));
         o.push('\n');
-        o.push_str(&self.grid_text("gdpath path per pair (row = source):", &self.paths));
+        o.push_str(&self.grid_text("gdpath path per pair (row = source):", paths));
         for g in &self.gaps {
             let _ = writeln!(o, "\nunknown: {}", escape(g));
         }
         o
+    }
+}
+
+impl PairCodeCounts {
+    /// The counts as text: a line of codes per capability, CUDA access and path.
+    pub fn render(&self) -> String {
+        let line = |m: &BTreeMap<String, u64>| -> String {
+            let parts: Vec<String> = m.iter().map(|(k, n)| format!("{k} {n}")).collect();
+            parts.join(", ")
+        };
+        let mut o = format!(
+            "Ordered pairs per code, not matrices ({}; {} ordered pairs; `pair_counts` in \
+             --json):\n\n",
+            self.reason, self.ordered_pairs
+        );
+        let mut rows: Vec<(String, String)> = CAPS
+            .iter()
+            .zip(&self.capabilities)
+            .map(|((letter, _, title), (_, m))| (format!("{title} (-p2p {letter}):"), line(m)))
+            .collect();
+        rows.push(("CUDA peer access:".to_owned(), line(&self.cuda_access)));
+        rows.push(("gdpath path:".to_owned(), line(&self.paths)));
+        let w = rows
+            .iter()
+            .map(|(t, _)| t.chars().count())
+            .max()
+            .unwrap_or(0);
+        for (t, v) in rows {
+            let _ = writeln!(o, "  {t:<w$}  {v}");
+        }
+        let _ = writeln!(o, "\nLegend:\n");
+        for l in legend_lines() {
+            let _ = writeln!(o, "{l}");
+        }
+        o
+    }
+}
+
+/// The ordered pairs of the distinct ordinals of `gpus` counted per code: the pairs the facts
+/// describe one by one, and every other pair at once (no NVML status: `U`; no CUDA answer: `?`),
+/// so the work is O(GPUs + described pairs), not O(GPUs²).
+fn counts(gpus: &[u32], ix: &FactsIndex) -> PairCodeCounts {
+    let distinct: BTreeSet<u32> = gpus.iter().copied().collect();
+    let n = distinct.len() as u64;
+    let ordered_pairs = n * n.saturating_sub(1);
+    let described: Vec<(u32, u32)> = ix
+        .pairs()
+        .map(|p| (p.a, p.b))
+        .filter(|(a, b)| a != b && distinct.contains(a) && distinct.contains(b))
+        .collect();
+    let rest = ordered_pairs - described.len() as u64;
+    let tally = |cell: &dyn Fn(u32, u32) -> String, default: &str| -> BTreeMap<String, u64> {
+        let mut m: BTreeMap<String, u64> = BTreeMap::new();
+        for &(a, b) in &described {
+            *m.entry(cell(a, b)).or_insert(0) += 1;
+        }
+        if rest > 0 {
+            *m.entry(default.to_owned()).or_insert(0) += rest;
+        }
+        m
+    };
+    // A path needs CUDA's answer both ways: a pair described one way only reads `?`.
+    let capabilities = CAPS
+        .iter()
+        .map(|&(letter, name, _)| {
+            let m = tally(&|a, b| code(ix, a, b, letter).to_owned(), P2pCap::U.code());
+            (name.to_owned(), m)
+        })
+        .collect();
+    PairCodeCounts {
+        reason: format!(
+            "{n} GPUs, more than the {MAX_LISTED_GPUS} whose pairs are listed one by one"
+        ),
+        limit: MAX_LISTED_GPUS,
+        ordered_pairs,
+        capabilities,
+        cuda_access: tally(&|a, b| access_text(ix, a, b).to_owned(), "?"),
+        paths: tally(&|a, b| path_text(ix, a, b), "?"),
     }
 }
 
@@ -361,8 +495,8 @@ mod tests {
             ));
             assert_eq!(ours[0].1, m, "capability {letter}");
         }
-        assert_eq!(view.paths[0][1], "p2p-nvlink (NV18)");
-        assert_eq!(view.cuda_access[1][0], "yes");
+        assert_eq!(view.paths.as_ref().unwrap()[0][1], "p2p-nvlink (NV18)");
+        assert_eq!(view.cuda_access.as_ref().unwrap()[1][0], "yes");
         let text = view.render();
         for l in legend_lines() {
             assert!(text.contains(l), "legend line {l:?} missing");
@@ -393,11 +527,11 @@ mod tests {
         let view = P2pView::from_facts(&f, &FactsSource::live());
         let r = view.smi_text('r').unwrap();
         assert!(r.contains(" GPU0\tX\tGNS\t"), "{r}");
-        assert_eq!(view.paths[0][1], "staged");
+        assert_eq!(view.paths.as_ref().unwrap()[0][1], "staged");
         f.pairs.clear();
         let view = P2pView::from_facts(&f, &FactsSource::live());
         assert!(view.smi_text('p').unwrap().contains(" GPU1\tU\tX\t"));
-        assert_eq!(view.paths[1][0], "?");
+        assert_eq!(view.paths.as_ref().unwrap()[1][0], "?");
         assert!(view.smi_text('z').is_none());
     }
 }

@@ -259,7 +259,26 @@ fn render(m: &Machine, source: &Source, all: bool) -> String {
         );
     }
 
-    let smi = SmiMatrix::from_machine(m);
+    // Past the limit the pairs are counted per class: the matrix grows with the square.
+    let summary = m.pair_summary();
+    let smi = match &summary {
+        None => SmiMatrix::from_machine(m),
+        Some(_) => SmiMatrix::default(),
+    };
+    if let Some(s) = &summary {
+        let _ = writeln!(
+            o,
+            "\nPairs per class, not a matrix ({}; {} pairs; `pair_classes` in --json):\n",
+            s.reason, s.counts.pairs
+        );
+        let rows: Vec<Vec<String>> = s
+            .counts
+            .classes
+            .iter()
+            .map(|(class, n)| vec![class.to_string(), n.to_string()])
+            .collect();
+        o.push_str(&indent(&table(&rows), "  "));
+    }
     if !smi.ids.is_empty() {
         let mut rows = vec![{
             let mut h = vec![String::new()];
@@ -280,6 +299,8 @@ fn render(m: &Machine, source: &Source, all: bool) -> String {
             rows.push(row);
         }
         let _ = write!(o, "\n{}", table(&rows));
+    }
+    if !smi.ids.is_empty() || summary.is_some() {
         let _ = writeln!(o, "\nLegend:\n");
         for l in legend_lines() {
             let _ = writeln!(o, "{l}");
@@ -328,9 +349,14 @@ fn render(m: &Machine, source: &Source, all: bool) -> String {
     let nearest = m.nearest();
     if !nearest.is_empty() && n + v > 0 {
         let _ = writeln!(o, "\nNearest NIC and NVMe per GPU:\n");
+        let by_id: std::collections::HashMap<&str, &Device> =
+            m.devices.iter().map(|d| (d.id.as_str(), d)).collect();
         let peer = |p: &Option<gdpath::topo::Peer>| match p {
             Some(p) => {
-                let os = m.by_id(&p.id).map(Device::os_name).unwrap_or_default();
+                let os = by_id
+                    .get(p.id.as_str())
+                    .map(|d| d.os_name())
+                    .unwrap_or_default();
                 format!("{} ({os}) {}", p.id, p.class)
             }
             None => "-".to_owned(),
@@ -386,17 +412,12 @@ fn render(m: &Machine, source: &Source, all: bool) -> String {
     };
     let _ = writeln!(o, "\nIOMMU: {iommu}");
 
+    // Each device once by identity: two functions at one address (an hwloc export that lost
+    // the PCI domain) are two rows, as they are two in the matrix.
     let mut shown: Vec<&Device> = if all {
         m.devices.iter().collect()
     } else {
-        let mut v: Vec<&Device> = m
-            .matrix_devices()
-            .into_iter()
-            .flat_map(|d| std::iter::once(d).chain(m.ancestors(d)))
-            .collect();
-        v.sort_by_key(|d| d.pci);
-        v.dedup_by_key(|d| d.pci);
-        v
+        m.link_checked_devices()
     };
     shown.sort_by_key(|d| d.pci);
     let _ = writeln!(

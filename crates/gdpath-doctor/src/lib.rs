@@ -42,6 +42,7 @@ pub mod subjects;
 mod system;
 
 pub use examine::{examine, Examination, ExamineError};
+pub use p2p::PER_PAIR_GPUS;
 
 use gdpath::finding::{Area, Finding, Status};
 use gdpath_topo::facts::DriverFacts;

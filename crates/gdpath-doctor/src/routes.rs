@@ -14,6 +14,7 @@
 use crate::Report;
 use gdpath::finding::{ids, Area, Finding, Status};
 use gdpath_topo::{LinkClass, Machine, SysView};
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 
 /// How a route fares, for drawing it.
@@ -94,6 +95,16 @@ pub enum Subject<'s> {
 impl<'s> Subject<'s> {
     /// Parses `subject` against the machine's device ids and the `--path` directories.
     pub fn parse(subject: &'s str, machine: &Machine, dirs: &[PathBuf]) -> Subject<'s> {
+        Subject::parse_with(subject, &|id| machine.by_id(id).is_some(), dirs)
+    }
+
+    /// [`Subject::parse`] with the machine's ids given as a test (`is_id`), for parsing many
+    /// subjects: [`DeviceIds`] looks an id up in O(1) where [`Machine::by_id`] reads the list.
+    pub fn parse_with(
+        subject: &'s str,
+        is_id: &dyn Fn(&str) -> bool,
+        dirs: &[PathBuf],
+    ) -> Subject<'s> {
         if subject == "system" {
             return Subject::System;
         }
@@ -106,7 +117,7 @@ impl<'s> Subject<'s> {
                 };
             }
             if let Some(rest) = subject.strip_prefix(d).and_then(|r| r.strip_prefix(": ")) {
-                if let Some(devices) = device_ids(rest, machine) {
+                if let Some(devices) = device_ids(rest, is_id) {
                     return Subject::Dir {
                         dir: &subject[..d.len()],
                         devices,
@@ -114,7 +125,7 @@ impl<'s> Subject<'s> {
                 }
             }
         }
-        device_ids(subject, machine).map_or(Subject::Other, Subject::Devices)
+        device_ids(subject, is_id).map_or(Subject::Other, Subject::Devices)
     }
 
     /// The device ids the subject names (none for `system`, a bare directory or other text).
@@ -128,45 +139,71 @@ impl<'s> Subject<'s> {
 
 /// `GPU0-NIC0 (mlx5_0)` → `[GPU0, NIC0]` when every `-`-separated word, less a parenthesised
 /// tail, is a device id of the machine.
-fn device_ids<'s>(text: &'s str, machine: &Machine) -> Option<Vec<&'s str>> {
+fn device_ids<'s>(text: &'s str, is_id: &dyn Fn(&str) -> bool) -> Option<Vec<&'s str>> {
     let mut out = Vec::new();
     for part in text.split('-') {
         let id = part.split(" (").next().unwrap_or(part).trim();
-        machine.by_id(id)?;
+        if !is_id(id) {
+            return None;
+        }
         out.push(id);
     }
     (!out.is_empty()).then_some(out)
 }
 
-/// Every route of the machine with its state (see the module docs): P2P pairs in PCI order,
-/// then GDR and GDS per GPU. `view` is the one the report's checks read (it tells an XML
-/// source, which has no `/sys/class`); `dirs` are the `--path` directories.
+/// The device ids of a machine, looked up in O(1) ([`Subject::parse_with`]).
+pub struct DeviceIds<'m>(HashSet<&'m str>);
+
+impl<'m> DeviceIds<'m> {
+    /// The ids of every device of `machine`.
+    pub fn of(machine: &'m Machine) -> Self {
+        DeviceIds(machine.devices.iter().map(|d| d.id.as_str()).collect())
+    }
+
+    /// Whether `id` is a device id of the machine.
+    pub fn contains(&self, id: &str) -> bool {
+        self.0.contains(id)
+    }
+}
+
+/// Every route of the machine with its state (see the module docs): P2P pairs in PCI order
+/// (on machines of at most [`crate::PER_PAIR_GPUS`] GPUs: a larger one's findings name groups
+/// of pairs, and it gets no route per pair), then GDR and GDS per GPU. `view` is the one the
+/// report's checks read (it tells an XML source, which has no `/sys/class`); `dirs` are the
+/// `--path` directories. O(findings + routes), each route's findings found by their subject.
 pub fn routes<'r>(
     machine: &Machine,
     view: &dyn SysView,
     dirs: &[PathBuf],
     report: &'r Report,
 ) -> Vec<Route<'r>> {
+    let ids = DeviceIds::of(machine);
     let parsed: Vec<(&Finding, Subject)> = report
         .findings
         .iter()
-        .map(|f| (f, Subject::parse(&f.subject, machine, dirs)))
+        .map(|f| {
+            (
+                f,
+                Subject::parse_with(&f.subject, &|id| ids.contains(id), dirs),
+            )
+        })
         .collect();
+    let index = Index::of(&parsed);
     let gpus: Vec<_> = machine.gpus().collect();
     let mut out = Vec::new();
-    for (i, a) in gpus.iter().enumerate() {
-        for b in &gpus[i + 1..] {
-            out.push(route(
-                Area::P2p,
-                &a.id,
-                &b.id,
-                machine.classify(a, b),
-                &parsed,
-                &[],
-                true,
-            ));
+    // Past PER_PAIR_GPUS the P2P findings name groups of pairs, not pairs: no route per pair.
+    if gpus.len() <= crate::PER_PAIR_GPUS {
+        let places: Vec<_> = gpus.iter().map(|g| machine.place(g)).collect();
+        for (i, a) in places.iter().enumerate() {
+            for b in &places[i + 1..] {
+                let class = machine.pair_at(a, b).class();
+                let (a, b) = (a.device(), b.device());
+                out.push(route(Area::P2p, &a.id, &b.id, class, &index, &[], true));
+            }
         }
     }
+    let by_id: HashMap<&str, &gdpath_topo::Device> =
+        machine.devices.iter().map(|d| (d.id.as_str(), d)).collect();
     let rdma_nics = crate::gdr::rdma_nics(machine, view);
     let nearest = machine.nearest();
     for (g, near) in gpus.iter().zip(&nearest) {
@@ -174,30 +211,35 @@ pub fn routes<'r>(
             Some(n) => (Some(n.id.clone()), true),
             None => (near.nic.as_ref().map(|p| p.id.clone()), false),
         };
-        if let Some(nic) = nic.and_then(|id| machine.by_id(&id)) {
+        if let Some(nic) = nic.and_then(|id| by_id.get(id.as_str()).copied()) {
             let class = machine.pcie_class(g, nic);
-            out.push(route(Area::Gdr, &g.id, &nic.id, class, &parsed, &[], rdma));
+            out.push(route(Area::Gdr, &g.id, &nic.id, class, &index, &[], rdma));
         }
     }
+    // The directories and the NVMe they are on, as gds.nvme-far found them.
+    let nvme_far: Vec<(&str, &[&str])> = parsed
+        .iter()
+        .filter(|(f, _)| f.id.as_str() == ids::GDS_NVME_FAR)
+        .filter_map(|(_, s)| match s {
+            Subject::Dir { dir, devices } => Some((*dir, devices.as_slice())),
+            _ => None,
+        })
+        .collect();
     for (g, near) in gpus.iter().zip(&nearest) {
         let Some(nvme) = near.nvme.as_ref() else {
             continue;
         };
-        // The directories whose NVMe is this one, as gds.nvme-far found them.
-        let on_nvme: Vec<&str> = parsed
+        let on_nvme: Vec<&str> = nvme_far
             .iter()
-            .filter(|(f, _)| f.id.as_str() == ids::GDS_NVME_FAR)
-            .filter_map(|(_, s)| match s {
-                Subject::Dir { dir, devices } if devices.contains(&nvme.id.as_str()) => Some(*dir),
-                _ => None,
-            })
+            .filter(|(_, devices)| devices.contains(&nvme.id.as_str()))
+            .map(|(dir, _)| *dir)
             .collect();
         out.push(route(
             Area::Gds,
             &g.id,
             &nvme.id,
             nvme.class,
-            &parsed,
+            &index,
             &on_nvme,
             true,
         ));
@@ -205,29 +247,84 @@ pub fn routes<'r>(
     out
 }
 
+/// The parsed findings by what their subjects name, so that a route finds the findings that
+/// apply to it without reading all of them (a machine of 64 GPUs has 2,016 pairs and some
+/// 12,000 P2P findings).
+struct Index<'p, 'r> {
+    parsed: &'p [(&'r Finding, Subject<'p>)],
+    /// Findings about the machine as a whole, and those naming a directory.
+    system_or_dir: Vec<usize>,
+    /// Findings naming devices only, by the set of ids they name (sorted, each once).
+    by_devices: HashMap<Vec<&'p str>, Vec<usize>>,
+}
+
+impl<'p, 'r> Index<'p, 'r> {
+    fn of(parsed: &'p [(&'r Finding, Subject<'p>)]) -> Self {
+        let mut system_or_dir = Vec::new();
+        let mut by_devices: HashMap<Vec<&str>, Vec<usize>> = HashMap::new();
+        for (i, (_, s)) in parsed.iter().enumerate() {
+            match s {
+                Subject::System | Subject::Dir { .. } => system_or_dir.push(i),
+                Subject::Devices(d) => {
+                    let mut key = d.clone();
+                    key.sort_unstable();
+                    key.dedup();
+                    by_devices.entry(key).or_default().push(i);
+                }
+                Subject::Other => {}
+            }
+        }
+        Index {
+            parsed,
+            system_or_dir,
+            by_devices,
+        }
+    }
+
+    /// The findings of `area` that apply to the route between `gpu` and `peer` (see the module
+    /// docs), in report order.
+    fn applying(&self, area: Area, gpu: &str, peer: &str, dirs: &[&str]) -> Vec<&'r Finding> {
+        let ends = [gpu, peer];
+        let mut pair = vec![gpu, peer];
+        pair.sort_unstable();
+        pair.dedup();
+        let mut at: Vec<usize> = self
+            .system_or_dir
+            .iter()
+            .copied()
+            .filter(|&i| match &self.parsed[i].1 {
+                Subject::Dir { dir, devices } => {
+                    dirs.contains(dir) && devices.iter().all(|id| ends.contains(id))
+                }
+                _ => true,
+            })
+            .collect();
+        let keys = [vec![gpu], vec![peer], pair];
+        for (k, key) in keys.iter().enumerate() {
+            // A route of a device to itself has one key, not three.
+            if keys[..k].contains(key) {
+                continue;
+            }
+            at.extend(self.by_devices.get(key).into_iter().flatten().copied());
+        }
+        at.sort_unstable();
+        at.into_iter()
+            .map(|i| self.parsed[i].0)
+            .filter(|f| f.path == area)
+            .collect()
+    }
+}
+
 fn route<'r>(
     area: Area,
     gpu: &str,
     peer: &str,
     class: LinkClass,
-    parsed: &[(&'r Finding, Subject)],
+    index: &Index<'_, 'r>,
     dirs: &[&str],
     rdma: bool,
 ) -> Route<'r> {
-    let ends = [gpu, peer];
-    let applies = |s: &Subject| match s {
-        Subject::System => true,
-        Subject::Devices(d) => d.iter().all(|id| ends.contains(id)),
-        Subject::Dir { dir, devices } => {
-            dirs.contains(dir) && devices.iter().all(|id| ends.contains(id))
-        }
-        Subject::Other => false,
-    };
-    let of: Vec<&Finding> = parsed
-        .iter()
-        .filter(|(f, s)| f.path == area && applies(s))
-        .map(|(f, _)| *f)
-        .collect();
+    let of = index.applying(area, gpu, peer, dirs);
     let with = |st: Status| -> Vec<&'r Finding> {
         of.iter().copied().filter(|f| f.status == st).collect()
     };

@@ -103,7 +103,13 @@ pub fn machine_svg(
     let mut bottom = lay.bottom;
     let mut x = if beside { lay.width + 24.0 } else { PAD };
     let mut ly = y0;
-    if let Some((svg, texts, b)) = matrix::draw(&gpus, routes, rates, x, y0) {
+    // Past the doctor's per-pair limit its findings name groups of pairs: counts, not cells.
+    let panel = if gpus.len() > gdpath_doctor::PER_PAIR_GPUS {
+        Some(matrix::summary(m, x, y0))
+    } else {
+        matrix::draw(&gpus, routes, rates, x, y0)
+    };
+    if let Some((svg, texts, b)) = panel {
         panels.push_str(&svg);
         panel_texts.extend(texts);
         if beside {
@@ -343,6 +349,31 @@ fn halo_class(c: &'static str) -> &'static str {
     }
 }
 
+/// About how wide a drawing of `devices` boxes in a row is, px (for messages).
+pub fn width_of(devices: usize) -> usize {
+    devices * 110
+}
+
+/// Why the machine of `m` is not drawn: more GPUs, NICs and NVMe than
+/// [`crate::MAX_DRAWN_DEVICES`], in words, with the pairs counted per class; `None` when it
+/// is drawn.
+pub fn not_drawn(m: &Machine) -> Option<String> {
+    let devices = m.matrix_devices();
+    if devices.len() <= crate::MAX_DRAWN_DEVICES {
+        return None;
+    }
+    let counts = m.pair_counts(&devices);
+    Some(format!(
+        "Not drawn: {}, more than the {} GPUs, NICs and NVMe gdpath draws (the drawing would be \
+         some {} px wide). Their {} pairs by class: {}. `gdpath topo` lists the devices.",
+        summary(m),
+        crate::MAX_DRAWN_DEVICES,
+        width_of(devices.len()),
+        counts.pairs,
+        counts.classes_text()
+    ))
+}
+
 /// `8 GPUs, 4 NICs, 0 NVMe on 2 NUMA nodes (nccl-xml)`.
 pub fn summary(m: &Machine) -> String {
     let numa = m
@@ -462,11 +493,25 @@ fn notes(m: &Machine, lay: &Layout, routes: &[Route], gpus: usize) -> Vec<String
         lay.undrawn,
         plural(lay.undrawn)
     )];
-    if gpus > P2P_LINES_MAX_GPUS {
+    if gpus > gdpath_doctor::PER_PAIR_GPUS {
+        v.push(format!(
+            "P2P: {} pairs, counted by class rather than drawn one by one (more than {} GPUs).",
+            gpus * (gpus - 1) / 2,
+            gdpath_doctor::PER_PAIR_GPUS
+        ));
+    } else if gpus > P2P_LINES_MAX_GPUS {
         v.push(format!(
             "P2P: {} pairs, shown in the matrix rather than as lines across the tree (a line for \
              a single pair only).",
             gpus * (gpus - 1) / 2
+        ));
+    }
+    if lay.nvlink_undrawn > 0 {
+        v.push(format!(
+            "NVLink: {} connections that are not all to all, more than the {} drawn as \
+             brackets; the matrix gives each pair's NV#.",
+            lay.nvlink_undrawn,
+            crate::nvlink::MAX_BRACKETS
         ));
     }
     if routes.iter().any(|r| r.area == Area::Gdr && !r.rdma) {

@@ -4,7 +4,7 @@
 
 use crate::svg::esc;
 use gdpath::finding::{Area, Finding, Status};
-use gdpath_doctor::routes::Subject;
+use gdpath_doctor::routes::{DeviceIds, Subject};
 use gdpath_doctor::Report;
 use gdpath_topo::Machine;
 use std::collections::BTreeSet;
@@ -55,13 +55,18 @@ pub fn ranges(ids: &[&str]) -> String {
 
 /// The subjects of a group of findings, compressed (see the module docs).
 pub fn affected(subjects: &[&str], m: &Machine, dirs: &[PathBuf]) -> String {
+    affected_in(subjects, &DeviceIds::of(m), dirs)
+}
+
+/// [`affected`] with the machine's ids looked up once for many groups.
+fn affected_in(subjects: &[&str], ids: &DeviceIds, dirs: &[PathBuf]) -> String {
     let mut system = false;
     let mut singles: Vec<&str> = Vec::new();
     let mut pairs: Vec<(&str, &str)> = Vec::new();
     let mut dirs_seen: Vec<String> = Vec::new();
     let mut other: Vec<&str> = Vec::new();
     for s in subjects {
-        match Subject::parse(s, m, dirs) {
+        match Subject::parse_with(s, &|id| ids.contains(id), dirs) {
             Subject::System => system = true,
             Subject::Devices(d) if d.len() == 1 => singles.push(d[0]),
             Subject::Devices(d) if d.len() == 2 => pairs.push((d[0], d[1])),
@@ -219,6 +224,7 @@ fn table(o: &mut String, fs: &[&Finding], m: &Machine, dirs: &[PathBuf], remedie
         o.push_str("<th>remedy</th>");
     }
     o.push_str("</tr></thead><tbody>");
+    let ids = DeviceIds::of(m);
     for group in groups(fs) {
         let g = &group.members;
         let first = fs[g[0]];
@@ -264,7 +270,7 @@ fn table(o: &mut String, fs: &[&Finding], m: &Machine, dirs: &[PathBuf], remedie
                 .collect::<Vec<_>>()
                 .join(", "),
             esc(first.id.as_str()),
-            esc(&affected(&subjects, m, dirs)),
+            esc(&affected_in(&subjects, &ids, dirs)),
             evidence
         );
         if remedies {

@@ -144,6 +144,8 @@ pub struct Layout {
     /// PCI functions not drawn, and bridges folded or drawn.
     pub undrawn: usize,
     pub bridges: usize,
+    /// NVLink connections not drawn: more brackets than [`crate::nvlink::MAX_BRACKETS`].
+    pub nvlink_undrawn: usize,
 }
 
 /// A straight piece of line from one point to another.
@@ -942,7 +944,7 @@ pub fn layout(m: &Machine, tree: &Tree, ex: &Extra) -> Layout {
     } else {
         b.nodes.iter().map(|n| n.rect.bottom()).fold(top, f64::max)
     };
-    let (nvlinks, nv_texts, nv_bottom) = crate::nvlink::band(m, &b.nodes, bottom);
+    let (nvlinks, nv_texts, nv_bottom, nvlink_undrawn) = crate::nvlink::band(m, &b.nodes, bottom);
     b.texts.extend(nv_texts);
     bottom = bottom.max(nv_bottom);
     let right = b
@@ -962,6 +964,7 @@ pub fn layout(m: &Machine, tree: &Tree, ex: &Extra) -> Layout {
         bottom,
         undrawn: tree.undrawn,
         bridges: tree.bridges,
+        nvlink_undrawn,
     }
 }
 

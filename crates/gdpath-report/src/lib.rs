@@ -62,6 +62,14 @@ pub struct Options {
     pub argv: Vec<String>,
 }
 
+/// Most GPUs, NICs and NVMe drawn as a machine: 256. Each is a box some 110 px wide, so 256
+/// make a drawing of about 28,000 px, past what can be read on a page; the largest single-node
+/// machines have a few dozen (AWS p5.48xlarge: 8 GPUs, 32 EFA NICs, 8 NVMe). Past it
+/// `gdpath report` leaves the drawing out, with a line saying why and the pairs counted per
+/// class, and `gdpath topo --svg` refuses ([`ReportError::TooManyToDraw`]); the layout, the
+/// paths and the labels, whose placing grows faster than the boxes, stay bounded with it.
+pub const MAX_DRAWN_DEVICES: usize = 256;
+
 /// Why no report could be made.
 #[derive(Debug, thiserror::Error)]
 pub enum ReportError {
@@ -69,6 +77,13 @@ pub enum ReportError {
     Examine(#[from] ExamineError),
     #[error(transparent)]
     Results(#[from] ResultsError),
+    /// More GPUs, NICs and NVMe than [`MAX_DRAWN_DEVICES`] (`gdpath topo --svg`).
+    #[error(
+        "{devices} GPUs, NICs and NVMe: more than the {limit} gdpath draws (the drawing would be \
+         some {} px wide); `gdpath topo` lists them and counts their pairs per class",
+        drawing::width_of(*.devices)
+    )]
+    TooManyToDraw { devices: usize, limit: usize },
 }
 
 /// The report page for `opts` (see the crate docs). Errors: the machine cannot be read, a
@@ -108,9 +123,17 @@ pub fn report(opts: &Options) -> Result<String, ReportError> {
 }
 
 /// The machine drawing alone (an SVG document), with the paths as the doctor judges them
-/// (no measurement). Errors: as [`report`].
+/// (no measurement). Errors: as [`report`], and [`ReportError::TooManyToDraw`] past
+/// [`MAX_DRAWN_DEVICES`].
 pub fn drawing(source: &Source, paths: &[PathBuf]) -> Result<String, ReportError> {
     let ex = gdpath_doctor::examine(source, paths, false)?;
+    let devices = ex.loaded.machine.matrix_devices().len();
+    if devices > MAX_DRAWN_DEVICES {
+        return Err(ReportError::TooManyToDraw {
+            devices,
+            limit: MAX_DRAWN_DEVICES,
+        });
+    }
     let routes = ex.routes();
     let none = results::Figures::default();
     Ok(drawing::machine_svg(

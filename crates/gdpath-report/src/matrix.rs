@@ -7,6 +7,8 @@ use crate::layout::{FONT, SMALL};
 use crate::svg::{esc, num, Anchor, Rect, Text};
 use gdpath::finding::Area;
 use gdpath_doctor::routes::{Route, RouteState};
+use gdpath_topo::Machine;
+use std::collections::HashMap;
 use std::fmt::Write as _;
 
 const CELL_W: f64 = 64.0;
@@ -64,6 +66,17 @@ pub fn draw(
         );
     }
     let grid_top = top + 18.0;
+    // Each pair's route, found once (a search per cell made the matrix quartic in the GPUs).
+    let by_pair: HashMap<(&str, &str), &Route> = routes
+        .iter()
+        .filter(|r| r.area == Area::P2p)
+        .flat_map(|r| {
+            [
+                ((r.gpu.as_str(), r.peer.as_str()), r),
+                ((r.peer.as_str(), r.gpu.as_str()), r),
+            ]
+        })
+        .collect();
     for (i, a) in gpus.iter().enumerate() {
         for (j, b) in gpus.iter().enumerate() {
             let cx = x + HEAD_W + CELL_W * j as f64;
@@ -84,11 +97,9 @@ pub fn draw(
                 );
                 continue;
             }
-            let r = routes.iter().find(|r| {
-                r.area == Area::P2p
-                    && ((r.gpu == *a && r.peer == *b) || (r.gpu == *b && r.peer == *a))
-            });
-            let Some(r) = r else { continue };
+            let Some(r) = by_pair.get(&(a.as_str(), b.as_str())).copied() else {
+                continue;
+            };
             let (class, mark) = match r.state {
                 RouteState::Direct => ("mx-direct", ""),
                 RouteState::Degraded => ("mx-degraded", "▲ "),
@@ -146,6 +157,50 @@ pub fn draw(
         .fold(x + HEAD_W + CELL_W * n, f64::max);
     let bounds = Rect::new(x, y, right - x, grid_top + CELL_H * n - y);
     Some((svg, texts, bounds))
+}
+
+/// In place of the matrix past [`gdpath_doctor::PER_PAIR_GPUS`] GPUs (where the doctor judges
+/// pairs in groups and names the groups in its findings): the GPU pairs counted per class
+/// ([`Machine::pair_counts`]), with a line saying why. SVG (none), labels and bounds at
+/// (`x`, `y`).
+pub fn summary(m: &Machine, x: f64, y: f64) -> (String, Vec<Text>, Rect) {
+    let gpus: Vec<&gdpath_topo::Device> = m.gpus().collect();
+    let counts = m.pair_counts(&gpus);
+    let mut texts = vec![Text::new(
+        x,
+        y + 11.0,
+        FONT,
+        "P2P between GPU pairs, by class",
+        "panel-title",
+    )];
+    let mut yy = y + 30.0;
+    for line in [
+        format!(
+            "{} GPUs, more than the {} whose pairs are drawn cell by cell: the doctor judges",
+            gpus.len(),
+            gdpath_doctor::PER_PAIR_GPUS
+        ),
+        format!(
+            "their {} pairs in groups, which its findings name.",
+            counts.pairs
+        ),
+    ] {
+        texts.push(Text::new(x, yy, SMALL, line, "legend-t"));
+        yy += 15.0;
+    }
+    yy += 4.0;
+    for (class, n) in &counts.classes {
+        texts.push(Text::new(
+            x,
+            yy,
+            SMALL,
+            format!("{:<5} {n} pairs", class.to_string()),
+            "legend-t",
+        ));
+        yy += 15.0;
+    }
+    let right = texts.iter().map(|t| t.rect().right()).fold(x, f64::max);
+    (String::new(), texts, Rect::new(x, y, right - x, yy - y))
 }
 
 /// The text class in a cell of a state (white on the filled cells).

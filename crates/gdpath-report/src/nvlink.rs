@@ -6,6 +6,7 @@
 use crate::layout::{Node, NodeKind, P, SMALL};
 use crate::svg::{Anchor, Rect, Text};
 use gdpath_topo::Machine;
+use std::collections::{BTreeMap, HashMap};
 
 /// An NVLink connection drawn in the band under the GPU row.
 #[derive(Debug, Clone)]
@@ -18,10 +19,17 @@ pub struct NvDraw {
     pub paths: Vec<(String, String, Vec<P>)>,
 }
 
+/// Most NVLink connections drawn as brackets: 64. A hybrid cube mesh (DGX-1) has 16, POWER9's
+/// GPU pairs 3; each bracket is placed clear of the others, which grows with their square, and
+/// past a few dozen they no longer read. Past it none is drawn and the drawing's notes say so
+/// (the P2P matrix still gives each pair's NV#).
+pub const MAX_BRACKETS: usize = 64;
+
 /// The NVLink band under the GPU row: a bar for each set of GPUs joined all to all by the same
-/// number of links (an NVSwitch system, or a bonded pair), brackets for the other connections;
-/// the link count on each. Returns the drawings, their labels and the band's bottom.
-pub fn band(m: &Machine, nodes: &[Node], gpu_bottom: f64) -> (Vec<NvDraw>, Vec<Text>, f64) {
+/// number of links (an NVSwitch system, or a bonded pair), brackets for the other connections
+/// (at most [`MAX_BRACKETS`]); the link count on each. Returns the drawings, their labels, the
+/// band's bottom and how many connections were left undrawn.
+pub fn band(m: &Machine, nodes: &[Node], gpu_bottom: f64) -> (Vec<NvDraw>, Vec<Text>, f64, usize) {
     let gpus: Vec<(&str, Rect, gdpath_topo::PciAddr)> = nodes
         .iter()
         .filter(|n| n.kind == NodeKind::Gpu)
@@ -31,7 +39,18 @@ pub fn band(m: &Machine, nodes: &[Node], gpu_bottom: f64) -> (Vec<NvDraw>, Vec<T
             Some((id, n.rect, d.pci))
         })
         .collect();
-    let count = |a: usize, b: usize| m.nvlink_count(&gpus[a].2, &gpus[b].2);
+    // The bonds between drawn GPUs, by index (from the machine's bond list: not every pair).
+    let at: HashMap<gdpath_topo::PciAddr, usize> =
+        gpus.iter().enumerate().map(|(i, g)| (g.2, i)).collect();
+    let mut bonds: BTreeMap<(usize, usize), u32> = BTreeMap::new();
+    for l in &m.nvlinks {
+        if let (Some(&a), Some(&b)) = (at.get(&l.a), at.get(&l.b)) {
+            if a != b && l.links > 0 {
+                bonds.insert((a.min(b), a.max(b)), m.nvlink_count(&l.a, &l.b));
+            }
+        }
+    }
+    let count = |a: usize, b: usize| bonds.get(&(a.min(b), a.max(b))).copied().unwrap_or(0);
     // Connected components of the NVLink graph.
     let n = gpus.len();
     let mut comp: Vec<usize> = (0..n).collect();
@@ -43,40 +62,36 @@ pub fn band(m: &Machine, nodes: &[Node], gpu_bottom: f64) -> (Vec<NvDraw>, Vec<T
         c[i] = r;
         r
     }
-    for a in 0..n {
-        for b in a + 1..n {
-            if count(a, b) > 0 {
-                let (ra, rb) = (find(&mut comp, a), find(&mut comp, b));
-                comp[ra] = rb;
-            }
-        }
+    for &(a, b) in bonds.keys() {
+        let (ra, rb) = (find(&mut comp, a), find(&mut comp, b));
+        comp[ra] = rb;
     }
-    let roots: Vec<usize> = (0..n).map(|i| find(&mut comp, i)).collect();
     let mut groups: Vec<Vec<usize>> = Vec::new();
+    let mut group_of: HashMap<usize, usize> = HashMap::new();
     for i in 0..n {
-        match groups.iter_mut().find(|g| roots[g[0]] == roots[i]) {
-            Some(g) => g.push(i),
-            None => groups.push(vec![i]),
-        }
+        let root = find(&mut comp, i);
+        let g = *group_of.entry(root).or_insert_with(|| {
+            groups.push(Vec::new());
+            groups.len() - 1
+        });
+        groups[g].push(i);
+    }
+    // Per group: its bonds, and whether they join every pair with one count.
+    let mut in_group: Vec<Vec<(usize, usize, u32)>> = vec![Vec::new(); groups.len()];
+    for (&(a, b), &c) in &bonds {
+        in_group[group_of[&find(&mut comp, a)]].push((a, b, c));
     }
     let mut draws = Vec::new();
     let mut texts = Vec::new();
     let mut y = gpu_bottom + 14.0;
     let mut brackets: Vec<(usize, usize, u32)> = Vec::new();
-    for g in groups.iter().filter(|g| g.len() > 1) {
+    for (g, joined) in groups.iter().zip(&in_group).filter(|(g, _)| g.len() > 1) {
         let first = count(g[0], g[1]);
-        let uniform = g
-            .iter()
-            .enumerate()
-            .all(|(i, &a)| g[i + 1..].iter().all(|&b| count(a, b) == first));
+        let k = g.len();
+        let uniform = joined.len() == k * (k - 1) / 2 && joined.iter().all(|b| b.2 == first);
         if !uniform {
-            for (i, &a) in g.iter().enumerate() {
-                for &b in &g[i + 1..] {
-                    if count(a, b) > 0 {
-                        brackets.push((a, b, count(a, b)));
-                    }
-                }
-            }
+            // In the order of the group's members (bonds are in index order already).
+            brackets.extend(joined.iter().copied());
             continue;
         }
         let xs: Vec<f64> = g.iter().map(|&i| gpus[i].1.cx()).collect();
@@ -117,6 +132,12 @@ pub fn band(m: &Machine, nodes: &[Node], gpu_bottom: f64) -> (Vec<NvDraw>, Vec<T
         });
         y += 30.0;
     }
+    // Too many to place clear of each other (and to read): none, said in the notes.
+    let undrawn = if brackets.len() > MAX_BRACKETS {
+        std::mem::take(&mut brackets).len()
+    } else {
+        0
+    };
     // Brackets: levels so that overlapping spans get different heights.
     brackets.sort_by(|x, y| {
         let span = |b: &(usize, usize, u32)| (gpus[b.1].1.cx() - gpus[b.0].1.cx()).abs();
@@ -184,7 +205,7 @@ pub fn band(m: &Machine, nodes: &[Node], gpu_bottom: f64) -> (Vec<NvDraw>, Vec<T
         .iter()
         .map(|t| t.rect().bottom())
         .fold(max_y, f64::max);
-    (draws, texts, bottom)
+    (draws, texts, bottom, undrawn)
 }
 
 /// A bracket's label just above its run from `xa` to `xb` at `ly`: in the middle, or slid

@@ -84,8 +84,18 @@ fn area_what(a: Area) -> &'static str {
 /// `28 pairs: 4 direct, 24 staged`.
 fn route_counts(routes: &[Route], area: Area, m: &gdpath_topo::Machine) -> String {
     let of: Vec<&Route> = routes.iter().filter(|r| r.area == area).collect();
+    let gpus = m.gpus().count();
+    if area == Area::P2p && gpus > gdpath_doctor::PER_PAIR_GPUS {
+        // No route per pair: the doctor judges this many pairs in groups.
+        let all: Vec<&gdpath_topo::Device> = m.gpus().collect();
+        let counts = m.pair_counts(&all);
+        return format!(
+            "{} GPU pairs ({}), judged in groups: see the findings",
+            counts.pairs,
+            counts.classes_text()
+        );
+    }
     if of.is_empty() {
-        let gpus = m.gpus().count();
         return match area {
             _ if gpus == 0 => "no GPU".to_owned(),
             Area::P2p => "one GPU: no pair".to_owned(),
@@ -137,7 +147,11 @@ pub fn html(p: &PageInput) -> String {
     let ex = p.examination;
     let m = &ex.loaded.machine;
     let figures = Figures::of(m, p.docs);
-    let svg = drawing::machine_svg(m, p.routes, &figures, &figures);
+    let not_drawn = drawing::not_drawn(m);
+    let svg = match &not_drawn {
+        None => drawing::machine_svg(m, p.routes, &figures, &figures),
+        Some(_) => String::new(),
+    };
     let mut o = String::new();
     let title = format!("gdpath report — {}", drawing::summary(m));
     let _ = write!(
@@ -187,12 +201,20 @@ pub fn html(p: &PageInput) -> String {
     o.push_str("</div>");
     // The machine.
     o.push_str("<h2>The machine and its data paths</h2>");
-    let _ = write!(o, "<div class=\"figure\">{svg}</div>");
-    o.push_str(
-        "<p class=\"hint\">Each path is drawn as the doctor judges it: solid where the direct \
-         path is in use, dashed red where the data goes through host memory instead, dotted \
-         where it is not known. Point at a path, a box or a matrix cell for what decided it.</p>",
-    );
+    match &not_drawn {
+        None => {
+            let _ = write!(o, "<div class=\"figure\">{svg}</div>");
+            o.push_str(
+                "<p class=\"hint\">Each path is drawn as the doctor judges it: solid where the \
+                 direct path is in use, dashed red where the data goes through host memory \
+                 instead, dotted where it is not known. Point at a path, a box or a matrix cell \
+                 for what decided it.</p>",
+            );
+        }
+        Some(why) => {
+            let _ = write!(o, "<p class=\"missing\">{}</p>", esc(why));
+        }
+    }
     if let Some(f) = ex.report.findings.iter().find(|f| {
         f.id.as_str() == gdpath::finding::ids::SYSTEM_VIRTUAL_MACHINE
             && f.evidence.starts_with("virtual machine")

@@ -321,3 +321,51 @@ fn staged_paths_across_the_sockets_share_one_lane() {
         "one stroke along the interconnect: {across:?}"
     );
 }
+
+/// More NVLink connections that are not all to all than can be placed as brackets (a ring of
+/// 100 GPUs: 100 of them): none is drawn and a note says so and why, where before each bracket
+/// was placed clear of every other (their square) and a label searched for among them all.
+/// The GPUs' pairs are counted by class, past the doctor's 64 GPUs.
+#[test]
+fn a_ring_of_nvlinks_too_large_for_brackets() {
+    let devs: Vec<Device> = (0..100u32)
+        .map(|i| {
+            let mut d = Device::new(PciAddr {
+                domain: 0,
+                bus: 1 + (i / 32) as u8,
+                device: (i % 32) as u8,
+                function: 0,
+            });
+            d.kind = DeviceKind::Gpu;
+            d.class = 0x030200;
+            d.vendor = 0x10de;
+            d.device = 0x2330;
+            d.numa = Some(0);
+            d.host_bridge = Some("pci0000:00".into());
+            d
+        })
+        .collect();
+    let mut m = Machine::assemble(
+        devs,
+        Vec::new(),
+        gdpath_topo::IommuState::default(),
+        true,
+        "sysfs-root",
+    );
+    let gpus: Vec<PciAddr> = m.gpus().map(|g| g.pci).collect();
+    for i in 0..gpus.len() {
+        m.set_nvlink(gpus[i], gpus[(i + 1) % gpus.len()], 2);
+    }
+    let t = std::time::Instant::now();
+    let svg = svg_of(&m);
+    assert!(t.elapsed().as_secs() < 30, "{:?}", t.elapsed());
+    assert!(
+        svg.contains("NVLink: 100 connections that are not all to all, more than the 64 drawn"),
+        "no note on the undrawn NVLinks"
+    );
+    assert_eq!(svg.matches("class=\"nvlink\"").count(), 0);
+    assert!(svg.contains("100 GPUs, more than the 64 whose pairs are drawn cell by cell"));
+    // 100 of the 4,950 pairs are NV2, the others PHB.
+    assert!(svg.contains("NV2   100 pairs") && svg.contains("PHB   4850 pairs"));
+    assert!(!svg.contains("class=\"mx-cell\""));
+}

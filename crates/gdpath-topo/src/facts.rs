@@ -5,6 +5,7 @@
 //! same doctor findings as the live one. Nothing here calls a driver.
 
 use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
 
 /// Everything gdpath knows from the driver about one machine.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -158,6 +159,80 @@ pub struct GpuPairFacts {
     pub b: u32,
     pub nvml: Option<NvmlP2pStatus>,
     pub cuda: Option<CudaP2pAttrs>,
+}
+
+/// Driver facts looked up in O(1): [`DriverFacts::pair`], [`DriverFacts::gpu`] and
+/// [`DriverFacts::nvlink_count`] read their lists, which for every pair of many GPUs is the
+/// square of the list. Same answers: the first entry wins where a list repeats one.
+#[derive(Debug, Clone)]
+pub struct FactsIndex<'f> {
+    gpus: HashMap<u32, &'f GpuFacts>,
+    pairs: HashMap<(u32, u32), &'f GpuPairFacts>,
+    /// Per GPU ordinal: links by remote address (as written), and links to NVSwitches.
+    links: HashMap<u32, (HashMap<&'f str, u32>, u32)>,
+}
+
+impl<'f> FactsIndex<'f> {
+    /// The index of `facts`: O(GPUs + links + pairs).
+    pub fn new(facts: &'f DriverFacts) -> Self {
+        let mut gpus = HashMap::new();
+        let mut links = HashMap::new();
+        for g in &facts.gpus {
+            if gpus.contains_key(&g.ordinal) {
+                continue;
+            }
+            gpus.insert(g.ordinal, g);
+            let (mut direct, mut switch) = (HashMap::new(), 0u32);
+            for l in &g.nvlinks {
+                if l.remote_is_switch {
+                    switch += 1;
+                } else {
+                    *direct.entry(l.remote_pci.as_str()).or_insert(0) += 1;
+                }
+            }
+            links.insert(g.ordinal, (direct, switch));
+        }
+        let mut pairs = HashMap::new();
+        for p in &facts.pairs {
+            pairs.entry((p.a, p.b)).or_insert(p);
+        }
+        FactsIndex { gpus, pairs, links }
+    }
+
+    /// [`DriverFacts::gpu`].
+    pub fn gpu(&self, ordinal: u32) -> Option<&'f GpuFacts> {
+        self.gpus.get(&ordinal).copied()
+    }
+
+    /// [`DriverFacts::pair`].
+    pub fn pair(&self, a: u32, b: u32) -> Option<&'f GpuPairFacts> {
+        self.pairs.get(&(a, b)).copied()
+    }
+
+    /// Every ordered pair the facts describe, each once (the first entry of a repeated one).
+    pub fn pairs(&self) -> impl Iterator<Item = &'f GpuPairFacts> + '_ {
+        self.pairs.values().copied()
+    }
+
+    /// CUDA's peer access from `a` to `b` (`cuDeviceCanAccessPeer`), when recorded.
+    pub fn access(&self, a: u32, b: u32) -> Option<bool> {
+        self.pair(a, b)
+            .and_then(|p| p.cuda)
+            .map(|c| c.access_supported)
+    }
+
+    /// [`DriverFacts::nvlink_count`].
+    pub fn nvlink_count(&self, a: u32, b: u32) -> u32 {
+        let (Some(la), Some(lb), Some(gb)) = (self.links.get(&a), self.links.get(&b), self.gpu(b))
+        else {
+            return 0;
+        };
+        match la.0.get(gb.pci.as_str()) {
+            Some(&n) => n,
+            None if la.1 > 0 && lb.1 > 0 => la.1.min(lb.1),
+            None => 0,
+        }
+    }
 }
 
 impl DriverFacts {

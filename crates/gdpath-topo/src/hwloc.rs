@@ -74,6 +74,8 @@ struct Reader<'a, 'b> {
     path: &'b Path,
     bitflag_osdev: bool,
     devices: Vec<Device>,
+    /// Where each device's object starts in the text (byte offset), in the order of `devices`.
+    starts: Vec<usize>,
     numa_nodes: BTreeMap<u32, String>,
     /// gp_index → what it is (PCI functions, their OS devices, packages).
     peers: BTreeMap<String, Peer>,
@@ -105,6 +107,7 @@ pub fn parse(text: &str, path: &Path) -> Result<Machine, TopoError> {
         path,
         bitflag_osdev: !version.starts_with('1') && !version.starts_with('2'),
         devices: Vec::new(),
+        starts: Vec::new(),
         numa_nodes: BTreeMap::new(),
         peers: BTreeMap::new(),
         io_osdevs: false,
@@ -114,6 +117,17 @@ pub fn parse(text: &str, path: &Path) -> Result<Machine, TopoError> {
         r.walk(child, &Ctx::default())?;
     }
     input::check_device_counts(&r.devices, &crate::text::escape(path))?;
+    // One address twice under one host bridge is refused; under two host bridges (an export
+    // merged from two machines, or one that lost the PCI domain: one of hwloc's own test
+    // exports) both functions are kept, with a note.
+    let found: Vec<(PciAddr, Option<&str>)> = r
+        .devices
+        .iter()
+        .map(|d| (d.pci, d.host_bridge.as_deref()))
+        .collect();
+    input::check_unique_pci(&found, &crate::text::escape(path), |i| {
+        format!("line {}", doc.text_pos_at(r.starts[i]).row)
+    })?;
     let mut seen = BTreeMap::new();
     for d in &r.devices {
         *seen.entry(d.pci).or_insert(0) += 1;
@@ -303,6 +317,7 @@ impl<'a, 'b> Reader<'a, 'b> {
             self.peers.insert(format!("PCIDev:{gp}"), Peer::Pci(pci));
         }
         self.read_link_speed(node, &mut d, nvml);
+        self.starts.push(node.range().start);
         d.kind = DeviceKind::decide(d.class, d.vendor, !d.rdma.is_empty(), false);
         let model_name = model.map(|m| with_vendor(d.vendor, m.trim()));
         if let (Some(m), Some(table)) = (&model_name, names::device_name(d.vendor, d.device)) {

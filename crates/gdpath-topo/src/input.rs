@@ -42,6 +42,22 @@ pub const MAX_PCI_FUNCTIONS: usize = 65_536;
 /// GPU and SR-IOV functions has a few hundred.
 pub const MAX_MATRIX_DEVICES: usize = 4096;
 
+/// Most GPUs, NICs and NVMe whose pairs are listed one by one: 256. Up to it `gdpath topo`
+/// prints the pair matrix (text, and `matrix` in `--json`); past it the pairs are counted per
+/// class instead ([`crate::Machine::pair_counts`], `pair_classes` in `--json`) with a line
+/// saying why, so that what is printed grows with the devices, not with their square. The
+/// largest single-node machines have a few dozen (AWS p5.48xlarge: 8 GPUs, 32 EFA NICs and 8
+/// NVMe; DGX-2: 16 GPUs and 10 NICs); 256 leaves room for SR-IOV virtual functions, and a full
+/// matrix of it is 65,536 cells (about 0.4 MB of text).
+pub const MAX_LISTED_PAIR_DEVICES: usize = 256;
+
+/// Most GPUs joined through NVSwitches whose pairs are each recorded as an NVLink bond: 256.
+/// A GPU's links to a switch join it to every other GPU on a switch, so the bonds grow with the
+/// square of these GPUs; an NVSwitch node has 8 (HGX) or 16 (DGX-2) GPUs, and an NVL72 rack
+/// shows 4 to each operating system. Past it NVLink is left unknown, with the reason
+/// ([`crate::Coverage::nvlink`]), rather than recorded pair by pair.
+pub const MAX_NVSWITCH_GPUS: usize = 256;
+
 /// How long a read may wait for a pipe or FIFO that delivers nothing before it fails: 30 s.
 pub const STALL_LIMIT: Duration = Duration::from_secs(30);
 
@@ -264,6 +280,34 @@ pub(crate) fn check_one_more_function(held: usize, path: &Path) -> Result<(), cr
         count: held + 1,
         limit: MAX_PCI_FUNCTIONS,
     })
+}
+
+/// [`crate::TopoError::DuplicatePci`] for the first address that `found` holds twice with the
+/// same `scope` (for hwloc, the host bridge; `()` where one address anywhere is one function).
+/// `found` is in source order; `place(i)` says where the source gives entry `i` (`line 12`),
+/// and is asked only for the two entries named in the error. O(n log n).
+pub(crate) fn check_unique_pci<K: Ord>(
+    found: &[(crate::PciAddr, K)],
+    source_name: &str,
+    place: impl Fn(usize) -> String,
+) -> Result<(), crate::TopoError> {
+    let mut order: Vec<usize> = (0..found.len()).collect();
+    order.sort_by(|&a, &b| (found[a].0, &found[a].1, a).cmp(&(found[b].0, &found[b].1, b)));
+    // The repeat that comes first in the source, with the entry it repeats.
+    let repeat = order
+        .windows(2)
+        .filter(|w| found[w[0]].0 == found[w[1]].0 && found[w[0]].1 == found[w[1]].1)
+        .map(|w| (w[0], w[1]))
+        .min_by_key(|&(_, second)| second);
+    match repeat {
+        None => Ok(()),
+        Some((first, second)) => Err(crate::TopoError::DuplicatePci {
+            source_name: source_name.to_owned(),
+            pci: found[first].0,
+            first: place(first),
+            second: place(second),
+        }),
+    }
 }
 
 /// Checks a reader's device counts against [`MAX_PCI_FUNCTIONS`] and [`MAX_MATRIX_DEVICES`]

@@ -7,7 +7,10 @@
 //! `nvidia-smi topo -m`. All of them produce the same [`Machine`], from which come the
 //! [`Matrix`], [`Machine::nearest`] and [`Machine::warnings`]. Every file read of a sysfs source
 //! goes through a [`view::SysView`], which the doctor (in the engine) shares so that snapshots
-//! replay its reads too. Every input is bounded ([`input`]): size, XML depth, device counts.
+//! replay its reads too. Every input is bounded ([`input`]): size, XML depth, device counts;
+//! past [`input::MAX_LISTED_PAIR_DEVICES`] the pairs are counted per class
+//! ([`Machine::pair_counts`]) rather than listed, so no document grows with the square of the
+//! devices.
 
 #![forbid(unsafe_code)]
 
@@ -41,10 +44,10 @@ pub use device::{Device, DeviceKind, RdmaEvidence};
 pub use iommu::{IommuGroup, IommuState};
 pub use link::PcieLink;
 pub use machine::{
-    warning_ids, Machine, Matrix, Nearest, NumaNode, NvLinkBond, Peer, TopoReport, Warning,
-    TOPO_SCHEMA,
+    warning_ids, Machine, Matrix, Nearest, NumaNode, NvLinkBond, PairSummary, Peer, TopoReport,
+    Warning, TOPO_SCHEMA,
 };
-pub use pairs::{bridges_at, NvLinkState, PairClass, Place, TreeKey};
+pub use pairs::{bridges_at, NvLinkState, PairClass, PairCounts, Place, TreeKey};
 pub use pci::PciAddr;
 pub use view::{DirView, Recording, SysView};
 
@@ -177,10 +180,26 @@ pub enum TopoError {
     TooManyDevices {
         /// The source (file name, or `live /sys`).
         source_name: String,
-        /// `PCI functions`, or `GPUs, NICs and NVMe`.
+        /// `PCI functions`, `GPUs, NICs and NVMe`, or `NICs without a PCI address` (NCCL XML).
         what: &'static str,
         count: usize,
         limit: usize,
+    },
+    /// The same PCI bus id twice in one source: two `<pci>` elements of an NCCL file, two
+    /// entries of `/sys/bus/pci/devices`, two functions under one host bridge of an hwloc
+    /// export. A function has one address; kept twice, the pair matrix and the device list
+    /// would not agree on how many devices there are.
+    #[error(
+        "{source_name}: PCI bus id {pci} appears twice ({first} and {second}); a PCI function \
+         has one address (is the file edited, or two files joined?)"
+    )]
+    DuplicatePci {
+        /// The source (file name, or the sysfs directory listed).
+        source_name: String,
+        pci: PciAddr,
+        /// Where the source gives it first and again: `line 12`, or a directory entry.
+        first: String,
+        second: String,
     },
 }
 

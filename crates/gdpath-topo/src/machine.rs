@@ -91,6 +91,18 @@ impl Serialize for Matrix {
     }
 }
 
+/// The pair matrix of a machine too large to list it: why, the limit, and the pairs per class
+/// (`pair_classes` of `gdpath topo --json`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PairSummary {
+    /// Why the pairs are counted rather than listed, in words.
+    pub reason: String,
+    /// The most devices whose pairs are listed ([`crate::input::MAX_LISTED_PAIR_DEVICES`]).
+    pub limit: usize,
+    #[serde(flatten)]
+    pub counts: crate::pairs::PairCounts,
+}
+
 /// Everything `gdpath topo --json` prints (schema [`TOPO_SCHEMA`]).
 #[derive(Debug, Clone, Serialize)]
 pub struct TopoReport<'a> {
@@ -109,7 +121,13 @@ pub struct TopoReport<'a> {
     pub numa_nodes: &'a [NumaNode],
     pub iommu: &'a IommuState,
     pub nvlinks: &'a [NvLinkBond],
-    pub matrix: Matrix,
+    /// Every pair, for at most [`crate::input::MAX_LISTED_PAIR_DEVICES`] GPUs, NICs and NVMe;
+    /// absent past it, where `pair_classes` counts them instead.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub matrix: Option<Matrix>,
+    /// The pairs counted per class, in place of `matrix` past the limit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pair_classes: Option<PairSummary>,
     pub nearest: Vec<Nearest>,
     pub warnings: Vec<Warning>,
     /// What the reader could not place or found inconsistent in the source.
@@ -193,7 +211,10 @@ impl Machine {
     /// Attaches driver facts and takes NVLink connections from them (GPUs matched by PCI
     /// address; the count of [`DriverFacts::nvlink_count`], the larger of the two directions).
     /// NVLink becomes described ([`Coverage::nvlink`]) unless NVML could not be read at all, in
-    /// which case it is unknown with NVML's error.
+    /// which case it is unknown with NVML's error, or more GPUs than
+    /// [`crate::input::MAX_NVSWITCH_GPUS`] have links up to NVSwitches, in which case their pairs
+    /// (each a bond of its own) are not recorded and NVLink is unknown with that reason. The work
+    /// is O(GPUs + links + bonds recorded).
     pub fn set_driver(&mut self, facts: DriverFacts) {
         // Per GPU: links to each remote address, and links to NVSwitches.
         let mut links: BTreeMap<String, (BTreeMap<String, u32>, u32)> = BTreeMap::new();
@@ -213,10 +234,11 @@ impl Machine {
                 v.insert((direct, switch));
             }
         }
-        let gpus: Vec<(PciAddr, String)> = self
+        // The machine's GPUs the facts cover, by address text.
+        let gpus: BTreeMap<String, PciAddr> = self
             .gpus()
-            .map(|g| (g.pci, g.pci.to_string()))
-            .filter(|(_, s)| links.contains_key(s))
+            .map(|g| (g.pci.to_string(), g.pci))
+            .filter(|(s, _)| links.contains_key(s))
             .collect();
         let count = |a: &str, b: &str| -> u32 {
             let (da, sa) = &links[a];
@@ -227,12 +249,38 @@ impl Machine {
                 None => 0,
             }
         };
-        let mut bonds = Vec::new();
-        for (i, (pa, a)) in gpus.iter().enumerate() {
-            for (pb, b) in &gpus[i + 1..] {
-                bonds.push((*pa, *pb, count(a, b).max(count(b, a))));
+        // The pairs that may be joined: those with a direct link either way, and every pair
+        // of GPUs with links to NVSwitches (unless there are too many to list).
+        let mut pairs: std::collections::BTreeSet<(&str, &str)> = Default::default();
+        for a in gpus.keys() {
+            for b in links[a.as_str()].0.keys() {
+                if let Some((b, _)) = gpus.get_key_value(b).filter(|(b, _)| *b != a) {
+                    pairs.insert(if a < b { (a, b) } else { (b, a) });
+                }
             }
         }
+        let switched: Vec<&str> = gpus
+            .keys()
+            .map(String::as_str)
+            .filter(|g| links[*g].1 > 0)
+            .collect();
+        let too_many = switched.len() > crate::input::MAX_NVSWITCH_GPUS;
+        if !too_many {
+            for (i, a) in switched.iter().enumerate() {
+                for b in &switched[i + 1..] {
+                    pairs.insert((a, b));
+                }
+            }
+        }
+        // Pairs the facts cover are replaced whole, as they were one by one before.
+        let covered: std::collections::BTreeSet<PciAddr> = gpus.values().copied().collect();
+        self.nvlinks
+            .retain(|l| !(covered.contains(&l.a) && covered.contains(&l.b)));
+        let bonds: Vec<(PciAddr, PciAddr, u32)> = pairs
+            .into_iter()
+            .map(|(a, b)| (gpus[a], gpus[b], count(a, b).max(count(b, a))))
+            .filter(|&(_, _, n)| n > 0)
+            .collect();
         self.set_nvlinks(bonds);
         let nvml_missing = facts
             .gaps
@@ -243,6 +291,16 @@ impl Machine {
                 "NVML could not be read ({}), and NVLink comes from NVML",
                 g.reason
             )),
+            None if too_many => {
+                let why = format!(
+                    "{} GPUs have NVLinks up to NVSwitches, more than the {} whose pairs gdpath \
+                     records one by one (input::MAX_NVSWITCH_GPUS)",
+                    switched.len(),
+                    crate::input::MAX_NVSWITCH_GPUS
+                );
+                self.notes.push(format!("NVLink left unknown: {why}"));
+                Facet::unknown(why)
+            }
             None => Facet::described("the NVIDIA driver (NVML: NVLink state and remote ends)"),
         };
         self.driver = Some(facts);
@@ -396,8 +454,25 @@ impl Machine {
         }
     }
 
+    /// The pair matrix in counts ([`Machine::pair_counts`] of the matrix devices) when there are
+    /// more GPUs, NICs and NVMe than [`crate::input::MAX_LISTED_PAIR_DEVICES`]; `None` when the
+    /// matrix is listed in full.
+    pub fn pair_summary(&self) -> Option<PairSummary> {
+        let devices = self.matrix_devices();
+        let limit = crate::input::MAX_LISTED_PAIR_DEVICES;
+        (devices.len() > limit).then(|| PairSummary {
+            reason: format!(
+                "{} GPUs, NICs and NVMe, more than the {limit} whose pairs are listed one by one",
+                devices.len()
+            ),
+            limit,
+            counts: self.pair_counts(&devices),
+        })
+    }
+
     /// The `--json` document ([`TOPO_SCHEMA`]).
     pub fn report(&self) -> TopoReport<'_> {
+        let summary = self.pair_summary();
         TopoReport {
             schema: TOPO_SCHEMA,
             source: &self.source,
@@ -408,7 +483,8 @@ impl Machine {
             numa_nodes: &self.numa_nodes,
             iommu: &self.iommu,
             nvlinks: &self.nvlinks,
-            matrix: self.matrix(),
+            matrix: summary.is_none().then(|| self.matrix()),
+            pair_classes: summary,
             nearest: self.nearest(),
             warnings: self.warnings(),
             notes: &self.notes,

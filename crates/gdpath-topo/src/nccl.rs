@@ -54,6 +54,8 @@ struct Reader<'a, 'b> {
     doc: &'b Document<'a>,
     path: &'b Path,
     devices: Vec<Device>,
+    /// The line of each device's element, in the order of `devices` (for repeated bus ids).
+    lines_of: Vec<u32>,
     nodes: Vec<NumaNode>,
     notes: Vec<String>,
     /// (gpu, target, count, target is an NVSwitch)
@@ -87,6 +89,7 @@ pub fn parse(text: &str, path: &Path) -> Result<Machine, TopoError> {
         doc: &doc,
         path,
         devices: Vec::new(),
+        lines_of: Vec::new(),
         nodes: Vec::new(),
         notes: Vec::new(),
         nvlinks: Vec::new(),
@@ -99,6 +102,10 @@ pub fn parse(text: &str, path: &Path) -> Result<Machine, TopoError> {
         r.cpu(cpu)?;
     }
     input::check_device_counts(&r.devices, &crate::text::escape(path))?;
+    let found: Vec<(PciAddr, ())> = r.devices.iter().map(|d| (d.pci, ())).collect();
+    input::check_unique_pci(&found, &crate::text::escape(path), |i| {
+        format!("line {}", r.lines_of[i])
+    })?;
     let tree_known = !r.devices.is_empty();
     let mut nodes = std::mem::take(&mut r.nodes);
     nodes.sort_by_key(|n| n.id);
@@ -111,14 +118,28 @@ pub fn parse(text: &str, path: &Path) -> Result<Machine, TopoError> {
         tree_known,
         "nccl-xml",
     );
-    m.set_nvlinks(nvlink_bonds(&r.nvlinks));
     m.coverage = coverage;
     m.notes = r.notes;
+    match nvlink_bonds(&r.nvlinks) {
+        Ok(bonds) => m.set_nvlinks(bonds),
+        Err(switched) => {
+            let why = format!(
+                "{switched} GPUs have <nvlink> entries to NVSwitches, more than the {} whose \
+                 pairs gdpath records one by one (input::MAX_NVSWITCH_GPUS)",
+                input::MAX_NVSWITCH_GPUS
+            );
+            m.notes.push(format!("NVLink left unknown: {why}"));
+            m.coverage.nvlink = Facet::unknown(why);
+        }
+    }
     Ok(m)
 }
 
-/// NV# per GPU pair from the per-GPU `<nvlink>` entries.
-fn nvlink_bonds(entries: &[(PciAddr, PciAddr, u32, bool)]) -> Vec<(PciAddr, PciAddr, u32)> {
+/// NV# per GPU pair from the per-GPU `<nvlink>` entries. Err: how many GPUs link to NVSwitches,
+/// when more than [`input::MAX_NVSWITCH_GPUS`] (each such pair would be a bond of its own).
+fn nvlink_bonds(
+    entries: &[(PciAddr, PciAddr, u32, bool)],
+) -> Result<Vec<(PciAddr, PciAddr, u32)>, usize> {
     let mut direct: BTreeMap<(PciAddr, PciAddr), u32> = BTreeMap::new();
     let mut to_switch: BTreeMap<PciAddr, u32> = BTreeMap::new();
     for &(gpu, target, count, switch) in entries {
@@ -134,6 +155,9 @@ fn nvlink_bonds(entries: &[(PciAddr, PciAddr, u32, bool)]) -> Vec<(PciAddr, PciA
             *e = (*e).max(count);
         }
     }
+    if to_switch.len() > input::MAX_NVSWITCH_GPUS {
+        return Err(to_switch.len());
+    }
     let joined: BTreeSet<(PciAddr, PciAddr)> = direct.keys().copied().collect();
     let mut out: Vec<(PciAddr, PciAddr, u32)> =
         direct.into_iter().map(|((a, b), n)| (a, b, n)).collect();
@@ -145,7 +169,7 @@ fn nvlink_bonds(entries: &[(PciAddr, PciAddr, u32, bool)]) -> Vec<(PciAddr, PciA
             }
         }
     }
-    out
+    Ok(out)
 }
 
 impl<'a, 'b> Reader<'a, 'b> {
@@ -235,7 +259,7 @@ impl<'a, 'b> Reader<'a, 'b> {
         for child in cpu.children().filter(|c| c.is_element()) {
             match child.tag_name().name() {
                 "pci" => self.pci(child, &ctx, None)?,
-                "nic" => self.bare_nic(child, &ctx),
+                "nic" => self.bare_nic(child, &ctx)?,
                 _ => {}
             }
         }
@@ -305,6 +329,7 @@ impl<'a, 'b> Reader<'a, 'b> {
             d.name = Some("NCCL virtual PCIe switch".into());
         }
         self.devices.push(d);
+        self.lines_of.push(line);
         for child in node.children().filter(|c| c.has_tag_name("pci")) {
             self.pci(child, ctx, Some(pci))?;
         }
@@ -356,14 +381,28 @@ impl<'a, 'b> Reader<'a, 'b> {
         }
     }
 
-    fn bare_nic(&mut self, nic: Node<'a, 'b>, ctx: &(Option<u32>, Option<String>, String)) {
-        let n = self.synthetic_nics.min(255);
-        self.synthetic_nics = self.synthetic_nics.saturating_add(1);
+    fn bare_nic(
+        &mut self,
+        nic: Node<'a, 'b>,
+        ctx: &(Option<u32>, Option<String>, String),
+    ) -> Result<(), TopoError> {
+        input::check_one_more_function(self.devices.len(), self.path)?;
+        // 256 addresses a bus, on buses fe, fd, ... down; the matrix device limit comes first.
+        let n = self.synthetic_nics;
+        if n as usize >= input::MAX_MATRIX_DEVICES {
+            return Err(TopoError::TooManyDevices {
+                source_name: self.path.display().to_string(),
+                what: "NICs without a PCI address",
+                count: n as usize + 1,
+                limit: input::MAX_MATRIX_DEVICES,
+            });
+        }
+        self.synthetic_nics += 1;
         let pci = PciAddr {
             domain: 0xffff,
-            bus: 0xfe,
+            bus: 0xfe - (n / 256) as u8,
             device: (n % 32) as u8,
-            function: (n / 32) as u8,
+            function: ((n / 32) % 8) as u8,
         };
         let mut d = Device::new(pci);
         self.place(&mut d, ctx, None);
@@ -378,5 +417,7 @@ impl<'a, 'b> Reader<'a, 'b> {
             ctx.0.map_or_else(|| "?".to_owned(), |n| n.to_string())
         ));
         self.devices.push(d);
+        self.lines_of.push(self.line(nic));
+        Ok(())
     }
 }

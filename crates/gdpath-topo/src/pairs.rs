@@ -9,6 +9,8 @@ use crate::class::LinkClass;
 use crate::device::{Device, DeviceKind};
 use crate::machine::{Machine, Matrix, Nearest, Peer};
 use crate::pci::PciAddr;
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// What a source says about NVLink between two devices.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -238,7 +240,9 @@ impl Machine {
         self.gpus().chain(self.nics()).chain(self.nvmes()).collect()
     }
 
-    /// Every pair among GPUs, NICs and NVMe, classified ([`Machine::classify`]).
+    /// Every pair among GPUs, NICs and NVMe, classified ([`Machine::classify`]). Its size is the
+    /// square of their count: past [`crate::input::MAX_LISTED_PAIR_DEVICES`] the documents count
+    /// the pairs per class instead ([`Machine::pair_counts`]).
     pub fn matrix(&self) -> Matrix {
         let places: Vec<Place> = self
             .matrix_devices()
@@ -252,6 +256,99 @@ impl Machine {
         Matrix {
             ids: places.iter().map(|p| p.dev.id.clone()).collect(),
             cells,
+        }
+    }
+
+    /// The pairs of distinct `devices` (of this machine) counted per class, as
+    /// [`Machine::classify`] and the matrix give them, without listing them: the devices are
+    /// grouped by [`TreeKey`] (one pair classified per pair of groups) and the NVLink bonds
+    /// moved from their PCIe class to NV#, so the work is O(devices + groups² + bonds), not
+    /// O(devices²). A source that states its classes per pair (`nvidia-smi topo -m` text) is
+    /// counted from what it states (its text holds every pair); a device list with a repeated
+    /// address, pair by pair.
+    pub fn pair_counts(&self, devices: &[&Device]) -> PairCounts {
+        let n = devices.len() as u64;
+        let mut counts = PairCounts {
+            devices: devices.len(),
+            pairs: n * n.saturating_sub(1) / 2,
+            classes: BTreeMap::new(),
+        };
+        let places: Vec<Place> = devices.iter().map(|d| self.place(d)).collect();
+        let mut addrs: Vec<PciAddr> = devices.iter().map(|d| d.pci).collect();
+        addrs.sort_unstable();
+        if addrs.windows(2).any(|w| w[0] == w[1]) {
+            for (i, a) in places.iter().enumerate() {
+                for b in &places[i + 1..] {
+                    counts.add(self.pair_at(a, b).class(), 1);
+                }
+            }
+            return counts;
+        }
+        match &self.stated_pcie {
+            Some(stated) => {
+                // The stated classes of the pairs among `devices`; a pair not stated is N/A.
+                let mut listed = 0;
+                let ours = |a: &PciAddr| addrs.binary_search(a).is_ok();
+                for (&(a, b), &class) in stated {
+                    if a != b && ours(&a) && ours(&b) {
+                        counts.add(class, 1);
+                        listed += 1;
+                    }
+                }
+                counts.add(LinkClass::Unknown, counts.pairs.saturating_sub(listed));
+            }
+            None => self.count_by_tree_key(&places, &mut counts),
+        }
+        // NVLink: a bonded pair of GPUs is NV#, not its PCIe class.
+        let gpus: HashMap<PciAddr, usize> = devices
+            .iter()
+            .enumerate()
+            .filter(|(_, d)| d.kind == DeviceKind::Gpu)
+            .map(|(i, d)| (d.pci, i))
+            .collect();
+        let bonded: BTreeSet<(PciAddr, PciAddr)> = self
+            .nvlinks
+            .iter()
+            .filter(|l| l.a != l.b && gpus.contains_key(&l.a) && gpus.contains_key(&l.b))
+            .map(|l| pair_key(l.a, l.b))
+            .collect();
+        for (a, b) in bonded {
+            let (i, j) = (gpus[&a], gpus[&b]);
+            let class = self.pair_at(&places[i], &places[j]).class();
+            let pcie = self.pcie_of(&places[i], &places[j]);
+            if class != pcie {
+                counts.moved(pcie, class);
+            }
+        }
+        counts.classes.retain(|_, n| *n > 0);
+        counts
+    }
+
+    /// The PCIe classes of every pair of `places` (a machine without stated classes) counted
+    /// into `counts`: one pair classified per pair of [`TreeKey`] groups.
+    fn count_by_tree_key(&self, places: &[Place], counts: &mut PairCounts) {
+        // Per key: two members (to classify a pair within the group) and the count.
+        let mut groups: BTreeMap<TreeKey, (usize, Option<usize>, u64)> = BTreeMap::new();
+        for (i, p) in places.iter().enumerate() {
+            let Some(k) = self.tree_key(p) else { continue };
+            let g = groups.entry(k).or_insert((i, None, 0));
+            if g.2 == 1 {
+                g.1 = Some(i);
+            }
+            g.2 += 1;
+        }
+        let groups: Vec<(usize, Option<usize>, u64)> = groups.into_values().collect();
+        for (p, &(rep, second, size)) in groups.iter().enumerate() {
+            if let Some(second) = second {
+                let class = self.pcie_of(&places[rep], &places[second]);
+                counts.add(class, size * (size - 1) / 2);
+            }
+            for &(other, _, other_size) in &groups[p + 1..] {
+                counts.add(
+                    self.pcie_of(&places[rep], &places[other]),
+                    size * other_size,
+                );
+            }
         }
     }
 
@@ -273,16 +370,61 @@ impl Machine {
     pub fn nearest(&self) -> Vec<Nearest> {
         let nics: Vec<Place> = self.nics().map(|d| self.place(d)).collect();
         let nvmes: Vec<Place> = self.nvmes().map(|d| self.place(d)).collect();
+        // GPUs with one TreeKey have the same classes to every NIC and NVMe: one search each.
+        let mut found: HashMap<TreeKey, (Option<Peer>, Option<Peer>)> = HashMap::new();
         self.gpus()
             .map(|g| {
                 let g = self.place(g);
+                let search = || (self.nearest_of(&g, &nics), self.nearest_of(&g, &nvmes));
+                let (nic, nvme) = match self.tree_key(&g) {
+                    Some(k) => found.entry(k).or_insert_with(search).clone(),
+                    None => search(),
+                };
                 Nearest {
                     gpu: g.dev.id.clone(),
-                    nic: self.nearest_of(&g, &nics),
-                    nvme: self.nearest_of(&g, &nvmes),
+                    nic,
+                    nvme,
                 }
             })
             .collect()
+    }
+}
+
+/// Pairs of devices counted per class ([`Machine::pair_counts`]): what the pair matrix says,
+/// in a size that does not grow with the square of the devices.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PairCounts {
+    /// How many devices were paired.
+    pub devices: usize,
+    /// Pairs of distinct devices, each once: devices × (devices − 1) / 2.
+    pub pairs: u64,
+    /// Pairs per class ([`Machine::classify`]), nearest class first; classes no pair has are
+    /// left out.
+    pub classes: BTreeMap<LinkClass, u64>,
+}
+
+impl PairCounts {
+    /// The classes and their pairs in words, nearest first: `NV12 28, PHB 7970`.
+    pub fn classes_text(&self) -> String {
+        let parts: Vec<String> = self
+            .classes
+            .iter()
+            .map(|(c, n)| format!("{c} {n}"))
+            .collect();
+        parts.join(", ")
+    }
+
+    /// Adds `n` pairs of `class`.
+    fn add(&mut self, class: LinkClass, n: u64) {
+        *self.classes.entry(class).or_insert(0) += n;
+    }
+
+    /// One pair counted as `from` is `to` (a bonded pair's PCIe class is NV#).
+    fn moved(&mut self, from: LinkClass, to: LinkClass) {
+        if let Some(c) = self.classes.get_mut(&from) {
+            *c = c.saturating_sub(1);
+        }
+        self.add(to, 1);
     }
 }
 

@@ -126,14 +126,15 @@ fn parse_cell(cell: &str) -> Result<LinkClass, String> {
 
 /// A header: the ids before the affinity columns, and which affinity columns follow.
 fn parse_header(line: &str) -> Option<(Vec<String>, SmiColumns)> {
-    let toks: Vec<&str> = line.split_whitespace().collect();
-    if toks.first() != Some(&"GPU0") {
+    // Asked of every line: the first word decides most, before the line is split up.
+    if line.split_whitespace().next() != Some("GPU0") {
         return None;
     }
-    let ids: Vec<String> = toks
+    let toks: Vec<&str> = line.split_whitespace().collect();
+    let ids: Vec<&str> = toks
         .iter()
-        .take_while(|t| **t != "CPU" && **t != "NUMA" && **t != "GPU")
-        .map(|t| t.to_string())
+        .copied()
+        .take_while(|t| *t != "CPU" && *t != "NUMA" && *t != "GPU")
         .collect();
     // A row (`GPU0  X  NV18 ...`) starts like a header; its cells are classes. Other ids are
     // NIC names of older versions: RDMA device names (`mlx5_0`, `rdmap16s27`).
@@ -145,6 +146,7 @@ fn parse_header(line: &str) -> Option<(Vec<String>, SmiColumns)> {
         return None;
     }
     let rest = toks[ids.len()..].join(" ");
+    let ids: Vec<String> = ids.into_iter().map(str::to_owned).collect();
     let columns = SmiColumns {
         cpu_affinity: rest.contains("CPU Affinity"),
         numa_affinity: rest.contains("NUMA Affinity"),
@@ -388,7 +390,7 @@ impl SmiMatrix {
             }
             devices.push(d);
         }
-        let mut stated: BTreeMap<(PciAddr, PciAddr), LinkClass> = BTreeMap::new();
+        let n = self.ids.len();
         let mut bonds = Vec::new();
         let index: HashMap<&str, usize> = self
             .ids
@@ -396,34 +398,67 @@ impl SmiMatrix {
             .enumerate()
             .map(|(i, id)| (id.as_str(), i))
             .collect();
+        // The row of each device, by index: a pair is stated by the rows of both its devices,
+        // and the row that comes first in the text wins.
+        let mut row_of: Vec<Option<usize>> = vec![None; n];
+        for (k, r) in self.rows.iter().enumerate() {
+            if let Some(&i) = index.get(r.id.as_str()) {
+                row_of[i] = Some(k);
+            }
+        }
+        let pcie = |cell: LinkClass| match cell {
+            LinkClass::Nv(_) => LinkClass::Unknown,
+            c => c,
+        };
         for r in &self.rows {
             let Some(&i) = index.get(r.id.as_str()) else {
                 continue;
             };
             for (j, &cell) in r.cells.iter().enumerate() {
-                if i == j {
-                    continue;
+                if let (LinkClass::Nv(links), false) = (cell, i == j) {
+                    bonds.push((addr(i), addr(j), links));
                 }
-                let key = pair_key(addr(i), addr(j));
-                let pcie = match cell {
-                    LinkClass::Nv(n) => {
-                        bonds.push((addr(i), addr(j), n));
-                        LinkClass::Unknown
-                    }
-                    c => c,
+            }
+        }
+        // Addresses grow with the index, so pairs (i < j) come in key order: the map is built
+        // from a sorted list, not by a search per cell.
+        let mut stated: Vec<((PciAddr, PciAddr), LinkClass)> = Vec::new();
+        let mut disagree: Vec<((usize, usize), String)> = Vec::new();
+        for i in 0..n {
+            for j in i + 1..n {
+                let says = |from: usize, to: usize| {
+                    let k = row_of[from]?;
+                    Some((k, self.rows[k].cells.get(to).copied()?))
                 };
-                match stated.get(&key) {
-                    Some(&prev) if prev != pcie => notes.push(format!(
-                        "{} and {} disagree on their pair ({} vs {}); the first is kept",
-                        self.ids[j], r.id, prev, cell
-                    )),
-                    Some(_) => {}
-                    None => {
-                        stated.insert(key, pcie);
+                // (what it says, the row's device, the column's device)
+                let (first, second) = match (says(i, j), says(j, i)) {
+                    (Some(a), Some(b)) if a.0 <= b.0 => (a, Some((b, j, i))),
+                    (Some(a), Some(b)) => (b, Some((a, i, j))),
+                    (Some(a), None) | (None, Some(a)) => (a, None),
+                    (None, None) => continue,
+                };
+                stated.push((pair_key(addr(i), addr(j)), pcie(first.1)));
+                // The second row states it again: a note where the two differ, in the order
+                // of the text (its row, then its column).
+                if let Some(((k, cell), row, col)) = second {
+                    if pcie(cell) != pcie(first.1) {
+                        disagree.push((
+                            (k, col),
+                            format!(
+                                "{} and {} disagree on their pair ({} vs {}); the first is kept",
+                                self.ids[col],
+                                self.ids[row],
+                                pcie(first.1),
+                                cell
+                            ),
+                        ));
                     }
                 }
             }
         }
+        disagree.sort_by_key(|(at, _)| *at);
+        notes.extend(disagree.into_iter().map(|(_, n)| n));
+        let stated: BTreeMap<(PciAddr, PciAddr), LinkClass> = stated.into_iter().collect();
         let mut m = Machine::assemble(
             devices,
             Vec::new(),
@@ -524,14 +559,14 @@ fn parse_row(
     let rest = &line[id.len()..];
     // With tabs, blank cells survive; with spaces, they cannot be told apart.
     let tabs = rest.contains('\t');
-    let cells: Vec<String> = if tabs {
+    let cells: Vec<&str> = if tabs {
         rest.trim_start_matches([' '])
             .trim_start_matches('\t')
             .split('\t')
-            .map(|c| c.trim().to_owned())
+            .map(str::trim)
             .collect()
     } else {
-        rest.split_whitespace().map(str::to_owned).collect()
+        rest.split_whitespace().collect()
     };
     if cells.len() < n {
         return Err(SmiError::BadRow {
@@ -548,7 +583,7 @@ fn parse_row(
             })
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let tail: Vec<&str> = cells[n..].iter().map(String::as_str).collect();
+    let tail: Vec<&str> = cells[n..].to_vec();
     let nonblank = |s: Option<&&str>| s.filter(|v| !v.is_empty()).map(|v| v.to_string());
     let (mut cpu, mut numa, mut gpu_numa) = (None, None, None);
     if tabs {

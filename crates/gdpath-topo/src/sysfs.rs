@@ -54,14 +54,21 @@ pub fn read_machine(view: &dyn SysView, source: &str) -> Result<Machine, TopoErr
     let class_devs = ClassDevices::read(view);
 
     let mut devices = Vec::new();
+    let mut entries: Vec<&str> = Vec::new();
     for name in &names {
         let Ok(pci) = name.parse::<PciAddr>() else {
             notes.push(format!("{PCI_DEVICES}/{name}: not a PCI address, skipped"));
             continue;
         };
         devices.push(read_device(view, name, pci, &nvidia, &class_devs));
+        entries.push(name);
     }
-    crate::input::check_device_counts(&devices, &format!("{source} {PCI_DEVICES}"))?;
+    let what = format!("{source} {PCI_DEVICES}");
+    crate::input::check_device_counts(&devices, &what)?;
+    // Two entries for one address: a copied tree or a snapshot's listing that was edited (the
+    // kernel names each function once, but `0000:00:06.0` and `0000:00:6.0` parse alike).
+    let found: Vec<(PciAddr, ())> = devices.iter().map(|d| (d.pci, ())).collect();
+    crate::input::check_unique_pci(&found, &what, |i| format!("entry {:?}", entries[i]))?;
     let tree_known = !devices.is_empty() && devices.iter().all(|d| d.host_bridge.is_some());
     let mut m = Machine::assemble(
         devices,

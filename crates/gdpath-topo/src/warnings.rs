@@ -34,6 +34,9 @@ pub mod warning_ids {
     pub const TREE_UNKNOWN: &str = "topo.tree-unknown";
 }
 
+/// Most pairs a `topo.acs-redirect` warning names; the rest are counted.
+const ACS_PAIRS_NAMED: usize = 16;
+
 fn warn(out: &mut Vec<Warning>, id: &str, message: String) {
     out.push(Warning {
         id: id.to_owned(),
@@ -124,44 +127,101 @@ impl Machine {
     }
 
     /// GPUs, NICs, NVMe and the bridges above them, each once, in PCI order.
-    pub(crate) fn link_checked_devices(&self) -> Vec<&Device> {
+    /// Two functions at one address (an hwloc export that lost the PCI domain) are both kept:
+    /// each device once by identity, so that this list and the matrix agree.
+    pub fn link_checked_devices(&self) -> Vec<&Device> {
+        let mut seen: std::collections::HashSet<*const Device> = Default::default();
         let mut v: Vec<&Device> = self
             .matrix_devices()
             .into_iter()
             .flat_map(|d| std::iter::once(d).chain(self.ancestors(d)))
+            .filter(|d| seen.insert(*d as *const Device))
             .collect();
-        v.sort_by_key(|d| (d.pci, d.id.clone()));
-        v.dedup_by(|x, y| std::ptr::eq(*x, *y));
+        v.sort_by(|a, b| (a.pci, &a.id).cmp(&(b.pci, &b.id)));
         v
     }
 
     fn acs_warnings(&self, out: &mut Vec<Warning>) {
+        // Most machines have no bridge that redirects: no pair needs looking at.
+        if !self
+            .devices
+            .iter()
+            .any(|d| d.acs.is_some_and(|a| a.redirects_p2p()))
+        {
+            return;
+        }
         let gpus: Vec<Place> = self.gpus().map(|d| self.place(d)).collect();
         let nics: Vec<Place> = self.nics().map(|d| self.place(d)).collect();
-        // bridge pci -> pairs whose path crosses it with redirect enabled
-        let mut hits: BTreeMap<PciAddr, Vec<String>> = BTreeMap::new();
-        for (i, g) in gpus.iter().enumerate() {
-            for p in gpus[i + 1..].iter().chain(&nics) {
-                for b in bridges_at(g, p) {
-                    if b.acs.is_some_and(|a| a.redirects_p2p()) {
-                        hits.entry(b.pci)
-                            .or_default()
-                            .push(format!("{}↔{}", g.dev.id, p.dev.id));
+        // bridge pci -> (pairs named, pairs in all) whose path crosses it with redirect enabled
+        let mut hits: BTreeMap<PciAddr, (Vec<String>, u64)> = BTreeMap::new();
+        let mut hit = |a: &Place, b: &Place, pairs: u64| {
+            for br in bridges_at(a, b) {
+                if br.acs.is_some_and(|x| x.redirects_p2p()) {
+                    let (named, all) = hits.entry(br.pci).or_default();
+                    if named.len() < ACS_PAIRS_NAMED {
+                        named.push(format!("{}↔{}", a.dev.id, b.dev.id));
+                    }
+                    *all += pairs;
+                }
+            }
+        };
+        match self.place_groups(&gpus).zip(self.place_groups(&nics)) {
+            // Many devices: one pair per pair of groups that share their bridges (TreeKey).
+            Some((gg, ng)) if gpus.len() + nics.len() > crate::input::MAX_LISTED_PAIR_DEVICES => {
+                for (p, a) in gg.iter().enumerate() {
+                    if a.len() >= 2 {
+                        let n = a.len() as u64;
+                        hit(&gpus[a[0]], &gpus[a[1]], n * (n - 1) / 2);
+                    }
+                    for b in &gg[p + 1..] {
+                        hit(&gpus[a[0]], &gpus[b[0]], (a.len() * b.len()) as u64);
+                    }
+                    for b in &ng {
+                        hit(&gpus[a[0]], &nics[b[0]], (a.len() * b.len()) as u64);
+                    }
+                }
+            }
+            _ => {
+                for (i, g) in gpus.iter().enumerate() {
+                    for p in gpus[i + 1..].iter().chain(&nics) {
+                        hit(g, p, 1);
                     }
                 }
             }
         }
-        for (bridge, pairs) in hits {
+        for (bridge, (named, all)) in hits {
+            let more = all.saturating_sub(named.len() as u64);
             warn(
                 out,
                 warning_ids::ACS_REDIRECT,
                 format!(
-                    "ACS P2P redirect (RR/CR) is enabled on bridge {bridge}, on the path of {}: \
+                    "ACS P2P redirect (RR/CR) is enabled on bridge {bridge}, on the path of {}{}: \
                      P2P and GPUDirect RDMA traffic is sent up to the root complex",
-                    pairs.join(", ")
+                    named.join(", "),
+                    if more > 0 {
+                        format!(" and {more} more pairs")
+                    } else {
+                        String::new()
+                    }
                 ),
             );
         }
+    }
+
+    /// `places` grouped by [`crate::TreeKey`] (indices, in order, the groups by first member);
+    /// `None` when the machine states its classes per pair and no two are interchangeable.
+    fn place_groups(&self, places: &[Place]) -> Option<Vec<Vec<usize>>> {
+        let mut groups: Vec<Vec<usize>> = Vec::new();
+        let mut at: HashMap<crate::TreeKey, usize> = HashMap::new();
+        for (i, p) in places.iter().enumerate() {
+            let k = self.tree_key(p)?;
+            let g = *at.entry(k).or_insert_with(|| {
+                groups.push(Vec::new());
+                groups.len() - 1
+            });
+            groups[g].push(i);
+        }
+        Some(groups)
     }
 }
 

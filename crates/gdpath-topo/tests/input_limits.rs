@@ -431,3 +431,268 @@ fn snapshot_read_limit_is_typed() {
     // Whole, it opens.
     assert!(Snapshot::open(&path).is_ok());
 }
+
+/// One bus id twice: the NCCL reader refuses it, naming the bus id and both lines (before, the
+/// matrix had three GPUs and the device list one, without a word); a copied sysfs tree with
+/// two entries for one address is refused the same way; an hwloc export is refused when both
+/// sit under one host bridge, and keeps both (with a note) under two, as one of hwloc's own
+/// test exports has them.
+#[test]
+fn repeated_bus_ids_are_refused_with_where_they_are() {
+    let dir = tempdir();
+    let gpu = |dev: u32| {
+        format!(
+            "<pci busid=\"0000:01:00.0\" class=\"0x030200\" vendor=\"0x10de\" \
+             device=\"0x2330\"><gpu dev=\"{dev}\"/></pci>\n"
+        )
+    };
+    let text = format!(
+        "<system version=\"1\">\n<cpu numaid=\"0\" affinity=\"ff\">\n{}{}{}</cpu>\n</system>\n",
+        gpu(0),
+        gpu(1),
+        gpu(2)
+    );
+    let p = file(dir.path(), "dup.xml", &text);
+    let err = load(&Source::NcclXml(p.clone())).unwrap_err();
+    match &err {
+        TopoError::DuplicatePci {
+            source_name,
+            pci,
+            first,
+            second,
+        } => {
+            assert_eq!(source_name, &p.display().to_string());
+            assert_eq!(pci.to_string(), "0000:01:00.0");
+            assert_eq!((first.as_str(), second.as_str()), ("line 3", "line 4"));
+        }
+        e => panic!("{e}"),
+    }
+    assert!(
+        err.to_string()
+            .contains("PCI bus id 0000:01:00.0 appears twice (line 3 and line 4)"),
+        "{err}"
+    );
+    // A bridge and a GPU below it at one address: refused too.
+    let nested = "<system version=\"1\">\n<cpu numaid=\"0\">\n<pci busid=\"0000:01:00.0\" \
+                  class=\"0x060400\">\n<pci busid=\"0000:01:00.0\" class=\"0x030200\"><gpu \
+                  dev=\"0\"/></pci>\n</pci>\n</cpu>\n</system>\n";
+    let p = file(dir.path(), "nested.xml", nested);
+    assert!(matches!(
+        load(&Source::NcclXml(p)).unwrap_err(),
+        TopoError::DuplicatePci { .. }
+    ));
+
+    // sysfs: `0000:00:6.0` reads as `0000:00:06.0`.
+    let root = dir.path().join("sys-root");
+    for name in ["0000:00:06.0", "0000:00:6.0"] {
+        write(
+            &root,
+            &format!("sys/devices/pci0000:00/{name}/class"),
+            "0x030200\n",
+        );
+        symlink(
+            &root,
+            &format!("sys/bus/pci/devices/{name}"),
+            &format!("../../../devices/pci0000:00/{name}"),
+        );
+    }
+    let err = load(&Source::SysfsRoot(root)).unwrap_err();
+    assert!(matches!(err, TopoError::DuplicatePci { .. }), "{err}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("PCI bus id 0000:00:06.0 appears twice"),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("\"0000:00:06.0\"") && msg.contains("\"0000:00:6.0\""),
+        "{msg}"
+    );
+
+    let hwloc = |domains: [&str; 2]| {
+        let mut s =
+            String::from("<topology version=\"2.0\">\n<object type=\"Machine\" nodeset=\"0x1\">\n");
+        for d in domains {
+            s.push_str(&format!(
+                "<object type=\"Bridge\" bridge_type=\"0-1\" bridge_pci=\"{d}:[00-0f]\">\n\
+                 <object type=\"PCIDev\" pci_busid=\"0000:01:00.0\" \
+                 pci_type=\"0302 [10de:2330] [0000:0000] a1\"/>\n</object>\n"
+            ));
+        }
+        s.push_str("</object>\n</topology>\n");
+        s
+    };
+    let p = file(dir.path(), "one.xml", &hwloc(["0000", "0000"]));
+    let err = load(&Source::HwlocXml(p)).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("PCI bus id 0000:01:00.0 appears twice (line 4 and line 7)"),
+        "{err}"
+    );
+    let p = file(dir.path(), "two.xml", &hwloc(["0000", "0001"]));
+    let m = load(&Source::HwlocXml(p)).unwrap();
+    assert_eq!(m.gpus().count(), 2);
+    assert_eq!(m.matrix().ids.len(), 2);
+    assert_eq!(m.link_checked_devices().len(), 2, "both in the device list");
+    assert!(m.notes.iter().any(|n| n.contains("appears 2 times")));
+}
+
+/// NICs directly under a `<cpu>` (no PCI address) each get an address of their own, past the
+/// 256 of the first synthetic bus (before, the 257th and later all had `ffff:fe:1f.7`); more
+/// than the matrix device limit of them is refused.
+#[test]
+fn nics_without_an_address_get_distinct_ones() {
+    let dir = tempdir();
+    let nics = |n: usize| {
+        let mut s = String::from("<system version=\"1\">\n<cpu numaid=\"0\">\n");
+        for i in 0..n {
+            s.push_str(&format!("<nic><net name=\"mlx5_{i}\"/></nic>\n"));
+        }
+        s.push_str("</cpu>\n</system>\n");
+        s
+    };
+    let p = file(dir.path(), "600.xml", &nics(600));
+    let m = load(&Source::NcclXml(p)).unwrap();
+    let mut addrs: Vec<_> = m.nics().map(|d| d.pci).collect();
+    assert_eq!(addrs.len(), 600);
+    addrs.dedup();
+    assert_eq!(addrs.len(), 600, "addresses repeat");
+    let n = input::MAX_MATRIX_DEVICES + 1;
+    let p = file(dir.path(), "many.xml", &nics(n));
+    match load(&Source::NcclXml(p)).unwrap_err() {
+        TopoError::TooManyDevices { what, count, .. } => {
+            assert_eq!((what, count), ("NICs without a PCI address", n))
+        }
+        e => panic!("{e}"),
+    }
+}
+
+/// GPUs linked to NVSwitches are joined pair by pair, so their bonds grow with the square of
+/// them: up to `input::MAX_NVSWITCH_GPUS` they are recorded, past it NVLink is unknown with the
+/// reason, from an NCCL file or from driver facts alike (before, 4,000 such GPUs made 8 million
+/// bonds).
+#[test]
+fn nvswitch_pairs_are_recorded_up_to_the_limit() {
+    let dir = tempdir();
+    let switched = |n: usize| {
+        let mut s = String::from("<system version=\"1\">\n<cpu numaid=\"0\" affinity=\"ff\">\n");
+        for i in 0..n {
+            s.push_str(&format!(
+                "<pci busid=\"{:04x}:{:02x}:00.0\" class=\"0x030200\" vendor=\"0x10de\" \
+                 device=\"0x2330\"><gpu dev=\"{i}\"><nvlink target=\"ffff:fe:00.0\" \
+                 count=\"18\" tclass=\"0x068000\"/></gpu></pci>\n",
+                i / 256,
+                i % 256
+            ));
+        }
+        s.push_str("</cpu>\n</system>\n");
+        s
+    };
+    let limit = input::MAX_NVSWITCH_GPUS;
+    let p = file(dir.path(), "in.xml", &switched(limit));
+    let m = load(&Source::NcclXml(p)).unwrap();
+    assert_eq!(m.nvlinks.len(), limit * (limit - 1) / 2);
+    assert!(m.coverage.nvlink.is_described());
+    let t = Instant::now();
+    let p = file(dir.path(), "past.xml", &switched(4000));
+    let m = load(&Source::NcclXml(p)).unwrap();
+    assert!(m.nvlinks.is_empty());
+    let why = m.coverage.nvlink.gap().expect("NVLink unknown");
+    assert!(
+        why.contains("4000 GPUs have <nvlink> entries to NVSwitches, more than the 256"),
+        "{why}"
+    );
+    assert!(m.warnings().iter().any(|w| w.message.contains(why)));
+    assert!(t.elapsed() < Duration::from_secs(20), "{:?}", t.elapsed());
+
+    // Driver facts: every GPU with its links up to NVSwitches.
+    use gdpath_topo::facts::{DriverFacts, GpuFacts, NvLinkFacts};
+    let facts = |m: &gdpath_topo::Machine| DriverFacts {
+        gpus: m
+            .gpus()
+            .enumerate()
+            .map(|(i, g)| GpuFacts {
+                ordinal: i as u32,
+                pci: g.pci.to_string(),
+                nvlinks: (0..18)
+                    .map(|l| NvLinkFacts {
+                        link: l,
+                        remote_pci: "0000:ff:00.0".into(),
+                        remote_is_switch: true,
+                        ..NvLinkFacts::default()
+                    })
+                    .collect(),
+                ..GpuFacts::default()
+            })
+            .collect(),
+        ..DriverFacts::default()
+    };
+    let mut small = load(&Source::NcclXml(fixture(
+        "nccl-xml/nccl-aws-p4d-24xl-topo.xml",
+    )))
+    .unwrap();
+    small.set_driver(facts(&small));
+    assert_eq!(small.nvlinks.len(), 28);
+    assert!(small.nvlinks.iter().all(|b| b.links == 18));
+    let mut big = m.clone();
+    let f = facts(&big);
+    let t = Instant::now();
+    big.set_driver(f);
+    assert!(t.elapsed() < Duration::from_secs(20), "{:?}", t.elapsed());
+    assert!(big.nvlinks.is_empty());
+    let why = big.coverage.nvlink.gap().expect("NVLink unknown");
+    assert!(
+        why.contains("4000 GPUs have NVLinks up to NVSwitches"),
+        "{why}"
+    );
+}
+
+/// ACS redirect on a bridge above many GPUs: one warning that names a few pairs and counts the
+/// rest (before, it listed every pair: 500,000 of them for 1,000 GPUs).
+#[test]
+fn acs_redirect_warning_counts_its_pairs() {
+    use gdpath_topo::{AcsFlags, AcsState, Device, DeviceKind, IommuState, Machine};
+    let bridge_pci = pci("0000:00:01.0");
+    let mut bridge = Device::new(bridge_pci);
+    bridge.kind = DeviceKind::Bridge;
+    bridge.class = 0x060400;
+    bridge.host_bridge = Some("pci0000:00".into());
+    bridge.acs = Some(AcsState::Present {
+        capability: AcsFlags::from_bits(0x1f),
+        control: AcsFlags::from_bits(0x0c),
+    });
+    let mut devices = vec![bridge];
+    for i in 0..1000u32 {
+        let mut d = Device::new(gdpath_topo::PciAddr {
+            domain: 0,
+            bus: 2 + (i / 32) as u8,
+            device: (i % 32) as u8,
+            function: 0,
+        });
+        d.kind = DeviceKind::Gpu;
+        d.class = 0x030200;
+        d.vendor = 0x10de;
+        d.parent = Some(bridge_pci);
+        d.host_bridge = Some("pci0000:00".into());
+        devices.push(d);
+    }
+    let m = Machine::assemble(devices, Vec::new(), IommuState::default(), true, "test");
+    let t = Instant::now();
+    let w: Vec<_> = m
+        .warnings()
+        .into_iter()
+        .filter(|w| w.id == "topo.acs-redirect")
+        .collect();
+    assert!(t.elapsed() < Duration::from_secs(20), "{:?}", t.elapsed());
+    assert_eq!(w.len(), 1);
+    let msg = &w[0].message;
+    assert!(msg.len() < 1000, "{} bytes", msg.len());
+    assert!(
+        msg.contains("GPU0↔GPU1") && msg.contains(" more pairs"),
+        "{msg}"
+    );
+    let named = msg.matches('↔').count() as u64;
+    assert!(
+        msg.contains(&format!("and {} more pairs", 1000 * 999 / 2 - named)),
+        "{msg}"
+    );
+}
