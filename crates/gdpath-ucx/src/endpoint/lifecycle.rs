@@ -31,6 +31,9 @@ pub(crate) struct EpInner {
     /// Set when an operation is posted, cleared when a flush completes: a clean endpoint is
     /// force-closed at drop without flushing (which would wait on a peer that may be gone).
     pub(super) dirty: AtomicBool,
+    /// Nothing posted needs to reach the peer any more ([`Endpoint::retire`]): the close at
+    /// drop neither flushes nor waits.
+    retired: AtomicBool,
 }
 
 // SAFETY: UCX calls on `raw` happen under the worker lock; `state` is only read atomically.
@@ -127,6 +130,41 @@ impl EpInner {
         }
     }
 
+    /// Starts closing the UCP endpoint without waiting: force close with peer error handling
+    /// (local, the peer need not answer), a flush close without (the peer's worker finishes
+    /// it); the worker's progress (or its drop) finishes what UCX does not finish at once.
+    fn close_retired(&mut self) {
+        if self.raw.is_null() {
+            return;
+        }
+        let worker = self.worker.clone();
+        let api = worker.api();
+        let _g = worker.guard();
+        // SAFETY: zeroed params; FLAGS known since 1.10.
+        let mut p: sys::ucp_request_param_t = unsafe { std::mem::zeroed() };
+        if self.err_mode == ErrorMode::Peer {
+            p.op_attr_mask = sys::UCP_OP_ATTR_FIELD_FLAGS;
+            p.flags = sys::UCP_EP_CLOSE_FLAG_FORCE;
+        }
+        // SAFETY: live endpoint; after this call it must not be used again.
+        let req = unsafe { api.ucp_ep_close_nbx(self.raw, &p) };
+        self.raw = std::ptr::null_mut();
+        if req.is_null() || ptr_is_err(req) {
+            // Done already (or refused, and then UCX keeps nothing of it).
+            self.free_state();
+            return;
+        }
+        // A raw pointer is not `Send`; the box is freed once, by whoever runs `release`.
+        let state = std::mem::replace(&mut self.state, std::ptr::null_mut()) as usize;
+        worker.inner.defer_close(crate::worker::PendingClose {
+            req,
+            release: Box::new(move || {
+                // SAFETY: from Box::into_raw in `create`; UCX finished the close.
+                drop(unsafe { Box::from_raw(state as *mut EpState) });
+            }),
+        });
+    }
+
     fn free_state(&mut self) {
         if !self.state.is_null() {
             // SAFETY: from Box::into_raw in `create`; UCX no longer calls back.
@@ -138,7 +176,11 @@ impl EpInner {
 
 impl Drop for EpInner {
     fn drop(&mut self) {
-        let _ = self.close_raw(false, CLOSE_WAIT);
+        if self.retired.load(Ordering::Acquire) {
+            self.close_retired();
+        } else {
+            let _ = self.close_raw(false, CLOSE_WAIT);
+        }
     }
 }
 
@@ -239,6 +281,7 @@ impl Endpoint {
                 peer,
                 err_mode,
                 dirty: AtomicBool::new(false),
+                retired: AtomicBool::new(false),
             }),
         })
     }
@@ -301,6 +344,18 @@ impl Endpoint {
         mode: ErrorMode,
     ) -> Result<Endpoint> {
         Self::create(worker, Target::Conn(conn), peer, mode)
+    }
+
+    /// Declares that nothing posted on this endpoint needs to reach the peer any more (the
+    /// connection over it is over: said goodbye, or failed): when its last handle goes, it is
+    /// closed without a flush and without waiting for the peer (force close with peer error
+    /// handling; a flush close without it, which the peer's progress finishes), and the
+    /// worker's later [`Worker::progress`] calls, or its drop, finish the close. The drop of a
+    /// retired endpoint thus never blocks on a peer that does not progress (one that went
+    /// quiet, or an idle process that still holds a remote key made on it), where a plain drop
+    /// flushes for up to [`CLOSE_WAIT`].
+    pub fn retire(&self) {
+        self.inner.retired.store(true, Ordering::Release);
     }
 
     /// Closes the endpoint gracefully now (flush close, `ucp_ep_close_nbx` without flags;

@@ -154,6 +154,11 @@ impl UcxBackend {
                         Ok(()) => tracing::debug!(peer = %peer.label(), "connection closed"),
                     }
                     st.peers.retain(|p| p.id != peer.id);
+                    // Nothing on the endpoint is owed to the peer any more: its close, when the
+                    // last handle goes (a region made from the peer's may keep it long after),
+                    // must not wait for a peer that no longer progresses it, wherever that
+                    // handle is dropped (the control thread, under the state lock).
+                    peer.ep.retire();
                     // The peer sees the end at once on its control connection.
                     peer.shutdown_control();
                     // A goodbye flush still in flight is kept until UCX ends it.
