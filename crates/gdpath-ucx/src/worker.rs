@@ -431,6 +431,7 @@ impl Worker {
             // SAFETY: live worker.
             let p = unsafe { self.api().ucp_worker_flush_nbx(self.inner.raw, &param) };
             crate::request::Request::from_ptr(self.clone(), None, "ucp_worker_flush_nbx", p)?
+                .bufferless()
         };
         req.wait(timeout)
     }

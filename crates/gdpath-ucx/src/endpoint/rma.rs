@@ -34,6 +34,7 @@ impl Endpoint {
         // SAFETY: live endpoint.
         let r = unsafe { w.api().ucp_ep_flush_nbx(self.inner.raw, &p) };
         Request::from_ptr(w.clone(), Some(self.pins()), "ucp_ep_flush_nbx", r)
+            .map(Request::bufferless)
     }
 
     fn rma(

@@ -431,9 +431,9 @@ impl Drop for Server {
     }
 }
 
-/// UCX says only "not connected" / "reset" / "unreachable" when a connection fails: the usual
-/// causes, this side's own choices among them.
-pub(crate) fn unreachable_hint(cfg: &NetConfig, addr: SocketAddr) -> String {
+/// UCX says only "not connected" / "reset" / "unreachable" when a connection to a worker
+/// fails: the usual causes among this side's own choices, for a failed UCX wireup.
+pub(crate) fn wireup_hint(cfg: &NetConfig) -> String {
     let mode = match cfg.failure_mode {
         FailureMode::FastLocal => "fast-local (--fast-local, fast_local=True in Python)",
         FailureMode::Detect => "peer error detection (no fast-local)",
@@ -453,10 +453,7 @@ pub(crate) fn unreachable_hint(cfg: &NetConfig, addr: SocketAddr) -> String {
             limits.join(" and ")
         )
     };
-    format!(
-        "is `gdpath serve` listening at {addr}? Both sides must use the same failure mode: this \
-         side uses {mode}{limits}"
-    )
+    format!("both sides must use the same failure mode: this side uses {mode}{limits}")
 }
 
 /// Most control messages a peer queues before it drops them: a sender keeps at most this many
