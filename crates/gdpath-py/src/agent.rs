@@ -291,7 +291,7 @@ impl Agent {
         let addr = crate::net::address(addr)?;
         let opts = gdpath::net::ConnectOptions {
             token: crate::net::token(py, token.map(|t| t.0))?,
-            timeout: seconds(timeout)?,
+            timeout: seconds("timeout", timeout)?,
         };
         let agent = self.agent.clone();
         let p = py
@@ -332,7 +332,7 @@ impl Agent {
         py: Python<'_>,
         timeout: f64,
     ) -> PyResult<Option<crate::net::Notification>> {
-        let t = seconds(timeout)?;
+        let t = seconds("timeout", timeout)?;
         let agent = self.agent.clone();
         Ok(crate::transfer::in_slices(py, t, |s| agent.wait_notification(s))?.map(Into::into))
     }
@@ -481,7 +481,7 @@ impl Agent {
             None => {}
         }
         if let Some(t) = timeout {
-            let d = seconds(t)?;
+            let d = seconds("timeout", t)?;
             req = match Instant::now().checked_add(d) {
                 Some(at) => req.deadline(at),
                 None => req,

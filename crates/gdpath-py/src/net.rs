@@ -68,8 +68,8 @@ pub fn config(
         },
         transports,
         devices,
-        connect_timeout: seconds(connect_timeout)?,
-        op_timeout: seconds(op_timeout)?,
+        connect_timeout: seconds("connect_timeout", connect_timeout)?,
+        op_timeout: seconds("op_timeout", op_timeout)?,
         shared_memory,
         ..NetConfig::default()
     })
@@ -117,7 +117,7 @@ impl Server {
     /// or `None`.
     #[pyo3(signature = (timeout=0.0))]
     fn next_event(&self, py: Python<'_>, timeout: f64) -> PyResult<Option<(String, String)>> {
-        let t = seconds(timeout)?;
+        let t = seconds("timeout", timeout)?;
         let Some(s) = self.get() else {
             return Ok(None);
         };
@@ -136,7 +136,7 @@ impl Server {
     /// another thread is in `next_event`). Closing twice is fine.
     #[pyo3(signature = (timeout=None))]
     fn close(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<usize> {
-        let t = timeout.map(seconds).transpose()?;
+        let t = timeout.map(|t| seconds("timeout", t)).transpose()?;
         let s = self.inner.lock().unwrap_or_else(|p| p.into_inner()).take();
         Ok(py.detach(move || match (s.map(Arc::try_unwrap), t) {
             (Some(Ok(s)), Some(t)) => s.stop(t),
@@ -306,7 +306,7 @@ impl Peer {
     #[pyo3(signature = (message, timeout=10.0))]
     fn notify(&self, py: Python<'_>, message: Bound<'_, PyAny>, timeout: f64) -> PyResult<()> {
         let message = message_bytes(&message, "message")?;
-        let t = seconds(timeout)?;
+        let t = seconds("timeout", timeout)?;
         let p = self.handle(py)?;
         py.detach(move || p.notify(&message, t)).py_err(py)
     }
@@ -314,7 +314,7 @@ impl Peer {
     /// Waits until every put posted to the peer so far is in its memory.
     #[pyo3(signature = (timeout=10.0))]
     fn flush(&self, py: Python<'_>, timeout: f64) -> PyResult<()> {
-        let t = seconds(timeout)?;
+        let t = seconds("timeout", timeout)?;
         let p = self.handle(py)?;
         py.detach(move || p.flush(t)).py_err(py)
     }
@@ -324,7 +324,7 @@ impl Peer {
     /// interrupts the wait within 0.1 s.
     #[pyo3(signature = (id, timeout=10.0))]
     fn wait_for_region(&self, py: Python<'_>, id: u64, timeout: f64) -> PyResult<bool> {
-        let t = seconds(timeout)?;
+        let t = seconds("timeout", timeout)?;
         let p = self.handle(py)?;
         let found = crate::transfer::in_slices(py, t, |slice| {
             p.wait_until(slice, |p| p.regions().iter().any(|r| r.id == id))
@@ -337,7 +337,7 @@ impl Peer {
     /// to `timeout` seconds. Closing a closed peer is fine. Errors: `peer_failed`.
     #[pyo3(signature = (timeout=10.0))]
     fn close(&self, py: Python<'_>, timeout: f64) -> PyResult<()> {
-        let t = seconds(timeout)?;
+        let t = seconds("timeout", timeout)?;
         let p = self.peer.lock().unwrap_or_else(|p| p.into_inner()).take();
         match p {
             Some(p) => py.detach(move || p.close(t)).py_err(py),
