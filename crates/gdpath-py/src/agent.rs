@@ -278,8 +278,10 @@ impl Agent {
     }
 
     /// Connects to a serving agent at `addr` with `token` (the server's), waiting up to
-    /// `timeout` seconds for the handshake. Errors: `auth_failed` (wrong token either side),
-    /// `peer_failed` (unreachable, no answer), `protocol`, `ucx`.
+    /// `timeout` seconds in all (TCP connect, handshake, UCX wireup). Errors: `auth_failed`
+    /// (wrong token either side), `peer_failed` (unreachable, no answer; the message names the
+    /// phase, `TCP connect:`, `no handshake within … (step)` or `UCX wireup:`, and the bound),
+    /// `config` (`timeout=0`), `protocol`, `ucx`.
     #[pyo3(signature = (addr, *, token=None, timeout=10.0))]
     fn connect(
         &self,

@@ -269,8 +269,10 @@ impl Peer {
     }
 
     /// Registers exported region `id` (all of it, or `length` bytes at `offset`) as remote
-    /// memory of this agent and returns the `Region`. Errors: `config` for an id the peer does
-    /// not export or a range outside it.
+    /// memory of this agent and returns the `Region`, used as it is (`post` takes it or its
+    /// descriptors; `register` refuses it). It outlives `close()`, after which posts on it
+    /// raise `PeerError`; it holds up no later `connect`. Errors: `config` for an id the peer
+    /// does not export or a range outside it.
     #[pyo3(signature = (id, offset=0, length=None))]
     fn memory(
         &self,
@@ -334,7 +336,9 @@ impl Peer {
     }
 
     /// Closes the connection cleanly: in-flight transfers complete, then a goodbye, waiting up
-    /// to `timeout` seconds. Closing a closed peer is fine. Errors: `peer_failed`.
+    /// to `timeout` seconds. Closing a closed peer is fine. Regions from `memory` stay objects
+    /// whose posts raise `PeerError`; a new `connect` to the same server does not wait for
+    /// them. Errors: `peer_failed`.
     #[pyo3(signature = (timeout=10.0))]
     fn close(&self, py: Python<'_>, timeout: f64) -> PyResult<()> {
         let t = seconds("timeout", timeout)?;

@@ -358,7 +358,8 @@ impl Peer {
     /// the server, which reports [`NetEvent::Left`] (not [`NetEvent::Lost`]) and answers.
     /// Waits up to `timeout` for all of it. Regions made from the peer's regions can no longer
     /// be used: posts on them are [`Error::Refused`] with finding `net.peer-failed` ("this
-    /// agent closed the connection"). Closing a closed peer is `Ok`.
+    /// agent closed the connection"); they hold nothing up (a new connect to the same server,
+    /// or their own drop, waits for nothing of this connection). Closing a closed peer is `Ok`.
     ///
     /// Errors: [`Error::PeerFailed`] when the connection had already failed, failed while
     /// closing, or the server did not answer within `timeout` (it may then report this agent
