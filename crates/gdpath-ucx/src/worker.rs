@@ -337,6 +337,7 @@ impl Worker {
 
     /// Runs UCX's progress once (`ucp_worker_progress`); returns the number of events
     /// processed (0 when idle).
+    ///
     /// Endpoint closes started without waiting ([`crate::Endpoint::retire`]) that UCX
     /// finished meanwhile are released here.
     pub fn progress(&self) -> u32 {
@@ -349,7 +350,8 @@ impl Worker {
         n
     }
 
-    /// Endpoint closes started without waiting and not finished yet.
+    /// Endpoint closes started without waiting ([`crate::Endpoint::retire`]) and not
+    /// finished yet: a diagnostic, and what tests check.
     pub fn closes_pending(&self) -> usize {
         self.inner.closing_n.load(Ordering::Acquire)
     }
