@@ -296,26 +296,38 @@ fn a_silent_or_half_answering_client_is_dropped_at_the_handshake_deadline() {
     }
 }
 
-/// A fake server on TCP: challenge, then `welcome(client_nonce, server_nonce)` as the reply.
-fn fake_server(
-    welcome: impl Fn([u8; 32], [u8; 32]) -> Vec<u8> + Send + 'static,
+/// A fake server that accepts one connection and does `then` with it (keeping it open until
+/// the client closes it).
+fn fake_listener(
+    then: impl FnOnce(&mut TcpStream) + Send + 'static,
 ) -> (SocketAddr, std::thread::JoinHandle<()>) {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
     let h = std::thread::spawn(move || {
         let (mut s, _) = l.accept().unwrap();
         s.set_read_timeout(Some(T)).unwrap();
+        then(&mut s);
+        let mut b = [0u8; 4096];
+        while matches!(s.read(&mut b), Ok(n) if n > 0) {}
+    });
+    (addr, h)
+}
+
+/// A fake server on TCP: challenge, then `welcome(client_nonce, server_nonce)` as the reply;
+/// the client, having refused it (or failed after it), closes the connection.
+fn fake_server(
+    welcome: impl Fn([u8; 32], [u8; 32]) -> Vec<u8> + Send + 'static,
+) -> (SocketAddr, std::thread::JoinHandle<()>) {
+    fake_listener(move |s| {
         let sn = [5u8; 32];
         let ch = codec::encode(&Message::Challenge { server_nonce: sn }).unwrap();
         s.write_all(&ch).unwrap();
-        let Some(Message::Auth { client_nonce, .. }) = read_msg(&mut s) else {
+        let Some(Message::Auth { client_nonce, .. }) = read_msg(s) else {
             panic!("client did not answer with Auth");
         };
         s.write_all(&welcome(client_nonce, sn)).unwrap();
-        // The client, having refused us, closes the connection.
-        assert!(closed(&mut s), "the client kept the connection");
-    });
-    (addr, h)
+        assert!(closed(s), "the client kept the connection");
+    })
 }
 
 #[test]
@@ -416,23 +428,6 @@ fn client_refuses_malformed_welcome() {
     }
 }
 
-/// A fake server that accepts one connection and does `then` with it (keeping it open until
-/// the client closes it).
-fn fake_listener(
-    then: impl FnOnce(&mut TcpStream) + Send + 'static,
-) -> (SocketAddr, std::thread::JoinHandle<()>) {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = l.local_addr().unwrap();
-    let h = std::thread::spawn(move || {
-        let (mut s, _) = l.accept().unwrap();
-        s.set_read_timeout(Some(T)).unwrap();
-        then(&mut s);
-        let mut b = [0u8; 4096];
-        while matches!(s.read(&mut b), Ok(n) if n > 0) {}
-    });
-    (addr, h)
-}
-
 /// Every way a connect can wait or fail names its phase (TCP connect, the handshake's step,
 /// auth, UCX wireup) and the bound it waited for, and returns within that bound: a zero
 /// timeout is refused up front (it read "connect did not complete within 0ns"), a port nobody
@@ -513,21 +508,14 @@ fn a_connect_says_which_phase_waited_and_for_how_long() {
     // endpoint cannot complete, and the rest of the bound is what the wireup waits.
     let w = raw_worker();
     let wa = w.address().unwrap().0;
-    let (addr, h) = fake_listener(move |s| {
-        let sn = [5u8; 32];
-        let ch = codec::encode(&Message::Challenge { server_nonce: sn }).unwrap();
-        s.write_all(&ch).unwrap();
-        let Some(Message::Auth { client_nonce, .. }) = read_msg(s) else {
-            panic!("client did not answer with Auth");
-        };
-        let welcome = codec::encode(&Message::Welcome {
-            mac: Token::none().server_mac(&client_nonce, &sn, &binding(3, &wa)),
+    let (addr, h) = fake_server(move |cn, sn| {
+        codec::encode(&Message::Welcome {
+            mac: Token::none().server_mac(&cn, &sn, &binding(3, &wa)),
             session: 3,
-            worker_address: wa,
+            worker_address: wa.clone(),
             metadata: Metadata::default(),
         })
-        .unwrap();
-        s.write_all(&welcome).unwrap();
+        .unwrap()
     });
     let d = detail("wireup", addr, &opts);
     assert!(d.starts_with("UCX wireup: "), "{d}");
