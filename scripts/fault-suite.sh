@@ -10,9 +10,11 @@
 #           another user planted in a sticky directory, owners kept by a replacement
 #           (cargo test --test faults, then the issue's own command lines in a shell)
 #   network serve and bench net against raw sockets, floods, kills and signals, and where UCX's
-#           own port listens (cargo test --test net_faults and gdpath's net_garbage, then the
-#           issue's command lines in a shell: a loopback serve listens on loopback only, a
-#           garbage flood leaves serve's stdout small)
+#           own port listens; a connect's phases and bounds, a reconnect after closing a peer
+#           whose regions are alive (cargo test --test net_faults, gdpath's net_garbage and
+#           net_loopback's reconnect, then the issues' command lines in a shell: a loopback
+#           serve listens on loopback only, a garbage flood leaves serve's stdout small, a
+#           tokenless serve says who can read and write its memory)
 #   inputs  hostile topology input: deep and huge XML, /dev/zero, FIFOs, device-count bounds,
 #           many flat GPUs, repeated bus ids (gdpath-topo's input_limits, gdpath-cli's
 #           topo_scale, then the same through `gdpath topo`, `doctor`, `report` and `p2p`);
@@ -232,6 +234,10 @@ block_network() {
     fail "crates/gdpath-cli/tests/net_faults.rs"
   bounded 300 cargo test --locked -p gdpath --test net_garbage --quiet ||
     fail "crates/gdpath/tests/net_garbage.rs"
+  say "network: a reconnect after closing a peer whose regions are alive (gdpath net_loopback)"
+  bounded 300 cargo test --locked -p gdpath --test net_loopback --quiet \
+    a_closed_peer_with_a_live_region_holds_up_no_reconnect ||
+    fail "net_loopback a_closed_peer_with_a_live_region_holds_up_no_reconnect"
 
   # The issue's command lines, as a user types them.
   say "network: serve on 127.0.0.1 without --devices listens on loopback only (ss)"
@@ -249,6 +255,13 @@ block_network() {
     kill -INT "$serve_pid" 2>/dev/null || true
     wait "$serve_pid" 2>/dev/null || true
   fi
+
+  say "network: a tokenless serve says that any local user can read and write its memory"
+  bounded 30 env -u GDPATH_TOKEN "$gdpath" serve --listen 127.0.0.1:0 --devices lo \
+    --export host:1MiB --duration 0.2 >"$work/notoken.out" 2>"$work/err" ||
+    fail "serve without a token: $(cat "$work/err")"
+  grep -q '^gdpath serve: listening on .*no token: any local user can connect and read and write the exported memory; .*--token-file' \
+    "$work/notoken.out" || fail "the tokenless start line says no more than: $(head -1 "$work/notoken.out")"
 
   say "network: a garbage flood leaves serve's stdout small, and a client verifies after"
   if start_serve "$work/flood.out" --listen 127.0.0.1:0 --devices lo --export host:16MiB \

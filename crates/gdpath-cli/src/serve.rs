@@ -316,9 +316,9 @@ pub fn run(a: ServeArgs) -> Result<ExitCode> {
             "peer failure detection"
         },
         if token.is_none() {
-            "no token"
+            no_token_warning(srv.local_addr())
         } else {
-            "token required"
+            "token required".into()
         }
     );
     for (id, what, _) in &regions {
@@ -364,6 +364,22 @@ pub fn run(a: ServeArgs) -> Result<ExitCode> {
     outln!("stopped: told {told} connected client(s) goodbye");
     std::io::stdout().flush().ok();
     Ok(ExitCode::SUCCESS)
+}
+
+/// What the start line says of a server without a token listening on `addr`: who can then
+/// read and write the exported memory (without a token both sides prove the empty key, which
+/// anyone can), and how to require one. The engine refuses a non-loopback address without a
+/// token, so it is every local user, unless that rule changes.
+fn no_token_warning(addr: SocketAddr) -> String {
+    let who = if addr.ip().is_loopback() {
+        "any local user".to_owned()
+    } else {
+        format!("anyone who can reach {addr}")
+    };
+    format!(
+        "no token: {who} can connect and read and write the exported memory; to require one, \
+         start serve and its clients with --token-file FILE (or GDPATH_TOKEN; 16 bytes or more)"
+    )
 }
 
 /// One line for `e`, with how many of its kind were left out before it (`left_out`).

@@ -882,3 +882,46 @@ fn a_token_the_server_does_not_have_is_named() {
     let refused = srv.wait_line("refused:", T);
     assert!(refused.contains("this server has none"), "{refused}");
 }
+
+/// A server without a token (the default) says in its start line that any local user can
+/// connect and read and write the exported memory, and how to require a token; with one, the
+/// line says only that a token is required. The start line once said only "no token".
+#[test]
+fn a_tokenless_serve_says_who_can_read_and_write_its_memory() {
+    let _serial = serial();
+    let start_line = |extra: &[&str]| -> String {
+        let out = Command::new(bin())
+            .args(["serve", "--listen", "127.0.0.1:0", "--devices", "lo"])
+            .args(["--export", "host:64KiB", "--duration", "0.2"])
+            .args(extra)
+            .env_remove("GDPATH_TOKEN")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let line = stdout.lines().next().unwrap_or_default().to_owned();
+        assert!(
+            line.starts_with("gdpath serve: listening on 127.0.0.1:"),
+            "{stdout}"
+        );
+        line
+    };
+    let line = start_line(&[]);
+    assert!(
+        line.contains(
+            "no token: any local user can connect and read and write the exported memory"
+        ),
+        "{line}"
+    );
+    assert!(
+        line.contains("--token-file FILE") && line.contains("GDPATH_TOKEN"),
+        "{line}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let tok = dir.path().join("token");
+    std::fs::write(&tok, "a shared secret of some length\n").unwrap();
+    std::fs::set_permissions(&tok, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let line = start_line(&["--token-file", tok.to_str().unwrap()]);
+    assert!(line.ends_with(", token required)"), "{line}");
+    assert!(!line.contains("any local user"), "{line}");
+}

@@ -285,8 +285,10 @@ impl Agent {
     }
 
     /// Connects to a serving agent at `addr` with `token` (the server's), waiting up to
-    /// `timeout` seconds for the handshake. Errors: `auth_failed` (wrong token either side),
-    /// `peer_failed` (unreachable, no answer), `protocol`, `ucx`.
+    /// `timeout` seconds in all (TCP connect, handshake, UCX wireup). Errors: `auth_failed`
+    /// (wrong token either side), `peer_failed` (unreachable, no answer; the message names the
+    /// phase, `TCP connect:`, `no handshake within … (step)` or `UCX wireup:`, and the bound),
+    /// `config` (`timeout=0`), `protocol`, `ucx`.
     #[pyo3(signature = (addr, *, token=None, timeout=10.0))]
     fn connect(
         &self,
@@ -298,7 +300,7 @@ impl Agent {
         let addr = crate::net::address(addr)?;
         let opts = gdpath::net::ConnectOptions {
             token: crate::net::token(py, token.map(|t| t.0))?,
-            timeout: seconds(timeout)?,
+            timeout: seconds("timeout", timeout)?,
         };
         let agent = self.agent.clone();
         let p = py
@@ -340,7 +342,7 @@ impl Agent {
         py: Python<'_>,
         timeout: f64,
     ) -> PyResult<Option<crate::net::Notification>> {
-        let t = seconds(timeout)?;
+        let t = seconds("timeout", timeout)?;
         let agent = self.agent.clone();
         Ok(crate::transfer::in_slices(py, t, |s| agent.wait_notification(s))?.map(Into::into))
     }
@@ -490,7 +492,7 @@ impl Agent {
             None => {}
         }
         if let Some(t) = timeout {
-            let d = seconds(t)?;
+            let d = seconds("timeout", t)?;
             req = match Instant::now().checked_add(d) {
                 Some(at) => req.deadline(at),
                 None => req,

@@ -14,7 +14,7 @@ use crate::memory::{resolve, Geometry, Options};
 use crate::transfer::{seconds, PlannedPair, Transfer};
 use gdpath::blocks::BlockError;
 use gdpath::{BlockTransfer, CopyMethod, Error};
-use pyo3::exceptions::{PyIndexError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyIndexError, PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use std::time::Instant;
@@ -554,7 +554,14 @@ enum Ids {
         len: usize,
         ty: IdType,
     },
-    Owned(Vec<i64>),
+    Owned(Owned),
+}
+
+/// Ids this module holds, in a type the engine takes: signed ones as `i64`, unsigned ones as
+/// `u64`, so that every id keeps its value (a `u64` id above `i64::MAX` too).
+enum Owned {
+    I64(Vec<i64>),
+    U64(Vec<u64>),
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -566,6 +573,7 @@ enum IdType {
 }
 
 /// A view of ids in one of the engine's [`gdpath::BlockIndex`] types.
+#[derive(Clone, Copy)]
 enum IdSlice<'a> {
     I32(&'a [i32]),
     I64(&'a [i64]),
@@ -574,25 +582,70 @@ enum IdSlice<'a> {
 }
 
 impl IdSlice<'_> {
-    /// The ids as `i64` (ids above `i64::MAX` saturate: no layout has that many blocks, so
-    /// they stay out of range).
-    fn to_i64(&self) -> Vec<i64> {
+    fn len(&self) -> usize {
         match self {
-            IdSlice::I32(s) => s.iter().map(|&x| i64::from(x)).collect(),
-            IdSlice::I64(s) => s.to_vec(),
-            IdSlice::U32(s) => s.iter().map(|&x| i64::from(x)).collect(),
-            IdSlice::U64(s) => s
-                .iter()
-                .map(|&x| i64::try_from(x).unwrap_or(i64::MAX))
-                .collect(),
+            IdSlice::I32(s) => s.len(),
+            IdSlice::I64(s) => s.len(),
+            IdSlice::U32(s) => s.len(),
+            IdSlice::U64(s) => s.len(),
         }
     }
+
+    /// Id `i`, in a type that holds every value of the four.
+    fn get(&self, i: usize) -> i128 {
+        match self {
+            IdSlice::I32(s) => s[i].into(),
+            IdSlice::I64(s) => s[i].into(),
+            IdSlice::U32(s) => s[i].into(),
+            IdSlice::U64(s) => s[i].into(),
+        }
+    }
+
+    /// The ids as `i64` ([`unsigned_first`] said which ids must keep their value: those
+    /// above `i64::MAX` come after the first error and are never read).
+    fn to_i64(self) -> Vec<i64> {
+        (0..self.len())
+            .map(|i| i64::try_from(self.get(i)).unwrap_or(i64::MAX))
+            .collect()
+    }
+
+    /// The ids as `u64` (as [`IdSlice::to_i64`]: a negative id, never read, becomes
+    /// `u64::MAX`).
+    fn to_u64(self) -> Vec<u64> {
+        (0..self.len())
+            .map(|i| u64::try_from(self.get(i)).unwrap_or(u64::MAX))
+            .collect()
+    }
+}
+
+/// Whether ids in two types (or an owned list of ints) go to the engine as `u64` rather than
+/// `i64`: the first id only one of the two holds (a negative id, or one above `i64::MAX`), in
+/// the order the engine checks them (position by position, the source's first), decides.
+/// Every id before it fits both, and the engine's check stops at it (a negative id, or one
+/// out of range: no layout has 2^63 blocks), so the error names its true value.
+fn unsigned_first(ids: impl Iterator<Item = i128>) -> bool {
+    for v in ids {
+        if v < 0 {
+            return false;
+        }
+        if v > i128::from(i64::MAX) {
+            return true;
+        }
+    }
+    false
+}
+
+/// The ids of a pair of lists in the engine's check order (a count mismatch is found before
+/// any id is read).
+fn pairwise<'a>(s: IdSlice<'a>, d: IdSlice<'a>) -> impl Iterator<Item = i128> + 'a {
+    (0..s.len().min(d.len())).flat_map(move |i| [s.get(i), d.get(i)])
 }
 
 impl Ids {
     fn slice(&self) -> IdSlice<'_> {
         match self {
-            Ids::Owned(v) => IdSlice::I64(v),
+            Ids::Owned(Owned::I64(v)) => IdSlice::I64(v),
+            Ids::Owned(Owned::U64(v)) => IdSlice::U64(v),
             &Ids::Borrowed { ptr, len, ty, .. } => {
                 // SAFETY: `ptr` is the aligned start of `len` elements of type `ty` in host
                 // memory exported by a DLPack producer, valid while `_keep` (its unconsumed
@@ -609,15 +662,57 @@ impl Ids {
         }
     }
 
-    /// An owned copy (ids kept by a prepared transfer).
+    /// An owned copy (ids kept by a prepared transfer), signed or unsigned as given.
     fn owned(&self) -> Ids {
-        Ids::Owned(self.slice().to_i64())
+        let s = self.slice();
+        Ids::Owned(match s {
+            IdSlice::I32(_) | IdSlice::I64(_) => Owned::I64(s.to_i64()),
+            IdSlice::U32(_) | IdSlice::U64(_) => Owned::U64(s.to_u64()),
+        })
     }
+}
+
+/// Python ints as block ids (`which`: "src_ids" / "dst_ids"): `i64` unless an id needs `u64`
+/// ([`unsigned_first`]). Errors: `OverflowError` naming an int no block id type holds (below
+/// `-2^63` or above `2^64 - 1`) and its value.
+fn owned_ints(obj: &Bound<'_, PyAny>, which: &str) -> PyResult<Owned> {
+    let mut v: Vec<i128> = Vec::new();
+    for (i, x) in obj.try_iter()?.enumerate() {
+        let x = x?;
+        let id = match x.extract::<i64>() {
+            Ok(n) => i128::from(n),
+            Err(_) => match x.extract::<u64>() {
+                Ok(n) => i128::from(n),
+                Err(e) if e.is_instance_of::<PyOverflowError>(x.py()) => {
+                    return Err(PyOverflowError::new_err(format!(
+                        "{which}[{i}] is {x}: no block id (an int from -2^63 to 2^64 - 1 = {})",
+                        u64::MAX
+                    )))
+                }
+                Err(e) => return Err(e),
+            },
+        };
+        v.push(id);
+    }
+    Ok(if unsigned_first(v.iter().copied()) {
+        Owned::U64(
+            v.iter()
+                .map(|&x| u64::try_from(x).unwrap_or(u64::MAX))
+                .collect(),
+        )
+    } else {
+        Owned::I64(
+            v.iter()
+                .map(|&x| i64::try_from(x).unwrap_or(i64::MAX))
+                .collect(),
+        )
+    })
 }
 
 /// The ids `obj` holds (`which`: "src_ids" / "dst_ids", for messages): a 1-D array in host
 /// memory of 32/64-bit ints through DLPack without a copy (NumPy, torch CPU tensors), else any
-/// sequence of ints. Errors: `TypeError` for ids in GPU memory or what holds no ints.
+/// sequence of ints. Errors: `TypeError` for ids in GPU memory or what holds no ints,
+/// `OverflowError` for an int no block id type holds.
 fn ids_of(obj: &Bound<'_, PyAny>, which: &str) -> PyResult<Ids> {
     if obj.hasattr("__dlpack__")? {
         if let Ok(t) = crate::dlpack::import(obj) {
@@ -638,7 +733,7 @@ fn ids_of(obj: &Bound<'_, PyAny>, which: &str) -> PyResult<Ids> {
             // An empty array may have a null data pointer, which no slice may have.
             let aligned = g.itemsize > 0 && t.ptr != 0 && t.ptr % g.itemsize == 0;
             if t.len == 0 && g.shape.len() == 1 {
-                return Ok(Ids::Owned(Vec::new()));
+                return Ok(Ids::Owned(Owned::I64(Vec::new())));
             }
             if let (Some(ty), true, 1) = (ty, aligned, g.shape.len()) {
                 return Ok(Ids::Borrowed {
@@ -651,15 +746,15 @@ fn ids_of(obj: &Bound<'_, PyAny>, which: &str) -> PyResult<Ids> {
         }
     }
     // Other dtypes, strided arrays, lists, ranges: one Python int at a time.
-    let v: Vec<i64> = obj
-        .try_iter()
-        .and_then(|it| it.map(|x| x?.extract::<i64>()).collect())
-        .map_err(|e| {
+    owned_ints(obj, which).map(Ids::Owned).map_err(|e| {
+        if e.is_instance_of::<PyOverflowError>(obj.py()) {
+            e
+        } else {
             PyTypeError::new_err(format!(
                 "{which}: block ids are a 1-D array or a sequence of ints ({e})"
             ))
-        })?;
-    Ok(Ids::Owned(v))
+        }
+    })
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -750,7 +845,7 @@ impl PreparedBlocks {
         timeout: Option<f64>,
     ) -> PyResult<Transfer> {
         let deadline = match timeout {
-            Some(t) => Instant::now().checked_add(seconds(t)?),
+            Some(t) => Instant::now().checked_add(seconds("timeout", t)?),
             None => None,
         };
         let given;
@@ -782,6 +877,9 @@ impl PreparedBlocks {
             (IdSlice::I64(a), IdSlice::I64(b)) => p.post_until(a, b, deadline),
             (IdSlice::U32(a), IdSlice::U32(b)) => p.post_until(a, b, deadline),
             (IdSlice::U64(a), IdSlice::U64(b)) => p.post_until(a, b, deadline),
+            (a, b) if unsigned_first(pairwise(a, b)) => {
+                p.post_until(&a.to_u64(), &b.to_u64(), deadline)
+            }
             (a, b) => p.post_until(&a.to_i64(), &b.to_i64(), deadline),
         });
         let t = r.map_err(|e| engine_err(py, &e))?;

@@ -165,6 +165,9 @@ pub fn resolve(obj: &Bound<'_, PyAny>, o: &Options) -> PyResult<Resolved> {
             crate::error::type_name(obj)
         )));
     }
+    if let Ok(r) = obj.cast::<crate::agent::Region>() {
+        return Err(PyTypeError::new_err(already_registered(&r.get().region)));
+    }
     if let Ok(f) = obj.cast::<File>() {
         return Ok(Resolved {
             memory: Memory::File(f.get().spec.clone()),
@@ -268,6 +271,22 @@ pub fn resolve(obj: &Bound<'_, PyAny>, o: &Options) -> PyResult<Resolved> {
          or __cuda_array_interface__",
         obj.get_type().name()?
     )))
+}
+
+/// The `TypeError` text for a `Region` given to `register`: it is registered memory already
+/// (remote memory as `peer.memory(id)` returns it, too), used as it is.
+fn already_registered(region: &gdpath::Region) -> String {
+    let made = if matches!(region.kind(), gdpath::MemoryKind::Remote { .. }) {
+        ", as peer.memory(id) returns it"
+    } else {
+        ""
+    };
+    format!(
+        "cannot register a Region: it is registered memory already ({}{made}); use it directly \
+         as a side of post() or as a descriptor's region (region[a:b], region.desc(offset, \
+         length))",
+        region.kind()
+    )
 }
 
 fn gpu_pointer(ordinal: u32, ptr: u64, len: u64, writable: bool) -> Memory {

@@ -68,8 +68,8 @@ pub fn config(
         },
         transports,
         devices,
-        connect_timeout: seconds(connect_timeout)?,
-        op_timeout: seconds(op_timeout)?,
+        connect_timeout: seconds("connect_timeout", connect_timeout)?,
+        op_timeout: seconds("op_timeout", op_timeout)?,
         shared_memory,
         ..NetConfig::default()
     })
@@ -117,7 +117,7 @@ impl Server {
     /// or `None`.
     #[pyo3(signature = (timeout=0.0))]
     fn next_event(&self, py: Python<'_>, timeout: f64) -> PyResult<Option<(String, String)>> {
-        let t = seconds(timeout)?;
+        let t = seconds("timeout", timeout)?;
         let Some(s) = self.get() else {
             return Ok(None);
         };
@@ -136,7 +136,7 @@ impl Server {
     /// another thread is in `next_event`). Closing twice is fine.
     #[pyo3(signature = (timeout=None))]
     fn close(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<usize> {
-        let t = timeout.map(seconds).transpose()?;
+        let t = timeout.map(|t| seconds("timeout", t)).transpose()?;
         let s = self.inner.lock().unwrap_or_else(|p| p.into_inner()).take();
         Ok(py.detach(move || match (s.map(Arc::try_unwrap), t) {
             (Some(Ok(s)), Some(t)) => s.stop(t),
@@ -269,8 +269,10 @@ impl Peer {
     }
 
     /// Registers exported region `id` (all of it, or `length` bytes at `offset`) as remote
-    /// memory of this agent and returns the `Region`. Errors: `config` for an id the peer does
-    /// not export or a range outside it.
+    /// memory of this agent and returns the `Region`, used as it is (`post` takes it or its
+    /// descriptors; `register` refuses it). It outlives `close()`, after which posts on it
+    /// raise `PeerError`; it holds up no later `connect`. Errors: `config` for an id the peer
+    /// does not export or a range outside it.
     #[pyo3(signature = (id, offset=0, length=None))]
     fn memory(
         &self,
@@ -306,7 +308,7 @@ impl Peer {
     #[pyo3(signature = (message, timeout=10.0))]
     fn notify(&self, py: Python<'_>, message: Bound<'_, PyAny>, timeout: f64) -> PyResult<()> {
         let message = message_bytes(&message, "message")?;
-        let t = seconds(timeout)?;
+        let t = seconds("timeout", timeout)?;
         let p = self.handle(py)?;
         py.detach(move || p.notify(&message, t)).py_err(py)
     }
@@ -314,7 +316,7 @@ impl Peer {
     /// Waits until every put posted to the peer so far is in its memory.
     #[pyo3(signature = (timeout=10.0))]
     fn flush(&self, py: Python<'_>, timeout: f64) -> PyResult<()> {
-        let t = seconds(timeout)?;
+        let t = seconds("timeout", timeout)?;
         let p = self.handle(py)?;
         py.detach(move || p.flush(t)).py_err(py)
     }
@@ -324,7 +326,7 @@ impl Peer {
     /// interrupts the wait within 0.1 s.
     #[pyo3(signature = (id, timeout=10.0))]
     fn wait_for_region(&self, py: Python<'_>, id: u64, timeout: f64) -> PyResult<bool> {
-        let t = seconds(timeout)?;
+        let t = seconds("timeout", timeout)?;
         let p = self.handle(py)?;
         let found = crate::transfer::in_slices(py, t, |slice| {
             p.wait_until(slice, |p| p.regions().iter().any(|r| r.id == id))
@@ -334,10 +336,12 @@ impl Peer {
     }
 
     /// Closes the connection cleanly: in-flight transfers complete, then a goodbye, waiting up
-    /// to `timeout` seconds. Closing a closed peer is fine. Errors: `peer_failed`.
+    /// to `timeout` seconds. Closing a closed peer is fine. Regions from `memory` stay objects
+    /// whose posts raise `PeerError`; a new `connect` to the same server does not wait for
+    /// them. Errors: `peer_failed`.
     #[pyo3(signature = (timeout=10.0))]
     fn close(&self, py: Python<'_>, timeout: f64) -> PyResult<()> {
-        let t = seconds(timeout)?;
+        let t = seconds("timeout", timeout)?;
         let p = self.peer.lock().unwrap_or_else(|p| p.into_inner()).take();
         match p {
             Some(p) => py.detach(move || p.close(t)).py_err(py),

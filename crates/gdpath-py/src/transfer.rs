@@ -214,7 +214,7 @@ impl Transfer {
     /// exception (`KeyboardInterrupt`); the transfer goes on unless `cancel()` is called.
     #[pyo3(signature = (timeout=None))]
     fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<TransferReport> {
-        let timeout = timeout.map(seconds).transpose()?;
+        let timeout = timeout.map(|t| seconds("timeout", t)).transpose()?;
         self.result(py, timeout)
     }
 
@@ -338,11 +338,30 @@ impl Transfer {
     }
 }
 
-/// `s` seconds as a duration. Errors: `ValueError` for a negative or not-finite number.
-pub fn seconds(s: f64) -> PyResult<Duration> {
+/// `s` seconds as a duration (`what`: the argument's name, for messages). Errors:
+/// `ValueError` for a negative or not-finite number, or one longer than a `Duration` holds
+/// (about 1.8e19 s), each naming `what` and the number as Python would print it.
+pub fn seconds(what: &str, s: f64) -> PyResult<Duration> {
+    if !s.is_finite() || s < 0.0 {
+        return Err(pyo3::exceptions::PyValueError::new_err(format!(
+            "{what} {} is not a number of seconds (finite and not negative)",
+            short(s)
+        )));
+    }
     Duration::try_from_secs_f64(s).map_err(|_| {
         pyo3::exceptions::PyValueError::new_err(format!(
-            "{s} is not a number of seconds (finite and not negative)"
+            "{what} {} s is longer than the most this accepts ({} s)",
+            short(s),
+            short(Duration::MAX.as_secs_f64())
         ))
     })
+}
+
+/// `x` in few digits: a large or tiny number in exponent form (`1e300`, not its 301 digits).
+fn short(x: f64) -> String {
+    if x.is_finite() && x != 0.0 && !(1e-4..1e15).contains(&x.abs()) {
+        format!("{x:e}")
+    } else {
+        format!("{x}")
+    }
 }

@@ -214,6 +214,48 @@ def test_bad_ids_raise_block_errors_and_move_nothing(agent, pools, s_ids, d_ids,
         agent.transfer_blocks(la, lb, list(s_ids), list(d_ids))
 
 
+def test_ids_above_the_int64_range_keep_their_value(agent, pools):
+    """A uint64 id 2^64 - 1 was reported as 9223372036854775807 (prepared ids, ids of two
+    types, Python ints): every path now names the id given."""
+    a, b, la, lb = pools
+    top = 2**64 - 1
+    u64 = np.array([0, top], dtype=np.uint64)
+    cases = [
+        ("uint64 arrays", u64, np.array([0, 1], dtype=np.uint64)),
+        ("uint64 and int64", u64, np.array([0, 1], dtype=np.int64)),
+        ("int32 and uint64", np.array([0, 1], dtype=np.int32), np.array([2, top], dtype=np.uint64)),
+        ("Python ints", [0, top], [0, 1]),
+    ]
+    for what, s, d in cases:
+        side = "destination" if what.startswith("int32") else "source"
+        for how in ("transfer_blocks", "prepare_blocks"):
+            with pytest.raises(BlockError) as e:
+                if how == "transfer_blocks":
+                    agent.transfer_blocks(la, lb, s, d)
+                else:
+                    agent.prepare_blocks(la, lb, s, d).transfer()
+            err = e.value
+            assert (err.reason, err.side, err.position, err.id) == (
+                "id_out_of_range", side, 1, top), (what, how, err)
+            assert str(top) in str(err), (what, how, err)
+    # In the engine's order (position by position, the source first) the first bad id is the
+    # error, whether it is negative or huge.
+    i64, u64 = np.int64, np.uint64
+    with pytest.raises(BlockError) as e:
+        agent.transfer_blocks(la, lb, np.array([0, -1], dtype=i64), np.array([1, top], dtype=u64))
+    assert (e.value.reason, e.value.side, e.value.id) == ("negative_id", "source", -1)
+    with pytest.raises(BlockError) as e:
+        agent.transfer_blocks(la, lb, np.array([0, top], dtype=u64), np.array([1, -1], dtype=i64))
+    assert (e.value.reason, e.value.side, e.value.id) == ("id_out_of_range", "source", top)
+    with pytest.raises(BlockError) as e:
+        agent.transfer_blocks(la, lb, [-3, top], [0, 1])
+    assert (e.value.reason, e.value.id) == ("negative_id", -3)
+    # An int no id type holds names itself.
+    with pytest.raises(OverflowError, match=r"src_ids\[1\] is 1180591620717411303424"):
+        agent.transfer_blocks(la, lb, [0, 2**70], [0, 1])
+    assert not b.any(), "nothing moves when the ids are refused"
+
+
 def test_a_block_read_and_written_on_one_region_is_refused(agent, pools):
     a, _, la, _ = pools
     with pytest.raises(BlockError) as e:

@@ -129,6 +129,23 @@ def test_timeouts_and_network_arguments(setup):
     assert e.kind == "config" and "too short" in str(e)
 
 
+def test_a_timeout_too_long_or_not_a_number_says_so_in_few_digits(setup):
+    """`timeout=1e300` once put its 301 digits in the message; it names the argument, the
+    number as written, and the most a timeout may be."""
+    agent, f, dst, _, _ = setup
+    with pytest.raises(ValueError) as e:
+        agent.post("read", dst, f.desc(0, 4096), timeout=1e300)
+    msg = str(e.value)
+    assert msg.startswith("timeout 1e300 s is longer than the most this accepts ("), msg
+    assert len(msg) < 120, msg
+    with pytest.raises(ValueError, match=r"^timeout NaN is not a number of seconds"):
+        agent.wait_notification(float("nan"))
+    with pytest.raises(ValueError, match=r"^connect_timeout 1e300 s is longer"):
+        gdpath.Agent().enable_net(connect_timeout=1e300)
+    # A long bound that a duration holds is accepted (no bound in practice).
+    assert agent.post("read", dst, f.desc(0, 4096), timeout=1e18).wait(1e18).bytes == 4096
+
+
 def test_checkpoint_errors_are_of_kind_checkpoint(scratch):
     (scratch / "bad.safetensors").write_bytes(b"\x05\x00\x00\x00\x00\x00\x00\x00{nope")
     with pytest.raises(gdpath.CheckpointError) as e:

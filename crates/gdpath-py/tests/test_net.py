@@ -123,6 +123,56 @@ def test_a_serving_process_shared_host_memory_is_written_in_place():
         srv.wait(10)
 
 
+def test_reconnect_after_close_with_a_live_region_is_prompt():
+    """`peer.close()` while a `peer.memory(id)` Region is alive, then `connect` to the same
+    `gdpath serve` again: the connect once waited its whole timeout ("cannot answer the
+    server: no answer in time", the server stuck closing its endpoint to the closed peer). It
+    is made at once now, each time; the old Regions refuse posts, the new one moves bytes."""
+    srv, addr = serve_process("host:1MiB")
+    a = gdpath.Agent(name="cli-again")
+    a.enable_net(devices="lo", shared_memory=False)
+    old = []
+    try:
+        for round_ in range(3):
+            start = time.monotonic()
+            peer = a.connect(addr, timeout=4.0)
+            took = time.monotonic() - start
+            # Far below the 5 s the server's endpoint close waited, far above a handshake.
+            assert took < 2.0, f"round {round_}: connect took {took:.2f} s"
+            remote = peer.memory(peer.regions()[0].id)
+            data = bytearray(bytes([round_ + 1]) * 4096)
+            assert a.post("write", a.register(data), remote[0:4096]).wait(20).bytes == 4096
+            back = bytearray(4096)
+            a.post("read", a.register(back), remote[0:4096]).wait(20)
+            assert back == data
+            peer.close()
+            with pytest.raises(gdpath.PeerError) as e:
+                a.post("write", a.register(data), remote[0:4096])
+            assert "closed the connection" in str(e.value), e.value
+            old.append(remote)
+        start = time.monotonic()
+        del old[:]
+        assert time.monotonic() - start < 0.5
+    finally:
+        srv.kill()
+        srv.wait(10)
+
+
+def test_a_region_from_a_peer_is_used_as_it_is_not_registered_again(pair):
+    """`agent.register(peer.memory(id))` said only "cannot register a Region": it says the
+    Region is registered memory already, and how to use it."""
+    server, srv, buf, exported, rid, client, peer = pair
+    remote = peer.memory(rid)
+    with pytest.raises(TypeError) as e:
+        client.register(remote)
+    msg = str(e.value)
+    assert "registered memory already" in msg and "peer.memory(id)" in msg, msg
+    assert "region.desc(offset, length)" in msg, msg
+    local = client.register(bytearray(16))
+    with pytest.raises(TypeError, match=r"registered memory already \(host"):
+        client.register(local)
+
+
 def test_a_post_to_a_peer_that_failed_raises_peer_error():
     """After a peer's process is killed, the transfer that meets the loss fails, and later posts
     to its memory raise `PeerError` at once (the trial saw `UnsupportedError`, kind `refused`)."""

@@ -59,7 +59,9 @@ unsafe impl Sync for IovPin {}
 ///
 /// Dropping an unfinished request progresses its worker until the operation ends (at most
 /// [`DROP_WAIT`]; UCX fails operations of a failed endpoint, which is always requested with
-/// peer error handling), then releases it.
+/// peer error handling), then releases it; a flush, which holds no buffer of the caller, is
+/// released at once instead (UCX frees it when it ends), so that giving up on a flush that a
+/// silent peer never completes costs nothing more.
 #[must_use = "an operation completes only when waited on or tested until done"]
 pub struct Request {
     worker: Worker,
@@ -68,6 +70,9 @@ pub struct Request {
     op: &'static str,
     result: Option<Result<()>>,
     pins: Pins,
+    /// UCX may read or write the caller's memory until the operation ends (false for a
+    /// flush): its drop then waits for the end.
+    holds_buffers: bool,
 }
 
 // SAFETY: the raw request is only touched under the worker's lock.
@@ -108,7 +113,15 @@ impl Request {
             op: posted.op,
             result: posted.req.is_null().then_some(Ok(())),
             pins: pins.unwrap_or_default(),
+            holds_buffers: true,
         })
+    }
+
+    /// Marks a request whose operation touches no memory of the caller's (a flush): its drop
+    /// does not wait for it.
+    pub(crate) fn bufferless(mut self) -> Request {
+        self.holds_buffers = false;
+        self
     }
 
     /// The operation's name (`ucp_put_nbx`, ...).
@@ -222,6 +235,15 @@ impl Drop for Request {
             return;
         }
         let worker = self.worker.clone();
+        if !self.holds_buffers {
+            let _g = worker.guard();
+            // SAFETY: a live request of this worker, released once; UCX frees it when the
+            // operation ends, which reads nothing the pins keep but the endpoint, whose close
+            // ends it.
+            unsafe { call::request_free(worker.api(), self.raw) };
+            self.raw = std::ptr::null_mut();
+            return;
+        }
         let finished = worker.progress_until(DROP_WAIT, || !matches!(self.test(), Ok(false)));
         if !finished {
             tracing::warn!(

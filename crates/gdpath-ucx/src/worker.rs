@@ -3,6 +3,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::os::raw::c_void;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
@@ -181,6 +182,48 @@ pub(crate) struct WorkerInner {
     am: Arc<Mutex<AmQueues>>,
     /// Callback args handed to UCX; freed after the worker is destroyed.
     am_args: Mutex<Vec<*mut AmHandlerArg>>,
+    /// Endpoint closes started without waiting ([`crate::Endpoint::retire`]) that UCX has not
+    /// finished: [`Worker::progress`] finishes them, the worker's drop whatever is left.
+    closing: Mutex<Vec<PendingClose>>,
+    /// `closing.len()`, read without the lock: progress looks at the list only when it holds
+    /// something.
+    closing_n: AtomicUsize,
+}
+
+/// An endpoint close UCX has not finished: its request, and what to free once UCX no longer
+/// calls back into it.
+pub(crate) struct PendingClose {
+    pub(crate) req: *mut c_void,
+    pub(crate) release: Box<dyn FnOnce() + Send>,
+}
+
+impl WorkerInner {
+    /// Keeps `close` until UCX finished it; the caller holds the worker's lock.
+    pub(crate) fn defer_close(&self, close: PendingClose) {
+        let mut c = lock(&self.closing);
+        c.push(close);
+        self.closing_n.store(c.len(), Ordering::Release);
+    }
+
+    /// Releases the closes UCX finished; the caller holds the worker's lock.
+    fn finish_closes_locked(&self) {
+        let mut c = lock(&self.closing);
+        let api = self.ctx.api();
+        let mut i = 0;
+        while i < c.len() {
+            // SAFETY: a live request of this worker, which the caller holds locked.
+            let st = unsafe { call::request_check_status(api, c[i].req) };
+            if st.0 == sys::UCS_INPROGRESS {
+                i += 1;
+                continue;
+            }
+            let done = c.swap_remove(i);
+            // SAFETY: completed; released once.
+            unsafe { call::request_free(api, done.req) };
+            (done.release)();
+        }
+        self.closing_n.store(c.len(), Ordering::Release);
+    }
 }
 
 // SAFETY: all calls on `raw` are made under `lock` (the worker is created in
@@ -191,7 +234,7 @@ unsafe impl Sync for WorkerInner {}
 
 impl Drop for WorkerInner {
     fn drop(&mut self) {
-        {
+        let closing: Vec<PendingClose> = {
             let _g = lock(&self.lock);
             // Payloads still queued in UCX's buffers go back before the worker does.
             let mut q = lock(&self.am);
@@ -202,8 +245,21 @@ impl Drop for WorkerInner {
                 }
             }
             drop(q);
+            // Closes still under way are UCX's to end with the worker: their requests are
+            // given back now, what they hold is freed once the worker is gone.
+            let closing: Vec<PendingClose> = lock(&self.closing).drain(..).collect();
+            for c in &closing {
+                // SAFETY: a pending request of this live worker, released once; UCX frees it
+                // when it ends.
+                unsafe { call::request_free(self.ctx.api(), c.req) };
+            }
             // SAFETY: last reference: endpoints, listeners, keys and requests hold a Worker.
             unsafe { call::worker_destroy(self.ctx.api(), self.raw) };
+            closing
+        };
+        for c in closing {
+            // UCX no longer calls back into what the endpoints handed it.
+            (c.release)();
         }
         for arg in self
             .am_args
@@ -259,6 +315,8 @@ impl Worker {
                 lock: lock_,
                 am: Arc::new(Mutex::new(AmQueues::default())),
                 am_args: Mutex::new(Vec::new()),
+                closing: Mutex::new(Vec::new()),
+                closing_n: AtomicUsize::new(0),
             }),
         })
     }
@@ -278,10 +336,23 @@ impl Worker {
 
     /// Runs UCX's progress once (`ucp_worker_progress`); returns the number of events
     /// processed (0 when idle).
+    ///
+    /// Endpoint closes started without waiting ([`crate::Endpoint::retire`]) that UCX
+    /// finished meanwhile are released here.
     pub fn progress(&self) -> u32 {
         let _g = self.guard();
         // SAFETY: live worker, serialised.
-        unsafe { call::worker_progress(self.api(), self.inner.raw) }
+        let n = unsafe { call::worker_progress(self.api(), self.inner.raw) };
+        if self.inner.closing_n.load(Ordering::Acquire) > 0 {
+            self.inner.finish_closes_locked();
+        }
+        n
+    }
+
+    /// Endpoint closes started without waiting ([`crate::Endpoint::retire`]) and not
+    /// finished yet: a diagnostic, and what tests check.
+    pub fn closes_pending(&self) -> usize {
+        self.inner.closing_n.load(Ordering::Acquire)
     }
 
     /// Progresses until `done()` is true or `timeout` passes. Returns whether `done()` became

@@ -615,3 +615,41 @@ fn failed_calls_name_the_symbol_loaded() {
         "{refused:?}"
     );
 }
+
+/// A retired endpoint (`Endpoint::retire`) drops at once even though its peer never progresses
+/// again and it has sends of its own not flushed; the worker's progress finishes the close.
+/// A flush that the silent peer cannot complete is given up on at once too (its request's drop
+/// does not wait `DROP_WAIT`).
+#[test]
+fn a_retired_endpoint_drops_at_once_though_its_peer_is_silent() {
+    let _serial = serial();
+    let p = Pair::new(Some("tcp"));
+    // Dropped here; the rest of the pair at the end (the client's endpoint first).
+    let server_ep = p.server_ep;
+    // The client never progresses from here on: whatever needs its answer never gets it.
+    p.client.am_register(8).unwrap();
+    server_ep
+        .am_send(8, b"", &pattern(64 << 10, 3))
+        .unwrap()
+        .wait(T)
+        .unwrap();
+    let flush = server_ep.flush_nb().unwrap();
+    let start = Instant::now();
+    drop(flush);
+    let took = start.elapsed();
+    assert!(
+        took < Duration::from_millis(500),
+        "dropping a flush took {took:?}"
+    );
+    server_ep.retire();
+    let start = Instant::now();
+    drop(server_ep);
+    let took = start.elapsed();
+    assert!(took < Duration::from_millis(500), "dropping took {took:?}");
+    // The server's background progress finishes the close.
+    let start = Instant::now();
+    while p.server.closes_pending() > 0 {
+        assert!(start.elapsed() < T, "the close never finished");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}

@@ -607,7 +607,11 @@ impl Agent {
     /// Connects to a serving agent and exchanges metadata: challenge, mutual authentication
     /// with `opts.token`, then the server's regions (id, kind, length, packed rkey). Errors:
     /// [`Error::AuthFailed`] (wrong token either side), [`Error::PeerFailed`] (unreachable, no
-    /// answer within `opts.timeout`), [`Error::Protocol`] (malformed metadata), [`Error::Ucx`];
+    /// answer within `opts.timeout`; its detail names the phase that failed or waited: `TCP
+    /// connect`, the handshake's step — `no handshake within …` while waiting for the server's
+    /// challenge, or `auth:` for its answer to this side's proof of the token — or `UCX wireup`,
+    /// with the bound), [`Error::Config`] for a zero `opts.timeout`, [`Error::Protocol`]
+    /// (malformed metadata), [`Error::Ucx`];
     /// [`Error::NetDevices`] when the engine chooses UCX's devices and this agent's UCX context,
     /// made for its first serve or connect, does not cover the interface `addr` needs; errors
     /// of publishing regions exported before the first serve or connect.
@@ -616,19 +620,8 @@ impl Agent {
         addr: std::net::SocketAddr,
         opts: &crate::net::ConnectOptions,
     ) -> Result<crate::net::Peer> {
-        self.with_net(|n| {
-            n.connect(addr, opts).map_err(|e| match e {
-                Error::PeerFailed { peer, detail } => Error::PeerFailed {
-                    peer,
-                    detail: format!(
-                        "{detail} ({})",
-                        crate::net::unreachable_hint(n.net_config(), addr)
-                    ),
-                },
-                other => other,
-            })
-        })
-        .map(crate::net::Peer::new)
+        self.with_net(|n| n.connect(addr, opts))
+            .map(crate::net::Peer::new)
     }
 
     /// Listens on `listen` and serves peers from a background thread: handshakes, metadata,

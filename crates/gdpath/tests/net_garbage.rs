@@ -296,26 +296,38 @@ fn a_silent_or_half_answering_client_is_dropped_at_the_handshake_deadline() {
     }
 }
 
-/// A fake server on TCP: challenge, then `welcome(client_nonce, server_nonce)` as the reply.
-fn fake_server(
-    welcome: impl Fn([u8; 32], [u8; 32]) -> Vec<u8> + Send + 'static,
+/// A fake server that accepts one connection and does `then` with it (keeping it open until
+/// the client closes it).
+fn fake_listener(
+    then: impl FnOnce(&mut TcpStream) + Send + 'static,
 ) -> (SocketAddr, std::thread::JoinHandle<()>) {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
     let h = std::thread::spawn(move || {
         let (mut s, _) = l.accept().unwrap();
         s.set_read_timeout(Some(T)).unwrap();
+        then(&mut s);
+        let mut b = [0u8; 4096];
+        while matches!(s.read(&mut b), Ok(n) if n > 0) {}
+    });
+    (addr, h)
+}
+
+/// A fake server on TCP: challenge, then `welcome(client_nonce, server_nonce)` as the reply;
+/// the client, having refused it (or failed after it), closes the connection.
+fn fake_server(
+    welcome: impl Fn([u8; 32], [u8; 32]) -> Vec<u8> + Send + 'static,
+) -> (SocketAddr, std::thread::JoinHandle<()>) {
+    fake_listener(move |s| {
         let sn = [5u8; 32];
         let ch = codec::encode(&Message::Challenge { server_nonce: sn }).unwrap();
         s.write_all(&ch).unwrap();
-        let Some(Message::Auth { client_nonce, .. }) = read_msg(&mut s) else {
+        let Some(Message::Auth { client_nonce, .. }) = read_msg(s) else {
             panic!("client did not answer with Auth");
         };
         s.write_all(&welcome(client_nonce, sn)).unwrap();
-        // The client, having refused us, closes the connection.
-        assert!(closed(&mut s), "the client kept the connection");
-    });
-    (addr, h)
+        assert!(closed(s), "the client kept the connection");
+    })
 }
 
 #[test]
@@ -414,6 +426,103 @@ fn client_refuses_malformed_welcome() {
         eprintln!("{what}: {err}");
         h.join().unwrap();
     }
+}
+
+/// Every way a connect can wait or fail names its phase (TCP connect, the handshake's step,
+/// auth, UCX wireup) and the bound it waited for, and returns within that bound: a zero
+/// timeout is refused up front (it read "connect did not complete within 0ns"), a port nobody
+/// listens on is a `TCP connect` failure, a server that never challenges or never answers the
+/// proof of the token is `no handshake within` the bound with the step, and a server whose UCX
+/// worker never answers is `UCX wireup`.
+#[test]
+fn a_connect_says_which_phase_waited_and_for_how_long() {
+    let _serial = serial();
+    let client = agent("cli", FailureMode::Detect);
+    let bound = Duration::from_millis(400);
+    let opts = ConnectOptions {
+        token: Token::none(),
+        timeout: bound,
+    };
+    let detail = |what: &str, addr: SocketAddr, opts: &ConnectOptions| -> String {
+        let start = Instant::now();
+        let err = client.connect_with(addr, opts).unwrap_err();
+        let took = start.elapsed();
+        eprintln!("{what}: {err} (after {took:?})");
+        assert!(
+            took < opts.timeout + Duration::from_secs(1),
+            "{what}: took {took:?}"
+        );
+        match err {
+            Error::PeerFailed { detail, .. } => detail,
+            e => panic!("{what}: {e:?}"),
+        }
+    };
+
+    // A zero bound: refused before any connection is tried.
+    let nobody = {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let zero = ConnectOptions {
+        timeout: Duration::ZERO,
+        ..opts.clone()
+    };
+    let err = client.connect_with(nobody, &zero).unwrap_err();
+    assert!(
+        matches!(&err, Error::Config(m) if m.contains("timeout of 0")),
+        "{err:?}"
+    );
+
+    // Nobody listens.
+    let d = detail("refused", nobody, &opts);
+    assert!(d.starts_with("TCP connect: "), "{d}");
+    assert!(d.contains("is `gdpath serve` listening at"), "{d}");
+
+    // A server that accepts and never challenges.
+    let (addr, h) = fake_listener(|_| {});
+    let d = detail("silent", addr, &opts);
+    assert_eq!(
+        d,
+        format!("no handshake within {bound:?} (waiting for the server's challenge)")
+    );
+    h.join().unwrap();
+
+    // A server that challenges and never answers the proof of the token.
+    let (addr, h) = fake_listener(|s| {
+        let ch = codec::encode(&Message::Challenge {
+            server_nonce: [5; 32],
+        })
+        .unwrap();
+        s.write_all(&ch).unwrap();
+    });
+    let d = detail("no welcome", addr, &opts);
+    assert!(
+        d.starts_with(&format!(
+            "no handshake within {bound:?} (auth: waiting for the server"
+        )),
+        "{d}"
+    );
+    h.join().unwrap();
+
+    // A server that welcomes with the address of a UCX worker that never progresses: its
+    // endpoint cannot complete, and the rest of the bound is what the wireup waits.
+    let w = raw_worker();
+    let wa = w.address().unwrap().0;
+    let (addr, h) = fake_server(move |cn, sn| {
+        codec::encode(&Message::Welcome {
+            mac: Token::none().server_mac(&cn, &sn, &binding(3, &wa)),
+            session: 3,
+            worker_address: wa.clone(),
+            metadata: Metadata::default(),
+        })
+        .unwrap()
+    });
+    let d = detail("wireup", addr, &opts);
+    assert!(d.starts_with("UCX wireup: "), "{d}");
+    assert!(d.contains("connect bound"), "{d}");
+    assert!(d.contains("same failure mode"), "{d}");
+    h.join().unwrap();
+    drop(w);
 }
 
 fn arb_message() -> impl Strategy<Value = Message> {

@@ -875,6 +875,73 @@ fn clean_disconnect_is_reported_as_left_not_lost() {
     assert!(after.is_empty(), "after the goodbyes: {after:?}");
 }
 
+/// A client that closed its peer while a region made from the peer's is alive (the region
+/// keeps the client's endpoint, which nothing progresses any more) holds nothing up: its next
+/// connect to the same server is made at once, another client's read meanwhile is served at
+/// once, and dropping the old region does not wait. The server once closed its endpoint to the
+/// closed client with a flush of up to 5 s that only the client's progress could finish, on
+/// its control thread and under its state lock, so the next handshake timed out.
+#[test]
+fn a_closed_peer_with_a_live_region_holds_up_no_reconnect() {
+    let _serial = serial();
+    let server = agent("srv", FailureMode::Detect);
+    let (exported, id, srv) = export_and_serve(&server, &pattern(8192, 5), Token::none());
+    let other = agent("other", FailureMode::Detect);
+    let other_peer = other.connect(srv.local_addr()).unwrap();
+    let other_remote = other.register(other_peer.memory(id).unwrap()).unwrap();
+    let client = agent("cli", FailureMode::Detect);
+    // Far below the 5 s the server's endpoint close waited, far above a loopback handshake.
+    let bound = Duration::from_secs(2);
+    let opts = ConnectOptions {
+        timeout: Duration::from_secs(4),
+        ..ConnectOptions::default()
+    };
+    let mut old_regions = Vec::new();
+    for round in 0..3 {
+        let start = std::time::Instant::now();
+        let peer = client
+            .connect_with(srv.local_addr(), &opts)
+            .unwrap_or_else(|e| {
+                panic!(
+                    "round {round}: connect failed after {:?}: {e}",
+                    start.elapsed()
+                )
+            });
+        let took = start.elapsed();
+        assert!(took < bound, "round {round}: connect took {took:?}");
+        let remote = client.register(peer.memory(id).unwrap()).unwrap();
+        let src = client
+            .register(Memory::host(HostBuffer::from_slice(&pattern(4096, round))))
+            .unwrap();
+        write_one(&client, src.desc(0, 4096), remote.desc(0, 4096));
+        assert!(exported.host_view().unwrap()[..4096] == pattern(4096, round)[..]);
+        peer.close(T).unwrap();
+        expect_left(&srv, "cli@");
+        // The server keeps serving its other client meanwhile.
+        let start = std::time::Instant::now();
+        let (back, _) = read_back(&other, &other_remote, 4096);
+        let took = start.elapsed();
+        assert!(
+            took < bound,
+            "round {round}: another client's read took {took:?}"
+        );
+        assert!(back.host_view().unwrap()[..] == pattern(4096, round)[..]);
+        old_regions.push(remote);
+    }
+    let start = std::time::Instant::now();
+    drop(old_regions);
+    let took = start.elapsed();
+    assert!(
+        took < Duration::from_millis(500),
+        "dropping the regions took {took:?}"
+    );
+    drop(other_remote);
+    other_peer.close(T).unwrap();
+    expect_left(&srv, "other@");
+    let after = events_until_quiet(&srv, Duration::from_secs(1));
+    assert!(after.is_empty(), "after the goodbyes: {after:?}");
+}
+
 /// `FastLocal` (no UCX peer error handling: the server's endpoint may never fail): a clean
 /// disconnect is still `Left`, the server drops the connection after `connect_timeout`
 /// without reporting it, and keeps serving.

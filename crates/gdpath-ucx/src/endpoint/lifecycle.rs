@@ -13,7 +13,7 @@ use crate::error::{Result, Status, UcxError};
 use crate::peer::Peer;
 use crate::sockaddr::CSockAddr;
 use crate::sys;
-use crate::worker::{Worker, WorkerAddress};
+use crate::worker::{PendingClose, Worker, WorkerAddress};
 
 /// How long dropping an endpoint flushes its outstanding operations before force-closing it.
 pub const CLOSE_WAIT: Duration = Duration::from_secs(5);
@@ -30,6 +30,9 @@ pub(crate) struct EpInner {
     /// Set when an operation is posted, cleared when a flush completes: a clean endpoint is
     /// force-closed at drop without flushing (which would wait on a peer that may be gone).
     pub(super) dirty: AtomicBool,
+    /// Nothing posted needs to reach the peer any more ([`Endpoint::retire`]): the close at
+    /// drop neither flushes nor waits.
+    retired: AtomicBool,
 }
 
 // SAFETY: UCX calls on `raw` happen under the worker lock; the peer's state is atomic.
@@ -122,6 +125,45 @@ impl EpInner {
         }
     }
 
+    /// Starts closing the UCP endpoint without waiting: force close with peer error handling
+    /// (local, the peer need not answer), a flush close without (the peer's worker finishes
+    /// it); the worker's progress (or its drop) finishes what UCX does not finish at once, and
+    /// only then gives back the error callback's reference to the peer.
+    fn close_retired(&mut self) {
+        if self.raw.is_null() {
+            return;
+        }
+        let worker = self.worker.clone();
+        let _g = worker.guard();
+        let flags = if self.err_mode == ErrorMode::Peer {
+            sys::UCP_EP_CLOSE_FLAG_FORCE
+        } else {
+            0
+        };
+        // SAFETY: live endpoint, serialised; it is not used after this call; a force close
+        // only with peer error handling.
+        let close = unsafe { call::ep_close_nbx(worker.api(), self.raw, flags) };
+        self.raw = std::ptr::null_mut();
+        match close {
+            Ok(Posted { req, .. }) if !req.is_null() => {
+                // UCX may still call back with `cb_arg` until the close ends: the reference
+                // it stands for moves into the pending close, which drops it after that.
+                let cb_arg = std::mem::replace(&mut self.cb_arg, std::ptr::null());
+                // SAFETY: from Arc::into_raw in `create`, taken back once (NULL after).
+                let peer = (!cb_arg.is_null()).then(|| unsafe { Arc::from_raw(cb_arg) });
+                worker.inner.defer_close(PendingClose {
+                    req,
+                    release: Box::new(move || drop(peer)),
+                });
+            }
+            // Done at post, or refused (UCX then keeps nothing of the endpoint).
+            Ok(_) | Err(UcxError::Status { .. }) => self.release_cb_arg(),
+            // The call layer fails a post with a status only; anything else leaves the
+            // callback's reference where it is.
+            Err(_) => {}
+        }
+    }
+
     /// Gives back the error callback's reference to the peer, once UCX no longer calls back.
     fn release_cb_arg(&mut self) {
         if !self.cb_arg.is_null() {
@@ -134,7 +176,11 @@ impl EpInner {
 
 impl Drop for EpInner {
     fn drop(&mut self) {
-        let _ = self.close_raw(false, CLOSE_WAIT);
+        if self.retired.load(Ordering::Acquire) {
+            self.close_retired();
+        } else {
+            let _ = self.close_raw(false, CLOSE_WAIT);
+        }
     }
 }
 
@@ -230,6 +276,7 @@ impl Endpoint {
                 cb_arg,
                 err_mode,
                 dirty: AtomicBool::new(false),
+                retired: AtomicBool::new(false),
             }),
         })
     }
@@ -292,6 +339,18 @@ impl Endpoint {
         mode: ErrorMode,
     ) -> Result<Endpoint> {
         Self::create(worker, Target::Conn(conn), peer, mode)
+    }
+
+    /// Declares that nothing posted on this endpoint needs to reach the peer any more (the
+    /// connection over it is over: said goodbye, or failed): when its last handle goes, it is
+    /// closed without a flush and without waiting for the peer (force close with peer error
+    /// handling; a flush close without it, which the peer's progress finishes), and the
+    /// worker's later [`Worker::progress`] calls, or its drop, finish the close. The drop of a
+    /// retired endpoint thus never blocks on a peer that does not progress (one that went
+    /// quiet, or an idle process that still holds a remote key made on it), where a plain drop
+    /// flushes for up to [`CLOSE_WAIT`].
+    pub fn retire(&self) {
+        self.inner.retired.store(true, Ordering::Release);
     }
 
     /// Closes the endpoint gracefully now (flush close, `ucp_ep_close_nbx` without flags;

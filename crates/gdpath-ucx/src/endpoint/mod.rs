@@ -33,7 +33,8 @@ pub use rkey::{RemoteKey, RemoteRegion, MAX_PACKED_RKEY};
 /// [`UcxError::EndpointFailed`] instead of a hang. Cheap to clone; closed when the last clone,
 /// remote key and request using it are gone: outstanding operations are flushed (at most
 /// [`CLOSE_WAIT`]) and the endpoint is force-closed, which the peer sees as an endpoint
-/// failure. [`Endpoint::close`] closes gracefully instead.
+/// failure. [`Endpoint::close`] closes gracefully instead; a [retired](Endpoint::retire)
+/// endpoint closes without flushing or waiting.
 #[derive(Clone)]
 pub struct Endpoint {
     inner: Arc<EpInner>,

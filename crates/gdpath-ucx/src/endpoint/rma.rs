@@ -33,7 +33,7 @@ impl Endpoint {
         let _g = w.guard();
         // SAFETY: live endpoint, serialised.
         let posted = unsafe { call::ep_flush_nbx(w.api(), self.inner.raw) };
-        Request::new(w.clone(), Some(self.pins()), posted)
+        Request::new(w.clone(), Some(self.pins()), posted).map(Request::bufferless)
     }
 
     fn rma(

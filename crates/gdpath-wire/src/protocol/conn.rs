@@ -687,6 +687,22 @@ impl Conn {
         self.lost(node, detail, out);
     }
 
+    /// Why a handshake not finished within [`Limits::handshake`] failed: the bound, and the
+    /// step it was waiting in (`no handshake within 10s (waiting for the server's
+    /// challenge)`).
+    pub fn handshake_overdue(&self) -> String {
+        let step = match self.phase {
+            Phase::AwaitChallenge { .. } => "waiting for the server's challenge",
+            Phase::AwaitWelcome { .. } => {
+                "auth: waiting for the server to accept this side's proof of the token and \
+                 prove its own"
+            }
+            Phase::AwaitAuth { .. } => "auth: waiting for the client's proof of the token",
+            _ => "the handshake was over",
+        };
+        format!("no handshake within {:?} ({step})", self.limits.handshake)
+    }
+
     /// Checks the deadlines at `now` (exclusive: a deadline at `now` has not passed): a
     /// handshake not finished within [`Limits::handshake`], a goodbye not answered within
     /// [`Limits::goodbye`], an acknowledgement not given within [`Limits::ack`] (the connection
@@ -698,7 +714,8 @@ impl Conn {
             Phase::Closed | Phase::Failed(_) => {}
             _ if self.is_handshaking() => {
                 if passed(after(self.since, hs)) {
-                    self.lost(node, format!("no handshake within {hs:?}"), out);
+                    let detail = self.handshake_overdue();
+                    self.lost(node, detail, out);
                 }
             }
             Phase::Leaving { since } => {

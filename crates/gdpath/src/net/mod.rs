@@ -323,7 +323,8 @@ impl Peer {
     /// the server, which reports [`NetEvent::Left`] (not [`NetEvent::Lost`]) and answers.
     /// Waits up to `timeout` for all of it. Regions made from the peer's regions can no longer
     /// be used: posts on them are [`Error::Refused`] with finding `net.peer-failed` ("this
-    /// agent closed the connection"). Closing a closed peer is `Ok`.
+    /// agent closed the connection"); they hold nothing up (a new connect to the same server,
+    /// or their own drop, waits for nothing of this connection). Closing a closed peer is `Ok`.
     ///
     /// Errors: [`Error::PeerFailed`] when the connection had already failed, failed while
     /// closing, or the server did not answer within `timeout` (it may then report this agent
@@ -396,9 +397,9 @@ impl Drop for Server {
     }
 }
 
-/// UCX says only "not connected" / "reset" / "unreachable" when a connection fails: the usual
-/// causes, this side's own choices among them.
-pub(crate) fn unreachable_hint(cfg: &NetConfig, addr: SocketAddr) -> String {
+/// UCX says only "not connected" / "reset" / "unreachable" when a connection to a worker
+/// fails: the usual causes among this side's own choices, for a failed UCX wireup.
+pub(crate) fn wireup_hint(cfg: &NetConfig) -> String {
     let mode = match cfg.failure_mode {
         FailureMode::FastLocal => "fast-local (--fast-local, fast_local=True in Python)",
         FailureMode::Detect => "peer error detection (no fast-local)",
@@ -418,10 +419,7 @@ pub(crate) fn unreachable_hint(cfg: &NetConfig, addr: SocketAddr) -> String {
             limits.join(" and ")
         )
     };
-    format!(
-        "is `gdpath serve` listening at {addr}? Both sides must use the same failure mode: this \
-         side uses {mode}{limits}"
-    )
+    format!("both sides must use the same failure mode: this side uses {mode}{limits}")
 }
 
 /// Most control messages a peer queues before it drops them: a sender keeps at most this many

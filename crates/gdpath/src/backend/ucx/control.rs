@@ -155,6 +155,11 @@ impl UcxBackend {
                         Ok(()) => tracing::debug!(peer = %peer.label(), "connection closed"),
                     }
                     st.peers.retain(|p| p.id != peer.id);
+                    // Nothing on the endpoint is owed to the peer any more: its close, when the
+                    // last handle goes (a region made from the peer's may keep it long after),
+                    // must not wait for a peer that no longer progresses it, wherever that
+                    // handle is dropped (the control thread, under the state lock).
+                    peer.ep.retire();
                     // The peer sees the end at once on its control connection.
                     peer.shutdown_control();
                     // A goodbye flush still in flight is kept until UCX ends it.
@@ -225,13 +230,22 @@ impl UcxBackend {
 
     /// Connects to a serving agent: the handshake over a TCP connection to `addr` (challenge,
     /// mutual authentication, worker addresses and metadata), then a UCX endpoint to the
-    /// server's worker, within `opts.timeout` in all (see the module docs).
+    /// server's worker, within `opts.timeout` in all (see the module docs). A failure says in
+    /// which phase it happened (`TCP connect`, the handshake's step, `UCX wireup`) and, for a
+    /// wait, the bound it waited for. Errors: [`Error::Config`] for a zero timeout.
     pub(crate) fn connect(&self, addr: SocketAddr, opts: &ConnectOptions) -> Result<Arc<PeerConn>> {
         let failed = |detail: String| Error::PeerFailed {
             peer: addr.to_string(),
             detail,
         };
-        let deadline = Instant::now().checked_add(opts.timeout);
+        if opts.timeout.is_zero() {
+            return Err(Error::Config(format!(
+                "connecting to {addr} with a timeout of 0: no time to connect in (give it \
+                 seconds: a handshake over loopback takes milliseconds)"
+            )));
+        }
+        let start = Instant::now();
+        let deadline = start.checked_add(opts.timeout);
         let mut stream = match deadline {
             Some(d) => TcpStream::connect_timeout(
                 &addr,
@@ -240,7 +254,16 @@ impl UcxBackend {
             ),
             None => TcpStream::connect(addr),
         }
-        .map_err(|e| failed(format!("cannot connect: {e}")))?;
+        .map_err(|e| {
+            let what = if e.kind() == std::io::ErrorKind::TimedOut {
+                format!("no answer within {:?} ({e})", opts.timeout)
+            } else {
+                e.to_string()
+            };
+            failed(format!(
+                "TCP connect: {what} (is `gdpath serve` listening at {addr}?)"
+            ))
+        })?;
         let _ = stream.set_nodelay(true);
         // UCX's own port listens only on the interface this connection left from, when the
         // engine chooses: the server's side reaches it as it reached the server.
@@ -284,13 +307,27 @@ impl UcxBackend {
         });
         if let Err(e) = peer.ep.wait_connected(left) {
             let mut st = lock(&self.state);
-            let detail = format!(
-                "cannot reach the server's UCX worker: {}",
-                match &e {
-                    gdpath_ucx::UcxError::EndpointFailed { status, .. } => ep_failure(*status),
-                    e => e.to_string(),
+            let why = match &e {
+                gdpath_ucx::UcxError::EndpointFailed { status, .. } => {
+                    format!(
+                        "cannot reach the server's UCX worker: {}",
+                        ep_failure(*status)
+                    )
                 }
-            );
+                gdpath_ucx::UcxError::Timeout { .. } if left.is_zero() => format!(
+                    "the {:?} connect bound ran out in the handshake ({:?}), before the \
+                     connection to the server's UCX worker could complete",
+                    opts.timeout,
+                    start.elapsed()
+                ),
+                gdpath_ucx::UcxError::Timeout { .. } => format!(
+                    "the connection to the server's UCX worker did not complete within the \
+                     {left:?} left of the {:?} connect bound",
+                    opts.timeout
+                ),
+                e => format!("cannot reach the server's UCX worker: {e}"),
+            };
+            let detail = format!("UCX wireup: {why} ({})", crate::net::wireup_hint(&self.cfg));
             self.abandon(&mut st, &peer, detail.clone());
             return Err(failed(detail));
         }
@@ -370,17 +407,26 @@ impl UcxBackend {
                     {
                         proto.poll(node, now, &mut out)
                     }
-                    Err(ReadError::Io(e)) => {
-                        proto.transport_failed(node, format!("control connection: {e}"), &mut out)
-                    }
+                    Err(ReadError::Io(e)) => proto.transport_failed(
+                        node,
+                        format!("handshake: the control connection failed: {e}"),
+                        &mut out,
+                    ),
                 }
             }
             for a in out {
                 match a {
                     Action::Send(m) => {
                         let bytes = codec::encode(&m).map_err(Error::ProtocolLimit)?;
-                        tcp::write_frame(stream, &bytes, proto.next_deadline())
-                            .map_err(|e| failed(format!("cannot answer the server: {e}")))?;
+                        tcp::write_frame(stream, &bytes, proto.next_deadline()).map_err(|e| {
+                            // The bound passed before the frame could go (the server's came
+                            // late), or while it was blocked going.
+                            failed(if e.kind() == std::io::ErrorKind::TimedOut {
+                                proto.handshake_overdue()
+                            } else {
+                                format!("handshake: cannot send {:?} to the server: {e}", m.kind())
+                            })
+                        })?;
                     }
                     Action::Connect { worker_address, .. } => {
                         let made = Endpoint::connect_address_with(
@@ -389,7 +435,9 @@ impl UcxBackend {
                             self.cfg.failure_mode.ucx(),
                         )
                         .map_err(|e| {
-                            failed(format!("cannot connect to the server's UCX worker: {e}"))
+                            failed(format!(
+                                "UCX wireup: cannot make an endpoint to the server's worker: {e}"
+                            ))
                         })?;
                         ep = Some(made);
                     }
