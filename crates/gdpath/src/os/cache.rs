@@ -16,6 +16,14 @@ use std::path::Path;
 /// `fdatasync` when the write-back fails, or op `posix_fadvise` when the call fails (offset 0).
 pub fn evict_page_cache(path: &Path) -> Result<()> {
     let f = std::fs::File::open(path).map_err(|e| Error::io("open", path, 0, e))?;
+    evict_file_pages(&f, path)
+}
+
+/// [`evict_page_cache`] of a file already open as `f` (named `path` in errors), opening
+/// nothing by a path: for a file written through its descriptor.
+///
+/// Errors: [`Error::Io`] with op `fdatasync` or `posix_fadvise`.
+pub fn evict_file_pages(f: &std::fs::File, path: &Path) -> Result<()> {
     f.sync_data()
         .map_err(|e| Error::io("fdatasync", path, 0, e))?;
     posix_fadvise(f.as_raw_fd(), 0, 0, PosixFadviseAdvice::POSIX_FADV_DONTNEED)

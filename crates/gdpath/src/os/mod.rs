@@ -48,7 +48,7 @@ mod process;
 pub(crate) mod shm;
 pub(crate) mod uring;
 
-pub use cache::evict_page_cache;
+pub use cache::{evict_file_pages, evict_page_cache};
 pub use dl::library_exports;
 pub use node::boot_id;
 pub use pages::{fs_magic, resident_bytes};
