@@ -7,8 +7,11 @@
 # Blocks, each self-contained (a helper adding a block keeps to this shape):
 #   files   devices, FIFOs, full file systems, interrupts, closed/full stdout, arguments,
 #           checkpoint saves (resave: kills, a full tmpfs, an existing file), symbolic links
-#           another user planted in a sticky directory, owners kept by a replacement
-#           (cargo test --test faults, then the issue's own command lines in a shell)
+#           another user planted in a sticky directory (at the end of the path or as one of its
+#           directories), another user's file there, magic links of /proc, names swapped and
+#           directories renamed mid-write (the debug build's GDPATH_TEST_HOOK pause point),
+#           owners and group bits kept by a replacement (cargo test --test faults, then the
+#           issue's own command lines in a shell)
 #   network serve and bench net against raw sockets, floods, kills and signals, and where UCX's
 #           own port listens; a connect's phases and bounds, a reconnect after closing a peer
 #           whose regions are alive (cargo test --test net_faults, gdpath's net_garbage and
@@ -177,6 +180,92 @@ PY
     [[ $(stat -c %u:%g:%a "$work/links/theirs") == 65534:65534:640 ]] ||
       fail "copy --overwrite onto nobody:nogroup 640 left $(stat -c %U:%G:%a "$work/links/theirs")"
     cmp -s "$work/links/src" "$work/links/theirs" || fail "copy --overwrite: wrong content"
+
+    say "files: the hostile tester's second round (links in directories, swaps mid-write, others' files, /proc)"
+    nobody="setpriv --reuid=65534 --regid=65534 --clear-groups"
+    L=$work/links
+    # 3: nobody's link as a directory of the path, and root's link whose text goes through it.
+    $nobody ln -s "$L" "$L/S/sub"
+    ln -s sub/P "$L/S/rl2"
+    for t in "$L/S/sub/P" "$L/S/rl2"; do
+      cp -p "$L/P.ref" "$L/P"
+      rc=0
+      bounded 60 "$gdpath" copy "$L/src" "$t" --overwrite >/dev/null 2>"$work/err" || rc=$?
+      [[ $rc == 1 ]] || fail "copy src $t --overwrite: status $rc (0: it wrote through nobody's directory link)"
+      grep -q "$L/S/sub: a symbolic link owned by uid 65534" "$work/err" || fail "copy src $t says: $(cat "$work/err")"
+      cmp -s "$L/P" "$L/P.ref" || fail "copy src $t changed root's file"
+    done
+    # 4: nobody's file in the sticky directory is not replaced with --overwrite.
+    $nobody sh -c "echo x > $L/S/rep.html; chmod 666 $L/S/rep.html"
+    rc=0
+    bounded 60 "$gdpath" copy "$L/src" "$L/S/rep.html" --overwrite >/dev/null 2>"$work/err" || rc=$?
+    [[ $rc == 1 ]] || fail "copy onto nobody's S/rep.html --overwrite: status $rc"
+    grep -q "protected_regular" "$work/err" || fail "copy onto nobody's file says: $(cat "$work/err")"
+    [[ $(cat "$L/S/rep.html") == x ]] || fail "nobody's S/rep.html was replaced"
+    # 4: an existing empty file needs --overwrite for a write bench.
+    : >"$work/empty"
+    rc=0
+    bounded 60 "$gdpath" bench storage --file "$work/empty" --write --size 1MiB >/dev/null 2>"$work/err" || rc=$?
+    [[ $rc == 1 && ! -s $work/empty ]] || fail "bench storage --write on an empty file without --overwrite: status $rc"
+    # 1: the bench's file in nobody's directory swapped for a link to root's file once it is
+    # open (the debug build's pause point): root's file stays.
+    mkdir "$L/nd" && chown 65534:65534 "$L/nd"
+    $nobody sh -c "head -c 1048576 /dev/urandom > $L/nd/bench.dat"
+    cp -p "$L/P.ref" "$L/P"
+    rc=0
+    GDPATH_TEST_HOOK="[ \"\$1\" = in-place ] || exit 0; $nobody sh -c 'ln -s $L/P $L/nd/evil && mv -T $L/nd/evil $L/nd/bench.dat'" \
+      bounded 60 "$gdpath" bench storage --file "$L/nd/bench.dat" --write --overwrite --size 1MiB \
+      --block 256KiB,512KiB --runs 2 --buffered >/dev/null 2>"$work/err" || rc=$?
+    [[ -L $L/nd/bench.dat ]] || fail "bench storage in place: the pause point did not run (a release build?)"
+    [[ $rc == 0 ]] || fail "bench storage in place, name swapped: status $rc: $(cat "$work/err")"
+    cmp -s "$L/P" "$L/P.ref" || fail "bench storage in place wrote root's file through the swapped name"
+    # 2: no /proc (named temporaries), the target's directory swapped once the temporary exists.
+    if unshare -m sh -c 'umount -l /proc' 2>/dev/null; then
+      mkdir "$L/d2" && chown 65534:65534 "$L/d2" && mkdir "$L/d2/e"
+      rc=0
+      GDPATH_TEST_HOOK="[ \"\$1\" = created ] || exit 0; n=\$(ls -A $L/d2/e | grep gdpath-tmp) || exit 0; $nobody sh -c \"mv $L/d2/e $L/d2/e.old && mkdir $L/d2/e && ln -s $L/P $L/d2/e/\$n\"" \
+        bounded 60 unshare -m sh -c 'umount -l /proc && exec "$0" "$@"' "$gdpath" bench storage \
+        --file "$L/d2/e/bench.dat" --write --size 1MiB --block 256KiB --runs 1 >/dev/null 2>"$work/err" || rc=$?
+      [[ $rc == 0 ]] || fail "bench storage without /proc, directory swapped: status $rc: $(cat "$work/err")"
+      cmp -s "$L/P" "$L/P.ref" || fail "bench storage without /proc wrote root's file through the swapped directory"
+      [[ -s $L/d2/e.old/bench.dat ]] || fail "bench storage without /proc: no file in the directory it checked"
+    else
+      say "skipped: cannot unmount /proc in a mount namespace here"
+    fi
+    # 5: magic links of /proc.
+    echo KEEP >"$work/k2"
+    rc=0
+    bounded 60 "$gdpath" copy "$L/src" /dev/stdout --overwrite >>"$work/k2" 2>"$work/err" || rc=$?
+    [[ $rc == 1 && $(cat "$work/k2") == KEEP ]] || fail "copy src /dev/stdout --overwrite >> k2: status $rc, k2: $(head -c 40 "$work/k2")"
+    grep -q "magic link of /proc" "$work/err" || fail "copy src /dev/stdout says: $(cat "$work/err")"
+    ln -s /proc/self/cwd/t2 "$work/through-cwd"
+    rc=0
+    bounded 60 "$gdpath" copy "$L/src" "$work/through-cwd" --overwrite >/dev/null 2>"$work/err" || rc=$?
+    [[ $rc == 1 ]] && grep -q "magic link of /proc" "$work/err" && ! grep -q "Too many levels" "$work/err" ||
+      fail "copy src through-cwd (-> /proc/self/cwd/t2): status $rc: $(cat "$work/err")"
+    # 6: a hostile link name is printed escaped.
+    hostile=$(printf '%s/S/ev\033[31mRED\nfake: ok\r' "$L")
+    $nobody ln -s "$L/P" "$hostile"
+    rc=0
+    bounded 60 "$gdpath" copy "$L/src" "$hostile" --overwrite >/dev/null 2>"$work/err" || rc=$?
+    [[ $rc == 1 ]] || fail "copy onto a hostile link name: status $rc"
+    if grep -q $'\033' "$work/err" || grep -q $'\r' "$work/err"; then fail "a raw ESC or CR in: $(cat -v "$work/err")"; fi
+    grep -qF 'ev\u{1b}[31mRED\nfake: ok\r' "$work/err" || fail "the hostile name is not escaped: $(cat -v "$work/err")"
+    # 7: nobody replacing root's 0664 file in nobody's directory keeps no group bits.
+    printf old >"$L/nd/roots"
+    chmod 664 "$L/nd/roots"
+    cp "$L/src" "$L/nd/src2"
+    rc=0
+    $nobody "$gdpath" copy "$L/nd/src2" "$L/nd/roots" --overwrite >/dev/null 2>"$work/err" || rc=$?
+    [[ $rc == 0 && $(stat -c %u:%g:%a "$L/nd/roots") == 65534:65534:604 ]] ||
+      fail "nobody's copy over root's 0664 file: status $rc, $(stat -c %u:%g:%a "$L/nd/roots")"
+    # 7: a directory raced in at the target's name: the error names the target.
+    printf old >"$work/race"
+    rc=0
+    GDPATH_TEST_HOOK="[ \"\$1\" = created ] && rm $work/race && mkdir $work/race" \
+      bounded 60 "$gdpath" copy "$L/src" "$work/race" --overwrite >/dev/null 2>"$work/err" || rc=$?
+    [[ $rc == 1 ]] && grep -q "rename $work/race at offset 0" "$work/err" ||
+      fail "a directory raced in: status $rc: $(cat "$work/err")"
   else
     say "skipped: planting a link as another user needs root and setpriv"
   fi

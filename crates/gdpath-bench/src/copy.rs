@@ -14,6 +14,7 @@
 //! shorter) are read with `read(2)` to their end, at most [`PSEUDO_FILE_MAX`] bytes, and the
 //! report says so ([`CopyReport::note`]).
 
+use crate::files::temporary_checksum;
 use crate::{Checksum, Progress};
 use gdpath::file::{AtomicFile, ReplaceOptions};
 use gdpath::{
@@ -198,7 +199,7 @@ pub fn copy_file(
         None => None,
     };
     let dst_r = match &out {
-        Some(f) => Some(agent.register(Memory::File(f.spec(opts.direct)))?),
+        Some(f) => Some(agent.register(f.memory(opts.direct)?)?),
         None => None,
     };
     let w = opts.window.min(size.max(1));
@@ -271,7 +272,7 @@ pub fn copy_file(
         // Into memory only: compare with a plain read of the source.
         (true, None) => Some(plain_hash(src, size)? == src_hash.digest()),
         (true, Some(f)) => Some(
-            plain_hash(f.temp_path(), size)? == src_hash.digest()
+            temporary_checksum(f, size)? == src_hash.digest()
                 && plain_hash(src, size)? == src_hash.digest(),
         ),
     };
@@ -374,7 +375,7 @@ fn copy_pseudo_file(
         out.reserve(size)?;
         if size > 0 {
             let buf = agent.register(Memory::host(HostBuffer::from_slice(&data)))?;
-            let file = agent.register(Memory::File(out.spec(opts.direct)))?;
+            let file = agent.register(out.memory(opts.direct)?)?;
             let r = agent
                 .post(TransferRequest::write(
                     vec![buf.desc(0, size)],
@@ -385,7 +386,7 @@ fn copy_pseudo_file(
             leg(&r, &mut write_leg);
         }
         if opts.verify {
-            verified = Some(plain_hash(out.temp_path(), size)? == Checksum::of(&data));
+            verified = Some(temporary_checksum(&out, size)? == Checksum::of(&data));
         }
         dst_file = linked_file(&out);
         if verified != Some(false) {

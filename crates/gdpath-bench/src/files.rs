@@ -4,7 +4,7 @@
 use super::{fill_pattern, Checksum, Progress};
 use gdpath::file::{check_regular, AtomicFile, ReplaceOptions};
 use gdpath::{Error, Result};
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::Path;
 
 /// Bytes per plain read or write of these helpers.
@@ -19,16 +19,29 @@ const BUF: usize = 8 << 20;
 /// [`Error::Open`]; [`Error::Io`] with op `read`.
 pub fn checksum_file(path: &Path, len: Option<u64>, progress: &dyn Progress) -> Result<u64> {
     check_regular(path)?;
-    let mut f = std::fs::File::open(path).map_err(|e| Error::Open {
+    let f = std::fs::File::open(path).map_err(|e| Error::Open {
         path: path.to_owned(),
         source: e.into(),
     })?;
+    checksum_open(&f, path, len, progress)
+}
+
+/// [`checksum_file`] of a file already open as `f` (named `path` in errors), read from offset 0
+/// with positioned reads (`pread`), so its own offset does not matter and no path is opened
+/// again. Errors: [`Error::Io`] with op `read`.
+pub fn checksum_open(
+    f: &std::fs::File,
+    path: &Path,
+    len: Option<u64>,
+    progress: &dyn Progress,
+) -> Result<u64> {
+    use std::os::unix::fs::FileExt;
     let mut buf = vec![0u8; BUF];
     let mut h = Checksum::new();
     let mut done = 0u64;
     while len.is_none_or(|l| done < l) {
         let want = len.map_or(BUF as u64, |l| (l - done).min(BUF as u64)) as usize;
-        let n = match f.read(&mut buf[..want]) {
+        let n = match f.read_at(&mut buf[..want], done) {
             Ok(0) => break,
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
@@ -39,6 +52,12 @@ pub fn checksum_file(path: &Path, len: Option<u64>, progress: &dyn Progress) -> 
         done += n as u64;
     }
     Ok(h.digest())
+}
+
+/// [`checksum_open`] of the first `len` bytes an [`AtomicFile`] holds before its commit, read
+/// through its descriptor (its temporary is never opened by a path). Errors: [`Error::Io`].
+pub(crate) fn temporary_checksum(f: &AtomicFile, len: u64) -> Result<u64> {
+    checksum_open(f.file(), f.temp_path(), Some(len), &crate::NoProgress)
 }
 
 /// A bench's test file, ready to read.
@@ -82,7 +101,7 @@ pub fn prepare_test_file(
             return Err(Error::Config(format!(
                 "{} has {} bytes, fewer than --size {}: pass a --size of at most its length to \
                  read it as it is, or --overwrite to replace it with a test pattern",
-                path.display(),
+                gdpath::topo::text::escape(path),
                 md.len(),
                 size
             )))

@@ -8,9 +8,9 @@
 //! through host memory and comparing XXH3 checksums with the file's; writes fill the GPU with
 //! [`fill_pattern`] first and check the file afterwards. Each row has one untimed warm-up run.
 
-use super::files::{checksum_file, prepare_test_file};
+use super::files::{checksum_open, prepare_test_file};
 use super::{fill_pattern, BenchRow, Checksum, NoProgress, Progress};
-use gdpath::file::{AtomicFile, ReplaceOptions};
+use gdpath::file::{AtomicFile, InPlaceFile, ReplaceOptions};
 use gdpath::units::{format_size, gbps};
 use gdpath::{
     Agent, AgentConfig, Error, FileAccess, FileSpec, FindingId, GdsConfig, HostBuffer, Memory, Op,
@@ -154,38 +154,42 @@ pub fn run(cfg: &GdsBenchConfig, progress: &dyn Progress) -> Result<GdsBenchRepo
         super::check_blocks(&cfg.blocks, cfg.size)?;
     }
     let mut report = GdsBenchReport::default();
-    let existing = gdpath::file::check_regular(&cfg.file)?;
-    let file_sum = match cfg.op {
+    let (file_sum, new_file, in_place) = match cfg.op {
         Op::Read => {
+            gdpath::file::check_regular(&cfg.file)?;
             let replace = ReplaceOptions::default().overwrite(cfg.overwrite);
-            Some(prepare_test_file(&cfg.file, cfg.size, SEED, replace, progress)?.checksum)
+            let sum = prepare_test_file(&cfg.file, cfg.size, SEED, replace, progress)?.checksum;
+            (Some(sum), None, None)
         }
-        Op::Write => {
-            if existing.is_some() && !cfg.overwrite {
-                return Err(Error::Config(format!(
-                    "{} exists: pass --overwrite to write over it",
-                    cfg.file.display()
-                )));
+        // An existing file is written in place, only with `overwrite`: found as AtomicFile
+        // finds a target and opened once, every block going through that descriptor; a new
+        // one is a temporary that takes the name at the end (as the storage bench does).
+        Op::Write => match InPlaceFile::open(&cfg.file, cfg.overwrite)? {
+            Some(f) => (None, None, Some(f)),
+            None => {
+                let f = AtomicFile::create(&cfg.file, ReplaceOptions::default())?;
+                (None, Some(f), None)
             }
-            None
-        }
+        },
     };
-    // A write bench on a new file writes a temporary that takes the name at the end (as the
-    // storage bench does); an existing file is overwritten in place.
-    let new_file = match (cfg.op, &existing) {
-        (Op::Write, None) => Some(AtomicFile::create(&cfg.file, ReplaceOptions::default())?),
-        _ => None,
+    // The file's path for the chooser's facts and the reads; writes go through the descriptor.
+    let target = match (&new_file, &in_place) {
+        (Some(f), _) => f.temp_path().to_owned(),
+        (None, Some(f)) => f.target().path.clone(),
+        (None, None) => cfg.file.clone(),
     };
-    let target = match &new_file {
-        Some(f) => f.temp_path().to_owned(),
-        // Written in place: the file a link leads to, found as AtomicFile finds it (a link
-        // another user planted in a sticky directory is refused), never through the link.
-        None if cfg.op == Op::Write => gdpath::file::check_target(&cfg.file, true)?.path,
-        None => cfg.file.clone(),
+    let written: Option<&std::fs::File> = match (&new_file, &in_place) {
+        (Some(f), _) => Some(f.file()),
+        (None, Some(f)) => Some(f.file()),
+        (None, None) => None,
+    };
+    let evict = || match written {
+        Some(f) => gdpath::os::evict_file_pages(f, &cfg.file),
+        None => gdpath::os::evict_page_cache(&cfg.file),
     };
     if cfg.cold {
         // The chooser sees the file as the timed runs will.
-        let _ = gdpath::os::evict_page_cache(&target);
+        let _ = evict();
     }
     let chosen = choose(cfg, &target)?;
     let blocks = if cfg.blocks.is_empty() {
@@ -228,11 +232,19 @@ pub fn run(cfg: &GdsBenchConfig, progress: &dyn Progress) -> Result<GdsBenchRepo
                     Op::Read => FileAccess::ReadOnly,
                     Op::Write => FileAccess::ReadWrite,
                 };
-                let mut spec = FileSpec::read(&target).access(access);
-                if path == GdsPathChoice::Staged {
-                    spec = spec.direct(staged_direct);
-                }
-                let file = agent.register(Memory::File(spec))?;
+                let direct = if path == GdsPathChoice::Staged {
+                    staged_direct
+                } else {
+                    gdpath::DirectIo::Auto
+                };
+                let memory = match (&new_file, &in_place) {
+                    (Some(f), _) => f.memory(direct)?,
+                    (None, Some(f)) => f.memory(access, direct)?,
+                    (None, None) => {
+                        Memory::File(FileSpec::read(&cfg.file).access(access).direct(direct))
+                    }
+                };
+                let file = agent.register(memory)?;
                 let gpu = agent.register(Memory::Gpu {
                     ordinal: cfg.gpu,
                     len: cfg.size,
@@ -275,7 +287,7 @@ pub fn run(cfg: &GdsBenchConfig, progress: &dyn Progress) -> Result<GdsBenchRepo
                 for _ in 0..cfg.runs {
                     if cfg.cold {
                         // Best effort: a refused eviction leaves this run warm, not failed.
-                        let _ = gdpath::os::evict_page_cache(&target);
+                        let _ = evict();
                     }
                     let t = Instant::now();
                     let r = agent.post(req())?.wait().map_err(|e| e.error)?;
@@ -293,7 +305,10 @@ pub fn run(cfg: &GdsBenchConfig, progress: &dyn Progress) -> Result<GdsBenchRepo
                 progress.finish();
                 let verified = match cfg.op {
                     Op::Read => Some(gpu_checksum(&agent, &gpu, cfg.size)?) == file_sum,
-                    Op::Write => Some(checksum_file(&target, Some(cfg.size), &NoProgress)?) == want,
+                    Op::Write => {
+                        let f = written.expect("a write bench has its file open");
+                        Some(checksum_open(f, &cfg.file, Some(cfg.size), &NoProgress)?) == want
+                    }
                 };
                 let name = row_path.map_or_else(|| path.name().to_owned(), |p| p.name());
                 let mut row = BenchRow::from_runs(

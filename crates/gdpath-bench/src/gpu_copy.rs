@@ -185,7 +185,7 @@ pub fn gpu_to_file(
         .wait()
         .map_err(|e| e.error)?;
     drop(staged);
-    let f = agent.register(Memory::File(out.spec(gdpath::DirectIo::Auto)))?;
+    let f = agent.register(out.memory(gdpath::DirectIo::Auto)?)?;
     let req = || TransferRequest::write(vec![gpu.desc(ep.offset, len)], vec![f.desc(0, len)]);
     let plan = agent.plan(&req())?.into_iter().next();
     let t = Instant::now();
@@ -196,7 +196,7 @@ pub fn gpu_to_file(
     let elapsed = t.elapsed();
     drop(f);
     let verified = if verify {
-        Some(file_checksum(out.temp_path(), len)? == want)
+        Some(crate::files::temporary_checksum(&out, len)? == want)
     } else {
         None
     };

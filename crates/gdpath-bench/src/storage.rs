@@ -12,14 +12,19 @@
 //!
 //! Files: nothing but a regular file is opened (a device, FIFO or socket is refused by type
 //! first). A read bench's missing (or, with `overwrite`, too short) file is made whole or not
-//! at all ([`crate::files::prepare_test_file`]). A write bench on a new file writes a temporary
-//! in the same directory that takes the file's name when the run completes, so an interrupted
-//! run leaves nothing; on an existing file (`overwrite`) it measures overwriting it in place,
-//! and the file holds test data afterwards whether the run completes or not.
+//! at all ([`crate::files::prepare_test_file`]). A write bench on a new (or, with `overwrite`,
+//! empty) file writes a temporary in the same directory that takes the file's name when the
+//! run completes, so an interrupted run leaves nothing; on an existing file (`overwrite`) it
+//! measures overwriting it in place, and the file holds test data afterwards whether the run
+//! completes or not. Either way the written file is checked as [`gdpath::file::AtomicFile`]
+//! checks a target (symbolic links under the `protected_symlinks` rule, another user's file in
+//! a sticky directory refused), opened once, and every block, the read-back and the page-cache
+//! drop go through that descriptor ([`gdpath::file::InPlaceFile`],
+//! [`gdpath::file::AtomicFile::memory`]), never through its path again.
 
-use super::files::{checksum_file, prepare_test_file};
+use super::files::{checksum_open, prepare_test_file};
 use super::{fill_pattern, BenchRow, Checksum, Progress};
-use gdpath::file::{AtomicFile, ReplaceOptions};
+use gdpath::file::{AtomicFile, InPlaceFile, ReplaceOptions};
 use gdpath::units::format_size;
 use gdpath::{
     Agent, AgentConfig, DirectIo, Error, FileAccess, FileSpec, FindingId, HostBuffer, Memory, Op,
@@ -211,36 +216,45 @@ pub fn run(cfg: &StorageBenchConfig, progress: &dyn Progress) -> Result<StorageB
     };
     // Refused by type before anything is opened: a device reports a length of 0 and would
     // otherwise be "created" with the test pattern.
-    let existing = gdpath::file::check_regular(&cfg.file)?;
-    let (reference, prepared, new_file) = match cfg.op {
+    let (reference, prepared, new_file, in_place) = match cfg.op {
         Op::Read => {
+            gdpath::file::check_regular(&cfg.file)?;
             let t = prepare_test_file(&cfg.file, cfg.size, 0x5EED, replace, progress)?;
-            (Some(t.checksum), t.created, None)
+            (Some(t.checksum), t.created, None, None)
         }
-        Op::Write => match existing {
-            Some(md) if md.len() > 0 && !cfg.overwrite => {
-                return Err(Error::Config(format!(
-                    "{} exists ({} bytes): a write benchmark overwrites it; pass --overwrite",
-                    cfg.file.display(),
-                    md.len()
-                )))
-            }
+        // An existing file, an empty one too, is written only with `overwrite`; it is found as
+        // AtomicFile finds a target and opened once, and every block goes through that
+        // descriptor, so a name swapped for a link meanwhile redirects nothing.
+        Op::Write => match InPlaceFile::open(&cfg.file, cfg.overwrite)? {
             // Written in place: the benchmark measures overwriting this file.
-            Some(md) if md.len() > 0 => (None, false, None),
-            // A new (or empty) file is written as a temporary that takes the name at the end:
-            // an interrupted run leaves none.
-            _ => {
-                let replace = replace.overwrite(existing.is_some());
-                (None, true, Some(AtomicFile::create(&cfg.file, replace)?))
+            Some(f) if !f.is_empty() => (None, false, None, Some(f)),
+            // An empty file holds nothing to measure over: replaced like a new one.
+            Some(_) => {
+                let f = AtomicFile::create(&cfg.file, replace.overwrite(true))?;
+                (None, true, Some(f), None)
+            }
+            // A new file is written as a temporary that takes the name at the end: an
+            // interrupted run leaves none.
+            None => {
+                let f = AtomicFile::create(&cfg.file, replace.overwrite(false))?;
+                (None, true, Some(f), None)
             }
         },
     };
-    let target = match &new_file {
-        Some(f) => f.temp_path().to_owned(),
-        // Written in place: the file a link leads to, found as AtomicFile finds it (a link
-        // another user planted in a sticky directory is refused), never through the link.
-        None if cfg.op == Op::Write => gdpath::file::check_target(&cfg.file, true)?.path,
-        None => cfg.file.clone(),
+    // The descriptor every block goes through, for writes; reads open the file by its path.
+    let opened = |agent: &Agent| -> Result<Region> {
+        let memory = match (&new_file, &in_place) {
+            (Some(f), _) => f.memory(cfg.direct)?,
+            (None, Some(f)) => f.memory(FileAccess::ReadWrite, cfg.direct)?,
+            (None, None) => Memory::File(FileSpec::read(&cfg.file).direct(cfg.direct)),
+        };
+        agent.register(memory)
+    };
+    // The written file, for reading it back and dropping its pages: its descriptor.
+    let written: Option<&std::fs::File> = match (&new_file, &in_place) {
+        (Some(f), _) => Some(f.file()),
+        (None, Some(f)) => Some(f.file()),
+        (None, None) => None,
     };
     let mut rows = Vec::new();
     let mut findings: Vec<FindingId> = Vec::new();
@@ -255,15 +269,7 @@ pub fn run(cfg: &StorageBenchConfig, progress: &dyn Progress) -> Result<StorageB
             },
             ..AgentConfig::default()
         })?;
-        let access = match cfg.op {
-            Op::Read => FileAccess::ReadOnly,
-            Op::Write => FileAccess::ReadWrite,
-        };
-        let file = agent.register(Memory::File(FileSpec {
-            path: target.clone(),
-            access,
-            direct: cfg.direct,
-        }))?;
+        let file = opened(&agent)?;
         let w = window_for(block, cfg.qd).min(cfg.size.next_multiple_of(block));
         let windows = [
             agent.register(Memory::host(HostBuffer::zeroed(w as usize)))?,
@@ -289,7 +295,10 @@ pub fn run(cfg: &StorageBenchConfig, progress: &dyn Progress) -> Result<StorageB
         );
         for _ in 0..cfg.runs {
             if cfg.cold && buffered {
-                gdpath::os::evict_page_cache(&target)?;
+                match written {
+                    Some(f) => gdpath::os::evict_file_pages(f, &cfg.file)?,
+                    None => gdpath::os::evict_page_cache(&cfg.file)?,
+                }
             }
             let ok = |_: &Region, _: u64, _: u64| Ok(());
             let p = stream(
@@ -331,7 +340,8 @@ pub fn run(cfg: &StorageBenchConfig, progress: &dyn Progress) -> Result<StorageB
                 stream(
                     &agent, &file, &windows, cfg.size, block, cfg.op, progress, before, none,
                 )?;
-                let back = checksum_file(&target, Some(cfg.size), &super::NoProgress)?;
+                let f = written.expect("a write bench has its file open");
+                let back = checksum_open(f, &cfg.file, Some(cfg.size), &super::NoProgress)?;
                 back == h.digest()
             }
         };

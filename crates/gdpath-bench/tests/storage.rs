@@ -97,7 +97,7 @@ fn storage_bench_runs_and_verifies_on_a_small_file() {
     };
     let e = gdpath_bench::storage::run(&w, &gdpath_bench::NoProgress).unwrap_err();
     assert!(
-        matches!(e, Error::Config(_)),
+        matches!(e, Error::Exists { .. }),
         "existing file needs --overwrite: {e}"
     );
     let w = gdpath_bench::storage::StorageBenchConfig {

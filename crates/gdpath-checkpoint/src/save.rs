@@ -414,7 +414,7 @@ pub fn save(
     let mut transfer = Duration::ZERO;
     if !runs.is_empty() {
         let f = agent
-            .register(gdpath::Memory::File(out.spec(opts.direct)))
+            .register(out.memory(opts.direct).map_err(eng)?)
             .map_err(|e| eng(out.explain(e, header_bytes)))?;
         let local = runs.iter().map(|r| r.region.desc(r.src, r.len)).collect();
         let target = runs

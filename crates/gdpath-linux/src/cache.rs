@@ -16,6 +16,14 @@ use std::path::Path;
 /// `fdatasync` when the write-back fails, or `posix_fadvise` when the call fails.
 pub fn evict_page_cache(path: &Path) -> Result<(), SysError> {
     let f = std::fs::File::open(path).map_err(|e| SysError::new("open", e))?;
+    evict_file_pages(&f)
+}
+
+/// [`evict_page_cache`] of a file already open as `f`, opening nothing by a path: for a file
+/// written through its descriptor.
+///
+/// Errors: a [`SysError`] naming `fdatasync` or `posix_fadvise`.
+pub fn evict_file_pages(f: &std::fs::File) -> Result<(), SysError> {
     f.sync_data().map_err(|e| SysError::new("fdatasync", e))?;
     posix_fadvise(f.as_raw_fd(), 0, 0, PosixFadviseAdvice::POSIX_FADV_DONTNEED)
         .map_err(|e| SysError::new("posix_fadvise", std::io::Error::from(e)))

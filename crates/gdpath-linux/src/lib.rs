@@ -49,7 +49,7 @@ mod process;
 pub mod shm;
 pub mod uring;
 
-pub use cache::evict_page_cache;
+pub use cache::{evict_file_pages, evict_page_cache};
 
 /// A system call that failed: which one (`op`, e.g. `fdatasync`) and the error it returned.
 #[derive(Debug, thiserror::Error)]

@@ -66,16 +66,43 @@ fn details_of<'py>(py: Python<'py>, e: &Error) -> PyResult<Option<Bound<'py, PyD
         | Error::CreateIn { dir: path, source }
         | Error::Io { path, source, .. }
         | Error::NoSpace { path, source, .. } => os_details(&d, path, Some(source))?,
-        Error::Exists { path } | Error::NotAFile { path, .. } => os_details(&d, path, None)?,
-        // EACCES: what open(2) returns where the kernel applies the rule itself.
-        Error::SymlinkRefused { link, .. } => os_details(
+        Error::Exists { path } | Error::MagicLinkRefused { path, .. } => {
+            os_details(&d, path, None)?
+        }
+        Error::NotAFile { path, what } => os_details(
             &d,
-            link,
-            Some(&std::io::Error::from(nix::errno::Errno::EACCES)),
+            path,
+            not_a_file_errno(what).map(std::io::Error::from).as_ref(),
         )?,
+        // EACCES: what open(2) returns where the kernel applies the rule itself.
+        Error::SymlinkRefused { link: path, .. } | Error::ForeignFileRefused { path, .. } => {
+            os_details(
+                &d,
+                path,
+                Some(&std::io::Error::from(nix::errno::Errno::EACCES)),
+            )?
+        }
         _ => return Ok(None),
     }
     Ok(Some(d))
+}
+
+/// The errno `open(2)` gives for what [`Error::NotAFile`] refused (`what`, in its words), so
+/// Python raises the `OSError` subclass `open()` would: `EISDIR` for a directory (or a path
+/// that can only name one), `ENXIO` for a FIFO or socket (as a FIFO without a reader opened for
+/// writing without blocking, and a socket, give), `ENOENT` for a dangling link; none for a
+/// device, which `open(2)` would open.
+fn not_a_file_errno(what: &str) -> Option<nix::errno::Errno> {
+    use nix::errno::Errno;
+    if what.starts_with("a directory") || what == "a symbolic link to a directory" {
+        Some(Errno::EISDIR)
+    } else if matches!(what, "a FIFO" | "a socket") {
+        Some(Errno::ENXIO)
+    } else if what == "a dangling symbolic link" {
+        Some(Errno::ENOENT)
+    } else {
+        None
+    }
 }
 
 /// `errno` and `filename` of a file error, so that Python raises it as the `OSError` subclass

@@ -219,6 +219,49 @@ def test_save_file_refuses_a_link_another_user_planted(planted):
     assert temporaries(sticky) == [] and temporaries(victim.parent) == []
 
 
+def test_save_file_refuses_a_planted_link_as_a_directory_and_another_users_file(planted):
+    """The hostile tester's reproductions 3 and 4: a link ``nobody`` planted as a directory of
+    the path (``S/sub/P``, ``sub`` pointing at root's directory) is refused too (on main the
+    kernel followed it, ``fs.protected_symlinks`` being 0, and root's file was replaced), and
+    ``nobody``'s own file in the sticky directory is not replaced (kind
+    ``foreign_file_refused``, a ``PermissionError``; on main root's tensors became ``nobody``'s
+    file, mode 0666)."""
+    sticky, victim, _, _ = planted
+    sub = sticky / "sub"
+    nobody = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
+    subprocess.run([*nobody, "ln", "-s", str(victim.parent), str(sub)], check=True)
+    a = {"w": np.ones((4, 4), dtype=np.float32)}
+    with pytest.raises(gdpath.StorageError) as e:
+        gst.save_file(a, sub / "P")
+    assert e.value.kind == "symlink_refused" and isinstance(e.value, PermissionError)
+    assert e.value.filename == str(sub), e.value.filename
+    assert victim.read_bytes() == b"root's secret\n"
+    theirs = sticky / "theirs.safetensors"
+    subprocess.run([*nobody, "sh", "-c", f"echo x > {theirs}; chmod 666 {theirs}"], check=True)
+    with pytest.raises(gdpath.StorageError) as e:
+        gst.save_file(a, theirs)
+    assert e.value.kind == "foreign_file_refused" and isinstance(e.value, PermissionError)
+    assert "protected_regular" in str(e.value)
+    assert theirs.read_bytes() == b"x\n"
+    assert temporaries(sticky) == [] and temporaries(victim.parent) == []
+
+
+def test_save_file_refuses_a_magic_link_and_a_directory_with_the_errno_open_gives(scratch):
+    """``/dev/stdout`` goes through ``/proc/self/fd/1``: kind ``magic_link_refused`` (on main a
+    new file was renamed over what stdout went to). A directory is ``not_a_file`` with
+    ``EISDIR``, an ``IsADirectoryError`` as ``open()`` raises (on main its errno was None)."""
+    import errno
+
+    a = {"w": np.ones(3, dtype=np.float32)}
+    with pytest.raises(gdpath.StorageError) as e:
+        gst.save_file(a, "/dev/stdout")
+    assert e.value.kind == "magic_link_refused" and "write to a file" in str(e.value)
+    with pytest.raises(gdpath.StorageError) as e:
+        gst.save_file(a, scratch)
+    assert e.value.kind == "not_a_file"
+    assert isinstance(e.value, IsADirectoryError) and e.value.errno == errno.EISDIR
+
+
 def test_save_file_follows_an_allowed_link_and_reports_the_real_file(planted):
     """Root's own link is followed, as ``open()`` follows it; the report's ``path`` is the file
     written."""

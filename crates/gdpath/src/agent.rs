@@ -250,7 +250,8 @@ impl Agent {
     ///   (see [`Agent::register_kept`]); memory its owner already page-locked stays as it is.
     ///   Read-only memory is never written ([`Error::ReadOnlyMemory`] at post).
     /// - Files: opened per [`crate::FileSpec`] (O_DIRECT where the file system allows it and
-    ///   the policy asks); errors: [`Error::Open`], [`Error::NotAFile`], and
+    ///   the policy asks), or used through the descriptors of a [`crate::OpenFile`] (never
+    ///   opened by path); errors: [`Error::Open`], [`Error::NotAFile`], and
     ///   [`Error::Unsupported`] for [`DirectIo::Required`] on a file system that refuses O_DIRECT.
     /// - GPU memory (`Memory::Gpu`, allocated; `Memory::GpuPointer`, someone else's) and remote
     ///   memory: made by the backend that serves them, else [`Error::Unsupported`] naming the
@@ -311,6 +312,13 @@ impl Agent {
                     other => other,
                 };
                 Storage::File(FileRegion::open(&spec.path, spec.access, mode)?)
+            }
+            Memory::OpenFile(file) => {
+                let mode = match file.direct {
+                    DirectIo::Auto => self.inner.config.storage.direct,
+                    other => other,
+                };
+                Storage::File(FileRegion::from_open(file, mode)?)
             }
             other => {
                 let made = backends.list.iter().find_map(|b| b.materialize(&other));

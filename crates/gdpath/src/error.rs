@@ -120,15 +120,51 @@ pub enum Error {
     /// user's file. Nothing was written. Python raises it as a `PermissionError` (`EACCES`,
     /// what `open(2)` returns when the kernel applies the rule).
     #[error(
-        "{link}: a symbolic link owned by uid {owner} in the sticky world-writable directory \
-         {dir}, neither the writer's nor the directory owner's; the kernel's protected_symlinks \
-         rule does not follow it: remove the link or write elsewhere"
+        "{}: a symbolic link owned by uid {owner} in the sticky world-writable directory \
+         {}, neither the writer's nor the directory owner's; the kernel's protected_symlinks \
+         rule does not follow it: remove the link or write elsewhere",
+        gdpath_topo::text::escape(.link),
+        gdpath_topo::text::escape(.dir)
     )]
     SymlinkRefused {
         link: PathBuf,
         owner: u32,
         dir: PathBuf,
     },
+    /// A write with `overwrite` would replace (or write into) `path`, a regular file owned by
+    /// uid `owner` in the sticky directory `dir`, which is world- or group-writable, and the
+    /// owner is neither the writer (its effective uid) nor the directory's owner: the kernel's
+    /// `fs.protected_regular=2` rule for `O_CREAT` opens (Documentation/admin-guide/sysctl/fs.rst),
+    /// applied whatever the sysctl says. Such a file is anyone's plant: a replacement keeps
+    /// the replaced file's owner and mode, so its planter would own what is written. Nothing
+    /// was written. Python raises it as a `PermissionError` (`EACCES`, what `open(2)` returns
+    /// when the kernel applies the rule).
+    #[error(
+        "{}: a file owned by uid {owner} in the sticky, world- or group-writable directory {}, \
+         neither the writer's nor the directory owner's; the kernel's protected_regular rule \
+         does not let another user write it (its owner would own what is written): remove it \
+         or write elsewhere",
+        gdpath_topo::text::escape(.path),
+        gdpath_topo::text::escape(.dir)
+    )]
+    ForeignFileRefused {
+        path: PathBuf,
+        owner: u32,
+        dir: PathBuf,
+    },
+    /// The path written goes through `link`, a magic link of `/proc` (`/proc/PID/fd/N`,
+    /// `/proc/PID/cwd`, `/proc/PID/root`, ...: `/dev/stdout` is one, through
+    /// `/proc/self/fd/1`): it leads to an open descriptor or a process's directory, not to a
+    /// name, and a file written whole by a rename cannot go into a descriptor. Refused (the
+    /// kernel's `RESOLVE_NO_MAGICLINKS`); nothing was written.
+    #[error(
+        "{}: the path goes through {}, a magic link of /proc (to an open descriptor or a \
+         process's directory); gdpath replaces files whole and cannot write into a \
+         descriptor: write to a file",
+        gdpath_topo::text::escape(.path),
+        gdpath_topo::text::escape(.link)
+    )]
+    MagicLinkRefused { path: PathBuf, link: PathBuf },
     /// The file system holding `path` is full (`ENOSPC`, or `EDQUOT`: a quota is): `needed`
     /// bytes were to be written (when known in advance), `written` bytes were when it filled
     /// up. Written through [`crate::file::AtomicFile`], `path` is the target, which is as it
@@ -315,6 +351,8 @@ impl Error {
             Error::Open { .. } | Error::CreateIn { .. } => "open",
             Error::NotAFile { .. } => "not_a_file",
             Error::SymlinkRefused { .. } => "symlink_refused",
+            Error::ForeignFileRefused { .. } => "foreign_file_refused",
+            Error::MagicLinkRefused { .. } => "magic_link_refused",
             Error::NoSpace { .. } => "no_space",
             Error::Exists { .. } => "exists",
             Error::ReadOnly { .. } => "read_only",
@@ -444,6 +482,15 @@ mod tests {
                 owner: 65534,
                 dir: "/s".into(),
             },
+            Error::ForeignFileRefused {
+                path: "/s/f".into(),
+                owner: 65534,
+                dir: "/s".into(),
+            },
+            Error::MagicLinkRefused {
+                path: "/dev/stdout".into(),
+                link: "/proc/1/fd/1".into(),
+            },
             Error::ProtocolLimit(crate::net::codec::EncodeError {
                 what: "notification",
                 len: 70_000,
@@ -486,6 +533,36 @@ mod tests {
             assert_eq!(
                 (e.to_string(), e.source().map(|s| s.to_string())),
                 (text, source)
+            );
+        }
+    }
+
+    /// The file errors' paths, a hostile link name among them, reach a terminal escaped.
+    #[test]
+    fn file_errors_escape_the_paths_they_name() {
+        let hostile = std::path::PathBuf::from("S/ev\x1b[31mRED\nfake: ok\r");
+        for e in [
+            Error::SymlinkRefused {
+                link: hostile.clone(),
+                owner: 65534,
+                dir: hostile.clone(),
+            },
+            Error::ForeignFileRefused {
+                path: hostile.clone(),
+                owner: 65534,
+                dir: hostile.clone(),
+            },
+            Error::MagicLinkRefused {
+                path: hostile.clone(),
+                link: hostile.clone(),
+            },
+        ] {
+            let msg = e.to_string();
+            assert!(!msg.contains(['\x1b', '\n', '\r']), "{msg:?}");
+            assert_eq!(
+                msg.matches("S/ev\\u{1b}[31mRED\\nfake: ok\\r").count(),
+                2,
+                "{msg}"
             );
         }
     }

@@ -65,7 +65,7 @@ pub use finding::{Area, Finding, FindingId, Status};
 pub use gdpath_topo as topo;
 pub use memory::{
     DirectIo, FileAccess, FileSpec, GpuPointer, HostBuffer, HostPointer, Memory, MemoryClass,
-    MemoryKind, RemoteMemory,
+    MemoryKind, OpenFile, RemoteMemory,
 };
 pub use path::Path;
 pub use region::{Descriptor, DioAlign, DirectStatus, FileRegion, HostView, Region, RegionId};

@@ -4,6 +4,7 @@
 use crate::os::mem::AlignedBuf;
 use serde::{Deserialize, Serialize};
 use std::fmt;
+use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 
 /// Alignment of every [`HostBuffer`] (bytes): one 4 KiB page, which satisfies O_DIRECT's memory
@@ -133,6 +134,77 @@ impl FileSpec {
     }
 }
 
+/// A file already open, registered through its descriptor: the engine never opens it by a
+/// path, so a name or a directory swapped after it was opened cannot redirect the I/O (what
+/// [`crate::file::AtomicFile::memory`] and [`crate::file::InPlaceFile::memory`] hand the
+/// engine). `path` only names the file in messages and reports.
+///
+/// The descriptor must be a regular file, open for reading (and for writing when `access` is
+/// writable), without `O_APPEND` (positioned writes would append); the registration clears the
+/// `O_DIRECT` and `O_NONBLOCK` flags of its open file description. O_DIRECT needs an open file
+/// description of its own: the one given with [`OpenFile::with_direct_fd`] (opened with
+/// `O_DIRECT` on the same inode), else the engine opens `/proc/self/fd/N` of the descriptor
+/// again with `O_DIRECT`, which reaches the same inode by no name; where `/proc` is not
+/// mounted the file is used through the page cache, as on a file system that refuses
+/// O_DIRECT.
+#[derive(Debug)]
+pub struct OpenFile {
+    pub(crate) file: std::fs::File,
+    pub(crate) direct_file: Option<std::fs::File>,
+    pub(crate) path: PathBuf,
+    pub(crate) access: FileAccess,
+    pub(crate) direct: DirectIo,
+}
+
+impl OpenFile {
+    /// The file open as `fd`, named `path` in messages, used as `access` says
+    /// ([`FileAccess::Create`] is [`FileAccess::ReadWrite`] here, its `truncate` truncating the
+    /// file at registration), O_DIRECT where allowed ([`DirectIo::Auto`]).
+    pub fn new(fd: impl Into<OwnedFd>, path: impl Into<PathBuf>, access: FileAccess) -> Self {
+        OpenFile {
+            file: std::fs::File::from(fd.into()),
+            direct_file: None,
+            path: path.into(),
+            access,
+            direct: DirectIo::Auto,
+        }
+    }
+
+    /// The same file with another O_DIRECT policy.
+    pub fn direct(mut self, direct: DirectIo) -> Self {
+        self.direct = direct;
+        self
+    }
+
+    /// The same file with `fd`, a descriptor of the same inode opened with `O_DIRECT` (an open
+    /// file description of its own), for O_DIRECT I/O; the registration checks that it is the
+    /// same inode ([`crate::Error::Open`] otherwise).
+    pub fn with_direct_fd(mut self, fd: impl Into<OwnedFd>) -> Self {
+        self.direct_file = Some(std::fs::File::from(fd.into()));
+        self
+    }
+
+    /// The path that names the file in messages.
+    pub fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+
+    /// Another value for the same open file: both descriptors duplicated (`dup`, the same
+    /// open file descriptions), to register it with another agent. Errors: `dup`'s (`EMFILE`).
+    pub fn try_clone(&self) -> std::io::Result<Self> {
+        Ok(OpenFile {
+            file: self.file.try_clone()?,
+            direct_file: match &self.direct_file {
+                Some(f) => Some(f.try_clone()?),
+                None => None,
+            },
+            path: self.path.clone(),
+            access: self.access,
+            direct: self.direct,
+        })
+    }
+}
+
 /// A remote region as advertised by a peer agent (network backend, later issue): its address in
 /// the peer's memory, its length in bytes and the packed remote key (rkey).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -152,8 +224,10 @@ pub enum Memory {
     /// Host memory owned by the region from now on ([`crate::Region::into_host_buffer`] gives it
     /// back). `pinned: true` asks for page-locked memory, which needs the CUDA backend.
     Host { buffer: HostBuffer, pinned: bool },
-    /// A file.
+    /// A file, opened by its path.
     File(FileSpec),
+    /// A file already open, used through its descriptor ([`OpenFile`]).
+    OpenFile(OpenFile),
     /// `len` bytes of memory on GPU `ordinal`, allocated by the CUDA backend (`cuMemAlloc`) and
     /// freed with the region. Needs the CUDA backend.
     Gpu { ordinal: u32, len: u64 },
@@ -192,6 +266,11 @@ impl Memory {
         Memory::File(spec)
     }
 
+    /// A file already open ([`OpenFile`]).
+    pub fn open_file(file: OpenFile) -> Self {
+        Memory::OpenFile(file)
+    }
+
     /// False for memory registered read-only ([`HostPointer::new`] with `writable: false`,
     /// [`GpuPointer::read_only`]); files are read-only through their [`FileAccess`] instead.
     pub fn writable(&self) -> bool {
@@ -208,7 +287,7 @@ impl Memory {
             Memory::Host { pinned, .. } | Memory::HostPointer { pinned, .. } => {
                 MemoryKind::Host { pinned: *pinned }
             }
-            Memory::File(_) => MemoryKind::File,
+            Memory::File(_) | Memory::OpenFile(_) => MemoryKind::File,
             Memory::Gpu { ordinal, .. } => MemoryKind::Gpu { ordinal: *ordinal },
             Memory::GpuPointer(p) => MemoryKind::Gpu {
                 ordinal: p.ordinal(),

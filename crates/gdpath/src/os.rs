@@ -13,3 +13,11 @@ pub use gdpath_linux::*;
 pub fn evict_page_cache(path: &std::path::Path) -> crate::Result<()> {
     gdpath_linux::evict_page_cache(path).map_err(|e| crate::Error::io(e.op, path, 0, e.source))
 }
+
+/// [`evict_page_cache`] of a file already open as `f` (named `path` in errors), opening nothing
+/// by a path: for a file written through its descriptor.
+///
+/// Errors: [`crate::Error::Io`] at offset 0 with `fdatasync` or `posix_fadvise` as its op.
+pub fn evict_file_pages(f: &std::fs::File, path: &std::path::Path) -> crate::Result<()> {
+    gdpath_linux::evict_file_pages(f).map_err(|e| crate::Error::io(e.op, path, 0, e.source))
+}

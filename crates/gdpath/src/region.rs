@@ -14,6 +14,7 @@ use std::fmt;
 use std::fs::File;
 use std::ops::{Deref, DerefMut};
 use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path as FsPath, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -83,7 +84,6 @@ impl FileRegion {
     /// socket is [`Error::NotAFile`] before anything is opened, and again on the open
     /// descriptor (`fstat`) should the path change in between.
     pub(crate) fn open(path: &FsPath, access: FileAccess, mode: DirectIo) -> Result<Self> {
-        use std::os::unix::fs::MetadataExt;
         let mut oo = std::fs::OpenOptions::new();
         oo.read(true);
         match access {
@@ -103,22 +103,119 @@ impl FileRegion {
             od.read(true).write(access.writable());
             match crate::file::open_regular(path, od, crate::os::file::O_DIRECT) {
                 Ok(f) => (Some(f), DirectStatus::Enabled),
-                Err(Error::Open { source, .. }) if source.raw_os_error() == Some(libc::EINVAL) => {
-                    if mode == DirectIo::Required {
-                        return Err(Error::Unsupported {
-                            what: format!(
-                                "O_DIRECT on {} (the file system refused it)",
-                                path.display()
-                            ),
-                            backend: "posix-direct",
-                        });
-                    }
-                    (None, DirectStatus::Refused)
-                }
+                Err(Error::Open { source, .. }) if source.raw_os_error() == Some(libc::EINVAL) => (
+                    None,
+                    refused_direct(path, mode, "the file system refused it")?,
+                ),
                 Err(e) => return Err(e),
             }
         };
         // The second open went by path too: it must have found the same file.
+        Self::assemble(path.to_owned(), buffered, direct, status, access)
+    }
+
+    /// Uses the descriptors of `file` ([`crate::OpenFile`]), opening nothing by a path: the
+    /// buffered descriptor as it is (a regular file open for reading, and writing when its
+    /// access is writable, without `O_APPEND`; `O_DIRECT` and `O_NONBLOCK` flags on it are
+    /// cleared), and for
+    /// O_DIRECT the descriptor given with it or else `/proc/self/fd/N` of the buffered one
+    /// opened again with `O_DIRECT` (the same inode, by no name; without `/proc` the file goes
+    /// through the page cache, [`DirectStatus::Refused`]).
+    ///
+    /// Errors: [`Error::NotAFile`]; [`Error::Open`] for a descriptor opened the wrong way or a
+    /// direct descriptor of another inode; [`Error::Unsupported`] for [`DirectIo::Required`]
+    /// without O_DIRECT.
+    pub(crate) fn from_open(file: crate::memory::OpenFile, mode: DirectIo) -> Result<Self> {
+        use nix::fcntl::{fcntl, FcntlArg, OFlag};
+        let crate::memory::OpenFile {
+            file: buffered,
+            direct_file,
+            path,
+            access,
+            ..
+        } = file;
+        let open_err = |e: std::io::Error| Error::Open {
+            path: path.clone(),
+            source: Arc::new(e),
+        };
+        let md = buffered.metadata().map_err(open_err)?;
+        if let Some(what) = crate::file::special_kind(&md) {
+            return Err(Error::NotAFile { path, what });
+        }
+        let getfl = |f: &File| {
+            fcntl(f.as_raw_fd(), FcntlArg::F_GETFL)
+                .map(OFlag::from_bits_truncate)
+                .map_err(|e| open_err(e.into()))
+        };
+        let fl = getfl(&buffered)?;
+        let wrong = |why: &str| open_err(std::io::Error::other(why.to_owned()));
+        let acc = fl & OFlag::O_ACCMODE;
+        if acc == OFlag::O_WRONLY {
+            return Err(wrong("the descriptor is not open for reading"));
+        }
+        if access.writable() && acc == OFlag::O_RDONLY {
+            return Err(wrong("the descriptor is not open for writing"));
+        }
+        if fl.contains(OFlag::O_APPEND) {
+            return Err(wrong(
+                "the descriptor is open with O_APPEND: positioned writes would append",
+            ));
+        }
+        // Through the page cache, and blocking: io_uring fails reads that must wait with
+        // EAGAIN on an O_NONBLOCK descriptor.
+        let clear = OFlag::O_DIRECT | OFlag::O_NONBLOCK;
+        if fl.intersects(clear) {
+            fcntl(buffered.as_raw_fd(), FcntlArg::F_SETFL(fl - clear))
+                .map_err(|e| open_err(e.into()))?;
+        }
+        if let FileAccess::Create { truncate: true } = access {
+            buffered.set_len(0).map_err(open_err)?;
+        }
+        let (direct, status) = match (mode, direct_file) {
+            (DirectIo::Off, _) => (None, DirectStatus::Disabled),
+            (_, Some(d)) => {
+                let dfl = getfl(&d)?;
+                let want = (dfl | OFlag::O_DIRECT) - OFlag::O_NONBLOCK;
+                if dfl != want {
+                    // An open file description of its own: its flags are no other
+                    // descriptor's.
+                    fcntl(d.as_raw_fd(), FcntlArg::F_SETFL(want))
+                        .map_err(|e| open_err(e.into()))?;
+                }
+                (Some(d), DirectStatus::Enabled)
+            }
+            (_, None) => {
+                let again = format!("/proc/self/fd/{}", buffered.as_raw_fd());
+                let mut od = std::fs::OpenOptions::new();
+                od.read(true).write(access.writable());
+                od.custom_flags(crate::os::file::O_DIRECT | libc::O_CLOEXEC);
+                match od.open(&again) {
+                    Ok(f) => (Some(f), DirectStatus::Enabled),
+                    Err(e) if e.raw_os_error() == Some(libc::EINVAL) => (
+                        None,
+                        refused_direct(&path, mode, "the file system refused it")?,
+                    ),
+                    Err(e) if e.raw_os_error() == Some(libc::ENOENT) => (
+                        None,
+                        refused_direct(&path, mode, "/proc is not mounted to open it again")?,
+                    ),
+                    Err(e) => return Err(open_err(e)),
+                }
+            }
+        };
+        Self::assemble(path, buffered, direct, status, access)
+    }
+
+    /// The region of the descriptors opened: the O_DIRECT one, opened apart, must be the same
+    /// inode as the buffered one ([`Error::Open`] otherwise).
+    fn assemble(
+        path: PathBuf,
+        buffered: File,
+        direct: Option<File>,
+        status: DirectStatus,
+        access: FileAccess,
+    ) -> Result<Self> {
+        use std::os::unix::fs::MetadataExt;
         if let Some(d) = &direct {
             let same = match (buffered.metadata(), d.metadata()) {
                 (Ok(a), Ok(b)) => (a.dev(), a.ino()) == (b.dev(), b.ino()),
@@ -126,9 +223,9 @@ impl FileRegion {
             };
             if !same {
                 return Err(Error::Open {
-                    path: path.to_owned(),
+                    path,
                     source: Arc::new(std::io::Error::other(
-                        "the path named another file when it was opened again for O_DIRECT",
+                        "the O_DIRECT descriptor is another file than the buffered one",
                     )),
                 });
             }
@@ -136,7 +233,7 @@ impl FileRegion {
         let align = dio_align(&buffered);
         let cache_block = cache_block(&buffered, align);
         Ok(FileRegion {
-            path: path.to_owned(),
+            path,
             buffered,
             direct,
             status,
@@ -193,6 +290,19 @@ impl FileRegion {
             .map(|m| m.len())
             .map_err(|e| Error::io("fstat", &self.path, 0, e))
     }
+}
+
+/// The status of a file without O_DIRECT (`why`: the reason, in words), or, for
+/// [`DirectIo::Required`], the error.
+fn refused_direct(path: &FsPath, mode: DirectIo, why: &str) -> Result<DirectStatus> {
+    if mode == DirectIo::Required {
+        return Err(Error::Unsupported {
+            what: format!("O_DIRECT on {} ({why})", gdpath_topo::text::escape(path)),
+            backend: "posix-direct",
+        });
+    }
+    tracing::debug!("no O_DIRECT for {}: {why}", path.display());
+    Ok(DirectStatus::Refused)
 }
 
 fn dio_align(f: &File) -> DioAlign {

@@ -172,3 +172,151 @@ fn a_replaced_file_keeps_owner_group_mode_and_xattrs_but_not_setuid() {
     let input = format!("if={}", f.display());
     as_nobody(&["dd", &input, "of=/dev/null", "status=none"]);
 }
+
+// The second round: the hostile tester's reproductions 3 to 5 against the engine itself (the
+// CLI's tests/faults/links.rs runs them through the commands, and 1 and 2 with their races).
+
+/// Reproduction 3: a link `nobody` planted is refused as a directory of the path too, not only
+/// at its end (`S/sub/P`, `sub` pointing at the directory of root's file), and inside the text
+/// of root's own link (`S/rl2` → `sub/P`). On main the kernel resolved the directories and,
+/// with `fs.protected_symlinks=0`, replaced root's file.
+#[test]
+fn a_link_another_user_planted_is_refused_as_a_directory_of_the_path() {
+    let Some(p) = planted_link("a_link_another_user_planted_is_refused_as_a_directory_of_the_path")
+    else {
+        return;
+    };
+    let sub = p.sticky.join("sub");
+    as_nobody(&[
+        "ln",
+        "-s",
+        p.victim.parent().unwrap().to_str().unwrap(),
+        sub.to_str().unwrap(),
+    ]);
+    let rl2 = p.sticky.join("rl2");
+    std::os::unix::fs::symlink("sub/P", &rl2).unwrap();
+    for t in [sub.join("P"), rl2] {
+        let e = write(&t, b"x").unwrap_err();
+        match &e {
+            Error::SymlinkRefused { link, owner, dir } => {
+                assert_eq!((link, *owner, dir), (&sub, NOBODY, &p.sticky), "{e}")
+            }
+            other => panic!("{}: {other}", t.display()),
+        }
+        assert!(matches!(
+            check_target(&t, true),
+            Err(Error::SymlinkRefused { .. })
+        ));
+    }
+    assert!(p.victim_untouched());
+    assert!(p.temporaries().is_empty(), "{:?}", p.temporaries());
+}
+
+/// `..` is taken as the kernel takes it, relative to the directory reached so far (after a
+/// link, the parent of where it led), and a link the rule allows as a directory is followed:
+/// the file found is the one `open(2)` finds.
+#[test]
+fn dot_dot_and_allowed_directory_links_resolve_as_the_kernel_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = dir.path().join("a");
+    let deep = a.join("b/c");
+    std::fs::create_dir_all(&deep).unwrap();
+    std::fs::write(a.join("b/f"), b"b's").unwrap();
+    std::os::unix::fs::symlink(&deep, dir.path().join("to-c")).unwrap();
+    std::os::unix::fs::symlink("a/b/c/../f", dir.path().join("rel")).unwrap();
+    for (given, want) in [
+        // The link leads to a/b/c; its `..` is a/b, not the link's own directory.
+        ("to-c/../f", a.join("b/f")),
+        ("a/b/c/../../b/f", a.join("b/f")),
+        ("rel", a.join("b/f")),
+    ] {
+        let t = dir.path().join(given);
+        let mut f = write(&t, b"new").unwrap();
+        f.flush().unwrap();
+        f.commit().unwrap();
+        assert_eq!(std::fs::read(&want).unwrap(), b"new", "{given}");
+        std::fs::write(&want, b"b's").unwrap();
+    }
+    assert!(!dir.path().join("f").exists() && !a.join("f").exists());
+}
+
+/// Reproduction 4: with `overwrite`, a file `nobody` owns in the sticky directory is not
+/// replaced by root (the kernel's `protected_regular=2`), neither when the write begins nor
+/// when it appears before the commit; root's own file there and `nobody`'s file in a directory
+/// that is not sticky are. On main root's content became `nobody`'s, mode 0666.
+#[test]
+fn another_users_file_in_a_sticky_directory_is_not_replaced() {
+    let Some(p) = planted_link("another_users_file_in_a_sticky_directory_is_not_replaced") else {
+        return;
+    };
+    let rep = p.sticky.join("rep.html");
+    let line = format!("echo x > {r}; chmod 666 {r}", r = rep.display());
+    as_nobody(&["sh", "-c", &line]);
+    let e = write(&rep, b"root's").unwrap_err();
+    match &e {
+        Error::ForeignFileRefused { path, owner, dir } => {
+            assert_eq!((path, *owner, dir), (&rep, NOBODY, &p.sticky), "{e}")
+        }
+        other => panic!("{other}"),
+    }
+    assert_eq!(e.kind(), "foreign_file_refused");
+    assert!(e.to_string().contains("protected_regular"), "{e}");
+    assert!(matches!(
+        check_target(&rep, true),
+        Err(Error::ForeignFileRefused { .. })
+    ));
+    assert!(matches!(
+        check_target(&rep, false),
+        Err(Error::Exists { .. })
+    ));
+    assert_eq!(std::fs::read(&rep).unwrap(), b"x\n");
+
+    // Planted between the create and the commit: refused at the commit.
+    let late = p.sticky.join("late.html");
+    let f = write(&late, b"root's").unwrap();
+    let line = format!("echo x > {}", late.display());
+    as_nobody(&["sh", "-c", &line]);
+    assert!(matches!(f.commit(), Err(Error::ForeignFileRefused { .. })));
+    assert_eq!(std::fs::read(&late).unwrap(), b"x\n");
+    assert!(p.temporaries().is_empty(), "{:?}", p.temporaries());
+
+    let mine = p.sticky.join("mine");
+    std::fs::write(&mine, b"old").unwrap();
+    write(&mine, b"new").unwrap().commit().unwrap();
+    assert_eq!(std::fs::read(&mine).unwrap(), b"new");
+    let open = p.victim.parent().unwrap().join("open");
+    std::fs::create_dir(&open).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let theirs = open.join("theirs");
+    let line = format!("echo x > {}", theirs.display());
+    as_nobody(&["sh", "-c", &line]);
+    write(&theirs, b"new").unwrap().commit().unwrap();
+    assert_eq!(std::fs::read(&theirs).unwrap(), b"new");
+}
+
+/// Reproduction 5: a magic link of `/proc` anywhere on the way (`/dev/stdout` →
+/// `/proc/self/fd/1`; a link through `/proc/self/cwd`) is refused with its own error, not
+/// followed through `readlink`'s text (main replaced the file stdout went to) nor refused as
+/// `ELOOP`.
+#[test]
+fn a_magic_link_of_proc_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let through_cwd = dir.path().join("l");
+    std::os::unix::fs::symlink("/proc/self/cwd/t2", &through_cwd).unwrap();
+    for (t, link) in [
+        (Path::new("/dev/stdout"), "/proc/self/fd/1"),
+        (through_cwd.as_path(), "/proc/self/cwd"),
+        (Path::new("/proc/self/cwd/x"), "/proc/self/cwd"),
+    ] {
+        let e = write(t, b"x").unwrap_err();
+        match &e {
+            Error::MagicLinkRefused { path, link: l } => {
+                assert_eq!((path.as_path(), l.as_path()), (t, Path::new(link)), "{e}")
+            }
+            other => panic!("{}: {other}", t.display()),
+        }
+        assert_eq!(e.kind(), "magic_link_refused");
+        assert!(e.to_string().contains("write to a file"), "{e}");
+    }
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+}

@@ -1071,3 +1071,89 @@ fn strict_posix_direct_refuses_a_pair_without_a_whole_block() {
     let r = a.post(whole).unwrap().wait().unwrap();
     assert_eq!(r.pairs[0].path, Path::PosixDirect);
 }
+
+/// A file registered by its descriptor (`Memory::OpenFile`) is read and written through it,
+/// O_DIRECT included (the engine opens `/proc/self/fd/N` again), and never by its path: the
+/// name removed after the open changes nothing. A descriptor that cannot serve the access asked
+/// (read-only for a writable region, `O_APPEND`) or is no regular file is refused at
+/// registration.
+#[test]
+fn an_open_file_is_used_through_its_descriptor() {
+    use gdpath::OpenFile;
+    let dir = disk_dir();
+    let p = dir.path().join("fd");
+    std::fs::write(&p, vec![0u8; 1 << 20]).unwrap();
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&p)
+        .unwrap();
+    std::fs::remove_file(&p).unwrap();
+    let a = agent();
+    let data: Vec<u8> = (0..1u32 << 20).map(|i| (i % 253) as u8).collect();
+    let src = a
+        .register(Memory::host(HostBuffer::from_slice(&data)))
+        .unwrap();
+    let back = a
+        .register(Memory::host(HostBuffer::zeroed(1 << 20)))
+        .unwrap();
+    let file = a
+        .register(Memory::OpenFile(OpenFile::new(
+            f.try_clone().unwrap(),
+            &p,
+            FileAccess::ReadWrite,
+        )))
+        .unwrap();
+    let r = file.file().unwrap();
+    assert!(r.direct_fd().is_some(), "O_DIRECT through /proc/self/fd");
+    a.post(TransferRequest::write(
+        vec![src.desc(0, 1 << 20)],
+        vec![file.desc(0, 1 << 20)],
+    ))
+    .unwrap()
+    .wait()
+    .unwrap();
+    a.post(TransferRequest::read(
+        vec![back.desc(0, 1 << 20)],
+        vec![file.desc(0, 1 << 20)],
+    ))
+    .unwrap()
+    .wait()
+    .unwrap();
+    assert!(back.host_view().unwrap()[..] == data[..]);
+    assert!(!p.exists(), "no path was opened again");
+
+    let ro = std::fs::File::open("/proc/self/exe").unwrap();
+    let e = a
+        .register(Memory::OpenFile(OpenFile::new(
+            ro,
+            "exe",
+            FileAccess::ReadWrite,
+        )))
+        .unwrap_err();
+    assert!(e.to_string().contains("not open for writing"), "{e}");
+    let q = dir.path().join("append");
+    std::fs::write(&q, b"x").unwrap();
+    let app = std::fs::OpenOptions::new()
+        .read(true)
+        .append(true)
+        .open(&q)
+        .unwrap();
+    let e = a
+        .register(Memory::OpenFile(OpenFile::new(
+            app,
+            &q,
+            FileAccess::ReadWrite,
+        )))
+        .unwrap_err();
+    assert!(e.to_string().contains("O_APPEND"), "{e}");
+    let d = std::fs::File::open(dir.path()).unwrap();
+    let e = a
+        .register(Memory::OpenFile(OpenFile::new(
+            d,
+            dir.path(),
+            FileAccess::ReadOnly,
+        )))
+        .unwrap_err();
+    assert!(matches!(e, Error::NotAFile { .. }), "{e}");
+}

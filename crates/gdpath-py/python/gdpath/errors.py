@@ -118,12 +118,18 @@ class StorageError(GdpathError, OSError):
     """A file could not be opened, read or written (kinds ``open``, ``io``, ``not_a_file``,
     ``misaligned``, ``no_space`` for a full file system, ``exists`` for a file not to be
     replaced, ``symlink_refused`` for a symbolic link another user planted in a sticky
-    world-writable directory, which the kernel's ``protected_symlinks`` rule does not follow).
+    world-writable directory, which the kernel's ``protected_symlinks`` rule does not follow,
+    ``foreign_file_refused`` for another user's file in such a directory, which the kernel's
+    ``protected_regular`` rule does not let a writer replace, ``magic_link_refused`` for a
+    path through a magic link of ``/proc`` such as ``/dev/stdout``).
     ``errno`` and ``filename`` are set where the system named them, and the error is then also
     the ``OSError`` subclass Python's ``open()`` raises for that errno (``FileNotFoundError``
-    for ``ENOENT``, ``PermissionError`` for ``EACCES`` — ``symlink_refused`` too, as the
-    kernel's own refusal —, ``FileExistsError`` for ``exists``, ``IsADirectoryError``,
-    ``NotADirectoryError``)."""
+    for ``ENOENT``, ``PermissionError`` for ``EACCES`` — ``symlink_refused`` and
+    ``foreign_file_refused`` too, as the kernel's own refusals —, ``FileExistsError`` for
+    ``exists``, ``IsADirectoryError``, ``NotADirectoryError``). ``not_a_file`` carries the errno
+    ``open(2)`` gives: ``EISDIR`` for a directory (``IsADirectoryError``), ``ENXIO`` for a FIFO
+    or socket, ``ENOENT`` for a dangling link; none for a device, nor for
+    ``magic_link_refused``."""
 
     def __str__(self) -> str:
         # OSError's own text would be "[Errno 2] ..." without gdpath's message.
@@ -191,6 +197,8 @@ _BY_KIND: Dict[str, type] = {
     "no_space": StorageError,
     "exists": StorageError,
     "symlink_refused": StorageError,
+    "foreign_file_refused": StorageError,
+    "magic_link_refused": StorageError,
     "peer_failed": PeerError,
     "auth_failed": PeerError,
     "protocol": PeerError,

@@ -6,8 +6,8 @@
 
 use super::keep::Kept;
 use super::kind::is_no_space;
-use super::resolve::{resolve, Resolved};
-use super::temporary::{remove_stale_temporaries, temp_name, Temporary};
+use super::resolve::{check_owner, resolve, Resolved};
+use super::temporary::{remove_stale_in, temp_name, Temporary};
 use crate::error::{Error, Result};
 use rustix::fs::{linkat, openat, renameat, AtFlags, Mode, OFlags, CWD};
 use rustix::io::Errno;
@@ -57,8 +57,9 @@ impl ReplaceOptions {
 /// checked, so that a directory renamed or swapped afterwards cannot redirect the write: an
 /// unnamed inode (`openat(dir, ".", O_TMPFILE)`) where the file system supports
 /// it, else a file named as [`super::TEMP_MARKER`] says, created exclusively (nothing that exists
-/// is opened). The data goes into it, through [`std::io::Write`] or through the engine (register
-/// [`AtomicFile::spec`] and post writes); [`AtomicFile::commit`] syncs it, gives it the target's
+/// is opened). The data goes into it through its descriptor, never by a path: through
+/// [`std::io::Write`] or through the engine (register [`AtomicFile::memory`], the descriptor
+/// itself, and post writes); [`AtomicFile::commit`] syncs it, gives it the target's
 /// name and syncs the directory. An unnamed temporary takes the name by `linkat` through
 /// `/proc/self/fd/N` (`AT_SYMLINK_FOLLOW`, which needs no capability): straight to the target when
 /// it must not be replaced (`EEXIST` if it appeared meanwhile), else to a fresh temporary name
@@ -68,26 +69,38 @@ impl ReplaceOptions {
 /// handler removes a named one through [`super::remove_live_temporaries`], and a `SIGKILL`
 /// frees an unnamed one with the process. Either way the target is as it was.
 ///
-/// **Symbolic links.** A symbolic link as the path's last component is followed, as `open(2)`
-/// would, one link at a time, with the kernel's `protected_symlinks` rule applied to every link
-/// whatever `fs.protected_symlinks` says: a link in a sticky world-writable directory (`/tmp`)
-/// whose owner is neither the writer (its effective uid) nor the directory's owner is refused
+/// **Symbolic links.** Every component of the path, and of the text of every link met, is
+/// opened by gdpath one at a time (`openat(O_PATH | O_NOFOLLOW)` relative to the directory
+/// reached), so every link, in a directory of the path as at its end, is followed as `open(2)`
+/// would follow it, with the kernel's `protected_symlinks` rule applied to it whatever
+/// `fs.protected_symlinks` says: a link in a sticky world-writable directory (`/tmp`) whose owner
+/// is neither the writer (its effective uid) nor the directory's owner is refused
 /// ([`Error::SymlinkRefused`]), so a link another user planted never makes this process replace
-/// a file it may write and that user may not. At most 40 links are followed (`ELOOP` beyond, as
-/// the kernel's `MAXSYMLINKS`); a dangling link is refused. The directories of the path are
-/// resolved by the kernel, as `open(2)` resolves them. [`AtomicFile::target`] is the file the
-/// commit replaces (the real one, when a link was followed: [`AtomicFile::through_link`]), and
-/// the link itself stays.
+/// a file it may write and that user may not. A magic link of `/proc` (`/dev/stdout` is one) is
+/// refused ([`Error::MagicLinkRefused`]). At most 40 links are followed (`ELOOP` beyond, as
+/// the kernel's `MAXSYMLINKS`); a dangling link is refused. [`AtomicFile::target`] is the file the
+/// commit replaces (the real one, when the last component was a link:
+/// [`AtomicFile::through_link`]), and the link itself stays.
 ///
-/// **What a replaced file keeps.** The commit renames a new inode over the old name, so:
+/// **Another user's file.** With `overwrite`, a regular file in a sticky directory writable by
+/// others (`/tmp`) whose owner is neither the writer nor the directory's owner is not replaced
+/// ([`Error::ForeignFileRefused`], the kernel's `protected_regular=2` rule for `O_CREAT` opens,
+/// applied whatever the sysctl says): anyone may plant such a file, and the replacement would
+/// keep its owner. Checked when the write begins and again at the commit.
+///
+/// **What a replaced file keeps.** The commit renames a new inode over the old name, so it
+/// gives the new one the attributes of the file it replaces, read just before the rename
+/// (`openat(O_PATH | O_NOFOLLOW)` of the name in the directory handle, `fstat`):
 /// - owner and group: kept where the writer may set them — root sets both; another writer keeps
 ///   the group when it is a member of it (`chown` refuses others with `EPERM`, and the write
 ///   carries on with the file the writer's);
-/// - permission bits (`rwx`): kept; set-user-ID, set-group-ID and sticky bits are dropped, as
-///   the kernel drops set-id bits when a file is written;
+/// - permission bits (`rwx`): kept, but the group bits only with the group (where the new file
+///   has the writer's group instead, they would grant it what the old group had, so they are
+///   cleared); set-user-ID, set-group-ID and sticky bits are dropped, as the kernel drops set-id
+///   bits when a file is written;
 /// - extended attributes (POSIX ACLs, SELinux labels, `user.*`): copied where the writer can
 ///   read and set them, except `security.capability` (file capabilities), dropped as set-id bits
-///   are;
+///   are, and the POSIX ACL where the group is not kept;
 /// - other hard links to the old inode keep the old content (and its owner and mode);
 /// - until the commit, the temporary of a replacement is readable by its owner only (mode
 ///   0600), so a secret file's new content is never readable by others meanwhile.
@@ -98,15 +111,16 @@ impl ReplaceOptions {
 pub struct AtomicFile {
     target: PathBuf,
     linked: bool,
-    /// The target's directory, `O_PATH`: the temporary is made, linked and renamed relative
-    /// to it.
-    dir: File,
+    /// The target's directory, `O_PATH`: the temporary is made, linked, renamed and removed
+    /// relative to it.
+    dir: Arc<File>,
     dir_path: PathBuf,
     name: OsString,
     temp: Temp,
     file: File,
     opts: ReplaceOptions,
-    /// The replaced file's attributes, given to the new one at the commit.
+    /// The attributes of the file there to replace when this began: the commit reads them again
+    /// from the file it replaces, and uses these only where that file has gone meanwhile.
     kept: Option<Kept>,
     written: u64,
     needed: Option<u64>,
@@ -120,10 +134,12 @@ impl AtomicFile {
     /// Errors: [`Error::NotAFile`] when `target` is a directory, device, FIFO, socket or a
     /// dangling symbolic link (nothing is opened for writing); [`Error::SymlinkRefused`] for a
     /// link the `protected_symlinks` rule forbids following (see the type's docs);
-    /// [`Error::Exists`] when it exists and `opts.overwrite` is false; [`Error::Open`] when it
-    /// cannot be examined (permission, `ELOOP`); [`Error::CreateIn`], naming the target's
-    /// directory, when no temporary can be created there (permission, a missing directory, a
-    /// read-only file system).
+    /// [`Error::MagicLinkRefused`] for a path through a magic link of `/proc`;
+    /// [`Error::Exists`] when it exists and `opts.overwrite` is false;
+    /// [`Error::ForeignFileRefused`] when it is another user's file in a sticky directory (see
+    /// the type's docs); [`Error::Open`] when it cannot be examined (permission, `ELOOP`,
+    /// `ENOTDIR`); [`Error::CreateIn`], naming the target's directory, when no temporary can be
+    /// created there (permission, a missing directory, a read-only file system).
     pub fn create(target: impl AsRef<Path>, opts: ReplaceOptions) -> Result<AtomicFile> {
         Self::create_as(target.as_ref(), opts, true)
     }
@@ -132,19 +148,20 @@ impl AtomicFile {
     /// named fallback on file systems that would not need it).
     fn create_as(target: &Path, opts: ReplaceOptions, unnamed: bool) -> Result<AtomicFile> {
         let r = checked(target, opts.overwrite)?;
-        remove_stale_temporaries(&r.path);
+        remove_stale_in(&r.dir, &r.name, &r.dir_path);
+        let dir = Arc::new(r.dir);
         // A replacement stays the writer's alone until the commit gives it the old file's mode.
         let mode = if r.existing.is_some() { 0o600 } else { 0o666 };
         let tried = if unnamed {
-            open_unnamed(&r.dir, mode)
+            open_unnamed(&dir, mode)
         } else {
             Ok(None)
         };
         let (file, temp) = match tried {
             Ok(Some((file, path))) => (file, Temp::Unnamed(path)),
             Ok(None) => {
-                let (file, temp) = create_named(&r, mode)?;
-                (file, Temp::Named(temp))
+                let (file, temp, name) = create_named(&dir, &r.dir_path, &r.name, mode)?;
+                (file, Temp::Named(temp, name))
             }
             Err(e) => {
                 return Err(Error::CreateIn {
@@ -153,17 +170,17 @@ impl AtomicFile {
                 })
             }
         };
-        let kept = r.existing.as_ref().map(|(old, md)| Kept::of(old, md));
+        super::test_hook("created");
         Ok(AtomicFile {
             target: r.path,
             linked: r.linked,
-            dir: r.dir,
+            dir,
             dir_path: r.dir_path,
             name: r.name,
             temp,
             file,
             opts,
-            kept,
+            kept: r.existing.as_ref().map(|(old, md)| Kept::of(old, md)),
             written: 0,
             needed: None,
         })
@@ -192,8 +209,10 @@ impl AtomicFile {
         }
     }
 
-    /// A path of the temporary file the data goes into until the commit: `/proc/self/fd/N` for
-    /// an unnamed one (it opens the same inode while this value lives), else the named file.
+    /// A path of the temporary file the data goes into until the commit, for messages:
+    /// `/proc/self/fd/N` for an unnamed one, else the named file. Reach the temporary through
+    /// [`AtomicFile::file`] or [`AtomicFile::memory`], not through this path, which a directory
+    /// renamed meanwhile redirects.
     pub fn temp_path(&self) -> &Path {
         self.temp.path()
     }
@@ -204,12 +223,45 @@ impl AtomicFile {
         matches!(self.temp, Temp::Unnamed(_))
     }
 
-    /// The temporary as the engine registers it: `FileSpec::write(temp).access(ReadWrite)`,
-    /// with O_DIRECT policy `direct`.
+    /// The temporary as a path for the engine to open: `FileSpec::write(temp).access(ReadWrite)`,
+    /// with O_DIRECT policy `direct`. A named temporary's path can be redirected by a directory
+    /// renamed after [`AtomicFile::create`]: register [`AtomicFile::memory`] instead.
+    #[deprecated(
+        note = "opens the temporary by its path, which a directory swapped meanwhile redirects: \
+                register AtomicFile::memory, its descriptor"
+    )]
     pub fn spec(&self, direct: crate::DirectIo) -> crate::FileSpec {
         crate::FileSpec::write(self.temp.path())
             .access(crate::FileAccess::ReadWrite)
             .direct(direct)
+    }
+
+    /// The temporary as the engine registers it: its own descriptor (duplicated), never its
+    /// path ([`crate::OpenFile`], named [`AtomicFile::temp_path`] in messages), read-write,
+    /// with O_DIRECT policy `direct`. For O_DIRECT the engine opens `/proc/self/fd/N` again
+    /// with `O_DIRECT`; where `/proc` is missing, a named temporary is opened again by its name
+    /// relative to the directory handle (`O_NOFOLLOW`) and checked to be the same inode.
+    ///
+    /// Errors: [`Error::Open`] naming the target when the descriptor cannot be duplicated
+    /// (`EMFILE`).
+    pub fn memory(&self, direct: crate::DirectIo) -> Result<crate::Memory> {
+        let name = match &self.temp {
+            Temp::Named(_, name) => Some(name.as_os_str()),
+            Temp::Unnamed(_) => None,
+        };
+        let f = open_file(
+            &self.file,
+            &self.dir,
+            name,
+            self.temp.path(),
+            crate::FileAccess::ReadWrite,
+            direct,
+        )
+        .map_err(|e| Error::Open {
+            path: self.target.clone(),
+            source: Arc::new(e),
+        })?;
+        Ok(crate::Memory::OpenFile(f))
     }
 
     /// The temporary's descriptor.
@@ -362,7 +414,7 @@ impl AtomicFile {
         self.file
             .flush()
             .map_err(|e| self.explain(Error::io("flush", self.temp.path(), 0, e), written))?;
-        if let Some(kept) = &self.kept {
+        if let Some(kept) = self.replaced()? {
             // Before the fsync, so that the attributes are as durable as the data.
             kept.apply(&self.file)
                 .map_err(|e| self.explain(Error::io("fchmod", self.temp.path(), 0, e), written))?;
@@ -373,14 +425,12 @@ impl AtomicFile {
                 .map_err(|e| self.explain(Error::io("fsync", self.temp.path(), 0, e), written))?;
         }
         match &mut self.temp {
-            Temp::Named(temp) => {
-                let from = temp.path().to_owned();
-                let from_name = from.file_name().unwrap_or_default();
+            Temp::Named(temp, from_name) => {
                 if self.opts.overwrite {
-                    renameat(&self.dir, from_name, &self.dir, &self.name)
-                        .map_err(|e| Error::io("rename", &from, 0, e.into()))?;
+                    renameat(&*self.dir, &*from_name, &*self.dir, &self.name)
+                        .map_err(|e| Error::io("rename", &self.target, 0, e.into()))?;
                 } else {
-                    rename_no_replace(&self.dir, from_name, &self.name, &from, &self.target)?;
+                    rename_no_replace(&self.dir, from_name, &self.name, &self.target)?;
                 }
                 temp.disarm();
             }
@@ -391,7 +441,7 @@ impl AtomicFile {
         }
         if self.opts.fsync {
             openat(
-                &self.dir,
+                &*self.dir,
                 ".",
                 OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
                 Mode::empty(),
@@ -403,12 +453,47 @@ impl AtomicFile {
         Ok(())
     }
 
+    /// The attributes the new file takes at the commit: those of the regular file the commit
+    /// replaces, read now (`openat(O_PATH | O_NOFOLLOW)` of its name relative to the directory
+    /// handle, `fstat`), or, where it has gone or something else took its name, those read
+    /// when this began; none for a new file or without `overwrite` (the commit then refuses to
+    /// replace anything). Errors: [`Error::ForeignFileRefused`] when the file there is now
+    /// another user's in a sticky directory; [`Error::Open`] naming the target when it cannot
+    /// be examined.
+    fn replaced(&self) -> Result<Option<Kept>> {
+        if !self.opts.overwrite {
+            return Ok(None);
+        }
+        let open_err = |e: Errno| Error::Open {
+            path: self.target.clone(),
+            source: Arc::new(e.into()),
+        };
+        let entry = match openat(
+            &*self.dir,
+            &self.name,
+            OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        ) {
+            Ok(fd) => File::from(fd),
+            Err(Errno::NOENT) => return Ok(self.kept.clone()),
+            Err(e) => return Err(open_err(e)),
+        };
+        let md = entry
+            .metadata()
+            .map_err(|e| open_err(Errno::from_io_error(&e).unwrap_or(Errno::IO)))?;
+        if !md.is_file() {
+            return Ok(self.kept.clone());
+        }
+        check_owner(&self.dir, &self.dir_path, &self.target, &md)?;
+        Ok(Some(Kept::of(&entry, &md)))
+    }
+
     /// Gives the unnamed temporary at `proc` (`/proc/self/fd/N`) the target's name in the
     /// target's directory: a link straight to the target when it must not be replaced, else a
     /// link to a fresh temporary name (registered for removal before it exists) renamed over
     /// the target.
     fn link_unnamed(&self, proc: &Path) -> Result<()> {
-        let link = |to: &OsStr| linkat(CWD, proc, &self.dir, to, AtFlags::SYMLINK_FOLLOW);
+        let link = |to: &OsStr| linkat(CWD, proc, &*self.dir, to, AtFlags::SYMLINK_FOLLOW);
         let failed = |e: Errno| {
             self.explain(
                 Error::io("link", &self.target, 0, std::io::Error::from(e)),
@@ -430,12 +515,12 @@ impl AtomicFile {
             let path = self.dir_path.join(&name);
             // Registered before it exists, so that an interrupt between the link and the
             // rename removes it.
-            let temp = Temporary::adopt(&path);
+            let temp = Temporary::adopt_at(&self.dir, &name, path);
             match link(&name) {
                 Ok(()) => {
                     // On failure `temp` drops and removes the name: the target stays as it was.
-                    renameat(&self.dir, &name, &self.dir, &self.name)
-                        .map_err(|e| Error::io("rename", &path, 0, e.into()))?;
+                    renameat(&*self.dir, &name, &*self.dir, &self.name)
+                        .map_err(|e| Error::io("rename", &self.target, 0, e.into()))?;
                     temp.keep();
                     return Ok(());
                 }
@@ -493,13 +578,67 @@ pub fn check_target(target: &Path, overwrite: bool) -> Result<Target> {
     })
 }
 
-/// `target` resolved ([`resolve`]), refused when it exists and `overwrite` is off.
-fn checked(target: &Path, overwrite: bool) -> Result<Resolved> {
+/// `target` resolved ([`resolve`]), refused when it exists and `overwrite` is off, or when
+/// it is another user's file in a sticky directory ([`check_owner`]).
+pub(super) fn checked(target: &Path, overwrite: bool) -> Result<Resolved> {
     let r = resolve(target)?;
-    if r.existing.is_some() && !overwrite {
-        return Err(Error::Exists { path: r.path });
+    if let Some((_, md)) = &r.existing {
+        if !overwrite {
+            return Err(Error::Exists { path: r.path });
+        }
+        check_owner(&r.dir, &r.dir_path, &r.path, md)?;
     }
     Ok(r)
+}
+
+/// `file` (a regular file, open read-write) as the engine registers it, through its
+/// descriptor: a duplicate of it, named `shown`, with O_DIRECT policy `direct`. Where `/proc`
+/// is not mounted (the engine opens `/proc/self/fd/N` again for O_DIRECT) and the file has a
+/// `name` in the directory `dir`, that name is opened again with `O_DIRECT` relative to the
+/// handle (`O_NOFOLLOW | O_NONBLOCK | O_NOCTTY`) and kept only if it is the same inode.
+/// Errors: `dup`'s.
+pub(super) fn open_file(
+    file: &File,
+    dir: &File,
+    name: Option<&OsStr>,
+    shown: &Path,
+    access: crate::FileAccess,
+    direct: crate::DirectIo,
+) -> std::io::Result<crate::OpenFile> {
+    let f = crate::OpenFile::new(file.try_clone()?, shown, access).direct(direct);
+    let (Some(name), false) = (name, direct == crate::DirectIo::Off) else {
+        return Ok(f);
+    };
+    if Path::new("/proc/self/fd").is_dir() {
+        return Ok(f);
+    }
+    let flags = OFlags::DIRECT
+        | OFlags::NOFOLLOW
+        | OFlags::NONBLOCK
+        | OFlags::NOCTTY
+        | OFlags::CLOEXEC
+        | if access.writable() {
+            OFlags::RDWR
+        } else {
+            OFlags::RDONLY
+        };
+    let Ok(d) = openat(dir, name, flags, Mode::empty()) else {
+        return Ok(f); // EINVAL: no O_DIRECT here; the engine says so
+    };
+    let d = File::from(d);
+    let same = match (file.metadata(), d.metadata()) {
+        (Ok(a), Ok(b)) => (a.dev(), a.ino()) == (b.dev(), b.ino()),
+        _ => false,
+    };
+    if !same {
+        tracing::debug!(
+            "{} names another file now: no O_DIRECT descriptor",
+            shown.display()
+        );
+        return Ok(f);
+    }
+    // The registration clears O_NONBLOCK (io_uring would fail reads that must wait).
+    Ok(f.with_direct_fd(d))
 }
 
 /// Where the data waits until the commit.
@@ -508,16 +647,16 @@ enum Temp {
     /// An unnamed inode (`O_TMPFILE`) in the target's directory, reached as `/proc/self/fd/N`
     /// while its descriptor is open: a kill frees it with the process.
     Unnamed(PathBuf),
-    /// A named file in the target's directory (where `O_TMPFILE` is refused), removed by its
-    /// [`Temporary`] or, after a kill, by the next run.
-    Named(Temporary),
+    /// A named file in the target's directory (where `O_TMPFILE` is refused), with its name
+    /// there, removed by its [`Temporary`] or, after a kill, by the next run.
+    Named(Temporary, OsString),
 }
 
 impl Temp {
     fn path(&self) -> &Path {
         match self {
             Temp::Unnamed(p) => p,
-            Temp::Named(t) => t.path(),
+            Temp::Named(t, _) => t.path(),
         }
     }
 }
@@ -548,25 +687,31 @@ fn open_unnamed(dir: &File, mode: u32) -> std::io::Result<Option<(File, PathBuf)
     Ok(same.then_some((file, path)))
 }
 
-/// A named temporary for the target `r` in its directory, created exclusively (`O_EXCL`,
-/// `O_NOFOLLOW`) relative to the directory handle, with permission bits `mode`, and registered
-/// for removal before it exists. Errors: [`Error::CreateIn`] naming the directory when it
+/// A named temporary for the target named `target` in the directory open as `dir` (`shown`
+/// in messages), created exclusively (`O_EXCL`, `O_NOFOLLOW`) relative to the directory
+/// handle, with permission bits `mode`, and registered for removal (relative to the handle)
+/// before it exists; and its name. Errors: [`Error::CreateIn`] naming the directory when it
 /// cannot be created.
-fn create_named(r: &Resolved, mode: u32) -> Result<(File, Temporary)> {
+fn create_named(
+    dir: &Arc<File>,
+    shown: &Path,
+    target: &OsStr,
+    mode: u32,
+) -> Result<(File, Temporary, OsString)> {
     let mut attempt = 0;
     loop {
-        let name = temp_name(&r.name, random_name(&r.dir_path)?);
+        let name = temp_name(target, random_name(shown)?);
         // Registered before it exists: a signal between the open and the registration would
         // otherwise leave the file behind.
-        let temp = Temporary::adopt(r.dir_path.join(&name));
+        let temp = Temporary::adopt_at(dir, &name, shown.join(&name));
         let opened = openat(
-            &r.dir,
+            &**dir,
             &name,
             OFlags::RDWR | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
             Mode::from_raw_mode(mode),
         );
         match opened {
-            Ok(f) => return Ok((File::from(f), temp)),
+            Ok(f) => return Ok((File::from(f), temp, name)),
             Err(Errno::EXIST) if attempt < 8 => {
                 // Someone else's file: not ours to remove.
                 temp.keep();
@@ -575,7 +720,7 @@ fn create_named(r: &Resolved, mode: u32) -> Result<(File, Temporary)> {
             Err(e) => {
                 temp.keep();
                 return Err(Error::CreateIn {
-                    dir: r.dir_path.clone(),
+                    dir: shown.to_owned(),
                     source: Arc::new(e.into()),
                 });
             }
@@ -595,19 +740,13 @@ fn random_name(dir: &Path) -> Result<u64> {
 /// Renames `from` to `to` in the directory open as `dir` unless `to` exists
 /// (`renameat2(RENAME_NOREPLACE)`; where the file system does not support it, a hard link and
 /// an unlink, which fail the same way; where hard links are not supported either, a check and a
-/// plain rename). `from_shown` and `to_shown` are their paths for errors.
-fn rename_no_replace(
-    dir: &File,
-    from: &OsStr,
-    to: &OsStr,
-    from_shown: &Path,
-    to_shown: &Path,
-) -> Result<()> {
+/// plain rename). `to_shown` is the target's path for errors.
+fn rename_no_replace(dir: &File, from: &OsStr, to: &OsStr, to_shown: &Path) -> Result<()> {
     use rustix::fs::{renameat_with, statat, unlinkat, RenameFlags};
     let exists = || Error::Exists {
         path: to_shown.to_owned(),
     };
-    let err = |op, e: Errno| Error::io(op, from_shown, 0, std::io::Error::from(e));
+    let err = |op, e: Errno| Error::io(op, to_shown, 0, std::io::Error::from(e));
     match renameat_with(dir, from, dir, to, RenameFlags::NOREPLACE) {
         Ok(()) => return Ok(()),
         Err(Errno::EXIST) => return Err(exists()),
@@ -811,9 +950,7 @@ mod tests {
         let src = agent
             .register(Memory::host(HostBuffer::from_slice(&data)))
             .unwrap();
-        let f = agent
-            .register(Memory::File(a.spec(DirectIo::Auto)))
-            .unwrap();
+        let f = agent.register(a.memory(DirectIo::Auto).unwrap()).unwrap();
         agent
             .post(TransferRequest::write(
                 vec![src.desc(0, 1 << 20)],
@@ -863,5 +1000,110 @@ mod tests {
             msg.contains("100 bytes (100 B) needed, 40 bytes written"),
             "{msg}"
         );
+    }
+
+    /// Writes `data` through the engine into `memory` (a file region), from offset 0.
+    fn engine_write(memory: crate::Memory, data: &[u8]) {
+        use crate::{Agent, AgentConfig, HostBuffer, Memory, TransferRequest};
+        let agent = Agent::new(AgentConfig::default()).unwrap();
+        let src = agent
+            .register(Memory::host(HostBuffer::from_slice(data)))
+            .unwrap();
+        let f = agent.register(memory).unwrap();
+        let n = data.len() as u64;
+        agent
+            .post(TransferRequest::write(
+                vec![src.desc(0, n)],
+                vec![f.desc(0, n)],
+            ))
+            .unwrap()
+            .wait()
+            .unwrap();
+    }
+
+    /// Reproduction 2 of the hostile tester's report: a named temporary is written through its
+    /// descriptor ([`AtomicFile::memory`]), so its directory renamed and replaced by one
+    /// holding a link named as the temporary cannot redirect the engine's writes (main's
+    /// `spec()` opened the temporary's path and wrote the link's target); the commit gives the
+    /// name in the directory it was checked in.
+    #[test]
+    fn a_named_temporary_is_written_through_its_descriptor_whatever_its_directory_becomes() {
+        for direct in [crate::DirectIo::Off, crate::DirectIo::Auto] {
+            let dir = tempfile::tempdir().unwrap();
+            let victim = dir.path().join("victim");
+            std::fs::write(&victim, b"keep").unwrap();
+            let e = dir.path().join("e");
+            std::fs::create_dir(&e).unwrap();
+            let a =
+                AtomicFile::create_as(&e.join("out"), ReplaceOptions::default(), false).unwrap();
+            assert!(!a.is_unnamed());
+            let temp = a.temp_path().file_name().unwrap().to_owned();
+            std::fs::rename(&e, dir.path().join("e.old")).unwrap();
+            std::fs::create_dir(&e).unwrap();
+            std::os::unix::fs::symlink(&victim, e.join(&temp)).unwrap();
+            let data: Vec<u8> = (0..1u32 << 16).map(|i| (i % 251) as u8).collect();
+            engine_write(a.memory(direct).unwrap(), &data);
+            assert!(
+                std::fs::read(&victim).unwrap() == b"keep",
+                "{direct:?}: the link's target was written"
+            );
+            a.commit().unwrap();
+            assert!(std::fs::read(dir.path().join("e.old/out")).unwrap() == data);
+            assert!(temporaries(&dir.path().join("e.old")).is_empty());
+        }
+    }
+
+    /// Reproduction 1's engine half: a file written in place ([`super::super::InPlaceFile`]) is
+    /// opened once; its name swapped for a link afterwards redirects nothing.
+    #[test]
+    fn a_file_written_in_place_is_the_one_opened_whatever_its_name_becomes() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, b"keep").unwrap();
+        let f = dir.path().join("bench.dat");
+        std::fs::write(&f, vec![0u8; 1 << 16]).unwrap();
+        let opened = super::super::InPlaceFile::open(&f, true).unwrap().unwrap();
+        assert_eq!(opened.len(), 1 << 16);
+        std::fs::rename(&f, dir.path().join("bench.old")).unwrap();
+        std::os::unix::fs::symlink(&victim, &f).unwrap();
+        let data = vec![7u8; 1 << 16];
+        for direct in [crate::DirectIo::Off, crate::DirectIo::Auto] {
+            let m = opened.memory(crate::FileAccess::ReadWrite, direct).unwrap();
+            engine_write(m, &data);
+        }
+        assert!(
+            std::fs::read(&victim).unwrap() == b"keep",
+            "the link's target was written"
+        );
+        assert!(std::fs::read(dir.path().join("bench.old")).unwrap() == data);
+        let e = super::super::InPlaceFile::open(&victim, false).unwrap_err();
+        assert!(matches!(e, Error::Exists { .. }), "{e}");
+        assert!(
+            super::super::InPlaceFile::open(&dir.path().join("none"), true)
+                .unwrap()
+                .is_none()
+        );
+    }
+
+    /// A directory raced in at the target's name fails the commit's rename with an error that
+    /// names the target (main named the temporary), and leaves no temporary.
+    #[test]
+    fn a_failed_rename_names_the_target() {
+        for unnamed in [true, false] {
+            let dir = tempfile::tempdir().unwrap();
+            let t = dir.path().join("race");
+            std::fs::write(&t, b"old").unwrap();
+            let mut a =
+                AtomicFile::create_as(&t, ReplaceOptions::default().overwrite(true), unnamed)
+                    .unwrap();
+            a.write_all(b"new").unwrap();
+            std::fs::remove_file(&t).unwrap();
+            std::fs::create_dir(&t).unwrap();
+            match a.commit().unwrap_err() {
+                Error::Io { op, path, .. } => assert_eq!((op, path), ("rename", t.clone())),
+                other => panic!("{other}"),
+            }
+            assert!(temporaries(dir.path()).is_empty());
+        }
     }
 }

@@ -21,7 +21,10 @@ const XATTR_MAX: usize = 65_536;
 /// The attribute that is privilege, not description: dropped as set-user-ID is.
 const CAPABILITY: &[u8] = b"security.capability";
 
-/// The attributes of a file being replaced, read when the replacement begins.
+/// A file's POSIX access ACL: its group entries apply to the file's owning group.
+const ACCESS_ACL: &[u8] = b"system.posix_acl_access";
+
+/// The attributes of a file being replaced, read just before the commit replaces it.
 #[derive(Debug, Clone)]
 pub(super) struct Kept {
     uid: u32,
@@ -53,23 +56,46 @@ impl Kept {
     /// The owner: root (`CAP_CHOWN`) sets both; another writer gets `EPERM` for an owner
     /// other than itself and then keeps only the group, which `chown` allows when the writer
     /// is a member of it; failing that the new file stays the writer's and this carries on.
-    /// An extended attribute the file system or the writer's privilege refuses is skipped.
+    /// Group bits (and the POSIX ACL, whose group entries would apply to the writer's group)
+    /// are kept only with the group: where the new file has the writer's group instead, they
+    /// would grant that group what the old file's group had, so they are cleared and the ACL
+    /// is not copied. An extended attribute the file system or the writer's privilege refuses
+    /// is skipped.
     ///
     /// Errors: the `fchmod`'s (the writer owns the new file, so it fails only on a file
     /// system that refuses modes).
     pub(super) fn apply(&self, new: &File) -> std::io::Result<()> {
         let (uid, gid) = (Uid::from_raw(self.uid), Gid::from_raw(self.gid));
-        match fchown(new, Some(uid), Some(gid)) {
+        let group_kept = match fchown(new, Some(uid), Some(gid)) {
+            Ok(()) => true,
             Err(Errno::PERM) => {
-                if let Err(e) = fchown(new, None, Some(gid)) {
-                    tracing::debug!("the replaced file's group {} is not kept: {e}", self.gid);
+                tracing::debug!(
+                    "the replaced file's owner {} is not kept: the new file is the writer's",
+                    self.uid
+                );
+                match fchown(new, None, Some(gid)) {
+                    Ok(()) => true,
+                    Err(e) => {
+                        tracing::debug!("the replaced file's group {} is not kept: {e}", self.gid);
+                        false
+                    }
                 }
             }
-            Err(e) => tracing::debug!("the replaced file's owner is not kept: {e}"),
-            Ok(()) => {}
-        }
-        fchmod(new, Mode::from_raw_mode(self.mode))?;
+            Err(e) => {
+                tracing::debug!("the replaced file's owner and group are not kept: {e}");
+                false
+            }
+        };
+        let mode = if group_kept {
+            self.mode
+        } else {
+            self.mode & !0o070
+        };
+        fchmod(new, Mode::from_raw_mode(mode))?;
         for (name, value) in &self.xattrs {
+            if !group_kept && name.as_bytes() == ACCESS_ACL {
+                continue;
+            }
             if let Err(e) = fsetxattr(new, name.as_c_str(), value, XattrFlags::empty()) {
                 tracing::debug!("extended attribute {name:?} not kept: {e}");
             }

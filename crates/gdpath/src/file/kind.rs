@@ -85,7 +85,7 @@ pub fn read_bounded(path: &Path, max: u64) -> Result<Vec<u8>> {
     if data.len() as u64 > max {
         return Err(Error::Config(format!(
             "{} holds more than {max} bytes, the most read from it",
-            path.display()
+            gdpath_topo::text::escape(path)
         )));
     }
     Ok(data)

@@ -1,20 +1,46 @@
 //! Temporary files this process made: removed when dropped, when a signal handler asks, and,
-//! once their process is gone, by the next run.
+//! once their process is gone, by the next run. A temporary an [`super::AtomicFile`] made is
+//! removed relative to the handle of its directory (`unlinkat`), never by a path, which a
+//! directory renamed meanwhile would send elsewhere.
 
 use std::ffi::{OsStr, OsString};
+use std::fs::File;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// The part of every temporary's name that marks it as gdpath's: a temporary for `dir/NAME` is
 /// `dir/.NAME.gdpath-tmp-PID-RANDOM` (PID: the process that made it, RANDOM: 16 hex digits).
 pub const TEMP_MARKER: &str = ".gdpath-tmp-";
 
-/// The temporaries alive in this process, for [`remove_live_temporaries`].
-static LIVE: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+/// Where a temporary is: a path, or a name in a directory held open.
+#[derive(Debug, Clone)]
+enum Place {
+    Path(PathBuf),
+    At(Arc<File>, OsString),
+}
 
-fn live() -> MutexGuard<'static, Vec<PathBuf>> {
-    // Only paths are kept under this lock: a panic while holding it leaves a usable list.
+impl Place {
+    /// Removes the file; `ENOENT` is an error too (the caller tells it apart).
+    fn remove(&self) -> std::io::Result<()> {
+        match self {
+            Place::Path(p) => std::fs::remove_file(p),
+            Place::At(dir, name) => {
+                rustix::fs::unlinkat(dir, name, rustix::fs::AtFlags::empty()).map_err(Into::into)
+            }
+        }
+    }
+}
+
+/// The temporaries alive in this process, by id, for [`remove_live_temporaries`].
+static LIVE: Mutex<Vec<(u64, Place)>> = Mutex::new(Vec::new());
+
+/// The next [`Temporary`]'s id.
+static NEXT: AtomicU64 = AtomicU64::new(0);
+
+fn live() -> MutexGuard<'static, Vec<(u64, Place)>> {
+    // Only places are kept under this lock: a panic while holding it leaves a usable list.
     LIVE.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -23,16 +49,34 @@ fn live() -> MutexGuard<'static, Vec<PathBuf>> {
 /// (a signal handler's thread calls that before ending the process).
 #[derive(Debug)]
 pub struct Temporary {
+    id: u64,
     path: PathBuf,
+    place: Place,
     armed: bool,
 }
 
 impl Temporary {
-    /// Takes charge of removing `path` (a file the caller created).
+    /// Takes charge of removing `path` (a file the caller created), by that path.
     pub fn adopt(path: impl Into<PathBuf>) -> Temporary {
         let path = path.into();
-        live().push(path.clone());
-        Temporary { path, armed: true }
+        Self::register(path.clone(), Place::Path(path))
+    }
+
+    /// Takes charge of removing `name` in the directory open as `dir` (`unlinkat`); `path`
+    /// names it in messages.
+    pub(super) fn adopt_at(dir: &Arc<File>, name: &OsStr, path: PathBuf) -> Temporary {
+        Self::register(path, Place::At(dir.clone(), name.to_owned()))
+    }
+
+    fn register(path: PathBuf, place: Place) -> Temporary {
+        let id = NEXT.fetch_add(1, Ordering::Relaxed);
+        live().push((id, place.clone()));
+        Temporary {
+            id,
+            path,
+            place,
+            armed: true,
+        }
     }
 
     /// The file's path.
@@ -51,7 +95,7 @@ impl Temporary {
         if self.armed {
             self.armed = false;
             let mut l = live();
-            if let Some(i) = l.iter().position(|p| *p == self.path) {
+            if let Some(i) = l.iter().position(|(id, _)| *id == self.id) {
                 l.swap_remove(i);
             }
         }
@@ -62,9 +106,12 @@ impl Drop for Temporary {
     fn drop(&mut self) {
         if self.armed {
             self.disarm();
-            if let Err(e) = std::fs::remove_file(&self.path) {
+            if let Err(e) = self.place.remove() {
                 if e.kind() != std::io::ErrorKind::NotFound {
-                    tracing::warn!("cannot remove the temporary {}: {e}", self.path.display());
+                    tracing::warn!(
+                        "cannot remove the temporary {}: {e}",
+                        gdpath_topo::text::escape(&self.path)
+                    );
                 }
             }
         }
@@ -83,7 +130,7 @@ pub fn remove_live_temporaries() -> usize {
     let mut registry = live();
     let removed = registry
         .drain(..)
-        .filter(|p| std::fs::remove_file(p).is_ok())
+        .filter(|(_, place)| place.remove().is_ok())
         .count();
     std::mem::forget(registry);
     removed
@@ -134,13 +181,32 @@ pub fn remove_stale_temporaries(target: &Path) -> usize {
     } else {
         dir
     };
+    match File::open(dir) {
+        Ok(d) => remove_stale_in(&d, name, dir),
+        Err(_) => 0,
+    }
+}
+
+/// [`remove_stale_temporaries`] for the target named `name` in the directory open as `dir`
+/// (any descriptor of it, `O_PATH` too; `shown` in messages): listed and removed relative to
+/// that descriptor.
+pub(super) fn remove_stale_in(dir: &File, name: &OsStr, shown: &Path) -> usize {
+    use rustix::fs::{openat, statat, unlinkat, AtFlags, Dir, FileType, Mode, OFlags};
     let prefix = prefix(name);
-    let Ok(entries) = std::fs::read_dir(dir) else {
+    let Ok(listing) = openat(
+        dir,
+        ".",
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) else {
+        return 0;
+    };
+    let Ok(entries) = Dir::read_from(&listing) else {
         return 0;
     };
     let mut removed = 0;
     for e in entries.flatten() {
-        let n = e.file_name();
+        let n = OsStr::from_bytes(e.file_name().to_bytes());
         let Some(rest) = n.as_bytes().strip_prefix(prefix.as_bytes()) else {
             continue;
         };
@@ -155,9 +221,13 @@ pub fn remove_stale_temporaries(target: &Path) -> usize {
         if pid as u32 == std::process::id() || alive(pid) {
             continue;
         }
-        let is_file = e.file_type().is_ok_and(|t| t.is_file());
-        if is_file && std::fs::remove_file(e.path()).is_ok() {
-            tracing::info!("removed {} (left by a killed run)", e.path().display());
+        let is_file = statat(dir, n, AtFlags::SYMLINK_NOFOLLOW)
+            .is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::RegularFile);
+        if is_file && unlinkat(dir, n, AtFlags::empty()).is_ok() {
+            tracing::info!(
+                "removed {} (left by a killed run)",
+                gdpath_topo::text::escape(&shown.join(n))
+            );
             removed += 1;
         }
     }
@@ -179,7 +249,12 @@ mod tests {
         let kept = Temporary::adopt(&a).keep();
         assert_eq!(kept, a);
         assert!(a.exists());
-        assert!(!live().contains(&a), "a kept temporary is no longer listed");
+        assert!(
+            !live()
+                .iter()
+                .any(|(_, p)| matches!(p, Place::Path(x) if *x == a)),
+            "a kept temporary is no longer listed"
+        );
     }
 
     #[test]
