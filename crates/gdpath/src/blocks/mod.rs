@@ -35,15 +35,15 @@
 //!
 //! Units: bytes, ns.
 
+mod coalesce;
 mod error;
 mod ids;
 mod layout;
-mod list;
 
+pub use coalesce::BlockList;
 pub use error::{BlockError, BlockSide, LayoutDim};
 pub use ids::BlockIndex;
 pub use layout::KvLayout;
-pub use list::BlockList;
 
 use crate::agent::Agent;
 use crate::backend::Backend;
