@@ -15,7 +15,7 @@
 //! after the previous one was freed; `aligned` the file's first bytes from offset 0, rounded down
 //! to 2 MiB, into the kept allocation; `shifted` as many bytes from the load's first file offset.
 use gdpath::{AgentConfig, FileSpec, Memory, TransferRequest};
-use gdpath_checkpoint::tune::Overrides;
+use gdpath_checkpoint::chooser::Overrides;
 use gdpath_checkpoint::{Checkpoint, Destination};
 use std::time::{Duration, Instant};
 

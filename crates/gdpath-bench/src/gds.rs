@@ -16,7 +16,7 @@ use gdpath::{
     Agent, AgentConfig, Error, FileAccess, FileSpec, FindingId, GdsConfig, HostBuffer, Memory, Op,
     Path, Region, Result, TransferRequest,
 };
-use gdpath_checkpoint::tune::{Dest, Overrides, Tuning};
+use gdpath_checkpoint::chooser::{Dest, Overrides, Tuning};
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -60,7 +60,7 @@ pub struct GdsBenchConfig {
     /// CUDA ordinal of the GPU.
     pub gpu: u32,
     /// Block sizes (bytes per request, `GdsConfig::chunk`); empty: the chooser's
-    /// ([`gdpath_checkpoint::tune::choose`] on the prepared file).
+    /// ([`gdpath_checkpoint::chooser::choose`] on the prepared file).
     pub blocks: Vec<u64>,
     /// Thread counts (requests in flight, `GdsConfig::threads`); empty: the chooser's.
     pub threads: Vec<usize>,
@@ -342,7 +342,7 @@ pub fn run(cfg: &GdsBenchConfig, progress: &dyn Progress) -> Result<GdsBenchRepo
 /// The chooser's settings for the bench's file `target` (a write's size counted as the file's
 /// bytes), with a single block size or thread count the caller gave in their place.
 fn choose(cfg: &GdsBenchConfig, target: &std::path::Path) -> Result<Tuning> {
-    let mut facts = gdpath_checkpoint::tune::Facts::gather(&[target])?;
+    let mut facts = gdpath_checkpoint::chooser::Facts::gather(&[target])?;
     if cfg.op == Op::Write {
         facts.file_bytes = cfg.size;
     }
@@ -354,8 +354,8 @@ fn choose(cfg: &GdsBenchConfig, target: &std::path::Path) -> Result<Tuning> {
         cufile: None,
         slabs: cfg.slabs,
     };
-    let mut t = gdpath_checkpoint::tune::with_overrides(
-        gdpath_checkpoint::tune::rule(&facts, Dest::Gpu),
+    let mut t = gdpath_checkpoint::chooser::with_overrides(
+        gdpath_checkpoint::chooser::rule(&facts, Dest::Gpu),
         &over,
     );
     if !cfg.blocks.is_empty() && cfg.slabs.is_none() {

@@ -1,6 +1,7 @@
 //! `gdpath bench kv`: KV-cache block transfers through the engine ([`gdpath::blocks`]) beside
-//! one contiguous copy of the same bytes between the same regions, in the same run (issue 25;
-//! the ratio of the medians is the figure), with the data verified and the CPU cost of posting.
+//! one contiguous copy of the same bytes between the same regions, in the same run (the ratio
+//! of the medians is the figure: what splitting the bytes into blocks costs on this machine),
+//! with the data verified and the CPU cost of posting.
 //!
 //! Method:
 //! - two pools of `blocks` slots of `block_size` bytes (one layer, one K/V plane), the source

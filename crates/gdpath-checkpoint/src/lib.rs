@@ -8,7 +8,7 @@
 //! [`Checkpoint`]; [`Checkpoint::load`] loads all of it, or the tensors named, into one
 //! allocation on a GPU or in host memory ([`Destination`]) with one transfer
 //! ([`CheckpointPlan`]). Saving tensors of GPU or host memory as a checkpoint, crash-safe, is
-//! [`save`] ([`save()`]). The storage chooser ([`tune`]) picks threads, chunk and O_DIRECT or
+//! [`save`] ([`save()`]). The storage chooser ([`chooser`]) picks threads, chunk and O_DIRECT or
 //! buffered reads for the files of a load; [`LoadSetup`] makes the agent from its choice, as
 //! `gdpath load` and the Python module's `load_file` do.
 //!
@@ -17,13 +17,13 @@
 //! the backend-author interface ([`gdpath::backend::cuda::gpu_buffer`]); the engine knows
 //! nothing of checkpoints.
 
+pub mod chooser;
 pub mod header;
 pub mod index;
 pub mod load;
 pub mod plan;
 pub mod save;
 pub mod setup;
-pub mod tune;
 
 pub use header::{tensor_bytes, Header, TensorEntry, MAX_HEADER_BYTES};
 pub use index::Index;

@@ -18,8 +18,9 @@ pub const LOAD_ALIGN: u64 = 4096;
 
 /// How long [`super::LoadSetup::settle_after_free`] waits between freeing one GPU load and
 /// timing the next (`gdpath load --repeat`): copies to the GPU that overlap the driver's work on
-/// a freed multi-GB allocation run about 10 % slower (docs/benchmarks.md, "Measurements behind
-/// the defaults": `load_probe`'s `free+N ms` rows).
+/// a freed multi-GB allocation run slower, so a load timed at once would be charged the previous
+/// one's clean-up (docs/benchmarks.md, "Measurements behind the defaults", the
+/// `SETTLE_AFTER_FREE` row).
 pub const SETTLE_AFTER_FREE: Duration = Duration::from_secs(1);
 
 /// Why a load failed.

@@ -1,11 +1,11 @@
-//! Loads set up from the storage chooser: the settings [`crate::tune`] picks for a
+//! Loads set up from the storage chooser: the settings [`crate::chooser`] picks for a
 //! checkpoint's files, an agent made with them while the GPU's driver and context come up on a
 //! thread of their own, a warm-up that pays one-time costs before timed loads, and loads whose
 //! chosen buffered reads are not reported as fallbacks. `gdpath load` and the Python module's
 //! `load_file` both load through it.
 
 use super::load::{Checkpoint, Destination, LoadError, LoadedCheckpoint};
-use crate::tune::{Dest, Overrides, Tuning};
+use crate::chooser::{Dest, Overrides, Tuning};
 use gdpath::error::Error;
 use gdpath::finding::ids;
 use gdpath::memory::{FileSpec, Memory};
@@ -63,7 +63,7 @@ pub struct LoadSetup {
 }
 
 impl Checkpoint {
-    /// The chooser's settings ([`crate::tune::choose`]) for reading this checkpoint's files into
+    /// The chooser's settings ([`crate::chooser::choose`]) for reading this checkpoint's files into
     /// `dest`, with `over`'s values in place of the rule's. Errors: [`LoadError::Engine`]
     /// naming the first file when the files cannot be examined.
     pub fn choose(&self, dest: Destination, over: &Overrides) -> Result<Tuning, LoadError> {
@@ -71,7 +71,7 @@ impl Checkpoint {
             Destination::Gpu(_) => Dest::Gpu,
             Destination::Host { .. } => Dest::Host,
         };
-        crate::tune::choose(&self.files, to, over).map_err(|e| self.engine_error(e))
+        crate::chooser::choose(&self.files, to, over).map_err(|e| self.engine_error(e))
     }
 
     /// An agent for loading this checkpoint into `dest`: [`Checkpoint::choose`]'s settings

@@ -1,12 +1,12 @@
 //! `gdpath load FILE.safetensors --gpu N`: output of `gdpath_checkpoint` loads, with the
-//! storage settings `gdpath_checkpoint::tune::choose` picks for the file unless flags give them.
+//! storage settings `gdpath_checkpoint::chooser::choose` picks for the file unless flags give them.
 
 use anyhow::Result;
 use clap::Args;
 use gdpath::topo::text::escape;
 use gdpath::units::format_size;
 use gdpath::AgentConfig;
-use gdpath_checkpoint::tune::Overrides;
+use gdpath_checkpoint::chooser::Overrides;
 use gdpath_checkpoint::{Checkpoint, Destination, LoadError};
 use std::path::PathBuf;
 use std::process::ExitCode;

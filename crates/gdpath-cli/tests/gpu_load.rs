@@ -200,7 +200,7 @@ fn load_uses_the_chooser_and_verifies_on_the_gpu() {
             let direct_fs = ["ext4", "xfs", "btrfs"].contains(&c["facts"]["fs"].as_str().unwrap());
             let nearly_none = c["facts"]["resident"]
                 .as_f64()
-                .is_none_or(|r| r < gdpath_checkpoint::tune::DIRECT_BELOW);
+                .is_none_or(|r| r < gdpath_checkpoint::chooser::DIRECT_BELOW);
             assert_eq!(
                 c["direct"],
                 c["cufile"] == true || (direct_fs && nearly_none),

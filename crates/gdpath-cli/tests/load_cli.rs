@@ -102,7 +102,7 @@ fn cold_makes_the_chooser_see_a_cold_file() {
         eprintln!("skipped: the target dir is on tmpfs here ({v})");
         return;
     }
-    if resident.is_some_and(|r| r >= gdpath_checkpoint::tune::HOT_FRACTION) {
+    if resident.is_some_and(|r| r >= gdpath_checkpoint::chooser::HOT_FRACTION) {
         eprintln!("skipped: the kernel kept the file cached after DONTNEED ({resident:?})");
         return;
     }
@@ -116,7 +116,7 @@ fn cold_makes_the_chooser_see_a_cold_file() {
     // nothing is cached or residency is unknown, and the load took it (or said why not).
     assert_eq!(c["chunk"], 16 << 20, "{v}");
     let direct_fs = ["ext4", "xfs", "btrfs"].contains(&c["facts"]["fs"].as_str().unwrap());
-    let direct = direct_fs && resident.is_none_or(|r| r < gdpath_checkpoint::tune::DIRECT_BELOW);
+    let direct = direct_fs && resident.is_none_or(|r| r < gdpath_checkpoint::chooser::DIRECT_BELOW);
     assert_eq!(c["direct"], direct, "{v}");
     if direct {
         assert!(

@@ -387,7 +387,8 @@ mod tests {
 
     #[test]
     fn rule() {
-        // H200 figures: NVLink P2P 394 GB/s against 55.5 GB/s pinned staging: a real direct path.
+        // An NVLink pair against its pinned staging leg (docs/benchmarks.md, the
+        // measured-fallback row): a real direct path.
         let f = compare(Area::P2p, "GPU0-GPU1", 394.16, 55.48).unwrap();
         assert_eq!(
             (f.id.as_str(), f.status),

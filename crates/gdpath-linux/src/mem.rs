@@ -188,9 +188,13 @@ impl fmt::Debug for AlignedBuf {
     if *read_only { "would be written in read-only" } else { "is outside" }
 )]
 pub struct RangeError {
+    /// Start of the range asked for, bytes from the start of the memory.
     pub off: usize,
+    /// Length of the range asked for (bytes).
     pub len: usize,
+    /// Length of the memory the range was checked against (bytes).
     pub mem_len: usize,
+    /// The range lies inside the memory, but a write was asked of read-only memory.
     pub read_only: bool,
 }
 

@@ -1,6 +1,6 @@
 //! What the kernel says about where a file's bytes are: how many of its pages are in the page
 //! cache (`mincore(2)` on a read-only shared mapping of the file) and which file system holds
-//! it (`fstatfs(2)`'s magic number). The storage chooser (`gdpath_checkpoint::tune`) decides
+//! it (`fstatfs(2)`'s magic number). The storage chooser (`gdpath_checkpoint::chooser`) decides
 //! from them.
 #![allow(unsafe_code)]
 
@@ -14,7 +14,7 @@ const EXACT_MAX: u64 = 256 << 20;
 
 /// Evenly spaced windows asked about in a larger file, and the bytes of each: 128 MiB examined
 /// whatever the file's size, enough to tell a cold file from one the storage chooser counts as
-/// cached (`gdpath_checkpoint::tune::HOT_FRACTION`).
+/// cached (`gdpath_checkpoint::chooser::HOT_FRACTION`).
 const SAMPLES: u64 = 512;
 const SAMPLE_BYTES: u64 = 256 << 10;
 

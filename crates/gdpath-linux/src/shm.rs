@@ -30,8 +30,10 @@ pub struct ShmId {
     pub pid: u32,
     /// The memfd's descriptor number in that process.
     pub fd: u32,
-    /// Device and inode numbers of the memfd (`fstat`).
+    /// Device number of the memfd (`fstat`'s `st_dev`): with `ino`, what the importer checks
+    /// the descriptor it opened against, so a reused descriptor number is not taken for it.
     pub dev: u64,
+    /// Inode number of the memfd (`fstat`'s `st_ino`).
     pub ino: u64,
     /// The random part of the memfd's name (`gdpath-shared-<32 hex digits>`).
     pub name: [u8; 16],

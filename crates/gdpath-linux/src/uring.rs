@@ -15,9 +15,21 @@ const WAKE: u64 = u64::MAX;
 #[derive(Debug)]
 pub enum IoMem {
     /// `len` bytes at `off` of registered host memory.
-    Host { mem: HostMem, off: usize, len: u32 },
+    Host {
+        /// The registered memory, kept alive until the completion is reaped.
+        mem: HostMem,
+        /// Offset of the I/O's first byte in `mem` (bytes).
+        off: usize,
+        /// Bytes to read or write.
+        len: u32,
+    },
     /// The first `len` bytes of an owned buffer (a bounce buffer).
-    Owned { buf: AlignedBuf, len: u32 },
+    Owned {
+        /// The buffer, owned by the request until its completion is reaped.
+        buf: AlignedBuf,
+        /// Bytes to read or write from the buffer's start.
+        len: u32,
+    },
 }
 
 impl IoMem {
@@ -90,7 +102,14 @@ pub enum Done<T> {
     Wake,
     /// A read or write completed: its tag, its memory, and the kernel's result (bytes moved, or
     /// a negated errno).
-    Io { tag: T, mem: IoMem, res: i32 },
+    Io {
+        /// The tag given to [`Ring::start`].
+        tag: T,
+        /// The request's memory, handed back now that the kernel no longer writes it.
+        mem: IoMem,
+        /// Bytes moved (≥ 0), or a negated errno.
+        res: i32,
+    },
 }
 
 /// An io_uring with the memory and a tag of every request in flight. Dropped with requests in

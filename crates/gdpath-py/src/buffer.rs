@@ -130,6 +130,7 @@ impl Guard {
 fn span(obj: &Bound<'_, PyAny>) -> PyResult<(usize, isize)> {
     // SAFETY: a zeroed Py_buffer is what PyObject_GetBuffer fills; the GIL is held.
     let mut b: PyBufferView = unsafe { std::mem::zeroed() };
+    // SAFETY: `obj` is a live object (a Bound), the GIL is held and `b` is a Py_buffer to fill.
     if unsafe { PyObject_GetBuffer(obj.as_ptr(), &mut b, PYBUF_INDIRECT) } != 0 {
         return Err(PyErr::fetch(obj.py()));
     }
@@ -243,6 +244,7 @@ pub fn export(obj: &Bound<'_, PyAny>) -> PyResult<Option<HostExport>> {
     // SAFETY: a zeroed Py_buffer is what PyObject_GetBuffer fills; `view` is a live object and
     // the GIL is held (we have a Bound).
     let mut b: PyBufferView = unsafe { std::mem::zeroed() };
+    // SAFETY: `view` is a live object, the GIL is held and `b` is a Py_buffer to fill.
     let rc = unsafe { PyObject_GetBuffer(view.as_ptr(), &mut b, PYBUF_RECORDS_RO) };
     if rc != 0 {
         return Err(PyErr::fetch(obj.py()));
@@ -266,11 +268,11 @@ pub fn export(obj: &Bound<'_, PyAny>) -> PyResult<Option<HostExport>> {
     let geometry =
         crate::memory::Geometry::new(&shape64, strides64.as_deref(), 1, b.itemsize.max(1) as u64);
     let (ptr, len, readonly) = (b.buf as *mut u8, b.len.max(0) as usize, b.readonly != 0);
-    // SAFETY: with PyBUF_FORMAT the format is null (meaning "B") or a C string valid until the
-    // release below.
     let format = if b.format.is_null() {
         Vec::new()
     } else {
+        // SAFETY: with PyBUF_FORMAT the format is null (meaning "B") or a C string valid until
+        // the release below.
         unsafe { CStr::from_ptr(b.format) }.to_bytes().to_vec()
     };
     // SAFETY: `b` was filled by a successful PyObject_GetBuffer and is released once; nothing

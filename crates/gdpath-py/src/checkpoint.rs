@@ -10,7 +10,7 @@ use crate::dlpack::{View, KDL_CPU, KDL_CUDA};
 use crate::error::IntoPy;
 use crate::transfer::PairReport;
 use gdpath::AgentConfig;
-use gdpath_checkpoint::tune::Overrides;
+use gdpath_checkpoint::chooser::Overrides;
 use gdpath_checkpoint::{self as ck, Destination};
 use pyo3::exceptions::{PyIndexError, PyValueError};
 use pyo3::prelude::*;

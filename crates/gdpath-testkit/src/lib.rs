@@ -80,9 +80,9 @@ pub fn fixture_files(dir: &str, ext: &str) -> Vec<PathBuf> {
 }
 
 /// A `bench h2d --json` document (schema `gdpath.bench/1`) of recorded figures, for drawing:
-/// the medians of docs/benchmarks.md's H2D rows (nvidia-h200-x2, 2026-11-30; pinned 54.58 /
-/// 54.59 / 55.18 GB/s, pageable 30.71 / 41.30 / 45.95 at 64 MiB / 256 MiB / 1 GiB), each as its
-/// own min and max, with the Gen5 x16 limit (63.015 GB/s).
+/// the medians of docs/benchmarks.md's H2D rows of the two-GPU H200 machine (pinned and
+/// pageable at 64 MiB / 256 MiB / 1 GiB), each as its own min and max, with the Gen5 x16 limit,
+/// so that drawings are tested on figures a real machine gave.
 pub fn h2d_bench_json() -> String {
     let row = |path: &str, bytes: u64, g: f64| {
         format!(
@@ -111,7 +111,7 @@ pub fn fixture(rel: &str) -> PathBuf {
 }
 
 /// Driver facts of the two-GPU H200 machine (nvidia-h200-x2) as its probe
-/// (`device/h200x2-probe-2026-11-30.txt`) and gdpath-cuda's device run of 2026-11-30 show them,
+/// (`device/h200x2-probe-2026-11-30.txt`) and gdpath-cuda's device run on it show them,
 /// as `gdpath_topo::facts::DriverFacts` JSON (`gdpath p2p --facts` reads the same form):
 /// driver 580.159.04, CUDA 13.0 (13000); two NVIDIA H200 at 0000:00:06.0 and 0000:00:07.0 with
 /// 143771 MiB, BAR1 262144 MiB (1 MiB used), PCIe Gen5 x16 of Gen5 x16; 18 NVLinks 4.0 of

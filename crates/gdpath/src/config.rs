@@ -203,7 +203,7 @@ pub struct GdsConfig {
     /// Buffered reads into GPU memory: 0 for the two buffers per thread above; `n` (2 ..= 16)
     /// to gather the threads' chunks into `n` shared pinned slabs of `threads × chunk` bytes,
     /// each sent with one H2D copy (fewer, larger copies and a smaller working set: the
-    /// storage chooser's pick for files in memory, `gdpath_checkpoint::tune::SLABS`).
+    /// storage chooser's pick for files in memory, `gdpath_checkpoint::chooser::SLABS`).
     pub slabs: usize,
 }
 
@@ -226,7 +226,7 @@ impl Default for GdsConfig {
     fn default() -> Self {
         // The chooser's values for a file served from memory into host memory, where no file
         // is known yet (slabs need their 2 MiB chunk, which O_DIRECT reads would also take);
-        // the storage chooser (`gdpath_checkpoint::tune::choose`) decides per file (`gdpath
+        // the storage chooser (`gdpath_checkpoint::chooser::choose`) decides per file (`gdpath
         // load`, `load_file`, `bench storage`).
         GdsConfig {
             cufile: true,

@@ -132,7 +132,7 @@ pub mod ids {
     /// Host memory was pageable: it went through gdpath's pinned staging buffers.
     pub const HOST_PAGEABLE: &str = "system.host-pageable";
 
-    // ---- gdpath doctor (issue 7). Each id is one check; `docs/doctor.md` gives its rule, the
+    // ---- gdpath doctor. Each id is one check; `docs/doctor.md` gives its rule, the
     // rule's source and the remedy. A finding with status `ok` carries the id of the check that
     // passed. ----
 

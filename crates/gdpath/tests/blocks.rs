@@ -444,9 +444,10 @@ fn a_read_only_destination_is_refused_and_a_read_only_source_is_read() {
     let a = agent();
     let l = KvLayout::new(64, 8);
     let mut ro_bytes = pattern(64 * 8, 9);
-    // SAFETY: `ro_bytes` outlives both regions and every transfer on them (dropped below).
     let ro = a
         .register(gdpath::Memory::HostPointer {
+            // SAFETY: `ro_bytes` outlives both regions and every transfer on them (dropped
+            // below).
             memory: unsafe {
                 gdpath::HostPointer::new(ro_bytes.as_mut_ptr(), ro_bytes.len(), false)
             },

@@ -61,9 +61,9 @@ fn read_only_memory_is_not_exported() {
     let _serial = serial();
     let server = agent("srv", FailureMode::Detect);
     let mut v = vec![1u8; 4096];
-    // SAFETY: `v` outlives the region (dropped at the end of the test, after it).
     let ro = server
         .register(Memory::HostPointer {
+            // SAFETY: `v` outlives the region (dropped at the end of the test, after it).
             memory: unsafe { HostPointer::new(v.as_mut_ptr(), v.len(), false) },
             pinned: false,
         })

@@ -217,7 +217,7 @@ pub(super) fn run_gds(a: &StorageArgs, gpu: u32, blocks: Vec<u64>) -> Result<Exi
                 report
                     .chosen
                     .as_ref()
-                    .map(gdpath_checkpoint::tune::Tuning::summary),
+                    .map(gdpath_checkpoint::chooser::Tuning::summary),
             )?;
         outln!("{}", serde_json::to_string_pretty(&out)?);
     } else {

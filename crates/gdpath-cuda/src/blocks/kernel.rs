@@ -12,7 +12,7 @@
 
 use std::ffi::c_int;
 
-use super::list::BlockCopy;
+use super::descriptor_list::BlockCopy;
 use crate::context::Context;
 use crate::driver::call;
 use crate::driver::sys::CUfunction;

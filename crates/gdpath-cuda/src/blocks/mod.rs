@@ -40,8 +40,8 @@
 //! Units: bytes; addresses are 64-bit virtual addresses of the unified address space.
 
 mod batch;
+mod descriptor_list;
 mod kernel;
-mod list;
 
 use std::fmt;
 use std::marker::PhantomData;
@@ -50,8 +50,8 @@ use std::sync::Arc;
 
 pub use crate::error::blocks::{BlockListError, BlockMethod, Side, Unavailable};
 pub use batch::{BatchAbi, MemLocation};
+pub use descriptor_list::{check_list, coalesce, BlockCopy, MAX_BLOCKS_PER_CALL};
 pub use kernel::KernelTuning;
-pub use list::{check_list, coalesce, BlockCopy, MAX_BLOCKS_PER_CALL};
 
 use crate::context::{enable_peer_access, Context};
 use crate::driver::call;
@@ -62,7 +62,7 @@ use crate::error::CudaError;
 use crate::memory::{DevMem, DeviceBuffer, HostKeep, PinnedHost};
 use crate::stream::{Held, Stream};
 use batch::BatchArrays;
-use list::RegionIndex;
+use descriptor_list::RegionIndex;
 
 /// What a block-list copy enqueued.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -365,13 +365,13 @@ impl BlockCopier {
         blocks: &[BlockCopy],
         regions: Option<(&RegionIndex, &RegionIndex)>,
         locate: &dyn Fn(usize, usize) -> (MemLocation, MemLocation),
-    ) -> Result<list::Planned, CudaError> {
+    ) -> Result<descriptor_list::Planned, CudaError> {
         match method {
             BlockMethod::DriverBatch => {
                 self.batch_fn()?;
                 let (arrays, flags) = (&mut self.arrays, self.batch_flags);
                 arrays.clear();
-                Ok(list::plan(blocks, regions, |c, d, s| {
+                Ok(descriptor_list::plan(blocks, regions, |c, d, s| {
                     let (dl, sl) = locate(d, s);
                     arrays.push(c.dst, c.src, c.len, batch::attributes(dl, sl, flags));
                 })?)
@@ -379,9 +379,9 @@ impl BlockCopier {
             BlockMethod::Kernel => {
                 self.available(BlockMethod::Kernel)?;
                 // Coalescing only shrinks the list: room for every descriptor is enough.
-                list::check_count(blocks)?;
+                descriptor_list::check_count(blocks)?;
                 let staged = self.staging.prepare(&self.ctx, blocks.len())?;
-                Ok(list::plan_into(blocks, regions, staged)?)
+                Ok(descriptor_list::plan_into(blocks, regions, staged)?)
             }
         }
     }
@@ -392,7 +392,7 @@ impl BlockCopier {
         stream: &Stream,
         method: BlockMethod,
         given: usize,
-        planned: list::Planned,
+        planned: descriptor_list::Planned,
     ) -> Result<BlockCopyReport, CudaError> {
         let mut report = BlockCopyReport {
             method,

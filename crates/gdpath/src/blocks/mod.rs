@@ -1,6 +1,6 @@
 //! Block lists: KV-cache transfers of thousands of blocks described by two layouts and two id
-//! arrays instead of one [`crate::Descriptor`] per block (issue 25: 10,000–100,000 blocks of
-//! 16–256 KiB per request in inference servers).
+//! arrays instead of one [`crate::Descriptor`] per block, because inference servers move tens
+//! of thousands of small blocks per request (docs/gpu.md, "Block-list copies").
 //!
 //! ```
 //! use gdpath::{Agent, AgentConfig, BlockTransfer, HostBuffer, KvLayout, Memory};
@@ -35,15 +35,15 @@
 //!
 //! Units: bytes, ns.
 
+mod coalesce;
 mod error;
 mod ids;
 mod layout;
-mod list;
 
+pub use coalesce::BlockList;
 pub use error::{BlockError, BlockSide, LayoutDim};
 pub use ids::BlockIndex;
 pub use layout::KvLayout;
-pub use list::BlockList;
 
 use crate::agent::Agent;
 use crate::backend::Backend;

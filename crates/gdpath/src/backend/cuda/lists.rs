@@ -24,8 +24,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 /// Lists of at most this many (merged) descriptors go as plain copies: one or two copy calls
-/// cost less than a kernel launch's upload or a batch call (issue 25: "plain copies for one or
-/// two").
+/// cost less than a kernel launch's upload or a batch call.
 pub(crate) const COPIES_MAX: usize = 2;
 /// Pairs of one request between the same regions that are batched into one list (fewer go
 /// one by one, as before).

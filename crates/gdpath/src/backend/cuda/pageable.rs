@@ -5,8 +5,8 @@
 //! Here the range is cut into chunks of the pool's size, dealt round-robin to `threads` CPU
 //! threads; each thread owns two bounce buffers, each with its own stream, so that its `memcpy`
 //! into (or out of) one buffer overlaps the DMA of the other, and the threads' DMAs overlap each
-//! other on the copy engine. Pageable memory bandwidth of one core (~10 GB/s) is what the thread
-//! count multiplies. Below [`DRIVER_BELOW`] the driver's own copy is faster (no threads to start)
+//! other on the copy engine. The rate one core reads from pageable memory is what the thread
+//! count multiplies (docs/gpu.md, "Pageable staging pipeline"). Below [`DRIVER_BELOW`] the driver's own copy is faster (no threads to start)
 //! and is used instead.
 
 use super::devices::Gpus;

@@ -51,8 +51,8 @@ impl BlockList<'_> {
     /// layers and planes are innermost: the order in which neighbours in memory follow each
     /// other, so that runs of consecutive ids (or whole blocks) merge.
     ///
-    /// Coalescing never changes which bytes go where; vLLM's connectors do it by hand
-    /// (34,000 → 422 descriptors per transfer, issue 25).
+    /// Coalescing never changes which bytes go where; vLLM's connectors do it by hand, because
+    /// real layouts merge into far fewer descriptors (docs/gpu.md, "Block-list copies").
     pub fn for_each_run(&self, f: impl FnMut(u64, u64, u64)) -> u64 {
         self.for_each_run_in(0..self.descriptors(), f)
     }

@@ -43,17 +43,18 @@ pub const SLABS: usize = 3;
 /// whole file take the cold path.
 pub const HOT_FRACTION: f64 = 0.9;
 
-/// Bytes per request of a cold read from a local disk (16 MiB): 16 MiB O_DIRECT requests led
-/// the earlier rule's 4 MiB buffered ones in every round measured, and 16 MiB led 4 MiB at the
-/// same thread count in most rounds, buffered or direct (docs/gds.md, "Storage defaults: the
-/// chooser").
+/// Bytes per request of a cold read from a local disk (16 MiB): large requests keep the disk's
+/// queue full with few system calls, and this size beat the smaller ones tried, buffered or
+/// direct (docs/gds.md, "Storage defaults: the chooser"; the rounds are in docs/benchmarks.md,
+/// "Measurements behind the defaults", the `COLD_CHUNK` row).
 pub const COLD_CHUNK: u64 = 16 << 20;
 
 /// A cold file on a local file system is read with O_DIRECT only below this fraction of its
 /// bytes in the page cache (0.1): O_DIRECT reads every byte from the device, while a buffered
-/// read takes the cached ones from memory, about 25× faster, and read the rest within about
-/// 10 % of O_DIRECT's rate with 32 × 16 MiB readers, which pays from about a tenth cached
-/// (derived, not measured: docs/gds.md).
+/// read takes the cached ones from memory and reads the rest nearly as fast as O_DIRECT, so
+/// buffered pays once a small part is cached. The fraction is derived from the cold-read
+/// figures, not measured itself (docs/gds.md; docs/benchmarks.md, "Measurements behind the
+/// defaults", the `DIRECT_BELOW` row).
 pub const DIRECT_BELOW: f64 = 0.1;
 
 /// Threads for a cold transfer of [`CHUNK`] requests through cuFile or from a network file
