@@ -558,7 +558,7 @@ impl Agent {
             notify,
             ..
         } = request;
-        let shared = TransferShared::new(id, deadline, plans, pollers, notify);
+        let shared = TransferShared::new(id, deadline, plans, notify);
         let mut items = Vec::with_capacity(local.len());
         let pairs = local.into_iter().zip(target).zip(guards);
         for (i, ((ld, td), pair_guards)) in pairs.enumerate() {
@@ -572,7 +572,7 @@ impl Agent {
         for (bi, v) in group_items(items, |item| backends[item.index()]) {
             set.list[bi].submit(v);
         }
-        Ok(Transfer { shared })
+        Ok(Transfer { shared, pollers })
     }
 }
 

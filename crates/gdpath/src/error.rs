@@ -5,9 +5,11 @@
 //! `Arc`) because one failure is reported both for its descriptor pair and for the transfer.
 
 use crate::finding::FindingId;
-use crate::memory::MemoryKind;
-use crate::path::Path;
-use crate::region::RegionId;
+use crate::memory_kind::MemoryKind;
+use crate::net::DevicesError;
+use crate::path::{Path, UnknownPath};
+use crate::region_id::RegionId;
+use gdpath_wire::codec::{DecodeError, EncodeError};
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -258,17 +260,17 @@ pub enum Error {
         peer: String,
         detail: String,
         #[source]
-        source: Option<crate::net::codec::DecodeError>,
+        source: Option<DecodeError>,
     },
     /// A message to a peer could not be encoded: a value of this agent's (a notification, a
     /// name, the regions it exports) is over a limit of the agent protocol
-    /// ([`crate::net::codec::EncodeError`] says which and the limit). Nothing was sent.
+    /// ([`EncodeError`] says which and the limit). Nothing was sent.
     #[error("{0}")]
-    ProtocolLimit(#[source] crate::net::codec::EncodeError),
+    ProtocolLimit(#[source] EncodeError),
     /// The network devices UCX may use could not be chosen for a serve or connect, or do not
     /// cover it ([`crate::net::NetConfig::devices`] names them outright).
     #[error("UCX network devices: {0}")]
-    NetDevices(#[source] Box<crate::net::DevicesError>),
+    NetDevices(#[source] Box<DevicesError>),
     /// A UCX call failed outside any one descriptor pair (context, worker, listener, mapping).
     #[error("UCX {op}: {source}")]
     Ucx {
@@ -389,8 +391,8 @@ impl Error {
     }
 }
 
-impl From<crate::net::codec::EncodeError> for Error {
-    fn from(e: crate::net::codec::EncodeError) -> Self {
+impl From<EncodeError> for Error {
+    fn from(e: EncodeError) -> Self {
         Error::ProtocolLimit(e)
     }
 }
@@ -416,9 +418,16 @@ impl From<gdpath_wire::Error> for Error {
     }
 }
 
-impl From<crate::net::DevicesError> for Error {
-    fn from(e: crate::net::DevicesError) -> Self {
+impl From<DevicesError> for Error {
+    fn from(e: DevicesError) -> Self {
         Error::NetDevices(Box::new(e))
+    }
+}
+
+/// An unknown path name ([`Path`]'s `FromStr`) is a configuration error.
+impl From<UnknownPath> for Error {
+    fn from(e: UnknownPath) -> Self {
+        Error::Config(e.0)
     }
 }
 
@@ -491,7 +500,7 @@ mod tests {
                 path: "/dev/stdout".into(),
                 link: "/proc/1/fd/1".into(),
             },
-            Error::ProtocolLimit(crate::net::codec::EncodeError {
+            Error::ProtocolLimit(EncodeError {
                 what: "notification",
                 len: 70_000,
                 max: 65_536,
@@ -501,6 +510,18 @@ mod tests {
             assert_eq!(e.kind(), snake_case_variant(&e), "{e:?}");
         }
         assert_eq!(Error::Config("x".into()).kind(), "config");
+    }
+
+    /// An unknown path name is a configuration error with the parser's text.
+    #[test]
+    fn an_unknown_path_is_a_config_error() {
+        let e = Error::from("posix".parse::<Path>().unwrap_err());
+        assert_eq!(e.kind(), "config");
+        assert!(
+            e.to_string()
+                .starts_with("invalid configuration: unknown path \"posix\": one of"),
+            "{e}"
+        );
     }
 
     /// A protocol error becomes the engine's variant of the same name: same kind (the wire
@@ -521,7 +542,7 @@ mod tests {
             W::Protocol {
                 peer: "a@b".into(),
                 detail: "malformed message".into(),
-                source: Some(crate::net::codec::DecodeError::Trailing(3)),
+                source: Some(DecodeError::Trailing(3)),
             },
         ];
         use std::error::Error as _;

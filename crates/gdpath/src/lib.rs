@@ -46,12 +46,14 @@ pub mod finding;
 pub mod gds;
 pub mod kmod;
 pub mod memory;
+mod memory_kind;
 pub mod net;
 pub mod os;
 pub mod path;
 mod planner;
 mod ratelimit;
 mod region;
+mod region_id;
 mod transfer;
 pub mod units;
 

@@ -1,6 +1,7 @@
 //! Memory that can be registered with an [`crate::Agent`]: host buffers, files, GPU memory and
 //! remote regions.
 
+pub use crate::memory_kind::{MemoryClass, MemoryKind};
 use crate::os::mem::AlignedBuf;
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -10,55 +11,6 @@ use std::path::PathBuf;
 /// Alignment of every [`HostBuffer`] (bytes): one 4 KiB page, which satisfies O_DIRECT's memory
 /// alignment on every Linux file system (`statx` `stx_dio_mem_align` is at most the page size).
 pub const HOST_ALIGN: usize = 4096;
-
-/// The kind of a registered region, with its parameters. Names follow docs/design.md.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "lowercase")]
-pub enum MemoryKind {
-    /// Host memory. `pinned` is true for page-locked memory registered with CUDA (a later
-    /// backend); gdpath's own [`HostBuffer`]s are pageable.
-    Host { pinned: bool },
-    /// A file, read and written through the storage backends.
-    File,
-    /// Memory of the GPU with this CUDA ordinal.
-    Gpu { ordinal: u32 },
-    /// A region registered by the remote agent with this name (network backend).
-    Remote { agent: String },
-}
-
-impl MemoryKind {
-    /// The kind without its parameters, as backends declare it in [`crate::backend::Capability`].
-    pub fn class(&self) -> MemoryClass {
-        match self {
-            MemoryKind::Host { .. } => MemoryClass::Host,
-            MemoryKind::File => MemoryClass::File,
-            MemoryKind::Gpu { .. } => MemoryClass::Gpu,
-            MemoryKind::Remote { .. } => MemoryClass::Remote,
-        }
-    }
-}
-
-impl fmt::Display for MemoryKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            MemoryKind::Host { pinned: true } => f.write_str("host (pinned)"),
-            MemoryKind::Host { pinned: false } => f.write_str("host (pageable)"),
-            MemoryKind::File => f.write_str("file"),
-            MemoryKind::Gpu { ordinal } => write!(f, "GPU {ordinal}"),
-            MemoryKind::Remote { agent } => write!(f, "remote ({agent})"),
-        }
-    }
-}
-
-/// A memory kind without parameters: what a backend's capability is declared over.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum MemoryClass {
-    Host,
-    File,
-    Gpu,
-    Remote,
-}
 
 /// Whether a file region may be written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]

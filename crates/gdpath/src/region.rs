@@ -9,6 +9,7 @@
 use crate::error::{Error, Result};
 use crate::memory::{DirectIo, FileAccess, HostBuffer, MemoryKind};
 use crate::os::mem::{Exclusive, HostMem, Keep};
+pub use crate::region_id::RegionId;
 use std::any::Any;
 use std::fmt;
 use std::fs::File;
@@ -18,16 +19,6 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path as FsPath, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-
-/// A region's id, unique within the process.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct RegionId(pub u64);
-
-impl fmt::Display for RegionId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "#{}", self.0)
-    }
-}
 
 /// Memory a backend materialised for a kind gdpath does not store itself (GPU memory, remote
 /// regions). Backends downcast it with [`Region::foreign`].

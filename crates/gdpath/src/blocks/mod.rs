@@ -35,11 +35,13 @@
 //!
 //! Units: bytes, ns.
 
+mod batch;
 mod coalesce;
 mod error;
 mod ids;
 mod layout;
 
+pub use batch::{BatchReport, CopyMethod};
 pub use coalesce::BlockList;
 pub use error::{BlockError, BlockSide, LayoutDim};
 pub use ids::BlockIndex;
@@ -50,10 +52,9 @@ use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::region::{Descriptor, Region};
 use crate::transfer::{
-    Op, PlannedPair, Pollers, Transfer, TransferRequest, TransferShared, WorkItem,
+    BlockSource, Op, PlannedPair, Pollers, Transfer, TransferRequest, TransferShared, WorkItem,
 };
 use ids::{IdBuf, IdLimits};
-use serde::Serialize;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
@@ -64,67 +65,6 @@ pub const MAX_LAYOUT_BLOCKS: u64 = 1 << 32;
 
 /// Most descriptors (ids × layers × K/V planes) one post may expand to: 2^32.
 pub const MAX_DESCRIPTORS: u64 = 1 << 32;
-
-/// How a backend posted a batch of descriptors.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum CopyMethod {
-    /// One copy call per (merged) descriptor: `cuMemcpy*Async` on a stream, `memmove` on the
-    /// CPU for host ↔ host.
-    Copies,
-    /// `cuMemcpyBatchAsync` (CUDA 12.8+): one driver call for the list, copy engines move it.
-    DriverBatch,
-    /// One launch of gdpath's gather/scatter copy kernel over the list.
-    Kernel,
-}
-
-impl CopyMethod {
-    /// Every method, in a fixed order.
-    pub const ALL: [CopyMethod; 3] = [
-        CopyMethod::Copies,
-        CopyMethod::DriverBatch,
-        CopyMethod::Kernel,
-    ];
-
-    /// The name in reports: `copies`, `driver-batch`, `kernel`.
-    pub fn name(self) -> &'static str {
-        match self {
-            CopyMethod::Copies => "copies",
-            CopyMethod::DriverBatch => "driver-batch",
-            CopyMethod::Kernel => "kernel",
-        }
-    }
-
-    /// The method named `s` (as [`CopyMethod::name`]).
-    pub fn parse(s: &str) -> Option<CopyMethod> {
-        CopyMethod::ALL.into_iter().find(|m| m.name() == s)
-    }
-}
-
-impl fmt::Display for CopyMethod {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// How the descriptors a pair was posted with moved, for backends that post many descriptors
-/// at once (part of the pair's path record, [`crate::PairReport::batch`]). For a block transfer
-/// it covers the whole list; for a request whose pairs a backend batched, every pair of the
-/// batch carries the same report.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct BatchReport {
-    pub method: CopyMethod,
-    /// Descriptors of the batch as given (a block transfer: ids × layers × K/V planes).
-    pub descriptors: u64,
-    /// Descriptors after merging those that continue each other.
-    pub coalesced: u64,
-    /// What the method ran: copy calls, the driver batch's copies, or the kernel's pieces
-    /// (long descriptors are split across warps).
-    pub posted: u64,
-    /// CPU time the backend spent turning the batch into its calls and enqueueing them, ns
-    /// (not counting the wait for the copy).
-    pub post_ns: u64,
-}
 
 /// What to prepare: `src` blocks in `src_layout` are copied to `dst` blocks in `dst_layout`.
 /// Either region may be remote memory of a peer agent (then the other is local); the two may
@@ -202,8 +142,8 @@ pub(crate) struct BlockJob {
     ids: Option<IdBuf>,
 }
 
-impl BlockJob {
-    pub(crate) fn list(&self) -> BlockList<'_> {
+impl BlockSource for BlockJob {
+    fn list(&self) -> BlockList<'_> {
         let ids = self.ids.as_ref().expect("present until drop");
         BlockList {
             src: &self.prepared.src_layout,
@@ -213,7 +153,7 @@ impl BlockJob {
         }
     }
 
-    pub(crate) fn method(&self) -> Option<CopyMethod> {
+    fn method(&self) -> Option<CopyMethod> {
         self.prepared.method
     }
 }
@@ -318,7 +258,7 @@ impl PreparedBlocks {
                     pollers.push(backend.clone());
                 }
                 let id = self.agent.next_transfer_id();
-                let shared = TransferShared::new(id, deadline, vec![plan.clone()], pollers, None);
+                let shared = TransferShared::new(id, deadline, vec![plan.clone()], None);
                 let item = WorkItem::new_blocks(
                     p.op,
                     p.local.clone(),
@@ -328,7 +268,7 @@ impl PreparedBlocks {
                     job,
                 );
                 backend.submit(vec![item]);
-                Ok(Transfer { shared })
+                Ok(Transfer { shared, pollers })
             }
             Route::Pairs { .. } => {
                 let list = job.list();

@@ -13,10 +13,11 @@ mod work_item;
 pub use report::{PairOutcome, PairReport, TransferError, TransferReport, TransferStatus};
 pub use request::{Op, PlannedPair, TransferRequest};
 use shared::lock;
-pub(crate) use shared::{Pollers, TransferShared};
-pub(crate) use work_item::group_items;
+pub(crate) use shared::TransferShared;
 pub use work_item::WorkItem;
+pub(crate) use work_item::{group_items, BlockSource};
 
+use crate::backend::Backend;
 use crate::error::Error;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -27,6 +28,41 @@ use std::time::{Duration, Instant};
 /// (its regions stay alive until the backends are done with them).
 pub struct Transfer {
     pub(crate) shared: Arc<TransferShared>,
+    /// Poll-driven backends this transfer uses: waiting progresses them.
+    pub(crate) pollers: Pollers,
+}
+
+/// The poll-driven backends a transfer uses: none or one nearly always, held without an
+/// allocation.
+#[derive(Default)]
+pub(crate) enum Pollers {
+    #[default]
+    None,
+    One(Arc<dyn Backend>),
+    Many(Vec<Arc<dyn Backend>>),
+}
+
+impl Pollers {
+    /// Adds `b` (the caller adds each backend once).
+    pub(crate) fn push(&mut self, b: Arc<dyn Backend>) {
+        *self = match std::mem::take(self) {
+            Pollers::None => Pollers::One(b),
+            Pollers::One(a) => Pollers::Many(vec![a, b]),
+            Pollers::Many(mut v) => {
+                v.push(b);
+                Pollers::Many(v)
+            }
+        };
+    }
+
+    /// Progresses each backend once; returns how many completions they reported.
+    pub(crate) fn progress(&self) -> usize {
+        match self {
+            Pollers::None => 0,
+            Pollers::One(b) => b.progress(),
+            Pollers::Many(v) => v.iter().map(|b| b.progress()).sum(),
+        }
+    }
 }
 
 impl fmt::Debug for Transfer {
@@ -51,7 +87,7 @@ impl Transfer {
 
     /// Non-blocking status; also progresses poll-driven backends once.
     pub fn poll(&self) -> TransferStatus {
-        self.shared.progress_pollers();
+        self.pollers.progress();
         let st = lock(&self.shared.state);
         TransferStatus {
             pairs_done: st.outcomes.len() - st.remaining,
@@ -93,7 +129,7 @@ impl Transfer {
     /// that waits through [`Transfer::on_complete`] alone must then progress it (e.g. with
     /// [`Transfer::wait_shared`] on a thread of its own).
     pub fn needs_progress(&self) -> bool {
-        !matches!(self.shared.pollers, Pollers::None)
+        !matches!(self.pollers, Pollers::None)
     }
 
     /// Waits for every pair, or until the request's deadline (then the transfer is cancelled and
@@ -197,7 +233,7 @@ impl Transfer {
         // small transfers find it done, and need no clock read.
         let mut bound: Option<Option<Instant>> = None;
         // Poll-driven backends need the waiter to progress them: wake often.
-        let tick = if matches!(sh.pollers, Pollers::None) {
+        let tick = if matches!(self.pollers, Pollers::None) {
             Duration::from_millis(100)
         } else {
             Duration::from_micros(50)
@@ -238,9 +274,9 @@ impl Transfer {
             if pause.is_some_and(|p| now >= p) {
                 return Ok(None);
             }
-            if !matches!(sh.pollers, Pollers::None) {
+            if !matches!(self.pollers, Pollers::None) {
                 drop(st);
-                let n = sh.progress_pollers();
+                let n = self.pollers.progress();
                 st = lock(&sh.state);
                 if n > 0 {
                     continue;

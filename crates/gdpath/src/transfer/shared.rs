@@ -2,7 +2,6 @@
 //! hooks, the poll-driven backends to progress while waiting.
 
 use super::{PairReport, PlannedPair};
-use crate::backend::Backend;
 use crate::blocks::BatchReport;
 use crate::error::{Error, Result};
 use crate::path::Path;
@@ -25,30 +24,6 @@ pub(super) struct State {
     pub(super) ended: Option<Error>,
 }
 
-/// The poll-driven backends a transfer uses: none or one nearly always, held without an
-/// allocation.
-#[derive(Default)]
-pub(crate) enum Pollers {
-    #[default]
-    None,
-    One(Arc<dyn Backend>),
-    Many(Vec<Arc<dyn Backend>>),
-}
-
-impl Pollers {
-    /// Adds `b` (the caller adds each backend once).
-    pub(crate) fn push(&mut self, b: Arc<dyn Backend>) {
-        *self = match std::mem::take(self) {
-            Pollers::None => Pollers::One(b),
-            Pollers::One(a) => Pollers::Many(vec![a, b]),
-            Pollers::Many(mut v) => {
-                v.push(b);
-                Pollers::Many(v)
-            }
-        };
-    }
-}
-
 pub(crate) struct TransferShared {
     pub(super) id: u64,
     pub(super) posted: Instant,
@@ -57,8 +32,6 @@ pub(crate) struct TransferShared {
     pub(super) plans: Vec<PlannedPair>,
     pub(super) state: Mutex<State>,
     pub(super) cv: Condvar,
-    /// Poll-driven backends this transfer uses: waiting progresses them.
-    pub(super) pollers: Pollers,
     /// The request's notification, for the network backend.
     pub(super) notify: Option<Arc<[u8]>>,
 }
@@ -72,7 +45,6 @@ impl TransferShared {
         id: u64,
         deadline: Option<Instant>,
         plans: Vec<PlannedPair>,
-        pollers: Pollers,
         notify: Option<Vec<u8>>,
     ) -> Arc<Self> {
         let n = plans.len();
@@ -92,7 +64,6 @@ impl TransferShared {
                 ended: None,
             }),
             cv: Condvar::new(),
-            pollers,
             notify: notify.map(Arc::from),
         })
     }
@@ -148,14 +119,6 @@ impl TransferShared {
                     h();
                 }
             }
-        }
-    }
-
-    pub(super) fn progress_pollers(&self) -> usize {
-        match &self.pollers {
-            Pollers::None => 0,
-            Pollers::One(b) => b.progress(),
-            Pollers::Many(v) => v.iter().map(|b| b.progress()).sum(),
         }
     }
 }

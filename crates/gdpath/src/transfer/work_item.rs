@@ -2,7 +2,7 @@
 //! back exactly once.
 
 use super::{Op, TransferShared};
-use crate::blocks::{BatchReport, BlockJob, BlockList, CopyMethod};
+use crate::blocks::{BatchReport, BlockList, CopyMethod};
 use crate::error::{Error, Result};
 use crate::path::Path;
 use crate::region::{Descriptor, UseGuard};
@@ -22,7 +22,17 @@ pub struct WorkItem {
     started: OnceLock<Instant>,
     shared: Arc<TransferShared>,
     /// The block list of a block transfer's item (its descriptors span the layouts).
-    blocks: Option<BlockJob>,
+    blocks: Option<Box<dyn BlockSource>>,
+}
+
+/// The block list a block transfer's work item carries, held until the item completes (then
+/// dropped: its ids go back to their pool). The block transfer API, above the agent,
+/// implements it; the transfer core knows the list and nothing of how it was prepared.
+pub(crate) trait BlockSource: Send + Sync {
+    /// The list of this item's post.
+    fn list(&self) -> BlockList<'_>;
+    /// The method the block transfer asked for, if any.
+    fn method(&self) -> Option<CopyMethod>;
 }
 
 struct ItemPair {
@@ -97,10 +107,10 @@ impl WorkItem {
         target: Descriptor,
         shared: Arc<TransferShared>,
         guards: [UseGuard; 2],
-        job: BlockJob,
+        job: impl BlockSource + 'static,
     ) -> Self {
         let mut item = WorkItem::new(0, op, local, target, shared, guards);
-        item.blocks = Some(job);
+        item.blocks = Some(Box::new(job));
         item
     }
 
@@ -109,12 +119,12 @@ impl WorkItem {
     /// [`WorkItem::local`] and [`WorkItem::target`]; it moves [`BlockList::bytes`] bytes
     /// (`local().len` is the layout's extent, not that).
     pub fn blocks(&self) -> Option<BlockList<'_>> {
-        self.blocks.as_ref().map(BlockJob::list)
+        self.blocks.as_ref().map(|j| j.list())
     }
 
     /// The method the block transfer asked for ([`crate::BlockTransfer::method`]), if any.
     pub fn forced_method(&self) -> Option<CopyMethod> {
-        self.blocks.as_ref().and_then(BlockJob::method)
+        self.blocks.as_ref().and_then(|j| j.method())
     }
 
     /// The pair's index in its request.

@@ -11,8 +11,9 @@
 
 use super::devices::Gpus;
 use super::pool::StagingPool;
+pub(crate) use super::pool::Stop;
 use crate::error::Error;
-use crate::os::mem::{HostMem, RangeError};
+use crate::os::mem::HostMem;
 use gdpath_cuda::{CudaError, DeviceBuffer};
 
 /// Pieces each thread should get, for its two buffers to overlap memcpy with DMA.
@@ -50,32 +51,6 @@ fn cut(len: usize, threads: usize, buffer: usize) -> (usize, usize, usize) {
 pub(crate) struct HostRange<'a> {
     pub(crate) mem: &'a HostMem,
     pub(crate) off: usize,
-}
-
-/// Why a pipelined copy stopped.
-#[derive(Debug)]
-pub(crate) enum Stop {
-    Cuda(CudaError),
-    /// Cancelled or past its deadline between chunks.
-    Engine(Error),
-}
-
-impl From<crate::backend::bounce::Exhausted> for Stop {
-    fn from(e: crate::backend::bounce::Exhausted) -> Self {
-        Stop::Engine(e.into())
-    }
-}
-
-impl From<RangeError> for Stop {
-    fn from(e: RangeError) -> Self {
-        Stop::Engine(crate::backend::range_err(super::NAME, e))
-    }
-}
-
-impl From<CudaError> for Stop {
-    fn from(e: CudaError) -> Self {
-        Stop::Cuda(e)
-    }
 }
 
 /// Direction of a pageable copy.

@@ -3,11 +3,38 @@
 //! reused across copies: allocating pinned memory costs milliseconds, far more than a copy of one
 //! chunk.
 
-use super::pageable::Stop;
 use crate::backend::bounce::{BouncePool, Pooled, Wait};
 use crate::config::GpuConfig;
-use gdpath_cuda::{Context, PinnedHostBuffer};
+use crate::error::Error;
+use crate::os::mem::RangeError;
+use gdpath_cuda::{Context, CudaError, PinnedHostBuffer};
 use std::time::Duration;
+
+/// Why a pipelined copy stopped.
+#[derive(Debug)]
+pub(crate) enum Stop {
+    Cuda(CudaError),
+    /// Cancelled or past its deadline between chunks.
+    Engine(Error),
+}
+
+impl From<crate::backend::bounce::Exhausted> for Stop {
+    fn from(e: crate::backend::bounce::Exhausted) -> Self {
+        Stop::Engine(e.into())
+    }
+}
+
+impl From<RangeError> for Stop {
+    fn from(e: RangeError) -> Self {
+        Stop::Engine(crate::backend::range_err(super::NAME, e))
+    }
+}
+
+impl From<CudaError> for Stop {
+    fn from(e: CudaError) -> Self {
+        Stop::Cuda(e)
+    }
+}
 
 /// Most buffers kept for reuse; more may be out at once, and are freed when given back.
 const KEEP: usize = 64;

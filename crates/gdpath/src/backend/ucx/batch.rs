@@ -5,8 +5,6 @@
 //! regions kept until UCX ends them). See [`super::ops`] for how batches are made.
 
 use super::conn::PeerConn;
-use super::ops::{test, Zombie};
-use super::packed::PackedMsg;
 use super::staging::{self, Stage, Stages};
 use super::ucx_err;
 use crate::backend::cuda::gpu_buffer;
@@ -18,6 +16,52 @@ use crate::transfer::WorkItem;
 use gdpath_ucx::Request;
 use std::sync::Arc;
 use std::time::Instant;
+
+/// Requests that outlived their items (timeout), with the regions they may still touch.
+pub(super) struct Zombie {
+    pub(super) reqs: Vec<Request>,
+    pub(super) _regions: Vec<Region>,
+    /// Regions packed sends read in place, still in use.
+    pub(super) _uses: Vec<UseGuard>,
+    pub(super) _stages: Vec<Stage>,
+}
+
+/// One `Writes` message in flight (its seq: [`Batch::packed_base`] + its index).
+pub(super) struct PackedMsg {
+    /// The send, until UCX finished it.
+    pub(super) req: Option<Request>,
+    /// The local regions the send reads its bytes from in place, held in use as long as `req`:
+    /// no host view of them can be taken, and they cannot be deregistered, while UCX may still
+    /// read them, whatever became of the pairs.
+    pub(super) sources: Vec<UseGuard>,
+    /// The batch's slots it carries.
+    pub(super) slots: std::ops::Range<usize>,
+    /// The peer acknowledged it.
+    pub(super) acked: bool,
+}
+
+impl PackedMsg {
+    /// The send and the regions it reads, if UCX has not finished it: whoever takes them keeps
+    /// them until it does (dropping a pending request would wait for it).
+    pub(super) fn pending_send(&mut self) -> Option<(Request, Vec<UseGuard>)> {
+        let mut r = self.req.take()?;
+        let sources = std::mem::take(&mut self.sources);
+        matches!(r.test(), Ok(false)).then_some((r, sources))
+    }
+}
+
+/// Tests a request: `Some(Ok)` finished, `Some(Err)` failed, `None` still in flight. A request
+/// that failed on a connection already failed for a known reason (the server said goodbye, a
+/// goodbye went unanswered) fails with that reason rather than UCX's transport status.
+pub(super) fn test(req: &mut Request, peer: &PeerConn) -> Option<Result<()>> {
+    match req.test() {
+        Ok(true) => Some(Ok(())),
+        Ok(false) => None,
+        Err(e) => Some(Err(peer
+            .failed_error()
+            .unwrap_or_else(|| ucx_err(&peer.label(), req.op(), e)))),
+    }
+}
 
 pub(super) struct Slot {
     pub(super) item: Option<WorkItem>,

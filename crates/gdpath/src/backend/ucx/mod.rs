@@ -38,6 +38,7 @@ use crate::backend::{Backend, Capability, Drive, PlanChoice, Preference, Refusal
 use crate::error::{Error, Result};
 use crate::finding::ids;
 use crate::memory::{Memory, MemoryClass};
+pub(crate) use crate::net::devices::RDMA_TRANSPORTS;
 use crate::net::devices::{self, Need, Plan};
 use crate::net::protocol::Node;
 use crate::net::{NetConfig, NetEvent, Notification};
@@ -87,12 +88,6 @@ pub(crate) const CTRL_AM: u16 = crate::net::codec::AM_ID;
 const _: () = assert!(crate::net::codec::MAX_MESSAGE == gdpath_ucx::AM_MAX_MESSAGE);
 /// Notifications kept until the application takes them; more are dropped and counted.
 pub(crate) const MAX_QUEUED_NOTIFICATIONS: usize = 4096;
-
-/// UCX transports that move data through an RDMA NIC (`ucx_info -d`), for the planned path of
-/// GPU memory (an endpoint lane on one of them: the NIC would read or write GPU memory).
-pub(crate) const RDMA_TRANSPORTS: &[&str] = &[
-    "rc_mlx5", "dc_mlx5", "gga_mlx5", "ud_mlx5", "rc_verbs", "ud_verbs", "srd",
-];
 
 /// Those of [`RDMA_TRANSPORTS`] that do one-sided RMA (UD is datagrams only, so an operation
 /// UCX runs on it is emulated): the ones an observed protocol counts as GPUDirect RDMA.

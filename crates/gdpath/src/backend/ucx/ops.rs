@@ -30,16 +30,15 @@
 //! [`Error::PeerFailed`]; its UCX requests and both regions of each pair are kept alive until
 //! UCX finishes them (a request UCX may still touch is never released with its memory).
 
-use super::batch::{Batch, Slot};
+use super::batch::{test, Batch, Slot, Zombie};
 use super::conn::PeerConn;
-use super::packed::packable;
 use super::staging::{self, Stage, Stages};
 use super::{ucx_err, RemoteMem, UcxBackend};
 use crate::backend::cuda::gpu_buffer;
 use crate::error::{Error, Result};
 use crate::net::codec::WireKind;
 use crate::path::Path;
-use crate::region::{Region, RegionId, UseGuard};
+use crate::region::{Region, RegionId};
 use crate::transfer::{group_items, Op, WorkItem};
 use gdpath_ucx::{MemHandle, MemType, ProtoInfo, Request};
 use std::sync::Arc;
@@ -59,15 +58,6 @@ struct PendingAck {
     peer: Arc<PeerConn>,
     ids: Vec<u64>,
     flush: Request,
-}
-
-/// Requests that outlived their items (timeout), with the regions they may still touch.
-pub(super) struct Zombie {
-    pub(super) reqs: Vec<Request>,
-    pub(super) _regions: Vec<Region>,
-    /// Regions packed sends read in place, still in use.
-    pub(super) _uses: Vec<UseGuard>,
-    pub(super) _stages: Vec<Stage>,
 }
 
 /// The flush state of one peer's endpoint.
@@ -115,17 +105,13 @@ pub(super) fn remote_of(item: &WorkItem) -> Option<&RemoteMem> {
         .and_then(|f| f.as_any().downcast_ref::<RemoteMem>())
 }
 
-/// Tests a request: `Some(Ok)` finished, `Some(Err)` failed, `None` still in flight. A request
-/// that failed on a connection already failed for a known reason (the server said goodbye, a
-/// goodbye went unanswered) fails with that reason rather than UCX's transport status.
-pub(super) fn test(req: &mut Request, peer: &PeerConn) -> Option<Result<()>> {
-    match req.test() {
-        Ok(true) => Some(Ok(())),
-        Ok(false) => None,
-        Err(e) => Some(Err(peer
-            .failed_error()
-            .unwrap_or_else(|| ucx_err(&peer.label(), req.op(), e)))),
-    }
+/// Whether `item` may go in packed `Writes` messages: a write of at most `max` bytes from host
+/// memory to a peer's host region.
+pub(super) fn packable(item: &WorkItem, max: u64) -> bool {
+    item.op() == Op::Write
+        && item.local().len <= max
+        && gpu_buffer(&item.local().region).is_none()
+        && remote_of(item).is_some_and(|r| r.kind == WireKind::Host)
 }
 
 impl Ops {

@@ -13,43 +13,18 @@
 //! Target side ([`apply`]): the protocol checked the writes against the live export; they are
 //! copied into the export's mapping as a UCX put would write it.
 
-use super::batch::{Batch, Slot};
+use super::batch::{Batch, PackedMsg, Slot, Zombie};
 use super::conn::PeerConn;
-use super::ops::{remote_of, Ops, PostCache, Zombie};
+use super::ops::{remote_of, Ops, PostCache};
 use super::{lock, ucx_err, State, UcxBackend};
-use crate::backend::cuda::gpu_buffer;
 use crate::error::{Error, Result};
-use crate::net::codec::{self, WireKind, WritesStatus};
+use crate::net::codec::{self, WritesStatus};
 use crate::path::Path;
 use crate::region::{RegionId, UseGuard};
-use crate::transfer::{Op, WorkItem};
-use gdpath_ucx::{AmPart, Request};
+use crate::transfer::WorkItem;
+use gdpath_ucx::AmPart;
 use std::sync::Arc;
 use std::time::Instant;
-
-/// One `Writes` message in flight (its seq: [`Batch::packed_base`] + its index).
-pub(super) struct PackedMsg {
-    /// The send, until UCX finished it.
-    pub(super) req: Option<Request>,
-    /// The local regions the send reads its bytes from in place, held in use as long as `req`:
-    /// no host view of them can be taken, and they cannot be deregistered, while UCX may still
-    /// read them, whatever became of the pairs.
-    pub(super) sources: Vec<UseGuard>,
-    /// The batch's slots it carries.
-    pub(super) slots: std::ops::Range<usize>,
-    /// The peer acknowledged it.
-    pub(super) acked: bool,
-}
-
-impl PackedMsg {
-    /// The send and the regions it reads, if UCX has not finished it: whoever takes them keeps
-    /// them until it does (dropping a pending request would wait for it).
-    pub(super) fn pending_send(&mut self) -> Option<(Request, Vec<UseGuard>)> {
-        let mut r = self.req.take()?;
-        let sources = std::mem::take(&mut self.sources);
-        matches!(r.test(), Ok(false)).then_some((r, sources))
-    }
-}
 
 /// The `Writes` message being filled: its remote region, its writes, where their bytes are,
 /// the regions those are in, and the batch slots of its first and last write.
@@ -80,7 +55,7 @@ const _: () = assert!(PACK_PIECE_MAX as usize > PACK_MESSAGE_MAX);
 const PACK_MESSAGE_MAX: usize = 64 << 10;
 
 impl Ops {
-    /// Posts `items` (all [`packable`], on `peer`, which packs writes) as one batch of `Writes`
+    /// Posts `items` (all [`packable`](super::ops::packable), on `peer`, which packs writes) as one batch of `Writes`
     /// messages (see the module docs); their path reads `<tl> (packed writes)`.
     pub(super) fn submit_packed(
         &mut self,
@@ -308,15 +283,6 @@ impl Ops {
             });
         }
     }
-}
-
-/// Whether `item` may go in packed `Writes` messages: a write of at most `max` bytes from host
-/// memory to a peer's host region.
-pub(super) fn packable(item: &WorkItem, max: u64) -> bool {
-    item.op() == Op::Write
-        && item.local().len <= max
-        && gpu_buffer(&item.local().region).is_none()
-        && remote_of(item).is_some_and(|r| r.kind == WireKind::Host)
 }
 
 /// Where a packed pair's bytes are in its local mapping, checked: the remote region still
