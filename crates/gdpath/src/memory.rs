@@ -349,11 +349,6 @@ impl HostBuffer {
             })
     }
 
-    /// Whether another process of this node can map the buffer ([`HostBuffer::try_shared`]).
-    pub fn is_shared(&self) -> bool {
-        self.buf.shm_id().is_some()
-    }
-
     /// An aligned copy of `bytes`.
     pub fn from_slice(bytes: &[u8]) -> Self {
         let mut b = Self::zeroed(bytes.len());

@@ -244,19 +244,6 @@ impl Conn {
         matches!(self.phase, Phase::Closed | Phase::Failed(_))
     }
 
-    /// Whether a notification may go now: open, or closing with the goodbye not yet sent (a
-    /// notification of work posted before the close).
-    pub fn may_notify(&self) -> bool {
-        matches!(
-            self.phase,
-            Phase::Ready
-                | Phase::Closing {
-                    bye_sent: false,
-                    ..
-                }
-        )
-    }
-
     /// Why the connection cannot carry new operations, if it cannot: its failure, or that one
     /// side closed it. `None` while handshaking or ready.
     pub fn failure(&self) -> Option<String> {

@@ -33,7 +33,6 @@ use crate::path::Path;
 use crate::region::{BackendHandle, Descriptor, Region};
 use crate::transfer::{Op, WorkItem};
 use gdpath_cuda::{CuFileDriver, CuFileHandle, CudaError, DeviceBuffer};
-use std::os::fd::AsRawFd;
 use std::sync::{Arc, OnceLock};
 
 /// Name of the native backend (holds the registrations).
@@ -382,22 +381,4 @@ impl Backend for CufileBackend {
             }
         }
     }
-}
-
-/// The cuFile registration of a file region, if the `cufile` backend made one: handle failure
-/// reasons and the mode decision, for reports (`gdpath load`, the bench).
-pub fn registration_summary(region: &Region) -> Option<String> {
-    region.with_backend_handle(NAME, |h| {
-        let reg = h?.downcast_ref::<CufileRegistration>()?;
-        Some(match (&reg.handle, &reg.decision) {
-            (Err((id, why)), _) => format!("[{id}] {why}"),
-            (Ok(h), Ok(d)) => format!(
-                "fd {} registered, {:?} mode: {}",
-                h.file().as_raw_fd(),
-                d.mode,
-                d.detail
-            ),
-            (Ok(_), Err((id, why))) => format!("[{id}] {why}"),
-        })
-    })
 }

@@ -164,11 +164,6 @@ impl WorkItem {
         self.shared.notify.clone()
     }
 
-    /// The id of the transfer this item belongs to (unique within its agent).
-    pub fn transfer_id(&self) -> u64 {
-        self.shared.id
-    }
-
     /// Records that the first I/O of this pair was issued (for latency reporting). Idempotent.
     pub fn mark_started(&self) {
         self.mark_started_at(Instant::now());
