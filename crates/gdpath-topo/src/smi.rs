@@ -23,7 +23,7 @@ use crate::cpus::CpuSet;
 use crate::device::{Device, DeviceKind};
 use crate::iommu::IommuState;
 use crate::machine::Machine;
-use crate::pairs::pair_key;
+use crate::machine::pair_key;
 use crate::pci::PciAddr;
 use crate::{input, TopoError};
 use std::collections::{BTreeMap, HashMap, HashSet};
