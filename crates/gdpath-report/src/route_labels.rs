@@ -5,7 +5,7 @@
 //! taken. A route that does not start by going up (P2P over NVLink) gets its figure beside its
 //! line, or below a horizontal run. Never over another line, a box or another label.
 
-use crate::geometry::{dir, seg_rect, Seg, CLEAR, HALF_STROKE, P, SMALL};
+use crate::geometry::{dir, CLEAR, HALF_STROKE, P, SMALL};
 use crate::svg::{text_rect, text_width, Rect, Text};
 use gdpath::finding::Area;
 
