@@ -27,9 +27,9 @@
 //! Every label's box is known here ([`Layout::texts`]); nothing is placed over another label
 //! (the tests check the SVG itself).
 
+use crate::geometry::{Node, NodeKind, Seg, FONT, P, SMALL};
 pub use crate::links::{link_label, LinkLabel};
 pub use crate::nvlink::NvDraw;
-use crate::geometry::{Node, NodeKind, Seg, FONT, P, SMALL};
 use crate::svg::{fit, text_rect, text_width, Anchor, Rect, Text};
 use crate::tree::{Group, Hub, HubKind, Leaf, Tree};
 use gdpath_topo::{Device, DeviceKind, Machine};

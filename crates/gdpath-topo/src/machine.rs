@@ -25,7 +25,6 @@ pub fn pair_key(a: PciAddr, b: PciAddr) -> (PciAddr, PciAddr) {
     }
 }
 
-
 /// A NUMA node and its CPUs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NumaNode {

@@ -409,7 +409,6 @@ pub struct PairSummary {
     pub counts: crate::pairs::PairCounts,
 }
 
-
 /// Pairs of devices counted per class ([`Machine::pair_counts`]): what the pair matrix says,
 /// in a size that does not grow with the square of the devices.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

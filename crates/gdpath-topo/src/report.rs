@@ -44,7 +44,6 @@ pub struct TopoReport<'a> {
     pub notes: &'a [String],
 }
 
-
 impl Machine {
     /// The `--json` document ([`TOPO_SCHEMA`]).
     pub fn report(&self) -> TopoReport<'_> {
