@@ -10,8 +10,9 @@
 use crate::agent::{Agent, Region};
 use crate::dlpack::{KDL_CPU, KDL_CUDA_HOST};
 use crate::error;
-use crate::memory::{resolve, Geometry, Options};
-use crate::transfer::{seconds, PlannedPair, Transfer};
+use crate::geometry::Geometry;
+use crate::memory::{resolve, Options};
+use crate::transfer::{seconds, BatchReport, PlannedPair, Transfer};
 use gdpath::blocks::BlockError;
 use gdpath::{BlockTransfer, CopyMethod, Error};
 use pyo3::exceptions::{PyIndexError, PyTypeError, PyValueError};
@@ -153,60 +154,6 @@ fn block_details<'py>(py: Python<'py>, b: &BlockError) -> PyResult<Bound<'py, Py
     };
     d.set_item("reason", reason)?;
     Ok(d)
-}
-
-// ---------------------------------------------------------------------------------------------
-// Reports
-// ---------------------------------------------------------------------------------------------
-
-/// How a backend posted a batch of descriptors (a block transfer's one pair,
-/// `report.pairs[0].batch`): `method` (`"copies"`: one copy call per merged descriptor,
-/// `"driver-batch"`: `cuMemcpyBatchAsync`, `"kernel"`: one launch of gdpath's gather/scatter
-/// kernel), `descriptors` as given (ids × layers × K/V planes), `coalesced` after merging
-/// descriptors that continue each other, `posted` (the calls, driver copies or kernel pieces
-/// the method ran), `post_ns` (CPU time spent posting, ns, not counting the copy).
-#[pyclass(
-    module = "gdpath._native",
-    name = "BatchReport",
-    frozen,
-    get_all,
-    from_py_object
-)]
-#[derive(Clone)]
-pub struct BatchReport {
-    pub method: String,
-    pub descriptors: u64,
-    pub coalesced: u64,
-    pub posted: u64,
-    pub post_ns: u64,
-}
-
-impl From<&gdpath::BatchReport> for BatchReport {
-    fn from(b: &gdpath::BatchReport) -> Self {
-        BatchReport {
-            method: b.method.name().to_owned(),
-            descriptors: b.descriptors,
-            coalesced: b.coalesced,
-            posted: b.posted,
-            post_ns: b.post_ns,
-        }
-    }
-}
-
-#[pymethods]
-impl BatchReport {
-    /// CPU posting time per descriptor as given, µs (`post_ns / descriptors / 1000`).
-    #[getter]
-    fn post_us_per_descriptor(&self) -> f64 {
-        self.post_ns as f64 / self.descriptors.max(1) as f64 / 1e3
-    }
-
-    fn __repr__(&self) -> String {
-        format!(
-            "BatchReport(method={:?}, descriptors={}, coalesced={}, posted={}, post_ns={})",
-            self.method, self.descriptors, self.coalesced, self.posted, self.post_ns
-        )
-    }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -20,8 +20,9 @@ mod buffer;
 mod checkpoint;
 #[allow(unsafe_code)]
 mod dlpack;
-mod docs;
 mod error;
+mod geometry;
+mod json_documents;
 #[allow(unsafe_code)]
 mod memory;
 mod net;
@@ -50,8 +51,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<checkpoint::TensorInfo>()?;
     m.add_class::<dlpack::View>()?;
     blocks::register(m)?;
-    m.add_function(wrap_pyfunction!(docs::topo_json, m)?)?;
-    m.add_function(wrap_pyfunction!(docs::doctor_json, m)?)?;
+    m.add_function(wrap_pyfunction!(json_documents::topo_json, m)?)?;
+    m.add_function(wrap_pyfunction!(json_documents::doctor_json, m)?)?;
     m.add("NOTIFICATION_TOKEN", agent::NOTIFICATION_TOKEN)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
