@@ -7,11 +7,12 @@
 //! of ints. Every check is the engine's ([`gdpath::blocks`]); its [`gdpath::BlockError`]s are
 //! `gdpath.BlockError` with the fields as attributes.
 
-use crate::agent::{Agent, Region};
+use crate::agent::Agent;
 use crate::dlpack::{KDL_CPU, KDL_CUDA_HOST};
 use crate::error;
 use crate::geometry::Geometry;
 use crate::memory::{resolve, Options};
+use crate::region::Region;
 use crate::transfer::{seconds, BatchReport, PlannedPair, Transfer};
 use gdpath::blocks::BlockError;
 use gdpath::{BlockTransfer, CopyMethod, Error};
@@ -633,14 +634,14 @@ pub struct PreparedBlocks {
 
 /// Prepares `src` → `dst` on `agent` (`Agent.prepare_blocks`).
 pub fn prepare(
-    agent: &Bound<'_, Agent>,
+    agent: &gdpath::Agent,
     src: &Bound<'_, KvLayout>,
     dst: &Bound<'_, KvLayout>,
     src_ids: Option<Bound<'_, PyAny>>,
     dst_ids: Option<Bound<'_, PyAny>>,
     method: Option<&str>,
 ) -> PyResult<PreparedBlocks> {
-    let py = agent.py();
+    let py = src.py();
     let method = method
         .map(|m| {
             CopyMethod::parse(m).ok_or_else(|| {
@@ -674,7 +675,7 @@ pub fn prepare(
     if let Some(m) = method {
         t = t.method(m);
     }
-    let a = agent.get().agent.clone();
+    let a = agent.clone();
     let inner = py
         .detach(move || a.prepare_blocks(t))
         .map_err(|e| engine_err(py, &e))?;

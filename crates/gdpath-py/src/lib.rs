@@ -26,6 +26,7 @@ mod json_documents;
 #[allow(unsafe_code)]
 mod memory;
 mod net;
+mod region;
 mod transfer;
 mod waker;
 
@@ -34,8 +35,8 @@ use pyo3::prelude::*;
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<agent::Agent>()?;
-    m.add_class::<agent::Region>()?;
-    m.add_class::<agent::Descriptor>()?;
+    m.add_class::<region::Region>()?;
+    m.add_class::<region::Descriptor>()?;
     m.add_class::<memory::File>()?;
     m.add_class::<transfer::Transfer>()?;
     m.add_class::<transfer::TransferReport>()?;
