@@ -1,5 +1,5 @@
-//! `gdpath.Agent`, `gdpath.Region`, `gdpath.Descriptor`: registration, descriptors and posts,
-//! bound to the engine's `Agent`, `Region`, `Descriptor` and `TransferRequest`.
+//! `gdpath.Agent`: registration and posts, bound to the engine's `Agent` and `TransferRequest`;
+//! the regions and descriptors it makes and takes are [`crate::region`]'s.
 
 use crate::error::IntoPy;
 use crate::memory::{resolve, Options};
