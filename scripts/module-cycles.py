@@ -26,6 +26,10 @@ ALLOWED_PAIRS: dict[frozenset[str], str] = {
         "a sealed memfd is one way host memory is allocated (mem's buffer owns its SharedBuf), "
         "and a peer's mapping of one is host memory like any other (shm returns a HostMem)"
     ),
+    frozenset({"crates/gdpath-py/src/agent.rs", "crates/gdpath-py/src/blocks.rs"}): (
+        "the Python API binds them both ways: Agent.prepare_blocks and transfer_blocks take "
+        "KvLayouts, and KvLayout.from_tensor takes an Agent to register the tensor through"
+    ),
 }
 
 # Files bigger than this are not source the project writes (bindgen output is read all the same).

@@ -3,7 +3,7 @@
 //! (`gdpath_doctor::exit`): 0 nothing degraded or unavailable, 1 some degraded, 2 some
 //! unavailable, 3 the doctor itself failed, 4 no verdict could be decided.
 
-use crate::topo::SourceArgs;
+use crate::source::{examine_error, SourceArgs};
 use anyhow::Result;
 use clap::Args;
 use gdpath_doctor::render::{self, TextOptions};
@@ -85,12 +85,4 @@ fn report(args: &DoctorArgs) -> Result<(Report, Mode)> {
     let ex =
         doctor::examine(&args.source.source(), &args.paths, args.measure).map_err(examine_error)?;
     Ok((ex.report, ex.loaded.mode))
-}
-
-/// A bad `--path` is a usage error; anything else fails the doctor.
-pub(crate) fn examine_error(e: doctor::ExamineError) -> anyhow::Error {
-    match e {
-        doctor::ExamineError::NotADirectory(_) => crate::usage(e.to_string()),
-        e => anyhow::Error::new(e),
-    }
 }

@@ -18,6 +18,7 @@ mod progress;
 mod report;
 mod resave;
 mod serve;
+mod source;
 mod topo;
 
 use clap::{Parser, Subcommand};

@@ -1,7 +1,7 @@
 //! `gdpath report`: the machine, its data paths, the doctor's findings and bench charts as one
 //! self-contained HTML file (`gdpath_report`); here only the arguments and the file.
 
-use crate::topo::SourceArgs;
+use crate::source::{report_error, SourceArgs};
 use anyhow::{Context, Result};
 use clap::Args;
 use gdpath::topo::text::escape;
@@ -54,12 +54,4 @@ pub fn run(a: ReportArgs) -> Result<ExitCode> {
         html.len().div_ceil(1024)
     );
     Ok(ExitCode::SUCCESS)
-}
-
-/// A bad `--path` is a usage error, like the doctor's.
-pub(crate) fn report_error(e: gdpath_report::ReportError) -> anyhow::Error {
-    match e {
-        gdpath_report::ReportError::Examine(e) => crate::doctor::examine_error(e),
-        e => anyhow::Error::new(e),
-    }
 }

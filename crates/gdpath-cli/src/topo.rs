@@ -1,6 +1,7 @@
 //! `gdpath topo` and `gdpath topo capture`: the machine as a matrix, nearest devices, warnings
 //! and a device list; `--json` for scripts (schema `gdpath.topo/1`).
 
+use crate::source::SourceArgs;
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use gdpath::topo::smi::{legend_lines, SmiMatrix};
@@ -9,46 +10,6 @@ use gdpath::topo::{Device, DeviceKind, Machine, Source};
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
-
-/// Where to read the machine from (at most one; the live `/sys` when none is given).
-#[derive(Debug, Clone, Default, Args)]
-#[group(multiple = false)]
-pub struct SourceArgs {
-    /// Read a copied sysfs tree: DIR holds `sys/` (and `proc/`).
-    #[arg(long, value_name = "DIR")]
-    pub sysfs_root: Option<PathBuf>,
-    /// Replay a snapshot written by `gdpath topo capture`.
-    #[arg(long, value_name = "FILE")]
-    pub snapshot: Option<PathBuf>,
-    /// Read an hwloc XML export (`lstopo machine.xml`).
-    #[arg(long, value_name = "FILE")]
-    pub hwloc_xml: Option<PathBuf>,
-    /// Read an NCCL topology file (`NCCL_TOPO_DUMP_FILE` output or a provider's topology).
-    #[arg(long, value_name = "FILE")]
-    pub nccl_xml: Option<PathBuf>,
-    /// Read the text `nvidia-smi topo -m` printed (any version; the matrix is all it says).
-    #[arg(long, value_name = "FILE")]
-    pub smi_topo: Option<PathBuf>,
-}
-
-impl SourceArgs {
-    /// The source these flags name.
-    pub fn source(&self) -> Source {
-        if let Some(p) = &self.sysfs_root {
-            Source::SysfsRoot(p.clone())
-        } else if let Some(p) = &self.snapshot {
-            Source::Snapshot(p.clone())
-        } else if let Some(p) = &self.hwloc_xml {
-            Source::HwlocXml(p.clone())
-        } else if let Some(p) = &self.nccl_xml {
-            Source::NcclXml(p.clone())
-        } else if let Some(p) = &self.smi_topo {
-            Source::SmiTopo(p.clone())
-        } else {
-            Source::Live
-        }
-    }
-}
 
 #[derive(Debug, Args)]
 #[command(args_conflicts_with_subcommands = true)]
@@ -151,7 +112,7 @@ pub fn run(args: TopoArgs) -> Result<ExitCode> {
         let context = || format!("writing the drawing to {}", escape(&file));
         // What the save would refuse, said before the machine is read.
         gdpath::file::check_target(file, args.overwrite).with_context(context)?;
-        let svg = gdpath_report::drawing(&source, &[]).map_err(crate::report::report_error)?;
+        let svg = gdpath_report::drawing(&source, &[]).map_err(crate::source::report_error)?;
         let t = gdpath_report::save(file, svg.as_bytes(), args.overwrite).with_context(context)?;
         outln!("wrote {}", crate::output::written_target(file, &t));
         return Ok(ExitCode::SUCCESS);

@@ -7,11 +7,13 @@
 //! of ints. Every check is the engine's ([`gdpath::blocks`]); its [`gdpath::BlockError`]s are
 //! `gdpath.BlockError` with the fields as attributes.
 
-use crate::agent::{Agent, Region};
+use crate::agent::Agent;
 use crate::dlpack::{KDL_CPU, KDL_CUDA_HOST};
 use crate::error;
-use crate::memory::{resolve, Geometry, Options};
-use crate::transfer::{seconds, PlannedPair, Transfer};
+use crate::geometry::Geometry;
+use crate::memory::{resolve, Options};
+use crate::region::Region;
+use crate::transfer::{seconds, BatchReport, PlannedPair, Transfer};
 use gdpath::blocks::BlockError;
 use gdpath::{BlockTransfer, CopyMethod, Error};
 use pyo3::exceptions::{PyIndexError, PyOverflowError, PyTypeError, PyValueError};
@@ -153,60 +155,6 @@ fn block_details<'py>(py: Python<'py>, b: &BlockError) -> PyResult<Bound<'py, Py
     };
     d.set_item("reason", reason)?;
     Ok(d)
-}
-
-// ---------------------------------------------------------------------------------------------
-// Reports
-// ---------------------------------------------------------------------------------------------
-
-/// How a backend posted a batch of descriptors (a block transfer's one pair,
-/// `report.pairs[0].batch`): `method` (`"copies"`: one copy call per merged descriptor,
-/// `"driver-batch"`: `cuMemcpyBatchAsync`, `"kernel"`: one launch of gdpath's gather/scatter
-/// kernel), `descriptors` as given (ids × layers × K/V planes), `coalesced` after merging
-/// descriptors that continue each other, `posted` (the calls, driver copies or kernel pieces
-/// the method ran), `post_ns` (CPU time spent posting, ns, not counting the copy).
-#[pyclass(
-    module = "gdpath._native",
-    name = "BatchReport",
-    frozen,
-    get_all,
-    from_py_object
-)]
-#[derive(Clone)]
-pub struct BatchReport {
-    pub method: String,
-    pub descriptors: u64,
-    pub coalesced: u64,
-    pub posted: u64,
-    pub post_ns: u64,
-}
-
-impl From<&gdpath::BatchReport> for BatchReport {
-    fn from(b: &gdpath::BatchReport) -> Self {
-        BatchReport {
-            method: b.method.name().to_owned(),
-            descriptors: b.descriptors,
-            coalesced: b.coalesced,
-            posted: b.posted,
-            post_ns: b.post_ns,
-        }
-    }
-}
-
-#[pymethods]
-impl BatchReport {
-    /// CPU posting time per descriptor as given, µs (`post_ns / descriptors / 1000`).
-    #[getter]
-    fn post_us_per_descriptor(&self) -> f64 {
-        self.post_ns as f64 / self.descriptors.max(1) as f64 / 1e3
-    }
-
-    fn __repr__(&self) -> String {
-        format!(
-            "BatchReport(method={:?}, descriptors={}, coalesced={}, posted={}, post_ns={})",
-            self.method, self.descriptors, self.coalesced, self.posted, self.post_ns
-        )
-    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -781,14 +729,14 @@ pub struct PreparedBlocks {
 
 /// Prepares `src` → `dst` on `agent` (`Agent.prepare_blocks`).
 pub fn prepare(
-    agent: &Bound<'_, Agent>,
+    agent: &gdpath::Agent,
     src: &Bound<'_, KvLayout>,
     dst: &Bound<'_, KvLayout>,
     src_ids: Option<Bound<'_, PyAny>>,
     dst_ids: Option<Bound<'_, PyAny>>,
     method: Option<&str>,
 ) -> PyResult<PreparedBlocks> {
-    let py = agent.py();
+    let py = src.py();
     let method = method
         .map(|m| {
             CopyMethod::parse(m).ok_or_else(|| {
@@ -822,7 +770,7 @@ pub fn prepare(
     if let Some(m) = method {
         t = t.method(m);
     }
-    let a = agent.get().agent.clone();
+    let a = agent.clone();
     let inner = py
         .detach(move || a.prepare_blocks(t))
         .map_err(|e| engine_err(py, &e))?;

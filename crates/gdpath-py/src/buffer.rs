@@ -76,7 +76,7 @@ pub struct HostExport {
     /// The owners no pin holds, checked before every post.
     pub guard: Guard,
     /// Shape, strides (bytes) and item size as the exporter describes them.
-    pub geometry: crate::memory::Geometry,
+    pub geometry: crate::geometry::Geometry,
 }
 
 /// An owner of registered memory that can free or move it while it is exported (a NumPy array,
@@ -264,9 +264,9 @@ pub fn export(obj: &Bound<'_, PyAny>) -> PyResult<Option<HostExport>> {
     };
     let shape64: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
     let strides64: Option<Vec<i64>> = strides.map(|s| s.iter().map(|&d| d as i64).collect());
-    let dense = crate::memory::contiguous(&shape64, strides64.as_deref(), b.itemsize as i64);
+    let dense = crate::geometry::contiguous(&shape64, strides64.as_deref(), b.itemsize as i64);
     let geometry =
-        crate::memory::Geometry::new(&shape64, strides64.as_deref(), 1, b.itemsize.max(1) as u64);
+        crate::geometry::Geometry::new(&shape64, strides64.as_deref(), 1, b.itemsize.max(1) as u64);
     let (ptr, len, readonly) = (b.buf as *mut u8, b.len.max(0) as usize, b.readonly != 0);
     let format = if b.format.is_null() {
         Vec::new()

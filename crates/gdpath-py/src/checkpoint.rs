@@ -5,9 +5,10 @@
 //! [`Checkpoint::save`] (`gdpath.safetensors.save_file`): registered tensors to a file through
 //! the engine's crash-safe save.
 
-use crate::agent::{Agent, Region};
+use crate::agent::Agent;
 use crate::dlpack::{View, KDL_CPU, KDL_CUDA};
 use crate::error::IntoPy;
+use crate::region::Region;
 use crate::transfer::PairReport;
 use gdpath::AgentConfig;
 use gdpath_checkpoint::chooser::Overrides;

@@ -91,7 +91,7 @@ pub struct Imported {
     /// The unconsumed capsule: dropping it lets the producer free the memory.
     pub capsule: Py<PyAny>,
     /// Shape, strides (bytes) and element size: what a KV layout is computed from.
-    pub geometry: crate::memory::Geometry,
+    pub geometry: crate::geometry::Geometry,
     /// `DLDataTypeCode` of the elements (0 int, 1 uint, 2 float, ...).
     pub dtype_code: u8,
 }
@@ -163,7 +163,7 @@ pub fn import(obj: &Bound<'_, PyAny>) -> PyResult<Imported> {
     let len = elems
         .and_then(|e| e.checked_mul(item))
         .ok_or_else(|| PyValueError::new_err(format!("DLPack shape {shape:?} is invalid")))?;
-    if !crate::memory::contiguous(shape, strides, 1) {
+    if !crate::geometry::contiguous(shape, strides, 1) {
         return Err(PyValueError::new_err(format!(
             "the tensor's memory is not contiguous (strides {:?} for shape {shape:?}): register \
              a contiguous copy (.contiguous()) or the tensor it views",
@@ -171,7 +171,7 @@ pub fn import(obj: &Bound<'_, PyAny>) -> PyResult<Imported> {
         )));
     }
     let ptr = (t.data as u64).wrapping_add(t.byte_offset);
-    let geometry = crate::memory::Geometry::new(shape, strides, item as i64, item);
+    let geometry = crate::geometry::Geometry::new(shape, strides, item as i64, item);
     Ok(Imported {
         ptr,
         len,

@@ -3,11 +3,11 @@
 //! by kind); this module hands each error's kind, message, finding id and details to
 //! `gdpath.errors._from_native`, which builds the exception.
 
-use gdpath::{Error, PairOutcome, TransferError};
+use gdpath::Error;
 use gdpath_checkpoint::{CheckpointError, LoadError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyDict, PyList};
+use pyo3::types::PyDict;
 use std::path::Path;
 
 static FROM_NATIVE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
@@ -37,7 +37,7 @@ pub fn raise(
 }
 
 /// The finding id an engine error carries (refusals and strict-mode failures).
-fn finding_of(e: &Error) -> Option<String> {
+pub(crate) fn finding_of(e: &Error) -> Option<String> {
     match e {
         Error::Refused { finding, .. } | Error::PathNotAccepted { finding, .. } => {
             finding.as_ref().map(|f| f.as_str().to_owned())
@@ -48,7 +48,7 @@ fn finding_of(e: &Error) -> Option<String> {
 
 /// Details an engine error names (set as attributes): the descriptor index, the side, the
 /// planned path of a strict-mode failure.
-fn details_of<'py>(py: Python<'py>, e: &Error) -> PyResult<Option<Bound<'py, PyDict>>> {
+pub(crate) fn details_of<'py>(py: Python<'py>, e: &Error) -> PyResult<Option<Bound<'py, PyDict>>> {
     let d = PyDict::new(py);
     match e {
         Error::OutOfBounds { index, side, .. } => {
@@ -124,45 +124,6 @@ pub fn engine(py: Python<'_>, e: &Error) -> PyErr {
 fn engine_with_message(py: Python<'_>, e: &Error, message: &str) -> PyErr {
     let details = details_of(py, e).unwrap_or(None);
     raise(py, e.kind(), message, finding_of(e).as_deref(), details)
-}
-
-/// A failed, cancelled or timed-out transfer: the cause's kind and finding, and `outcomes` (one
-/// `(index, "done" | "failed" | "not_done", detail)` per pair: the pair's report, its error's
-/// message, or `None`).
-pub fn transfer(py: Python<'_>, e: &TransferError) -> PyErr {
-    let build = || -> PyResult<Bound<'_, PyDict>> {
-        let outcomes = PyList::empty(py);
-        for o in &e.outcomes {
-            let item = match o {
-                PairOutcome::Done(r) => (
-                    r.index,
-                    "done",
-                    Bound::new(py, crate::transfer::PairReport::from(r))?.into_any(),
-                ),
-                PairOutcome::Failed { index, error } => (
-                    *index,
-                    "failed",
-                    error.to_string().into_pyobject(py)?.into_any(),
-                ),
-                PairOutcome::NotDone { index } => (*index, "not_done", py.None().into_bound(py)),
-            };
-            outcomes.append(item)?;
-        }
-        let d = details_of(py, &e.error)?.unwrap_or_else(|| PyDict::new(py));
-        d.set_item("outcomes", outcomes)?;
-        d.set_item("transfer_failed", true)?;
-        Ok(d)
-    };
-    match build() {
-        Ok(d) => raise(
-            py,
-            e.error.kind(),
-            &e.to_string(),
-            finding_of(&e.error).as_deref(),
-            Some(d),
-        ),
-        Err(err) => err,
-    }
 }
 
 /// A checkpoint load's error: `checkpoint` for a malformed file or index, the engine's kind

@@ -20,11 +20,13 @@ mod buffer;
 mod checkpoint;
 #[allow(unsafe_code)]
 mod dlpack;
-mod docs;
 mod error;
+mod geometry;
+mod json_documents;
 #[allow(unsafe_code)]
 mod memory;
 mod net;
+mod region;
 mod transfer;
 mod waker;
 
@@ -33,8 +35,8 @@ use pyo3::prelude::*;
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<agent::Agent>()?;
-    m.add_class::<agent::Region>()?;
-    m.add_class::<agent::Descriptor>()?;
+    m.add_class::<region::Region>()?;
+    m.add_class::<region::Descriptor>()?;
     m.add_class::<memory::File>()?;
     m.add_class::<transfer::Transfer>()?;
     m.add_class::<transfer::TransferReport>()?;
@@ -50,8 +52,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<checkpoint::TensorInfo>()?;
     m.add_class::<dlpack::View>()?;
     blocks::register(m)?;
-    m.add_function(wrap_pyfunction!(docs::topo_json, m)?)?;
-    m.add_function(wrap_pyfunction!(docs::doctor_json, m)?)?;
+    m.add_function(wrap_pyfunction!(json_documents::topo_json, m)?)?;
+    m.add_function(wrap_pyfunction!(json_documents::doctor_json, m)?)?;
     m.add("NOTIFICATION_TOKEN", agent::NOTIFICATION_TOKEN)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

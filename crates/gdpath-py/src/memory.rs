@@ -14,6 +14,7 @@
 //! read-only: the engine refuses to write it (`read_only_memory`).
 
 use crate::dlpack::{KDL_CPU, KDL_CUDA, KDL_CUDA_HOST, KDL_CUDA_MANAGED};
+use crate::geometry::{contiguous, Geometry};
 use gdpath::{DirectIo, FileAccess, FileSpec, GpuPointer, HostPointer, Memory};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -116,41 +117,6 @@ pub struct Resolved {
     pub guard: crate::buffer::Guard,
 }
 
-/// An array's shape, strides in bytes (C order filled in where the producer gave none) and
-/// element size in bytes, as its exporter described it (buffer protocol, DLPack,
-/// `__cuda_array_interface__`): what `gdpath.KvLayout.from_tensor` computes a layout from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Geometry {
-    pub shape: Vec<i64>,
-    pub strides: Vec<i64>,
-    pub itemsize: u64,
-}
-
-impl Geometry {
-    /// `shape` with `strides` given in units of `unit` bytes (1 for the buffer protocol's and
-    /// the CUDA array interface's byte strides, the item size for DLPack's element strides),
-    /// or C-order strides when `None`.
-    pub fn new(shape: &[i64], strides: Option<&[i64]>, unit: i64, itemsize: u64) -> Geometry {
-        let strides = match strides {
-            Some(s) => s.iter().map(|&x| x.saturating_mul(unit)).collect(),
-            None => {
-                let mut out = vec![0i64; shape.len()];
-                let mut step = itemsize as i64;
-                for i in (0..shape.len()).rev() {
-                    out[i] = step;
-                    step = step.saturating_mul(shape[i].max(1));
-                }
-                out
-            }
-        };
-        Geometry {
-            shape: shape.to_vec(),
-            strides,
-            itemsize,
-        }
-    }
-}
-
 /// Resolves `obj` as the module docstring says. Errors: `TypeError` for an object gdpath cannot
 /// register (naming its type and what is accepted), `ValueError` for non-contiguous memory or
 /// a GPU that cannot be told.
@@ -165,7 +131,7 @@ pub fn resolve(obj: &Bound<'_, PyAny>, o: &Options) -> PyResult<Resolved> {
             crate::error::type_name(obj)
         )));
     }
-    if let Ok(r) = obj.cast::<crate::agent::Region>() {
+    if let Ok(r) = obj.cast::<crate::region::Region>() {
         return Err(PyTypeError::new_err(already_registered(&r.get().region)));
     }
     if let Ok(f) = obj.cast::<File>() {
@@ -354,25 +320,4 @@ fn cuda_array(cai: &Bound<'_, PyDict>) -> PyResult<(u64, u64, bool, Geometry)> {
         geometry = Geometry::new(&shape64, Some(&strides), 1, item);
     }
     Ok((ptr, len, readonly, geometry))
-}
-
-/// Whether `shape` with `strides` (in multiples of `unit`: bytes with `unit` the item size, or
-/// elements with `unit` 1; `None` means C order) is one dense span, in C or in Fortran order:
-/// the memory of the buffer protocol, DLPack and `__cuda_array_interface__` alike.
-pub fn contiguous(shape: &[i64], strides: Option<&[i64]>, unit: i64) -> bool {
-    let Some(strides) = strides else { return true };
-    if shape.contains(&0) {
-        return true; // no bytes
-    }
-    let dense = |order: &mut dyn Iterator<Item = usize>| {
-        let mut expect = unit;
-        for i in order {
-            if shape[i] != 1 && strides[i] != expect {
-                return false;
-            }
-            expect = expect.saturating_mul(shape[i]);
-        }
-        true
-    };
-    dense(&mut (0..shape.len()).rev()) || dense(&mut (0..shape.len()))
 }

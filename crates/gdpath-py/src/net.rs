@@ -2,8 +2,8 @@
 //! their memory to register, notifications, close), `Notification`. Thin over
 //! `gdpath::net` (`docs/network.md`): every rule (tokens, bounds, withdrawal) is the engine's.
 
-use crate::agent::Region;
 use crate::error::IntoPy;
+use crate::region::Region;
 use crate::transfer::seconds;
 use gdpath::net::codec::WireKind;
 use gdpath::net::{FailureMode, NetConfig, NetEvent, Token};

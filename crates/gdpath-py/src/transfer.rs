@@ -3,9 +3,11 @@
 //! signalled through [`crate::waker::Waker`] from the engine's completion hook
 //! ([`gdpath::Transfer::on_complete`]), so `await transfer` never polls.
 
-use crate::error;
+use crate::error::{details_of, finding_of, raise};
 use crate::waker::{Inner as WakerInner, Waker};
+use gdpath::{PairOutcome, TransferError};
 use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -21,7 +23,7 @@ pub struct PairReport {
     pub path: String,
     pub finding: Option<String>,
     pub elapsed: f64,
-    pub batch: Option<crate::blocks::BatchReport>,
+    pub batch: Option<BatchReport>,
 }
 
 impl From<&gdpath::PairReport> for PairReport {
@@ -32,7 +34,7 @@ impl From<&gdpath::PairReport> for PairReport {
             path: p.path.name(),
             finding: p.finding.as_ref().map(|f| f.as_str().to_owned()),
             elapsed: p.elapsed.as_secs_f64(),
-            batch: p.batch.as_ref().map(crate::blocks::BatchReport::from),
+            batch: p.batch.as_ref().map(BatchReport::from),
         }
     }
 }
@@ -51,6 +53,56 @@ impl PairReport {
                 Some(b) => format!(", method={:?}", b.method),
                 None => String::new(),
             }
+        )
+    }
+}
+
+/// How a backend posted a batch of descriptors (a block transfer's one pair,
+/// `report.pairs[0].batch`): `method` (`"copies"`: one copy call per merged descriptor,
+/// `"driver-batch"`: `cuMemcpyBatchAsync`, `"kernel"`: one launch of gdpath's gather/scatter
+/// kernel), `descriptors` as given (ids × layers × K/V planes), `coalesced` after merging
+/// descriptors that continue each other, `posted` (the calls, driver copies or kernel pieces
+/// the method ran), `post_ns` (CPU time spent posting, ns, not counting the copy).
+#[pyclass(
+    module = "gdpath._native",
+    name = "BatchReport",
+    frozen,
+    get_all,
+    from_py_object
+)]
+#[derive(Clone)]
+pub struct BatchReport {
+    pub method: String,
+    pub descriptors: u64,
+    pub coalesced: u64,
+    pub posted: u64,
+    pub post_ns: u64,
+}
+
+impl From<&gdpath::BatchReport> for BatchReport {
+    fn from(b: &gdpath::BatchReport) -> Self {
+        BatchReport {
+            method: b.method.name().to_owned(),
+            descriptors: b.descriptors,
+            coalesced: b.coalesced,
+            posted: b.posted,
+            post_ns: b.post_ns,
+        }
+    }
+}
+
+#[pymethods]
+impl BatchReport {
+    /// CPU posting time per descriptor as given, µs (`post_ns / descriptors / 1000`).
+    #[getter]
+    fn post_us_per_descriptor(&self) -> f64 {
+        self.post_ns as f64 / self.descriptors.max(1) as f64 / 1e3
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "BatchReport(method={:?}, descriptors={}, coalesced={}, posted={}, post_ns={})",
+            self.method, self.descriptors, self.coalesced, self.posted, self.post_ns
         )
     }
 }
@@ -198,7 +250,7 @@ impl Transfer {
         };
         match r {
             Ok(rep) => TransferReport::new(py, &rep),
-            Err(e) => Err(error::transfer(py, &e)),
+            Err(e) => Err(transfer(py, &e)),
         }
     }
 }
@@ -363,5 +415,44 @@ fn short(x: f64) -> String {
         format!("{x:e}")
     } else {
         format!("{x}")
+    }
+}
+
+/// A failed, cancelled or timed-out transfer: the cause's kind and finding, and `outcomes` (one
+/// `(index, "done" | "failed" | "not_done", detail)` per pair: the pair's report, its error's
+/// message, or `None`).
+pub fn transfer(py: Python<'_>, e: &TransferError) -> PyErr {
+    let build = || -> PyResult<Bound<'_, PyDict>> {
+        let outcomes = PyList::empty(py);
+        for o in &e.outcomes {
+            let item = match o {
+                PairOutcome::Done(r) => (
+                    r.index,
+                    "done",
+                    Bound::new(py, PairReport::from(r))?.into_any(),
+                ),
+                PairOutcome::Failed { index, error } => (
+                    *index,
+                    "failed",
+                    error.to_string().into_pyobject(py)?.into_any(),
+                ),
+                PairOutcome::NotDone { index } => (*index, "not_done", py.None().into_bound(py)),
+            };
+            outcomes.append(item)?;
+        }
+        let d = details_of(py, &e.error)?.unwrap_or_else(|| PyDict::new(py));
+        d.set_item("outcomes", outcomes)?;
+        d.set_item("transfer_failed", true)?;
+        Ok(d)
+    };
+    match build() {
+        Ok(d) => raise(
+            py,
+            e.error.kind(),
+            &e.to_string(),
+            finding_of(&e.error).as_deref(),
+            Some(d),
+        ),
+        Err(err) => err,
     }
 }

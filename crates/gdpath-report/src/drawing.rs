@@ -3,7 +3,8 @@
 //! Colours follow the course figure of the three paths: P2P blue, GDR green, GDS orange, the
 //! traditional path through host memory dashed red.
 
-use crate::layout::{self, Layout, NodeKind, FONT, SMALL};
+use crate::geometry::{NodeKind, FONT, SMALL};
+use crate::layout::{self, Layout};
 use crate::matrix::{self, PairRates};
 use crate::routing::{self, RouteLabels, P2P_LINES_MAX_GPUS};
 use crate::svg::{esc, num, polyline_d, Rect, Text};

@@ -5,15 +5,12 @@
 //! share a lane where they meet, so a bundle of them is one line, not a braid; routes drawn
 //! differently take the lowest lane none of their neighbours holds.
 
-use crate::layout::{self, Extra, Layout, NodeKind, P};
+use crate::geometry::{dir, NodeKind, CLEAR, HALF_STROKE, P};
+use crate::layout::{self, Extra, Layout};
 
 /// Offset of the first lane from the tree line, and between lanes, px.
 pub const LANE0: f64 = 4.0;
 pub const LANE_STEP: f64 = 3.5;
-/// Half the width of a route's stroke, and the clearance kept from it.
-pub const HALF_STROKE: f64 = 1.3;
-pub const CLEAR: f64 = 2.0;
-
 /// How a route looks: routes that look alike may share a lane and one stroke.
 pub type Look = (u8, u8);
 
@@ -66,20 +63,6 @@ pub fn simplify(pts: Vec<P>) -> Vec<P> {
         out.push(p);
     }
     out
-}
-
-/// The unit direction of a segment, rounded to the axes (the lines are orthogonal).
-pub fn dir(a: P, b: P) -> (i8, i8) {
-    let sign = |d: f64| {
-        if d > 0.01 {
-            1
-        } else if d < -0.01 {
-            -1
-        } else {
-            0
-        }
-    };
-    (sign(b.0 - a.0), sign(b.1 - a.1))
 }
 
 /// The polyline moved `d` px into its lane (see the module docs). Corners meet; a reversal

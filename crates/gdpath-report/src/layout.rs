@@ -27,18 +27,13 @@
 //! Every label's box is known here ([`Layout::texts`]); nothing is placed over another label
 //! (the tests check the SVG itself).
 
+use crate::geometry::{Node, NodeKind, Seg, FONT, P, SMALL};
 pub use crate::links::{link_label, LinkLabel};
 pub use crate::nvlink::NvDraw;
 use crate::svg::{fit, text_rect, text_width, Anchor, Rect, Text};
 use crate::tree::{Group, Hub, HubKind, Leaf, Tree};
 use gdpath_topo::{Device, DeviceKind, Machine};
 
-/// A point, px.
-pub type P = (f64, f64);
-
-/// Text sizes, px.
-pub const FONT: f64 = 11.0;
-pub const SMALL: f64 = 9.5;
 /// Rows in one stack column before another column starts.
 pub const MAX_STACK: usize = 10;
 /// Host bridges of one NUMA node drawn as columns of their own before the NIC/NVMe-only ones
@@ -64,57 +59,6 @@ const CLEAR: f64 = 22.0;
 const COL_GAP: f64 = 16.0;
 const GROUP_GAP: f64 = 30.0;
 const SMP_H: f64 = 34.0;
-
-/// What a box is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NodeKind {
-    Numa,
-    HostBridge,
-    Switch,
-    NoTree,
-    Gpu,
-    Nic,
-    Nvme,
-}
-
-impl NodeKind {
-    /// Devices (leaves) rather than hubs.
-    pub fn is_device(self) -> bool {
-        matches!(self, NodeKind::Gpu | NodeKind::Nic | NodeKind::Nvme)
-    }
-}
-
-/// A drawn box and how lines reach it.
-#[derive(Debug, Clone)]
-pub struct Node {
-    pub kind: NodeKind,
-    /// Stable across layouts of one machine: `numa:0`, `hb:pci0000:00`, `sw:0000:00:01.0`,
-    /// or the device id.
-    pub key: String,
-    pub rect: Rect,
-    pub parent: Option<usize>,
-    /// The device id of a GPU, NIC or NVMe (`GPU0`).
-    pub id: Option<String>,
-    /// The PCI addresses of the box's device and of the bridges folded into its link.
-    pub pci: Vec<String>,
-    /// Where lines from above reach the box.
-    pub attach: P,
-    /// The tree line of this box: from `attach` up to its parent's rail (empty at the top).
-    pub up: Vec<P>,
-    /// Hubs: the y of the rail below the box, and the x where a line through the box runs.
-    pub rail_y: f64,
-    pub through_x: f64,
-    /// The labels inside the box.
-    pub texts: Vec<Text>,
-    /// Tooltip.
-    pub title: String,
-    /// The link into the box, and the labels' CSS class when it is downtrained.
-    pub link: Option<LinkLabel>,
-    /// NUMA nodes: the y of the middle of the host-memory strip (where staged paths turn), and
-    /// the y where other paths crossing the node run (the top of the strip).
-    pub mem_y: f64,
-    pub pass_y: f64,
-}
 
 /// A horizontal rail under a hub, from x0 to x1 at y, with the drop from the hub above it.
 #[derive(Debug, Clone, Copy)]
@@ -147,9 +91,6 @@ pub struct Layout {
     /// NVLink connections not drawn: more brackets than [`crate::nvlink::MAX_BRACKETS`].
     pub nvlink_undrawn: usize,
 }
-
-/// A straight piece of line from one point to another.
-pub type Seg = (P, P);
 
 impl Layout {
     /// The box of the device with this id.

@@ -24,6 +24,7 @@
 pub mod chart;
 pub mod drawing;
 pub mod findings;
+pub mod geometry;
 pub mod lanes;
 pub mod layout;
 pub mod links;

@@ -3,7 +3,7 @@
 //! from the row's GPU to the column's. 28 pairs of an 8-GPU machine read at a glance here; as
 //! lines across the tree they would not.
 
-use crate::layout::{FONT, SMALL};
+use crate::geometry::{FONT, SMALL};
 use crate::svg::{esc, num, Anchor, Rect, Text};
 use gdpath::finding::Area;
 use gdpath_doctor::routes::{Route, RouteState};

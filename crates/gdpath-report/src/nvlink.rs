@@ -3,7 +3,7 @@
 //! its `NV#`; brackets for other connections (a hybrid cube mesh, POWER's pairs), on levels so
 //! that overlapping spans do not share a height.
 
-use crate::layout::{Node, NodeKind, P, SMALL};
+use crate::geometry::{Node, NodeKind, P, SMALL};
 use crate::svg::{Anchor, Rect, Text};
 use gdpath_topo::Machine;
 use std::collections::{BTreeMap, HashMap};
@@ -195,7 +195,7 @@ pub fn band(m: &Machine, nodes: &[Node], gpu_bottom: f64) -> (Vec<NvDraw>, Vec<T
         .flat_map(|d| d.lines.iter())
         .flat_map(|l| {
             l.windows(2)
-                .map(|w| crate::route_labels::seg_rect(&(w[0], w[1]), 1.6))
+                .map(|w| crate::geometry::seg_rect(&(w[0], w[1]), 1.6))
         })
         .collect();
     for (xa, xb, ly, text) in pending {

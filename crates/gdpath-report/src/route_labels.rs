@@ -5,24 +5,12 @@
 //! taken. A route that does not start by going up (P2P over NVLink) gets its figure beside its
 //! line, or below a horizontal run. Never over another line, a box or another label.
 
-use crate::lanes::{dir, CLEAR, HALF_STROKE};
-use crate::layout::{Seg, P, SMALL};
+use crate::geometry::{dir, CLEAR, HALF_STROKE, P, SMALL};
 use crate::svg::{text_rect, text_width, Rect, Text};
 use gdpath::finding::Area;
 
 /// Steps between the spots tried along a line, px.
 const STEP: f64 = 12.0;
-
-/// The thin box a line's stroke covers.
-pub fn seg_rect(s: &Seg, half: f64) -> Rect {
-    let ((x0, y0), (x1, y1)) = *s;
-    Rect::new(
-        x0.min(x1) - half,
-        y0.min(y1) - half,
-        (x1 - x0).abs() + 2.0 * half,
-        (y1 - y0).abs() + 2.0 * half,
-    )
-}
 
 /// The CSS class of a route's label (its path's colour, darker).
 pub fn class(area: Area) -> &'static str {

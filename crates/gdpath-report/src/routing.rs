@@ -18,8 +18,9 @@
 //!   no line runs over a label. Measured figures go beside their own line
 //!   ([`crate::route_labels`]).
 
-use crate::lanes::{self, Look, HALF_STROKE};
-use crate::layout::{Extra, Layout, NodeKind, NvDraw, P};
+use crate::geometry::{self, NodeKind, HALF_STROKE, P};
+use crate::lanes::{self, Look};
+use crate::layout::{Extra, Layout, NvDraw};
 use crate::route_labels;
 use crate::svg::Rect;
 use gdpath::finding::Area;
@@ -137,13 +138,13 @@ pub fn draw(layout: &Layout, routes: &[Route], labels: &dyn RouteLabels) -> Draw
     let mut lines: Vec<Rect> = layout
         .lines()
         .iter()
-        .map(|s| route_labels::seg_rect(s, 1.6))
+        .map(|s| geometry::seg_rect(s, 1.6))
         .collect();
     for subpaths in &strokes {
         for sp in subpaths {
             lines.extend(
                 sp.windows(2)
-                    .map(|w| route_labels::seg_rect(&(w[0], w[1]), HALF_STROKE)),
+                    .map(|w| geometry::seg_rect(&(w[0], w[1]), HALF_STROKE)),
             );
         }
     }
@@ -277,7 +278,7 @@ fn tree_path(layout: &Layout, a: usize, b: usize, staged: bool, cross: bool) -> 
     // Into node a's box by its drop: to the strip (staged) or the top of the strip (passing).
     // A staged path on to another node runs along the strip one lane above its middle, so
     // that in its first lane it meets the arch of the node's own staged paths there.
-    let turn = |n: &crate::layout::Node| match (staged, na == nb) {
+    let turn = |n: &crate::geometry::Node| match (staged, na == nb) {
         (true, true) => n.mem_y,
         (true, false) => n.mem_y - lanes::LANE0,
         (false, _) => n.pass_y,

@@ -4,8 +4,8 @@
 //! route strokes only what no look-alike has (its line runs on as subpaths, so dashes start
 //! afresh where it leaves the shared stretch).
 
-use crate::lanes::{dir, Look};
-use crate::layout::P;
+use crate::geometry::{dir, P};
+use crate::lanes::Look;
 use std::collections::BTreeMap;
 
 /// A stroked stretch: on the vertical line x = `at` (or horizontal y = `at`) from `lo` to `hi`.

@@ -62,14 +62,6 @@ impl LinkClass {
             LinkClass::Unknown => (7, 0),
         }
     }
-
-    /// True for the PCIe-only classes PIX..SYS.
-    pub fn is_pcie(self) -> bool {
-        matches!(
-            self,
-            LinkClass::Pix | LinkClass::Pxb | LinkClass::Phb | LinkClass::Node | LinkClass::Sys
-        )
-    }
 }
 
 impl PartialOrd for LinkClass {

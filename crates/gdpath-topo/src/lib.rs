@@ -29,6 +29,7 @@ pub mod names;
 pub mod nccl;
 pub mod pairs;
 pub mod pci;
+pub mod report;
 pub mod smi;
 pub mod snapshot;
 pub mod sysfs;
@@ -43,13 +44,12 @@ pub use coverage::{Aspect, Coverage, Facet};
 pub use device::{Device, DeviceKind, RdmaEvidence};
 pub use iommu::{IommuGroup, IommuState};
 pub use link::PcieLink;
-pub use machine::{
-    warning_ids, Machine, Matrix, Nearest, NumaNode, NvLinkBond, PairSummary, Peer, TopoReport,
-    Warning, TOPO_SCHEMA,
-};
-pub use pairs::{bridges_at, NvLinkState, PairClass, PairCounts, Place, TreeKey};
+pub use machine::{Machine, Matrix, Nearest, NumaNode, NvLinkBond, Peer};
+pub use pairs::{bridges_at, NvLinkState, PairClass, PairCounts, PairSummary, Place, TreeKey};
 pub use pci::PciAddr;
+pub use report::{TopoReport, TOPO_SCHEMA};
 pub use view::{DirView, Recording, SysView};
+pub use warnings::{warning_ids, Warning};
 
 use std::path::PathBuf;
 

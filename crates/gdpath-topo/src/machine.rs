@@ -1,6 +1,6 @@
-//! The machine: devices, NUMA nodes, NVLink, IOMMU, the source's coverage; lookups and the
-//! `--json` report. Pair classification is in [`crate::pairs`], warnings in
-//! [`crate::warnings`].
+//! The machine: devices, NUMA nodes, NVLink, IOMMU, the source's coverage; lookups. Pair
+//! classification is in [`crate::pairs`], warnings in [`crate::warnings`], the `--json` report
+//! in [`crate::report`].
 
 use crate::class::LinkClass;
 use crate::coverage::{Coverage, Facet};
@@ -13,13 +13,17 @@ use serde::ser::SerializeMap;
 use serde::{Deserialize, Serialize, Serializer};
 use std::collections::BTreeMap;
 
-pub use crate::warnings::{warning_ids, Warning};
-
-/// Schema id of `gdpath topo --json`.
-pub const TOPO_SCHEMA: &str = "gdpath.topo/1";
-
 /// Deepest bridge chain followed (PCIe allows far fewer levels; this stops malformed trees).
 const MAX_DEPTH: usize = 64;
+
+/// The pair key of [`Machine::stated_pcie`]: the lower address first.
+pub fn pair_key(a: PciAddr, b: PciAddr) -> (PciAddr, PciAddr) {
+    if a <= b {
+        (a, b)
+    } else {
+        (b, a)
+    }
+}
 
 /// A NUMA node and its CPUs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -91,49 +95,6 @@ impl Serialize for Matrix {
     }
 }
 
-/// The pair matrix of a machine too large to list it: why, the limit, and the pairs per class
-/// (`pair_classes` of `gdpath topo --json`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct PairSummary {
-    /// Why the pairs are counted rather than listed, in words.
-    pub reason: String,
-    /// The most devices whose pairs are listed ([`crate::input::MAX_LISTED_PAIR_DEVICES`]).
-    pub limit: usize,
-    #[serde(flatten)]
-    pub counts: crate::pairs::PairCounts,
-}
-
-/// Everything `gdpath topo --json` prints (schema [`TOPO_SCHEMA`]).
-#[derive(Debug, Clone, Serialize)]
-pub struct TopoReport<'a> {
-    pub schema: &'static str,
-    /// Where the machine was read from: `live`, `sysfs-root`, `snapshot`, `hwloc-xml`,
-    /// `nccl-xml` or `smi-topo` ([`Machine::source`]).
-    pub source: &'a str,
-    /// For a snapshot, the source it was captured from (`live` or `sysfs-root`); absent
-    /// otherwise.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub captured_from: Option<&'a str>,
-    pub tree_known: bool,
-    /// What the source describes and what it cannot ([`Coverage`]).
-    pub coverage: &'a Coverage,
-    pub devices: &'a [Device],
-    pub numa_nodes: &'a [NumaNode],
-    pub iommu: &'a IommuState,
-    pub nvlinks: &'a [NvLinkBond],
-    /// Every pair, for at most [`crate::input::MAX_LISTED_PAIR_DEVICES`] GPUs, NICs and NVMe;
-    /// absent past it, where `pair_classes` counts them instead.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub matrix: Option<Matrix>,
-    /// The pairs counted per class, in place of `matrix` past the limit.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub pair_classes: Option<PairSummary>,
-    pub nearest: Vec<Nearest>,
-    pub warnings: Vec<Warning>,
-    /// What the reader could not place or found inconsistent in the source.
-    pub notes: &'a [String],
-}
-
 /// A machine as gdpath sees it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Machine {
@@ -158,7 +119,7 @@ pub struct Machine {
     pub captured_from: Option<String>,
     /// What the source describes and what it cannot, with the reasons ([`Coverage`]).
     pub coverage: Coverage,
-    /// The PCIe classes the source states, by pair ([`crate::pairs::pair_key`]): set for
+    /// The PCIe classes the source states, by pair ([`pair_key`]): set for
     /// `nvidia-smi topo -m` text, whose matrix is the whole of what it says. When set,
     /// [`Machine::pcie_class`] answers from it alone (`N/A` for pairs it does not state, and for
     /// pairs it states only as NV#, whose PCIe path nvidia-smi does not print).
@@ -318,7 +279,7 @@ impl Machine {
             self.nvlinks.iter().map(|l| ((l.a, l.b), l.links)).collect();
         for (a, b, links) in bonds {
             if a != b {
-                all.insert(crate::pairs::pair_key(a, b), links);
+                all.insert(pair_key(a, b), links);
             }
         }
         self.nvlinks = all
@@ -330,7 +291,7 @@ impl Machine {
 
     /// Number of NVLinks between two devices (0 when none is known).
     pub fn nvlink_count(&self, a: &PciAddr, b: &PciAddr) -> u32 {
-        let key = crate::pairs::pair_key(*a, *b);
+        let key = pair_key(*a, *b);
         match self.nvlinks.binary_search_by(|l| (l.a, l.b).cmp(&key)) {
             Ok(i) => self.nvlinks[i].links,
             // Not sorted (changed by hand): look at every bond.
@@ -451,43 +412,6 @@ impl Machine {
         match (hits.next(), hits.next()) {
             (Some(n), None) => Some(n.id),
             _ => None,
-        }
-    }
-
-    /// The pair matrix in counts ([`Machine::pair_counts`] of the matrix devices) when there are
-    /// more GPUs, NICs and NVMe than [`crate::input::MAX_LISTED_PAIR_DEVICES`]; `None` when the
-    /// matrix is listed in full.
-    pub fn pair_summary(&self) -> Option<PairSummary> {
-        let devices = self.matrix_devices();
-        let limit = crate::input::MAX_LISTED_PAIR_DEVICES;
-        (devices.len() > limit).then(|| PairSummary {
-            reason: format!(
-                "{} GPUs, NICs and NVMe, more than the {limit} whose pairs are listed one by one",
-                devices.len()
-            ),
-            limit,
-            counts: self.pair_counts(&devices),
-        })
-    }
-
-    /// The `--json` document ([`TOPO_SCHEMA`]).
-    pub fn report(&self) -> TopoReport<'_> {
-        let summary = self.pair_summary();
-        TopoReport {
-            schema: TOPO_SCHEMA,
-            source: &self.source,
-            captured_from: self.captured_from.as_deref(),
-            tree_known: self.tree_known,
-            coverage: &self.coverage,
-            devices: &self.devices,
-            numa_nodes: &self.numa_nodes,
-            iommu: &self.iommu,
-            nvlinks: &self.nvlinks,
-            matrix: summary.is_none().then(|| self.matrix()),
-            pair_classes: summary,
-            nearest: self.nearest(),
-            warnings: self.warnings(),
-            notes: &self.notes,
         }
     }
 }

@@ -17,14 +17,8 @@ pub const UNKNOWN_CLASS: u32 = 0xffff_ffff;
 pub mod vendor {
     pub const NVIDIA: u16 = 0x10de;
     pub const AMD_ATI: u16 = 0x1002;
-    pub const AMD: u16 = 0x1022;
     pub const MELLANOX: u16 = 0x15b3;
-    pub const BROADCOM: u16 = 0x14e4;
-    pub const INTEL: u16 = 0x8086;
     pub const AMAZON: u16 = 0x1d0f;
-    pub const QLOGIC: u16 = 0x1077;
-    pub const SAMSUNG: u16 = 0x144d;
-    pub const VIRTIO: u16 = 0x1af4;
 }
 
 /// Short vendor name, or `None` when not in the table.

@@ -7,7 +7,7 @@
 
 use crate::class::LinkClass;
 use crate::device::{Device, DeviceKind};
-use crate::machine::{Machine, Matrix, Nearest, Peer};
+use crate::machine::{pair_key, Machine, Matrix, Nearest, Peer};
 use crate::pci::PciAddr;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -78,15 +78,6 @@ pub struct TreeKey {
     parent: Option<PciAddr>,
     host_bridge: Option<String>,
     numa: Option<u32>,
-}
-
-/// The pair key of [`Machine::stated_pcie`]: the lower address first.
-pub fn pair_key(a: PciAddr, b: PciAddr) -> (PciAddr, PciAddr) {
-    if a <= b {
-        (a, b)
-    } else {
-        (b, a)
-    }
 }
 
 /// Where the paths up of `a` and `b` meet: the index of the lowest common bridge on each side.
@@ -388,6 +379,34 @@ impl Machine {
             })
             .collect()
     }
+
+    /// The pair matrix in counts ([`Machine::pair_counts`] of the matrix devices) when there are
+    /// more GPUs, NICs and NVMe than [`crate::input::MAX_LISTED_PAIR_DEVICES`]; `None` when the
+    /// matrix is listed in full.
+    pub fn pair_summary(&self) -> Option<PairSummary> {
+        let devices = self.matrix_devices();
+        let limit = crate::input::MAX_LISTED_PAIR_DEVICES;
+        (devices.len() > limit).then(|| PairSummary {
+            reason: format!(
+                "{} GPUs, NICs and NVMe, more than the {limit} whose pairs are listed one by one",
+                devices.len()
+            ),
+            limit,
+            counts: self.pair_counts(&devices),
+        })
+    }
+}
+
+/// The pair matrix of a machine too large to list it: why, the limit, and the pairs per class
+/// (`pair_classes` of `gdpath topo --json`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PairSummary {
+    /// Why the pairs are counted rather than listed, in words.
+    pub reason: String,
+    /// The most devices whose pairs are listed ([`crate::input::MAX_LISTED_PAIR_DEVICES`]).
+    pub limit: usize,
+    #[serde(flatten)]
+    pub counts: crate::pairs::PairCounts,
 }
 
 /// Pairs of devices counted per class ([`Machine::pair_counts`]): what the pair matrix says,
