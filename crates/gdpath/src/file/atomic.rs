@@ -75,8 +75,10 @@ impl ReplaceOptions {
 /// would follow it, with the kernel's `protected_symlinks` rule applied to it whatever
 /// `fs.protected_symlinks` says: a link in a sticky world-writable directory (`/tmp`) whose owner
 /// is neither the writer (its effective uid) nor the directory's owner is refused
-/// ([`Error::SymlinkRefused`]), so a link another user planted never makes this process replace
-/// a file it may write and that user may not. A magic link of `/proc` (`/dev/stdout` is one) is
+/// ([`Error::SymlinkRefused`]). This is the kernel's rule, no stricter: a link in a directory
+/// that another user owns (a folder that user made inside `/tmp`) is that user's to point
+/// anywhere, as it is for `open(2)`, so a privileged writer must not write below directories
+/// others own (docs/engine.md, "Writing files whole"). A magic link of `/proc` (`/dev/stdout` is one) is
 /// refused ([`Error::MagicLinkRefused`]). At most 40 links are followed (`ELOOP` beyond, as
 /// the kernel's `MAXSYMLINKS`); a dangling link is refused. [`AtomicFile::target`] is the file the
 /// commit replaces (the real one, when the last component was a link:
