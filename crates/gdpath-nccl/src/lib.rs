@@ -359,6 +359,8 @@ impl Parser {
                 if let Some(t) = &tag {
                     if t.len() > 2 && info.pci.is_none() {
                         info.pci = parse::bus_id_to_pci(t);
+                    } else if t.len() <= 2 && info.nvml_dev.is_none() {
+                        info.nvml_dev = t.parse().ok();
                     }
                 }
                 if is_logger && info.host.is_none() {
