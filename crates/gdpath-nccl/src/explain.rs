@@ -308,15 +308,7 @@ pub fn explain(job: Job, machine: Option<(&Machine, String)>) -> Explanation {
                 .collect::<Vec<_>>()
                 .join(",")
         };
-        let mut extra: Vec<LineRef> = Vec::new();
-        if socket.is_empty() {
-            extra = job
-                .connections
-                .iter()
-                .take(0)
-                .map(|c| c.at.clone())
-                .collect();
-        }
+        let extra: Vec<LineRef> = Vec::new();
         f.push_rows_with("nccl.socket-fallback", Area::Gdr, &subj, Status::Degraded, basis,
             format!("NCCL moved data between nodes over TCP sockets through host memory: {reason}"),
             "use the nodes' RDMA NICs (IB/RoCE, or the EFA plugin on AWS): install rdma-core and the NCCL net plugin, check `ibv_devices`, unset NCCL_IB_DISABLE".into(),
@@ -576,8 +568,8 @@ pub fn render_text(e: &Explanation, verbose: bool) -> String {
     let _ = writeln!(s, "\nPairs ({}):", e.pairs.len());
     let _ = writeln!(
         s,
-        "  {:>6} {:>6}  {:<5} {:<28} {:>5}  {:<6} {}",
-        "src", "dst", "class", "via", "lines", "host", "topology"
+        "  {:>6} {:>6}  {:<5} {:<28} {:>5}  {:<6} topology",
+        "src", "dst", "class", "via", "lines", "host"
     );
     let shown = if verbose {
         e.pairs.len()

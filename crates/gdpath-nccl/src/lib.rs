@@ -255,8 +255,7 @@ impl Parser {
     fn line(&mut self, file: usize, line: u64, bytes: &[u8]) {
         let text = String::from_utf8_lossy(bytes);
         let text = text.trim_end_matches(['\n', '\r']);
-        if matches!(std::str::from_utf8(bytes), Err(_))
-            || text.chars().any(|c| c.is_control() && c != '\t')
+        if std::str::from_utf8(bytes).is_err() || text.chars().any(|c| c.is_control() && c != '\t')
         {
             self.job.binary_lines += 1;
         }

@@ -368,8 +368,6 @@ pub fn comm(msg: &str) -> Option<CommLine> {
     let mut c = CommLine::default();
     let mut words = msg[at..].split_whitespace();
     while let Some(w) = words.next() {
-        let next = || -> Option<&str> { None };
-        let _ = next;
         match w {
             "rank" => c.rank = words.next().and_then(|v| v.parse().ok()),
             "nranks" | "nRanks" => c.nranks = words.next().and_then(|v| v.parse().ok()),
