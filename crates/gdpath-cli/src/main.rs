@@ -13,6 +13,7 @@ mod copy;
 mod doctor;
 mod interrupt;
 mod load;
+mod nccl;
 mod p2p;
 mod progress;
 mod report;
@@ -59,6 +60,9 @@ enum Command {
     /// One HTML page of the machine, its P2P/GDR/GDS paths as the doctor finds them, the
     /// findings with remedies and bench charts (`--from` results, or `--measure`).
     Report(report::ReportArgs),
+    /// Read NCCL's own log (NCCL_DEBUG=INFO) and explain the transport of every peer pair:
+    /// P2P, SHM, NET with or without GPUDirect RDMA, and why (`run -- CMD` logs and explains).
+    Nccl(nccl::NcclArgs),
 }
 
 impl Command {
@@ -72,6 +76,7 @@ impl Command {
             Command::Doctor(a) => a.json,
             Command::Load(a) => a.json,
             Command::Resave(a) => a.json,
+            Command::Nccl(a) => a.json(),
             Command::Serve(_) | Command::Report(_) => false,
         }
     }
@@ -118,6 +123,7 @@ fn main() -> ExitCode {
         Command::Doctor(args) => doctor::run(args),
         Command::P2p(args) => p2p::run(args),
         Command::Report(args) => report::run(args),
+        Command::Nccl(args) => nccl::run(args),
     };
     let code = match result {
         Ok(code) => code,

@@ -1,0 +1,429 @@
+//! NCCL's own log, read and explained: `gdpath nccl`.
+//!
+//! [`read_logs`] reads `NCCL_DEBUG=INFO` output (NCCL 2.4 to 2.32; one file per rank or all
+//! ranks interleaved; any prefix before NCCL's own; truncated, partial or binary text), bounded
+//! by [`Limits`]; [`Job`] is what the lines say (version, ranks, hosts, networks, every
+//! connection's transport, GDR decisions, environment overrides, P2P refusals); [`explain`]
+//! turns it into a per-pair table and findings with stable ids (`nccl.*`), each with its log
+//! lines as evidence and its reason marked stated (by the log), derived (from the topology
+//! given) or unknown. The formats and the rules are in docs/nccl.md.
+//!
+//! Pure Rust, no I/O beyond reading the log files it is given.
+
+#![forbid(unsafe_code)]
+
+pub mod explain;
+pub mod parse;
+
+pub use explain::{explain, Basis, Evidence, Explanation, NcclFinding, PairRow, NCCL_SCHEMA};
+
+use parse::{Direction, Transport};
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+/// Bounds on what is read: a log larger than these is read up to them, and the explanation
+/// says so (finding `nccl.log-truncated`). Reading and parsing are linear in the bytes read.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Bytes read from each file (default 256 MiB).
+    pub max_bytes_per_file: u64,
+    /// Lines read over all files (default 4 × 10⁶).
+    pub max_lines: u64,
+    /// Bytes of one line kept (default 4096); the rest of a longer line is skipped.
+    pub max_line_bytes: usize,
+    /// Connection lines kept (default 10⁶); later ones are counted, not stored.
+    pub max_connections: usize,
+    /// Distinct ranks kept (default 65536).
+    pub max_ranks: usize,
+    /// Files read (default 4096).
+    pub max_files: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_bytes_per_file: 256 << 20,
+            max_lines: 4_000_000,
+            max_line_bytes: 4096,
+            max_connections: 1_000_000,
+            max_ranks: 65536,
+            max_files: 4096,
+        }
+    }
+}
+
+/// Why a log could not be read at all.
+#[derive(Debug, thiserror::Error)]
+pub enum NcclError {
+    /// The file could not be opened or read.
+    #[error("reading {path}: {source}", path = gdpath_topo::text::escape(.path))]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// More files than [`Limits::max_files`].
+    #[error("{given} log files given; at most {max} are read")]
+    TooManyFiles { given: usize, max: usize },
+    /// Not a regular file (a directory, FIFO or device would block or mean nothing).
+    #[error("{path} is not a regular file", path = gdpath_topo::text::escape(.path))]
+    NotAFile { path: PathBuf },
+}
+
+/// A line of a log: which file, which line (1-based) and its text (as read, unescaped; escape
+/// it before showing it on a terminal).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LineRef {
+    pub file: usize,
+    pub line: u64,
+    pub text: String,
+}
+
+/// What is known of one rank.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct RankInfo {
+    pub host: Option<String>,
+    pub pid: Option<u64>,
+    pub cuda_dev: Option<u32>,
+    pub nvml_dev: Option<u32>,
+    /// PCI address (`0000:c7:00.0`) from a `busId` or a pre-2.12 `[busid]` tag.
+    pub pci: Option<String>,
+}
+
+/// One connection line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ConnLine {
+    pub at: LineRef,
+    pub channel: u32,
+    pub src: u32,
+    pub dst: u32,
+    pub dir: Option<Direction>,
+    pub via: String,
+    pub transport: Transport,
+}
+
+/// A GDR decision line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GdrDecision {
+    pub at: LineRef,
+    pub enabled: bool,
+    pub hca: Option<u32>,
+    pub hca_name: Option<String>,
+    pub gpu: Option<String>,
+    pub reason: Option<String>,
+}
+
+/// What the log lines say about the job.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Job {
+    /// The files read, in the order given.
+    pub files: Vec<String>,
+    pub version: Option<String>,
+    pub nranks: Option<u32>,
+    pub ranks: BTreeMap<u32, RankInfo>,
+    pub hosts: BTreeSet<String>,
+    /// `Using network X` and the networks of NET connections.
+    pub networks: BTreeSet<String>,
+    pub connections: Vec<ConnLine>,
+    pub gdr: Vec<GdrDecision>,
+    /// `NCCL_*` set by the environment (or `nccl.conf`), first value and line each.
+    pub env: BTreeMap<String, (String, LineRef)>,
+    /// Pairs of CUDA devices NCCL's P2P check refused, with the line.
+    pub p2p_refused: Vec<(u32, u32, LineRef)>,
+    /// `NIC distance :` lines of 2.4–2.5.
+    pub nic_distance: Vec<LineRef>,
+    /// NCCL WARN lines (the first 100).
+    pub warnings: Vec<LineRef>,
+    pub lines_read: u64,
+    pub bytes_read: u64,
+    /// Lines with bytes that are not UTF-8 (read lossily) or control characters.
+    pub binary_lines: u64,
+    /// Connection lines beyond [`Limits::max_connections`] (counted only).
+    pub connections_dropped: u64,
+    /// Which limit stopped the reading, if one did.
+    pub truncated: Vec<String>,
+}
+
+/// Reads every log file with `limits` and parses it into one [`Job`].
+pub fn read_logs(paths: &[PathBuf], limits: Limits) -> Result<Job, NcclError> {
+    if paths.len() > limits.max_files {
+        return Err(NcclError::TooManyFiles {
+            given: paths.len(),
+            max: limits.max_files,
+        });
+    }
+    let mut p = Parser::new(limits);
+    for path in paths {
+        let meta = std::fs::metadata(path).map_err(|source| NcclError::Read {
+            path: path.clone(),
+            source,
+        })?;
+        if !meta.is_file() {
+            return Err(NcclError::NotAFile { path: path.clone() });
+        }
+        let f = std::fs::File::open(path).map_err(|source| NcclError::Read {
+            path: path.clone(),
+            source,
+        })?;
+        p.read(
+            &path_name(path),
+            f.take(limits.max_bytes_per_file),
+            meta.len(),
+        )
+        .map_err(|source| NcclError::Read {
+            path: path.clone(),
+            source,
+        })?;
+    }
+    Ok(p.finish())
+}
+
+/// Parses logs held in memory (`(name, bytes)`), with the same bounds as [`read_logs`].
+pub fn parse_logs(logs: &[(&str, &[u8])], limits: Limits) -> Job {
+    let mut p = Parser::new(limits);
+    for (name, bytes) in logs {
+        let take = (bytes.len() as u64).min(limits.max_bytes_per_file) as usize;
+        // Reading from memory cannot fail.
+        let _ = p.read(name, &bytes[..take], bytes.len() as u64);
+    }
+    p.finish()
+}
+
+fn path_name(p: &Path) -> String {
+    p.display().to_string()
+}
+
+struct Parser {
+    limits: Limits,
+    job: Job,
+}
+
+impl Parser {
+    fn new(limits: Limits) -> Self {
+        Parser {
+            limits,
+            job: Job::default(),
+        }
+    }
+
+    /// Reads lines of at most `max_line_bytes` from `r`; the rest of a longer line is read and
+    /// dropped, so memory stays bounded whatever the input.
+    fn read(&mut self, name: &str, r: impl Read, size: u64) -> std::io::Result<()> {
+        let file = self.job.files.len();
+        self.job.files.push(name.to_owned());
+        let mut r = std::io::BufReader::with_capacity(64 << 10, r);
+        let mut buf: Vec<u8> = Vec::with_capacity(self.limits.max_line_bytes);
+        let mut line_no = 0u64;
+        let mut read_here = 0u64;
+        loop {
+            if self.job.lines_read >= self.limits.max_lines {
+                self.note_truncated(format!(
+                    "stopped after {} lines (at most {} are read)",
+                    self.job.lines_read, self.limits.max_lines
+                ));
+                return Ok(());
+            }
+            buf.clear();
+            let (n, ended) = read_line_capped(&mut r, &mut buf, self.limits.max_line_bytes)?;
+            if n == 0 {
+                break;
+            }
+            read_here += n;
+            self.job.bytes_read += n;
+            line_no += 1;
+            self.job.lines_read += 1;
+            let _ = ended;
+            self.line(file, line_no, &buf);
+        }
+        if size > read_here && read_here >= self.limits.max_bytes_per_file {
+            self.note_truncated(format!(
+                "{}: read the first {} of {} bytes",
+                name, read_here, size
+            ));
+        }
+        Ok(())
+    }
+
+    fn note_truncated(&mut self, why: String) {
+        if !self.job.truncated.contains(&why) {
+            self.job.truncated.push(why);
+        }
+    }
+
+    fn line(&mut self, file: usize, line: u64, bytes: &[u8]) {
+        let text = String::from_utf8_lossy(bytes);
+        let text = text.trim_end_matches(['\n', '\r']);
+        if std::str::from_utf8(bytes).is_err() || text.chars().any(|c| c.is_control() && c != '\t')
+        {
+            self.job.binary_lines += 1;
+        }
+        let at = || LineRef {
+            file,
+            line,
+            text: text.to_owned(),
+        };
+        if self.job.version.is_none() {
+            if let Some(v) = parse::version(text) {
+                self.job.version = Some(v);
+                return;
+            }
+        }
+        let s = parse::split(text);
+        let msg = s.message;
+        if s.warn {
+            if self.job.warnings.len() < 100 {
+                self.job.warnings.push(at());
+            }
+            return;
+        }
+        if let Some(host) = &s.prefix.host {
+            if self.job.hosts.len() < self.limits.max_ranks && !self.job.hosts.contains(host) {
+                self.job.hosts.insert(host.clone());
+            }
+        }
+        if let Some(c) = parse::connection(msg) {
+            self.connection(c, &s.prefix, at());
+        } else if let Some(g) = parse::gdr(msg) {
+            self.job.gdr.push(GdrDecision {
+                at: at(),
+                enabled: g.enabled,
+                hca: g.hca,
+                hca_name: g.hca_name,
+                gpu: g.gpu,
+                reason: g.reason,
+            });
+            bound(&mut self.job.gdr, self.limits.max_connections);
+        } else if let Some((k, v)) = parse::env(msg) {
+            if !self.job.env.contains_key(&k) && self.job.env.len() < 256 {
+                self.job.env.insert(k, (v, at()));
+            }
+        } else if let Some((a, b)) = parse::p2p_refused(msg) {
+            self.job.p2p_refused.push((a, b, at()));
+            bound(&mut self.job.p2p_refused, self.limits.max_connections);
+        } else if let Some(c) = parse::comm(msg) {
+            if let Some(rank) = c.rank {
+                self.job.nranks = self.job.nranks.or(c.nranks);
+                if let Some(info) = self.rank(rank) {
+                    info.cuda_dev = info.cuda_dev.or(c.cuda_dev);
+                    info.nvml_dev = info.nvml_dev.or(c.nvml_dev);
+                    if info.pci.is_none() {
+                        info.pci = c.bus_id.as_deref().and_then(parse::bus_id_to_pci);
+                    }
+                    if info.host.is_none() {
+                        info.host = s.prefix.host.clone();
+                        info.pid = s.prefix.pid;
+                    }
+                }
+            }
+        } else if let Some(n) = parse::network(msg) {
+            if self.job.networks.len() < 16 {
+                self.job.networks.insert(n);
+            }
+        } else if msg.contains("NIC distance :") && self.job.nic_distance.len() < 1024 {
+            self.job.nic_distance.push(at());
+        }
+    }
+
+    fn rank(&mut self, rank: u32) -> Option<&mut RankInfo> {
+        if !self.job.ranks.contains_key(&rank) && self.job.ranks.len() >= self.limits.max_ranks {
+            self.note_truncated(format!("more than {} ranks", self.limits.max_ranks));
+            return None;
+        }
+        Some(self.job.ranks.entry(rank).or_default())
+    }
+
+    fn connection(&mut self, c: parse::Connection, prefix: &parse::Prefix, at: LineRef) {
+        if self.job.connections.len() >= self.limits.max_connections {
+            self.job.connections_dropped += 1;
+            self.note_truncated(format!(
+                "more than {} connection lines (the rest counted, not kept)",
+                self.limits.max_connections
+            ));
+            return;
+        }
+        // The rank that wrote the line: the receiver of a `[receive]` line, else the sender
+        // (NCCL logs P2P and SHM connections on the sending side).
+        let logger = if c.dir == Some(Direction::Receive) {
+            c.dst.rank
+        } else {
+            c.src.rank
+        };
+        // Before 2.12 the tag is a bus id (hex, more than two digits); after, a device index.
+        for p in [&c.src, &c.dst] {
+            let tag = p.tag.clone();
+            let is_logger = p.rank == logger;
+            if let Some(info) = self.rank(p.rank) {
+                if let Some(t) = &tag {
+                    if t.len() > 2 && info.pci.is_none() {
+                        info.pci = parse::bus_id_to_pci(t);
+                    } else if t.len() <= 2 && info.nvml_dev.is_none() {
+                        info.nvml_dev = t.parse().ok();
+                    }
+                }
+                if is_logger && info.host.is_none() {
+                    info.host = prefix.host.clone();
+                    info.pid = prefix.pid;
+                    info.cuda_dev = info.cuda_dev.or(prefix.cuda_dev);
+                }
+            }
+        }
+        let transport = parse::transport(&c.via);
+        if let Transport::Net { net, .. } = &transport {
+            if self.job.networks.len() < 16 {
+                self.job.networks.insert(net.clone());
+            }
+        }
+        self.job.connections.push(ConnLine {
+            at,
+            channel: c.channel,
+            src: c.src.rank,
+            dst: c.dst.rank,
+            dir: c.dir,
+            via: c.via,
+            transport,
+        });
+    }
+
+    fn finish(self) -> Job {
+        self.job
+    }
+}
+
+fn bound<T>(v: &mut Vec<T>, max: usize) {
+    if v.len() > max {
+        v.pop();
+    }
+}
+
+/// Reads one line into `buf`, keeping at most `cap` bytes of it and discarding the rest up to
+/// the newline. Returns (bytes consumed, whether a newline ended it).
+fn read_line_capped(
+    r: &mut impl std::io::BufRead,
+    buf: &mut Vec<u8>,
+    cap: usize,
+) -> std::io::Result<(u64, bool)> {
+    let mut consumed = 0u64;
+    loop {
+        let chunk = match r.fill_buf() {
+            Ok(c) => c,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if chunk.is_empty() {
+            return Ok((consumed, false));
+        }
+        let (take, done) = match chunk.iter().position(|&b| b == b'\n') {
+            Some(i) => (i + 1, true),
+            None => (chunk.len(), false),
+        };
+        let room = cap.saturating_sub(buf.len());
+        buf.extend_from_slice(&chunk[..take.min(room)]);
+        r.consume(take);
+        consumed += take as u64;
+        if done {
+            return Ok((consumed, true));
+        }
+    }
+}
