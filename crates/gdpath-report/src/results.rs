@@ -94,7 +94,7 @@ pub enum ResultsError {
     /// The file could not be opened or read.
     #[error("cannot read {path}: {source}")]
     Io {
-        /// The file.
+        /// The file at fault, as given.
         path: PathBuf,
         /// The error of the read.
         #[source]
@@ -103,7 +103,7 @@ pub enum ResultsError {
     /// The file is larger than [`MAX_DOC_BYTES`]; it is not read.
     #[error("{path}: {bytes} bytes is more than a bench result document can be ({MAX_DOC_BYTES})")]
     TooLarge {
-        /// The file.
+        /// The file at fault, as given.
         path: PathBuf,
         /// Its size, bytes.
         bytes: u64,
@@ -111,7 +111,7 @@ pub enum ResultsError {
     /// The file is not JSON.
     #[error("{path}:{line}:{column}: not JSON: {message}")]
     Json {
-        /// The file.
+        /// The file at fault, as given.
         path: PathBuf,
         /// Line of the first error, from 1.
         line: usize,
@@ -123,7 +123,7 @@ pub enum ResultsError {
     /// The document is JSON but not of schema [`BENCH_SCHEMA`].
     #[error("{path}: not a gdpath bench result (schema {found:?}, expected {BENCH_SCHEMA:?}; `gdpath bench … --json` writes one)")]
     NotBench {
-        /// The file.
+        /// The file at fault, as given.
         path: PathBuf,
         /// The schema the document names (empty when it names none).
         found: String,
@@ -131,7 +131,7 @@ pub enum ResultsError {
     /// The document has no `rows`, more than [`MAX_ROWS`], or a row it cannot read.
     #[error("{path}: row {index}: {why}")]
     Row {
-        /// The file.
+        /// The file at fault, as given.
         path: PathBuf,
         /// The row's index in `rows`, from 0.
         index: usize,

@@ -125,7 +125,7 @@ pub enum TopoError {
     /// A file could not be read.
     #[error("cannot read {}: {source}", crate::text::escape(.path))]
     Io {
-        /// The file.
+        /// The file at fault, as given.
         path: PathBuf,
         /// The error of the open or read.
         #[source]
@@ -134,7 +134,7 @@ pub enum TopoError {
     /// Malformed XML, or XML that is not of the expected kind.
     #[error("{}:{line}:{column}: {message}", crate::text::escape(.path))]
     Xml {
-        /// The file.
+        /// The file at fault, as given.
         path: PathBuf,
         /// Line of the error, from 1.
         line: u32,
@@ -146,7 +146,7 @@ pub enum TopoError {
     /// The text is not the output of `nvidia-smi topo -m`.
     #[error("{}: {source}", crate::text::escape(.path))]
     Smi {
-        /// The file.
+        /// The file at fault, as given.
         path: PathBuf,
         /// What the parser refused.
         #[source]
@@ -155,7 +155,7 @@ pub enum TopoError {
     /// The file is not a gdpath snapshot (or is a damaged one).
     #[error("{} is not a gdpath snapshot: {reason}", crate::text::escape(.path))]
     NotSnapshot {
-        /// The file.
+        /// The file at fault, as given.
         path: PathBuf,
         /// What is missing or damaged.
         reason: String,
@@ -169,7 +169,7 @@ pub enum TopoError {
          machine's topology is that large; is it the right file?)", crate::text::escape(.path), input::size_text(*.limit_bytes)
     )]
     TooLarge {
-        /// The file.
+        /// The file at fault, as given.
         path: PathBuf,
         /// The most bytes read from a source of its kind.
         limit_bytes: u64,
@@ -188,7 +188,7 @@ pub enum TopoError {
          tree is fewer than 32 bridges deep)", crate::text::escape(.path)
     )]
     TooDeep {
-        /// The file.
+        /// The file at fault, as given.
         path: PathBuf,
         /// Line of the element past the limit, from 1.
         line: u32,
@@ -202,7 +202,7 @@ pub enum TopoError {
         "{}: more than {limit} XML nodes (a large machine's export has tens of thousands)", crate::text::escape(.path)
     )]
     TooManyNodes {
-        /// The file.
+        /// The file at fault, as given.
         path: PathBuf,
         /// The most XML nodes accepted.
         limit: u32,
