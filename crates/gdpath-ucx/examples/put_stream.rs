@@ -116,8 +116,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         _ => {
             return Err(
-                "usage: put_stream serve PORT | put HOST:PORT sockaddr|address SIZE N W [F]"
-                    .into(),
+                "usage: put_stream serve PORT | put HOST:PORT sockaddr|address SIZE N W [F]".into(),
             )
         }
     }
