@@ -23,8 +23,8 @@ funcs=(
   ucp_config_read ucp_config_release ucp_config_modify
   ucp_init_version ucp_cleanup ucp_context_query ucp_context_print_info
   ucp_worker_create ucp_worker_destroy ucp_worker_progress ucp_worker_get_efd ucp_worker_arm
-  ucp_worker_signal ucp_worker_flush_nbx ucp_worker_set_am_recv_handler
-  ucp_worker_get_address ucp_worker_release_address ucp_worker_print_info
+  ucp_worker_signal ucp_worker_set_am_recv_handler
+  ucp_worker_get_address ucp_worker_release_address
   ucp_listener_create ucp_listener_destroy ucp_listener_query ucp_listener_reject
   ucp_conn_request_query
   ucp_ep_create ucp_ep_close_nbx ucp_ep_query ucp_ep_print_info ucp_ep_flush_nbx
@@ -32,7 +32,7 @@ funcs=(
   ucp_rkey_pack ucp_rkey_buffer_release ucp_ep_rkey_unpack ucp_rkey_destroy
   ucp_put_nbx ucp_get_nbx
   ucp_am_send_nbx ucp_am_data_release
-  ucp_request_check_status ucp_request_free ucp_request_cancel ucp_request_query
+  ucp_request_check_status ucp_request_free ucp_request_query
 )
 fn_re="$(IFS='|'; echo "^(${funcs[*]})\$")"
 

@@ -59,6 +59,7 @@ impl Default for CopyOptions {
 /// The path one leg (file → host, or host → file) took.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Leg {
+    /// The path the leg's first transfer took.
     pub path: Path,
     /// Why the preferred path was not used.
     pub finding: Option<FindingId>,
@@ -67,7 +68,9 @@ pub struct Leg {
 /// The result of a copy.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CopyReport {
+    /// Bytes copied.
     pub bytes: u64,
+    /// Wall time from the first read posted to the last write completed.
     pub elapsed: Duration,
     /// GB/s (1e9 B/s) end to end.
     pub gbps: f64,

@@ -30,6 +30,7 @@ pub struct BenchDocument<R> {
     /// What only this bench says (`file`, `peer`, `chosen`, `skipped`, ...).
     #[serde(flatten)]
     pub extra: serde_json::Map<String, serde_json::Value>,
+    /// The measured rows, one per configuration.
     pub rows: Vec<R>,
 }
 

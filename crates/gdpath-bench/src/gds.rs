@@ -54,6 +54,7 @@ impl GdsPathChoice {
 /// Settings of a GDS bench.
 #[derive(Debug, Clone)]
 pub struct GdsBenchConfig {
+    /// The file read or written (created with a test pattern for reads when missing).
     pub file: PathBuf,
     /// Bytes per run.
     pub size: u64,
@@ -68,9 +69,11 @@ pub struct GdsBenchConfig {
     /// thread); `None`: the chooser's, or none where `blocks` are given (slabs were measured
     /// with the chooser's block).
     pub slabs: Option<usize>,
+    /// Whether the GPU reads the file or writes it.
     pub op: Op,
     /// Timed runs per row.
     pub runs: usize,
+    /// The paths to measure, each a set of rows (GDS, cuFile's compatibility mode, staged).
     pub paths: Vec<GdsPathChoice>,
     /// Drop the file from the page cache (`posix_fadvise(DONTNEED)`) before each run.
     pub cold: bool,
@@ -81,16 +84,22 @@ pub struct GdsBenchConfig {
 /// A path the machine could not take.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Skipped {
+    /// The path that was skipped.
     pub path: GdsPathChoice,
+    /// The finding that explains why, where one does.
     pub finding: Option<FindingId>,
+    /// What stopped it, in words (the engine's error or the finding's text).
     pub detail: String,
 }
 
 /// Rows, skipped paths and findings seen.
 #[derive(Debug, Clone, Default)]
 pub struct GdsBenchReport {
+    /// One row per configuration measured (path, block size, thread count).
     pub rows: Vec<BenchRow>,
+    /// The paths the machine could not take, and why.
     pub skipped: Vec<Skipped>,
+    /// Finding ids the engine attached to the transfers measured.
     pub findings: Vec<FindingId>,
     /// The chooser's settings for the file (before the first run; after the eviction for a
     /// cold bench), with the values the caller gave in place. Its `direct` decides whether the

@@ -55,6 +55,7 @@ pub enum GpuBenchKind {
 /// Settings of [`run`].
 #[derive(Debug, Clone)]
 pub struct GpuBenchConfig {
+    /// Which copies to measure (P2P between GPU pairs, host → GPU or GPU → host).
     pub kind: GpuBenchKind,
     /// Bytes per copy, each a row.
     pub sizes: Vec<u64>,
@@ -67,6 +68,7 @@ pub struct GpuBenchConfig {
 /// Rows and what explains the degraded ones.
 #[derive(Debug, Clone, Default)]
 pub struct GpuBenchReport {
+    /// One row per (GPU or pair, size, path) measured.
     pub rows: Vec<BenchRow>,
     /// Findings reported by the engine for its rows (`p2p.disabled`, `system.host-pageable`,
     /// `p2p.unsupported`).

@@ -13,7 +13,9 @@ use std::time::{Duration, Instant};
 /// `gpu:N` or `gpu:N@OFFSET` (offset in bytes, with the units of [`gdpath::units::parse_size`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct GpuEndpoint {
+    /// CUDA ordinal of the GPU.
     pub ordinal: u32,
+    /// Bytes from the start of the GPU buffer.
     pub offset: u64,
 }
 
@@ -45,11 +47,14 @@ impl GpuEndpoint {
 /// The result of a file ↔ GPU copy.
 #[derive(Debug, Clone, Serialize)]
 pub struct GpuCopyReport {
+    /// Bytes copied.
     pub bytes: u64,
     /// Transfer time (first I/O to last completion).
     pub elapsed: Duration,
     /// GB/s (1e9 B/s) of `elapsed`.
     pub gbps: f64,
+    /// The path the transfer took (GDS, cuFile's compatibility mode, or staged through host
+    /// memory).
     pub path: Path,
     /// Why the preferred path was not taken.
     pub finding: Option<FindingId>,

@@ -49,7 +49,9 @@ const SEED: u64 = 0x6b76_6265_6e63; // "kvbenc"
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum KvMem {
+    /// GPU memory of this CUDA ordinal.
     Gpu(u32),
+    /// Host memory of this process (pinned when the other side is a GPU or a peer's GPU).
     Host,
     /// A serving agent's exported GPU region (destination only).
     Peer,
@@ -99,13 +101,17 @@ pub enum KvPlacement {
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct KvBenchConfig {
+    /// Number of blocks moved per transfer (descriptors before merging).
     pub blocks: u64,
     /// Bytes per block (descriptor).
     pub block_size: u64,
+    /// How blocks are placed on each side: random slots or runs of consecutive blocks.
     pub placement: KvPlacement,
     /// Blocks per run for [`KvPlacement::Runs`].
     pub run_len: u64,
+    /// Where the blocks are read from.
     pub src: KvMem,
+    /// Where the blocks are written to.
     pub dst: KvMem,
     /// Timed runs per row (after one warm-up).
     pub runs: usize,
@@ -113,7 +119,9 @@ pub struct KvBenchConfig {
     pub method: Option<CopyMethod>,
     /// The serving agent, for [`KvMem::Peer`].
     pub peer: Option<SocketAddr>,
+    /// Authentication token for [`KvMem::Peer`] and [`KvMem::PeerHost`].
     pub token: Token,
+    /// Network settings for the connection to the peer.
     pub net: NetConfig,
 }
 
@@ -121,6 +129,7 @@ pub struct KvBenchConfig {
 /// transfer reported.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct KvBenchRow {
+    /// The common row; its `path` is the plan's path and its `op` is `blocks`.
     #[serde(flatten)]
     pub row: BenchRow,
     /// The method the backend used (`kernel`, `driver-batch`, `copies`; `pairs` where the
@@ -128,6 +137,7 @@ pub struct KvBenchRow {
     pub method: String,
     /// Descriptors per transfer, and after merging.
     pub descriptors: u64,
+    /// Descriptors per transfer after adjacent blocks were merged.
     pub coalesced: u64,
     /// Median GB/s of the blocks / median GB/s of the contiguous copy.
     pub ratio: f64,
@@ -143,7 +153,9 @@ pub struct KvBenchRow {
 /// The outcome: the block row and the contiguous row of the same bytes.
 #[derive(Debug, Clone, Serialize)]
 pub struct KvBenchReport {
+    /// The row of the block transfer.
     pub blocks: KvBenchRow,
+    /// The row of one contiguous copy of the same bytes between the same memories, for comparison.
     pub contiguous: BenchRow,
     /// Notes (the peer used, ...).
     pub notes: Vec<String>,

@@ -18,6 +18,7 @@
 //! some of these benches as its measured probes, never the other way round.
 
 #![deny(unsafe_code)]
+#![warn(missing_docs)]
 
 pub mod copy;
 pub mod doc;
@@ -41,13 +42,21 @@ pub const BENCH_SCHEMA: &str = "gdpath.bench/1";
 /// Summary statistics of a sample set.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Stats {
+    /// Number of samples (NaNs dropped).
     pub n: usize,
+    /// Smallest sample.
     pub min: f64,
+    /// Median sample (the 50th percentile).
     pub median: f64,
+    /// Largest sample.
     pub max: f64,
+    /// Arithmetic mean.
     pub mean: f64,
+    /// 50th percentile, linear interpolation (equal to `median`).
     pub p50: f64,
+    /// 90th percentile, linear interpolation.
     pub p90: f64,
+    /// 99th percentile, linear interpolation.
     pub p99: f64,
 }
 
@@ -119,18 +128,25 @@ pub struct BenchRow {
     pub block: u64,
     /// I/Os in flight.
     pub qd: u32,
+    /// Slowest timed run, GB/s (1e9 B/s).
     pub gbps_min: f64,
+    /// Median of the timed runs, GB/s (1e9 B/s).
     pub gbps_median: f64,
+    /// Fastest timed run, GB/s (1e9 B/s).
     pub gbps_max: f64,
     /// I/Os per second (median run).
     pub iops: f64,
-    /// Per-I/O latency percentiles over all runs, µs (submission to completion).
+    /// Median (50th percentile) of the per-I/O latency over all runs, µs (submission to
+    /// completion).
     pub latency_us_p50: f64,
+    /// 99th percentile of the per-I/O latency over all runs, µs.
     pub latency_us_p99: f64,
     /// Data read back matched what was written (checksum).
     pub verified: bool,
+    /// Where the bytes came from: a file, `gpu:N`, `host` or a description of the source's state.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub src: Option<String>,
+    /// Where the bytes went, in the same forms as `src`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dst: Option<String>,
     /// Single-message latency (µs) for latency benches.

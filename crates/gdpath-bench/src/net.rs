@@ -51,7 +51,9 @@ const STOP_CLOSE: Duration = Duration::from_millis(300);
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum MemSpec {
+    /// Host memory of this process.
     Host,
+    /// GPU memory of this CUDA ordinal.
     Gpu(u32),
 }
 
@@ -90,7 +92,9 @@ impl std::fmt::Display for MemSpec {
 pub struct NetBenchConfig {
     /// The serving agent.
     pub peer: SocketAddr,
+    /// Authentication token the serving agent expects.
     pub token: Token,
+    /// Network settings (devices, transports) of this side's agent.
     pub net: NetConfig,
     /// `Write` = put, `Read` = get.
     pub op: Op,
@@ -129,12 +133,16 @@ pub struct NetBenchConfig {
 /// A row: the common bench row (with `transport`) plus latency min and max, µs.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct NetBenchRow {
+    /// The common row, with `transport` set.
     #[serde(flatten)]
     pub row: BenchRow,
     /// Messages per transfer in the bandwidth runs.
     pub batch: u32,
+    /// Fastest single-message latency over the samples, µs.
     pub latency_us_min: f64,
+    /// Median single-message latency, µs.
     pub latency_us_median: f64,
+    /// Slowest single-message latency, µs.
     pub latency_us_max: f64,
 }
 
@@ -147,6 +155,7 @@ pub struct NetBenchReport {
     pub ucx_version: String,
     /// Findings attached to the pairs (e.g. `gdr.ucx-no-cuda` for staged GPU memory).
     pub findings: Vec<FindingId>,
+    /// One row per message size measured.
     pub rows: Vec<NetBenchRow>,
     /// Sizes left out because they exceed the peer's region (only with
     /// [`NetBenchConfig::fit_sizes`]), bytes.

@@ -41,6 +41,7 @@ pub const MAX_WINDOW: u64 = 256 << 20;
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct StorageBenchConfig {
+    /// The file benchmarked (created with a test pattern for reads when missing or short).
     pub file: PathBuf,
     /// Bytes per run.
     pub size: u64,
@@ -48,6 +49,7 @@ pub struct StorageBenchConfig {
     pub blocks: Vec<u64>,
     /// I/Os in flight.
     pub qd: u32,
+    /// Whether the runs read the file or write it.
     pub op: Op,
     /// Timed runs per block size (min/median/max are over these).
     pub runs: usize,
@@ -109,6 +111,7 @@ impl StorageBenchConfig {
 /// The outcome: one row per (path, block size), and the findings of fallbacks seen.
 #[derive(Debug, Clone)]
 pub struct StorageBenchReport {
+    /// One row per (path, block size), and one per block size of the `compare` loop.
     pub rows: Vec<BenchRow>,
     /// Finding ids attached to the engine's transfers (e.g. `storage.odirect-unsupported`).
     pub findings: Vec<FindingId>,

@@ -114,7 +114,7 @@ fn free_gpu_memory(_a: &Agent) -> u64 {
     ctx.memory_info().unwrap().0
 }
 
-/// Issue 24: tensors in GPU memory (several dtypes, sizes around 4 KiB and the staged chunk,
+/// A checkpoint saved from GPU memory must read back exactly as the tensors were: tensors in GPU memory (several dtypes, sizes around 4 KiB and the staged chunk,
 /// zero-size, two regions with a host tensor between them) saved with
 /// `gdpath_checkpoint::save` to each test directory, replacing an old file, read back
 /// byte-exact by a plain CPU read and by our loader; and what the report says (path, fsync).

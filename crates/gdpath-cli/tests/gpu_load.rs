@@ -99,7 +99,7 @@ fn load_times_its_setup_apart_and_places_every_tensor() {
     );
 }
 
-/// Issue 24: `gdpath resave` from GPU memory, as a user runs the save benchmark: the checkpoint
+/// A save from GPU memory must write the same bytes as a save from host memory: `gdpath resave` from GPU memory, as a user runs the save benchmark: the checkpoint
 /// loaded onto GPU 0 and saved back (fsync on, then off), each DST verified tensor by tensor by
 /// the command and byte-equal here to a `--host` save of the same checkpoint, the path one of
 /// the file ↔ GPU paths, and an existing DST refused without --overwrite.

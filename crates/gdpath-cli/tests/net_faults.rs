@@ -1,6 +1,7 @@
 //! Faults and bad input against `gdpath serve` and `gdpath bench net` as processes, over
-//! 127.0.0.1 (`--devices lo`, but where the devices are the engine's choice), each reproducing
-//! an item of issue 21: raw-socket garbage and a huge length prefix, a flood of garbage
+//! 127.0.0.1 (`--devices lo`, but where the devices are the engine's choice), each a way a
+//! peer or the system can misbehave that must end in a typed error, never a hang or a crash:
+//! raw-socket garbage and a huge length prefix, a flood of garbage
 //! connections (the log's size), a half handshake left hanging, 500 idle connections at
 //! `ulimit -n 64`, the server killed under every bench mode, one SIGINT, `--qd` bounds, a
 //! restart on the same port, a device that does not exist, a library that is not one, a token

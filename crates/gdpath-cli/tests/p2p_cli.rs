@@ -38,7 +38,8 @@ fn recorded_facts_render_text_and_json() {
 }
 
 /// A snapshot's facts: the header and the JSON name the snapshot and what it was captured
-/// from, never the machine the command runs on (issue 22; both were missing).
+/// from, never the machine the command runs on, so that a report made from a snapshot elsewhere
+/// is not mistaken for one of the machine it was read on.
 #[test]
 fn a_snapshot_is_named_as_the_source() {
     let snap = gdpath_testkit::h200x2_snapshot();

@@ -157,7 +157,7 @@ fn replay_wording_footnotes_and_plurals() {
     );
 }
 
-/// Issue 22's wording: an EFA NIC of an NCCL file (which names no RDMA devices) is what the
+/// The words must match the doctor's and the text's own content: an EFA NIC of an NCCL file (which names no RDMA devices) is what the
 /// doctor calls it, RDMA-capable by PCI identity (the legend said "no RDMA device"); the header
 /// of `nvidia-smi topo -m` text counts the NUMA nodes its NUMA Affinity column names (it said
 /// "0 NUMA nodes" beside a filled column) and does not call its devices PCI functions.

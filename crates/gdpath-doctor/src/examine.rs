@@ -28,6 +28,7 @@ pub struct Examination {
     pub loaded: Loaded,
     /// The directories checked for GDS, each once, in the order first given.
     pub paths: Vec<PathBuf>,
+    /// The doctor's report on the machine and those directories.
     pub report: Report,
 }
 

@@ -115,8 +115,11 @@ fn register_probe(driver: &CuFileDriver, dir: &Path) -> Option<String> {
 
 /// Driver, UCX and cuFile facts together, keyed for [`super::DoctorInput`].
 pub struct HardwareFacts {
+    /// CUDA driver and NVML facts, or why they could not be gathered.
     pub driver: Gathered<DriverFacts>,
+    /// UCX's version and transports, or why they could not be gathered.
     pub ucx: Gathered<UcxFacts>,
+    /// cuFile's driver properties, or why they could not be gathered.
     pub cufile: Gathered<CufileFacts>,
 }
 

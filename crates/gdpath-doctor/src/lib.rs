@@ -25,6 +25,7 @@
 //! Rules and their sources are listed per finding id in `docs/doctor.md`.
 
 #![deny(unsafe_code)]
+#![warn(missing_docs)]
 
 pub mod document;
 pub mod examine;
@@ -85,7 +86,10 @@ pub enum Mode {
     Live,
     /// A snapshot, copied sysfs tree or XML export, described by `what` (`snapshot x.tar.gz`):
     /// checks that need the live machine are `not-run`.
-    Replay { what: String },
+    Replay {
+        /// The replayed source, as the report names it (`snapshot x.tar.gz`).
+        what: String,
+    },
 }
 
 /// What UCX reports about itself (filled by the caller from `gdpath-ucx`).
@@ -131,7 +135,9 @@ pub struct RdmaCoreFacts {
 /// `RLIMIT_MEMLOCK` of the process, in bytes; `None` is unlimited.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Memlock {
+    /// The soft limit, bytes (`None`: unlimited, `RLIM_INFINITY`).
     pub soft: Option<u64>,
+    /// The hard limit, bytes (`None`: unlimited, `RLIM_INFINITY`).
     pub hard: Option<u64>,
 }
 
@@ -162,26 +168,34 @@ pub enum OdirectProbe {
 /// One `--path` directory and, when live, its probe.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PathInput {
+    /// The directory as given.
     pub path: PathBuf,
+    /// What a live probe of it found; [`Gathered::Missing`] in a replay.
     pub probe: Gathered<PathProbe>,
 }
 
 /// Everything the doctor judges. Build it with [`DoctorInput::new`], then fill what is known.
 pub struct DoctorInput<'a> {
+    /// The machine model the checks judge.
     pub machine: &'a Machine,
     /// Every `/proc`, `/sys` (and `/etc/cufile.json`) read goes through this view.
     pub view: &'a dyn SysView,
+    /// Live or replay: whether checks that need the live machine run.
     pub mode: Mode,
     /// NVML/CUDA facts: `Failed` when libcuda or NVML could not be loaded.
     pub driver: Gathered<DriverFacts>,
+    /// UCX facts: `Failed` when libucp could not be loaded.
     pub ucx: Gathered<UcxFacts>,
+    /// cuFile facts: `Failed` when libcufile could not be loaded or its driver not opened.
     pub cufile: Gathered<CufileFacts>,
+    /// rdma-core facts: `Failed` when libibverbs could not be loaded.
     pub rdma_core: Gathered<RdmaCoreFacts>,
     /// Environment variables in force (`NCCL_P2P_DISABLE`, `NCCL_P2P_LEVEL`,
     /// `NCCL_NET_GDR_LEVEL`, `CUDA_VISIBLE_DEVICES`, `CUFILE_ENV_PATH_JSON`,
     /// `CUFILE_FORCE_COMPAT_MODE`). Replays use the current process's environment too, so a
     /// user can ask "what if".
     pub env: BTreeMap<String, String>,
+    /// `RLIMIT_MEMLOCK` of the process, which bounds how much host memory can be pinned.
     pub memlock: Gathered<Memlock>,
     /// The `--path` directories for GDS (the current directory by default).
     pub paths: Vec<PathInput>,
@@ -254,7 +268,9 @@ impl<'a> DoctorInput<'a> {
 /// The verdict for one data path: the worst status among its findings.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Verdict {
+    /// The data path judged ([`Area::P2p`], [`Area::Gdr`] or [`Area::Gds`]).
     pub path: Area,
+    /// The worst status among its findings.
     pub status: Status,
     /// One line: "available", or the status and the ids that decided it.
     pub summary: String,
@@ -263,6 +279,7 @@ pub struct Verdict {
 /// The doctor's result (`--json` schema [`DOCTOR_SCHEMA`]).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Report {
+    /// The schema of this document, [`DOCTOR_SCHEMA`].
     pub schema: &'static str,
     /// Where the machine was read from (`live`, `sysfs-root`, `snapshot`, `hwloc-xml`,
     /// `nccl-xml`, `smi-topo`): a replay names the replayed source, never the machine it runs
@@ -512,8 +529,11 @@ impl SysView for NoFiles {
 
 /// A machine and the view its files are read through.
 pub struct Loaded {
+    /// The machine model read from the source.
     pub machine: Machine,
+    /// The view every `/proc` and `/sys` read goes through (the live root or the replayed tree).
     pub view: Box<dyn SysView>,
+    /// Live or replay, with the replayed source named.
     pub mode: Mode,
 }
 

@@ -23,9 +23,13 @@ pub enum NcclLevel {
     Loc,
     /// NVLink.
     Nvl,
+    /// At most one PCIe bridge between the two devices (NCCL's `PATH_PIX`).
     Pix,
+    /// Several PCIe bridges, none of them the CPU's host bridge (NCCL's `PATH_PXB`).
     Pxb,
+    /// Through a PCIe host bridge of a CPU (NCCL's `PATH_PHB`; gdpath's `PHB` and `NODE`).
     Phb,
+    /// Across the interconnect between CPU sockets or NUMA nodes (NCCL's `PATH_SYS`).
     Sys,
 }
 
@@ -89,7 +93,10 @@ impl NcclLevel {
 /// CPU family as NCCL distinguishes it for its P2P default.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CpuKind {
+    /// An Intel x86 CPU (`vendor_id` `GenuineIntel`): NCCL's default P2P level `PXB` applies.
     IntelX86,
+    /// An AMD x86 CPU (`vendor_id` `AuthenticAMD`): NCCL raises the P2P level to `SYS` with at most
+    /// two GPUs.
     AmdX86,
     /// Any other or unknown CPU (ARM, POWER, Zhaoxin, ...): NCCL's default applies.
     Other,

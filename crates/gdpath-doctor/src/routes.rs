@@ -67,6 +67,8 @@ pub struct Route<'r> {
     pub peer: String,
     /// The pair's class ([`Machine::classify`]: `NV#` for GPUs joined by NVLink).
     pub class: LinkClass,
+    /// Whether the direct path is used, degraded, replaced by a copy through host memory, or
+    /// unknown.
     pub state: RouteState,
     /// The worst status among the applying findings ([`Status::NotRun`] when only checks not
     /// run apply, or none).
@@ -87,7 +89,12 @@ pub enum Subject<'s> {
     /// `GPU0-NIC0 (0000:10:1b.0)` (the parenthesised interface name or address is dropped).
     Devices(Vec<&'s str>),
     /// A `--path` directory, alone or with devices (`/data: GPU0-NVME1`).
-    Dir { dir: &'s str, devices: Vec<&'s str> },
+    Dir {
+        /// The directory, as the finding names it.
+        dir: &'s str,
+        /// The devices named after it (empty when none).
+        devices: Vec<&'s str>,
+    },
     /// Anything else (not matched to any route).
     Other,
 }

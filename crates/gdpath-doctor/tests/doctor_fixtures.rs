@@ -93,9 +93,9 @@ fn power9_gpus_without_tree_or_driver_facts() {
         "{}",
         k.evidence
     );
-    // Issue 22: that rules out dma-buf, but nvidia_peermem is the other GDR route and the dump
-    // has neither /sys/module nor /proc/modules: GDR is unknown, not unavailable (it was
-    // "unavailable" from gdr.dmabuf-unavailable alone, exit status 2).
+    // That rules out dma-buf, but nvidia_peermem is the other GDR route and the dump
+    // has neither /sys/module nor /proc/modules: GDR is unknown, not unavailable (one route ruled
+    // out does not rule out the other).
     let d = find(&r, ids::GDR_DMABUF_UNAVAILABLE, "system");
     assert_eq!(d.status, Status::Unknown, "{}", d.evidence);
     assert!(

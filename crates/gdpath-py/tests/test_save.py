@@ -177,7 +177,7 @@ NOBODY = 65534
 
 @pytest.fixture
 def planted():
-    """Issue 37's scene, made for real: in a sticky world-writable directory ``S`` (mode 1777,
+    """The scene of a link planted to redirect root's write, made for real: in a sticky world-writable directory ``S`` (mode 1777,
     inside a scratch directory), ``nobody`` planted ``S/model.safetensors``, a link to root's
     mode-0600 file ``P``; ``S/own.link`` is root's own link to it. Root only: skipped, saying
     why, otherwise."""
@@ -204,8 +204,8 @@ def planted():
 
 
 def test_save_file_refuses_a_link_another_user_planted(planted):
-    """Issue 37 item 1: on main, ``save_file`` (overwrite is its default) replaced root's file
-    through ``nobody``'s link. Now it raises kind ``symlink_refused``, a ``PermissionError`` as
+    """A link another user planted must not redirect root's save: ``save_file`` (overwrite is its
+    default) given ``nobody``'s link to root's file raises kind ``symlink_refused``, a ``PermissionError`` as
     ``open()`` raises where the kernel applies the rule, and the file is untouched."""
     sticky, victim, link, _ = planted
     a = {"w": np.ones((4, 4), dtype=np.float32)}
@@ -274,8 +274,8 @@ def test_save_file_follows_an_allowed_link_and_reports_the_real_file(planted):
 
 
 def test_save_file_keeps_the_owner_and_mode_of_the_file_it_replaces(scratch):
-    """Issue 37 item 7: root replacing ``nobody``'s 0640 checkpoint leaves it ``nobody``'s, mode
-    0640 (on main it became root's)."""
+    """A replaced file stays its owner's, so the owner can still read it: root replacing
+    ``nobody``'s 0640 checkpoint leaves it ``nobody``'s, mode 0640."""
     if os.geteuid() != 0:
         pytest.skip("needs root: a file owned by another user (nobody)")
     path = scratch / "theirs.safetensors"

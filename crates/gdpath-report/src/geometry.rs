@@ -12,12 +12,14 @@ pub type P = (f64, f64);
 /// A straight piece of line from one point to another.
 pub type Seg = (P, P);
 
-/// Text sizes, px.
+/// Size of the main labels (device names in boxes), px.
 pub const FONT: f64 = 11.0;
+/// Size of secondary labels (link labels, notes, the legend), px.
 pub const SMALL: f64 = 9.5;
 
-/// Half the width of a route's stroke, and the clearance kept from it.
+/// Half the width of a route's stroke, px.
 pub const HALF_STROKE: f64 = 1.3;
+/// Clearance kept between a route's stroke and the labels beside its line, px.
 pub const CLEAR: f64 = 2.0;
 
 /// The unit direction of a segment, rounded to the axes (the lines are orthogonal).
@@ -48,12 +50,19 @@ pub fn seg_rect(s: &Seg, half: f64) -> Rect {
 /// What a box is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NodeKind {
+    /// A NUMA node: a header with its CPUs and a strip for host memory.
     Numa,
+    /// A PCIe host bridge (root complex).
     HostBridge,
+    /// A PCIe switch: a bridge below which several physical devices hang.
     Switch,
+    /// The devices of a source without a PCI tree, whose attachment is not known.
     NoTree,
+    /// A GPU.
     Gpu,
+    /// A network controller (NIC).
     Nic,
+    /// An NVMe controller.
     Nvme,
 }
 
@@ -67,11 +76,14 @@ impl NodeKind {
 /// A drawn box and how lines reach it.
 #[derive(Debug, Clone)]
 pub struct Node {
+    /// What the box is.
     pub kind: NodeKind,
     /// Stable across layouts of one machine: `numa:0`, `hb:pci0000:00`, `sw:0000:00:01.0`,
     /// or the device id.
     pub key: String,
+    /// Position and size of the box, px.
     pub rect: Rect,
+    /// Index of the box's parent in [`crate::layout::Layout::nodes`] (`None` at the top).
     pub parent: Option<usize>,
     /// The device id of a GPU, NIC or NVMe (`GPU0`).
     pub id: Option<String>,
@@ -83,6 +95,7 @@ pub struct Node {
     pub up: Vec<P>,
     /// Hubs: the y of the rail below the box, and the x where a line through the box runs.
     pub rail_y: f64,
+    /// Hubs: the x where a line through the box runs, px.
     pub through_x: f64,
     /// The labels inside the box.
     pub texts: Vec<Text>,
@@ -93,5 +106,6 @@ pub struct Node {
     /// NUMA nodes: the y of the middle of the host-memory strip (where staged paths turn), and
     /// the y where other paths crossing the node run (the top of the strip).
     pub mem_y: f64,
+    /// NUMA nodes: the y where other paths crossing the node run (the top of the strip), px.
     pub pass_y: f64,
 }

@@ -10,6 +10,7 @@ use crate::layout::{self, Extra, Layout};
 
 /// Offset of the first lane from the tree line, and between lanes, px.
 pub const LANE0: f64 = 4.0;
+/// Distance between adjacent lanes, px.
 pub const LANE_STEP: f64 = 3.5;
 /// How a route looks: routes that look alike may share a lane and one stroke.
 pub type Look = (u8, u8);

@@ -65,21 +65,30 @@ const SMP_H: f64 = 34.0;
 pub struct Rail {
     /// The node the rail hangs from.
     pub node: usize,
+    /// Height of the rail, px.
     pub y: f64,
+    /// Left end of the rail, px.
     pub x0: f64,
+    /// Right end of the rail, px.
     pub x1: f64,
+    /// The vertical line from the hub's bottom down to the rail, as (top, bottom) points.
     pub drop: (P, P),
 }
 
 /// The whole drawing's geometry.
 #[derive(Debug, Clone)]
 pub struct Layout {
+    /// Width of the drawing, px.
     pub width: f64,
+    /// Height of the drawing, px.
     pub height: f64,
+    /// The boxes, parents before children.
     pub nodes: Vec<Node>,
+    /// The rails under the hubs.
     pub rails: Vec<Rail>,
     /// The CPU interconnect's bus line, when there are several NUMA nodes.
     pub smp: Option<(f64, f64, f64)>,
+    /// The NVLink connections drawn in the band under the GPU row.
     pub nvlinks: Vec<NvDraw>,
     /// Labels outside boxes: link labels, the interconnect's, NVLink counts.
     pub texts: Vec<Text>,
@@ -87,6 +96,7 @@ pub struct Layout {
     pub bottom: f64,
     /// PCI functions not drawn, and bridges folded or drawn.
     pub undrawn: usize,
+    /// PCI bridges folded into their devices' links or drawn as switches.
     pub bridges: usize,
     /// NVLink connections not drawn: more brackets than [`crate::nvlink::MAX_BRACKETS`].
     pub nvlink_undrawn: usize,

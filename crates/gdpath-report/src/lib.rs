@@ -20,6 +20,7 @@
 //! writes ([`save`] writes crash-safely).
 
 #![deny(unsafe_code)]
+#![warn(missing_docs)]
 
 pub mod chart;
 pub mod drawing;
@@ -74,8 +75,10 @@ pub const MAX_DRAWN_DEVICES: usize = 256;
 /// Why no report could be made.
 #[derive(Debug, thiserror::Error)]
 pub enum ReportError {
+    /// The machine, its findings or its GDS directories could not be examined.
     #[error(transparent)]
     Examine(#[from] ExamineError),
+    /// A bench result document given with `--from` was refused.
     #[error(transparent)]
     Results(#[from] ResultsError),
     /// More GPUs, NICs and NVMe than [`MAX_DRAWN_DEVICES`] (`gdpath topo --svg`).
@@ -84,7 +87,12 @@ pub enum ReportError {
          some {} px wide); `gdpath topo` lists them and counts their pairs per class",
         drawing::width_of(*.devices)
     )]
-    TooManyToDraw { devices: usize, limit: usize },
+    TooManyToDraw {
+        /// The GPUs, NICs and NVMe controllers of the machine.
+        devices: usize,
+        /// The most the report draws, [`MAX_DRAWN_DEVICES`].
+        limit: usize,
+    },
 }
 
 /// The report page for `opts` (see the crate docs). Errors: the machine cannot be read, a

@@ -6,8 +6,11 @@ use gdpath_topo::{Device, DeviceKind, PcieLink};
 /// A link label: text, CSS class (`link`, `link-down`, `link-cap`, `link-idle`) and tooltip.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LinkLabel {
+    /// The label's text (`Gen4 x16`, `≤Gen3 x16`, `Gen3 x8↓Gen4 x16`).
     pub text: String,
+    /// CSS class: `link`, `link-down` (downtrained), `link-cap` (capability only) or `link-idle`.
     pub class: &'static str,
+    /// Tooltip: the link's trained and capable generation and width, as the source gives them.
     pub title: String,
 }
 

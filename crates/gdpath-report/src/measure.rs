@@ -23,7 +23,9 @@ use std::path::Path;
 /// What was measured, and what could not be, with why.
 #[derive(Debug, Default)]
 pub struct Measured {
+    /// The bench documents measured.
     pub docs: Vec<BenchDoc>,
+    /// For each bench not measured, the command and why (`bench p2p: needs two GPUs`).
     pub missing: Vec<String>,
 }
 

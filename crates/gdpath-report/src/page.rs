@@ -58,6 +58,7 @@ svg.chart .series-t { font-weight: bold; }
 
 /// Everything the page shows.
 pub struct PageInput<'a> {
+    /// The machine, its GDS directories and the doctor's report on them.
     pub examination: &'a Examination,
     /// The doctor's routes of the examination.
     pub routes: &'a [Route<'a>],
@@ -69,6 +70,7 @@ pub struct PageInput<'a> {
     pub measured: bool,
     /// The report's own command line (program name first).
     pub argv: &'a [String],
+    /// When the page was made (shown in its header).
     pub generated: SystemTime,
 }
 

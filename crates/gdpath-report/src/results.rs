@@ -36,6 +36,7 @@ pub enum Origin {
 /// One bench result document.
 #[derive(Debug, Clone)]
 pub struct BenchDoc {
+    /// Where the document came from: a file given with `--from`, or measured.
     pub origin: Origin,
     /// `bench storage`, `bench p2p`, … (the document's `command`).
     pub command: String,
@@ -45,9 +46,11 @@ pub struct BenchDoc {
     pub started_unix_s: Option<u64>,
     /// The file a storage bench used.
     pub file: Option<String>,
+    /// The rows of the document.
     pub rows: Vec<BenchRow>,
     /// Finding ids the bench reported, and its notes.
     pub findings: Vec<String>,
+    /// The notes the bench added to its rows.
     pub notes: Vec<String>,
 }
 
@@ -88,27 +91,51 @@ pub fn shell_word(w: &str) -> String {
 /// Why a result document was refused. Each names the file.
 #[derive(Debug, thiserror::Error)]
 pub enum ResultsError {
+    /// The file could not be opened or read.
     #[error("cannot read {path}: {source}")]
     Io {
+        /// The file at fault, as given.
         path: PathBuf,
+        /// The error of the read.
         #[source]
         source: std::io::Error,
     },
+    /// The file is larger than [`MAX_DOC_BYTES`]; it is not read.
     #[error("{path}: {bytes} bytes is more than a bench result document can be ({MAX_DOC_BYTES})")]
-    TooLarge { path: PathBuf, bytes: u64 },
+    TooLarge {
+        /// The file at fault, as given.
+        path: PathBuf,
+        /// Its size, bytes.
+        bytes: u64,
+    },
+    /// The file is not JSON.
     #[error("{path}:{line}:{column}: not JSON: {message}")]
     Json {
+        /// The file at fault, as given.
         path: PathBuf,
+        /// Line of the first error, from 1.
         line: usize,
+        /// Column of the first error, from 1.
         column: usize,
+        /// The parser's message.
         message: String,
     },
+    /// The document is JSON but not of schema [`BENCH_SCHEMA`].
     #[error("{path}: not a gdpath bench result (schema {found:?}, expected {BENCH_SCHEMA:?}; `gdpath bench … --json` writes one)")]
-    NotBench { path: PathBuf, found: String },
+    NotBench {
+        /// The file at fault, as given.
+        path: PathBuf,
+        /// The schema the document names (empty when it names none).
+        found: String,
+    },
+    /// The document has no `rows`, more than [`MAX_ROWS`], or a row it cannot read.
     #[error("{path}: row {index}: {why}")]
     Row {
+        /// The file at fault, as given.
         path: PathBuf,
+        /// The row's index in `rows`, from 0.
         index: usize,
+        /// What is wrong with it.
         why: String,
     },
 }

@@ -65,7 +65,10 @@ fn spots(pts: &[P], w: f64) -> Vec<(f64, f64)> {
 /// A placed figure: its text, and the tag's box when it hangs on the line.
 #[derive(Debug, Clone)]
 pub struct Placed {
+    /// The figure's label.
     pub text: Text,
+    /// The box of the tag the label sits in when it hangs on the line; `None` when it stands beside
+    /// it.
     pub tag: Option<Rect>,
 }
 

@@ -30,9 +30,13 @@ use gdpath_topo::LinkClass;
 /// A route as drawn.
 #[derive(Debug, Clone)]
 pub struct DrawnRoute {
+    /// The data path drawn (P2P, GDR or GDS).
     pub area: Area,
+    /// The doctor's state of the route, which sets how it is drawn.
     pub state: RouteState,
+    /// The GPU's id (`GPU0`).
     pub gpu: String,
+    /// The peer's id: a GPU, a NIC or an NVMe controller.
     pub peer: String,
     /// The line, offset into its lane.
     pub points: Vec<P>,
@@ -58,9 +62,11 @@ const NV_INSET: f64 = 7.0;
 
 /// The routes as drawn, their labels, the room their lanes need, and the routes not drawn.
 pub struct Drawn {
+    /// The routes drawn.
     pub routes: Vec<DrawnRoute>,
     /// The routes' figures.
     pub texts: Vec<route_labels::Placed>,
+    /// The extra room around the tree that the routes' lanes need.
     pub room: Extra,
     /// `GDR GPU0 ↔ NIC3` for each route not drawn because the source does not place its peer.
     pub unplaced: Vec<String>,

@@ -54,22 +54,30 @@ pub fn esc(s: &str) -> String {
 /// An axis-aligned rectangle, px.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Rect {
+    /// Left edge, px.
     pub x: f64,
+    /// Top edge, px.
     pub y: f64,
+    /// Width, px.
     pub w: f64,
+    /// Height, px.
     pub h: f64,
 }
 
 impl Rect {
+    /// The rectangle with its top-left corner at (`x`, `y`), `w` wide and `h` high, px.
     pub fn new(x: f64, y: f64, w: f64, h: f64) -> Rect {
         Rect { x, y, w, h }
     }
+    /// Right edge, px.
     pub fn right(&self) -> f64 {
         self.x + self.w
     }
+    /// Bottom edge, px.
     pub fn bottom(&self) -> f64 {
         self.y + self.h
     }
+    /// Horizontal centre, px.
     pub fn cx(&self) -> f64 {
         self.x + self.w / 2.0
     }
@@ -96,20 +104,28 @@ impl Rect {
 /// Horizontal anchor of a label.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Anchor {
+    /// The text starts at `x`.
     Start,
+    /// The text is centred on `x`.
     Middle,
+    /// The text ends at `x`.
     End,
 }
 
 /// One label: where it sits, how large, and its CSS class.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Text {
+    /// Horizontal anchor point, px (see `anchor`).
     pub x: f64,
     /// Baseline.
     pub y: f64,
+    /// Font size, px.
     pub size: f64,
+    /// How the text sits on `x`.
     pub anchor: Anchor,
+    /// The text (escaped when written).
     pub text: String,
+    /// CSS class of the `<text>` element.
     pub class: &'static str,
     /// A fill colour of its own, written inline (it wins over every class rule, whatever else
     /// is on the page).
@@ -117,6 +133,7 @@ pub struct Text {
 }
 
 impl Text {
+    /// A label at (`x`, baseline `y`) of `size` px, anchored at its start, with no fill of its own.
     pub fn new(x: f64, y: f64, size: f64, text: impl Into<String>, class: &'static str) -> Text {
         Text {
             x,
@@ -129,11 +146,13 @@ impl Text {
         }
     }
 
+    /// The label anchored at `x` by `a` instead.
     pub fn anchored(mut self, a: Anchor) -> Text {
         self.anchor = a;
         self
     }
 
+    /// Width of the label in px at its size ([`text_width`]).
     pub fn width(&self) -> f64 {
         text_width(&self.text, self.size)
     }

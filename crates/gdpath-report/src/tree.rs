@@ -16,7 +16,9 @@ use std::collections::BTreeMap;
 /// A GPU, NIC or NVMe controller and the bridges folded into its link (nearest first).
 #[derive(Debug, Clone)]
 pub struct Leaf<'m> {
+    /// The GPU, NIC or NVMe controller.
     pub dev: &'m Device,
+    /// The bridges between it and its hub, folded into its link, nearest first.
     pub chain: Vec<&'m Device>,
 }
 
@@ -44,10 +46,13 @@ pub enum HubKind<'m> {
 /// A branching point and what hangs below it, each list in PCI order.
 #[derive(Debug, Clone)]
 pub struct Hub<'m> {
+    /// What the hub is.
     pub kind: HubKind<'m>,
     /// Bridges folded into the link above this hub (nearest first).
     pub chain: Vec<&'m Device>,
+    /// The hubs below this one, in PCI order.
     pub hubs: Vec<Hub<'m>>,
+    /// The devices below this one, in PCI order.
     pub leaves: Vec<Leaf<'m>>,
 }
 
@@ -75,12 +80,14 @@ pub struct Group<'m> {
     pub numa: Option<u32>,
     /// The node's cpulist, when known.
     pub cpus: Option<String>,
+    /// The node's PCIe host bridges (or the no-tree hub), in PCI order.
     pub bridges: Vec<Hub<'m>>,
 }
 
 /// The drawn machine.
 #[derive(Debug, Clone)]
 pub struct Tree<'m> {
+    /// The NUMA nodes, and a group for devices whose node is unknown.
     pub groups: Vec<Group<'m>>,
     /// PCI functions not drawn: neither GPU, NIC nor NVMe nor a bridge above one.
     pub undrawn: usize,
@@ -279,6 +286,7 @@ fn drawn_nodes(m: &Machine) -> Vec<u32> {
 /// not give the node.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Placement {
+    /// The NUMA node the device is drawn in.
     pub numa: u32,
     /// The GPU whose node it shares and their stated class (`GPU0`, PIX), when placed by it.
     pub by: Option<(String, LinkClass)>,

@@ -78,7 +78,10 @@ pub enum AcsState {
     Absent,
     /// The capability is there; `control` is what is enabled.
     Present {
+        /// The ACS features the bridge supports (the ACS Capability register, PCIe Base
+        /// Specification).
         capability: AcsFlags,
+        /// The ACS features enabled (the ACS Control register, PCIe Base Specification).
         control: AcsFlags,
     },
 }

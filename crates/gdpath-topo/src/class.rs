@@ -28,10 +28,15 @@ pub enum LinkClass {
     X,
     /// NVLink, with the number of bonded links.
     Nv(u32),
+    /// Through at most one PCIe bridge (`nvidia-smi topo -m`'s `PIX`).
     Pix,
+    /// Through several PCIe bridges, without crossing a PCIe host bridge (`PXB`).
     Pxb,
+    /// Through a PCIe host bridge, the CPU (`PHB`).
     Phb,
+    /// Through the interconnect between PCIe host bridges within one NUMA node (`NODE`).
     Node,
+    /// Through the SMP interconnect between NUMA nodes (QPI/UPI, Infinity Fabric) (`SYS`).
     Sys,
     /// Not knowable from the source (no PCI tree and no NUMA difference to go by).
     Unknown,

@@ -66,12 +66,23 @@ impl Aspect {
 #[serde(tag = "state", rename_all = "lowercase")]
 pub enum Facet {
     /// The source describes it; `from` says where (`"/sys/class/iommu"`, `"<nvlink> entries"`).
-    Described { from: String },
+    Described {
+        /// Where the source gives it (a file, an XML element).
+        from: String,
+    },
     /// The source describes part of it: `from` as above, `missing` what it does not say and why.
-    Partial { from: String, missing: String },
+    Partial {
+        /// Where the source gives what it gives.
+        from: String,
+        /// What it does not give, and why.
+        missing: String,
+    },
     /// The source cannot describe it; `reason` says why. Values the model holds for it are
     /// unknown, never a verdict.
-    Unknown { reason: String },
+    Unknown {
+        /// Why the source cannot give it.
+        reason: String,
+    },
 }
 
 impl Facet {
@@ -121,13 +132,21 @@ impl Facet {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub struct Coverage {
+    /// How the source gives the PCI tree (bridges and who hangs below whom).
     pub pci_tree: Facet,
+    /// How the source gives devices' NUMA nodes and CPU sets.
     pub numa: Facet,
+    /// How the source gives NVLink connections between GPUs.
     pub nvlink: Facet,
+    /// How the source gives PCIe links' trained and capable speed and width.
     pub link_state: Facet,
+    /// How the source gives bridges' ACS capability and control.
     pub acs: Facet,
+    /// How the source gives the IOMMU's units and groups.
     pub iommu: Facet,
+    /// How the source gives RDMA devices (the NICs' InfiniBand/RoCE names).
     pub rdma: Facet,
+    /// How the source gives the kernel driver bound to each device.
     pub drivers: Facet,
 }
 

@@ -121,7 +121,9 @@ pub struct Device {
     /// `GPU0`, `NIC0`, `NVME0` (numbered per kind in PCI bus order), or the PCI address for
     /// bridges and other devices.
     pub id: String,
+    /// The function's PCI address (domain:bus:device.function).
     pub pci: PciAddr,
+    /// What the device is (GPU, NIC, NVMe, bridge, other), from its class code.
     pub kind: DeviceKind,
     /// 24-bit class code (`0x030200`); [`names::UNKNOWN_CLASS`] when unreadable (JSON: null).
     #[serde(serialize_with = "ser_class")]
@@ -138,6 +140,7 @@ pub struct Device {
     pub numa: Option<u32>,
     /// CPUs local to the device, as a cpulist (`0-31`).
     pub cpus: Option<String>,
+    /// The device's PCIe link: trained and capable speed and width.
     pub link: PcieLink,
     /// The bridge directly above, `None` on a root bus or when the tree is unknown.
     pub parent: Option<PciAddr>,

@@ -37,6 +37,7 @@ pub enum FactSource {
 /// One reason facts are missing: which source, and its error text.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FactGap {
+    /// Which library the facts were to come from.
     pub source: FactSource,
     /// What could not be read, e.g. `"all NVML facts"` or `"GPU 0 BAR1"`.
     pub what: String,
@@ -74,9 +75,13 @@ pub struct GpuFacts {
 /// and friends). Generation 1..=6; width in lanes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PcieLinkFacts {
+    /// Current (trained) PCIe generation, 1..=6.
     pub cur_gen: u32,
+    /// Highest PCIe generation the GPU and its slot support, 1..=6.
     pub max_gen: u32,
+    /// Current (trained) link width, lanes.
     pub cur_width: u32,
+    /// Widest link the GPU and its slot support, lanes.
     pub max_width: u32,
 }
 
@@ -133,18 +138,28 @@ impl P2pCap {
 /// NVML's P2P status for the five capabilities of `nvidia-smi topo -p2p r|w|n|a|p`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NvmlP2pStatus {
+    /// Whether the GPU can read the peer's memory over P2P (`NVML_P2P_CAPS_INDEX_READ`).
     pub read: P2pCap,
+    /// Whether the GPU can write the peer's memory over P2P (`NVML_P2P_CAPS_INDEX_WRITE`).
     pub write: P2pCap,
+    /// Whether the pair is joined by NVLink (`NVML_P2P_CAPS_INDEX_NVLINK`).
     pub nvlink: P2pCap,
+    /// Whether P2P atomics are supported (`NVML_P2P_CAPS_INDEX_ATOMICS`).
     pub atomics: P2pCap,
+    /// Whether P2P over PCIe is supported (`NVML_P2P_CAPS_INDEX_PCI`).
     pub pci: P2pCap,
 }
 
 /// CUDA's view of a GPU pair (`cuDeviceCanAccessPeer`, `cuDeviceGetP2PAttribute`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CudaP2pAttrs {
+    /// Whether the GPU can map the peer's memory (`CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED`).
     pub access_supported: bool,
+    /// Whether atomics over the link are native
+    /// (`CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED`).
     pub native_atomics: bool,
+    /// Whether CUDA arrays can be accessed over the link
+    /// (`CU_DEVICE_P2P_ATTRIBUTE_CUDA_ARRAY_ACCESS_SUPPORTED`).
     pub cuda_array_access: bool,
     /// `CU_DEVICE_P2P_ATTRIBUTE_PERFORMANCE_RANK`: relative, lower is better.
     pub performance_rank: i32,
@@ -157,7 +172,9 @@ pub struct GpuPairFacts {
     pub a: u32,
     /// Destination GPU ordinal.
     pub b: u32,
+    /// NVML's P2P status of the pair; `None` when NVML could not say.
     pub nvml: Option<NvmlP2pStatus>,
+    /// CUDA's P2P attributes of the pair; `None` when the driver API could not say.
     pub cuda: Option<CudaP2pAttrs>,
 }
 

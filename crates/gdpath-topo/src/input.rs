@@ -75,10 +75,16 @@ pub fn size_text(bytes: u64) -> String {
 pub enum ReadLimit {
     /// More than `limit` bytes.
     #[error("larger than {limit} bytes")]
-    TooLarge { limit: u64 },
+    TooLarge {
+        /// The most bytes the read accepts.
+        limit: u64,
+    },
     /// No data for `seconds` seconds from a pipe or FIFO that is still open.
     #[error("no data for {seconds} s")]
-    Stalled { seconds: u64 },
+    Stalled {
+        /// How long the read waited for data, seconds.
+        seconds: u64,
+    },
 }
 
 /// The [`ReadLimit`] an error (or one of its sources) carries, if any.

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 /// An IOMMU group and its default DMA domain type.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct IommuGroup {
+    /// The group's number (the directory name under `/sys/kernel/iommu_groups`).
     pub id: u32,
     /// `/sys/kernel/iommu_groups/N/type`: `DMA` (translated), `DMA-FQ` (translated, flush
     /// queue), `identity` (pass-through), `blocked`, `unmanaged`; `None` when unreadable.

@@ -13,6 +13,7 @@
 //! devices.
 
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 pub mod acs;
 pub mod class;
@@ -117,32 +118,48 @@ impl Source {
 pub enum TopoError {
     /// The directory or snapshot is not a sysfs tree.
     #[error("not a sysfs tree: {what}")]
-    NotSysfs { what: String },
+    NotSysfs {
+        /// The path given, and what it lacks.
+        what: String,
+    },
     /// A file could not be read.
     #[error("cannot read {}: {source}", crate::text::escape(.path))]
     Io {
+        /// The file at fault, as given.
         path: PathBuf,
+        /// The error of the open or read.
         #[source]
         source: std::io::Error,
     },
     /// Malformed XML, or XML that is not of the expected kind.
     #[error("{}:{line}:{column}: {message}", crate::text::escape(.path))]
     Xml {
+        /// The file at fault, as given.
         path: PathBuf,
+        /// Line of the error, from 1.
         line: u32,
+        /// Column of the error, from 1.
         column: u32,
+        /// What is wrong.
         message: String,
     },
     /// The text is not the output of `nvidia-smi topo -m`.
     #[error("{}: {source}", crate::text::escape(.path))]
     Smi {
+        /// The file at fault, as given.
         path: PathBuf,
+        /// What the parser refused.
         #[source]
         source: smi::SmiError,
     },
     /// The file is not a gdpath snapshot (or is a damaged one).
     #[error("{} is not a gdpath snapshot: {reason}", crate::text::escape(.path))]
-    NotSnapshot { path: PathBuf, reason: String },
+    NotSnapshot {
+        /// The file at fault, as given.
+        path: PathBuf,
+        /// What is missing or damaged.
+        reason: String,
+    },
     /// Writing a snapshot failed.
     #[error("cannot write snapshot: {0}")]
     Write(#[source] std::io::Error),
@@ -151,26 +168,45 @@ pub enum TopoError {
         "{} is larger than {}, the most gdpath reads from a source of this kind (no \
          machine's topology is that large; is it the right file?)", crate::text::escape(.path), input::size_text(*.limit_bytes)
     )]
-    TooLarge { path: PathBuf, limit_bytes: u64 },
+    TooLarge {
+        /// The file at fault, as given.
+        path: PathBuf,
+        /// The most bytes read from a source of its kind.
+        limit_bytes: u64,
+    },
     /// A pipe or FIFO delivered no data for `seconds` seconds.
     #[error("{}: no data for {seconds} s (a pipe or FIFO whose writer does not write)", crate::text::escape(.path))]
-    Stalled { path: PathBuf, seconds: u64 },
+    Stalled {
+        /// The pipe or FIFO.
+        path: PathBuf,
+        /// How long the read waited for data, seconds.
+        seconds: u64,
+    },
     /// XML nested deeper than [`input::MAX_XML_DEPTH`] elements.
     #[error(
         "{}:{line}:{column}: XML nested deeper than {limit} elements (a real machine's PCI \
          tree is fewer than 32 bridges deep)", crate::text::escape(.path)
     )]
     TooDeep {
+        /// The file at fault, as given.
         path: PathBuf,
+        /// Line of the element past the limit, from 1.
         line: u32,
+        /// Column of that element, from 1.
         column: u32,
+        /// The deepest nesting accepted, elements.
         limit: usize,
     },
     /// XML with more than [`input::MAX_XML_NODES`] nodes.
     #[error(
         "{}: more than {limit} XML nodes (a large machine's export has tens of thousands)", crate::text::escape(.path)
     )]
-    TooManyNodes { path: PathBuf, limit: u32 },
+    TooManyNodes {
+        /// The file at fault, as given.
+        path: PathBuf,
+        /// The most XML nodes accepted.
+        limit: u32,
+    },
     /// More devices than [`input::MAX_PCI_FUNCTIONS`] or [`input::MAX_MATRIX_DEVICES`]: checked
     /// before any pairwise work.
     #[error(
@@ -182,7 +218,9 @@ pub enum TopoError {
         source_name: String,
         /// `PCI functions`, `GPUs, NICs and NVMe`, or `NICs without a PCI address` (NCCL XML).
         what: &'static str,
+        /// How many the source lists.
         count: usize,
+        /// The most gdpath classifies.
         limit: usize,
     },
     /// The same PCI bus id twice in one source: two `<pci>` elements of an NCCL file, two
@@ -196,9 +234,11 @@ pub enum TopoError {
     DuplicatePci {
         /// The source (file name, or the sysfs directory listed).
         source_name: String,
+        /// The PCI address given twice.
         pci: PciAddr,
-        /// Where the source gives it first and again: `line 12`, or a directory entry.
+        /// Where the source gives it first: `line 12`, or a directory entry.
         first: String,
+        /// Where the source gives it again, in the same form.
         second: String,
     },
 }

@@ -8,9 +8,13 @@ use serde::{Deserialize, Serialize};
 /// the source does not give it (a virtual device, an old kernel, hwloc XML) — never zero.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct PcieLink {
+    /// Current (trained) speed, GT/s per lane (2.5, 5, 8, 16, 32, 64 for Gen1..Gen6).
     pub cur_gts: Option<f64>,
+    /// Current (trained) width, lanes.
     pub cur_width: Option<u32>,
+    /// Highest speed the link supports, GT/s per lane.
     pub max_gts: Option<f64>,
+    /// Widest width the link supports, lanes.
     pub max_width: Option<u32>,
     /// Usable bandwidth of the current link per direction in GB/s (1e9 B/s) as the source
     /// states it, for sources that give the bandwidth rather than speed and width: hwloc's

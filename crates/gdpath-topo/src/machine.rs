@@ -28,6 +28,7 @@ pub fn pair_key(a: PciAddr, b: PciAddr) -> (PciAddr, PciAddr) {
 /// A NUMA node and its CPUs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NumaNode {
+    /// The node's number (sysfs `node<N>`).
     pub id: u32,
     /// cpulist (`0-31`); empty for memory-only nodes (e.g. GPU memory exposed as a node).
     pub cpus: String,
@@ -38,22 +39,29 @@ pub struct NumaNode {
 pub struct NvLinkBond {
     /// The lower PCI address of the two.
     pub a: PciAddr,
+    /// The higher PCI address of the two.
     pub b: PciAddr,
+    /// Bonded NVLinks between the two (the `NV#` of the pair's class).
     pub links: u32,
 }
 
 /// A device's nearest peer of some kind.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Peer {
+    /// The peer's device id (`NIC0`, `NVME1`).
     pub id: String,
+    /// The pair's class, GPU to peer.
     pub class: LinkClass,
 }
 
 /// A GPU's nearest NIC and NVMe.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Nearest {
+    /// The GPU's device id (`GPU0`).
     pub gpu: String,
+    /// The nearest NIC and its class; `None` when the machine has no NIC.
     pub nic: Option<Peer>,
+    /// The nearest NVMe controller and its class; `None` when the machine has none.
     pub nvme: Option<Peer>,
 }
 
@@ -61,6 +69,7 @@ pub struct Nearest {
 /// `{row_id: {col_id: class}}` in that order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Matrix {
+    /// Device ids of the rows and the columns, in the same order.
     pub ids: Vec<String>,
     /// `cells[i][j]` classifies `ids[i]` against `ids[j]`.
     pub cells: Vec<Vec<LinkClass>>,
@@ -100,6 +109,7 @@ impl Serialize for Matrix {
 pub struct Machine {
     /// All PCI functions, in PCI bus order.
     pub devices: Vec<Device>,
+    /// NUMA nodes and their CPUs.
     pub numa_nodes: Vec<NumaNode>,
     /// Driver facts (NVML/CUDA) when known: from a snapshot's `driver.json`, or attached by the
     /// engine from the live driver.
@@ -107,6 +117,7 @@ pub struct Machine {
     /// NVLink connections between GPUs, from driver facts or from the source (hwloc XML
     /// `NVLinkBandwidth`, NCCL XML `<nvlink>`).
     pub nvlinks: Vec<NvLinkBond>,
+    /// IOMMU units and groups, and whether translation is on.
     pub iommu: IommuState,
     /// False when the source has no PCI tree (parents and host bridges unknown).
     pub tree_known: bool,

@@ -15,9 +15,13 @@ pub const UNKNOWN_CLASS: u32 = 0xffff_ffff;
 
 /// PCI vendor ids used in gdpath's logic.
 pub mod vendor {
+    /// NVIDIA Corporation.
     pub const NVIDIA: u16 = 0x10de;
+    /// Advanced Micro Devices (the ATI vendor id its GPUs carry).
     pub const AMD_ATI: u16 = 0x1002;
+    /// Mellanox Technologies (NVIDIA networking: ConnectX, BlueField).
     pub const MELLANOX: u16 = 0x15b3;
+    /// Amazon.com (the EFA NICs of AWS instances).
     pub const AMAZON: u16 = 0x1d0f;
 }
 

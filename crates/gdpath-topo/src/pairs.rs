@@ -33,6 +33,7 @@ pub enum NvLinkState {
 pub struct PairClass {
     /// The PCIe class ([`Machine::pcie_class`]): `X` for the device itself, `N/A` when unknown.
     pub pcie: LinkClass,
+    /// Whether NVLink joins the pair, and by how many links, or unknown.
     pub nvlink: NvLinkState,
 }
 
@@ -405,6 +406,7 @@ pub struct PairSummary {
     pub reason: String,
     /// The most devices whose pairs are listed ([`crate::input::MAX_LISTED_PAIR_DEVICES`]).
     pub limit: usize,
+    /// The pairs per class.
     #[serde(flatten)]
     pub counts: crate::pairs::PairCounts,
 }

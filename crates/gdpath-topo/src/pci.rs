@@ -10,7 +10,9 @@ use std::str::FromStr;
 /// `CUDA_DEVICE_ORDER=PCI_BUS_ID` and of `nvidia-smi`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct PciAddr {
+    /// PCI domain (segment); 0 on most machines.
     pub domain: u32,
+    /// Bus number.
     pub bus: u8,
     /// Device number, 0..=31.
     pub device: u8,

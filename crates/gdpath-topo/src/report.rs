@@ -16,6 +16,7 @@ pub const TOPO_SCHEMA: &str = "gdpath.topo/1";
 /// Everything `gdpath topo --json` prints (schema [`TOPO_SCHEMA`]).
 #[derive(Debug, Clone, Serialize)]
 pub struct TopoReport<'a> {
+    /// The schema of this document, [`TOPO_SCHEMA`].
     pub schema: &'static str,
     /// Where the machine was read from: `live`, `sysfs-root`, `snapshot`, `hwloc-xml`,
     /// `nccl-xml` or `smi-topo` ([`Machine::source`]).
@@ -24,12 +25,17 @@ pub struct TopoReport<'a> {
     /// otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub captured_from: Option<&'a str>,
+    /// False when the source has no PCI tree (parents and host bridges unknown).
     pub tree_known: bool,
     /// What the source describes and what it cannot ([`Coverage`]).
     pub coverage: &'a Coverage,
+    /// Every PCI function, in PCI bus order.
     pub devices: &'a [Device],
+    /// NUMA nodes and their CPUs.
     pub numa_nodes: &'a [NumaNode],
+    /// IOMMU units and groups.
     pub iommu: &'a IommuState,
+    /// NVLink connections between GPUs.
     pub nvlinks: &'a [NvLinkBond],
     /// Every pair, for at most [`crate::input::MAX_LISTED_PAIR_DEVICES`] GPUs, NICs and NVMe;
     /// absent past it, where `pair_classes` counts them instead.
@@ -38,7 +44,9 @@ pub struct TopoReport<'a> {
     /// The pairs counted per class, in place of `matrix` past the limit.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pair_classes: Option<PairSummary>,
+    /// Each GPU's nearest NIC and NVMe controller.
     pub nearest: Vec<Nearest>,
+    /// Warnings about the topology (ACS redirect, downtrained links, ...), each with a stable id.
     pub warnings: Vec<Warning>,
     /// What the reader could not place or found inconsistent in the source.
     pub notes: &'a [String],

@@ -46,8 +46,11 @@ pub struct SmiMatrix {
 /// The affinity columns of a header.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SmiColumns {
+    /// Whether the header has a `CPU Affinity` column.
     pub cpu_affinity: bool,
+    /// Whether the header has a `NUMA Affinity` column.
     pub numa_affinity: bool,
+    /// Whether the header has a `GPU NUMA ID` column.
     pub gpu_numa_id: bool,
 }
 
@@ -63,28 +66,44 @@ impl SmiColumns {
 /// One row of the matrix.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SmiRow {
+    /// The row's device id (`GPU0`, `NIC0`).
     pub id: String,
     /// One class per column id.
     pub cells: Vec<LinkClass>,
     /// `CPU Affinity` (`0-31`), `NUMA Affinity` (`0`) and `GPU NUMA ID` (`N/A`) as printed;
     /// `None` where the cell is blank or the column absent.
     pub cpu_affinity: Option<String>,
+    /// The `NUMA Affinity` cell as printed.
     pub numa_affinity: Option<String>,
+    /// The `GPU NUMA ID` cell as printed.
     pub gpu_numa_id: Option<String>,
 }
 
 /// Why a text is not an `nvidia-smi topo -m` matrix.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SmiError {
+    /// The text has no header row naming `GPU0`.
     #[error("no header row with GPU0 found (not the output of nvidia-smi topo -m)")]
     NoHeader,
+    /// A row of the matrix, or its header, cannot be read.
     #[error("line {line}: {message}")]
-    BadRow { line: usize, message: String },
+    BadRow {
+        /// Line of the row, from 1.
+        line: usize,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// More devices than gdpath classifies: checked before any pairwise work.
     #[error(
         "the header has {count} devices, more than the {limit} gdpath classifies (the pairwise \
          work grows with the square of the count)"
     )]
-    TooManyDevices { count: usize, limit: usize },
+    TooManyDevices {
+        /// Devices the header names.
+        count: usize,
+        /// The most gdpath classifies ([`crate::input::MAX_MATRIX_DEVICES`]).
+        limit: usize,
+    },
 }
 
 fn strip_ansi(s: &str) -> String {

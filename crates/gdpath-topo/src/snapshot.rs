@@ -86,6 +86,7 @@ pub struct Manifest {
     pub source: String,
     /// Number of files and links stored under `fs/`.
     pub files: usize,
+    /// Number of symbolic links stored under `fs/`.
     pub links: usize,
     /// Directory listings made while reading, by path.
     pub listings: BTreeMap<String, Vec<String>>,
@@ -94,8 +95,11 @@ pub struct Manifest {
 /// What [`capture`] wrote.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CaptureSummary {
+    /// Files stored.
     pub files: usize,
+    /// Symbolic links stored.
     pub links: usize,
+    /// Directory listings stored.
     pub listings: usize,
     /// Paths read but refused as private (see the module docs).
     pub refused: Vec<String>,
@@ -240,8 +244,11 @@ impl SysView for SnapshotView {
 /// A snapshot loaded into memory.
 #[derive(Debug, Clone)]
 pub struct Snapshot {
+    /// The snapshot's manifest: versions, source and listings.
     pub manifest: Manifest,
+    /// Driver facts captured with it (`driver.json`); `None` when none were.
     pub driver: Option<DriverFacts>,
+    /// The stored files, read as a sysfs tree.
     pub view: SnapshotView,
     /// The file it was read from.
     pub path: PathBuf,

@@ -172,8 +172,11 @@ impl SysView for DirView {
 /// path. Failed reads are not kept (replaying them fails the same way: the entry is absent).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Record {
+    /// Every file read: canonical path → its bytes.
     pub files: BTreeMap<String, Vec<u8>>,
+    /// Every link followed: canonical path → its target.
     pub links: BTreeMap<String, String>,
+    /// Every directory listed: canonical path → its entries' names.
     pub listings: BTreeMap<String, Vec<String>>,
 }
 

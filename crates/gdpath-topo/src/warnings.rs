@@ -14,6 +14,7 @@ use std::collections::{BTreeMap, HashMap};
 pub struct Warning {
     /// Stable id, one of [`warning_ids`].
     pub id: String,
+    /// What was found, in words, naming the devices.
     pub message: String,
 }
 

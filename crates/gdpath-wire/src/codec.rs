@@ -68,16 +68,28 @@ pub const MAX_WORKER_ADDRESS: usize = 64 * 1024;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 pub enum Kind {
+    /// Server → client, first message: the server's nonce.
     Challenge = 1,
+    /// Client → server: the client's nonce, MAC, name, routing id and worker address.
     Auth = 2,
+    /// Server → client after a verified `Auth`: the server's MAC, routing id, worker address and
+    /// metadata.
     Welcome = 3,
+    /// Server → client: the connection is refused, with a code and a reason.
     Refused = 4,
+    /// Server → client: the exporter's full, current metadata.
     Metadata = 5,
+    /// Server → client: regions being unexported.
     Withdraw = 6,
+    /// Client → server: every operation on the withdrawn regions has completed.
     WithdrawAck = 7,
+    /// Either way: an application notification.
     Notify = 8,
+    /// Either way: a clean close of the connection.
     Bye = 9,
+    /// Client → server: packed writes into an exported host region.
     Writes = 10,
+    /// Server → client: the answer to a packed-writes message.
     WritesAck = 11,
 }
 
@@ -114,10 +126,15 @@ pub enum WireKind {
 /// memory, optionally its CUDA IPC handle.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RegionMeta {
+    /// The exporting agent's region id, unique among its exports.
     pub id: u64,
+    /// The memory behind the region (host, or GPU of a CUDA ordinal).
     pub kind: WireKind,
+    /// Start address of the region in the exporter's address space (a virtual address, bytes).
     pub addr: u64,
+    /// Length of the region, bytes; `addr + len` does not wrap.
     pub len: u64,
+    /// The packed UCX remote key of the registration holding the region (1..=[`MAX_RKEY`] bytes).
     pub rkey: Vec<u8>,
     /// The CUDA IPC handle of the GPU allocation holding the region, for importers on the same
     /// node (wire: a presence byte 0 (none), 1 (this), 2 ([`RegionMeta::shm`]), then the
@@ -172,7 +189,9 @@ pub struct IpcMeta {
 /// An agent's metadata: its name and the regions it exports.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Metadata {
+    /// The agent's name, at most [`AGENT_NAME_CHARS`] characters.
     pub name: String,
+    /// The regions the agent exports, at most [`MAX_REGIONS`], ids unique.
     pub regions: Vec<RegionMeta>,
 }
 
@@ -206,17 +225,26 @@ impl RefuseCode {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Message {
     /// S → C first: the server's nonce. Body: nonce[32].
-    Challenge { server_nonce: [u8; NONCE_LEN] },
+    Challenge {
+        /// The server's random nonce, which the client's MAC covers.
+        server_nonce: [u8; NONCE_LEN],
+    },
     /// C → S: the client's nonce, its MAC (over both nonces, its routing id and its worker
     /// address), its name, the id the server is to put on the messages it sends the client
     /// over UCX (`session`), and the client's UCX worker address, which the server connects to
     /// once the MAC verified. Body: nonce[32], mac[32], name (str16), session u64, worker
     /// address (u32 length, 1..=[`MAX_WORKER_ADDRESS`] bytes).
     Auth {
+        /// The client's random nonce, which the server's MAC covers.
         client_nonce: [u8; NONCE_LEN],
+        /// HMAC-SHA256 over both nonces, the client's routing id and worker address, keyed by the
+        /// token.
         mac: [u8; NONCE_LEN],
+        /// The client agent's name (at most [`MAX_NAME`] bytes).
         name: String,
+        /// The routing id the server is to put on every message it sends the client over UCX.
         session: u64,
+        /// The client's UCX worker address (1..=[`MAX_WORKER_ADDRESS`] bytes).
         worker_address: Vec<u8>,
     },
     /// S → C after a verified Auth: the server's MAC (mutual authentication, also over its
@@ -224,13 +252,23 @@ pub enum Message {
     /// its metadata, rkeys included. Body: mac[32], session u64, worker address (u32 length +
     /// bytes), metadata.
     Welcome {
+        /// HMAC-SHA256 over both nonces, the server's routing id and worker address, keyed by the
+        /// token.
         mac: [u8; NONCE_LEN],
+        /// The routing id the client is to put on every message it sends the server over UCX.
         session: u64,
+        /// The server's UCX worker address (1..=[`MAX_WORKER_ADDRESS`] bytes).
         worker_address: Vec<u8>,
+        /// The server's metadata: its name and exported regions, rkeys included.
         metadata: Metadata,
     },
     /// S → C: the connection is refused. Body: code u8, reason (str16).
-    Refused { code: RefuseCode, reason: String },
+    Refused {
+        /// Why, as a code the client can act on.
+        code: RefuseCode,
+        /// Why, in words (at most [`MAX_NAME`] bytes).
+        reason: String,
+    },
     /// S → C: the full, current metadata (after exports change).
     Metadata(Metadata),
     /// S → C: these regions are being unexported; stop using them and acknowledge.
@@ -252,15 +290,24 @@ pub enum Message {
     /// writes go in one). Body: seq u64, region u64, count u32, (offset u64, len u32) × count,
     /// then the writes' bytes back to back, exactly as many as the lengths add up to.
     Writes {
+        /// The client's sequence number for this message, echoed by the [`Message::WritesAck`].
         seq: u64,
+        /// The id of the server's exported host region written.
         region: u64,
+        /// The writes: `(offset, length)` in bytes from the region's start, at most [`MAX_WRITES`].
         records: Vec<(u64, u32)>,
+        /// The writes' bytes back to back, exactly as many as the lengths add up to.
         data: WriteBytes,
     },
     /// S → C: the writes of message `seq` are in the region's memory, or why none was made.
     /// Body: seq u64, status u8 (0 done, 1 the region is not exported, 2 refused), then for a
     /// refusal the reason (str16).
-    WritesAck { seq: u64, status: WritesStatus },
+    WritesAck {
+        /// The `seq` of the [`Message::Writes`] answered.
+        seq: u64,
+        /// Whether its writes were made.
+        status: WritesStatus,
+    },
 }
 
 /// The answer to a [`Message::Writes`].
@@ -347,35 +394,69 @@ impl Message {
 /// Why bytes from a peer were rejected. Offsets are from the start of the message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DecodeError {
+    /// The message ends before a field does.
     #[error("message truncated: {what} needs {need} bytes at offset {at}, {have} left")]
     Truncated {
+        /// The field being read (e.g. "rkey").
         what: &'static str,
+        /// Its offset, bytes from the message's start.
         at: usize,
+        /// The bytes it needs.
         need: usize,
+        /// The bytes left in the message from `at`.
         have: usize,
     },
+    /// The first four bytes are not [`MAGIC`]: the sender is not a gdpath agent.
     #[error("bad magic {0:02x?} (not a gdpath agent)")]
     BadMagic([u8; 4]),
+    /// The frame's version is not [`VERSION`], the only one this build speaks.
     #[error("protocol version {got} not supported (this build speaks {VERSION})")]
-    Version { got: u16 },
+    Version {
+        /// The version the frame carries.
+        got: u16,
+    },
+    /// The kind byte names no [`Kind`].
     #[error("unknown message kind {0}")]
     UnknownKind(u8),
+    /// The refusal code names no [`RefuseCode`].
     #[error("unknown refusal code {0}")]
     UnknownCode(u8),
+    /// The flags byte, reserved, is not 0.
     #[error("reserved flags {0:#04x} set")]
     Flags(u8),
+    /// The header's body length is not the number of bytes that follow it.
     #[error("declared body length {declared} bytes, but {present} bytes present")]
-    BodyLength { declared: u64, present: usize },
+    BodyLength {
+        /// The length the header declares, bytes.
+        declared: u64,
+        /// The bytes actually present after the header.
+        present: usize,
+    },
+    /// A length or count over its protocol limit.
     #[error("{what} of {len} exceeds the limit of {max}")]
     TooLarge {
+        /// The length or count (e.g. "region count").
         what: &'static str,
+        /// Its value as sent (bytes, or items for a count).
         len: u64,
+        /// The limit, in the same unit.
         max: u64,
     },
+    /// A string's bytes are not UTF-8.
     #[error("{what} is not valid UTF-8")]
-    Utf8 { what: &'static str },
+    Utf8 {
+        /// The string's field (e.g. "agent name").
+        what: &'static str,
+    },
+    /// A region's description is inconsistent.
     #[error("region {id}: {detail}")]
-    BadRegion { id: u64, detail: String },
+    BadRegion {
+        /// The region's id as sent.
+        id: u64,
+        /// What is wrong with it (a duplicate id, an address range that wraps).
+        detail: String,
+    },
+    /// Bytes left over after the message's last field (the count of them).
     #[error("{0} unexpected trailing bytes")]
     Trailing(usize),
 }
@@ -796,8 +877,11 @@ fn ids(r: &mut Reader<'_>) -> Result<Vec<u64>, DecodeError> {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("cannot encode: {what} of {len} exceeds the protocol limit of {max}")]
 pub struct EncodeError {
+    /// What was over its limit (e.g. "agent name").
     pub what: &'static str,
+    /// Its length (bytes, or items for a list).
     pub len: usize,
+    /// The protocol's limit, in the same unit as `len`.
     pub max: usize,
 }
 

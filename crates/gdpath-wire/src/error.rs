@@ -16,11 +16,21 @@ pub enum Error {
     /// deadline passed, a refusal). `peer` is the peer's label (`name@address`) or its
     /// address.
     #[error("peer {peer}: {detail}")]
-    PeerFailed { peer: String, detail: String },
+    PeerFailed {
+        /// The peer's label or address.
+        peer: String,
+        /// What failed (the transport's status, the deadline, the refusal).
+        detail: String,
+    },
     /// Authentication with a peer failed: wrong or missing token on either side, or the peer
     /// refused the connection (`detail` says why).
     #[error("authentication with {peer} failed: {detail}")]
-    AuthFailed { peer: String, detail: String },
+    AuthFailed {
+        /// The peer's label or address.
+        peer: String,
+        /// Why authentication failed.
+        detail: String,
+    },
     /// A peer broke the protocol: malformed, oversized, unknown-version or unexpected message.
     /// Nothing it sent was used. `source`: the decoder's refusal, for a malformed message.
     #[error(
@@ -28,8 +38,12 @@ pub enum Error {
         source.as_ref().map(|e| format!(": {e}")).unwrap_or_default()
     )]
     Protocol {
+        /// The peer's label (`name@address`) or its address.
         peer: String,
+        /// What it broke (e.g. "unexpected Welcome").
         detail: String,
+        /// The decoder's refusal, for a malformed message; `None` for a well-formed but unexpected
+        /// one.
         #[source]
         source: Option<DecodeError>,
     },

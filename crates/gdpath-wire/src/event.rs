@@ -7,10 +7,15 @@ use std::net::SocketAddr;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NetEvent {
     /// A peer authenticated; `peer` is `name@address`.
-    Connected { peer: String },
+    Connected {
+        /// The peer's label, `name@address`.
+        peer: String,
+    },
     /// A connection was refused (wrong token, protocol error, too many peers).
     Refused {
+        /// The peer's address, where the transport gave one.
         addr: Option<SocketAddr>,
+        /// Why it was refused, as logged.
         reason: String,
     },
     /// A connection failed or its handshake timed out: the peer died, was killed, or its
@@ -20,15 +25,21 @@ pub enum NetEvent {
     /// so that a connection lost in its handshake, which anyone who reaches the port can
     /// cause, is told apart.
     Lost {
+        /// The peer's label: `name@address` once authenticated, its address before.
         peer: String,
+        /// Why the connection was lost.
         detail: String,
+        /// Whether the peer had proved the token before the connection was lost.
         authenticated: bool,
     },
     /// A peer closed its connection cleanly (`gdpath::net::Peer::close`, its last `Peer`
     /// handle or its agent dropped, a `gdpath bench net` run ending): it said goodbye after
     /// its operations completed, and what the server held for it was released. `peer` is
     /// `name@address`.
-    Left { peer: String },
+    Left {
+        /// The peer's label, `name@address`.
+        peer: String,
+    },
 }
 
 /// A notification from a peer (`gdpath::TransferRequest::notify`).

@@ -132,9 +132,8 @@ fn a_link_the_rule_allows_is_followed_and_named() {
     assert_eq!(f.target(), plain);
 }
 
-/// Issue 37 item 7: a replaced file keeps its owner and group (root sets both), its permission
-/// bits and its extended attributes; set-user-ID is dropped, as documented. On main the file
-/// became root's (`nobody` could no longer read it) and its attributes were lost.
+/// A replaced file must stay readable by its owner and keep its labels: it keeps its owner and group (root sets both), its permission
+/// bits and its extended attributes; set-user-ID is dropped, as documented.
 #[test]
 fn a_replaced_file_keeps_owner_group_mode_and_xattrs_but_not_setuid() {
     if !is_root() {

@@ -2,10 +2,10 @@
 
 use super::*;
 
-/// Item 4: values that mean nothing and options that do not apply to the chosen mode are
+/// Values that mean nothing and options that do not apply to the chosen mode are
 /// usage errors (status 2) that say why, before anything is created; a malformed GPU end is
-/// named as such first. On main each of these was accepted and ignored (or, for `gpu:x`,
-/// blamed on a missing --size).
+/// named as such first, so that a user never gets a run that silently ignored an option (or, for
+/// `gpu:x`, an error blaming a missing --size).
 #[test]
 fn arguments_that_do_not_apply_are_refused_before_anything_runs() {
     let dir = disk_dir();
@@ -200,9 +200,9 @@ fn arguments_that_do_not_apply_are_refused_before_anything_runs() {
     }
 }
 
-/// Item 4, `bench net`: `--completion` and `--no-pack` say how puts are sent and confirmed, so
+/// `bench net`: `--completion` and `--no-pack` say how puts are sent and confirmed, so
 /// with `--op get` they are usage errors that say so, before anything is done: the peer, a
-/// listener of this test, sees no connection. On main both ran a get and ignored them.
+/// listener of this test, sees no connection, rather than a get that ignores them.
 #[test]
 fn put_options_with_a_get_run_are_refused_before_connecting() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

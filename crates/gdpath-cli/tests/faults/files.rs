@@ -61,10 +61,10 @@ impl Specials {
     }
 }
 
-/// Issue 21 items 1 and 4: a device, FIFO or socket given to any command that writes (or to
+/// Writing to a special file can block for ever or destroy a device's data: a device, FIFO or socket given to any command that writes (or to
 /// `copy` as its source) is refused by its type, with a message naming it, without blocking
-/// and without a byte written. On main `bench storage --file FIFO` blocked for ever and a
-/// device was written with the test pattern.
+/// and without a byte written (`bench storage --file FIFO` would otherwise block for ever, and a
+/// device would be written with the test pattern).
 #[test]
 fn every_writing_command_refuses_devices_fifos_and_sockets() {
     let mut sp = specials();
@@ -144,10 +144,9 @@ fn every_writing_command_refuses_devices_fifos_and_sockets() {
     assert!(!out.exists());
 }
 
-/// Issue 21 item 10 and the rough items: an existing destination is replaced only with
-/// `--overwrite`, and then whole, keeping its permissions; without it nothing changes. On main
-/// `copy` truncated the destination without asking and `topo capture` replaced its output;
-/// later `report -o` and `topo --svg` still replaced any file (someone's notes became HTML).
+/// A user's file must not be lost to a command's output: an existing destination is replaced only with
+/// `--overwrite`, and then whole, keeping its permissions; without it nothing changes, for every
+/// command that writes a file (`copy`, `topo capture`, `report -o`, `topo --svg`).
 #[test]
 fn an_existing_destination_is_replaced_only_with_overwrite() {
     let dir = disk_dir();
@@ -232,7 +231,7 @@ fn an_existing_destination_is_replaced_only_with_overwrite() {
     assert!(temporaries(dir.path()).is_empty());
 }
 
-/// Issue 21 (leftover): every file a command reads (`--snapshot`, `--nccl-xml`, `--hwloc-xml`,
+/// No read may wait on a FIFO's writer: every file a command reads (`--snapshot`, `--nccl-xml`, `--hwloc-xml`,
 /// `--smi-topo`, `load`'s checkpoint, `--facts`, `--token-file`, `report --from`) is refused by
 /// its type when it is a FIFO, at once, however the FIFO is held: with no writer, and with a
 /// writer that stays silent (which kept `topo --snapshot FIFO` reading for ever and
@@ -390,11 +389,10 @@ impl Drop for Mounted {
     }
 }
 
-/// Item 10 and the rough items: `copy` of 16 MiB onto an existing file of an 8 MiB tmpfs
+/// A full file system must cost neither the old file nor leave a partial one: `copy` of 16 MiB onto an existing file of an 8 MiB tmpfs
 /// fails naming the file and the bytes needed, the old file survives byte-exact and nothing
 /// partial is left; `topo capture` on a full file system leaves no 0-byte snapshot and an
-/// old one intact. On main the copy destroyed the old file and left an 8 MiB partial one
-/// ("No space left on device" only), and the capture left a 0-byte file.
+/// old one intact.
 #[test]
 fn a_full_file_system_destroys_nothing_and_says_what_was_needed() {
     let Some(m) = tmpfs("8m") else { return };
@@ -456,9 +454,9 @@ fn a_full_file_system_destroys_nothing_and_says_what_was_needed() {
     }
 }
 
-/// Item 1: a block device (a loop device over a file of zeros) given to `bench storage`,
-/// `copy` and `topo capture` is refused and not written. On main `bench storage --file
-/// /dev/loopN --size 16MiB` wrote 16 MiB of test pattern into it.
+/// A block device (a loop device over a file of zeros) given to `bench storage`,
+/// `copy` and `topo capture` is refused and not written, since a test pattern
+/// written there would destroy whatever the device holds.
 #[test]
 fn a_block_device_is_never_written() {
     let dir = disk_dir();

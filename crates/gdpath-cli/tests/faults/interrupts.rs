@@ -11,7 +11,7 @@ fn signal(child: &Child, sig: libc::c_int) {
     unsafe { libc::kill(child.id() as libc::pid_t, sig) };
 }
 
-/// Item 10: SIGINT and SIGKILL at random points of `copy`, 24 times, to a new destination and
+/// SIGINT and SIGKILL at random points of `copy`, 24 times, to a new destination and
 /// (`--overwrite`) over an existing one: unless the copy got as far as its rename (then the
 /// destination is the source, whole), a new destination does not exist and an old one survives
 /// byte-exact; a SIGINT leaves no temporary. A SIGKILL leaves no partial temporary where the
@@ -191,10 +191,9 @@ fn bench_making(f: &Path) -> Child {
         .unwrap()
 }
 
-/// Issue 21 item 10's "no partial one": a SIGKILL while `bench storage` writes its test file
+/// A kill must leave no partial file behind: a SIGKILL while `bench storage` writes its test file
 /// leaves neither the file nor a temporary where the file system makes unnamed temporaries
-/// (before, a named temporary of up to 1 GiB stayed until the next run), and the next run
-/// works.
+/// (a named temporary of up to 1 GiB would stay until the next run), and the next run works.
 #[test]
 fn sigkill_while_bench_storage_makes_its_test_file_leaves_nothing() {
     let dir = disk_dir();
@@ -216,9 +215,8 @@ fn sigkill_while_bench_storage_makes_its_test_file_leaves_nothing() {
     next_bench_storage_runs(&f);
 }
 
-/// Item 10: a SIGINT while `bench storage` writes its test file leaves no file (on main a
-/// partial one, which the next run then refused as shorter than --size), and the next run
-/// works.
+/// A SIGINT while `bench storage` writes its test file leaves no file (a partial one would be
+/// refused by the next run as shorter than --size), and the next run works.
 #[test]
 fn sigint_while_bench_storage_makes_its_test_file_leaves_none() {
     let dir = disk_dir();

@@ -1,4 +1,5 @@
-//! Issue 37 items 1 and 7, as a user meets them: a symbolic link `nobody` planted in a sticky
+//! A write must not be redirected by another user's link nor take a file from its owner, as a
+//! user meets it: a symbolic link `nobody` planted in a sticky
 //! world-writable directory is never followed by a command that writes (the kernel's
 //! `protected_symlinks` rule, applied whatever the sysctl says), a link the rule allows is
 //! followed and named, and a replaced file keeps its owner, group and mode. As root only (CI
@@ -66,11 +67,11 @@ fn scene(test: &str) -> Option<(PlantedLink, tempfile::TempDir, PathBuf, PathBuf
     Some((p, dir, src, ck))
 }
 
-/// Item 1: root writing to `S/model.safetensors`, a link `nobody` planted in the sticky
+/// Root writing to `S/model.safetensors`, a link `nobody` planted in the sticky
 /// directory `S` to root's 0600 file, is refused by every command that writes: status 1, a
 /// message naming the link, its owner and the rule, kind `symlink_refused` in `--json`, the
-/// victim untouched byte for byte and no temporary left. On main `copy --overwrite`, `report
-/// -o --overwrite` and the others replaced the victim ("wrote S/report.html").
+/// victim untouched byte for byte and no temporary left, so
+/// that another user cannot make root overwrite a file it chooses.
 #[test]
 fn every_writing_command_refuses_a_link_another_user_planted() {
     let Some((p, _dir, src, ck)) =
@@ -145,9 +146,9 @@ fn a_link_the_rule_allows_is_followed_and_the_message_names_the_real_file() {
     assert!(v["report"].get("dst_file").is_none(), "{v}");
 }
 
-/// Item 7: `copy --overwrite` as root onto `nobody:nogroup` files keeps their owner, group and
+/// `copy --overwrite` as root onto `nobody:nogroup` files keeps their owner, group and
 /// permission bits, so `nobody` can still read them; a set-user-ID bit is dropped (docs/engine.md,
-/// "Writing files whole"). On main the file became `root:root` and unreadable to `nobody`.
+/// "Writing files whole"), rather than the file becoming `root:root` and unreadable to `nobody`.
 #[test]
 fn copy_overwrite_keeps_the_owner_group_and_mode_of_the_replaced_file() {
     use std::os::unix::fs::PermissionsExt;

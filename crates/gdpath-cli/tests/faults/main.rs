@@ -1,9 +1,10 @@
-//! Faults and bad input, as a user or a script meets them (issue 21): devices, FIFOs and
+//! Faults and bad input, as a user or a script meets them, so that none blocks, panics or
+//! destroys a file: devices, FIFOs and
 //! sockets given to every command that writes, destinations replaced only whole and only when
 //! asked, interrupts and kills during `copy` and `bench storage`, closed and full stdout for
 //! every command, arguments that do not apply refused. Real files, real signals, the real
 //! binary. The tests that need root (a loop device, a small tmpfs) are here too and say when
-//! they skip; [`saves`] holds issue 24's checkpoint-save checks, [`links`] issue 37's symbolic
+//! they skip; [`saves`] holds the checkpoint-save checks, [`links`] the symbolic
 //! links another user planted and the owner a replaced file keeps; `scripts/fault-suite.sh` runs these and the shell-level checks in CI. Here: the
 //! helpers; [`files`], [`arguments`], [`stdout`] and [`interrupts`] hold the tests.
 

@@ -1,4 +1,5 @@
-//! Issue 24's checkpoint save, through `gdpath resave --host`: kills at random points, a full
+//! The checkpoint save's promise that a save leaves the old file or the new one, never a torn
+//! one, checked through `gdpath resave --host`: kills at random points, a full
 //! file system, an existing destination.
 
 use super::files::tmpfs;
@@ -40,13 +41,12 @@ fn signal(child: &Child, sig: libc::c_int) {
     unsafe { libc::kill(child.id() as libc::pid_t, sig) };
 }
 
-/// Issue 24: a save killed with SIGKILL at random points, 100 times, over an existing
+/// A save killed with SIGKILL at random points, 100 times, over an existing
 /// checkpoint (and, every fourth trial, to a new name) leaves the old checkpoint or the new
 /// one, byte-exact, never a torn one; each kill leaves at most one temporary, named as
 /// gdpath's, which the next save of the same target removes. Where the file system makes
-/// unnamed temporaries (`O_TMPFILE`), issue 21's "no partial one": a kill leaves no partial
-/// temporary, only, in the commit's window between link and rename, a whole one (before, most
-/// kills left a partial named one).
+/// unnamed temporaries (`O_TMPFILE`), a kill leaves no partial temporary, only, in the commit's
+/// window between link and rename, a whole one, so a crash never leaves a torn file behind.
 #[test]
 fn sigkill_at_random_points_of_a_save_leaves_the_old_checkpoint_or_the_new_one() {
     let dir = disk_dir();
@@ -163,7 +163,7 @@ fn sigkill_at_random_points_of_a_save_leaves_the_old_checkpoint_or_the_new_one()
     assert!(std::fs::read(&dst).unwrap() == new);
 }
 
-/// Issue 24: a save onto a 4 MiB tmpfs (the checkpoint is 4.25 MiB) fails with the file
+/// A full file system must fail the save before it touches the old checkpoint: a save onto a 4 MiB tmpfs (the checkpoint is 4.25 MiB) fails with the file
 /// system's no-space error naming the target and the bytes needed, exit status 1 and kind
 /// `no_space`, before any data is written: an old checkpoint there stays byte-exact and no
 /// temporary is left.

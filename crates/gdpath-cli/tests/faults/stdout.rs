@@ -2,10 +2,10 @@
 
 use super::*;
 
-/// Item 3: every command, with stdout closed by its reader (EPIPE) and with stdout full
+/// Every command, with stdout closed by its reader (EPIPE) and with stdout full
 /// (`/dev/full`). Closed: no panic, no message, the status a normal run has (the doctor's
 /// verdict too). Full: the output is lost, so the command fails (1; the doctor 3) saying so.
-/// On main each panicked with "failed printing to stdout" and status 101.
+/// Neither may panic ("failed printing to stdout", status 101), which is std's `println!` default.
 #[test]
 fn a_closed_or_full_stdout_ends_every_command_with_its_status() {
     let dir = disk_dir();

@@ -98,7 +98,9 @@ pub enum Action {
     /// putting `session` on every message sent over it (the peer routes them by it). Comes
     /// before anything is sent over that channel.
     Connect {
+        /// The peer's UCX worker address (opaque bytes from its `Auth` or `Welcome`).
         worker_address: Vec<u8>,
+        /// The routing id to put on every message sent to the peer over the data channel.
         session: u64,
     },
     /// Flush the connection's data channel, then report it with [`Conn::flushed`].
@@ -112,13 +114,24 @@ pub enum Action {
     /// Copy these writes into export `region` (server; checked against the export already),
     /// then answer with [`Conn::writes_applied`].
     ApplyWrites {
+        /// The client's sequence number of the packed-writes message, echoed in the
+        /// acknowledgement.
         seq: u64,
+        /// The id of the exported host region written.
         region: u64,
+        /// The writes: `(offset, length)` in bytes from the region's start, checked against its
+        /// end.
         records: Vec<(u64, u32)>,
+        /// The writes' bytes back to back, as many as the lengths add up to.
         data: WriteBytes,
     },
     /// The peer answered packed writes `seq` (client): complete their pairs.
-    WritesAcked { seq: u64, status: WritesStatus },
+    WritesAcked {
+        /// The `seq` of the packed-writes message answered.
+        seq: u64,
+        /// Whether its writes were made.
+        status: WritesStatus,
+    },
     /// A notification for the application.
     Notification(Notification),
     /// Report this event (a serving agent's connections).
