@@ -292,20 +292,26 @@ class _Prepped:
 
 def _runs(descs: np.ndarray, where: np.ndarray) -> np.ndarray:
     """First indices of the runs of ``descs`` (rows of address, length, device; ``where`` the
-    region of each): a run is consecutive descriptors in one region, of one length, whose
-    addresses step by one stride of at least that length (so that no two blocks overlap)."""
+    region of each), greedily longest first: a run is consecutive descriptors in one region,
+    of one length, whose addresses step by one stride of at least that length (so that no
+    two blocks overlap)."""
     n = len(descs)
     if n == 0:
         return np.zeros(0, dtype=np.int64)
-    addr = descs[:, 0].astype(np.int64, copy=False) if n else descs[:, 0]
+    addr = descs[:, 0].astype(np.int64, copy=False)
     length = descs[:, 1].astype(np.int64, copy=False)
     step = np.diff(addr)
     ok = (where[1:] == where[:-1]) & (length[1:] == length[:-1]) & (step >= length[:-1]) & (length[:-1] > 0)
-    brk = ~ok
-    # Descriptor i+1 also starts a run where the stride changes inside a run (i-1, i, i+1).
-    brk[1:] |= ok[:-1] & ok[1:] & (step[1:] != step[:-1])
-    # That rule only splits more: every run it leaves has one stride (docs/nixl.md).
-    return np.concatenate(([0], np.flatnonzero(brk) + 1)).astype(np.int64)
+    # Where the stride changes between two steps that could both join a run: descriptor i+1
+    # starts a new run unless descriptor i starts one itself (decided in order below, over
+    # these places and the hard breaks only: few for the regular lists KV caches give).
+    change = np.zeros(len(ok), dtype=bool)
+    change[1:] = ok[:-1] & ok[1:] & (step[1:] != step[:-1])
+    starts = [0]
+    for i in np.flatnonzero(~ok | change).tolist():
+        if not ok[i] or starts[-1] != i:
+            starts.append(i + 1)
+    return np.array(starts, dtype=np.int64)
 
 
 def _ints(x: Any, what: str) -> np.ndarray:
