@@ -34,18 +34,31 @@ def _cfg(nixl, **kw):
 # -- the other process ----------------------------------------------------------------------
 
 
-def _peer_main(name: str, blocks: int, block_bytes: int, seed: int, layers: int) -> None:
+def _peer_main(name: str, blocks: int, block_bytes: int, seed: int, layers: int, where: str = "numpy") -> None:
+    """The other process. ``where``: "numpy" (NumPy pools registered by address), "vram"
+    (torch CUDA tensors on cuda:0 registered directly), "pinned" (pinned torch CPU tensors)."""
     import gdpath.nixl as nixl
 
     agent = nixl.nixl_agent(name, _cfg(nixl, enable_listen_thread=True))
     rng = np.random.default_rng(seed)
     pools = [rng.integers(0, 256, blocks * block_bytes, dtype=np.uint8) for _ in range(layers)]
-    # vLLM's registration: one (base_addr, region_len, device_id, "") per KV cache.
-    descs = agent.get_reg_descs([(p.ctypes.data, p.nbytes, 0, "") for p in pools], "DRAM")
-    agent.register_memory(descs)
+    if where == "numpy":
+        # vLLM's registration: one (base_addr, region_len, device_id, "") per KV cache.
+        descs = agent.get_reg_descs([(p.ctypes.data, p.nbytes, 0, "") for p in pools], "DRAM")
+        agent.register_memory(descs)
+        bases = [p.ctypes.data for p in pools]
+    else:
+        import torch
+
+        tensors = [torch.from_numpy(p).to("cuda:0") if where == "vram" else torch.from_numpy(p).pin_memory() for p in pools]
+        torch.cuda.synchronize()
+        agent.register_memory(tensors)
+        bases = [t.data_ptr() for t in tensors]
+        # Dumps read the tensors' memory (the GPU's copied back).
+        pools = tensors  # type: ignore[assignment]
     out = sys.stdout
     out.write(json.dumps({"metadata": agent.get_agent_metadata().hex(), "address": agent.address,
-                          "bases": [p.ctypes.data for p in pools]}) + "\n")
+                          "bases": bases}) + "\n")
     out.flush()
     seen: dict = {}
     for line in sys.stdin:
@@ -63,7 +76,7 @@ def _peer_main(name: str, blocks: int, block_bytes: int, seed: int, layers: int)
         elif cmd[0] == "dump":  # dump PATH: the pools' bytes, layer after layer
             with open(cmd[1], "wb") as f:
                 for p in pools:
-                    f.write(p.tobytes())
+                    f.write(p.cpu().numpy().tobytes() if hasattr(p, "cpu") else p.tobytes())
             out.write("ok\n")
         elif cmd[0] == "remotes":  # remotes NAME: whether NAME's metadata was added
             out.write(json.dumps(agent.check_remote_metadata(cmd[1])) + "\n")
@@ -77,10 +90,10 @@ class Peer:
     """The other process: its metadata, address and pools' base addresses; ``pools(rng)``
     gives the bytes it started with (the same generator)."""
 
-    def __init__(self, name: str, blocks: int, block_bytes: int, seed: int = 1, layers: int = 1):
+    def __init__(self, name: str, blocks: int, block_bytes: int, seed: int = 1, layers: int = 1, script: Path = HERE, mode: str = "peer"):
         self.name, self.blocks, self.block_bytes, self.seed, self.layers = name, blocks, block_bytes, seed, layers
         self.proc = subprocess.Popen(
-            [sys.executable, str(HERE), "peer", name, str(blocks), str(block_bytes), str(seed), str(layers)],
+            [sys.executable, str(script), mode, name, str(blocks), str(block_bytes), str(seed), str(layers)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
         )
         hello = json.loads(self._line(60))
