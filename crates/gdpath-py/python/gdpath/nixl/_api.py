@@ -19,7 +19,7 @@ import ctypes
 import json
 import os
 import threading
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -767,17 +767,21 @@ class nixl_agent:
         except gdpath.GdpathError as e:
             raise from_gdpath(e, f"side channel to {ip_addr}:{port}") from e
 
+    def _side_send(self, ip_addr: str, port: int, message: bytes, what: str) -> None:
+        """Sends one side-channel message to the agent at ``ip_addr:port`` and disconnects."""
+        peer = self._side_peer(ip_addr, port)
+        try:
+            peer.notify(message, self._cfg.op_timeout)
+        except gdpath.GdpathError as e:
+            raise from_gdpath(e, what) from e
+        finally:
+            peer.close()
+
     def send_local_metadata(self, ip_addr: str = "", port: int = DEFAULT_COMM_PORT) -> None:
         """Sends this agent's metadata to the agent serving at ``ip_addr:port`` (its
         ``listen_port``), which adds it (in its listener thread, or at its next
         ``get_new_notifs`` / ``check_remote_metadata``)."""
-        peer = self._side_peer(ip_addr, port)
-        try:
-            peer.notify(_MD_PUSH + self.get_agent_metadata(), self._cfg.op_timeout)
-        except gdpath.GdpathError as e:
-            raise from_gdpath(e, "send_local_metadata") from e
-        finally:
-            peer.close()
+        self._side_send(ip_addr, port, _MD_PUSH + self.get_agent_metadata(), "send_local_metadata")
 
     def send_partial_agent_metadata(self, descs: Any = None, inc_conn_info: bool = False, backends: Sequence[str] = (), ip_addr: str = "", port: int = DEFAULT_COMM_PORT) -> None:
         """As :meth:`send_local_metadata` (the whole metadata)."""
@@ -787,21 +791,11 @@ class nixl_agent:
         """Asks the agent serving at ``ip_addr:port`` for its metadata; it answers with
         :meth:`send_local_metadata` to this agent, and :meth:`check_remote_metadata` then says
         True. The request carries this agent's metadata, so that the answer can be sent."""
-        peer = self._side_peer(ip_addr, port)
-        try:
-            peer.notify(_MD_FETCH + self.get_agent_metadata(), self._cfg.op_timeout)
-        except gdpath.GdpathError as e:
-            raise from_gdpath(e, "fetch_remote_metadata") from e
-        finally:
-            peer.close()
+        self._side_send(ip_addr, port, _MD_FETCH + self.get_agent_metadata(), "fetch_remote_metadata")
 
     def invalidate_local_metadata(self, ip_addr: str = "", port: int = DEFAULT_COMM_PORT) -> None:
         """Tells the agent at ``ip_addr:port`` to forget this agent (it removes it)."""
-        peer = self._side_peer(ip_addr, port)
-        try:
-            peer.notify(_MD_INVALIDATE + self.name.encode(), self._cfg.op_timeout)
-        finally:
-            peer.close()
+        self._side_send(ip_addr, port, _MD_INVALIDATE + self.name.encode(), "invalidate_local_metadata")
 
     def check_remote_metadata(self, agent: str, descs: Any = None) -> bool:
         """Whether ``agent``'s metadata was added (and, with ``descs``, covers them)."""
