@@ -31,8 +31,11 @@ impl fmt::Display for Op {
 /// (pair `i` is `local[i]` with `target[i]`; both have the same length in bytes).
 #[derive(Debug, Clone)]
 pub struct TransferRequest {
+    /// Read (target → local) or write (local → target).
     pub op: Op,
+    /// The local descriptors, one per pair.
     pub local: Vec<Descriptor>,
+    /// The target descriptors, one per pair, each as long as its local descriptor.
     pub target: Vec<Descriptor>,
     /// Strict mode: when set, every pair must use one of these paths, or the request fails at
     /// post, before any byte moves, with [`Error::PathNotAccepted`].
@@ -115,9 +118,11 @@ impl TransferRequest {
 /// The planner's choice for one descriptor pair, made before any byte moves.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PlannedPair {
+    /// Position of the pair in the request's lists (0-based).
     pub index: usize,
     /// The backend that will move the pair.
     pub backend: &'static str,
+    /// The path it will take.
     pub path: Path,
     /// Set when the preferred path was not taken (or the path is degraded): the finding that
     /// says why, as `gdpath doctor` reports it.
