@@ -34,6 +34,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 pub mod agent;
 pub mod backend;
