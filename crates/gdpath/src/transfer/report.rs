@@ -110,6 +110,8 @@ impl TransferError {
 }
 
 /// Progress of an in-flight transfer, from [`Transfer::poll`].
+///
+/// [`Transfer::poll`]: crate::Transfer::poll
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TransferStatus {
     /// Pairs completed, successfully or not.
