@@ -29,8 +29,11 @@ struct Planned {
 /// A backend as the agent lists it.
 #[derive(Debug, Clone, Serialize)]
 pub struct BackendInfo {
+    /// The backend's name (`cuda`, `posix-direct`, `ucx`, ...), as plans and reports name it.
     pub name: &'static str,
+    /// How its completions happen.
     pub drive: Drive,
+    /// The memory-kind pairs it serves, with the path each produces.
     pub capabilities: Vec<Capability>,
 }
 

@@ -267,6 +267,7 @@ impl GdsConfig {
 pub struct AgentConfig {
     /// The agent's name (peers see it as `Remote { agent }`); empty means `"local"`.
     pub name: String,
+    /// Storage paths: O_DIRECT, chunking and bounce-buffer budgets.
     pub storage: StorageConfig,
     /// GPU paths.
     pub gpu: GpuConfig,

@@ -15,15 +15,24 @@ use serde_json::Value;
 pub enum CufileJsonError {
     /// A `/*` comment without its `*/`.
     #[error("line {line}: comment opened here is never closed")]
-    UnclosedComment { line: usize },
+    UnclosedComment {
+        /// The line the comment opens on (1-based).
+        line: usize,
+    },
     /// A string without its closing quote.
     #[error("line {line}: string opened here is never closed")]
-    UnclosedString { line: usize },
+    UnclosedString {
+        /// The line the string opens on (1-based).
+        line: usize,
+    },
     /// Not JSON once comments are removed.
     #[error("line {line}, column {column}: {message}")]
     Json {
+        /// The line of the fault (1-based; 0 when it has none, as for bad UTF-8).
         line: usize,
+        /// The column of the fault (1-based; 0 when it has none).
         column: usize,
+        /// serde_json's description of the fault.
         message: String,
     },
 }
@@ -31,9 +40,17 @@ pub enum CufileJsonError {
 /// The settings of a `cufile.json` that matter to the doctor.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CufileConfig {
+    /// `properties.allow_compat_mode`: cuFile may fall back to POSIX I/O through its bounce
+    /// buffers when native GDS is impossible (cuFile's default: true). `None` when absent.
     pub allow_compat_mode: Option<bool>,
+    /// `properties.max_direct_io_size_kb`: the largest I/O cuFile issues at once (KiB).
+    /// `None` when absent.
     pub max_direct_io_size_kb: Option<u64>,
+    /// `properties.use_pci_p2pdma` (cuFile ≥ 1.13): native I/O through the kernel's PCI
+    /// P2PDMA instead of nvidia-fs. `None` when absent.
     pub use_pci_p2pdma: Option<bool>,
+    /// `fs.generic.posix_unaligned_writes`: true makes cuFile serve unaligned writes with POSIX
+    /// writes instead of its GDS path (NVIDIA's shipped `cufile.json`). `None` when absent.
     pub posix_unaligned_writes: Option<bool>,
     /// The whole document.
     pub raw: Value,

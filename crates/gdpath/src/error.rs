@@ -41,39 +41,68 @@ pub enum Error {
         "descriptor {index} ({side}): range {offset}+{len} is outside region {region} of {region_len} bytes"
     )]
     OutOfBounds {
+        /// Position of the descriptor in its list (0-based).
         index: usize,
+        /// Which list the descriptor is in.
         side: Side,
+        /// The region the descriptor names.
         region: RegionId,
+        /// Where the descriptor starts in the region (bytes).
         offset: u64,
+        /// The descriptor's length (bytes).
         len: u64,
+        /// The region's length (bytes).
         region_len: u64,
     },
     /// The local and target descriptor lists have different lengths.
     #[error("descriptor lists differ in length: {local} local, {target} target")]
-    ListLengthMismatch { local: usize, target: usize },
+    ListLengthMismatch {
+        /// Number of local descriptors.
+        local: usize,
+        /// Number of target descriptors.
+        target: usize,
+    },
     /// A descriptor pair has two different lengths (bytes), so the totals differ too.
     #[error("descriptor pair {index}: local length {local} bytes != target length {target} bytes")]
     PairLengthMismatch {
+        /// Position of the pair in the lists (0-based).
         index: usize,
+        /// The local descriptor's length (bytes).
         local: u64,
+        /// The target descriptor's length (bytes).
         target: u64,
     },
     /// The region was registered with another [`crate::Agent`].
     #[error("region {region} is not registered with this agent")]
-    ForeignRegion { region: RegionId },
+    ForeignRegion {
+        /// The region's id, unknown to this agent.
+        region: RegionId,
+    },
     /// The region was deregistered with [`crate::Agent::deregister`].
     #[error("region {region} was deregistered")]
-    Deregistered { region: RegionId },
+    Deregistered {
+        /// The deregistered region's id.
+        region: RegionId,
+    },
     /// The region is in use: transfers in flight (when deregistering or taking its memory back), or
     /// a host view held (when posting).
     #[error("region {region} is busy: {reason}")]
-    RegionBusy { region: RegionId, reason: String },
+    RegionBusy {
+        /// The busy region's id.
+        region: RegionId,
+        /// What holds it (transfers in flight, a host view).
+        reason: String,
+    },
     /// The file ends before the requested range: `available` bytes exist from `offset`.
     #[error("short file {}: {wanted} bytes wanted at offset {offset}, only {available} there", gdpath_topo::text::escape(.path))]
     ShortFile {
+        /// The file read.
         path: PathBuf,
+        /// Where the read starts in the file (bytes).
         offset: u64,
+        /// Bytes the read asked for from `offset`.
         wanted: u64,
+        /// Bytes the file holds from `offset` (less than `wanted`).
         available: u64,
     },
     /// The file system refused an O_DIRECT request that the engine could not realign.
@@ -82,24 +111,34 @@ pub enum Error {
         gdpath_topo::text::escape(.path)
     )]
     Misaligned {
+        /// The file opened with `O_DIRECT`.
         path: PathBuf,
+        /// Where the request starts in the file (bytes).
         offset: u64,
+        /// The request's length (bytes).
         len: u64,
+        /// The alignment the file system asks of offset, length and buffer address (bytes).
         align: u64,
     },
     /// An I/O call failed. `op` is the call (`read`, `write`, `fstat`, ...).
     #[error("{op} {} at offset {offset}: {source}", gdpath_topo::text::escape(.path))]
     Io {
+        /// The system call that failed (`read`, `write`, `fstat`, ...).
         op: &'static str,
+        /// The file it was made on.
         path: PathBuf,
+        /// Where in the file the call was made (bytes; 0 where the call takes none).
         offset: u64,
+        /// The OS error, shared so that the error stays `Clone`.
         #[source]
         source: Arc<std::io::Error>,
     },
     /// The file could not be opened.
     #[error("cannot open {}: {source}", gdpath_topo::text::escape(.path))]
     Open {
+        /// The file that could not be opened.
         path: PathBuf,
+        /// The OS error (`ENOENT`, `EACCES`, ...).
         #[source]
         source: Arc<std::io::Error>,
     },
@@ -107,13 +146,20 @@ pub enum Error {
     /// permission, a read-only file system, a missing directory. Kind `open`, as [`Error::Open`].
     #[error("cannot create a file in {}: {source}", gdpath_topo::text::escape(.dir))]
     CreateIn {
+        /// The directory no file could be created in.
         dir: PathBuf,
+        /// The OS error (`EACCES`, `EROFS`, `ENOENT`, ...).
         #[source]
         source: Arc<std::io::Error>,
     },
     /// The path names something that is not a regular file (`what`: "a directory", ...).
     #[error("{} is {what}, not a regular file", gdpath_topo::text::escape(.path))]
-    NotAFile { path: PathBuf, what: &'static str },
+    NotAFile {
+        /// The path named.
+        path: PathBuf,
+        /// What it is instead ("a directory", "a socket", ...).
+        what: &'static str,
+    },
     /// A write was asked to follow a symbolic link that the kernel's `fs.protected_symlinks`
     /// rule (Documentation/admin-guide/sysctl/fs.rst) forbids following, whatever the sysctl
     /// says: `link` sits in the sticky (`S_ISVTX`), world-writable directory `dir` and its
@@ -129,8 +175,11 @@ pub enum Error {
         gdpath_topo::text::escape(.dir)
     )]
     SymlinkRefused {
+        /// The symbolic link not followed.
         link: PathBuf,
+        /// The link's owner (a uid).
         owner: u32,
+        /// The sticky, world-writable directory holding the link.
         dir: PathBuf,
     },
     /// A write with `overwrite` would replace (or write into) `path`, a regular file owned by
@@ -150,8 +199,11 @@ pub enum Error {
         gdpath_topo::text::escape(.dir)
     )]
     ForeignFileRefused {
+        /// The file not written.
         path: PathBuf,
+        /// The file's owner (a uid).
         owner: u32,
+        /// The sticky, world- or group-writable directory holding the file.
         dir: PathBuf,
     },
     /// The path written goes through `link`, a magic link of `/proc` (`/proc/PID/fd/N`,
@@ -166,16 +218,25 @@ pub enum Error {
         gdpath_topo::text::escape(.path),
         gdpath_topo::text::escape(.link)
     )]
-    MagicLinkRefused { path: PathBuf, link: PathBuf },
+    MagicLinkRefused {
+        /// The path asked to be written.
+        path: PathBuf,
+        /// The `/proc` magic link on the way to it.
+        link: PathBuf,
+    },
     /// The file system holding `path` is full (`ENOSPC`, or `EDQUOT`: a quota is): `needed`
     /// bytes were to be written (when known in advance), `written` bytes were when it filled
     /// up. Written through [`crate::file::AtomicFile`], `path` is the target, which is as it
     /// was.
     #[error("no space left for {}: {}", gdpath_topo::text::escape(.path), no_space_detail(*needed, *written))]
     NoSpace {
+        /// The file being written (the target, for a file written whole).
         path: PathBuf,
+        /// Bytes the write was to put there, when known in advance.
         needed: Option<u64>,
+        /// Bytes written when the file system filled up.
         written: u64,
+        /// The OS error (`ENOSPC` or `EDQUOT`).
         #[source]
         source: Arc<std::io::Error>,
     },
@@ -183,25 +244,44 @@ pub enum Error {
     /// ([`crate::file::ReplaceOptions::overwrite`], the commands' `--overwrite`).
     /// The message names no option: the CLI adds "--overwrite", Python `overwrite=True`.
     #[error("{} exists", gdpath_topo::text::escape(.path))]
-    Exists { path: PathBuf },
+    Exists {
+        /// The existing file.
+        path: PathBuf,
+    },
     /// A write was requested into a file region registered read-only.
     /// The message names no API: Rust's is `FileAccess::ReadWrite`, Python's `mode="r+"`.
     #[error("{} was registered read-only", gdpath_topo::text::escape(.path))]
-    ReadOnly { path: PathBuf },
+    ReadOnly {
+        /// The file registered read-only.
+        path: PathBuf,
+    },
     /// Memory registered read-only (a read-only Python buffer, [`crate::HostPointer::new`] with
     /// `writable: false`, [`crate::GpuPointer::read_only`]) would be written: as a read's local
     /// descriptor, a write's target, through a host view, or by peers it is exported to (a UCX
     /// remote key lets them write). `detail` says which.
     #[error("region {region} is read-only memory: {detail}")]
-    ReadOnlyMemory { region: RegionId, detail: String },
+    ReadOnlyMemory {
+        /// The read-only region's id.
+        region: RegionId,
+        /// How it would have been written (local descriptor of a read, host view, export).
+        detail: String,
+    },
     /// The memory kind or operation needs a backend this build or machine does not have.
     #[error("{what} is not available: it needs the {backend} backend")]
-    Unsupported { what: String, backend: &'static str },
+    Unsupported {
+        /// The memory kind or operation asked for.
+        what: String,
+        /// The backend it needs (`cuda`, `ucx`, `posix-direct`, ...).
+        backend: &'static str,
+    },
     /// No backend serves this pair of memory kinds for this operation.
     #[error("descriptor pair {index}: no backend moves data between {local} and {target}")]
     NoPath {
+        /// Position of the pair in the lists (0-based).
         index: usize,
+        /// The local descriptor's memory kind.
         local: MemoryKind,
+        /// The target descriptor's memory kind.
         target: MemoryKind,
     },
     /// Every backend that serves the pair's memory kinds refused it (often there is one, such
@@ -211,8 +291,11 @@ pub enum Error {
         finding.as_ref().map(|f| format!(" [{f}]")).unwrap_or_default()
     )]
     Refused {
+        /// Position of the pair in the lists (0-based).
         index: usize,
+        /// The doctor finding that explains the refusal, when one does.
         finding: Option<FindingId>,
+        /// The last backend's reason.
         detail: String,
     },
     /// Strict mode: no backend could serve the pair on an accepted path. Nothing was moved.
@@ -225,10 +308,15 @@ pub enum Error {
         finding.as_ref().map(|f| format!(" [{f}]")).unwrap_or_default()
     )]
     PathNotAccepted {
+        /// Position of the pair in the lists (0-based).
         index: usize,
+        /// The paths the request accepts; empty means the preferred path only.
         accepted: Vec<Path>,
+        /// The path the planner would have used, when it found one.
         planned: Option<Path>,
+        /// The doctor finding that explains why no accepted path is possible, when one does.
         finding: Option<FindingId>,
+        /// Why the accepted paths were not possible.
         detail: String,
     },
     /// The request's deadline passed before this work was done.
@@ -244,11 +332,21 @@ pub enum Error {
     /// completion within the network operation bound). `peer` is the peer's label
     /// (`name@address`) or its address.
     #[error("peer {peer}: {detail}")]
-    PeerFailed { peer: String, detail: String },
+    PeerFailed {
+        /// The peer's label (`name@address`) or its address.
+        peer: String,
+        /// What failed (closed, reset, timed out, ...).
+        detail: String,
+    },
     /// Authentication with a peer failed: wrong or missing token on either side, or the peer
     /// refused the connection (`detail` says why).
     #[error("authentication with {peer} failed: {detail}")]
-    AuthFailed { peer: String, detail: String },
+    AuthFailed {
+        /// The peer's label (`name@address`) or its address.
+        peer: String,
+        /// Why authentication failed.
+        detail: String,
+    },
     /// A peer broke the agent protocol: malformed, oversized, unknown-version or unexpected
     /// message. Nothing it sent was used. `source`: the decoder's refusal, for a malformed
     /// message.
@@ -257,8 +355,11 @@ pub enum Error {
         source.as_ref().map(|e| format!(": {e}")).unwrap_or_default()
     )]
     Protocol {
+        /// The peer's label (`name@address`) or its address.
         peer: String,
+        /// What was wrong with the message.
         detail: String,
+        /// The decoder's refusal, for a malformed message.
         #[source]
         source: Option<DecodeError>,
     },
@@ -274,7 +375,9 @@ pub enum Error {
     /// A UCX call failed outside any one descriptor pair (context, worker, listener, mapping).
     #[error("UCX {op}: {source}")]
     Ucx {
+        /// The UCX call or stage that failed (`ucp_mem_map`, `ucp_rkey_pack`, `context`, ...).
         op: &'static str,
+        /// UCX's status and its text.
         #[source]
         source: gdpath_ucx::UcxError,
     },
@@ -285,8 +388,11 @@ pub enum Error {
         "{pool} bounce buffers exhausted: {wanted} bytes wanted, the budget is {budget} bytes"
     )]
     BounceExhausted {
+        /// The backend's pool.
         pool: &'static str,
+        /// Bounce-buffer bytes the request needed.
         wanted: u64,
+        /// The pool's budget: the most bytes of buffers it holds at once.
         budget: u64,
     },
     /// A CUDA driver, NVML or cuFile call failed in `backend` while doing `what` (e.g.
@@ -295,8 +401,11 @@ pub enum Error {
     /// [`gdpath_cuda::CudaError::CuFile`] / `CuFileIo`).
     #[error("backend {backend}: {what}: {source}")]
     Cuda {
+        /// The backend that made the call (`cuda`, `ucx`, ...).
         backend: &'static str,
+        /// What it was doing: the copy and its size, or the resource being made.
         what: String,
+        /// The driver layer's error: its call, code and text.
         #[source]
         source: gdpath_cuda::CudaError,
     },
@@ -307,7 +416,9 @@ pub enum Error {
     /// A backend failed outside any one descriptor (e.g. io_uring setup).
     #[error("backend {backend}: {detail}")]
     Backend {
+        /// The backend that failed.
         backend: &'static str,
+        /// What failed.
         detail: String,
     },
 }

@@ -81,10 +81,13 @@ impl fmt::Display for FindingId {
 /// One finding: what was checked, on what, the verdict, the evidence and the remedy.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Finding {
+    /// The check's stable id (`gds.nvidia-fs-missing`, `p2p.unsupported`, ...).
     pub id: FindingId,
+    /// The area of the data path it checks.
     pub path: Area,
     /// What the finding is about: `"GPU0-GPU1"`, `"GPU0"`, `"/data"`, `"system"`.
     pub subject: String,
+    /// The verdict.
     pub status: Status,
     /// What was observed and where it was read (file, API), e.g.
     /// `"/proc/driver/nvidia-fs/version: absent"`.

@@ -40,6 +40,7 @@ pub struct GdsFacts {
     pub nvidia_fs_module: Option<bool>,
     /// Where `nvidia_fs_module` came from (`/proc/modules: nvidia_fs not listed`, ...).
     pub nvidia_fs_evidence: String,
+    /// Which `cufile.json` cuFile reads, and whether it exists.
     pub cufile_json: CufileJsonSource,
 }
 
@@ -150,9 +151,12 @@ pub enum GdsMode {
 /// The decision: the mode and, when it is not native, the finding that says why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GdsDecision {
+    /// The mode cuFile will run in.
     pub mode: GdsMode,
     /// `gds.nvidia-fs-missing` (or `storage.odirect-unsupported`) for compat mode.
     pub finding: Option<&'static str>,
+    /// The evidence: what carries native I/O (nvidia-fs and its version, or PCI P2PDMA), or
+    /// why cuFile runs in compatibility mode.
     pub detail: String,
 }
 

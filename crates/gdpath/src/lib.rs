@@ -13,7 +13,8 @@
 //! executes, the handles and foreign memory it keeps on a region) is under [`backend`] only.
 //! Also here: the facts behind the GDS decision that the doctor reports too ([`gds`],
 //! [`cufile_json`], [`kmod`]), the network ([`net`], whose protocol is the `gdpath-wire` crate),
-//! OS calls ([`os`]), safe file creation and replacement ([`file`]) and units ([`units`]).
+//! OS calls ([`os`]), safe file creation and replacement ([`file`](mod@file)) and units
+//! ([`units`]).
 //! Checkpoints (safetensors loads and saves, and the storage chooser that sets loads up) are
 //! the `gdpath-checkpoint` crate, built on this one's public API.
 //!
@@ -34,6 +35,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 pub mod agent;
 pub mod backend;

@@ -22,7 +22,10 @@ pub enum FileAccess {
     ReadWrite,
     /// Create the file if missing (mode 0644) and open it for reading and writing. Existing
     /// contents are kept unless `truncate`.
-    Create { truncate: bool },
+    Create {
+        /// Empty an existing file at registration (`O_TRUNC`).
+        truncate: bool,
+    },
 }
 
 impl FileAccess {
@@ -49,8 +52,11 @@ pub enum DirectIo {
 /// A file to register.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FileSpec {
+    /// The file's path.
     pub path: PathBuf,
+    /// Whether it is opened for writing, and created.
     pub access: FileAccess,
+    /// Whether it is opened with `O_DIRECT`.
     pub direct: DirectIo,
 }
 
@@ -157,13 +163,17 @@ impl OpenFile {
     }
 }
 
-/// A remote region as advertised by a peer agent (network backend, later issue): its address in
+/// A remote region as advertised by a peer agent (network backend): its address in
 /// the peer's memory, its length in bytes and the packed remote key (rkey).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RemoteMemory {
+    /// The name of the peer agent that registered the region.
     pub agent: String,
+    /// The region's start address in the peer's memory (a virtual address there).
     pub addr: u64,
+    /// The region's length (bytes).
     pub len: u64,
+    /// The UCX remote key the peer packed for the region (`ucp_rkey_pack`), opaque here.
     pub rkey: Vec<u8>,
 }
 
@@ -175,14 +185,24 @@ pub use crate::os::mem::{GpuPointer, HostPointer};
 pub enum Memory {
     /// Host memory owned by the region from now on ([`crate::Region::into_host_buffer`] gives it
     /// back). `pinned: true` asks for page-locked memory, which needs the CUDA backend.
-    Host { buffer: HostBuffer, pinned: bool },
+    Host {
+        /// The memory, owned by the region until it is taken back.
+        buffer: HostBuffer,
+        /// Page-lock it at registration (needs the CUDA backend).
+        pinned: bool,
+    },
     /// A file, opened by its path.
     File(FileSpec),
     /// A file already open, used through its descriptor ([`OpenFile`]).
     OpenFile(OpenFile),
     /// `len` bytes of memory on GPU `ordinal`, allocated by the CUDA backend (`cuMemAlloc`) and
     /// freed with the region. Needs the CUDA backend.
-    Gpu { ordinal: u32, len: u64 },
+    Gpu {
+        /// The GPU's CUDA ordinal.
+        ordinal: u32,
+        /// Bytes to allocate.
+        len: u64,
+    },
     /// GPU memory allocated by someone else (PyTorch, cupy, `cudaMalloc`), given by device
     /// pointer and ordinal; never freed by gdpath. Needs the CUDA backend.
     GpuPointer(GpuPointer),
@@ -190,7 +210,13 @@ pub enum Memory {
     /// page-locked memory (needs the CUDA backend): the backend page-locks it at registration,
     /// or, when its owner already did (PyTorch's pinned memory, `cudaHostAlloc`), uses it as it
     /// is and leaves it locked.
-    HostPointer { memory: HostPointer, pinned: bool },
+    HostPointer {
+        /// The memory: its address, length and whether it may be written.
+        memory: HostPointer,
+        /// Page-lock it at registration, or use it as it is when already page-locked (needs
+        /// the CUDA backend).
+        pinned: bool,
+    },
     /// A peer's region (needs the UCX backend).
     Remote(RemoteMemory),
 }

@@ -8,15 +8,24 @@ use std::fmt;
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum MemoryKind {
-    /// Host memory. `pinned` is true for page-locked memory registered with CUDA (a later
+    /// Host memory. `pinned` is true for page-locked memory registered with CUDA (the CUDA
     /// backend); gdpath's own [`crate::HostBuffer`]s are pageable.
-    Host { pinned: bool },
+    Host {
+        /// The memory is page-locked and known to CUDA.
+        pinned: bool,
+    },
     /// A file, read and written through the storage backends.
     File,
     /// Memory of the GPU with this CUDA ordinal.
-    Gpu { ordinal: u32 },
+    Gpu {
+        /// The GPU's CUDA ordinal.
+        ordinal: u32,
+    },
     /// A region registered by the remote agent with this name (network backend).
-    Remote { agent: String },
+    Remote {
+        /// The name of the peer agent that registered it.
+        agent: String,
+    },
 }
 
 impl MemoryKind {
@@ -47,8 +56,12 @@ impl fmt::Display for MemoryKind {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum MemoryClass {
+    /// Host memory, pinned or pageable ([`MemoryKind::Host`]).
     Host,
+    /// A file ([`MemoryKind::File`]).
     File,
+    /// Memory of any GPU ([`MemoryKind::Gpu`]).
     Gpu,
+    /// A peer agent's region ([`MemoryKind::Remote`]).
     Remote,
 }

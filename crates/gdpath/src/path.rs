@@ -16,9 +16,15 @@ pub enum Path {
     DeviceLocal,
     /// Host → GPU copy by the GPU's copy engine. `pinned` false means pageable memory that went
     /// through gdpath's pinned staging buffers.
-    HostToDevice { pinned: bool },
+    HostToDevice {
+        /// The host memory was page-locked; false when it went through the staging buffers.
+        pinned: bool,
+    },
     /// GPU → host copy, as [`Path::HostToDevice`].
-    DeviceToHost { pinned: bool },
+    DeviceToHost {
+        /// The host memory was page-locked; false when it went through the staging buffers.
+        pinned: bool,
+    },
     /// GPU → pinned host bounce buffers → GPU, for pairs without P2P.
     Staged,
     /// cuFile with nvidia-fs: NVMe DMA straight into GPU memory (GPUDirect Storage).
@@ -33,10 +39,16 @@ pub enum Path {
     HostCopy,
     /// UCX moved the bytes with the named transport (`tcp`, `posix`, `sysv`, `cma`, `rc_mlx5`,
     /// `cuda_ipc`, …). Shared (`Arc<str>`): every pair's plan and report carries it.
-    Ucx { transport: Arc<str> },
+    Ucx {
+        /// UCX's name of the transport (`tcp`, `cma`, `rc_mlx5`, ...).
+        transport: Arc<str>,
+    },
     /// An RDMA NIC read or wrote GPU memory itself (GPUDirect RDMA), through UCX transport
     /// `transport`.
-    Gdr { transport: Arc<str> },
+    Gdr {
+        /// UCX's name of the RDMA transport (`rc_mlx5`, `dc_mlx5`, ...).
+        transport: Arc<str>,
+    },
 }
 
 impl Path {

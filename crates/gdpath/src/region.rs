@@ -765,8 +765,11 @@ impl Drop for HostView<'_> {
 /// `len` bytes at `offset` (bytes) in a region.
 #[derive(Debug, Clone)]
 pub struct Descriptor {
+    /// The region the bytes are in.
     pub region: Region,
+    /// Where they start in the region (bytes).
     pub offset: u64,
+    /// How many there are (bytes).
     pub len: u64,
 }
 

@@ -17,12 +17,16 @@ pub fn gbps(bytes: u64, elapsed: Duration) -> f64 {
 /// Errors of [`parse_size`] and [`parse_size_range`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SizeError {
+    /// The text is empty (or only whitespace).
     #[error("empty size")]
     Empty,
+    /// Not a number with an optional unit.
     #[error("bad size {0:?}: expected a number with an optional unit B, KiB, MiB, GiB, TiB (binary), kB, MB, GB, TB (decimal), or K/M/G/T (binary)")]
     Bad(String),
+    /// The size is more than `u64::MAX` bytes.
     #[error("size {0:?} does not fit in 64 bits")]
     Overflow(String),
+    /// A range is not `MIN..MAX` with `0 < MIN <= MAX`.
     #[error("bad range {0:?}: expected MIN..MAX with 0 < MIN <= MAX, e.g. 1MiB..64MiB")]
     Range(String),
     /// A size of 0 in a list ([`parse_size_range`]): nothing would move, and a rate of it would

@@ -49,7 +49,9 @@ pub(crate) fn range_err(backend: &'static str, e: crate::os::mem::RangeError) ->
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Preference {
+    /// The path to use whenever the backend accepts the pair.
     Preferred,
+    /// A path tried only after every preferred capability for the pair refused it.
     Fallback,
 }
 
@@ -75,6 +77,7 @@ pub struct Capability {
     pub ops: Vec<Op>,
     /// The path this capability produces.
     pub path: Path,
+    /// Whether the planner tries it first or after the preferred ones.
     pub preference: Preference,
 }
 
@@ -100,8 +103,11 @@ impl Capability {
 /// the finding that says why (e.g. `system.host-pageable` for staged pageable memory).
 #[derive(Debug, Clone, PartialEq)]
 pub struct PlanChoice {
+    /// The path the backend will take.
     pub path: Path,
+    /// The finding that says why the path is degraded; `None` when it is not.
     pub finding: Option<FindingId>,
+    /// The evidence behind `finding` (e.g. why P2P is impossible between two GPUs).
     pub detail: Option<String>,
 }
 
@@ -119,7 +125,9 @@ impl PlanChoice {
 /// A backend's refusal of a pair: the finding id that explains it and the evidence.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Refusal {
+    /// The doctor finding that explains the refusal, when one does.
     pub finding: Option<FindingId>,
+    /// The evidence: what the backend saw that made it refuse.
     pub detail: String,
 }
 

@@ -52,6 +52,7 @@ impl fmt::Display for CopyMethod {
 /// batch carries the same report.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct BatchReport {
+    /// How the backend posted the descriptors.
     pub method: CopyMethod,
     /// Descriptors of the batch as given (a block transfer: ids × layers × K/V planes).
     pub descriptors: u64,

@@ -71,9 +71,13 @@ pub const MAX_DESCRIPTORS: u64 = 1 << 32;
 /// be one region (with one layout).
 #[derive(Debug, Clone)]
 pub struct BlockTransfer {
+    /// The region blocks are read from.
     pub src: Region,
+    /// Where each source block, layer and K/V plane lies in `src`.
     pub src_layout: KvLayout,
+    /// The region blocks are written to.
     pub dst: Region,
+    /// Where each destination block, layer and K/V plane lies in `dst`.
     pub dst_layout: KvLayout,
     /// Post every list with this method instead of the backend's choice (measurements,
     /// tests). A backend that cannot run it fails the transfer with [`Error::Unsupported`];

@@ -20,15 +20,21 @@ pub enum DevicesError {
         "no network interface of this host has address {addr}; name the devices UCX may use \
          with NetConfig::devices (--devices)"
     )]
-    NoInterface { addr: IpAddr },
+    NoInterface {
+        /// The local address asked for.
+        addr: IpAddr,
+    },
     /// UCX's tcp transport has no device on the interfaces that carry the address.
     #[error(
         "UCX's tcp transport has no device on {interfaces}, which carries {addr} (its tcp \
          devices here: {tcp}); name the devices UCX may use with NetConfig::devices (--devices)"
     )]
     NoTcpDevice {
+        /// The local address the devices are chosen for.
         addr: IpAddr,
+        /// The interfaces that carry it, comma-separated.
         interfaces: String,
+        /// The devices UCX's tcp transport has on this host, comma-separated.
         tcp: String,
     },
     /// The agent's UCX context was restricted for its first serve or connect, and a later one

@@ -56,6 +56,8 @@ impl Peer {
     /// to the application.
     ///
     /// Errors: [`Error::PeerFailed`] when the connection failed or `timeout` passed first.
+    ///
+    /// [`PutCompletion::Local`]: crate::net::PutCompletion::Local
     pub fn flush(&self, timeout: Duration) -> Result<()> {
         self.link.flush(timeout)
     }

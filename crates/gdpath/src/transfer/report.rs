@@ -11,9 +11,11 @@ use std::time::Duration;
 /// One completed descriptor pair.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PairReport {
+    /// Position of the pair in the request's lists (0-based).
     pub index: usize,
     /// Bytes moved (the pair's length).
     pub bytes: u64,
+    /// The path that moved the bytes.
     pub path: Path,
     /// Why the preferred path was not used, when it was not.
     pub finding: Option<FindingId>,
@@ -29,13 +31,18 @@ pub struct PairReport {
 /// What happened to one descriptor pair of a transfer that failed or timed out.
 #[derive(Debug, Clone)]
 pub enum PairOutcome {
+    /// The pair completed; its report.
     Done(PairReport),
+    /// The pair failed.
     Failed {
+        /// Position of the pair in the request's lists (0-based).
         index: usize,
+        /// Why it failed.
         error: Error,
     },
     /// Still in flight (or never started) when the transfer ended.
     NotDone {
+        /// Position of the pair in the request's lists (0-based).
         index: usize,
     },
 }
@@ -103,9 +110,13 @@ impl TransferError {
 }
 
 /// Progress of an in-flight transfer, from [`Transfer::poll`].
+///
+/// [`Transfer::poll`]: crate::Transfer::poll
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TransferStatus {
+    /// Pairs completed, successfully or not.
     pub pairs_done: usize,
+    /// Pairs in the transfer.
     pub pairs: usize,
     /// Bytes of completed pairs.
     pub bytes_done: u64,

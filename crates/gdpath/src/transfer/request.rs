@@ -31,18 +31,27 @@ impl fmt::Display for Op {
 /// (pair `i` is `local[i]` with `target[i]`; both have the same length in bytes).
 #[derive(Debug, Clone)]
 pub struct TransferRequest {
+    /// Read (target → local) or write (local → target).
     pub op: Op,
+    /// The local descriptors, one per pair.
     pub local: Vec<Descriptor>,
+    /// The target descriptors, one per pair, each as long as its local descriptor.
     pub target: Vec<Descriptor>,
     /// Strict mode: when set, every pair must use one of these paths, or the request fails at
     /// post, before any byte moves, with [`Error::PathNotAccepted`].
+    ///
+    /// [`Error::PathNotAccepted`]: crate::Error::PathNotAccepted
     pub accept: Option<Vec<Path>>,
     /// Strict mode without naming paths: every pair must take its preferred path, planned
     /// without a finding (no fallback, nothing degraded such as pageable host memory), or the
     /// request fails at post with [`Error::PathNotAccepted`] (its `accepted` list empty,
     /// `planned` and `finding` saying what would have happened).
+    ///
+    /// [`Error::PathNotAccepted`]: crate::Error::PathNotAccepted
     pub preferred_only: bool,
     /// After this instant no new work starts and `wait` returns [`Error::DeadlineExceeded`].
+    ///
+    /// [`Error::DeadlineExceeded`]: crate::Error::DeadlineExceeded
     pub deadline: Option<Instant>,
     /// A notification (at most 64 KiB) that the network backend delivers to each peer agent
     /// whose remote memory the transfer touched, once all of that peer's pairs completed and
@@ -85,6 +94,8 @@ impl TransferRequest {
         self
     }
     /// Fail with [`Error::DeadlineExceeded`] when not done by `at`.
+    ///
+    /// [`Error::DeadlineExceeded`]: crate::Error::DeadlineExceeded
     pub fn deadline(mut self, at: Instant) -> Self {
         self.deadline = Some(at);
         self
@@ -99,6 +110,8 @@ impl TransferRequest {
         self
     }
     /// Fail with [`Error::DeadlineExceeded`] when not done `within` from now.
+    ///
+    /// [`Error::DeadlineExceeded`]: crate::Error::DeadlineExceeded
     pub fn timeout(self, within: Duration) -> Self {
         // A bound too far to represent is no bound (as in `Transfer::wait_timeout`).
         match Instant::now().checked_add(within) {
@@ -115,9 +128,11 @@ impl TransferRequest {
 /// The planner's choice for one descriptor pair, made before any byte moves.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PlannedPair {
+    /// Position of the pair in the request's lists (0-based).
     pub index: usize,
     /// The backend that will move the pair.
     pub backend: &'static str,
+    /// The path it will take.
     pub path: Path,
     /// Set when the preferred path was not taken (or the path is degraded): the finding that
     /// says why, as `gdpath doctor` reports it.

@@ -118,6 +118,8 @@ impl WorkItem {
     /// [`Backend::block_lists`] get such items). Its offsets are relative to the regions of
     /// [`WorkItem::local`] and [`WorkItem::target`]; it moves [`BlockList::bytes`] bytes
     /// (`local().len` is the layout's extent, not that).
+    ///
+    /// [`Backend::block_lists`]: crate::backend::Backend::block_lists
     pub fn blocks(&self) -> Option<BlockList<'_>> {
         self.blocks.as_ref().map(|j| j.list())
     }
@@ -160,6 +162,8 @@ impl WorkItem {
     }
 
     /// The request's notification ([`TransferRequest::notify`]), shared by its items.
+    ///
+    /// [`TransferRequest::notify`]: crate::TransferRequest::notify
     pub fn notification(&self) -> Option<Arc<[u8]>> {
         self.shared.notify.clone()
     }
