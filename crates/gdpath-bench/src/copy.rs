@@ -18,7 +18,7 @@ use crate::files::temporary_checksum;
 use crate::{Checksum, Progress};
 use gdpath::file::{AtomicFile, ReplaceOptions};
 use gdpath::{
-    Agent, DirectIo, Error, FileSpec, FindingId, HostBuffer, Memory, Op, Path, Region, Result,
+    Agent, DataPath, DirectIo, Error, FileSpec, FindingId, HostBuffer, Memory, Op, Region, Result,
     Transfer, TransferReport, TransferRequest,
 };
 use serde::Serialize;
@@ -60,7 +60,7 @@ impl Default for CopyOptions {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Leg {
     /// The path the leg's first transfer took.
-    pub path: Path,
+    pub path: DataPath,
     /// Why the preferred path was not used.
     pub finding: Option<FindingId>,
 }
@@ -366,7 +366,7 @@ fn copy_pseudo_file(
     let size = data.len() as u64;
     progress.start("copy", size);
     let read_leg = Some(Leg {
-        path: Path::PosixBuffered,
+        path: DataPath::PosixBuffered,
         finding: None,
     });
     let mut write_leg = None;

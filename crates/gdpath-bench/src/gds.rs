@@ -13,8 +13,8 @@ use super::{fill_pattern, BenchRow, Checksum, NoProgress, Progress};
 use gdpath::file::{AtomicFile, InPlaceFile, ReplaceOptions};
 use gdpath::units::{format_size, gbps};
 use gdpath::{
-    Agent, AgentConfig, Error, FileAccess, FileSpec, FindingId, GdsConfig, HostBuffer, Memory, Op,
-    Path, Region, Result, TransferRequest,
+    Agent, AgentConfig, DataPath, Error, FileAccess, FileSpec, FindingId, GdsConfig, HostBuffer,
+    Memory, Op, Region, Result, TransferRequest,
 };
 use gdpath_checkpoint::chooser::{Dest, Overrides, Tuning};
 use std::path::PathBuf;
@@ -33,11 +33,11 @@ pub enum GdsPathChoice {
 
 impl GdsPathChoice {
     /// The paths a strict request accepts for this choice.
-    pub fn accepted(self) -> Vec<Path> {
+    pub fn accepted(self) -> Vec<DataPath> {
         match self {
-            GdsPathChoice::Gds => vec![Path::GdsNative],
-            GdsPathChoice::Compat => vec![Path::GdsCompat],
-            GdsPathChoice::Staged => vec![Path::PosixDirect, Path::PosixBuffered],
+            GdsPathChoice::Gds => vec![DataPath::GdsNative],
+            GdsPathChoice::Compat => vec![DataPath::GdsCompat],
+            GdsPathChoice::Staged => vec![DataPath::PosixDirect, DataPath::PosixBuffered],
         }
     }
 

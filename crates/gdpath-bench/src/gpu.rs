@@ -26,7 +26,8 @@ use gdpath::topo::facts::DriverFacts;
 use gdpath::topo::PcieLink;
 use gdpath::units::gbps;
 use gdpath::{
-    Agent, AgentConfig, Error, GpuConfig, HostBuffer, Memory, Path, Region, Result, TransferRequest,
+    Agent, AgentConfig, DataPath, Error, GpuConfig, HostBuffer, Memory, Region, Result,
+    TransferRequest,
 };
 use gdpath_cuda::{
     enable_peer_access, pattern, Context, Cuda, CudaError, DeviceBuffer, Event, PinnedHostBuffer,
@@ -287,9 +288,9 @@ fn p2p_pair(
         enable_peer_access(a, b).map_err(cu("peer access"))?;
         enable_peer_access(b, a).map_err(cu("peer access"))?;
         let path = if nv.is_some() {
-            Path::P2pNvlink
+            DataPath::P2pNvlink
         } else {
-            Path::P2pPcie
+            DataPath::P2pPcie
         };
         let limit = nv.or(pcie);
         for &size in &cfg.sizes {
@@ -400,7 +401,7 @@ fn staged_pair(
         let runs = engine_runs(&agent, cfg.runs, &src, &dst, size, rep)?;
         let ok = verify_dev(&sb, dst_buf, size, seed)?;
         rep.rows.push(row(
-            &Path::Staged.name(),
+            &DataPath::Staged.name(),
             "copy",
             gpu_name(a.ordinal()),
             gpu_name(b.ordinal()),
@@ -479,9 +480,9 @@ fn host_gpu(
     }
     let path = |pinned| {
         if h2d {
-            Path::HostToDevice { pinned }
+            DataPath::HostToDevice { pinned }
         } else {
-            Path::DeviceToHost { pinned }
+            DataPath::DeviceToHost { pinned }
         }
     };
     for &size in &cfg.sizes {

@@ -5,7 +5,7 @@ use crate::files::checksum_file;
 use crate::gds::{gpu_checksum, gpu_fill_pattern};
 use gdpath::file::{AtomicFile, ReplaceOptions};
 use gdpath::{
-    Agent, Error, FileSpec, FindingId, Memory, Path, PlannedPair, Result, TransferRequest,
+    Agent, DataPath, Error, FileSpec, FindingId, Memory, PlannedPair, Result, TransferRequest,
 };
 use serde::Serialize;
 use std::time::{Duration, Instant};
@@ -55,7 +55,7 @@ pub struct GpuCopyReport {
     pub gbps: f64,
     /// The path the transfer took (GDS, cuFile's compatibility mode, or staged through host
     /// memory).
-    pub path: Path,
+    pub path: DataPath,
     /// Why the preferred path was not taken.
     pub finding: Option<FindingId>,
     /// The planner's evidence (e.g. cuFile's refusal).

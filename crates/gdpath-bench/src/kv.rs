@@ -35,7 +35,7 @@ use gdpath::net::codec::WireKind;
 use gdpath::net::{ConnectOptions, NetConfig, Peer, Token};
 use gdpath::units::{format_size, gbps};
 use gdpath::{
-    Agent, AgentConfig, BlockTransfer, CopyMethod, Error, HostBuffer, KvLayout, Memory, Path,
+    Agent, AgentConfig, BlockTransfer, CopyMethod, DataPath, Error, HostBuffer, KvLayout, Memory,
     Region, Result, TransferRequest,
 };
 use gdpath_cuda::{pattern, BlockCopy, Stream};
@@ -491,7 +491,7 @@ pub fn run(cfg: &KvBenchConfig, progress: &dyn Progress) -> Result<KvBenchReport
     let one =
         || TransferRequest::write(vec![src.region.desc(0, len)], vec![dst.region.desc(0, len)]);
     let mut contiguous = Vec::new();
-    let mut cpath = Path::HostCopy;
+    let mut cpath = DataPath::HostCopy;
     for run in 0..=cfg.runs {
         let t0 = Instant::now();
         let rep = agent.post(one())?.wait().map_err(|e| e.error)?;

@@ -118,7 +118,7 @@ pub const ROW_FIELDS: [&str; 12] = [
 /// one per line). Optional fields are omitted when `None`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BenchRow {
-    /// The path name ([`gdpath::Path::name`]), or a baseline's name (`read-loop`, `fio`).
+    /// The path name ([`gdpath::DataPath::name`]), or a baseline's name (`read-loop`, `fio`).
     pub path: String,
     /// `read`, `write`, `copy`, `put`, `get`, ...
     pub op: String,

@@ -26,8 +26,8 @@ use gdpath::net::codec::WireKind;
 use gdpath::net::{ConnectOptions, NetConfig, Peer, Token};
 use gdpath::units::format_size;
 use gdpath::{
-    Agent, AgentConfig, Error, FindingId, HostBuffer, Memory, Op, Path, Region, Result, Transfer,
-    TransferReport, TransferRequest,
+    Agent, AgentConfig, DataPath, Error, FindingId, HostBuffer, Memory, Op, Region, Result,
+    Transfer, TransferReport, TransferRequest,
 };
 use serde::Serialize;
 use std::collections::VecDeque;
@@ -429,7 +429,7 @@ fn measure(
         let mut lat = Vec::with_capacity(iters);
         // The path a pair reports is the one the backend observed when it could (UCX's
         // protocol for GPU memory), else the planned one: prefer an observed path.
-        let mut path: Option<Path> = None;
+        let mut path: Option<DataPath> = None;
         let mut finding = None;
         for _ in 0..iters {
             check_stop(stop)?;
@@ -468,7 +468,9 @@ fn measure(
             Checksum::of(&a[..span as usize]) == Checksum::of(&b[..span as usize])
         };
         let transport = match &path {
-            Some(Path::Ucx { transport } | Path::Gdr { transport }) => transport.to_string(),
+            Some(DataPath::Ucx { transport } | DataPath::Gdr { transport }) => {
+                transport.to_string()
+            }
             _ => peer.transport(),
         };
         let path = path.map(|p| p.name()).unwrap_or_default();

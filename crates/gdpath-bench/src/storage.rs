@@ -27,8 +27,8 @@ use super::{fill_pattern, BenchRow, Checksum, Progress};
 use gdpath::file::{AtomicFile, InPlaceFile, ReplaceOptions};
 use gdpath::units::format_size;
 use gdpath::{
-    Agent, AgentConfig, DirectIo, Error, FileAccess, FileSpec, FindingId, HostBuffer, Memory, Op,
-    Path, Region, Result, StorageConfig, Transfer, TransferRequest,
+    Agent, AgentConfig, DataPath, DirectIo, Error, FileAccess, FileSpec, FindingId, HostBuffer,
+    Memory, Op, Region, Result, StorageConfig, Transfer, TransferRequest,
 };
 use std::collections::VecDeque;
 use std::io::Read;
@@ -129,17 +129,21 @@ fn window_for(block: u64, qd: u32) -> u64 {
 struct Pass {
     elapsed: Duration,
     latencies_us: Vec<f64>,
-    paths: Vec<Path>,
+    paths: Vec<DataPath>,
     finding: Option<FindingId>,
 }
 
 /// A row's path label: the paths its pairs took, joined with `+` (`posix-direct+posix-buffered`
 /// when some pairs fit inside one page-cache block and went through the page cache).
-fn paths_label(paths: &[Path]) -> String {
+fn paths_label(paths: &[DataPath]) -> String {
     if paths.is_empty() {
         return "none".into();
     }
-    paths.iter().map(Path::name).collect::<Vec<_>>().join("+")
+    paths
+        .iter()
+        .map(DataPath::name)
+        .collect::<Vec<_>>()
+        .join("+")
 }
 
 /// Streams `size` bytes between `file` and the two windows. `before` runs on a window before it
@@ -290,7 +294,7 @@ pub fn run(cfg: &StorageBenchConfig, progress: &dyn Progress) -> Result<StorageB
         let buffered = file.file().is_some_and(|f| f.direct_fd().is_none());
         let mut run_gbps = Vec::with_capacity(cfg.runs);
         let mut lats = Vec::new();
-        let mut paths: Vec<Path> = Vec::new();
+        let mut paths: Vec<DataPath> = Vec::new();
         let mut finding = None;
         progress.start(
             &format!("{} {} qd {}", cfg.op, format_size(block), cfg.qd),

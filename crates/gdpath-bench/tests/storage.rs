@@ -2,7 +2,7 @@
 //! work disk, which accepts O_DIRECT): data verified, rows well-formed, typed errors.
 
 use gdpath::finding::ids;
-use gdpath::{Agent, AgentConfig, DirectIo, Error, Path};
+use gdpath::{Agent, AgentConfig, DataPath, DirectIo, Error};
 use std::path::PathBuf;
 
 /// A temporary directory on the work disk (ext4 here; accepts O_DIRECT).
@@ -43,8 +43,8 @@ fn copy_streams_through_bounded_windows_and_verifies() {
         .unwrap();
     assert_eq!(r.bytes, data.len() as u64);
     assert_eq!(r.verified, Some(true));
-    assert_eq!(r.read.as_ref().unwrap().path, Path::PosixDirect);
-    assert_eq!(r.write.as_ref().unwrap().path, Path::PosixDirect);
+    assert_eq!(r.read.as_ref().unwrap().path, DataPath::PosixDirect);
+    assert_eq!(r.write.as_ref().unwrap().path, DataPath::PosixDirect);
     assert_eq!(std::fs::read(&dst).unwrap(), data);
     // Into memory only, and an empty file.
     let r =

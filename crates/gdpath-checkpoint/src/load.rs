@@ -6,7 +6,7 @@ use gdpath::backend::cuda::gpu_buffer;
 use gdpath::error::Error;
 use gdpath::finding::FindingId;
 use gdpath::memory::{FileSpec, HostBuffer, Memory};
-use gdpath::path::Path;
+use gdpath::path::DataPath;
 use gdpath::Agent;
 use gdpath::Region;
 use gdpath::{PairReport, TransferRequest};
@@ -101,7 +101,7 @@ pub struct LoadedCheckpoint {
     pub read_bytes: u64,
     /// The path that moved the first read's bytes (`gds-native`, `posix-direct`, ...); `None`
     /// when nothing was read (only tensors of no bytes). Every read's is in `pairs`.
-    pub path: Option<Path>,
+    pub path: Option<DataPath>,
     /// Why the preferred path was not taken for the first read (e.g.
     /// `gds.handle-register-failed`).
     pub finding: Option<FindingId>,

@@ -23,7 +23,7 @@ use super::{tensor_bytes, Dtype};
 use gdpath::error::Error;
 use gdpath::file::{AtomicFile, ReplaceOptions};
 use gdpath::memory::MemoryKind;
-use gdpath::path::Path;
+use gdpath::path::DataPath;
 use gdpath::Agent;
 use gdpath::Region;
 use gdpath::TransferRequest;
@@ -124,7 +124,7 @@ pub struct SaveReport {
     /// `posix-direct`, `posix-buffered`, ...); empty when there was no data. Serialised as
     /// the names.
     #[serde(serialize_with = "path_names")]
-    pub paths: Vec<Path>,
+    pub paths: Vec<DataPath>,
     /// Why the preferred path was not taken for the first pair, when it was not (e.g.
     /// `gds.handle-register-failed`).
     pub finding: Option<String>,
@@ -145,8 +145,8 @@ pub struct SaveReport {
     pub commit: Duration,
 }
 
-fn path_names<S: Serializer>(paths: &[Path], s: S) -> Result<S::Ok, S::Error> {
-    s.collect_seq(paths.iter().map(Path::name))
+fn path_names<S: Serializer>(paths: &[DataPath], s: S) -> Result<S::Ok, S::Error> {
+    s.collect_seq(paths.iter().map(DataPath::name))
 }
 
 fn secs<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {

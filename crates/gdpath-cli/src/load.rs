@@ -180,7 +180,7 @@ pub fn run(a: LoadArgs) -> Result<ExitCode> {
             "start_s": started,
             "context_s": setup.context_s(),
             "gbps": c.gbps(),
-            "path": c.path.as_ref().map(gdpath::Path::name),
+            "path": c.path.as_ref().map(gdpath::DataPath::name),
             "finding": c.finding,
             "detail": c.detail,
             "chosen": tuning,
@@ -237,7 +237,7 @@ pub fn run(a: LoadArgs) -> Result<ExitCode> {
 }
 
 /// The path a load took, or why it has none (a checkpoint of no tensor bytes reads nothing).
-fn path_text(p: &Option<gdpath::Path>) -> String {
+fn path_text(p: &Option<gdpath::DataPath>) -> String {
     p.as_ref()
         .map_or_else(|| "none (no bytes to read)".to_owned(), ToString::to_string)
 }

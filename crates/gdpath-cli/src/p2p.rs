@@ -9,7 +9,7 @@ use gdpath::backend::cuda::gpu_pair_path;
 use gdpath::topo::facts::{DriverFacts, FactsIndex, NvmlP2pStatus, P2pCap};
 use gdpath::topo::text::escape;
 use gdpath::topo::Source;
-use gdpath::Path;
+use gdpath::DataPath;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -154,7 +154,7 @@ pub struct PairCodeCounts {
 /// The path gdpath takes from `a` to `b`, as the view prints it.
 fn path_text(ix: &FactsIndex, a: u32, b: u32) -> String {
     match gpu_pair_path([ix.access(a, b), ix.access(b, a)], || ix.nvlink_count(a, b)) {
-        Some(Path::P2pNvlink) => format!("p2p-nvlink (NV{})", ix.nvlink_count(a, b)),
+        Some(DataPath::P2pNvlink) => format!("p2p-nvlink (NV{})", ix.nvlink_count(a, b)),
         Some(path) => path.name(),
         None => "?".to_owned(),
     }

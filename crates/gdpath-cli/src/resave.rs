@@ -102,7 +102,7 @@ pub fn run(a: ResaveArgs) -> Result<ExitCode> {
             "runs": runs,
             "gbps": last.gbps(),
             "fsync": last.fsync,
-            "paths": last.paths.iter().map(gdpath::Path::name).collect::<Vec<_>>(),
+            "paths": last.paths.iter().map(gdpath::DataPath::name).collect::<Vec<_>>(),
             "verified": verified,
             "difference": diff,
         });

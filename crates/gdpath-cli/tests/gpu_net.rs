@@ -19,7 +19,7 @@
 
 use gdpath::finding::ids;
 use gdpath::net::{FailureMode, NetConfig};
-use gdpath::{Agent, AgentConfig, HostBuffer, Memory, Path, TransferRequest};
+use gdpath::{Agent, AgentConfig, DataPath, HostBuffer, Memory, TransferRequest};
 use gdpath_bench::fill_pattern;
 use std::time::Duration;
 
@@ -173,7 +173,7 @@ fn round_trip(fast_local: bool) {
         get.pairs[0].path
     );
     if cuda_ucx {
-        let ipc = Path::Ucx {
+        let ipc = DataPath::Ucx {
             transport: "cuda_ipc".into(),
         };
         assert_eq!(pp.path, ipc, "put GPU → remote GPU did not run on cuda_ipc");

@@ -3,7 +3,7 @@
 //! namespaces joined by a veth pair (as root; skipped with a reason otherwise).
 
 use gdpath::net::{ConnectOptions, NetConfig, Token};
-use gdpath::{Agent, AgentConfig, Error, HostBuffer, Memory, Path, TransferRequest};
+use gdpath::{Agent, AgentConfig, DataPath, Error, HostBuffer, Memory, TransferRequest};
 use gdpath_bench::fill_pattern;
 use std::net::SocketAddr;
 use std::process::Command;
@@ -74,7 +74,7 @@ fn round_trip(agent: &Agent, addr: SocketAddr, len: usize, seed: u64) {
     let packed = n <= gdpath::net::packed_write_max().unwrap();
     assert_eq!(
         rep.pairs[0].path,
-        Path::Ucx {
+        DataPath::Ucx {
             transport: if packed { "tcp (packed writes)" } else { "tcp" }.into()
         }
     );
@@ -88,7 +88,7 @@ fn round_trip(agent: &Agent, addr: SocketAddr, len: usize, seed: u64) {
         .unwrap();
     assert_eq!(
         rep.pairs[0].path,
-        Path::Ucx {
+        DataPath::Ucx {
             transport: "tcp".into()
         }
     );
@@ -126,7 +126,7 @@ fn a_peers_shared_host_memory_is_written_in_place_on_this_node() {
         &agent,
         TransferRequest::write(vec![src.desc(0, n)], vec![remote.desc(0, n)]),
     );
-    assert_eq!(rep.pairs[0].path, Path::HostCopy, "{rep:?}");
+    assert_eq!(rep.pairs[0].path, DataPath::HostCopy, "{rep:?}");
     // Read back at an offset: the bytes are in the server's memory, not in a local copy.
     let rep = done(
         &agent,
@@ -135,7 +135,7 @@ fn a_peers_shared_host_memory_is_written_in_place_on_this_node() {
             vec![remote.desc(4096, n - 4096)],
         ),
     );
-    assert_eq!(rep.pairs[0].path, Path::HostCopy);
+    assert_eq!(rep.pairs[0].path, DataPath::HostCopy);
     assert!(dst.host_view().unwrap()[..len - 4096] == pattern(len, 21)[4096..]);
     // A second client over UCX sees what the first wrote through shared memory.
     let other = client();
@@ -148,7 +148,7 @@ fn a_peers_shared_host_memory_is_written_in_place_on_this_node() {
         &other,
         TransferRequest::read(vec![dst2.desc(0, n)], vec![remote2.desc(0, n)]),
     );
-    assert!(matches!(rep.pairs[0].path, Path::Ucx { .. }), "{rep:?}");
+    assert!(matches!(rep.pairs[0].path, DataPath::Ucx { .. }), "{rep:?}");
     assert!(dst2.host_view().unwrap()[..] == pattern(len, 21)[..]);
     // A request with a notification goes through UCX, which delivers it after the writes.
     let rep = done(
@@ -156,7 +156,7 @@ fn a_peers_shared_host_memory_is_written_in_place_on_this_node() {
         TransferRequest::write(vec![src.desc(0, 4096)], vec![remote.desc(0, 4096)])
             .notify(b"kv ready".to_vec()),
     );
-    assert!(matches!(rep.pairs[0].path, Path::Ucx { .. }), "{rep:?}");
+    assert!(matches!(rep.pairs[0].path, DataPath::Ucx { .. }), "{rep:?}");
     srv.wait_line("notification from test@127.0.0.1", T);
 }
 
@@ -180,7 +180,7 @@ fn a_killed_exporter_of_shared_memory_fails_the_next_post() {
             ))
             .and_then(|t| t.wait_timeout(T).map_err(|e| e.error))
     };
-    assert_eq!(write().unwrap().pairs[0].path, Path::HostCopy);
+    assert_eq!(write().unwrap().pairs[0].path, DataPath::HostCopy);
     signal(&srv, libc::SIGKILL);
     // The shared mapping would take the bytes as if nothing happened; the closed control
     // connection says the peer is gone, and the post fails within the bound.

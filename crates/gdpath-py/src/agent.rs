@@ -483,7 +483,7 @@ impl Agent {
             Some(names) => {
                 let paths = names
                     .iter()
-                    .map(|n| n.parse::<gdpath::Path>().map_err(gdpath::Error::from))
+                    .map(|n| n.parse::<gdpath::DataPath>().map_err(gdpath::Error::from))
                     .collect::<Result<Vec<_>, _>>()
                     .py_err(py)?;
                 req = req.accept(paths);

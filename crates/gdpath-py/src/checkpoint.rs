@@ -273,7 +273,7 @@ impl Checkpoint {
         d.set_item("header_bytes", r.header_bytes)?;
         d.set_item("file_bytes", r.file_bytes)?;
         d.set_item("pairs", r.pairs)?;
-        let paths: Vec<String> = r.paths.iter().map(gdpath::Path::name).collect();
+        let paths: Vec<String> = r.paths.iter().map(gdpath::DataPath::name).collect();
         d.set_item("paths", paths)?;
         d.set_item("finding", &r.finding)?;
         d.set_item("detail", &r.detail)?;
@@ -398,7 +398,7 @@ impl Loaded {
     /// read.
     #[getter]
     fn path(&self) -> Option<String> {
-        self.inner.path.as_ref().map(gdpath::Path::name)
+        self.inner.path.as_ref().map(gdpath::DataPath::name)
     }
 
     /// The storage settings the chooser picked for the load and why (`"16 threads × 4 MiB,

@@ -130,7 +130,7 @@ impl TransferReport {
                 .iter()
                 .map(|p| Py::new(py, PairReport::from(p)))
                 .collect::<PyResult<_>>()?,
-            paths: r.paths().iter().map(gdpath::Path::name).collect(),
+            paths: r.paths().iter().map(gdpath::DataPath::name).collect(),
         })
     }
 }

@@ -7,7 +7,7 @@
 use crate::finding::FindingId;
 use crate::memory_kind::MemoryKind;
 use crate::net::DevicesError;
-use crate::path::{Path, UnknownPath};
+use crate::path::{DataPath, UnknownPath};
 use crate::region_id::RegionId;
 use gdpath_wire::codec::{DecodeError, EncodeError};
 use std::fmt;
@@ -311,9 +311,9 @@ pub enum Error {
         /// Position of the pair in the lists (0-based).
         index: usize,
         /// The paths the request accepts; empty means the preferred path only.
-        accepted: Vec<Path>,
+        accepted: Vec<DataPath>,
         /// The path the planner would have used, when it found one.
-        planned: Option<Path>,
+        planned: Option<DataPath>,
         /// The doctor finding that explains why no accepted path is possible, when one does.
         finding: Option<FindingId>,
         /// Why the accepted paths were not possible.
@@ -434,12 +434,12 @@ fn no_space_detail(needed: Option<u64>, written: u64) -> String {
     }
 }
 
-fn path_list(paths: &[Path]) -> String {
+fn path_list(paths: &[DataPath]) -> String {
     if paths.is_empty() {
         // `TransferRequest::preferred_only`.
         return "[the preferred path]".into();
     }
-    let names: Vec<String> = paths.iter().map(Path::name).collect();
+    let names: Vec<String> = paths.iter().map(DataPath::name).collect();
     format!("[{}]", names.join(", "))
 }
 
@@ -535,7 +535,7 @@ impl From<DevicesError> for Error {
     }
 }
 
-/// An unknown path name ([`Path`]'s `FromStr`) is a configuration error.
+/// An unknown path name ([`DataPath`]'s `FromStr`) is a configuration error.
 impl From<UnknownPath> for Error {
     fn from(e: UnknownPath) -> Self {
         Error::Config(e.0)
@@ -626,7 +626,7 @@ mod tests {
     /// An unknown path name is a configuration error with the parser's text.
     #[test]
     fn an_unknown_path_is_a_config_error() {
-        let e = Error::from("posix".parse::<Path>().unwrap_err());
+        let e = Error::from("posix".parse::<DataPath>().unwrap_err());
         assert_eq!(e.kind(), "config");
         assert!(
             e.to_string()

@@ -142,9 +142,9 @@ pub struct DriverView {
 /// The GDS mode cuFile will run a file in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GdsMode {
-    /// DMA between storage and GPU memory (`Path::GdsNative`).
+    /// DMA between storage and GPU memory (`DataPath::GdsNative`).
     Native,
-    /// cuFile's POSIX fallback through its own bounce buffers (`Path::GdsCompat`).
+    /// cuFile's POSIX fallback through its own bounce buffers (`DataPath::GdsCompat`).
     Compat,
 }
 

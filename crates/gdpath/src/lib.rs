@@ -19,7 +19,7 @@
 //! the `gdpath-checkpoint` crate, built on this one's public API.
 //!
 //! ```
-//! use gdpath::{Agent, AgentConfig, FileSpec, HostBuffer, Memory, Path, TransferRequest};
+//! use gdpath::{Agent, AgentConfig, FileSpec, HostBuffer, Memory, DataPath, TransferRequest};
 //!
 //! let dir = tempfile::tempdir()?;
 //! let agent = Agent::new(AgentConfig::default())?;
@@ -31,7 +31,7 @@
 //! assert_eq!(report.bytes, 10_000);
 //! // O_DIRECT where the file system allows it, else the buffered path with the reason.
 //! let p = &report.pairs[0];
-//! assert!(p.path == Path::PosixDirect || p.finding.is_some());
+//! assert!(p.path == DataPath::PosixDirect || p.finding.is_some());
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 #![forbid(unsafe_code)]
@@ -71,7 +71,7 @@ pub use memory::{
     DirectIo, FileAccess, FileSpec, GpuPointer, HostBuffer, HostPointer, Memory, MemoryClass,
     MemoryKind, OpenFile, RemoteMemory,
 };
-pub use path::Path;
+pub use path::DataPath;
 pub use region::{Descriptor, DioAlign, DirectStatus, FileRegion, HostView, Region, RegionId};
 pub use transfer::{
     Op, PairOutcome, PairReport, PlannedPair, Transfer, TransferError, TransferReport,

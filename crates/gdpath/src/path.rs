@@ -7,7 +7,7 @@ use std::sync::Arc;
 /// The data path that moved a descriptor pair's bytes. Names follow docs/design.md.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(tag = "path", rename_all = "kebab-case")]
-pub enum Path {
+pub enum DataPath {
     /// GPU ↔ GPU peer copy over NVLink (GPUDirect P2P).
     P2pNvlink,
     /// GPU ↔ GPU peer copy over PCIe (GPUDirect P2P).
@@ -20,7 +20,7 @@ pub enum Path {
         /// The host memory was page-locked; false when it went through the staging buffers.
         pinned: bool,
     },
-    /// GPU → host copy, as [`Path::HostToDevice`].
+    /// GPU → host copy, as [`DataPath::HostToDevice`].
     DeviceToHost {
         /// The host memory was page-locked; false when it went through the staging buffers.
         pinned: bool,
@@ -51,71 +51,71 @@ pub enum Path {
     },
 }
 
-impl Path {
+impl DataPath {
     /// A short stable name for tables and JSON rows, e.g. `p2p-nvlink`, `ucx:tcp`.
     pub fn name(&self) -> String {
         match self {
-            Path::P2pNvlink => "p2p-nvlink".into(),
-            Path::P2pPcie => "p2p-pcie".into(),
-            Path::DeviceLocal => "device-local".into(),
-            Path::HostToDevice { pinned: true } => "h2d-pinned".into(),
-            Path::HostToDevice { pinned: false } => "h2d-pageable".into(),
-            Path::DeviceToHost { pinned: true } => "d2h-pinned".into(),
-            Path::DeviceToHost { pinned: false } => "d2h-pageable".into(),
-            Path::Staged => "staged".into(),
-            Path::GdsNative => "gds-native".into(),
-            Path::GdsCompat => "gds-compat".into(),
-            Path::PosixDirect => "posix-direct".into(),
-            Path::PosixBuffered => "posix-buffered".into(),
-            Path::HostCopy => "host-copy".into(),
-            Path::Ucx { transport } => format!("ucx:{transport}"),
-            Path::Gdr { transport } => format!("gdr:{transport}"),
+            DataPath::P2pNvlink => "p2p-nvlink".into(),
+            DataPath::P2pPcie => "p2p-pcie".into(),
+            DataPath::DeviceLocal => "device-local".into(),
+            DataPath::HostToDevice { pinned: true } => "h2d-pinned".into(),
+            DataPath::HostToDevice { pinned: false } => "h2d-pageable".into(),
+            DataPath::DeviceToHost { pinned: true } => "d2h-pinned".into(),
+            DataPath::DeviceToHost { pinned: false } => "d2h-pageable".into(),
+            DataPath::Staged => "staged".into(),
+            DataPath::GdsNative => "gds-native".into(),
+            DataPath::GdsCompat => "gds-compat".into(),
+            DataPath::PosixDirect => "posix-direct".into(),
+            DataPath::PosixBuffered => "posix-buffered".into(),
+            DataPath::HostCopy => "host-copy".into(),
+            DataPath::Ucx { transport } => format!("ucx:{transport}"),
+            DataPath::Gdr { transport } => format!("gdr:{transport}"),
         }
     }
 }
 
-/// A name that is no [`Path`]'s: its text names the unknown name and the known ones. The
+/// A name that is no [`DataPath`]'s: its text names the unknown name and the known ones. The
 /// engine's errors know paths, not the other way round, so it is its own type; it becomes
 /// [`crate::Error::Config`] with the same text.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
 pub struct UnknownPath(pub String);
 
-impl std::str::FromStr for Path {
+impl std::str::FromStr for DataPath {
     type Err = UnknownPath;
 
-    /// The inverse of [`Path::name`]: `posix-direct`, `h2d-pinned`, `ucx:tcp`, `gdr:rc_mlx5`, ...
+    /// The inverse of [`DataPath::name`]: `posix-direct`, `h2d-pinned`, `ucx:tcp`, `gdr:rc_mlx5`, ...
     /// (for strict-mode lists given as text: the Python binding's `accept=`). Errors:
     /// [`UnknownPath`] (converted into [`crate::Error::Config`]) naming the unknown name and the
     /// known ones.
-    fn from_str(s: &str) -> Result<Path, UnknownPath> {
+    fn from_str(s: &str) -> Result<DataPath, UnknownPath> {
         let fixed = [
-            Path::P2pNvlink,
-            Path::P2pPcie,
-            Path::DeviceLocal,
-            Path::HostToDevice { pinned: true },
-            Path::HostToDevice { pinned: false },
-            Path::DeviceToHost { pinned: true },
-            Path::DeviceToHost { pinned: false },
-            Path::Staged,
-            Path::GdsNative,
-            Path::GdsCompat,
-            Path::PosixDirect,
-            Path::PosixBuffered,
-            Path::HostCopy,
+            DataPath::P2pNvlink,
+            DataPath::P2pPcie,
+            DataPath::DeviceLocal,
+            DataPath::HostToDevice { pinned: true },
+            DataPath::HostToDevice { pinned: false },
+            DataPath::DeviceToHost { pinned: true },
+            DataPath::DeviceToHost { pinned: false },
+            DataPath::Staged,
+            DataPath::GdsNative,
+            DataPath::GdsCompat,
+            DataPath::PosixDirect,
+            DataPath::PosixBuffered,
+            DataPath::HostCopy,
         ];
         if let Some(p) = fixed.iter().find(|p| p.name() == s) {
             return Ok(p.clone());
         }
         match s.split_once(':') {
-            Some(("ucx", t)) if !t.is_empty() => Ok(Path::Ucx {
+            Some(("ucx", t)) if !t.is_empty() => Ok(DataPath::Ucx {
                 transport: t.into(),
             }),
-            Some(("gdr", t)) if !t.is_empty() => Ok(Path::Gdr {
+            Some(("gdr", t)) if !t.is_empty() => Ok(DataPath::Gdr {
                 transport: t.into(),
             }),
             _ => {
-                let known: Vec<String> = fixed.iter().map(Path::name).collect();
+                let known: Vec<String> = fixed.iter().map(DataPath::name).collect();
                 Err(UnknownPath(format!(
                     "unknown path {s:?}: one of {}, ucx:TRANSPORT, gdr:TRANSPORT",
                     known.join(", ")
@@ -125,7 +125,7 @@ impl std::str::FromStr for Path {
     }
 }
 
-impl fmt::Display for Path {
+impl fmt::Display for DataPath {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.name())
     }
@@ -138,20 +138,20 @@ mod tests {
     #[test]
     fn names_parse_back() {
         for p in [
-            Path::PosixDirect,
-            Path::HostToDevice { pinned: false },
-            Path::DeviceToHost { pinned: true },
-            Path::Ucx {
+            DataPath::PosixDirect,
+            DataPath::HostToDevice { pinned: false },
+            DataPath::DeviceToHost { pinned: true },
+            DataPath::Ucx {
                 transport: "sysv+cma".into(),
             },
-            Path::Gdr {
+            DataPath::Gdr {
                 transport: "rc_mlx5".into(),
             },
         ] {
-            assert_eq!(p.name().parse::<Path>().unwrap(), p);
+            assert_eq!(p.name().parse::<DataPath>().unwrap(), p);
         }
-        let e = "posix".parse::<Path>().unwrap_err();
+        let e = "posix".parse::<DataPath>().unwrap_err();
         assert!(e.to_string().contains("posix-direct"), "{e}");
-        assert!("ucx:".parse::<Path>().is_err());
+        assert!("ucx:".parse::<DataPath>().is_err());
     }
 }

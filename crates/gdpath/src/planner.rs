@@ -11,7 +11,7 @@
 use crate::backend::{Backend, Capability, Preference, Refusal};
 use crate::error::{Error, Result};
 use crate::memory::MemoryClass;
-use crate::path::Path;
+use crate::path::DataPath;
 use crate::region::{Descriptor, RegionId};
 use crate::transfer::{Op, PlannedPair};
 use std::sync::Arc;
@@ -107,7 +107,7 @@ pub(crate) fn plan_pairs(
     op: Op,
     local: &[Descriptor],
     target: &[Descriptor],
-    accept: Option<&[Path]>,
+    accept: Option<&[DataPath]>,
     preferred_only: bool,
     notify: bool,
 ) -> Result<(Vec<usize>, Vec<PlannedPair>)> {
@@ -198,7 +198,7 @@ fn plan_pair(
     index: usize,
     local: &Descriptor,
     target: &Descriptor,
-    accept: Option<&[Path]>,
+    accept: Option<&[DataPath]>,
     notify: bool,
 ) -> Result<(usize, PlannedPair)> {
     let (lc, tc) = (local.region.kind().class(), target.region.kind().class());
@@ -217,7 +217,7 @@ fn plan_pair(
     // can use) only means the network backend moves the pair, as it would without it: it is
     // neither the pair's detail nor the error while the network backend has its own say.
     let mut quiet_refusal: Option<(&'static str, Refusal)> = None;
-    let mut not_accepted: Option<Path> = None;
+    let mut not_accepted: Option<DataPath> = None;
     for (pos, &bi) in candidates.iter().enumerate() {
         let b = &set.list[bi];
         let local_for_remote = remote && b.network().is_none();
@@ -338,7 +338,7 @@ mod tests {
             _: &Descriptor,
             _: &Descriptor,
         ) -> std::result::Result<PlanChoice, Refusal> {
-            Ok(PlanChoice::on(Path::HostCopy))
+            Ok(PlanChoice::on(DataPath::HostCopy))
         }
         fn plan_per_region(&self) -> bool {
             self.2
@@ -351,7 +351,7 @@ mod tests {
     #[test]
     fn candidates_are_preferred_first_then_in_order_added() {
         use MemoryClass::{File, Host};
-        let cap = |l, t, p| Capability::both(l, t, Path::HostCopy, p);
+        let cap = |l, t, p| Capability::both(l, t, DataPath::HostCopy, p);
         let mut set = BackendSet::default();
         for (name, caps, per_region) in [
             ("a", vec![cap(Host, Host, Preference::Fallback)], true),

@@ -8,7 +8,7 @@ mod common;
 use common::{agent, bytes_of, host, host_zeroed, pattern};
 use gdpath::blocks::{BlockError, BlockSide, LayoutDim};
 use gdpath::{
-    Agent, BlockTransfer, CopyMethod, Error, FileSpec, KvLayout, Path, Region, TransferReport,
+    Agent, BlockTransfer, CopyMethod, DataPath, Error, FileSpec, KvLayout, Region, TransferReport,
 };
 use gdpath_cuda::pattern::shuffled;
 
@@ -98,7 +98,7 @@ fn random_layouts_between_host_regions_are_byte_exact() {
         .prepare_blocks(BlockTransfer::new(&src, sl, &dst, dl))
         .unwrap();
     assert!(p.is_block_list());
-    assert_eq!(p.plan().path, Path::HostCopy);
+    assert_eq!(p.plan().path, DataPath::HostCopy);
     assert_eq!(p.plan().backend, "host-copy");
     let rep = wait(p.post(&src_ids, &dst_ids).unwrap());
     assert_eq!(rep.bytes, 400 * layers * 2 * bs);

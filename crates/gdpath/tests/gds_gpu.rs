@@ -7,8 +7,8 @@
 //! and `/var/tmp`).
 
 use gdpath::{
-    Agent, AgentConfig, DirectIo, Error, FileAccess, FileSpec, GdsConfig, HostBuffer, Memory, Path,
-    Region, TransferRequest,
+    Agent, AgentConfig, DataPath, DirectIo, Error, FileAccess, FileSpec, GdsConfig, HostBuffer,
+    Memory, Region, TransferRequest,
 };
 
 fn agent(chunk: u64, threads: usize) -> Agent {
@@ -78,7 +78,7 @@ fn every_path_both_directions_byte_exact() {
         1 << 20,
     ];
     let offs = [0u64, 1, 4095, 4096, 12_345];
-    let mut seen: Vec<(Path, Option<String>)> = Vec::new();
+    let mut seen: Vec<(DataPath, Option<String>)> = Vec::new();
     for dir in gdpath_testkit::gds_dirs() {
         let td = tempfile::tempdir_in(&dir).unwrap();
         for direct in [DirectIo::Auto, DirectIo::Off] {
@@ -127,7 +127,7 @@ fn every_path_both_directions_byte_exact() {
                     if direct == DirectIo::Off {
                         // Buffered, and a fallback says why (the first refusal: cuFile's where
                         // it refused the file, else O_DIRECT being off).
-                        assert_eq!(p.path, Path::PosixBuffered);
+                        assert_eq!(p.path, DataPath::PosixBuffered);
                         assert!(p.finding.is_some());
                     }
                     // GPU -> file (new bytes), then check the file and that neighbours are intact.
@@ -166,10 +166,10 @@ fn every_path_both_directions_byte_exact() {
     kinds.sort();
     kinds.dedup();
     eprintln!("paths taken: {kinds:?}");
-    assert!(seen.iter().any(|(p, _)| *p == Path::PosixBuffered));
+    assert!(seen.iter().any(|(p, _)| *p == DataPath::PosixBuffered));
     assert!(seen
         .iter()
-        .any(|(p, _)| matches!(p, Path::PosixDirect | Path::GdsNative)));
+        .any(|(p, _)| matches!(p, DataPath::PosixDirect | DataPath::GdsNative)));
 }
 
 /// Buffered reads into GPU memory through slabs (`GdsConfig::slabs`): sizes of one chunk, one
@@ -235,7 +235,7 @@ fn slab_reads_byte_exact() {
                         .unwrap()
                         .wait()
                         .unwrap();
-                    assert_eq!(r.pairs[0].path, Path::PosixBuffered);
+                    assert_eq!(r.pairs[0].path, DataPath::PosixBuffered);
                     let want = &src[fo as usize..(fo + len) as usize];
                     for at in [go, go2] {
                         let got = gpu_bytes(&a, &g, at - 1, len + 2);
@@ -369,7 +369,11 @@ fn strict_paths_say_why() {
             len: 3 << 20,
         })
         .unwrap();
-    for path in [Path::GdsNative, Path::GdsCompat, Path::PosixDirect] {
+    for path in [
+        DataPath::GdsNative,
+        DataPath::GdsCompat,
+        DataPath::PosixDirect,
+    ] {
         let req = TransferRequest::read(vec![g.desc(0, 3 << 20)], vec![f.desc(0, 3 << 20)])
             .accept([path.clone()]);
         match a.post(req) {
@@ -384,7 +388,10 @@ fn strict_paths_say_why() {
             }) => {
                 let finding = finding.expect("a refusal names its finding");
                 eprintln!("{path}: refused [{finding}] {detail}");
-                assert!(path != Path::PosixDirect, "O_DIRECT on /var/tmp must work");
+                assert!(
+                    path != DataPath::PosixDirect,
+                    "O_DIRECT on /var/tmp must work"
+                );
                 assert!(
                     [
                         "gds.handle-register-failed",

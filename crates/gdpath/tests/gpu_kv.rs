@@ -15,7 +15,7 @@ use gdpath::backend::cuda::gpu_buffer;
 use gdpath::net::codec::WireKind;
 use gdpath::net::Token;
 use gdpath::{
-    Agent, AgentConfig, BlockTransfer, CopyMethod, HostBuffer, KvLayout, Memory, Path, Region,
+    Agent, AgentConfig, BlockTransfer, CopyMethod, DataPath, HostBuffer, KvLayout, Memory, Region,
     TransferReport, TransferRequest,
 };
 use gdpath_cuda::{pattern, BlockCopy, Cuda, Stream};
@@ -350,7 +350,7 @@ fn pairs_of_one_request_are_batched_and_report_the_method() {
             .map(|i| h.desc((pairs - 1 - i) * each, each))
             .collect();
         let rep = wait(a.post(TransferRequest::write(local, target)).unwrap());
-        assert_eq!(rep.pairs[0].path, Path::DeviceToHost { pinned: true });
+        assert_eq!(rep.pairs[0].path, DataPath::DeviceToHost { pinned: true });
         assert_eq!(
             rep.pairs[0].batch.map(|b| b.method),
             want,
@@ -538,9 +538,9 @@ fn two_processes(test: &str, host: bool, n: u32, bs: u64) {
     assert!(p.is_block_list(), "moved by the cuda backend, not UCX");
     assert_eq!(p.plan().backend, "cuda");
     let reload_path = if host {
-        Path::HostToDevice { pinned: true }
+        DataPath::HostToDevice { pinned: true }
     } else {
-        Path::DeviceLocal
+        DataPath::DeviceLocal
     };
     assert_eq!(p.plan().path, reload_path, "both processes on GPU 0");
     let (s, d) = (pattern::shuffled(n, 7), pattern::shuffled(n, 8));
@@ -576,7 +576,7 @@ fn two_processes(test: &str, host: bool, n: u32, bs: u64) {
         let rep = wait(p.post(&s, &d).unwrap());
         assert_eq!(rep.pairs[0].batch.unwrap().method, m);
         if host {
-            assert_eq!(rep.pairs[0].path, Path::DeviceToHost { pinned: true });
+            assert_eq!(rep.pairs[0].path, DataPath::DeviceToHost { pinned: true });
         }
         eprintln!(
             "offload to the other process, {m}: {:.1} GB/s",

@@ -9,7 +9,7 @@
 use gdpath::backend::cuda::{gpu_buffer, is_pinned};
 use gdpath::finding::ids;
 use gdpath::{
-    Agent, AgentConfig, Error, GpuConfig, GpuPointer, HostBuffer, Memory, Path, Region,
+    Agent, AgentConfig, DataPath, Error, GpuConfig, GpuPointer, HostBuffer, Memory, Region,
     TransferRequest,
 };
 use gdpath_cuda::{pattern, Context, Cuda, DeviceBuffer, Stream};
@@ -109,7 +109,7 @@ fn round_trip(agent: &Agent, ordinal: u32, len: u64, pinned: bool, offs: (u64, u
         .wait()
         .unwrap();
     assert_eq!(rep.bytes, len);
-    assert_eq!(rep.pairs[0].path, Path::HostToDevice { pinned });
+    assert_eq!(rep.pairs[0].path, DataPath::HostToDevice { pinned });
     assert_eq!(
         rep.pairs[0].finding.as_ref().map(|f| f.as_str()),
         (!pinned).then_some(ids::HOST_PAGEABLE)
@@ -135,7 +135,7 @@ fn round_trip(agent: &Agent, ordinal: u32, len: u64, pinned: bool, offs: (u64, u
         .unwrap()
         .wait()
         .unwrap();
-    assert_eq!(rep.pairs[0].path, Path::DeviceToHost { pinned });
+    assert_eq!(rep.pairs[0].path, DataPath::DeviceToHost { pinned });
     verify_host(&back, back_off, len, seed, hoff);
 }
 
@@ -198,10 +198,10 @@ fn gpu_pairs_p2p_and_staged() {
                     da.can_access_peer(&db).unwrap() && db.can_access_peer(&da).unwrap()
                 };
                 let (want, finding) = match (p2p, possible) {
-                    (true, true) if facts.nvlink_count(a, b) > 0 => (Path::P2pNvlink, None),
-                    (true, true) => (Path::P2pPcie, None),
-                    (true, false) => (Path::Staged, Some(ids::P2P_UNSUPPORTED)),
-                    (false, _) => (Path::Staged, Some(ids::P2P_DISABLED)),
+                    (true, true) if facts.nvlink_count(a, b) > 0 => (DataPath::P2pNvlink, None),
+                    (true, true) => (DataPath::P2pPcie, None),
+                    (true, false) => (DataPath::Staged, Some(ids::P2P_UNSUPPORTED)),
+                    (false, _) => (DataPath::Staged, Some(ids::P2P_DISABLED)),
                 };
                 for len in [1, 4095, 4097, 4 * MIB, 4 * MIB + 1, 64 * MIB + 3, GIB + 1] {
                     let (so, dof) = (len % 13, len % 7 + 1);
@@ -259,7 +259,7 @@ fn device_local_copy_with_offsets() {
         .unwrap()
         .wait()
         .unwrap();
-    assert_eq!(rep.pairs[0].path, Path::DeviceLocal);
+    assert_eq!(rep.pairs[0].path, DataPath::DeviceLocal);
     verify_gpu(&r, 4 * MIB + 5, 3 * MIB + 1, 77, 0);
 }
 

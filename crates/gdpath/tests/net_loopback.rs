@@ -5,7 +5,7 @@ use gdpath::net::{
     ConnectOptions, FailureMode, NetConfig, NetEvent, Peer, PutCompletion, Server, Token,
 };
 use gdpath::{
-    Agent, BlockTransfer, Descriptor, Error, HostBuffer, KvLayout, Memory, Path, Region,
+    Agent, BlockTransfer, DataPath, Descriptor, Error, HostBuffer, KvLayout, Memory, Region,
     RemoteMemory, TransferReport, TransferRequest,
 };
 use std::time::Duration;
@@ -121,13 +121,13 @@ fn write_one(client: &Agent, local: Descriptor, remote: Descriptor) -> TransferR
         .unwrap()
 }
 
-/// Asserts that `rep` has pairs and that every one reports `Path::Ucx { transport }`.
+/// Asserts that `rep` has pairs and that every one reports `DataPath::Ucx { transport }`.
 fn assert_ucx_paths(rep: &TransferReport, transport: &str) {
     assert!(!rep.pairs.is_empty(), "no pairs reported");
     for p in &rep.pairs {
         assert_eq!(
             p.path,
-            Path::Ucx {
+            DataPath::Ucx {
                 transport: transport.into()
             }
         );

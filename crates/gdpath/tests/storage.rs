@@ -5,7 +5,9 @@ mod common;
 
 use common::*;
 use gdpath::finding::ids;
-use gdpath::{DirectIo, Error, FileAccess, FileSpec, HostBuffer, Memory, Path, TransferRequest};
+use gdpath::{
+    DataPath, DirectIo, Error, FileAccess, FileSpec, HostBuffer, Memory, TransferRequest,
+};
 use std::time::{Duration, Instant};
 
 const SIZES: [u64; 7] = [0, 1, 511, 4095, 4096, 4097, (1 << 20) + 3];
@@ -19,7 +21,7 @@ fn roundtrip(
     len: u64,
     off: u64,
     mem_off: u64,
-) -> Path {
+) -> DataPath {
     let data = pattern(len as usize, len ^ off);
     let src = host(agent, &data);
     let path = dir.join(format!("rt-{len}-{off}-{mem_off}"));
@@ -93,11 +95,11 @@ fn has_whole_block(off: u64, len: u64, block: u64) -> bool {
 
 /// The O_DIRECT backend's path for a pair: `posix-direct` when some part goes direct, else
 /// `posix-buffered` (every byte through the page cache), which is what it plans and reports.
-fn direct_backend_path(off: u64, len: u64, block: u64) -> Path {
+fn direct_backend_path(off: u64, len: u64, block: u64) -> DataPath {
     if len == 0 || has_whole_block(off, len, block) {
-        Path::PosixDirect
+        DataPath::PosixDirect
     } else {
-        Path::PosixBuffered
+        DataPath::PosixBuffered
     }
 }
 
@@ -138,21 +140,21 @@ fn pairs_on_the_same_regions_keep_their_own_plans() {
         .into_iter()
         .map(|(off, len)| (dst.desc(off, len), f.desc(off, len)))
         .unzip();
-    let want: Vec<Path> = [(0, 2 * block), (2 * block + 1, 10), (3 * block, block)]
+    let want: Vec<DataPath> = [(0, 2 * block), (2 * block + 1, 10), (3 * block, block)]
         .into_iter()
         .map(|(off, len)| direct_backend_path(off, len, block))
         .collect();
     let plan = a
         .plan(&TransferRequest::read(l.clone(), t.clone()))
         .unwrap();
-    let got: Vec<Path> = plan.iter().map(|p| p.path.clone()).collect();
+    let got: Vec<DataPath> = plan.iter().map(|p| p.path.clone()).collect();
     assert_eq!(got, want);
     assert_ne!(
         got[0], got[1],
         "the request must mix paths on the same regions"
     );
     let r = a.post(TransferRequest::read(l, t)).unwrap().wait().unwrap();
-    let got: Vec<Path> = r.pairs.iter().map(|p| p.path.clone()).collect();
+    let got: Vec<DataPath> = r.pairs.iter().map(|p| p.path.clone()).collect();
     assert_eq!(got, want);
     let back = bytes_of(&dst);
     for (off, len) in [(0, 2 * block), (2 * block + 1, 10), (3 * block, block)] {
@@ -178,7 +180,7 @@ fn pairs_on_the_same_regions_keep_their_own_plans() {
         plan.iter().map(|p| p.index).collect::<Vec<_>>(),
         (0..8).collect::<Vec<_>>()
     );
-    assert!(plan.iter().all(|p| p.path == Path::HostCopy));
+    assert!(plan.iter().all(|p| p.path == DataPath::HostCopy));
     let r = a.post(TransferRequest::read(l, t)).unwrap().wait().unwrap();
     assert_eq!(
         r.pairs.iter().map(|p| p.index).collect::<Vec<_>>(),
@@ -195,10 +197,10 @@ fn pairs_on_the_same_regions_keep_their_own_plans() {
     let (l, t): (Vec<_>, Vec<_>) = (0..4)
         .map(|k| (out.desc(k * 8, 8), src.desc(k * 8, 8)))
         .unzip();
-    match a.post(TransferRequest::read(l, t).accept([Path::PosixDirect])) {
+    match a.post(TransferRequest::read(l, t).accept([DataPath::PosixDirect])) {
         Err(Error::PathNotAccepted { index, planned, .. }) => {
             assert_eq!(index, 0);
-            assert_eq!(planned, Some(Path::HostCopy));
+            assert_eq!(planned, Some(DataPath::HostCopy));
         }
         other => panic!("expected PathNotAccepted, got {other:?}"),
     }
@@ -250,16 +252,16 @@ fn alignment_edges_on_tmpfs() {
         .unwrap();
     let block = probe.file().unwrap().cache_block();
     let expect = if probe.file().unwrap().direct_fd().is_some() {
-        Path::PosixDirect
+        DataPath::PosixDirect
     } else {
         eprintln!("note: /dev/shm refuses O_DIRECT on this kernel");
-        Path::PosixBuffered
+        DataPath::PosixBuffered
     };
     for len in SIZES {
         for off in [0, 1, 4096] {
             let want = match expect {
-                Path::PosixDirect => direct_backend_path(off, len, block),
-                _ => Path::PosixBuffered,
+                DataPath::PosixDirect => direct_backend_path(off, len, block),
+                _ => DataPath::PosixBuffered,
             };
             assert_eq!(
                 roundtrip(&a, dir.path(), len, off, 1),
@@ -275,7 +277,10 @@ fn forced_buffered_fallback_reports_finding() {
     let dir = disk_dir();
     let a = buffered_agent();
     for len in [0, 1, 4097, (1 << 20) + 3] {
-        assert_eq!(roundtrip(&a, dir.path(), len, 4095, 0), Path::PosixBuffered);
+        assert_eq!(
+            roundtrip(&a, dir.path(), len, 4095, 0),
+            DataPath::PosixBuffered
+        );
     }
     let data = pattern(10_000, 7);
     let f = readable_file(&a, dir.path(), "b", &data);
@@ -288,7 +293,7 @@ fn forced_buffered_fallback_reports_finding() {
         .unwrap()
         .wait()
         .unwrap();
-    assert_eq!(r.pairs[0].path, Path::PosixBuffered);
+    assert_eq!(r.pairs[0].path, DataPath::PosixBuffered);
     assert_eq!(
         r.pairs[0].finding.as_ref().unwrap().as_str(),
         ids::STORAGE_ODIRECT_DISABLED
@@ -307,7 +312,7 @@ fn forced_buffered_fallback_reports_finding() {
             vec![f.desc(0, 10)],
         ))
         .unwrap();
-    assert_eq!(plan[0].path, Path::PosixBuffered);
+    assert_eq!(plan[0].path, DataPath::PosixBuffered);
     assert_eq!(
         plan[0].finding.as_ref().unwrap().as_str(),
         ids::STORAGE_ODIRECT_DISABLED
@@ -338,7 +343,7 @@ fn preferred_only_refuses_a_fallback_before_moving() {
             };
             assert_eq!(index, 0);
             assert!(accepted.is_empty());
-            assert_eq!(planned, &Some(Path::PosixBuffered));
+            assert_eq!(planned, &Some(DataPath::PosixBuffered));
             assert_eq!(
                 finding.as_ref().map(|f| f.as_str()),
                 Some(ids::STORAGE_ODIRECT_DISABLED)
@@ -365,7 +370,7 @@ fn preferred_only_refuses_a_fallback_before_moving() {
             .unwrap()
             .wait()
             .unwrap();
-        assert_eq!(r.pairs[0].path, Path::PosixDirect);
+        assert_eq!(r.pairs[0].path, DataPath::PosixDirect);
         assert_eq!(bytes_of(&dst), &data[..8192]);
     } else {
         eprintln!("SKIP (part): O_DIRECT is refused where the test files are");
@@ -395,7 +400,7 @@ fn refusing_file_system_falls_back_and_strict_mode_fails_first() {
         .unwrap()
         .wait()
         .unwrap();
-    assert_eq!(r.pairs[0].path, Path::PosixBuffered);
+    assert_eq!(r.pairs[0].path, DataPath::PosixBuffered);
     assert_eq!(
         r.pairs[0].finding.as_ref().unwrap().as_str(),
         ids::STORAGE_ODIRECT_UNSUPPORTED
@@ -410,7 +415,7 @@ fn refusing_file_system_falls_back_and_strict_mode_fails_first() {
     let err = a
         .post(
             TransferRequest::write(vec![src.desc(0, 1000)], vec![w.desc(0, 1000)])
-                .accept([Path::PosixDirect]),
+                .accept([DataPath::PosixDirect]),
         )
         .unwrap_err();
     match err {
@@ -421,7 +426,7 @@ fn refusing_file_system_falls_back_and_strict_mode_fails_first() {
             ..
         } => {
             assert_eq!(index, 0);
-            assert_eq!(planned, Some(Path::PosixBuffered));
+            assert_eq!(planned, Some(DataPath::PosixBuffered));
             assert_eq!(finding.unwrap().as_str(), ids::STORAGE_ODIRECT_UNSUPPORTED);
         }
         e => panic!("expected PathNotAccepted, got {e}"),
@@ -459,7 +464,7 @@ fn strict_mode_accepts_the_direct_path_and_rejects_others_before_moving() {
     let src = host(&a, &data);
     a.post(
         TransferRequest::write(vec![src.desc(0, 8192)], vec![f.desc(0, 8192)])
-            .accept([Path::PosixDirect]),
+            .accept([DataPath::PosixDirect]),
     )
     .unwrap()
     .wait()
@@ -470,14 +475,14 @@ fn strict_mode_accepts_the_direct_path_and_rejects_others_before_moving() {
     let e = a
         .post(
             TransferRequest::write(vec![src2.desc(0, 8192)], vec![f.desc(0, 8192)])
-                .accept([Path::GdsNative]),
+                .accept([DataPath::GdsNative]),
         )
         .unwrap_err();
     assert!(
         matches!(
             e,
             Error::PathNotAccepted {
-                planned: Some(Path::PosixDirect),
+                planned: Some(DataPath::PosixDirect),
                 ..
             }
         ),
@@ -526,7 +531,7 @@ fn file_of_one_gib_plus_one_round_trips() {
         .unwrap()
         .wait()
         .unwrap();
-    assert_eq!(rep.pairs[0].path, Path::PosixDirect);
+    assert_eq!(rep.pairs[0].path, DataPath::PosixDirect);
     assert_eq!(rep.bytes, len);
     let mut want = vec![0u8; 1 << 20];
     let got = r.host_view().unwrap();
@@ -718,7 +723,7 @@ fn descriptor_errors_are_typed_and_nothing_moves() {
         .unwrap()
         .wait()
         .unwrap();
-    assert_eq!(r.pairs[0].path, Path::HostCopy);
+    assert_eq!(r.pairs[0].path, DataPath::HostCopy);
     assert_eq!(bytes_of(&dst2), vec![1u8; 10]);
 }
 
@@ -938,7 +943,7 @@ fn tiny_bounce_budget_still_moves_unaligned_memory_correctly() {
         .unwrap()
         .wait()
         .unwrap();
-    assert_eq!(r.pairs[0].path, Path::PosixDirect);
+    assert_eq!(r.pairs[0].path, DataPath::PosixDirect);
     assert_eq!(&bytes_of(&dst)[3..], &data[..]);
 }
 
@@ -1059,17 +1064,17 @@ fn strict_posix_direct_refuses_a_pair_without_a_whole_block() {
         ))))
         .unwrap();
     let small = TransferRequest::write(vec![src.desc(0, 100)], vec![f.desc(1, 100)])
-        .accept([Path::PosixDirect]);
+        .accept([DataPath::PosixDirect]);
     match a.post(small) {
         Err(Error::PathNotAccepted { planned, .. }) => {
-            assert_eq!(planned, Some(Path::PosixBuffered))
+            assert_eq!(planned, Some(DataPath::PosixBuffered))
         }
         other => panic!("expected PathNotAccepted, got {other:?}"),
     }
     let whole = TransferRequest::write(vec![src.desc(0, 2 * block)], vec![f.desc(0, 2 * block)])
-        .accept([Path::PosixDirect]);
+        .accept([DataPath::PosixDirect]);
     let r = a.post(whole).unwrap().wait().unwrap();
-    assert_eq!(r.pairs[0].path, Path::PosixDirect);
+    assert_eq!(r.pairs[0].path, DataPath::PosixDirect);
 }
 
 /// A file registered by its descriptor (`Memory::OpenFile`) is read and written through it,

@@ -18,7 +18,7 @@
 //!
 //! Compatibility mode is cuFile's own POSIX fallback through its bounce buffers; gdpath's staged
 //! path (`file-gpu`) is that same mechanism with more requests in flight, so it is planned first
-//! and compat mode is taken only when asked for (`TransferRequest::accept([Path::GdsCompat])`,
+//! and compat mode is taken only when asked for (`TransferRequest::accept([DataPath::GdsCompat])`,
 //! `gdpath bench storage --path compat`).
 
 use super::cuda::{gpu_buffer, memory::cuda_err};
@@ -29,7 +29,7 @@ use crate::error::{Error, Result};
 use crate::finding::ids;
 use crate::gds::{decide, CufileSettings, DriverView, GdsDecision, GdsFacts, GdsMode};
 use crate::memory::MemoryClass;
-use crate::path::Path;
+use crate::path::DataPath;
 use crate::region::{BackendHandle, Descriptor, Region};
 use crate::transfer::{Op, WorkItem};
 use gdpath_cuda::{CuFileDriver, CuFileHandle, CudaError, DeviceBuffer};
@@ -156,10 +156,10 @@ impl CufileBackend {
         ))
     }
 
-    fn path(&self) -> Path {
+    fn path(&self) -> DataPath {
         match self.mode {
-            GdsMode::Native => Path::GdsNative,
-            GdsMode::Compat => Path::GdsCompat,
+            GdsMode::Native => DataPath::GdsNative,
+            GdsMode::Compat => DataPath::GdsCompat,
         }
     }
 

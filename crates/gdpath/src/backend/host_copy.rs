@@ -7,7 +7,7 @@ use super::{Backend, Capability, PlanChoice, Preference, Refusal};
 use crate::blocks::{BatchReport, CopyMethod};
 use crate::memory::MemoryClass;
 use crate::os::mem::HostMem;
-use crate::path::Path;
+use crate::path::DataPath;
 use crate::region::{Descriptor, Region};
 use crate::transfer::{Op, WorkItem};
 
@@ -28,14 +28,14 @@ impl Backend for HostCopy {
             Capability::both(
                 MemoryClass::Host,
                 MemoryClass::Host,
-                Path::HostCopy,
+                DataPath::HostCopy,
                 Preference::Preferred,
             ),
             // A peer's shared host memory on this node (refused otherwise: UCX takes the pair).
             Capability::both(
                 MemoryClass::Host,
                 MemoryClass::Remote,
-                Path::HostCopy,
+                DataPath::HostCopy,
                 Preference::Preferred,
             ),
         ]
@@ -52,7 +52,7 @@ impl Backend for HostCopy {
             detail,
         };
         match (host_side(&local.region), host_side(&target.region)) {
-            (Some(Ok(_)), Some(Ok(_))) => Ok(PlanChoice::on(Path::HostCopy)),
+            (Some(Ok(_)), Some(Ok(_))) => Ok(PlanChoice::on(DataPath::HostCopy)),
             (Some(Err(e)), _) | (_, Some(Err(e))) => Err(refuse(e.to_string())),
             _ => Err(refuse(
                 "both sides must be host memory (a peer's only when it shares it on this node)"

@@ -1,6 +1,6 @@
 //! Backends: the code that moves bytes for a pair of memory kinds.
 //!
-//! A backend declares [`Capability`]s (memory-kind pairs it serves, the [`Path`] it produces,
+//! A backend declares [`Capability`]s (memory-kind pairs it serves, the [`DataPath`] it produces,
 //! whether that path is the preferred one or a fallback), accepts or refuses each descriptor pair
 //! at planning time ([`Backend::plan`], a refusal names a finding id), and executes planned
 //! [`WorkItem`]s ([`Backend::submit`]). Completion is reported per item with
@@ -29,7 +29,7 @@ pub use split::SplitItem;
 use crate::error::Result;
 use crate::finding::FindingId;
 use crate::memory::{Memory, MemoryClass};
-use crate::path::Path;
+use crate::path::DataPath;
 use crate::region::{Descriptor, Region};
 use crate::transfer::Op;
 pub use network::{NetworkBackend, NotificationHook};
@@ -76,7 +76,7 @@ pub struct Capability {
     /// Operations served.
     pub ops: Vec<Op>,
     /// The path this capability produces.
-    pub path: Path,
+    pub path: DataPath,
     /// Whether the planner tries it first or after the preferred ones.
     pub preference: Preference,
 }
@@ -86,7 +86,7 @@ impl Capability {
     pub fn both(
         local: MemoryClass,
         target: MemoryClass,
-        path: Path,
+        path: DataPath,
         preference: Preference,
     ) -> Self {
         Capability {
@@ -104,7 +104,7 @@ impl Capability {
 #[derive(Debug, Clone, PartialEq)]
 pub struct PlanChoice {
     /// The path the backend will take.
-    pub path: Path,
+    pub path: DataPath,
     /// The finding that says why the path is degraded; `None` when it is not.
     pub finding: Option<FindingId>,
     /// The evidence behind `finding` (e.g. why P2P is impossible between two GPUs).
@@ -113,7 +113,7 @@ pub struct PlanChoice {
 
 impl PlanChoice {
     /// The path, not degraded.
-    pub fn on(path: Path) -> Self {
+    pub fn on(path: DataPath) -> Self {
         PlanChoice {
             path,
             finding: None,

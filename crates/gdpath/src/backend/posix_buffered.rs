@@ -8,7 +8,7 @@ use crate::config::StorageConfig;
 use crate::finding::ids;
 use crate::memory::MemoryClass;
 use crate::os::mem::HostMem;
-use crate::path::Path;
+use crate::path::DataPath;
 use crate::region::{Descriptor, DirectStatus, Region};
 use crate::transfer::{Op, WorkItem};
 use crossbeam_channel::{Receiver, Sender};
@@ -114,7 +114,7 @@ impl Backend for PosixBuffered {
         vec![Capability::both(
             MemoryClass::Host,
             MemoryClass::File,
-            Path::PosixBuffered,
+            DataPath::PosixBuffered,
             Preference::Fallback,
         )]
     }
@@ -137,7 +137,7 @@ impl Backend for PosixBuffered {
                 detail: "target is not a file".into(),
             });
         };
-        let mut choice = PlanChoice::on(Path::PosixBuffered);
+        let mut choice = PlanChoice::on(DataPath::PosixBuffered);
         // The finding for a fallback comes from the preferred backend's refusal; when this
         // backend is used for a file that was switched to buffered I/O, say so as well.
         if file.direct_status() == DirectStatus::Disabled {

@@ -25,7 +25,7 @@ use crate::finding::ids;
 use crate::memory::{host_alloc_error, MemoryClass, HOST_ALIGN};
 use crate::os::mem::{AlignedBuf, HostMem, RangeError};
 use crate::os::uring::{Dir, Done, IoMem, Ring};
-use crate::path::Path;
+use crate::path::DataPath;
 use crate::region::{Descriptor, DirectStatus, Region};
 use crate::transfer::{Op, WorkItem};
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
@@ -117,7 +117,7 @@ impl Backend for PosixDirect {
         vec![Capability::both(
             MemoryClass::Host,
             MemoryClass::File,
-            Path::PosixDirect,
+            DataPath::PosixDirect,
             Preference::Preferred,
         )]
     }
@@ -154,9 +154,9 @@ impl Backend for PosixDirect {
                 if target.len == 0
                     || holds_whole_block(target.offset, target.len, file.cache_block())
                 {
-                    Path::PosixDirect
+                    DataPath::PosixDirect
                 } else {
-                    Path::PosixBuffered
+                    DataPath::PosixBuffered
                 },
             )),
             DirectStatus::Refused => Err(Refusal::because(

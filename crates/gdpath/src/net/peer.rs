@@ -120,7 +120,7 @@ impl Peer {
     }
 
     /// The UCX transport(s) that move host memory to and from this peer (`tcp`, `sysv+cma`,
-    /// ...), as transfer reports name them in `Path::Ucx { transport }`; packed writes over
+    /// ...), as transfer reports name them in `DataPath::Ucx { transport }`; packed writes over
     /// tcp report `tcp (packed writes)`.
     pub fn transport(&self) -> String {
         self.link.transport()

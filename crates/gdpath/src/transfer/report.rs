@@ -4,7 +4,7 @@
 use crate::blocks::BatchReport;
 use crate::error::Error;
 use crate::finding::FindingId;
-use crate::path::Path;
+use crate::path::DataPath;
 use serde::Serialize;
 use std::time::Duration;
 
@@ -16,7 +16,7 @@ pub struct PairReport {
     /// Bytes moved (the pair's length).
     pub bytes: u64,
     /// The path that moved the bytes.
-    pub path: Path,
+    pub path: DataPath,
     /// Why the preferred path was not used, when it was not.
     pub finding: Option<FindingId>,
     /// From the backend starting the pair's first I/O to its last completion.
@@ -74,8 +74,8 @@ impl TransferReport {
         crate::units::gbps(self.bytes, self.elapsed)
     }
     /// The distinct paths taken, in first-use order.
-    pub fn paths(&self) -> Vec<Path> {
-        let mut out: Vec<Path> = Vec::new();
+    pub fn paths(&self) -> Vec<DataPath> {
+        let mut out: Vec<DataPath> = Vec::new();
         for p in &self.pairs {
             if !out.contains(&p.path) {
                 out.push(p.path.clone());

@@ -2,7 +2,7 @@
 //! notification; and the planner's choice per pair.
 
 use crate::finding::FindingId;
-use crate::path::Path;
+use crate::path::DataPath;
 use crate::region::Descriptor;
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -41,7 +41,7 @@ pub struct TransferRequest {
     /// post, before any byte moves, with [`Error::PathNotAccepted`].
     ///
     /// [`Error::PathNotAccepted`]: crate::Error::PathNotAccepted
-    pub accept: Option<Vec<Path>>,
+    pub accept: Option<Vec<DataPath>>,
     /// Strict mode without naming paths: every pair must take its preferred path, planned
     /// without a finding (no fallback, nothing degraded such as pageable host memory), or the
     /// request fails at post with [`Error::PathNotAccepted`] (its `accepted` list empty,
@@ -84,7 +84,7 @@ impl TransferRequest {
         Self::new(Op::Write, local, target)
     }
     /// Accept only these paths (strict mode).
-    pub fn accept(mut self, paths: impl IntoIterator<Item = Path>) -> Self {
+    pub fn accept(mut self, paths: impl IntoIterator<Item = DataPath>) -> Self {
         self.accept = Some(paths.into_iter().collect());
         self
     }
@@ -133,7 +133,7 @@ pub struct PlannedPair {
     /// The backend that will move the pair.
     pub backend: &'static str,
     /// The path it will take.
-    pub path: Path,
+    pub path: DataPath,
     /// Set when the preferred path was not taken (or the path is degraded): the finding that
     /// says why, as `gdpath doctor` reports it.
     pub finding: Option<FindingId>,

@@ -4,7 +4,7 @@
 use super::{PairReport, PlannedPair};
 use crate::blocks::BatchReport;
 use crate::error::{Error, Result};
-use crate::path::Path;
+use crate::path::DataPath;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -85,7 +85,7 @@ impl TransferShared {
         index: usize,
         result: Result<u64>,
         elapsed: Duration,
-        taken: Option<Path>,
+        taken: Option<DataPath>,
         batch: Option<BatchReport>,
         now: Instant,
     ) {

@@ -4,7 +4,7 @@
 use super::{Op, TransferShared};
 use crate::blocks::{BatchReport, BlockList, CopyMethod};
 use crate::error::{Error, Result};
-use crate::path::Path;
+use crate::path::DataPath;
 use crate::region::{Descriptor, UseGuard};
 use std::fmt;
 use std::sync::{Arc, OnceLock};
@@ -138,7 +138,7 @@ impl WorkItem {
         self.op
     }
     /// The planned path (kept once, in the transfer's plan).
-    pub fn path(&self) -> &Path {
+    pub fn path(&self) -> &DataPath {
         &self.shared.plans[self.index].path
     }
     /// The local descriptor (bounds already checked against its region).
@@ -188,13 +188,18 @@ impl WorkItem {
     /// As [`WorkItem::complete`], with the path the backend observed the bytes take when it
     /// is more precise than the planned one (the network backend learns UCX's protocol only
     /// once the operation runs). The pair's report carries `taken`; the plan keeps its path.
-    pub fn complete_on(mut self, result: Result<u64>, taken: Path) {
+    pub fn complete_on(mut self, result: Result<u64>, taken: DataPath) {
         self.report(result, Some(taken));
     }
 
     /// As [`WorkItem::complete`] / [`WorkItem::complete_on`], with the completion instant read
     /// by the caller: a backend completing many pairs at once reads the clock once.
-    pub(crate) fn complete_at(mut self, result: Result<u64>, taken: Option<Path>, now: Instant) {
+    pub(crate) fn complete_at(
+        mut self,
+        result: Result<u64>,
+        taken: Option<DataPath>,
+        now: Instant,
+    ) {
         self.report_at(result, taken, now);
     }
 
@@ -214,20 +219,20 @@ impl WorkItem {
         self.report_batch_at(result, None, Some(batch), now);
     }
 
-    fn report(&mut self, result: Result<u64>, taken: Option<Path>) {
+    fn report(&mut self, result: Result<u64>, taken: Option<DataPath>) {
         // One clock read serves the pair's elapsed time and, for the last pair, the
         // transfer's end.
         self.report_at(result, taken, Instant::now());
     }
 
-    fn report_at(&mut self, result: Result<u64>, taken: Option<Path>, now: Instant) {
+    fn report_at(&mut self, result: Result<u64>, taken: Option<DataPath>, now: Instant) {
         self.report_batch_at(result, taken, None, now);
     }
 
     fn report_batch_at(
         &mut self,
         result: Result<u64>,
-        taken: Option<Path>,
+        taken: Option<DataPath>,
         batch: Option<BatchReport>,
         now: Instant,
     ) {

@@ -2,7 +2,7 @@
 //! on first use), the driver facts that choose NVLink vs PCIe, peer access, and a pool of
 //! streams per GPU.
 
-use crate::path::Path;
+use crate::path::DataPath;
 use gdpath_cuda::{enable_peer_access, BlockCopier, BlockCopy, Context, Cuda, CudaError, Stream};
 use gdpath_topo::facts::DriverFacts;
 use std::collections::HashMap;
@@ -12,7 +12,7 @@ use std::sync::{Mutex, MutexGuard, OnceLock};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum PeerLink {
     /// `cuDeviceCanAccessPeer` is 1 both ways: the P2P path (NVLink or PCIe).
-    Possible(Path),
+    Possible(DataPath),
     /// Not possible; the text is the evidence (the driver call and its answer, or its error).
     Impossible(String),
 }
@@ -126,7 +126,7 @@ impl Gpus {
         }
         let nvlinks = || self.facts().map(|f| f.nvlink_count(a, b)).unwrap_or(0);
         match super::gpu_pair_path(access, nvlinks) {
-            Some(path @ (Path::P2pNvlink | Path::P2pPcie)) => PeerLink::Possible(path),
+            Some(path @ (DataPath::P2pNvlink | DataPath::P2pPcie)) => PeerLink::Possible(path),
             // Staged: a direction answered 0, which `refused` names.
             _ => PeerLink::Impossible(refused.unwrap_or_default()),
         }

@@ -14,7 +14,7 @@ use crate::blocks::{BatchReport, CopyMethod};
 use crate::error::{Error, Result};
 use crate::memory::MemoryKind;
 use crate::os::mem::HostMem;
-use crate::path::Path;
+use crate::path::DataPath;
 use crate::region::{Descriptor, Region};
 use crate::transfer::WorkItem;
 use gdpath_cuda::{
@@ -298,7 +298,7 @@ impl Shared {
         &self,
         src: &End<'_>,
         dst: &End<'_>,
-        path: &Path,
+        path: &DataPath,
         forced: Option<CopyMethod>,
         descriptors: u64,
         t0: Instant,
@@ -316,7 +316,7 @@ impl Shared {
         let slot = &mut *lease;
         let (pageable, staged) = (
             matches!(src, End::Pageable { .. }) || matches!(dst, End::Pageable { .. }),
-            *path == Path::Staged,
+            *path == DataPath::Staged,
         );
         if let (Some(s), Some(d)) = (src.device(), dst.device()) {
             if s.ordinal() != d.ordinal() && !staged {

@@ -46,7 +46,7 @@ use crate::config::GpuConfig;
 use crate::error::{Error, Result};
 use crate::finding::ids;
 use crate::memory::{Memory, MemoryClass, MemoryKind};
-use crate::path::Path;
+use crate::path::DataPath;
 use crate::region::{BackendHandle, Descriptor, ForeignMemory, Region};
 use crate::transfer::{Op, WorkItem};
 use devices::{Gpus, PeerLink};
@@ -185,10 +185,10 @@ impl Shared {
         match (src.region.kind(), dst.region.kind()) {
             (MemoryKind::Gpu { ordinal: a }, MemoryKind::Gpu { ordinal: b }) => {
                 if a == b {
-                    return Ok(PlanChoice::on(Path::DeviceLocal));
+                    return Ok(PlanChoice::on(DataPath::DeviceLocal));
                 }
                 let staged = |finding: &str, detail: String| PlanChoice {
-                    path: Path::Staged,
+                    path: DataPath::Staged,
                     finding: Some(finding.into()),
                     detail: Some(detail),
                 };
@@ -202,18 +202,18 @@ impl Shared {
                 }
             }
             (MemoryKind::Host { .. }, MemoryKind::Gpu { .. }) => {
-                Ok(host_choice(Path::HostToDevice {
+                Ok(host_choice(DataPath::HostToDevice {
                     pinned: is_pinned(&src.region),
                 }))
             }
             (MemoryKind::Gpu { .. }, MemoryKind::Host { .. }) => {
-                Ok(host_choice(Path::DeviceToHost {
+                Ok(host_choice(DataPath::DeviceToHost {
                     pinned: is_pinned(&dst.region),
                 }))
             }
             (MemoryKind::Gpu { ordinal }, MemoryKind::Remote { .. }) => {
                 match crate::backend::ucx::shm_import(&dst.region) {
-                    Some(Ok(imp)) => self.shm_choice(imp, Path::DeviceToHost { pinned: true }),
+                    Some(Ok(imp)) => self.shm_choice(imp, DataPath::DeviceToHost { pinned: true }),
                     Some(Err(e)) => Err(e.to_string()),
                     None => self.ipc_choice(*ordinal, &dst.region),
                 }
@@ -221,7 +221,7 @@ impl Shared {
             }
             (MemoryKind::Remote { .. }, MemoryKind::Gpu { ordinal }) => {
                 match crate::backend::ucx::shm_import(&src.region) {
-                    Some(Ok(imp)) => self.shm_choice(imp, Path::HostToDevice { pinned: true }),
+                    Some(Ok(imp)) => self.shm_choice(imp, DataPath::HostToDevice { pinned: true }),
                     Some(Err(e)) => Err(e.to_string()),
                     None => self.ipc_choice(*ordinal, &src.region),
                 }
@@ -258,7 +258,7 @@ impl Shared {
         })?;
         imp.mapping(&self.gpus, gpu)?;
         if theirs == gpu {
-            return Ok(PlanChoice::on(Path::DeviceLocal));
+            return Ok(PlanChoice::on(DataPath::DeviceLocal));
         }
         match self.gpus.peer_link(gpu, theirs) {
             PeerLink::Possible(_) if !self.cfg.p2p => {
@@ -275,7 +275,7 @@ impl Shared {
     fn shm_choice(
         &self,
         imp: &crate::backend::shm::ShmImport,
-        path: Path,
+        path: DataPath,
     ) -> std::result::Result<PlanChoice, String> {
         self.shm_pinned(imp)?;
         Ok(PlanChoice::on(path))
@@ -343,7 +343,7 @@ impl Shared {
             Stop::Engine(e) => e,
         };
         match item.path() {
-            Path::P2pNvlink | Path::P2pPcie | Path::DeviceLocal => {
+            DataPath::P2pNvlink | DataPath::P2pPcie | DataPath::DeviceLocal => {
                 let gpu = match item.local().region.kind() {
                     MemoryKind::Gpu { ordinal } => Some(*ordinal),
                     _ => None,
@@ -365,25 +365,25 @@ impl Shared {
                 let (so, dof) = (so + *sb as usize, dof + *db as usize);
                 direct::peer(&self.gpus, s, so, d, dof, len).map_err(&fail)?;
             }
-            Path::Staged => {
+            DataPath::Staged => {
                 let (s, d) = (dev(src)?, dev(dst)?);
                 self.staged(s, so, d, dof, len, &stop).map_err(stopped)?;
             }
-            Path::HostToDevice { pinned: true } => {
+            DataPath::HostToDevice { pinned: true } => {
                 let d = dev(dst)?;
                 self.end(src, None)?
                     .with_host(|h| direct::h2d_pinned(&self.gpus, h, so, d, dof, len))
                     .map_err(&fail)?;
             }
-            Path::DeviceToHost { pinned: true } => {
+            DataPath::DeviceToHost { pinned: true } => {
                 let s = dev(src)?;
                 self.end(dst, None)?
                     .with_host(|h| direct::d2h_pinned(&self.gpus, s, so, h, dof, len))
                     .map_err(&fail)?;
             }
-            Path::HostToDevice { pinned: false } | Path::DeviceToHost { pinned: false } => {
+            DataPath::HostToDevice { pinned: false } | DataPath::DeviceToHost { pinned: false } => {
                 let (host, gpu, hoff, goff, dir) = match item.path() {
-                    Path::HostToDevice { .. } => (src, dst, so, dof, Dir::HostToDevice),
+                    DataPath::HostToDevice { .. } => (src, dst, so, dof, Dir::HostToDevice),
                     _ => (dst, src, dof, so, Dir::DeviceToHost),
                 };
                 let g = dev(gpu)?;
@@ -426,17 +426,19 @@ fn dev(d: &Descriptor) -> Result<&gdpath_cuda::DeviceBuffer> {
 }
 
 /// Pinned paths when the host side is page-locked, else the staging path with its finding.
-fn host_choice(path: Path) -> PlanChoice {
+fn host_choice(path: DataPath) -> PlanChoice {
     match path {
-        Path::HostToDevice { pinned: false } | Path::DeviceToHost { pinned: false } => PlanChoice {
-            path,
-            finding: Some(ids::HOST_PAGEABLE.into()),
-            detail: Some(format!(
-                "host memory is pageable: copied through pinned bounce buffers (gdpath's \
+        DataPath::HostToDevice { pinned: false } | DataPath::DeviceToHost { pinned: false } => {
+            PlanChoice {
+                path,
+                finding: Some(ids::HOST_PAGEABLE.into()),
+                detail: Some(format!(
+                    "host memory is pageable: copied through pinned bounce buffers (gdpath's \
                  pipeline from {} MiB, the driver's own below)",
-                pageable::DRIVER_BELOW >> 20
-            )),
-        },
+                    pageable::DRIVER_BELOW >> 20
+                )),
+            }
+        }
         p => PlanChoice::on(p),
     }
 }
@@ -471,84 +473,84 @@ impl Backend for CudaBackend {
             preference,
         };
         vec![
-            Capability::both(Gpu, Gpu, Path::P2pNvlink, Preference::Preferred),
-            Capability::both(Gpu, Gpu, Path::P2pPcie, Preference::Preferred),
-            Capability::both(Gpu, Gpu, Path::DeviceLocal, Preference::Preferred),
-            Capability::both(Gpu, Gpu, Path::Staged, Preference::Fallback),
+            Capability::both(Gpu, Gpu, DataPath::P2pNvlink, Preference::Preferred),
+            Capability::both(Gpu, Gpu, DataPath::P2pPcie, Preference::Preferred),
+            Capability::both(Gpu, Gpu, DataPath::DeviceLocal, Preference::Preferred),
+            Capability::both(Gpu, Gpu, DataPath::Staged, Preference::Fallback),
             // A peer's GPU memory on this node, through CUDA IPC (refused otherwise: the
             // network backend takes the pair).
-            Capability::both(Gpu, Remote, Path::DeviceLocal, Preference::Preferred),
-            Capability::both(Gpu, Remote, Path::P2pNvlink, Preference::Preferred),
-            Capability::both(Gpu, Remote, Path::P2pPcie, Preference::Preferred),
+            Capability::both(Gpu, Remote, DataPath::DeviceLocal, Preference::Preferred),
+            Capability::both(Gpu, Remote, DataPath::P2pNvlink, Preference::Preferred),
+            Capability::both(Gpu, Remote, DataPath::P2pPcie, Preference::Preferred),
             // A peer's shared host memory on this node (refused otherwise, as above).
             one(
                 Gpu,
                 Remote,
                 Op::Write,
-                Path::DeviceToHost { pinned: true },
+                DataPath::DeviceToHost { pinned: true },
                 Preference::Preferred,
             ),
             one(
                 Gpu,
                 Remote,
                 Op::Read,
-                Path::HostToDevice { pinned: true },
+                DataPath::HostToDevice { pinned: true },
                 Preference::Preferred,
             ),
             one(
                 Host,
                 Gpu,
                 Op::Write,
-                Path::HostToDevice { pinned: true },
+                DataPath::HostToDevice { pinned: true },
                 Preference::Preferred,
             ),
             one(
                 Host,
                 Gpu,
                 Op::Write,
-                Path::HostToDevice { pinned: false },
+                DataPath::HostToDevice { pinned: false },
                 Preference::Fallback,
             ),
             one(
                 Host,
                 Gpu,
                 Op::Read,
-                Path::DeviceToHost { pinned: true },
+                DataPath::DeviceToHost { pinned: true },
                 Preference::Preferred,
             ),
             one(
                 Host,
                 Gpu,
                 Op::Read,
-                Path::DeviceToHost { pinned: false },
+                DataPath::DeviceToHost { pinned: false },
                 Preference::Fallback,
             ),
             one(
                 Gpu,
                 Host,
                 Op::Write,
-                Path::DeviceToHost { pinned: true },
+                DataPath::DeviceToHost { pinned: true },
                 Preference::Preferred,
             ),
             one(
                 Gpu,
                 Host,
                 Op::Write,
-                Path::DeviceToHost { pinned: false },
+                DataPath::DeviceToHost { pinned: false },
                 Preference::Fallback,
             ),
             one(
                 Gpu,
                 Host,
                 Op::Read,
-                Path::HostToDevice { pinned: true },
+                DataPath::HostToDevice { pinned: true },
                 Preference::Preferred,
             ),
             one(
                 Gpu,
                 Host,
                 Op::Read,
-                Path::HostToDevice { pinned: false },
+                DataPath::HostToDevice { pinned: false },
                 Preference::Fallback,
             ),
         ]
@@ -608,14 +610,14 @@ impl Backend for CudaBackend {
 
 /// Whether a path is one copy engines or the copy kernel take directly, so that pairs on it
 /// can be batched into one list.
-fn batchable(path: &Path) -> bool {
+fn batchable(path: &DataPath) -> bool {
     matches!(
         path,
-        Path::P2pNvlink
-            | Path::P2pPcie
-            | Path::DeviceLocal
-            | Path::HostToDevice { pinned: true }
-            | Path::DeviceToHost { pinned: true }
+        DataPath::P2pNvlink
+            | DataPath::P2pPcie
+            | DataPath::DeviceLocal
+            | DataPath::HostToDevice { pinned: true }
+            | DataPath::DeviceToHost { pinned: true }
     )
 }
 

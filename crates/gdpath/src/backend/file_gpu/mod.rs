@@ -27,7 +27,7 @@ use crate::config::GdsConfig;
 use crate::error::{Error, Result};
 use crate::finding::ids;
 use crate::memory::MemoryClass;
-use crate::path::Path;
+use crate::path::DataPath;
 use crate::region::{Descriptor, DirectStatus, FileRegion};
 use crate::transfer::{Op, WorkItem};
 use gdpath_cuda::{Context, CudaError, DeviceBuffer, PinnedHostBuffer, Stream};
@@ -149,7 +149,7 @@ impl FileGpu {
             detail: format!("region {} is not a file", file_d.region.id()),
         })?;
         let direct = match item.path() {
-            Path::PosixDirect => file.direct_file(),
+            DataPath::PosixDirect => file.direct_file(),
             _ => None,
         };
         let job = Job {
@@ -443,9 +443,9 @@ fn pwrite(f: &File, buf: &[u8], off: u64) -> std::io::Result<()> {
 /// the finding that says why.
 pub(crate) fn staged_choice(file: &FileRegion) -> PlanChoice {
     match file.direct_status() {
-        DirectStatus::Enabled => PlanChoice::on(Path::PosixDirect),
+        DirectStatus::Enabled => PlanChoice::on(DataPath::PosixDirect),
         DirectStatus::Refused => PlanChoice {
-            path: Path::PosixBuffered,
+            path: DataPath::PosixBuffered,
             finding: Some(ids::STORAGE_ODIRECT_UNSUPPORTED.into()),
             detail: Some(format!(
                 "{}: the file system refused O_DIRECT at open",
@@ -453,7 +453,7 @@ pub(crate) fn staged_choice(file: &FileRegion) -> PlanChoice {
             )),
         },
         DirectStatus::Disabled => PlanChoice {
-            path: Path::PosixBuffered,
+            path: DataPath::PosixBuffered,
             finding: Some(ids::STORAGE_ODIRECT_DISABLED.into()),
             detail: Some(format!("{}: O_DIRECT switched off", file.path().display())),
         },
@@ -484,13 +484,13 @@ impl Backend for FileGpu {
             v.push(Capability::both(
                 l,
                 t,
-                Path::PosixDirect,
+                DataPath::PosixDirect,
                 Preference::Fallback,
             ));
             v.push(Capability::both(
                 l,
                 t,
-                Path::PosixBuffered,
+                DataPath::PosixBuffered,
                 Preference::Fallback,
             ));
         }

@@ -10,7 +10,7 @@ use super::ucx_err;
 use crate::backend::cuda::gpu_buffer;
 use crate::error::{Error, Result};
 use crate::net::codec::Message;
-use crate::path::Path;
+use crate::path::DataPath;
 use crate::region::{Region, UseGuard};
 use crate::transfer::WorkItem;
 use gdpath_ucx::Request;
@@ -74,7 +74,7 @@ pub(super) struct Slot {
     /// The pinned staging buffer of a GPU pair when UCX cannot move GPU memory itself.
     pub(super) stage: Option<Stage>,
     /// The path UCX said it runs the operation on (GPU memory only; see [`observed_path`]).
-    pub(super) taken: Option<Path>,
+    pub(super) taken: Option<DataPath>,
     /// Packed writes: the acknowledgements still needed (one per piece, [`PACK_PIECE_MAX`]).
     pub(super) pieces: u32,
 }
@@ -104,7 +104,7 @@ pub(super) struct Batch {
 }
 
 /// Completes `item`; `now` is the poll's clock read, made at its first completion.
-fn finish(item: WorkItem, r: Result<u64>, taken: Option<Path>, now: &mut Option<Instant>) {
+fn finish(item: WorkItem, r: Result<u64>, taken: Option<DataPath>, now: &mut Option<Instant>) {
     item.complete_at(r, taken, *now.get_or_insert_with(Instant::now));
 }
 

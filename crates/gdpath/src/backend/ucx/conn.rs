@@ -9,7 +9,7 @@ use super::tcp::{FrameReader, ReadError};
 use crate::error::Error;
 use crate::net::codec::RegionMeta;
 use crate::net::protocol::{self, Role};
-use crate::path::Path;
+use crate::path::DataPath;
 use crate::region::{Region, RegionInner};
 use gdpath_ucx::{Endpoint, MemType, Request};
 use std::io::ErrorKind;
@@ -23,14 +23,14 @@ pub(crate) struct Link {
     pub(crate) proto: protocol::Conn,
     /// This agent's regions made from the peer's regions, to mark when they are withdrawn.
     tracked: Vec<(u64, Weak<RegionInner>)>,
-    /// The UCX transport(s) of put/get on host memory, as `Path::Ucx { transport }` names them.
+    /// The UCX transport(s) of put/get on host memory, as `DataPath::Ucx { transport }` names them.
     transport: Arc<str>,
     /// Host memory moves over tcp, where every UCX put is a message with an acknowledgement:
     /// host writes of at most this many bytes go as this agent's own packed `Writes` messages
     /// instead (`packed`, [`crate::net::pack_limit`]); 0: none.
     pack_max: u64,
     /// The planned path of GPU memory ([`PeerConn::planned_path`]), from the endpoint's lanes.
-    gpu_path: Path,
+    gpu_path: DataPath,
     /// Client closing: the goodbye flush, until it completed and `Bye` went (or the connection
     /// ended, when it is kept until UCX ends it: dropping a pending request waits for it).
     pub(crate) goodbye: Option<Request>,
@@ -78,19 +78,19 @@ impl std::fmt::Debug for PeerConn {
 
 /// The GPU path of [`PeerConn::planned_path`] for an endpoint whose lanes use `lanes`
 /// (transport names, all memory types).
-pub(crate) fn gpu_path_of(lanes: &[String]) -> Path {
+pub(crate) fn gpu_path_of(lanes: &[String]) -> DataPath {
     if let Some(t) = super::RDMA_TRANSPORTS
         .iter()
         .find(|t| lanes.iter().any(|l| l == *t))
     {
-        return Path::Gdr {
+        return DataPath::Gdr {
             transport: (*t).into(),
         };
     }
     let mut names: Vec<&str> = lanes.iter().map(String::as_str).collect();
     names.sort_unstable();
     names.dedup();
-    Path::Ucx {
+    DataPath::Ucx {
         transport: if names.is_empty() {
             "unknown".into()
         } else {
@@ -152,7 +152,7 @@ impl PeerConn {
     ///   (e.g. `cma+cuda_ipc+posix+sysv`): the candidates, not a claim. Once an operation runs,
     ///   `ops` replaces it with what UCX says it chose (`ucp_request_query`;
     ///   `docs/network.md`).
-    pub(crate) fn planned_path(&self, gpu: bool) -> std::result::Result<Path, String> {
+    pub(crate) fn planned_path(&self, gpu: bool) -> std::result::Result<DataPath, String> {
         let g = lock(&self.inner);
         if let Some(why) = self.failure_in(&g) {
             return Err(why);
@@ -160,14 +160,14 @@ impl PeerConn {
         Ok(if gpu {
             g.gpu_path.clone()
         } else {
-            Path::Ucx {
+            DataPath::Ucx {
                 transport: g.transport.clone(),
             }
         })
     }
 
     /// Sets what the endpoint's lanes say, once connected.
-    pub(crate) fn set_paths(&self, transport: String, pack_max: u64, gpu_path: Path) {
+    pub(crate) fn set_paths(&self, transport: String, pack_max: u64, gpu_path: DataPath) {
         let mut g = lock(&self.inner);
         g.transport = transport.into();
         g.pack_max = pack_max;
@@ -186,7 +186,7 @@ impl PeerConn {
         lock(&self.inner).proto.is_ready() && self.ep.failure().is_none()
     }
 
-    /// The UCX transport(s) of put/get on host memory, as `Path::Ucx { transport }` names them.
+    /// The UCX transport(s) of put/get on host memory, as `DataPath::Ucx { transport }` names them.
     pub(crate) fn transport(&self) -> Arc<str> {
         lock(&self.inner).transport.clone()
     }
@@ -307,7 +307,7 @@ impl PeerConn {
     }
 }
 
-/// The transport(s) UCX uses for put/get of `mem` on `ep`, for `Path::Ucx { transport }`:
+/// The transport(s) UCX uses for put/get of `mem` on `ep`, for `DataPath::Ucx { transport }`:
 /// distinct transport names of the RMA lanes (or of the active-message lanes UCX emulates RMA
 /// with, as over `tcp`), joined with `+`; `unknown` if UCX does not say.
 pub(crate) fn rma_transport_name(ep: &Endpoint, mem: MemType) -> String {

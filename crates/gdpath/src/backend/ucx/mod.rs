@@ -42,7 +42,7 @@ pub(crate) use crate::net::devices::RDMA_TRANSPORTS;
 use crate::net::devices::{self, Need, Plan};
 use crate::net::protocol::Node;
 use crate::net::{NetConfig, NetEvent, Notification};
-use crate::path::Path;
+use crate::path::DataPath;
 use crate::region::{BackendHandle, Descriptor, ForeignMemory, Region};
 use crate::transfer::{Op, WorkItem};
 use gdpath_ucx::{
@@ -670,7 +670,7 @@ impl Backend for UcxBackend {
     }
 
     fn capabilities(&self) -> Vec<Capability> {
-        let any = || Path::Ucx {
+        let any = || DataPath::Ucx {
             transport: "any".into(),
         };
         vec![

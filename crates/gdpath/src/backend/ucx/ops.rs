@@ -37,7 +37,7 @@ use super::{ucx_err, RemoteMem, UcxBackend};
 use crate::backend::cuda::gpu_buffer;
 use crate::error::{Error, Result};
 use crate::net::codec::WireKind;
-use crate::path::Path;
+use crate::path::DataPath;
 use crate::region::{Region, RegionId};
 use crate::transfer::{group_items, Op, WorkItem};
 use gdpath_ucx::{MemHandle, MemType, ProtoInfo, Request};
@@ -82,7 +82,7 @@ pub(crate) struct Ops {
     /// The path UCX reported for earlier operations with the same [`ObservedKey`]: asked once
     /// (building UCX's description costs about a microsecond), and given to operations that
     /// finished at post, which have no request left to ask.
-    observed: std::collections::HashMap<ObservedKey, Path>,
+    observed: std::collections::HashMap<ObservedKey, DataPath>,
     /// When batch ages were last checked against the operation bound.
     checked: Option<Instant>,
     next_seq: u64,
@@ -494,8 +494,8 @@ fn post(
     started: Instant,
     cache: &mut PostCache,
     stages: &mut Stages,
-    observed: &mut std::collections::HashMap<ObservedKey, Path>,
-) -> Result<(Option<Request>, Option<Stage>, Option<Path>)> {
+    observed: &mut std::collections::HashMap<ObservedKey, DataPath>,
+) -> Result<(Option<Request>, Option<Stage>, Option<DataPath>)> {
     let rm = cache.live_remote(item)?;
     let (l, t) = (item.local(), item.target());
     let len = usize::try_from(l.len).map_err(|_| Error::Config("length above usize".into()))?;
@@ -596,13 +596,13 @@ fn post(
 ///   it: `Gdr`, the NIC reads or writes GPU memory itself;
 /// - otherwise `Ucx` with the transports named (`cuda_ipc` for NVLink/PCIe peer copies between
 ///   processes; `cuda_copy+rc_mlx5` for a host-staged pipeline).
-fn observed_path(info: &ProtoInfo) -> Option<Path> {
+fn observed_path(info: &ProtoInfo) -> Option<DataPath> {
     if info.transports.is_empty() {
         return None;
     }
     let joined = info.transports.join("+");
     if info.emulated {
-        return Some(Path::Ucx {
+        return Some(DataPath::Ucx {
             transport: format!("{joined} (software emulation)").into(),
         });
     }
@@ -612,10 +612,10 @@ fn observed_path(info: &ProtoInfo) -> Option<Path> {
         .iter()
         .find(|t| super::RDMA_RMA_TRANSPORTS.contains(&t.as_str()));
     match rma_nic {
-        Some(t) if !staged => Some(Path::Gdr {
+        Some(t) if !staged => Some(DataPath::Gdr {
             transport: t.as_str().into(),
         }),
-        _ => Some(Path::Ucx {
+        _ => Some(DataPath::Ucx {
             transport: joined.into(),
         }),
     }
@@ -625,7 +625,7 @@ fn observed_path(info: &ProtoInfo) -> Option<Path> {
 mod tests {
     use super::*;
 
-    fn p(transports: &[&str], emulated: bool) -> Option<Path> {
+    fn p(transports: &[&str], emulated: bool) -> Option<DataPath> {
         observed_path(&ProtoInfo {
             transports: transports.iter().map(|t| (*t).to_owned()).collect(),
             emulated,
@@ -635,7 +635,7 @@ mod tests {
     #[test]
     fn observed_paths() {
         let ucx = |t: &str| {
-            Some(Path::Ucx {
+            Some(DataPath::Ucx {
                 transport: t.into(),
             })
         };
@@ -645,7 +645,7 @@ mod tests {
         assert_eq!(p(&["rc_mlx5"], true), ucx("rc_mlx5 (software emulation)"));
         assert_eq!(
             p(&["rc_mlx5"], false),
-            Some(Path::Gdr {
+            Some(DataPath::Gdr {
                 transport: "rc_mlx5".into()
             })
         );

@@ -19,7 +19,7 @@ use super::ops::{remote_of, Ops, PostCache};
 use super::{lock, ucx_err, State, UcxBackend};
 use crate::error::{Error, Result};
 use crate::net::codec::{self, WritesStatus};
-use crate::path::Path;
+use crate::path::DataPath;
 use crate::region::{RegionId, UseGuard};
 use crate::transfer::WorkItem;
 use gdpath_ucx::AmPart;
@@ -66,7 +66,7 @@ impl Ops {
         transport: &str,
     ) {
         let mut batch = self.new_batch(&peer, &items, now, true);
-        let path = Path::Ucx {
+        let path = DataPath::Ucx {
             transport: format!("{transport} (packed writes)").into(),
         };
         let mut cache = PostCache::default();
