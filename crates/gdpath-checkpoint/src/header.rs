@@ -23,14 +23,16 @@ use std::path::Path;
 /// corruption; a real header is ~100 bytes per tensor.
 pub const MAX_HEADER_BYTES: u64 = 100_000_000;
 
-/// A tensor's length in bytes: `product(shape) × dtype size`, the dims multiplied in order and
-/// the dtype's size last; `None` when a product overflows 64 bits (a zero dim after an
-/// overflowing prefix still overflows). The one rule of the format's size that [`Header::read`]
+/// A tensor's length in bytes: `product(shape) × dtype bits / 8`, the dims multiplied in order
+/// and the dtype's width last; `None` when a product overflows 64 bits (a zero dim after an
+/// overflowing prefix still overflows) or when the bits are not whole bytes (an odd count of
+/// 4-bit `F4` elements; the `safetensors` crate refuses those as misaligned too). The one rule of the format's size that [`Header::read`]
 /// checks `data_offsets` against and [`crate::save()`] checks its tensors against, so that a
 /// save writes only what a load accepts.
 pub fn tensor_bytes(dtype: Dtype, shape: impl IntoIterator<Item = u64>) -> Option<u64> {
     let elements = shape.into_iter().try_fold(1u64, u64::checked_mul)?;
-    elements.checked_mul(dtype.size() as u64)
+    let bits = elements.checked_mul(dtype.bitsize() as u64)?;
+    (bits % 8 == 0).then_some(bits / 8)
 }
 
 /// One tensor of a checkpoint, as its header describes it, validated against the file.
