@@ -947,7 +947,8 @@ def _bytes_checkpoint(data: Any) -> Tuple["_native.Checkpoint", memoryview]:
     length (the rest a hole, which takes no memory), opened by its ``/proc/self/fd`` path."""
     view = memoryview(data).cast("B")
     if len(view) < 8:
-        return _open(b"/dev/null"), view  # raises the engine's "too short" error
+        raise SafetensorError(f"{len(view)} bytes: too short for a safetensors header (8 bytes "
+                              "of length, then the JSON)")
     n = int.from_bytes(view[:8], "little")
     fd = os.memfd_create("gdpath-safetensors", os.MFD_CLOEXEC)
     try:
