@@ -1,7 +1,7 @@
 //! Saving tensors as a safetensors checkpoint: the header as the `safetensors` package writes
 //! it, the data moved by the engine from GPU or host memory, the file replaced whole.
 //!
-//! Order and header (what `safetensors` 0.4's `serialize_to_file` does, so the files read
+//! Order and header (what `safetensors`' (0.4 to 0.8) `serialize_to_file` does, so the files read
 //! back the same with it): tensors sorted by dtype, largest alignment first, then by name; data
 //! laid out in that order without gaps; the JSON header compact, `__metadata__` first (its keys
 //! sorted here; the package's order is a hash map's), then the tensors in data order, padded
@@ -172,9 +172,7 @@ pub enum SaveError {
     #[error("tensor name {name:?} is reserved for the header's metadata")]
     ReservedName { name: String },
     /// `product(shape) × dtype size` overflows 64 bits.
-    #[error(
-        "tensor {name:?}: shape {shape:?} overflows 64-bit byte counts or is not whole bytes"
-    )]
+    #[error("tensor {name:?}: shape {shape:?} overflows 64-bit byte counts or is not whole bytes")]
     ShapeOverflow { name: String, shape: Vec<u64> },
     /// The tensor's byte count is not `product(shape) × dtype size`.
     #[error("tensor {name:?}: {dtype:?} {shape:?} needs {expected} bytes, {actual} given")]
