@@ -12,7 +12,7 @@
 //! file and is checked (overflow-safe) before it is used.
 
 use super::CheckpointError;
-use safetensors::tensor::{Metadata, TensorInfo};
+use safetensors::tensor::TensorInfo;
 use safetensors::Dtype;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -23,14 +23,16 @@ use std::path::Path;
 /// corruption; a real header is ~100 bytes per tensor.
 pub const MAX_HEADER_BYTES: u64 = 100_000_000;
 
-/// A tensor's length in bytes: `product(shape) × dtype size`, the dims multiplied in order and
-/// the dtype's size last; `None` when a product overflows 64 bits (a zero dim after an
-/// overflowing prefix still overflows). The one rule of the format's size that [`Header::read`]
+/// A tensor's length in bytes: `product(shape) × dtype bits / 8`, the dims multiplied in order
+/// and the dtype's width last; `None` when a product overflows 64 bits (a zero dim after an
+/// overflowing prefix still overflows) or when the bits are not whole bytes (an odd count of
+/// 4-bit `F4` elements; the `safetensors` crate refuses those as misaligned too). The one rule of the format's size that [`Header::read`]
 /// checks `data_offsets` against and [`crate::save()`] checks its tensors against, so that a
 /// save writes only what a load accepts.
 pub fn tensor_bytes(dtype: Dtype, shape: impl IntoIterator<Item = u64>) -> Option<u64> {
     let elements = shape.into_iter().try_fold(1u64, u64::checked_mul)?;
-    elements.checked_mul(dtype.size() as u64)
+    let bits = elements.checked_mul(dtype.bitsize() as u64)?;
+    (bits % 8 == 0).then_some(bits / 8)
 }
 
 /// One tensor of a checkpoint, as its header describes it, validated against the file.
@@ -152,32 +154,31 @@ impl Header {
                 });
             }
         }
-        // The `safetensors` crate's types give the dtype names and the entry schema.
-        let meta: Metadata = serde_json::from_str(text).map_err(|e| {
-            // Name the offending entry where one can be found.
-            let name = raw
-                .iter()
-                .find(|(k, v)| {
-                    *k != "__metadata__"
-                        && serde_json::from_value::<TensorInfo>((*v).clone()).is_err()
-                })
-                .map(|(k, _)| k.clone());
-            match name {
-                Some(name) => CheckpointError::BadEntry {
-                    message: serde_json::from_value::<TensorInfo>(raw[&name].clone())
-                        .err()
-                        .map(|e| e.to_string())
-                        .unwrap_or_default(),
-                    name,
-                },
-                None => CheckpointError::json(e),
+        // The `safetensors` crate's types give the dtype names and the entry schema, entry by
+        // entry: its whole-header type checks the offsets itself (since 0.6) with an untyped
+        // message, where the checks below name the tensors and the fault.
+        let bad = |name: &String, e: serde_json::Error| CheckpointError::BadEntry {
+            name: name.clone(),
+            message: e.to_string(),
+        };
+        let mut infos = Vec::with_capacity(raw.len());
+        let mut metadata: Vec<(String, String)> = Vec::new();
+        for (name, v) in &raw {
+            if name == "__metadata__" {
+                let m: std::collections::BTreeMap<String, String> =
+                    serde_json::from_value(v.clone()).map_err(|e| bad(name, e))?;
+                metadata = m.into_iter().collect();
+            } else {
+                let info: TensorInfo =
+                    serde_json::from_value(v.clone()).map_err(|e| bad(name, e))?;
+                infos.push((name.clone(), info));
             }
-        })?;
+        }
 
         let data_start = 8 + header_len;
         let data_avail = file_len.saturating_sub(data_start);
         let mut tensors = Vec::with_capacity(raw.len());
-        for (name, info) in meta.tensors() {
+        for (name, info) in infos {
             let (begin, end) = (info.data_offsets.0 as u64, info.data_offsets.1 as u64);
             if end < begin {
                 return Err(CheckpointError::ReversedRange { name, begin, end });
@@ -250,12 +251,6 @@ impl Header {
             cursor = t.file_range.end;
             prev = Some(t);
         }
-        let mut metadata: Vec<(String, String)> = meta
-            .metadata()
-            .as_ref()
-            .map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
-            .unwrap_or_default();
-        metadata.sort();
         Ok(Header {
             header_len,
             data_start,

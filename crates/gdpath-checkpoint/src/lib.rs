@@ -128,7 +128,7 @@ pub enum CheckpointError {
     #[error("tensor {name:?}: data_offsets [{begin}, {end}] end before they begin")]
     ReversedRange { name: String, begin: u64, end: u64 },
     /// The product of the shape (times the dtype size) overflows 64 bits.
-    #[error("tensor {name:?}: shape {shape:?} overflows 64-bit byte counts")]
+    #[error("tensor {name:?}: shape {shape:?} overflows 64-bit byte counts or is not whole bytes")]
     ShapeOverflow { name: String, shape: Vec<u64> },
     /// The byte range's length is not `product(shape) × dtype size`.
     #[error(

@@ -1,7 +1,7 @@
 //! Saving tensors as a safetensors checkpoint: the header as the `safetensors` package writes
 //! it, the data moved by the engine from GPU or host memory, the file replaced whole.
 //!
-//! Order and header (what `safetensors` 0.4's `serialize_to_file` does, so the files read
+//! Order and header (what `safetensors`' (0.4 to 0.8) `serialize_to_file` does, so the files read
 //! back the same with it): tensors sorted by dtype, largest alignment first, then by name; data
 //! laid out in that order without gaps; the JSON header compact, `__metadata__` first (its keys
 //! sorted here; the package's order is a hash map's), then the tensors in data order, padded
@@ -172,7 +172,7 @@ pub enum SaveError {
     #[error("tensor name {name:?} is reserved for the header's metadata")]
     ReservedName { name: String },
     /// `product(shape) × dtype size` overflows 64 bits.
-    #[error("tensor {name:?}: shape {shape:?} overflows 64-bit byte counts")]
+    #[error("tensor {name:?}: shape {shape:?} overflows 64-bit byte counts or is not whole bytes")]
     ShapeOverflow { name: String, shape: Vec<u64> },
     /// The tensor's byte count is not `product(shape) × dtype size`.
     #[error("tensor {name:?}: {dtype:?} {shape:?} needs {expected} bytes, {actual} given")]
@@ -567,12 +567,18 @@ mod tests {
     use crate::{Checkpoint, Destination, Header};
     use gdpath::{AgentConfig, HostBuffer, Memory};
 
-    const ALL: [Dtype; 15] = [
+    const ALL: [Dtype; 22] = [
         Dtype::BOOL,
+        Dtype::F4,
+        Dtype::F6_E2M3,
+        Dtype::F6_E3M2,
         Dtype::U8,
         Dtype::I8,
         Dtype::F8_E5M2,
         Dtype::F8_E4M3,
+        Dtype::F8_E8M0,
+        Dtype::F8_E4M3FNUZ,
+        Dtype::F8_E5M2FNUZ,
         Dtype::I16,
         Dtype::U16,
         Dtype::F16,
@@ -580,6 +586,7 @@ mod tests {
         Dtype::I32,
         Dtype::U32,
         Dtype::F32,
+        Dtype::C64,
         Dtype::F64,
         Dtype::I64,
         Dtype::U64,
@@ -592,12 +599,15 @@ mod tests {
     /// Tensors of every dtype and several shapes (scalar, zero-size, 3-D) in one host region,
     /// with the bytes each must have in the file.
     fn every_dtype(agent: &Agent) -> (Vec<SaveTensor>, Vec<(String, Vec<u8>)>) {
-        let shapes: [&[u64]; 4] = [&[3, 5], &[], &[0, 4], &[2, 1, 3]];
+        let shapes: [&[u64]; 5] = [&[3, 5], &[], &[0, 4], &[2, 1, 3], &[2, 4]];
         let mut data = Vec::new();
         let mut specs = Vec::new();
         for (i, dt) in ALL.iter().enumerate() {
             for (j, s) in shapes.iter().enumerate() {
-                let n = s.iter().product::<u64>() * dt.size() as u64;
+                // Sub-byte dtypes (F4, F6) take only the shapes that fill whole bytes.
+                let Some(n) = tensor_bytes(*dt, s.iter().copied()) else {
+                    continue;
+                };
                 let off = data.len() as u64;
                 data.extend((0..n).map(|k| (k as usize * 31 + i * 7 + j) as u8 | 1));
                 specs.push((format!("{dt:?}.{j}"), *dt, s.to_vec(), off, n));

@@ -330,7 +330,7 @@ fn synthetic_files_from_the_safetensors_crate() {
         .iter()
         .enumerate()
         .map(|(i, (_, d, s))| {
-            let n = s.iter().product::<usize>() * d.size();
+            let n = s.iter().product::<usize>() * (d.bitsize() / 8);
             (0..n).map(|k| (k * 7 + i) as u8).collect()
         })
         .collect();
@@ -346,7 +346,7 @@ fn synthetic_files_from_the_safetensors_crate() {
         .collect();
     let meta: std::collections::HashMap<String, String> = [("k".to_owned(), "v".to_owned())].into();
     let p = dir.path().join("synthetic.safetensors");
-    safetensors::serialize_to_file(views, &Some(meta), &p).unwrap();
+    safetensors::serialize_to_file(views, Some(meta), &p).unwrap();
     let bytes = std::fs::read(&p).unwrap();
 
     let h = Header::read(&p).unwrap();

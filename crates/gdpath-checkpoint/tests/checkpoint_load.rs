@@ -26,7 +26,7 @@ fn shard(dir: &Path, name: &str, prefix: &str, n: usize, seed: u8) -> PathBuf {
         .iter()
         .enumerate()
         .map(|(i, (_, d, s))| {
-            let len = s.iter().product::<usize>() * d.size();
+            let len = s.iter().product::<usize>() * (d.bitsize() / 8);
             (0..len)
                 .map(|k| (k as u8).wrapping_mul(31) ^ seed ^ i as u8)
                 .collect()
@@ -44,7 +44,7 @@ fn shard(dir: &Path, name: &str, prefix: &str, n: usize, seed: u8) -> PathBuf {
         .collect();
     let p = dir.join(name);
     let meta = std::collections::HashMap::from([("format".to_owned(), "pt".to_owned())]);
-    safetensors::serialize_to_file(views, &Some(meta), &p).unwrap();
+    safetensors::serialize_to_file(views, Some(meta), &p).unwrap();
     p
 }
 

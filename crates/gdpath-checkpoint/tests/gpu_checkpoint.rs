@@ -133,7 +133,7 @@ fn gpu_tensors_save_byte_exact() {
     ];
     let total: u64 = sizes
         .iter()
-        .map(|(d, s)| s.iter().product::<u64>() * d.size() as u64)
+        .map(|(d, s)| s.iter().product::<u64>() * (d.bitsize() / 8) as u64)
         .sum();
     let (g1, g2) = (
         a.register(Memory::Gpu {
@@ -158,7 +158,7 @@ fn gpu_tensors_save_byte_exact() {
     let mut expect = Vec::new();
     let mut off = 3u64; // unaligned in the GPU region on purpose
     for (i, (d, s)) in sizes.iter().enumerate() {
-        let n = s.iter().product::<u64>() * d.size() as u64;
+        let n = s.iter().product::<u64>() * (d.bitsize() / 8) as u64;
         let g = if i % 2 == 0 { &g1 } else { &g2 };
         tensors.push(SaveTensor::new(format!("t{i}"), *d, s.clone(), g, off));
         expect.push((

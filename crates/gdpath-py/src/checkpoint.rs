@@ -20,7 +20,9 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 
 /// One tensor of a checkpoint: `name`, `dtype` (the safetensors name: `F32`, `BF16`,
-/// `F8_E4M3`, ...), `shape`, `nbytes`, and `file` (its index in `Checkpoint.files`).
+/// `F8_E4M3`, `F4`, ...), `shape` (elements, as the header gives it), `nbytes`, `file` (its index
+/// in `Checkpoint.files`) and `offset` (where its bytes start in that file, bytes from the
+/// file's start: the header's `data_offsets` begin plus `8 + N`).
 #[pyclass(module = "gdpath._native", name = "TensorInfo", frozen, get_all)]
 pub struct TensorInfo {
     pub name: String,
@@ -28,6 +30,7 @@ pub struct TensorInfo {
     pub shape: Vec<u64>,
     pub nbytes: u64,
     pub file: usize,
+    pub offset: u64,
 }
 
 #[pymethods]
@@ -97,6 +100,7 @@ impl Checkpoint {
                     shape: t.shape.clone(),
                     nbytes: t.bytes(),
                     file: i,
+                    offset: t.file_range.start,
                 })
             })
             .collect()
@@ -195,6 +199,7 @@ impl Checkpoint {
                     shape: t.shape.clone(),
                     nbytes: t.bytes(),
                     file: t.file,
+                    offset: t.file_range.start,
                 })
                 .collect(),
             addrs: loaded.tensors.iter().map(|t| t.addr).collect(),
@@ -367,6 +372,7 @@ impl Loaded {
                         shape: t.shape.clone(),
                         nbytes: t.nbytes,
                         file: t.file,
+                        offset: t.offset,
                     },
                 )
             })

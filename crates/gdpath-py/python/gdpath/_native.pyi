@@ -351,6 +351,7 @@ class TensorInfo:
     shape: List[int]
     nbytes: int
     file: int
+    offset: int
 
 @final
 class DLPackView:

@@ -1,0 +1,181 @@
+"""``safetensors.torch`` through gdpath: :func:`save`, :func:`save_file`, :func:`load`,
+:func:`load_file`, :func:`save_model`, :func:`load_model` and the helpers programs import from
+it (:func:`storage_ptr`, :func:`storage_size`, ``_find_shared_tensors``,
+``_remove_duplicate_names``), with that module's signatures and refusals. Importing it imports
+PyTorch (``ImportError`` without it); ``gdpath.safetensors`` itself does not."""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from typing import Any, Dict, Iterable, List, Optional, Set, Tuple, Union
+
+import torch
+
+from . import (  # noqa: F401  (the names safetensors.torch re-exports)
+    SafetensorError,
+    TensorSpec,
+    _Builder,
+    _load_bytes,
+    _scratch_bytes,
+    deserialize,
+    safe_open,
+    serialize,
+    serialize_file,
+)
+from . import load_file as _load_file
+from . import save_file as _save_file
+
+__all__ = ["load", "load_file", "load_model", "save", "save_file", "save_model",
+           "storage_ptr", "storage_size"]
+
+Path = Union[str, "os.PathLike[str]"]
+
+
+def storage_ptr(tensor: torch.Tensor) -> int:
+    """The address of the storage under ``tensor`` (0 for a meta tensor, which has none)."""
+    try:
+        return int(tensor.untyped_storage().data_ptr())
+    except (NotImplementedError, RuntimeError):
+        return 0
+
+
+def storage_size(tensor: torch.Tensor) -> int:
+    """The byte length of the storage under ``tensor`` (its own bytes for a meta tensor)."""
+    try:
+        return int(tensor.untyped_storage().nbytes())
+    except (NotImplementedError, RuntimeError):
+        return tensor.nelement() * tensor.element_size()
+
+
+def _span(t: torch.Tensor) -> Tuple[int, int]:
+    """The first and one-past-last byte addresses ``t``'s elements occupy."""
+    start = t.data_ptr()
+    if t.nelement() == 0:
+        return start, start
+    last = sum((n - 1) * s for n, s in zip(t.shape, t.stride()) if s > 0)
+    return start, start + (last + 1) * t.element_size()
+
+
+def _find_shared_tensors(state_dict: Dict[str, torch.Tensor]) -> List[Set[str]]:
+    """The tensors of ``state_dict`` as groups whose bytes overlap: one set per group,
+    singletons included, meta and empty-storage tensors left out (as ``safetensors.torch``)."""
+    by_storage: Dict[Tuple[Any, int, int], List[str]] = defaultdict(list)
+    for k, v in state_dict.items():
+        if v.device.type != "meta" and storage_ptr(v) != 0 and storage_size(v) != 0:
+            by_storage[(v.device, storage_ptr(v), storage_size(v))].append(k)
+    groups: List[Set[str]] = []
+    for names in by_storage.values():
+        spans = sorted((_span(state_dict[n]), n) for n in names)
+        end = None
+        for (a, b), n in spans:
+            if end is not None and a < end:
+                groups[-1].add(n)
+                end = max(end, b)
+            else:
+                groups.append({n})
+                end = b
+    return sorted(groups, key=lambda g: sorted(g))
+
+
+def _complete(t: torch.Tensor) -> bool:
+    return t.data_ptr() == storage_ptr(t) and t.nelement() * t.element_size() == storage_size(t)
+
+
+def _remove_duplicate_names(
+    state_dict: Dict[str, torch.Tensor],
+    *,
+    preferred_names: Optional[Iterable[str]] = None,
+    discard_names: Optional[Iterable[str]] = None,
+) -> Dict[str, List[str]]:
+    """For each group of tensors sharing memory, the name to keep → the names to drop. The kept
+    one covers its whole storage: among those, a ``preferred_names`` one first, then one not in
+    ``discard_names``, then the first by name. ``RuntimeError`` where none covers it."""
+    preferred, discard = set(preferred_names or ()), set(discard_names or ())
+    out: Dict[str, List[str]] = defaultdict(list)
+    for group in _find_shared_tensors(state_dict):
+        if len(group) < 2:
+            continue
+        complete = sorted(n for n in group if _complete(state_dict[n]))
+        if not complete:
+            raise RuntimeError(f"Error while trying to find names to remove to save state dict, "
+                               f"but found no suitable name to keep for saving amongst: {group}. "
+                               "None is covering the entire storage.")
+        keep = ([n for n in complete if n in preferred] or [n for n in complete if n not in discard]
+                or complete)[0]
+        out[keep].extend(sorted(n for n in group if n != keep))
+    return out
+
+
+def save(tensors: Dict[str, torch.Tensor], metadata: Optional[Dict[str, str]] = None, *,
+         lenient: bool = False) -> bytes:
+    """The safetensors file of ``tensors`` as bytes (what :func:`save_file` writes), from host
+    or GPU tensors. Refusals and ``lenient`` as :func:`save_file`."""
+    return _scratch_bytes(lambda p: _save_file(tensors, p, metadata, fsync=False, lenient=lenient))
+
+
+def save_file(tensors: Dict[str, torch.Tensor], filename: Path,
+              metadata: Optional[Dict[str, str]] = None, *, lenient: bool = False) -> None:
+    """Saves ``tensors`` as ``filename`` through gdpath's crash-safe save, straight from where
+    they are (GPU or host). Raises as ``safetensors.torch.save_file``: ``ValueError`` for a
+    sparse or non-contiguous tensor, ``RuntimeError`` for shared memory or a meta tensor;
+    ``lenient=True`` copies non-contiguous tensors and saves shared ones whole
+    (:func:`gdpath.safetensors.save_file`)."""
+    _save_file(tensors, filename, metadata, lenient=lenient)
+
+
+def load(data: bytes) -> Dict[str, torch.Tensor]:
+    """``{name: tensor}`` of a safetensors file held in ``data``: host tensors, each a copy, in
+    file order. Raises :data:`gdpath.safetensors.SafetensorError` for a malformed buffer."""
+    return _load_bytes(data, _Builder("pt"))
+
+
+def load_file(filename: Path, device: Union[str, int] = "cpu", *,
+              backend: str = "mmap") -> Dict[str, torch.Tensor]:
+    """``{name: tensor}`` of the file on ``device``, loaded by gdpath's engine into one
+    allocation (:func:`gdpath.safetensors.load_file`)."""
+    return _load_file(filename, device, backend=backend)
+
+
+def save_model(model: torch.nn.Module, filename: str, metadata: Optional[Dict[str, str]] = None,
+               force_contiguous: bool = True) -> None:
+    """Saves ``model.state_dict()``, keeping one name of each group of tensors sharing memory
+    (the others recorded in the metadata as ``dropped → kept``), as ``safetensors.torch``."""
+    state = model.state_dict()
+    for kept, dropped in _remove_duplicate_names(state).items():
+        for name in dropped:
+            metadata = dict(metadata or {})
+            metadata.setdefault(name, kept)
+            del state[name]
+    if force_contiguous:
+        state = {k: v.contiguous() for k, v in state.items()}
+    try:
+        save_file(state, filename, metadata)
+    except ValueError as e:
+        raise ValueError(f"{e} Or use save_model(..., force_contiguous=True).") from None
+
+
+def load_model(model: torch.nn.Module, filename: Path, strict: bool = True,
+               device: Union[str, int] = "cpu", *, backend: str = "mmap") -> Tuple[List[str], List[str]]:
+    """Loads ``filename`` into ``model`` (names dropped by :func:`save_model` for shared memory
+    count as loaded); returns ``(missing, unexpected)``, ``RuntimeError`` for either when
+    ``strict``, as ``safetensors.torch.load_model``."""
+    state = load_file(filename, device=device, backend=backend)
+    dropped = _remove_duplicate_names(model.state_dict(), preferred_names=state.keys())
+    missing_l, unexpected = model.load_state_dict(state, strict=False)
+    missing = set(missing_l)
+    unexpected = list(unexpected)
+    for names in dropped.values():
+        for n in names:
+            if n in missing:
+                missing.remove(n)
+            else:
+                unexpected.append(n)
+    if strict and (missing or unexpected):
+        msg = f"Error(s) in loading state_dict for {model.__class__.__name__}:"
+        if missing:
+            msg += "\n    Missing key(s) in state_dict: " + ", ".join(f'"{k}"' for k in sorted(missing))
+        if unexpected:
+            msg += "\n    Unexpected key(s) in state_dict: " + ", ".join(f'"{k}"' for k in sorted(unexpected))
+        raise RuntimeError(msg)
+    return sorted(missing), unexpected

@@ -1,0 +1,77 @@
+"""``gdpath.safetensors`` as ``safetensors`` 0.8 (numpy, CPU): byte-identical bytes and files,
+``load(bytes)`` of a hostile buffer, ``get_slice`` against NumPy indexing, and ``install()`` /
+``uninstall()`` rebinding names other modules imported."""
+
+from __future__ import annotations
+
+import sys
+import types
+
+import numpy as np
+import pytest
+import safetensors
+import safetensors.numpy as snp
+
+import gdpath.safetensors as gst
+import gdpath.safetensors.numpy as gnp
+
+
+def sample():
+    rng = np.random.default_rng(7)
+    return {"w": rng.standard_normal((3, 4)).astype(np.float32), "c": np.ones(3, np.complex64),
+            "i": np.arange(6, dtype=np.int16).reshape(2, 3), "e": np.zeros((0, 2), np.uint8)}
+
+
+def test_bytes_and_files_are_safetensors_own(scratch):
+    t = sample()
+    assert gnp.save(t) == snp.save(t)
+    assert gnp.save(t, metadata={"format": "pt"}) == snp.save(t, metadata={"format": "pt"})
+    gnp.save_file(t, scratch / "g.safetensors")
+    assert (scratch / "g.safetensors").read_bytes() == snp.save(t)
+    back = gnp.load(snp.save(t))
+    assert set(back) == set(t)  # safetensors 0.8 returns them in hash-map order
+    for k in t:
+        assert np.array_equal(back[k], t[k]) and back[k].dtype == t[k].dtype
+
+
+def test_hostile_bytes_raise_safetensor_error_before_allocating():
+    huge = (10**12).to_bytes(8, "little") + b"{}"  # a header length far past the buffer
+    with pytest.raises(safetensors.SafetensorError):
+        gnp.load(huge)
+    with pytest.raises(safetensors.SafetensorError):
+        gnp.load(b"\x01")
+    bad = b'{"a":{"dtype":"F32","shape":[1000000000],"data_offsets":[0,4000000000]}}'
+    with pytest.raises(safetensors.SafetensorError):
+        gst.deserialize(len(bad).to_bytes(8, "little") + bad)
+
+
+def test_slices_match_numpy_and_read_only_their_rows(scratch):
+    a = np.arange(60, dtype=np.float64).reshape(10, 6)
+    snp.save_file({"a": a}, str(scratch / "s.safetensors"))
+    with gst.safe_open(scratch / "s.safetensors", "np") as f:
+        s = f.get_slice("a")
+        assert s.get_shape() == [10, 6] and s.get_dtype() == "F64"
+        for idx in [slice(None), (), slice(2, 5), (slice(None), slice(1, 6, 2)), (3, ...),
+                    (..., -1), (slice(0, 10, 3), 2), []]:
+            got = s[idx]
+            assert np.array_equal(got, a[idx]) and got.flags.c_contiguous, idx
+        with pytest.raises(safetensors.SafetensorError, match="index 19 out of bounds"):
+            s[:20]
+    with pytest.raises(safetensors.SafetensorError, match="closed"):
+        f.keys()
+
+
+def test_install_rebinds_imported_names_and_uninstall_restores():
+    user = types.ModuleType("st_user")
+    user.safe_open, user.load_file = safetensors.safe_open, snp.load_file
+    sys.modules["st_user"] = user
+    try:
+        gst.install()
+        assert user.safe_open is gst.safe_open and user.load_file is gnp.load_file
+        assert safetensors.safe_open is gst.safe_open and snp.save is gnp.save
+        gst.uninstall()
+        assert user.safe_open is not gst.safe_open and safetensors.safe_open is not gst.safe_open
+        assert snp.save is not gnp.save
+    finally:
+        gst.uninstall()
+        del sys.modules["st_user"]
