@@ -427,6 +427,102 @@ impl Agent {
         )
     }
 
+    /// Posts one request of descriptor pairs given as columns, built here without a Python
+    /// object per pair (NIXL's prepared lists that do not form block runs): pair `i` is
+    /// `local_regions[local_which[i]]` at byte `local_offsets[i]` with
+    /// `remote_regions[remote_which[i]]` at byte `remote_offsets[i]`, both `lengths[i]` bytes.
+    /// Columns are 1-D int arrays (NumPy, torch CPU tensors; read in place) or sequences of
+    /// ints, all of one length. `op`, `timeout` and `notify` as `post`; every check of `post`
+    /// happens before any byte moves. Errors: `ValueError` for columns of different lengths or
+    /// none; `IndexError` for a `which` entry past its region list; `TypeError` for a column
+    /// that holds no ints; `post`'s errors (bounds, regions, paths).
+    #[pyo3(signature = (op, local_regions, local_which, local_offsets, remote_regions, remote_which, remote_offsets, lengths, *, timeout=None, notify=None))]
+    // The arguments are the Python signature's.
+    #[allow(clippy::too_many_arguments)]
+    fn post_columns(
+        &self,
+        py: Python<'_>,
+        op: &str,
+        local_regions: Vec<PyRef<'_, Region>>,
+        local_which: Bound<'_, PyAny>,
+        local_offsets: Bound<'_, PyAny>,
+        remote_regions: Vec<PyRef<'_, Region>>,
+        remote_which: Bound<'_, PyAny>,
+        remote_offsets: Bound<'_, PyAny>,
+        lengths: Bound<'_, PyAny>,
+        timeout: Option<f64>,
+        notify: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<Transfer> {
+        use crate::blocks::u64_column;
+        let lw = u64_column(&local_which, "local_which")?;
+        let lo = u64_column(&local_offsets, "local_offsets")?;
+        let rw = u64_column(&remote_which, "remote_which")?;
+        let ro = u64_column(&remote_offsets, "remote_offsets")?;
+        let len = u64_column(&lengths, "lengths")?;
+        let n = len.len();
+        if n == 0
+            || [lw.len(), lo.len(), rw.len(), ro.len()]
+                .iter()
+                .any(|&k| k != n)
+        {
+            return Err(PyValueError::new_err(format!(
+                "post_columns: the five columns must hold one entry per pair, at least one \
+                 (lengths {n}, local_which {}, local_offsets {}, remote_which {}, \
+                 remote_offsets {})",
+                lw.len(),
+                lo.len(),
+                rw.len(),
+                ro.len()
+            )));
+        }
+        for r in local_regions.iter().chain(remote_regions.iter()) {
+            r.check(py)?;
+        }
+        let lr: Vec<&gdpath::Region> = local_regions.iter().map(|r| &r.region).collect();
+        let rr: Vec<&gdpath::Region> = remote_regions.iter().map(|r| &r.region).collect();
+        let side = |regions: &[&gdpath::Region], which: &[u64], off: &[u64], name: &str| {
+            which
+                .iter()
+                .zip(off)
+                .zip(&len)
+                .enumerate()
+                .map(|(i, ((&w, &o), &l))| {
+                    let r = usize::try_from(w)
+                        .ok()
+                        .and_then(|w| regions.get(w))
+                        .ok_or_else(|| {
+                            pyo3::exceptions::PyIndexError::new_err(format!(
+                                "{name}[{i}] is {w}: there are {} regions",
+                                regions.len()
+                            ))
+                        })?;
+                    Ok(r.desc(o, l))
+                })
+                .collect::<PyResult<Vec<gdpath::Descriptor>>>()
+        };
+        let mut req = TransferRequest::new(
+            op_of(op)?,
+            side(&lr, &lw, &lo, "local_which")?,
+            side(&rr, &rw, &ro, "remote_which")?,
+        );
+        if self.strict {
+            req = req.preferred_only();
+        }
+        if let Some(t) = timeout {
+            let d = seconds("timeout", t)?;
+            if let Some(at) = Instant::now().checked_add(d) {
+                req = req.deadline(at);
+            }
+        }
+        if let Some(m) = notify {
+            req = req.notify(crate::net::message_bytes(&m, "notify")?);
+        }
+        let deadline = req.deadline;
+        let agent = self.agent.clone();
+        let t = py.detach(move || agent.post(req)).py_err(py)?;
+        Ok(Transfer::new(t, deadline))
+    }
+
     fn __repr__(&self) -> String {
         format!(
             "gdpath.Agent(name={:?}, strict={}, backends={:?})",

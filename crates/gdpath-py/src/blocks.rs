@@ -705,6 +705,14 @@ fn ids_of(obj: &Bound<'_, PyAny>, which: &str) -> PyResult<Ids> {
     })
 }
 
+/// A column of unsigned integers (`which` names it in messages): a 1-D NumPy array or torch CPU
+/// tensor of 32/64-bit ints read in place, else any sequence of ints. A negative value becomes
+/// `u64::MAX`, which no offset, length or index of a real region reaches, so the checks that
+/// follow refuse it. Errors: as [`ids_of`].
+pub(crate) fn u64_column(obj: &Bound<'_, PyAny>, which: &str) -> PyResult<Vec<u64>> {
+    Ok(ids_of(obj, which)?.slice().to_u64())
+}
+
 // ---------------------------------------------------------------------------------------------
 // Prepared transfers
 // ---------------------------------------------------------------------------------------------

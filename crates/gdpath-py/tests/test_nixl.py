@@ -509,3 +509,201 @@ def test_install_resolves_nixl_to_gdpath_and_never_shadows_a_real_one(tmp_path):
 if __name__ == "__main__" and len(sys.argv) >= 6 and sys.argv[1] == "peer":
     _peer_main(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]),
                int(sys.argv[6]) if len(sys.argv) > 6 else 1)
+
+
+def _vllm_ids(regions: int, num_blocks: int, block_ids) -> np.ndarray:
+    """vLLM's _get_block_descs_ids: region_id * num_blocks + block_id, region-major."""
+    return (np.arange(regions)[:, None] * num_blocks + np.asarray(block_ids)[None, :]).ravel()
+
+
+def test_an_80_layer_vllm_request_posts_one_block_transfer_per_region():
+    """80 layers x K and V (160 regions, as vLLM's FlashAttention registers a 70B model): one
+    make_prepped_xfer posts one prepared block transfer per region (not a descriptor-pair list
+    built in Python), byte-exact, loopback within one process."""
+    import gdpath.nixl as nixl
+
+    regions, blocks, bs = 160, 64, 256
+    me = nixl.nixl_agent("kv80", _cfg(nixl))
+    try:
+        src = [np.random.default_rng(r).integers(0, 256, blocks * bs, dtype=np.uint8) for r in range(regions)]
+        dst = [np.zeros(blocks * bs, dtype=np.uint8) for _ in range(regions)]
+        me.register_memory(me.get_reg_descs([(p.ctypes.data, p.nbytes, 0, "") for p in src + dst], "DRAM"))
+        lh = me.prep_xfer_dlist("NIXL_INIT_AGENT", [(p.ctypes.data + b * bs, bs, 0) for p in dst for b in range(blocks)], "DRAM")
+        rh = me.prep_xfer_dlist("kv80", [(p.ctypes.data + b * bs, bs, 0) for p in src for b in range(blocks)], "DRAM")
+        rng = np.random.default_rng(5)
+        lb, rb = rng.permutation(blocks)[:40], rng.permutation(blocks)[:40]
+        h = me.make_prepped_xfer("READ", lh, _vllm_ids(regions, blocks, lb), rh, _vllm_ids(regions, blocks, rb))
+        assert wait_state(me, h, 60) == "DONE" if me.transfer(h) == "PROC" else True
+        assert me.check_xfer_state(h) == "DONE", h.error
+        assert len(h.transfers) == regions
+        for r in range(regions):
+            assert np.array_equal(dst[r].reshape(blocks, bs)[lb], src[r].reshape(blocks, bs)[rb]), r
+    finally:
+        me.close()
+
+
+def test_descriptors_that_form_no_runs_post_as_one_column_list():
+    """A prepared list in shuffled address order (no two neighbours a run): the request is one
+    engine post of descriptor pairs built from NumPy columns, byte-exact; lengths that differ
+    raise nixlMismatchError naming both descriptors."""
+    import gdpath.nixl as nixl
+
+    n, bs = 4096, 64
+    me = nixl.nixl_agent("cols", _cfg(nixl))
+    try:
+        src = np.random.default_rng(1).integers(0, 256, n * bs, dtype=np.uint8)
+        dst = np.zeros(n * bs, dtype=np.uint8)
+        me.register_memory(me.get_reg_descs([(a.ctypes.data, a.nbytes, 0, "") for a in (src, dst)], "DRAM"))
+        order = np.random.default_rng(2).permutation(n)
+        lh = me.prep_xfer_dlist("NIXL_INIT_AGENT", [(dst.ctypes.data + int(b) * bs, bs, 0) for b in order], "DRAM")
+        rh = me.prep_xfer_dlist("cols", [(src.ctypes.data + int(b) * bs, bs, 0) for b in order[::-1]], "DRAM")
+        idx = np.arange(n)
+        h = me.make_prepped_xfer("READ", lh, idx, rh, idx)
+        if me.transfer(h) == "PROC":
+            wait_state(me, h, 60)
+        assert me.check_xfer_state(h) == "DONE", h.error
+        assert len(h.transfers) == 1
+        assert np.array_equal(dst.reshape(n, bs)[order], src.reshape(n, bs)[order[::-1]])
+        odd = me.prep_xfer_dlist("NIXL_INIT_AGENT", [(dst.ctypes.data + int(b) * bs, bs // 2, 0) for b in order], "DRAM")
+        with pytest.raises(nixl.nixlMismatchError) as e:
+            me.make_prepped_xfer("READ", odd, idx, rh, idx)
+        assert "local descriptor 0 is 32 bytes" in str(e.value)
+    finally:
+        me.close()
+
+
+def test_vllm_imports_config_and_telemetry_after_install(tmp_path):
+    """vLLM's exact imports (``from nixl._api import nixl_agent as NixlWrapper`` and
+    ``from nixl._bindings import nixlXferTelemetry`` in one try block) and its agent
+    construction (``NixlWrapper(str(uuid.uuid4()), nixl_agent_config(num_threads=4,
+    capture_telemetry=True))``), then get_xfer_telemetry after DONE as its _pop_done_transfers
+    calls it, send_notif(agent, notif_msg=...) for a full prefix hit, and FlashInfer's K/V
+    halves of one region prepared as separate runs (vLLM's blocks-first layout)."""
+    import uuid
+
+    import gdpath.nixl as gn
+
+    if importlib_util_find("nixl") is not None:
+        pytest.skip("a real NIXL is installed here: install() refuses to shadow it (tested apart)")
+    gn.install()
+    try:
+        from nixl._api import nixl_agent as NixlWrapper
+        from nixl._api import nixl_agent_config
+        from nixl._bindings import nixlXferTelemetry
+
+        layers, num_blocks, block_len = 2, 64, 1024  # FlashInfer: [num_blocks, 2, ...] per layer
+        prefill = Peer("prefill-fi", num_blocks, block_len, seed=9, layers=layers)
+        wrapper = NixlWrapper(str(uuid.uuid4()), nixl_agent_config(num_threads=4, capture_telemetry=True, net_devices="lo"))
+        try:
+            caches = [np.zeros(num_blocks * block_len, dtype=np.uint8) for _ in range(layers)]
+            wrapper.register_memory(wrapper.get_reg_descs([(c.ctypes.data, c.nbytes, 0, "") for c in caches], "DRAM"), backends=["UCX"])
+            half = block_len // 2
+
+            def fi_blocks(bases):  # K halves of every block, then V halves, per layer
+                out = []
+                for base in bases:
+                    out += [(base + b * block_len, half, 0) for b in range(num_blocks)]
+                    out += [(base + b * block_len + half, half, 0) for b in range(num_blocks)]
+                return out
+
+            src = wrapper.prep_xfer_dlist("NIXL_INIT_AGENT", wrapper.get_xfer_descs(fi_blocks([c.ctypes.data for c in caches]), "DRAM"))
+            name = wrapper.add_remote_agent(prefill.metadata)
+            dst = wrapper.prep_xfer_dlist(name, wrapper.get_xfer_descs(fi_blocks(prefill.bases), "DRAM"))
+            local_ids, remote_ids = np.arange(10, 30), np.arange(40, 60)
+            li, ri = _vllm_ids(2 * layers, num_blocks, local_ids), _vllm_ids(2 * layers, num_blocks, remote_ids)
+            h = wrapper.make_prepped_xfer("READ", src, li, dst, ri, notif_msg=b"req-fi:1")
+            wrapper.transfer(h)
+            assert wait_state(wrapper, h, 60) == "DONE", h.error
+            tel = wrapper.get_xfer_telemetry(h)
+            assert isinstance(tel, nixlXferTelemetry)
+            assert (tel.totalBytes, tel.descCount) == (len(li) * half, len(li))
+            assert tel.xferDuration >= tel.postDuration >= 0 and tel.startTime > 0
+            wrapper.release_xfer_handle(h)
+            theirs = prefill.initial()
+            for layer in range(layers):
+                got = caches[layer].reshape(num_blocks, block_len)[local_ids]
+                assert np.array_equal(got, theirs[layer].reshape(num_blocks, block_len)[remote_ids]), layer
+            wrapper.send_notif(name, notif_msg=b"req-hit:1")  # a full prefix-cache hit
+            assert sorted(prefill.notifs(2)[wrapper.name]) == [b"req-fi:1", b"req-hit:1"]
+            wrapper.release_dlist_handle(src)
+            wrapper.release_dlist_handle(dst)
+            wrapper.remove_remote_agent(name)
+        finally:
+            wrapper.close()
+            prefill.close()
+        # Without capture_telemetry, NIXL's NIXL_ERR_NO_TELEMETRY.
+        plain = NixlWrapper("plain", nixl_agent_config(net_devices="lo"))
+        try:
+            buf = np.zeros(64, dtype=np.uint8)
+            plain.register_memory([(buf.ctypes.data, 64, 0, "")], "DRAM")
+            a = plain.prep_xfer_dlist("NIXL_INIT_AGENT", [(buf.ctypes.data, 32, 0)], "DRAM")
+            b = plain.prep_xfer_dlist("plain", [(buf.ctypes.data + 32, 32, 0)], "DRAM")
+            h = plain.make_prepped_xfer("WRITE", a, [0], b, [0])
+            plain.transfer(h)
+            wait_state(plain, h, 30)
+            with pytest.raises(gn.nixlNoTelemetryError):
+                plain.get_xfer_telemetry(h)
+        finally:
+            plain.close()
+    finally:
+        gn.uninstall()
+
+
+def importlib_util_find(name: str):
+    import importlib.util
+
+    return importlib.util.find_spec(name)
+
+
+def test_hostile_metadata_is_refused_and_bounded(two):
+    """A blob nested deeper than Python's stack, a region whose end overflows 2^64, a bool
+    where an int belongs: nixlInvalidParamError, nothing added. A blob that claims a larger
+    region than the peer exported: the transfer past the real end fails with a NIXL error
+    before any byte moves, and nothing outside the registered memory is read."""
+    nixl, me, mine, peer, local, remote = two
+    magic = b"gdpath.nixl/1\n"
+    body = json.loads(peer.metadata[len(magic):])
+    deep = magic + b"[" * 100_000 + b"]" * 100_000
+    over = dict(body, name="over", regions=[["DRAM", 0, 2**64 - 16, 32, 1]])
+    boolean = dict(body, name="bool", regions=[["DRAM", 0, True, 32, 1]])
+    for blob in (deep, magic + json.dumps(over).encode(), magic + json.dumps(boolean).encode()):
+        with pytest.raises(nixl.nixlInvalidParamError):
+            me.add_remote_agent(blob)
+    assert set(me._remotes) == {"target"}
+    # The peer's real export is BLOCKS * BS bytes; the blob claims twice that.
+    (mt, dv, base, n, eid), = body["regions"]
+    big = dict(body, regions=[[mt, dv, base, 2 * n, eid]])
+    assert me.add_remote_agent(magic + json.dumps(big).encode()) == "target"
+    past = me.prep_xfer_dlist("target", blocks_of(base, 2 * BLOCKS, BS), "DRAM")
+    mine[:] = 7
+    with pytest.raises(nixl.nixlError):
+        h = me.make_prepped_xfer("READ", local, [0, 1], past, [1, BLOCKS + 1])
+        me.transfer(h)
+        assert wait_state(me, h, 30) == "ERR"
+        raise h.error
+    assert (mine[:2 * BS] == 7).all()
+
+
+def test_release_and_deregister_under_a_live_transfer(two):
+    """Releasing a handle twice raises nixlNotFoundError; releasing it in flight cancels it;
+    deregistering memory a transfer holds raises NIXL's error or waits, never frees memory
+    under it; huge NumPy index dtypes raise nixlInvalidParamError."""
+    nixl, me, mine, peer, local, remote = two
+    for bad in (np.array([2**63 + 5], dtype=np.uint64), np.array([0.5]), np.array([[0]]), np.array([True])):
+        with pytest.raises(nixl.nixlInvalidParamError):
+            me.make_prepped_xfer("READ", local, bad, remote, np.zeros(len(bad.ravel()), dtype=np.int64))
+    idx = np.arange(BLOCKS)
+    h = me.make_prepped_xfer("READ", local, idx, remote, idx[::-1])
+    me.transfer(h)
+    me.release_xfer_handle(h)  # in flight or done: either way the handle is gone
+    with pytest.raises(nixl.nixlNotFoundError):
+        me.release_xfer_handle(h)
+    h = me.make_prepped_xfer("READ", local, idx, remote, idx[::-1])
+    state = me.transfer(h)
+    reg = me.get_reg_descs([(mine.ctypes.data, mine.nbytes, 0, "")], "DRAM")
+    if state == "PROC":
+        try:
+            me.deregister_memory(reg)
+        except nixl.nixlError:
+            pass  # refused while the transfer holds it: the memory stays registered
+    assert wait_state(me, h, 60) in ("DONE", "ERR")

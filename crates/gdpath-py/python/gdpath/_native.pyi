@@ -126,6 +126,24 @@ class Agent:
         timeout: Optional[float] = None,
     ) -> Transfer:
         """prepare_blocks(src, dst, method=method).transfer(src_ids, dst_ids, timeout=timeout)."""
+    def post_columns(
+        self,
+        op: str,
+        local_regions: Sequence[Region],
+        local_which: _Ids,
+        local_offsets: _Ids,
+        remote_regions: Sequence[Region],
+        remote_which: _Ids,
+        remote_offsets: _Ids,
+        lengths: _Ids,
+        *,
+        timeout: Optional[float] = None,
+        notify: Optional[Union[bytes, str]] = None,
+    ) -> Transfer:
+        """One post of descriptor pairs given as columns (bytes): pair i is
+        local_regions[local_which[i]] at local_offsets[i] with remote_regions[remote_which[i]]
+        at remote_offsets[i], lengths[i] bytes each. Raises ValueError (column lengths),
+        IndexError (a which entry), TypeError, and post's errors."""
 
 @final
 class Region:

@@ -19,6 +19,7 @@ import ctypes
 import json
 import os
 import threading
+import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -57,9 +58,13 @@ _MAX_REGIONS = 65536
 _MD_PUSH = b"\x00gdpath.nixl.md.push\x00"
 _MD_FETCH = b"\x00gdpath.nixl.md.fetch\x00"
 _MD_INVALIDATE = b"\x00gdpath.nixl.md.invalidate\x00"
-# Above this many block transfers per request, a request is posted as one descriptor-pair
-# list instead (each block transfer is one engine post; a list is one post of many pairs).
+# A request is posted as one prepared block transfer per pair of runs it touches while there
+# are at most _MAX_GROUPS of them, or while they average at least _MIN_GROUP descriptors (a
+# vLLM request touches every layer's K and V run: 160 groups for 80 layers, each as long as the
+# request); otherwise (lists that do not form runs) as one engine post of descriptor pairs
+# built in Rust from NumPy columns (``Agent.post_columns``), which costs per pair.
 _MAX_GROUPS = 64
+_MIN_GROUP = 16
 
 _MEM_TYPES = {"DRAM": "DRAM", "VRAM": "VRAM", "FILE": "FILE", "cpu": "DRAM", "cuda": "VRAM"}
 _UNSUPPORTED_MEM = {"BLOCK", "OBJ"}
@@ -285,9 +290,12 @@ class _Prepped:
     """A prepared descriptor list: whose (None = local), its memory type, descriptor count,
     and its runs (``starts``: the first index of each run, ascending)."""
 
-    def __init__(self, agent_name: Optional[str], mem_type: str, n: int, starts: np.ndarray, runs: List[_Run], descs: np.ndarray, mems: List[Any]):
+    def __init__(self, agent_name: Optional[str], mem_type: str, n: int, starts: np.ndarray, runs: List[_Run], descs: np.ndarray, mems: List[Any], which: np.ndarray, offsets: np.ndarray):
         self.agent_name, self.mem_type, self.n = agent_name, mem_type, n
         self.starts, self.runs, self.descs, self.mems = starts, runs, descs, mems
+        # Per descriptor: the index of its region in ``mems`` and its byte offset there (the
+        # columns of a post of descriptor pairs).
+        self.which, self.offsets = which, offsets
 
 
 def _runs(descs: np.ndarray, where: np.ndarray) -> np.ndarray:
@@ -357,7 +365,7 @@ class _Group:
 class _Xfer:
     """A transfer request (make_prepped_xfer / initialize_xfer) and its last post."""
 
-    def __init__(self, agent: "nixl_agent", op: str, groups: List[_Group], pairs: Optional[Tuple[list, list]], remote: Optional[_Remote], notif: bytes, timeout: Optional[float]):
+    def __init__(self, agent: "nixl_agent", op: str, groups: List[_Group], pairs: Optional[Tuple[Any, ...]], remote: Optional[_Remote], notif: bytes, timeout: Optional[float]):
         self.agent, self.op, self.groups, self.pairs = agent, op, groups, pairs
         self.remote, self.notif, self.timeout = remote, notif, timeout
         self.state = "INIT"  # INIT (never posted), PROC, DONE, ERR
@@ -365,6 +373,15 @@ class _Xfer:
         self.error: Optional[BaseException] = None
         self.future: Optional[concurrent.futures.Future] = None
         self.lock = threading.Lock()
+        # Telemetry (get_xfer_telemetry): descriptors and bytes of the request, and of the last
+        # post its start (µs since the epoch), the µs spent posting and to completion.
+        if pairs is not None:
+            self.ndesc, self.nbytes = len(pairs[-1]), int(pairs[-1].sum())
+        else:
+            self.ndesc = sum(len(g.src) for g in groups)
+            self.nbytes = sum(len(g.src) * g.prepared.src.block_bytes for g in groups)
+        self.start_us = self.post_us = self.xfer_us = 0
+        self.t0 = 0.0
 
     def post(self, notif: bytes) -> str:
         with self.lock:
@@ -374,10 +391,11 @@ class _Xfer:
                 self.notif = notif
             self.error, self.transfers, self.state = None, [], "PROC"
             self.future = concurrent.futures.Future()
+            self.start_us, self.t0 = int(time.time() * 1e6), time.perf_counter()
+            self.post_us = self.xfer_us = 0
         try:
             if self.pairs is not None:
-                loc, rem = self.pairs
-                self.transfers.append(self.agent._agent.post(self.op.lower(), loc, rem, timeout=self.timeout))
+                self.transfers.append(self.agent._agent.post_columns(self.op.lower(), *self.pairs, timeout=self.timeout))
             else:
                 for g in self.groups:
                     self.transfers.append(g.prepared.transfer(g.src, g.dst, timeout=self.timeout))
@@ -387,6 +405,7 @@ class _Xfer:
             err = from_gdpath(e, "transfer")
             self._finish(err)
             raise err from e
+        self.post_us = int((time.perf_counter() - self.t0) * 1e6)
         if all(t.done() for t in self.transfers):
             self._complete()
         else:
@@ -419,6 +438,7 @@ class _Xfer:
             if self.state == "PROC":
                 self.error = err
                 self.state = "ERR" if err is not None else "DONE"
+                self.xfer_us = int((time.perf_counter() - self.t0) * 1e6)
             fut = self.future
         if fut is not None and not fut.done():
             if err is None:
@@ -461,6 +481,7 @@ class nixl_agent:
                 "to its engine; docs/nixl.md, 'Not supported')"
             )
         self._cfg = cfg
+        self._telemetry = bool(cfg.capture_telemetry) or os.environ.get("NIXL_TELEMETRY_ENABLE", "").lower() in ("y", "yes", "1", "true", "on")
         self.name = agent_name
         self.notifs: Dict[str, List[bytes]] = {}
         self.backends: Dict[str, int] = {b: i for i, b in enumerate(cfg.backends)}
@@ -869,6 +890,10 @@ class nixl_agent:
         runs = []
         mems = []
         remote = None if local else self._remote(agent_name)
+        # Regions the list touches, and each descriptor's region among them and offset in it.
+        used, which = np.unique(where, return_inverse=True)
+        bases = np.array([table.entries[int(k)][1] for k in used], dtype=np.uint64)
+        offsets = d.descs[:, 0] - bases[which]
         for s, e in zip(starts.tolist(), ends.tolist()):
             entry = table.entries[int(where[s])]
             a, n, _ = d[s]
@@ -886,8 +911,10 @@ class nixl_agent:
             except gdpath.GdpathError as exc:
                 raise from_gdpath(exc, f"descriptors {s}..{e}") from exc
             runs.append(_Run(layout, n, key + (a - base, n, stride, e - s)))
-            mems.append(region)
-        p = _Prepped(None if agent_name in (NIXL_INIT_AGENT, "") else agent_name, d.mem_type, len(d.descs), starts, runs, d.descs, mems)
+        for k in used.tolist():
+            entry = table.entries[int(k)]
+            mems.append(entry[3].region if remote is None else remote.view(entry[3]))
+        p = _Prepped(None if agent_name in (NIXL_INIT_AGENT, "") else agent_name, d.mem_type, len(d.descs), starts, runs, d.descs, mems, which.astype(np.int64), offsets)
         with self._lock:
             h = self._next
             self._next += 1
@@ -961,8 +988,8 @@ class nixl_agent:
             cut = np.flatnonzero(key[1:] != key[:-1]) + 1
             firsts = np.concatenate(([0], cut))
         bounds = np.append(firsts, len(key))
-        if len(firsts) > _MAX_GROUPS:
-            pairs = self._pairs(op, loc, li, rem, ri)
+        if len(firsts) > _MAX_GROUPS and len(key) < _MIN_GROUP * len(firsts):
+            pairs = self._pairs(loc, li, rem, ri)
             x = _Xfer(self, op, [], pairs, remote, notif, timeout if timeout is not None else self._cfg.timeout)
             return self._handle(x)
         groups = []
@@ -975,32 +1002,36 @@ class nixl_agent:
                 raise nixlMismatchError(f"local descriptor {int(li[s])} is {rl.length} bytes, remote descriptor {int(ri[s])} is {rr.length}")
             src, dst = (rr, rl) if op == "READ" else (rl, rr)
             prepared = self._prepare(src, dst)
+            if prepared is None:
+                # Two runs of one region (NIXL allows it, a block transfer does not): pairs.
+                x = _Xfer(self, op, [], self._pairs(loc, li, rem, ri), remote, notif, timeout if timeout is not None else self._cfg.timeout)
+                return self._handle(x)
             ids_src, ids_dst = (pos_r[s:e], pos_l[s:e]) if op == "READ" else (pos_l[s:e], pos_r[s:e])
             groups.append(_Group(prepared, np.ascontiguousarray(ids_src), np.ascontiguousarray(ids_dst), remote))
         x = _Xfer(self, op, groups, None, remote, notif, timeout if timeout is not None else self._cfg.timeout)
         return self._handle(x)
 
-    def _pairs(self, op: str, loc: _Prepped, li: np.ndarray, rem: _Prepped, ri: np.ndarray) -> Tuple[list, list]:
-        """Descriptor pairs for a request touching many runs (one engine post of a list)."""
-        ll, rl = [], []
-        sl = np.searchsorted(loc.starts, li, "right") - 1
-        sr = np.searchsorted(rem.starts, ri, "right") - 1
-        for i in range(len(li)):
-            a = loc.runs[int(sl[i])]
-            b = rem.runs[int(sr[i])]
-            if a.length != b.length:
-                raise nixlMismatchError(f"local descriptor {int(li[i])} is {a.length} bytes, remote descriptor {int(ri[i])} is {b.length}")
-            ll.append(a.layout.region.desc(a.layout.block_offset(int(li[i] - loc.starts[sl[i]])), a.length))
-            rl.append(b.layout.region.desc(b.layout.block_offset(int(ri[i] - rem.starts[sr[i]])), b.length))
-        return ll, rl
+    def _pairs(self, loc: _Prepped, li: np.ndarray, rem: _Prepped, ri: np.ndarray) -> Tuple[Any, ...]:
+        """The columns of one post of descriptor pairs (``Agent.post_columns``), computed in
+        one vectorised pass: a request whose descriptors form no long runs."""
+        ln, rn = loc.descs[li, 1], rem.descs[ri, 1]
+        bad = np.flatnonzero(ln != rn)
+        if len(bad):
+            k = int(bad[0])
+            raise nixlMismatchError(f"local descriptor {int(li[k])} is {int(ln[k])} bytes, remote descriptor {int(ri[k])} is {int(rn[k])}")
+        return (loc.mems, loc.which[li], loc.offsets[li], rem.mems, rem.which[ri], rem.offsets[ri], np.ascontiguousarray(ln))
 
     def _prepare(self, src: _Run, dst: _Run) -> Any:
+        """The prepared block transfer of two runs (cached), or None for two runs of one
+        region at different places, which the engine's block transfers refuse."""
         key = (src.key, dst.key)
         p = self._blocks.get(key)
         if p is None:
             try:
                 p = self._agent.prepare_blocks(src.layout, dst.layout)
             except gdpath.GdpathError as e:
+                if getattr(e, "reason", None) == "shared_region_layouts":
+                    return None
                 raise from_gdpath(e, "prepare") from e
             with self._lock:
                 self._blocks[key] = p
@@ -1060,6 +1091,19 @@ class nixl_agent:
         (the engine picks the path; the transfer reports of ``handle.transfers`` name it)."""
         x = self._xfer(handle)
         return "UCX" if x.remote is not None else ("GDS" if "FILE" in self.backends or "GDS" in self.backends else "UCX")
+
+    def get_xfer_telemetry(self, handle: int) -> nixlBind.nixlXferTelemetry:
+        """NIXL's telemetry of the transfer's last post (:class:`nixlXferTelemetry`: µs and
+        bytes, measured here around the engine's post and completion). Raises
+        :class:`nixlNoTelemetryError` unless the config has ``capture_telemetry=True`` (or
+        ``$NIXL_TELEMETRY_ENABLE`` is ``y``/``1``, as NIXL reads it) or the handle was never
+        posted, :class:`nixlNotFoundError` for a released handle."""
+        x = self._xfer(handle)
+        if not self._telemetry:
+            raise nixlBind.nixlNoTelemetryError("telemetry is off (nixl_agent_config(capture_telemetry=True))")
+        if x.state == "INIT":
+            raise nixlBind.nixlNoTelemetryError(f"transfer {int(handle)} was never posted")
+        return nixlBind.nixlXferTelemetry(x.start_us, x.post_us, x.xfer_us, x.nbytes, x.ndesc)
 
     def release_xfer_handle(self, handle: int) -> None:
         """Releases the handle; a transfer in flight is cancelled first (pairs not started
@@ -1203,9 +1247,10 @@ def _parse_blob(metadata: Any) -> Tuple[str, str, List[Tuple[str, int, int, int,
         out = []
         for r in regions:
             mt, dv, base, n, eid = r
-            if mt not in ("DRAM", "VRAM", "FILE") or not all(isinstance(v, int) and 0 <= v < 1 << 64 for v in (dv, base, n, eid)):
-                raise ValueError(f"region {r!r}")
+            if mt not in ("DRAM", "VRAM", "FILE") or not all(type(v) is int and 0 <= v < 1 << 64 for v in (dv, base, n, eid)) or base + n >= 1 << 64:
+                raise ValueError(f"region {r!r}"[:200])
             out.append((mt, dv, base, n, eid))
-    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
-        raise nixlInvalidParamError(f"malformed gdpath.nixl metadata: {e}") from None
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError, RecursionError) as e:
+        # RecursionError: JSON nested deeper than the interpreter's stack (a hostile blob).
+        raise nixlInvalidParamError(f"malformed gdpath.nixl metadata: {type(e).__name__}: {str(e)[:200]}") from None
     return name, address, out

@@ -36,6 +36,7 @@ __all__ = [
     "nixlRemoteDisconnectError",
     "nixlCancelledError",
     "nixlNoTelemetryError",
+    "nixlXferTelemetry",
 ]
 
 # Memory segment types, by the names NIXL's Python API maps its strings to.
@@ -140,6 +141,23 @@ class nixlNoTelemetryError(nixlError):
     """``NIXL_ERR_NO_TELEMETRY``: gdpath keeps no NIXL telemetry."""
 
     status = "NIXL_ERR_NO_TELEMETRY"
+
+
+class nixlXferTelemetry:
+    """What ``get_xfer_telemetry`` says of a transfer's last post, in NIXL's field names:
+    ``startTime`` (µs since the Unix epoch, when ``transfer`` was called), ``postDuration``
+    (µs spent in ``transfer``), ``xferDuration`` (µs from the call to completion, 0 while in
+    flight), ``totalBytes`` (bytes of every descriptor) and ``descCount`` (descriptors)."""
+
+    __slots__ = ("startTime", "postDuration", "xferDuration", "totalBytes", "descCount")
+
+    def __init__(self, startTime: int = 0, postDuration: int = 0, xferDuration: int = 0, totalBytes: int = 0, descCount: int = 0):
+        self.startTime, self.postDuration, self.xferDuration = startTime, postDuration, xferDuration
+        self.totalBytes, self.descCount = totalBytes, descCount
+
+    def __repr__(self) -> str:
+        return (f"nixlXferTelemetry(startTime={self.startTime}, postDuration={self.postDuration}, "
+                f"xferDuration={self.xferDuration}, totalBytes={self.totalBytes}, descCount={self.descCount})")
 
 
 # The NIXL class for each engine error kind (gdpath::Error::kind, docs/python.md "Errors").
