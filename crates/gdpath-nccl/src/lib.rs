@@ -15,7 +15,9 @@
 pub mod explain;
 pub mod parse;
 
-pub use explain::{explain, Basis, Evidence, Explanation, NcclFinding, PairRow, NCCL_SCHEMA};
+pub use explain::{
+    explain, Basis, Evidence, Explanation, NcclFinding, NicPath, PairRow, Topology, NCCL_SCHEMA,
+};
 
 use parse::{Direction, Transport};
 use serde::Serialize;
@@ -104,6 +106,18 @@ pub struct ConnLine {
     pub transport: Transport,
 }
 
+impl ConnLine {
+    /// The rank that wrote the line, whose GPU and network device it names: the receiver of a
+    /// `[receive]` line, else the sender (NCCL logs P2P and SHM connections on the sending side).
+    pub fn logger(&self) -> u32 {
+        if self.dir == Some(Direction::Receive) {
+            self.dst
+        } else {
+            self.src
+        }
+    }
+}
+
 /// A GDR decision line.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct GdrDecision {
@@ -132,6 +146,9 @@ pub struct Job {
     pub env: BTreeMap<String, (String, LineRef)>,
     /// Pairs of CUDA devices NCCL's P2P check refused, with the line.
     pub p2p_refused: Vec<(u32, u32, LineRef)>,
+    /// NCCL's IB devices by number (`NET/IB : Using [0]mlx5_0:1/RoCE …`): the RDMA device name
+    /// that `via NET/IB/<N>` means, with the line.
+    pub ib_devices: BTreeMap<u32, (String, LineRef)>,
     /// `NIC distance :` lines of 2.4–2.5.
     pub nic_distance: Vec<LineRef>,
     /// NCCL WARN lines (the first 100).
@@ -315,6 +332,12 @@ impl Parser {
                         info.host = s.prefix.host.clone();
                         info.pid = s.prefix.pid;
                     }
+                }
+            }
+        } else if let Some(devs) = parse::ib_devices(msg) {
+            for (n, name) in devs {
+                if self.job.ib_devices.len() < 64 {
+                    self.job.ib_devices.entry(n).or_insert_with(|| (name, at()));
                 }
             }
         } else if let Some(n) = parse::network(msg) {
