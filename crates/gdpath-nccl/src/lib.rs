@@ -69,9 +69,10 @@ pub enum NcclError {
     /// More files than [`Limits::max_files`].
     #[error("{given} log files given; at most {max} are read")]
     TooManyFiles { given: usize, max: usize },
-    /// Not a regular file (a directory, FIFO or device would block or mean nothing).
-    #[error("{path} is not a regular file", path = gdpath_topo::text::escape(.path))]
-    NotAFile { path: PathBuf },
+    /// Not a regular file (a directory, FIFO or device would block or mean nothing); `what`:
+    /// "a directory", "a FIFO", "a character device"…
+    #[error("{path} is {what}, not a regular file", path = gdpath_topo::text::escape(.path))]
+    NotAFile { path: PathBuf, what: &'static str },
 }
 
 /// A line of a log: which file, which line (1-based) and its text (as read, unescaped; escape
@@ -173,14 +174,24 @@ pub fn read_logs(paths: &[PathBuf], limits: Limits) -> Result<Job, NcclError> {
     }
     let mut p = Parser::new(limits);
     for path in paths {
-        let meta = std::fs::metadata(path).map_err(|source| NcclError::Read {
-            path: path.clone(),
-            source,
-        })?;
-        if !meta.is_file() {
-            return Err(NcclError::NotAFile { path: path.clone() });
-        }
-        let f = std::fs::File::open(path).map_err(|source| NcclError::Read {
+        // The engine's open: a FIFO, device or directory is refused before any open, and one
+        // swapped in after the check neither blocks the open nor is read.
+        let f = gdpath::file::open_regular(path, std::fs::OpenOptions::new().read(true).clone(), 0)
+            .map_err(|e| match e {
+                gdpath::Error::NotAFile { what, .. } => NcclError::NotAFile {
+                    path: path.clone(),
+                    what,
+                },
+                gdpath::Error::Open { source, .. } => NcclError::Read {
+                    path: path.clone(),
+                    source: std::io::Error::new(source.kind(), source.to_string()),
+                },
+                other => NcclError::Read {
+                    path: path.clone(),
+                    source: std::io::Error::other(other.to_string()),
+                },
+            })?;
+        let meta = f.metadata().map_err(|source| NcclError::Read {
             path: path.clone(),
             source,
         })?;
