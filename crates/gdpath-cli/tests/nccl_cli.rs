@@ -7,6 +7,15 @@ fn gdpath() -> Command {
     Command::new(env!("CARGO_BIN_EXE_gdpath"))
 }
 
+/// Fails the test with the command's stderr unless it exited 0.
+fn succeeded(out: &std::process::Output) {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// The finding `id` of a `gdpath nccl --json` document.
 fn finding<'v>(v: &'v serde_json::Value, id: &str) -> &'v serde_json::Value {
     v["findings"]
@@ -29,11 +38,7 @@ fn shm_on_an_nvlink_pair_is_explained_from_the_topology() {
         .arg("--json")
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["schema"], "gdpath.nccl/1");
     // Ranks 2 and 3 are GPUs 6 and 7 (NVML index in the log's brackets): NV18 on this HGX.
@@ -115,11 +120,7 @@ fn report_draws_nccls_pairs_beside_the_machines_classes() {
         .arg(&page)
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let html = std::fs::read_to_string(&page).unwrap();
     assert!(html.contains("<h2>NCCL's paths</h2>"));
     // Ranks 2 and 3 (GPUs 6 and 7, NV18 on this HGX) used SHM: the row says all three.
