@@ -23,6 +23,10 @@
 #           topo_scale, then the same through `gdpath topo`, `doctor`, `report` and `p2p`);
 #           terminal escapes in tensor names (`load --tensors`), a snapshot's osrelease
 #           (`doctor --verbose`) and an index's weight_map (the error): printed escaped
+#   nccl    hostile NCCL logs (gdpath-nccl's fixtures test, then `gdpath nccl` and
+#           `report --nccl-log`): 10^6 lines, a 1 GiB sparse file over the 256 MiB cap, binary,
+#           a FIFO, /dev/zero, a directory, a loop of links, an unreadable file: bounded time,
+#           a clear error or a truncation finding, no panic
 #
 # Usage: scripts/fault-suite.sh [BLOCK...]   (default: all blocks). Exit status 0: all passed.
 set -euo pipefail
@@ -524,11 +528,72 @@ PY
     fail "repeated bus id says: $(cat "$work/err")"
 }
 
+block_nccl() {
+  say "nccl: cargo test --test fixtures (gdpath-nccl: mangled, interleaved, 10^6-line logs)"
+  bounded 300 cargo test --locked -p gdpath-nccl --test fixtures --quiet ||
+    fail "crates/gdpath-nccl/tests/fixtures.rs"
+
+  say "nccl: hostile logs through gdpath nccl (10^6 lines, 1 GiB sparse, FIFO, /dev/zero, binary, a directory, a link loop, an unreadable file)"
+  local rc
+  # 10^6 connection lines of 5000 ranks: read whole, within the caps, in bounded time.
+  awk 'BEGIN { for (i = 0; i < 1000000; i++) printf "h%d:1:2 [0] NCCL INFO Channel %02d/0 : %d[0] -> %d[1] via NET/IB/0/GDRDMA\n", i % 7, i % 32, i % 5000, (i + 1) % 5000 }' >"$work/million.log"
+  rc=0
+  bounded 120 "$gdpath" nccl "$work/million.log" >"$work/out" 2>"$work/err" || rc=$?
+  [[ $rc == 0 ]] || fail "nccl on 10^6 lines: status $rc: $(head -c 2000 "$work/err")"
+  grep -q "1000000 lines" "$work/out" || fail "nccl on 10^6 lines says: $(head -5 "$work/out")"
+  # A sparse 1 GiB file: the first 256 MiB are read, and the cut is a finding.
+  truncate -s 1G "$work/sparse.log"
+  rc=0
+  bounded 60 "$gdpath" nccl "$work/sparse.log" >"$work/out" 2>"$work/err" || rc=$?
+  [[ $rc == 0 ]] || fail "nccl on a 1 GiB sparse file: status $rc: $(cat "$work/err")"
+  grep -q "nccl.log-truncated" "$work/out" || fail "nccl on 1 GiB says no truncation: $(cat "$work/out")"
+  # Binary: read lossily, printed escaped.
+  head -c $((4 << 20)) /dev/urandom >"$work/binary.log"
+  rc=0
+  bounded 60 "$gdpath" nccl "$work/binary.log" --verbose >"$work/out" 2>"$work/err" || rc=$?
+  [[ $rc == 0 ]] || fail "nccl on binary: status $rc: $(cat "$work/err")"
+  LC_ALL=C tr -d '\n' <"$work/out" | LC_ALL=C grep -q '[[:cntrl:]]' && fail "nccl printed a control character raw"
+  # What is no regular file is refused before it is opened (a FIFO with no writer would block).
+  mkfifo "$work/fifo.log"
+  mkdir "$work/dir.log"
+  ln -s loop-b "$work/loop-a"
+  ln -s loop-a "$work/loop-b"
+  local bad want
+  for bad in "$work/fifo.log:a FIFO, not a regular file" "/dev/zero:a character device, not a regular file" \
+    "$work/dir.log:a directory, not a regular file" "$work/loop-a:Too many levels of symbolic links"; do
+    want=${bad#*:}
+    rc=0
+    bounded 30 "$gdpath" nccl "${bad%%:*}" >/dev/null 2>"$work/err" || rc=$?
+    [[ $rc == 1 ]] || fail "nccl ${bad%%:*}: status $rc (124: it blocked)"
+    grep -qF "$want" "$work/err" || fail "nccl ${bad%%:*} says: $(cat "$work/err")"
+  done
+  # The same refusal through the report.
+  rc=0
+  bounded 60 "$gdpath" report --smi-topo fixtures/nvidia-smi/topo-nccl-1617-4xh100-nv6-4nic.txt \
+    --nccl-log "$work/fifo.log" -o "$work/nccl-report.html" >/dev/null 2>"$work/err" || rc=$?
+  [[ $rc == 1 ]] || fail "report --nccl-log FIFO: status $rc"
+  [[ -e "$work/nccl-report.html" ]] && fail "report --nccl-log FIFO wrote a page"
+  # Unreadable: root reads every file, so this runs as another user where one can be taken.
+  echo "NCCL INFO NCCL version 2.21.5" >"$work/secret.log"
+  chmod 000 "$work/secret.log"
+  if ((EUID != 0)); then
+    rc=0
+    bounded 30 "$gdpath" nccl "$work/secret.log" >/dev/null 2>"$work/err" || rc=$?
+    [[ $rc == 1 ]] && grep -q "Permission denied" "$work/err" || fail "nccl on an unreadable file: status $rc: $(cat "$work/err")"
+  elif command -v setpriv >/dev/null && cp "$gdpath" "$work/gdpath-copy" && chmod 755 "$work" "$work/gdpath-copy"; then
+    rc=0
+    bounded 30 setpriv --reuid=65534 --regid=65534 --clear-groups "$work/gdpath-copy" nccl "$work/secret.log" >/dev/null 2>"$work/err" || rc=$?
+    [[ $rc == 1 ]] && grep -q "Permission denied" "$work/err" || fail "nccl on an unreadable file (as nobody): status $rc: $(cat "$work/err")"
+  else
+    say "nccl: SKIP the unreadable file: running as root without setpriv, and root reads any file"
+  fi
+}
+
 blocks=("$@")
-((${#blocks[@]})) || blocks=(files network inputs)
+((${#blocks[@]})) || blocks=(files network inputs nccl)
 for b in "${blocks[@]}"; do
   if ! declare -F "block_$b" >/dev/null; then
-    say "no block '$b' (blocks: files network inputs)"
+    say "no block '$b' (blocks: files network inputs nccl)"
     exit 2
   fi
   "block_$b"

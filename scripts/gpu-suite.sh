@@ -6,7 +6,8 @@
 #
 # Build here:  scripts/build-gpu-suite.sh DIR (every GPU test binary, named gpu_*, and gdpath)
 # Run there:   GDPATH_BIN=DIR/gdpath scripts/gpu-suite.sh DIR   (GDPATH_BIN for the CLI tests)
-# Exit status: 0 when every binary passed in every configuration.
+# Last, scripts/gpu-nccl-log.sh (a one-rank PyTorch NCCL log through `gdpath nccl`; skips aloud
+# without torch). Exit status: 0 when every binary passed in every configuration.
 set -u -o pipefail
 dir=${1:?usage: gpu-suite.sh DIR-with-test-binaries}
 shopt -s nullglob
@@ -41,5 +42,14 @@ for visible in $passes; do
         fi
     done
 done
+# Last: a real NCCL log from PyTorch read by `gdpath nccl` (skips aloud without torch or CUDA).
+nccl_log=$(dirname "$0")/gpu-nccl-log.sh
+[ -f "$nccl_log" ] || nccl_log=$dir/gpu-nccl-log.sh
+if [ -f "$nccl_log" ]; then
+    echo "=== gpu-nccl-log.sh ==="
+    GDPATH_BIN=${GDPATH_BIN:-$dir/gdpath} bash "$nccl_log" || fail=1
+else
+    echo "gpu-suite: SKIP gpu-nccl-log.sh: not beside this script nor in $dir"
+fi
 if [ $fail -ne 0 ]; then echo "gpu-suite: FAILED" >&2; else echo "gpu-suite: all passed"; fi
 exit $fail

@@ -6,7 +6,7 @@ use crate::source::SourceArgs;
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use gdpath::topo::text::escape;
-use gdpath_nccl::{explain, read_logs, Limits};
+use gdpath_nccl::{explain, read_logs, Limits, Topology};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -77,17 +77,14 @@ pub fn run(a: NcclArgs) -> Result<ExitCode> {
 
 fn show(logs: &[PathBuf], opts: &ExplainOpts, source: Option<gdpath::topo::Source>) -> Result<()> {
     let job = read_logs(logs, Limits::default())?;
-    let machine = match &source {
+    let topo = match &source {
         Some(s) => Some(
-            gdpath::topo::load(s)
+            Topology::load(s)
                 .with_context(|| format!("reading the topology ({})", escape(&s.describe())))?,
         ),
         None => None,
     };
-    let e = explain(
-        job,
-        machine.as_ref().zip(source.as_ref().map(|s| s.describe())),
-    );
+    let e = explain(job, topo.as_ref());
     if opts.json {
         outln!("{}", serde_json::to_string_pretty(&e)?);
     } else {

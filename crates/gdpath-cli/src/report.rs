@@ -29,6 +29,10 @@ pub struct ReportArgs {
     /// machine).
     #[arg(long = "path", value_name = "DIR")]
     paths: Vec<PathBuf>,
+    /// NCCL logs (NCCL_DEBUG=INFO) whose chosen paths are shown over the machine, pair by
+    /// pair, with the `gdpath nccl` findings; the machine's topology is taken for every host.
+    #[arg(long = "nccl-log", value_name = "LOG", num_args = 1..)]
+    nccl_logs: Vec<PathBuf>,
     #[command(flatten)]
     source: SourceArgs,
 }
@@ -44,6 +48,7 @@ pub fn run(a: ReportArgs) -> Result<ExitCode> {
         from: a.from,
         measure: a.measure,
         argv: std::env::args().collect(),
+        nccl_logs: a.nccl_logs,
     };
     let html = gdpath_report::report(&opts).map_err(report_error)?;
     let t = gdpath_report::save(&a.output, html.as_bytes(), a.overwrite)

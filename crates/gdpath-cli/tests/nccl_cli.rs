@@ -7,6 +7,25 @@ fn gdpath() -> Command {
     Command::new(env!("CARGO_BIN_EXE_gdpath"))
 }
 
+/// Fails the test with the command's stderr unless it exited 0.
+fn succeeded(out: &std::process::Output) {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The finding `id` of a `gdpath nccl --json` document.
+fn finding<'v>(v: &'v serde_json::Value, id: &str) -> &'v serde_json::Value {
+    v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["id"] == id)
+        .unwrap_or_else(|| panic!("no {id} in {v}"))
+}
+
 #[test]
 fn shm_on_an_nvlink_pair_is_explained_from_the_topology() {
     let log = gdpath_testkit::fixture("nccl/nccl-1609-shm-nvml.log");
@@ -19,23 +38,14 @@ fn shm_on_an_nvlink_pair_is_explained_from_the_topology() {
         .arg("--json")
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["schema"], "gdpath.nccl/1");
     // Ranks 2 and 3 are GPUs 6 and 7 (NVML index in the log's brackets): NV18 on this HGX.
     let row = &v["pairs"][0];
     assert_eq!(row["class"], "SHM");
     assert_eq!(row["topo_class"], "NV18", "{row}");
-    let f = v["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["id"] == "nccl.shm-fallback")
-        .unwrap();
+    let f = finding(&v, "nccl.shm-fallback");
     assert_eq!(f["basis"], "derived");
     assert!(f["reason"].as_str().unwrap().contains("NV18"), "{f}");
     // Without the topology the reason is unknown, and says what would tell.
@@ -46,12 +56,7 @@ fn shm_on_an_nvlink_pair_is_explained_from_the_topology() {
         .output()
         .unwrap();
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let f = v["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["id"] == "nccl.shm-fallback")
-        .unwrap();
+    let f = finding(&v, "nccl.shm-fallback");
     assert_eq!(f["basis"], "unknown");
 }
 
@@ -94,4 +99,65 @@ fn bad_arguments_are_usage_errors() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/nccl.log"));
     let out = gdpath().args(["nccl", "/"]).output().unwrap();
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a regular file"));
+}
+
+#[test]
+fn report_draws_nccls_pairs_beside_the_machines_classes() {
+    let dir = gdpath_testkit::scratch();
+    // A log name with markup in it: the page must show it escaped.
+    let log = dir.path().join("rank<b>&.log");
+    std::fs::copy(gdpath_testkit::fixture("nccl/nccl-1609-shm-nvml.log"), &log).unwrap();
+    let page = dir.path().join("report.html");
+    let out = gdpath()
+        .arg("report")
+        .arg("--smi-topo")
+        .arg(gdpath_testkit::fixture(
+            "nvidia-smi/topo-nccl-1264-hgx-h100-sxm-10nic.txt",
+        ))
+        .arg("--nccl-log")
+        .arg(&log)
+        .arg("-o")
+        .arg(&page)
+        .output()
+        .unwrap();
+    succeeded(&out);
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(html.contains("<h2>NCCL's paths</h2>"));
+    // Ranks 2 and 3 (GPUs 6 and 7, NV18 on this HGX) used SHM: the row says all three.
+    let row = html
+        .split("<tr class=\"nccl-pair\">")
+        .nth(1)
+        .expect("a pair row")
+        .split("</tr>")
+        .next()
+        .unwrap();
+    for want in [
+        "2 → 3",
+        "SHM",
+        "SHM/direct/direct",
+        "NV18",
+        "nccl.shm-fallback",
+    ] {
+        assert!(row.contains(want), "{want} not in {row}");
+    }
+    assert!(
+        html.contains("rank&lt;b&gt;&amp;.log"),
+        "the log name escaped"
+    );
+    assert!(!html.contains("rank<b>"), "no raw log text in the page");
+    // A log that cannot be read fails the report before it is written.
+    let out = gdpath()
+        .arg("report")
+        .arg("--smi-topo")
+        .arg(gdpath_testkit::fixture(
+            "nvidia-smi/topo-nccl-1264-hgx-h100-sxm-10nic.txt",
+        ))
+        .args(["--nccl-log", "/"])
+        .arg("-o")
+        .arg(dir.path().join("no.html"))
+        .output()
+        .unwrap();
+    assert_ne!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a regular file"));
+    assert!(!dir.path().join("no.html").exists());
 }

@@ -4,7 +4,7 @@
 
 use crate::parse::Transport;
 use crate::{Job, LineRef};
-use gdpath::finding::{Area, Finding, FindingId, Status};
+use gdpath::finding::{ids, Area, Finding, FindingId, Status};
 use gdpath_doctor::nccl::NcclLevel;
 use gdpath_topo::text::escape;
 use gdpath_topo::{Device, Machine};
@@ -69,15 +69,90 @@ pub struct PairRow {
     pub first: LineRef,
 }
 
+/// One rank's GPU and the NIC its `via NET/<net>/<dev>` lines name, as found in the topology
+/// given (NCCL opens a connection's network resources on the rank that logs it: the sender of a
+/// `[send]` line, the receiver of a `[receive]` line).
+#[derive(Debug, Clone, Serialize)]
+pub struct NicPath {
+    pub rank: u32,
+    /// The GPU's id in the topology (`GPU0`).
+    pub gpu: String,
+    /// The network (`IB`, `AWS Libfabric`) and NCCL's device number of it.
+    pub net: String,
+    pub dev: u32,
+    /// The NIC's id in the topology (`NIC3`, `mlx5_3`).
+    pub nic: String,
+    /// The topology's class of GPU ↔ NIC (`PIX`, `SYS`…).
+    pub class: String,
+    /// Whether the line said `/GDRDMA`.
+    pub gdr: bool,
+    /// How NCCL's device number was matched to the NIC: `name` (the log's `NET/IB : Using
+    /// [N]mlx5_N` line and the NIC's RDMA device name) or `order` (no such line: device N taken
+    /// as the topology's N-th NIC in PCI order, an assumption said in every reason using it).
+    pub matched: &'static str,
+    /// The first line.
+    pub first: LineRef,
+}
+
+/// A topology to compare NCCL's choices with: the machine and what the doctor finds of its GDR
+/// peer memory (`gdr.peermem-missing`, `gdr.dmabuf-unavailable`) where the source has the files
+/// (a snapshot or a sysfs tree; XML and `nvidia-smi` text have none, and say so).
+pub struct Topology {
+    pub machine: Machine,
+    /// `Source::describe` of where it was read.
+    pub description: String,
+    /// The doctor's findings on GDR peer memory for this source.
+    pub gdr_facts: Vec<Finding>,
+}
+
+impl Topology {
+    /// Reads `source` and runs the doctor's rules on it (no probe, nothing measured); errors are
+    /// the topology readers'.
+    pub fn load(source: &gdpath_topo::Source) -> Result<Topology, gdpath_topo::TopoError> {
+        let loaded = gdpath_doctor::load(source)?;
+        let report = gdpath_doctor::run(&gdpath_doctor::DoctorInput::new(
+            &loaded.machine,
+            &*loaded.view,
+            loaded.mode.clone(),
+        ));
+        let gdr_facts = report
+            .findings
+            .into_iter()
+            .filter(|f| {
+                [ids::GDR_PEERMEM_MISSING, ids::GDR_DMABUF_UNAVAILABLE].contains(&f.id.0.as_str())
+            })
+            .collect();
+        Ok(Topology {
+            machine: loaded.machine,
+            description: source.describe(),
+            gdr_facts,
+        })
+    }
+
+    /// A machine without doctor facts (tests, callers that have a machine only).
+    pub fn new(machine: Machine, description: String) -> Topology {
+        Topology {
+            machine,
+            description,
+            gdr_facts: Vec::new(),
+        }
+    }
+}
+
 /// The explanation of one job.
 #[derive(Debug, Clone, Serialize)]
 pub struct Explanation {
     pub schema: &'static str,
     pub job: Job,
     pub pairs: Vec<PairRow>,
+    /// Each rank's GPU ↔ NIC of its NET lines, when a topology was given (one row per rank,
+    /// network, device and GDRDMA or not).
+    pub nic_paths: Vec<NicPath>,
     pub findings: Vec<NcclFinding>,
     /// What topology the comparison used (`Source::describe`), if any.
     pub topology: Option<String>,
+    /// What the comparison assumed (one topology for every host; GPUs matched by NVML index).
+    pub notes: Vec<String>,
 }
 
 impl Explanation {
@@ -94,47 +169,98 @@ impl Explanation {
     }
 }
 
-/// Builds the table and the findings; with `machine`, NCCL's choices are compared with what
-/// the machine allows (reasons so found are marked [`Basis::Derived`]).
-pub fn explain(job: Job, machine: Option<(&Machine, String)>) -> Explanation {
-    let (machine, topology) = match machine {
-        Some((m, d)) => (Some(m), Some(d)),
-        None => (None, None),
-    };
+/// NCCL's path type of a topology class (`NODE` counts as NCCL's `PHB`).
+fn level(class: gdpath_topo::LinkClass) -> Option<NcclLevel> {
+    NcclLevel::of_class(class)
+}
+
+/// Within NCCL's default P2P and GDR level, PXB (`src/graph/paths.cc`).
+fn within_pxb(class: gdpath_topo::LinkClass) -> bool {
+    level(class).is_some_and(|l| l <= NcclLevel::Pxb)
+}
+
+/// Environment overrides that turn a transport off, stated by the log: (id, variable, area,
+/// reason, remedy). `NCCL_NET_GDR_LEVEL` counts when it names `LOC`, the others when `1`.
+const ENV_OFF: [(&str, &str, Area, &str, &str); 3] = [
+    (
+        "nccl.shm-disabled-by-env",
+        "NCCL_SHM_DISABLE",
+        Area::P2p,
+        "NCCL_SHM_DISABLE=1: pairs without P2P go through the network",
+        "unset NCCL_SHM_DISABLE",
+    ),
+    (
+        "nccl.ib-disabled-by-env",
+        "NCCL_IB_DISABLE",
+        Area::Gdr,
+        "NCCL_IB_DISABLE=1: NCCL's IB/RoCE transport is off, so no GPUDirect RDMA; NCCL uses sockets (or a plugin)",
+        "unset NCCL_IB_DISABLE where the nodes have IB or RoCE NICs",
+    ),
+    (
+        "nccl.gdr-disabled-by-env",
+        "NCCL_NET_GDR_LEVEL",
+        Area::Gdr,
+        "NCCL_NET_GDR_LEVEL names LOC: GPUDirect RDMA is never used",
+        "unset NCCL_NET_GDR_LEVEL (default PXB) or set it to the GPU↔NIC class",
+    ),
+];
+
+/// Builds the table and the findings; with `topo`, NCCL's choices are compared with what
+/// the machine allows (reasons so found are marked [`Basis::Derived`]). The one topology is
+/// taken for every host of the job (a snapshot names no host), which `notes` says.
+pub fn explain(job: Job, topo: Option<&Topology>) -> Explanation {
+    let machine = topo.map(|t| &t.machine);
     let gpus: Vec<&Device> = machine.map(|m| m.gpus().collect()).unwrap_or_default();
-    let gpu_of = |rank: u32| -> Option<&Device> {
+    let mut notes: Vec<String> = Vec::new();
+    let mut by_index = false;
+    let gpu_of = |rank: u32, by_index: &mut bool| -> Option<&Device> {
         let info = job.ranks.get(&rank)?;
         if let Some(pci) = &info.pci {
-            if let Some(d) = gpus.iter().find(|d| &d.pci.to_string() == pci) {
-                return Some(d);
-            }
+            return gpus.iter().find(|d| &d.pci.to_string() == pci).copied();
         }
-        // NVML numbers GPUs by PCI bus id, as the machine lists them.
-        info.nvml_dev
+        // NVML numbers GPUs in PCI bus order (as `nvidia-smi` lists them), the order
+        // `Machine::gpus` keeps; a cudaDev is the same number only with
+        // CUDA_DEVICE_ORDER=PCI_BUS_ID and no CUDA_VISIBLE_DEVICES.
+        let d = info
+            .nvml_dev
             .or(info.cuda_dev)
-            .and_then(|i| gpus.get(i as usize).copied())
+            .and_then(|i| gpus.get(i as usize).copied());
+        *by_index |= d.is_some();
+        d
     };
-    let class_of = |a: u32, b: u32| -> Option<gdpath_topo::LinkClass> {
-        let m = machine?;
-        let (da, db) = (gpu_of(a)?, gpu_of(b)?);
-        (da.pci != db.pci).then(|| m.classify(da, db))
-    };
+    if let Some(t) = topo {
+        if job.hosts.len() > 1 {
+            notes.push(format!(
+                "the topology ({}) is taken for every one of the job's {} hosts: comparisons of ranks on a host laid out otherwise are wrong",
+                t.description,
+                job.hosts.len()
+            ));
+        }
+    }
 
     let mut rows: BTreeMap<(u32, u32, String), PairRow> = BTreeMap::new();
     for c in &job.connections {
         let row = rows
             .entry((c.src, c.dst, c.via.clone()))
-            .or_insert_with(|| PairRow {
-                src: c.src,
-                dst: c.dst,
-                via: c.via.clone(),
-                class: c.transport.class(),
-                transport: c.transport.clone(),
-                lines: 0,
-                channels: Vec::new(),
-                same_host: same_host(&job, c.src, c.dst),
-                topo_class: class_of(c.src, c.dst).map(|k| k.to_string()),
-                first: c.at.clone(),
+            .or_insert_with(|| {
+                let same = same_host(&job, c.src, c.dst);
+                // Two GPUs of different hosts have no class in one machine's topology.
+                let topo_class = machine.filter(|_| same != Some(false)).and_then(|m| {
+                    let (da, db) = (gpu_of(c.src, &mut by_index)?, gpu_of(c.dst, &mut by_index)?);
+                    (da.pci != db.pci).then(|| m.classify(da, db).to_string())
+                });
+                PairRow {
+                    src: c.src,
+                    dst: c.dst,
+                    via: c.via.clone(),
+                    class: c.transport.class(),
+                    transport: c.transport.clone(),
+                    lines: 0,
+                    channels: Vec::new(),
+                    same_host: same,
+                    topo_class,
+                    first: c.at.clone(),
+                }
             });
         row.lines += 1;
         if let Err(i) = row.channels.binary_search(&c.channel) {
@@ -143,7 +269,57 @@ pub fn explain(job: Job, machine: Option<(&Machine, String)>) -> Explanation {
     }
     let pairs: Vec<PairRow> = rows.into_values().collect();
 
-    let mut f = Findings::default();
+    // Each rank's GPU ↔ NIC of its NET lines.
+    let mut nic_paths: BTreeMap<(u32, String, u32, bool), NicPath> = BTreeMap::new();
+    if let Some(m) = machine {
+        for c in &job.connections {
+            let Transport::Net {
+                net,
+                dev: Some(dev),
+                gdr,
+                ..
+            } = &c.transport
+            else {
+                continue;
+            };
+            let key = (c.logger(), net.clone(), *dev, *gdr);
+            if net == "Socket" || nic_paths.contains_key(&key) || nic_paths.len() >= 4096 {
+                continue;
+            }
+            let Some(gpu) = gpu_of(c.logger(), &mut by_index) else {
+                continue;
+            };
+            let Some((nic, matched)) = nic_of(m, &job, net, *dev) else {
+                continue;
+            };
+            nic_paths.insert(
+                key,
+                NicPath {
+                    rank: c.logger(),
+                    gpu: gpu.id.clone(),
+                    net: net.clone(),
+                    dev: *dev,
+                    nic: nic.id.clone(),
+                    class: m.classify(gpu, nic).to_string(),
+                    gdr: *gdr,
+                    matched,
+                    first: c.at.clone(),
+                },
+            );
+        }
+    }
+    let nic_paths: Vec<NicPath> = nic_paths.into_values().collect();
+    if by_index {
+        notes.push("GPUs without a bus id in the log are matched by NVML index: the topology's GPUs in PCI bus order".into());
+    }
+    if nic_paths.iter().any(|p| p.matched == "order") {
+        notes.push("NCCL's NET device numbers without a `NET/IB : Using [N]name` line are taken as the topology's NICs in PCI order".into());
+    }
+
+    let mut f = Findings {
+        files: &job.files,
+        list: Vec::new(),
+    };
     let env = |k: &str| job.env.get(k);
     let env_line = |k: &str| job.env.get(k).map(|(_, l)| l.clone());
     let is_one = |k: &str| env(k).is_some_and(|(v, _)| v.trim() == "1");
@@ -171,35 +347,24 @@ pub fn explain(job: Job, machine: Option<(&Machine, String)>) -> Explanation {
             env_line(k).into_iter().collect(),
         );
     }
-    if is_one("NCCL_SHM_DISABLE") {
-        f.push(
-            "nccl.shm-disabled-by-env",
-            Area::P2p,
-            "job",
-            Status::Degraded,
-            Basis::Stated,
-            "NCCL_SHM_DISABLE=1: pairs without P2P go through the network".into(),
-            "unset NCCL_SHM_DISABLE".into(),
-            env_line("NCCL_SHM_DISABLE").into_iter().collect(),
-        );
-    }
-    if is_one("NCCL_IB_DISABLE") {
-        f.push("nccl.ib-disabled-by-env", Area::Gdr, "job", Status::Degraded, Basis::Stated,
-            "NCCL_IB_DISABLE=1: NCCL's IB/RoCE transport is off, so no GPUDirect RDMA; NCCL uses sockets (or a plugin)".into(),
-            "unset NCCL_IB_DISABLE where the nodes have IB or RoCE NICs".into(),
-            env_line("NCCL_IB_DISABLE").into_iter().collect());
-    }
-    if level_never("NCCL_NET_GDR_LEVEL") {
-        f.push(
-            "nccl.gdr-disabled-by-env",
-            Area::Gdr,
-            "job",
-            Status::Degraded,
-            Basis::Stated,
-            "NCCL_NET_GDR_LEVEL names LOC: GPUDirect RDMA is never used".into(),
-            "unset NCCL_NET_GDR_LEVEL (default PXB) or set it to the GPU↔NIC class".into(),
-            env_line("NCCL_NET_GDR_LEVEL").into_iter().collect(),
-        );
+    for (id, k, area, reason, remedy) in ENV_OFF {
+        let off = if k == "NCCL_NET_GDR_LEVEL" {
+            level_never(k)
+        } else {
+            is_one(k)
+        };
+        if off {
+            f.push(
+                id,
+                area,
+                "job",
+                Status::Degraded,
+                Basis::Stated,
+                reason.into(),
+                remedy.into(),
+                env_line(k).into_iter().collect(),
+            );
+        }
     }
 
     // P2P refused by NCCL's check (CUDA peer access or NVML P2P status).
@@ -238,8 +403,7 @@ pub fn explain(job: Job, machine: Option<(&Machine, String)>) -> Explanation {
             let allowed = k
                 .parse::<gdpath_topo::LinkClass>()
                 .ok()
-                .and_then(NcclLevel::of_class)
-                .is_some_and(|l| l <= NcclLevel::Pxb);
+                .is_some_and(within_pxb);
             if allowed {
                 (Basis::Derived, format!("rank {} ↔ {} is {k} in the topology, within NCCL's default P2P level PXB: P2P was possible, so CUDA refused it (peer access, ACS, IOMMU, virtualisation) or NCCL's P2P level was lowered", r.src, r.dst),
                  "run `gdpath doctor` and `gdpath p2p` on the node; set NCCL_DEBUG_SUBSYS=INIT,P2P,ENV to see NCCL's P2P check".to_owned())
@@ -251,21 +415,15 @@ pub fn explain(job: Job, machine: Option<(&Machine, String)>) -> Explanation {
             (Basis::Unknown, "the log does not say why P2P was not used".to_owned(),
              "give the node's topology (--snapshot / --sysfs-root / --smi-topo) or rerun with NCCL_DEBUG_SUBSYS=INIT,P2P,ENV; `gdpath p2p` shows whether CUDA allows P2P".to_owned())
         };
-        let subj = shm
-            .iter()
-            .map(|r| format!("{}->{}", r.src, r.dst))
-            .collect::<Vec<_>>()
-            .join(",");
-        f.push_rows(
+        f.push(
             "nccl.shm-fallback",
             Area::P2p,
-            &subj,
+            &pair_subject(&shm),
             Status::Degraded,
             basis,
             format!("NCCL used shared host memory (SHM) between GPUs of a node: {reason}"),
             remedy,
-            &shm,
-            &job,
+            row_lines(&shm, &job),
         );
     }
 
@@ -275,14 +433,9 @@ pub fn explain(job: Job, machine: Option<(&Machine, String)>) -> Explanation {
         .filter(|r| r.class == "NET" && r.same_host == Some(true))
         .collect();
     if !intra.is_empty() {
-        let subj = intra
-            .iter()
-            .map(|r| format!("{}->{}", r.src, r.dst))
-            .collect::<Vec<_>>()
-            .join(",");
-        f.push_rows("nccl.net-intra-node", Area::P2p, &subj, Status::Degraded, Basis::Derived,
+        f.push("nccl.net-intra-node", Area::P2p, &pair_subject(&intra), Status::Degraded, Basis::Derived,
             "NCCL used the network between ranks whose log lines name the same host (derived from the host names: two machines with one name would look the same); P2P and SHM were off or refused".into(),
-            "check NCCL_P2P_DISABLE / NCCL_SHM_DISABLE and `gdpath p2p`; NET inside a node is the slowest path".into(), &intra, &job);
+            "check NCCL_P2P_DISABLE / NCCL_SHM_DISABLE and `gdpath p2p`; NET inside a node is the slowest path".into(), row_lines(&intra, &job));
     }
 
     // Sockets.
@@ -299,20 +452,43 @@ pub fn explain(job: Job, machine: Option<(&Machine, String)>) -> Explanation {
         } else {
             (Basis::Unknown, "NCCL found no IB/RoCE device or plugin it could use (look for `NET/IB : No device found` and `NET/Plugin` lines)".to_owned())
         };
-        let subj = if socket.is_empty() {
-            "job".to_owned()
-        } else {
-            socket
-                .iter()
-                .map(|r| format!("{}->{}", r.src, r.dst))
-                .collect::<Vec<_>>()
-                .join(",")
-        };
-        let extra: Vec<LineRef> = Vec::new();
-        f.push_rows_with("nccl.socket-fallback", Area::Gdr, &subj, Status::Degraded, basis,
+        f.push("nccl.socket-fallback", Area::Gdr, &pair_subject(&socket), Status::Degraded, basis,
             format!("NCCL moved data between nodes over TCP sockets through host memory: {reason}"),
             "use the nodes' RDMA NICs (IB/RoCE, or the EFA plugin on AWS): install rdma-core and the NCCL net plugin, check `ibv_devices`, unset NCCL_IB_DISABLE".into(),
-            &socket, &job, extra);
+            row_lines(&socket, &job));
+    }
+
+    // A NIC across the CPU while one under the GPU's PCIe switch exists.
+    if let Some(m) = machine {
+        let far: Vec<(&NicPath, &Device)> = nic_paths
+            .iter()
+            .filter(|p| {
+                p.class
+                    .parse::<gdpath_topo::LinkClass>()
+                    .is_ok_and(|c| !within_pxb(c))
+            })
+            .filter_map(|p| {
+                let gpu = m.by_id(&p.gpu)?;
+                let near = m.nics().find(|n| within_pxb(m.classify(gpu, n)))?;
+                Some((p, near))
+            })
+            .collect();
+        if !far.is_empty() {
+            let (p, near) = far[0];
+            let near_class = m.classify(m.by_id(&p.gpu).unwrap_or(near), near);
+            let subject = far
+                .iter()
+                .map(|(p, _)| format!("rank {} {}↔{}", p.rank, p.gpu, p.nic))
+                .collect::<Vec<_>>()
+                .join(",");
+            f.push("nccl.net-sys-nic", Area::Gdr, &subject, Status::Degraded, Basis::Derived,
+                format!("rank {}'s {} sends or receives through {} (NET/{}/{}), which is {} to it in the topology, while {} is {near_class} to it: the traffic crosses the CPU{}{}",
+                    p.rank, p.gpu, p.nic, p.net, p.dev, p.class, near.id,
+                    if far.len() > 1 { format!(" ({} rank↔NIC pairs in all)", far.len()) } else { String::new() },
+                    if p.matched == "order" { "; assumed: the log lists no NCCL device names, so NET device N is taken as the topology's N-th NIC" } else { "" }),
+                "check that the near NIC is up and listed by `ibv_devices`, that NCCL_IB_HCA does not leave it out and NCCL_CROSS_NIC is unset; with rail-optimised networks PXN (NCCL_PXN_DISABLE unset) moves the data over NVLink to the GPU beside the NIC".into(),
+                far.iter().map(|(p, _)| p.first.clone()).collect());
+        }
     }
 
     // GPUDirect RDMA off: NET (not Socket) without GDRDMA, or a Disabled line.
@@ -332,6 +508,13 @@ pub fn explain(job: Job, machine: Option<(&Machine, String)>) -> Explanation {
             .iter()
             .filter_map(|g| g.reason.as_deref())
             .collect();
+        let near_no_gdr = nic_paths.iter().find(|p| {
+            !p.gdr
+                && p.class
+                    .parse::<gdpath_topo::LinkClass>()
+                    .is_ok_and(within_pxb)
+        });
+        let far_no_gdr = nic_paths.iter().find(|p| !p.gdr);
         let (basis, reason, remedy) = if level_never("NCCL_NET_GDR_LEVEL") {
             (
                 Basis::Stated,
@@ -343,6 +526,16 @@ pub fn explain(job: Job, machine: Option<(&Machine, String)>) -> Explanation {
              "load nvidia_peermem (`modprobe nvidia_peermem`), or use dma-buf (kernel ≥ 5.12, open GPU kernel modules); `gdpath doctor` checks both".to_owned())
         } else if let Some(r) = reasons.iter().find(|r| r.contains("distance")) {
             (Basis::Stated, format!("NCCL says \"{r}\": the GPU and the NIC are farther apart than NCCL's GDR level (path types: 1 PIX, 2 PXB, 3 PHB, 4 SYS in 2.4–2.7; later versions count LOC, NVL, NVB first)"),
+             "put the job's GPUs next to their NICs, or set NCCL_NET_GDR_LEVEL to the GPU↔NIC class if GDR through the CPU is faster (measure)".to_owned())
+        } else if let Some(p) = near_no_gdr {
+            (Basis::Derived, format!("rank {}'s {} and {} (NET/{}/{}) are {} in the topology, within NCCL's default GDR level PXB, so NCCL would have used GDR had the NIC been able to register GPU memory: {}{}",
+                p.rank, p.gpu, p.nic, p.net, p.dev, p.class, peer_memory_facts(topo),
+                if p.matched == "order" { "; assumed: NET device N is the topology's N-th NIC" } else { "" }),
+             "load nvidia_peermem (`modprobe nvidia_peermem`) or use dma-buf (kernel ≥ 5.12, open GPU kernel modules); check NCCL_NET_GDR_LEVEL and that the NCCL net plugin supports GDR; `gdpath doctor` on the node".to_owned())
+        } else if let Some(p) = far_no_gdr {
+            (Basis::Derived, format!("rank {}'s {} and {} (NET/{}/{}) are {} in the topology, beyond NCCL's default GDR level PXB{}",
+                p.rank, p.gpu, p.nic, p.net, p.dev, p.class,
+                if p.matched == "order" { "; assumed: NET device N is the topology's N-th NIC" } else { "" }),
              "put the job's GPUs next to their NICs, or set NCCL_NET_GDR_LEVEL to the GPU↔NIC class if GDR through the CPU is faster (measure)".to_owned())
         } else if !job.nic_distance.is_empty()
             && job
@@ -356,20 +549,12 @@ pub fn explain(job: Job, machine: Option<(&Machine, String)>) -> Explanation {
             (Basis::Unknown, "NCCL gave no reason (it logs the per-GPU decision only at TRACE level)".to_owned(),
              "run `gdpath doctor` on the node (nvidia_peermem, dma-buf, GPU↔NIC class) or give its topology; NCCL_DEBUG_SUBSYS=INIT,NET shows the per-HCA lines".to_owned())
         };
-        let subj = if no_gdr.is_empty() {
-            "job".to_owned()
-        } else {
-            no_gdr
-                .iter()
-                .map(|r| format!("{}->{}", r.src, r.dst))
-                .collect::<Vec<_>>()
-                .join(",")
-        };
-        let mut extra: Vec<LineRef> = disabled.iter().map(|g| g.at.clone()).collect();
-        extra.extend(job.nic_distance.iter().cloned());
-        f.push_rows_with("nccl.gdr-off", Area::Gdr, &subj, Status::Degraded, basis,
+        let mut lines: Vec<LineRef> = disabled.iter().map(|g| g.at.clone()).collect();
+        lines.extend(job.nic_distance.iter().cloned());
+        lines.extend(row_lines(&no_gdr, &job));
+        f.push("nccl.gdr-off", Area::Gdr, &pair_subject(&no_gdr), Status::Degraded, basis,
             format!("NCCL's network transport ran without GPUDirect RDMA (through host bounce buffers): {reason}"),
-            remedy, &no_gdr, &job, extra);
+            remedy, lines);
     }
 
     if job.connections.is_empty() {
@@ -391,13 +576,77 @@ pub fn explain(job: Job, machine: Option<(&Machine, String)>) -> Explanation {
         );
     }
 
+    let findings = f.list;
     Explanation {
         schema: NCCL_SCHEMA,
-        topology,
+        topology: topo.map(|t| t.description.clone()),
         job,
         pairs,
-        findings: f.0,
+        nic_paths,
+        findings,
+        notes,
     }
+}
+
+/// The NIC behind NCCL's device `dev` of network `net`: by the RDMA device name the log's
+/// `NET/IB : Using` line gives it, else (no such line) the topology's `dev`-th NIC in PCI order.
+fn nic_of<'m>(
+    m: &'m Machine,
+    job: &Job,
+    net: &str,
+    dev: u32,
+) -> Option<(&'m Device, &'static str)> {
+    if net == "IB" {
+        if let Some((name, _)) = job.ib_devices.get(&dev) {
+            // A name the topology does not have matches nothing: no guess by order then.
+            return m
+                .nics()
+                .find(|n| n.rdma.iter().any(|r| r == name))
+                .map(|n| (n, "name"));
+        }
+    }
+    m.nics().nth(dev as usize).map(|n| (n, "order"))
+}
+
+/// What the doctor found of GDR's peer memory in the topology's source, in a sentence.
+fn peer_memory_facts(topo: Option<&Topology>) -> String {
+    let facts: Vec<String> = topo
+        .map(|t| {
+            t.gdr_facts
+                .iter()
+                .map(|f| format!("{} is {:?} ({})", f.id, f.status, f.evidence))
+                .collect()
+        })
+        .unwrap_or_default();
+    if facts.is_empty() {
+        "the topology source does not say whether nvidia_peermem is loaded or dma-buf usable (a snapshot or --sysfs-root does)".into()
+    } else {
+        format!("the doctor on the topology's source: {}", facts.join("; "))
+    }
+}
+
+/// A finding's subject for pair rows: `src->dst,…`, or `job` when there is none.
+fn pair_subject(rows: &[&PairRow]) -> String {
+    if rows.is_empty() {
+        return "job".to_owned();
+    }
+    rows.iter()
+        .map(|r| format!("{}->{}", r.src, r.dst))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Every connection line of the rows, in log order.
+fn row_lines(rows: &[&PairRow], job: &Job) -> Vec<LineRef> {
+    let keys: std::collections::BTreeSet<(u32, u32, &str)> = rows
+        .iter()
+        .map(|r| (r.src, r.dst, r.via.as_str()))
+        .collect();
+    job.connections
+        .iter()
+        .filter(|c| keys.contains(&(c.src, c.dst, c.via.as_str())))
+        .map(|c| c.at.clone())
+        .collect()
 }
 
 fn same_host(job: &Job, a: u32, b: u32) -> Option<bool> {
@@ -406,10 +655,13 @@ fn same_host(job: &Job, a: u32, b: u32) -> Option<bool> {
     Some(ha == hb)
 }
 
-#[derive(Default)]
-struct Findings(Vec<NcclFinding>);
+/// The findings being built, with the log files' names for their evidence.
+struct Findings<'j> {
+    files: &'j [String],
+    list: Vec<NcclFinding>,
+}
 
-impl Findings {
+impl Findings<'_> {
     #[allow(clippy::too_many_arguments)]
     fn push(
         &mut self,
@@ -423,11 +675,17 @@ impl Findings {
         lines: Vec<LineRef>,
     ) {
         let line_count = lines.len();
+        // The evidence names the log file as given (escaped: a path is untrusted text).
         let evidence = match lines.first() {
-            Some(l) => format!("{} line(s), first at {}:{}", line_count, l.file, l.line),
+            Some(l) => format!(
+                "{} line(s), first at {}:{}",
+                line_count,
+                self.files.get(l.file).map(escape).unwrap_or_default(),
+                l.line
+            ),
             None => "no line (absence)".to_owned(),
         };
-        self.0.push(NcclFinding {
+        self.list.push(NcclFinding {
             finding: Finding {
                 id: FindingId::from(id),
                 path: area,
@@ -441,61 +699,6 @@ impl Findings {
             lines: lines.into_iter().take(EVIDENCE_LINES).collect(),
             line_count,
         });
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn push_rows(
-        &mut self,
-        id: &str,
-        area: Area,
-        subject: &str,
-        status: Status,
-        basis: Basis,
-        reason: String,
-        remedy: String,
-        rows: &[&PairRow],
-        job: &Job,
-    ) {
-        self.push_rows_with(
-            id,
-            area,
-            subject,
-            status,
-            basis,
-            reason,
-            remedy,
-            rows,
-            job,
-            Vec::new(),
-        );
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn push_rows_with(
-        &mut self,
-        id: &str,
-        area: Area,
-        subject: &str,
-        status: Status,
-        basis: Basis,
-        reason: String,
-        remedy: String,
-        rows: &[&PairRow],
-        job: &Job,
-        mut extra: Vec<LineRef>,
-    ) {
-        let keys: std::collections::BTreeSet<(u32, u32, &str)> = rows
-            .iter()
-            .map(|r| (r.src, r.dst, r.via.as_str()))
-            .collect();
-        let mut lines: Vec<LineRef> = job
-            .connections
-            .iter()
-            .filter(|c| keys.contains(&(c.src, c.dst, c.via.as_str())))
-            .map(|c| c.at.clone())
-            .collect();
-        extra.append(&mut lines);
-        self.push(id, area, subject, status, basis, reason, remedy, extra);
     }
 }
 
@@ -549,6 +752,9 @@ pub fn render_text(e: &Explanation, verbose: bool) -> String {
     if let Some(t) = &e.topology {
         let _ = writeln!(s, "  topology  {}", escape(t));
     }
+    for n in &e.notes {
+        let _ = writeln!(s, "  note      {}", escape(n));
+    }
     if verbose {
         for (r, i) in &j.ranks {
             let _ = writeln!(
@@ -600,6 +806,23 @@ pub fn render_text(e: &Explanation, verbose: bool) -> String {
             "  … {} more (--verbose lists all)",
             e.pairs.len() - shown
         );
+    }
+    if !e.nic_paths.is_empty() {
+        let _ = writeln!(s, "\nGPU ↔ NIC of NET lines ({}):", e.nic_paths.len());
+        for p in &e.nic_paths {
+            let _ = writeln!(
+                s,
+                "  rank {:<5} {:<8} NET/{}/{:<3} {:<10} {:<5} {} (matched by {})",
+                p.rank,
+                escape(&p.gpu),
+                escape(&p.net),
+                p.dev,
+                escape(&p.nic),
+                p.class,
+                if p.gdr { "GDRDMA" } else { "no GDRDMA" },
+                p.matched
+            );
+        }
     }
     let _ = writeln!(s, "\nFindings ({}):", e.findings.len());
     for f in &e.findings {

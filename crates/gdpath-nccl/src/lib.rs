@@ -15,7 +15,9 @@
 pub mod explain;
 pub mod parse;
 
-pub use explain::{explain, Basis, Evidence, Explanation, NcclFinding, PairRow, NCCL_SCHEMA};
+pub use explain::{
+    explain, Basis, Evidence, Explanation, NcclFinding, NicPath, PairRow, Topology, NCCL_SCHEMA,
+};
 
 use parse::{Direction, Transport};
 use serde::Serialize;
@@ -67,9 +69,10 @@ pub enum NcclError {
     /// More files than [`Limits::max_files`].
     #[error("{given} log files given; at most {max} are read")]
     TooManyFiles { given: usize, max: usize },
-    /// Not a regular file (a directory, FIFO or device would block or mean nothing).
-    #[error("{path} is not a regular file", path = gdpath_topo::text::escape(.path))]
-    NotAFile { path: PathBuf },
+    /// Not a regular file (a directory, FIFO or device would block or mean nothing); `what`:
+    /// "a directory", "a FIFO", "a character device"…
+    #[error("{path} is {what}, not a regular file", path = gdpath_topo::text::escape(.path))]
+    NotAFile { path: PathBuf, what: &'static str },
 }
 
 /// A line of a log: which file, which line (1-based) and its text (as read, unescaped; escape
@@ -104,6 +107,18 @@ pub struct ConnLine {
     pub transport: Transport,
 }
 
+impl ConnLine {
+    /// The rank that wrote the line, whose GPU and network device it names: the receiver of a
+    /// `[receive]` line, else the sender (NCCL logs P2P and SHM connections on the sending side).
+    pub fn logger(&self) -> u32 {
+        if self.dir == Some(Direction::Receive) {
+            self.dst
+        } else {
+            self.src
+        }
+    }
+}
+
 /// A GDR decision line.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct GdrDecision {
@@ -132,6 +147,9 @@ pub struct Job {
     pub env: BTreeMap<String, (String, LineRef)>,
     /// Pairs of CUDA devices NCCL's P2P check refused, with the line.
     pub p2p_refused: Vec<(u32, u32, LineRef)>,
+    /// NCCL's IB devices by number (`NET/IB : Using [0]mlx5_0:1/RoCE …`): the RDMA device name
+    /// that `via NET/IB/<N>` means, with the line.
+    pub ib_devices: BTreeMap<u32, (String, LineRef)>,
     /// `NIC distance :` lines of 2.4–2.5.
     pub nic_distance: Vec<LineRef>,
     /// NCCL WARN lines (the first 100).
@@ -156,14 +174,24 @@ pub fn read_logs(paths: &[PathBuf], limits: Limits) -> Result<Job, NcclError> {
     }
     let mut p = Parser::new(limits);
     for path in paths {
-        let meta = std::fs::metadata(path).map_err(|source| NcclError::Read {
-            path: path.clone(),
-            source,
-        })?;
-        if !meta.is_file() {
-            return Err(NcclError::NotAFile { path: path.clone() });
-        }
-        let f = std::fs::File::open(path).map_err(|source| NcclError::Read {
+        // The engine's open: a FIFO, device or directory is refused before any open, and one
+        // swapped in after the check neither blocks the open nor is read.
+        let f = gdpath::file::open_regular(path, std::fs::OpenOptions::new().read(true).clone(), 0)
+            .map_err(|e| match e {
+                gdpath::Error::NotAFile { what, .. } => NcclError::NotAFile {
+                    path: path.clone(),
+                    what,
+                },
+                gdpath::Error::Open { source, .. } => NcclError::Read {
+                    path: path.clone(),
+                    source: std::io::Error::new(source.kind(), source.to_string()),
+                },
+                other => NcclError::Read {
+                    path: path.clone(),
+                    source: std::io::Error::other(other.to_string()),
+                },
+            })?;
+        let meta = f.metadata().map_err(|source| NcclError::Read {
             path: path.clone(),
             source,
         })?;
@@ -315,6 +343,12 @@ impl Parser {
                         info.host = s.prefix.host.clone();
                         info.pid = s.prefix.pid;
                     }
+                }
+            }
+        } else if let Some(devs) = parse::ib_devices(msg) {
+            for (n, name) in devs {
+                if self.job.ib_devices.len() < 64 {
+                    self.job.ib_devices.entry(n).or_insert_with(|| (name, at()));
                 }
             }
         } else if let Some(n) = parse::network(msg) {

@@ -316,6 +316,24 @@ pub fn gdr(msg: &str) -> Option<GdrLine> {
     })
 }
 
+/// `NET/IB : Using [0]mlx5_0:1/RoCE [1]mlx5_1:1/IB [RO]; OOB eth0:10.0.0.1<0>` (`net_ib.cc`):
+/// NCCL's IB device numbers and their RDMA device names (`mlx5_0`, port dropped), the number
+/// that `via NET/IB/<N>` names. `None` for any other line; at most 64 devices are read.
+pub fn ib_devices(msg: &str) -> Option<Vec<(u32, String)>> {
+    let rest = msg.strip_prefix("NET/IB : Using ")?;
+    let list = rest.split(';').next().unwrap_or(rest);
+    let devs: Vec<(u32, String)> = list
+        .split_whitespace()
+        .filter_map(|w| {
+            let (n, name) = w.strip_prefix('[')?.split_once(']')?;
+            let name = name.split([':', '/']).next()?;
+            (!name.is_empty()).then(|| Some((n.parse().ok()?, name.to_owned())))?
+        })
+        .take(64)
+        .collect();
+    (!devs.is_empty()).then_some(devs)
+}
+
 /// `NCCL_X set by environment to V.` (and `NCCL_X set to V` of 2.4), `(name, value)`.
 pub fn env(msg: &str) -> Option<(String, String)> {
     let (name, rest) = msg.split_once(' ')?;

@@ -1,8 +1,24 @@
 //! Every vendored NCCL log (fixtures/nccl) against the per-pair table and finding ids written
 //! by hand from its lines (`<name>.expected.json`), and mangled logs parsed within bounds.
 
-use gdpath_nccl::{explain, parse_logs, read_logs, Limits};
+use gdpath_nccl::{
+    explain, parse_logs, read_logs, Basis, Explanation, Limits, NcclFinding, Topology,
+};
 use std::collections::BTreeSet;
+
+/// The finding `id` of `e` (the test fails when there is none).
+fn finding<'e>(e: &'e Explanation, id: &str) -> &'e NcclFinding {
+    e.findings
+        .iter()
+        .find(|f| f.finding.id.0 == id)
+        .unwrap_or_else(|| panic!("no {id} in {:?}", e.finding_ids()))
+}
+
+/// Explains one vendored log alone.
+fn explain_fixture(name: &str) -> Explanation {
+    let log = gdpath_testkit::fixture(&format!("nccl/{name}"));
+    explain(read_logs(&[log], Limits::default()).unwrap(), None)
+}
 
 type Row = (u32, u32, String, usize);
 
@@ -63,18 +79,18 @@ fn every_fixture_matches_its_hand_written_table() {
 
 #[test]
 fn stated_reasons_and_ranks() {
-    let log = gdpath_testkit::fixture("nccl/nccl-899-gdr-no-module.log");
-    let e = explain(read_logs(&[log], Limits::default()).unwrap(), None);
-    let g = e
-        .findings
-        .iter()
-        .find(|f| f.finding.id.0 == "nccl.gdr-off")
-        .unwrap();
-    assert_eq!(g.basis, gdpath_nccl::Basis::Stated);
+    let e = explain_fixture("nccl-899-gdr-no-module.log");
+    let g = finding(&e, "nccl.gdr-off");
+    assert_eq!(g.basis, Basis::Stated);
     assert!(g.reason.contains("no module"), "{}", g.reason);
     assert_eq!(
         g.lines[0].line, 1,
         "evidence starts at the first (no module) line"
+    );
+    assert!(
+        g.finding.evidence.contains("nccl-899-gdr-no-module.log:1"),
+        "the evidence names the log file as given: {}",
+        g.finding.evidence
     );
     // Rank 1 wrote the `0 -> 1 [receive]` lines on 21346d5cefce, rank 0 on 6a5a91752e39.
     assert_eq!(e.job.ranks[&1].host.as_deref(), Some("21346d5cefce"));
@@ -82,21 +98,131 @@ fn stated_reasons_and_ranks() {
     assert_eq!(e.job.ranks[&0].pci.as_deref(), Some("0000:1a:00.0"));
     assert!(e.pairs.iter().all(|r| r.same_host == Some(false)));
 
-    let log = gdpath_testkit::fixture("nccl/nccl-1537-gdr-disabled.log");
-    let e = explain(read_logs(&[log], Limits::default()).unwrap(), None);
-    let g = e
-        .findings
-        .iter()
-        .find(|f| f.finding.id.0 == "nccl.gdr-off")
-        .unwrap();
-    assert_eq!(
-        g.basis,
-        gdpath_nccl::Basis::Unknown,
-        "NCCL gave no reason in that log"
-    );
+    let e = explain_fixture("nccl-1537-gdr-disabled.log");
+    let g = finding(&e, "nccl.gdr-off");
+    assert_eq!(g.basis, Basis::Unknown, "NCCL gave no reason in that log");
     assert_eq!(e.job.ranks[&0].nvml_dev, Some(0));
     assert_eq!(e.job.nranks, Some(16));
     assert!(e.job.networks.contains("IB"));
+    // `NET/IB : Using [0]mlx5_0:1/RoCE [1]mlx5_1:1/RoCE [RO]; OOB …`: NCCL's device numbers.
+    let names: Vec<(u32, &str)> = e
+        .job
+        .ib_devices
+        .iter()
+        .map(|(n, (name, _))| (*n, name.as_str()))
+        .collect();
+    assert_eq!(names, [(0, "mlx5_0"), (1, "mlx5_1")]);
+}
+
+/// NET lines written here in NCCL 2.2x's format (no public log pairs with a vendored
+/// topology), against the real p4d.24xlarge NCCL topology file: GPU0 and GPU1 sit under NIC0's
+/// switch (PIX), GPU2 and GPU3 under NIC1's, NIC2 and NIC3 are on the other socket (SYS).
+const P4D_NET_LINES: &str = "\
+node-a:11:21 [0] NCCL INFO Channel 00/0 : 0[0] -> 8[0] [send] via NET/AWS Libfabric/2/GDRDMA
+node-a:11:21 [0] NCCL INFO Channel 01/0 : 0[0] -> 8[0] [send] via NET/AWS Libfabric/2/GDRDMA
+node-a:12:22 [2] NCCL INFO Channel 00/0 : 2[2] -> 10[2] [send] via NET/AWS Libfabric/1
+node-b:13:23 [0] NCCL INFO Channel 00/0 : 0[0] -> 8[0] [receive] via NET/AWS Libfabric/0/GDRDMA
+";
+
+fn p4d() -> Topology {
+    let source = gdpath_topo::Source::NcclXml(gdpath_testkit::fixture(
+        "nccl-xml/nccl-aws-p4d-24xl-topo.xml",
+    ));
+    Topology::load(&source).unwrap()
+}
+
+#[test]
+fn net_through_a_sys_nic_while_a_pix_one_exists_is_found() {
+    let topo = p4d();
+    let job = parse_logs(&[("p4d.log", P4D_NET_LINES.as_bytes())], Limits::default());
+    let e = explain(job, Some(&topo));
+    let f = finding(&e, "nccl.net-sys-nic");
+    assert_eq!(f.basis, Basis::Derived);
+    // Rank 0 (GPU0) sends through NIC2, SYS to it, while NIC0 is PIX to it.
+    assert!(
+        f.reason.contains("GPU0") && f.reason.contains("NIC2") && f.reason.contains("SYS"),
+        "{}",
+        f.reason
+    );
+    assert!(f.reason.contains("NIC0 is PIX"), "{}", f.reason);
+    assert!(
+        f.reason.contains("assumed"),
+        "the device-number mapping is said: {}",
+        f.reason
+    );
+    assert_eq!(f.line_count, 1, "one rank↔NIC pair, its first line");
+    assert_eq!(f.lines[0].line, 1);
+    // Rank 8 receives through NIC0, PIX to its GPU0: no finding for it.
+    assert!(
+        !f.finding.subject.contains("rank 8"),
+        "{}",
+        f.finding.subject
+    );
+    let rows: Vec<(u32, &str, &str, &str)> = e
+        .nic_paths
+        .iter()
+        .map(|p| (p.rank, p.gpu.as_str(), p.nic.as_str(), p.class.as_str()))
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            (0, "GPU0", "NIC2", "SYS"),
+            (2, "GPU2", "NIC1", "PIX"),
+            (8, "GPU0", "NIC0", "PIX")
+        ]
+    );
+    // Two hosts, one topology: said.
+    assert!(
+        e.notes
+            .iter()
+            .any(|n| n.contains("every one of the job's 2 hosts")),
+        "{:?}",
+        e.notes
+    );
+    // The same lines without a topology: nothing is compared.
+    let e = explain(
+        parse_logs(&[("p4d.log", P4D_NET_LINES.as_bytes())], Limits::default()),
+        None,
+    );
+    assert!(e.nic_paths.is_empty());
+    assert!(!e.finding_ids().contains(&"nccl.net-sys-nic".to_owned()));
+}
+
+#[test]
+fn gdr_off_beside_a_pix_nic_is_derived_with_the_doctor_facts() {
+    let mut topo = p4d();
+    let job = || parse_logs(&[("p4d.log", P4D_NET_LINES.as_bytes())], Limits::default());
+    let e = explain(job(), Some(&topo));
+    let g = finding(&e, "nccl.gdr-off");
+    assert_eq!(g.basis, Basis::Derived);
+    assert!(
+        g.reason.contains("GPU2") && g.reason.contains("NIC1") && g.reason.contains("PIX"),
+        "{}",
+        g.reason
+    );
+    assert!(
+        g.reason.contains("gdr.peermem-missing is Unknown")
+            && g.reason.contains("not in the source"),
+        "an NCCL XML file has no module list, and the doctor's reason says so: {}",
+        g.reason
+    );
+    // A source whose doctor found peer memory missing: the reason carries the fact.
+    topo.gdr_facts.clear();
+    topo.gdr_facts.push(gdpath::finding::Finding {
+        id: gdpath::finding::FindingId::from(gdpath::finding::ids::GDR_PEERMEM_MISSING),
+        path: gdpath::finding::Area::Gdr,
+        subject: "machine".into(),
+        status: gdpath::finding::Status::Unavailable,
+        evidence: "neither nvidia_peermem nor nv_peer_mem is in /proc/modules".into(),
+        remedy: "modprobe nvidia_peermem".into(),
+    });
+    let e = explain(job(), Some(&topo));
+    let g = finding(&e, "nccl.gdr-off");
+    assert!(
+        g.reason.contains("gdr.peermem-missing is Unavailable"),
+        "{}",
+        g.reason
+    );
 }
 
 #[test]

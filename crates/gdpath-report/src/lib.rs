@@ -31,6 +31,7 @@ pub mod layout;
 pub mod links;
 pub mod matrix;
 pub mod measure;
+pub mod nccl;
 pub mod nvlink;
 pub mod page;
 pub mod results;
@@ -62,6 +63,8 @@ pub struct Options {
     pub measure: bool,
     /// The command line, program name first, shown in the report.
     pub argv: Vec<String>,
+    /// NCCL logs (`NCCL_DEBUG=INFO`) whose chosen paths are shown over the machine ([`nccl`]).
+    pub nccl_logs: Vec<PathBuf>,
 }
 
 /// Most GPUs, NICs and NVMe drawn as a machine: 256. Each is a box some 110 px wide, so 256
@@ -81,6 +84,9 @@ pub enum ReportError {
     /// A bench result document given with `--from` was refused.
     #[error(transparent)]
     Results(#[from] ResultsError),
+    /// An NCCL log could not be read (`--nccl-log`).
+    #[error(transparent)]
+    Nccl(#[from] gdpath_nccl::NcclError),
     /// More GPUs, NICs and NVMe than [`MAX_DRAWN_DEVICES`] (`gdpath topo --svg`).
     #[error(
         "{devices} GPUs, NICs and NVMe: more than the {limit} gdpath draws (the drawing would be \
@@ -104,7 +110,35 @@ pub fn report(opts: &Options) -> Result<String, ReportError> {
         .iter()
         .map(|p| results::read(p))
         .collect::<Result<Vec<_>, _>>()?;
+    // Logs next, also before anything is measured.
+    let job = if opts.nccl_logs.is_empty() {
+        None
+    } else {
+        Some(gdpath_nccl::read_logs(
+            &opts.nccl_logs,
+            gdpath_nccl::Limits::default(),
+        )?)
+    };
     let ex = gdpath_doctor::examine(&opts.source, &opts.paths, opts.measure)?;
+    let nccl = job.map(|job| {
+        // The machine drawn, and the doctor's peer-memory findings on it.
+        let mut topo =
+            gdpath_nccl::Topology::new(ex.loaded.machine.clone(), opts.source.describe());
+        topo.gdr_facts = ex
+            .report
+            .findings
+            .iter()
+            .filter(|f| {
+                [
+                    gdpath::finding::ids::GDR_PEERMEM_MISSING,
+                    gdpath::finding::ids::GDR_DMABUF_UNAVAILABLE,
+                ]
+                .contains(&f.id.as_str())
+            })
+            .cloned()
+            .collect();
+        gdpath_nccl::explain(job, Some(&topo))
+    });
     let mut missing = Vec::new();
     if opts.measure {
         match &ex.loaded.mode {
@@ -128,6 +162,7 @@ pub fn report(opts: &Options) -> Result<String, ReportError> {
         measured: opts.measure,
         argv: &opts.argv,
         generated: std::time::SystemTime::now(),
+        nccl: nccl.as_ref(),
     }))
 }
 

@@ -72,6 +72,8 @@ pub struct PageInput<'a> {
     pub argv: &'a [String],
     /// When the page was made (shown in its header).
     pub generated: SystemTime,
+    /// NCCL's chosen paths (`--nccl-log`), compared with this machine.
+    pub nccl: Option<&'a gdpath_nccl::Explanation>,
 }
 
 fn area_what(a: Area) -> &'static str {
@@ -235,6 +237,9 @@ pub fn html(p: &PageInput) -> String {
     // Findings.
     o.push_str("<h2>Findings</h2>");
     o.push_str(&findings::html(&ex.report, m, &ex.paths));
+    if let Some(e) = p.nccl {
+        o.push_str(&crate::nccl::html(e));
+    }
     // Measurements.
     o.push_str("<h2>Measurements</h2>");
     measurements(&mut o, p);

@@ -139,6 +139,7 @@ fn check(bin: &Path, source: Source, from: Vec<PathBuf>, colours: &[(&str, [u8; 
         from,
         measure: false,
         argv: vec!["gdpath".into(), "report".into()],
+        nccl_logs: Vec::new(),
     })
     .unwrap();
     let page = work.path().join("report.html");

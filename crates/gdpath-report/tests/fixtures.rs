@@ -19,6 +19,7 @@ fn report(source: Source) -> (String, gdpath_topo::Machine) {
         from: Vec::new(),
         measure: false,
         argv: vec!["gdpath".into(), "report".into()],
+        nccl_logs: Vec::new(),
     };
     let html = gdpath_report::report(&opts).unwrap_or_else(|e| panic!("{source:?}: {e}"));
     let machine = gdpath_doctor::load(&source).unwrap().machine;

@@ -18,6 +18,7 @@ fn opts(source: Source, from: Vec<PathBuf>, dir: &std::path::Path) -> Options {
         from,
         measure: false,
         argv: vec!["gdpath".into(), "report".into()],
+        nccl_logs: Vec::new(),
     }
 }
 
