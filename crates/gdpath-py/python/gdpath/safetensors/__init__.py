@@ -522,7 +522,12 @@ class safe_open:
     def _fd(self, file: int) -> int:
         fd = self._fds.get(file)
         if fd is None:
-            fd = self._fds[file] = os.open(self._files[file], os.O_RDONLY | os.O_CLOEXEC)
+            # transformers materialises slices from a thread pool: one descriptor per file,
+            # the one a racing thread opened second is closed, not leaked.
+            new = os.open(self._files[file], os.O_RDONLY | os.O_CLOEXEC)
+            fd = self._fds.setdefault(file, new)
+            if fd != new:
+                os.close(new)
         return fd
 
     def _host(self, info: "_native.TensorInfo", offset: int = 0, nbytes: Optional[int] = None) -> Any:
