@@ -56,6 +56,8 @@ import time
 
 import numpy as np
 
+import peers  # bench/, first on sys.path when this script runs
+
 # Llama-3-8B's widths, 16 layers: 147 tensors, 9.08 GB in bf16 (bench/python_load.py's shapes).
 FULL = dict(h=4096, i=14336, kv=1024, v=128256, layers=16, heads=32, kv_heads=8)
 DRY = dict(h=512, i=1792, kv=128, v=16032, layers=2, heads=4, kv_heads=1)
@@ -64,16 +66,7 @@ BLOCK_BYTES = 64_000_006  # the pattern's period: not a power of two, so no tens
 
 def shapes(c: dict) -> dict:
     """Name → shape of the Llama-shaped checkpoint, in transformers' names."""
-    h, i, kv, v = c["h"], c["i"], c["kv"], c["v"]
-    out = {"model.embed_tokens.weight": (v, h), "lm_head.weight": (v, h), "model.norm.weight": (h,)}
-    for layer in range(c["layers"]):
-        p = f"model.layers.{layer}."
-        for n, s in (("self_attn.q_proj", (h, h)), ("self_attn.k_proj", (kv, h)),
-                     ("self_attn.v_proj", (kv, h)), ("self_attn.o_proj", (h, h)),
-                     ("mlp.gate_proj", (i, h)), ("mlp.up_proj", (i, h)), ("mlp.down_proj", (h, i)),
-                     ("input_layernorm", (h,)), ("post_attention_layernorm", (h,))):
-            out[p + n + ".weight"] = s
-    return out
+    return peers.llama_shapes(c["h"], c["i"], c["kv"], c["v"], c["layers"])
 
 
 def pattern(dtype: str) -> bytes:
