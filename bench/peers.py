@@ -53,6 +53,21 @@ def drop_cache(path: str) -> str:
         return "fadvise"
 
 
+def llama_shapes(h: int, i: int, kv: int, v: int, layers: int) -> dict:
+    """Name → shape of a Llama-shaped checkpoint in transformers' names (hidden `h`,
+    intermediate `i`, K/V width `kv`, vocabulary `v`, `layers` layers; untied lm_head): the
+    checkpoint of python_load.py and safetensors_dropin.py."""
+    out = {"model.embed_tokens.weight": (v, h), "lm_head.weight": (v, h), "model.norm.weight": (h,)}
+    for layer in range(layers):
+        p = f"model.layers.{layer}."
+        for n, s in (("self_attn.q_proj", (h, h)), ("self_attn.k_proj", (kv, h)),
+                     ("self_attn.v_proj", (kv, h)), ("self_attn.o_proj", (h, h)),
+                     ("mlp.gate_proj", (i, h)), ("mlp.up_proj", (i, h)), ("mlp.down_proj", (h, i)),
+                     ("input_layernorm", (h,)), ("post_attention_layernorm", (h,))):
+            out[p + n + ".weight"] = s
+    return out
+
+
 # --- checkpoint loaders: each returns {name: tensor on cuda:0} --------------------------------
 
 

@@ -47,16 +47,7 @@ H, I, KV, V, LAYERS = 4096, 14336, 1024, 128256, 16  # 147 tensors, 9.08 GB in b
 
 def shapes(quick: bool):
     """Name → shape of the Llama-shaped checkpoint (or a 1/8-width one with --quick)."""
-    h, i, kv, v, layers = (H, I, KV, V, LAYERS) if not quick else (512, 1792, 128, 16032, 4)
-    out = {"model.embed_tokens.weight": (v, h), "lm_head.weight": (v, h), "model.norm.weight": (h,)}
-    for l in range(layers):
-        p = f"model.layers.{l}."
-        for n, s in (("self_attn.q_proj", (h, h)), ("self_attn.k_proj", (kv, h)),
-                     ("self_attn.v_proj", (kv, h)), ("self_attn.o_proj", (h, h)),
-                     ("mlp.gate_proj", (i, h)), ("mlp.up_proj", (i, h)), ("mlp.down_proj", (h, i)),
-                     ("input_layernorm", (h,)), ("post_attention_layernorm", (h,))):
-            out[p + n + ".weight"] = s
-    return out
+    return peers.llama_shapes(*((H, I, KV, V, LAYERS) if not quick else (512, 1792, 128, 16032, 4)))
 
 
 def make(path: str, quick: bool) -> None:

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import types
 
@@ -75,3 +76,49 @@ def test_install_rebinds_imported_names_and_uninstall_restores():
     finally:
         gst.uninstall()
         del sys.modules["st_user"]
+
+
+@pytest.mark.parametrize("data", [
+    b"\x01",  # shorter than the length field
+    (10**12).to_bytes(8, "little") + b"{}",  # a header past safetensors' limit
+    (100).to_bytes(8, "little") + b"{}",  # a header longer than the buffer
+    (5).to_bytes(8, "little") + b"{nope",  # not JSON
+    (lambda h: len(h).to_bytes(8, "little") + h)(
+        b'{"a":{"dtype":"F32","shape":[1000],"data_offsets":[0,4000]}}'),  # data past the end
+    (lambda h: len(h).to_bytes(8, "little") + h + bytes(8))(
+        b'{"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}}'),  # shape and offsets disagree
+])
+def test_load_bytes_errors_are_worded_as_safetensors_and_name_no_path(data):
+    with pytest.raises(safetensors.SafetensorError) as real:
+        snp.load(data)
+    with pytest.raises(safetensors.SafetensorError) as ours:
+        gnp.load(data)
+    text = str(ours.value)
+    assert "/proc/" not in text and "fd" not in text.split(), text
+    assert text.startswith("Error while deserializing: "), text
+    if str(real.value).endswith(("header too small", "header too large", "invalid header length")):
+        assert text == str(real.value)
+
+
+def test_save_bytes_without_room_in_dev_shm_uses_the_temp_dir(monkeypatch):
+    """A /dev/shm too small for the data (a container's 64 MiB) is passed over, not filled."""
+    t = sample()
+    real = os.statvfs
+
+    def tiny(path):
+        st = real(path)
+        if path == "/dev/shm":
+            return os.statvfs_result((st.f_bsize, st.f_frsize, st.f_blocks, 0, 0) + tuple(st)[5:])
+        return st
+
+    made = []
+    real_td = gst.tempfile.TemporaryDirectory
+
+    def spy(*a, **kw):
+        made.append(kw.get("dir"))
+        return real_td(*a, **kw)
+
+    monkeypatch.setattr(os, "statvfs", tiny)
+    monkeypatch.setattr(gst.tempfile, "TemporaryDirectory", spy)
+    assert gnp.save(t) == snp.save(t)
+    assert made == [None]

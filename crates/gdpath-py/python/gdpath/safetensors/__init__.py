@@ -522,7 +522,12 @@ class safe_open:
     def _fd(self, file: int) -> int:
         fd = self._fds.get(file)
         if fd is None:
-            fd = self._fds[file] = os.open(self._files[file], os.O_RDONLY | os.O_CLOEXEC)
+            # transformers materialises slices from a thread pool: one descriptor per file,
+            # the one a racing thread opened second is closed, not leaked.
+            new = os.open(self._files[file], os.O_RDONLY | os.O_CLOEXEC)
+            fd = self._fds.setdefault(file, new)
+            if fd != new:
+                os.close(new)
         return fd
 
     def _host(self, info: "_native.TensorInfo", offset: int = 0, nbytes: Optional[int] = None) -> Any:
@@ -937,27 +942,47 @@ def serialize_file(
 
 def serialize(tensor_dict: Dict[str, TensorSpec], metadata: Optional[Dict[str, str]] = None) -> bytes:
     """``safetensors.serialize``: the bytes of the file :func:`serialize_file` would write
-    (written to a scratch file in ``/dev/shm`` where it exists, read back, removed)."""
-    return _scratch_bytes(lambda path: _save_specs(tensor_dict, path, metadata, fsync=False))
+    (through a scratch file, as ``save``: :func:`_save_bytes`)."""
+    need = sum(s.data_len for s in tensor_dict.values() if isinstance(s, TensorSpec)) \
+        if isinstance(tensor_dict, Mapping) else 0
+    return _scratch_bytes(lambda path: _save_specs(tensor_dict, path, metadata, fsync=False), need)
+
+
+# safetensors' own limit on a header's length (its MAX_HEADER_SIZE), and the prefix of the
+# messages its load(bytes) / deserialize raise.
+_MAX_HEADER = 100_000_000
+_DESER = "Error while deserializing: "
 
 
 def _bytes_checkpoint(data: Any) -> Tuple["_native.Checkpoint", memoryview]:
     """The engine's checkpoint of a file held in ``data`` (bytes), its header validated by the
     same code as a file's: the header is written into an anonymous memory file of ``data``'s
-    length (the rest a hole, which takes no memory), opened by its ``/proc/self/fd`` path."""
+    length (the rest a hole, which takes no memory), opened by its ``/proc/self/fd`` path.
+    Errors are :data:`SafetensorError` s worded as ``safetensors``' (``Error while
+    deserializing: header too small`` / ``header too large`` / ``invalid header length``, then
+    the engine's reason for the rest), naming no path: the buffer has none."""
     view = memoryview(data).cast("B")
     if len(view) < 8:
-        raise SafetensorError(f"{len(view)} bytes: too short for a safetensors header (8 bytes "
-                              "of length, then the JSON)")
+        raise SafetensorError(_DESER + "header too small")
     n = int.from_bytes(view[:8], "little")
+    if n > _MAX_HEADER:
+        raise SafetensorError(_DESER + "header too large")
+    if 8 + n > len(view):
+        raise SafetensorError(_DESER + "invalid header length")
     fd = os.memfd_create("gdpath-safetensors", os.MFD_CLOEXEC)
+    path = f"/proc/self/fd/{fd}"
     try:
         os.ftruncate(fd, len(view))
-        head = view[: min(len(view), 8 + n)]
+        head = view[: 8 + n]
         done = 0
         while done < len(head):
             done += os.pwrite(fd, head[done:], done)
-        return _open(f"/proc/self/fd/{fd}"), view
+        try:
+            return _open_paths(path), view
+        except CheckpointError as e:
+            why = e.message[len(path) + 2:] if e.message.startswith(path + ": ") else e.message
+            raise _CheckpointSafetensorError(_DESER + why.replace(path, "the buffer"),
+                                             e.kind, e.finding) from None
     finally:
         os.close(fd)
 
@@ -1054,10 +1079,26 @@ def uninstall() -> None:
         sys.modules.pop(_ADDED.pop(), None)
 
 
-def _scratch_bytes(write: Any) -> bytes:
-    """The bytes of the file ``write(path)`` saves, through a scratch directory in
-    ``/dev/shm`` where it exists (memory, no disk), removed afterwards."""
-    scratch = "/dev/shm" if os.path.isdir("/dev/shm") else None
+def _save_bytes(tensors: Any, metadata: Optional[Dict[str, str]], lenient: bool = False) -> bytes:
+    """The bytes of the file :func:`save_file` would write for ``tensors`` (``save`` of
+    ``.torch`` and ``.numpy``): the engine's save writes a whole file and renames it into
+    place, so the bytes go through a scratch file, without fsync, in ``/dev/shm`` (memory) where
+    it has room for them, else in the system's temporary directory, read back and removed."""
+    need = sum(int(getattr(t, "nbytes", 0)) for t in tensors.values()) if isinstance(tensors, Mapping) else 0
+    return _scratch_bytes(lambda p: save_file(tensors, p, metadata, fsync=False, lenient=lenient), need)
+
+
+def _scratch_bytes(write: Any, need: int) -> bytes:
+    """The bytes of the file ``write(path)`` saves, through a scratch directory removed
+    afterwards: in ``/dev/shm`` where it has ``need`` bytes and 1 MiB free (containers often
+    give it 64 MiB), else in :func:`tempfile.gettempdir`."""
+    scratch = None
+    try:
+        st = os.statvfs("/dev/shm")
+        if st.f_bavail * st.f_frsize >= need + (1 << 20):
+            scratch = "/dev/shm"
+    except OSError:
+        pass
     with tempfile.TemporaryDirectory(prefix="gdpath-st-", dir=scratch) as d:
         path = os.path.join(d, "t.safetensors")
         write(path)
@@ -1065,10 +1106,12 @@ def _scratch_bytes(write: Any) -> bytes:
             return f.read()
 
 
-def _load_bytes(data: Any, build: "_Builder") -> Dict[str, Any]:
-    """``{name: tensor}`` of a file held in ``data``, in file order, each a host copy."""
+def _load_bytes(data: Any, framework: str) -> Dict[str, Any]:
+    """``{name: tensor}`` of a file held in ``data``, in file order, each a host copy (``load``
+    of ``.torch`` and ``.numpy``)."""
     import numpy as np
 
+    build = _Builder(framework)
     ck, view = _bytes_checkpoint(data)
     out = {}
     for t in sorted(ck.tensors(), key=lambda t: t.offset):

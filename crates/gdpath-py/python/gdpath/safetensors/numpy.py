@@ -7,17 +7,9 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, Optional, Union
 
-from . import (  # noqa: F401  (the names safetensors.numpy re-exports)
-    SafetensorError,
-    TensorSpec,
-    _Builder,
-    _load_bytes,
-    _scratch_bytes,
-    deserialize,
-    safe_open,
-    serialize,
-    serialize_file,
-)
+# The names safetensors.torch / safetensors.numpy re-export from safetensors itself.
+from . import SafetensorError, TensorSpec, deserialize, safe_open, serialize, serialize_file  # noqa: F401
+from . import _load_bytes, _save_bytes
 from . import load_file as _load_file
 from . import save_file as _save_file
 
@@ -27,7 +19,7 @@ __all__ = ["load", "load_file", "save", "save_file"]
 def save(tensor_dict: Dict[str, Any], metadata: Optional[Dict[str, str]] = None) -> bytes:
     """The safetensors file of ``{name: array}`` as bytes (what :func:`save_file` writes).
     Errors as :func:`gdpath.safetensors.save_file`."""
-    return _scratch_bytes(lambda p: _save_file(tensor_dict, p, metadata, fsync=False))
+    return _save_bytes(tensor_dict, metadata)
 
 
 def save_file(
@@ -44,7 +36,7 @@ def load(data: bytes) -> Dict[str, Any]:
     """``{name: array}`` of a safetensors file held in ``data``, each a copy, in file order.
     Raises :data:`gdpath.safetensors.SafetensorError` for a malformed buffer, ``TypeError`` for
     a dtype NumPy lacks (bf16, fp8)."""
-    return _load_bytes(data, _Builder("numpy"))
+    return _load_bytes(data, "numpy")
 
 
 def load_file(filename: Union[str, "os.PathLike[str]"]) -> Dict[str, Any]:

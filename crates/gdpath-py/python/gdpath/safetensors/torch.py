@@ -12,17 +12,9 @@ from typing import Any, Dict, Iterable, List, Optional, Set, Tuple, Union
 
 import torch
 
-from . import (  # noqa: F401  (the names safetensors.torch re-exports)
-    SafetensorError,
-    TensorSpec,
-    _Builder,
-    _load_bytes,
-    _scratch_bytes,
-    deserialize,
-    safe_open,
-    serialize,
-    serialize_file,
-)
+# The names safetensors.torch / safetensors.numpy re-export from safetensors itself.
+from . import SafetensorError, TensorSpec, deserialize, safe_open, serialize, serialize_file  # noqa: F401
+from . import _load_bytes, _save_bytes
 from . import load_file as _load_file
 from . import save_file as _save_file
 
@@ -111,7 +103,7 @@ def save(tensors: Dict[str, torch.Tensor], metadata: Optional[Dict[str, str]] = 
          lenient: bool = False) -> bytes:
     """The safetensors file of ``tensors`` as bytes (what :func:`save_file` writes), from host
     or GPU tensors. Refusals and ``lenient`` as :func:`save_file`."""
-    return _scratch_bytes(lambda p: _save_file(tensors, p, metadata, fsync=False, lenient=lenient))
+    return _save_bytes(tensors, metadata, lenient)
 
 
 def save_file(tensors: Dict[str, torch.Tensor], filename: Path,
@@ -127,7 +119,7 @@ def save_file(tensors: Dict[str, torch.Tensor], filename: Path,
 def load(data: bytes) -> Dict[str, torch.Tensor]:
     """``{name: tensor}`` of a safetensors file held in ``data``: host tensors, each a copy, in
     file order. Raises :data:`gdpath.safetensors.SafetensorError` for a malformed buffer."""
-    return _load_bytes(data, _Builder("pt"))
+    return _load_bytes(data, "pt")
 
 
 def load_file(filename: Path, device: Union[str, int] = "cpu", *,
