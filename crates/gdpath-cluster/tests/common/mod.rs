@@ -1,0 +1,166 @@
+//! A real etcd (Debian's `etcd-server`) started on free loopback ports with a temporary data
+//! directory, stopped (SIGKILL) on drop.
+
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct Etcd {
+    pub client_port: u16,
+    peer_port: u16,
+    pub dir: tempfile::TempDir,
+    child: Option<Child>,
+    pub host: String,
+}
+
+/// The etcd binary, or `None` (said aloud) where it is not installed; CI installs it and sets
+/// `GDPATH_REQUIRE_ETCD=1`, which makes its absence a failure.
+pub fn etcd_binary() -> Option<PathBuf> {
+    let found = ["/usr/bin/etcd", "/usr/local/bin/etcd"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists());
+    if found.is_none() {
+        assert!(
+            std::env::var_os("GDPATH_REQUIRE_ETCD").is_none(),
+            "GDPATH_REQUIRE_ETCD is set but no etcd binary is installed (apt-get install etcd-server)"
+        );
+        eprintln!("SKIPPED: no etcd binary (apt-get install etcd-server)");
+    }
+    found
+}
+
+fn free_port(host: &str) -> u16 {
+    TcpListener::bind((host, 0))
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+impl Etcd {
+    /// Starts etcd on 127.0.0.1, or `None` where it is not installed.
+    pub fn start() -> Option<Etcd> {
+        Self::start_on("127.0.0.1")
+    }
+
+    /// Starts etcd listening on `host`.
+    pub fn start_on(host: &str) -> Option<Etcd> {
+        etcd_binary()?;
+        let mut e = Etcd {
+            client_port: free_port(host),
+            peer_port: free_port(host),
+            dir: tempfile::tempdir().expect("temp dir"),
+            child: None,
+            host: host.into(),
+        };
+        e.launch();
+        Some(e)
+    }
+
+    /// The cluster URL of namespace `ns`.
+    pub fn url(&self, ns: &str) -> String {
+        format!("etcd://{}:{}/{ns}", self.host, self.client_port)
+    }
+
+    fn launch(&mut self) {
+        let bin = etcd_binary().expect("etcd");
+        let client = format!("http://{}:{}", self.host, self.client_port);
+        let peer = format!("http://{}:{}", self.host, self.peer_port);
+        let child = Command::new(bin)
+            .args(["--name", "t", "--data-dir"])
+            .arg(self.dir.path().join("data"))
+            .args(["--listen-client-urls", &client])
+            .args(["--advertise-client-urls", &client])
+            .args(["--listen-peer-urls", &peer])
+            .args(["--initial-advertise-peer-urls", &peer])
+            .args(["--initial-cluster", &format!("t={peer}")])
+            .stdout(Stdio::null())
+            .stderr(
+                std::fs::File::create(self.dir.path().join("etcd.log"))
+                    .map(Stdio::from)
+                    .unwrap_or_else(|_| Stdio::null()),
+            )
+            .spawn()
+            .expect("etcd starts");
+        self.child = Some(child);
+        let end = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < end {
+            let ok = Command::new("etcdctl")
+                .env("ETCDCTL_API", "3")
+                .args(["--endpoints", &client, "endpoint", "health"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            if ok {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("etcd did not become healthy within 20 s");
+    }
+
+    /// SIGKILLs etcd (its data directory stays).
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts etcd again on the same ports and data.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.launch();
+    }
+
+    /// `etcdctl` against this etcd, with extra `args`; its stdout.
+    pub fn ctl(&self, args: &[&str]) -> String {
+        let out = Command::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .args([
+                "--endpoints",
+                &format!("http://{}:{}", self.host, self.client_port),
+            ])
+            .args(args)
+            .output()
+            .expect("etcdctl runs");
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+    }
+}
+
+impl Etcd {
+    /// `etcdctl` with `input` on its stdin (a value too long for an argument).
+    pub fn ctl_stdin(&self, args: &[&str], input: &[u8]) -> String {
+        use std::io::Write;
+        let mut child = Command::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .args([
+                "--endpoints",
+                &format!("http://{}:{}", self.host, self.client_port),
+            ])
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("etcdctl runs");
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(input)
+            .expect("etcdctl reads its value");
+        let out = child.wait_with_output().expect("etcdctl ends");
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
