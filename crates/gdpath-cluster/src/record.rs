@@ -134,11 +134,16 @@ fn boot_id() -> String {
         .unwrap_or_default()
 }
 
-/// Field 22 of `/proc/PID/stat` (after the command name, which may hold spaces and `)`).
+/// Field 22 of `/proc/PID/stat` (after the command name, which may hold spaces and `)`);
+/// `None` for no such process or one that has ended but not been reaped (a zombie, state `Z`
+/// or `X`: a killed agent whose parent has not waited for it yet).
 fn start_ticks(pid: u32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let after = &stat[stat.rfind(')')? + 1..];
-    after.split_whitespace().nth(19)?.parse().ok()
+    let mut fields = stat[stat.rfind(')')? + 1..].split_whitespace();
+    if matches!(fields.next(), Some("Z" | "X")) {
+        return None;
+    }
+    fields.nth(18)?.parse().ok()
 }
 
 /// Memory kind of an exported region.
