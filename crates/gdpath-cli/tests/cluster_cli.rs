@@ -8,8 +8,8 @@
 mod etcd;
 
 use etcd::Etcd;
-use gdpath::net::{FailureMode, NetConfig, Token};
-use gdpath::{Agent, AgentConfig, HostBuffer, Memory, TransferRequest};
+use gdpath::net::Token;
+use gdpath::{HostBuffer, Memory, TransferRequest};
 use gdpath_cluster::{Cluster, ClusterError, ClusterPeer, ClusterUrl};
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -43,23 +43,9 @@ fn serve(url: &str, name: &str, dir: &std::path::Path) -> (Child, String) {
             return (child, inc);
         }
     }
+    let _ = child.kill();
+    let _ = child.wait();
     panic!("serve did not publish");
-}
-
-fn client() -> Agent {
-    let a = Agent::new(AgentConfig {
-        name: "decode-0".into(),
-        ..AgentConfig::default()
-    })
-    .unwrap();
-    a.enable_net(NetConfig {
-        failure_mode: FailureMode::Detect,
-        devices: Some("lo".into()),
-        shared_memory: false,
-        ..NetConfig::default()
-    })
-    .unwrap();
-    a
 }
 
 #[test]
@@ -69,7 +55,7 @@ fn a_serve_killed_mid_transfer_is_gone_within_its_ttl_and_its_restart_is_a_new_i
     let url = e.url("kv");
     let (mut srv, inc1) = serve(&url, "prefill-0", e.dir.path());
     let cluster = Cluster::connect(&url.parse::<ClusterUrl>().unwrap()).unwrap();
-    let agent = client();
+    let agent = etcd::net_agent("decode-0");
     let token = Token::new(TOKEN).unwrap();
     let p =
         ClusterPeer::connect(&cluster, &agent, "prefill-0", token.clone(), Duration::ZERO).unwrap();

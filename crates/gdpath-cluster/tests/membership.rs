@@ -3,9 +3,9 @@
 //! untrusted records, auth, and a peer found by name whose record goes.
 
 mod common;
-use common::Etcd;
-use gdpath::net::{FailureMode, NetConfig, Token};
-use gdpath::{Agent, AgentConfig, HostBuffer, Memory, TransferRequest};
+use common::{net_agent, Etcd};
+use gdpath::net::Token;
+use gdpath::{HostBuffer, Memory, TransferRequest};
 use gdpath_cluster::{
     AgentRecord, Cluster, ClusterError, ClusterEvent, ClusterPeer, ClusterUrl, MemberEvent,
     Membership,
@@ -215,22 +215,6 @@ fn etcd_with_auth_refuses_a_client_without_credentials() {
     assert_eq!(c.resolve("x", Duration::ZERO).unwrap().0.name, "x");
 }
 
-fn net_agent(name: &str) -> Agent {
-    let a = Agent::new(AgentConfig {
-        name: name.into(),
-        ..AgentConfig::default()
-    })
-    .unwrap();
-    a.enable_net(NetConfig {
-        failure_mode: FailureMode::Detect,
-        devices: Some("lo".into()),
-        shared_memory: false,
-        ..NetConfig::default()
-    })
-    .unwrap();
-    a
-}
-
 #[test]
 fn a_peer_found_by_name_moves_verified_bytes_and_fails_as_gone_when_its_record_goes() {
     let Some(e) = Etcd::start() else { return };
@@ -293,8 +277,7 @@ fn a_peer_found_by_name_moves_verified_bytes_and_fails_as_gone_when_its_record_g
             &client,
             TransferRequest::read(vec![local.desc(0, 4096)], vec![remote.desc(0, 4096)]),
         )
-        .err()
-        .expect("a post to a gone peer fails at once");
+        .expect_err("a post to a gone peer fails at once");
     match &err {
         ClusterError::PeerGone { incarnation, .. } => {
             assert_eq!(incarnation, rec.incarnation.as_str())

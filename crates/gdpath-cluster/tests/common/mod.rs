@@ -159,6 +159,24 @@ impl Etcd {
     }
 }
 
+/// An agent named `name` whose UCX traffic stays on `lo`, with peer failure detection and
+/// every remote byte through UCX (no shared-memory shortcut), as a peer on another node.
+pub fn net_agent(name: &str) -> gdpath::Agent {
+    let a = gdpath::Agent::new(gdpath::AgentConfig {
+        name: name.into(),
+        ..gdpath::AgentConfig::default()
+    })
+    .unwrap();
+    a.enable_net(gdpath::net::NetConfig {
+        failure_mode: gdpath::net::FailureMode::Detect,
+        devices: Some("lo".into()),
+        shared_memory: false,
+        ..gdpath::net::NetConfig::default()
+    })
+    .unwrap();
+    a
+}
+
 impl Drop for Etcd {
     fn drop(&mut self) {
         self.kill();
