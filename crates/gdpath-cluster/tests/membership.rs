@@ -312,3 +312,74 @@ fn a_stale_record_of_an_earlier_incarnation_is_never_used() {
     assert!(err.to_string().contains(old.incarnation.as_str()), "{err}");
     drop(srv);
 }
+
+#[test]
+fn transfers_between_connected_agents_continue_while_etcd_is_down_and_the_record_returns() {
+    let Some(mut e) = Etcd::start() else { return };
+    let _serial = gdpath_testkit::ucx_serial();
+    let c = cluster(&e, "outage");
+    let token = Token::new("a-token-of-16-bytes-or-more").unwrap();
+    let mut rec = record("prefill-1");
+    let server = net_agent(&rec.engine_name());
+    let exported = server
+        .register(Memory::host(HostBuffer::zeroed(1 << 20)))
+        .unwrap();
+    let id = server.export(&exported).unwrap();
+    let srv = server
+        .serve("127.0.0.1:0".parse().unwrap(), token.clone())
+        .unwrap();
+    rec.addr = srv.local_addr().to_string();
+    let m = Membership::join(&c, rec.clone(), TTL).unwrap();
+    let client = net_agent("decode-1");
+    let p = ClusterPeer::connect(&c, &client, "prefill-1", token, Duration::ZERO).unwrap();
+    let remote = client.register(p.peer().memory(id).unwrap()).unwrap();
+    let local = client
+        .register(Memory::host(HostBuffer::zeroed(1 << 20)))
+        .unwrap();
+    let round = |seed: u8| {
+        local.host_view().unwrap().fill(seed);
+        let w = p
+            .post(
+                &client,
+                TransferRequest::write(vec![local.desc(0, 1 << 20)], vec![remote.desc(0, 1 << 20)]),
+            )
+            .unwrap();
+        p.wait(w, Duration::from_secs(10)).unwrap();
+        local.host_view().unwrap().fill(0);
+        let r = p
+            .post(
+                &client,
+                TransferRequest::read(vec![local.desc(0, 1 << 20)], vec![remote.desc(0, 1 << 20)]),
+            )
+            .unwrap();
+        p.wait(r, Duration::from_secs(10)).unwrap();
+        assert!(local.host_view().unwrap().iter().all(|&b| b == seed));
+    };
+    round(1);
+    e.kill();
+    // etcd is down for two TTLs: transfers go on and the peer is not declared gone (etcd's
+    // silence is not a verdict).
+    let end = Instant::now() + TTL * 2;
+    let mut n = 0u8;
+    while Instant::now() < end {
+        n = n.wrapping_add(1).max(2);
+        round(n);
+        assert!(p.gone().is_none());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    e.restart();
+    let end = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < end && m.lease().is_none() {
+        round(3);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(m.lease().is_some(), "re-published after etcd returned");
+    let (back, _) = c.resolve("prefill-1", Duration::from_secs(5)).unwrap();
+    assert_eq!(back.incarnation, rec.incarnation);
+    round(4);
+    assert!(
+        p.gone().is_none(),
+        "same incarnation re-published: not gone"
+    );
+    drop((remote, local, p, client, srv));
+}

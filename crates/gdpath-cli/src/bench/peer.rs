@@ -133,15 +133,13 @@ pub(super) fn run_net(a: NetBenchArgs) -> Result<ExitCode> {
             a.batch, a.qd
         )));
     }
-    let (given, peer) = match (&a.peer, &a.peer_name) {
-        (Some(p), _) => (p.clone(), crate::serve::resolve("--peer", p)?),
-        (None, Some(name)) => {
-            let c = a.cluster.connect()?;
-            let (record, _) = c.resolve(name, a.net.connect_timeout())?;
-            (format!("{name} ({})", record.addr), record.socket_addr()?)
-        }
-        (None, None) => return Err(crate::usage("--peer or --peer-name is required")),
-    };
+    let (given, peer) = crate::cluster::peer_addr(
+        a.peer.as_deref(),
+        a.peer_name.as_deref(),
+        &a.cluster,
+        a.net.connect_timeout(),
+    )?
+    .ok_or_else(|| crate::usage("--peer or --peer-name is required"))?;
     let cfg = net::NetBenchConfig {
         peer,
         token: a.net.token()?,
