@@ -14,6 +14,8 @@ pub struct Etcd {
     pub dir: tempfile::TempDir,
     child: Option<Child>,
     pub host: String,
+    /// The network namespace etcd runs in (`ip netns exec`), if not this one.
+    netns: Option<String>,
 }
 
 /// The etcd binary, or `None` (said aloud) where it is not installed; CI installs it and sets
@@ -55,9 +57,38 @@ impl Etcd {
             dir: tempfile::tempdir().expect("temp dir"),
             child: None,
             host: host.into(),
+            netns: None,
         };
         e.launch();
         Some(e)
+    }
+
+    /// Starts etcd in network namespace `netns`, listening on `host` (an address of that
+    /// namespace; its ports are free there, the namespace being new).
+    pub fn start_in(netns: &str, host: &str) -> Option<Etcd> {
+        etcd_binary()?;
+        let mut e = Etcd {
+            client_port: 2379,
+            peer_port: 2380,
+            dir: tempfile::tempdir().expect("temp dir"),
+            child: None,
+            host: host.into(),
+            netns: Some(netns.into()),
+        };
+        e.launch();
+        Some(e)
+    }
+
+    /// `program` run in etcd's namespace.
+    fn command(&self, program: &str) -> Command {
+        match &self.netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns, program]);
+                c
+            }
+            None => Command::new(program),
+        }
     }
 
     /// The cluster URL of namespace `ns`.
@@ -69,7 +100,8 @@ impl Etcd {
         let bin = etcd_binary().expect("etcd");
         let client = format!("http://{}:{}", self.host, self.client_port);
         let peer = format!("http://{}:{}", self.host, self.peer_port);
-        let child = Command::new(bin)
+        let child = self
+            .command(&bin.to_string_lossy())
             .args(["--name", "t", "--data-dir"])
             .arg(self.dir.path().join("data"))
             .args(["--listen-client-urls", &client])
@@ -88,7 +120,8 @@ impl Etcd {
         self.child = Some(child);
         let end = Instant::now() + Duration::from_secs(20);
         while Instant::now() < end {
-            let ok = Command::new("etcdctl")
+            let ok = self
+                .command("etcdctl")
                 .env("ETCDCTL_API", "3")
                 .args(["--endpoints", &client, "endpoint", "health"])
                 .stdout(Stdio::null())
@@ -119,7 +152,8 @@ impl Etcd {
 
     /// `etcdctl` against this etcd, with extra `args`; its stdout.
     pub fn ctl(&self, args: &[&str]) -> String {
-        let out = Command::new("etcdctl")
+        let out = self
+            .command("etcdctl")
             .env("ETCDCTL_API", "3")
             .args([
                 "--endpoints",
@@ -136,7 +170,8 @@ impl Etcd {
     /// `etcdctl` with `input` on its stdin (a value too long for an argument).
     pub fn ctl_stdin(&self, args: &[&str], input: &[u8]) -> String {
         use std::io::Write;
-        let mut child = Command::new("etcdctl")
+        let mut child = self
+            .command("etcdctl")
             .env("ETCDCTL_API", "3")
             .args([
                 "--endpoints",
