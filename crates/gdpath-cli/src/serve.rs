@@ -34,7 +34,8 @@ pub struct ServeArgs {
     cluster: crate::cluster::ClusterOpts,
     /// TTL of the published record's lease, seconds: a crashed or cut-off agent's record goes
     /// within it; keep-alives go every third of it.
-    #[arg(long, default_value_t = 10, requires = "cluster")]
+    #[arg(long, default_value_t = 10, requires = "cluster",
+          value_parser = clap::value_parser!(u64).range(2..=3600))]
     lease_ttl: u64,
     /// Exit after this many seconds (default: run until killed).
     #[arg(long)]
@@ -277,7 +278,11 @@ pub fn run(a: ServeArgs) -> Result<ExitCode> {
                 "--cluster needs a --listen address peers can reach, not 0.0.0.0 or ::",
             ))
         }
-        Some(_) => Some(gdpath_cluster::AgentRecord::new(&a.name, listen)?),
+        Some(_) => {
+            let mut r = gdpath_cluster::AgentRecord::new(&a.name, listen)?;
+            r.topology = gdpath_cluster::TopologySummary::of_this_machine();
+            Some(r)
+        }
         None => None,
     };
     let agent = Agent::new(AgentConfig {

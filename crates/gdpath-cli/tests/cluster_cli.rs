@@ -215,3 +215,41 @@ fn cluster_watch_reports_a_join_and_a_leave() {
         "{text}"
     );
 }
+
+#[test]
+fn bad_cluster_arguments_and_an_unreachable_etcd_fail_clearly_and_in_bounded_time() {
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_gdpath"))
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    // A TTL out of range and a malformed URL: usage errors before anything runs.
+    let out = run(&[
+        "serve",
+        "--name",
+        "a",
+        "--cluster",
+        "etcd://127.0.0.1:1/x",
+        "--lease-ttl",
+        "1",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let out = run(&["cluster", "ls", "--json", "--cluster", "http://h:1/x"]);
+    assert_eq!(out.status.code(), Some(2));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["kind"], "usage", "{doc}");
+    // Nothing listens on port 1: refused with its kind, within the connect bound.
+    let t0 = Instant::now();
+    let out = run(&[
+        "cluster",
+        "ls",
+        "--json",
+        "--cluster",
+        "etcd://127.0.0.1:1/x",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["kind"], "cluster_unreachable", "{doc}");
+    assert!(t0.elapsed() < Duration::from_secs(15), "{:?}", t0.elapsed());
+}

@@ -75,7 +75,7 @@ impl Membership {
     /// naming the holder; [`ClusterError::Url`] for a TTL out of range; etcd's errors.
     pub fn join(
         cluster: &Cluster,
-        record: AgentRecord,
+        mut record: AgentRecord,
         ttl: Duration,
     ) -> Result<Membership, ClusterError> {
         if !TTL_RANGE_S.contains(&ttl.as_secs()) {
@@ -85,6 +85,7 @@ impl Membership {
                 TTL_RANGE_S.end()
             )));
         }
+        record.lease_ttl_s = ttl.as_secs();
         let key = cluster.url.agent_key(&record.name);
         let json = record.to_json();
         let timeout = cluster.timeout;

@@ -43,9 +43,16 @@ impl Drop for WatchThread {
 }
 
 /// How long a transfer that failed on the network waits for etcd to say the peer is gone, so
-/// that a crash reads as [`ClusterError::PeerGone`] rather than a transport error: the lease
-/// TTL the peer's record was written with is not in the record, so the default TTL.
-const GONE_GRACE: Duration = crate::member::DEFAULT_TTL;
+/// that a crash reads as [`ClusterError::PeerGone`] rather than a transport error: the TTL its
+/// record states (plus etcd's half-second expiry scan), else the default TTL.
+fn gone_grace(record: &AgentRecord) -> Duration {
+    let ttl = if crate::member::TTL_RANGE_S.contains(&record.lease_ttl_s) {
+        Duration::from_secs(record.lease_ttl_s)
+    } else {
+        crate::member::DEFAULT_TTL
+    };
+    ttl + Duration::from_secs(1)
+}
 
 impl ClusterPeer {
     /// Resolves `name` (waiting up to `wait` for its record), connects to its address with
@@ -85,11 +92,11 @@ impl ClusterPeer {
         let watch = spawn_watch(watch, record.clone(), gone.clone())
             .map_err(|e| ClusterError::Etcd(format!("cannot start the peer's watch: {e}")))?;
         let p = ClusterPeer {
+            ttl_hint: gone_grace(&record),
             peer,
             record,
             gone,
             _watch: Arc::new(watch),
-            ttl_hint: GONE_GRACE,
         };
         p.check()?;
         Ok(p)

@@ -190,6 +190,22 @@ pub struct TopologySummary {
     pub verdicts: std::collections::BTreeMap<String, String>,
 }
 
+impl TopologySummary {
+    /// GPUs and NICs of this machine as the live `/sys` shows them (gdpath-topo's reader: a
+    /// few milliseconds); zeros where it cannot be read. The doctor's verdicts are left empty:
+    /// they take the driver's facts, which an agent publishing at start should not wait for.
+    pub fn of_this_machine() -> TopologySummary {
+        match gdpath::topo::load(&gdpath::topo::Source::Live) {
+            Ok(m) => TopologySummary {
+                gpus: u32::try_from(m.gpus().count()).unwrap_or(u32::MAX),
+                nics: u32::try_from(m.nics().count()).unwrap_or(u32::MAX),
+                verdicts: Default::default(),
+            },
+            Err(_) => TopologySummary::default(),
+        }
+    }
+}
+
 /// What an agent publishes about itself. It holds no secret: reading it grants nothing, since
 /// connecting still takes the token's HMAC handshake (docs/cluster.md, "Trust").
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -210,6 +226,10 @@ pub struct AgentRecord {
     pub topology: TopologySummary,
     /// When it started, seconds after the Unix epoch.
     pub started: u64,
+    /// The TTL of its lease in seconds (set when it joins): how long after its death a peer
+    /// may wait for etcd to say so.
+    #[serde(default)]
+    pub lease_ttl_s: u64,
 }
 
 impl AgentRecord {
@@ -229,6 +249,7 @@ impl AgentRecord {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|d| d.as_secs())
                 .unwrap_or(0),
+            lease_ttl_s: 0,
         })
     }
 
@@ -283,6 +304,9 @@ impl AgentRecord {
         }
         r.socket_addr()
             .map_err(|_| bad("addr is not IP:PORT".into()))?;
+        if r.lease_ttl_s > *crate::member::TTL_RANGE_S.end() {
+            return Err(bad("lease_ttl_s above the longest TTL".into()));
+        }
         if r.regions.len() > MAX_REGIONS {
             return Err(bad(format!("more than {MAX_REGIONS} regions")));
         }
@@ -336,6 +360,9 @@ mod tests {
         assert!(AgentRecord::from_etcd(b"/ns/agents/decode-3", &v.to_json()).is_err());
         let mut v = r.clone();
         v.addr = "nowhere".into();
+        assert!(AgentRecord::from_etcd(b"/ns/agents/decode-3", &v.to_json()).is_err());
+        let mut v = r.clone();
+        v.lease_ttl_s = 1 << 40;
         assert!(AgentRecord::from_etcd(b"/ns/agents/decode-3", &v.to_json()).is_err());
         let mut v = r;
         v.incarnation = Incarnation("x".into());

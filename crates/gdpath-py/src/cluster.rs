@@ -34,8 +34,9 @@ impl Publish {
     pub fn new(py: Python<'_>, url: &str, name: &str, ttl: f64) -> PyResult<Publish> {
         let ttl = crate::transfer::seconds("lease_ttl", ttl)?;
         let url: ClusterUrl = url.parse().map_err(|e| err(py, e))?;
-        let record = AgentRecord::new(name, "0.0.0.0:0".parse().expect("an address"))
+        let mut record = AgentRecord::new(name, "0.0.0.0:0".parse().expect("an address"))
             .map_err(|e| err(py, e))?;
+        record.topology = gdpath_cluster::TopologySummary::of_this_machine();
         let cluster = py
             .detach(move || Cluster::connect(&url))
             .map_err(|e| err(py, e))?;
