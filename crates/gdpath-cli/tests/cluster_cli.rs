@@ -21,12 +21,17 @@ const TTL_S: u64 = 2;
 /// `gdpath serve --cluster URL --name NAME` exporting 64 MiB of host memory; returns once it
 /// published, with its incarnation.
 fn serve(url: &str, name: &str, dir: &std::path::Path) -> (Child, String) {
+    serve_ttl(url, name, dir, TTL_S)
+}
+
+/// [`serve`] with a lease of `ttl` seconds.
+fn serve_ttl(url: &str, name: &str, dir: &std::path::Path, ttl: u64) -> (Child, String) {
     let token_file = dir.join("token");
     std::fs::write(&token_file, TOKEN).unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_gdpath"))
         .args(["serve", "--listen", "127.0.0.1:0", "--export", "host:64MiB"])
         .args(["--devices", "lo", "--name", name, "--cluster", url])
-        .args(["--lease-ttl", &TTL_S.to_string()])
+        .args(["--lease-ttl", &ttl.to_string()])
         .arg("--token-file")
         .arg(&token_file)
         .stdout(Stdio::piped())
@@ -53,7 +58,7 @@ fn a_serve_killed_mid_transfer_is_gone_within_its_ttl_and_its_restart_is_a_new_i
     let Some(e) = Etcd::start() else { return };
     let _serial = gdpath_testkit::ucx_serial();
     let url = e.url("kv");
-    let (mut srv, inc1) = serve(&url, "prefill-0", e.dir.path());
+    let (srv, inc1) = serve(&url, "prefill-0", e.dir.path());
     let cluster = Cluster::connect(&url.parse::<ClusterUrl>().unwrap()).unwrap();
     let agent = etcd::net_agent("decode-0");
     let token = Token::new(TOKEN).unwrap();
@@ -91,11 +96,13 @@ fn a_serve_killed_mid_transfer_is_gone_within_its_ttl_and_its_restart_is_a_new_i
 
     // Transfers in flight when the server is SIGKILLed: each ends, as "peer gone", within
     // the TTL (plus etcd's expiry scan), and nothing hangs.
+    // Not reaped until the end: the restart below finds its predecessor a zombie, which
+    // counts as dead (a supervisor that has not waited yet).
     let killer = std::thread::spawn(move || {
+        let mut srv = srv;
         std::thread::sleep(Duration::from_millis(300));
         srv.kill().unwrap();
-        srv.wait().unwrap();
-        Instant::now()
+        (Instant::now(), srv)
     });
     let mut result = Ok(());
     let t_end = Instant::now() + Duration::from_secs(30);
@@ -111,7 +118,7 @@ fn a_serve_killed_mid_transfer_is_gone_within_its_ttl_and_its_restart_is_a_new_i
             break;
         }
     }
-    let killed_at = killer.join().unwrap();
+    let (killed_at, mut srv) = killer.join().unwrap();
     let err = result.expect_err("transfers to a killed peer must fail");
     let after = killed_at.elapsed();
     match &err {
@@ -150,6 +157,7 @@ fn a_serve_killed_mid_transfer_is_gone_within_its_ttl_and_its_restart_is_a_new_i
     drop(p2);
     srv2.kill().unwrap();
     srv2.wait().unwrap();
+    srv.wait().unwrap();
 }
 
 #[test]
@@ -252,4 +260,40 @@ fn bad_cluster_arguments_and_an_unreachable_etcd_fail_clearly_and_in_bounded_tim
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(doc["kind"], "cluster_unreachable", "{doc}");
     assert!(t0.elapsed() < Duration::from_secs(15), "{:?}", t0.elapsed());
+}
+
+#[test]
+fn a_restart_on_the_same_node_takes_its_name_back_at_once_and_old_peers_see_it_replaced() {
+    let Some(e) = Etcd::start() else { return };
+    let _serial = gdpath_testkit::ucx_serial();
+    let url = e.url("restart");
+    // A long lease: expiry cannot be what frees the name within this test.
+    let (mut old, inc1) = serve_ttl(&url, "kv-0", e.dir.path(), 60);
+    let cluster = Cluster::connect(&url.parse::<ClusterUrl>().unwrap()).unwrap();
+    let agent = etcd::net_agent("reader");
+    let token = Token::new(TOKEN).unwrap();
+    let p = ClusterPeer::connect(&cluster, &agent, "kv-0", token.clone(), Duration::ZERO).unwrap();
+    // SIGKILLed and not yet reaped (a zombie, as under a supervisor that has not waited).
+    old.kill().unwrap();
+    let t0 = Instant::now();
+    let (mut new, inc2) = serve_ttl(&url, "kv-0", e.dir.path(), 60);
+    assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+    assert_ne!(inc1, inc2);
+    // The peer connected to the old incarnation learns it was replaced, and is never
+    // pointed at the new one through the old record.
+    let end = Instant::now() + Duration::from_secs(5);
+    while p.gone().is_none() && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let gone = p.gone().expect("replaced");
+    assert!(gone.reason.contains(&inc2), "{}", gone.reason);
+    assert!(
+        matches!(p.check(), Err(ClusterError::PeerGone { incarnation, .. }) if incarnation == inc1)
+    );
+    let p2 = ClusterPeer::connect(&cluster, &agent, "kv-0", token, Duration::ZERO).unwrap();
+    assert_eq!(p2.record().incarnation.as_str(), inc2);
+    drop((p, p2));
+    new.kill().unwrap();
+    new.wait().unwrap();
+    old.wait().unwrap();
 }
