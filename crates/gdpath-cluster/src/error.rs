@@ -9,6 +9,9 @@ pub enum ClusterError {
     /// The cluster URL does not parse (`etcd://host:port[,host:port…]/namespace`).
     #[error("cluster URL: {0}")]
     Url(String),
+    /// A setting out of its range (the lease TTL).
+    #[error("{0}")]
+    Config(String),
     /// An agent name outside the rules of [`crate::record::valid_name`].
     #[error("agent name {0}")]
     InvalidName(String),
@@ -77,6 +80,7 @@ impl ClusterError {
     pub fn kind(&self) -> &'static str {
         match self {
             ClusterError::Url(_) => "cluster_url",
+            ClusterError::Config(_) => "config",
             ClusterError::InvalidName(_) => "usage",
             ClusterError::Unreachable { .. } => "cluster_unreachable",
             ClusterError::Denied(_) => "cluster_denied",

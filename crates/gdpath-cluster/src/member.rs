@@ -72,14 +72,14 @@ impl Membership {
     /// The claim is a transaction: the record is written only if no key of that name exists,
     /// or if the one there is this incarnation's or a dead process's of this node (a restart
     /// on the same node takes its name back at once). Errors: [`ClusterError::NameTaken`]
-    /// naming the holder; [`ClusterError::Url`] for a TTL out of range; etcd's errors.
+    /// naming the holder; [`ClusterError::Config`] for a TTL out of range; etcd's errors.
     pub fn join(
         cluster: &Cluster,
         mut record: AgentRecord,
         ttl: Duration,
     ) -> Result<Membership, ClusterError> {
         if !TTL_RANGE_S.contains(&ttl.as_secs()) {
-            return Err(ClusterError::Url(format!(
+            return Err(ClusterError::Config(format!(
                 "lease TTL {ttl:?}: must be {}..={} s",
                 TTL_RANGE_S.start(),
                 TTL_RANGE_S.end()

@@ -383,3 +383,16 @@ fn transfers_between_connected_agents_continue_while_etcd_is_down_and_the_record
     );
     drop((remote, local, p, client, srv));
 }
+
+#[test]
+fn a_lease_ttl_out_of_range_is_refused() {
+    let Some(e) = Etcd::start() else { return };
+    let c = cluster(&e, "ttl");
+    for ttl in [Duration::from_secs(1), Duration::from_secs(3601)] {
+        let err = Membership::join(&c, record("t"), ttl)
+            .err()
+            .expect("refused");
+        assert_eq!(err.kind(), "config", "{err}");
+    }
+    assert!(c.list().unwrap().is_empty(), "nothing written");
+}
