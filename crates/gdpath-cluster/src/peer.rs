@@ -137,6 +137,21 @@ impl ClusterPeer {
         }
     }
 
+    /// After a network failure: waits up to the peer's lease TTL (at most `max`) for etcd to
+    /// say the peer is gone, so that a crash reads as gone; `None` when it did not.
+    pub fn confirm_gone(&self, max: Duration) -> Option<Gone> {
+        let until = Instant::now() + self.ttl_hint.min(max);
+        loop {
+            if let Some(g) = self.gone() {
+                return Some(g);
+            }
+            if Instant::now() >= until {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Posts `req` on `agent` unless the peer is gone ([`ClusterError::PeerGone`] at once).
     pub fn post(&self, agent: &Agent, req: TransferRequest) -> Result<Transfer, ClusterError> {
         self.check()?;
@@ -164,12 +179,8 @@ impl ClusterPeer {
                 Ok(None) => {}
                 Err(e) => {
                     if matches!(e.error, gdpath::Error::PeerFailed { .. }) {
-                        let until = Instant::now() + self.ttl_hint.min(left);
-                        while Instant::now() < until {
-                            if let Some(g) = self.gone() {
-                                return Err(self.gone_error(g));
-                            }
-                            std::thread::sleep(Duration::from_millis(20));
+                        if let Some(g) = self.confirm_gone(left) {
+                            return Err(self.gone_error(g));
                         }
                     }
                     return Err(ClusterError::Engine(e.error));

@@ -177,6 +177,61 @@ impl ClusterPeer {
         self.inner.check().map_err(|e| err(py, e))
     }
 
+    /// Waits for `transfer` (posted to this peer) up to `timeout` seconds (`None`: no bound)
+    /// and returns its report. When the peer's record goes meanwhile, the transfer is
+    /// cancelled and `GdpathError` of kind `peer_gone` is raised; a transfer that failed on
+    /// the network waits up to the peer's lease TTL for etcd's verdict, so that a crash reads
+    /// as gone. Other failures raise as `transfer.wait()` does. Ctrl-C interrupts within 0.05 s.
+    #[pyo3(signature = (transfer, timeout=None))]
+    fn wait<'py>(
+        &self,
+        py: Python<'py>,
+        transfer: &Bound<'py, crate::transfer::Transfer>,
+        timeout: Option<f64>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let end = timeout
+            .map(|t| crate::transfer::seconds("timeout", t))
+            .transpose()?
+            .map(|d| std::time::Instant::now() + d);
+        let t = transfer.get().inner.clone();
+        loop {
+            if let Err(e) = self.inner.check() {
+                transfer.call_method0("cancel")?;
+                return Err(err(py, e));
+            }
+            let slice = Duration::from_millis(50);
+            let left = end.map(|e| e.saturating_duration_since(std::time::Instant::now()));
+            if left.is_some_and(|l| l.is_zero()) {
+                // The transfer's own wait with a zero bound cancels it and raises
+                // deadline_exceeded.
+                return transfer.call_method1("wait", (0.0,));
+            }
+            let t2 = t.clone();
+            // Ended (true), still running (false), or failed: on the network (true) or not.
+            let waited = py.detach(move || {
+                t2.wait_shared_for(slice)
+                    .map(|r| r.is_some())
+                    .map_err(|e| matches!(e.error, gdpath::Error::PeerFailed { .. }))
+            });
+            match waited {
+                Ok(true) => return transfer.call_method0("wait"),
+                Ok(false) => py.check_signals()?,
+                Err(network) => {
+                    if network {
+                        let inner = self.inner.clone();
+                        let max = left.unwrap_or(Duration::MAX);
+                        if py.detach(move || inner.confirm_gone(max)).is_some() {
+                            if let Err(e) = self.inner.check() {
+                                return Err(err(py, e));
+                            }
+                        }
+                    }
+                    return transfer.call_method0("wait");
+                }
+            }
+        }
+    }
+
     fn __repr__(&self) -> String {
         format!(
             "gdpath.ClusterPeer(name={:?}, incarnation={:?}, gone={})",

@@ -11,6 +11,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -82,7 +83,8 @@ def test_found_by_name_verified_transfer_events_and_gone(etcd_url):
     assert prefill.name == f"prefill-0#{p.incarnation}"
     assert p.gone is None
     back = np.zeros_like(kv)
-    decode.post("read", decode.register(back), p.peer.memory(rid)).wait(20)
+    rep = p.wait(decode.post("read", decode.register(back), p.peer.memory(rid)), 20)
+    assert rep.bytes == kv.nbytes
     assert np.array_equal(back, kv)
 
     # A second agent claiming the name is refused, naming the holder.
@@ -125,3 +127,43 @@ def test_resolution_gives_up_at_its_deadline_and_names_are_checked(etcd_url):
     assert e.value.kind == "usage"
     with pytest.raises(ValueError):
         gdpath.Agent(name="x").peer("y")
+
+
+PREFILL = """
+import sys, time, numpy as np, gdpath
+a = gdpath.Agent(name="prefill-9", cluster=sys.argv[1], lease_ttl=2)
+a.enable_net(devices="lo", shared_memory=False)
+buf = np.zeros(8 << 20, dtype=np.uint8)
+a.export(a.register(buf))
+srv = a.serve("127.0.0.1:0", token=sys.argv[2])
+print("ready", flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_peer_killed_mid_transfer_is_gone_within_its_ttl(etcd_url):
+    proc = subprocess.Popen([sys.executable, "-c", PREFILL, etcd_url, TOKEN], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        decode = _agent("decode-9", etcd_url)
+        p = decode.peer("prefill-9", token=TOKEN, timeout=5.0)
+        (r,) = p.peer.regions()
+        remote = p.peer.memory(r.id)
+        data = decode.register(np.full(8 << 20, 7, dtype=np.uint8))
+        p.wait(decode.post("write", data, remote), 20)
+        killed = None
+        with pytest.raises(gdpath.GdpathError) as e:
+            for i in range(100000):
+                if i == 3:
+                    proc.kill()
+                    killed = time.monotonic()
+                p.wait(decode.post("write", data, remote), 30)
+        assert e.value.kind == "peer_gone", e.value
+        assert killed is not None and time.monotonic() - killed < 2 + 3
+        # Later posts are refused at once through check().
+        with pytest.raises(gdpath.GdpathError) as e:
+            p.check()
+        assert e.value.kind == "peer_gone"
+    finally:
+        proc.kill()
+        proc.wait()
