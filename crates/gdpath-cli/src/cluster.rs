@@ -56,29 +56,6 @@ impl ClusterOpts {
     }
 }
 
-/// The serving agent's address from `--peer ADDR` (`flag`), or from the record of
-/// `--peer-name NAME` in `--cluster`, waiting up to `wait` for it: (what to call it in messages,
-/// the address). The record's incarnation is not checked here: the bench connects itself
-/// (docs/cluster.md).
-pub fn peer_addr(
-    peer: Option<&str>,
-    peer_name: Option<&str>,
-    cluster: &ClusterOpts,
-    wait: Duration,
-) -> Result<Option<(String, std::net::SocketAddr)>> {
-    match (peer, peer_name) {
-        (Some(p), _) => Ok(Some((p.to_owned(), crate::serve::resolve("--peer", p)?))),
-        (None, Some(name)) => {
-            let (record, _) = cluster.connect()?.resolve(name, wait)?;
-            Ok(Some((
-                format!("{name} ({})", record.addr),
-                record.socket_addr()?,
-            )))
-        }
-        (None, None) => Ok(None),
-    }
-}
-
 #[derive(Debug, Subcommand)]
 pub enum ClusterCommand {
     /// The agents published: name, incarnation, node, address, regions, lease time left.

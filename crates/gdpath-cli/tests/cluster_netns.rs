@@ -4,9 +4,11 @@
 //! down, its lease expires and a watcher sees it gone within the TTL; the link comes back and
 //! it re-joins.
 
+mod common;
 #[path = "../../gdpath-cluster/tests/common/mod.rs"]
 mod etcd;
 
+use common::ip;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
@@ -21,22 +23,6 @@ struct Net {
     b: String,
     oct: u32,
     tag: u32,
-}
-
-fn ip(args: &[&str]) -> Result<(), String> {
-    let o = Command::new("ip")
-        .args(args)
-        .output()
-        .map_err(|e| e.to_string())?;
-    if o.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "ip {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&o.stderr)
-        ))
-    }
 }
 
 impl Net {

@@ -3,18 +3,12 @@
 
 use crate::client::Cluster;
 use crate::error::ClusterError;
-use crate::record::AgentRecord;
+use crate::record::{AgentRecord, TTL_RANGE_S};
 use etcd_client::{Client, Compare, CompareOp, PutOptions, Txn, TxnOp, TxnOpResponse};
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-/// Default lease TTL: 10 s. A crashed or partitioned agent's record goes within it; a
-/// keep-alive every third of it costs etcd one small write per agent per 3.3 s.
-pub const DEFAULT_TTL: Duration = Duration::from_secs(10);
-/// Shortest and longest TTL accepted, in seconds (etcd's own minimum is a few seconds; its
-/// leader elections take about one).
-pub const TTL_RANGE_S: std::ops::RangeInclusive<u64> = 2..=3600;
 /// Most events kept for [`Membership::take_events`] (the oldest go first).
 const MAX_EVENTS: usize = 256;
 

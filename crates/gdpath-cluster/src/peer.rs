@@ -46,10 +46,10 @@ impl Drop for WatchThread {
 /// that a crash reads as [`ClusterError::PeerGone`] rather than a transport error: the TTL its
 /// record states (plus etcd's half-second expiry scan), else the default TTL.
 fn gone_grace(record: &AgentRecord) -> Duration {
-    let ttl = if crate::member::TTL_RANGE_S.contains(&record.lease_ttl_s) {
+    let ttl = if crate::record::TTL_RANGE_S.contains(&record.lease_ttl_s) {
         Duration::from_secs(record.lease_ttl_s)
     } else {
-        crate::member::DEFAULT_TTL
+        crate::record::DEFAULT_TTL
     };
     ttl + Duration::from_secs(1)
 }

@@ -4,9 +4,16 @@
 
 use crate::error::ClusterError;
 use serde::{Deserialize, Serialize};
+use std::time::Duration;
 
 /// Schema name of a record (its `schema` field).
 pub const RECORD_SCHEMA: &str = "gdpath.agent/1";
+/// Default lease TTL: 10 s. A crashed or partitioned agent's record goes within it; a
+/// keep-alive every third of it costs etcd one small write per agent per 3.3 s.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(10);
+/// Shortest and longest TTL accepted, in seconds (etcd's own minimum is a few seconds; its
+/// leader elections take about one).
+pub const TTL_RANGE_S: std::ops::RangeInclusive<u64> = 2..=3600;
 /// Largest record read, in bytes: a record lists regions, and 4096 of them fit well below it.
 pub const MAX_RECORD_BYTES: usize = 256 << 10;
 /// Most regions a record may list.
@@ -304,7 +311,7 @@ impl AgentRecord {
         }
         r.socket_addr()
             .map_err(|_| bad("addr is not IP:PORT".into()))?;
-        if r.lease_ttl_s > *crate::member::TTL_RANGE_S.end() {
+        if r.lease_ttl_s > *TTL_RANGE_S.end() {
             return Err(bad("lease_ttl_s above the longest TTL".into()));
         }
         if r.regions.len() > MAX_REGIONS {

@@ -23,6 +23,35 @@ fn record(name: &str) -> AgentRecord {
 
 const TTL: Duration = Duration::from_secs(2);
 
+/// An agent named `name` (its engine name proving its incarnation) exporting `bytes` of host
+/// memory, serving on loopback with `token` and published: (agent, server, export id, record,
+/// membership).
+fn publish_serving(
+    c: &Cluster,
+    name: &str,
+    bytes: &[u8],
+    token: &Token,
+) -> (
+    gdpath::Agent,
+    gdpath::net::Server,
+    u64,
+    AgentRecord,
+    Membership,
+) {
+    let mut rec = record(name);
+    let server = net_agent(&rec.engine_name());
+    let exported = server
+        .register(Memory::host(HostBuffer::from_slice(bytes)))
+        .unwrap();
+    let id = server.export(&exported).unwrap();
+    let srv = server
+        .serve("127.0.0.1:0".parse().unwrap(), token.clone())
+        .unwrap();
+    rec.addr = srv.local_addr().to_string();
+    let m = Membership::join(c, rec.clone(), TTL).unwrap();
+    (server, srv, id, rec, m)
+}
+
 /// The next event that is not a snapshot of something else, within `t`.
 fn next_matching(
     w: &gdpath_cluster::Watch,
@@ -221,19 +250,8 @@ fn a_peer_found_by_name_moves_verified_bytes_and_fails_as_gone_when_its_record_g
     let _serial = gdpath_testkit::ucx_serial();
     let c = cluster(&e, "peers");
     let token = Token::new("a-token-of-16-bytes-or-more").unwrap();
-    // The serving agent proves its incarnation through its engine name.
-    let mut rec = record("prefill-0");
-    let server = net_agent(&rec.engine_name());
     let data: Vec<u8> = (0..1 << 20).map(|i| (i * 7 + 3) as u8).collect();
-    let exported = server
-        .register(Memory::host(HostBuffer::from_slice(&data)))
-        .unwrap();
-    let id = server.export(&exported).unwrap();
-    let srv = server
-        .serve("127.0.0.1:0".parse().unwrap(), token.clone())
-        .unwrap();
-    rec.addr = srv.local_addr().to_string();
-    let m = Membership::join(&c, rec.clone(), TTL).unwrap();
+    let (_server, srv, id, rec, m) = publish_serving(&c, "prefill-0", &data, &token);
 
     let client = net_agent("decode-0");
     // Without the token the record is no use: reading etcd moves no byte.
@@ -319,17 +337,7 @@ fn transfers_between_connected_agents_continue_while_etcd_is_down_and_the_record
     let _serial = gdpath_testkit::ucx_serial();
     let c = cluster(&e, "outage");
     let token = Token::new("a-token-of-16-bytes-or-more").unwrap();
-    let mut rec = record("prefill-1");
-    let server = net_agent(&rec.engine_name());
-    let exported = server
-        .register(Memory::host(HostBuffer::zeroed(1 << 20)))
-        .unwrap();
-    let id = server.export(&exported).unwrap();
-    let srv = server
-        .serve("127.0.0.1:0".parse().unwrap(), token.clone())
-        .unwrap();
-    rec.addr = srv.local_addr().to_string();
-    let m = Membership::join(&c, rec.clone(), TTL).unwrap();
+    let (_server, srv, id, rec, m) = publish_serving(&c, "prefill-1", &[0; 1 << 20], &token);
     let client = net_agent("decode-1");
     let p = ClusterPeer::connect(&c, &client, "prefill-1", token, Duration::ZERO).unwrap();
     let remote = client.register(p.peer().memory(id).unwrap()).unwrap();

@@ -66,7 +66,7 @@ pub(super) fn run_kv(a: KvArgs) -> Result<ExitCode> {
             ))
         })?),
     };
-    let peer = crate::cluster::peer_addr(
+    let peer = super::peer_addr(
         a.peer.as_deref(),
         a.peer_name.as_deref(),
         &a.cluster,

@@ -133,7 +133,7 @@ pub(super) fn run_net(a: NetBenchArgs) -> Result<ExitCode> {
             a.batch, a.qd
         )));
     }
-    let (given, peer) = crate::cluster::peer_addr(
+    let (given, peer) = super::peer_addr(
         a.peer.as_deref(),
         a.peer_name.as_deref(),
         &a.cluster,

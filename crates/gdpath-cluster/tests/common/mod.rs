@@ -150,19 +150,9 @@ impl Etcd {
         self.launch();
     }
 
-    /// `etcdctl` against this etcd, with extra `args`; its stdout.
+    /// `etcdctl` against this etcd, with extra `args`; its stdout and stderr.
     pub fn ctl(&self, args: &[&str]) -> String {
-        let out = self
-            .command("etcdctl")
-            .env("ETCDCTL_API", "3")
-            .args([
-                "--endpoints",
-                &format!("http://{}:{}", self.host, self.client_port),
-            ])
-            .args(args)
-            .output()
-            .expect("etcdctl runs");
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+        self.ctl_stdin(args, b"")
     }
 }
 
