@@ -404,3 +404,22 @@ fn a_lease_ttl_out_of_range_is_refused() {
     }
     assert!(c.list().unwrap().is_empty(), "nothing written");
 }
+
+#[test]
+fn etcd_over_tls_is_reached_with_its_ca_and_refused_without_it() {
+    let Some(e) = Etcd::start_tls() else { return };
+    let mut url: ClusterUrl = e.url("tlsns").parse().unwrap();
+    assert!(url.tls);
+    // Without the CA the server's certificate is not trusted: nothing is read or written.
+    let err = Cluster::connect(&url)
+        .and_then(|c| c.list().map(|_| ()))
+        .unwrap_err();
+    assert_eq!(err.kind(), "cluster_unreachable", "{err}");
+    url.ca_file = Some(e.dir.path().join("ca.pem"));
+    let c = Cluster::connect(&url).unwrap();
+    let _m = Membership::join(&c, record("secure"), TTL).unwrap();
+    assert_eq!(
+        c.resolve("secure", Duration::ZERO).unwrap().0.name,
+        "secure"
+    );
+}

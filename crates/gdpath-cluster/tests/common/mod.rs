@@ -16,6 +16,8 @@ pub struct Etcd {
     pub host: String,
     /// The network namespace etcd runs in (`ip netns exec`), if not this one.
     netns: Option<String>,
+    /// Clients reach it over TLS, its certificate signed by `dir/ca.pem`.
+    pub tls: bool,
 }
 
 /// The etcd binary, or `None` (said aloud) where it is not installed; CI installs it and sets
@@ -58,6 +60,7 @@ impl Etcd {
             child: None,
             host: host.into(),
             netns: None,
+            tls: false,
         };
         e.launch();
         Some(e)
@@ -74,9 +77,108 @@ impl Etcd {
             child: None,
             host: host.into(),
             netns: Some(netns.into()),
+            tls: false,
         };
         e.launch();
         Some(e)
+    }
+
+    /// Starts etcd on 127.0.0.1 serving clients over TLS only, with a certificate for
+    /// 127.0.0.1 signed by a CA made here (`dir/ca.pem`); `None` where etcd or openssl is
+    /// missing (said aloud).
+    pub fn start_tls() -> Option<Etcd> {
+        etcd_binary()?;
+        let dir = tempfile::tempdir().expect("temp dir");
+        let d = dir.path();
+        let ssl = |args: &[&str]| {
+            Command::new("openssl")
+                .args(args)
+                .current_dir(d)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        std::fs::write(
+            d.join("ext"),
+            "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+        )
+        .unwrap();
+        let ec = [
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+        ];
+        let made = ssl(&[
+            &["req", "-x509"][..],
+            &ec,
+            &["-keyout", "ca.key", "-out", "ca.pem"],
+            &["-days", "2", "-subj", "/CN=gdpath-test-ca"],
+        ]
+        .concat())
+            && ssl(&[
+                &["req"][..],
+                &ec,
+                &[
+                    "-keyout",
+                    "srv.key",
+                    "-out",
+                    "srv.csr",
+                    "-subj",
+                    "/CN=127.0.0.1",
+                ],
+            ]
+            .concat())
+            && ssl(&[
+                "x509",
+                "-req",
+                "-in",
+                "srv.csr",
+                "-CA",
+                "ca.pem",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-out",
+                "srv.pem",
+                "-days",
+                "2",
+                "-extfile",
+                "ext",
+            ]);
+        if !made {
+            eprintln!("SKIPPED: openssl could not make test certificates");
+            return None;
+        }
+        let mut e = Etcd {
+            client_port: free_port("127.0.0.1"),
+            peer_port: free_port("127.0.0.1"),
+            dir,
+            child: None,
+            host: "127.0.0.1".into(),
+            netns: None,
+            tls: true,
+        };
+        e.launch();
+        Some(e)
+    }
+
+    fn client_url(&self) -> String {
+        let scheme = if self.tls { "https" } else { "http" };
+        format!("{scheme}://{}:{}", self.host, self.client_port)
+    }
+
+    /// `etcdctl` in etcd's namespace, pointed at it (with its CA under TLS).
+    fn etcdctl(&self) -> Command {
+        let mut c = self.command("etcdctl");
+        c.env("ETCDCTL_API", "3")
+            .args(["--endpoints", &self.client_url()]);
+        if self.tls {
+            c.arg("--cacert").arg(self.dir.path().join("ca.pem"));
+        }
+        c
     }
 
     /// `program` run in etcd's namespace.
@@ -91,17 +193,24 @@ impl Etcd {
         }
     }
 
-    /// The cluster URL of namespace `ns`.
+    /// The cluster URL of namespace `ns` (`etcds://` under TLS).
     pub fn url(&self, ns: &str) -> String {
-        format!("etcd://{}:{}/{ns}", self.host, self.client_port)
+        let scheme = if self.tls { "etcds" } else { "etcd" };
+        format!("{scheme}://{}:{}/{ns}", self.host, self.client_port)
     }
 
     fn launch(&mut self) {
         let bin = etcd_binary().expect("etcd");
-        let client = format!("http://{}:{}", self.host, self.client_port);
+        let client = self.client_url();
         let peer = format!("http://{}:{}", self.host, self.peer_port);
-        let child = self
-            .command(&bin.to_string_lossy())
+        let mut cmd = self.command(&bin.to_string_lossy());
+        if self.tls {
+            cmd.arg("--cert-file")
+                .arg(self.dir.path().join("srv.pem"))
+                .arg("--key-file")
+                .arg(self.dir.path().join("srv.key"));
+        }
+        let child = cmd
             .args(["--name", "t", "--data-dir"])
             .arg(self.dir.path().join("data"))
             .args(["--listen-client-urls", &client])
@@ -121,9 +230,8 @@ impl Etcd {
         let end = Instant::now() + Duration::from_secs(20);
         while Instant::now() < end {
             let ok = self
-                .command("etcdctl")
-                .env("ETCDCTL_API", "3")
-                .args(["--endpoints", &client, "endpoint", "health"])
+                .etcdctl()
+                .args(["endpoint", "health"])
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .status()
@@ -161,12 +269,7 @@ impl Etcd {
     pub fn ctl_stdin(&self, args: &[&str], input: &[u8]) -> String {
         use std::io::Write;
         let mut child = self
-            .command("etcdctl")
-            .env("ETCDCTL_API", "3")
-            .args([
-                "--endpoints",
-                &format!("http://{}:{}", self.host, self.client_port),
-            ])
+            .etcdctl()
             .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
