@@ -13,6 +13,8 @@ pkgs=(
   g++                 # libFuzzer (scripts/fuzz.sh, CI); its gcc builds net_faults.rs's fault shim
   chromium            # gdpath-report's browser test renders the report headless (tests/browser.rs)
   fonts-dejavu-core   # DejaVu Sans Mono: the face the report's label widths are measured for
+  etcd-server etcd-client  # gdpath-cluster's tests start a real etcd on loopback ports
+  protobuf-compiler   # protoc: etcd-client's build compiles etcd's .proto files (tonic-prost-build)
 )
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi

@@ -9,6 +9,7 @@
 mod output;
 mod args;
 mod bench;
+mod cluster;
 mod copy;
 mod doctor;
 mod interrupt;
@@ -57,6 +58,9 @@ enum Command {
     Resave(resave::ResaveArgs),
     /// Serve exported memory regions to peer agents over UCX (remote read/write).
     Serve(serve::ServeArgs),
+    /// Agents published in an etcd cluster (`serve --cluster`): list them, watch them.
+    #[command(subcommand)]
+    Cluster(cluster::ClusterCommand),
     /// One HTML page of the machine, its P2P/GDR/GDS paths as the doctor finds them, the
     /// findings with remedies and bench charts (`--from` results, or `--measure`).
     Report(report::ReportArgs),
@@ -77,6 +81,7 @@ impl Command {
             Command::Load(a) => a.json,
             Command::Resave(a) => a.json,
             Command::Nccl(a) => a.json(),
+            Command::Cluster(c) => c.json(),
             Command::Serve(_) | Command::Report(_) => false,
         }
     }
@@ -108,7 +113,9 @@ fn main() -> ExitCode {
     // other command ends at once, removing its unfinished temporary files.
     let graceful = matches!(
         cli.command,
-        Command::Serve(_) | Command::Bench(bench::BenchCommand::Net(_))
+        Command::Serve(_)
+            | Command::Bench(bench::BenchCommand::Net(_))
+            | Command::Cluster(cluster::ClusterCommand::Watch(_))
     );
     if !graceful {
         interrupt::clean_up_on_interrupt();
@@ -124,6 +131,7 @@ fn main() -> ExitCode {
         Command::P2p(args) => p2p::run(args),
         Command::Report(args) => report::run(args),
         Command::Nccl(args) => nccl::run(args),
+        Command::Cluster(c) => cluster::run(c),
     };
     let code = match result {
         Ok(code) => code,
@@ -275,6 +283,9 @@ pub(crate) fn error_kind(e: &anyhow::Error) -> &'static str {
         }
         if let Some(g) = cause.downcast_ref::<gdpath::Error>() {
             return g.kind();
+        }
+        if let Some(c) = cause.downcast_ref::<gdpath_cluster::ClusterError>() {
+            return c.kind();
         }
         if let Some(l) = cause.downcast_ref::<gdpath_checkpoint::LoadError>() {
             return l.kind();

@@ -6,6 +6,7 @@ use gdpath::net::{EventKind, EventLog, FailureMode, NetConfig, NetEvent, Token};
 use gdpath::topo::text::escape;
 use gdpath::units::{format_size, parse_size};
 use gdpath::{Agent, AgentConfig, HostBuffer, Memory};
+use gdpath_cluster::RegionKind;
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -28,6 +29,14 @@ pub struct ServeArgs {
     name: String,
     #[command(flatten)]
     net: NetOpts,
+    /// Publish this agent in the cluster under --name (docs/cluster.md).
+    #[command(flatten)]
+    cluster: crate::cluster::ClusterOpts,
+    /// TTL of the published record's lease, seconds: a crashed or cut-off agent's record goes
+    /// within it; keep-alives go every third of it.
+    #[arg(long, default_value_t = 10, requires = "cluster",
+          value_parser = clap::value_parser!(u64).range(2..=3600))]
+    lease_ttl: u64,
     /// Exit after this many seconds (default: run until killed).
     #[arg(long)]
     duration: Option<f64>,
@@ -260,8 +269,27 @@ pub fn run(a: ServeArgs) -> Result<ExitCode> {
     // Resolved here, so the rule that a non-loopback address needs a token is checked (by
     // `Agent::serve`) on the address listened on, whatever name it was given by.
     let listen = resolve("--listen", &a.listen)?;
+    let cluster_url = a.cluster.url()?;
+    // In a cluster the engine's name carries the incarnation, which peers check in the
+    // handshake: a restarted agent is never taken for the one before.
+    let mut record = match &cluster_url {
+        Some(_) if listen.ip().is_unspecified() => {
+            return Err(crate::usage(
+                "--cluster needs a --listen address peers can reach, not 0.0.0.0 or ::",
+            ))
+        }
+        Some(_) => {
+            let mut r = gdpath_cluster::AgentRecord::new(&a.name, listen)?;
+            r.topology = gdpath_cluster::TopologySummary::of_this_machine();
+            Some(r)
+        }
+        None => None,
+    };
     let agent = Agent::new(AgentConfig {
-        name: a.name.clone(),
+        name: record
+            .as_ref()
+            .map(|r| r.engine_name())
+            .unwrap_or_else(|| a.name.clone()),
         ..AgentConfig::default()
     })?;
     let host_bytes = specs
@@ -275,7 +303,7 @@ pub fn run(a: ServeArgs) -> Result<ExitCode> {
     agent.enable_net(a.net.config())?;
     let mut regions = Vec::new();
     for spec in specs {
-        let (r, what) = match spec {
+        let (r, what, mut rec) = match spec {
             ExportSpec::Host(size) => {
                 let len = usize::try_from(size).context("export size")?;
                 // Shared, so that agents on this node move bytes into it themselves; where
@@ -289,17 +317,23 @@ pub fn run(a: ServeArgs) -> Result<ExitCode> {
                     }
                 };
                 let r = agent.register(Memory::host(buf))?;
-                (r, format!("host {} ({kind})", format_size(size)))
+                let rec = region_record(RegionKind::Host, None, size, kind == "shared");
+                (r, format!("host {} ({kind})", format_size(size)), rec)
             }
             ExportSpec::Gpu(ordinal, len) => {
                 // The engine's error names the GPU and the memory already.
                 let r = agent.register(Memory::Gpu { ordinal, len })?;
-                (r, format!("gpu:{ordinal} {}", format_size(len)))
+                let rec = region_record(RegionKind::Gpu, Some(ordinal), len, false);
+                (r, format!("gpu:{ordinal} {}", format_size(len)), rec)
             }
         };
         let id = agent
             .export(&r)
             .with_context(|| format!("exporting {what}"))?;
+        rec.id = id;
+        if let Some(record) = &mut record {
+            record.regions.push(rec);
+        }
         regions.push((id, what, r));
     }
     let srv = agent
@@ -324,6 +358,26 @@ pub fn run(a: ServeArgs) -> Result<ExitCode> {
     for (id, what, _) in &regions {
         outln!("export {id}: {what}");
     }
+    let member = match (cluster_url, record) {
+        (Some(url), Some(mut record)) => {
+            record.addr = srv.local_addr().to_string();
+            let cluster = gdpath_cluster::Cluster::connect(&url)?;
+            let m = gdpath_cluster::Membership::join(
+                &cluster,
+                record,
+                Duration::from_secs(a.lease_ttl),
+            )
+            .with_context(|| format!("publishing {} in {url}", a.name))?;
+            outln!(
+                "cluster: published {} incarnation {} in {url} (lease TTL {} s)",
+                a.name,
+                m.record().incarnation,
+                a.lease_ttl
+            );
+            Some(m)
+        }
+        _ => None,
+    };
     if regions.is_empty() {
         errln!(
             "gdpath serve: nothing exported: clients can connect but find no memory to use \
@@ -351,10 +405,19 @@ pub fn run(a: ServeArgs) -> Result<ExitCode> {
         for n in agent.take_notifications() {
             outln!("notification from {}: {} bytes", n.from, n.message.len());
         }
+        for e in member.iter().flat_map(|m| m.take_events()) {
+            outln!("cluster: {}", member_event_text(&e));
+        }
         if signalled.load(std::sync::atomic::Ordering::Relaxed)
             || end.is_some_and(|e| Instant::now() >= e)
         {
             break;
+        }
+    }
+    // Leave first: peers stop choosing this agent before it stops answering.
+    if let Some(m) = member {
+        if let Err(e) = m.leave() {
+            errln!("gdpath serve: could not delete the cluster record ({e}); it goes when its lease expires");
         }
     }
     let told = srv.stop(STOP_WAIT);
@@ -364,6 +427,38 @@ pub fn run(a: ServeArgs) -> Result<ExitCode> {
     outln!("stopped: told {told} connected client(s) goodbye");
     std::io::stdout().flush().ok();
     Ok(ExitCode::SUCCESS)
+}
+
+/// A region of the published record; its id is set once exported.
+fn region_record(
+    kind: RegionKind,
+    gpu: Option<u32>,
+    len: u64,
+    shm: bool,
+) -> gdpath_cluster::RegionRecord {
+    gdpath_cluster::RegionRecord {
+        id: 0,
+        kind,
+        gpu,
+        len,
+        shm,
+        cuda_ipc: false,
+    }
+}
+
+/// One line of the log for a change of this agent's publication.
+fn member_event_text(e: &gdpath_cluster::MemberEvent) -> String {
+    use gdpath_cluster::MemberEvent;
+    match e {
+        MemberEvent::Lost { detail } => format!("record may be gone: {detail}; re-publishing"),
+        MemberEvent::Republished { lease } => format!("record published again (lease {lease:x})"),
+        MemberEvent::NameTaken {
+            incarnation,
+            hostname,
+        } => format!(
+            "the name is held by incarnation {incarnation} on {hostname}; retrying until it goes"
+        ),
+    }
 }
 
 /// What the start line says of a server without a token listening on `addr`: who can then

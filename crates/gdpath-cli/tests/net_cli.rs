@@ -484,21 +484,7 @@ impl Netns {
             b: format!("gdp-b-{tag}"),
         };
         let oct = 16 + tag % 200;
-        let run = |args: &[&str]| -> Result<(), String> {
-            let o = Command::new("ip")
-                .args(args)
-                .output()
-                .map_err(|e| e.to_string())?;
-            if o.status.success() {
-                Ok(())
-            } else {
-                Err(format!(
-                    "ip {}: {}",
-                    args.join(" "),
-                    String::from_utf8_lossy(&o.stderr)
-                ))
-            }
-        };
+        let run = common::ip;
         let (va, vb) = (format!("gva{tag}"), format!("gvb{tag}"));
         let (aa, ab) = (format!("10.213.{oct}.1/24"), format!("10.213.{oct}.2/24"));
         run(&["netns", "add", &n.a])?;

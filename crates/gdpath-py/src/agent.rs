@@ -32,6 +32,8 @@ pub struct Agent {
     /// engine's notification hook once it is installed.
     notify_wakers: Arc<Mutex<Vec<Arc<WakerInner>>>>,
     hooked: Mutex<bool>,
+    /// With `cluster=`: the record published at `serve` (docs/cluster.md).
+    cluster: Option<crate::cluster::Publish>,
 }
 
 impl Agent {
@@ -47,7 +49,14 @@ impl Agent {
             strict,
             notify_wakers: Arc::new(Mutex::new(Vec::new())),
             hooked: Mutex::new(false),
+            cluster: None,
         })
+    }
+
+    fn cluster(&self) -> PyResult<&crate::cluster::Publish> {
+        self.cluster
+            .as_ref()
+            .ok_or_else(|| PyValueError::new_err("this agent was made without cluster=URL"))
     }
 }
 
@@ -109,10 +118,59 @@ fn op_of(op: &str) -> PyResult<Op> {
 
 #[pymethods]
 impl Agent {
+    /// `cluster="etcd://HOST:PORT/NAMESPACE"` (with `name`): the agent publishes itself under
+    /// `name` when it serves, on a lease of `lease_ttl` seconds (docs/cluster.md); its engine
+    /// name is then `NAME#INCARNATION`. Errors: `cluster_url`, `usage` (a name outside
+    /// 1..=31 of `A-Z a-z 0-9 . _ -`), `cluster_unreachable`, `cluster_denied`.
     #[new]
-    #[pyo3(signature = (name=None, strict=false))]
-    fn new(py: Python<'_>, name: Option<String>, strict: bool) -> PyResult<Agent> {
-        Agent::create(py, name, strict)
+    #[pyo3(signature = (name=None, strict=false, *, cluster=None, lease_ttl=10.0))]
+    fn new(
+        py: Python<'_>,
+        name: Option<String>,
+        strict: bool,
+        cluster: Option<String>,
+        lease_ttl: f64,
+    ) -> PyResult<Agent> {
+        let Some(url) = cluster else {
+            return Agent::create(py, name, strict);
+        };
+        let name = name.ok_or_else(|| PyValueError::new_err("cluster= needs name="))?;
+        let publish = crate::cluster::Publish::new(py, &url, &name, lease_ttl)?;
+        let mut a = Agent::create(py, Some(publish.engine_name()), strict)?;
+        a.cluster = Some(publish);
+        Ok(a)
+    }
+
+    /// Connects to the agent named `name` in this agent's cluster, waiting up to `timeout`
+    /// seconds for its record, and checks that the agent answering is the record's
+    /// incarnation. Returns a `gdpath.ClusterPeer` (`.peer`, `.gone`, `.check()`). Errors:
+    /// `not_found`, `incarnation_mismatch`, `auth_failed`, `peer_failed`; `ValueError` for an
+    /// agent made without `cluster=`.
+    #[pyo3(signature = (name, *, token=None, timeout=10.0))]
+    fn peer(
+        &self,
+        py: Python<'_>,
+        name: &str,
+        token: Option<crate::net::TokenArg>,
+        timeout: f64,
+    ) -> PyResult<crate::cluster::ClusterPeer> {
+        let token = crate::net::token(py, token.map(|t| t.0))?;
+        let wait = seconds("timeout", timeout)?;
+        self.cluster()?.peer(py, &self.agent, name, token, wait)
+    }
+
+    /// `async for event in agent.cluster_events()`: the agents present (`joined`), then every
+    /// join, update and leave of the cluster (dicts; see `gdpath.ClusterWatch`).
+    fn cluster_events<'py>(slf: Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        let w = slf.get().cluster()?.watch(slf.py())?;
+        slf.py()
+            .import("gdpath._aio")?
+            .call_method1("cluster_events", (w,))
+    }
+
+    /// A blocking watch of the cluster (`watch.next(timeout)`).
+    fn cluster_watch(&self, py: Python<'_>) -> PyResult<crate::cluster::ClusterWatch> {
+        self.cluster()?.watch(py)
     }
 
     /// The agent's name.
@@ -281,6 +339,9 @@ impl Agent {
         let token = crate::net::token(py, token.map(|t| t.0))?;
         let agent = self.agent.clone();
         let s = py.detach(move || agent.serve(addr, token)).py_err(py)?;
+        if let Some(c) = &self.cluster {
+            c.publish(py, s.local_addr())?;
+        }
         Ok(crate::net::Server::new(s))
     }
 
@@ -314,7 +375,11 @@ impl Agent {
     fn export(&self, py: Python<'_>, region: &Region) -> PyResult<u64> {
         region.check(py)?;
         let (agent, r) = (self.agent.clone(), region.region.clone());
-        py.detach(move || agent.export(&r)).py_err(py)
+        let id = py.detach(move || agent.export(&r)).py_err(py)?;
+        if let Some(c) = &self.cluster {
+            c.add_region(id, &region.region);
+        }
+        Ok(id)
     }
 
     /// Withdraws an exported region: peers' later posts on it fail with `deregistered`; its

@@ -18,6 +18,7 @@ mod blocks;
 #[allow(unsafe_code)]
 mod buffer;
 mod checkpoint;
+mod cluster;
 #[allow(unsafe_code)]
 mod dlpack;
 mod error;
@@ -35,6 +36,8 @@ use pyo3::prelude::*;
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<agent::Agent>()?;
+    m.add_class::<cluster::ClusterPeer>()?;
+    m.add_class::<cluster::ClusterWatch>()?;
     m.add_class::<region::Region>()?;
     m.add_class::<region::Descriptor>()?;
     m.add_class::<memory::File>()?;

@@ -39,8 +39,13 @@ pub struct KvArgs {
     #[arg(long, default_value = "auto")]
     method: String,
     /// The serving agent for --dst peer / peer-host, HOST:PORT.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "peer_name")]
     peer: Option<String>,
+    /// The serving agent by its name in the cluster, with --cluster (instead of --peer).
+    #[arg(long, value_name = "NAME", requires = "cluster")]
+    peer_name: Option<String>,
+    #[command(flatten)]
+    cluster: crate::cluster::ClusterOpts,
     /// Reach a peer-host on this node through UCX instead of mapping its shared memory (to
     /// compare the two).
     #[arg(long)]
@@ -61,10 +66,13 @@ pub(super) fn run_kv(a: KvArgs) -> Result<ExitCode> {
             ))
         })?),
     };
-    let peer = match &a.peer {
-        Some(p) => Some(crate::serve::resolve("--peer", p)?),
-        None => None,
-    };
+    let peer = super::peer_addr(
+        a.peer.as_deref(),
+        a.peer_name.as_deref(),
+        &a.cluster,
+        a.net.connect_timeout(),
+    )?
+    .map(|(_, addr)| addr);
     if peer.is_some() && !matches!(a.dst, kv::KvMem::Peer | kv::KvMem::PeerHost) {
         errln!("gdpath: warning: --peer is used only with --dst peer or peer-host");
     }

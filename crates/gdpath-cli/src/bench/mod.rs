@@ -163,3 +163,26 @@ fn lat(us: f64) -> String {
         "-".into()
     }
 }
+
+/// The serving agent's address from `--peer ADDR`, or from the record of
+/// `--peer-name NAME` in `--cluster`, waiting up to `wait` for it: (what to call it in messages,
+/// the address). The record's incarnation is not checked here: the bench connects itself
+/// (docs/cluster.md).
+pub(super) fn peer_addr(
+    peer: Option<&str>,
+    peer_name: Option<&str>,
+    cluster: &crate::cluster::ClusterOpts,
+    wait: std::time::Duration,
+) -> Result<Option<(String, std::net::SocketAddr)>> {
+    match (peer, peer_name) {
+        (Some(p), _) => Ok(Some((p.to_owned(), crate::serve::resolve("--peer", p)?))),
+        (None, Some(name)) => {
+            let (record, _) = cluster.connect()?.resolve(name, wait)?;
+            Ok(Some((
+                format!("{name} ({})", record.addr),
+                record.socket_addr()?,
+            )))
+        }
+        (None, None) => Ok(None),
+    }
+}

@@ -16,8 +16,18 @@ use std::process::ExitCode;
 pub struct NetBenchArgs {
     /// The serving agent (`gdpath serve`), HOST:PORT: an IP address or a name (an IPv4
     /// address of the name when it has several).
-    #[arg(long)]
-    peer: String,
+    #[arg(
+        long,
+        required_unless_present = "peer_name",
+        conflicts_with = "peer_name"
+    )]
+    peer: Option<String>,
+    /// The serving agent by its name in the cluster (`serve --cluster URL --name NAME`), with
+    /// --cluster: its address is read from its record, waiting up to --connect-timeout for it.
+    #[arg(long, value_name = "NAME", requires = "cluster")]
+    peer_name: Option<String>,
+    #[command(flatten)]
+    cluster: crate::cluster::ClusterOpts,
     /// put (write to the peer) or get (read from it).
     #[arg(long, default_value = "put", value_parser = ["put", "get"])]
     op: String,
@@ -123,7 +133,13 @@ pub(super) fn run_net(a: NetBenchArgs) -> Result<ExitCode> {
             a.batch, a.qd
         )));
     }
-    let peer = crate::serve::resolve("--peer", &a.peer)?;
+    let (given, peer) = super::peer_addr(
+        a.peer.as_deref(),
+        a.peer_name.as_deref(),
+        &a.cluster,
+        a.net.connect_timeout(),
+    )?
+    .ok_or_else(|| crate::usage("--peer or --peer-name is required"))?;
     let cfg = net::NetBenchConfig {
         peer,
         token: a.net.token()?,
@@ -161,7 +177,7 @@ pub(super) fn run_net(a: NetBenchArgs) -> Result<ExitCode> {
             }
             return Ok(ExitCode::from(130));
         }
-        r => r.with_context(|| format!("bench net with {}", crate::serve::named(&a.peer, peer)))?,
+        r => r.with_context(|| format!("bench net with {}", crate::serve::named(&given, peer)))?,
     };
     let all_verified = report.rows.iter().all(|r| r.row.verified);
     if a.json {

@@ -257,3 +257,20 @@ pub fn write_checkpoint(path: &std::path::Path, tensors: &[(&str, usize)]) -> (u
     f.sync_all().unwrap();
     (off as u64, 8 + h.len() as u64)
 }
+
+/// `ip ARGS` (iproute2), its stderr as the error when it fails.
+pub fn ip(args: &[&str]) -> Result<(), String> {
+    let o = Command::new("ip")
+        .args(args)
+        .output()
+        .map_err(|e| e.to_string())?;
+    if o.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "ip {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&o.stderr)
+        ))
+    }
+}

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import weakref
-from typing import Any, Dict, Optional
+from typing import Any, AsyncIterator, Dict, Optional
 
 from . import _native
 
@@ -127,3 +127,14 @@ async def wait_notification(agent: Any) -> Any:
     # One may have arrived between the check above and the hook's installation.
     w._deliver_notifications()
     return await fut
+
+
+async def cluster_events(watch: Any) -> AsyncIterator[Dict[str, Any]]:
+    """The events of ``watch`` (a ``gdpath.ClusterWatch``) as an async iterator: each wait
+    runs in the loop's default executor (the GIL released, half a second at a time), so the
+    loop never blocks; the iterator ends when the consumer stops."""
+    loop = asyncio.get_running_loop()
+    while True:
+        e = await loop.run_in_executor(None, watch.next, 0.5)
+        if e is not None:
+            yield e

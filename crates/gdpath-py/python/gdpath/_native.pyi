@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Awaitable, Dict, Generator, List, Optional, Sequence, Tuple, Union, final
+from typing import Any, AsyncIterator, Awaitable, Dict, Generator, List, Optional, Sequence, Tuple, Union, final
 
 _Path = Union[str, "os.PathLike[str]"]
 _Side = Union["Region", "Descriptor", Sequence[Union["Region", "Descriptor"]]]
@@ -16,6 +16,8 @@ _Ids = Any
 
 __all__ = [
     "Agent",
+    "ClusterPeer",
+    "ClusterWatch",
     "Region",
     "Descriptor",
     "File",
@@ -59,8 +61,35 @@ class File:
     def direct(self) -> str: ...
 
 @final
+class ClusterPeer:
+    @property
+    def peer(self) -> Peer: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def incarnation(self) -> str: ...
+    @property
+    def gone(self) -> Optional[Tuple[float, str]]: ...
+    def check(self) -> None: ...
+    def wait(self, transfer: Transfer, timeout: Optional[float] = None) -> TransferReport: ...
+
+@final
+class ClusterWatch:
+    def next(self, timeout: float = 0.0) -> Optional[Dict[str, Any]]: ...
+
+@final
 class Agent:
-    def __new__(cls, name: Optional[str] = None, strict: bool = False) -> Agent: ...
+    def __new__(
+        cls,
+        name: Optional[str] = None,
+        strict: bool = False,
+        *,
+        cluster: Optional[str] = None,
+        lease_ttl: float = 10.0,
+    ) -> Agent: ...
+    def peer(self, name: str, *, token: Optional[_Token] = None, timeout: float = 10.0) -> ClusterPeer: ...
+    def cluster_events(self) -> AsyncIterator[Dict[str, Any]]: ...
+    def cluster_watch(self) -> ClusterWatch: ...
     @property
     def name(self) -> str: ...
     @property

@@ -1,0 +1,299 @@
+//! `gdpath serve --cluster`, `gdpath cluster ls|watch` and `bench net --peer-name` against a
+//! real etcd (Debian's etcd-server on loopback ports, a temporary data directory): a serving
+//! process SIGKILLed mid-transfer is "peer gone" within its lease TTL, the same name restarted
+//! is a new incarnation whose predecessor's metadata is never used, and a second claim of a
+//! name is refused.
+
+#[path = "../../gdpath-cluster/tests/common/mod.rs"]
+mod etcd;
+
+use etcd::Etcd;
+use gdpath::net::Token;
+use gdpath::{HostBuffer, Memory, TransferRequest};
+use gdpath_cluster::{Cluster, ClusterError, ClusterPeer, ClusterUrl};
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const TOKEN: &str = "cluster-test-token-0123456789";
+const TTL_S: u64 = 2;
+
+/// `gdpath serve --cluster URL --name NAME` exporting 64 MiB of host memory; returns once it
+/// published, with its incarnation.
+fn serve(url: &str, name: &str, dir: &std::path::Path) -> (Child, String) {
+    serve_ttl(url, name, dir, TTL_S)
+}
+
+/// [`serve`] with a lease of `ttl` seconds.
+fn serve_ttl(url: &str, name: &str, dir: &std::path::Path, ttl: u64) -> (Child, String) {
+    let token_file = dir.join("token");
+    std::fs::write(&token_file, TOKEN).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_gdpath"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--export", "host:64MiB"])
+        .args(["--devices", "lo", "--name", name, "--cluster", url])
+        .args(["--lease-ttl", &ttl.to_string()])
+        .arg("--token-file")
+        .arg(&token_file)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        if let Some(rest) = line.strip_prefix("cluster: published ") {
+            let inc = rest.split_whitespace().nth(2).unwrap().to_owned();
+            // Keep draining its stdout so that it never blocks on a full pipe.
+            std::thread::spawn(move || for _ in lines {});
+            return (child, inc);
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    panic!("serve did not publish");
+}
+
+#[test]
+fn a_serve_killed_mid_transfer_is_gone_within_its_ttl_and_its_restart_is_a_new_incarnation() {
+    let Some(e) = Etcd::start() else { return };
+    let _serial = gdpath_testkit::ucx_serial();
+    let url = e.url("kv");
+    let (srv, inc1) = serve(&url, "prefill-0", e.dir.path());
+    let cluster = Cluster::connect(&url.parse::<ClusterUrl>().unwrap()).unwrap();
+    let agent = etcd::net_agent("decode-0");
+    let token = Token::new(TOKEN).unwrap();
+    let p =
+        ClusterPeer::connect(&cluster, &agent, "prefill-0", token.clone(), Duration::ZERO).unwrap();
+    assert_eq!(p.record().incarnation.as_str(), inc1);
+    let id = p.peer().regions()[0].id;
+    let remote = agent.register(p.peer().memory(id).unwrap()).unwrap();
+    let len = 64u64 << 20;
+    let local = agent
+        .register(Memory::host(HostBuffer::from_slice(&vec![
+            0x5a;
+            len as usize
+        ])))
+        .unwrap();
+    // A verified round trip first: write, read back into another buffer, compare.
+    let t = p
+        .post(
+            &agent,
+            TransferRequest::write(vec![local.desc(0, len)], vec![remote.desc(0, len)]),
+        )
+        .unwrap();
+    p.wait(t, Duration::from_secs(30)).unwrap();
+    let back = agent
+        .register(Memory::host(HostBuffer::zeroed(len as usize)))
+        .unwrap();
+    let t = p
+        .post(
+            &agent,
+            TransferRequest::read(vec![back.desc(0, len)], vec![remote.desc(0, len)]),
+        )
+        .unwrap();
+    p.wait(t, Duration::from_secs(30)).unwrap();
+    assert!(back.host_view().unwrap().iter().all(|&b| b == 0x5a));
+
+    // Transfers in flight when the server is SIGKILLed: each ends, as "peer gone", within
+    // the TTL (plus etcd's expiry scan), and nothing hangs.
+    // Not reaped until the end: the restart below finds its predecessor a zombie, which
+    // counts as dead (a supervisor that has not waited yet).
+    let killer = std::thread::spawn(move || {
+        let mut srv = srv;
+        std::thread::sleep(Duration::from_millis(300));
+        srv.kill().unwrap();
+        (Instant::now(), srv)
+    });
+    let mut result = Ok(());
+    let t_end = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < t_end {
+        let r = p
+            .post(
+                &agent,
+                TransferRequest::write(vec![local.desc(0, len)], vec![remote.desc(0, len)]),
+            )
+            .and_then(|t| p.wait(t, Duration::from_secs(30)));
+        if let Err(e) = r {
+            result = Err(e);
+            break;
+        }
+    }
+    let (killed_at, mut srv) = killer.join().unwrap();
+    let err = result.expect_err("transfers to a killed peer must fail");
+    let after = killed_at.elapsed();
+    match &err {
+        ClusterError::PeerGone { incarnation, .. } => assert_eq!(incarnation, &inc1),
+        other => panic!("expected PeerGone, got {other}"),
+    }
+    assert!(
+        after <= Duration::from_secs(TTL_S + 3),
+        "gone after {after:?}, TTL {TTL_S} s"
+    );
+    // A later post fails at once.
+    let t0 = Instant::now();
+    let again = p.post(
+        &agent,
+        TransferRequest::write(vec![local.desc(0, 4096)], vec![remote.desc(0, 4096)]),
+    );
+    assert!(matches!(again, Err(ClusterError::PeerGone { .. })));
+    assert!(t0.elapsed() < Duration::from_millis(100));
+    drop((remote, p));
+
+    // The same name restarted: a new incarnation, found by name; the old one is not used.
+    let (mut srv2, inc2) = serve(&url, "prefill-0", e.dir.path());
+    assert_ne!(inc1, inc2);
+    let p2 =
+        ClusterPeer::connect(&cluster, &agent, "prefill-0", token, Duration::from_secs(5)).unwrap();
+    assert_eq!(p2.record().incarnation.as_str(), inc2);
+    let out = Command::new(env!("CARGO_BIN_EXE_gdpath"))
+        .args(["cluster", "ls", "--json", "--cluster", &url])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let agents = doc["agents"].as_array().unwrap();
+    assert_eq!(agents.len(), 1, "{doc}");
+    assert_eq!(agents[0]["record"]["incarnation"], inc2.as_str());
+    drop(p2);
+    srv2.kill().unwrap();
+    srv2.wait().unwrap();
+    srv.wait().unwrap();
+}
+
+#[test]
+fn a_second_serve_claiming_a_live_name_is_refused_with_a_clear_error() {
+    let Some(e) = Etcd::start() else { return };
+    let url = e.url("claims");
+    let (mut first, inc) = serve(&url, "decode-3", e.dir.path());
+    let token_file = e.dir.path().join("token");
+    let out = Command::new(env!("CARGO_BIN_EXE_gdpath"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--devices", "lo"])
+        .args(["--name", "decode-3", "--cluster", &url, "--duration", "5"])
+        .arg("--token-file")
+        .arg(&token_file)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("agent name decode-3 is taken by incarnation") && err.contains(&inc),
+        "{err}"
+    );
+    first.kill().unwrap();
+    first.wait().unwrap();
+}
+
+#[test]
+fn cluster_watch_reports_a_join_and_a_leave() {
+    let Some(e) = Etcd::start() else { return };
+    let url = e.url("w");
+    let watch = Command::new(env!("CARGO_BIN_EXE_gdpath"))
+        .args([
+            "cluster",
+            "watch",
+            "--json",
+            "--duration",
+            "8",
+            "--cluster",
+            &url,
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let (mut srv, inc) = serve(&url, "a", e.dir.path());
+    srv.kill().unwrap();
+    srv.wait().unwrap();
+    let out = watch.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let events: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(
+        events
+            .iter()
+            .any(|v| v["event"] == "joined" && v["record"]["incarnation"] == inc.as_str()),
+        "{text}"
+    );
+    assert!(
+        events
+            .iter()
+            .any(|v| v["event"] == "left" && v["incarnation"] == inc.as_str()),
+        "{text}"
+    );
+}
+
+#[test]
+fn bad_cluster_arguments_and_an_unreachable_etcd_fail_clearly_and_in_bounded_time() {
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_gdpath"))
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    // A TTL out of range and a malformed URL: usage errors before anything runs.
+    let out = run(&[
+        "serve",
+        "--name",
+        "a",
+        "--cluster",
+        "etcd://127.0.0.1:1/x",
+        "--lease-ttl",
+        "1",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let out = run(&["cluster", "ls", "--json", "--cluster", "http://h:1/x"]);
+    assert_eq!(out.status.code(), Some(2));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["kind"], "usage", "{doc}");
+    // Nothing listens on port 1: refused with its kind, within the connect bound.
+    let t0 = Instant::now();
+    let out = run(&[
+        "cluster",
+        "ls",
+        "--json",
+        "--cluster",
+        "etcd://127.0.0.1:1/x",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["kind"], "cluster_unreachable", "{doc}");
+    assert!(t0.elapsed() < Duration::from_secs(15), "{:?}", t0.elapsed());
+}
+
+#[test]
+fn a_restart_on_the_same_node_takes_its_name_back_at_once_and_old_peers_see_it_replaced() {
+    let Some(e) = Etcd::start() else { return };
+    let _serial = gdpath_testkit::ucx_serial();
+    let url = e.url("restart");
+    // A long lease: expiry cannot be what frees the name within this test.
+    let (mut old, inc1) = serve_ttl(&url, "kv-0", e.dir.path(), 60);
+    let cluster = Cluster::connect(&url.parse::<ClusterUrl>().unwrap()).unwrap();
+    let agent = etcd::net_agent("reader");
+    let token = Token::new(TOKEN).unwrap();
+    let p = ClusterPeer::connect(&cluster, &agent, "kv-0", token.clone(), Duration::ZERO).unwrap();
+    // SIGKILLed and not yet reaped (a zombie, as under a supervisor that has not waited).
+    old.kill().unwrap();
+    let t0 = Instant::now();
+    let (mut new, inc2) = serve_ttl(&url, "kv-0", e.dir.path(), 60);
+    assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+    assert_ne!(inc1, inc2);
+    // The peer connected to the old incarnation learns it was replaced, and is never
+    // pointed at the new one through the old record.
+    let end = Instant::now() + Duration::from_secs(5);
+    while p.gone().is_none() && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let gone = p.gone().expect("replaced");
+    assert!(gone.reason.contains(&inc2), "{}", gone.reason);
+    assert!(
+        matches!(p.check(), Err(ClusterError::PeerGone { incarnation, .. }) if incarnation == inc1)
+    );
+    let p2 = ClusterPeer::connect(&cluster, &agent, "kv-0", token, Duration::ZERO).unwrap();
+    assert_eq!(p2.record().incarnation.as_str(), inc2);
+    drop((p, p2));
+    new.kill().unwrap();
+    new.wait().unwrap();
+    old.wait().unwrap();
+}

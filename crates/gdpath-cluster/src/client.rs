@@ -1,0 +1,371 @@
+//! A connection to the cluster's etcd: listing, resolving by name, watching.
+//!
+//! The engine works with threads, not async: a [`Cluster`] owns a small tokio runtime (one
+//! worker thread) for etcd's gRPC client and offers blocking calls, each bounded in time.
+
+use crate::error::ClusterError;
+use crate::record::{check_name, AgentRecord};
+use crate::url::ClusterUrl;
+use etcd_client::{Client, ConnectOptions, EventType, GetOptions, WatchOptions};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+/// Bound on one etcd request (connect, get, txn, grant), unless told otherwise.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// Most records one listing reads.
+pub const MAX_LISTED: i64 = 100_000;
+
+/// A handle on the cluster's etcd. Cheap to clone.
+#[derive(Clone)]
+pub struct Cluster {
+    pub(crate) rt: Arc<tokio::runtime::Runtime>,
+    pub(crate) client: Client,
+    pub(crate) url: ClusterUrl,
+    pub(crate) timeout: Duration,
+}
+
+impl std::fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cluster").field("url", &self.url).finish()
+    }
+}
+
+/// A record as listed, with what etcd says of its lease.
+#[derive(Debug, Clone)]
+pub struct Listed {
+    /// The key (as read; escape it to show it).
+    pub key: String,
+    /// The record, or why it is invalid.
+    pub record: Result<AgentRecord, String>,
+    /// Seconds left on its lease (`None`: no lease, or it could not be read).
+    pub ttl_left: Option<i64>,
+}
+
+/// A change seen by a watch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClusterEvent {
+    /// A record appeared (a start, or a return after its lease was lost).
+    Joined(AgentRecord),
+    /// A record changed (regions, a new lease after etcd came back).
+    Updated(AgentRecord),
+    /// A record went: its lease expired (a crash, a partition) or it was deleted (a clean
+    /// stop). `incarnation` is the one that left; `at` when this watcher learnt it.
+    Left {
+        name: String,
+        incarnation: Option<String>,
+        at: SystemTime,
+    },
+    /// A record that breaks the rules was written (key escaped, reason).
+    Invalid { key: String, detail: String },
+    /// The watch lost etcd and resumed (no event was lost: it resumes from the last revision
+    /// it saw) or could not (`detail`).
+    Reconnected { detail: String },
+}
+
+impl Cluster {
+    /// Connects to the cluster at `url` (every endpoint; credentials and TLS as the URL says),
+    /// waiting up to [`DEFAULT_REQUEST_TIMEOUT`]. Errors: [`ClusterError::Unreachable`],
+    /// [`ClusterError::Denied`] (auth), [`ClusterError::Url`] (an unreadable CA or client
+    /// certificate file).
+    pub fn connect(url: &ClusterUrl) -> Result<Cluster, ClusterError> {
+        Self::connect_with(url, DEFAULT_REQUEST_TIMEOUT)
+    }
+
+    /// As [`Cluster::connect`], with `timeout` bounding the connection and every later request.
+    pub fn connect_with(url: &ClusterUrl, timeout: Duration) -> Result<Cluster, ClusterError> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("gdpath-etcd")
+            .enable_all()
+            .build()
+            .map_err(|e| ClusterError::Etcd(format!("cannot start the etcd client thread: {e}")))?;
+        let mut opts = ConnectOptions::new()
+            .with_connect_timeout(timeout)
+            .with_timeout(timeout)
+            // HTTP/2 pings find a dead etcd connection within about a TTL, not TCP's minutes.
+            .with_keep_alive(Duration::from_secs(2), Duration::from_secs(2));
+        if let Some(u) = &url.user {
+            opts = opts.with_user(u.clone(), url.password.clone().unwrap_or_default());
+        }
+        if url.tls {
+            opts = opts.with_tls(tls_options(url)?);
+        }
+        let endpoints = url.endpoint_urls();
+        let shown = url.endpoints.join(",");
+        let client = rt.block_on(async {
+            tokio::time::timeout(timeout, Client::connect(endpoints, Some(opts)))
+                .await
+                .map_err(|_| ClusterError::Unreachable {
+                    endpoints: shown.clone(),
+                    detail: format!("no connection within {timeout:?}"),
+                })?
+                .map_err(|e| ClusterError::from_etcd(&shown, e))
+        })?;
+        Ok(Cluster {
+            rt: Arc::new(rt),
+            client,
+            url: url.clone(),
+            timeout,
+        })
+    }
+
+    /// The URL this handle was made with.
+    pub fn url(&self) -> &ClusterUrl {
+        &self.url
+    }
+
+    /// Runs one etcd request, bounded by the handle's timeout.
+    pub(crate) fn call<T, F>(&self, f: F) -> Result<T, ClusterError>
+    where
+        F: std::future::Future<Output = Result<T, etcd_client::Error>>,
+    {
+        let timeout = self.timeout;
+        let shown = self.url.endpoints.join(",");
+        self.rt.block_on(async {
+            match tokio::time::timeout(timeout, f).await {
+                Ok(r) => r.map_err(|e| ClusterError::from_etcd(&shown, e)),
+                Err(_) => Err(ClusterError::Unreachable {
+                    endpoints: shown,
+                    detail: format!("no answer within {timeout:?}"),
+                }),
+            }
+        })
+    }
+
+    /// Every agent record of the namespace (at most [`MAX_LISTED`]), sorted by name, with the
+    /// seconds left on each lease. Invalid records are listed with the reason, not dropped.
+    pub fn list(&self) -> Result<Vec<Listed>, ClusterError> {
+        let mut c = self.client.clone();
+        let prefix = self.url.agents_prefix();
+        let resp = self.call(c.get(
+            prefix,
+            Some(GetOptions::new().with_prefix().with_limit(MAX_LISTED)),
+        ))?;
+        let mut out = Vec::with_capacity(resp.kvs().len());
+        for kv in resp.kvs() {
+            let ttl_left = if kv.lease() != 0 {
+                let mut c = self.client.clone();
+                self.call(c.lease_time_to_live(kv.lease(), None))
+                    .ok()
+                    .map(|r| r.ttl())
+            } else {
+                None
+            };
+            out.push(Listed {
+                key: String::from_utf8_lossy(kv.key()).into_owned(),
+                record: AgentRecord::from_etcd(kv.key(), kv.value()).map_err(|e| e.to_string()),
+                ttl_left,
+            });
+        }
+        Ok(out)
+    }
+
+    /// The record of agent `name` with its etcd mod revision, waiting up to `wait` for it to
+    /// appear (a watch, not polling). Errors: [`ClusterError::NotFound`] after `wait`,
+    /// [`ClusterError::InvalidRecord`], [`ClusterError::InvalidName`], etcd's errors.
+    pub fn resolve(&self, name: &str, wait: Duration) -> Result<(AgentRecord, i64), ClusterError> {
+        check_name(name)?;
+        let key = self.url.agent_key(name);
+        let mut c = self.client.clone();
+        let resp = self.call(c.get(key.clone(), None))?;
+        if let Some(kv) = resp.kvs().first() {
+            return Ok((
+                AgentRecord::from_etcd(kv.key(), kv.value())?,
+                kv.mod_revision(),
+            ));
+        }
+        let from = resp.header().map(|h| h.revision()).unwrap_or(0) + 1;
+        let deadline = Instant::now() + wait;
+        let not_found = || ClusterError::NotFound {
+            name: name.into(),
+            waited: wait,
+        };
+        let shown = self.url.endpoints.join(",");
+        self.rt.block_on(async {
+            let mut c = self.client.clone();
+            let fut = async {
+                let mut stream = c
+                    .watch(key, Some(WatchOptions::new().with_start_revision(from)))
+                    .await
+                    .map_err(|e| ClusterError::from_etcd(&shown, e))?;
+                while let Some(resp) = stream
+                    .message()
+                    .await
+                    .map_err(|e| ClusterError::from_etcd(&shown, e))?
+                {
+                    for ev in resp.events() {
+                        if let (EventType::Put, Some(kv)) = (ev.event_type(), ev.kv()) {
+                            return Ok((
+                                AgentRecord::from_etcd(kv.key(), kv.value())?,
+                                kv.mod_revision(),
+                            ));
+                        }
+                    }
+                }
+                Err(not_found())
+            };
+            match tokio::time::timeout_at(deadline.into(), fut).await {
+                Ok(r) => r,
+                Err(_) => Err(not_found()),
+            }
+        })
+    }
+
+    /// Watches the namespace: first a [`ClusterEvent::Joined`] for each agent present, then
+    /// every change. The watch resumes by itself after etcd comes back. Dropping the
+    /// [`Watch`] ends it.
+    pub fn watch(&self) -> Result<Watch, ClusterError> {
+        self.watch_prefix(self.url.agents_prefix(), true)
+    }
+
+    /// A watch of one key or prefix, from now (with `snapshot`, the present records first).
+    pub(crate) fn watch_prefix(&self, key: String, snapshot: bool) -> Result<Watch, ClusterError> {
+        let mut c = self.client.clone();
+        let resp = self.call(c.get(
+            key.clone(),
+            Some(GetOptions::new().with_prefix().with_limit(MAX_LISTED)),
+        ))?;
+        let (tx, rx) = std::sync::mpsc::channel();
+        if snapshot {
+            for kv in resp.kvs() {
+                let _ = tx.send(match AgentRecord::from_etcd(kv.key(), kv.value()) {
+                    Ok(r) => ClusterEvent::Joined(r),
+                    Err(e) => invalid(kv.key(), e),
+                });
+            }
+        }
+        let from = resp.header().map(|h| h.revision()).unwrap_or(0) + 1;
+        let client = self.client.clone();
+        let task = self.rt.spawn(watch_task(client, key, from, tx));
+        Ok(Watch { rx, task })
+    }
+}
+
+fn invalid(key: &[u8], e: ClusterError) -> ClusterEvent {
+    ClusterEvent::Invalid {
+        key: gdpath::topo::text::escape(&*String::from_utf8_lossy(key)).to_string(),
+        detail: e.to_string(),
+    }
+}
+
+/// Follows `key` (a prefix) from revision `from`, re-opening the watch after a failure from
+/// the last revision seen, until the receiver is dropped.
+async fn watch_task(
+    mut client: Client,
+    key: String,
+    mut from: i64,
+    tx: std::sync::mpsc::Sender<ClusterEvent>,
+) {
+    let mut failed: Option<String> = None;
+    loop {
+        let opts = WatchOptions::new()
+            .with_prefix()
+            .with_prev_key()
+            .with_start_revision(from);
+        let mut stream = match client.watch(key.clone(), Some(opts)).await {
+            Ok(s) => s,
+            Err(e) => {
+                failed.get_or_insert(e.to_string());
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                continue;
+            }
+        };
+        if let Some(detail) = failed.take() {
+            if tx
+                .send(ClusterEvent::Reconnected {
+                    detail: gdpath::topo::text::escape(&detail).to_string(),
+                })
+                .is_err()
+            {
+                return;
+            }
+        }
+        loop {
+            let msg = match stream.message().await {
+                Ok(Some(m)) => m,
+                Ok(None) => {
+                    failed = Some("the watch stream ended".into());
+                    break;
+                }
+                Err(e) => {
+                    failed = Some(e.to_string());
+                    break;
+                }
+            };
+            if msg.canceled() {
+                // A compacted start revision: the events between are gone; say so.
+                failed = Some(format!(
+                    "watch cancelled by etcd (compact revision {}): events may be missed",
+                    msg.compact_revision()
+                ));
+                from = msg.compact_revision().max(from);
+                break;
+            }
+            for ev in msg.events() {
+                let Some(kv) = ev.kv() else { continue };
+                from = from.max(kv.mod_revision() + 1);
+                let out = match ev.event_type() {
+                    EventType::Put => match AgentRecord::from_etcd(kv.key(), kv.value()) {
+                        Ok(r) if kv.version() == 1 => ClusterEvent::Joined(r),
+                        Ok(r) => ClusterEvent::Updated(r),
+                        Err(e) => invalid(kv.key(), e),
+                    },
+                    EventType::Delete => ClusterEvent::Left {
+                        name: gdpath::topo::text::escape(&*String::from_utf8_lossy(
+                            kv.key().rsplit(|&b| b == b'/').next().unwrap_or_default(),
+                        ))
+                        .to_string(),
+                        incarnation: ev
+                            .prev_kv()
+                            .and_then(|p| AgentRecord::from_etcd(p.key(), p.value()).ok())
+                            .map(|r| r.incarnation.to_string()),
+                        at: SystemTime::now(),
+                    },
+                };
+                if tx.send(out).is_err() {
+                    return;
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// A running watch: its events, in etcd's order.
+pub struct Watch {
+    rx: std::sync::mpsc::Receiver<ClusterEvent>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Watch {
+    /// The next event, waiting up to `timeout`; `None` when none came.
+    pub fn next(&self, timeout: Duration) -> Option<ClusterEvent> {
+        self.rx.recv_timeout(timeout).ok()
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// TLS settings of an `etcds://` URL: its CA and client certificate files.
+fn tls_options(url: &ClusterUrl) -> Result<etcd_client::TlsOptions, ClusterError> {
+    let read = |p: &std::path::Path| {
+        gdpath::file::read_bounded(p, 1 << 20).map_err(|e| {
+            ClusterError::Url(format!(
+                "cannot read {}: {e}",
+                gdpath::topo::text::escape(&p.display().to_string())
+            ))
+        })
+    };
+    let mut tls = etcd_client::TlsOptions::new();
+    if let Some(ca) = &url.ca_file {
+        tls = tls.ca_certificate(etcd_client::Certificate::from_pem(read(ca)?));
+    }
+    if let Some((cert, key)) = &url.client_cert {
+        tls = tls.identity(etcd_client::Identity::from_pem(read(cert)?, read(key)?));
+    }
+    Ok(tls)
+}

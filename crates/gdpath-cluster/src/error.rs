@@ -1,0 +1,127 @@
+//! What goes wrong in the cluster layer, each with a stable kind for `--json` and Python.
+
+use std::time::{Duration, SystemTime};
+
+/// An error of the cluster layer. Every text that came from etcd (a record, a name, another
+/// agent's node) is escaped with [`gdpath::topo::text::escape`] before it is put in a message.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    /// The cluster URL does not parse (`etcd://host:port[,host:port…]/namespace`).
+    #[error("cluster URL: {0}")]
+    Url(String),
+    /// A setting out of its range (the lease TTL).
+    #[error("{0}")]
+    Config(String),
+    /// An agent name outside the rules of [`crate::record::valid_name`].
+    #[error("agent name {0}")]
+    InvalidName(String),
+    /// etcd did not answer within the bound (every endpoint tried), or the connection failed.
+    #[error("etcd at {endpoints} unreachable: {detail}")]
+    Unreachable { endpoints: String, detail: String },
+    /// etcd refused the credentials or the operation (auth enabled, wrong user or password,
+    /// no permission on the namespace).
+    #[error("etcd refused: {0}")]
+    Denied(String),
+    /// Any other error etcd returned.
+    #[error("etcd: {0}")]
+    Etcd(String),
+    /// The name is held by another live agent (its incarnation and node are named).
+    #[error(
+        "agent name {name} is taken by incarnation {incarnation} on {hostname}: stop that agent \
+         or choose another --name (a crashed holder's record goes when its lease expires)"
+    )]
+    NameTaken {
+        name: String,
+        incarnation: String,
+        hostname: String,
+    },
+    /// No record of that name appeared within the wait.
+    #[error("no agent named {name} in the cluster after waiting {waited:?}")]
+    NotFound { name: String, waited: Duration },
+    /// A record read from etcd that breaks the rules (size, JSON, fields).
+    #[error("invalid record at {key}: {detail}")]
+    InvalidRecord { key: String, detail: String },
+    /// The peer's lease expired or its record was deleted or replaced: transfers to it end
+    /// and later posts are refused.
+    #[error("peer {name} (incarnation {incarnation}) gone since {}: {reason}", since_text(*since))]
+    PeerGone {
+        name: String,
+        incarnation: String,
+        since: SystemTime,
+        reason: String,
+    },
+    /// The agent reached at the record's address is not the incarnation the record names (a
+    /// restarted agent, or another agent on that port): its metadata is not used.
+    #[error(
+        "the agent at {addr} is {found}, not {name} incarnation {expected}: stale record, not used"
+    )]
+    IncarnationMismatch {
+        name: String,
+        addr: String,
+        expected: String,
+        found: String,
+    },
+    /// An error of the engine (connect, register, post, wait).
+    #[error(transparent)]
+    Engine(#[from] gdpath::Error),
+}
+
+/// Seconds since the Unix epoch, what a log line can be matched with.
+fn since_text(t: SystemTime) -> String {
+    match t.duration_since(SystemTime::UNIX_EPOCH) {
+        Ok(d) => format!("{:.3} s after the epoch", d.as_secs_f64()),
+        Err(_) => "an unknown time".into(),
+    }
+}
+
+impl ClusterError {
+    /// The machine-readable kind (`peer_gone`, `name_taken`, ...); an engine error gives its own
+    /// [`gdpath::Error::kind`].
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ClusterError::Url(_) => "cluster_url",
+            ClusterError::Config(_) => "config",
+            ClusterError::InvalidName(_) => "usage",
+            ClusterError::Unreachable { .. } => "cluster_unreachable",
+            ClusterError::Denied(_) => "cluster_denied",
+            ClusterError::Etcd(_) => "cluster",
+            ClusterError::NameTaken { .. } => "name_taken",
+            ClusterError::NotFound { .. } => "not_found",
+            ClusterError::InvalidRecord { .. } => "invalid_record",
+            ClusterError::PeerGone { .. } => "peer_gone",
+            ClusterError::IncarnationMismatch { .. } => "incarnation_mismatch",
+            ClusterError::Engine(e) => e.kind(),
+        }
+    }
+
+    /// etcd's error as this layer's: refusals of credentials or permission apart.
+    pub(crate) fn from_etcd(endpoints: &str, e: etcd_client::Error) -> ClusterError {
+        use gdpath::topo::text::escape;
+        let text = e.to_string();
+        match e {
+            // etcd 3.4 answers a request without credentials on an auth-enabled server with
+            // InvalidArgument "user name is empty".
+            etcd_client::Error::GRpcStatus(s)
+                if matches!(
+                    s.code(),
+                    tonic::Code::Unauthenticated | tonic::Code::PermissionDenied
+                ) || s.message().contains("user name is empty") =>
+            {
+                ClusterError::Denied(escape(s.message()).to_string())
+            }
+            etcd_client::Error::GRpcStatus(s) if s.code() == tonic::Code::Unavailable => {
+                ClusterError::Unreachable {
+                    endpoints: endpoints.into(),
+                    detail: escape(s.message()).to_string(),
+                }
+            }
+            etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => {
+                ClusterError::Unreachable {
+                    endpoints: endpoints.into(),
+                    detail: escape(&text).to_string(),
+                }
+            }
+            _ => ClusterError::Etcd(escape(&text).to_string()),
+        }
+    }
+}

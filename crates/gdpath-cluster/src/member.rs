@@ -1,0 +1,334 @@
+//! Publishing this agent: the name claimed by a transaction, the record kept on a lease, and
+//! re-published after etcd comes back or the lease was lost.
+
+use crate::client::Cluster;
+use crate::error::ClusterError;
+use crate::record::{AgentRecord, TTL_RANGE_S};
+use etcd_client::{Client, Compare, CompareOp, PutOptions, Txn, TxnOp, TxnOpResponse};
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+/// Most events kept for [`Membership::take_events`] (the oldest go first).
+const MAX_EVENTS: usize = 256;
+
+/// What happened to this agent's publication, for the log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MemberEvent {
+    /// etcd stopped answering keep-alives or the lease expired: the record may be gone.
+    Lost { detail: String },
+    /// The record is published again, on a new lease.
+    Republished { lease: i64 },
+    /// Re-publishing found the name held by another incarnation (retried until it goes).
+    NameTaken {
+        incarnation: String,
+        hostname: String,
+    },
+}
+
+/// This agent's membership: its record, published on a lease a background task keeps alive.
+/// Dropping it (or [`Membership::leave`]) deletes the record at once (a revoked lease).
+pub struct Membership {
+    cluster: Cluster,
+    shared: Arc<Shared>,
+    task: Option<tokio::task::JoinHandle<()>>,
+    record: AgentRecord,
+}
+
+struct Shared {
+    lease: Mutex<Option<i64>>,
+    events: Mutex<VecDeque<MemberEvent>>,
+}
+
+impl Shared {
+    fn push(&self, e: MemberEvent) {
+        match &e {
+            MemberEvent::Lost { detail } => tracing::warn!("cluster: record may be gone: {detail}"),
+            MemberEvent::Republished { lease } => {
+                tracing::warn!("cluster: record published again (lease {lease:x})")
+            }
+            MemberEvent::NameTaken { incarnation, .. } => {
+                tracing::warn!("cluster: name now held by incarnation {incarnation}")
+            }
+        }
+        let mut q = self.events.lock().unwrap_or_else(PoisonError::into_inner);
+        if q.len() == MAX_EVENTS {
+            q.pop_front();
+        }
+        q.push_back(e);
+    }
+}
+
+impl Membership {
+    /// Claims `record.name` and publishes `record` on a lease of `ttl` (within
+    /// [`TTL_RANGE_S`]), kept alive every third of it from the cluster's thread.
+    ///
+    /// The claim is a transaction: the record is written only if no key of that name exists,
+    /// or if the one there is this incarnation's or a dead process's of this node (a restart
+    /// on the same node takes its name back at once). Errors: [`ClusterError::NameTaken`]
+    /// naming the holder; [`ClusterError::Config`] for a TTL out of range; etcd's errors.
+    pub fn join(
+        cluster: &Cluster,
+        mut record: AgentRecord,
+        ttl: Duration,
+    ) -> Result<Membership, ClusterError> {
+        if !TTL_RANGE_S.contains(&ttl.as_secs()) {
+            return Err(ClusterError::Config(format!(
+                "lease TTL {ttl:?}: must be {}..={} s",
+                TTL_RANGE_S.start(),
+                TTL_RANGE_S.end()
+            )));
+        }
+        record.lease_ttl_s = ttl.as_secs();
+        let key = cluster.url.agent_key(&record.name);
+        let json = record.to_json();
+        let timeout = cluster.timeout;
+        let lease = cluster.rt.block_on(async {
+            tokio::time::timeout(
+                timeout,
+                claim(cluster.client.clone(), &key, &json, &record, ttl),
+            )
+            .await
+        });
+        let lease = lease.map_err(|_| ClusterError::Unreachable {
+            endpoints: cluster.url.endpoints.join(","),
+            detail: format!("no answer within {timeout:?}"),
+        })??;
+        let shared = Arc::new(Shared {
+            lease: Mutex::new(Some(lease)),
+            events: Mutex::new(VecDeque::new()),
+        });
+        let task = cluster.rt.spawn(keep_task(
+            cluster.client.clone(),
+            key,
+            json,
+            record.clone(),
+            ttl,
+            lease,
+            shared.clone(),
+        ));
+        Ok(Membership {
+            cluster: cluster.clone(),
+            shared,
+            task: Some(task),
+            record,
+        })
+    }
+
+    /// The record published.
+    pub fn record(&self) -> &AgentRecord {
+        &self.record
+    }
+
+    /// The lease the record is on now (`None` while it is being re-published).
+    pub fn lease(&self) -> Option<i64> {
+        *self
+            .shared
+            .lease
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Events since the last call, oldest first.
+    pub fn take_events(&self) -> Vec<MemberEvent> {
+        let mut q = self
+            .shared
+            .events
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        q.drain(..).collect()
+    }
+
+    /// Leaves the cluster: keep-alives stop and the lease is revoked, which deletes the record
+    /// (watchers see [`crate::ClusterEvent::Left`] at once). Errors: etcd's, when it could not
+    /// be told (the record then goes when its lease expires).
+    pub fn leave(mut self) -> Result<(), ClusterError> {
+        self.revoke()
+    }
+
+    /// Stops keeping the lease alive without deleting the record, as a crash would: the record
+    /// goes when its lease expires. For tests and measurements of failure detection.
+    pub fn abandon(mut self) {
+        if let Some(t) = self.task.take() {
+            t.abort();
+        }
+        *self
+            .shared
+            .lease
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = None;
+    }
+
+    fn revoke(&mut self) -> Result<(), ClusterError> {
+        if let Some(t) = self.task.take() {
+            t.abort();
+        }
+        let lease = self
+            .shared
+            .lease
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        match lease {
+            Some(id) => {
+                let mut c = self.cluster.client.clone();
+                self.cluster.call(c.lease_revoke(id)).map(|_| ())
+            }
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Membership {
+    fn drop(&mut self) {
+        let _ = self.revoke();
+    }
+}
+
+/// Grants a lease and writes the record on it if the name is free, ours, or a dead process's
+/// of this node. Returns the lease.
+async fn claim(
+    mut c: Client,
+    key: &str,
+    json: &[u8],
+    record: &AgentRecord,
+    ttl: Duration,
+) -> Result<i64, ClusterError> {
+    let etcd = |e| ClusterError::from_etcd("etcd", e);
+    let ttl_s = i64::try_from(ttl.as_secs()).unwrap_or(i64::MAX);
+    let lease = c.lease_grant(ttl_s, None).await.map_err(etcd)?.id();
+    let put = || {
+        TxnOp::put(
+            key,
+            json.to_vec(),
+            Some(PutOptions::new().with_lease(lease)),
+        )
+    };
+    let txn = Txn::new()
+        .when([Compare::create_revision(key, CompareOp::Equal, 0)])
+        .and_then([put()])
+        .or_else([TxnOp::get(key, None)]);
+    let resp = c.txn(txn).await.map_err(etcd)?;
+    if resp.succeeded() {
+        return Ok(lease);
+    }
+    let held = resp.op_responses().into_iter().find_map(|r| match r {
+        TxnOpResponse::Get(g) => g.kvs().first().cloned(),
+        _ => None,
+    });
+    // Deleted between the two steps: the next attempt creates it.
+    let Some(kv) = held else {
+        let _ = c.lease_revoke(lease).await;
+        return Err(ClusterError::Etcd(
+            "the name changed hands during the claim; retry".into(),
+        ));
+    };
+    let holder = AgentRecord::from_etcd(kv.key(), kv.value());
+    let ours_or_dead = match &holder {
+        Ok(h) => h.incarnation == record.incarnation || h.node.is_dead_here(),
+        Err(_) => false,
+    };
+    if ours_or_dead {
+        let txn = Txn::new()
+            .when([Compare::mod_revision(
+                key,
+                CompareOp::Equal,
+                kv.mod_revision(),
+            )])
+            .and_then([put()]);
+        if c.txn(txn).await.map_err(etcd)?.succeeded() {
+            if kv.lease() != 0 && kv.lease() != lease {
+                // The old lease holds nothing now; revoking it saves etcd a timer.
+                let _ = c.lease_revoke(kv.lease()).await;
+            }
+            return Ok(lease);
+        }
+    }
+    let _ = c.lease_revoke(lease).await;
+    match holder {
+        Ok(h) => Err(ClusterError::NameTaken {
+            name: record.name.clone(),
+            incarnation: h.incarnation.to_string(),
+            hostname: gdpath::topo::text::escape(&h.node.hostname).to_string(),
+        }),
+        Err(e) => Err(e),
+    }
+}
+
+/// Keeps `lease` alive every third of `ttl`; when it is lost (expired, or etcd silent for a
+/// whole TTL), re-claims the name on a new lease, retrying every second until it succeeds.
+async fn keep_task(
+    client: Client,
+    key: String,
+    json: Vec<u8>,
+    record: AgentRecord,
+    ttl: Duration,
+    mut lease: i64,
+    shared: Arc<Shared>,
+) {
+    loop {
+        let detail = keep_alive(client.clone(), lease, ttl).await;
+        *shared.lease.lock().unwrap_or_else(PoisonError::into_inner) = None;
+        shared.push(MemberEvent::Lost { detail });
+        let mut told_taken = false;
+        loop {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let attempt =
+                tokio::time::timeout(ttl, claim(client.clone(), &key, &json, &record, ttl)).await;
+            match attempt {
+                Ok(Ok(id)) => {
+                    lease = id;
+                    *shared.lease.lock().unwrap_or_else(PoisonError::into_inner) = Some(id);
+                    shared.push(MemberEvent::Republished { lease: id });
+                    break;
+                }
+                Ok(Err(ClusterError::NameTaken {
+                    incarnation,
+                    hostname,
+                    ..
+                })) if !told_taken => {
+                    told_taken = true;
+                    shared.push(MemberEvent::NameTaken {
+                        incarnation,
+                        hostname,
+                    });
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+/// Sends keep-alives for `lease` until it is lost; returns why.
+async fn keep_alive(mut client: Client, lease: i64, ttl: Duration) -> String {
+    let period = ttl / 3;
+    let mut last_ok = Instant::now();
+    loop {
+        if last_ok.elapsed() >= ttl {
+            return format!("etcd unanswered for the lease's whole TTL ({ttl:?})");
+        }
+        let (mut keeper, mut stream) = match client.lease_keep_alive(lease).await {
+            Ok(s) => s,
+            Err(_) => {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                continue;
+            }
+        };
+        loop {
+            if last_ok.elapsed() >= ttl {
+                break;
+            }
+            if keeper.keep_alive().await.is_err() {
+                break;
+            }
+            match tokio::time::timeout(period, stream.message()).await {
+                Ok(Ok(Some(r))) if r.ttl() > 0 => last_ok = Instant::now(),
+                Ok(Ok(Some(_))) => return "the lease expired (etcd answered TTL 0)".into(),
+                Ok(Ok(None)) | Ok(Err(_)) => break,
+                Err(_) => continue,
+            }
+            tokio::time::sleep(period.saturating_sub(Duration::from_millis(10))).await;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}

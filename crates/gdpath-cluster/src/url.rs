@@ -1,0 +1,181 @@
+//! The cluster URL: `etcd://[user[:password]@]host:port[,host:port…]/namespace`, or `etcds://`
+//! for TLS.
+
+use crate::error::ClusterError;
+use std::path::PathBuf;
+
+/// A parsed cluster URL and the options that go with it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ClusterUrl {
+    /// `host:port` of each etcd endpoint, in the order given.
+    pub endpoints: Vec<String>,
+    /// The namespace: every key of this cluster lies under `/<namespace>/`.
+    pub namespace: String,
+    /// TLS (`etcds://`).
+    pub tls: bool,
+    /// etcd user (auth enabled on the server).
+    pub user: Option<String>,
+    /// Its password: from the URL, else `GDPATH_ETCD_PASSWORD` (a command line is visible to
+    /// other users of the host, the environment is not).
+    pub password: Option<String>,
+    /// PEM file of the CA that signs etcd's certificate (`etcds://`); the system roots are not
+    /// consulted.
+    pub ca_file: Option<PathBuf>,
+    /// PEM client certificate and key, for etcd's client-certificate auth.
+    pub client_cert: Option<(PathBuf, PathBuf)>,
+}
+
+impl std::fmt::Debug for ClusterUrl {
+    // The password never goes into a log line.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.to_string())
+    }
+}
+
+impl std::fmt::Display for ClusterUrl {
+    /// The URL without its password.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let scheme = if self.tls { "etcds" } else { "etcd" };
+        let user = self
+            .user
+            .as_deref()
+            .map(|u| format!("{u}@"))
+            .unwrap_or_default();
+        write!(
+            f,
+            "{scheme}://{user}{}/{}",
+            self.endpoints.join(","),
+            self.namespace
+        )
+    }
+}
+
+/// Longest cluster URL accepted, in bytes.
+const MAX_URL_BYTES: usize = 4096;
+/// Most endpoints in one URL.
+const MAX_ENDPOINTS: usize = 64;
+
+impl std::str::FromStr for ClusterUrl {
+    type Err = ClusterError;
+
+    fn from_str(s: &str) -> Result<Self, ClusterError> {
+        let bad = |why: &str| {
+            ClusterError::Url(format!(
+                "{}: {why} (expected etcd://host:port[,host:port…]/namespace or etcds://…)",
+                gdpath::topo::text::escape(s)
+            ))
+        };
+        if s.len() > MAX_URL_BYTES {
+            return Err(bad("too long"));
+        }
+        let (tls, rest) = if let Some(r) = s.strip_prefix("etcd://") {
+            (false, r)
+        } else if let Some(r) = s.strip_prefix("etcds://") {
+            (true, r)
+        } else {
+            return Err(bad("unknown scheme"));
+        };
+        let (authority, namespace) = rest.split_once('/').ok_or_else(|| bad("no namespace"))?;
+        if !crate::record::valid_name(namespace) {
+            return Err(bad(
+                "the namespace must be 1 to 31 characters of A-Z a-z 0-9 . _ -",
+            ));
+        }
+        let (userinfo, hosts) = match authority.rsplit_once('@') {
+            Some((u, h)) => (Some(u), h),
+            None => (None, authority),
+        };
+        let (user, password) = match userinfo {
+            None => (None, None),
+            Some(u) => match u.split_once(':') {
+                Some((u, p)) => (Some(u.to_owned()), Some(p.to_owned())),
+                None => (Some(u.to_owned()), None),
+            },
+        };
+        if user.as_deref() == Some("") {
+            return Err(bad("empty user name"));
+        }
+        let password = password.or_else(|| {
+            user.as_ref()
+                .and_then(|_| std::env::var("GDPATH_ETCD_PASSWORD").ok())
+        });
+        let endpoints: Vec<String> = hosts.split(',').map(str::to_owned).collect();
+        if endpoints.len() > MAX_ENDPOINTS {
+            return Err(bad("too many endpoints"));
+        }
+        for e in &endpoints {
+            let ok = e.rsplit_once(':').is_some_and(|(h, p)| {
+                !h.is_empty()
+                    && p.parse::<u16>().is_ok()
+                    && h.chars()
+                        .all(|c| c.is_ascii_alphanumeric() || "-.[]:".contains(c))
+            });
+            if !ok {
+                return Err(bad("each endpoint is host:port"));
+            }
+        }
+        Ok(ClusterUrl {
+            endpoints,
+            namespace: namespace.to_owned(),
+            tls,
+            user,
+            password,
+            ca_file: None,
+            client_cert: None,
+        })
+    }
+}
+
+impl ClusterUrl {
+    /// The endpoints as etcd-client takes them (`http://` or `https://`).
+    pub(crate) fn endpoint_urls(&self) -> Vec<String> {
+        let scheme = if self.tls { "https" } else { "http" };
+        self.endpoints
+            .iter()
+            .map(|e| format!("{scheme}://{e}"))
+            .collect()
+    }
+
+    /// The key of agent `name`: `/<namespace>/agents/<name>`.
+    pub fn agent_key(&self, name: &str) -> String {
+        format!("{}{name}", self.agents_prefix())
+    }
+
+    /// The prefix of every agent record: `/<namespace>/agents/`.
+    pub fn agents_prefix(&self) -> String {
+        format!("/{}/agents/", self.namespace)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_parse_and_bad_ones_are_refused() {
+        let u: ClusterUrl = "etcd://127.0.0.1:2379,h2:2379/prod".parse().unwrap();
+        assert_eq!(u.endpoints, ["127.0.0.1:2379", "h2:2379"]);
+        assert_eq!(u.namespace, "prod");
+        assert!(!u.tls);
+        assert_eq!(u.agent_key("a"), "/prod/agents/a");
+        let u: ClusterUrl = "etcds://root:pw@h:1/x".parse().unwrap();
+        assert!(u.tls);
+        assert_eq!(u.user.as_deref(), Some("root"));
+        assert_eq!(u.password.as_deref(), Some("pw"));
+        // The password is never shown.
+        assert_eq!(u.to_string(), "etcds://root@h:1/x");
+        assert_eq!(format!("{u:?}"), "etcds://root@h:1/x");
+        for bad in [
+            "http://h:1/x",
+            "etcd://h:1",
+            "etcd://h/x",
+            "etcd://h:1/",
+            "etcd://h:1/a/b",
+            "etcd://h:99999/x",
+            "etcd://@h:1/x",
+            "etcd://h:1/\u{1b}[2J",
+        ] {
+            assert!(bad.parse::<ClusterUrl>().is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,312 @@
+//! A real etcd (Debian's `etcd-server`) started on free loopback ports with a temporary data
+//! directory, stopped (SIGKILL) on drop.
+
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct Etcd {
+    pub client_port: u16,
+    peer_port: u16,
+    pub dir: tempfile::TempDir,
+    child: Option<Child>,
+    pub host: String,
+    /// The network namespace etcd runs in (`ip netns exec`), if not this one.
+    netns: Option<String>,
+    /// Clients reach it over TLS, its certificate signed by `dir/ca.pem`.
+    pub tls: bool,
+}
+
+/// The etcd binary, or `None` (said aloud) where it is not installed; CI installs it and sets
+/// `GDPATH_REQUIRE_ETCD=1`, which makes its absence a failure.
+pub fn etcd_binary() -> Option<PathBuf> {
+    let found = ["/usr/bin/etcd", "/usr/local/bin/etcd"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists());
+    if found.is_none() {
+        assert!(
+            std::env::var_os("GDPATH_REQUIRE_ETCD").is_none(),
+            "GDPATH_REQUIRE_ETCD is set but no etcd binary is installed (apt-get install etcd-server)"
+        );
+        eprintln!("SKIPPED: no etcd binary (apt-get install etcd-server)");
+    }
+    found
+}
+
+fn free_port(host: &str) -> u16 {
+    TcpListener::bind((host, 0))
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+impl Etcd {
+    /// Starts etcd on 127.0.0.1, or `None` where it is not installed.
+    pub fn start() -> Option<Etcd> {
+        Self::start_on("127.0.0.1")
+    }
+
+    /// Starts etcd listening on `host`.
+    pub fn start_on(host: &str) -> Option<Etcd> {
+        etcd_binary()?;
+        let mut e = Etcd {
+            client_port: free_port(host),
+            peer_port: free_port(host),
+            dir: tempfile::tempdir().expect("temp dir"),
+            child: None,
+            host: host.into(),
+            netns: None,
+            tls: false,
+        };
+        e.launch();
+        Some(e)
+    }
+
+    /// Starts etcd in network namespace `netns`, listening on `host` (an address of that
+    /// namespace; its ports are free there, the namespace being new).
+    pub fn start_in(netns: &str, host: &str) -> Option<Etcd> {
+        etcd_binary()?;
+        let mut e = Etcd {
+            client_port: 2379,
+            peer_port: 2380,
+            dir: tempfile::tempdir().expect("temp dir"),
+            child: None,
+            host: host.into(),
+            netns: Some(netns.into()),
+            tls: false,
+        };
+        e.launch();
+        Some(e)
+    }
+
+    /// Starts etcd on 127.0.0.1 serving clients over TLS only, with a certificate for
+    /// 127.0.0.1 signed by a CA made here (`dir/ca.pem`); `None` where etcd or openssl is
+    /// missing (said aloud).
+    pub fn start_tls() -> Option<Etcd> {
+        etcd_binary()?;
+        let dir = tempfile::tempdir().expect("temp dir");
+        let d = dir.path();
+        let ssl = |args: &[&str]| {
+            Command::new("openssl")
+                .args(args)
+                .current_dir(d)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        std::fs::write(
+            d.join("ext"),
+            "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+        )
+        .unwrap();
+        let ec = [
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+        ];
+        let made = ssl(&[
+            &["req", "-x509"][..],
+            &ec,
+            &["-keyout", "ca.key", "-out", "ca.pem"],
+            &["-days", "2", "-subj", "/CN=gdpath-test-ca"],
+        ]
+        .concat())
+            && ssl(&[
+                &["req"][..],
+                &ec,
+                &[
+                    "-keyout",
+                    "srv.key",
+                    "-out",
+                    "srv.csr",
+                    "-subj",
+                    "/CN=127.0.0.1",
+                ],
+            ]
+            .concat())
+            && ssl(&[
+                "x509",
+                "-req",
+                "-in",
+                "srv.csr",
+                "-CA",
+                "ca.pem",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-out",
+                "srv.pem",
+                "-days",
+                "2",
+                "-extfile",
+                "ext",
+            ]);
+        if !made {
+            eprintln!("SKIPPED: openssl could not make test certificates");
+            return None;
+        }
+        let mut e = Etcd {
+            client_port: free_port("127.0.0.1"),
+            peer_port: free_port("127.0.0.1"),
+            dir,
+            child: None,
+            host: "127.0.0.1".into(),
+            netns: None,
+            tls: true,
+        };
+        e.launch();
+        Some(e)
+    }
+
+    fn client_url(&self) -> String {
+        let scheme = if self.tls { "https" } else { "http" };
+        format!("{scheme}://{}:{}", self.host, self.client_port)
+    }
+
+    /// `etcdctl` in etcd's namespace, pointed at it (with its CA under TLS).
+    fn etcdctl(&self) -> Command {
+        let mut c = self.command("etcdctl");
+        c.env("ETCDCTL_API", "3")
+            .args(["--endpoints", &self.client_url()]);
+        if self.tls {
+            c.arg("--cacert").arg(self.dir.path().join("ca.pem"));
+        }
+        c
+    }
+
+    /// `program` run in etcd's namespace.
+    fn command(&self, program: &str) -> Command {
+        match &self.netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns, program]);
+                c
+            }
+            None => Command::new(program),
+        }
+    }
+
+    /// The cluster URL of namespace `ns` (`etcds://` under TLS).
+    pub fn url(&self, ns: &str) -> String {
+        let scheme = if self.tls { "etcds" } else { "etcd" };
+        format!("{scheme}://{}:{}/{ns}", self.host, self.client_port)
+    }
+
+    fn launch(&mut self) {
+        let bin = etcd_binary().expect("etcd");
+        let client = self.client_url();
+        let peer = format!("http://{}:{}", self.host, self.peer_port);
+        let mut cmd = self.command(&bin.to_string_lossy());
+        if self.tls {
+            cmd.arg("--cert-file")
+                .arg(self.dir.path().join("srv.pem"))
+                .arg("--key-file")
+                .arg(self.dir.path().join("srv.key"));
+        }
+        let child = cmd
+            .args(["--name", "t", "--data-dir"])
+            .arg(self.dir.path().join("data"))
+            .args(["--listen-client-urls", &client])
+            .args(["--advertise-client-urls", &client])
+            .args(["--listen-peer-urls", &peer])
+            .args(["--initial-advertise-peer-urls", &peer])
+            .args(["--initial-cluster", &format!("t={peer}")])
+            .stdout(Stdio::null())
+            .stderr(
+                std::fs::File::create(self.dir.path().join("etcd.log"))
+                    .map(Stdio::from)
+                    .unwrap_or_else(|_| Stdio::null()),
+            )
+            .spawn()
+            .expect("etcd starts");
+        self.child = Some(child);
+        let end = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < end {
+            let ok = self
+                .etcdctl()
+                .args(["endpoint", "health"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            if ok {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("etcd did not become healthy within 20 s");
+    }
+
+    /// SIGKILLs etcd (its data directory stays).
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts etcd again on the same ports and data.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.launch();
+    }
+
+    /// `etcdctl` against this etcd, with extra `args`; its stdout and stderr.
+    pub fn ctl(&self, args: &[&str]) -> String {
+        self.ctl_stdin(args, b"")
+    }
+}
+
+impl Etcd {
+    /// `etcdctl` with `input` on its stdin (a value too long for an argument).
+    pub fn ctl_stdin(&self, args: &[&str], input: &[u8]) -> String {
+        use std::io::Write;
+        let mut child = self
+            .etcdctl()
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("etcdctl runs");
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(input)
+            .expect("etcdctl reads its value");
+        let out = child.wait_with_output().expect("etcdctl ends");
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+    }
+}
+
+/// An agent named `name` whose UCX traffic stays on `lo`, with peer failure detection and
+/// every remote byte through UCX (no shared-memory shortcut), as a peer on another node.
+pub fn net_agent(name: &str) -> gdpath::Agent {
+    let a = gdpath::Agent::new(gdpath::AgentConfig {
+        name: name.into(),
+        ..gdpath::AgentConfig::default()
+    })
+    .unwrap();
+    a.enable_net(gdpath::net::NetConfig {
+        failure_mode: gdpath::net::FailureMode::Detect,
+        devices: Some("lo".into()),
+        shared_memory: false,
+        ..gdpath::net::NetConfig::default()
+    })
+    .unwrap();
+    a
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}

@@ -1,0 +1,425 @@
+//! Membership against a real etcd (Debian's etcd-server, started per test on loopback ports):
+//! names claimed once, resolution with a deadline, watches, lease expiry, etcd restarted,
+//! untrusted records, auth, and a peer found by name whose record goes.
+
+mod common;
+use common::{net_agent, Etcd};
+use gdpath::net::Token;
+use gdpath::{HostBuffer, Memory, TransferRequest};
+use gdpath_cluster::{
+    AgentRecord, Cluster, ClusterError, ClusterEvent, ClusterPeer, ClusterUrl, MemberEvent,
+    Membership,
+};
+use std::time::{Duration, Instant};
+
+fn cluster(e: &Etcd, ns: &str) -> Cluster {
+    let url: ClusterUrl = e.url(ns).parse().unwrap();
+    Cluster::connect(&url).unwrap()
+}
+
+fn record(name: &str) -> AgentRecord {
+    AgentRecord::new(name, "127.0.0.1:1".parse().unwrap()).unwrap()
+}
+
+const TTL: Duration = Duration::from_secs(2);
+
+/// An agent named `name` (its engine name proving its incarnation) exporting `bytes` of host
+/// memory, serving on loopback with `token` and published: (agent, server, export id, record,
+/// membership).
+fn publish_serving(
+    c: &Cluster,
+    name: &str,
+    bytes: &[u8],
+    token: &Token,
+) -> (
+    gdpath::Agent,
+    gdpath::net::Server,
+    u64,
+    AgentRecord,
+    Membership,
+) {
+    let mut rec = record(name);
+    let server = net_agent(&rec.engine_name());
+    let exported = server
+        .register(Memory::host(HostBuffer::from_slice(bytes)))
+        .unwrap();
+    let id = server.export(&exported).unwrap();
+    let srv = server
+        .serve("127.0.0.1:0".parse().unwrap(), token.clone())
+        .unwrap();
+    rec.addr = srv.local_addr().to_string();
+    let m = Membership::join(c, rec.clone(), TTL).unwrap();
+    (server, srv, id, rec, m)
+}
+
+/// The next event that is not a snapshot of something else, within `t`.
+fn next_matching(
+    w: &gdpath_cluster::Watch,
+    t: Duration,
+    f: impl Fn(&ClusterEvent) -> bool,
+) -> Option<ClusterEvent> {
+    let end = Instant::now() + t;
+    while Instant::now() < end {
+        if let Some(e) = w.next(Duration::from_millis(50)) {
+            if f(&e) {
+                return Some(e);
+            }
+        }
+    }
+    None
+}
+
+#[test]
+fn a_second_agent_claiming_a_taken_name_is_refused() {
+    let Some(e) = Etcd::start() else { return };
+    let c = cluster(&e, "claims");
+    let first = record("prefill-0");
+    let m = Membership::join(&c, first.clone(), TTL).unwrap();
+    let err = Membership::join(&c, record("prefill-0"), TTL)
+        .err()
+        .expect("the second claim must be refused");
+    match &err {
+        ClusterError::NameTaken { incarnation, .. } => {
+            assert_eq!(incarnation, first.incarnation.as_str())
+        }
+        other => panic!("expected NameTaken, got {other}"),
+    }
+    assert_eq!(err.kind(), "name_taken");
+    // The holder's record is untouched, and once it leaves the name is free at once.
+    let (r, _) = c.resolve("prefill-0", Duration::ZERO).unwrap();
+    assert_eq!(r.incarnation, first.incarnation);
+    m.leave().unwrap();
+    Membership::join(&c, record("prefill-0"), TTL).unwrap();
+}
+
+#[test]
+fn resolution_waits_for_the_record_and_gives_up_at_its_deadline() {
+    let Some(e) = Etcd::start() else { return };
+    let c = cluster(&e, "resolve");
+    let t0 = Instant::now();
+    let err = c
+        .resolve("decode-3", Duration::from_millis(300))
+        .unwrap_err();
+    assert_eq!(err.kind(), "not_found", "{err}");
+    assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
+    let c2 = c.clone();
+    let joiner = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        Membership::join(&c2, record("decode-3"), TTL).unwrap()
+    });
+    let (r, _) = c.resolve("decode-3", Duration::from_secs(10)).unwrap();
+    assert_eq!(r.name, "decode-3");
+    let m = joiner.join().unwrap();
+    assert_eq!(r.incarnation, m.record().incarnation);
+}
+
+#[test]
+fn a_watch_sees_join_leave_and_a_lease_that_expires_within_its_ttl() {
+    let Some(e) = Etcd::start() else { return };
+    let c = cluster(&e, "watch");
+    let w = c.watch().unwrap();
+    let a = Membership::join(&c, record("a"), TTL).unwrap();
+    let b = Membership::join(&c, record("b"), TTL).unwrap();
+    for name in ["a", "b"] {
+        next_matching(
+            &w,
+            Duration::from_secs(5),
+            |e| matches!(e, ClusterEvent::Joined(r) if r.name == name),
+        )
+        .unwrap_or_else(|| panic!("no join of {name}"));
+    }
+    // Kept alive past several TTLs.
+    std::thread::sleep(TTL * 2);
+    assert_eq!(c.list().unwrap().len(), 2);
+    // A clean leave: seen at once.
+    a.leave().unwrap();
+    next_matching(
+        &w,
+        Duration::from_secs(2),
+        |e| matches!(e, ClusterEvent::Left { name, .. } if name == "a"),
+    )
+    .expect("a's leave");
+    // A crash (keep-alives stop, nothing deleted): gone within the TTL plus etcd's expiry
+    // check (it scans leases every 500 ms).
+    let inc = b.record().incarnation.to_string();
+    let t0 = Instant::now();
+    b.abandon();
+    let left = next_matching(
+        &w,
+        TTL + Duration::from_secs(3),
+        |e| matches!(e, ClusterEvent::Left { name, .. } if name == "b"),
+    )
+    .expect("b's lease must expire");
+    assert!(
+        matches!(left, ClusterEvent::Left { incarnation: Some(i), .. } if i == inc),
+        "the leave names the incarnation that left"
+    );
+    assert!(
+        t0.elapsed() <= TTL + Duration::from_secs(2),
+        "{:?}",
+        t0.elapsed()
+    );
+}
+
+#[test]
+fn the_record_comes_back_after_etcd_is_killed_and_restarted() {
+    let Some(mut e) = Etcd::start() else { return };
+    let c = cluster(&e, "restart");
+    let m = Membership::join(&c, record("survivor"), TTL).unwrap();
+    e.kill();
+    // Down for longer than the TTL: the agent must assume its lease lost.
+    std::thread::sleep(TTL * 2);
+    e.restart();
+    let end = Instant::now() + Duration::from_secs(20);
+    let mut back = false;
+    while Instant::now() < end && !back {
+        back = c
+            .resolve("survivor", Duration::from_millis(200))
+            .is_ok_and(|(r, _)| r.incarnation == m.record().incarnation)
+            && m.lease().is_some();
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(
+        back,
+        "the record must be published again after etcd returns"
+    );
+    let events = m.take_events();
+    assert!(
+        events.iter().any(|e| matches!(e, MemberEvent::Lost { .. })),
+        "{events:?}"
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, MemberEvent::Republished { .. })),
+        "{events:?}"
+    );
+    // And kept alive afterwards, on the new lease.
+    std::thread::sleep(TTL * 2);
+    assert!(c.resolve("survivor", Duration::ZERO).is_ok());
+}
+
+#[test]
+fn hostile_records_are_listed_as_invalid_and_never_resolved() {
+    let Some(e) = Etcd::start() else { return };
+    let c = cluster(&e, "hostile");
+    e.ctl(&[
+        "put",
+        "/hostile/agents/evil",
+        "{\"schema\":\"gdpath.agent/1\",\"name\":\"\u{1b}[2J\"}",
+    ]);
+    let big = "x".repeat(300 << 10);
+    e.ctl_stdin(&["put", "/hostile/agents/big"], big.as_bytes());
+    let l = c.list().unwrap();
+    assert_eq!(l.len(), 2);
+    assert!(l.iter().all(|x| x.record.is_err()));
+    assert!(l
+        .iter()
+        .all(|x| !x.record.as_ref().unwrap_err().contains('\u{1b}')));
+    let err = c.resolve("evil", Duration::ZERO).unwrap_err();
+    assert_eq!(err.kind(), "invalid_record", "{err}");
+    let err = c.resolve("big", Duration::ZERO).unwrap_err();
+    assert!(err.to_string().contains("bytes; at most"), "{err}");
+}
+
+#[test]
+fn etcd_with_auth_refuses_a_client_without_credentials() {
+    let Some(e) = Etcd::start() else { return };
+    let out = e.ctl(&["user", "add", "root:rootpw"]);
+    assert!(out.contains("created"), "{out}");
+    let out = e.ctl(&["auth", "enable"]);
+    assert!(out.contains("Enabled"), "{out}");
+    let anon: ClusterUrl = e.url("authns").parse().unwrap();
+    let err = Cluster::connect(&anon)
+        .and_then(|c| Membership::join(&c, record("x"), TTL).map(|_| ()))
+        .unwrap_err();
+    assert_eq!(err.kind(), "cluster_denied", "{err}");
+    let url: ClusterUrl = e
+        .url("authns")
+        .replace("etcd://", "etcd://root:rootpw@")
+        .parse()
+        .unwrap();
+    let c = Cluster::connect(&url).unwrap();
+    let _m = Membership::join(&c, record("x"), TTL).unwrap();
+    assert_eq!(c.resolve("x", Duration::ZERO).unwrap().0.name, "x");
+}
+
+#[test]
+fn a_peer_found_by_name_moves_verified_bytes_and_fails_as_gone_when_its_record_goes() {
+    let Some(e) = Etcd::start() else { return };
+    let _serial = gdpath_testkit::ucx_serial();
+    let c = cluster(&e, "peers");
+    let token = Token::new("a-token-of-16-bytes-or-more").unwrap();
+    let data: Vec<u8> = (0..1 << 20).map(|i| (i * 7 + 3) as u8).collect();
+    let (_server, srv, id, rec, m) = publish_serving(&c, "prefill-0", &data, &token);
+
+    let client = net_agent("decode-0");
+    // Without the token the record is no use: reading etcd moves no byte.
+    let err = ClusterPeer::connect(&c, &client, "prefill-0", Token::none(), Duration::ZERO)
+        .err()
+        .expect("no token, no connection");
+    assert_eq!(err.kind(), "auth_failed", "{err}");
+    let p = ClusterPeer::connect(&c, &client, "prefill-0", token.clone(), Duration::ZERO).unwrap();
+    assert_eq!(p.record().incarnation, rec.incarnation);
+    let remote = client.register(p.peer().memory(id).unwrap()).unwrap();
+    let local = client
+        .register(Memory::host(HostBuffer::zeroed(data.len())))
+        .unwrap();
+    let t = p
+        .post(
+            &client,
+            TransferRequest::read(
+                vec![local.desc(0, data.len() as u64)],
+                vec![remote.desc(0, data.len() as u64)],
+            ),
+        )
+        .unwrap();
+    p.wait(t, Duration::from_secs(20)).unwrap();
+    assert!(*local.host_view().unwrap() == data[..], "bytes differ");
+
+    // The record goes (lease expired, as a partitioned or hung agent's would): the
+    // connection still works at UCX's level, but the cluster says the peer is gone.
+    let t0 = Instant::now();
+    m.abandon();
+    let end = Instant::now() + TTL + Duration::from_secs(3);
+    while p.gone().is_none() && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        p.gone().is_some(),
+        "gone within the TTL: {:?}",
+        t0.elapsed()
+    );
+    let err = p
+        .post(
+            &client,
+            TransferRequest::read(vec![local.desc(0, 4096)], vec![remote.desc(0, 4096)]),
+        )
+        .expect_err("a post to a gone peer fails at once");
+    match &err {
+        ClusterError::PeerGone { incarnation, .. } => {
+            assert_eq!(incarnation, rec.incarnation.as_str())
+        }
+        other => panic!("expected PeerGone, got {other}"),
+    }
+    drop((remote, local, p, client, srv));
+}
+
+#[test]
+fn a_stale_record_of_an_earlier_incarnation_is_never_used() {
+    let Some(e) = Etcd::start() else { return };
+    let _serial = gdpath_testkit::ucx_serial();
+    let c = cluster(&e, "stale");
+    let token = Token::new("a-token-of-16-bytes-or-more").unwrap();
+    // The agent now listening is a new incarnation, but the record says the old one (a
+    // restart on the same port before the old record went).
+    let old = record("kv-0");
+    let new = record("kv-0");
+    let server = net_agent(&new.engine_name());
+    let srv = server
+        .serve("127.0.0.1:0".parse().unwrap(), token.clone())
+        .unwrap();
+    let mut stale = old.clone();
+    stale.addr = srv.local_addr().to_string();
+    let _m = Membership::join(&c, stale, TTL).unwrap();
+    let client = net_agent("reader");
+    let err = ClusterPeer::connect(&c, &client, "kv-0", token, Duration::ZERO)
+        .err()
+        .expect("the stale record must be refused");
+    assert_eq!(err.kind(), "incarnation_mismatch", "{err}");
+    assert!(err.to_string().contains(old.incarnation.as_str()), "{err}");
+    drop(srv);
+}
+
+#[test]
+fn transfers_between_connected_agents_continue_while_etcd_is_down_and_the_record_returns() {
+    let Some(mut e) = Etcd::start() else { return };
+    let _serial = gdpath_testkit::ucx_serial();
+    let c = cluster(&e, "outage");
+    let token = Token::new("a-token-of-16-bytes-or-more").unwrap();
+    let (_server, srv, id, rec, m) = publish_serving(&c, "prefill-1", &[0; 1 << 20], &token);
+    let client = net_agent("decode-1");
+    let p = ClusterPeer::connect(&c, &client, "prefill-1", token, Duration::ZERO).unwrap();
+    let remote = client.register(p.peer().memory(id).unwrap()).unwrap();
+    let local = client
+        .register(Memory::host(HostBuffer::zeroed(1 << 20)))
+        .unwrap();
+    let round = |seed: u8| {
+        local.host_view().unwrap().fill(seed);
+        let w = p
+            .post(
+                &client,
+                TransferRequest::write(vec![local.desc(0, 1 << 20)], vec![remote.desc(0, 1 << 20)]),
+            )
+            .unwrap();
+        p.wait(w, Duration::from_secs(10)).unwrap();
+        local.host_view().unwrap().fill(0);
+        let r = p
+            .post(
+                &client,
+                TransferRequest::read(vec![local.desc(0, 1 << 20)], vec![remote.desc(0, 1 << 20)]),
+            )
+            .unwrap();
+        p.wait(r, Duration::from_secs(10)).unwrap();
+        assert!(local.host_view().unwrap().iter().all(|&b| b == seed));
+    };
+    round(1);
+    e.kill();
+    // etcd is down for two TTLs: transfers go on and the peer is not declared gone (etcd's
+    // silence is not a verdict).
+    let end = Instant::now() + TTL * 2;
+    let mut n = 0u8;
+    while Instant::now() < end {
+        n = n.wrapping_add(1).max(2);
+        round(n);
+        assert!(p.gone().is_none());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    e.restart();
+    let end = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < end && m.lease().is_none() {
+        round(3);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(m.lease().is_some(), "re-published after etcd returned");
+    let (back, _) = c.resolve("prefill-1", Duration::from_secs(5)).unwrap();
+    assert_eq!(back.incarnation, rec.incarnation);
+    round(4);
+    assert!(
+        p.gone().is_none(),
+        "same incarnation re-published: not gone"
+    );
+    drop((remote, local, p, client, srv));
+}
+
+#[test]
+fn a_lease_ttl_out_of_range_is_refused() {
+    let Some(e) = Etcd::start() else { return };
+    let c = cluster(&e, "ttl");
+    for ttl in [Duration::from_secs(1), Duration::from_secs(3601)] {
+        let err = Membership::join(&c, record("t"), ttl)
+            .err()
+            .expect("refused");
+        assert_eq!(err.kind(), "config", "{err}");
+    }
+    assert!(c.list().unwrap().is_empty(), "nothing written");
+}
+
+#[test]
+fn etcd_over_tls_is_reached_with_its_ca_and_refused_without_it() {
+    let Some(e) = Etcd::start_tls() else { return };
+    let mut url: ClusterUrl = e.url("tlsns").parse().unwrap();
+    assert!(url.tls);
+    // Without the CA the server's certificate is not trusted: nothing is read or written.
+    let err = Cluster::connect(&url)
+        .and_then(|c| c.list().map(|_| ()))
+        .unwrap_err();
+    assert_eq!(err.kind(), "cluster_unreachable", "{err}");
+    url.ca_file = Some(e.dir.path().join("ca.pem"));
+    let c = Cluster::connect(&url).unwrap();
+    let _m = Membership::join(&c, record("secure"), TTL).unwrap();
+    assert_eq!(
+        c.resolve("secure", Duration::ZERO).unwrap().0.name,
+        "secure"
+    );
+}
