@@ -302,3 +302,24 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
                        timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     assert int(r.stdout.strip()) < 1_000_000, r.stdout  # KiB: under 1 GB
+
+
+def test_non_files_are_refused_at_once(scratch):
+    """A directory is an ``OSError`` in both (gdpath's an ``IsADirectoryError``); a missing file
+    ``FileNotFoundError`` in both; a FIFO (on which safetensors 0.8.0 blocks in open forever,
+    so it is not run here) and ``/dev/zero`` (safetensors: ``header too small``) are refused by
+    gdpath at once as not regular files: an ``OSError`` (docs/python.md)."""
+    for path, real in ((scratch, OSError), (scratch / "missing.safetensors", FileNotFoundError)):
+        with pytest.raises(real):
+            snp.load_file(str(path))
+        with pytest.raises(real):
+            gnp.load_file(str(path))
+        with pytest.raises(real):
+            gst.safe_open(str(path), "np")
+    fifo = scratch / "fifo"
+    os.mkfifo(fifo)
+    for path in (fifo, "/dev/zero"):
+        with pytest.raises(OSError, match="not a regular file"):
+            gnp.load_file(str(path))
+        with pytest.raises(OSError, match="not a regular file"):
+            gst.safe_open(str(path), "np")
