@@ -165,9 +165,10 @@ impl Header {
         let mut metadata: Vec<(String, String)> = Vec::new();
         for (name, v) in &raw {
             if name == "__metadata__" {
-                let m: std::collections::BTreeMap<String, String> =
+                // `null` is no metadata, as the `safetensors` crate reads it (an `Option`).
+                let m: Option<std::collections::BTreeMap<String, String>> =
                     serde_json::from_value(v.clone()).map_err(|e| bad(name, e))?;
-                metadata = m.into_iter().collect();
+                metadata = m.unwrap_or_default().into_iter().collect();
             } else {
                 let info: TensorInfo =
                     serde_json::from_value(v.clone()).map_err(|e| bad(name, e))?;

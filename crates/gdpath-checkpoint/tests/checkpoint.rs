@@ -395,3 +395,26 @@ fn synthetic_files_from_the_safetensors_crate() {
         Err(CheckpointError::Open { .. })
     ));
 }
+
+#[test]
+fn null_metadata_is_no_metadata_as_the_safetensors_crate_reads_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let header = r#"{"__metadata__":null,"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]}}"#;
+    let p = write_raw(dir.path(), "null.safetensors", header, b"xy");
+    let bytes = std::fs::read(&p).unwrap();
+    assert!(safetensors::SafeTensors::deserialize(&bytes).is_ok());
+    let h = Header::read(&p).unwrap();
+    assert!(h.metadata.is_empty());
+    assert_eq!(h.tensors.len(), 1);
+    // Anything else that is not a string map is still refused, as by the crate.
+    let p = write_raw(
+        dir.path(),
+        "list.safetensors",
+        r#"{"__metadata__":["a"]}"#,
+        b"",
+    );
+    assert!(matches!(
+        Header::read(&p),
+        Err(CheckpointError::BadEntry { .. })
+    ));
+}

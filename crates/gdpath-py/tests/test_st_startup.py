@@ -78,3 +78,36 @@ def test_run_routes_a_script(ckpt, scratch):
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.split() == ["gdpath.safetensors", "gdpath.safetensors.numpy", "True", "True"]
+
+
+def test_garbage_env_value_says_so_and_imports_nothing(ckpt):
+    """A value other than 1, 0 or empty is one clear line on stderr (escaped: the environment is
+    untrusted), the program runs on safetensors itself, nothing of gdpath is imported."""
+    env = {k: v for k, v in os.environ.items() if k != "GDPATH_SAFETENSORS"}
+    env["GDPATH_SAFETENSORS"] = "yes\x1b[31m"
+    code = PROBE
+    if str(PTH.parent) not in {os.path.realpath(p) for p in site.getsitepackages()}:
+        code = f"import site; site.addsitedir({str(PTH.parent)!r})\n" + code
+    r = subprocess.run([sys.executable, "-c", code, ckpt], env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.split()[1:] == ["safetensors.numpy", "False", "True"], r.stdout
+    assert "GDPATH_SAFETENSORS='yes\\x1b[31m' is neither 1" in r.stderr, r.stderr
+    assert "\x1b" not in r.stderr
+
+
+def test_install_and_uninstall_twice_or_alone_are_harmless():
+    import safetensors
+    import safetensors.numpy as real_np
+
+    import gdpath.safetensors as gst
+
+    original = real_np.load_file
+    gst.uninstall()  # without install: nothing to put back, no error
+    assert real_np.load_file is original
+    gst.install()
+    gst.install()
+    assert real_np.load_file.__module__ == "gdpath.safetensors.numpy"
+    gst.uninstall()
+    gst.uninstall()
+    assert real_np.load_file is original and safetensors.safe_open.__module__ != "gdpath.safetensors"

@@ -71,8 +71,35 @@ class _CheckpointSafetensorError(CheckpointError, _Base):  # type: ignore[misc, 
     :data:`SafetensorError`, so code written for either package catches it."""
 
 
-def _st_error(e: CheckpointError) -> "_CheckpointSafetensorError":
-    return _CheckpointSafetensorError(e.message, e.kind, e.finding)
+class _NoDtypeError(TypeError, KeyError, AttributeError):
+    """A tensor whose dtype the framework lacks (NumPy: bf16, fp8, F4). A ``TypeError``, and
+    also what ``safetensors.numpy`` happens to raise for one: ``KeyError`` from ``load(bytes)``,
+    ``AttributeError`` (F4, F8_E8M0, the FNUZ fp8s) from ``load_file`` and ``safe_open``, so a
+    program's ``except`` catches it either way."""
+
+    __str__ = BaseException.__str__
+
+
+# The engine's reasons for which safetensors has fixed words of its own, and those words.
+_ST_WORDS = (
+    ("is too short for a safetensors header", "header too small"),
+    ("-byte limit: not a safetensors file", "header too large"),
+    ("bytes reaches past the end of the", "invalid header length"),
+    ("reach past the end of the file", "incomplete metadata, file not fully covered"),
+)
+
+
+def _worded(message: str) -> str:
+    """``message`` (the engine's) behind safetensors' own words for the same fault, where it
+    has fixed ones, so that a program matching on them still matches."""
+    for fragment, words in _ST_WORDS:
+        if fragment in message:
+            return f"{words}: {message}"
+    return message
+
+
+def _st_error(e: CheckpointError, prefix: str = "") -> "_CheckpointSafetensorError":
+    return _CheckpointSafetensorError(prefix + _worded(e.message), e.kind, e.finding)
 
 PathLike = Union[str, bytes, "os.PathLike[str]"]
 Files = Union[PathLike, Sequence[PathLike]]
@@ -122,11 +149,44 @@ def _open(files: Files) -> "_native.Checkpoint":
     malformed one raises a :class:`gdpath.CheckpointError` that is also a
     :data:`SafetensorError`."""
     try:
-        return _open_paths(files)
+        ck = _open_paths(files)
     except _CheckpointSafetensorError:
         raise
     except CheckpointError as e:
-        raise _st_error(e) from None
+        # safetensors' prefix for a file's header, then its words where it has fixed ones.
+        raise _st_error(e, "Error while deserializing header: ") from None
+    _refuse_trailing(ck)
+    return ck
+
+
+# What safetensors says of a file or buffer with bytes after its data section.
+_UNCOVERED = "incomplete metadata, file not fully covered"
+
+
+def _data_end(ck: "_native.Checkpoint", file: int, header_len: int) -> int:
+    """The byte just past file ``file``'s data section: past its last tensor, or past its
+    header for a file without tensor bytes."""
+    ends = [t.offset + t.nbytes for t in ck.tensors() if t.file == file]
+    return max([8 + header_len] + ends)
+
+
+def _refuse_trailing(ck: "_native.Checkpoint") -> None:
+    """Raises :data:`SafetensorError` (safetensors' words, then the file) for a file with bytes
+    after its data section: the format has none and safetensors refuses such a file; the engine
+    would never read them, so accepting them would be silently lenient."""
+    for i, name in enumerate(ck.files):
+        path = os.fsdecode(name)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            size = os.fstat(fd).st_size
+            header_len = int.from_bytes(os.pread(fd, 8, 0), "little")
+        finally:
+            os.close(fd)
+        extra = size - _data_end(ck, i, header_len)
+        if extra:
+            raise _CheckpointSafetensorError(
+                f"Error while deserializing header: {_UNCOVERED}: {path} has {extra} bytes "
+                "after its data section", "checkpoint")
 
 
 def _open_paths(files: Files) -> "_native.Checkpoint":
@@ -233,7 +293,8 @@ class _Builder:
         dtype = self._dtypes.get(info.dtype)
         if dtype is None:
             lib = "PyTorch" if self.framework == "pt" else "NumPy"
-            raise TypeError(f"tensor {info.name!r}: {lib} has no dtype for safetensors' {info.dtype}")
+            raise _NoDtypeError(f"tensor {info.name!r}: {lib} has no dtype for safetensors' "
+                                f"{info.dtype}")
         return dtype
 
     def shaped(self, raw: Any, info: "_native.TensorInfo") -> Any:
@@ -327,7 +388,8 @@ def _indexers(index: Any, shape: Sequence[int]) -> List[Tuple[int, int, int, boo
     if isinstance(index, list):
         if index:
             raise SafetensorError("Non empty lists are not implemented")
-        return [(0, 0, 1, False)]
+        # safetensors reads `[]` as the slice 0:0 of the first dimension (a 0-d tensor has none).
+        index = slice(0, 0)
     items = list(index) if isinstance(index, tuple) else [index]
     if sum(1 for it in items if it is Ellipsis) > 1:
         raise SafetensorError("Only one ellipsis (...) is allowed in slice index")
@@ -340,12 +402,14 @@ def _indexers(index: Any, shape: Sequence[int]) -> List[Tuple[int, int, int, boo
         elif isinstance(it, slice):
             for b in (it.start, it.stop):
                 if b is not None and (not isinstance(b, int) or b < 0):
-                    raise OverflowError(f"slice bound {b!r}: safetensors takes bounds >= 0")
+                    # safetensors converts bounds to unsigned ints (PyO3's words).
+                    raise OverflowError("can't convert negative int to unsigned")
             step = 1 if it.step is None else it.step
             if not isinstance(step, int) or step <= 0:
                 raise SafetensorError(f"Slice step must be a positive integer, got {step}")
             out.append((it.start, it.stop, step, False))
-        elif isinstance(it, int) and not isinstance(it, bool):
+        elif isinstance(it, int):
+            it = int(it)  # a bool is the int 0 or 1 to safetensors, as to Python
             size = shape[dim] if dim < len(shape) else 0
             if it < 0:
                 if it + size < 0:
@@ -364,7 +428,10 @@ def _indexers(index: Any, shape: Sequence[int]) -> List[Tuple[int, int, int, boo
         raise SafetensorError(f"Error during slicing [{shown}] with shape {list(shape)}: more "
                               "slicing indexes than dimensions in tensor")
     done = []
-    for d, (a, b, st, sel) in enumerate(out):
+    # safetensors checks the last dimension first: with several bounds out of range, its
+    # message names the innermost one.
+    for d in reversed(range(len(out))):
+        a, b, st, sel = out[d]
         size = shape[d]
         start = 0 if a is None else a
         stop = size if b is None else b
@@ -373,7 +440,7 @@ def _indexers(index: Any, shape: Sequence[int]) -> List[Tuple[int, int, int, boo
             raise SafetensorError(f"Error during slicing [{shown}] with shape {list(shape)}: index "
                                   f"{asked} out of bounds for tensor dimension #{d} of size {size}")
         done.append((start, max(stop, start), st, sel))
-    return done
+    return done[::-1]
 
 
 class _Slice:
@@ -611,7 +678,8 @@ class safe_open:
             return out if self._cache is not None else self._to_device(out)
         import numpy as np
 
-        return np.ascontiguousarray(out)
+        # np.ascontiguousarray would make a 0-d result 1-d; safetensors keeps its shape.
+        return np.array(out, order="C")
 
     def tensors(self) -> Iterator[Tuple[str, Any]]:
         """``(name, tensor)`` for every tensor in file order, all loaded with one transfer into
@@ -978,13 +1046,16 @@ def _bytes_checkpoint(data: Any) -> Tuple["_native.Checkpoint", memoryview]:
         while done < len(head):
             done += os.pwrite(fd, head[done:], done)
         try:
-            return _open_paths(path), view
+            ck = _open_paths(path)
         except CheckpointError as e:
             why = e.message[len(path) + 2:] if e.message.startswith(path + ": ") else e.message
-            raise _CheckpointSafetensorError(_DESER + why.replace(path, "the buffer"),
+            raise _CheckpointSafetensorError(_DESER + _worded(why.replace(path, "the buffer")),
                                              e.kind, e.finding) from None
     finally:
         os.close(fd)
+    if _data_end(ck, 0, n) != len(view):
+        raise _CheckpointSafetensorError(_DESER + _UNCOVERED, "checkpoint")
+    return ck, view
 
 
 def deserialize(data: bytes) -> List[Tuple[str, Dict[str, Any]]]:
