@@ -231,6 +231,21 @@ impl PreparedBlocks {
         dst_ids: &[I],
         deadline: Option<Instant>,
     ) -> Result<Transfer> {
+        let began = Instant::now();
+        let posted = self.post_ids(src_ids, dst_ids, deadline);
+        let posted = posted.map_err(crate::metrics::error)?;
+        let descriptors = self.inner.src_layout.descriptors_per_block() as usize * src_ids.len();
+        crate::metrics::posted(self.inner.op == Op::Write, descriptors, began.elapsed());
+        Ok(posted)
+    }
+
+    /// [`PreparedBlocks::post_until`] without its metrics.
+    fn post_ids<I: BlockIndex>(
+        &self,
+        src_ids: &[I],
+        dst_ids: &[I],
+        deadline: Option<Instant>,
+    ) -> Result<Transfer> {
         let p = &self.inner;
         let mut ids = lock(&p.pool).pop().unwrap_or_default();
         let checked = ids.fill(src_ids, dst_ids, p.limits).and_then(|()| {
