@@ -148,14 +148,15 @@ impl<const N: usize> Names<N> {
     }
 }
 
-/// `value` as a label value: printable ASCII other than `"` and `\` kept, anything else `_`,
+/// `value` as a label value: printable ASCII and spaces other than `"` and `\` kept, anything
+/// else `_`,
 /// cut to [`MAX_LABEL_BYTES`] (a peer's name is untrusted input that ends up on dashboards).
 pub fn label_value(value: &str) -> String {
     value
         .chars()
         .take(MAX_LABEL_BYTES)
         .map(|c| {
-            if c.is_ascii_graphic() && c != '"' && c != '\\' {
+            if (c.is_ascii_graphic() || c == ' ') && c != '"' && c != '\\' {
                 c
             } else {
                 '_'
@@ -700,8 +701,8 @@ mod tests {
 
     #[test]
     fn untrusted_names_become_safe_label_values() {
-        let v = label_value("evil\"}\nname\\x");
-        assert_eq!(v, "evil_}_name_x");
+        let v = label_value("evil\"}\nname\\x é");
+        assert_eq!(v, "evil_}_name_x _");
         assert_eq!(label_value(&"a".repeat(1000)).len(), MAX_LABEL_BYTES);
     }
 
