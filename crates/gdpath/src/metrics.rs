@@ -183,7 +183,9 @@ impl<const B: usize> Default for Histogram<B> {
 impl<const B: usize> Histogram<B> {
     /// Counts `secs` (given as `ns` too, for the sum) in the first bucket whose bound holds it.
     fn observe(&self, bounds: &[f64], ns: u64) {
-        let secs = ns as f64 * 1e-9;
+        // A division, correctly rounded, gives a bound's own value for its nanoseconds
+        // (1000 ns is exactly the `1e-6` bound; `* 1e-9` would land above it).
+        let secs = ns as f64 / 1e9;
         let i = bounds.iter().position(|&b| secs <= b).unwrap_or(B - 1);
         self.buckets[i].fetch_add(1, Ordering::Relaxed);
         self.sum_ns.fetch_add(ns, Ordering::Relaxed);
@@ -206,7 +208,7 @@ impl<const B: usize> Histogram<B> {
             .zip(counts)
             .collect();
         Some(Value::Histogram {
-            sum: self.sum_ns.load(Ordering::Relaxed) as f64 * 1e-9,
+            sum: self.sum_ns.load(Ordering::Relaxed) as f64 / 1e9,
             count,
             buckets,
         })

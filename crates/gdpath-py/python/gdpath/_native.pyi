@@ -420,6 +420,7 @@ class Checkpoint:
         fsync: bool = True,
     ) -> Dict[str, Any]: ...
 
+def metrics_text() -> str: ...
 def topo_json(
     *,
     snapshot: Optional[_Path] = None,
