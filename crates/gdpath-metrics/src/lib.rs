@@ -79,8 +79,8 @@ pub fn registry() -> Registry {
     r
 }
 
-/// The engine's metrics now, in the Prometheus text format 0.0.4 ([`CONTENT_TYPE`]); only the
-/// `# HELP`/`# TYPE` lines when `GDPATH_METRICS=0` turned them off. Errors:
+/// The engine's metrics now, in the Prometheus text format 0.0.4 ([`CONTENT_TYPE`]); empty when
+/// `GDPATH_METRICS=0` turned them off. Errors:
 /// [`MetricsError::Encode`].
 pub fn text() -> Result<String, MetricsError> {
     let mut out = String::new();

@@ -14,11 +14,14 @@ HOST_COPY = {"op": "write", "path": "host-copy", "peer": "local", "outcome": "ok
 
 
 def value(text: str, name: str, labels: dict) -> float:
-    """The sample `name{labels}` in a Prometheus text, 0 when absent."""
-    want = name + "{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "} "
+    """The sample `name{labels}` in a Prometheus text (labels in any order), 0 when absent."""
     for line in text.splitlines():
-        if line.startswith(want):
-            return float(line[len(want):])
+        if not line.startswith(name + "{"):
+            continue
+        inner, _, v = line[len(name) + 1:].rpartition("} ")
+        got = dict(kv.split("=", 1) for kv in inner.split(","))
+        if got == {k: f'"{x}"' for k, x in labels.items()}:
+            return float(v)
     return 0.0
 
 

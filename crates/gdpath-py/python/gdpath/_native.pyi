@@ -37,6 +37,7 @@ __all__ = [
     "BatchReport",
     "topo_json",
     "doctor_json",
+    "metrics_text",
     "NOTIFICATION_TOKEN",
     "__version__",
 ]

@@ -15,8 +15,7 @@ that already serves Prometheus (vLLM, SGLang) exposes gdpath's beside its own::
 
 ``prometheus_client`` (PyPI) is needed for the collector only, and imported when it collects.
 The metrics are the process's: every :class:`gdpath.Agent` adds to them. ``GDPATH_METRICS=0``
-in the environment before the first transfer turns them off (the text is then only ``# HELP`` and
-``# TYPE`` lines).
+in the environment before the first transfer turns them off (the text is then empty).
 """
 
 from __future__ import annotations
@@ -43,3 +42,8 @@ class Collector:
         from prometheus_client.parser import text_string_to_metric_families
 
         yield from text_string_to_metric_families(text())
+
+    def describe(self) -> Iterator[Any]:
+        """The families, so that a registry knows their names when this is registered (and
+        refuses names it has already) whether or not it describes collectors itself."""
+        return self.collect()
