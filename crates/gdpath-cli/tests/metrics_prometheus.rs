@@ -258,7 +258,7 @@ fn prometheus_scrapes_bytes_by_path_and_peer() {
         panic!("{:?}", remote.kind());
     };
     add(r, &serve_name);
-    drop(add);
+
     assert_eq!(moved.len(), 3, "three paths: {moved:?}");
     assert!(
         moved.keys().any(|(p, _)| p.starts_with("ucx:")),

@@ -533,10 +533,10 @@ pub fn snapshot() -> Vec<Family> {
     };
     let mut bytes = Vec::new();
     let mut pairs = Vec::new();
-    for op in 0..OPS {
+    for (op, op_name) in OP_NAMES.iter().enumerate() {
         for p in 0..PATHS {
             for peer in 0..PEERS {
-                for out in 0..OUTCOMES {
+                for (out, outcome) in OUTCOME_NAMES.iter().enumerate() {
                     let c = &m.cells[cell_index(op, p, peer, out)];
                     let n = c.pairs.load(Ordering::Relaxed);
                     if n == 0 {
@@ -546,10 +546,10 @@ pub fn snapshot() -> Vec<Family> {
                         continue;
                     };
                     let labels = vec![
-                        ("op", OP_NAMES[op].to_owned()),
+                        ("op", (*op_name).to_owned()),
                         ("path", path),
                         ("peer", peer.to_owned()),
-                        ("outcome", OUTCOME_NAMES[out].to_owned()),
+                        ("outcome", (*outcome).to_owned()),
                     ];
                     bytes.push(Sample {
                         labels: labels.clone(),
