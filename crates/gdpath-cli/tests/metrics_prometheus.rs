@@ -13,7 +13,7 @@
 //! binary: the engine's metrics are the process's, and no other test adds to them here.
 
 use gdpath::net::{ConnectOptions, NetConfig};
-use gdpath::{Agent, AgentConfig, FileSpec, HostBuffer, Memory, TransferRequest};
+use gdpath::{Agent, AgentConfig, FileSpec, HostBuffer, Memory, Region, TransferRequest};
 use gdpath_metrics::MetricsServer;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -39,6 +39,12 @@ fn which(name: &str) -> Option<PathBuf> {
             .map(|d| d.join(name))
             .find(|f| f.is_file())
     })
+}
+
+/// Writes `n` bytes of `src` to `dst` (from offset 0) and waits: the transfer's report.
+fn write(agent: &Agent, src: &Region, dst: &Region, n: u64) -> gdpath::TransferReport {
+    let req = TransferRequest::write(vec![src.desc(0, n)], vec![dst.desc(0, n)]);
+    agent.post(req).unwrap().wait().unwrap()
 }
 
 fn free_port() -> u16 {
@@ -211,26 +217,12 @@ fn prometheus_scrapes_bytes_by_path_and_peer() {
     let dst = agent
         .register(Memory::host(HostBuffer::zeroed(3 << 20)))
         .unwrap();
-    let r = agent
-        .post(TransferRequest::write(
-            vec![src.desc(0, 3 << 20)],
-            vec![dst.desc(0, 3 << 20)],
-        ))
-        .unwrap()
-        .wait()
-        .unwrap();
+    let r = write(&agent, &src, &dst, 3 << 20);
     add(r, "local");
     let file = agent
         .register(Memory::File(FileSpec::write(dir.path().join("f"))))
         .unwrap();
-    let r = agent
-        .post(TransferRequest::write(
-            vec![src.desc(0, 2 << 20)],
-            vec![file.desc(0, 2 << 20)],
-        ))
-        .unwrap()
-        .wait()
-        .unwrap();
+    let r = write(&agent, &src, &file, 2 << 20);
     add(r, "local");
     agent
         .enable_net(NetConfig {
@@ -245,14 +237,7 @@ fn prometheus_scrapes_bytes_by_path_and_peer() {
         .unwrap();
     let id = peer.regions()[0].id;
     let remote = agent.register(peer.memory(id).unwrap()).unwrap();
-    let r = agent
-        .post(TransferRequest::write(
-            vec![src.desc(0, 1 << 20)],
-            vec![remote.desc(0, 1 << 20)],
-        ))
-        .unwrap()
-        .wait()
-        .unwrap();
+    let r = write(&agent, &src, &remote, 1 << 20);
     // The peer label is the name the peer agent is known by here (`name@address`).
     let gdpath::MemoryKind::Remote { agent: serve_name } = remote.kind().clone() else {
         panic!("{:?}", remote.kind());
