@@ -24,6 +24,15 @@ type RangeEnd = unsafe extern "C" fn(u64);
 type RangePushA = unsafe extern "C" fn(*const c_char) -> c_int;
 type RangePop = unsafe extern "C" fn() -> c_int;
 
+/// Why an NVTX library could not be used: `library` as given to `dlopen`, and the loader's
+/// message (the library is missing, or lacks one of the four range functions).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("NVTX library {library}: {detail}")]
+pub struct NvtxError {
+    pub library: String,
+    pub detail: String,
+}
+
 /// The NVTX functions gdpath calls, from the library that exported them.
 pub struct Nvtx {
     start: RangeStartA,
@@ -65,23 +74,23 @@ pub fn get() -> Option<&'static Nvtx> {
 }
 
 impl Nvtx {
-    /// Opens `name` and takes its four range functions. Errors: the loader's, as text.
-    pub fn open(name: &std::ffi::OsStr) -> Result<Nvtx, String> {
+    /// Opens `name` and takes its four range functions. Errors: [`NvtxError`].
+    pub fn open(name: &std::ffi::OsStr) -> Result<Nvtx, NvtxError> {
+        let fail = |e: libloading::Error| NvtxError {
+            library: name.to_string_lossy().into_owned(),
+            detail: e.to_string(),
+        };
         // SAFETY: loading a vendor library runs its initializers; NVTX's do nothing but set
         // up its injection hooks.
-        let lib = unsafe { Library::new(name) }.map_err(|e| e.to_string())?;
+        let lib = unsafe { Library::new(name) }.map_err(fail)?;
         // SAFETY: the types are those of nvToolsExt.h (NVTX 2 and 3 keep the same C ABI for
         // these four: nvtxRangeId_t is uint64_t).
         let (start, end, push, pop) = unsafe {
             (
-                *lib.get::<RangeStartA>(b"nvtxRangeStartA\0")
-                    .map_err(|e| e.to_string())?,
-                *lib.get::<RangeEnd>(b"nvtxRangeEnd\0")
-                    .map_err(|e| e.to_string())?,
-                *lib.get::<RangePushA>(b"nvtxRangePushA\0")
-                    .map_err(|e| e.to_string())?,
-                *lib.get::<RangePop>(b"nvtxRangePop\0")
-                    .map_err(|e| e.to_string())?,
+                *lib.get::<RangeStartA>(b"nvtxRangeStartA\0").map_err(fail)?,
+                *lib.get::<RangeEnd>(b"nvtxRangeEnd\0").map_err(fail)?,
+                *lib.get::<RangePushA>(b"nvtxRangePushA\0").map_err(fail)?,
+                *lib.get::<RangePop>(b"nvtxRangePop\0").map_err(fail)?,
             )
         };
         Ok(Nvtx {
@@ -144,7 +153,8 @@ mod tests {
     #[test]
     fn a_missing_library_is_an_error_not_a_crash() {
         let e = Nvtx::open("libgdpath-no-such-nvtx.so.1".as_ref()).unwrap_err();
-        assert!(e.contains("libgdpath-no-such-nvtx"), "{e}");
+        assert_eq!(e.library, "libgdpath-no-such-nvtx.so.1");
+        assert!(e.to_string().contains("libgdpath-no-such-nvtx"), "{e}");
     }
 
     #[test]
