@@ -2,7 +2,7 @@
 //! (checked by `promtool check metrics`, Debian's `prometheus` package), and the `/metrics`
 //! endpoint's bounds (request size, time, method and target) over real TCP connections.
 
-use gdpath::{Agent, AgentConfig, HostBuffer, Memory, TransferRequest};
+use gdpath::{Agent, AgentConfig, DirectIo, FileSpec, HostBuffer, Memory, TransferRequest};
 use gdpath_metrics::{text, MetricsServer, MAX_REQUEST_BYTES, REQUEST_TIMEOUT};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -47,7 +47,26 @@ fn a_host_copy_is_counted_and_the_text_passes_promtool() {
             .wait()
             .unwrap();
     }
+    // A file written with O_DIRECT turned off: the buffered path, a fallback with its finding.
+    let dir = tempfile::tempdir().unwrap();
+    let spec = FileSpec::write(dir.path().join("f")).direct(DirectIo::Off);
+    let file = agent.register(Memory::File(spec)).unwrap();
+    let r = agent
+        .post(TransferRequest::write(
+            vec![src.desc(0, n)],
+            vec![file.desc(0, n)],
+        ))
+        .unwrap()
+        .wait()
+        .unwrap();
+    let finding = r.pairs[0].finding.clone().expect("a fallback says why");
+    assert_eq!(r.pairs[0].path.name(), "posix-buffered");
     let t = text().unwrap();
+    let want = format!(
+        "gdpath_fallback_bytes_total{{finding=\"{}\",path=\"posix-buffered\"}} {n}\n",
+        finding.as_str()
+    );
+    assert!(t.contains(&want), "{want}\n{t}");
     let want = format!(
         "gdpath_bytes_total{{op=\"write\",path=\"host-copy\",peer=\"local\",outcome=\"ok\"}} {}\n",
         2 * n
@@ -60,16 +79,18 @@ fn a_host_copy_is_counted_and_the_text_passes_promtool() {
         "{t}"
     );
     assert!(t.contains("gdpath_transfers_in_flight 0\n"), "{t}");
-    // Both regions are alive: at least their bytes are registered (other tests' may be too).
-    let registered: i64 = t
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("gdpath_registered_bytes{kind=\"host-pageable\",device=\"host\"} ")
-        })
-        .unwrap()
-        .parse()
-        .unwrap();
-    assert!(registered >= 2 * len as i64, "{registered}");
+    // Both host regions are alive and registered (no other test here registers memory; the
+    // file is not counted).
+    let registered = |t: &str| -> i64 {
+        t.lines()
+            .find_map(|l| {
+                l.strip_prefix("gdpath_registered_bytes{kind=\"host-pageable\",device=\"host\"} ")
+            })
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    assert_eq!(registered(&t), 2 * len as i64, "{t}");
     // A failed post is counted by its error kind.
     let e = agent
         .post(TransferRequest::write(
@@ -83,6 +104,10 @@ fn a_host_copy_is_counted_and_the_text_passes_promtool() {
         t.contains("gdpath_errors_total{kind=\"out_of_bounds\"} 1\n"),
         "{t}"
     );
+
+    // Released with the regions.
+    drop((src, dst, file, agent));
+    assert_eq!(registered(&text().unwrap()), 0);
 
     let Some(promtool) = std::env::var_os("PATH").and_then(|p| {
         std::env::split_paths(&p)
