@@ -277,6 +277,13 @@ fn prometheus_scrapes_bytes_by_path_and_peer() {
         "sum(gdpath_pair_duration_seconds_count{job=\"client\"})",
         |r| r.len() == 1 && r[0].1 == f64::from(npairs),
     );
+    wait_for(prom, "gdpath_peers_connected{job=\"client\"}", |r| {
+        r.len() == 1 && r[0].1 == 1.0
+    });
+    // Closed on both sides once the client lets the peer go.
     drop(remote);
     drop(peer);
+    wait_for(prom, "sum(gdpath_peers_connected)", |r| {
+        r.len() == 1 && r[0].1 == 0.0
+    });
 }
