@@ -7,6 +7,7 @@
 //! with the variable unset) every call here does nothing. NVTX itself does nothing unless a
 //! tool injected itself (Nsight sets `NVTX_INJECTION64_PATH`), so ranges cost a call each when
 //! no profiler runs.
+#![warn(missing_docs)]
 
 use libloading::Library;
 use std::ffi::{c_char, c_int, CString};
@@ -29,7 +30,9 @@ type RangePop = unsafe extern "C" fn() -> c_int;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("NVTX library {library}: {detail}")]
 pub struct NvtxError {
+    /// The library as handed to `dlopen`.
     pub library: String,
+    /// The loader's message.
     pub detail: String,
 }
 

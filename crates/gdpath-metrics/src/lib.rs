@@ -8,6 +8,7 @@
 //! ([`EngineCollector`]). docs/metrics.md names every metric, its labels and units.
 
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 mod http;
 
@@ -28,7 +29,9 @@ pub enum MetricsError {
     /// The endpoint's address could not be bound (in use, not this host's, no permission).
     #[error("cannot listen for metrics on {addr}: {source}")]
     Bind {
+        /// The address asked for.
         addr: std::net::SocketAddr,
+        /// The system's error.
         source: std::io::Error,
     },
     /// The encoder failed (it writes into a `String`; a failure is a bug of the encoder).

@@ -17,11 +17,13 @@
 //! The metrics are the process's (every agent adds to the same cells): that is what one scrape
 //! of a process reports. `GDPATH_METRICS=0` in the environment at the first update turns every
 //! update off (for measuring their cost, `bench/metrics-overhead.sh`).
+#![warn(missing_docs)]
 
 use crate::error::Error;
 use crate::finding::FindingId;
 use crate::memory_kind::MemoryKind;
-use crate::path::Path;
+// Named as on main, where the enum is `DataPath`: a merge changes only this line.
+use crate::path::Path as DataPath;
 use std::sync::atomic::{AtomicI64, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
@@ -45,7 +47,7 @@ pub const OTHER: &str = "other";
 /// The peer label of pairs that stay on this node (no peer agent).
 pub const LOCAL_PEER: &str = "local";
 
-/// The paths with a fixed name, in [`Path::name`] order of the enum.
+/// The paths with a fixed name, in [`DataPath::name`] order of the enum.
 const FIXED_PATHS: [&str; 13] = [
     "p2p-nvlink",
     "p2p-pcie",
@@ -271,24 +273,24 @@ impl Metrics {
     }
 
     /// The cell index of a path.
-    fn path_index(&self, path: &Path) -> usize {
+    fn path_index(&self, path: &DataPath) -> usize {
         let fixed = FIXED_PATHS.len();
         match path {
-            Path::P2pNvlink => 0,
-            Path::P2pPcie => 1,
-            Path::DeviceLocal => 2,
-            Path::HostToDevice { pinned: true } => 3,
-            Path::HostToDevice { pinned: false } => 4,
-            Path::DeviceToHost { pinned: true } => 5,
-            Path::DeviceToHost { pinned: false } => 6,
-            Path::Staged => 7,
-            Path::GdsNative => 8,
-            Path::GdsCompat => 9,
-            Path::PosixDirect => 10,
-            Path::PosixBuffered => 11,
-            Path::HostCopy => 12,
-            Path::Ucx { transport } => fixed + self.ucx.index(transport),
-            Path::Gdr { transport } => fixed + MAX_TRANSPORTS + 1 + self.gdr.index(transport),
+            DataPath::P2pNvlink => 0,
+            DataPath::P2pPcie => 1,
+            DataPath::DeviceLocal => 2,
+            DataPath::HostToDevice { pinned: true } => 3,
+            DataPath::HostToDevice { pinned: false } => 4,
+            DataPath::DeviceToHost { pinned: true } => 5,
+            DataPath::DeviceToHost { pinned: false } => 6,
+            DataPath::Staged => 7,
+            DataPath::GdsNative => 8,
+            DataPath::GdsCompat => 9,
+            DataPath::PosixDirect => 10,
+            DataPath::PosixBuffered => 11,
+            DataPath::HostCopy => 12,
+            DataPath::Ucx { transport } => fixed + self.ucx.index(transport),
+            DataPath::Gdr { transport } => fixed + MAX_TRANSPORTS + 1 + self.gdr.index(transport),
         }
     }
 
@@ -363,7 +365,7 @@ pub fn enabled() -> bool {
 /// the preferred path was not taken.
 pub(crate) fn pair_done(
     write: bool,
-    path: &Path,
+    path: &DataPath,
     peer: Option<&str>,
     finding: Option<&FindingId>,
     ok: bool,
@@ -496,8 +498,11 @@ pub enum Value {
     /// A histogram: the sum of the observations (seconds), their count and the count per
     /// bucket (not cumulative), each with its upper bound (seconds; the last is +Inf).
     Histogram {
+        /// The sum of the observations, seconds.
         sum: f64,
+        /// How many observations.
         count: u64,
+        /// Per bucket: its upper bound (seconds) and its observations (not cumulative).
         buckets: Vec<(f64, u64)>,
     },
 }
@@ -688,7 +693,7 @@ mod tests {
         assert_eq!(m.peer_name(m.peer_index(None)), Some(LOCAL_PEER));
         // Transports too: the 9th distinct UCX transport is ucx:other.
         for i in 0..20 {
-            let p = Path::Ucx {
+            let p = DataPath::Ucx {
                 transport: format!("t{i}").into(),
             };
             let idx = m.path_index(&p);
@@ -716,7 +721,7 @@ mod tests {
             .copied()
             .chain(["ucx:tcp", "gdr:rc_mlx5"])
         {
-            let p: Path = name.parse().unwrap();
+            let p: DataPath = name.parse().unwrap();
             assert_eq!(m.path_name(m.path_index(&p)).as_deref(), Some(name));
         }
     }

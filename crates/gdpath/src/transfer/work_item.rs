@@ -241,7 +241,13 @@ impl WorkItem {
 
     /// Adds the pair to the engine's metrics: its length (a block list's bytes), the path it
     /// took, the peer agent whose memory it used, the finding that made it a fallback.
-    fn count(&self, pair: &ItemPair, ok: bool, taken: Option<&Path>, elapsed: Duration) {
+    fn count(
+        &self,
+        pair: &ItemPair,
+        ok: bool,
+        taken: Option<&crate::path::Path>,
+        elapsed: Duration,
+    ) {
         let len = self.blocks().map_or(pair.local.len, |b| b.bytes());
         let peer = [&pair.target, &pair.local]
             .into_iter()
