@@ -17,6 +17,7 @@ tests=(
   "gdpath-doctor gpu_doctor gpu_doctor"
   "gdpath-cuda gpu gpu_cuda"
   "gdpath-cli gpu_net gpu_net" "gdpath-cli gpu_load gpu_load" "gdpath-cli gpu_report gpu_report"
+  "gdpath-metrics gpu_metrics gpu_metrics"
 )
 mkdir -p "$dir"
 cargo build --release --locked -p gdpath-cli

@@ -15,6 +15,7 @@ pkgs=(
   fonts-dejavu-core   # DejaVu Sans Mono: the face the report's label widths are measured for
   etcd-server etcd-client  # gdpath-cluster's tests start a real etcd on loopback ports
   protobuf-compiler   # protoc: etcd-client's build compiles etcd's .proto files (tonic-prost-build)
+  prometheus          # the metrics tests: a real Prometheus scrapes `gdpath serve --metrics`; promtool
 )
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
@@ -39,5 +40,5 @@ command -v "$py" >/dev/null || { echo "setup: $py not found (the Python module n
 if [ ! -x .venv/bin/python ]; then
   "$py" -m venv .venv || { echo "setup: '$py -m venv' failed: install python3-venv" >&2; exit 1; }
 fi
-.venv/bin/python -m pip install -q --disable-pip-version-check "maturin>=1.9.4,<2" pytest numpy safetensors "mypy>=2.4.1,<2.5"
+.venv/bin/python -m pip install -q --disable-pip-version-check "maturin>=1.9.4,<2" pytest numpy safetensors "mypy>=2.4.1,<2.5" prometheus_client
 VIRTUAL_ENV="$PWD/.venv" .venv/bin/maturin develop -q -m crates/gdpath-py/Cargo.toml

@@ -40,6 +40,11 @@ pub struct ServeArgs {
     /// Exit after this many seconds (default: run until killed).
     #[arg(long)]
     duration: Option<f64>,
+    /// Serve the engine's metrics (Prometheus text format) at http://ADDR/metrics, HOST:PORT
+    /// (e.g. 127.0.0.1:9464). No authentication: keep it on loopback unless every host that
+    /// reaches ADDR may read them (docs/metrics.md).
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<String>,
 }
 
 /// Network options shared by `serve` and `bench net`.
@@ -69,6 +74,18 @@ pub struct NetOpts {
     /// a client gives up connecting).
     #[arg(long, default_value_t = 10.0, value_parser = parse_seconds)]
     connect_timeout: f64,
+}
+
+/// `--metrics ADDR`: the endpoint started, its address printed (with a warning when it is not
+/// loopback: anyone who reaches it reads the metrics).
+fn serve_metrics(addr: &str) -> Result<gdpath_metrics::MetricsServer> {
+    let m = gdpath_metrics::MetricsServer::bind(resolve("--metrics", addr)?)?;
+    let at = m.local_addr();
+    outln!("metrics: http://{at}/metrics");
+    if !at.ip().is_loopback() {
+        errln!("gdpath serve: warning: metrics on {at}, not a loopback address, are readable by anyone who reaches it (no authentication; docs/metrics.md)");
+    }
+    Ok(m)
 }
 
 /// A positive number of seconds, at most a day.
@@ -378,6 +395,7 @@ pub fn run(a: ServeArgs) -> Result<ExitCode> {
         }
         _ => None,
     };
+    let _metrics = a.metrics.as_deref().map(serve_metrics).transpose()?;
     if regions.is_empty() {
         errln!(
             "gdpath serve: nothing exported: clients can connect but find no memory to use \

@@ -33,6 +33,7 @@ pub mod loader;
 mod memory;
 mod module;
 pub mod nvml;
+pub mod nvtx;
 pub mod pattern;
 mod pci;
 mod slab;

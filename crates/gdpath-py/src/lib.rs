@@ -26,6 +26,7 @@ mod geometry;
 mod json_documents;
 #[allow(unsafe_code)]
 mod memory;
+mod metrics;
 mod net;
 mod region;
 mod transfer;
@@ -56,6 +57,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<dlpack::View>()?;
     blocks::register(m)?;
     m.add_function(wrap_pyfunction!(json_documents::topo_json, m)?)?;
+    m.add_function(wrap_pyfunction!(metrics::metrics_text, m)?)?;
     m.add_function(wrap_pyfunction!(json_documents::doctor_json, m)?)?;
     m.add("NOTIFICATION_TOKEN", agent::NOTIFICATION_TOKEN)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

@@ -14,6 +14,7 @@ use crate::transfer::{
 use serde::Serialize;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
+use std::time::Instant;
 
 static NEXT_AGENT: AtomicU64 = AtomicU64::new(1);
 static NEXT_REGION: AtomicU64 = AtomicU64::new(1);
@@ -265,6 +266,7 @@ impl Agent {
     /// (an error there fails the registration).
     pub fn register(&self, memory: Memory) -> Result<Region> {
         self.register_with(memory, None)
+            .map_err(crate::metrics::error)
     }
 
     /// As [`Agent::register`] for memory someone else owns ([`Memory::HostPointer`],
@@ -284,6 +286,7 @@ impl Agent {
         keep: impl std::any::Any + Send + Sync,
     ) -> Result<Region> {
         self.register_with(memory, Some(Box::new(keep)))
+            .map_err(crate::metrics::error)
     }
 
     /// [`Agent::register`], with the owner of memory someone else owns.
@@ -535,12 +538,27 @@ impl Agent {
     /// to a thread costs more than the copy). Every check of [`Agent::plan`] happens first, so a
     /// failed post moved no byte.
     pub fn post(&self, request: TransferRequest) -> Result<Transfer> {
+        let began = Instant::now();
+        let (write, pairs) = (request.op == Op::Write, request.local.len());
+        let posted = self.post_checked(request).map_err(crate::metrics::error)?;
+        crate::metrics::posted(write, pairs, began.elapsed());
+        Ok(posted)
+    }
+
+    /// [`Agent::post`] without its metrics: the plan phase, then the post phase under the
+    /// transfer's span and NVTX ranges.
+    fn post_checked(&self, request: TransferRequest) -> Result<Transfer> {
         let mut guards = Vec::with_capacity(request.local.len());
+        let planned = {
+            let _span = tracing::trace_span!("plan", pairs = request.local.len()).entered();
+            let _nvtx = gdpath_cuda::nvtx::get().map(|t| t.push("gdpath plan"));
+            self.check_and_plan(&request, Some(&mut guards))?
+        };
         let Planned {
             set,
             backends,
             plans,
-        } = self.check_and_plan(&request, Some(&mut guards))?;
+        } = planned;
         let mut pollers = Pollers::default();
         for (k, &bi) in backends.iter().enumerate() {
             // Pairs on one backend are the rule: look at each backend once.
@@ -562,6 +580,8 @@ impl Agent {
             ..
         } = request;
         let shared = TransferShared::new(id, deadline, plans, notify);
+        let _span = tracing::trace_span!(parent: &shared.span, "post").entered();
+        let _nvtx = gdpath_cuda::nvtx::get().map(|t| t.push("gdpath post"));
         let mut items = Vec::with_capacity(local.len());
         let pairs = local.into_iter().zip(target).zip(guards);
         for (i, ((ld, td), pair_guards)) in pairs.enumerate() {
@@ -633,6 +653,7 @@ impl Agent {
     ) -> Result<crate::net::Peer> {
         self.with_net(|n| n.connect(addr, opts))
             .map(crate::net::Peer::new)
+            .map_err(crate::metrics::error)
     }
 
     /// Listens on `listen` and serves peers from a background thread: handshakes, metadata,

@@ -49,6 +49,7 @@ pub mod gds;
 pub mod kmod;
 pub mod memory;
 mod memory_kind;
+pub mod metrics;
 pub mod net;
 pub mod os;
 pub mod path;

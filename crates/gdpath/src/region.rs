@@ -386,6 +386,8 @@ pub(crate) struct RegionInner {
     /// owner in its [`HostMem`] instead, which I/O the kernel has not completed may hold past
     /// the region.
     _keep: Option<Keep>,
+    /// The region's bytes in the engine's registered-memory gauge while it lives.
+    _counted: Option<crate::metrics::Registered>,
 }
 
 /// A handle to registered memory. Clones share the registration; the memory is freed when the
@@ -415,6 +417,11 @@ impl Region {
         read_only: bool,
         keep: Option<Keep>,
     ) -> Self {
+        let counted = match &storage {
+            Storage::Host(b) => crate::metrics::Registered::new(&kind, b.len() as u64),
+            Storage::Foreign(m) => crate::metrics::Registered::new(&kind, m.len()),
+            Storage::File(_) => None,
+        };
         Region {
             inner: Arc::new(RegionInner {
                 handles: Mutex::new(Vec::new()),
@@ -425,6 +432,7 @@ impl Region {
                 state: UseState::default(),
                 read_only,
                 _keep: keep,
+                _counted: counted,
             }),
         }
     }
@@ -594,6 +602,7 @@ impl Region {
                 state,
                 read_only,
                 _keep,
+                _counted,
             }) => {
                 drop(handles); // deregister from backends before handing the memory out
                 let Storage::Host(mem) = storage else {
@@ -612,6 +621,7 @@ impl Region {
                                 state,
                                 read_only,
                                 _keep,
+                                _counted,
                             }),
                         };
                         let e = Error::RegionBusy {

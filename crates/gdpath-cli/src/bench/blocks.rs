@@ -55,6 +55,8 @@ pub struct KvArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     pub(super) json: bool,
+    #[command(flatten)]
+    pub metrics: super::MetricsOut,
 }
 
 pub(super) fn run_kv(a: KvArgs) -> Result<ExitCode> {

@@ -22,6 +22,8 @@ pub struct GpuArgs {
     /// Print JSON rows instead of a table.
     #[arg(long)]
     pub(super) json: bool,
+    #[command(flatten)]
+    pub metrics: super::MetricsOut,
 }
 
 pub(super) fn run_gpu(kind: gpu::GpuBenchKind, a: GpuArgs) -> Result<ExitCode> {

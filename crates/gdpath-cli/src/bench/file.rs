@@ -73,6 +73,8 @@ pub struct StorageArgs {
     /// `chosen:`; --block alone turns them off).
     #[arg(long, requires = "gpu", value_parser = crate::args::slabs)]
     slabs: Option<usize>,
+    #[command(flatten)]
+    pub metrics: super::MetricsOut,
 }
 
 impl StorageArgs {

@@ -52,9 +52,56 @@ impl BenchCommand {
             BenchCommand::P2p(a) | BenchCommand::H2d(a) | BenchCommand::D2h(a) => a.json,
         }
     }
+
+    /// `--metrics-out FILE`, if given.
+    fn metrics_out(&self) -> Option<&std::path::Path> {
+        let m = match self {
+            BenchCommand::Storage(a) => &a.metrics,
+            BenchCommand::Net(a) => &a.metrics,
+            BenchCommand::Kv(a) => &a.metrics,
+            BenchCommand::P2p(a) | BenchCommand::H2d(a) | BenchCommand::D2h(a) => &a.metrics,
+        };
+        m.metrics_out.as_deref()
+    }
+}
+
+/// `--metrics-out`, which every bench takes.
+#[derive(Debug, clap::Args)]
+pub struct MetricsOut {
+    /// After the run, write the engine's metrics to FILE in the Prometheus text format
+    /// (created, or replaced whole: never left half written), e.g. for node_exporter's
+    /// textfile collector. docs/metrics.md names the metrics.
+    #[arg(long, value_name = "FILE")]
+    pub metrics_out: Option<std::path::PathBuf>,
+}
+
+/// Writes the engine's metrics to `file` through the engine's crash-safe replace.
+fn write_metrics(file: &std::path::Path) -> Result<()> {
+    use anyhow::Context;
+    use std::io::Write;
+    let text = gdpath_metrics::text()?;
+    let opts = gdpath::file::ReplaceOptions {
+        overwrite: true,
+        ..Default::default()
+    };
+    let mut f = gdpath::file::AtomicFile::create(file, opts)
+        .with_context(|| format!("--metrics-out {}", file.display()))?;
+    f.write_all(text.as_bytes())
+        .with_context(|| format!("writing {}", file.display()))?;
+    f.commit()?;
+    Ok(())
 }
 
 pub fn run(cmd: BenchCommand) -> Result<ExitCode> {
+    let metrics_out = cmd.metrics_out().map(std::path::Path::to_path_buf);
+    let code = run_bench(cmd)?;
+    if let Some(file) = metrics_out {
+        write_metrics(&file)?;
+    }
+    Ok(code)
+}
+
+fn run_bench(cmd: BenchCommand) -> Result<ExitCode> {
     match cmd {
         BenchCommand::Storage(a) => run_storage(a),
         BenchCommand::Net(a) => run_net(a),

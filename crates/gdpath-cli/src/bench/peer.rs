@@ -76,6 +76,8 @@ pub struct NetBenchArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     pub(super) json: bool,
+    #[command(flatten)]
+    pub metrics: super::MetricsOut,
 }
 
 /// `bench net --completion`: when a put counts as done.

@@ -215,4 +215,4 @@ def default_agent() -> Agent:
 
 # `gdpath.safetensors` after `import gdpath` alone, as users of `safetensors` expect its
 # framework modules to be there; it imports NumPy or PyTorch only when used.
-from . import safetensors  # noqa: E402
+from . import metrics, safetensors  # noqa: E402

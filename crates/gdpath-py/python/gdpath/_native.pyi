@@ -39,6 +39,7 @@ __all__ = [
     "BatchReport",
     "topo_json",
     "doctor_json",
+    "metrics_text",
     "NOTIFICATION_TOKEN",
     "__version__",
 ]
@@ -468,6 +469,7 @@ class Checkpoint:
         fsync: bool = True,
     ) -> Dict[str, Any]: ...
 
+def metrics_text() -> str: ...
 def topo_json(
     *,
     snapshot: Optional[_Path] = None,

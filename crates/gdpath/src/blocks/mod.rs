@@ -235,6 +235,25 @@ impl PreparedBlocks {
         dst_ids: &[I],
         deadline: Option<Instant>,
     ) -> Result<Transfer> {
+        let began = Instant::now();
+        let posted = self.post_ids(src_ids, dst_ids, deadline)?;
+        // An expanded list went through `Agent::post`, which counted its post.
+        if !self.is_block_list() {
+            return Ok(posted);
+        }
+        let descriptors = self.inner.src_layout.descriptors_per_block() as usize * src_ids.len();
+        crate::metrics::posted(self.inner.op == Op::Write, descriptors, began.elapsed());
+        Ok(posted)
+    }
+
+    /// [`PreparedBlocks::post_until`] without its posting cost; its errors are counted where
+    /// they are made (an expanded list's by `Agent::post`).
+    fn post_ids<I: BlockIndex>(
+        &self,
+        src_ids: &[I],
+        dst_ids: &[I],
+        deadline: Option<Instant>,
+    ) -> Result<Transfer> {
         let p = &self.inner;
         let mut ids = lock(&p.pool).pop().unwrap_or_default();
         let checked = ids.fill(src_ids, dst_ids, p.limits).and_then(|()| {
@@ -252,11 +271,11 @@ impl PreparedBlocks {
             prepared: p.clone(),
             ids: Some(ids),
         };
-        checked?;
+        checked.map_err(|e| crate::metrics::error(e.into()))?;
         match &p.route {
             Route::Lists { backend, plan } => {
-                let lg = p.local.region.begin_use()?;
-                let tg = p.target.region.begin_use()?;
+                let lg = p.local.region.begin_use().map_err(crate::metrics::error)?;
+                let tg = p.target.region.begin_use().map_err(crate::metrics::error)?;
                 let mut pollers = Pollers::default();
                 if backend.drive() == crate::backend::Drive::Poll {
                     pollers.push(backend.clone());

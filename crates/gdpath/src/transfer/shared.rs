@@ -34,6 +34,11 @@ pub(crate) struct TransferShared {
     pub(super) cv: Condvar,
     /// The request's notification, for the network backend.
     pub(super) notify: Option<Arc<[u8]>>,
+    /// The transfer as a `tracing` span (disabled unless a subscriber wants it): its post,
+    /// its pairs' copies and its completion are recorded under it.
+    pub(crate) span: tracing::Span,
+    /// The transfer as an NVTX range (`GDPATH_NVTX=1`), ended by its last pair.
+    nvtx: Mutex<Option<gdpath_cuda::nvtx::Range>>,
 }
 
 pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -48,6 +53,9 @@ impl TransferShared {
         notify: Option<Vec<u8>>,
     ) -> Arc<Self> {
         let n = plans.len();
+        if n > 0 {
+            crate::metrics::transfer_started();
+        }
         Arc::new(TransferShared {
             id,
             posted: Instant::now(),
@@ -65,6 +73,10 @@ impl TransferShared {
             }),
             cv: Condvar::new(),
             notify: notify.map(Arc::from),
+            span: tracing::debug_span!("transfer", id, pairs = n),
+            nvtx: Mutex::new(
+                gdpath_cuda::nvtx::get().map(|t| t.start(&format!("gdpath transfer {id}"))),
+            ),
         })
     }
 
@@ -98,6 +110,12 @@ impl TransferShared {
             elapsed,
             batch,
         });
+        match &outcome {
+            Ok(r) => {
+                tracing::trace!(parent: &self.span, pair = index, path = %r.path, bytes = r.bytes, elapsed_us = r.elapsed.as_micros(), "copy")
+            }
+            Err(e) => tracing::debug!(parent: &self.span, pair = index, error = %e, "copy failed"),
+        }
         let mut st = lock(&self.state);
         if !matches!(st.outcomes.get(index), Some(None)) {
             return; // a backend bug must not corrupt the count
@@ -109,6 +127,11 @@ impl TransferShared {
         st.remaining -= 1;
         if st.remaining == 0 {
             st.finished_at = Some(now);
+            crate::metrics::transfer_ended(now.saturating_duration_since(self.posted));
+            tracing::debug!(parent: &self.span, bytes = st.bytes_done, elapsed_us = now.saturating_duration_since(self.posted).as_micros(), "completion");
+            if let (Some(t), Some(r)) = (gdpath_cuda::nvtx::get(), lock(&self.nvtx).take()) {
+                t.end(r);
+            }
             if st.waiters > 0 {
                 self.cv.notify_all();
             }

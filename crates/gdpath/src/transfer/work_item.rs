@@ -8,7 +8,7 @@ use crate::path::DataPath;
 use crate::region::{Descriptor, UseGuard};
 use std::fmt;
 use std::sync::{Arc, OnceLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// A unit of work handed to a backend: one descriptor pair of a transfer, planned on a path.
 /// The item keeps both regions alive and counted in use until it completes; the backend reports
@@ -237,18 +237,37 @@ impl WorkItem {
         now: Instant,
     ) {
         if let Some(pair) = self.pair.take() {
+            let start = self.started.get().copied().unwrap_or(self.shared.posted);
+            let elapsed = now.saturating_duration_since(start);
+            let result = result.map_err(crate::metrics::error);
+            self.count(&pair, result.is_ok(), taken.as_ref(), elapsed);
             drop(pair); // release the regions first
             self.blocks = None; // and give the ids back
-            let start = self.started.get().copied().unwrap_or(self.shared.posted);
-            self.shared.complete(
-                self.index,
-                result,
-                now.saturating_duration_since(start),
-                taken,
-                batch,
-                now,
-            );
+            self.shared
+                .complete(self.index, result, elapsed, taken, batch, now);
         }
+    }
+
+    /// Adds the pair to the engine's metrics: its length (a block list's bytes), the path it
+    /// took, the peer agent whose memory it used, the finding that made it a fallback.
+    fn count(
+        &self,
+        pair: &ItemPair,
+        ok: bool,
+        taken: Option<&crate::path::DataPath>,
+        elapsed: Duration,
+    ) {
+        let len = self.blocks().map_or(pair.local.len, |b| b.bytes());
+        let peer = [&pair.target, &pair.local]
+            .into_iter()
+            .find_map(|d| match d.region.kind() {
+                crate::memory::MemoryKind::Remote { agent } => Some(agent.as_str()),
+                _ => None,
+            });
+        let plan = &self.shared.plans[self.index];
+        let path = taken.unwrap_or(&plan.path);
+        let write = self.op == Op::Write;
+        crate::metrics::pair_done(write, path, peer, plan.finding.as_ref(), ok, len, elapsed);
     }
 }
 

@@ -64,6 +64,8 @@ pub(crate) struct PeerConn {
     /// still alive; the goodbye is said once they are gone (`UcxBackend::reap_peers`).
     pub(crate) released: AtomicBool,
     pub(crate) inner: Mutex<Link>,
+    /// Counts the connection in the engine's connected-peers gauge while it lives.
+    _open: crate::metrics::PeerOpen,
 }
 
 impl std::fmt::Debug for PeerConn {
@@ -121,6 +123,7 @@ impl PeerConn {
                 gpu_path: gpu_path_of(&[]),
                 goodbye: None,
             }),
+            _open: crate::metrics::PeerOpen::new(),
         }
     }
 
