@@ -8,8 +8,10 @@ through gdpath, in one process and interleaved rounds:
   (a) transformers `from_pretrained(dir, device_map="cuda:0")`: plain, and through
       `gdpath.safetensors.install()` (uninstalled after each load);
   (b) the vLLM / SGLang loop, `safe_open(shard, framework="pt", device="cuda:0")` then
-      `get_tensor(name)` for every key: safetensors', InstantTensor's (a row saying why where it
-      does not import) and gdpath's;
+      `get_tensor(name)` for every key: safetensors' and gdpath's; InstantTensor (a row saying
+      why where it does not import), whose `safe_open` has no `get_tensor`, the way its docs
+      load every tensor: one `safe_open(shards, framework="pt", device=0)` over the list of
+      shards, iterating `tensors()`;
   (c) `gdpath.safetensors.load_file(index, device="cuda:0")`, and a pinned H2D copy of the same
       number of bytes (the PCIe reference of this run).
 
@@ -30,8 +32,10 @@ the wrong place differs from the right one; the files are written once (about 10
 reused while their sizes match.
 
 GPU memory: the reference (9.08 GB) and one load at a time (9.08 GB; transformers' model the
-same), under 25 GB. Runtime on an H100: about 3 minutes with the default 3 rounds; `--quick`:
-one round, no warm-up.
+same), under 25 GB. Runtime on an H100: about 3 minutes with the default 3 rounds (plain
+transformers, about 9.4 s a load, is most of it: 4 loads with the warm-up). `--quick`: one
+round, no warm-up, so the first load of each loader also pays one-time setup (CUDA context,
+gdpath's pinned slabs): a smoke test, its rates and ratios are not results.
 
 `--dry-run` (no PyTorch needed, for a machine without a GPU): a 1/64-size F16 checkpoint loaded
 on the host with NumPy by (b) and (c) (`framework="numpy"`), verified against
@@ -166,13 +170,20 @@ def loaders(d: str, shards: list, dry: bool):
         return loop(safe_open)
 
     def it_loop():
+        # InstantTensor 0.2's safe_open has no get_tensor: its documented way to load every
+        # tensor is one safe_open over the list of shards, iterating tensors() (copy=True, the
+        # default: each tensor owns its memory past the with block).
         try:
             from instanttensor import safe_open
         except ImportError as e:
             raise Skip(f"InstantTensor does not import: {e}") from None
         if dry:
             raise Skip("InstantTensor loads onto a GPU only")
-        return loop(safe_open, device=0)
+        out = {}
+        with safe_open(files, framework="pt", device=0) as h:
+            for k, t in h.tensors():
+                out[k] = t
+        return out
 
     def gd_loop():
         import gdpath.safetensors as g

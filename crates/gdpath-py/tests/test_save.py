@@ -8,7 +8,9 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -159,9 +161,8 @@ def test_torch_tensors_on_the_cpu_equal_safetensors_torch(scratch):
 
     ts = {}
     for name, dt in gst._torch_dtypes().items():
-        base = torch.randn(6, 5) * 10
-        ts[name] = base.to(dt) if dt != torch.bool else base > 0
-        ts[name + ".empty"] = torch.zeros(0, 3, dtype=dt)
+        ts[name] = torch_random(torch, dt, (6, 4))
+        ts[name + ".empty"] = torch.empty(0, 4, dtype=dt)
     ours, theirs = scratch / "ours.safetensors", scratch / "theirs.safetensors"
     gst.save_file(ts, ours, metadata={"format": "pt"})
     safetensors.torch.save_file(ts, str(theirs), metadata={"format": "pt"})
@@ -170,6 +171,37 @@ def test_torch_tensors_on_the_cpu_equal_safetensors_torch(scratch):
     for k, t in ts.items():
         assert back[k].dtype == t.dtype and back[k].shape == t.shape, k
         assert torch.equal(back[k].reshape(-1).view(torch.uint8), t.contiguous().reshape(-1).view(torch.uint8)) or t.numel() == 0, k
+    # Sub-byte and fp8 tensors that are not contiguous: a slice with a step through safe_open and
+    # a lenient save, both copied by PyTorch, which has no copy kernel for some of these dtypes.
+    for name in ("F4", "F8_E8M0", "F8_E4M3", "BF16"):
+        if name not in ts:
+            continue
+        want = ts[name].view(torch_bits(torch, ts[name]))[0:6:2].contiguous()
+        with gst.safe_open(ours, "pt") as f:
+            got = f.get_slice(name)[0:6:2]
+        assert got.dtype == ts[name].dtype and torch.equal(got.view(want.dtype), want), name
+        gst.save_file({"t": ts[name][0:6:2]}, scratch / "strided.safetensors", lenient=True)
+        got = safetensors.torch.load_file(str(scratch / "strided.safetensors"))["t"]
+        assert got.dtype == ts[name].dtype and torch.equal(got.view(want.dtype), want), name
+
+
+def torch_bits(torch, t):
+    """The integer dtype of ``t``'s element size: tensors are compared as these bits (PyTorch has
+    no ``==``, ``copy_`` or ``to`` for some sub-byte and fp8 dtypes)."""
+    return {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()]
+
+
+def torch_random(torch, dt, shape, device="cpu"):
+    """A tensor of dtype ``dt`` and (PyTorch) ``shape`` of random bytes, made as bytes and viewed
+    as ``dt`` (no conversion kernel needed, e.g. ``float4_e2m1fn_x2``); bool as 0/1."""
+    if dt == torch.bool:
+        return torch.randint(0, 2, shape, device=device).bool()
+    n = 1
+    for d in shape:
+        n *= d
+    size = torch.empty(0, dtype=dt).element_size()
+    raw = torch.randint(0, 256, (n * size,), dtype=torch.uint8, device=device)
+    return raw.view(dt).reshape(shape)
 
 
 NOBODY = 65534
@@ -285,3 +317,80 @@ def test_save_file_keeps_the_owner_and_mode_of_the_file_it_replaces(scratch):
     gst.save_file({"w": np.ones(3, dtype=np.float32)}, path)
     st = os.stat(path)
     assert (st.st_uid, st.st_gid, st.st_mode & 0o7777) == (NOBODY, NOBODY, 0o640)
+
+
+def test_a_save_killed_mid_write_leaves_the_old_file_and_the_next_save_cleans_up(scratch):
+    """SIGKILL while a 768 MiB save is writing its temporary: the target is still the old file
+    byte for byte; the next save of the same target succeeds and leaves no temporary."""
+    path = scratch / "m.safetensors"
+    old = safetensors.numpy.save({"w": np.arange(10, dtype=np.int32)})
+    path.write_bytes(old)
+    child = subprocess.Popen([sys.executable, "-c", (
+        "import sys, numpy as np, gdpath.safetensors as g\n"
+        "g.save_file({'w': np.ones(768 << 20, np.uint8)}, sys.argv[1])\n"), str(path)])
+    seen = []
+    deadline = time.monotonic() + 60
+    try:
+        # Kill as soon as the child's temporary holds bytes (bounded: the save is seconds at
+        # most). Seen through /proc/PID/fd: the temporary may have no name (O_TMPFILE) until
+        # the commit links it.
+        while time.monotonic() < deadline and child.poll() is None and not seen:
+            seen = written_temporaries(child.pid, scratch, path)
+            time.sleep(0.001)
+    finally:
+        child.kill()
+        child.wait(timeout=30)
+    assert seen, f"the save ended (rc {child.returncode}) before its temporary was seen: nothing killed mid-write"
+    assert path.read_bytes() == old
+    new = {"w": np.full((3, 5), 7, np.float32)}
+    gst.save_file(new, path)
+    assert sorted(os.listdir(scratch)) == ["m.safetensors"]
+    assert np.array_equal(safetensors.numpy.load_file(str(path))["w"], new["w"])
+
+
+def written_temporaries(pid: int, directory: Path, target: Path) -> list:
+    """The files in ``directory`` other than ``target`` that process ``pid`` holds open and has
+    written bytes to (named or not)."""
+    out = []
+    fds = Path(f"/proc/{pid}/fd")
+    try:
+        for fd in fds.iterdir():
+            try:
+                where = os.readlink(fd)
+                if where.startswith(f"{directory}/") and where != str(target) and os.stat(fd).st_size > 0:
+                    out.append(where)
+            except OSError:
+                continue  # closed meanwhile
+    except OSError:
+        pass  # the process ended
+    return out
+
+
+@pytest.fixture
+def small_tmpfs():
+    """A 1 MiB tmpfs mounted for the test (root only; skipped, saying why, otherwise)."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root: mounting a 1 MiB tmpfs to fill")
+    d = Path(tempfile.mkdtemp())
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(d)], capture_output=True, text=True)
+    if r.returncode != 0:
+        os.rmdir(d)
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
+    yield d
+    subprocess.run(["umount", str(d)], check=True)
+    os.rmdir(d)
+
+
+def test_a_save_that_runs_out_of_space_keeps_the_old_file_and_the_link(small_tmpfs):
+    """A save that cannot fit (ENOSPC on a full tmpfs), made through the owner's own symlink:
+    a typed error, the old file and the link as they were, no temporary left."""
+    real = small_tmpfs / "real.safetensors"
+    old = safetensors.numpy.save({"w": np.arange(10, dtype=np.int32)})
+    real.write_bytes(old)
+    link = small_tmpfs / "model.safetensors"
+    link.symlink_to(real.name)
+    with pytest.raises(gdpath.GdpathError) as e:
+        gst.save_file({"w": np.ones(4 << 20, np.uint8)}, link)
+    assert "space" in str(e.value).lower() or "ENOSPC" in str(e.value), str(e.value)
+    assert os.readlink(link) == real.name and real.read_bytes() == old
+    assert sorted(os.listdir(small_tmpfs)) == ["model.safetensors", "real.safetensors"]

@@ -13,6 +13,7 @@ import pytest
 
 import gdpath.safetensors as gst
 from test_gpu import _cupy, _torch
+from test_save import torch_bits, torch_random
 
 pytestmark = pytest.mark.gpu
 
@@ -23,10 +24,11 @@ def test_torch_cuda_tensors_save_and_load_back_equal(scratch):
 
     ts = {}
     for name, dt in gst._torch_dtypes().items():
-        base = torch.randn(257, 33, device="cuda:0") * 10
-        ts[name] = base > 0 if dt == torch.bool else base.to(dt)
-        ts[name + ".empty"] = torch.zeros(0, 3, dtype=dt, device="cuda:0")
-        ts[name + ".scalar"] = ts[name][1, 2].clone()
+        ts[name] = torch_random(torch, dt, (257, 34), "cuda:0")
+        ts[name + ".empty"] = torch.empty(0, 4, dtype=dt, device="cuda:0")
+        # A 0-d tensor of its own storage, made as bytes (no copy kernel for every dtype).
+        if name != "F4":  # a 0-d F4 tensor holds two values the header's shape [] cannot count
+            ts[name + ".scalar"] = torch_random(torch, dt, (), "cuda:0")
     ts["strided"] = torch.arange(4096, dtype=torch.float32, device="cuda:0").reshape(64, 64).t()
     ts["big"] = torch.randn(16 << 20, device="cuda:0")  # 64 MiB: many staged chunks
     path = scratch / "gpu.safetensors"
@@ -37,7 +39,8 @@ def test_torch_cuda_tensors_save_and_load_back_equal(scratch):
     back = safetensors.torch.load_file(str(path), device="cpu")
     assert sorted(back) == sorted(ts)
     for k, t in ts.items():
-        want = t.contiguous().cpu()
+        bits = t.view(torch_bits(torch, t))
+        want = bits.contiguous().cpu().view(t.dtype)
         assert back[k].dtype == want.dtype and back[k].shape == want.shape, k
         if want.numel():
             assert torch.equal(back[k].reshape(-1).view(torch.uint8), want.reshape(-1).view(torch.uint8)), k
@@ -45,11 +48,21 @@ def test_torch_cuda_tensors_save_and_load_back_equal(scratch):
     for k, t in ts.items():
         assert ours[k].device == t.device and ours[k].dtype == t.dtype, k
         if t.numel():
-            assert torch.equal(ours[k].reshape(-1).view(torch.uint8), t.contiguous().reshape(-1).view(torch.uint8)), k
+            assert torch.equal(ours[k].view(torch_bits(torch, t)), t.view(torch_bits(torch, t)).contiguous()), k
+    # Slices with a step on the GPU, read without the prefetch (copied to the device as bytes).
+    with gst.safe_open(path, "pt", device="cuda:0", prefetch=False) as f:
+        for name in ("F4", "F8_E8M0", "BF16"):
+            if name in ts:
+                got = f.get_slice(name)[0:9:3]
+                want = ts[name].view(torch_bits(torch, ts[name]))[0:9:3]
+                assert got.device == ts[name].device and got.dtype == ts[name].dtype, name
+                assert torch.equal(got.view(want.dtype), want), name
     theirs = scratch / "theirs.safetensors"
     contiguous = {k: t for k, t in ts.items() if t.is_contiguous()}
     gst.save_file(contiguous, path, metadata={"format": "pt"})
-    safetensors.torch.save_file(contiguous, str(theirs), metadata={"format": "pt"})
+    # safetensors gets host copies of the same bytes (its own device move is not under test).
+    host = {k: t.view(torch_bits(torch, t)).cpu().view(t.dtype) for k, t in contiguous.items()}
+    safetensors.torch.save_file(host, str(theirs), metadata={"format": "pt"})
     assert path.read_bytes() == theirs.read_bytes()
 
 

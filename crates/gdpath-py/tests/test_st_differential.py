@@ -221,6 +221,23 @@ def test_mutated_headers_agree(seed, scratch):
     through_all(f"mutation seed {seed}", bytes(blob), str(scratch / "m.safetensors"))
 
 
+def truncations() -> Dict[str, bytes]:
+    """A valid two-tensor file cut short at each kind of place: in the length prefix, in the
+    header, right after it, in the first tensor, between the tensors, one byte before the end."""
+    blob = snp.save({"a": np.arange(6, dtype=np.float32), "b": np.arange(5, dtype=np.int16)})
+    n = int.from_bytes(blob[:8], "little")
+    cuts = {"in the length": 5, "in the header": 8 + n // 2, "after the header": 8 + n,
+            "in a tensor": 8 + n + 7, "between tensors": 8 + n + 24, "last byte": len(blob) - 1}
+    return {k: blob[:c] for k, c in cuts.items()}
+
+
+@pytest.mark.parametrize("case", sorted(truncations()))
+def test_truncated_files_agree(case, scratch):
+    """A truncated file: through every entry point, safetensors' exception (``SafetensorError``
+    with its words), as safetensors raises it."""
+    through_all("truncated " + case, truncations()[case], str(scratch / "t.safetensors"))
+
+
 SLICE_SHAPES = {"s0": (), "s1": (7,), "s2": (4, 5), "s3": (3, 0, 4), "s4": (2, 3, 4, 2)}
 
 

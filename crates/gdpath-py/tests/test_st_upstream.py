@@ -58,7 +58,9 @@ def suite() -> Path:
 def outcomes(tests: Path, name: str, tmp: Path, alias: bool) -> dict:
     """Test id → ``passed`` / ``failed`` / ``skipped`` of one file, run in a copy of the suite
     (its tests write to ``./tests/data`` relative to the working directory)."""
-    work = tmp / ("gdpath" if alias else "real")
+    # Not named "gdpath": the child runs with this directory first on sys.path, where a folder
+    # named like the package would shadow the real one.
+    work = tmp / ("aliased" if alias else "real")
     shutil.copytree(tests, work / "tests")
     (work / "_gdpath_alias.py").write_text(ALIAS)
     xml = work / "out.xml"
@@ -66,7 +68,7 @@ def outcomes(tests: Path, name: str, tmp: Path, alias: bool) -> dict:
            f"tests/{name}"]
     if alias:
         cmd[3:3] = ["-p", "_gdpath_alias"]
-    env = dict(os.environ, PYTHONPATH=str(work))
+    env = dict(os.environ, PYTHONPATH=child_pythonpath(work))
     r = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=900)
     assert xml.is_file(), f"pytest did not run {name}: {r.stdout[-2000:]}{r.stderr[-2000:]}"
     out = {}
@@ -78,6 +80,20 @@ def outcomes(tests: Path, name: str, tmp: Path, alias: bool) -> dict:
     if alias:
         out["_log"] = r.stdout[-6000:]
     return out
+
+
+def child_pythonpath(work: Path) -> str:
+    """``work`` (the alias plugin) first, then every directory this process imports ``gdpath``
+    from and the caller's ``PYTHONPATH``, kept: gdpath may be importable only through
+    ``PYTHONPATH`` (``pip install --target DIR`` + ``PYTHONPATH=DIR``, as the GPU machine runs the
+    wheel), which the child must see too."""
+    import gdpath
+
+    parts = [str(work)]
+    # The directory above the package directory (a namespace or a regular package).
+    parts += [str(Path(p).parent) for p in gdpath.__path__]
+    parts += [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return os.pathsep.join(dict.fromkeys(parts))
 
 
 @pytest.mark.parametrize("name", sorted(FILES))

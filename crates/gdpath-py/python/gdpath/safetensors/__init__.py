@@ -244,6 +244,33 @@ def _torch_dtypes() -> Dict[str, Any]:
     return {k: getattr(torch, v) for k, v in names.items() if hasattr(torch, v)}
 
 
+def _same_size_bits(t: Any) -> Any:
+    """A view of PyTorch tensor ``t`` as the unsigned/signed integer dtype of its element size
+    (``uint8`` for bool, fp8, ``float4_e2m1fn_x2``; ``int16``/``int32``/``int64`` for the wider
+    ones), so copies and device moves run the integer kernels: PyTorch has no copy kernel for
+    some sub-byte and fp8 dtypes (``copy_kernel`` is not implemented for ``Float4_e2m1fn_x2``),
+    while a view between dtypes of one element size keeps any strides and moves no byte.
+    ``t`` itself when its element size has no integer dtype."""
+    import torch
+
+    bits = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}.get(t.element_size())
+    return t if bits is None or t.dtype == bits else t.view(bits)
+
+
+def _torch_contiguous(t: Any) -> Any:
+    """``t.contiguous()`` for every dtype of the format: the copy (if any) moves the bytes as
+    integers of the same size (see :func:`_same_size_bits`), then views them as ``t``'s dtype."""
+    if t.is_contiguous():
+        return t
+    return _same_size_bits(t).contiguous().view(t.dtype)
+
+
+def _torch_to(t: Any, device: Any) -> Any:
+    """``t.to(device)`` for every dtype of the format, the bytes moved as integers of the same
+    size (see :func:`_same_size_bits`)."""
+    return _same_size_bits(t).to(device).view(t.dtype)
+
+
 def _numpy_dtypes() -> Dict[str, Any]:
     import numpy as np
 
@@ -609,7 +636,7 @@ class safe_open:
     def _to_device(self, t: Any) -> Any:
         if self._build.framework == "pt" and str(self._device) != "cpu":
             dev = f"cuda:{self._device}" if isinstance(self._device, int) else self._device
-            return t.to(dev)
+            return _torch_to(t, dev)
         return t
 
     def _prefetched(self) -> Optional[Dict[str, Any]]:
@@ -674,7 +701,7 @@ class safe_open:
         )
         out = whole[key] if key else whole
         if self._build.framework == "pt":
-            out = out.contiguous()
+            out = _torch_contiguous(out)
             return out if self._cache is not None else self._to_device(out)
         import numpy as np
 
@@ -773,10 +800,7 @@ def _raw(obj: Any) -> Any:
     if mod.startswith("torch"):
         import torch
 
-        t = obj.detach()
-        if not t.is_contiguous():
-            t = t.contiguous()
-        return t.reshape(-1).view(torch.uint8)
+        return _same_size_bits(_torch_contiguous(obj.detach())).reshape(-1).view(torch.uint8)
     if mod.startswith("cupy"):
         import cupy
 

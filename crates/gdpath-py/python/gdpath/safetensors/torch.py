@@ -14,7 +14,7 @@ import torch
 
 # The names safetensors.torch / safetensors.numpy re-export from safetensors itself.
 from . import SafetensorError, TensorSpec, deserialize, safe_open, serialize, serialize_file  # noqa: F401
-from . import _load_bytes, _save_bytes
+from . import _load_bytes, _save_bytes, _torch_contiguous
 from . import load_file as _load_file
 from . import save_file as _save_file
 
@@ -140,7 +140,7 @@ def save_model(model: torch.nn.Module, filename: str, metadata: Optional[Dict[st
             metadata.setdefault(name, kept)
             del state[name]
     if force_contiguous:
-        state = {k: v.contiguous() for k, v in state.items()}
+        state = {k: _torch_contiguous(v) for k, v in state.items()}
     try:
         save_file(state, filename, metadata)
     except ValueError as e:
