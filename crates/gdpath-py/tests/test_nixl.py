@@ -317,26 +317,27 @@ def test_the_peer_sees_the_bytes_the_moment_it_sees_the_notification(two, tmp_pa
     rng = np.random.default_rng(21)
     theirs = peer.initial()[0].reshape(BLOCKS, BS)
 
+    def post_watched(op, scribble, msg):
+        """Posts ``op`` of MOVED random blocks while the peer watches; (handle, local ids,
+        remote ids, the peer's snapshot at the notification)."""
+        lids, rids = rng.choice(BLOCKS, MOVED, replace=False), rng.choice(BLOCKS, MOVED, replace=False)
+        peer.watch(tmp_path / f"{op}.bin", scribble=scribble)
+        h = me.make_prepped_xfer(op, local, lids, remote, rids, notif_msg=msg)
+        me.transfer(h)
+        seen, snap = peer.watched()
+        assert seen == {"initiator": [msg]}
+        return h, lids, rids, snap[0].reshape(BLOCKS, BS)
+
     mine[:] = np.random.default_rng(22).integers(0, 256, mine.size, dtype=np.uint8)
-    w_src, w_dst = rng.choice(BLOCKS, MOVED, replace=False), rng.choice(BLOCKS, MOVED, replace=False)
-    peer.watch(tmp_path / "w.bin", scribble=False)
-    h = me.make_prepped_xfer("WRITE", local, w_src, remote, w_dst, notif_msg=b"w-now")
-    me.transfer(h)
-    seen, snap = peer.watched()
-    assert seen == {"initiator": [b"w-now"]}
+    h, w_src, w_dst, snap = post_watched("WRITE", False, b"w-now")
     expect = theirs.copy()
     expect[w_dst] = mine.reshape(BLOCKS, BS)[w_src]
-    assert np.array_equal(snap[0].reshape(BLOCKS, BS), expect)
+    assert np.array_equal(snap, expect)
     assert wait_state(me, h, 60) == "DONE", h.error
     me.release_xfer_handle(h)
 
     mine[:] = 0
-    r_src, r_dst = rng.choice(BLOCKS, MOVED, replace=False), rng.choice(BLOCKS, MOVED, replace=False)
-    peer.watch(tmp_path / "r.bin", scribble=True)
-    h = me.make_prepped_xfer("READ", local, r_dst, remote, r_src, notif_msg=b"r-now")
-    me.transfer(h)
-    seen, snap = peer.watched()
-    assert seen == {"initiator": [b"r-now"]}
+    h, r_dst, r_src, _ = post_watched("READ", True, b"r-now")
     assert wait_state(me, h, 60) == "DONE", h.error
     assert np.array_equal(mine.reshape(BLOCKS, BS)[r_dst], expect[r_src])
     assert (peer.dump(tmp_path)[0] == 0xFF).all()  # the scribble did land, after the READ
