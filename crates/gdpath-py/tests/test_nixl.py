@@ -39,6 +39,20 @@ def _peer_main(name: str, blocks: int, block_bytes: int, seed: int, layers: int,
     (torch CUDA tensors on cuda:0 registered directly), "pinned" (pinned torch CPU tensors)."""
     import gdpath.nixl as nixl
 
+    try:
+        agent, pools, bases = _peer_setup(nixl, name, blocks, block_bytes, seed, layers, where)
+    except nixl.nixlError as e:
+        # Said on stdout so the test sees the engine's finding (e.g. gdr.ucx-no-cuda) and can
+        # skip with it, rather than a bare "peer exited".
+        sys.stdout.write(json.dumps({"error": str(e), "kind": e.kind, "finding": e.finding}) + "\n")
+        sys.stdout.flush()
+        sys.exit(3)
+    _peer_serve(agent, pools, bases)
+
+
+def _peer_setup(nixl, name: str, blocks: int, block_bytes: int, seed: int, layers: int, where: str):
+    """The peer's agent and its registered pools (NumPy arrays or torch tensors) and their base
+    addresses."""
     agent = nixl.nixl_agent(name, _cfg(nixl, enable_listen_thread=True))
     rng = np.random.default_rng(seed)
     pools = [rng.integers(0, 256, blocks * block_bytes, dtype=np.uint8) for _ in range(layers)]
@@ -56,6 +70,11 @@ def _peer_main(name: str, blocks: int, block_bytes: int, seed: int, layers: int,
         bases = [t.data_ptr() for t in tensors]
         # Dumps read the tensors' memory (the GPU's copied back).
         pools = tensors  # type: ignore[assignment]
+    return agent, pools, bases
+
+
+def _peer_serve(agent, pools: list, bases: list) -> None:
+    """Says the peer's metadata, then answers commands on stdin until "quit"."""
     out = sys.stdout
     out.write(json.dumps({"metadata": agent.get_agent_metadata().hex(), "address": agent.address,
                           "bases": bases}) + "\n")
@@ -73,6 +92,21 @@ def _peer_main(name: str, blocks: int, block_bytes: int, seed: int, layers: int,
                 time.sleep(0.005)
             out.write(json.dumps(seen) + "\n")
             seen = {}
+        elif cmd[0] == "watch":  # watch SECONDS PATH scribble|keep: act on the first notification
+            # The moment a notification is seen, copy the pools (what a consumer would read
+            # then) before anything else; "scribble" then overwrites them with 0xFF, as a
+            # producer reusing its blocks once told a READ is done would.
+            end, got = time.monotonic() + float(cmd[1]), {}
+            while not got and time.monotonic() < end:
+                got = agent.get_new_notifs()
+            snap = [p.cpu().numpy().copy() if hasattr(p, "cpu") else p.copy() for p in pools]
+            if got and cmd[3] == "scribble":
+                for p in pools:
+                    p.fill_(0xFF) if hasattr(p, "fill_") else p.fill(0xFF)
+            with open(cmd[2], "wb") as f:
+                for p in snap:
+                    f.write(p.tobytes())
+            out.write(json.dumps({k: [m.hex() for m in v] for k, v in got.items()}) + "\n")
         elif cmd[0] == "dump":  # dump PATH: the pools' bytes, layer after layer
             with open(cmd[1], "wb") as f:
                 for p in pools:
@@ -86,20 +120,64 @@ def _peer_main(name: str, blocks: int, block_bytes: int, seed: int, layers: int,
     agent.close()
 
 
+def child_env() -> dict:
+    """This process's environment for a child: everything inherited (GDPATH_UCX_LIB, UCX_*,
+    CUDA_VISIBLE_DEVICES), with the directory of the gdpath package this process imported
+    prepended to PYTHONPATH, so the child runs the same gdpath (a wheel unpacked on
+    PYTHONPATH, a venv) and keeps whatever PYTHONPATH already named."""
+    import gdpath
+
+    env = dict(os.environ)
+    site = str(Path(gdpath.__file__).resolve().parent.parent)
+    rest = env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = site + (os.pathsep + rest if rest else "")
+    return env
+
+
+class PeerFailed(AssertionError):
+    """The peer process stopped before it said its metadata: ``finding`` and ``kind`` are the
+    engine's when the peer's gdpath raised (else None), ``stderr`` its last output,
+    ``returncode`` its exit status."""
+
+    def __init__(self, name: str, returncode, stderr: str, error: dict | None = None):
+        error = error or {}
+        self.returncode, self.stderr = returncode, stderr
+        self.finding, self.kind = error.get("finding"), error.get("kind")
+        said = error.get("error") or "no error line"
+        super().__init__(f"peer {name} exited ({returncode}): {said}\n--- its stderr ---\n{stderr[-4000:]}")
+
+
 class Peer:
     """The other process: its metadata, address and pools' base addresses; ``pools(rng)``
-    gives the bytes it started with (the same generator)."""
+    gives the bytes it started with (the same generator). Raises :class:`PeerFailed` when the
+    process stops before saying its metadata."""
 
     def __init__(self, name: str, blocks: int, block_bytes: int, seed: int = 1, layers: int = 1, script: Path = HERE, mode: str = "peer"):
+        import tempfile
+
         self.name, self.blocks, self.block_bytes, self.seed, self.layers = name, blocks, block_bytes, seed, layers
+        # stderr goes to a file, not a pipe: nobody reads it while the peer runs, and a full
+        # pipe would block the peer.
+        self._err = tempfile.TemporaryFile(mode="w+")
         self.proc = subprocess.Popen(
             [sys.executable, str(script), mode, name, str(blocks), str(block_bytes), str(seed), str(layers)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err, text=True, env=child_env(),
         )
         hello = json.loads(self._line(60))
+        if "error" in hello:
+            raise self._failed(hello)
         self.metadata = bytes.fromhex(hello["metadata"])
         self.address = hello["address"]
         self.bases = hello["bases"]
+
+    def _failed(self, error: dict | None = None) -> PeerFailed:
+        try:
+            code = self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            code = self.proc.wait(10)
+        self._err.seek(0)
+        return PeerFailed(self.name, code, self._err.read(), error)
 
     def _line(self, seconds: float) -> str:
         import select
@@ -107,7 +185,8 @@ class Peer:
         r, _, _ = select.select([self.proc.stdout], [], [], seconds)
         assert r, f"peer {self.name} said nothing within {seconds} s"
         line = self.proc.stdout.readline()
-        assert line, f"peer {self.name} exited ({self.proc.poll()})"
+        if not line:
+            raise self._failed()
         return line
 
     def ask(self, cmd: str, seconds: float = 60) -> str:
@@ -124,6 +203,20 @@ class Peer:
         assert self.ask(f"dump {p}").strip() == "ok"
         return np.fromfile(p, dtype=np.uint8).reshape(self.layers, -1)
 
+    def watch(self, path: Path, scribble: bool, seconds: float = 60) -> None:
+        """Asks the peer to snapshot its pools into ``path`` the moment it sees a notification
+        (then overwrite them with 0xFF if ``scribble``); :meth:`watched` reads its answer."""
+        self.proc.stdin.write(f"watch {seconds} {path} {'scribble' if scribble else 'keep'}\n")
+        self.proc.stdin.flush()
+        self._watch = (path, seconds)
+
+    def watched(self) -> tuple:
+        """The notifications the watch saw and the pools' bytes at that moment."""
+        path, seconds = self._watch
+        got = json.loads(self._line(seconds + 30))
+        snap = np.fromfile(path, dtype=np.uint8).reshape(self.layers, -1)
+        return {k: [bytes.fromhex(m) for m in v] for k, v in got.items()}, snap
+
     def notifs(self, count: int, seconds: float = 30) -> dict:
         got = json.loads(self.ask(f"notifs {count} {seconds}", seconds + 30))
         return {k: [bytes.fromhex(m) for m in v] for k, v in got.items()}
@@ -137,6 +230,7 @@ class Peer:
             except (OSError, subprocess.TimeoutExpired):
                 self.proc.kill()
                 self.proc.wait(10)
+        self._err.close()
 
 
 def blocks_of(base: int, blocks: int, block_bytes: int) -> list:
@@ -212,6 +306,52 @@ def test_read_and_write_10000_scattered_blocks_with_notifications(two, tmp_path)
 
 async def _await(h):
     return await h
+
+
+def test_the_peer_sees_the_bytes_the_moment_it_sees_the_notification(two, tmp_path):
+    """NIXL's promise, checked where it matters: the target acts on the notification at once.
+    WRITE: the target's snapshot taken the instant get_new_notifs returns it already holds
+    every written block. READ: the target overwrites its blocks the instant it is told, and
+    the initiator still got the original bytes (the READ was over before the notification)."""
+    nixl, me, mine, peer, local, remote = two
+    rng = np.random.default_rng(21)
+    theirs = peer.initial()[0].reshape(BLOCKS, BS)
+
+    def post_watched(op, scribble, msg):
+        """Posts ``op`` of MOVED random blocks while the peer watches; (handle, local ids,
+        remote ids, the peer's snapshot at the notification)."""
+        lids, rids = rng.choice(BLOCKS, MOVED, replace=False), rng.choice(BLOCKS, MOVED, replace=False)
+        peer.watch(tmp_path / f"{op}.bin", scribble=scribble)
+        h = me.make_prepped_xfer(op, local, lids, remote, rids, notif_msg=msg)
+        me.transfer(h)
+        seen, snap = peer.watched()
+        assert seen == {"initiator": [msg]}
+        return h, lids, rids, snap[0].reshape(BLOCKS, BS)
+
+    mine[:] = np.random.default_rng(22).integers(0, 256, mine.size, dtype=np.uint8)
+    h, w_src, w_dst, snap = post_watched("WRITE", False, b"w-now")
+    expect = theirs.copy()
+    expect[w_dst] = mine.reshape(BLOCKS, BS)[w_src]
+    assert np.array_equal(snap, expect)
+    assert wait_state(me, h, 60) == "DONE", h.error
+    me.release_xfer_handle(h)
+
+    mine[:] = 0
+    h, r_dst, r_src, _ = post_watched("READ", True, b"r-now")
+    assert wait_state(me, h, 60) == "DONE", h.error
+    assert np.array_equal(mine.reshape(BLOCKS, BS)[r_dst], expect[r_src])
+    assert (peer.dump(tmp_path)[0] == 0xFF).all()  # the scribble did land, after the READ
+    me.release_xfer_handle(h)
+
+
+def test_a_peer_that_fails_to_start_says_why():
+    """A peer whose registration fails reports the engine's error, kind and exit status
+    instead of "said nothing" (the GPU suite skips on such a finding, e.g. gdr.ucx-no-cuda)."""
+    with pytest.raises(PeerFailed) as e:
+        Peer("broken", 0, 4096, seed=1)
+    assert e.value.returncode == 3
+    assert e.value.kind is not None
+    assert "length 0" in str(e.value) or "empty" in str(e.value), str(e.value)
 
 
 def test_nixl_errors_for_bad_indices_agents_and_handles(two):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +18,36 @@ import pytest
 HERE = Path(__file__).resolve()
 sys.path.insert(0, str(HERE.parent))
 
-from test_nixl import Peer, _cfg, _peer_main, blocks_of, wait_state  # noqa: E402
+from test_nixl import Peer, PeerFailed, _cfg, _peer_main, blocks_of, wait_state  # noqa: E402
+
+# The engine's finding when the loaded UCX cannot export GPU memory (docs/ucx.md).
+UCX_NO_CUDA = "gdr.ucx-no-cuda"
+REMEDY = ("set GDPATH_UCX_LIB to a CUDA-enabled libucp.so.0, e.g. the libucx-cu13 wheel's "
+          "libucx/lib/libucp.so.0 (docs/nixl.md, 'Running on the GPU machine')")
+
+
+def ucx_no_cuda_reason(e: BaseException) -> str | None:
+    """The skip reason when ``e`` (a NIXL error of this process or a :class:`PeerFailed`) is
+    the engine saying the loaded UCX has no CUDA support, else None."""
+    if getattr(e, "finding", None) != UCX_NO_CUDA:
+        return None
+    where = f"peer process: {str(e).splitlines()[0]}" if isinstance(e, PeerFailed) else str(e)
+    return f"SKIPPED: the loaded UCX has no CUDA support [{UCX_NO_CUDA}] ({where}); {REMEDY}"
+
+
+@contextmanager
+def skip_without_cuda_ucx():
+    """Turns the engine's gdr.ucx-no-cuda (here or in a peer) into a skip that says the
+    remedy; any other error passes through."""
+    import gdpath.nixl as nixl
+
+    try:
+        yield
+    except (nixl.nixlError, PeerFailed) as e:
+        reason = ucx_no_cuda_reason(e)
+        if reason is None:
+            raise
+        pytest.skip(reason)
 
 
 def _cuda_or_skip():
@@ -42,12 +72,14 @@ def test_gpu_blocks_between_two_processes(peer_mem, tmp_path):
     torch = _cuda_or_skip()
     import gdpath.nixl as nixl
 
-    peer = Peer(f"gpu-{peer_mem}", BLOCKS, BS, seed=11, script=HERE, mode=f"{peer_mem}-peer")
+    with skip_without_cuda_ucx():
+        peer = Peer(f"gpu-{peer_mem}", BLOCKS, BS, seed=11, script=HERE, mode=f"{peer_mem}-peer")
     me = nixl.nixl_agent("gpu-initiator", _cfg(nixl, timeout=60.0))
     try:
         mine = torch.zeros(BLOCKS * BS, dtype=torch.uint8, device="cuda:0")
         torch.cuda.synchronize()
-        me.register_memory(mine)
+        with skip_without_cuda_ucx():
+            me.register_memory(mine)
         me.add_remote_agent(peer.metadata)
         local = me.prep_xfer_dlist("NIXL_INIT_AGENT", blocks_of(mine.data_ptr(), BLOCKS, BS), "VRAM")
         remote_type = "VRAM" if peer_mem == "vram" else "DRAM"
@@ -92,7 +124,8 @@ def test_torch_tensors_registered_directly_loopback():
         a = [torch.randint(0, 255, (1 << 20,), dtype=torch.uint8, device="cuda:0") for _ in range(3)]
         b = [torch.zeros(1 << 20, dtype=torch.uint8, device="cuda:0") for _ in range(3)]
         torch.cuda.synchronize()
-        me.register_memory(a)
+        with skip_without_cuda_ucx():
+            me.register_memory(a)
         me.register_memory(b)
         rs = me.prep_xfer_dlist("gpu-solo", me.get_xfer_descs(a))
         ld = me.prep_xfer_dlist("NIXL_INIT_AGENT", me.get_xfer_descs(b))
@@ -103,6 +136,28 @@ def test_torch_tensors_registered_directly_loopback():
             assert torch.equal(b[i], a[j])
     finally:
         me.close()
+
+
+def test_ucx_without_cuda_is_a_skip_with_the_remedy_and_nothing_else_is():
+    """CPU: the engine's gdr.ucx-no-cuda, raised here or said by a peer, becomes a skip naming
+    GDPATH_UCX_LIB; another finding, or none, still fails the test."""
+    import gdpath.nixl as nixl
+
+    here = nixl.nixlNotSupportedError("register descriptor 0: exporting GPU memory with UCX 1.16.0",
+                                      "unsupported", UCX_NO_CUDA)
+    peer = PeerFailed("p", 3, "Traceback ...", {"error": "register descriptor 0: ...", "kind": "unsupported",
+                                                "finding": UCX_NO_CUDA})
+    for e in (here, peer):
+        assert "GDPATH_UCX_LIB" in ucx_no_cuda_reason(e)
+        with pytest.raises(pytest.skip.Exception, match="GDPATH_UCX_LIB"):
+            with skip_without_cuda_ucx():
+                raise e
+    other = nixl.nixlNotSupportedError("x", "unsupported", "gds.no-nvfs")
+    for e in (other, PeerFailed("p", 1, "segfault", None), nixl.nixlBackendError("y")):
+        assert ucx_no_cuda_reason(e) is None
+        with pytest.raises(type(e)):
+            with skip_without_cuda_ucx():
+                raise e
 
 
 if __name__ == "__main__" and len(sys.argv) >= 6 and sys.argv[1] in ("vram-peer", "pinned-peer"):
