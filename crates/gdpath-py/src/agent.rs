@@ -168,6 +168,22 @@ impl Agent {
             .call_method1("cluster_events", (w,))
     }
 
+    /// Publishes this agent's record (address of the last `serve`, regions exported so far) if
+    /// it is not published now: after `serve(publish=False)` or `cluster_leave()`. Returns
+    /// whether it published. Errors: `usage` before any `serve`, `name_taken`,
+    /// `cluster_unreachable`, `cluster_denied`; `ValueError` without `cluster=`.
+    fn cluster_publish(&self, py: Python<'_>) -> PyResult<bool> {
+        self.cluster()?.republish(py)
+    }
+
+    /// Withdraws this agent's record (its lease revoked; peers see it gone at once) while it
+    /// keeps serving the connections it has. Returns whether a record was published. Errors:
+    /// etcd's when it could not be told (the record then goes within the lease TTL);
+    /// `ValueError` without `cluster=`.
+    fn cluster_leave(&self, py: Python<'_>) -> PyResult<bool> {
+        self.cluster()?.leave(py)
+    }
+
     /// A blocking watch of the cluster (`watch.next(timeout)`).
     fn cluster_watch(&self, py: Python<'_>) -> PyResult<crate::cluster::ClusterWatch> {
         self.cluster()?.watch(py)
@@ -327,20 +343,25 @@ impl Agent {
     /// Listens on `addr` (`"127.0.0.1:18515"`; port 0 picks one: `server.address`) and serves
     /// peers from a thread of the engine: handshakes, metadata, withdrawals, notifications.
     /// A non-loopback address needs a `token` (`str` or `bytes`, at least 16 bytes).
-    /// Errors: `config` (no token off loopback, address in use), `ucx`.
-    #[pyo3(signature = (addr, *, token=None))]
+    /// Errors: `config` (no token off loopback, address in use), `ucx`. An agent made with
+    /// `cluster=` publishes its record here too (`name_taken`, `cluster_unreachable`), unless
+    /// `publish=False` (then `cluster_publish()` does it later).
+    #[pyo3(signature = (addr, *, token=None, publish=true))]
     fn serve(
         &self,
         py: Python<'_>,
         addr: &str,
         token: Option<crate::net::TokenArg>,
+        publish: bool,
     ) -> PyResult<crate::net::Server> {
         let addr = crate::net::address(addr)?;
         let token = crate::net::token(py, token.map(|t| t.0))?;
         let agent = self.agent.clone();
         let s = py.detach(move || agent.serve(addr, token)).py_err(py)?;
-        if let Some(c) = &self.cluster {
-            c.publish(py, s.local_addr())?;
+        match &self.cluster {
+            Some(c) if publish => c.publish(py, s.local_addr())?,
+            Some(c) => c.set_addr(s.local_addr()),
+            None => {}
         }
         Ok(crate::net::Server::new(s))
     }

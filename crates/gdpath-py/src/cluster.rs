@@ -27,6 +27,9 @@ pub struct Publish {
     record: Mutex<AgentRecord>,
     ttl: Duration,
     member: Mutex<Option<Membership>>,
+    /// The serving address of the last `serve`, so that a withdrawn record can be published
+    /// again without serving again.
+    addr: Mutex<Option<std::net::SocketAddr>>,
 }
 
 impl Publish {
@@ -45,6 +48,7 @@ impl Publish {
             record: Mutex::new(record),
             ttl,
             member: Mutex::new(None),
+            addr: Mutex::new(None),
         })
     }
 
@@ -80,6 +84,7 @@ impl Publish {
     /// Publishes the record with the serving address `addr` (claiming the name). Errors:
     /// `name_taken`, `cluster_unreachable`, `cluster_denied`.
     pub fn publish(&self, py: Python<'_>, addr: std::net::SocketAddr) -> PyResult<()> {
+        *self.addr.lock().unwrap_or_else(|p| p.into_inner()) = Some(addr);
         let mut record = self
             .record
             .lock()
@@ -92,6 +97,50 @@ impl Publish {
             .map_err(|e| err(py, e))?;
         *self.member.lock().unwrap_or_else(|p| p.into_inner()) = Some(m);
         Ok(())
+    }
+
+    /// Remembers the serving address `addr` without publishing (`serve(publish=False)`).
+    pub fn set_addr(&self, addr: std::net::SocketAddr) {
+        *self.addr.lock().unwrap_or_else(|p| p.into_inner()) = Some(addr);
+    }
+
+    /// Publishes the record again (with the regions exported since) if it is not published
+    /// now; false when it already is. Errors: `usage` before any `serve`, and `publish`'s.
+    pub fn republish(&self, py: Python<'_>) -> PyResult<bool> {
+        if self
+            .member
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some()
+        {
+            return Ok(false);
+        }
+        let addr = *self.addr.lock().unwrap_or_else(|p| p.into_inner());
+        let addr = addr.ok_or_else(|| {
+            crate::error::raise(
+                py,
+                "usage",
+                "the record has no address yet: serve first",
+                None,
+                None,
+            )
+        })?;
+        self.publish(py, addr)?;
+        Ok(true)
+    }
+
+    /// Withdraws the record (its lease revoked: watchers see the agent leave at once); false
+    /// when it was not published. Errors: etcd's, when it could not be told (the record then
+    /// goes when its lease expires).
+    pub fn leave(&self, py: Python<'_>) -> PyResult<bool> {
+        let m = self.member.lock().unwrap_or_else(|p| p.into_inner()).take();
+        match m {
+            None => Ok(false),
+            Some(m) => {
+                py.detach(move || m.leave()).map_err(|e| err(py, e))?;
+                Ok(true)
+            }
+        }
     }
 
     /// Connects to agent `name`, waiting up to `wait` for its record.

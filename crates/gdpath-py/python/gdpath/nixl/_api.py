@@ -89,7 +89,12 @@ class nixl_agent_config:
     deadline of every transfer, after which it is cancelled and its state is ``"ERR"``; None:
     no deadline beyond the engine's ``op_timeout``), ``op_timeout`` (seconds for one network
     operation before the peer is failed, default 60), ``connect_timeout`` (seconds, default
-    10).
+    10; also the deadline of ``fetch_remote_metadata``'s name resolution in a cluster).
+
+    The etcd metadata path (docs/nixl.md, "etcd"): ``cluster`` (``etcd://host:port[,…]/ns``,
+    gdpath's cluster URL, docs/cluster.md; default: NIXL's ``NIXL_ETCD_ENDPOINTS`` and
+    ``NIXL_ETCD_NAMESPACE`` translated by :func:`etcd_url_from_env`), ``lease_ttl`` (seconds
+    of the record's lease, default 10: a crashed agent is gone for its peers within it).
     """
 
     def __init__(
@@ -107,6 +112,8 @@ class nixl_agent_config:
         timeout: Optional[float] = None,
         op_timeout: float = 60.0,
         connect_timeout: float = 10.0,
+        cluster: Optional[str] = None,
+        lease_ttl: float = 10.0,
     ):
         self.backends = list(backends) if backends is not None else ["UCX"]
         self.enable_pthread = enable_prog_thread
@@ -120,6 +127,8 @@ class nixl_agent_config:
         self.timeout = timeout
         self.op_timeout = op_timeout
         self.connect_timeout = connect_timeout
+        self.cluster = cluster if cluster is not None else etcd_url_from_env()
+        self.lease_ttl = lease_ttl
 
 
 class _DList:
@@ -486,13 +495,25 @@ class nixl_agent:
         self.notifs: Dict[str, List[bytes]] = {}
         self.backends: Dict[str, int] = {b: i for i, b in enumerate(cfg.backends)}
         self.plugin_list = list(_BACKENDS)
-        self._agent = gdpath.Agent(name=agent_name)
+        self._cluster = cfg.cluster
+        if self._cluster:
+            # A cluster member: the record is published by send_local_metadata, as NIXL
+            # writes its etcd keys there, not at construction.
+            try:
+                self._agent = gdpath.Agent(name=agent_name, cluster=self._cluster, lease_ttl=cfg.lease_ttl)
+            except gdpath.GdpathError as e:
+                raise from_gdpath(e, f"cluster {self._cluster}") from e
+        else:
+            self._agent = gdpath.Agent(name=agent_name)
         self._agent.enable_net(
             devices=cfg.net_devices,
             op_timeout=cfg.op_timeout,
             connect_timeout=cfg.connect_timeout,
         )
-        self._server = self._agent.serve(f"{cfg.listen_addr}:{cfg.port}", token=cfg.token)
+        if self._cluster:
+            self._server = self._agent.serve(f"{cfg.listen_addr}:{cfg.port}", token=cfg.token, publish=False)
+        else:
+            self._server = self._agent.serve(f"{cfg.listen_addr}:{cfg.port}", token=cfg.token)
         self._lock = threading.RLock()
         self._mems: List[_Mem] = []
         self._tables: Dict[str, _Table] = {}
@@ -506,9 +527,13 @@ class nixl_agent:
         self._executor: Optional[concurrent.futures.ThreadPoolExecutor] = None
         self._listener: Optional[threading.Thread] = None
         self._closed = threading.Event()
+        # Cluster peers found by name (fetch_remote_metadata), watched for their record going.
+        self._cluster_peers: Dict[str, Any] = {}
         if cfg.enable_listen:
             self._listener = threading.Thread(target=self._listen, name=f"nixl-listen-{agent_name}", daemon=True)
             self._listener.start()
+        if self._cluster:
+            self._cluster_start()
 
     # -- plugins and backends (gdpath's engine has them all; kept for NIXL's callers) --------
 
@@ -736,7 +761,9 @@ class nixl_agent:
                 self._remote_tables.pop(name, None)
                 return name
         try:
-            peer = self._agent.connect(address, token=self._cfg.token, timeout=self._cfg.connect_timeout)
+            peer = self._cluster_connection(name)
+            if peer is None:
+                peer = self._agent.connect(address, token=self._cfg.token, timeout=self._cfg.connect_timeout)
         except gdpath.GdpathError as e:
             raise from_gdpath(e, f"connect to {name!r} at {address}") from e
         if _sender_name(peer.name) != name:
@@ -754,6 +781,7 @@ class nixl_agent:
         with self._lock:
             r = self._remotes.pop(agent, None)
             self._remote_tables.pop(agent, None)
+            self._cluster_peers.pop(agent, None)
         if r is None:
             raise nixlNotFoundError(f"no remote agent {agent!r}")
         r.peer.close()
@@ -801,7 +829,13 @@ class nixl_agent:
     def send_local_metadata(self, ip_addr: str = "", port: int = DEFAULT_COMM_PORT) -> None:
         """Sends this agent's metadata to the agent serving at ``ip_addr:port`` (its
         ``listen_port``), which adds it (in its listener thread, or at its next
-        ``get_new_notifs`` / ``check_remote_metadata``)."""
+        ``get_new_notifs`` / ``check_remote_metadata``). Without ``ip_addr`` on an agent in a
+        cluster: publishes its record in etcd (docs/nixl.md, "etcd"); errors then are
+        :class:`nixlNotAllowedError` (the name is held by another live agent) and
+        :class:`nixlBackendError` (etcd unreachable or denying)."""
+        if not ip_addr and self._cluster:
+            self._cluster_publish()
+            return
         self._side_send(ip_addr, port, _MD_PUSH + self.get_agent_metadata(), "send_local_metadata")
 
     def send_partial_agent_metadata(self, descs: Any = None, inc_conn_info: bool = False, backends: Sequence[str] = (), ip_addr: str = "", port: int = DEFAULT_COMM_PORT) -> None:
@@ -811,15 +845,35 @@ class nixl_agent:
     def fetch_remote_metadata(self, remote_agent: str, ip_addr: str = "", port: int = DEFAULT_COMM_PORT) -> None:
         """Asks the agent serving at ``ip_addr:port`` for its metadata; it answers with
         :meth:`send_local_metadata` to this agent, and :meth:`check_remote_metadata` then says
-        True. The request carries this agent's metadata, so that the answer can be sent."""
+        True. The request carries this agent's metadata, so that the answer can be sent.
+
+        Without ``ip_addr`` on an agent in a cluster: resolves ``remote_agent`` in etcd,
+        waiting up to ``connect_timeout`` seconds for its record (then
+        :class:`nixlNotFoundError`), connects through gdpath's authenticated channel (this
+        agent's token; a wrong one raises :class:`nixlRemoteDisconnectError`) and asks the
+        agent for its metadata over it; :meth:`check_remote_metadata` says True once it
+        arrived."""
+        if not ip_addr and self._cluster:
+            self._cluster_fetch(remote_agent)
+            return
         self._side_send(ip_addr, port, _MD_FETCH + self.get_agent_metadata(), "fetch_remote_metadata")
 
     def invalidate_local_metadata(self, ip_addr: str = "", port: int = DEFAULT_COMM_PORT) -> None:
-        """Tells the agent at ``ip_addr:port`` to forget this agent (it removes it)."""
+        """Tells the agent at ``ip_addr:port`` to forget this agent (it removes it). Without
+        ``ip_addr`` on an agent in a cluster: withdraws its record (the lease revoked), so that
+        every agent that fetched it sees it gone, its transfers to it ending ``"ERR"``."""
+        if not ip_addr and self._cluster:
+            try:
+                self._agent.cluster_leave()
+            except gdpath.GdpathError as e:
+                raise from_gdpath(e, "invalidate_local_metadata") from e
+            return
         self._side_send(ip_addr, port, _MD_INVALIDATE + self.name.encode(), "invalidate_local_metadata")
 
     def check_remote_metadata(self, agent: str, descs: Any = None) -> bool:
-        """Whether ``agent``'s metadata was added (and, with ``descs``, covers them)."""
+        """Whether ``agent``'s metadata was added (and, with ``descs``, covers them). In a
+        cluster, False once the agent's record went (it must be fetched again)."""
+        self._cluster_reap()
         self._pump()
         if agent not in self._remotes:
             return False
@@ -863,6 +917,97 @@ class nixl_agent:
             if n is not None and not self._handle_control(n.sender, n.message):
                 with self._lock:
                     self._inbox.append(n)
+
+    # -- the etcd metadata path (gdpath's cluster; docs/nixl.md, "etcd") -------------------
+
+    def _cluster_start(self) -> None:
+        # Peers fetch this agent's metadata from the agent itself over the channel, so their
+        # requests are answered as they arrive, listener thread asked for or not.
+        if self._listener is None:
+            self._listener = threading.Thread(target=self._listen, name=f"nixl-listen-{self.name}", daemon=True)
+            self._listener.start()
+        threading.Thread(target=self._cluster_watch, name=f"nixl-cluster-{self.name}", daemon=True).start()
+
+    def _cluster_publish(self) -> None:
+        try:
+            self._agent.cluster_publish()
+        except gdpath.GdpathError as e:
+            if getattr(e, "kind", None) == "name_taken":
+                raise nixlBind.nixlNotAllowedError(f"send_local_metadata: {e}", e.kind, getattr(e, "finding", None), cause=e) from e
+            raise from_gdpath(e, "send_local_metadata") from e
+
+    def _cluster_fetch(self, name: str) -> None:
+        if name == self.name:
+            raise nixlInvalidParamError("fetch_remote_metadata: that is this agent's own name")
+        with self._lock:
+            known = self._cluster_peers.get(name)
+            if known is not None and known.gone is None and name in self._remotes:
+                return
+        deadline = self._cfg.connect_timeout
+        try:
+            cp = self._agent.peer(name, token=self._cfg.token, timeout=deadline)
+        except gdpath.GdpathError as e:
+            if getattr(e, "kind", None) == "not_found":
+                raise nixlNotFoundError(
+                    f"fetch_remote_metadata: no agent {name!r} in the cluster within {deadline} s", e.kind, getattr(e, "finding", None), cause=e
+                ) from e
+            raise from_gdpath(e, f"fetch_remote_metadata {name!r}") from e
+        with self._lock:
+            old = self._remotes.get(name)
+            self._cluster_peers[name] = cp
+        if old is not None and old.peer is not cp.peer:
+            # Metadata of another incarnation (or another channel) is never used again.
+            self._cluster_forget(name, old, f"replaced by incarnation {cp.incarnation}")
+        try:
+            cp.peer.notify(_MD_FETCH + self.get_agent_metadata(), self._cfg.op_timeout)
+        except gdpath.GdpathError as e:
+            raise from_gdpath(e, f"fetch_remote_metadata {name!r}") from e
+
+    def _cluster_connection(self, name: str) -> Any:
+        """The channel to ``name`` made when it was resolved in the cluster, while its record
+        stands; None otherwise (add_remote_agent then connects by address)."""
+        cp = self._cluster_peers.get(name)
+        if cp is None or cp.gone is not None or cp.peer.failure is not None:
+            return None
+        return cp.peer
+
+    def _cluster_forget(self, name: str, r: _Remote, why: str) -> None:
+        """Ends every transfer to ``r`` in ``"ERR"`` and forgets it."""
+        err = nixlRemoteDisconnectError(f"remote agent {name!r} is gone: {why}", "peer_gone")
+        with self._lock:
+            if self._remotes.get(name) is r:
+                del self._remotes[name]
+                self._remote_tables.pop(name, None)
+            xfers = [x for x in self._xfers.values() if x.remote is r and x.state == "PROC"]
+        for x in xfers:
+            x._finish(err)
+            x.cancel()
+        try:
+            r.peer.close(0.1)
+        except gdpath.GdpathError:
+            pass
+
+    def _cluster_reap(self) -> None:
+        """Forgets every cluster peer whose record went (lease expired, left, replaced)."""
+        for name, cp in list(self._cluster_peers.items()):
+            gone = cp.gone
+            if gone is None:
+                continue
+            with self._lock:
+                if self._cluster_peers.get(name) is cp:
+                    del self._cluster_peers[name]
+                r = self._remotes.get(name)
+            if r is not None and r.peer is cp.peer:
+                self._cluster_forget(name, r, f"incarnation {cp.incarnation}: {gone[1]}")
+
+    def _cluster_watch(self) -> None:
+        # ClusterPeer.gone is set by the cluster's watch; polling it every 50 ms bounds the
+        # delay to "ERR" by the lease TTL plus that.
+        while not self._closed.wait(0.05):
+            try:
+                self._cluster_reap()
+            except Exception:  # noqa: BLE001 - the watch must outlive one bad peer
+                pass
 
     # -- prepared lists and transfers ------------------------------------------------------
 
@@ -1194,8 +1339,14 @@ class nixl_agent:
         return self._executor
 
     def close(self) -> None:
-        """Cancels transfers in flight, disconnects every remote agent and stops serving."""
+        """Cancels transfers in flight, disconnects every remote agent and stops serving (in a
+        cluster, withdrawing its record first)."""
         self._closed.set()
+        if self._cluster:
+            try:
+                self._agent.cluster_leave()
+            except gdpath.GdpathError:
+                pass  # the record then goes when its lease expires
         for x in list(self._xfers.values()):
             if x.state == "PROC":
                 x.cancel()
@@ -1225,7 +1376,50 @@ def _is_tensor(x: Any) -> bool:
 
 def _sender_name(sender: str) -> str:
     """The agent name of a gdpath notification's sender (``name@address``)."""
-    return sender.rsplit("@", 1)[0] if "@" in sender else sender
+    name = sender.rsplit("@", 1)[0] if "@" in sender else sender
+    return _cluster_base_name(name)
+
+
+def _cluster_base_name(name: str) -> str:
+    """``NAME`` of a cluster member's engine name ``NAME#INCARNATION`` (32 hex digits,
+    docs/cluster.md), else ``name`` unchanged."""
+    base, sep, inc = name.rpartition("#")
+    if sep and len(inc) == 32 and all(c in "0123456789abcdef" for c in inc):
+        return base
+    return name
+
+
+def etcd_url_from_env(environ: Optional[Dict[str, str]] = None) -> Optional[str]:
+    """gdpath's cluster URL for NIXL's etcd settings, or None without ``NIXL_ETCD_ENDPOINTS``.
+
+    ``NIXL_ETCD_ENDPOINTS``: comma-separated ``http://host:port`` (``https://`` for TLS; all
+    alike); ``NIXL_ETCD_NAMESPACE`` (NIXL's default ``/nixl/agents/``): its path without a
+    trailing ``agents`` component, joined by ``.``, is gdpath's namespace (``nixl``), so
+    records lie under ``/nixl/agents/NAME``. Raises :class:`nixlInvalidParamError` for
+    endpoints or a namespace gdpath cannot use."""
+    env = os.environ if environ is None else environ
+    endpoints = env.get("NIXL_ETCD_ENDPOINTS", "").strip()
+    if not endpoints:
+        return None
+    schemes, hosts = set(), []
+    for ep in endpoints.split(","):
+        ep = ep.strip()
+        scheme, sep, rest = ep.partition("://")
+        if not sep:
+            scheme, rest = "http", ep
+        if scheme not in ("http", "https") or not rest or "/" in rest.rstrip("/"):
+            raise nixlInvalidParamError(f"NIXL_ETCD_ENDPOINTS: {ep!r} is not http(s)://host:port")
+        schemes.add(scheme)
+        hosts.append(rest.rstrip("/"))
+    if len(schemes) != 1:
+        raise nixlInvalidParamError("NIXL_ETCD_ENDPOINTS: mixes http:// and https:// endpoints")
+    parts = [p for p in env.get("NIXL_ETCD_NAMESPACE", "/nixl/agents/").split("/") if p]
+    if parts and parts[-1] == "agents":
+        parts = parts[:-1]
+    ns = ".".join(parts)
+    if not ns:
+        raise nixlInvalidParamError(f"NIXL_ETCD_NAMESPACE {env.get('NIXL_ETCD_NAMESPACE')!r} names no namespace")
+    return f"{'etcds' if 'https' in schemes else 'etcd'}://{','.join(hosts)}/{ns}"
 
 
 def _parse_blob(metadata: Any) -> Tuple[str, str, List[Tuple[str, int, int, int, int]]]:
