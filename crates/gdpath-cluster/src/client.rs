@@ -135,25 +135,25 @@ impl Cluster {
     /// Every agent record of the namespace (at most [`MAX_LISTED`]), sorted by name, with the
     /// seconds left on each lease. Invalid records are listed with the reason, not dropped.
     pub fn list(&self) -> Result<Vec<Listed>, ClusterError> {
-        let mut c = self.client.clone();
-        let prefix = self.url.agents_prefix();
-        let resp = self.call(c.get(
-            prefix,
-            Some(GetOptions::new().with_prefix().with_limit(MAX_LISTED)),
-        ))?;
-        let mut out = Vec::with_capacity(resp.kvs().len());
-        for kv in resp.kvs() {
-            let ttl_left = if kv.lease() != 0 {
-                let mut c = self.client.clone();
-                self.call(c.lease_time_to_live(kv.lease(), None))
-                    .ok()
-                    .map(|r| r.ttl())
+        let (raws, _) = self.get_paged(&self.url.agents_prefix())?;
+        // One lookup per distinct lease: records written on one lease (by one agent, or by
+        // someone writing many keys) cost one round trip, not one each.
+        let mut ttls: std::collections::HashMap<i64, Option<i64>> = Default::default();
+        let mut out = Vec::with_capacity(raws.len());
+        for raw in raws {
+            let ttl_left = if raw.lease != 0 {
+                *ttls.entry(raw.lease).or_insert_with(|| {
+                    let mut c = self.client.clone();
+                    self.call(c.lease_time_to_live(raw.lease, None))
+                        .ok()
+                        .map(|r| r.ttl())
+                })
             } else {
                 None
             };
             out.push(Listed {
-                key: String::from_utf8_lossy(kv.key()).into_owned(),
-                record: AgentRecord::from_etcd(kv.key(), kv.value()).map_err(|e| e.to_string()),
+                key: String::from_utf8_lossy(&raw.key).into_owned(),
+                record: raw.record().map_err(|e| e.to_string()),
                 ttl_left,
             });
         }
@@ -215,30 +215,147 @@ impl Cluster {
     /// every change. The watch resumes by itself after etcd comes back. Dropping the
     /// [`Watch`] ends it.
     pub fn watch(&self) -> Result<Watch, ClusterError> {
-        self.watch_prefix(self.url.agents_prefix(), true)
+        self.watch_prefix(self.url.agents_prefix())
     }
 
-    /// A watch of one key or prefix, from now (with `snapshot`, the present records first).
-    pub(crate) fn watch_prefix(&self, key: String, snapshot: bool) -> Result<Watch, ClusterError> {
-        let mut c = self.client.clone();
-        let resp = self.call(c.get(
-            key.clone(),
-            Some(GetOptions::new().with_prefix().with_limit(MAX_LISTED)),
-        ))?;
+    /// A watch of the prefix `key` from now, the present records first.
+    pub(crate) fn watch_prefix(&self, key: String) -> Result<Watch, ClusterError> {
+        let (raws, rev) = self.get_paged(&key)?;
         let (tx, rx) = std::sync::mpsc::channel();
-        if snapshot {
-            for kv in resp.kvs() {
-                let _ = tx.send(match AgentRecord::from_etcd(kv.key(), kv.value()) {
-                    Ok(r) => ClusterEvent::Joined(r),
-                    Err(e) => invalid(kv.key(), e),
-                });
-            }
+        for raw in raws {
+            let _ = tx.send(match raw.record() {
+                Ok(r) => ClusterEvent::Joined(r),
+                Err(e) => invalid(&raw.key, e),
+            });
         }
-        let from = resp.header().map(|h| h.revision()).unwrap_or(0) + 1;
-        let client = self.client.clone();
-        let task = self.rt.spawn(watch_task(client, key, from, tx));
+        let task = self
+            .rt
+            .spawn(watch_task(self.client.clone(), key, true, rev + 1, tx));
         Ok(Watch { rx, task })
     }
+
+    /// A watch of exactly the key `key` (not the keys it is a prefix of: `/ns/agents/p` must
+    /// not see `/ns/agents/p0`), from now.
+    pub(crate) fn watch_key(&self, key: String) -> Result<Watch, ClusterError> {
+        let mut c = self.client.clone();
+        let resp = self.call(c.get(key.clone(), Some(GetOptions::new().with_keys_only())))?;
+        let from = resp.header().map(|h| h.revision()).unwrap_or(0) + 1;
+        let (tx, rx) = std::sync::mpsc::channel();
+        let task = self
+            .rt
+            .spawn(watch_task(self.client.clone(), key, false, from, tx));
+        Ok(Watch { rx, task })
+    }
+
+    /// Every key under `prefix` (at most [`MAX_LISTED`]) at one revision, returned with it.
+    /// Read in pages, because one gRPC response is at most 4 MiB (tonic's default) while a
+    /// value written by someone else may be as large as etcd accepts (1.5 MiB by default): a
+    /// page too large is read again in halves, and a single value too large is returned as
+    /// such, by its key, rather than failing the whole listing.
+    fn get_paged(&self, prefix: &str) -> Result<(Vec<RawKv>, i64), ClusterError> {
+        let end = prefix_end(prefix.as_bytes());
+        let mut from = prefix.as_bytes().to_vec();
+        let mut out: Vec<RawKv> = Vec::new();
+        let mut rev = 0i64;
+        let mut page = LIST_PAGE;
+        while (out.len() as i64) < MAX_LISTED {
+            let limit = page.min(MAX_LISTED - out.len() as i64);
+            let mut opts = GetOptions::new().with_range(end.clone()).with_limit(limit);
+            if rev > 0 {
+                opts = opts.with_revision(rev);
+            }
+            let mut c = self.client.clone();
+            let mut resp = match self.call(c.get(from.clone(), Some(opts))) {
+                Ok(r) => r,
+                Err(e) if too_large(&e) && page > 1 => {
+                    page /= 2;
+                    continue;
+                }
+                Err(e) if too_large(&e) => {
+                    // One value alone is too large: learn its key and list it as such.
+                    let mut opts = GetOptions::new()
+                        .with_range(end.clone())
+                        .with_limit(1)
+                        .with_keys_only();
+                    if rev > 0 {
+                        opts = opts.with_revision(rev);
+                    }
+                    let mut c = self.client.clone();
+                    let mut resp = self.call(c.get(from.clone(), Some(opts)))?;
+                    let Some(kv) = resp.take_kvs().into_iter().next() else {
+                        break;
+                    };
+                    from = [kv.key(), b"\0"].concat();
+                    out.push(RawKv {
+                        key: kv.key().to_vec(),
+                        value: None,
+                        lease: kv.lease(),
+                    });
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            if rev == 0 {
+                rev = resp.header().map(|h| h.revision()).unwrap_or(0);
+            }
+            let more = resp.more();
+            let kvs = resp.take_kvs();
+            if let Some(last) = kvs.last() {
+                from = [last.key(), b"\0"].concat();
+            }
+            out.extend(kvs.into_iter().map(|kv| RawKv {
+                key: kv.key().to_vec(),
+                value: Some(kv.value().to_vec()),
+                lease: kv.lease(),
+            }));
+            if !more {
+                break;
+            }
+            page = (page * 2).min(LIST_PAGE);
+        }
+        Ok((out, rev))
+    }
+}
+
+/// Records asked for in one page of a listing: 64 valid records (256 KiB at most each) fit
+/// one gRPC response; a page of larger values is halved until it fits.
+const LIST_PAGE: i64 = 64;
+
+/// A key as listed: its value (`None`: larger than one gRPC response may carry) and lease.
+struct RawKv {
+    key: Vec<u8>,
+    value: Option<Vec<u8>>,
+    lease: i64,
+}
+
+impl RawKv {
+    fn record(&self) -> Result<AgentRecord, ClusterError> {
+        match &self.value {
+            Some(v) => AgentRecord::from_etcd(&self.key, v),
+            None => Err(ClusterError::InvalidRecord {
+                key: gdpath::topo::text::escape(&*String::from_utf8_lossy(&self.key)).to_string(),
+                detail: "larger than one etcd response may carry (4 MiB)".into(),
+            }),
+        }
+    }
+}
+
+/// The end of etcd's range of keys starting with `prefix` (its last byte below 0xff plus one).
+fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
+}
+
+/// Whether a request failed because its response was larger than the client decodes
+/// (tonic's `OutOfRange` "decoded message length too large").
+fn too_large(e: &ClusterError) -> bool {
+    matches!(e, ClusterError::Etcd(d) if d.contains("message length too large"))
 }
 
 fn invalid(key: &[u8], e: ClusterError) -> ClusterEvent {
@@ -248,20 +365,23 @@ fn invalid(key: &[u8], e: ClusterError) -> ClusterEvent {
     }
 }
 
-/// Follows `key` (a prefix) from revision `from`, re-opening the watch after a failure from
+/// Follows `key` (a prefix when `prefix`, else that key alone) from revision `from`, re-opening the watch after a failure from
 /// the last revision seen, until the receiver is dropped.
 async fn watch_task(
     mut client: Client,
     key: String,
+    prefix: bool,
     mut from: i64,
     tx: std::sync::mpsc::Sender<ClusterEvent>,
 ) {
     let mut failed: Option<String> = None;
     loop {
-        let opts = WatchOptions::new()
-            .with_prefix()
+        let mut opts = WatchOptions::new()
             .with_prev_key()
             .with_start_revision(from);
+        if prefix {
+            opts = opts.with_prefix();
+        }
         let mut stream = match client.watch(key.clone(), Some(opts)).await {
             Ok(s) => s,
             Err(e) => {

@@ -70,7 +70,7 @@ impl ClusterPeer {
     ) -> Result<ClusterPeer, ClusterError> {
         let (record, _rev) = cluster.resolve(name, wait)?;
         // Watch first: a change between the resolution and the check below is not missed.
-        let watch = cluster.watch_prefix(cluster.url.agent_key(name), false)?;
+        let watch = cluster.watch_key(cluster.url.agent_key(name))?;
         let addr = record.socket_addr()?;
         let opts = ConnectOptions {
             token,

@@ -423,3 +423,52 @@ fn etcd_over_tls_is_reached_with_its_ca_and_refused_without_it() {
         "secure"
     );
 }
+
+#[test]
+fn a_peer_is_not_gone_when_an_agent_whose_name_it_prefixes_comes_and_goes() {
+    let Some(e) = Etcd::start() else { return };
+    let _serial = gdpath_testkit::ucx_serial();
+    let c = cluster(&e, "prefixes");
+    let token = Token::new("a-token-of-16-bytes-or-more").unwrap();
+    let (_server, _srv, _id, _rec, _m) = publish_serving(&c, "decode-1", &[7u8; 4096], &token);
+    let client = net_agent("prefill-0");
+    let p = ClusterPeer::connect(&c, &client, "decode-1", token, Duration::ZERO).unwrap();
+    // decode-10 and decode-1x are other agents: their keys start with decode-1's key, and
+    // their joining, replacing or leaving says nothing of decode-1.
+    let other = Membership::join(&c, record("decode-10"), TTL).unwrap();
+    e.ctl(&["put", "/prefixes/agents/decode-1x", "not a record"]);
+    e.ctl(&["del", "/prefixes/agents/decode-1x"]);
+    other.leave().unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(p.gone().is_none(), "{:?}", p.gone());
+    p.check().unwrap();
+}
+
+#[test]
+fn a_listing_and_a_watch_read_values_larger_than_one_etcd_response() {
+    let Some(e) = Etcd::start() else { return };
+    let c = cluster(&e, "huge");
+    // Four values of 1.4 MiB each (etcd's default request limit is 1.5 MiB): together more
+    // than the 4 MiB one gRPC response may carry.
+    let big = vec![b'x'; 1400 << 10];
+    for i in 0..4 {
+        e.ctl_stdin(&["put", &format!("/huge/agents/big{i}")], &big);
+    }
+    let _m = Membership::join(&c, record("good"), TTL).unwrap();
+    let l = c.list().unwrap();
+    assert_eq!(l.len(), 5);
+    assert_eq!(l.iter().filter(|x| x.record.is_err()).count(), 4);
+    assert!(l
+        .iter()
+        .any(|x| x.record.as_ref().is_ok_and(|r| r.name == "good")));
+    let w = c.watch().unwrap();
+    let joined = next_matching(
+        &w,
+        Duration::from_secs(5),
+        |ev| matches!(ev, ClusterEvent::Joined(r) if r.name == "good"),
+    );
+    assert!(
+        joined.is_some(),
+        "the watch's snapshot has the valid record"
+    );
+}
