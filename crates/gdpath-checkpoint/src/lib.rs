@@ -17,8 +17,6 @@
 //! the backend-author interface ([`gdpath::backend::cuda::gpu_buffer`]); the engine knows
 //! nothing of checkpoints.
 
-#![warn(missing_docs)]
-
 pub mod chooser;
 pub mod header;
 pub mod index;

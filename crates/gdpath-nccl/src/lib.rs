@@ -11,7 +11,6 @@
 //! Pure Rust, no I/O beyond reading the log files it is given.
 
 #![forbid(unsafe_code)]
-#![warn(missing_docs)]
 
 pub mod explain;
 pub mod parse;
