@@ -71,8 +71,11 @@ pub fn device_threads(cores: usize) -> usize {
 pub enum FsKind {
     /// tmpfs or ramfs: the bytes are memory; no device behind them.
     Tmpfs,
+    /// ext4 (`statfs` magic `0xEF53`): a local file system on a block device.
     Ext4,
+    /// XFS (`statfs` magic `0x58465342`): a local file system on a block device.
     Xfs,
+    /// Btrfs (`statfs` magic `0x9123683E`): a local file system on a block device.
     Btrfs,
     /// overlayfs (containers): the bytes are on the upper or lower file system's device.
     Overlay,
@@ -208,6 +211,7 @@ impl Facts {
 /// Values the caller gave explicitly (flags); each one set wins over the rule.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Overrides {
+    /// Reader threads.
     pub threads: Option<usize>,
     /// Bytes per request.
     pub chunk: Option<u64>,

@@ -81,15 +81,20 @@ pub enum CheckpointError {
     /// The file could not be opened.
     #[error("cannot open {}: {source}", gdpath_text::escape(.path))]
     Open {
+        /// The file asked for.
         path: PathBuf,
+        /// The operating system's reason.
         #[source]
         source: Arc<std::io::Error>,
     },
     /// A read or `fstat` failed.
     #[error("{op} {}: {source}", gdpath_text::escape(.path))]
     Io {
+        /// The operation that failed (`read`, `fstat`, ...).
         op: &'static str,
+        /// The file it failed on.
         path: PathBuf,
+        /// The operating system's reason.
         #[source]
         source: Arc<std::io::Error>,
     },
@@ -97,88 +102,153 @@ pub enum CheckpointError {
     #[error(
         "file of {file_len} bytes is too short for a safetensors header (8-byte length first)"
     )]
-    TooShort { file_len: u64 },
+    TooShort {
+        /// The file's length in bytes.
+        file_len: u64,
+    },
     /// The header length is absurd (above [`MAX_HEADER_BYTES`]).
     #[error("header length {header_len} bytes is above the {max}-byte limit: not a safetensors file, or corrupt")]
-    HeaderTooLarge { header_len: u64, max: u64 },
+    HeaderTooLarge {
+        /// The header length the file states, in bytes.
+        header_len: u64,
+        /// The limit, [`MAX_HEADER_BYTES`].
+        max: u64,
+    },
     /// The header length reaches past the end of the file.
     #[error("header length {header_len} bytes reaches past the end of the {file_len}-byte file")]
-    HeaderPastEof { header_len: u64, file_len: u64 },
+    HeaderPastEof {
+        /// The header length the file states, in bytes.
+        header_len: u64,
+        /// The file's length in bytes.
+        file_len: u64,
+    },
     /// The header is not UTF-8.
     #[error("header is not UTF-8 (first bad byte at file offset {offset})")]
-    NotUtf8 { offset: u64 },
+    NotUtf8 {
+        /// Absolute file offset of the first byte that is not UTF-8.
+        offset: u64,
+    },
     /// The header does not start with a JSON object.
     #[error("header is not a JSON object")]
     NotJsonObject,
     /// The header is not valid JSON.
     #[error("header JSON, line {line} column {column}: {source}")]
     Json {
+        /// 1-based line of the header JSON where parsing stopped.
         line: usize,
+        /// 1-based column of that line.
         column: usize,
+        /// The JSON parser's reason.
         #[source]
         source: Arc<serde_json::Error>,
     },
     /// Two entries have the same name.
     #[error("tensor name {name:?} appears twice in the header")]
-    DuplicateName { name: String },
+    DuplicateName {
+        /// The repeated tensor name.
+        name: String,
+    },
     /// An entry is not `{dtype, shape, data_offsets}` with a known dtype.
     #[error("tensor {name:?}: bad entry: {message}")]
-    BadEntry { name: String, message: String },
+    BadEntry {
+        /// The entry's tensor name.
+        name: String,
+        /// What is wrong with it.
+        message: String,
+    },
     /// `data_offsets` end before they begin.
     #[error("tensor {name:?}: data_offsets [{begin}, {end}] end before they begin")]
-    ReversedRange { name: String, begin: u64, end: u64 },
+    ReversedRange {
+        /// The tensor's name.
+        name: String,
+        /// Start of its byte range, relative to the data section.
+        begin: u64,
+        /// End of its byte range (exclusive), relative to the data section.
+        end: u64,
+    },
     /// The product of the shape (times the dtype size) overflows 64 bits.
     #[error("tensor {name:?}: shape {shape:?} overflows 64-bit byte counts or is not whole bytes")]
-    ShapeOverflow { name: String, shape: Vec<u64> },
+    ShapeOverflow {
+        /// The tensor's name.
+        name: String,
+        /// Its shape, one extent per dimension.
+        shape: Vec<u64>,
+    },
     /// The byte range's length is not `product(shape) × dtype size`.
     #[error(
         "tensor {name:?}: {dtype:?} {shape:?} needs {expected} bytes, data_offsets give {actual}"
     )]
     SizeMismatch {
+        /// The tensor's name.
         name: String,
+        /// Its element type.
         dtype: Dtype,
+        /// Its shape, one extent per dimension.
         shape: Vec<u64>,
+        /// Bytes the shape and dtype need.
         expected: u64,
+        /// Bytes its `data_offsets` span.
         actual: u64,
     },
     /// The tensor's bytes reach past the end of the file.
     #[error("tensor {name:?}: data_offsets [{begin}, {end}] reach past the end of the file (data starts at byte {data_start}, file is {file_len} bytes)")]
     PastEof {
+        /// The tensor's name.
         name: String,
+        /// Start of its byte range, relative to the data section.
         begin: u64,
+        /// End of its byte range (exclusive), relative to the data section.
         end: u64,
+        /// Absolute file offset of the data section (8 + header length), in bytes.
         data_start: u64,
+        /// The file's length in bytes.
         file_len: u64,
     },
     /// Two tensors' byte ranges overlap.
     #[error("tensors {first:?} {first_range:?} and {second:?} {second_range:?} overlap")]
     Overlap {
+        /// The first tensor's name.
         first: String,
+        /// Its byte range `[begin, end)`, relative to the data section.
         first_range: (u64, u64),
+        /// The second tensor's name.
         second: String,
+        /// Its byte range `[begin, end)`, relative to the data section.
         second_range: (u64, u64),
     },
     /// Bytes of the data section belong to no tensor (the format forbids holes).
     #[error("bytes [{begin}, {end}) of the data section belong to no tensor (before {before:?})")]
     Hole {
+        /// Start of the unclaimed bytes, relative to the data section.
         begin: u64,
+        /// End of the unclaimed bytes (exclusive), relative to the data section.
         end: u64,
+        /// The tensor that starts after the hole.
         before: String,
     },
     /// Two files of one checkpoint hold a tensor of the same name.
     #[error("tensor {name:?} is in both {first} and {second}")]
     DuplicateAcrossFiles {
+        /// The tensor's name.
         name: String,
+        /// The first file that holds it.
         first: PathBuf,
+        /// The second file that holds it.
         second: PathBuf,
     },
     /// A tensor asked for by name is in none of the checkpoint's files.
     #[error("no tensor named {name:?} in the checkpoint")]
-    NoSuchTensor { name: String },
+    NoSuchTensor {
+        /// The name asked for.
+        name: String,
+    },
     /// A sharded checkpoint's index (`model.safetensors.index.json`) is malformed or does not
     /// describe its files (`message` says how).
     #[error("index: {message}")]
-    BadIndex { message: String },
+    BadIndex {
+        /// What is wrong with the index.
+        message: String,
+    },
     /// A checkpoint of no files.
     #[error("a checkpoint needs at least one file")]
     NoFiles,

@@ -29,14 +29,18 @@ pub enum LoadError {
     /// The file is not a valid safetensors checkpoint (nothing was allocated on the GPU).
     #[error("{}: {error}", gdpath_text::escape(.path))]
     Checkpoint {
+        /// The file that failed the checks.
         path: std::path::PathBuf,
+        /// What is wrong with it.
         #[source]
         error: CheckpointError,
     },
     /// Registration, allocation or the transfer failed (the allocation is freed again).
     #[error("{}: {error}", gdpath_text::escape(.path))]
     Engine {
+        /// The checkpoint file being loaded.
         path: std::path::PathBuf,
+        /// The engine's error, with its kind.
         #[source]
         error: Box<Error>,
     },
@@ -60,14 +64,21 @@ pub enum Destination {
     Gpu(u32),
     /// One host allocation ([`HostBuffer`], 4 KiB-aligned, so O_DIRECT reads land in place);
     /// `pinned` page-locks it (needs the CUDA backend).
-    Host { pinned: bool },
+    Host {
+        /// Page-lock the allocation (`cuMemHostRegister`) so copies to a GPU skip a bounce
+        /// buffer.
+        pinned: bool,
+    },
 }
 
 /// One tensor in the loaded allocation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LoadedTensor {
+    /// The name the header gives it.
     pub name: String,
+    /// Its element type.
     pub dtype: Dtype,
+    /// Its shape, row-major (C order); `[]` is a scalar.
     pub shape: Vec<u64>,
     /// Index of its file in [`Checkpoint::files`] (0 for a single file).
     pub file: usize,

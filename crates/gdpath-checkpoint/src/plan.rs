@@ -5,6 +5,7 @@ use super::header::{Header, TensorEntry};
 /// A tensor's place in the loaded allocation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PlannedTensor {
+    /// The header's entry for it (name, dtype, shape, byte range in the file).
     pub entry: TensorEntry,
     /// Byte offset of the tensor in the allocation.
     pub offset: u64,
@@ -82,6 +83,7 @@ pub struct PlannedRead {
 /// A tensor's place in a [`CheckpointPlan`]'s allocation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PlacedTensor {
+    /// The header's entry for it (name, dtype, shape, byte range in its file).
     pub entry: TensorEntry,
     /// Index of its file in the checkpoint's list.
     pub file: usize,

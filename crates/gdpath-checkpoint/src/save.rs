@@ -39,6 +39,7 @@ use std::time::{Duration, Instant};
 pub struct SaveTensor {
     /// The name the header gives it (any UTF-8 but `__metadata__`).
     pub name: String,
+    /// Its element type.
     pub dtype: Dtype,
     /// Shape, row-major (C order); `[]` is a scalar.
     pub shape: Vec<u64>,
@@ -167,20 +168,36 @@ impl SaveReport {
 pub enum SaveError {
     /// Two tensors have the same name.
     #[error("tensor name {name:?} is given twice")]
-    DuplicateName { name: String },
+    DuplicateName {
+        /// The repeated name.
+        name: String,
+    },
     /// `__metadata__` is the header's metadata key, not a tensor name.
     #[error("tensor name {name:?} is reserved for the header's metadata")]
-    ReservedName { name: String },
+    ReservedName {
+        /// The name given (`__metadata__`).
+        name: String,
+    },
     /// `product(shape) × dtype size` overflows 64 bits.
     #[error("tensor {name:?}: shape {shape:?} overflows 64-bit byte counts or is not whole bytes")]
-    ShapeOverflow { name: String, shape: Vec<u64> },
+    ShapeOverflow {
+        /// The tensor's name.
+        name: String,
+        /// Its shape, one extent per dimension.
+        shape: Vec<u64>,
+    },
     /// The tensor's byte count is not `product(shape) × dtype size`.
     #[error("tensor {name:?}: {dtype:?} {shape:?} needs {expected} bytes, {actual} given")]
     SizeMismatch {
+        /// The tensor's name.
         name: String,
+        /// Its element type.
         dtype: Dtype,
+        /// Its shape, one extent per dimension.
         shape: Vec<u64>,
+        /// Bytes the shape and dtype need.
         expected: u64,
+        /// Bytes given ([`SaveTensor::bytes`]).
         actual: u64,
     },
     /// The tensor's bytes reach past the end of its region (or `offset + bytes` overflows).
@@ -188,24 +205,40 @@ pub enum SaveError {
         "tensor {name:?}: bytes [{offset}, {offset} + {bytes}) reach past its {region_len}-byte region"
     )]
     OutOfRange {
+        /// The tensor's name.
         name: String,
+        /// Byte offset of its first byte in its region.
         offset: u64,
+        /// Its length in bytes.
         bytes: u64,
+        /// The region's length in bytes.
         region_len: u64,
     },
     /// The tensor's region is not GPU or host memory (a file, a remote region).
     #[error("tensor {name:?}: its region is {kind}, not GPU or host memory")]
-    NotMemory { name: String, kind: String },
+    NotMemory {
+        /// The tensor's name.
+        name: String,
+        /// What the region is instead (its memory kind's name).
+        kind: String,
+    },
     /// The header would be larger than readers accept ([`super::MAX_HEADER_BYTES`]).
     #[error("the header would be {len} bytes, above the {max}-byte limit readers accept")]
-    HeaderTooLarge { len: u64, max: u64 },
+    HeaderTooLarge {
+        /// The header's length in bytes.
+        len: u64,
+        /// The limit in bytes, [`super::MAX_HEADER_BYTES`].
+        max: u64,
+    },
     /// Creating, writing, syncing or renaming the file failed, or the transfer did:
     /// [`Error::Exists`] (no `overwrite`), [`Error::NoSpace`] (a full file system, the figure
     /// needed and written), [`Error::Io`], [`Error::Open`], the engine's transfer errors. The
     /// target is as it was, and the temporary is removed. (`error` names the file already.)
     #[error("save: {error}")]
     Engine {
+        /// The checkpoint file being written.
         path: PathBuf,
+        /// The engine's error, with its kind.
         #[source]
         error: Box<Error>,
     },

@@ -51,15 +51,26 @@ pub enum ClusterEvent {
     /// A record went: its lease expired (a crash, a partition) or it was deleted (a clean
     /// stop). `incarnation` is the one that left; `at` when this watcher learnt it.
     Left {
+        /// The agent's name.
         name: String,
+        /// The incarnation that left, where the watcher had seen its record.
         incarnation: Option<String>,
+        /// When this watcher learnt it.
         at: SystemTime,
     },
     /// A record that breaks the rules was written (key escaped, reason).
-    Invalid { key: String, detail: String },
+    Invalid {
+        /// The etcd key, escaped for a terminal.
+        key: String,
+        /// Which rule it breaks.
+        detail: String,
+    },
     /// The watch lost etcd and resumed (no event was lost: it resumes from the last revision
     /// it saw) or could not (`detail`).
-    Reconnected { detail: String },
+    Reconnected {
+        /// What happened: resumed from a revision, or why it could not.
+        detail: String,
+    },
 }
 
 impl Cluster {

@@ -17,7 +17,12 @@ pub enum ClusterError {
     InvalidName(String),
     /// etcd did not answer within the bound (every endpoint tried), or the connection failed.
     #[error("etcd at {endpoints} unreachable: {detail}")]
-    Unreachable { endpoints: String, detail: String },
+    Unreachable {
+        /// The endpoints tried, comma-separated.
+        endpoints: String,
+        /// The last failure.
+        detail: String,
+    },
     /// etcd refused the credentials or the operation (auth enabled, wrong user or password,
     /// no permission on the namespace).
     #[error("etcd refused: {0}")]
@@ -31,23 +36,40 @@ pub enum ClusterError {
          or choose another --name (a crashed holder's record goes when its lease expires)"
     )]
     NameTaken {
+        /// The name asked for.
         name: String,
+        /// The holder's incarnation id.
         incarnation: String,
+        /// The holder's host name.
         hostname: String,
     },
     /// No record of that name appeared within the wait.
     #[error("no agent named {name} in the cluster after waiting {waited:?}")]
-    NotFound { name: String, waited: Duration },
+    NotFound {
+        /// The name asked for.
+        name: String,
+        /// How long it waited.
+        waited: Duration,
+    },
     /// A record read from etcd that breaks the rules (size, JSON, fields).
     #[error("invalid record at {key}: {detail}")]
-    InvalidRecord { key: String, detail: String },
+    InvalidRecord {
+        /// The etcd key, escaped for a terminal.
+        key: String,
+        /// Which rule it breaks.
+        detail: String,
+    },
     /// The peer's lease expired or its record was deleted or replaced: transfers to it end
     /// and later posts are refused.
     #[error("peer {name} (incarnation {incarnation}) gone since {}: {reason}", since_text(*since))]
     PeerGone {
+        /// The peer's agent name.
         name: String,
+        /// The incarnation that went.
         incarnation: String,
+        /// When this agent learnt it.
         since: SystemTime,
+        /// Why: lease expired, record deleted or replaced.
         reason: String,
     },
     /// The agent reached at the record's address is not the incarnation the record names (a
@@ -56,9 +78,13 @@ pub enum ClusterError {
         "the agent at {addr} is {found}, not {name} incarnation {expected}: stale record, not used"
     )]
     IncarnationMismatch {
+        /// The agent name the record is under.
         name: String,
+        /// The address the record gives.
         addr: String,
+        /// The incarnation the record names.
         expected: String,
+        /// The agent found at that address.
         found: String,
     },
     /// An error of the engine (connect, register, post, wait).

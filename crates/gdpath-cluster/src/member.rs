@@ -16,12 +16,20 @@ const MAX_EVENTS: usize = 256;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MemberEvent {
     /// etcd stopped answering keep-alives or the lease expired: the record may be gone.
-    Lost { detail: String },
+    Lost {
+        /// etcd's error, or that the lease expired.
+        detail: String,
+    },
     /// The record is published again, on a new lease.
-    Republished { lease: i64 },
+    Republished {
+        /// The new etcd lease id.
+        lease: i64,
+    },
     /// Re-publishing found the name held by another incarnation (retried until it goes).
     NameTaken {
+        /// The holder's incarnation id.
         incarnation: String,
+        /// The holder's host name.
         hostname: String,
     },
 }

@@ -7,7 +7,6 @@
 //! with the variable unset) every call here does nothing. NVTX itself does nothing unless a
 //! tool injected itself (Nsight sets `NVTX_INJECTION64_PATH`), so ranges cost a call each when
 //! no profiler runs.
-#![warn(missing_docs)]
 
 use libloading::Library;
 use std::ffi::{c_char, c_int, CString};

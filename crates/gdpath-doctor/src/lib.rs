@@ -25,7 +25,6 @@
 //! Rules and their sources are listed per finding id in `docs/doctor.md`.
 
 #![deny(unsafe_code)]
-#![warn(missing_docs)]
 
 pub mod document;
 pub mod examine;

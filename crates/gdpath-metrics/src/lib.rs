@@ -8,7 +8,6 @@
 //! ([`EngineCollector`]). docs/metrics.md names every metric, its labels and units.
 
 #![forbid(unsafe_code)]
-#![warn(missing_docs)]
 
 mod http;
 

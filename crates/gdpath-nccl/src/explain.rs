@@ -37,9 +37,12 @@ pub type Evidence = LineRef;
 /// log lines.
 #[derive(Debug, Clone, Serialize)]
 pub struct NcclFinding {
+    /// The doctor's finding (id, severity, summary, evidence).
     #[serde(flatten)]
     pub finding: Finding,
+    /// Where the reason comes from: stated by NCCL, derived, or unknown.
     pub basis: Basis,
+    /// Why, in a sentence for the user.
     pub reason: String,
     /// The first [`EVIDENCE_LINES`] lines that show it.
     pub lines: Vec<Evidence>,
@@ -50,11 +53,15 @@ pub struct NcclFinding {
 /// One row of the per-pair table: a (source rank, destination rank, `via`) seen in the log.
 #[derive(Debug, Clone, Serialize)]
 pub struct PairRow {
+    /// Sending rank.
     pub src: u32,
+    /// Receiving rank.
     pub dst: u32,
+    /// The text after `via`, trimmed.
     pub via: String,
     /// `P2P`, `SHM`, `NET`, `CollNet`, `?`.
     pub class: &'static str,
+    /// The transport that text names.
     pub transport: Transport,
     /// Lines naming it (a `[send]` and a `[receive]` line of one connection count twice).
     pub lines: usize,
@@ -74,11 +81,13 @@ pub struct PairRow {
 /// `[send]` line, the receiver of a `[receive]` line).
 #[derive(Debug, Clone, Serialize)]
 pub struct NicPath {
+    /// The rank that logged the lines.
     pub rank: u32,
     /// The GPU's id in the topology (`GPU0`).
     pub gpu: String,
     /// The network (`IB`, `AWS Libfabric`) and NCCL's device number of it.
     pub net: String,
+    /// NCCL's device number on that network (`NET/IB/<N>`).
     pub dev: u32,
     /// The NIC's id in the topology (`NIC3`, `mlx5_3`).
     pub nic: String,
@@ -98,6 +107,7 @@ pub struct NicPath {
 /// peer memory (`gdr.peermem-missing`, `gdr.dmabuf-unavailable`) where the source has the files
 /// (a snapshot or a sysfs tree; XML and `nvidia-smi` text have none, and say so).
 pub struct Topology {
+    /// The machine model read from the topology source.
     pub machine: Machine,
     /// `Source::describe` of where it was read.
     pub description: String,
@@ -142,12 +152,16 @@ impl Topology {
 /// The explanation of one job.
 #[derive(Debug, Clone, Serialize)]
 pub struct Explanation {
+    /// The document's schema id, [`NCCL_SCHEMA`].
     pub schema: &'static str,
+    /// What the logs say about the job.
     pub job: Job,
+    /// One row per (source rank, destination rank, `via`) seen.
     pub pairs: Vec<PairRow>,
     /// Each rank's GPU ↔ NIC of its NET lines, when a topology was given (one row per rank,
     /// network, device and GDRDMA or not).
     pub nic_paths: Vec<NicPath>,
+    /// Findings about the job, from the log and the topology if given.
     pub findings: Vec<NcclFinding>,
     /// What topology the comparison used (`Source::describe`), if any.
     pub topology: Option<String>,

@@ -62,34 +62,53 @@ pub enum NcclError {
     /// The file could not be opened or read.
     #[error("reading {path}: {source}", path = gdpath_topo::text::escape(.path))]
     Read {
+        /// The file named.
         path: PathBuf,
+        /// The operating system's reason.
         #[source]
         source: std::io::Error,
     },
     /// More files than [`Limits::max_files`].
     #[error("{given} log files given; at most {max} are read")]
-    TooManyFiles { given: usize, max: usize },
+    TooManyFiles {
+        /// Files given.
+        given: usize,
+        /// The limit, [`Limits::max_files`].
+        max: usize,
+    },
     /// Not a regular file (a directory, FIFO or device would block or mean nothing); `what`:
     /// "a directory", "a FIFO", "a character device"…
     #[error("{path} is {what}, not a regular file", path = gdpath_topo::text::escape(.path))]
-    NotAFile { path: PathBuf, what: &'static str },
+    NotAFile {
+        /// The path given.
+        path: PathBuf,
+        /// What it is instead.
+        what: &'static str,
+    },
 }
 
 /// A line of a log: which file, which line (1-based) and its text (as read, unescaped; escape
 /// it before showing it on a terminal).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct LineRef {
+    /// Index of the file in [`Job::files`].
     pub file: usize,
+    /// Line number in it, 1-based.
     pub line: u64,
+    /// The line's text as read (unescaped).
     pub text: String,
 }
 
 /// What is known of one rank.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct RankInfo {
+    /// Host name as NCCL printed it.
     pub host: Option<String>,
+    /// Process id.
     pub pid: Option<u64>,
+    /// CUDA device ordinal (`cudaDev`).
     pub cuda_dev: Option<u32>,
+    /// NVML device index (`nvmlDev`, 2.7 on).
     pub nvml_dev: Option<u32>,
     /// PCI address (`0000:c7:00.0`) from a `busId` or a pre-2.12 `[busid]` tag.
     pub pci: Option<String>,
@@ -98,12 +117,19 @@ pub struct RankInfo {
 /// One connection line.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ConnLine {
+    /// The line.
     pub at: LineRef,
+    /// Channel (or ring, in 2.4) number.
     pub channel: u32,
+    /// Sending rank.
     pub src: u32,
+    /// Receiving rank.
     pub dst: u32,
+    /// `[send]` or `[receive]` on NET lines; `None` on P2P and SHM lines.
     pub dir: Option<Direction>,
+    /// The text after `via`, trimmed.
     pub via: String,
+    /// The transport that text names.
     pub transport: Transport,
 }
 
@@ -122,11 +148,17 @@ impl ConnLine {
 /// A GDR decision line.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct GdrDecision {
+    /// The line.
     pub at: LineRef,
+    /// `Enabled` (true) or `Disabled` (false).
     pub enabled: bool,
+    /// NCCL's HCA number, if printed.
     pub hca: Option<u32>,
+    /// The HCA's RDMA device name (`mlx5_0`), if printed (2.8 on).
     pub hca_name: Option<String>,
+    /// The GPU's bus id as NCCL printed it (`ca000`), if printed (2.4–2.7).
     pub gpu: Option<String>,
+    /// The parenthesised reason NCCL gave (`no module`, `distance 7 > 4`), if any.
     pub reason: Option<String>,
 }
 
@@ -135,13 +167,19 @@ pub struct GdrDecision {
 pub struct Job {
     /// The files read, in the order given.
     pub files: Vec<String>,
+    /// NCCL's version (`NCCL version 2.x.y`), first seen.
     pub version: Option<String>,
+    /// Ranks in the communicator (`nranks`), first seen.
     pub nranks: Option<u32>,
+    /// What is known of each rank, by rank.
     pub ranks: BTreeMap<u32, RankInfo>,
+    /// Host names seen in line prefixes.
     pub hosts: BTreeSet<String>,
     /// `Using network X` and the networks of NET connections.
     pub networks: BTreeSet<String>,
+    /// Connection lines, up to [`Limits::max_connections`].
     pub connections: Vec<ConnLine>,
+    /// GDR decision lines.
     pub gdr: Vec<GdrDecision>,
     /// `NCCL_*` set by the environment (or `nccl.conf`), first value and line each.
     pub env: BTreeMap<String, (String, LineRef)>,
@@ -154,7 +192,9 @@ pub struct Job {
     pub nic_distance: Vec<LineRef>,
     /// NCCL WARN lines (the first 100).
     pub warnings: Vec<LineRef>,
+    /// Lines read, over all files.
     pub lines_read: u64,
+    /// Bytes read, over all files.
     pub bytes_read: u64,
     /// Lines with bytes that are not UTF-8 (read lossily) or control characters.
     pub binary_lines: u64,

@@ -30,7 +30,9 @@ pub struct Prefix {
 /// the last one), or the whole line where there is no marker (continuations, quoted lines).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Split<'a> {
+    /// The prefix before the message.
     pub prefix: Prefix,
+    /// The message text after the NCCL marker.
     pub message: &'a str,
     /// `NCCL WARN` rather than `NCCL INFO`.
     pub warn: bool,
@@ -103,7 +105,9 @@ fn prefix(head: &str) -> Prefix {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Direction {
+    /// `[send]`: the sending rank logged the line.
     Send,
+    /// `[receive]`: the receiving rank logged the line.
     Receive,
 }
 
@@ -111,7 +115,9 @@ pub enum Direction {
 /// NCCL 2.12, the NVML/CUDA index after).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PeerRef {
+    /// The rank number.
     pub rank: u32,
+    /// The bracketed tag, if printed: bus id in hex before NCCL 2.12, NVML/CUDA index after.
     pub tag: Option<String>,
 }
 
@@ -120,9 +126,13 @@ pub struct PeerRef {
 pub struct Connection {
     /// `Ring` (2.4) or `Channel`.
     pub ring_form: bool,
+    /// Channel (or ring) number.
     pub channel: u32,
+    /// The sending peer.
     pub src: PeerRef,
+    /// The receiving peer.
     pub dst: PeerRef,
+    /// `[send]` or `[receive]`, on NET lines.
     pub dir: Option<Direction>,
     /// The text after `via `, trimmed.
     pub via: String,
@@ -183,22 +193,41 @@ fn peer(s: &str) -> Option<PeerRef> {
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum Transport {
     /// CUDA P2P: `P2P/IPC`, `P2P/CUMEM`, `P2P/direct pointer`, with `/read` where used.
-    P2p { mode: String, read: bool },
+    P2p {
+        /// The mode after `P2P/` (`IPC`, `CUMEM`, `direct pointer`).
+        mode: String,
+        /// `/read`: the receiver reads from the sender's GPU.
+        read: bool,
+    },
     /// Host shared memory (`SHM`, `SHM/direct/direct`, `SHM/CE`): the intra-node fallback.
-    Shm { mode: String },
+    Shm {
+        /// The text after `SHM` (`direct/direct`, `CE`), empty for plain `SHM`.
+        mode: String,
+    },
     /// A network plugin: `NET/IB/0/GDRDMA`, `NET/Socket/1`, `NET/AWS Libfabric/1/GDRDMA`; PXN
     /// lines name the proxy rank in parentheses after the device.
     Net {
+        /// The network plugin's name (`IB`, `Socket`, `AWS Libfabric`).
         net: String,
+        /// NCCL's device number on it, if printed.
         dev: Option<u32>,
+        /// The proxy rank of a PXN line, if any.
         proxy: Option<u32>,
+        /// `/GDRDMA`: GPUDirect RDMA is used.
         gdr: bool,
+        /// `/Shared`: the connection shares the network resources of another.
         shared: bool,
     },
     /// NCCL's CollNet (SHARP) transport.
-    Collnet { text: String },
+    Collnet {
+        /// The `via` text.
+        text: String,
+    },
     /// A transport this reader does not know.
-    Other { text: String },
+    Other {
+        /// The `via` text.
+        text: String,
+    },
 }
 
 impl Transport {
@@ -262,10 +291,15 @@ pub fn transport(via: &str) -> Transport {
 /// level later), and the `Enabled` forms.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GdrLine {
+    /// `Enabled` (true) or `Disabled` (false).
     pub enabled: bool,
+    /// The network plugin's name, where the line has a `NET/<net> :` prefix (2.8 on).
     pub net: Option<String>,
+    /// NCCL's HCA number.
     pub hca: Option<u32>,
+    /// The HCA's RDMA device name (`mlx5_0`), if quoted.
     pub hca_name: Option<String>,
+    /// The GPU's bus id as NCCL printed it (`ca000`), if printed.
     pub gpu: Option<String>,
     /// The parenthesised reason NCCL gave (`no module`, `distance 7 > 4`), if any.
     pub reason: Option<String>,
@@ -373,10 +407,15 @@ pub fn p2p_refused(msg: &str) -> Option<(u32, u32)> {
 /// `comm 0x… rank R nranks N cudaDev C [nvmlDev M] busId B …` (init lines of 2.7 on).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CommLine {
+    /// `rank R`.
     pub rank: Option<u32>,
+    /// `nranks N`.
     pub nranks: Option<u32>,
+    /// `cudaDev C`.
     pub cuda_dev: Option<u32>,
+    /// `nvmlDev M` (where printed).
     pub nvml_dev: Option<u32>,
+    /// `busId B`.
     pub bus_id: Option<String>,
 }
 

@@ -20,7 +20,6 @@
 //! writes ([`save`] writes crash-safely).
 
 #![deny(unsafe_code)]
-#![warn(missing_docs)]
 
 pub mod chart;
 pub mod drawing;

@@ -13,7 +13,6 @@
 //! devices.
 
 #![forbid(unsafe_code)]
-#![warn(missing_docs)]
 
 pub mod acs;
 pub mod class;

@@ -24,8 +24,6 @@
 //! finished at post pins nothing: UCX no longer touches its memory. See `docs/ucx.md` for
 //! versions and transports.
 
-#![warn(missing_docs)]
-
 mod sys;
 mod sys_ext;
 

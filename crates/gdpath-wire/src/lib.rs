@@ -11,7 +11,6 @@
 //! phases of a connection are in `docs/network.md` ("Protocol").
 
 #![forbid(unsafe_code)]
-#![warn(missing_docs)]
 
 pub mod auth;
 pub mod codec;

@@ -35,7 +35,6 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 #![forbid(unsafe_code)]
-#![warn(missing_docs)]
 
 pub mod agent;
 pub mod backend;

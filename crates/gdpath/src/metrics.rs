@@ -17,7 +17,6 @@
 //! The metrics are the process's (every agent adds to the same cells): that is what one scrape
 //! of a process reports. `GDPATH_METRICS=0` in the environment at the first update turns every
 //! update off (for measuring their cost, `bench/metrics-overhead.sh`).
-#![warn(missing_docs)]
 
 use crate::error::Error;
 use crate::finding::FindingId;
