@@ -11,7 +11,7 @@
 
 mod http;
 
-pub use http::{MetricsServer, MAX_REQUEST_BYTES, REQUEST_TIMEOUT};
+pub use http::{MetricsServer, MAX_CONNECTIONS, MAX_REQUEST_BYTES, REQUEST_TIMEOUT};
 
 use gdpath::metrics::{snapshot, Kind, Value};
 use prometheus_client::collector::Collector;

@@ -84,6 +84,9 @@ pub const POST_COST_BUCKETS: [f64; 9] = [1e-8, 3e-8, 1e-7, 3e-7, 1e-6, 3e-6, 1e-
 pub struct Names<const N: usize> {
     slots: [OnceLock<Box<str>>; N],
     add: Mutex<()>,
+    /// Times `index` took the lock, so tests can see the lock-free path hit.
+    #[cfg(test)]
+    locked: std::sync::atomic::AtomicUsize,
 }
 
 impl<const N: usize> Default for Names<N> {
@@ -91,19 +94,25 @@ impl<const N: usize> Default for Names<N> {
         Names {
             slots: std::array::from_fn(|_| OnceLock::new()),
             add: Mutex::new(()),
+            #[cfg(test)]
+            locked: std::sync::atomic::AtomicUsize::new(0),
         }
     }
 }
 
 impl<const N: usize> Names<N> {
     /// The index of `value` (cleaned by [`label_value`]), adding it when there is room; `N`
-    /// (the `other` bucket) when the table is full.
+    /// (the `other` bucket) when the table is full. Only a value whose cleaned form has no
+    /// slot yet takes the table's lock.
     pub fn index(&self, value: &str) -> usize {
-        if let Some(i) = self.find(value) {
+        let mut buf = [0u8; MAX_CLEAN_BYTES];
+        let clean = clean_into(value, &mut buf);
+        if let Some(i) = self.find(clean) {
             return i;
         }
-        let clean = label_value(value);
         let _g = self.add.lock().unwrap_or_else(|p| p.into_inner());
+        #[cfg(test)]
+        self.locked.fetch_add(1, Ordering::Relaxed);
         for (i, s) in self.slots.iter().enumerate() {
             match s.get() {
                 Some(v) if **v == *clean => return i,
@@ -117,12 +126,12 @@ impl<const N: usize> Names<N> {
         N
     }
 
-    /// The index of `value` when the table has it. Slots fill in order under the lock, so the
-    /// first empty one ends the scan.
-    fn find(&self, value: &str) -> Option<usize> {
+    /// The index of the cleaned value `clean` when the table has it, without a lock. Slots
+    /// fill in order under the lock, so the first empty one ends the scan.
+    fn find(&self, clean: &str) -> Option<usize> {
         for (i, s) in self.slots.iter().enumerate() {
             match s.get() {
-                Some(v) if **v == *value => return Some(i),
+                Some(v) if **v == *clean => return Some(i),
                 Some(_) => {}
                 None => return None,
             }
@@ -149,21 +158,44 @@ impl<const N: usize> Names<N> {
     }
 }
 
+/// Label values with a meaning of their own in the exposition: the overflow bucket and the
+/// peer label of node-local pairs. An outside value equal to one gets a `_` in front, so no
+/// peer can pass for either.
+pub const RESERVED_LABELS: [&str; 2] = [OTHER, LOCAL_PEER];
+
+/// Longest label value [`label_value`] makes, bytes: the cut plus a reserved word's `_`.
+const MAX_CLEAN_BYTES: usize = MAX_LABEL_BYTES + 1;
+
 /// `value` as a label value: printable ASCII and spaces other than `"` and `\` kept, anything
-/// else `_`,
-/// cut to [`MAX_LABEL_BYTES`] (a peer's name is untrusted input that ends up on dashboards).
+/// else `_`, cut to [`MAX_LABEL_BYTES`] characters (a peer's name is untrusted input that ends
+/// up on dashboards), and a [`RESERVED_LABELS`] word prefixed with `_`.
 pub fn label_value(value: &str) -> String {
-    value
-        .chars()
-        .take(MAX_LABEL_BYTES)
-        .map(|c| {
-            if (c.is_ascii_graphic() || c == ' ') && c != '"' && c != '\\' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
+    let mut buf = [0u8; MAX_CLEAN_BYTES];
+    clean_into(value, &mut buf).to_owned()
+}
+
+/// [`label_value`] written into `buf`, without allocating: the posting path cleans every
+/// peer name before looking it up, so that names that need cleaning hit the lock-free path.
+fn clean_into<'b>(value: &str, buf: &'b mut [u8; MAX_CLEAN_BYTES]) -> &'b str {
+    // buf[0] is kept for the `_` in front of a reserved word.
+    let mut n = 1;
+    for c in value.chars().take(MAX_LABEL_BYTES) {
+        buf[n] = if (c.is_ascii_graphic() || c == ' ') && c != '"' && c != '\\' {
+            c as u8
+        } else {
+            b'_'
+        };
+        n += 1;
+    }
+    let reserved = RESERVED_LABELS.iter().any(|r| r.as_bytes() == &buf[1..n]);
+    let start = if reserved {
+        buf[0] = b'_';
+        0
+    } else {
+        1
+    };
+    // Every byte written is ASCII, so this never fails.
+    std::str::from_utf8(&buf[start..n]).unwrap_or_default()
 }
 
 /// A histogram of fixed buckets: per-bucket counts (the last is +Inf), the sum in ns.
@@ -710,6 +742,45 @@ mod tests {
         let v = label_value("evil\"}\nname\\x é");
         assert_eq!(v, "evil_}_name_x _");
         assert_eq!(label_value(&"a".repeat(1000)).len(), MAX_LABEL_BYTES);
+    }
+
+    #[test]
+    fn names_that_need_cleaning_take_the_lock_once() {
+        let t: Names<4> = Names::default();
+        let long = "n".repeat(200);
+        for name in ["ctl\u{1}name\n", long.as_str(), "plain", "b\u{202e}idi"] {
+            let first = t.index(name);
+            let locked = t.locked.load(Ordering::Relaxed);
+            for _ in 0..100 {
+                assert_eq!(t.index(name), first, "{name:?}");
+            }
+            assert_eq!(
+                t.locked.load(Ordering::Relaxed),
+                locked,
+                "{name:?} took the lock again"
+            );
+        }
+        assert_eq!(t.locked.load(Ordering::Relaxed), 4);
+        // Two raw names that clean alike share a slot, and neither takes the lock again.
+        assert_eq!(t.index("ctl\u{2}name\r"), t.index("ctl\u{1}name\n"));
+        assert_eq!(t.locked.load(Ordering::Relaxed), 4);
+    }
+
+    #[test]
+    fn a_peer_named_other_or_local_is_not_the_bucket() {
+        let m = Metrics::new();
+        let other = m.peer_index(Some(OTHER));
+        let local = m.peer_index(Some(LOCAL_PEER));
+        assert_eq!(m.peer_name(other), Some("_other"));
+        assert_eq!(m.peer_name(local), Some("_local"));
+        assert_ne!(local, m.peer_index(None));
+        for i in 0..MAX_PEERS {
+            m.peer_index(Some(&format!("p{i}")));
+        }
+        let overflow = m.peer_index(Some("one-too-many"));
+        assert_eq!(m.peer_name(overflow), Some(OTHER));
+        assert_ne!(other, overflow);
+        assert_eq!(label_value("other "), "other ");
     }
 
     #[test]
