@@ -847,3 +847,20 @@ def test_release_and_deregister_under_a_live_transfer(two):
         except nixl.nixlError:
             pass  # refused while the transfer holds it: the memory stays registered
     assert wait_state(me, h, 60) in ("DONE", "ERR")
+
+
+def test_a_pushed_blob_is_taken_only_from_the_agent_it_names(two):
+    """A side-channel push or fetch carrying a blob that names another agent changes nothing:
+    it would replace that agent's region table without its authenticated connection."""
+    nixl, me, mine, peer, local, remote = two
+    magic = b"gdpath.nixl/1\n"
+    body = json.loads(peer.metadata[len(magic):])
+    (mt, dv, base, n, eid), = body["regions"]
+    forged = magic + json.dumps(dict(body, regions=[[mt, dv, base + BS, n - BS, eid]])).encode()
+    before = list(me._remotes["target"].regions)
+    for tag in (nixl._api._MD_PUSH, nixl._api._MD_FETCH):
+        assert me._handle_control("mallory@127.0.0.1:9", tag + forged)
+        assert list(me._remotes["target"].regions) == before
+    # The agent itself may push its own metadata.
+    assert me._handle_control("target@127.0.0.1:9", nixl._api._MD_PUSH + forged)
+    assert list(me._remotes["target"].regions) != before

@@ -887,11 +887,16 @@ class nixl_agent:
         if not message.startswith(b"\x00gdpath.nixl.md."):
             return False
         try:
-            if message.startswith(_MD_PUSH):
-                self.add_remote_agent(message[len(_MD_PUSH):])
-            elif message.startswith(_MD_FETCH):
-                name = self.add_remote_agent(message[len(_MD_FETCH):])
-                self._remotes[name].peer.notify(_MD_PUSH + self.get_agent_metadata(), self._cfg.op_timeout)
+            if message.startswith((_MD_PUSH, _MD_FETCH)):
+                tag = _MD_PUSH if message.startswith(_MD_PUSH) else _MD_FETCH
+                blob = message[len(tag):]
+                # Only an agent's own metadata is taken from it: a blob naming another agent
+                # would replace that agent's region table without its authenticated connection.
+                if _parse_blob(blob)[0] != _sender_name(sender):
+                    return True
+                name = self.add_remote_agent(blob)
+                if tag == _MD_FETCH:
+                    self._remotes[name].peer.notify(_MD_PUSH + self.get_agent_metadata(), self._cfg.op_timeout)
             elif message.startswith(_MD_INVALIDATE):
                 name = message[len(_MD_INVALIDATE):].decode("utf-8", "replace")
                 # Only the agent itself may withdraw its metadata.

@@ -684,7 +684,9 @@ class safe_open:
                                   "not end up at a byte boundary, this is invalid.")
         if self._cache is not None:
             whole, first = self._cache[info.name], 0
-        elif not shape:
+        elif not shape or (shape[0] and (info.nbytes // shape[0]) * shape[0] != info.nbytes):
+            # A 0-d tensor, or rows that are not whole bytes (a 1-D F4 tensor packs two values
+            # per byte): read the whole tensor, as get_tensor does.
             whole, first = self._build.shaped(self._build.wrap(self._host(info)), info), 0
         else:
             # Only the rows of the first dimension the index covers are read.
