@@ -113,7 +113,6 @@ fn pipelined_requests_get_the_first_answer_whole() {
 fn ten_thousand_connections_opened_and_closed_leave_the_endpoint_serving() {
     let m = server();
     let addr = m.local_addr();
-    let t0 = Instant::now();
     for i in 0..10_000 {
         let mut s = TcpStream::connect(addr).unwrap();
         if i % 2 == 0 {
@@ -124,5 +123,4 @@ fn ten_thousand_connections_opened_and_closed_leave_the_endpoint_serving() {
     let (answer, took) = scrape(addr);
     assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer:?}");
     assert!(took < REQUEST_TIMEOUT, "scrape took {took:?}");
-    assert!(t0.elapsed() < Duration::from_secs(60), "{:?}", t0.elapsed());
 }
