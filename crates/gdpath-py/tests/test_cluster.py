@@ -23,10 +23,48 @@ import gdpath
 TOKEN = "python-cluster-token-0123456789"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _free_ports() -> tuple[int, int]:
+    """Two distinct free loopback ports (both held until both are chosen)."""
+    with socket.socket() as a, socket.socket() as b:
+        a.bind(("127.0.0.1", 0))
+        b.bind(("127.0.0.1", 0))
+        return a.getsockname()[1], b.getsockname()[1]
+
+
+# A loaded 2-core CI machine has needed more than 20 s to start etcd.
+_HEALTHY_WITHIN = 60.0
+
+
+def _start_etcd(binary: str, d: str):
+    """etcd on fresh ports in `d`; a start that exits at once (a port taken meanwhile) is
+    retried on new ports. Returns (process, client port); fails the test if it never answers."""
+    for attempt in range(3):
+        cport, pport = _free_ports()
+        client, peer = f"http://127.0.0.1:{cport}", f"http://127.0.0.1:{pport}"
+        data = os.path.join(d, f"data{attempt}")
+        log = open(os.path.join(d, f"etcd{attempt}.log"), "wb")
+        proc = subprocess.Popen(
+            [binary, "--name", "t", "--data-dir", data,
+             "--listen-client-urls", client, "--advertise-client-urls", client,
+             "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+             "--initial-cluster", f"t={peer}"],
+            stdout=subprocess.DEVNULL, stderr=log,
+        )
+        log.close()
+        end = time.monotonic() + _HEALTHY_WITHIN
+        while time.monotonic() < end and proc.poll() is None:
+            try:
+                socket.create_connection(("127.0.0.1", cport), 0.2).close()
+                return proc, cport
+            except OSError:
+                time.sleep(0.1)
+        proc.kill()
+        proc.wait()
+        if time.monotonic() >= end:
+            break
+    with open(os.path.join(d, f"etcd{attempt}.log"), "rb") as f:
+        tail = f.read()[-2000:].decode(errors="replace")
+    pytest.fail(f"etcd did not start within {_HEALTHY_WITHIN:.0f} s; its log ends:\n{tail}")
 
 
 @pytest.fixture
@@ -36,24 +74,9 @@ def etcd_url():
         if os.environ.get("GDPATH_REQUIRE_ETCD"):
             pytest.fail("GDPATH_REQUIRE_ETCD is set but no etcd binary is installed")
         pytest.skip("no etcd binary (apt-get install etcd-server)")
-    cport, pport = _free_port(), _free_port()
-    client, peer = f"http://127.0.0.1:{cport}", f"http://127.0.0.1:{pport}"
     with tempfile.TemporaryDirectory() as d:
-        proc = subprocess.Popen(
-            [binary, "--name", "t", "--data-dir", os.path.join(d, "data"),
-             "--listen-client-urls", client, "--advertise-client-urls", client,
-             "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-             "--initial-cluster", f"t={peer}"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )
+        proc, cport = _start_etcd(binary, d)
         try:
-            end = time.monotonic() + 20
-            while time.monotonic() < end:
-                try:
-                    socket.create_connection(("127.0.0.1", cport), 0.2).close()
-                    break
-                except OSError:
-                    time.sleep(0.1)
             yield f"etcd://127.0.0.1:{cport}/py"
         finally:
             proc.kill()

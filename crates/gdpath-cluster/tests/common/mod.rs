@@ -37,11 +37,19 @@ pub fn etcd_binary() -> Option<PathBuf> {
     found
 }
 
-fn free_port(host: &str) -> u16 {
-    TcpListener::bind((host, 0))
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
+/// Two distinct free ports on `host` (both held until both are chosen, so they differ;
+/// another process may still take one before etcd binds it, which `start` retries).
+/// How long a start may take: a loaded 2-core CI machine running a dozen etcd tests in
+/// parallel has been seen to need more than 20 s.
+const HEALTHY_WITHIN: Duration = Duration::from_secs(60);
+
+fn free_ports(host: &str) -> (u16, u16) {
+    let a = TcpListener::bind((host, 0)).expect("a free port");
+    let b = TcpListener::bind((host, 0)).expect("a free port");
+    (
+        a.local_addr().expect("its address").port(),
+        b.local_addr().expect("its address").port(),
+    )
 }
 
 impl Etcd {
@@ -53,16 +61,17 @@ impl Etcd {
     /// Starts etcd listening on `host`.
     pub fn start_on(host: &str) -> Option<Etcd> {
         etcd_binary()?;
+        let (client_port, peer_port) = free_ports(host);
         let mut e = Etcd {
-            client_port: free_port(host),
-            peer_port: free_port(host),
+            client_port,
+            peer_port,
             dir: tempfile::tempdir().expect("temp dir"),
             child: None,
             host: host.into(),
             netns: None,
             tls: false,
         };
-        e.launch();
+        e.launch_fresh();
         Some(e)
     }
 
@@ -152,16 +161,17 @@ impl Etcd {
             eprintln!("SKIPPED: openssl could not make test certificates");
             return None;
         }
+        let (client_port, peer_port) = free_ports("127.0.0.1");
         let mut e = Etcd {
-            client_port: free_port("127.0.0.1"),
-            peer_port: free_port("127.0.0.1"),
+            client_port,
+            peer_port,
             dir,
             child: None,
             host: "127.0.0.1".into(),
             netns: None,
             tls: true,
         };
-        e.launch();
+        e.launch_fresh();
         Some(e)
     }
 
@@ -199,7 +209,49 @@ impl Etcd {
         format!("{scheme}://{}:{}/{ns}", self.host, self.client_port)
     }
 
+    /// First start: where etcd exits at once (a port taken between choosing and binding it,
+    /// as parallel tests can do) it is tried again on new ports with an empty data directory.
+    fn launch_fresh(&mut self) {
+        for _ in 0..3 {
+            if self.try_launch() {
+                return;
+            }
+            let exited = self
+                .child
+                .as_mut()
+                .is_some_and(|c| c.try_wait().ok().flatten().is_some());
+            if !exited || self.netns.is_some() {
+                break;
+            }
+            let _ = std::fs::remove_dir_all(self.dir.path().join("data"));
+            (self.client_port, self.peer_port) = free_ports(&self.host);
+        }
+        self.fail();
+    }
+
     fn launch(&mut self) {
+        if !self.try_launch() {
+            self.fail();
+        }
+    }
+
+    fn fail(&mut self) -> ! {
+        let log = std::fs::read_to_string(self.dir.path().join("etcd.log")).unwrap_or_default();
+        let tail: String = log
+            .lines()
+            .rev()
+            .take(15)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect::<Vec<_>>()
+            .join("\n");
+        self.kill();
+        panic!("etcd did not become healthy within {HEALTHY_WITHIN:?}; its log ends:\n{tail}");
+    }
+
+    /// Spawns etcd and waits for it to answer; false where it exited or never answered.
+    fn try_launch(&mut self) -> bool {
         let bin = etcd_binary().expect("etcd");
         let client = self.client_url();
         let peer = format!("http://{}:{}", self.host, self.peer_port);
@@ -227,8 +279,13 @@ impl Etcd {
             .spawn()
             .expect("etcd starts");
         self.child = Some(child);
-        let end = Instant::now() + Duration::from_secs(20);
+        let end = Instant::now() + HEALTHY_WITHIN;
         while Instant::now() < end {
+            if let Some(c) = self.child.as_mut() {
+                if c.try_wait().ok().flatten().is_some() {
+                    return false;
+                }
+            }
             let ok = self
                 .etcdctl()
                 .args(["endpoint", "health"])
@@ -237,11 +294,11 @@ impl Etcd {
                 .status()
                 .is_ok_and(|s| s.success());
             if ok {
-                return;
+                return true;
             }
             std::thread::sleep(Duration::from_millis(100));
         }
-        panic!("etcd did not become healthy within 20 s");
+        false
     }
 
     /// SIGKILLs etcd (its data directory stays).
