@@ -14,7 +14,7 @@ pkgs=(
   chromium            # gdpath-report's browser test renders the report headless (tests/browser.rs)
   fonts-dejavu-core   # DejaVu Sans Mono: the face the report's label widths are measured for
   etcd-server etcd-client  # gdpath-cluster's tests start a real etcd on loopback ports
-  protobuf-compiler   # protoc: etcd-client's build compiles etcd's .proto files (tonic-prost-build)
+  protobuf-compiler libprotobuf-dev  # protoc and the well-known .proto files (google/protobuf/*.proto) that etcd-client's build compiles etcd's API against
   prometheus          # the metrics tests: a real Prometheus scrapes `gdpath serve --metrics`; promtool
 )
 SUDO=""
