@@ -76,9 +76,12 @@ pub fn html(e: &Explanation) -> String {
         for p in e.nic_paths.iter().take(MAX_ROWS) {
             let _ = write!(
                 o,
-                "<tr><td>{}</td><td>{}</td><td><code>NET/{}/{}</code></td><td>{}</td><td>{}</td>\
+                "<tr><td>{}{}</td><td>{}</td><td><code>NET/{}/{}</code></td><td>{}</td><td>{}</td>\
                  <td>{}</td><td>{}</td></tr>",
                 p.rank,
+                p.pxn_for
+                    .map(|r| format!(" (PXN proxy for rank {r})"))
+                    .unwrap_or_default(),
                 esc(&p.gpu),
                 esc(&p.net),
                 p.dev,
