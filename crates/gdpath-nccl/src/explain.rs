@@ -73,9 +73,10 @@ pub struct PairRow {
     /// The topology's class of the two GPUs (`NV12`, `PIX`, `SYS`…), when a topology was given
     /// and both GPUs were found in it.
     pub topo_class: Option<String>,
-    /// The sending rank's GPU in the topology (`GPU0`), when `topo_class` is known.
+    /// The sending rank's GPU in the topology (`GPU0`), when `topo_class` is known and the
+    /// pair is known to be of one machine (`same_host`): what a drawing of the machine marks.
     pub src_gpu: Option<String>,
-    /// The receiving rank's GPU in the topology, when `topo_class` is known.
+    /// The receiving rank's GPU in the topology, under the same conditions as `src_gpu`.
     pub dst_gpu: Option<String>,
     /// The first line.
     pub first: LineRef,
@@ -287,8 +288,14 @@ pub fn explain(job: Job, topo: Option<&Topology>) -> Explanation {
                     lines: 0,
                     channels: Vec::new(),
                     same_host: same,
-                    src_gpu: gpus.as_ref().map(|(_, a, _)| a.id.clone()),
-                    dst_gpu: gpus.as_ref().map(|(_, _, b)| b.id.clone()),
+                    src_gpu: gpus
+                        .as_ref()
+                        .filter(|_| same == Some(true))
+                        .map(|(_, a, _)| a.id.clone()),
+                    dst_gpu: gpus
+                        .as_ref()
+                        .filter(|_| same == Some(true))
+                        .map(|(_, _, b)| b.id.clone()),
                     topo_class: gpus.map(|(k, _, _)| k),
                     first: c.at.clone(),
                 }

@@ -366,8 +366,7 @@ pub fn ib_devices(msg: &str) -> Option<Vec<(u32, String)>> {
             break;
         }
         let entry = list.strip_prefix('[').and_then(|r| r.split_once(']'));
-        let Some((n, after)) = entry.filter(|(n, _)| n.bytes().all(|b| b.is_ascii_digit()))
-        else {
+        let Some((n, after)) = entry.filter(|(n, _)| n.bytes().all(|b| b.is_ascii_digit())) else {
             // `[RO]`, or text that is no device: skip one word.
             list = list.split_once(char::is_whitespace).map_or("", |(_, r)| r);
             continue;
@@ -571,7 +570,9 @@ mod tests {
             Some((1, 0))
         );
         assert_eq!(
-            ib_devices("NET/IB : Using [0]mlx5_0:1/RoCE [1]mlx5_1:1/RoCE [RO]; OOB eth0:10.0.0.1<0>"),
+            ib_devices(
+                "NET/IB : Using [0]mlx5_0:1/RoCE [1]mlx5_1:1/RoCE [RO]; OOB eth0:10.0.0.1<0>"
+            ),
             Some(vec![(0, "mlx5_0".into()), (1, "mlx5_1".into())])
         );
         // Fused devices (nccl-tests issue 373): the members' own numbers are not NCCL's.
@@ -579,7 +580,10 @@ mod tests {
             ib_devices("NET/IB : Using [0]={[0] mlx5_2:1/RoCE, [1] mlx5_3:1/RoCE} [1]={[2] mlx5_0:1/RoCE, [3] mlx5_1:1/RoCE} [RO]; OOB bond0.526:169.136.106.9<0>"),
             Some(vec![(0, "mlx5_2".into()), (1, "mlx5_0".into())])
         );
-        assert_eq!(ib_devices("NET/IB : Using [RO]; OOB eno1:10.201.24.89<0>"), None);
+        assert_eq!(
+            ib_devices("NET/IB : Using [RO]; OOB eno1:10.201.24.89<0>"),
+            None
+        );
         assert_eq!(bus_id_to_pci("c7000").as_deref(), Some("0000:c7:00.0"));
         assert_eq!(bus_id_to_pci("201c0").as_deref(), Some("0000:20:1c.0"));
         let c = comm("comm 0x9ffe0160 rank 0 nranks 4 cudaDev 0 nvmlDev 0 busId 100000 commId 0x1e - Init START").unwrap();

@@ -14,6 +14,25 @@ fn finding<'e>(e: &'e Explanation, id: &str) -> &'e NcclFinding {
         .unwrap_or_else(|| panic!("no {id} in {:?}", e.finding_ids()))
 }
 
+/// The finding `id` of `e`, checked to be stated by the log with `text` in its reason and its
+/// evidence starting at line `line`.
+fn stated<'e>(e: &'e Explanation, id: &str, text: &str, line: u64) -> &'e NcclFinding {
+    let f = finding(e, id);
+    assert_eq!(f.basis, Basis::Stated, "{id}");
+    assert!(f.reason.contains(text), "{id}: {}", f.reason);
+    assert_eq!(f.lines[0].line, line, "{id}: the evidence's first line");
+    f
+}
+
+/// NCCL's IB device numbers and the RDMA device names the log gives them.
+fn ib_names(e: &Explanation) -> Vec<(u32, &str)> {
+    e.job
+        .ib_devices
+        .iter()
+        .map(|(n, (name, _))| (*n, name.as_str()))
+        .collect()
+}
+
 /// Explains one vendored log alone.
 fn explain_fixture(name: &str) -> Explanation {
     let log = gdpath_testkit::fixture(&format!("nccl/{name}"));
@@ -80,13 +99,7 @@ fn every_fixture_matches_its_hand_written_table() {
 #[test]
 fn stated_reasons_and_ranks() {
     let e = explain_fixture("nccl-899-gdr-no-module.log");
-    let g = finding(&e, "nccl.gdr-off");
-    assert_eq!(g.basis, Basis::Stated);
-    assert!(g.reason.contains("no module"), "{}", g.reason);
-    assert_eq!(
-        g.lines[0].line, 1,
-        "evidence starts at the first (no module) line"
-    );
+    let g = stated(&e, "nccl.gdr-off", "no module", 1);
     assert!(
         g.finding.evidence.contains("nccl-899-gdr-no-module.log:1"),
         "the evidence names the log file as given: {}",
@@ -105,13 +118,7 @@ fn stated_reasons_and_ranks() {
     assert_eq!(e.job.nranks, Some(16));
     assert!(e.job.networks.contains("IB"));
     // `NET/IB : Using [0]mlx5_0:1/RoCE [1]mlx5_1:1/RoCE [RO]; OOB …`: NCCL's device numbers.
-    let names: Vec<(u32, &str)> = e
-        .job
-        .ib_devices
-        .iter()
-        .map(|(n, (name, _))| (*n, name.as_str()))
-        .collect();
-    assert_eq!(names, [(0, "mlx5_0"), (1, "mlx5_1")]);
+    assert_eq!(ib_names(&e), [(0, "mlx5_0"), (1, "mlx5_1")]);
 }
 
 /// NET lines written here in NCCL 2.2x's format (no public log pairs with a vendored
@@ -245,9 +252,24 @@ fn p2p_pairs_of_one_p4d_get_their_gpus_and_class() {
             r.transport
         );
     }
-    let class = |s: u32| e.pairs.iter().find(|r| r.src == s).unwrap().topo_class.clone();
-    assert_eq!(class(0).as_deref(), Some("PIX"), "GPU0 and GPU1 share a switch");
-    assert_eq!(class(3).as_deref(), Some("SYS"), "GPU3 and GPU4 are on two sockets");
+    let class = |s: u32| {
+        e.pairs
+            .iter()
+            .find(|r| r.src == s)
+            .unwrap()
+            .topo_class
+            .clone()
+    };
+    assert_eq!(
+        class(0).as_deref(),
+        Some("PIX"),
+        "GPU0 and GPU1 share a switch"
+    );
+    assert_eq!(
+        class(3).as_deref(),
+        Some("SYS"),
+        "GPU3 and GPU4 are on two sockets"
+    );
     assert!(e.findings.is_empty(), "{:?}", e.finding_ids());
 }
 
@@ -276,29 +298,26 @@ fn a_pxn_line_puts_the_nic_by_the_proxy_ranks_gpu() {
     assert!(text.contains("PXN proxy for rank 1"), "{text}");
     // The P2P pair of vm-host40 has both GPUs; the NET pairs across hosts have none.
     let p2p = e.pairs.iter().find(|r| r.class == "P2P").unwrap();
-    assert_eq!((p2p.src_gpu.as_deref(), p2p.dst_gpu.as_deref()), (Some("GPU1"), Some("GPU0")));
+    assert_eq!(
+        (p2p.src_gpu.as_deref(), p2p.dst_gpu.as_deref()),
+        (Some("GPU1"), Some("GPU0"))
+    );
     assert!(e
         .pairs
         .iter()
         .filter(|r| r.same_host == Some(false))
         .all(|r| r.src_gpu.is_none() && r.topo_class.is_none()));
+    // Rank 3 logged nothing: its pair with rank 0 may cross hosts, so it names no GPUs.
+    let r30 = e.pairs.iter().find(|r| r.src == 3).unwrap();
+    assert_eq!((r30.same_host, r30.src_gpu.as_deref()), (None, None));
 }
 
 #[test]
 fn p2p_level_loc_and_fused_ib_devices() {
     // nccl-tests issue 373: NCCL_P2P_LEVEL=LOC stated, and NCCL 2.21's fused devices.
     let e = explain_fixture("nccl-tests-373-p2p-level-loc.log");
-    let f = finding(&e, "nccl.p2p-disabled-by-env");
-    assert_eq!(f.basis, Basis::Stated);
-    assert!(f.reason.contains("NCCL_P2P_LEVEL=LOC"), "{}", f.reason);
-    assert_eq!(f.lines[0].line, 9);
-    let names: Vec<(u32, &str)> = e
-        .job
-        .ib_devices
-        .iter()
-        .map(|(n, (name, _))| (*n, name.as_str()))
-        .collect();
-    assert_eq!(names, [(0, "mlx5_2"), (1, "mlx5_0")]);
+    stated(&e, "nccl.p2p-disabled-by-env", "NCCL_P2P_LEVEL=LOC", 9);
+    assert_eq!(ib_names(&e), [(0, "mlx5_2"), (1, "mlx5_0")]);
     assert_eq!(e.job.ranks[&2].pci.as_deref(), Some("0000:31:00.0"));
 }
 
