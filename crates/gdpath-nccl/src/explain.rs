@@ -67,22 +67,32 @@ pub struct PairRow {
     pub lines: usize,
     /// Channels named, ascending.
     pub channels: Vec<u32>,
-    /// Both ranks' hosts known: whether they are equal.
+    /// Whether both ranks are on one machine: always for P2P and SHM (NCCL uses them only
+    /// there), else whether both ranks' hosts are known and equal.
     pub same_host: Option<bool>,
     /// The topology's class of the two GPUs (`NV12`, `PIX`, `SYS`…), when a topology was given
     /// and both GPUs were found in it.
     pub topo_class: Option<String>,
+    /// The sending rank's GPU in the topology (`GPU0`), when `topo_class` is known and the
+    /// pair is known to be of one machine (`same_host`): what a drawing of the machine marks.
+    pub src_gpu: Option<String>,
+    /// The receiving rank's GPU in the topology, under the same conditions as `src_gpu`.
+    pub dst_gpu: Option<String>,
     /// The first line.
     pub first: LineRef,
 }
 
 /// One rank's GPU and the NIC its `via NET/<net>/<dev>` lines name, as found in the topology
-/// given (NCCL opens a connection's network resources on the rank that logs it: the sender of a
-/// `[send]` line, the receiver of a `[receive]` line).
+/// given. NCCL opens a connection's network resources on the rank that logs it (the sender of a
+/// `[send]` line, the receiver of a `[receive]` line), except with PXN: a `[send] via
+/// NET/<net>/<dev>(<proxy>)` line's NIC is opened by the proxy rank, whose GPU sits by it, and
+/// the sender's data reaches that GPU over NVLink first (`transport/net.cc`).
 #[derive(Debug, Clone, Serialize)]
 pub struct NicPath {
-    /// The rank that logged the lines.
+    /// The rank whose GPU uses the NIC: the rank that logged the lines, or the PXN proxy.
     pub rank: u32,
+    /// With PXN, the rank that logged the lines and whose data the proxy sends.
+    pub pxn_for: Option<u32>,
     /// The GPU's id in the topology (`GPU0`).
     pub gpu: String,
     /// The network (`IB`, `AWS Libfabric`) and NCCL's device number of it.
@@ -159,7 +169,7 @@ pub struct Explanation {
     /// One row per (source rank, destination rank, `via`) seen.
     pub pairs: Vec<PairRow>,
     /// Each rank's GPU ↔ NIC of its NET lines, when a topology was given (one row per rank,
-    /// network, device and GDRDMA or not).
+    /// PXN sender, network, device and GDRDMA or not).
     pub nic_paths: Vec<NicPath>,
     /// Findings about the job, from the log and the topology if given.
     pub findings: Vec<NcclFinding>,
@@ -257,11 +267,17 @@ pub fn explain(job: Job, topo: Option<&Topology>) -> Explanation {
         let row = rows
             .entry((c.src, c.dst, c.via.clone()))
             .or_insert_with(|| {
-                let same = same_host(&job, c.src, c.dst);
+                // NCCL's P2P and SHM transports join ranks of one machine only, whatever the
+                // host names say (pods of one node have names of their own).
+                let same = if matches!(c.transport, Transport::P2p { .. } | Transport::Shm { .. }) {
+                    Some(true)
+                } else {
+                    same_host(&job, c.src, c.dst)
+                };
                 // Two GPUs of different hosts have no class in one machine's topology.
-                let topo_class = machine.filter(|_| same != Some(false)).and_then(|m| {
+                let gpus = machine.filter(|_| same != Some(false)).and_then(|m| {
                     let (da, db) = (gpu_of(c.src, &mut by_index)?, gpu_of(c.dst, &mut by_index)?);
-                    (da.pci != db.pci).then(|| m.classify(da, db).to_string())
+                    (da.pci != db.pci).then(|| (m.classify(da, db).to_string(), da, db))
                 });
                 PairRow {
                     src: c.src,
@@ -272,7 +288,15 @@ pub fn explain(job: Job, topo: Option<&Topology>) -> Explanation {
                     lines: 0,
                     channels: Vec::new(),
                     same_host: same,
-                    topo_class,
+                    src_gpu: gpus
+                        .as_ref()
+                        .filter(|_| same == Some(true))
+                        .map(|(_, a, _)| a.id.clone()),
+                    dst_gpu: gpus
+                        .as_ref()
+                        .filter(|_| same == Some(true))
+                        .map(|(_, _, b)| b.id.clone()),
+                    topo_class: gpus.map(|(k, _, _)| k),
                     first: c.at.clone(),
                 }
             });
@@ -284,23 +308,27 @@ pub fn explain(job: Job, topo: Option<&Topology>) -> Explanation {
     let pairs: Vec<PairRow> = rows.into_values().collect();
 
     // Each rank's GPU ↔ NIC of its NET lines.
-    let mut nic_paths: BTreeMap<(u32, String, u32, bool), NicPath> = BTreeMap::new();
+    let mut nic_paths: BTreeMap<(u32, Option<u32>, String, u32, bool), NicPath> = BTreeMap::new();
     if let Some(m) = machine {
         for c in &job.connections {
             let Transport::Net {
                 net,
                 dev: Some(dev),
                 gdr,
+                proxy,
                 ..
             } = &c.transport
             else {
                 continue;
             };
-            let key = (c.logger(), net.clone(), *dev, *gdr);
+            // PXN: the proxy rank's GPU is the one beside the NIC.
+            let pxn_for = proxy.filter(|p| *p != c.logger()).map(|_| c.logger());
+            let user = proxy.unwrap_or(c.logger());
+            let key = (user, pxn_for, net.clone(), *dev, *gdr);
             if net == "Socket" || nic_paths.contains_key(&key) || nic_paths.len() >= 4096 {
                 continue;
             }
-            let Some(gpu) = gpu_of(c.logger(), &mut by_index) else {
+            let Some(gpu) = gpu_of(user, &mut by_index) else {
                 continue;
             };
             let Some((nic, matched)) = nic_of(m, &job, net, *dev) else {
@@ -309,7 +337,8 @@ pub fn explain(job: Job, topo: Option<&Topology>) -> Explanation {
             nic_paths.insert(
                 key,
                 NicPath {
-                    rank: c.logger(),
+                    rank: user,
+                    pxn_for,
                     gpu: gpu.id.clone(),
                     net: net.clone(),
                     dev: *dev,
@@ -610,7 +639,8 @@ fn nic_of<'m>(
     net: &str,
     dev: u32,
 ) -> Option<(&'m Device, &'static str)> {
-    if net == "IB" {
+    // HPC-X's `IBext` plugins are NCCL's IB code and print the same `NET/IB : Using` line.
+    if net.starts_with("IB") {
         if let Some((name, _)) = job.ib_devices.get(&dev) {
             // A name the topology does not have matches nothing: no guess by order then.
             return m
@@ -826,7 +856,7 @@ pub fn render_text(e: &Explanation, verbose: bool) -> String {
         for p in &e.nic_paths {
             let _ = writeln!(
                 s,
-                "  rank {:<5} {:<8} NET/{}/{:<3} {:<10} {:<5} {} (matched by {})",
+                "  rank {:<5} {:<8} NET/{}/{:<3} {:<10} {:<5} {} (matched by {}){}",
                 p.rank,
                 escape(&p.gpu),
                 escape(&p.net),
@@ -834,7 +864,10 @@ pub fn render_text(e: &Explanation, verbose: bool) -> String {
                 escape(&p.nic),
                 p.class,
                 if p.gdr { "GDRDMA" } else { "no GDRDMA" },
-                p.matched
+                p.matched,
+                p.pxn_for
+                    .map(|r| format!(", PXN proxy for rank {r}"))
+                    .unwrap_or_default()
             );
         }
     }

@@ -186,7 +186,7 @@ pub struct Job {
     /// Pairs of CUDA devices NCCL's P2P check refused, with the line.
     pub p2p_refused: Vec<(u32, u32, LineRef)>,
     /// NCCL's IB devices by number (`NET/IB : Using [0]mlx5_0:1/RoCE …`): the RDMA device name
-    /// that `via NET/IB/<N>` means, with the line.
+    /// that `via NET/IB/<N>` means (a fused device's first member), with the line.
     pub ib_devices: BTreeMap<u32, (String, LineRef)>,
     /// `NIC distance :` lines of 2.4–2.5.
     pub nic_distance: Vec<LineRef>,

@@ -352,19 +352,41 @@ pub fn gdr(msg: &str) -> Option<GdrLine> {
 
 /// `NET/IB : Using [0]mlx5_0:1/RoCE [1]mlx5_1:1/IB [RO]; OOB eth0:10.0.0.1<0>` (`net_ib.cc`):
 /// NCCL's IB device numbers and their RDMA device names (`mlx5_0`, port dropped), the number
-/// that `via NET/IB/<N>` names. `None` for any other line; at most 64 devices are read.
+/// that `via NET/IB/<N>` names. A fused device of NCCL 2.21 on (`[0]={[0] mlx5_2:1/RoCE, [1]
+/// mlx5_3:1/RoCE}`, several ports merged into one NCCL device) is named by its first member.
+/// `None` for any other line; at most 64 devices are read.
 pub fn ib_devices(msg: &str) -> Option<Vec<(u32, String)>> {
     let rest = msg.strip_prefix("NET/IB : Using ")?;
-    let list = rest.split(';').next().unwrap_or(rest);
-    let devs: Vec<(u32, String)> = list
-        .split_whitespace()
-        .filter_map(|w| {
-            let (n, name) = w.strip_prefix('[')?.split_once(']')?;
-            let name = name.split([':', '/']).next()?;
-            (!name.is_empty()).then(|| Some((n.parse().ok()?, name.to_owned())))?
-        })
-        .take(64)
-        .collect();
+    let mut list = rest.split(';').next().unwrap_or(rest);
+    let mut devs: Vec<(u32, String)> = Vec::new();
+    // Each pass consumes at least one byte, so the loop ends within the line's length.
+    while devs.len() < 64 {
+        list = list.trim_start();
+        if list.is_empty() {
+            break;
+        }
+        let entry = list.strip_prefix('[').and_then(|r| r.split_once(']'));
+        let Some((n, after)) = entry.filter(|(n, _)| n.bytes().all(|b| b.is_ascii_digit())) else {
+            // `[RO]`, or text that is no device: skip one word.
+            list = list.split_once(char::is_whitespace).map_or("", |(_, r)| r);
+            continue;
+        };
+        let (member, tail) = match after.strip_prefix("={") {
+            Some(group) => {
+                let (inside, tail) = group.split_once('}').unwrap_or((group, ""));
+                // The first member, `[0] mlx5_2:1/RoCE`, without its own bracketed number.
+                let first = inside.split(',').next().unwrap_or_default().trim();
+                let first = first.split_once(']').map_or(first, |(_, m)| m).trim();
+                (first, tail)
+            }
+            None => after.split_once(char::is_whitespace).unwrap_or((after, "")),
+        };
+        list = tail;
+        let name = member.split([':', '/']).next().unwrap_or_default();
+        if let (Ok(n), false) = (n.parse(), name.is_empty()) {
+            devs.push((n, name.to_owned()));
+        }
+    }
     (!devs.is_empty()).then_some(devs)
 }
 
@@ -546,6 +568,21 @@ mod tests {
         assert_eq!(
             p2p_refused("Could not enable P2P between dev 1(=200000) and dev 0(=100000)"),
             Some((1, 0))
+        );
+        assert_eq!(
+            ib_devices(
+                "NET/IB : Using [0]mlx5_0:1/RoCE [1]mlx5_1:1/RoCE [RO]; OOB eth0:10.0.0.1<0>"
+            ),
+            Some(vec![(0, "mlx5_0".into()), (1, "mlx5_1".into())])
+        );
+        // Fused devices (nccl-tests issue 373): the members' own numbers are not NCCL's.
+        assert_eq!(
+            ib_devices("NET/IB : Using [0]={[0] mlx5_2:1/RoCE, [1] mlx5_3:1/RoCE} [1]={[2] mlx5_0:1/RoCE, [3] mlx5_1:1/RoCE} [RO]; OOB bond0.526:169.136.106.9<0>"),
+            Some(vec![(0, "mlx5_2".into()), (1, "mlx5_0".into())])
+        );
+        assert_eq!(
+            ib_devices("NET/IB : Using [RO]; OOB eno1:10.201.24.89<0>"),
+            None
         );
         assert_eq!(bus_id_to_pci("c7000").as_deref(), Some("0000:c7:00.0"));
         assert_eq!(bus_id_to_pci("201c0").as_deref(), Some("0000:20:1c.0"));

@@ -14,6 +14,25 @@ fn finding<'e>(e: &'e Explanation, id: &str) -> &'e NcclFinding {
         .unwrap_or_else(|| panic!("no {id} in {:?}", e.finding_ids()))
 }
 
+/// The finding `id` of `e`, checked to be stated by the log with `text` in its reason and its
+/// evidence starting at line `line`.
+fn stated<'e>(e: &'e Explanation, id: &str, text: &str, line: u64) -> &'e NcclFinding {
+    let f = finding(e, id);
+    assert_eq!(f.basis, Basis::Stated, "{id}");
+    assert!(f.reason.contains(text), "{id}: {}", f.reason);
+    assert_eq!(f.lines[0].line, line, "{id}: the evidence's first line");
+    f
+}
+
+/// NCCL's IB device numbers and the RDMA device names the log gives them.
+fn ib_names(e: &Explanation) -> Vec<(u32, &str)> {
+    e.job
+        .ib_devices
+        .iter()
+        .map(|(n, (name, _))| (*n, name.as_str()))
+        .collect()
+}
+
 /// Explains one vendored log alone.
 fn explain_fixture(name: &str) -> Explanation {
     let log = gdpath_testkit::fixture(&format!("nccl/{name}"));
@@ -51,7 +70,7 @@ fn expected(path: &std::path::Path) -> (BTreeSet<Row>, Vec<String>) {
 #[test]
 fn every_fixture_matches_its_hand_written_table() {
     let files = gdpath_testkit::fixture_files("nccl", "log");
-    assert!(files.len() >= 14, "fixtures/nccl has {} logs", files.len());
+    assert!(files.len() >= 17, "fixtures/nccl has {} logs", files.len());
     for log in files {
         let exp = log.with_extension("expected.json");
         let (rows, ids) = expected(&exp);
@@ -80,13 +99,7 @@ fn every_fixture_matches_its_hand_written_table() {
 #[test]
 fn stated_reasons_and_ranks() {
     let e = explain_fixture("nccl-899-gdr-no-module.log");
-    let g = finding(&e, "nccl.gdr-off");
-    assert_eq!(g.basis, Basis::Stated);
-    assert!(g.reason.contains("no module"), "{}", g.reason);
-    assert_eq!(
-        g.lines[0].line, 1,
-        "evidence starts at the first (no module) line"
-    );
+    let g = stated(&e, "nccl.gdr-off", "no module", 1);
     assert!(
         g.finding.evidence.contains("nccl-899-gdr-no-module.log:1"),
         "the evidence names the log file as given: {}",
@@ -105,13 +118,7 @@ fn stated_reasons_and_ranks() {
     assert_eq!(e.job.nranks, Some(16));
     assert!(e.job.networks.contains("IB"));
     // `NET/IB : Using [0]mlx5_0:1/RoCE [1]mlx5_1:1/RoCE [RO]; OOB …`: NCCL's device numbers.
-    let names: Vec<(u32, &str)> = e
-        .job
-        .ib_devices
-        .iter()
-        .map(|(n, (name, _))| (*n, name.as_str()))
-        .collect();
-    assert_eq!(names, [(0, "mlx5_0"), (1, "mlx5_1")]);
+    assert_eq!(ib_names(&e), [(0, "mlx5_0"), (1, "mlx5_1")]);
 }
 
 /// NET lines written here in NCCL 2.2x's format (no public log pairs with a vendored
@@ -223,6 +230,95 @@ fn gdr_off_beside_a_pix_nic_is_derived_with_the_doctor_facts() {
         "{}",
         g.reason
     );
+}
+
+#[test]
+fn p2p_pairs_of_one_p4d_get_their_gpus_and_class() {
+    // aws-ofi-nccl issue 715: one p4d.24xlarge (its plugin says so earlier in the thread),
+    // eight ranks on GPUs 0-7, CloudWatch timestamps on lines of their own between NCCL's.
+    let log = gdpath_testkit::fixture("nccl/aws-ofi-nccl-715-p2p-cumem-read-p4d.log");
+    let e = explain(read_logs(&[log], Limits::default()).unwrap(), Some(&p4d()));
+    assert_eq!(e.job.hosts.iter().collect::<Vec<_>>(), ["algo-1"]);
+    assert_eq!(e.pairs.len(), 5);
+    for r in &e.pairs {
+        assert_eq!(r.same_host, Some(true));
+        assert_eq!(r.src_gpu.as_deref(), Some(format!("GPU{}", r.src).as_str()));
+        assert_eq!(r.dst_gpu.as_deref(), Some(format!("GPU{}", r.dst).as_str()));
+        // The file gives PCIe only (NCCL finds the NVSwitches through NVML at run time).
+        assert!(r.topo_class.is_some(), "{} -> {}", r.src, r.dst);
+        assert!(
+            matches!(&r.transport, gdpath_nccl::parse::Transport::P2p { mode, read: true } if mode == "CUMEM"),
+            "{:?}",
+            r.transport
+        );
+    }
+    let class = |s: u32| {
+        e.pairs
+            .iter()
+            .find(|r| r.src == s)
+            .unwrap()
+            .topo_class
+            .clone()
+    };
+    assert_eq!(
+        class(0).as_deref(),
+        Some("PIX"),
+        "GPU0 and GPU1 share a switch"
+    );
+    assert_eq!(
+        class(3).as_deref(),
+        Some("SYS"),
+        "GPU3 and GPU4 are on two sockets"
+    );
+    assert!(e.findings.is_empty(), "{:?}", e.finding_ids());
+}
+
+#[test]
+fn a_pxn_line_puts_the_nic_by_the_proxy_ranks_gpu() {
+    // nccl-tests issue 321: rank 1 sends to rank 2 through NET device 0 of proxy rank 0. Its
+    // VMs' topology is not public: the p4d's stands in (NIC0 is PIX to GPU0 and GPU1).
+    let log = gdpath_testkit::fixture("nccl/nccl-tests-321-pxn-proxy.log");
+    let e = explain(read_logs(&[log], Limits::default()).unwrap(), Some(&p4d()));
+    let rows: Vec<(u32, Option<u32>, &str, &str)> = e
+        .nic_paths
+        .iter()
+        .map(|p| (p.rank, p.pxn_for, p.gpu.as_str(), p.nic.as_str()))
+        .collect();
+    // Rank 0 (NVML 1: GPU1) uses NIC0 for its own lines and as rank 1's proxy; rank 2 (GPU1 of
+    // the other host) for its own; rank 1 (GPU0) opens no NIC.
+    assert_eq!(
+        rows,
+        [
+            (0, None, "GPU1", "NIC0"),
+            (0, Some(1), "GPU1", "NIC0"),
+            (2, None, "GPU1", "NIC0")
+        ]
+    );
+    let text = gdpath_nccl::explain::render_text(&e, false);
+    assert!(text.contains("PXN proxy for rank 1"), "{text}");
+    // The P2P pair of vm-host40 has both GPUs; the NET pairs across hosts have none.
+    let p2p = e.pairs.iter().find(|r| r.class == "P2P").unwrap();
+    assert_eq!(
+        (p2p.src_gpu.as_deref(), p2p.dst_gpu.as_deref()),
+        (Some("GPU1"), Some("GPU0"))
+    );
+    assert!(e
+        .pairs
+        .iter()
+        .filter(|r| r.same_host == Some(false))
+        .all(|r| r.src_gpu.is_none() && r.topo_class.is_none()));
+    // Rank 3 logged nothing: its pair with rank 0 may cross hosts, so it names no GPUs.
+    let r30 = e.pairs.iter().find(|r| r.src == 3).unwrap();
+    assert_eq!((r30.same_host, r30.src_gpu.as_deref()), (None, None));
+}
+
+#[test]
+fn p2p_level_loc_and_fused_ib_devices() {
+    // nccl-tests issue 373: NCCL_P2P_LEVEL=LOC stated, and NCCL 2.21's fused devices.
+    let e = explain_fixture("nccl-tests-373-p2p-level-loc.log");
+    stated(&e, "nccl.p2p-disabled-by-env", "NCCL_P2P_LEVEL=LOC", 9);
+    assert_eq!(ib_names(&e), [(0, "mlx5_2"), (1, "mlx5_0")]);
+    assert_eq!(e.job.ranks[&2].pci.as_deref(), Some("0000:31:00.0"));
 }
 
 #[test]

@@ -6,6 +6,7 @@
 use crate::geometry::{NodeKind, FONT, SMALL};
 use crate::layout::{self, Layout};
 use crate::matrix::{self, PairRates};
+use crate::nccl::NcclMark;
 use crate::routing::{self, RouteLabels, P2P_LINES_MAX_GPUS};
 use crate::svg::{esc, num, polyline_d, Rect, Text};
 use crate::tree::Tree;
@@ -71,6 +72,12 @@ svg.machine .mx-t-staged { fill: #b91c1c; }
 svg.machine .mx-t-unknown { fill: #4b5563; }
 svg.machine .mx-class { font-weight: bold; }
 svg.machine .legend-t, svg.machine .note { fill: #374151; }
+svg.machine .nccl-bar { fill: none; stroke-width: 2; stroke-linecap: round; }
+svg.machine .nccl-bar.nccl-p2p { stroke: #2563eb; }
+svg.machine .nccl-bar.nccl-shm { stroke: #dc2626; stroke-dasharray: 6 3; }
+svg.machine .nccl-bar.nccl-net { stroke: #16a34a; stroke-dasharray: 2 3; }
+svg.machine .nccl-bar.nccl-other { stroke: #6b7280; }
+svg.machine .nccl-t { fill: #111827; }
 "#;
 
 /// Labels of texts drawn over lines (given a white halo).
@@ -83,6 +90,19 @@ pub fn machine_svg(
     routes: &[Route],
     labels: &dyn RouteLabels,
     rates: &dyn PairRates,
+) -> String {
+    machine_svg_marked(m, routes, labels, rates, &[])
+}
+
+/// [`machine_svg`] with NCCL's pairs ([`crate::nccl::marks`]) marked under it: one lane per
+/// pair, a bar from the sending GPU's column to the receiving one's (arrow at the receiver),
+/// labelled with the GPUs, the ranks and NCCL's `via`. A mark whose GPU is not drawn is left out.
+pub fn machine_svg_marked(
+    m: &Machine,
+    routes: &[Route],
+    labels: &dyn RouteLabels,
+    rates: &dyn PairRates,
+    marks: &[NcclMark],
 ) -> String {
     let tree = Tree::of(m);
     // Twice: the first layout tells how many paths run along each rail, the second leaves
@@ -126,6 +146,13 @@ pub fn machine_svg(
     panel_texts.extend(texts);
     right = right.max(b.right() + PAD);
     bottom = bottom.max(b.bottom());
+    if !marks.is_empty() {
+        let (svg, texts, b) = nccl_lanes(&lay, marks, bottom + 30.0);
+        panels.push_str(&svg);
+        panel_texts.extend(texts);
+        right = right.max(b.right() + PAD);
+        bottom = bottom.max(b.bottom());
+    }
     let mut notes = notes(m, &lay, routes, gpus.len());
     if !drawn.unplaced.is_empty() {
         notes.push(format!(
@@ -329,6 +356,57 @@ pub fn machine_svg(
     }
     o.push_str("</svg>");
     o
+}
+
+/// Space between two lanes of NCCL's pairs, px: a label's box and the next bar's ticks clear.
+const LANE: f64 = 18.0;
+
+/// NCCL's pairs from `y` down: a title, then one lane per mark whose two GPUs are drawn.
+fn nccl_lanes(lay: &Layout, marks: &[NcclMark], y: f64) -> (String, Vec<Text>, Rect) {
+    let x_of = |id: &str| {
+        lay.nodes
+            .iter()
+            .find(|n| n.kind == NodeKind::Gpu && n.id.as_deref() == Some(id))
+            .map(|n| n.rect.cx())
+    };
+    let mut svg = String::new();
+    let texts = vec![Text::new(
+        PAD,
+        y + 11.0,
+        FONT,
+        "NCCL's pairs (from the log): sending GPU → receiving GPU, NCCL's transport",
+        "panel-title",
+    )];
+    let mut right = texts[0].rect().right();
+    let mut ly = y + 32.0;
+    for mk in marks {
+        let (Some(xa), Some(xb)) = (x_of(&mk.src_gpu), x_of(&mk.dst_gpu)) else {
+            continue;
+        };
+        // The arrowhead points at the receiver, from whichever side the bar comes.
+        let back = if xb > xa { -5.0 } else { 5.0 };
+        let (bx, y0, y1) = (num(xb + back), num(ly - 3.0), num(ly + 3.0));
+        let (ax, bx2, y) = (num(xa), num(xb), num(ly));
+        let _ = write!(
+            svg,
+            "<g class=\"nccl-mark\" data-ranks=\"{} {}\" data-gpus=\"{} {}\" data-via=\"{}\">\
+             <title>{}</title><path class=\"nccl-bar {}\" d=\"M{ax} {y0} V{y1} M{ax} {y} H{bx2} \
+             M{bx} {y0} L{bx2} {y} L{bx} {y1}\"/>",
+            mk.src,
+            mk.dst,
+            esc(&mk.src_gpu),
+            esc(&mk.dst_gpu),
+            esc(&mk.via),
+            esc(&mk.title),
+            mk.class,
+        );
+        let t = Text::new(xa.max(xb) + 10.0, ly + 3.5, SMALL, mk.label(), "nccl-t");
+        right = right.max(t.rect().right());
+        t.write(&mut svg);
+        svg.push_str("</g>");
+        ly += LANE;
+    }
+    (svg, texts, Rect::new(PAD, y, right - PAD, ly - y))
 }
 
 /// The class with the halo added (a fixed set, so the classes stay `'static`).

@@ -153,7 +153,10 @@ pub fn html(p: &PageInput) -> String {
     let figures = Figures::of(m, p.docs);
     let not_drawn = drawing::not_drawn(m);
     let svg = match &not_drawn {
-        None => drawing::machine_svg(m, p.routes, &figures, &figures),
+        None => {
+            let marks = p.nccl.map(|e| crate::nccl::marks(e).0).unwrap_or_default();
+            drawing::machine_svg_marked(m, p.routes, &figures, &figures, &marks)
+        }
         Some(_) => String::new(),
     };
     let mut o = String::new();
