@@ -16,7 +16,7 @@
 
 use crate::files::temporary_checksum;
 use crate::{Checksum, Progress};
-use gdpath::file::{AtomicFile, ReplaceOptions};
+use gdpath::file::{AtomicFile, AtomicFileExt, ReplaceOptions};
 use gdpath::{
     Agent, DataPath, DirectIo, Error, FileSpec, FindingId, HostBuffer, Memory, Op, Region, Result,
     Transfer, TransferReport, TransferRequest,
@@ -334,11 +334,10 @@ fn copy_pseudo_file(
     use std::io::Read;
     let limit = opts.size.unwrap_or(PSEUDO_FILE_MAX).min(PSEUDO_FILE_MAX);
     let t0 = Instant::now();
-    let f = gdpath::file::check_regular(src).and_then(|_| {
-        std::fs::File::open(src).map_err(|e| Error::Open {
-            path: src.to_owned(),
-            source: e.into(),
-        })
+    gdpath::file::check_regular(src)?;
+    let f = std::fs::File::open(src).map_err(|e| Error::Open {
+        path: src.to_owned(),
+        source: e.into(),
     })?;
     let mut data = Vec::new();
     f.take(limit + 1)

@@ -10,7 +10,7 @@
 
 use super::files::{checksum_open, prepare_test_file};
 use super::{fill_pattern, BenchRow, Checksum, NoProgress, Progress};
-use gdpath::file::{AtomicFile, InPlaceFile, ReplaceOptions};
+use gdpath::file::{AtomicFile, AtomicFileExt, InPlaceFile, InPlaceFileExt, ReplaceOptions};
 use gdpath::units::{format_size, gbps};
 use gdpath::{
     Agent, AgentConfig, DataPath, Error, FileAccess, FileSpec, FindingId, GdsConfig, HostBuffer,

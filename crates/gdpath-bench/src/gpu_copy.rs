@@ -3,7 +3,7 @@
 
 use crate::files::checksum_file;
 use crate::gds::{gpu_checksum, gpu_fill_pattern};
-use gdpath::file::{AtomicFile, ReplaceOptions};
+use gdpath::file::{AtomicFile, AtomicFileExt, ReplaceOptions};
 use gdpath::{
     Agent, DataPath, Error, FileSpec, FindingId, Memory, PlannedPair, Result, TransferRequest,
 };

@@ -20,11 +20,11 @@
 //! checks a target (symbolic links under the `protected_symlinks` rule, another user's file in
 //! a sticky directory refused), opened once, and every block, the read-back and the page-cache
 //! drop go through that descriptor ([`gdpath::file::InPlaceFile`],
-//! [`gdpath::file::AtomicFile::memory`]), never through its path again.
+//! [`gdpath::file::AtomicFileExt::memory`]), never through its path again.
 
 use super::files::{checksum_open, prepare_test_file};
 use super::{fill_pattern, BenchRow, Checksum, Progress};
-use gdpath::file::{AtomicFile, InPlaceFile, ReplaceOptions};
+use gdpath::file::{AtomicFile, AtomicFileExt, InPlaceFile, InPlaceFileExt, ReplaceOptions};
 use gdpath::units::format_size;
 use gdpath::{
     Agent, AgentConfig, DataPath, DirectIo, Error, FileAccess, FileSpec, FindingId, HostBuffer,

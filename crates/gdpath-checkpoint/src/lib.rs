@@ -43,8 +43,8 @@ use std::sync::Arc;
 /// [`CheckpointError::Open`] / [`CheckpointError::Io`] with the OS error where there is one,
 /// `EISDIR` for a directory, else (another file that is not regular, more bytes than read)
 /// `Open` with the error's text.
-pub(crate) fn file_error(path: &Path, e: gdpath::Error) -> CheckpointError {
-    match e {
+pub(crate) fn file_error(path: &Path, e: impl Into<gdpath::Error>) -> CheckpointError {
+    match e.into() {
         gdpath::Error::Open { source, .. } => CheckpointError::Open {
             path: path.to_owned(),
             source,

@@ -21,7 +21,7 @@
 
 use super::{tensor_bytes, Dtype};
 use gdpath::error::Error;
-use gdpath::file::{AtomicFile, ReplaceOptions};
+use gdpath::file::{AtomicFile, AtomicFileExt, ReplaceOptions};
 use gdpath::memory::MemoryKind;
 use gdpath::path::DataPath;
 use gdpath::Agent;
@@ -438,10 +438,10 @@ pub fn save(
         overwrite: opts.overwrite,
         fsync: opts.fsync,
     };
-    let mut out = AtomicFile::create(file, replace).map_err(eng)?;
-    out.reserve(file_bytes).map_err(eng)?;
+    let mut out = AtomicFile::create(file, replace).map_err(|e| eng(e.into()))?;
+    out.reserve(file_bytes).map_err(|e| eng(e.into()))?;
     out.write_all(&header)
-        .map_err(|e| eng(out.write_error(e)))?;
+        .map_err(|e| eng(out.write_error(e).into()))?;
     let runs = runs(&placed);
     let (mut paths, mut finding, mut detail) = (Vec::new(), None, None);
     let mut transfer = Duration::ZERO;
@@ -488,7 +488,7 @@ pub fn save(
     let through_link = out.through_link();
     let replaced = out.replaces();
     let t2 = Instant::now();
-    out.commit().map_err(eng)?;
+    out.commit().map_err(|e| eng(e.into()))?;
     let commit = t2.elapsed();
     Ok(SaveReport {
         path,

@@ -268,7 +268,8 @@ pub(crate) fn usage(message: impl Into<String>) -> anyhow::Error {
 }
 
 /// The machine-readable category of a failure, from the outermost typed error of its chain:
-/// an engine error's [`gdpath::Error::kind`] (`peer_failed`, `open`, `config`, ...), a
+/// an engine error's [`gdpath::Error::kind`] (`peer_failed`, `open`, `config`, ...; a file
+/// error's, [`gdpath::file::Error`], is the kind of the engine variant it converts into), a
 /// checkpoint load's [`gdpath_checkpoint::LoadError::kind`] (`checkpoint` for a malformed
 /// file), a save's [`gdpath_checkpoint::SaveError::kind`] (`exists`, `no_space`, ...); the CLI's own are `usage` and `resolve`; a size that does not parse
 /// ([`gdpath::units::SizeError`]: only command-line values are parsed as sizes) is `usage`; a
@@ -283,6 +284,9 @@ pub(crate) fn error_kind(e: &anyhow::Error) -> &'static str {
         }
         if let Some(g) = cause.downcast_ref::<gdpath::Error>() {
             return g.kind();
+        }
+        if let Some(f) = cause.downcast_ref::<gdpath::file::Error>() {
+            return gdpath::Error::from(f.clone()).kind();
         }
         if let Some(c) = cause.downcast_ref::<gdpath_cluster::ClusterError>() {
             return c.kind();

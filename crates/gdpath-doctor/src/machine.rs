@@ -102,7 +102,8 @@ pub fn capture(
     out: &Path,
     replace: gdpath::file::ReplaceOptions,
 ) -> Result<Captured, CaptureError> {
-    let mut file = gdpath::file::AtomicFile::create(out, replace).map_err(CaptureError::Output)?;
+    let mut file = gdpath::file::AtomicFile::create(out, replace)
+        .map_err(|e| CaptureError::Output(e.into()))?;
     let (view, label) = match sysfs_root {
         Some(root) => (DirView::new(root), "sysfs-root"),
         None => (DirView::live(), "live"),
@@ -124,11 +125,11 @@ pub fn capture(
     );
     let summary = match written {
         Ok(s) => s,
-        Err(TopoError::Write(e)) => return Err(CaptureError::Output(file.write_error(e))),
+        Err(TopoError::Write(e)) => return Err(CaptureError::Output(file.write_error(e).into())),
         Err(e) => return Err(CaptureError::Read(e)),
     };
     let written = file.as_target();
-    file.commit().map_err(CaptureError::Output)?;
+    file.commit().map_err(|e| CaptureError::Output(e.into()))?;
     Ok(Captured {
         machine,
         summary,

@@ -218,11 +218,11 @@ pub fn read_logs(paths: &[PathBuf], limits: Limits) -> Result<Job, NcclError> {
         // swapped in after the check neither blocks the open nor is read.
         let f = gdpath::file::open_regular(path, std::fs::OpenOptions::new().read(true).clone(), 0)
             .map_err(|e| match e {
-                gdpath::Error::NotAFile { what, .. } => NcclError::NotAFile {
+                gdpath::file::Error::NotAFile { what, .. } => NcclError::NotAFile {
                     path: path.clone(),
                     what,
                 },
-                gdpath::Error::Open { source, .. } => NcclError::Read {
+                gdpath::file::Error::Open { source, .. } => NcclError::Read {
                     path: path.clone(),
                     source: std::io::Error::new(source.kind(), source.to_string()),
                 },

@@ -261,11 +261,20 @@ impl PlantedLink {
     pub fn temporaries(&self) -> Vec<PathBuf> {
         [self.sticky.as_path(), self.victim.parent().unwrap()]
             .iter()
-            .flat_map(|d| std::fs::read_dir(d).unwrap().flatten())
-            .map(|e| e.path())
-            .filter(|p| p.to_string_lossy().contains(".gdpath-tmp-"))
+            .flat_map(|d| temporaries(d).into_iter().map(|n| d.join(n)))
             .collect()
     }
+}
+
+/// The names of gdpath's temporaries (`.NAME.gdpath-tmp-…`, the file crate's `TEMP_MARKER`) in
+/// `dir`. Panics when `dir` cannot be listed.
+pub fn temporaries(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(".gdpath-tmp-"))
+        .collect()
 }
 
 /// Makes a [`PlantedLink`] scene, or `None` (saying so on stderr, naming `test`) when this

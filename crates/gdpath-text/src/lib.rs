@@ -13,6 +13,9 @@
 //! It is a crate of its own, below every other, so that the wire protocol's peer names, the
 //! topology readers' errors, the engine's error messages, the doctor's text and the CLI's tables
 //! share it without an upward import (`gdpath_topo::text` re-exports it).
+//!
+//! [`format_size`] writes a byte count for people (`4 KiB`, `1.50 GiB`) here for the same
+//! reason: the engine's messages (`gdpath::units` re-exports it) and the file crate's share it.
 
 #![forbid(unsafe_code)]
 
@@ -45,6 +48,27 @@ pub fn escape<S: AsRef<OsStr> + ?Sized>(s: &S) -> String {
 /// A character [`escape`] keeps without asking `{:?}`: printable ASCII but the backslash.
 fn plain(c: char) -> bool {
     matches!(c, ' '..='~') && c != '\\'
+}
+
+/// Prints bytes with the largest binary unit that divides them exactly (`4 KiB`, `1 GiB`,
+/// `1.50 GiB` otherwise, `511 B`).
+pub fn format_size(bytes: u64) -> String {
+    const UNITS: [(&str, u64); 4] = [
+        ("TiB", 1 << 40),
+        ("GiB", 1 << 30),
+        ("MiB", 1 << 20),
+        ("KiB", 1 << 10),
+    ];
+    for (name, m) in UNITS {
+        if bytes >= m {
+            return if bytes % m == 0 {
+                format!("{} {name}", bytes / m)
+            } else {
+                format!("{:.2} {name}", bytes as f64 / m as f64)
+            };
+        }
+    }
+    format!("{bytes} B")
 }
 
 #[cfg(test)]

@@ -121,7 +121,7 @@ pub enum Error {
         align: u64,
     },
     /// An I/O call failed. `op` is the call (`read`, `write`, `fstat`, ...).
-    #[error("{op} {} at offset {offset}: {source}", gdpath_topo::text::escape(.path))]
+    #[error("{}", file_text(self))]
     Io {
         /// The system call that failed (`read`, `write`, `fstat`, ...).
         op: &'static str,
@@ -134,7 +134,7 @@ pub enum Error {
         source: Arc<std::io::Error>,
     },
     /// The file could not be opened.
-    #[error("cannot open {}: {source}", gdpath_topo::text::escape(.path))]
+    #[error("{}", file_text(self))]
     Open {
         /// The file that could not be opened.
         path: PathBuf,
@@ -144,7 +144,7 @@ pub enum Error {
     },
     /// No file could be created in the directory (a file written whole is made there first):
     /// permission, a read-only file system, a missing directory. Kind `open`, as [`Error::Open`].
-    #[error("cannot create a file in {}: {source}", gdpath_topo::text::escape(.dir))]
+    #[error("{}", file_text(self))]
     CreateIn {
         /// The directory no file could be created in.
         dir: PathBuf,
@@ -153,7 +153,7 @@ pub enum Error {
         source: Arc<std::io::Error>,
     },
     /// The path names something that is not a regular file (`what`: "a directory", ...).
-    #[error("{} is {what}, not a regular file", gdpath_topo::text::escape(.path))]
+    #[error("{}", file_text(self))]
     NotAFile {
         /// The path named.
         path: PathBuf,
@@ -161,19 +161,11 @@ pub enum Error {
         what: &'static str,
     },
     /// A write was asked to follow a symbolic link that the kernel's `fs.protected_symlinks`
-    /// rule (Documentation/admin-guide/sysctl/fs.rst) forbids following, whatever the sysctl
-    /// says: `link` sits in the sticky (`S_ISVTX`), world-writable directory `dir` and its
-    /// owner, uid `owner`, is neither the writer (its effective uid) nor the directory's
-    /// owner — a link anyone could have planted there to make this process write another
-    /// user's file. Nothing was written. Python raises it as a `PermissionError` (`EACCES`,
-    /// what `open(2)` returns when the kernel applies the rule).
-    #[error(
-        "{}: a symbolic link owned by uid {owner} in the sticky world-writable directory \
-         {}, neither the writer's nor the directory owner's; the kernel's protected_symlinks \
-         rule does not follow it: remove the link or write elsewhere",
-        gdpath_topo::text::escape(.link),
-        gdpath_topo::text::escape(.dir)
-    )]
+    /// rule forbids following, whatever the sysctl says
+    /// ([`gdpath_file::Error::SymlinkRefused`] says when). Nothing was written. Python raises
+    /// it as a `PermissionError` (`EACCES`, what `open(2)` returns when the kernel applies the
+    /// rule).
+    #[error("{}", file_text(self))]
     SymlinkRefused {
         /// The symbolic link not followed.
         link: PathBuf,
@@ -182,22 +174,12 @@ pub enum Error {
         /// The sticky, world-writable directory holding the link.
         dir: PathBuf,
     },
-    /// A write with `overwrite` would replace (or write into) `path`, a regular file owned by
-    /// uid `owner` in the sticky directory `dir`, which is world- or group-writable, and the
-    /// owner is neither the writer (its effective uid) nor the directory's owner: the kernel's
-    /// `fs.protected_regular=2` rule for `O_CREAT` opens (Documentation/admin-guide/sysctl/fs.rst),
-    /// applied whatever the sysctl says. Such a file is anyone's plant: a replacement keeps
-    /// the replaced file's owner and mode, so its planter would own what is written. Nothing
-    /// was written. Python raises it as a `PermissionError` (`EACCES`, what `open(2)` returns
-    /// when the kernel applies the rule).
-    #[error(
-        "{}: a file owned by uid {owner} in the sticky, world- or group-writable directory {}, \
-         neither the writer's nor the directory owner's; the kernel's protected_regular rule \
-         does not let another user write it (its owner would own what is written): remove it \
-         or write elsewhere",
-        gdpath_topo::text::escape(.path),
-        gdpath_topo::text::escape(.dir)
-    )]
+    /// A write with `overwrite` would replace another user's file in a sticky directory: the
+    /// kernel's `fs.protected_regular=2` rule, applied whatever the sysctl says
+    /// ([`gdpath_file::Error::ForeignFileRefused`] says when). Nothing was written. Python
+    /// raises it as a `PermissionError` (`EACCES`, what `open(2)` returns when the kernel
+    /// applies the rule).
+    #[error("{}", file_text(self))]
     ForeignFileRefused {
         /// The file not written.
         path: PathBuf,
@@ -206,18 +188,10 @@ pub enum Error {
         /// The sticky, world- or group-writable directory holding the file.
         dir: PathBuf,
     },
-    /// The path written goes through `link`, a magic link of `/proc` (`/proc/PID/fd/N`,
-    /// `/proc/PID/cwd`, `/proc/PID/root`, ...: `/dev/stdout` is one, through
-    /// `/proc/self/fd/1`): it leads to an open descriptor or a process's directory, not to a
-    /// name, and a file written whole by a rename cannot go into a descriptor. Refused (the
-    /// kernel's `RESOLVE_NO_MAGICLINKS`); nothing was written.
-    #[error(
-        "{}: the path goes through {}, a magic link of /proc (to an open descriptor or a \
-         process's directory); gdpath replaces files whole and cannot write into a \
-         descriptor: write to a file",
-        gdpath_topo::text::escape(.path),
-        gdpath_topo::text::escape(.link)
-    )]
+    /// The path written goes through `link`, a magic link of `/proc` (`/dev/stdout` is one,
+    /// through `/proc/self/fd/1`), which a file written whole cannot go into
+    /// ([`gdpath_file::Error::MagicLinkRefused`]). Nothing was written.
+    #[error("{}", file_text(self))]
     MagicLinkRefused {
         /// The path asked to be written.
         path: PathBuf,
@@ -228,7 +202,7 @@ pub enum Error {
     /// bytes were to be written (when known in advance), `written` bytes were when it filled
     /// up. Written through [`crate::file::AtomicFile`], `path` is the target, which is as it
     /// was.
-    #[error("no space left for {}: {}", gdpath_topo::text::escape(.path), no_space_detail(*needed, *written))]
+    #[error("{}", file_text(self))]
     NoSpace {
         /// The file being written (the target, for a file written whole).
         path: PathBuf,
@@ -243,7 +217,7 @@ pub enum Error {
     /// The file exists and replacing it was not asked for
     /// ([`crate::file::ReplaceOptions::overwrite`], the commands' `--overwrite`).
     /// The message names no option: the CLI adds "--overwrite", Python `overwrite=True`.
-    #[error("{} exists", gdpath_topo::text::escape(.path))]
+    #[error("{}", file_text(self))]
     Exists {
         /// The existing file.
         path: PathBuf,
@@ -326,7 +300,7 @@ pub enum Error {
     #[error("cancelled")]
     Cancelled,
     /// An invalid configuration value.
-    #[error("invalid configuration: {0}")]
+    #[error("{}", file_text(self))]
     Config(String),
     /// The connection to a peer agent failed or was lost (killed, unreachable, reset, or no
     /// completion within the network operation bound). `peer` is the peer's label
@@ -423,15 +397,14 @@ pub enum Error {
     },
 }
 
-fn no_space_detail(needed: Option<u64>, written: u64) -> String {
-    use crate::units::format_size;
-    match needed {
-        Some(n) => format!(
-            "{n} bytes ({}) needed, {written} bytes written",
-            format_size(n)
-        ),
-        None => format!("{written} bytes ({}) written", format_size(written)),
-    }
+/// The text of a variant this error shares with [`gdpath_file::Error`]: that error's, so that it
+/// is written once; empty for no other (none asks for it).
+fn file_text(e: &Error) -> String {
+    use gdpath_file::FileError;
+    e.clone()
+        .into_file_error()
+        .map(|f| f.to_string())
+        .unwrap_or_default()
 }
 
 fn path_list(paths: &[DataPath]) -> String {
@@ -526,6 +499,90 @@ impl From<gdpath_wire::Error> for Error {
                 source,
             },
         }
+    }
+}
+
+/// The file crate's errors are the engine's variants of the same names, fields, text and kind.
+impl From<gdpath_file::Error> for Error {
+    fn from(e: gdpath_file::Error) -> Self {
+        use gdpath_file::Error as F;
+        match e {
+            F::Io {
+                op,
+                path,
+                offset,
+                source,
+            } => Error::Io {
+                op,
+                path,
+                offset,
+                source,
+            },
+            F::Open { path, source } => Error::Open { path, source },
+            F::CreateIn { dir, source } => Error::CreateIn { dir, source },
+            F::NotAFile { path, what } => Error::NotAFile { path, what },
+            F::SymlinkRefused { link, owner, dir } => Error::SymlinkRefused { link, owner, dir },
+            F::ForeignFileRefused { path, owner, dir } => {
+                Error::ForeignFileRefused { path, owner, dir }
+            }
+            F::MagicLinkRefused { path, link } => Error::MagicLinkRefused { path, link },
+            F::NoSpace {
+                path,
+                needed,
+                written,
+                source,
+            } => Error::NoSpace {
+                path,
+                needed,
+                written,
+                source,
+            },
+            F::Exists { path } => Error::Exists { path },
+            F::Config(detail) => Error::Config(detail),
+        }
+    }
+}
+
+/// The engine's variants that the file crate has too go back to it: for
+/// [`gdpath_file::AtomicFile::explain`] and for their text.
+impl gdpath_file::FileError for Error {
+    fn into_file_error(self) -> std::result::Result<gdpath_file::Error, Self> {
+        use gdpath_file::Error as F;
+        Ok(match self {
+            Error::Io {
+                op,
+                path,
+                offset,
+                source,
+            } => F::Io {
+                op,
+                path,
+                offset,
+                source,
+            },
+            Error::Open { path, source } => F::Open { path, source },
+            Error::CreateIn { dir, source } => F::CreateIn { dir, source },
+            Error::NotAFile { path, what } => F::NotAFile { path, what },
+            Error::SymlinkRefused { link, owner, dir } => F::SymlinkRefused { link, owner, dir },
+            Error::ForeignFileRefused { path, owner, dir } => {
+                F::ForeignFileRefused { path, owner, dir }
+            }
+            Error::MagicLinkRefused { path, link } => F::MagicLinkRefused { path, link },
+            Error::NoSpace {
+                path,
+                needed,
+                written,
+                source,
+            } => F::NoSpace {
+                path,
+                needed,
+                written,
+                source,
+            },
+            Error::Exists { path } => F::Exists { path },
+            Error::Config(detail) => F::Config(detail),
+            other => return Err(other),
+        })
     }
 }
 
@@ -669,33 +726,73 @@ mod tests {
         }
     }
 
-    /// The file errors' paths, a hostile link name among them, reach a terminal escaped.
+    /// A file crate's error becomes the engine's variant of the same name, and back: same
+    /// kind (the variant's name in snake_case), same text, same source.
     #[test]
-    fn file_errors_escape_the_paths_they_name() {
-        let hostile = std::path::PathBuf::from("S/ev\x1b[31mRED\nfake: ok\r");
-        for e in [
-            Error::SymlinkRefused {
-                link: hostile.clone(),
+    fn a_file_error_keeps_its_kind_and_text() {
+        use gdpath_file::{Error as F, FileError};
+        use std::error::Error as _;
+        let enospc = || Arc::new(std::io::Error::from_raw_os_error(libc::ENOSPC));
+        let cases = [
+            F::io(
+                "write",
+                std::path::Path::new("/x"),
+                4096,
+                std::io::Error::other("e"),
+            ),
+            F::Open {
+                path: "/x".into(),
+                source: enospc(),
+            },
+            F::NotAFile {
+                path: "/dev/null".into(),
+                what: "a character device",
+            },
+            F::SymlinkRefused {
+                link: "/s/l".into(),
                 owner: 65534,
-                dir: hostile.clone(),
+                dir: "/s".into(),
             },
-            Error::ForeignFileRefused {
-                path: hostile.clone(),
+            F::ForeignFileRefused {
+                path: "/s/f".into(),
                 owner: 65534,
-                dir: hostile.clone(),
+                dir: "/s".into(),
             },
-            Error::MagicLinkRefused {
-                path: hostile.clone(),
-                link: hostile.clone(),
+            F::MagicLinkRefused {
+                path: "/dev/stdout".into(),
+                link: "/proc/1/fd/1".into(),
             },
-        ] {
-            let msg = e.to_string();
-            assert!(!msg.contains(['\x1b', '\n', '\r']), "{msg:?}");
+            F::NoSpace {
+                path: "/x".into(),
+                needed: Some(1 << 20),
+                written: 512,
+                source: enospc(),
+            },
+            F::Exists { path: "/x".into() },
+            F::Config("x".into()),
+        ];
+        for f in cases {
+            let (kind, text) = (snake_case_variant_of(&format!("{f:?}")), f.to_string());
+            let source = f.source().map(|s| s.to_string());
+            let e = Error::from(f);
+            assert_eq!(e.kind(), kind, "{e:?}");
             assert_eq!(
-                msg.matches("S/ev\\u{1b}[31mRED\\nfake: ok\\r").count(),
-                2,
-                "{msg}"
+                (e.to_string(), e.source().map(|s| s.to_string())),
+                (text.clone(), source)
             );
+            assert_eq!(e.into_file_error().map(|f| f.to_string()).ok(), Some(text));
         }
+        let e = Error::CreateIn {
+            dir: "/d".into(),
+            source: enospc(),
+        };
+        assert_eq!(
+            (
+                e.kind(),
+                e.to_string().starts_with("cannot create a file in /d: ")
+            ),
+            ("open", true)
+        );
+        assert!(Error::Cancelled.into_file_error().is_err());
     }
 }

@@ -94,7 +94,7 @@ impl FileSpec {
 
 /// A file already open, registered through its descriptor: the engine never opens it by a
 /// path, so a name or a directory swapped after it was opened cannot redirect the I/O (what
-/// [`crate::file::AtomicFile::memory`] and [`crate::file::InPlaceFile::memory`] hand the
+/// [`crate::file::AtomicFileExt::memory`] and [`crate::file::InPlaceFileExt::memory`] hand the
 /// engine). `path` only names the file in messages and reports.
 ///
 /// The descriptor must be a regular file, open for reading (and for writing when `access` is

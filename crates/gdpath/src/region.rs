@@ -94,11 +94,15 @@ impl FileRegion {
             od.read(true).write(access.writable());
             match crate::file::open_regular(path, od, crate::os::file::O_DIRECT) {
                 Ok(f) => (Some(f), DirectStatus::Enabled),
-                Err(Error::Open { source, .. }) if source.raw_os_error() == Some(libc::EINVAL) => (
-                    None,
-                    refused_direct(path, mode, "the file system refused it")?,
-                ),
-                Err(e) => return Err(e),
+                Err(crate::file::Error::Open { source, .. })
+                    if source.raw_os_error() == Some(libc::EINVAL) =>
+                {
+                    (
+                        None,
+                        refused_direct(path, mode, "the file system refused it")?,
+                    )
+                }
+                Err(e) => return Err(e.into()),
             }
         };
         // The second open went by path too: it must have found the same file.

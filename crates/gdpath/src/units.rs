@@ -119,26 +119,9 @@ fn parse_size_item(item: &str) -> Result<Vec<u64>, SizeError> {
     Ok(out)
 }
 
-/// Prints bytes with the largest binary unit that divides them exactly (`4 KiB`, `1 GiB`,
-/// `1.50 GiB` otherwise, `511 B`).
-pub fn format_size(bytes: u64) -> String {
-    const UNITS: [(&str, u64); 4] = [
-        ("TiB", 1 << 40),
-        ("GiB", 1 << 30),
-        ("MiB", 1 << 20),
-        ("KiB", 1 << 10),
-    ];
-    for (name, m) in UNITS {
-        if bytes >= m {
-            return if bytes % m == 0 {
-                format!("{} {name}", bytes / m)
-            } else {
-                format!("{:.2} {name}", bytes as f64 / m as f64)
-            };
-        }
-    }
-    format!("{bytes} B")
-}
+/// Prints bytes with the largest binary unit that divides them exactly; gdpath-text's, which
+/// the file crate's messages share.
+pub use gdpath_topo::text::format_size;
 
 #[cfg(test)]
 mod tests {

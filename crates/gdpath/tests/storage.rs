@@ -1162,3 +1162,96 @@ fn an_open_file_is_used_through_its_descriptor() {
         .unwrap_err();
     assert!(matches!(e, Error::NotAFile { .. }), "{e}");
 }
+
+/// Writes `data` through the engine into `memory` (a file region), from offset 0.
+fn engine_write(memory: Memory, data: &[u8]) {
+    let a = agent();
+    let src = host(&a, data);
+    let f = a.register(memory).unwrap();
+    let n = data.len() as u64;
+    a.post(TransferRequest::write(
+        vec![src.desc(0, n)],
+        vec![f.desc(0, n)],
+    ))
+    .unwrap()
+    .wait()
+    .unwrap();
+}
+
+/// An `AtomicFile`'s temporary registered with the engine (`AtomicFileExt::memory`) takes the
+/// engine's writes, and only the commit publishes them.
+#[test]
+fn the_engine_writes_into_the_temporary_and_the_commit_publishes_it() {
+    use gdpath::file::{AtomicFile, AtomicFileExt, ReplaceOptions};
+    let dir = disk_dir();
+    let t = dir.path().join("t");
+    let mut a = AtomicFile::create(&t, ReplaceOptions::default()).unwrap();
+    a.reserve(1 << 20).unwrap();
+    let data = pattern(1 << 20, 251);
+    engine_write(a.memory(DirectIo::Auto).unwrap(), &data);
+    assert!(!t.exists());
+    a.commit().unwrap();
+    assert!(std::fs::read(&t).unwrap() == data);
+}
+
+/// Reproduction 2 of the hostile tester's report: a named temporary is written through its
+/// descriptor (`AtomicFileExt::memory`), so its directory renamed and replaced by one holding
+/// a link named as the temporary cannot redirect the engine's writes (main's `spec()` opened
+/// the temporary's path and wrote the link's target); the commit gives the name in the
+/// directory it was checked in.
+#[test]
+fn a_named_temporary_is_written_through_its_descriptor_whatever_its_directory_becomes() {
+    use gdpath::file::{AtomicFile, AtomicFileExt, ReplaceOptions};
+    for direct in [DirectIo::Off, DirectIo::Auto] {
+        let dir = disk_dir();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, b"keep").unwrap();
+        let e = dir.path().join("e");
+        std::fs::create_dir(&e).unwrap();
+        let a = AtomicFile::create_named(e.join("out"), ReplaceOptions::default()).unwrap();
+        assert!(!a.is_unnamed());
+        let temp = a.temp_path().file_name().unwrap().to_owned();
+        std::fs::rename(&e, dir.path().join("e.old")).unwrap();
+        std::fs::create_dir(&e).unwrap();
+        std::os::unix::fs::symlink(&victim, e.join(&temp)).unwrap();
+        let data = pattern(1 << 16, 7);
+        engine_write(a.memory(direct).unwrap(), &data);
+        assert!(
+            std::fs::read(&victim).unwrap() == b"keep",
+            "{direct:?}: the link's target was written"
+        );
+        a.commit().unwrap();
+        assert!(std::fs::read(dir.path().join("e.old/out")).unwrap() == data);
+        assert!(gdpath_testkit::temporaries(&dir.path().join("e.old")).is_empty());
+    }
+}
+
+/// Reproduction 1's engine half: a file written in place (`InPlaceFileExt::memory`) is opened
+/// once; its name swapped for a link afterwards redirects nothing.
+#[test]
+fn a_file_written_in_place_is_the_one_opened_whatever_its_name_becomes() {
+    use gdpath::file::{InPlaceFile, InPlaceFileExt};
+    let dir = disk_dir();
+    let victim = dir.path().join("victim");
+    std::fs::write(&victim, b"keep").unwrap();
+    let f = dir.path().join("bench.dat");
+    std::fs::write(&f, vec![0u8; 1 << 16]).unwrap();
+    let opened = InPlaceFile::open(&f, true).unwrap().unwrap();
+    assert_eq!(opened.len(), 1 << 16);
+    std::fs::rename(&f, dir.path().join("bench.old")).unwrap();
+    std::os::unix::fs::symlink(&victim, &f).unwrap();
+    let data = vec![7u8; 1 << 16];
+    for direct in [DirectIo::Off, DirectIo::Auto] {
+        engine_write(opened.memory(FileAccess::ReadWrite, direct).unwrap(), &data);
+    }
+    assert!(
+        std::fs::read(&victim).unwrap() == b"keep",
+        "the link's target was written"
+    );
+    assert!(std::fs::read(dir.path().join("bench.old")).unwrap() == data);
+    let e = InPlaceFile::open(&victim, false).unwrap_err();
+    assert!(matches!(e, gdpath::file::Error::Exists { .. }), "{e}");
+    assert!(InPlaceFile::open(&dir.path().join("none"), true)
+        .unwrap()
+        .is_none());
+}

@@ -93,15 +93,7 @@ fn s(p: &Path) -> &str {
     p.to_str().unwrap()
 }
 
-/// gdpath's temporaries (`.NAME.gdpath-tmp-…`) in `dir`.
-fn temporaries(dir: &Path) -> Vec<String> {
-    std::fs::read_dir(dir)
-        .unwrap()
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.contains(gdpath::file::TEMP_MARKER))
-        .collect()
-}
+use gdpath_testkit::temporaries;
 
 /// What a `SIGKILL` may leave in `dir` beside the temporaries `before` it: at most one
 /// temporary of the target (its name starts with `prefix`), and where temporaries are unnamed

@@ -1,9 +1,8 @@
 //! An existing file written in place (a benchmark measuring overwrites): found as
 //! [`super::AtomicFile`] finds a target, opened once, and used through that descriptor only.
 
-use super::atomic::{checked, open_file, Target};
+use super::atomic::{checked, direct_by_name, Target};
 use crate::error::{Error, Result};
-use crate::{DirectIo, FileAccess, Memory};
 use rustix::fs::{openat, Mode, OFlags};
 use std::ffi::OsString;
 use std::fs::File;
@@ -19,7 +18,7 @@ use std::sync::Arc;
 /// found: `/proc/self/fd/N` of its `O_PATH` descriptor opened again for writing (no name is
 /// looked up), or, where `/proc` is not mounted, its name opened relative to its directory's
 /// handle (`O_NOFOLLOW`) and kept only if it is the same inode. Every later use goes through
-/// that descriptor ([`InPlaceFile::memory`], [`InPlaceFile::file`]), so a name swapped for a
+/// that descriptor ([`InPlaceFile::file`], which the engine registers), so a name swapped for a
 /// link meanwhile changes nothing that is written.
 #[derive(Debug)]
 pub struct InPlaceFile {
@@ -122,24 +121,18 @@ impl InPlaceFile {
         &self.file
     }
 
-    /// The file as the engine registers it: a duplicate of its descriptor
-    /// ([`crate::OpenFile`], named by [`InPlaceFile::target`]), with `access` and O_DIRECT
-    /// policy `direct` (for O_DIRECT the engine opens `/proc/self/fd/N` again; without `/proc`,
-    /// the name relative to the directory handle, if it is still the same inode). Call it once
-    /// per agent. Errors: [`Error::Open`] when the descriptor cannot be duplicated (`EMFILE`).
-    pub fn memory(&self, access: FileAccess, direct: DirectIo) -> Result<Memory> {
-        let f = open_file(
+    /// The file opened again with `O_DIRECT` (read-write when `writable`), for the engine's
+    /// direct I/O where `/proc` is not mounted (elsewhere the engine opens `/proc/self/fd/N`
+    /// of [`InPlaceFile::file`]): its name opened relative to its directory's handle and kept
+    /// only if it is still the same inode. `None` with `/proc`, where the file system refuses
+    /// `O_DIRECT`, or where the name now names another file.
+    pub fn reopen_direct(&self, writable: bool) -> Option<File> {
+        direct_by_name(
             &self.file,
             &self.dir,
-            Some(&self.name),
+            &self.name,
+            writable,
             &self.target.path,
-            access,
-            direct,
         )
-        .map_err(|e| Error::Open {
-            path: self.target.path.clone(),
-            source: Arc::new(e),
-        })?;
-        Ok(Memory::OpenFile(f))
     }
 }

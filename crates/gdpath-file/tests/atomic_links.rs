@@ -2,8 +2,7 @@
 //! links made by `nobody` (through `setpriv`) in a real sticky world-writable directory, real
 //! owners. As root only (CI runs as root); each test says so when it skips.
 
-use gdpath::file::{check_target, AtomicFile, ReplaceOptions};
-use gdpath::Error;
+use gdpath_file::{check_target, AtomicFile, Error, ReplaceOptions};
 use gdpath_testkit::{as_nobody, is_root, planted_link, NOBODY};
 use std::io::Write;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -13,7 +12,7 @@ fn overwrite() -> ReplaceOptions {
     ReplaceOptions::default().overwrite(true)
 }
 
-fn write(target: &Path, data: &[u8]) -> gdpath::Result<AtomicFile> {
+fn write(target: &Path, data: &[u8]) -> gdpath_file::Result<AtomicFile> {
     let mut f = AtomicFile::create(target, overwrite())?;
     f.write_all(data).unwrap();
     Ok(f)
@@ -38,7 +37,6 @@ fn a_link_another_user_planted_in_a_sticky_directory_is_refused() {
             }
             other => panic!("{other}"),
         }
-        assert_eq!(e.kind(), "symlink_refused");
         let msg = e.to_string();
         for part in [
             "owned by uid 65534",
@@ -258,7 +256,6 @@ fn another_users_file_in_a_sticky_directory_is_not_replaced() {
         }
         other => panic!("{other}"),
     }
-    assert_eq!(e.kind(), "foreign_file_refused");
     assert!(e.to_string().contains("protected_regular"), "{e}");
     assert!(matches!(
         check_target(&rep, true),
@@ -314,7 +311,6 @@ fn a_magic_link_of_proc_is_refused() {
             }
             other => panic!("{}: {other}", t.display()),
         }
-        assert_eq!(e.kind(), "magic_link_refused");
         assert!(e.to_string().contains("write to a file"), "{e}");
     }
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);

@@ -8,7 +8,7 @@ use super::keep::Kept;
 use super::kind::is_no_space;
 use super::resolve::{check_owner, resolve, Resolved};
 use super::temporary::{remove_stale_in, temp_name, Temporary};
-use crate::error::{Error, Result};
+use crate::error::{Error, FileError, Result};
 use rustix::fs::{linkat, openat, renameat, AtFlags, Mode, OFlags, CWD};
 use rustix::io::Errno;
 use std::ffi::{OsStr, OsString};
@@ -58,8 +58,8 @@ impl ReplaceOptions {
 /// unnamed inode (`openat(dir, ".", O_TMPFILE)`) where the file system supports
 /// it, else a file named as [`super::TEMP_MARKER`] says, created exclusively (nothing that exists
 /// is opened). The data goes into it through its descriptor, never by a path: through
-/// [`std::io::Write`] or through the engine (register [`AtomicFile::memory`], the descriptor
-/// itself, and post writes); [`AtomicFile::commit`] syncs it, gives it the target's
+/// [`std::io::Write`] or through the engine (`gdpath::file::AtomicFileExt::memory` registers
+/// the descriptor itself); [`AtomicFile::commit`] syncs it, gives it the target's
 /// name and syncs the directory. An unnamed temporary takes the name by `linkat` through
 /// `/proc/self/fd/N` (`AT_SYMLINK_FOLLOW`, which needs no capability): straight to the target when
 /// it must not be replaced (`EEXIST` if it appeared meanwhile), else to a fresh temporary name
@@ -146,6 +146,13 @@ impl AtomicFile {
         Self::create_as(target.as_ref(), opts, true)
     }
 
+    /// [`AtomicFile::create`] with a named temporary even where the file system makes unnamed
+    /// ones: for the tests of that fallback (the engine's among them). Errors: as `create`'s.
+    #[doc(hidden)]
+    pub fn create_named(target: impl AsRef<Path>, opts: ReplaceOptions) -> Result<AtomicFile> {
+        Self::create_as(target.as_ref(), opts, false)
+    }
+
     /// [`AtomicFile::create`], with an unnamed temporary only when `unnamed` (the tests take the
     /// named fallback on file systems that would not need it).
     fn create_as(target: &Path, opts: ReplaceOptions, unnamed: bool) -> Result<AtomicFile> {
@@ -213,7 +220,7 @@ impl AtomicFile {
 
     /// A path of the temporary file the data goes into until the commit, for messages:
     /// `/proc/self/fd/N` for an unnamed one, else the named file. Reach the temporary through
-    /// [`AtomicFile::file`] or [`AtomicFile::memory`], not through this path, which a directory
+    /// [`AtomicFile::file`] (or the engine's registration of it), not through this path, which a directory
     /// renamed meanwhile redirects.
     pub fn temp_path(&self) -> &Path {
         self.temp.path()
@@ -225,45 +232,19 @@ impl AtomicFile {
         matches!(self.temp, Temp::Unnamed(_))
     }
 
-    /// The temporary as a path for the engine to open: `FileSpec::write(temp).access(ReadWrite)`,
-    /// with O_DIRECT policy `direct`. A named temporary's path can be redirected by a directory
-    /// renamed after [`AtomicFile::create`]: register [`AtomicFile::memory`] instead.
-    #[deprecated(
-        note = "opens the temporary by its path, which a directory swapped meanwhile redirects: \
-                register AtomicFile::memory, its descriptor"
-    )]
-    pub fn spec(&self, direct: crate::DirectIo) -> crate::FileSpec {
-        crate::FileSpec::write(self.temp.path())
-            .access(crate::FileAccess::ReadWrite)
-            .direct(direct)
-    }
-
-    /// The temporary as the engine registers it: its own descriptor (duplicated), never its
-    /// path ([`crate::OpenFile`], named [`AtomicFile::temp_path`] in messages), read-write,
-    /// with O_DIRECT policy `direct`. For O_DIRECT the engine opens `/proc/self/fd/N` again
-    /// with `O_DIRECT`; where `/proc` is missing, a named temporary is opened again by its name
-    /// relative to the directory handle (`O_NOFOLLOW`) and checked to be the same inode.
-    ///
-    /// Errors: [`Error::Open`] naming the target when the descriptor cannot be duplicated
-    /// (`EMFILE`).
-    pub fn memory(&self, direct: crate::DirectIo) -> Result<crate::Memory> {
-        let name = match &self.temp {
-            Temp::Named(_, name) => Some(name.as_os_str()),
+    /// The temporary opened again with `O_DIRECT`, for the engine's direct I/O where `/proc`
+    /// is not mounted (elsewhere the engine opens `/proc/self/fd/N` of [`AtomicFile::file`]):
+    /// a named temporary's name opened relative to the directory handle (`O_NOFOLLOW`) and
+    /// kept only if it is the same inode. `None` with `/proc`, for an unnamed temporary, where
+    /// the file system refuses `O_DIRECT` (the engine then says so), or where the name now
+    /// names another file.
+    pub fn reopen_direct(&self) -> Option<File> {
+        match &self.temp {
+            Temp::Named(_, name) => {
+                direct_by_name(&self.file, &self.dir, name, true, self.temp.path())
+            }
             Temp::Unnamed(_) => None,
-        };
-        let f = open_file(
-            &self.file,
-            &self.dir,
-            name,
-            self.temp.path(),
-            crate::FileAccess::ReadWrite,
-            direct,
-        )
-        .map_err(|e| Error::Open {
-            path: self.target.clone(),
-            source: Arc::new(e),
-        })?;
-        Ok(crate::Memory::OpenFile(f))
+        }
     }
 
     /// The temporary's descriptor.
@@ -349,8 +330,17 @@ impl AtomicFile {
     /// system (`ENOSPC`, `EDQUOT`) becomes [`Error::NoSpace`] naming the target, the bytes
     /// needed (when [`AtomicFile::reserve`] said) and written; an [`Error::Io`] or
     /// [`Error::Open`] that names an unnamed temporary (`/proc/self/fd/N`) names the target
-    /// instead; anything else stays as it is.
-    pub fn explain(&self, e: Error, written: u64) -> Error {
+    /// instead; anything else stays as it is. `e` is this crate's error or one that carries it
+    /// (the engine's: [`FileError`]).
+    pub fn explain<E: FileError>(&self, e: E, written: u64) -> E {
+        match e.into_file_error() {
+            Ok(f) => E::from(self.explain_file(f, written)),
+            Err(other) => other,
+        }
+    }
+
+    /// [`AtomicFile::explain`] for this crate's error.
+    fn explain_file(&self, e: Error, written: u64) -> Error {
         let e = match e {
             Error::Io {
                 op,
@@ -593,41 +583,33 @@ pub(super) fn checked(target: &Path, overwrite: bool) -> Result<Resolved> {
     Ok(r)
 }
 
-/// `file` (a regular file, open read-write) as the engine registers it, through its
-/// descriptor: a duplicate of it, named `shown`, with O_DIRECT policy `direct`. Where `/proc`
-/// is not mounted (the engine opens `/proc/self/fd/N` again for O_DIRECT) and the file has a
-/// `name` in the directory `dir`, that name is opened again with `O_DIRECT` relative to the
-/// handle (`O_NOFOLLOW | O_NONBLOCK | O_NOCTTY`) and kept only if it is the same inode.
-/// Errors: `dup`'s.
-pub(super) fn open_file(
+/// `file`, whose name in the directory open as `dir` is `name`, opened again by that name with
+/// `O_DIRECT` relative to the handle (`O_NOFOLLOW | O_NONBLOCK | O_NOCTTY`, read-write when
+/// `writable`), only where `/proc` is not mounted (the engine opens `/proc/self/fd/N` of `file`
+/// for O_DIRECT) and kept only if it is the same inode; `shown` names it in the log. `None`
+/// with `/proc`, where the open fails (`EINVAL`: no O_DIRECT on this file system), or where the
+/// name now names another file.
+pub(super) fn direct_by_name(
     file: &File,
     dir: &File,
-    name: Option<&OsStr>,
+    name: &OsStr,
+    writable: bool,
     shown: &Path,
-    access: crate::FileAccess,
-    direct: crate::DirectIo,
-) -> std::io::Result<crate::OpenFile> {
-    let f = crate::OpenFile::new(file.try_clone()?, shown, access).direct(direct);
-    let (Some(name), false) = (name, direct == crate::DirectIo::Off) else {
-        return Ok(f);
-    };
+) -> Option<File> {
     if Path::new("/proc/self/fd").is_dir() {
-        return Ok(f);
+        return None;
     }
     let flags = OFlags::DIRECT
         | OFlags::NOFOLLOW
         | OFlags::NONBLOCK
         | OFlags::NOCTTY
         | OFlags::CLOEXEC
-        | if access.writable() {
+        | if writable {
             OFlags::RDWR
         } else {
             OFlags::RDONLY
         };
-    let Ok(d) = openat(dir, name, flags, Mode::empty()) else {
-        return Ok(f); // EINVAL: no O_DIRECT here; the engine says so
-    };
-    let d = File::from(d);
+    let d = File::from(openat(dir, name, flags, Mode::empty()).ok()?);
     let same = match (file.metadata(), d.metadata()) {
         (Ok(a), Ok(b)) => (a.dev(), a.ino()) == (b.dev(), b.ino()),
         _ => false,
@@ -637,10 +619,10 @@ pub(super) fn open_file(
             "{} names another file now: no O_DIRECT descriptor",
             shown.display()
         );
-        return Ok(f);
+        return None;
     }
     // The registration clears O_NONBLOCK (io_uring would fail reads that must wait).
-    Ok(f.with_direct_fd(d))
+    Some(d)
 }
 
 /// Where the data waits until the commit.
@@ -770,19 +752,11 @@ fn rename_no_replace(dir: &File, from: &OsStr, to: &OsStr, to_shown: &Path) -> R
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gdpath_testkit::temporaries;
     use std::io::Write;
     use std::os::unix::fs::PermissionsExt;
 
     const TEMP_MARKER_TEXT: &str = super::super::TEMP_MARKER;
-
-    fn temporaries(dir: &Path) -> Vec<String> {
-        std::fs::read_dir(dir)
-            .unwrap()
-            .flatten()
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| n.contains(super::super::TEMP_MARKER))
-            .collect()
-    }
 
     /// Whether the file system of `dir` makes unnamed temporaries (`O_TMPFILE`).
     fn unnamed_here(dir: &Path) -> bool {
@@ -941,33 +915,6 @@ mod tests {
     }
 
     #[test]
-    fn the_engine_writes_into_the_temporary_and_the_commit_publishes_it() {
-        use crate::{Agent, AgentConfig, DirectIo, HostBuffer, Memory, TransferRequest};
-        let dir = tempfile::tempdir().unwrap();
-        let t = dir.path().join("t");
-        let mut a = AtomicFile::create(&t, ReplaceOptions::default()).unwrap();
-        a.reserve(1 << 20).unwrap();
-        let agent = Agent::new(AgentConfig::default()).unwrap();
-        let data: Vec<u8> = (0..1u32 << 20).map(|i| (i % 251) as u8).collect();
-        let src = agent
-            .register(Memory::host(HostBuffer::from_slice(&data)))
-            .unwrap();
-        let f = agent.register(a.memory(DirectIo::Auto).unwrap()).unwrap();
-        agent
-            .post(TransferRequest::write(
-                vec![src.desc(0, 1 << 20)],
-                vec![f.desc(0, 1 << 20)],
-            ))
-            .unwrap()
-            .wait()
-            .unwrap();
-        drop(f);
-        assert!(!t.exists());
-        a.commit().unwrap();
-        assert_eq!(std::fs::read(&t).unwrap(), data);
-    }
-
-    #[test]
     fn a_full_file_system_while_writing_is_no_space_naming_the_target() {
         let dir = tempfile::tempdir().unwrap();
         let t = dir.path().join("t");
@@ -1001,89 +948,6 @@ mod tests {
         assert!(
             msg.contains("100 bytes (100 B) needed, 40 bytes written"),
             "{msg}"
-        );
-    }
-
-    /// Writes `data` through the engine into `memory` (a file region), from offset 0.
-    fn engine_write(memory: crate::Memory, data: &[u8]) {
-        use crate::{Agent, AgentConfig, HostBuffer, Memory, TransferRequest};
-        let agent = Agent::new(AgentConfig::default()).unwrap();
-        let src = agent
-            .register(Memory::host(HostBuffer::from_slice(data)))
-            .unwrap();
-        let f = agent.register(memory).unwrap();
-        let n = data.len() as u64;
-        agent
-            .post(TransferRequest::write(
-                vec![src.desc(0, n)],
-                vec![f.desc(0, n)],
-            ))
-            .unwrap()
-            .wait()
-            .unwrap();
-    }
-
-    /// Reproduction 2 of the hostile tester's report: a named temporary is written through its
-    /// descriptor ([`AtomicFile::memory`]), so its directory renamed and replaced by one
-    /// holding a link named as the temporary cannot redirect the engine's writes (main's
-    /// `spec()` opened the temporary's path and wrote the link's target); the commit gives the
-    /// name in the directory it was checked in.
-    #[test]
-    fn a_named_temporary_is_written_through_its_descriptor_whatever_its_directory_becomes() {
-        for direct in [crate::DirectIo::Off, crate::DirectIo::Auto] {
-            let dir = tempfile::tempdir().unwrap();
-            let victim = dir.path().join("victim");
-            std::fs::write(&victim, b"keep").unwrap();
-            let e = dir.path().join("e");
-            std::fs::create_dir(&e).unwrap();
-            let a =
-                AtomicFile::create_as(&e.join("out"), ReplaceOptions::default(), false).unwrap();
-            assert!(!a.is_unnamed());
-            let temp = a.temp_path().file_name().unwrap().to_owned();
-            std::fs::rename(&e, dir.path().join("e.old")).unwrap();
-            std::fs::create_dir(&e).unwrap();
-            std::os::unix::fs::symlink(&victim, e.join(&temp)).unwrap();
-            let data: Vec<u8> = (0..1u32 << 16).map(|i| (i % 251) as u8).collect();
-            engine_write(a.memory(direct).unwrap(), &data);
-            assert!(
-                std::fs::read(&victim).unwrap() == b"keep",
-                "{direct:?}: the link's target was written"
-            );
-            a.commit().unwrap();
-            assert!(std::fs::read(dir.path().join("e.old/out")).unwrap() == data);
-            assert!(temporaries(&dir.path().join("e.old")).is_empty());
-        }
-    }
-
-    /// Reproduction 1's engine half: a file written in place ([`super::super::InPlaceFile`]) is
-    /// opened once; its name swapped for a link afterwards redirects nothing.
-    #[test]
-    fn a_file_written_in_place_is_the_one_opened_whatever_its_name_becomes() {
-        let dir = tempfile::tempdir().unwrap();
-        let victim = dir.path().join("victim");
-        std::fs::write(&victim, b"keep").unwrap();
-        let f = dir.path().join("bench.dat");
-        std::fs::write(&f, vec![0u8; 1 << 16]).unwrap();
-        let opened = super::super::InPlaceFile::open(&f, true).unwrap().unwrap();
-        assert_eq!(opened.len(), 1 << 16);
-        std::fs::rename(&f, dir.path().join("bench.old")).unwrap();
-        std::os::unix::fs::symlink(&victim, &f).unwrap();
-        let data = vec![7u8; 1 << 16];
-        for direct in [crate::DirectIo::Off, crate::DirectIo::Auto] {
-            let m = opened.memory(crate::FileAccess::ReadWrite, direct).unwrap();
-            engine_write(m, &data);
-        }
-        assert!(
-            std::fs::read(&victim).unwrap() == b"keep",
-            "the link's target was written"
-        );
-        assert!(std::fs::read(dir.path().join("bench.old")).unwrap() == data);
-        let e = super::super::InPlaceFile::open(&victim, false).unwrap_err();
-        assert!(matches!(e, Error::Exists { .. }), "{e}");
-        assert!(
-            super::super::InPlaceFile::open(&dir.path().join("none"), true)
-                .unwrap()
-                .is_none()
         );
     }
 
