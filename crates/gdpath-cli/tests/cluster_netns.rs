@@ -139,9 +139,8 @@ fn json_rows_verified(out: &std::process::Output) -> usize {
 #[test]
 fn found_by_name_across_namespaces_then_partitioned_gone_and_back() {
     let _serial = gdpath_testkit::ucx_serial();
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("SKIP found_by_name_across_namespaces_then_partitioned_gone_and_back: needs root for ip netns");
+    if let Some(why) = common::why_no_netns() {
+        eprintln!("SKIP found_by_name_across_namespaces_then_partitioned_gone_and_back: {why}");
         return;
     }
     if etcd::etcd_binary().is_none() {

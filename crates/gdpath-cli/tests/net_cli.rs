@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{bench_net, bin, json_ok, lo_serve, signal, Proc};
+use common::{bench_net, bin, json_ok, lo_serve, signal, Proc, VethPair};
 const T: Duration = Duration::from_secs(30);
 
 use gdpath_testkit::ucx_serial as serial;
@@ -470,67 +470,21 @@ fn bench_client_that_finishes_is_reported_as_left_not_lost() {
     assert!(ended.starts_with("left: test@"), "{ended}");
 }
 
-/// Two network namespaces joined by a veth pair, each end with a private address of ours; the
-/// server listens on its veth address with a token and the bench crosses the link.
-struct Netns {
-    a: String,
-    b: String,
-}
-
-impl Netns {
-    fn create(tag: u32) -> Result<Netns, String> {
-        let n = Netns {
-            a: format!("gdp-a-{tag}"),
-            b: format!("gdp-b-{tag}"),
-        };
-        let oct = 16 + tag % 200;
-        let run = common::ip;
-        let (va, vb) = (format!("gva{tag}"), format!("gvb{tag}"));
-        let (aa, ab) = (format!("10.213.{oct}.1/24"), format!("10.213.{oct}.2/24"));
-        run(&["netns", "add", &n.a])?;
-        run(&["netns", "add", &n.b])?;
-        run(&["link", "add", &va, "type", "veth", "peer", "name", &vb])?;
-        run(&["link", "set", &va, "netns", &n.a])?;
-        run(&["link", "set", &vb, "netns", &n.b])?;
-        for (ns, dev, addr) in [(&n.a, &va, &aa), (&n.b, &vb, &ab)] {
-            run(&["-n", ns, "addr", "add", addr, "dev", dev])?;
-            run(&["-n", ns, "link", "set", dev, "up"])?;
-            run(&["-n", ns, "link", "set", "lo", "up"])?;
-        }
-        Ok(n)
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        for ns in [&self.a, &self.b] {
-            let _ = Command::new("ip").args(["netns", "del", ns]).status();
-        }
-    }
-}
-
 #[test]
 fn two_hosts_in_network_namespaces_over_veth() {
     let _serial = serial();
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("SKIP two_hosts_in_network_namespaces_over_veth: needs root for ip netns");
+    if let Some(why) = common::why_no_netns() {
+        eprintln!("SKIP two_hosts_in_network_namespaces_over_veth: {why}");
         return;
     }
-    if Command::new("ip").arg("-V").output().is_err() {
-        eprintln!("SKIP two_hosts_in_network_namespaces_over_veth: `ip` (iproute2) missing");
-        return;
-    }
-    let tag = std::process::id() % 10_000;
-    let ns = match Netns::create(tag) {
+    let ns = match VethPair::create(std::process::id()) {
         Ok(ns) => ns,
         Err(e) => panic!("creating namespaces failed (root, iproute2 present): {e}"),
     };
-    let oct = 16 + tag % 200;
     let dir = tempfile::tempdir().unwrap();
     let tok = dir.path().join("token");
     std::fs::write(&tok, "veth test token 0123456789").unwrap();
-    let listen = format!("10.213.{oct}.1:18515");
+    let listen = format!("{}:18515", ns.addr_a);
     let (mut srv, addr) = common::serve(
         &["ip", "netns", "exec", &ns.a],
         &[
@@ -541,7 +495,7 @@ fn two_hosts_in_network_namespaces_over_veth() {
             "--token-file",
             tok.to_str().unwrap(),
             "--devices",
-            &format!("gva{tag}"),
+            &ns.dev_a,
             "--duration",
             "60",
         ],
@@ -563,7 +517,7 @@ fn two_hosts_in_network_namespaces_over_veth() {
             "--token-file",
             tok.to_str().unwrap(),
             "--devices",
-            &format!("gvb{tag}"),
+            &ns.dev_b,
         ])
         .args([
             "--size",
@@ -585,7 +539,7 @@ fn two_hosts_in_network_namespaces_over_veth() {
         let transport = if packed { "tcp (packed writes)" } else { "tcp" };
         assert_eq!(r["transport"], transport, "{r}");
     }
-    srv.wait_line(&format!("connected: bench@10.213.{oct}.2"), T);
+    srv.wait_line(&format!("connected: bench@{}", ns.addr_b), T);
     drop(srv);
     drop(ns);
 }

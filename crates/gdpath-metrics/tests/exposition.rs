@@ -6,7 +6,6 @@ use gdpath::{Agent, AgentConfig, DirectIo, FileSpec, HostBuffer, Memory, Transfe
 use gdpath_metrics::{text, MetricsServer, MAX_REQUEST_BYTES, REQUEST_TIMEOUT};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 fn server() -> MetricsServer {
@@ -109,35 +108,11 @@ fn a_host_copy_is_counted_and_the_text_passes_promtool() {
     drop((src, dst, file, agent));
     assert_eq!(registered(&text().unwrap()), 0);
 
-    let Some(promtool) = std::env::var_os("PATH").and_then(|p| {
-        std::env::split_paths(&p)
-            .map(|d| d.join("promtool"))
-            .find(|f| f.is_file())
-    }) else {
-        assert!(
-            std::env::var_os("GDPATH_REQUIRE_PROMETHEUS").is_none_or(|v| v != "1"),
-            "GDPATH_REQUIRE_PROMETHEUS=1 but no promtool on PATH"
-        );
-        eprintln!(
-            "SKIPPED promtool check metrics: no promtool on PATH (apt-get install prometheus)"
-        );
+    let Some(promtool) = gdpath_testkit::prometheus_tool("promtool", "promtool check metrics")
+    else {
         return;
     };
-    let mut child = Command::new(promtool)
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(t.as_bytes()).unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "promtool: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    gdpath_testkit::promtool_check_metrics(&promtool, &t).unwrap();
 }
 
 #[test]

@@ -325,3 +325,62 @@ pub fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() == 0 }
 }
+
+/// The file `name` in the first folder of `$PATH` that has it; `None` when none does.
+pub fn on_path(name: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|p| {
+        std::env::split_paths(&p)
+            .map(|d| d.join(name))
+            .find(|f| f.is_file())
+    })
+}
+
+/// Says on stderr that the metrics test `test` is skipped and why. Panics instead under
+/// `GDPATH_REQUIRE_PROMETHEUS=1` (CI, which installs Debian's `prometheus` and is root), where
+/// every test of the metrics against a real Prometheus must run.
+pub fn skip_prometheus_test(test: &str, why: &str) {
+    assert!(
+        std::env::var_os("GDPATH_REQUIRE_PROMETHEUS").is_none_or(|v| v != "1"),
+        "GDPATH_REQUIRE_PROMETHEUS=1 but {test} cannot run: {why}"
+    );
+    eprintln!("SKIPPED {test}: {why}");
+}
+
+/// The Prometheus program `name` (`prometheus`, `promtool`: Debian's `prometheus` package,
+/// which `scripts/setup.sh` installs) on `$PATH`; `None`, after [`skip_prometheus_test`] for
+/// `test`, when it is not there.
+pub fn prometheus_tool(name: &str, test: &str) -> Option<PathBuf> {
+    let found = on_path(name);
+    if found.is_none() {
+        skip_prometheus_test(
+            test,
+            &format!("no {name} on PATH (apt-get install prometheus)"),
+        );
+    }
+    found
+}
+
+/// `promtool check metrics` on the exposition `text` (Prometheus text format): `Err` with
+/// promtool's output when it finds a fault, or when it cannot be run.
+pub fn promtool_check_metrics(promtool: &Path, text: &str) -> Result<(), String> {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(promtool)
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("{}: {e}", promtool.display()))?;
+    let written = child.stdin.take().map(|mut i| i.write_all(text.as_bytes()));
+    let out = child.wait_with_output().map_err(|e| e.to_string())?;
+    if out.status.success() && matches!(written, Some(Ok(()))) {
+        Ok(())
+    } else {
+        Err(format!(
+            "promtool check metrics: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}

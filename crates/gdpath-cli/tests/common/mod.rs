@@ -274,3 +274,74 @@ pub fn ip(args: &[&str]) -> Result<(), String> {
         ))
     }
 }
+
+/// Why this process cannot make network namespaces (`None`: it can): it is not root, or
+/// iproute2's `ip` is missing.
+pub fn why_no_netns() -> Option<&'static str> {
+    if !gdpath_testkit::is_root() {
+        return Some("needs root for ip netns");
+    }
+    if Command::new("ip").arg("-V").output().is_err() {
+        return Some("`ip` (iproute2) missing");
+    }
+    None
+}
+
+/// Two network namespaces joined by a veth pair, each end with a private address: namespace
+/// `a` holds `dev_a` at `addr_a` (10.213.O.1/24), `b` holds `dev_b` at `addr_b` (.2), with O
+/// and every name made from the tag (the test process's pid, so that test binaries running at
+/// once do not collide). Needs root and iproute2. Both namespaces, and with them the veth
+/// pair, are deleted when it is dropped, also when creating it failed halfway.
+pub struct VethPair {
+    /// The first namespace's name (`ip netns`).
+    pub a: String,
+    /// The second namespace's name.
+    pub b: String,
+    /// The veth end in `a`.
+    pub dev_a: String,
+    /// The veth end in `b`.
+    pub dev_b: String,
+    /// The address of `dev_a`.
+    pub addr_a: std::net::Ipv4Addr,
+    /// The address of `dev_b`.
+    pub addr_b: std::net::Ipv4Addr,
+}
+
+impl VethPair {
+    /// Creates the namespaces and the link, both ends up with `lo`. Errors: the `ip` command
+    /// that failed, with its stderr.
+    pub fn create(tag: u32) -> Result<VethPair, String> {
+        let oct = (16 + tag % 200) as u8;
+        let n = VethPair {
+            a: format!("gdp-a-{tag}"),
+            b: format!("gdp-b-{tag}"),
+            dev_a: format!("gva{tag}"),
+            dev_b: format!("gvb{tag}"),
+            addr_a: [10, 213, oct, 1].into(),
+            addr_b: [10, 213, oct, 2].into(),
+        };
+        ip(&["netns", "add", &n.a])?;
+        ip(&["netns", "add", &n.b])?;
+        ip(&[
+            "link", "add", &n.dev_a, "type", "veth", "peer", "name", &n.dev_b,
+        ])?;
+        ip(&["link", "set", &n.dev_a, "netns", &n.a])?;
+        ip(&["link", "set", &n.dev_b, "netns", &n.b])?;
+        for (ns, dev, addr) in [(&n.a, &n.dev_a, n.addr_a), (&n.b, &n.dev_b, n.addr_b)] {
+            ip(&["-n", ns, "addr", "add", &format!("{addr}/24"), "dev", dev])?;
+            ip(&["-n", ns, "link", "set", dev, "up"])?;
+            ip(&["-n", ns, "link", "set", "lo", "up"])?;
+        }
+        Ok(n)
+    }
+}
+
+impl Drop for VethPair {
+    fn drop(&mut self) {
+        for ns in [&self.a, &self.b] {
+            let _ = ip(&["netns", "del", ns]);
+        }
+        // A pair that never moved into a namespace is still in this one (normally gone).
+        let _ = ip(&["link", "del", &self.dev_a]);
+    }
+}
