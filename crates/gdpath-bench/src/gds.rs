@@ -110,49 +110,53 @@ pub struct GdsBenchReport {
 const SEED: u64 = 0x6764_7061_7468_6764;
 const WINDOW: u64 = 64 << 20;
 
-/// XXH3 of GPU bytes `[0, len)` of `gpu`, read back through a host window.
-pub fn gpu_checksum(agent: &Agent, gpu: &Region, len: u64) -> Result<u64> {
+/// Walks GPU bytes `[0, len)` of `gpu` through one host window of at most [`WINDOW`] bytes:
+/// for [`Op::Read`] each window is read from the GPU, then given to `each` with its offset; for
+/// [`Op::Write`] `each` fills it first, then it is written to the GPU. Errors: registration and
+/// transfer failures.
+fn through_window(
+    agent: &Agent,
+    gpu: &Region,
+    len: u64,
+    op: Op,
+    mut each: impl FnMut(&mut [u8], u64),
+) -> Result<()> {
     let w = WINDOW.min(len.max(1));
     let host = agent.register(Memory::host(HostBuffer::zeroed(w as usize)))?;
-    let mut sum = Checksum::new();
     let mut off = 0;
     while off < len {
         let l = w.min(len - off);
-        agent
-            .post(TransferRequest::read(
-                vec![host.desc(0, l)],
-                vec![gpu.desc(off, l)],
-            ))?
-            .wait()
-            .map_err(|e| e.error)?;
-        sum.update(&host.host_view()?[..l as usize]);
+        if op == Op::Write {
+            each(&mut host.host_view()?[..l as usize], off);
+        }
+        let (h, g) = (vec![host.desc(0, l)], vec![gpu.desc(off, l)]);
+        let req = match op {
+            Op::Read => TransferRequest::read(h, g),
+            Op::Write => TransferRequest::write(h, g),
+        };
+        agent.post(req)?.wait().map_err(|e| e.error)?;
+        if op == Op::Read {
+            each(&mut host.host_view()?[..l as usize], off);
+        }
         off += l;
     }
+    Ok(())
+}
+
+/// XXH3 of GPU bytes `[0, len)` of `gpu`, read back through a host window.
+pub fn gpu_checksum(agent: &Agent, gpu: &Region, len: u64) -> Result<u64> {
+    let mut sum = Checksum::new();
+    through_window(agent, gpu, len, Op::Read, |v, _| sum.update(v))?;
     Ok(sum.digest())
 }
 
 /// Fills GPU bytes `[0, len)` with [`fill_pattern`] (seed `seed`); returns its XXH3.
 pub fn gpu_fill_pattern(agent: &Agent, gpu: &Region, len: u64, seed: u64) -> Result<u64> {
-    let w = WINDOW.min(len.max(1));
-    let host = agent.register(Memory::host(HostBuffer::zeroed(w as usize)))?;
     let mut sum = Checksum::new();
-    let mut off = 0;
-    while off < len {
-        let l = w.min(len - off);
-        {
-            let mut v = host.host_view()?;
-            fill_pattern(&mut v[..l as usize], off, seed);
-            sum.update(&v[..l as usize]);
-        }
-        agent
-            .post(TransferRequest::write(
-                vec![host.desc(0, l)],
-                vec![gpu.desc(off, l)],
-            ))?
-            .wait()
-            .map_err(|e| e.error)?;
-        off += l;
-    }
+    through_window(agent, gpu, len, Op::Write, |v, off| {
+        fill_pattern(v, off, seed);
+        sum.update(v);
+    })?;
     Ok(sum.digest())
 }
 

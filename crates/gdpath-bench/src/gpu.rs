@@ -461,13 +461,11 @@ fn host_gpu(
     let s = Stream::new(ctx).map_err(cu("stream"))?;
     let dev = DeviceBuffer::new(ctx, max).map_err(cu("alloc"))?;
     let g = gpu_name(o);
-    let ends = |k: &str| -> (String, String) {
+    // A copy's row: host memory of kind `k` (pinned, pageable) on the host side.
+    let copy_row = |name: &str, k: &str, size, runs: &[f64], latency, ok| {
         let h = format!("host ({k})");
-        if h2d {
-            (h, g.clone())
-        } else {
-            (g.clone(), h)
-        }
+        let (src, dst) = if h2d { (h, g.clone()) } else { (g.clone(), h) };
+        row(name, "copy", src, dst, size, 1, runs, latency, limit, ok)
     };
 
     // Pinned: one copy-engine copy per rep, timed by events.
@@ -503,17 +501,12 @@ fn host_gpu(
         } else {
             pattern::check(&pinned.as_slice().map_err(cu("read"))?[..n], seed, 0).is_ok()
         };
-        let (src, dst) = ends("pinned");
-        rep.rows.push(row(
+        rep.rows.push(copy_row(
             &path(true).name(),
-            "copy",
-            src,
-            dst,
+            "pinned",
             size,
-            1,
             &to_gbps(size, reps, &secs),
             latency(size, reps, &secs),
-            limit,
             ok,
         ));
     }
@@ -555,17 +548,12 @@ fn host_gpu(
         } else {
             pattern::check(&host.host_view()?[..size as usize], seed, 0).is_ok()
         };
-        let (src, dst) = ends("pageable");
-        rep.rows.push(row(
+        rep.rows.push(copy_row(
             &path(false).name(),
-            "copy",
-            src,
-            dst,
+            "pageable",
             size,
-            1,
             &runs,
             None,
-            limit,
             ok,
         ));
     }
@@ -592,17 +580,12 @@ fn host_gpu(
         } else {
             pattern::check(&view[..n], seed, 0).is_ok()
         };
-        let (src, dst) = ends("pageable");
-        rep.rows.push(row(
+        rep.rows.push(copy_row(
             &format!("{}-driver", path(false).name()),
-            "copy",
-            src,
-            dst,
+            "pageable",
             size,
-            1,
             &runs,
             None,
-            limit,
             ok,
         ));
     }

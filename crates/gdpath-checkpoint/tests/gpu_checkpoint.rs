@@ -7,42 +7,10 @@
 //! `GDPATH_GDS_DIRS` (colon-separated) overrides the directories saved to (default `/dev/shm`
 //! and `/var/tmp`).
 
-use gdpath::{Agent, AgentConfig, GdsConfig, HostBuffer, Memory, Region, TransferRequest};
+use gdpath::{Agent, HostBuffer, Memory};
 use gdpath_checkpoint::{load, Header};
+use gdpath_testkit::gpu::{gds_agent as agent, gpu_bytes, gpu_put};
 use std::path::PathBuf;
-
-fn agent(chunk: u64, threads: usize) -> Agent {
-    Agent::new(AgentConfig {
-        gds: GdsConfig {
-            chunk,
-            threads,
-            ..GdsConfig::default()
-        },
-        ..AgentConfig::default()
-    })
-    .unwrap()
-}
-
-/// `len` bytes at `off` of GPU region `g`, through a host region.
-fn gpu_bytes(a: &Agent, g: &Region, off: u64, len: u64) -> Vec<u8> {
-    let h = a
-        .register(Memory::host(HostBuffer::zeroed(len as usize)))
-        .unwrap();
-    let read = TransferRequest::read(vec![h.desc(0, len)], vec![g.desc(off, len)]);
-    a.post(read).unwrap().wait().unwrap();
-    let v = h.host_view().unwrap().to_vec();
-    v
-}
-
-/// Writes `bytes` at `off` of GPU region `g`, through a host region.
-fn gpu_put(a: &Agent, g: &Region, off: u64, bytes: &[u8]) {
-    let h = a
-        .register(Memory::host(HostBuffer::from_slice(bytes)))
-        .unwrap();
-    let n = bytes.len() as u64;
-    let write = TransferRequest::write(vec![h.desc(0, n)], vec![g.desc(off, n)]);
-    a.post(write).unwrap().wait().unwrap();
-}
 
 /// The real MiniLM checkpoint: every tensor's bytes on the GPU equal a CPU read of its range;
 /// a corrupted copy is refused before any GPU allocation.

@@ -250,16 +250,12 @@ fn the_server_killed_under_every_bench_mode_ends_the_client() {
     }
 }
 
-/// A `bench net` client 300 ms into a stream of 1 MiB puts into `srv` that would last long.
+/// The `bench net` arguments of a stream of 1 MiB puts that would last long.
+const LONG_STREAM: [&str; 6] = ["--size", "1MiB", "--runs", "50", "--bytes-per-run", "1GiB"];
+
+/// A `bench net` client 300 ms into a [`LONG_STREAM`] into `srv`.
 fn streaming(srv: &mut Proc, addr: SocketAddr) -> Proc {
-    let cl = Proc::spawn(bench_net(addr).args([
-        "--size",
-        "1MiB",
-        "--runs",
-        "50",
-        "--bytes-per-run",
-        "1GiB",
-    ]));
+    let cl = Proc::spawn(bench_net(addr).args(LONG_STREAM));
     srv.wait_line("connected: bench@", T);
     std::thread::sleep(Duration::from_millis(300));
     cl
@@ -523,18 +519,11 @@ fn a_loopback_serve_and_its_client_listen_on_loopback_only() {
         own.iter().any(|a| a.port() != addr.port()),
         "UCX's own port not found among {own:?}: nothing checked"
     );
-    let mut cl = Proc::spawn(Command::new(bin()).args([
-        "bench",
-        "net",
-        "--peer",
-        &addr.to_string(),
-        "--size",
-        "1MiB",
-        "--runs",
-        "50",
-        "--bytes-per-run",
-        "1GiB",
-    ]));
+    let mut cl = Proc::spawn(
+        Command::new(bin())
+            .args(["bench", "net", "--peer", &addr.to_string()])
+            .args(LONG_STREAM),
+    );
     srv.wait_line("connected: bench@", T);
     let theirs = listening_addrs(cl.child.id());
     eprintln!("bench net listens on {theirs:?}");

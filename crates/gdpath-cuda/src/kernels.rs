@@ -44,6 +44,20 @@ impl Stream {
         Ok(())
     }
 
+    /// Checks that `buf[off .. off + len]` is inside `buf` and that `buf` is on the stream's
+    /// GPU (`what` names the range in errors); whether there is anything to do (`len > 0`).
+    fn pattern_range(
+        &self,
+        what: &str,
+        buf: &DeviceBuffer,
+        off: usize,
+        len: usize,
+    ) -> Result<bool, CudaError> {
+        check_range(what, buf.len(), off, len)?;
+        self.same_device(buf, &format!("{what} buffer"))?;
+        Ok(len > 0)
+    }
+
     /// Fill `buf[off .. off + len]` with the test pattern for stream positions
     /// `pos .. pos + len` ([`crate::pattern`]), on the GPU, asynchronously.
     pub fn fill_pattern(
@@ -54,9 +68,7 @@ impl Stream {
         seed: u64,
         pos: u64,
     ) -> Result<(), CudaError> {
-        check_range("pattern fill", buf.len(), off, len)?;
-        self.same_device(buf, "pattern fill buffer")?;
-        if len == 0 {
+        if !self.pattern_range("pattern fill", buf, off, len)? {
             return Ok(());
         }
         self.launch_pattern(
@@ -108,9 +120,7 @@ impl Stream {
         seed: u64,
         pos: u64,
     ) -> Result<Verdict, CudaError> {
-        check_range("pattern check", buf.len(), off, len)?;
-        self.same_device(buf, "pattern check buffer")?;
-        if len == 0 {
+        if !self.pattern_range("pattern check", buf, off, len)? {
             return Ok(Verdict::default());
         }
         let params = [buf.at(off), len as u64, pos, seed];

@@ -16,7 +16,7 @@ use crate::driver::sys::{
 use crate::error::CudaError;
 #[allow(unused_imports)]
 use crate::memory::Sealed as _;
-use crate::memory::{check_range, DevMem, DeviceBuffer, HostKeep, PinnedHost};
+use crate::memory::{check_range, DevMem, DeviceBuffer, HostKeep, HostRegion, PinnedHost};
 
 /// What a stream keeps alive until it is synchronized.
 pub(crate) enum Held {
@@ -154,6 +154,24 @@ impl Stream {
         Ok(len > 0)
     }
 
+    /// The host side of a copy between pinned host memory `host` and a device buffer: checks
+    /// both ranges as [`Stream::ranges`] and returns what keeps `host` alive with the address
+    /// `host_off` bytes into it, or `None` when `len` is 0.
+    fn pinned_side<H: PinnedHost>(
+        what: [&str; 2],
+        dst: (usize, usize),
+        src: (usize, usize),
+        len: usize,
+        (host, host_off): (&H, usize),
+    ) -> Result<Option<(HostRegion, *mut u8)>, CudaError> {
+        if !Self::ranges(what, dst, src, len)? {
+            return Ok(None);
+        }
+        let region = host.region();
+        let at = region.ptr.wrapping_add(host_off);
+        Ok(Some((region, at)))
+    }
+
     /// Host → device of `len` bytes from host address `src` into `dst[dst_off..]`, ranges
     /// checked by the caller; `src_keep` is what keeps the source alive, if the stream must.
     ///
@@ -235,11 +253,12 @@ impl Stream {
         len: usize,
     ) -> Result<(), CudaError> {
         let what = ["H2D destination", "H2D source"];
-        if !Self::ranges(what, (dst.len(), dst_off), (src.len(), src_off), len)? {
+        let dst_range = (dst.len(), dst_off);
+        let Some((region, from)) =
+            Self::pinned_side(what, dst_range, (src.len(), src_off), len, (src, src_off))?
+        else {
             return Ok(());
-        }
-        let region = src.region();
-        let from = region.ptr.wrapping_add(src_off);
+        };
         // SAFETY: the range is inside `src` (checked), which the stream holds until synchronize.
         unsafe { self.post_h2d(dst, dst_off, from, len, Some(Held::HostRead(region.keep))) }
     }
@@ -255,11 +274,12 @@ impl Stream {
         len: usize,
     ) -> Result<(), CudaError> {
         let what = ["D2H destination", "D2H source"];
-        if !Self::ranges(what, (dst.len(), dst_off), (src.len(), src_off), len)? {
+        let src_range = (src.len(), src_off);
+        let Some((region, to)) =
+            Self::pinned_side(what, (dst.len(), dst_off), src_range, len, (&*dst, dst_off))?
+        else {
             return Ok(());
-        }
-        let region = dst.region();
-        let to = region.ptr.wrapping_add(dst_off);
+        };
         // Count the writer before the DMA can start, so that no `as_slice` can race with it.
         region.keep.writers().fetch_add(1, Ordering::AcqRel);
         let writer = Held::HostWrite(region.keep);

@@ -154,9 +154,9 @@ impl Agent {
         token: Option<crate::net::TokenArg>,
         timeout: f64,
     ) -> PyResult<crate::cluster::ClusterPeer> {
-        let token = crate::net::token(py, token.map(|t| t.0))?;
-        let wait = seconds("timeout", timeout)?;
-        self.cluster()?.peer(py, &self.agent, name, token, wait)
+        let o = crate::net::connect_options(py, token, timeout)?;
+        self.cluster()?
+            .peer(py, &self.agent, name, o.token, o.timeout)
     }
 
     /// `async for event in agent.cluster_events()`: the agents present (`joined`), then every
@@ -355,7 +355,7 @@ impl Agent {
         publish: bool,
     ) -> PyResult<crate::net::Server> {
         let addr = crate::net::address(addr)?;
-        let token = crate::net::token(py, token.map(|t| t.0))?;
+        let token = crate::net::token(py, token)?;
         let agent = self.agent.clone();
         let s = py.detach(move || agent.serve(addr, token)).py_err(py)?;
         match &self.cluster {
@@ -380,10 +380,7 @@ impl Agent {
         timeout: f64,
     ) -> PyResult<crate::net::Peer> {
         let addr = crate::net::address(addr)?;
-        let opts = gdpath::net::ConnectOptions {
-            token: crate::net::token(py, token.map(|t| t.0))?,
-            timeout: seconds("timeout", timeout)?,
-        };
+        let opts = crate::net::connect_options(py, token, timeout)?;
         let agent = self.agent.clone();
         let p = py
             .detach(move || agent.connect_with(addr, &opts))

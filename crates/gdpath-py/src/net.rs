@@ -40,12 +40,27 @@ impl<'a, 'py> FromPyObject<'a, 'py> for TokenArg {
     }
 }
 
-/// A token from `str` or `bytes` (at least 16 bytes), or none.
-pub fn token(py: Python<'_>, t: Option<Vec<u8>>) -> PyResult<Token> {
+/// A token from `str` or `bytes` (at least 16 bytes), or none. Errors: `config` for a token
+/// too short.
+pub fn token(py: Python<'_>, t: Option<TokenArg>) -> PyResult<Token> {
     match t {
         None => Ok(Token::none()),
-        Some(b) => Token::new(b).map_err(gdpath::Error::from).py_err(py),
+        Some(TokenArg(b)) => Token::new(b).map_err(gdpath::Error::from).py_err(py),
     }
+}
+
+/// The token and the bound of a connection (`connect`, a cluster's `peer`): `token` as
+/// [`token`], `timeout` in seconds. Errors: `config` for a token too short, `ValueError` for a
+/// timeout that is not a number of seconds.
+pub fn connect_options(
+    py: Python<'_>,
+    token: Option<TokenArg>,
+    timeout: f64,
+) -> PyResult<gdpath::net::ConnectOptions> {
+    Ok(gdpath::net::ConnectOptions {
+        token: self::token(py, token)?,
+        timeout: seconds("timeout", timeout)?,
+    })
 }
 
 /// The network backend's settings (`NetConfig`): `fast_local` UCX shared memory between agents

@@ -86,14 +86,19 @@ fn cloud_machine() -> Machine {
     );
     root_nvme.parent = None;
     devs.push(root_nvme);
+    nvswitched(devs, &base)
+}
+
+/// `devs` on the NUMA nodes and IOMMU of `like`, as NCCL's XML describes them, with the p4d's
+/// A100s joined all to all through NVSwitches, 12 links a pair.
+fn nvswitched(devs: Vec<Device>, like: &Machine) -> Machine {
     let mut m = Machine::assemble(
         devs,
-        base.numa_nodes.clone(),
-        base.iommu.clone(),
+        like.numa_nodes.clone(),
+        like.iommu.clone(),
         true,
         "nccl-xml",
     );
-    // The p4d's A100s are joined all to all through NVSwitches, 12 links a pair.
     let gpus: Vec<PciAddr> = m.gpus().map(|g| g.pci).collect();
     for (i, a) in gpus.iter().enumerate() {
         for b in &gpus[i + 1..] {
@@ -273,19 +278,7 @@ fn staged_paths_across_the_sockets_share_one_lane() {
         .filter(|d| d.kind != DeviceKind::Nic || d.numa == Some(1))
         .cloned()
         .collect();
-    let mut m = Machine::assemble(
-        devs,
-        all.numa_nodes.clone(),
-        all.iommu.clone(),
-        true,
-        "nccl-xml",
-    );
-    let gpus: Vec<PciAddr> = m.gpus().map(|g| g.pci).collect();
-    for (i, a) in gpus.iter().enumerate() {
-        for b in &gpus[i + 1..] {
-            m.set_nvlink(*a, *b, 12);
-        }
-    }
+    let m = nvswitched(devs, &all);
     assert_eq!(m.nics().count(), 16);
     let svg = svg_of(&m);
     if let Some(dir) = std::env::var_os("GDPATH_REPORT_DUMP") {

@@ -9,6 +9,9 @@
 
 use std::path::{Path, PathBuf};
 
+#[cfg(feature = "agent")]
+pub mod gpu;
+
 /// The root of the checkout under test: from the tested crate's folder, which `cargo test`
 /// sets as CARGO_MANIFEST_DIR for the test process; else where this crate was compiled; else
 /// the current directory (a test binary copied to a GPU machine runs from a checkout's root).

@@ -1,6 +1,5 @@
 //! The pair classes of `nvidia-smi topo -m`.
 
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 use std::str::FromStr;
 
@@ -121,18 +120,7 @@ impl FromStr for LinkClass {
     }
 }
 
-impl Serialize for LinkClass {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
-    }
-}
-
-impl<'de> Deserialize<'de> for LinkClass {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        s.parse().map_err(serde::de::Error::custom)
-    }
-}
+serde_via_text!(LinkClass);
 
 #[cfg(test)]
 mod tests {

@@ -14,6 +14,30 @@
 
 #![forbid(unsafe_code)]
 
+/// Serde for a type through its text: `Display` to serialize, `FromStr` to deserialize (its
+/// error's text becomes serde's), so a document holds the same text the tools print.
+macro_rules! serde_via_text {
+    ($t:ty) => {
+        impl serde::Serialize for $t {
+            fn serialize<S: serde::Serializer>(
+                &self,
+                s: S,
+            ) -> std::result::Result<S::Ok, S::Error> {
+                s.collect_str(self)
+            }
+        }
+
+        impl<'de> serde::Deserialize<'de> for $t {
+            fn deserialize<D: serde::Deserializer<'de>>(
+                d: D,
+            ) -> std::result::Result<Self, D::Error> {
+                let s = <String as serde::Deserialize>::deserialize(d)?;
+                s.parse::<$t>().map_err(serde::de::Error::custom)
+            }
+        }
+    };
+}
+
 pub mod acs;
 pub mod class;
 pub mod coverage;

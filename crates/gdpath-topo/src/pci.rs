@@ -1,6 +1,5 @@
 //! PCI addresses (`domain:bus:device.function`) as Linux sysfs writes them.
 
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 use std::str::FromStr;
 
@@ -69,18 +68,7 @@ impl FromStr for PciAddr {
     }
 }
 
-impl Serialize for PciAddr {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
-    }
-}
-
-impl<'de> Deserialize<'de> for PciAddr {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        s.parse().map_err(serde::de::Error::custom)
-    }
-}
+serde_via_text!(PciAddr);
 
 #[cfg(test)]
 mod tests {

@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use gdpath::{Error, FileSpec, HostPointer, Memory, TransferRequest};
+use gdpath::{Error, FileSpec, HostPointer, Memory, Op, TransferRequest};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -60,14 +60,7 @@ fn borrowed_memory_is_read_into_and_written_from_in_place() {
     assert_eq!(dst.host_ptr().unwrap() as usize, base + 1);
     assert_eq!(dst.len().unwrap(), data.len() as u64);
     let len = data.len() as u64;
-    let r = agent
-        .post(TransferRequest::read(
-            vec![dst.desc(0, len)],
-            vec![file.desc(0, len)],
-        ))
-        .unwrap()
-        .wait()
-        .unwrap();
+    let r = move_whole(&agent, Op::Read, &dst, &file, len);
     assert_eq!(r.bytes, len);
     assert_eq!(&*dst.host_view().unwrap(), &data[..]);
     // And out again, into a second file, from a sub-range.
@@ -159,14 +152,7 @@ fn read_only_memory_is_never_written() {
     // Written from: fine.
     let out = dir.path().join("out");
     let of = agent.register(Memory::File(FileSpec::write(&out))).unwrap();
-    agent
-        .post(TransferRequest::write(
-            vec![ro.desc(0, 10_000)],
-            vec![of.desc(0, 10_000)],
-        ))
-        .unwrap()
-        .wait()
-        .unwrap();
+    move_whole(&agent, Op::Write, &ro, &of, 10_000);
     assert_eq!(std::fs::read(&out).unwrap(), data);
 }
 

@@ -53,35 +53,23 @@ fn gpu_and_pinned_memory_are_refused_without_a_driver() {
         matches!(&e, Error::Unsupported { backend: "cuda", what } if what.contains("GPU 0")),
         "{e:?}"
     );
-    // SAFETY: never dereferenced: registration fails before anything touches the pointer.
-    let e = agent
-        .register(Memory::GpuPointer(unsafe {
-            GpuPointer::new(1, 0x7000_0000, 64)
-        }))
-        .unwrap_err();
-    assert!(
-        matches!(
-            &e,
-            Error::Unsupported {
-                backend: "cuda",
-                ..
-            }
-        ),
-        "{e:?}"
-    );
-    let e = agent
-        .register(Memory::pinned(HostBuffer::zeroed(4096)))
-        .unwrap_err();
-    assert!(
-        matches!(
-            &e,
-            Error::Unsupported {
-                backend: "cuda",
-                ..
-            }
-        ),
-        "{e:?}"
-    );
+    for m in [
+        // SAFETY: never dereferenced: registration fails before anything touches the pointer.
+        Memory::GpuPointer(unsafe { GpuPointer::new(1, 0x7000_0000, 64) }),
+        Memory::pinned(HostBuffer::zeroed(4096)),
+    ] {
+        let e = agent.register(m).unwrap_err();
+        assert!(
+            matches!(
+                &e,
+                Error::Unsupported {
+                    backend: "cuda",
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+    }
     // Pageable host memory still works.
     let r = agent
         .register(Memory::host(HostBuffer::zeroed(4096)))

@@ -7,50 +7,10 @@
 //! and `/var/tmp`).
 
 use gdpath::{
-    Agent, AgentConfig, DataPath, DirectIo, Error, FileAccess, FileSpec, GdsConfig, HostBuffer,
-    Memory, Region, TransferRequest,
+    Agent, AgentConfig, DataPath, DirectIo, Error, FileAccess, FileSpec, GdsConfig, Memory,
+    TransferRequest,
 };
-
-fn agent(chunk: u64, threads: usize) -> Agent {
-    Agent::new(AgentConfig {
-        gds: GdsConfig {
-            chunk,
-            threads,
-            ..GdsConfig::default()
-        },
-        ..AgentConfig::default()
-    })
-    .unwrap()
-}
-
-fn gpu_bytes(a: &Agent, g: &Region, off: u64, len: u64) -> Vec<u8> {
-    let h = a
-        .register(Memory::host(HostBuffer::zeroed(len as usize)))
-        .unwrap();
-    a.post(TransferRequest::read(
-        vec![h.desc(0, len)],
-        vec![g.desc(off, len)],
-    ))
-    .unwrap()
-    .wait()
-    .unwrap();
-    let v = h.host_view().unwrap().to_vec();
-    v
-}
-
-fn gpu_put(a: &Agent, g: &Region, off: u64, bytes: &[u8]) {
-    let h = a
-        .register(Memory::host(HostBuffer::from_slice(bytes)))
-        .unwrap();
-    let n = bytes.len() as u64;
-    a.post(TransferRequest::write(
-        vec![h.desc(0, n)],
-        vec![g.desc(off, n)],
-    ))
-    .unwrap()
-    .wait()
-    .unwrap();
-}
+use gdpath_testkit::gpu::{gds_agent as agent, gpu_bytes, gpu_put};
 
 fn pattern(len: usize, seed: u64) -> Vec<u8> {
     let mut v = vec![0u8; len];

@@ -6,7 +6,7 @@ mod common;
 use common::*;
 use gdpath::finding::ids;
 use gdpath::{
-    DataPath, DirectIo, Error, FileAccess, FileSpec, HostBuffer, Memory, TransferRequest,
+    DataPath, DirectIo, Error, FileAccess, FileSpec, HostBuffer, Memory, Op, TransferRequest,
 };
 use std::time::{Duration, Instant};
 
@@ -285,14 +285,7 @@ fn forced_buffered_fallback_reports_finding() {
     let data = pattern(10_000, 7);
     let f = readable_file(&a, dir.path(), "b", &data);
     let dst = host_zeroed(&a, 10_000);
-    let r = a
-        .post(TransferRequest::read(
-            vec![dst.desc(0, 10_000)],
-            vec![f.desc(0, 10_000)],
-        ))
-        .unwrap()
-        .wait()
-        .unwrap();
+    let r = move_whole(&a, Op::Read, &dst, &f, 10_000);
     assert_eq!(r.pairs[0].path, DataPath::PosixBuffered);
     assert_eq!(
         r.pairs[0].finding.as_ref().unwrap().as_str(),
@@ -392,14 +385,7 @@ fn refusing_file_system_falls_back_and_strict_mode_fails_first() {
         gdpath::DirectStatus::Refused
     );
     let dst = host_zeroed(&a, 100_000);
-    let r = a
-        .post(TransferRequest::read(
-            vec![dst.desc(0, 100_000)],
-            vec![f.desc(0, 100_000)],
-        ))
-        .unwrap()
-        .wait()
-        .unwrap();
+    let r = move_whole(&a, Op::Read, &dst, &f, 100_000);
     assert_eq!(r.pairs[0].path, DataPath::PosixBuffered);
     assert_eq!(
         r.pairs[0].finding.as_ref().unwrap().as_str(),
@@ -514,23 +500,10 @@ fn file_of_one_gib_plus_one_round_trips() {
     let f = a
         .register(Memory::File(FileSpec::write(dir.path().join("big"))))
         .unwrap();
-    a.post(TransferRequest::write(
-        vec![r.desc(0, len)],
-        vec![f.desc(0, len)],
-    ))
-    .unwrap()
-    .wait()
-    .unwrap();
+    move_whole(&a, Op::Write, &r, &f, len);
     assert_eq!(f.len().unwrap(), len);
     r.host_view().unwrap().fill(0);
-    let rep = a
-        .post(TransferRequest::read(
-            vec![r.desc(0, len)],
-            vec![f.desc(0, len)],
-        ))
-        .unwrap()
-        .wait()
-        .unwrap();
+    let rep = move_whole(&a, Op::Read, &r, &f, len);
     assert_eq!(rep.pairs[0].path, DataPath::PosixDirect);
     assert_eq!(rep.bytes, len);
     let mut want = vec![0u8; 1 << 20];
@@ -715,14 +688,7 @@ fn descriptor_errors_are_typed_and_nothing_moves() {
     assert!(matches!(e, Error::RegionBusy { .. }), "{e}");
     drop(v);
     // Host ↔ host works and is reported as such.
-    let r = a
-        .post(TransferRequest::write(
-            vec![src.desc(0, 10)],
-            vec![dst2.desc(0, 10)],
-        ))
-        .unwrap()
-        .wait()
-        .unwrap();
+    let r = move_whole(&a, Op::Write, &src, &dst2, 10);
     assert_eq!(r.pairs[0].path, DataPath::HostCopy);
     assert_eq!(bytes_of(&dst2), vec![1u8; 10]);
 }
@@ -1111,20 +1077,8 @@ fn an_open_file_is_used_through_its_descriptor() {
         .unwrap();
     let r = file.file().unwrap();
     assert!(r.direct_fd().is_some(), "O_DIRECT through /proc/self/fd");
-    a.post(TransferRequest::write(
-        vec![src.desc(0, 1 << 20)],
-        vec![file.desc(0, 1 << 20)],
-    ))
-    .unwrap()
-    .wait()
-    .unwrap();
-    a.post(TransferRequest::read(
-        vec![back.desc(0, 1 << 20)],
-        vec![file.desc(0, 1 << 20)],
-    ))
-    .unwrap()
-    .wait()
-    .unwrap();
+    move_whole(&a, Op::Write, &src, &file, 1 << 20);
+    move_whole(&a, Op::Read, &back, &file, 1 << 20);
     assert!(back.host_view().unwrap()[..] == data[..]);
     assert!(!p.exists(), "no path was opened again");
 

@@ -1,6 +1,6 @@
 //! `gdpath bench storage`: file ↔ host memory, and with `--gpu` file ↔ GPU.
 
-use super::{argv, print_ratios, print_table, verdict};
+use super::{argv, print_findings, print_ratios, print_table, verdict};
 use crate::progress;
 use anyhow::{Context, Result};
 use clap::Args;
@@ -147,9 +147,7 @@ pub(super) fn run_storage(a: StorageArgs) -> Result<ExitCode> {
         outln!("{}", serde_json::to_string_pretty(&out)?);
     } else {
         print_table(&report.rows);
-        for f in &report.findings {
-            outln!("finding: {f} (run `gdpath doctor` for evidence and remedy)");
-        }
+        print_findings(&report.findings);
         print_ratios(&report.rows);
         outln!("GB/s = 1e9 bytes/s; latency per I/O, submission to completion");
     }
@@ -238,9 +236,7 @@ pub(super) fn run_gds(a: &StorageArgs, gpu: u32, blocks: Vec<u64>) -> Result<Exi
                 escape(&s.detail)
             );
         }
-        for f in &report.findings {
-            outln!("finding: {f} (run `gdpath doctor` for evidence and remedy)");
-        }
+        print_findings(&report.findings);
         outln!("GB/s = 1e9 bytes/s; qd = threads, each with 2 requests' buffers");
     }
     Ok(verdict(all_verified, ""))

@@ -178,6 +178,13 @@ pub(super) fn print_table(rows: &[BenchRow]) {
     outln!("{t}");
 }
 
+/// One line per finding of a bench run, pointing at the doctor for its evidence and remedy.
+pub(super) fn print_findings(findings: &[gdpath::FindingId]) {
+    for f in findings {
+        outln!("finding: {f} (run `gdpath doctor` for evidence and remedy)");
+    }
+}
+
 pub(super) fn print_ratios(rows: &[BenchRow]) {
     if let Some(src) = rows
         .iter()

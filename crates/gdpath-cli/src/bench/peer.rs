@@ -1,6 +1,6 @@
 //! `gdpath bench net`: puts and gets to a serving agent over UCX.
 
-use super::{argv, fmt_gbps, verdict};
+use super::{argv, fmt_gbps, print_findings, verdict};
 use crate::progress;
 use anyhow::{Context, Result};
 use clap::Args;
@@ -246,9 +246,7 @@ pub(super) fn run_net(a: NetBenchArgs) -> Result<ExitCode> {
             ]);
         }
         outln!("{t}");
-        for f in &report.findings {
-            outln!("finding: {f} (run `gdpath doctor` for evidence and remedy)");
-        }
+        print_findings(&report.findings);
         for r in &report.rows {
             if r.row.qd < a.qd || r.batch < a.batch {
                 outln!(

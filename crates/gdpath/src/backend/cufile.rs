@@ -22,7 +22,7 @@
 //! `gdpath bench storage --path compat`).
 
 use super::cuda::{gpu_buffer, memory::cuda_err};
-use super::file_gpu::gpu_and_file;
+use super::file_gpu::{gpu_and_file, plan_gpu_and_file};
 use super::{Backend, Capability, PlanChoice, Preference, Refusal};
 use crate::config::GdsConfig;
 use crate::error::{Error, Result};
@@ -306,26 +306,11 @@ impl Backend for CufileBackend {
         local: &Descriptor,
         target: &Descriptor,
     ) -> std::result::Result<PlanChoice, Refusal> {
-        let Some((g, f)) = gpu_and_file(local, target) else {
-            return Err(Refusal {
-                finding: None,
-                detail: format!(
-                    "{} moves data between files and GPU memory only",
-                    self.name()
-                ),
-            });
-        };
-        if gpu_buffer(&g.region).is_none() {
-            return Err(Refusal {
-                finding: None,
-                detail: format!("region {} has no device buffer", g.region.id()),
-            });
-        }
+        let (_, f) = plan_gpu_and_file(self.name(), local, target)?;
         if !self.shared.cfg.cufile {
-            return Err(Refusal {
-                finding: None,
-                detail: "cuFile switched off (GdsConfig::cufile)".into(),
-            });
+            return Err(Refusal::unexplained(
+                "cuFile switched off (GdsConfig::cufile)",
+            ));
         }
         let path = f
             .region
@@ -334,10 +319,9 @@ impl Backend for CufileBackend {
             .unwrap_or_default();
         f.region.with_backend_handle(NAME, |h| {
             let Some(reg) = h.and_then(|h| h.downcast_ref::<CufileRegistration>()) else {
-                return Err(Refusal {
-                    finding: None,
-                    detail: format!("{path} was not registered with cuFile"),
-                });
+                return Err(Refusal::unexplained(format!(
+                    "{path} was not registered with cuFile"
+                )));
             };
             let decision = reg.decision.as_ref();
             if let Err((id, why)) = &reg.handle {

@@ -1,10 +1,11 @@
 //! Blocking positional file I/O shared by the storage backends: pread/pwrite loops that retry
 //! `EINTR` and short transfers, as plain `io::Result` primitives on slices and as full-length
-//! versions on registered memory with typed errors.
+//! versions on registered memory with typed errors (one call for either direction).
 
 use crate::error::{Error, Result};
 use crate::os::mem::HostMem;
 use crate::region::FileRegion;
+use crate::transfer::Op;
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
@@ -53,48 +54,44 @@ pub(crate) fn pwrite_all(
     Ok(())
 }
 
-/// Reads exactly `len` bytes at file `offset` of `f` (one of `file`'s descriptors) into bytes
-/// `[mem_off, mem_off + len)` of `mem`. Errors: [`Error::ShortFile`] at end of file, else
-/// [`Error::Io`]; a range outside `mem` is [`Error::Backend`] of `backend`.
-pub(crate) fn pread_full(
+/// Moves exactly `len` bytes between file `offset` of `file`, through its buffered (page-cache)
+/// descriptor, and bytes `[mem_off, mem_off + len)` of `mem`: [`Op::Read`] reads the file into
+/// `mem`, [`Op::Write`] writes `mem` to the file. Returns `len`. Errors: [`Error::ShortFile`]
+/// when a read reaches the end of the file, else [`Error::Io`] naming the failed offset; a range
+/// outside `mem` is [`Error::Backend`] of `backend`.
+pub(crate) fn buffered_full(
     backend: &'static str,
+    op: Op,
     file: &FileRegion,
-    f: &File,
     mem: &HostMem,
     mem_off: usize,
     len: u64,
     offset: u64,
 ) -> Result<u64> {
-    let r = mem
-        .with_mut_slice(mem_off, len as usize, |buf| {
-            pread_at_least(f, buf, offset, buf.len())
-        })
-        .map_err(|e| super::range_err(backend, e))?;
-    match r {
-        Ok(got) if got as u64 == len => Ok(len),
-        Ok(got) => Err(Error::ShortFile {
-            path: file.path().to_owned(),
-            offset,
-            wanted: len,
-            available: got as u64,
-        }),
-        Err((got, e)) => Err(Error::io("read", file.path(), offset + got as u64, e)),
+    let f = file.buffered_file();
+    let range_err = |e| super::range_err(backend, e);
+    match op {
+        Op::Read => {
+            let r = mem
+                .with_mut_slice(mem_off, len as usize, |buf| {
+                    pread_at_least(f, buf, offset, buf.len())
+                })
+                .map_err(range_err)?;
+            match r {
+                Ok(got) if got as u64 == len => Ok(len),
+                Ok(got) => Err(Error::ShortFile {
+                    path: file.path().to_owned(),
+                    offset,
+                    wanted: len,
+                    available: got as u64,
+                }),
+                Err((got, e)) => Err(Error::io("read", file.path(), offset + got as u64, e)),
+            }
+        }
+        Op::Write => mem
+            .with_slice(mem_off, len as usize, |buf| pwrite_all(f, buf, offset))
+            .map_err(range_err)?
+            .map(|()| len)
+            .map_err(|(done, e)| Error::io("write", file.path(), offset + done as u64, e)),
     }
-}
-
-/// Writes bytes `[mem_off, mem_off + len)` of `mem` at file `offset` of `f` (one of `file`'s
-/// descriptors). Errors: as [`pread_full`], [`Error::Io`] for the write.
-pub(crate) fn pwrite_full(
-    backend: &'static str,
-    file: &FileRegion,
-    f: &File,
-    mem: &HostMem,
-    mem_off: usize,
-    len: u64,
-    offset: u64,
-) -> Result<u64> {
-    mem.with_slice(mem_off, len as usize, |buf| pwrite_all(f, buf, offset))
-        .map_err(|e| super::range_err(backend, e))?
-        .map(|()| len)
-        .map_err(|(done, e)| Error::io("write", file.path(), offset + done as u64, e))
 }

@@ -47,16 +47,11 @@ impl Backend for HostCopy {
         local: &Descriptor,
         target: &Descriptor,
     ) -> Result<PlanChoice, Refusal> {
-        let refuse = |detail: String| Refusal {
-            finding: None,
-            detail,
-        };
         match (host_side(&local.region), host_side(&target.region)) {
             (Some(Ok(_)), Some(Ok(_))) => Ok(PlanChoice::on(DataPath::HostCopy)),
-            (Some(Err(e)), _) | (_, Some(Err(e))) => Err(refuse(e.to_string())),
-            _ => Err(refuse(
-                "both sides must be host memory (a peer's only when it shares it on this node)"
-                    .into(),
+            (Some(Err(e)), _) | (_, Some(Err(e))) => Err(Refusal::unexplained(e.to_string())),
+            _ => Err(Refusal::unexplained(
+                "both sides must be host memory (a peer's only when it shares it on this node)",
             )),
         }
     }

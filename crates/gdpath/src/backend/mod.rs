@@ -139,6 +139,29 @@ impl Refusal {
             detail: detail.into(),
         }
     }
+
+    /// A refusal no finding explains: the pair is not one this backend serves.
+    pub fn unexplained(detail: impl Into<String>) -> Self {
+        Refusal {
+            finding: None,
+            detail: detail.into(),
+        }
+    }
+}
+
+/// The file of a host ↔ file pair, for the storage backends' plans. Errors: a refusal without
+/// a finding when `local` is not host memory or `target` is not a file.
+pub(crate) fn host_and_file<'a>(
+    local: &Descriptor,
+    target: &'a Descriptor,
+) -> std::result::Result<&'a crate::region::FileRegion, Refusal> {
+    if local.region.host_ptr().is_none() {
+        return Err(Refusal::unexplained("local memory is not host memory"));
+    }
+    target
+        .region
+        .file()
+        .ok_or_else(|| Refusal::unexplained("target is not a file"))
 }
 
 /// A data path implementation. Implementations are shared between threads (`Arc<dyn Backend>`).

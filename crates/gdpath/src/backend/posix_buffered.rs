@@ -2,7 +2,7 @@
 //! O_DIRECT is refused or switched off. Reads and writes go straight between the file and the
 //! registered memory (no bounce buffers).
 
-use super::fileio::{pread_full, pwrite_full};
+use super::fileio::buffered_full;
 use super::{Backend, Capability, PlanChoice, Preference, Refusal, SplitItem};
 use crate::config::StorageConfig;
 use crate::finding::ids;
@@ -87,11 +87,15 @@ fn worker(rx: Receiver<Job>) {
             }));
             continue;
         };
-        let (f, mem) = (file.buffered_file(), &job.mem);
-        let r = match job.op {
-            Op::Read => pread_full(NAME, file, f, mem, job.mem_off, job.len, job.file_off),
-            Op::Write => pwrite_full(NAME, file, f, mem, job.mem_off, job.len, job.file_off),
-        };
+        let r = buffered_full(
+            NAME,
+            job.op,
+            file,
+            &job.mem,
+            job.mem_off,
+            job.len,
+            job.file_off,
+        );
         job.report(r);
     }
 }
@@ -125,18 +129,7 @@ impl Backend for PosixBuffered {
         local: &Descriptor,
         target: &Descriptor,
     ) -> Result<PlanChoice, Refusal> {
-        if local.region.host_ptr().is_none() {
-            return Err(Refusal {
-                finding: None,
-                detail: "local memory is not host memory".into(),
-            });
-        }
-        let Some(file) = target.region.file() else {
-            return Err(Refusal {
-                finding: None,
-                detail: "target is not a file".into(),
-            });
-        };
+        let file = super::host_and_file(local, target)?;
         let mut choice = PlanChoice::on(DataPath::PosixBuffered);
         // The finding for a fallback comes from the preferred backend's refusal; when this
         // backend is used for a file that was switched to buffered I/O, say so as well.

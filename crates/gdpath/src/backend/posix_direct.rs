@@ -134,18 +134,7 @@ impl Backend for PosixDirect {
                 why.clone(),
             ));
         }
-        if local.region.host_ptr().is_none() {
-            return Err(Refusal {
-                finding: None,
-                detail: "local memory is not host memory".into(),
-            });
-        }
-        let Some(file) = target.region.file() else {
-            return Err(Refusal {
-                finding: None,
-                detail: "target is not a file".into(),
-            });
-        };
+        let file = super::host_and_file(local, target)?;
         match file.direct_status() {
             // `submit` cuts heads and tails at the page-cache block: a pair holding no whole
             // block has no O_DIRECT part and goes entirely through the page cache. Its plan says

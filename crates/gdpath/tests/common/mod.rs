@@ -1,7 +1,10 @@
 //! Helpers shared by the engine's integration tests: real files in real directories.
 #![allow(dead_code)]
 
-use gdpath::{Agent, AgentConfig, DirectIo, FileSpec, HostBuffer, Memory, Region, StorageConfig};
+use gdpath::{
+    Agent, AgentConfig, DirectIo, FileSpec, HostBuffer, Memory, Op, Region, StorageConfig,
+    TransferReport, TransferRequest,
+};
 use std::path::{Path, PathBuf};
 
 /// A temporary directory on the work disk (ext4 here; accepts O_DIRECT).
@@ -50,6 +53,23 @@ pub fn host_zeroed(agent: &Agent, len: usize) -> Region {
     agent
         .register(Memory::host(HostBuffer::zeroed(len)))
         .expect("register host")
+}
+
+/// Moves `len` bytes between byte 0 of `local` and byte 0 of `target` (a read fills `local`)
+/// and waits for the transfer; panics on a failed post or transfer.
+pub fn move_whole(
+    agent: &Agent,
+    op: Op,
+    local: &Region,
+    target: &Region,
+    len: u64,
+) -> TransferReport {
+    let (l, t) = (vec![local.desc(0, len)], vec![target.desc(0, len)]);
+    let req = match op {
+        Op::Read => TransferRequest::read(l, t),
+        Op::Write => TransferRequest::write(l, t),
+    };
+    agent.post(req).expect("post").wait().expect("transfer")
 }
 
 pub fn bytes_of(r: &Region) -> Vec<u8> {

@@ -178,10 +178,6 @@ impl Shared {
         src: &Descriptor,
         dst: &Descriptor,
     ) -> std::result::Result<PlanChoice, Refusal> {
-        let refuse = |d: String| Refusal {
-            finding: None,
-            detail: d,
-        };
         match (src.region.kind(), dst.region.kind()) {
             (MemoryKind::Gpu { ordinal: a }, MemoryKind::Gpu { ordinal: b }) => {
                 if a == b {
@@ -217,7 +213,7 @@ impl Shared {
                     Some(Err(e)) => Err(e.to_string()),
                     None => self.ipc_choice(*ordinal, &dst.region),
                 }
-                .map_err(refuse)
+                .map_err(Refusal::unexplained)
             }
             (MemoryKind::Remote { .. }, MemoryKind::Gpu { ordinal }) => {
                 match crate::backend::ucx::shm_import(&src.region) {
@@ -225,9 +221,11 @@ impl Shared {
                     Some(Err(e)) => Err(e.to_string()),
                     None => self.ipc_choice(*ordinal, &src.region),
                 }
-                .map_err(refuse)
+                .map_err(Refusal::unexplained)
             }
-            (s, d) => Err(refuse(format!("{NAME} does not move {s} to {d}"))),
+            (s, d) => Err(Refusal::unexplained(format!(
+                "{NAME} does not move {s} to {d}"
+            ))),
         }
     }
 

@@ -460,6 +460,27 @@ pub(crate) fn staged_choice(file: &FileRegion) -> PlanChoice {
     }
 }
 
+/// The (GPU, file) descriptors of a pair for `backend`'s plan, the GPU one holding a device
+/// buffer. Errors: a refusal without a finding for any other pair.
+pub(crate) fn plan_gpu_and_file<'a>(
+    backend: &str,
+    local: &'a Descriptor,
+    target: &'a Descriptor,
+) -> std::result::Result<(&'a Descriptor, &'a Descriptor), Refusal> {
+    let (g, f) = gpu_and_file(local, target).ok_or_else(|| {
+        Refusal::unexplained(format!(
+            "{backend} moves data between files and GPU memory only"
+        ))
+    })?;
+    if gpu_buffer(&g.region).is_none() {
+        return Err(Refusal::unexplained(format!(
+            "region {} has no device buffer",
+            g.region.id()
+        )));
+    }
+    Ok((g, f))
+}
+
 /// The (GPU, file) descriptors of a pair, in either order.
 pub(crate) fn gpu_and_file<'a>(
     local: &'a Descriptor,
@@ -503,21 +524,9 @@ impl Backend for FileGpu {
         local: &Descriptor,
         target: &Descriptor,
     ) -> std::result::Result<PlanChoice, Refusal> {
-        let Some((g, f)) = gpu_and_file(local, target) else {
-            return Err(Refusal {
-                finding: None,
-                detail: format!("{NAME} moves data between files and GPU memory only"),
-            });
-        };
-        if gpu_buffer(&g.region).is_none() {
-            return Err(Refusal {
-                finding: None,
-                detail: format!("region {} has no device buffer", g.region.id()),
-            });
-        }
-        let file = f.region.file().ok_or_else(|| Refusal {
-            finding: None,
-            detail: format!("region {} is not a file", f.region.id()),
+        let (_, f) = plan_gpu_and_file(NAME, local, target)?;
+        let file = f.region.file().ok_or_else(|| {
+            Refusal::unexplained(format!("region {} is not a file", f.region.id()))
         })?;
         Ok(staged_choice(file))
     }

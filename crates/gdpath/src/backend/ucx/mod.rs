@@ -724,10 +724,9 @@ impl Backend for UcxBackend {
             .foreign()
             .and_then(|f| f.as_any().downcast_ref::<RemoteMem>())
         else {
-            return Err(Refusal {
-                finding: None,
-                detail: "target is not a remote region of this agent's network backend".into(),
-            });
+            return Err(Refusal::unexplained(
+                "target is not a remote region of this agent's network backend",
+            ));
         };
         let host = local.region.host_ptr().is_some();
         let path = match rm.peer.planned_path(!host && self.cuda) {
@@ -748,10 +747,10 @@ impl Backend for UcxBackend {
             return Ok(PlanChoice::on(path));
         }
         if crate::backend::cuda::gpu_buffer(&local.region).is_none() {
-            return Err(Refusal {
-                finding: None,
-                detail: format!("local {} memory is not served", local.region.kind()),
-            });
+            return Err(Refusal::unexplained(format!(
+                "local {} memory is not served",
+                local.region.kind()
+            )));
         }
         if self.cuda {
             return Ok(PlanChoice::on(path));
