@@ -119,6 +119,9 @@ pub struct KvBenchConfig {
     pub method: Option<CopyMethod>,
     /// The serving agent, for [`KvMem::Peer`].
     pub peer: Option<SocketAddr>,
+    /// How to connect to it instead of a plain connect to `peer`
+    /// ([`crate::net::Connector`]).
+    pub connector: Option<crate::net::Connector>,
     /// Authentication token for [`KvMem::Peer`] and [`KvMem::PeerHost`].
     pub token: Token,
     /// Network settings for the connection to the peer.
@@ -226,12 +229,14 @@ fn region(agent: &Agent, mem: KvMem, other: KvMem, len: u64, cfg: &KvBenchConfig
                 ))
             })?;
             agent.enable_net(cfg.net.clone())?;
-            let peer = agent.connect_with(
+            let peer = crate::net::connect(
+                agent,
                 addr,
                 &ConnectOptions {
                     token: cfg.token.clone(),
                     ..ConnectOptions::default()
                 },
+                cfg.connector.as_ref(),
             )?;
             let gpu = mem == KvMem::Peer;
             let largest = peer
@@ -573,6 +578,7 @@ mod tests {
             runs: 2,
             method: None,
             peer: None,
+            connector: None,
             token: Token::none(),
             net: NetConfig::default(),
         }

@@ -87,11 +87,41 @@ impl std::fmt::Display for MemSpec {
     }
 }
 
+/// A connection made for the bench's agent by its caller instead of a plain connect to an
+/// address: an agent found by name in a cluster, whose incarnation the caller checks in the
+/// handshake (`gdpath bench … --peer-name`). Its errors are the caller's, as engine errors.
+#[derive(Clone)]
+pub struct Connector(pub Arc<ConnectFn>);
+
+/// What a [`Connector`] runs: connect this agent with these options.
+pub type ConnectFn = dyn Fn(&Agent, &ConnectOptions) -> Result<Peer> + Send + Sync;
+
+impl std::fmt::Debug for Connector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Connector")
+    }
+}
+
+/// Connects `agent` to the peer: through `connector` when given, else to `addr`.
+pub(crate) fn connect(
+    agent: &Agent,
+    addr: SocketAddr,
+    opts: &ConnectOptions,
+    connector: Option<&Connector>,
+) -> Result<Peer> {
+    match connector {
+        Some(c) => (c.0)(agent, opts),
+        None => agent.connect_with(addr, opts),
+    }
+}
+
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct NetBenchConfig {
     /// The serving agent.
     pub peer: SocketAddr,
+    /// How to connect to it instead of a plain connect to `peer` (see [`Connector`]).
+    pub connector: Option<Connector>,
     /// Authentication token the serving agent expects.
     pub token: Token,
     /// Network settings (devices, transports) of this side's agent.
@@ -303,12 +333,14 @@ pub fn run(cfg: &NetBenchConfig, progress: &dyn Progress) -> Result<NetBenchRepo
         ..AgentConfig::default()
     })?;
     agent.enable_net(cfg.net.clone())?;
-    let peer = agent.connect_with(
+    let peer = connect(
+        &agent,
         cfg.peer,
         &ConnectOptions {
             token: cfg.token.clone(),
             timeout: cfg.connect_timeout,
         },
+        cfg.connector.as_ref(),
     )?;
     let report = measure(cfg, progress, &agent, &peer);
     if matches!(report, Err(Error::Cancelled)) {

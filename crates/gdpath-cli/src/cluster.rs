@@ -12,7 +12,8 @@ use std::time::Duration;
 /// Where the cluster's etcd is and how to reach it.
 #[derive(Debug, Args)]
 pub struct ClusterOpts {
-    /// The cluster: `etcd://[USER@]HOST:PORT[,HOST:PORT…]/NAMESPACE` (`etcds://` for TLS). A
+    /// The cluster: `etcd://[USER@]HOST:PORT[,HOST:PORT…]/NAMESPACE` (`etcds://` for TLS,
+    /// optionally `?ca=FILE&cert=FILE&key=FILE`, which the flags below override). A
     /// password goes in GDPATH_ETCD_PASSWORD rather than the URL: a command line is visible to
     /// other users.
     #[arg(long, value_name = "URL")]
@@ -42,8 +43,13 @@ impl ClusterOpts {
                 "--etcd-ca/--etcd-cert apply to TLS: write the URL as etcds://…",
             ));
         }
-        u.ca_file = self.etcd_ca.clone();
-        u.client_cert = self.etcd_cert.clone().zip(self.etcd_key.clone());
+        // A flag overrides the URL's query parameter of the same file.
+        if let Some(ca) = &self.etcd_ca {
+            u.ca_file = Some(ca.clone());
+        }
+        if let Some(pair) = self.etcd_cert.clone().zip(self.etcd_key.clone()) {
+            u.client_cert = Some(pair);
+        }
         Ok(Some(u))
     }
 
@@ -122,7 +128,15 @@ fn ls(a: LsArgs) -> Result<ExitCode> {
     }
     let mut t = comfy_table::Table::new();
     t.load_preset(comfy_table::presets::NOTHING);
-    t.set_header(["NAME", "INCARNATION", "NODE", "ADDRESS", "REGIONS", "LEASE"]);
+    t.set_header([
+        "NAME",
+        "INCARNATION",
+        "NODE",
+        "ADDRESS",
+        "REGIONS",
+        "DOCTOR",
+        "LEASE",
+    ]);
     for l in &listed {
         match &l.record {
             Ok(r) => {
@@ -132,6 +146,7 @@ fn ls(a: LsArgs) -> Result<ExitCode> {
                     escape(&r.node.hostname).to_string(),
                     r.addr.clone(),
                     regions_text(r),
+                    verdicts_text(r),
                     l.ttl_left
                         .map(|s| format!("{s} s"))
                         .unwrap_or_else(|| "none".into()),
@@ -142,6 +157,7 @@ fn ls(a: LsArgs) -> Result<ExitCode> {
                     escape(&l.key).to_string(),
                     "invalid".into(),
                     e.clone(),
+                    String::new(),
                     String::new(),
                     String::new(),
                     String::new(),
@@ -175,6 +191,21 @@ fn regions_text(r: &gdpath_cluster::AgentRecord) -> String {
             };
             format!("{what} {}{local}", gdpath::units::format_size(g.len))
         })
+        .collect();
+    if parts.is_empty() {
+        "-".into()
+    } else {
+        parts.join(", ")
+    }
+}
+
+/// `p2p unavailable, gdr ok, gds degraded`, or `-` before the agent's doctor answered.
+fn verdicts_text(r: &gdpath_cluster::AgentRecord) -> String {
+    let parts: Vec<String> = r
+        .topology
+        .verdicts
+        .iter()
+        .map(|(area, status)| format!("{} {}", escape(area), escape(status)))
         .collect();
     if parts.is_empty() {
         "-".into()

@@ -6,7 +6,6 @@ use gdpath::net::{EventKind, EventLog, FailureMode, NetConfig, NetEvent, Token};
 use gdpath::topo::text::escape;
 use gdpath::units::{format_size, parse_size};
 use gdpath::{Agent, AgentConfig, HostBuffer, Memory};
-use gdpath_cluster::RegionKind;
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -320,7 +319,7 @@ pub fn run(a: ServeArgs) -> Result<ExitCode> {
     agent.enable_net(a.net.config())?;
     let mut regions = Vec::new();
     for spec in specs {
-        let (r, what, mut rec) = match spec {
+        let (r, what) = match spec {
             ExportSpec::Host(size) => {
                 let len = usize::try_from(size).context("export size")?;
                 // Shared, so that agents on this node move bytes into it themselves; where
@@ -334,22 +333,21 @@ pub fn run(a: ServeArgs) -> Result<ExitCode> {
                     }
                 };
                 let r = agent.register(Memory::host(buf))?;
-                let rec = region_record(RegionKind::Host, None, size, kind == "shared");
-                (r, format!("host {} ({kind})", format_size(size)), rec)
+                (r, format!("host {} ({kind})", format_size(size)))
             }
             ExportSpec::Gpu(ordinal, len) => {
                 // The engine's error names the GPU and the memory already.
                 let r = agent.register(Memory::Gpu { ordinal, len })?;
-                let rec = region_record(RegionKind::Gpu, Some(ordinal), len, false);
-                (r, format!("gpu:{ordinal} {}", format_size(len)), rec)
+                (r, format!("gpu:{ordinal} {}", format_size(len)))
             }
         };
         let id = agent
             .export(&r)
             .with_context(|| format!("exporting {what}"))?;
-        rec.id = id;
         if let Some(record) = &mut record {
-            record.regions.push(rec);
+            record
+                .regions
+                .push(gdpath_cluster::RegionRecord::exported(&agent, &r)?);
         }
         regions.push((id, what, r));
     }
@@ -385,6 +383,9 @@ pub fn run(a: ServeArgs) -> Result<ExitCode> {
                 Duration::from_secs(a.lease_ttl),
             )
             .with_context(|| format!("publishing {} in {url}", a.name))?;
+            m.publish_verdicts(gdpath_cluster::VERDICTS_BOUND, || {
+                gdpath_doctor::examine::path_statuses_here().map_err(|e| e.to_string())
+            })?;
             outln!(
                 "cluster: published {} incarnation {} in {url} (lease TTL {} s)",
                 a.name,
@@ -447,23 +448,6 @@ pub fn run(a: ServeArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// A region of the published record; its id is set once exported.
-fn region_record(
-    kind: RegionKind,
-    gpu: Option<u32>,
-    len: u64,
-    shm: bool,
-) -> gdpath_cluster::RegionRecord {
-    gdpath_cluster::RegionRecord {
-        id: 0,
-        kind,
-        gpu,
-        len,
-        shm,
-        cuda_ipc: false,
-    }
-}
-
 /// One line of the log for a change of this agent's publication.
 fn member_event_text(e: &gdpath_cluster::MemberEvent) -> String {
     use gdpath_cluster::MemberEvent;
@@ -476,6 +460,8 @@ fn member_event_text(e: &gdpath_cluster::MemberEvent) -> String {
         } => format!(
             "the name is held by incarnation {incarnation} on {hostname}; retrying until it goes"
         ),
+        MemberEvent::Updated { detail } => format!("record updated: {detail}"),
+        MemberEvent::NotUpdated { detail } => format!("record not updated: {detail}"),
     }
 }
 

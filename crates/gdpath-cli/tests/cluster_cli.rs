@@ -297,3 +297,131 @@ fn a_restart_on_the_same_node_takes_its_name_back_at_once_and_old_peers_see_it_r
     new.wait().unwrap();
     old.wait().unwrap();
 }
+
+/// `gdpath cluster ls --cluster URL` with `args`.
+fn cluster_ls(url: &str, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_gdpath"))
+        .args(["cluster", "ls", "--cluster", url])
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn serve_records_its_export_as_offered_and_its_doctor_verdicts_soon_after_publishing() {
+    let Some(e) = Etcd::start() else { return };
+    let _serial = gdpath_testkit::ucx_serial();
+    let url = e.url("doc");
+    let (mut srv, inc) = serve(&url, "prefill-0", e.dir.path());
+    // Published at once; the doctor's verdicts come by an update of the same incarnation
+    // (on this machine without GPUs the doctor still judges every path).
+    let end = Instant::now() + gdpath_cluster::VERDICTS_BOUND + Duration::from_secs(5);
+    let record = loop {
+        let out = cluster_ls(&url, &["--json"]);
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let r = doc["agents"][0]["record"].clone();
+        if r["topology"]["verdicts"]
+            .as_object()
+            .is_some_and(|v| !v.is_empty())
+            || Instant::now() >= end
+        {
+            break r;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let verdicts = record["topology"]["verdicts"].as_object().unwrap();
+    let areas: Vec<&str> = verdicts.keys().map(String::as_str).collect();
+    assert_eq!(areas, ["gdr", "gds", "p2p"], "{record}");
+    for v in verdicts.values() {
+        let v = v.as_str().unwrap();
+        assert!(
+            ["ok", "degraded", "unavailable", "unknown", "not-run"].contains(&v),
+            "{record}"
+        );
+    }
+    assert_eq!(record["incarnation"], inc.as_str());
+    // The 64 MiB export is serve's shared host memory: offered to agents of this node as a
+    // sealed memfd, with no CUDA IPC handle.
+    let region = &record["regions"][0];
+    assert_eq!(region["kind"], "host", "{record}");
+    assert_eq!(region["len"], 64u64 << 20, "{record}");
+    assert_eq!(region["shm"], true, "{record}");
+    assert_eq!(region["cuda_ipc"], false, "{record}");
+    let text = String::from_utf8(cluster_ls(&url, &[]).stdout).unwrap();
+    assert!(text.contains("DOCTOR"), "{text}");
+    assert!(
+        text.contains(&format!("p2p {}", verdicts["p2p"].as_str().unwrap())),
+        "{text}"
+    );
+    assert!(text.contains("(shm)"), "{text}");
+    srv.kill().unwrap();
+    srv.wait().unwrap();
+}
+
+#[test]
+fn bench_by_peer_name_checks_the_incarnation_in_the_handshake() {
+    let Some(e) = Etcd::start() else { return };
+    let _serial = gdpath_testkit::ucx_serial();
+    let url = e.url("bn");
+    let (mut srv, _inc) = serve(&url, "prefill-0", e.dir.path());
+    let token_file = e.dir.path().join("token");
+    let bench = |name: &str, args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_gdpath"))
+            .args(["bench"])
+            .args(args)
+            .args(["--peer-name", name, "--cluster", &url, "--devices", "lo"])
+            .arg("--token-file")
+            .arg(&token_file)
+            .args(["--json", "--connect-timeout", "5"])
+            .output()
+            .unwrap()
+    };
+    let net = [
+        "net",
+        "--size",
+        "4KiB",
+        "--runs",
+        "1",
+        "--bytes-per-run",
+        "1MiB",
+    ];
+    let kv = [
+        "kv",
+        "--src",
+        "host",
+        "--dst",
+        "peer-host",
+        "--blocks",
+        "64",
+        "--block-size",
+        "4KiB",
+        "--runs",
+        "1",
+        "--no-shared-memory",
+    ];
+    // The record's own incarnation answers: the bench runs and verifies its bytes.
+    let out = bench("prefill-0", &net);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // A record naming another incarnation at the same address (what a restarted agent's
+    // predecessor left): refused after the handshake, never measured.
+    let key = "/bn/agents/prefill-0";
+    let live: serde_json::Value =
+        serde_json::from_str(e.ctl(&["get", key, "--print-value-only"]).trim()).unwrap();
+    let mut stale = live.clone();
+    stale["name"] = "stale-0".into();
+    stale["incarnation"] = "0123456789abcdef0123456789abcdef".into();
+    e.ctl_stdin(&["put", "/bn/agents/stale-0"], stale.to_string().as_bytes());
+    for args in [&net[..], &kv[..]] {
+        let out = bench("stale-0", args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stderr)));
+        assert_eq!(doc["kind"], "incarnation_mismatch", "{args:?}: {doc}");
+    }
+    srv.kill().unwrap();
+    srv.wait().unwrap();
+}

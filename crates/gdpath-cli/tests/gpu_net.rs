@@ -13,7 +13,8 @@
 //! - a UCX without CUDA (Debian's and Ubuntu's packages): the engine stages the local GPU
 //!   memory through pinned host buffers and reports `gdr.ucx-no-cuda`.
 //!
-//! In both, every byte is checked after a put and after a get. The `gdpath` binary is the one
+//! In both, every byte is checked after a put and after a get. An exported GPU region's cluster
+//! record says it comes with a CUDA IPC handle. The `gdpath` binary is the one
 //! cargo built for this test, or `GDPATH_BIN` when the test binary was copied to another
 //! machine.
 
@@ -221,4 +222,33 @@ fn gpu_to_gpu_between_processes_fast_local() {
 #[ignore = "needs an NVIDIA GPU: run with scripts/gpu-suite.sh"]
 fn gpu_to_gpu_between_processes_with_peer_error_handling() {
     round_trip(false);
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU: run with scripts/gpu-suite.sh"]
+fn an_exported_gpu_region_is_recorded_with_its_cuda_ipc_handle() {
+    gpu_count();
+    let agent = Agent::new(AgentConfig::default()).unwrap();
+    agent.enable_net(NetConfig::default()).unwrap();
+    let gpu = agent
+        .register(Memory::Gpu {
+            ordinal: 0,
+            len: LEN,
+        })
+        .unwrap();
+    if !agent.ucx_facts().expect("UCX facts").cuda_supported {
+        // A UCX without CUDA refuses GPU exports: there is nothing to record.
+        assert_eq!(agent.export(&gpu).unwrap_err().kind(), "unsupported");
+        return;
+    }
+    agent.export(&gpu).unwrap();
+    // The cluster record says what the engine offers peers: the allocation's CUDA IPC handle
+    // for agents of this node, no shared host memory.
+    let rec = gdpath_cluster::RegionRecord::exported(&agent, &gpu).unwrap();
+    assert_eq!(
+        (rec.kind, rec.gpu, rec.len),
+        (gdpath_cluster::RegionKind::Gpu, Some(0), LEN)
+    );
+    assert!(rec.cuda_ipc, "{rec:?}");
+    assert!(!rec.shm, "{rec:?}");
 }

@@ -112,6 +112,9 @@ impl Cluster {
                 })?
                 .map_err(|e| ClusterError::from_etcd(&shown, e))
         })?;
+        if url.tls {
+            probe_tls(&rt, &client, url, &shown, timeout)?;
+        }
         Ok(Cluster {
             rt: Arc::new(rt),
             client,
@@ -479,6 +482,47 @@ impl Drop for Watch {
     fn drop(&mut self) {
         self.task.abort();
     }
+}
+
+/// One request over the new TLS connection, so that a refused client certificate is told at
+/// connect as [`ClusterError::Denied`]. etcd refuses a certificate (or its absence, under
+/// `--client-cert-auth`) with an alert after the handshake, then closes the connection; the
+/// request written meanwhile often fails on the closed connection (a broken pipe or a reset)
+/// before the alert is read, which on a connection whose handshake succeeded means that
+/// refusal. Errors: [`ClusterError::Denied`], else what the request met.
+fn probe_tls(
+    rt: &tokio::runtime::Runtime,
+    client: &Client,
+    url: &ClusterUrl,
+    shown: &str,
+    timeout: Duration,
+) -> Result<(), ClusterError> {
+    let mut c = client.clone();
+    let e = match rt.block_on(async { tokio::time::timeout(timeout, c.status()).await }) {
+        Ok(Ok(_)) => return Ok(()),
+        Ok(Err(e)) => e,
+        Err(_) => {
+            return Err(ClusterError::Unreachable {
+                endpoints: shown.into(),
+                detail: format!("no answer within {timeout:?}"),
+            })
+        }
+    };
+    let text = e.to_string();
+    if ["kind: BrokenPipe", "kind: ConnectionReset"]
+        .iter()
+        .any(|k| text.contains(k))
+    {
+        let given = match &url.client_cert {
+            Some(_) => "the client certificate given (is it signed by a CA etcd trusts?)",
+            None => "no client certificate, which etcd asks for (?cert=FILE&key=FILE)",
+        };
+        return Err(ClusterError::Denied(format!(
+            "etcd closed the TLS connection after the handshake: {given}; {}",
+            gdpath::topo::text::escape(&text)
+        )));
+    }
+    Err(ClusterError::from_etcd(shown, e))
 }
 
 /// TLS settings of an `etcds://` URL: its CA and client certificate files.

@@ -124,6 +124,9 @@ impl ClusterError {
     pub(crate) fn from_etcd(endpoints: &str, e: etcd_client::Error) -> ClusterError {
         use gdpath::topo::text::escape;
         let text = e.to_string();
+        if refused_certificate(&text) {
+            return ClusterError::Denied(escape(&text).to_string());
+        }
         match e {
             // etcd 3.4 answers a request without credentials on an auth-enabled server with
             // InvalidArgument "user name is empty".
@@ -149,5 +152,42 @@ impl ClusterError {
             }
             _ => ClusterError::Etcd(escape(&text).to_string()),
         }
+    }
+}
+
+/// Whether etcd's TLS layer refused this client's certificate (or its lack of one): an alert
+/// from the server about the certificate, as rustls words it (`received fatal alert:
+/// BadCertificate` from etcd run with `--client-cert-auth` and no client certificate).
+fn refused_certificate(text: &str) -> bool {
+    const ALERTS: [&str; 7] = [
+        "BadCertificate",
+        "CertificateRequired",
+        "CertificateUnknown",
+        "CertificateExpired",
+        "CertificateRevoked",
+        "UnknownCA",
+        "AccessDenied",
+    ];
+    text.split("received fatal alert: ")
+        .skip(1)
+        .any(|rest| ALERTS.iter().any(|a| rest.starts_with(a)))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_server_alert_about_the_certificate_is_a_refusal_and_other_failures_are_not() {
+        let refused = r#"grpc request error: code: 'Unknown error', message: "transport error", source: tonic::transport::Error(Transport, hyper::Error(Io, Custom { kind: InvalidData, error: "received fatal alert: BadCertificate" }))"#;
+        assert!(super::refused_certificate(refused));
+        assert!(super::refused_certificate(
+            "received fatal alert: CertificateRequired"
+        ));
+        // The client not trusting the server is not the server refusing the client.
+        assert!(!super::refused_certificate(
+            "invalid peer certificate: UnknownIssuer"
+        ));
+        assert!(!super::refused_certificate(
+            "received fatal alert: HandshakeFailure"
+        ));
     }
 }

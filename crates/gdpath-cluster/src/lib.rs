@@ -22,7 +22,7 @@ mod url;
 
 pub use client::{Cluster, ClusterEvent, Listed, Watch, DEFAULT_REQUEST_TIMEOUT, MAX_LISTED};
 pub use error::ClusterError;
-pub use member::{MemberEvent, Membership};
+pub use member::{MemberEvent, Membership, VERDICTS_BOUND};
 pub use peer::{ClusterPeer, Gone};
 pub use record::{AgentRecord, Incarnation, NodeInfo, RegionKind, RegionRecord, TopologySummary};
 pub use url::ClusterUrl;

@@ -9,6 +9,10 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+/// How long [`Membership::publish_verdicts`] waits for the doctor by default: on a machine
+/// without GPUs it answers in milliseconds; reading a large machine's driver facts takes seconds.
+pub const VERDICTS_BOUND: Duration = Duration::from_secs(30);
+
 /// Most events kept for [`Membership::take_events`] (the oldest go first).
 const MAX_EVENTS: usize = 256;
 
@@ -32,6 +36,18 @@ pub enum MemberEvent {
         /// The holder's host name.
         hostname: String,
     },
+    /// The record was updated in place (same lease, same incarnation): watchers see
+    /// [`crate::ClusterEvent::Updated`].
+    Updated {
+        /// What changed (`doctor verdicts p2p unavailable, ...`).
+        detail: String,
+    },
+    /// An update was not made (the doctor failed or outlasted its bound; etcd refused): the
+    /// record stays as it was.
+    NotUpdated {
+        /// Why.
+        detail: String,
+    },
 }
 
 /// This agent's membership: its record, published on a lease a background task keeps alive.
@@ -40,12 +56,16 @@ pub struct Membership {
     cluster: Cluster,
     shared: Arc<Shared>,
     task: Option<tokio::task::JoinHandle<()>>,
-    record: AgentRecord,
 }
 
 struct Shared {
     lease: Mutex<Option<i64>>,
     events: Mutex<VecDeque<MemberEvent>>,
+    /// The record as published now: updates change it, and a re-claim after a lost lease
+    /// writes it.
+    record: Mutex<AgentRecord>,
+    /// The record's key.
+    key: String,
 }
 
 impl Shared {
@@ -57,6 +77,10 @@ impl Shared {
             }
             MemberEvent::NameTaken { incarnation, .. } => {
                 tracing::warn!("cluster: name now held by incarnation {incarnation}")
+            }
+            MemberEvent::Updated { detail } => tracing::info!("cluster: record updated: {detail}"),
+            MemberEvent::NotUpdated { detail } => {
+                tracing::warn!("cluster: record not updated: {detail}")
             }
         }
         let mut q = self.events.lock().unwrap_or_else(PoisonError::into_inner);
@@ -105,12 +129,11 @@ impl Membership {
         let shared = Arc::new(Shared {
             lease: Mutex::new(Some(lease)),
             events: Mutex::new(VecDeque::new()),
+            record: Mutex::new(record),
+            key,
         });
         let task = cluster.rt.spawn(keep_task(
             cluster.client.clone(),
-            key,
-            json,
-            record.clone(),
             ttl,
             lease,
             shared.clone(),
@@ -119,13 +142,94 @@ impl Membership {
             cluster: cluster.clone(),
             shared,
             task: Some(task),
-            record,
         })
     }
 
-    /// The record published.
-    pub fn record(&self) -> &AgentRecord {
-        &self.record
+    /// The record as published now (after any [`Membership::update`]).
+    pub fn record(&self) -> AgentRecord {
+        self.shared
+            .record
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Changes the published record with `change` and writes it on the same lease, the name,
+    /// incarnation, node and lease TTL kept: watchers see [`crate::ClusterEvent::Updated`].
+    /// Returns false when the lease is being renewed now (the re-claim then writes the changed
+    /// record). Errors: [`ClusterError::InvalidRecord`] for a change that breaks the rules of a
+    /// record (nothing is written), etcd's errors.
+    pub fn update(&self, change: impl FnOnce(&mut AgentRecord)) -> Result<bool, ClusterError> {
+        update(&self.cluster, &self.shared, change)
+    }
+
+    /// Runs `doctor` on a thread of its own and, when it returns within `bound`, publishes its
+    /// verdicts per data path (`p2p` → `unavailable`, ...) in the record's topology by an
+    /// [`Membership::update`], told as [`MemberEvent::Updated`]. A doctor that fails, panics
+    /// or outlasts `bound` leaves the verdicts empty, told as [`MemberEvent::NotUpdated`] (and
+    /// logged); one that outlasts it runs on, its answer unused. Returns at once. Errors: the
+    /// threads could not be started ([`ClusterError::Config`]).
+    pub fn publish_verdicts<F>(&self, bound: Duration, doctor: F) -> Result<(), ClusterError>
+    where
+        F: FnOnce() -> Result<std::collections::BTreeMap<String, String>, String> + Send + 'static,
+    {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let spawn_error = |e: std::io::Error| {
+            ClusterError::Config(format!("cannot start the doctor's thread: {e}"))
+        };
+        std::thread::Builder::new()
+            .name("gdpath-doctor".into())
+            .spawn(move || {
+                let _ = tx.send(doctor());
+            })
+            .map_err(spawn_error)?;
+        let (cluster, shared) = (self.cluster.clone(), self.shared.clone());
+        std::thread::Builder::new()
+            .name("gdpath-verdicts".into())
+            .spawn(move || {
+                let verdicts = match rx.recv_timeout(bound) {
+                    Ok(Ok(v)) => v,
+                    Ok(Err(why)) => {
+                        shared.push(MemberEvent::NotUpdated {
+                            detail: format!("the doctor failed: {why}"),
+                        });
+                        return;
+                    }
+                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                        shared.push(MemberEvent::NotUpdated {
+                            detail: format!("the doctor gave no verdict within {bound:?}"),
+                        });
+                        return;
+                    }
+                    Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                        shared.push(MemberEvent::NotUpdated {
+                            detail: "the doctor's thread ended without a verdict".into(),
+                        });
+                        return;
+                    }
+                };
+                let verdicts: std::collections::BTreeMap<String, String> = verdicts
+                    .into_iter()
+                    .filter(|(k, v)| crate::record::verdict_fits(k, v))
+                    .take(crate::record::MAX_VERDICTS)
+                    .collect();
+                let detail = verdicts
+                    .iter()
+                    .map(|(k, v)| format!("{k} {v}"))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                let done = update(&cluster, &shared, |r| r.topology.verdicts = verdicts);
+                shared.push(match done {
+                    Ok(_) => MemberEvent::Updated {
+                        detail: format!("doctor verdicts {detail}"),
+                    },
+                    Err(e) => MemberEvent::NotUpdated {
+                        detail: format!("doctor verdicts {detail}: {e}"),
+                    },
+                });
+            })
+            .map_err(spawn_error)?;
+        Ok(())
     }
 
     /// The lease the record is on now (`None` while it is being re-published).
@@ -191,6 +295,43 @@ impl Drop for Membership {
     fn drop(&mut self) {
         let _ = self.revoke();
     }
+}
+
+/// [`Membership::update`], from a handle or the doctor's thread.
+fn update(
+    cluster: &Cluster,
+    shared: &Shared,
+    change: impl FnOnce(&mut AgentRecord),
+) -> Result<bool, ClusterError> {
+    let mut held = shared.record.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut next = held.clone();
+    change(&mut next);
+    // What names this start of the agent is not the change's to make.
+    next.name.clone_from(&held.name);
+    next.incarnation = held.incarnation.clone();
+    next.node = held.node.clone();
+    next.lease_ttl_s = held.lease_ttl_s;
+    let json = next.to_json();
+    AgentRecord::from_etcd(shared.key.as_bytes(), &json)?;
+    *held = next;
+    // Not held across the etcd call: the keep-alive task on the client's one thread takes it.
+    drop(held);
+    let lease = *shared.lease.lock().unwrap_or_else(PoisonError::into_inner);
+    let Some(lease) = lease else {
+        return Ok(false);
+    };
+    let key = shared.key.clone();
+    // Only onto this agent's own key on its lease: a record gone (left, expired, replaced)
+    // is not written back.
+    let txn = Txn::new()
+        .when([Compare::lease(key.clone(), CompareOp::Equal, lease)])
+        .and_then([TxnOp::put(
+            key,
+            json,
+            Some(PutOptions::new().with_lease(lease)),
+        )]);
+    let mut c = cluster.client.clone();
+    Ok(cluster.call(c.txn(txn))?.succeeded())
 }
 
 /// Grants a lease and writes the record on it if the name is free, ours, or a dead process's
@@ -265,15 +406,7 @@ async fn claim(
 
 /// Keeps `lease` alive every third of `ttl`; when it is lost (expired, or etcd silent for a
 /// whole TTL), re-claims the name on a new lease, retrying every second until it succeeds.
-async fn keep_task(
-    client: Client,
-    key: String,
-    json: Vec<u8>,
-    record: AgentRecord,
-    ttl: Duration,
-    mut lease: i64,
-    shared: Arc<Shared>,
-) {
+async fn keep_task(client: Client, ttl: Duration, mut lease: i64, shared: Arc<Shared>) {
     loop {
         let detail = keep_alive(client.clone(), lease, ttl).await;
         *shared.lease.lock().unwrap_or_else(PoisonError::into_inner) = None;
@@ -281,10 +414,31 @@ async fn keep_task(
         let mut told_taken = false;
         loop {
             tokio::time::sleep(Duration::from_secs(1)).await;
+            let record = shared
+                .record
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone();
+            let json = record.to_json();
             let attempt =
-                tokio::time::timeout(ttl, claim(client.clone(), &key, &json, &record, ttl)).await;
+                tokio::time::timeout(ttl, claim(client.clone(), &shared.key, &json, &record, ttl))
+                    .await;
             match attempt {
                 Ok(Ok(id)) => {
+                    let now = shared
+                        .record
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .clone();
+                    if now != record {
+                        // Updated while this claim was on its way: the change goes on the new
+                        // lease too.
+                        let opts = PutOptions::new().with_lease(id);
+                        let _ = client
+                            .clone()
+                            .put(shared.key.clone(), now.to_json(), Some(opts))
+                            .await;
+                    }
                     lease = id;
                     *shared.lease.lock().unwrap_or_else(PoisonError::into_inner) = Some(id);
                     shared.push(MemberEvent::Republished { lease: id });

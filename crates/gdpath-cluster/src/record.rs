@@ -24,6 +24,21 @@ pub const MAX_REGIONS: usize = 4096;
 /// incarnation.
 pub const MAX_NAME_CHARS: usize = 31;
 
+/// Most doctor verdicts a record holds.
+pub const MAX_VERDICTS: usize = 16;
+/// Longest area or status of a verdict, in bytes.
+pub const MAX_VERDICT_BYTES: usize = 32;
+
+/// At most `n` bytes and no control character: a field shown on terminals.
+fn short(s: &str, n: usize) -> bool {
+    s.len() <= n && !s.chars().any(char::is_control)
+}
+
+/// A verdict (`area`, `status`) a record may hold.
+pub(crate) fn verdict_fits(area: &str, status: &str) -> bool {
+    short(area, MAX_VERDICT_BYTES) && short(status, MAX_VERDICT_BYTES)
+}
+
 /// A name (agent or namespace): 1 to [`MAX_NAME_CHARS`] characters of `A-Z a-z 0-9 . _ -`,
 /// not `.` or `..`: it is a path component of an etcd key and is shown on terminals.
 pub fn valid_name(s: &str) -> bool {
@@ -184,6 +199,36 @@ pub struct RegionRecord {
     pub cuda_ipc: bool,
 }
 
+impl RegionRecord {
+    /// The record of `region`, exported by `agent`, as the engine describes it to peers
+    /// ([`gdpath::Agent::export_info`]): the id, kind, GPU, length and same-node shortcuts are
+    /// those of the metadata peers receive, never a guess. Errors: the engine's
+    /// ([`ClusterError::Engine`]: `config` when the region is not exported).
+    pub fn exported(
+        agent: &gdpath::Agent,
+        region: &gdpath::Region,
+    ) -> Result<RegionRecord, ClusterError> {
+        Ok(RegionRecord::from(&agent.export_info(region)?))
+    }
+}
+
+impl From<&gdpath::net::RemoteRegionInfo> for RegionRecord {
+    fn from(i: &gdpath::net::RemoteRegionInfo) -> RegionRecord {
+        let (kind, gpu) = match i.kind {
+            gdpath::net::codec::WireKind::Host => (RegionKind::Host, None),
+            gdpath::net::codec::WireKind::Gpu(n) => (RegionKind::Gpu, Some(n)),
+        };
+        RegionRecord {
+            id: i.id,
+            kind,
+            gpu,
+            len: i.len,
+            shm: i.shm,
+            cuda_ipc: i.cuda_ipc,
+        }
+    }
+}
+
 /// A summary of the agent's machine.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TopologySummary {
@@ -191,8 +236,9 @@ pub struct TopologySummary {
     pub gpus: u32,
     /// Network interfaces with an RDMA device, or every non-loopback one where none has.
     pub nics: u32,
-    /// The doctor's verdicts per area (`p2p`, `gdr`, `gds`: `ok`, `degraded`, `unavailable`),
-    /// when the agent ran it.
+    /// The doctor's status per data path (`p2p`, `gdr`, `gds` → `ok`, `degraded`,
+    /// `unavailable`, `unknown`, `not-run`; at most [`MAX_VERDICTS`]): empty until the agent's
+    /// doctor answered ([`crate::Membership::publish_verdicts`]).
     #[serde(default)]
     pub verdicts: std::collections::BTreeMap<String, String>,
 }
@@ -200,7 +246,8 @@ pub struct TopologySummary {
 impl TopologySummary {
     /// GPUs and NICs of this machine as the live `/sys` shows them (gdpath-topo's reader: a
     /// few milliseconds); zeros where it cannot be read. The doctor's verdicts are left empty:
-    /// they take the driver's facts, which an agent publishing at start should not wait for.
+    /// they take the driver's facts, which an agent publishing at start should not wait for
+    /// (they follow by an update, [`crate::Membership::publish_verdicts`]).
     pub fn of_this_machine() -> TopologySummary {
         match gdpath::topo::load(&gdpath::topo::Source::Live) {
             Ok(m) => TopologySummary {
@@ -317,15 +364,10 @@ impl AgentRecord {
         if r.regions.len() > MAX_REGIONS {
             return Err(bad(format!("more than {MAX_REGIONS} regions")));
         }
-        let short = |s: &str, n: usize| s.len() <= n && !s.chars().any(char::is_control);
         if !short(&r.node.hostname, 255)
             || !short(&r.node.boot_id, 64)
-            || r.topology.verdicts.len() > 16
-            || !r
-                .topology
-                .verdicts
-                .iter()
-                .all(|(k, v)| short(k, 32) && short(v, 32))
+            || r.topology.verdicts.len() > MAX_VERDICTS
+            || !r.topology.verdicts.iter().all(|(k, v)| verdict_fits(k, v))
         {
             return Err(bad(
                 "a node or topology field is too long or holds control characters".into(),

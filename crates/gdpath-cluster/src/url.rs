@@ -1,5 +1,5 @@
 //! The cluster URL: `etcd://[user[:password]@]host:port[,host:port…]/namespace`, or `etcds://`
-//! for TLS.
+//! for TLS, where `?ca=FILE&cert=FILE&key=FILE` names the CA and a client certificate.
 
 use crate::error::ClusterError;
 use std::path::PathBuf;
@@ -18,10 +18,11 @@ pub struct ClusterUrl {
     /// Its password: from the URL, else `GDPATH_ETCD_PASSWORD` (a command line is visible to
     /// other users of the host, the environment is not).
     pub password: Option<String>,
-    /// PEM file of the CA that signs etcd's certificate (`etcds://`); the system roots are not
-    /// consulted.
+    /// PEM file of the CA that signs etcd's certificate (`etcds://…?ca=FILE`, or `--etcd-ca`);
+    /// the system roots are not consulted.
     pub ca_file: Option<PathBuf>,
-    /// PEM client certificate and key, for etcd's client-certificate auth.
+    /// PEM client certificate and key, for etcd's client-certificate auth
+    /// (`etcds://…?cert=FILE&key=FILE`, or `--etcd-cert` and `--etcd-key`).
     pub client_cert: Option<(PathBuf, PathBuf)>,
 }
 
@@ -61,7 +62,8 @@ impl std::str::FromStr for ClusterUrl {
     fn from_str(s: &str) -> Result<Self, ClusterError> {
         let bad = |why: &str| {
             ClusterError::Url(format!(
-                "{}: {why} (expected etcd://host:port[,host:port…]/namespace or etcds://…)",
+                "{}: {why} (expected etcd://host:port[,host:port…]/namespace or \
+                 etcds://…/namespace[?ca=FILE&cert=FILE&key=FILE])",
                 gdpath::topo::text::escape(s)
             ))
         };
@@ -74,6 +76,34 @@ impl std::str::FromStr for ClusterUrl {
             (true, r)
         } else {
             return Err(bad("unknown scheme"));
+        };
+        let (rest, query) = match rest.split_once('?') {
+            Some((r, q)) => (r, Some(q)),
+            None => (rest, None),
+        };
+        let (mut ca_file, mut cert, mut key) = (None, None, None);
+        for pair in query.into_iter().flat_map(|q| q.split('&')) {
+            let (name, value) = pair
+                .split_once('=')
+                .filter(|(_, v)| !v.is_empty())
+                .ok_or_else(|| bad("each query parameter is NAME=FILE"))?;
+            let slot = match name {
+                "ca" => &mut ca_file,
+                "cert" => &mut cert,
+                "key" => &mut key,
+                _ => return Err(bad("the query parameters are ca, cert and key")),
+            };
+            if slot.replace(PathBuf::from(value)).is_some() {
+                return Err(bad("a query parameter is given twice"));
+            }
+        }
+        if !tls && (ca_file.is_some() || cert.is_some()) {
+            return Err(bad("ca, cert and key apply to TLS: write etcds://"));
+        }
+        let client_cert = match (cert, key) {
+            (Some(c), Some(k)) => Some((c, k)),
+            (None, None) => None,
+            _ => return Err(bad("cert and key go together")),
         };
         let (authority, namespace) = rest.split_once('/').ok_or_else(|| bad("no namespace"))?;
         if !crate::record::valid_name(namespace) {
@@ -120,8 +150,8 @@ impl std::str::FromStr for ClusterUrl {
             tls,
             user,
             password,
-            ca_file: None,
-            client_cert: None,
+            ca_file,
+            client_cert,
         })
     }
 }
@@ -150,6 +180,7 @@ impl ClusterUrl {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
 
     #[test]
     fn urls_parse_and_bad_ones_are_refused() {
@@ -165,7 +196,21 @@ mod tests {
         // The password is never shown.
         assert_eq!(u.to_string(), "etcds://root@h:1/x");
         assert_eq!(format!("{u:?}"), "etcds://root@h:1/x");
+        let u: ClusterUrl = "etcds://h:1/x?ca=/etc/ca.pem&cert=c.pem&key=/k.pem"
+            .parse()
+            .unwrap();
+        assert_eq!(u.namespace, "x");
+        assert_eq!(u.ca_file.as_deref(), Some(Path::new("/etc/ca.pem")));
+        assert_eq!(
+            u.client_cert,
+            Some((PathBuf::from("c.pem"), PathBuf::from("/k.pem")))
+        );
         for bad in [
+            "etcd://h:1/x?ca=a.pem",
+            "etcds://h:1/x?cert=c.pem",
+            "etcds://h:1/x?ca=a&ca=b",
+            "etcds://h:1/x?pw=x",
+            "etcds://h:1/x?ca=",
             "http://h:1/x",
             "etcd://h:1",
             "etcd://h/x",

@@ -1,6 +1,8 @@
 //! Membership against a real etcd (Debian's etcd-server, started per test on loopback ports):
 //! names claimed once, resolution with a deadline, watches, lease expiry, etcd restarted,
-//! untrusted records, auth, and a peer found by name whose record goes.
+//! untrusted records, auth (users, client certificates), records updated in place (the doctor's
+//! verdicts), exported regions recorded as the engine offers them, and a peer found by name
+//! whose record goes.
 
 mod common;
 use common::{net_agent, Etcd};
@@ -8,7 +10,7 @@ use gdpath::net::Token;
 use gdpath::{HostBuffer, Memory, TransferRequest};
 use gdpath_cluster::{
     AgentRecord, Cluster, ClusterError, ClusterEvent, ClusterPeer, ClusterUrl, MemberEvent,
-    Membership,
+    Membership, RegionKind, RegionRecord,
 };
 use std::time::{Duration, Instant};
 
@@ -471,4 +473,187 @@ fn a_listing_and_a_watch_read_values_larger_than_one_etcd_response() {
         joined.is_some(),
         "the watch's snapshot has the valid record"
     );
+}
+
+#[test]
+fn etcd_with_client_certificate_auth_takes_a_signed_certificate_and_refuses_a_client_without() {
+    let Some(e) = Etcd::start_tls_client_auth() else {
+        return;
+    };
+    let d = e.dir.path();
+    let ca = d.join("ca.pem").display().to_string();
+    // The CA alone: etcd asks for a client certificate and none comes, so nothing is read.
+    let url: ClusterUrl = format!("{}?ca={ca}", e.url("certs")).parse().unwrap();
+    let err = Cluster::connect(&url)
+        .and_then(|c| c.list().map(|_| ()))
+        .unwrap_err();
+    assert_eq!(err.kind(), "cluster_denied", "{err}");
+    // The client certificate the same CA signed, named in the URL: joined and resolved.
+    let (cert, key) = (d.join("client.pem"), d.join("client.key"));
+    let url: ClusterUrl = format!(
+        "{}?ca={ca}&cert={}&key={}",
+        e.url("certs"),
+        cert.display(),
+        key.display()
+    )
+    .parse()
+    .unwrap();
+    assert_eq!(url.client_cert, Some((cert, key)));
+    let c = Cluster::connect(&url).unwrap();
+    let _m = Membership::join(&c, record("certified"), TTL).unwrap();
+    assert_eq!(
+        c.resolve("certified", Duration::ZERO).unwrap().0.name,
+        "certified"
+    );
+}
+
+#[test]
+fn an_exported_region_is_recorded_as_the_engine_offers_it_to_peers() {
+    let _serial = gdpath_testkit::ucx_serial();
+    let server = net_agent("exporter");
+    let len = 1usize << 20;
+    let shared = server
+        .register(Memory::host(HostBuffer::try_shared(len).unwrap()))
+        .unwrap();
+    let private = server
+        .register(Memory::host(HostBuffer::zeroed(len)))
+        .unwrap();
+    let ids = [
+        server.export(&shared).unwrap(),
+        server.export(&private).unwrap(),
+    ];
+    // Before the first serve the exports wait for UCX: described as they will be published.
+    let before = [&shared, &private].map(|r| RegionRecord::exported(&server, r).unwrap());
+    for (rec, id) in before.iter().zip(ids) {
+        assert_eq!(rec.id, id);
+        assert_eq!(
+            (rec.kind, rec.gpu, rec.len),
+            (RegionKind::Host, None, len as u64)
+        );
+        assert!(!rec.cuda_ipc, "host memory has no CUDA IPC handle");
+    }
+    assert!(
+        before[0].shm,
+        "a sealed memfd is offered to agents of this node"
+    );
+    assert!(!before[1].shm, "private memory is reached through UCX only");
+    let srv = server
+        .serve("127.0.0.1:0".parse().unwrap(), Token::none())
+        .unwrap();
+    let after = [&shared, &private].map(|r| RegionRecord::exported(&server, r).unwrap());
+    assert_eq!(after, before);
+    // What a peer's handshake lists is what the record says.
+    let client = net_agent("importer");
+    let peer = client.connect(srv.local_addr()).unwrap();
+    let mut seen: Vec<RegionRecord> = peer.regions().iter().map(RegionRecord::from).collect();
+    seen.sort_by_key(|r| r.id);
+    assert_eq!(seen, after);
+    // A region not exported has no record.
+    let lone = server
+        .register(Memory::host(HostBuffer::zeroed(4096)))
+        .unwrap();
+    let err = RegionRecord::exported(&server, &lone).unwrap_err();
+    assert_eq!(err.kind(), "config", "{err}");
+}
+
+/// The events of `m` until one matches `f`, within `t`.
+fn member_event(
+    m: &Membership,
+    t: Duration,
+    f: impl Fn(&MemberEvent) -> bool,
+) -> Option<MemberEvent> {
+    let end = Instant::now() + t;
+    while Instant::now() < end {
+        if let Some(e) = m.take_events().into_iter().find(|e| f(e)) {
+            return Some(e);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    None
+}
+
+#[test]
+fn doctor_verdicts_are_an_update_on_the_same_lease_and_a_failed_or_slow_doctor_changes_nothing() {
+    let Some(e) = Etcd::start() else { return };
+    let c = cluster(&e, "verdicts");
+    let w = c.watch().unwrap();
+    let m = Membership::join(&c, record("doc"), TTL).unwrap();
+    let (lease, inc) = (m.lease(), m.record().incarnation);
+    assert!(
+        m.record().topology.verdicts.is_empty(),
+        "published at once, empty"
+    );
+    m.publish_verdicts(Duration::from_secs(10), || {
+        Ok([("p2p", "unavailable"), ("gdr", "ok")]
+            .map(|(a, s)| (a.to_owned(), s.to_owned()))
+            .into())
+    })
+    .unwrap();
+    let Some(ClusterEvent::Updated(r)) = next_matching(
+        &w,
+        Duration::from_secs(10),
+        |ev| matches!(ev, ClusterEvent::Updated(r) if r.name == "doc"),
+    ) else {
+        panic!("watchers see the update")
+    };
+    assert_eq!(r.topology.verdicts["p2p"], "unavailable");
+    assert_eq!(r.topology.verdicts["gdr"], "ok");
+    assert_eq!(r.incarnation, inc);
+    assert_eq!(m.lease(), lease, "the same lease");
+    assert!(member_event(&m, Duration::from_secs(5), |e| matches!(
+        e,
+        MemberEvent::Updated { detail } if detail.contains("p2p unavailable")
+    ))
+    .is_some());
+    // etcd's lease is still the one the record is on: it goes with it.
+    let listed = c.list().unwrap();
+    assert!(listed[0].ttl_left.is_some_and(|s| s > 0), "{listed:?}");
+
+    // A doctor that fails, or answers after its bound, changes nothing and is told.
+    m.publish_verdicts(Duration::from_secs(10), || Err("no driver".into()))
+        .unwrap();
+    let failed = member_event(&m, Duration::from_secs(5), |e| {
+        matches!(e, MemberEvent::NotUpdated { .. })
+    });
+    assert!(
+        matches!(&failed, Some(MemberEvent::NotUpdated { detail }) if detail.contains("no driver")),
+        "{failed:?}"
+    );
+    m.publish_verdicts(Duration::from_millis(200), || {
+        std::thread::sleep(Duration::from_secs(2));
+        Ok([("gds".to_owned(), "ok".to_owned())].into())
+    })
+    .unwrap();
+    let slow = member_event(&m, Duration::from_secs(5), |e| {
+        matches!(e, MemberEvent::NotUpdated { .. })
+    });
+    assert!(
+        matches!(&slow, Some(MemberEvent::NotUpdated { detail }) if detail.contains("within")),
+        "{slow:?}"
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    let (now, _) = c.resolve("doc", Duration::ZERO).unwrap();
+    assert_eq!(now.topology.verdicts, r.topology.verdicts);
+
+    // An update keeps what names this start, and one that breaks a record's rules is refused.
+    assert!(m
+        .update(|r| r.incarnation = gdpath_cluster::Incarnation::new())
+        .unwrap());
+    assert_eq!(c.resolve("doc", Duration::ZERO).unwrap().0.incarnation, inc);
+    let err = m
+        .update(|r| r.topology.verdicts = (0..17).map(|i| (format!("a{i}"), "ok".into())).collect())
+        .unwrap_err();
+    assert_eq!(err.kind(), "invalid_record", "{err}");
+
+    // After the agent left, a late update writes nothing back.
+    let m2 = Membership::join(&c, record("late"), TTL).unwrap();
+    m2.publish_verdicts(Duration::from_secs(10), || {
+        std::thread::sleep(Duration::from_millis(500));
+        Ok([("p2p".to_owned(), "ok".to_owned())].into())
+    })
+    .unwrap();
+    m2.leave().unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    let err = c.resolve("late", Duration::ZERO).unwrap_err();
+    assert_eq!(err.kind(), "not_found", "{err}");
 }

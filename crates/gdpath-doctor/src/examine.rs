@@ -98,6 +98,14 @@ pub fn examine(
     })
 }
 
+/// The status of each data path on this machine ([`Report::path_statuses`]): the live machine
+/// examined without measured probes, GDS judged in the current directory. What `gdpath serve
+/// --cluster` and a Python agent with `cluster=` publish in their record once it is known.
+/// Errors: [`ExamineError`].
+pub fn path_statuses_here() -> Result<std::collections::BTreeMap<String, String>, ExamineError> {
+    Ok(examine(&Source::Live, &[], false)?.report.path_statuses())
+}
+
 /// The GDS directories: `paths`, or on the live machine the current directory when none is
 /// given (it is a directory of the machine this runs on, not of a replayed one); each must be a
 /// directory, and each is kept once, as first written.

@@ -336,6 +336,17 @@ pub mod exit {
 }
 
 impl Report {
+    /// The status of each data path's verdict by name, `p2p`, `gdr`, `gds` → `ok`,
+    /// `degraded`, `unavailable`, `unknown` or `not-run` (the system's verdict left out: it is
+    /// folded into each path's), as an agent publishes them in its cluster record.
+    pub fn path_statuses(&self) -> BTreeMap<String, String> {
+        self.verdicts
+            .iter()
+            .filter(|v| matches!(v.path, Area::P2p | Area::Gdr | Area::Gds))
+            .map(|v| (v.path.as_str().to_owned(), v.status.as_str().to_owned()))
+            .collect()
+    }
+
     /// The process exit status ([`exit`]): 2 when some finding is `unavailable`, else 1 when
     /// some is `degraded`, else 4 when every path's verdict is `unknown` or `not-run`, else 0.
     /// 3 — the doctor itself failed — is the caller's to return.
@@ -738,6 +749,24 @@ fn bytes(n: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn path_statuses_name_each_data_path_as_the_json_document_does() {
+        let xml = gdpath_testkit::fixture("nccl-xml/nccl-azure-ndv2-topo.xml");
+        let e = crate::examine(&Source::NcclXml(xml), &[], false).unwrap();
+        let names = e.report.path_statuses();
+        assert_eq!(
+            names.keys().map(String::as_str).collect::<Vec<_>>(),
+            ["gdr", "gds", "p2p"]
+        );
+        let doc = serde_json::to_value(&e.report).unwrap();
+        for v in doc["verdicts"].as_array().unwrap() {
+            let path = v["path"].as_str().unwrap();
+            if path != "system" {
+                assert_eq!(v["status"].as_str(), names.get(path).map(String::as_str));
+            }
+        }
+    }
 
     #[test]
     fn kernel_versions_and_sizes() {

@@ -395,7 +395,7 @@ impl Agent {
         let (agent, r) = (self.agent.clone(), region.region.clone());
         let id = py.detach(move || agent.export(&r)).py_err(py)?;
         if let Some(c) = &self.cluster {
-            c.add_region(id, &region.region);
+            c.add_region(py, &self.agent, &region.region)?;
         }
         Ok(id)
     }

@@ -5,7 +5,7 @@
 
 use gdpath_cluster::{
     AgentRecord, Cluster, ClusterError, ClusterEvent, ClusterPeer as Inner, ClusterUrl, Membership,
-    RegionKind, RegionRecord, Watch,
+    RegionRecord, Watch,
 };
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -60,28 +60,25 @@ impl Publish {
             .engine_name()
     }
 
-    /// Adds an exported region (export id `id`) to the record published at the next serve.
-    pub fn add_region(&self, id: u64, region: &gdpath::Region) {
-        let (kind, gpu) = match region.kind() {
-            gdpath::MemoryKind::Gpu { ordinal } => (RegionKind::Gpu, Some(*ordinal)),
-            _ => (RegionKind::Host, None),
-        };
-        let rec = RegionRecord {
-            id,
-            kind,
-            gpu,
-            len: region.len().unwrap_or(0),
-            shm: false,
-            cuda_ipc: false,
-        };
+    /// Adds `region`, exported by `agent`, to the record published at the next serve, as the
+    /// engine describes it to peers. Errors: the engine's (`config`: not exported).
+    pub fn add_region(
+        &self,
+        py: Python<'_>,
+        agent: &gdpath::Agent,
+        region: &gdpath::Region,
+    ) -> PyResult<()> {
+        let rec = RegionRecord::exported(agent, region).map_err(|e| err(py, e))?;
         self.record
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .regions
             .push(rec);
+        Ok(())
     }
 
-    /// Publishes the record with the serving address `addr` (claiming the name). Errors:
+    /// Publishes the record with the serving address `addr` (claiming the name), then its
+    /// doctor verdicts once the doctor answered in the background. Errors:
     /// `name_taken`, `cluster_unreachable`, `cluster_denied`.
     pub fn publish(&self, py: Python<'_>, addr: std::net::SocketAddr) -> PyResult<()> {
         *self.addr.lock().unwrap_or_else(|p| p.into_inner()) = Some(addr);
@@ -95,6 +92,10 @@ impl Publish {
         let m = py
             .detach(move || Membership::join(&cluster, record, ttl))
             .map_err(|e| err(py, e))?;
+        m.publish_verdicts(gdpath_cluster::VERDICTS_BOUND, || {
+            gdpath_doctor::examine::path_statuses_here().map_err(|e| e.to_string())
+        })
+        .map_err(|e| err(py, e))?;
         *self.member.lock().unwrap_or_else(|p| p.into_inner()) = Some(m);
         Ok(())
     }

@@ -1,6 +1,7 @@
 """The cluster from Python against a real etcd (Debian's etcd-server, started here on free
 loopback ports with a temporary data directory): an agent published by name, found by name
-with its incarnation checked, bytes moved and verified, events as an async iterator, a second
+with its incarnation checked, bytes moved and verified, its export and doctor verdicts in its
+record, events as an async iterator, a second
 claim of a name refused, and a peer whose record goes reported gone. Skips aloud without the
 etcd binary (CI installs it and sets GDPATH_REQUIRE_ETCD=1, which makes that a failure)."""
 
@@ -124,6 +125,21 @@ def test_found_by_name_verified_transfer_events_and_gone(etcd_url):
                 return seen
     seen = asyncio.run(asyncio.wait_for(events(), 10))
     assert seen[-1]["record"]["incarnation"] == p.incarnation
+    # The record lists the export as the engine offers it: numpy's memory is private (no
+    # sealed memfd for agents of this node), host memory has no CUDA IPC handle.
+    (region,) = seen[-1]["record"]["regions"]
+    assert region == {"id": rid, "kind": "host", "len": kv.nbytes, "shm": False,
+                      "cuda_ipc": False}
+    # The doctor's verdicts come by an update of the same incarnation soon after publishing.
+    w = decode.cluster_watch()
+    end = time.monotonic() + 35
+    verdicts = {}
+    while not verdicts and time.monotonic() < end:
+        ev = w.next(0.5)
+        if ev and ev["event"] in ("joined", "updated") and ev["record"]["name"] == "prefill-0":
+            assert ev["record"]["incarnation"] == p.incarnation
+            verdicts = ev["record"]["topology"]["verdicts"]
+    assert sorted(verdicts) == ["gdr", "gds", "p2p"], verdicts
 
     # The prefill agent goes (its server and agent dropped: its lease is revoked): the peer
     # is reported gone, and check() raises peer_gone.

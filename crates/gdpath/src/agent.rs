@@ -693,6 +693,15 @@ impl Agent {
         self.with_net(|n| n.export(region))
     }
 
+    /// What peers learn of exported `region` from this agent's metadata: the id they know it
+    /// by, its kind and length in bytes, and the same-node shortcuts offered with it (`shm`: a
+    /// sealed memfd an agent of this node maps; `cuda_ipc`: a CUDA IPC handle it opens). For a
+    /// region exported before the first serve or connect, the entry it will be published with.
+    /// Errors: [`Error::Config`] when it is not exported, [`Error::ForeignRegion`].
+    pub fn export_info(&self, region: &Region) -> Result<crate::net::RemoteRegionInfo> {
+        self.with_net(|n| n.export_info(region))
+    }
+
     /// Withdraws an exported region: peers are told, later posts on their side fail with
     /// [`Error::Deregistered`], and its memory stays alive until every peer acknowledged that
     /// its operations on it completed (or disconnected).

@@ -54,6 +54,19 @@ pub enum Status {
     NotRun,
 }
 
+impl Status {
+    /// The name JSON documents use: `ok`, `degraded`, `unavailable`, `unknown`, `not-run`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Ok => "ok",
+            Status::Degraded => "degraded",
+            Status::Unavailable => "unavailable",
+            Status::Unknown => "unknown",
+            Status::NotRun => "not-run",
+        }
+    }
+}
+
 /// A stable finding id such as `gds.compat-mode`. Ids never change meaning once published.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(transparent)]

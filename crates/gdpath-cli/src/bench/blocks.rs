@@ -68,13 +68,13 @@ pub(super) fn run_kv(a: KvArgs) -> Result<ExitCode> {
             ))
         })?),
     };
-    let peer = super::peer_addr(
+    let target = super::peer_target(
         a.peer.as_deref(),
         a.peer_name.as_deref(),
         &a.cluster,
         a.net.connect_timeout(),
-    )?
-    .map(|(_, addr)| addr);
+    )?;
+    let peer = target.as_ref().map(|t| t.addr);
     if peer.is_some() && !matches!(a.dst, kv::KvMem::Peer | kv::KvMem::PeerHost) {
         errln!("gdpath: warning: --peer is used only with --dst peer or peer-host");
     }
@@ -92,6 +92,7 @@ pub(super) fn run_kv(a: KvArgs) -> Result<ExitCode> {
         runs: a.runs,
         method,
         peer,
+        connector: target.as_ref().and_then(|t| t.connector.clone()),
         token: a.net.token()?,
         net: gdpath::net::NetConfig {
             shared_memory: !a.no_shared_memory,
@@ -100,7 +101,12 @@ pub(super) fn run_kv(a: KvArgs) -> Result<ExitCode> {
     };
     let bars = progress::for_terminal(a.json);
     let started = std::time::SystemTime::now();
-    let r = kv::run(&cfg, bars.as_ref()).context("bench kv")?;
+    let r = kv::run(&cfg, bars.as_ref())
+        .map_err(|e| match &target {
+            Some(t) => t.explain(e),
+            None => e.into(),
+        })
+        .context("bench kv")?;
     let ok = r.blocks.row.verified && r.contiguous.verified;
     if a.json {
         let rows = vec![

@@ -218,24 +218,80 @@ fn lat(us: f64) -> String {
     }
 }
 
-/// The serving agent's address from `--peer ADDR`, or from the record of
-/// `--peer-name NAME` in `--cluster`, waiting up to `wait` for it: (what to call it in messages,
-/// the address). The record's incarnation is not checked here: the bench connects itself
-/// (docs/cluster.md).
-pub(super) fn peer_addr(
+/// The serving agent of `--peer ADDR` or `--peer-name NAME`.
+pub(super) struct PeerTarget {
+    /// What to call it in messages.
+    pub given: String,
+    /// Its control-plane address.
+    pub addr: std::net::SocketAddr,
+    /// For `--peer-name`: the bench connects through `ClusterPeer`, which checks that the
+    /// agent answering is the record's incarnation (docs/cluster.md).
+    pub connector: Option<gdpath_bench::net::Connector>,
+    /// The cluster's refusal of that connection, where there was one.
+    refused: std::sync::Arc<std::sync::Mutex<Option<gdpath_cluster::ClusterError>>>,
+}
+
+impl PeerTarget {
+    /// The bench's error `e`, or the cluster's refusal behind it (`incarnation_mismatch`,
+    /// `not_found`, ...), which the engine error only carries as text.
+    pub fn explain(&self, e: gdpath::Error) -> anyhow::Error {
+        let refused = self
+            .refused
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        match refused {
+            Some(c) => c.into(),
+            None => e.into(),
+        }
+    }
+}
+
+/// The serving agent from `--peer ADDR`, or from the record of `--peer-name NAME` in
+/// `--cluster`, waiting up to `wait` for it; `None` without either.
+pub(super) fn peer_target(
     peer: Option<&str>,
     peer_name: Option<&str>,
     cluster: &crate::cluster::ClusterOpts,
     wait: std::time::Duration,
-) -> Result<Option<(String, std::net::SocketAddr)>> {
+) -> Result<Option<PeerTarget>> {
+    let refused = std::sync::Arc::new(std::sync::Mutex::new(None));
     match (peer, peer_name) {
-        (Some(p), _) => Ok(Some((p.to_owned(), crate::serve::resolve("--peer", p)?))),
+        (Some(p), _) => Ok(Some(PeerTarget {
+            given: p.to_owned(),
+            addr: crate::serve::resolve("--peer", p)?,
+            connector: None,
+            refused,
+        })),
         (None, Some(name)) => {
-            let (record, _) = cluster.connect()?.resolve(name, wait)?;
-            Ok(Some((
-                format!("{name} ({})", record.addr),
-                record.socket_addr()?,
-            )))
+            let c = cluster.connect()?;
+            let (record, _) = c.resolve(name, wait)?;
+            let (name, slot) = (name.to_owned(), refused.clone());
+            let connect = move |agent: &gdpath::Agent, opts: &gdpath::net::ConnectOptions| {
+                match gdpath_cluster::ClusterPeer::connect(
+                    &c,
+                    agent,
+                    &name,
+                    opts.token.clone(),
+                    wait,
+                ) {
+                    Ok(p) => Ok(p.peer().clone()),
+                    Err(gdpath_cluster::ClusterError::Engine(e)) => Err(e),
+                    Err(e) => {
+                        let text = e.to_string();
+                        *slot
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(e);
+                        Err(gdpath::Error::Config(text))
+                    }
+                }
+            };
+            Ok(Some(PeerTarget {
+                given: format!("{} ({})", record.name, record.addr),
+                addr: record.socket_addr()?,
+                connector: Some(gdpath_bench::net::Connector(std::sync::Arc::new(connect))),
+                refused,
+            }))
         }
         (None, None) => Ok(None),
     }

@@ -135,15 +135,17 @@ pub(super) fn run_net(a: NetBenchArgs) -> Result<ExitCode> {
             a.batch, a.qd
         )));
     }
-    let (given, peer) = super::peer_addr(
+    let target = super::peer_target(
         a.peer.as_deref(),
         a.peer_name.as_deref(),
         &a.cluster,
         a.net.connect_timeout(),
     )?
     .ok_or_else(|| crate::usage("--peer or --peer-name is required"))?;
+    let (given, peer) = (target.given.clone(), target.addr);
     let cfg = net::NetBenchConfig {
         peer,
+        connector: target.connector.clone(),
         token: a.net.token()?,
         net: NetConfig {
             put_completion: a.completion.unwrap_or(Completion::Remote).into(),
@@ -179,7 +181,9 @@ pub(super) fn run_net(a: NetBenchArgs) -> Result<ExitCode> {
             }
             return Ok(ExitCode::from(130));
         }
-        r => r.with_context(|| format!("bench net with {}", crate::serve::named(&given, peer)))?,
+        r => r
+            .map_err(|e| target.explain(e))
+            .with_context(|| format!("bench net with {}", crate::serve::named(&given, peer)))?,
     };
     let all_verified = report.rows.iter().all(|r| r.row.verified);
     if a.json {

@@ -18,6 +18,9 @@ pub struct Etcd {
     netns: Option<String>,
     /// Clients reach it over TLS, its certificate signed by `dir/ca.pem`.
     pub tls: bool,
+    /// Clients must present a certificate signed by `dir/ca.pem` (`--client-cert-auth`); one is
+    /// made as `dir/client.pem` and `dir/client.key`.
+    pub client_auth: bool,
 }
 
 /// The etcd binary, or `None` (said aloud) where it is not installed; CI installs it and sets
@@ -70,6 +73,7 @@ impl Etcd {
             host: host.into(),
             netns: None,
             tls: false,
+            client_auth: false,
         };
         e.launch_fresh();
         Some(e)
@@ -87,15 +91,26 @@ impl Etcd {
             host: host.into(),
             netns: Some(netns.into()),
             tls: false,
+            client_auth: false,
         };
         e.launch();
         Some(e)
     }
 
     /// Starts etcd on 127.0.0.1 serving clients over TLS only, with a certificate for
-    /// 127.0.0.1 signed by a CA made here (`dir/ca.pem`); `None` where etcd or openssl is
-    /// missing (said aloud).
+    /// 127.0.0.1 signed by a CA made here (`dir/ca.pem`, which also signs the client
+    /// certificate `dir/client.pem`); `None` where etcd or openssl is missing (said aloud).
     pub fn start_tls() -> Option<Etcd> {
+        Self::start_tls_with(false)
+    }
+
+    /// As [`Etcd::start_tls`], and clients must present a certificate signed by the same CA
+    /// (`--client-cert-auth --trusted-ca-file`): `dir/client.pem` with `dir/client.key` is one.
+    pub fn start_tls_client_auth() -> Option<Etcd> {
+        Self::start_tls_with(true)
+    }
+
+    fn start_tls_with(client_auth: bool) -> Option<Etcd> {
         etcd_binary()?;
         let dir = tempfile::tempdir().expect("temp dir");
         let d = dir.path();
@@ -108,11 +123,6 @@ impl Etcd {
                 .status()
                 .is_ok_and(|s| s.success())
         };
-        std::fs::write(
-            d.join("ext"),
-            "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
-        )
-        .unwrap();
         let ec = [
             "-newkey",
             "ec",
@@ -120,6 +130,41 @@ impl Etcd {
             "ec_paramgen_curve:P-256",
             "-nodes",
         ];
+        // NAME.key and NAME.pem for `subject`, signed by the CA, with the extensions `ext`.
+        let signed = |name: &str, subject: &str, ext: &str| {
+            let file = |suffix: &str| format!("{name}.{suffix}");
+            std::fs::write(d.join(file("ext")), ext).is_ok()
+                && ssl(&[
+                    &["req"][..],
+                    &ec,
+                    &[
+                        "-keyout",
+                        &file("key"),
+                        "-out",
+                        &file("csr"),
+                        "-subj",
+                        subject,
+                    ],
+                ]
+                .concat())
+                && ssl(&[
+                    "x509",
+                    "-req",
+                    "-in",
+                    &file("csr"),
+                    "-CA",
+                    "ca.pem",
+                    "-CAkey",
+                    "ca.key",
+                    "-CAcreateserial",
+                    "-out",
+                    &file("pem"),
+                    "-days",
+                    "2",
+                    "-extfile",
+                    &file("ext"),
+                ])
+        };
         let made = ssl(&[
             &["req", "-x509"][..],
             &ec,
@@ -127,36 +172,16 @@ impl Etcd {
             &["-days", "2", "-subj", "/CN=gdpath-test-ca"],
         ]
         .concat())
-            && ssl(&[
-                &["req"][..],
-                &ec,
-                &[
-                    "-keyout",
-                    "srv.key",
-                    "-out",
-                    "srv.csr",
-                    "-subj",
-                    "/CN=127.0.0.1",
-                ],
-            ]
-            .concat())
-            && ssl(&[
-                "x509",
-                "-req",
-                "-in",
-                "srv.csr",
-                "-CA",
-                "ca.pem",
-                "-CAkey",
-                "ca.key",
-                "-CAcreateserial",
-                "-out",
-                "srv.pem",
-                "-days",
-                "2",
-                "-extfile",
-                "ext",
-            ]);
+            && signed(
+                "srv",
+                "/CN=127.0.0.1",
+                "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+            )
+            && signed(
+                "client",
+                "/CN=gdpath-test-client",
+                "basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n",
+            );
         if !made {
             eprintln!("SKIPPED: openssl could not make test certificates");
             return None;
@@ -170,6 +195,7 @@ impl Etcd {
             host: "127.0.0.1".into(),
             netns: None,
             tls: true,
+            client_auth,
         };
         e.launch_fresh();
         Some(e)
@@ -187,6 +213,12 @@ impl Etcd {
             .args(["--endpoints", &self.client_url()]);
         if self.tls {
             c.arg("--cacert").arg(self.dir.path().join("ca.pem"));
+        }
+        if self.client_auth {
+            c.arg("--cert")
+                .arg(self.dir.path().join("client.pem"))
+                .arg("--key")
+                .arg(self.dir.path().join("client.key"));
         }
         c
     }
@@ -261,6 +293,11 @@ impl Etcd {
                 .arg(self.dir.path().join("srv.pem"))
                 .arg("--key-file")
                 .arg(self.dir.path().join("srv.key"));
+        }
+        if self.client_auth {
+            cmd.arg("--client-cert-auth")
+                .arg("--trusted-ca-file")
+                .arg(self.dir.path().join("ca.pem"));
         }
         let child = cmd
             .args(["--name", "t", "--data-dir"])

@@ -43,6 +43,11 @@ pub trait NetworkBackend: Send + Sync {
     /// Exports `region` to peers; returns the id they know it by.
     fn export(&self, region: &Region) -> Result<u64>;
 
+    /// What peers learn of exported `region` from the metadata (id, kind, length, and the
+    /// same-node shortcuts offered). Errors: `Error::Config` when it is not exported,
+    /// `Error::ForeignRegion`.
+    fn export_info(&self, region: &Region) -> Result<crate::net::RemoteRegionInfo>;
+
     /// Withdraws an exported region (kept alive until every peer acknowledged).
     fn unexport(&self, region: &Region) -> Result<()>;
 

@@ -189,6 +189,27 @@ pub struct RemoteRegionInfo {
     pub kind: WireKind,
     /// Length in bytes.
     pub len: u64,
+    /// The exporter shares it with agents of its node as a sealed memfd (host memory from
+    /// [`crate::HostBuffer::try_shared`]): such an agent maps it and moves the bytes itself
+    /// ([`NetConfig::shared_memory`]) instead of going through UCX.
+    pub shm: bool,
+    /// The exporter hands agents of its node a CUDA IPC handle of it (GPU memory at the start
+    /// of its allocation, a driver with IPC): such an agent opens it and copies with the
+    /// `cuda` backend instead of going through UCX.
+    pub cuda_ipc: bool,
+}
+
+impl RemoteRegionInfo {
+    /// What a peer learns of a region from its metadata entry `m`.
+    pub(crate) fn of(m: &codec::RegionMeta) -> RemoteRegionInfo {
+        RemoteRegionInfo {
+            id: m.id,
+            kind: m.kind,
+            len: m.len,
+            shm: m.shm.is_some(),
+            cuda_ipc: m.ipc.is_some(),
+        }
+    }
 }
 
 /// UCX says only "not connected" / "reset" / "unreachable" when a connection to a worker

@@ -72,11 +72,7 @@ impl Peer {
         self.link
             .regions()
             .into_iter()
-            .map(|m| RemoteRegionInfo {
-                id: m.id,
-                kind: m.kind,
-                len: m.len,
-            })
+            .map(|m| RemoteRegionInfo::of(&m))
             .collect()
     }
 

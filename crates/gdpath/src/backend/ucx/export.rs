@@ -155,6 +155,41 @@ impl UcxBackend {
         Ok(())
     }
 
+    /// What peers learn of exported `region`: its published metadata entry, or for one
+    /// waiting for the UCX context, the entry it will be published with. Errors:
+    /// [`Error::ForeignRegion`], [`Error::Config`] when it is not exported.
+    pub(crate) fn export_info(&self, region: &Region) -> Result<crate::net::RemoteRegionInfo> {
+        if region.inner.agent != self.agent_id {
+            return Err(Error::ForeignRegion {
+                region: region.id(),
+            });
+        }
+        let id = region.id().0;
+        let kind = {
+            let st = lock(&self.state);
+            if let Some(m) = st.node.exports.get(id) {
+                return Ok(crate::net::RemoteRegionInfo::of(m));
+            }
+            match st.pending_exports.get(&id) {
+                Some((_, kind)) => *kind,
+                None => {
+                    return Err(Error::Config(format!(
+                        "region {} is not exported",
+                        region.id()
+                    )))
+                }
+            }
+        };
+        Ok(crate::net::RemoteRegionInfo {
+            id,
+            kind,
+            len: region.len()?,
+            // The functions `publish` fills the entry with.
+            shm: crate::backend::shm::export_meta(region).is_some(),
+            cuda_ipc: crate::backend::cuda::ipc_export_meta(region).is_some(),
+        })
+    }
+
     /// Withdraws an exported region (see the module docs). Errors: [`Error::Config`] when it
     /// is not exported.
     pub(crate) fn unexport(&self, region: &Region) -> Result<()> {

@@ -88,6 +88,10 @@ impl NetworkBackend for UcxBackend {
         UcxBackend::export(self, region)
     }
 
+    fn export_info(&self, region: &Region) -> Result<crate::net::RemoteRegionInfo> {
+        UcxBackend::export_info(self, region)
+    }
+
     fn unexport(&self, region: &Region) -> Result<()> {
         UcxBackend::unexport(self, region)
     }
