@@ -98,12 +98,16 @@ pub fn examine(
     })
 }
 
-/// The status of each data path on this machine ([`Report::path_statuses`]): the live machine
-/// examined without measured probes, GDS judged in the current directory. What `gdpath serve
-/// --cluster` and a Python agent with `cluster=` publish in their record once it is known.
-/// Errors: [`ExamineError`].
+/// The status of each data path on this machine ([`Report::path_statuses`]), as an agent that
+/// serves publishes them (`gdpath serve --cluster`, a Python agent with `cluster=`): the live
+/// machine examined without measured probes and without touching files or cuFile
+/// ([`live::gather_quiet`]): GDS is judged per directory, which the record has none of, so its
+/// verdict is the one the doctor gives with no directory. Errors: [`ExamineError`].
 pub fn path_statuses_here() -> Result<std::collections::BTreeMap<String, String>, ExamineError> {
-    Ok(examine(&Source::Live, &[], false)?.report.path_statuses())
+    let loaded = crate::load(&Source::Live)?;
+    let input = live::gather_quiet(&loaded.machine, loaded.view.as_ref());
+    let statuses = crate::run(&input).path_statuses();
+    Ok(statuses)
 }
 
 /// The GDS directories: `paths`, or on the live machine the current directory when none is

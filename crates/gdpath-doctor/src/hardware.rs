@@ -124,9 +124,10 @@ pub struct HardwareFacts {
 }
 
 /// Gathers all three; driver facts only when `known` (already on the machine) is `None`, in
-/// which case the returned `driver` is `Missing`. cuFile is only tried when the driver facts show
-/// a GPU (it needs a CUDA context); otherwise it is `Failed` with the reason.
-pub fn gather(paths: &[PathBuf], known: Option<&DriverFacts>) -> HardwareFacts {
+/// which case the returned `driver` is `Missing`. cuFile is only tried when `with_cufile` (else
+/// it is `Missing`) and the driver facts show a GPU (it needs a CUDA context); otherwise it is
+/// `Failed` with the reason.
+pub fn gather(paths: &[PathBuf], known: Option<&DriverFacts>, with_cufile: bool) -> HardwareFacts {
     let driver = match known {
         Some(_) => Gathered::Missing,
         None => driver(),
@@ -135,7 +136,9 @@ pub fn gather(paths: &[PathBuf], known: Option<&DriverFacts>) -> HardwareFacts {
         Some(f) => !f.gpus.is_empty(),
         None => matches!(&driver, Gathered::Got(f) if !f.gpus.is_empty()),
     };
-    let cufile = if has_gpu {
+    let cufile = if !with_cufile {
+        Gathered::Missing
+    } else if has_gpu {
         cufile(paths)
     } else {
         match gdpath_cuda::cufile::library() {

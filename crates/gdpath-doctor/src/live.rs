@@ -23,8 +23,24 @@ pub fn gather<'a>(
     view: &'a dyn SysView,
     paths: &[PathBuf],
 ) -> DoctorInput<'a> {
+    gather_with(machine, view, paths, true)
+}
+
+/// [`gather`] for a process that serves (an agent publishing its verdicts): no directory
+/// probed and cuFile left alone (`Gathered::Missing`), so that the doctor opens no cuFile
+/// driver, retains no CUDA context and writes no probe file in the host program.
+pub fn gather_quiet<'a>(machine: &'a Machine, view: &'a dyn SysView) -> DoctorInput<'a> {
+    gather_with(machine, view, &[], false)
+}
+
+fn gather_with<'a>(
+    machine: &'a Machine,
+    view: &'a dyn SysView,
+    paths: &[PathBuf],
+    with_cufile: bool,
+) -> DoctorInput<'a> {
     let mut input = DoctorInput::new(machine, view, Mode::Live);
-    let hw = super::hardware::gather(paths, machine.driver.as_ref());
+    let hw = super::hardware::gather(paths, machine.driver.as_ref(), with_cufile);
     if matches!(input.driver, Gathered::Missing) {
         input.driver = hw.driver;
     }
