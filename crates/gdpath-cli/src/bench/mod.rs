@@ -220,7 +220,8 @@ fn lat(us: f64) -> String {
 
 /// The serving agent of `--peer ADDR` or `--peer-name NAME`.
 pub(super) struct PeerTarget {
-    /// What to call it in messages.
+    /// What to call it in messages: the address, or the agent's name (its address is added
+    /// where the message names one, `serve::named`).
     pub given: String,
     /// Its control-plane address.
     pub addr: std::net::SocketAddr,
@@ -287,7 +288,7 @@ pub(super) fn peer_target(
                 }
             };
             Ok(Some(PeerTarget {
-                given: format!("{} ({})", record.name, record.addr),
+                given: record.name.clone(),
                 addr: record.socket_addr()?,
                 connector: Some(gdpath_bench::net::Connector(std::sync::Arc::new(connect))),
                 refused,
