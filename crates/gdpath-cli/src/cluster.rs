@@ -153,8 +153,9 @@ fn ls(a: LsArgs) -> Result<ExitCode> {
                 ]);
             }
             Err(e) => {
+                // The table's columns are as wide as their widest cell; `--json` keeps it all.
                 t.add_row([
-                    escape(&l.key).to_string(),
+                    gdpath_cluster::shown(&l.key, SHOWN_NAME_CHARS),
                     "invalid".into(),
                     e.clone(),
                     String::new(),
@@ -171,6 +172,10 @@ fn ls(a: LsArgs) -> Result<ExitCode> {
     }
     Ok(ExitCode::SUCCESS)
 }
+
+/// Most characters of an invalid record's key shown in the NAME column of `cluster ls` (a valid
+/// name has at most 31).
+const SHOWN_NAME_CHARS: usize = 40;
 
 /// `host 1 GiB (shm), gpu:0 256 MiB (ipc)`.
 fn regions_text(r: &gdpath_cluster::AgentRecord) -> String {

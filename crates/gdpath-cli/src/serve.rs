@@ -23,7 +23,8 @@ pub struct ServeArgs {
     /// Repeat for several. Only these are visible to peers.
     #[arg(long = "export", value_name = "KIND:SIZE")]
     exports: Vec<String>,
-    /// The agent name peers see (1 to 64 characters).
+    /// The agent name peers see: 1 to 64 characters; with --cluster 1 to 31 of A-Z a-z 0-9 .
+    /// _ - (it is an etcd key's last component, and `NAME#INCARNATION` must fit the 64).
     #[arg(long, default_value = "serve", value_parser = parse_name)]
     name: String,
     #[command(flatten)]
@@ -460,6 +461,9 @@ fn member_event_text(e: &gdpath_cluster::MemberEvent) -> String {
         } => format!(
             "the name is held by incarnation {incarnation} on {hostname}; retrying until it goes"
         ),
+        MemberEvent::Replaced { detail } => {
+            format!("record replaced or deleted by someone else: {detail}; claiming the name again")
+        }
         MemberEvent::Updated { detail } => format!("record updated: {detail}"),
         MemberEvent::NotUpdated { detail } => format!("record not updated: {detail}"),
     }

@@ -26,6 +26,17 @@ fn serve(url: &str, name: &str, dir: &std::path::Path) -> (Child, String) {
 
 /// [`serve`] with a lease of `ttl` seconds.
 fn serve_ttl(url: &str, name: &str, dir: &std::path::Path, ttl: u64) -> (Child, String) {
+    let (child, inc, _log) = serve_logged(url, name, dir, ttl);
+    (child, inc)
+}
+
+/// [`serve_ttl`], with the lines it prints after publishing.
+fn serve_logged(
+    url: &str,
+    name: &str,
+    dir: &std::path::Path,
+    ttl: u64,
+) -> (Child, String, std::sync::mpsc::Receiver<String>) {
     let token_file = dir.join("token");
     std::fs::write(&token_file, TOKEN).unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_gdpath"))
@@ -43,9 +54,14 @@ fn serve_ttl(url: &str, name: &str, dir: &std::path::Path, ttl: u64) -> (Child, 
         let line = line.unwrap();
         if let Some(rest) = line.strip_prefix("cluster: published ") {
             let inc = rest.split_whitespace().nth(2).unwrap().to_owned();
+            let (tx, rx) = std::sync::mpsc::channel();
             // Keep draining its stdout so that it never blocks on a full pipe.
-            std::thread::spawn(move || for _ in lines {});
-            return (child, inc);
+            std::thread::spawn(move || {
+                for l in lines.map_while(Result::ok) {
+                    let _ = tx.send(l);
+                }
+            });
+            return (child, inc, rx);
         }
     }
     let _ = child.kill();
@@ -183,23 +199,27 @@ fn a_second_serve_claiming_a_live_name_is_refused_with_a_clear_error() {
     first.wait().unwrap();
 }
 
-#[test]
-fn cluster_watch_reports_a_join_and_a_leave() {
-    let Some(e) = Etcd::start() else { return };
-    let url = e.url("w");
-    let watch = Command::new(env!("CARGO_BIN_EXE_gdpath"))
+/// `gdpath cluster watch --json` on `url` for `secs` seconds, its stdout piped.
+fn watch_json(url: &str, secs: u32) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_gdpath"))
         .args([
             "cluster",
             "watch",
             "--json",
             "--duration",
-            "8",
-            "--cluster",
-            &url,
+            &secs.to_string(),
         ])
+        .args(["--cluster", url])
         .stdout(Stdio::piped())
         .spawn()
-        .unwrap();
+        .unwrap()
+}
+
+#[test]
+fn cluster_watch_reports_a_join_and_a_leave() {
+    let Some(e) = Etcd::start() else { return };
+    let url = e.url("w");
+    let watch = watch_json(&url, 8);
     std::thread::sleep(Duration::from_millis(500));
     let (mut srv, inc) = serve(&url, "a", e.dir.path());
     srv.kill().unwrap();
@@ -242,6 +262,9 @@ fn bad_cluster_arguments_and_an_unreachable_etcd_fail_clearly_and_in_bounded_tim
         "--lease-ttl",
         "1",
     ]);
+    assert_eq!(out.status.code(), Some(2));
+    // An unclosed IPv6 bracket is the URL's fault, not the connection's.
+    let out = run(&["cluster", "ls", "--cluster", "etcd://[::1:23790/ns"]);
     assert_eq!(out.status.code(), Some(2));
     let out = run(&["cluster", "ls", "--json", "--cluster", "http://h:1/x"]);
     assert_eq!(out.status.code(), Some(2));
@@ -424,4 +447,165 @@ fn bench_by_peer_name_checks_the_incarnation_in_the_handshake() {
     }
     srv.kill().unwrap();
     srv.wait().unwrap();
+}
+
+/// Lines of `out` (stdout and stderr) that hold a raw control character or run past `width`.
+fn unsafe_lines(out: &std::process::Output, width: usize) -> Vec<String> {
+    [&out.stdout, &out.stderr]
+        .iter()
+        .flat_map(|b| {
+            String::from_utf8_lossy(b)
+                .lines()
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        })
+        .filter(|l| l.chars().any(char::is_control) || l.chars().count() > width)
+        .map(|l| l.chars().take(120).collect())
+        .collect()
+}
+
+#[test]
+fn hostile_records_reach_ls_watch_and_serve_escaped_and_bounded() {
+    let Some(e) = Etcd::start() else { return };
+    let url = e.url("hx");
+    let (mut srv, _inc) = serve(&url, "good", e.dir.path());
+    let key = "/hx/agents/good";
+    let good: serde_json::Value =
+        serde_json::from_str(e.ctl(&["get", key, "--print-value-only"]).trim()).unwrap();
+    let hostile = |name: &str| {
+        let mut v = good.clone();
+        v["name"] = name.into();
+        // The reviewer's: OSC title, clear screen, OSC 52 clipboard write, then 200 KB.
+        v["regions"][0]["kind"] = format!(
+            "\u{1b}]0;PWNED\u{7}\u{1b}[2J\u{1b}]52;c;ZXZpbA==\u{7}{}",
+            "Z".repeat(200_000)
+        )
+        .into();
+        v.to_string()
+    };
+    let lease = e.lease_grant(120);
+    e.ctl_stdin(
+        &["put", "--lease", &lease, "/hx/agents/m"],
+        hostile("m").as_bytes(),
+    );
+    let long = "L".repeat(5000);
+    let mut v = good.clone();
+    v["name"] = long.clone().into();
+    e.ctl_stdin(
+        &["put", &format!("/hx/agents/{long}")],
+        v.to_string().as_bytes(),
+    );
+    let mut v = good.clone();
+    v["name"] = "x".into();
+    e.ctl_stdin(&["put", "/hx/agents/nested/x"], v.to_string().as_bytes());
+
+    let out = cluster_ls(&url, &[]);
+    assert!(out.status.success());
+    assert_eq!(unsafe_lines(&out, 400), Vec::<String>::new());
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.contains("/hx/agents/nested/x"), "{table}");
+    assert!(!table.lines().any(|l| l.starts_with("x ")), "{table}");
+    // JSON keeps the whole key.
+    let doc: serde_json::Value =
+        serde_json::from_slice(&cluster_ls(&url, &["--json"]).stdout).unwrap();
+    assert!(doc["agents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|a| a["key"].as_str().is_some_and(|k| k.ends_with(&long))));
+
+    let out = Command::new(env!("CARGO_BIN_EXE_gdpath"))
+        .args(["cluster", "watch", "--duration", "3", "--cluster", &url])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert_eq!(unsafe_lines(&out, 700), Vec::<String>::new());
+    assert!(String::from_utf8_lossy(&out.stdout)
+        .contains("invalid /hx/agents/m: not a record: unknown variant"));
+
+    let out = Command::new(env!("CARGO_BIN_EXE_gdpath"))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--devices",
+            "lo",
+            "--name",
+            "m",
+        ])
+        .args(["--cluster", &url, "--duration", "2", "--token-file"])
+        .arg(e.dir.path().join("token"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(unsafe_lines(&out, 800), Vec::<String>::new());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("etcdctl del /hx/agents/m"), "{err}");
+    srv.kill().unwrap();
+    srv.wait().unwrap();
+}
+
+#[test]
+fn serve_notices_its_record_written_over_and_watch_tells_a_new_incarnation_as_left_and_joined() {
+    let Some(e) = Etcd::start() else { return };
+    let url = e.url("hj");
+    let (mut srv, inc, log) = serve_logged(&url, "a", e.dir.path(), TTL_S);
+    let watch = watch_json(&url, 8);
+    std::thread::sleep(Duration::from_millis(1500));
+    let key = "/hj/agents/a";
+    let mut other: serde_json::Value =
+        serde_json::from_str(e.ctl(&["get", key, "--print-value-only"]).trim()).unwrap();
+    let theirs = "f".repeat(32);
+    other["incarnation"] = theirs.clone().into();
+    e.ctl_stdin(&["put", key], other.to_string().as_bytes());
+    let said: Vec<String> = std::iter::from_fn(|| log.recv_timeout(Duration::from_secs(6)).ok())
+        .take_while(|l| !l.contains("record published again"))
+        .collect();
+    assert!(
+        said.iter()
+            .any(|l| l.starts_with("cluster: record replaced or deleted by someone else")),
+        "{said:?}"
+    );
+    let out = watch.wait_with_output().unwrap();
+    let events: Vec<(String, String)> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        // The doctor's verdicts come as an update of the same incarnation.
+        .filter(|v| v["event"] != "updated")
+        .map(|v| {
+            let inc = v["incarnation"]
+                .as_str()
+                .or(v["record"]["incarnation"].as_str());
+            (
+                v["event"].as_str().unwrap().to_owned(),
+                inc.unwrap_or("").to_owned(),
+            )
+        })
+        .collect();
+    let pairs = |ev: &str, i: &str| (ev.to_owned(), i.to_owned());
+    assert_eq!(
+        events,
+        [
+            pairs("joined", &inc),
+            pairs("left", &inc),
+            pairs("joined", &theirs),
+            pairs("left", &theirs),
+            pairs("joined", &inc),
+        ]
+    );
+    srv.kill().unwrap();
+    srv.wait().unwrap();
+}
+
+#[test]
+fn serve_help_gives_both_name_limits() {
+    let out = Command::new(env!("CARGO_BIN_EXE_gdpath"))
+        .args(["serve", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        help.contains("1 to 64 characters; with --cluster 1 to 31"),
+        "{help}"
+    );
 }

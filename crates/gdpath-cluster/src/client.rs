@@ -12,6 +12,12 @@ use std::time::{Duration, Instant, SystemTime};
 
 /// Bound on one etcd request (connect, get, txn, grant), unless told otherwise.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// Interval of the HTTP/2 pings on the etcd connection while a watch or keep-alive stream is
+/// open: above etcd's default `--grpc-keepalive-min-time` of 5 s, which a client pinging more
+/// often breaks (etcd then ends the connection with `too_many_pings`).
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(6);
+/// How long a ping may go unanswered before the connection is taken for dead.
+const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(3);
 /// Most records one listing reads.
 pub const MAX_LISTED: i64 = 100_000;
 
@@ -35,7 +41,8 @@ impl std::fmt::Debug for Cluster {
 pub struct Listed {
     /// The key (as read; escape it to show it).
     pub key: String,
-    /// The record, or why it is invalid.
+    /// The record, or why it is invalid (escaped, at most
+    /// [`crate::error::MAX_SHOWN_CHARS`] characters and `…`).
     pub record: Result<AgentRecord, String>,
     /// Seconds left on its lease (`None`: no lease, or it could not be read).
     pub ttl_left: Option<i64>,
@@ -44,12 +51,15 @@ pub struct Listed {
 /// A change seen by a watch.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ClusterEvent {
-    /// A record appeared (a start, or a return after its lease was lost).
+    /// A record appeared (a start, or a return after its lease was lost), or replaced one of
+    /// another incarnation (then right after that one's [`ClusterEvent::Left`]).
     Joined(AgentRecord),
-    /// A record changed (regions, a new lease after etcd came back).
+    /// A record changed, same incarnation (regions, verdicts, a new lease after etcd came
+    /// back).
     Updated(AgentRecord),
-    /// A record went: its lease expired (a crash, a partition) or it was deleted (a clean
-    /// stop). `incarnation` is the one that left; `at` when this watcher learnt it.
+    /// A record went: its lease expired (a crash, a partition), it was deleted (a clean
+    /// stop), or a record of another incarnation was written over it (a [`ClusterEvent::Joined`]
+    /// follows). `incarnation` is the one that left; `at` when this watcher learnt it.
     Left {
         /// The agent's name.
         name: String,
@@ -82,7 +92,9 @@ impl Cluster {
         Self::connect_with(url, DEFAULT_REQUEST_TIMEOUT)
     }
 
-    /// As [`Cluster::connect`], with `timeout` bounding the connection and every later request.
+    /// As [`Cluster::connect`], with `timeout` bounding the connection and every later unary
+    /// request (get, txn, lease grant); watches and lease keep-alives run unbounded, watched
+    /// by HTTP/2 pings and the lease's TTL.
     pub fn connect_with(url: &ClusterUrl, timeout: Duration) -> Result<Cluster, ClusterError> {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
@@ -90,11 +102,15 @@ impl Cluster {
             .enable_all()
             .build()
             .map_err(|e| ClusterError::Etcd(format!("cannot start the etcd client thread: {e}")))?;
+        // No channel-wide request timeout: it would also end the long-lived streams (watches,
+        // lease keep-alives); unary calls are bounded one by one (`Cluster::call`).
         let mut opts = ConnectOptions::new()
             .with_connect_timeout(timeout)
-            .with_timeout(timeout)
-            // HTTP/2 pings find a dead etcd connection within about a TTL, not TCP's minutes.
-            .with_keep_alive(Duration::from_secs(2), Duration::from_secs(2));
+            // HTTP/2 pings find a dead etcd connection in seconds, not TCP's minutes; they go
+            // no more often than etcd allows (`--grpc-keepalive-min-time`, 5 s by default) and
+            // only while a stream is open, else etcd closes the connection for too many pings.
+            .with_keep_alive(KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT)
+            .with_keep_alive_while_idle(false);
         if let Some(u) = &url.user {
             opts = opts.with_user(u.clone(), url.password.clone().unwrap_or_default());
         }
@@ -167,7 +183,11 @@ impl Cluster {
             };
             out.push(Listed {
                 key: String::from_utf8_lossy(&raw.key).into_owned(),
-                record: raw.record().map_err(|e| e.to_string()),
+                record: raw.record().map_err(|e| match e {
+                    // The key is beside it: the reason alone.
+                    ClusterError::InvalidRecord { detail, .. } => detail,
+                    other => other.to_string(),
+                }),
                 ttl_left,
             });
         }
@@ -346,10 +366,10 @@ impl RawKv {
     fn record(&self) -> Result<AgentRecord, ClusterError> {
         match &self.value {
             Some(v) => AgentRecord::from_etcd(&self.key, v),
-            None => Err(ClusterError::InvalidRecord {
-                key: gdpath::topo::text::escape(&*String::from_utf8_lossy(&self.key)).to_string(),
-                detail: "larger than one etcd response may carry (4 MiB)".into(),
-            }),
+            None => Err(ClusterError::invalid_record(
+                &self.key,
+                "larger than one etcd response may carry (4 MiB)",
+            )),
         }
     }
 }
@@ -372,10 +392,14 @@ fn too_large(e: &ClusterError) -> bool {
     matches!(e, ClusterError::Etcd(d) if d.contains("message length too large"))
 }
 
+/// The watch event for the record at `key` that `e` refused, its texts as the error made them.
 fn invalid(key: &[u8], e: ClusterError) -> ClusterEvent {
-    ClusterEvent::Invalid {
-        key: gdpath::topo::text::escape(&*String::from_utf8_lossy(key)).to_string(),
-        detail: e.to_string(),
+    match e {
+        ClusterError::InvalidRecord { key, detail } => ClusterEvent::Invalid { key, detail },
+        other => ClusterEvent::Invalid {
+            key: crate::error::shown(&String::from_utf8_lossy(key), crate::error::MAX_SHOWN_CHARS),
+            detail: other.to_string(),
+        },
     }
 }
 
@@ -438,26 +462,41 @@ async fn watch_task(
             for ev in msg.events() {
                 let Some(kv) = ev.kv() else { continue };
                 from = from.max(kv.mod_revision() + 1);
+                let before = ev
+                    .prev_kv()
+                    .and_then(|p| AgentRecord::from_etcd(p.key(), p.value()).ok());
+                let left = |incarnation: Option<String>| ClusterEvent::Left {
+                    name: crate::error::shown(
+                        &String::from_utf8_lossy(
+                            kv.key().rsplit(|&b| b == b'/').next().unwrap_or_default(),
+                        ),
+                        crate::error::MAX_SHOWN_CHARS,
+                    ),
+                    incarnation,
+                    at: SystemTime::now(),
+                };
                 let out = match ev.event_type() {
                     EventType::Put => match AgentRecord::from_etcd(kv.key(), kv.value()) {
-                        Ok(r) if kv.version() == 1 => ClusterEvent::Joined(r),
-                        Ok(r) => ClusterEvent::Updated(r),
-                        Err(e) => invalid(kv.key(), e),
+                        Err(e) => vec![invalid(kv.key(), e)],
+                        Ok(r) => match before {
+                            Some(b) if b.incarnation == r.incarnation => {
+                                vec![ClusterEvent::Updated(r)]
+                            }
+                            // Another start under the name is a new agent, not a change of
+                            // the old one: peers of the old one must see it go.
+                            Some(b) => vec![
+                                left(Some(b.incarnation.to_string())),
+                                ClusterEvent::Joined(r),
+                            ],
+                            None => vec![ClusterEvent::Joined(r)],
+                        },
                     },
-                    EventType::Delete => ClusterEvent::Left {
-                        name: gdpath::topo::text::escape(&*String::from_utf8_lossy(
-                            kv.key().rsplit(|&b| b == b'/').next().unwrap_or_default(),
-                        ))
-                        .to_string(),
-                        incarnation: ev
-                            .prev_kv()
-                            .and_then(|p| AgentRecord::from_etcd(p.key(), p.value()).ok())
-                            .map(|r| r.incarnation.to_string()),
-                        at: SystemTime::now(),
-                    },
+                    EventType::Delete => vec![left(before.map(|b| b.incarnation.to_string()))],
                 };
-                if tx.send(out).is_err() {
-                    return;
+                for e in out {
+                    if tx.send(e).is_err() {
+                        return;
+                    }
                 }
             }
         }
@@ -525,22 +564,44 @@ fn probe_tls(
     Err(ClusterError::from_etcd(shown, e))
 }
 
-/// TLS settings of an `etcds://` URL: its CA and client certificate files.
+/// TLS settings of an `etcds://` URL: its CA and client certificate files, each checked to
+/// hold what it is named for, since a wrong file otherwise fails later as an unexplained
+/// `tls handshake eof` or `transport error`. Errors: [`ClusterError::Url`] naming the file
+/// (unreadable, no `CERTIFICATE` PEM block in the CA or certificate, no `PRIVATE KEY` block
+/// in the key).
 fn tls_options(url: &ClusterUrl) -> Result<etcd_client::TlsOptions, ClusterError> {
-    let read = |p: &std::path::Path| {
-        gdpath::file::read_bounded(p, 1 << 20).map_err(|e| {
-            ClusterError::Url(format!(
-                "cannot read {}: {e}",
-                gdpath::topo::text::escape(&p.display().to_string())
-            ))
-        })
+    let read = |p: &std::path::Path, what: &str, block: &str| {
+        let shown = gdpath::topo::text::escape(&p.display().to_string());
+        let pem = gdpath::file::read_bounded(p, 1 << 20)
+            .map_err(|e| ClusterError::Url(format!("cannot read {shown}: {e}")))?;
+        if !holds_pem_block(&pem, block) {
+            return Err(ClusterError::Url(format!(
+                "{shown} holds no {what} (a PEM \"-----BEGIN {block}-----\" block)"
+            )));
+        }
+        Ok(pem)
     };
     let mut tls = etcd_client::TlsOptions::new();
     if let Some(ca) = &url.ca_file {
-        tls = tls.ca_certificate(etcd_client::Certificate::from_pem(read(ca)?));
+        let pem = read(ca, "certificate", "CERTIFICATE")?;
+        tls = tls.ca_certificate(etcd_client::Certificate::from_pem(pem));
     }
     if let Some((cert, key)) = &url.client_cert {
-        tls = tls.identity(etcd_client::Identity::from_pem(read(cert)?, read(key)?));
+        let cert = read(cert, "certificate", "CERTIFICATE")?;
+        let key = read(key, "private key", "PRIVATE KEY")?;
+        tls = tls.identity(etcd_client::Identity::from_pem(cert, key));
     }
     Ok(tls)
+}
+
+/// Whether `pem` holds a block whose label ends with `label` (`PRIVATE KEY` also matches
+/// PKCS#1's `RSA PRIVATE KEY` and SEC1's `EC PRIVATE KEY`, RFC 7468 section 2).
+fn holds_pem_block(pem: &[u8], label: &str) -> bool {
+    let text = String::from_utf8_lossy(pem);
+    text.lines().any(|l| {
+        l.trim_end()
+            .strip_prefix("-----BEGIN ")
+            .and_then(|rest| rest.strip_suffix("-----"))
+            .is_some_and(|l| l == label || l.ends_with(&format!(" {label}")))
+    })
 }

@@ -51,12 +51,15 @@ pub enum ClusterError {
         /// How long it waited.
         waited: Duration,
     },
-    /// A record read from etcd that breaks the rules (size, JSON, fields).
+    /// A record read from etcd that breaks the rules (size, JSON, fields, key). Made by
+    /// [`ClusterError::invalid_record`], which escapes and bounds both texts.
     #[error("invalid record at {key}: {detail}")]
     InvalidRecord {
-        /// The etcd key, escaped for a terminal.
+        /// The etcd key, escaped for a terminal, at most [`MAX_SHOWN_CHARS`]
+        /// characters and `…`.
         key: String,
-        /// Which rule it breaks.
+        /// Which rule it breaks, escaped and bounded as `key` (a serde error quotes the
+        /// record's own bytes).
         detail: String,
     },
     /// The peer's lease expired or its record was deleted or replaced: transfers to it end
@@ -92,6 +95,20 @@ pub enum ClusterError {
     Engine(#[from] gdpath::Error),
 }
 
+/// Most characters of a text built from a record that a message shows (its key, why it is
+/// invalid): a hostile record's 200 KB stay out of terminals and logs.
+pub const MAX_SHOWN_CHARS: usize = 200;
+
+/// `raw` escaped with [`gdpath::topo::text::escape`] (the project's one rule for untrusted
+/// text on a terminal), then cut to `max_chars` characters, `…` marking a cut.
+pub fn shown(raw: &str, max_chars: usize) -> String {
+    let escaped = gdpath::topo::text::escape(raw);
+    match escaped.char_indices().nth(max_chars) {
+        Some((at, _)) => format!("{}…", &escaped[..at]),
+        None => escaped,
+    }
+}
+
 /// Seconds since the Unix epoch, what a log line can be matched with.
 fn since_text(t: SystemTime) -> String {
     match t.duration_since(SystemTime::UNIX_EPOCH) {
@@ -101,6 +118,17 @@ fn since_text(t: SystemTime) -> String {
 }
 
 impl ClusterError {
+    /// The error for an invalid record at `key`: the key and `detail` (raw text, which may
+    /// quote the record's bytes) escaped once with [`gdpath::topo::text::escape`] and cut to
+    /// [`MAX_SHOWN_CHARS`] characters, so that every front end shows the same
+    /// bounded, terminal-safe text.
+    pub fn invalid_record(key: &[u8], detail: &str) -> ClusterError {
+        ClusterError::InvalidRecord {
+            key: shown(&String::from_utf8_lossy(key), MAX_SHOWN_CHARS),
+            detail: shown(detail, MAX_SHOWN_CHARS),
+        }
+    }
+
     /// The machine-readable kind (`peer_gone`, `name_taken`, ...); an engine error gives its own
     /// [`gdpath::Error::kind`].
     pub fn kind(&self) -> &'static str {

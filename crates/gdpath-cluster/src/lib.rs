@@ -21,7 +21,7 @@ pub mod record;
 mod url;
 
 pub use client::{Cluster, ClusterEvent, Listed, Watch, DEFAULT_REQUEST_TIMEOUT, MAX_LISTED};
-pub use error::ClusterError;
+pub use error::{shown, ClusterError, MAX_SHOWN_CHARS};
 pub use member::{MemberEvent, Membership, VERDICTS_BOUND};
 pub use peer::{ClusterPeer, Gone};
 pub use record::{AgentRecord, Incarnation, NodeInfo, RegionKind, RegionRecord, TopologySummary};

@@ -4,7 +4,7 @@
 use crate::client::Cluster;
 use crate::error::ClusterError;
 use crate::record::{AgentRecord, TTL_RANGE_S};
-use etcd_client::{Client, Compare, CompareOp, PutOptions, Txn, TxnOp, TxnOpResponse};
+use etcd_client::{Client, Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse};
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -28,6 +28,14 @@ pub enum MemberEvent {
     Republished {
         /// The new etcd lease id.
         lease: i64,
+    },
+    /// The record at this agent's key is no longer on its lease while the lease lives: someone
+    /// deleted it or wrote over it (`etcdctl put` of another record). The name is claimed
+    /// again by the rules of [`Membership::join`]: at once when the key is gone or on no
+    /// lease, else [`MemberEvent::NameTaken`] and retried until the other lease ends.
+    Replaced {
+        /// What etcd showed at the key.
+        detail: String,
     },
     /// Re-publishing found the name held by another incarnation (retried until it goes).
     NameTaken {
@@ -78,6 +86,9 @@ impl Shared {
             MemberEvent::NameTaken { incarnation, .. } => {
                 tracing::warn!("cluster: name now held by incarnation {incarnation}")
             }
+            MemberEvent::Replaced { detail } => {
+                tracing::warn!("cluster: record replaced by someone else: {detail}")
+            }
             MemberEvent::Updated { detail } => tracing::info!("cluster: record updated: {detail}"),
             MemberEvent::NotUpdated { detail } => {
                 tracing::warn!("cluster: record not updated: {detail}")
@@ -96,9 +107,14 @@ impl Membership {
     /// [`TTL_RANGE_S`]), kept alive every third of it from the cluster's thread.
     ///
     /// The claim is a transaction: the record is written only if no key of that name exists,
-    /// or if the one there is this incarnation's or a dead process's of this node (a restart
-    /// on the same node takes its name back at once). Errors: [`ClusterError::NameTaken`]
-    /// naming the holder; [`ClusterError::Config`] for a TTL out of range; etcd's errors.
+    /// or if the one there is on no lease (no live agent's: every agent writes its record on
+    /// its lease, so it was written by hand), this incarnation's, or a dead process's of this
+    /// node (a restart on the same node takes its name back at once). A record on another
+    /// live lease is never written over. While published, the key is checked every third of
+    /// the TTL: a record deleted or written over is told ([`MemberEvent::Replaced`]) and
+    /// claimed again. Errors: [`ClusterError::NameTaken`] naming the holder;
+    /// [`ClusterError::InvalidRecord`] for an invalid record on a live lease (saying how to
+    /// clear it); [`ClusterError::Config`] for a TTL out of range; etcd's errors.
     pub fn join(
         cluster: &Cluster,
         mut record: AgentRecord,
@@ -373,11 +389,14 @@ async fn claim(
         ));
     };
     let holder = AgentRecord::from_etcd(kv.key(), kv.value());
-    let ours_or_dead = match &holder {
-        Ok(h) => h.incarnation == record.incarnation || h.node.is_dead_here(),
-        Err(_) => false,
-    };
-    if ours_or_dead {
+    // A key on no lease is no live agent's (each writes its record on its lease): a record
+    // put by hand, valid or not, does not keep the name.
+    let free = kv.lease() == 0
+        || match &holder {
+            Ok(h) => h.incarnation == record.incarnation || h.node.is_dead_here(),
+            Err(_) => false,
+        };
+    if free {
         let txn = Txn::new()
             .when([Compare::mod_revision(
                 key,
@@ -400,6 +419,14 @@ async fn claim(
             incarnation: h.incarnation.to_string(),
             hostname: gdpath::topo::text::escape(&h.node.hostname).to_string(),
         }),
+        Err(ClusterError::InvalidRecord { key, detail }) => Err(ClusterError::InvalidRecord {
+            detail: format!(
+                "{detail}; it is on live lease {:x}, which keeps the name until it ends \
+                 (if no agent of yours wrote it, clear it with `etcdctl del {key}`)",
+                kv.lease()
+            ),
+            key,
+        }),
         Err(e) => Err(e),
     }
 }
@@ -408,9 +435,16 @@ async fn claim(
 /// whole TTL), re-claims the name on a new lease, retrying every second until it succeeds.
 async fn keep_task(client: Client, ttl: Duration, mut lease: i64, shared: Arc<Shared>) {
     loop {
-        let detail = keep_alive(client.clone(), lease, ttl).await;
+        let lost = keep_alive(client.clone(), &shared.key, lease, ttl).await;
         *shared.lease.lock().unwrap_or_else(PoisonError::into_inner) = None;
-        shared.push(MemberEvent::Lost { detail });
+        match lost {
+            Lost::Lease(detail) => shared.push(MemberEvent::Lost { detail }),
+            Lost::Key(detail) => {
+                shared.push(MemberEvent::Replaced { detail });
+                // The lease holds nothing of ours now; the claim grants a new one.
+                let _ = tokio::time::timeout(ttl, client.clone().lease_revoke(lease)).await;
+            }
+        }
         let mut told_taken = false;
         loop {
             tokio::time::sleep(Duration::from_secs(1)).await;
@@ -434,10 +468,9 @@ async fn keep_task(client: Client, ttl: Duration, mut lease: i64, shared: Arc<Sh
                         // Updated while this claim was on its way: the change goes on the new
                         // lease too.
                         let opts = PutOptions::new().with_lease(id);
-                        let _ = client
-                            .clone()
-                            .put(shared.key.clone(), now.to_json(), Some(opts))
-                            .await;
+                        let mut c = client.clone();
+                        let put = c.put(shared.key.clone(), now.to_json(), Some(opts));
+                        let _ = tokio::time::timeout(ttl, put).await;
                     }
                     lease = id;
                     *shared.lease.lock().unwrap_or_else(PoisonError::into_inner) = Some(id);
@@ -461,21 +494,33 @@ async fn keep_task(client: Client, ttl: Duration, mut lease: i64, shared: Arc<Sh
     }
 }
 
-/// Sends keep-alives for `lease` until it is lost; returns why.
-async fn keep_alive(mut client: Client, lease: i64, ttl: Duration) -> String {
+/// Why [`keep_alive`] stopped.
+enum Lost {
+    /// The lease expired or etcd went unanswered for a whole TTL.
+    Lease(String),
+    /// The lease lives but the key is no longer on it (deleted, or written over).
+    Key(String),
+}
+
+/// Sends keep-alives for `lease` until it is lost, and after each answer checks that `key`
+/// is still on it; returns why it stopped.
+async fn keep_alive(mut client: Client, key: &str, lease: i64, ttl: Duration) -> Lost {
     let period = ttl / 3;
     let mut last_ok = Instant::now();
     loop {
         if last_ok.elapsed() >= ttl {
-            return format!("etcd unanswered for the lease's whole TTL ({ttl:?})");
+            return Lost::Lease(format!(
+                "etcd unanswered for the lease's whole TTL ({ttl:?})"
+            ));
         }
-        let (mut keeper, mut stream) = match client.lease_keep_alive(lease).await {
-            Ok(s) => s,
-            Err(_) => {
-                tokio::time::sleep(Duration::from_millis(500)).await;
-                continue;
-            }
-        };
+        let (mut keeper, mut stream) =
+            match tokio::time::timeout(period, client.lease_keep_alive(lease)).await {
+                Ok(Ok(s)) => s,
+                _ => {
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    continue;
+                }
+            };
         loop {
             if last_ok.elapsed() >= ttl {
                 break;
@@ -485,9 +530,26 @@ async fn keep_alive(mut client: Client, lease: i64, ttl: Duration) -> String {
             }
             match tokio::time::timeout(period, stream.message()).await {
                 Ok(Ok(Some(r))) if r.ttl() > 0 => last_ok = Instant::now(),
-                Ok(Ok(Some(_))) => return "the lease expired (etcd answered TTL 0)".into(),
+                Ok(Ok(Some(_))) => {
+                    return Lost::Lease("the lease expired (etcd answered TTL 0)".into())
+                }
                 Ok(Ok(None)) | Ok(Err(_)) => break,
                 Err(_) => continue,
+            }
+            let opts = GetOptions::new().with_keys_only();
+            if let Ok(Ok(resp)) = tokio::time::timeout(period, client.get(key, Some(opts))).await {
+                match resp.kvs().first() {
+                    None => {
+                        return Lost::Key("the record was deleted while its lease lives".into())
+                    }
+                    Some(kv) if kv.lease() != lease => {
+                        return Lost::Key(format!(
+                            "the record was written over (now on lease {:x}, not {lease:x})",
+                            kv.lease()
+                        ))
+                    }
+                    Some(_) => {}
+                }
             }
             tokio::time::sleep(period.saturating_sub(Duration::from_millis(10))).await;
         }

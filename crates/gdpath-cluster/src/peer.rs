@@ -190,6 +190,10 @@ impl ClusterPeer {
     }
 }
 
+/// How long after a leave the peer's watch looks for the join that says the record was
+/// replaced rather than deleted (both are sent at once by the watch).
+const REPLACED_WITHIN: Duration = Duration::from_millis(100);
+
 /// Marks `gone` when the watched record is deleted or replaced by another incarnation.
 fn spawn_watch(
     watch: Watch,
@@ -203,9 +207,16 @@ fn spawn_watch(
         .spawn(move || {
             while !s.load(std::sync::atomic::Ordering::Relaxed) {
                 let reason = match watch.next(Duration::from_millis(100)) {
-                    Some(ClusterEvent::Left { .. }) => {
-                        "its record was deleted (lease expired or the agent stopped)".to_owned()
-                    }
+                    // A record of another incarnation written over this one comes as a leave
+                    // and a join, sent together: the join, when it follows, says by whom.
+                    Some(ClusterEvent::Left { .. }) => match watch.next(REPLACED_WITHIN) {
+                        Some(ClusterEvent::Joined(r)) => {
+                            format!("replaced by incarnation {}", r.incarnation)
+                        }
+                        _ => {
+                            "its record was deleted (lease expired or the agent stopped)".to_owned()
+                        }
+                    },
                     Some(ClusterEvent::Joined(r) | ClusterEvent::Updated(r))
                         if r.incarnation != record.incarnation =>
                     {

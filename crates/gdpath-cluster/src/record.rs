@@ -315,10 +315,9 @@ impl AgentRecord {
 
     /// The control-plane address.
     pub fn socket_addr(&self) -> Result<std::net::SocketAddr, ClusterError> {
-        self.addr.parse().map_err(|_| ClusterError::InvalidRecord {
-            key: self.name.clone(),
-            detail: "addr is not IP:PORT".into(),
-        })
+        self.addr
+            .parse()
+            .map_err(|_| ClusterError::invalid_record(self.name.as_bytes(), "addr is not IP:PORT"))
     }
 
     /// The record as stored: compact JSON.
@@ -327,30 +326,35 @@ impl AgentRecord {
         serde_json::to_vec(self).unwrap_or_default()
     }
 
-    /// Parses and checks a record read from etcd at `key` (whose last component must be its
-    /// name). Errors: [`ClusterError::InvalidRecord`] naming the rule broken (the key escaped).
+    /// Parses and checks a record read from etcd at `key` (`/NAMESPACE/agents/NAME`, NAME
+    /// being its name). Errors: [`ClusterError::InvalidRecord`] naming the rule broken (key
+    /// and reason escaped and bounded by [`ClusterError::invalid_record`]).
     pub fn from_etcd(key: &[u8], value: &[u8]) -> Result<AgentRecord, ClusterError> {
-        let key_text = gdpath::topo::text::escape(&*String::from_utf8_lossy(key)).to_string();
-        let bad = |detail: String| ClusterError::InvalidRecord {
-            key: key_text.clone(),
-            detail,
-        };
+        let bad = |detail: String| ClusterError::invalid_record(key, &detail);
         if value.len() > MAX_RECORD_BYTES {
             return Err(bad(format!(
                 "{} bytes; at most {MAX_RECORD_BYTES}",
                 value.len()
             )));
         }
+        // `/NAMESPACE/agents/NAME`: a key below a name (`/ns/agents/x/y`) is no agent's, since
+        // resolving `y` looks up `/ns/agents/y`.
+        let parts: Vec<&[u8]> = key.splitn(5, |&b| b == b'/').collect();
+        if parts.len() != 4 || !parts[0].is_empty() || parts[2] != b"agents" {
+            return Err(bad(
+                "the key is not /NAMESPACE/agents/NAME (a key below a name is no agent's)".into(),
+            ));
+        }
         let r: AgentRecord =
             serde_json::from_slice(value).map_err(|e| bad(format!("not a record: {e}")))?;
         if r.schema != RECORD_SCHEMA {
+            // Raw here: `bad` escapes the whole detail once.
             return Err(bad(format!(
-                "schema {:?}, expected {RECORD_SCHEMA}",
-                gdpath::topo::text::escape(&r.schema).to_string()
+                "schema \"{}\", expected {RECORD_SCHEMA}",
+                r.schema
             )));
         }
-        let key_name = key.rsplit(|&b| b == b'/').next().unwrap_or_default();
-        if !valid_name(&r.name) || r.name.as_bytes() != key_name {
+        if !valid_name(&r.name) || r.name.as_bytes() != parts[3] {
             return Err(bad("its name is invalid or differs from its key".into()));
         }
         if !r.incarnation.valid() {

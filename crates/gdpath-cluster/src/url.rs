@@ -134,12 +134,9 @@ impl std::str::FromStr for ClusterUrl {
             return Err(bad("too many endpoints"));
         }
         for e in &endpoints {
-            let ok = e.rsplit_once(':').is_some_and(|(h, p)| {
-                !h.is_empty()
-                    && p.parse::<u16>().is_ok()
-                    && h.chars()
-                        .all(|c| c.is_ascii_alphanumeric() || "-.[]:".contains(c))
-            });
+            let ok = e
+                .rsplit_once(':')
+                .is_some_and(|(h, p)| valid_host(h) && p.parse::<u16>().is_ok());
             if !ok {
                 return Err(bad("each endpoint is host:port"));
             }
@@ -153,6 +150,22 @@ impl std::str::FromStr for ClusterUrl {
             ca_file,
             client_cert,
         })
+    }
+}
+
+/// A host name or IPv4 address (`A-Z a-z 0-9 - .`), or an IPv6 address in brackets
+/// (`[::1]`): what the client's URI parser takes, so that a malformed one is refused here
+/// rather than at connect.
+fn valid_host(h: &str) -> bool {
+    match h.strip_prefix('[') {
+        Some(rest) => rest
+            .strip_suffix(']')
+            .is_some_and(|v6| v6.parse::<std::net::Ipv6Addr>().is_ok()),
+        None => {
+            !h.is_empty()
+                && h.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.')
+        }
     }
 }
 
@@ -189,6 +202,8 @@ mod tests {
         assert_eq!(u.namespace, "prod");
         assert!(!u.tls);
         assert_eq!(u.agent_key("a"), "/prod/agents/a");
+        let u: ClusterUrl = "etcd://[::1]:23790/ns".parse().unwrap();
+        assert_eq!(u.endpoints, ["[::1]:23790"]);
         let u: ClusterUrl = "etcds://root:pw@h:1/x".parse().unwrap();
         assert!(u.tls);
         assert_eq!(u.user.as_deref(), Some("root"));
@@ -219,6 +234,10 @@ mod tests {
             "etcd://h:99999/x",
             "etcd://@h:1/x",
             "etcd://h:1/\u{1b}[2J",
+            "etcd://[::1:23790/ns",
+            "etcd://::1]:23790/ns",
+            "etcd://[nothost]:1/ns",
+            "etcd://h:1:2/ns",
         ] {
             assert!(bad.parse::<ClusterUrl>().is_err(), "{bad}");
         }

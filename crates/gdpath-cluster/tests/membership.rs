@@ -657,3 +657,225 @@ fn doctor_verdicts_are_an_update_on_the_same_lease_and_a_failed_or_slow_doctor_c
     let err = c.resolve("late", Duration::ZERO).unwrap_err();
     assert_eq!(err.kind(), "not_found", "{err}");
 }
+
+/// A record of agent `name` whose first region's `kind` is `kind` (issue 41: an enum field is
+/// quoted whole by serde's `unknown variant` error).
+fn with_region_kind(name: &str, kind: &str) -> String {
+    let mut v: serde_json::Value = serde_json::from_slice(&record(name).to_json()).unwrap();
+    v["regions"] = serde_json::json!([{ "id": 1, "kind": kind, "len": 4096 }]);
+    v.to_string()
+}
+
+#[test]
+fn a_hostile_enum_field_is_escaped_and_bounded_by_list_resolve_watch_and_join() {
+    let Some(e) = Etcd::start() else { return };
+    let c = cluster(&e, "esc");
+    let w = c.watch().unwrap();
+    // OSC title, BEL, clear screen, an OSC 52 clipboard write, then 200 KB (the reviewer's).
+    let kind = format!(
+        "\u{1b}]0;PWNED\u{7}\u{1b}[2J\u{1b}]52;c;ZXZpbA==\u{7}{}",
+        "Z".repeat(200_000)
+    );
+    e.ctl_stdin(
+        &["put", "/esc/agents/m"],
+        with_region_kind("m", &kind).as_bytes(),
+    );
+    let mut blink: serde_json::Value = serde_json::from_slice(&record("b").to_json()).unwrap();
+    blink["schema"] = "\u{1b}[5mBLINK".into();
+    e.ctl_stdin(&["put", "/esc/agents/b"], blink.to_string().as_bytes());
+    let fine = |text: &str| {
+        assert!(
+            !text.chars().any(char::is_control),
+            "raw control characters in {text:?}"
+        );
+        assert!(
+            text.chars().count() < 600,
+            "unbounded: {} characters",
+            text.len()
+        );
+    };
+    let listed = c.list().unwrap();
+    assert_eq!(listed.len(), 2);
+    for l in &listed {
+        fine(l.record.as_ref().unwrap_err());
+    }
+    let err = c.resolve("m", Duration::ZERO).unwrap_err();
+    let text = err.to_string();
+    fine(&text);
+    assert!(text.contains("unknown variant"), "{text}");
+    assert!(text.contains("\\u{1b}]0;PWNED\\u{7}"), "{text}");
+    assert!(text.ends_with('…'), "{text}");
+    // Escaped once: `\u{1b}`, not `\\u{1b}`.
+    let err = c.resolve("b", Duration::ZERO).unwrap_err().to_string();
+    assert!(err.contains(r#"schema "\u{1b}[5mBLINK""#), "{err}");
+    for _ in 0..2 {
+        match next_matching(&w, Duration::from_secs(10), |e| {
+            matches!(e, ClusterEvent::Invalid { .. })
+        }) {
+            Some(ClusterEvent::Invalid { key, detail }) => {
+                fine(&key);
+                fine(&detail);
+                assert!(
+                    !detail.contains("invalid record at"),
+                    "said twice: {detail}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    // Claiming the name on another live lease: refused, bounded, and told how to clear it.
+    let lease = e.lease_grant(60);
+    e.ctl_stdin(
+        &["put", "--lease", &lease, "/esc/agents/m"],
+        with_region_kind("m", &kind).as_bytes(),
+    );
+    let err = Membership::join(&c, record("m"), TTL)
+        .err()
+        .expect("refused");
+    let text = err.to_string();
+    fine(&text);
+    assert_eq!(err.kind(), "invalid_record");
+    assert!(text.contains("etcdctl del /esc/agents/m"), "{text}");
+}
+
+#[test]
+fn an_idle_watch_keeps_its_stream() {
+    let Some(e) = Etcd::start() else { return };
+    let c = cluster(&e, "idle");
+    let w = c.watch().unwrap();
+    // The reviewer saw `reconnected` every ~8 s on an idle namespace.
+    let reconnect = next_matching(&w, Duration::from_secs(20), |e| {
+        matches!(e, ClusterEvent::Reconnected { .. })
+    });
+    assert_eq!(reconnect, None);
+    // Still live: a join is seen at once.
+    let _m = Membership::join(&c, record("late"), TTL).unwrap();
+    assert!(next_matching(&w, Duration::from_secs(5), |e| {
+        matches!(e, ClusterEvent::Joined(r) if r.name == "late")
+    })
+    .is_some());
+}
+
+#[test]
+fn a_record_written_over_by_hand_is_noticed_and_claimed_back_unless_another_lease_holds_it() {
+    let Some(e) = Etcd::start() else { return };
+    let c = cluster(&e, "hijack");
+    let rec = record("a");
+    let m = Membership::join(&c, rec.clone(), TTL).unwrap();
+    let w = c.watch().unwrap();
+    assert!(next_matching(&w, Duration::from_secs(5), |e| matches!(
+        e,
+        ClusterEvent::Joined(_)
+    ))
+    .is_some());
+    // Another incarnation on no lease (`etcdctl put`): no live agent's, so taken back.
+    let mut other: serde_json::Value = serde_json::from_slice(&rec.to_json()).unwrap();
+    other["incarnation"] = "f".repeat(32).into();
+    e.ctl_stdin(&["put", "/hijack/agents/a"], other.to_string().as_bytes());
+    let seen = member_event(&m, TTL * 3, |e| matches!(e, MemberEvent::Replaced { .. }));
+    assert!(seen.is_some(), "the member never noticed");
+    assert!(member_event(&m, TTL * 5, |e| matches!(
+        e,
+        MemberEvent::Republished { .. }
+    ))
+    .is_some());
+    let (back, _) = c.resolve("a", Duration::ZERO).unwrap();
+    assert_eq!(back.incarnation, rec.incarnation);
+    // Watchers: the change of incarnation is a leave and a join, both ways.
+    let events: Vec<ClusterEvent> = std::iter::from_fn(|| w.next(Duration::from_secs(5)))
+        .take(4)
+        .collect();
+    let incarnations: Vec<(String, String)> = events
+        .iter()
+        .map(|e| match e {
+            ClusterEvent::Left { incarnation, .. } => ("left".into(), incarnation.clone().unwrap()),
+            ClusterEvent::Joined(r) => ("joined".into(), r.incarnation.to_string()),
+            other => panic!("{other:?} in {events:?}"),
+        })
+        .collect();
+    let (ours, theirs) = (rec.incarnation.to_string(), "f".repeat(32));
+    assert_eq!(
+        incarnations,
+        [
+            ("left".into(), ours.clone()),
+            ("joined".into(), theirs.clone()),
+            ("left".into(), theirs),
+            ("joined".into(), ours),
+        ]
+    );
+    // On another live lease: told, never written over, taken once that lease ends.
+    let lease = e.lease_grant(60);
+    e.ctl_stdin(
+        &["put", "--lease", &lease, "/hijack/agents/a"],
+        other.to_string().as_bytes(),
+    );
+    assert!(member_event(&m, TTL * 3, |e| matches!(e, MemberEvent::Replaced { .. })).is_some());
+    assert!(member_event(&m, TTL * 3, |e| matches!(e, MemberEvent::NameTaken { .. })).is_some());
+    std::thread::sleep(TTL);
+    let (held, _) = c.resolve("a", Duration::ZERO).unwrap();
+    assert_eq!(held.incarnation.as_str(), "f".repeat(32));
+    e.ctl(&["lease", "revoke", &lease]);
+    assert!(member_event(&m, TTL * 5, |e| matches!(
+        e,
+        MemberEvent::Republished { .. }
+    ))
+    .is_some());
+    assert_eq!(
+        c.resolve("a", Duration::ZERO).unwrap().0.incarnation,
+        rec.incarnation
+    );
+}
+
+#[test]
+fn an_invalid_record_on_no_lease_does_not_keep_its_name_and_a_nested_key_is_invalid() {
+    let Some(e) = Etcd::start() else { return };
+    let c = cluster(&e, "inv");
+    e.ctl(&["put", "/inv/agents/c", "{not json"]);
+    let _m = Membership::join(&c, record("c"), TTL).unwrap();
+    assert_eq!(c.resolve("c", Duration::ZERO).unwrap().0.name, "c");
+    // `/inv/agents/nested/x` holding a record named x is no agent x.
+    let mut v: serde_json::Value = serde_json::from_slice(&record("x").to_json()).unwrap();
+    v["name"] = "x".into();
+    e.ctl_stdin(&["put", "/inv/agents/nested/x"], v.to_string().as_bytes());
+    let l = c.list().unwrap();
+    let nested = l.iter().find(|l| l.key == "/inv/agents/nested/x").unwrap();
+    let why = nested.record.as_ref().unwrap_err();
+    assert!(why.contains("not /NAMESPACE/agents/NAME"), "{why}");
+}
+
+#[test]
+fn tls_files_that_hold_the_wrong_pem_are_named_at_connect() {
+    let Some(e) = Etcd::start_tls() else { return };
+    let dir = e.dir.path();
+    let garbage = dir.join("garbage");
+    std::fs::write(&garbage, b"root:$6$salt$hash:19000:0:99999:7:::\n").unwrap();
+    let base = e.url("pem");
+    let (ca, key) = (dir.join("ca.pem"), dir.join("ca.key"));
+    for (query, file, what) in [
+        (
+            format!("ca={}", garbage.display()),
+            &garbage,
+            "no certificate",
+        ),
+        (format!("ca={}", key.display()), &key, "no certificate"),
+        (
+            format!("ca={0}&cert={1}&key={1}", ca.display(), ca.display()),
+            &ca,
+            "no private key",
+        ),
+        (
+            format!("ca={0}&cert={1}&key={0}", ca.display(), key.display()),
+            &key,
+            "no certificate",
+        ),
+    ] {
+        let url: ClusterUrl = format!("{base}?{query}").parse().unwrap();
+        let err = Cluster::connect(&url).unwrap_err();
+        assert_eq!(err.kind(), "cluster_url", "{err}");
+        let text = err.to_string();
+        assert!(
+            text.contains(&format!("{} holds {what}", file.display())),
+            "{query}: {text}"
+        );
+    }
+}

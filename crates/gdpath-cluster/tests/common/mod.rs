@@ -352,6 +352,16 @@ impl Etcd {
         self.launch();
     }
 
+    /// A lease of `ttl_s` seconds granted by `etcdctl`: its id, as etcdctl takes it back.
+    pub fn lease_grant(&self, ttl_s: u64) -> String {
+        let out = self.ctl(&["lease", "grant", &ttl_s.to_string()]);
+        // "lease 694d8a1b2c3d4e5f granted with TTL(60s)"
+        out.split_whitespace()
+            .nth(1)
+            .unwrap_or_else(|| panic!("no lease in {out:?}"))
+            .to_owned()
+    }
+
     /// `etcdctl` against this etcd, with extra `args`; its stdout and stderr.
     pub fn ctl(&self, args: &[&str]) -> String {
         self.ctl_stdin(args, b"")
