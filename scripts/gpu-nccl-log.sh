@@ -36,7 +36,7 @@ grep -q "NCCL version" "${logs[@]}"
 "$py" - "$out/explain.json" <<'PY'
 import json, sys
 e = json.load(open(sys.argv[1]))
-assert e["schema"] == "gdpath.nccl/1"
+assert e["schema"] == "gdpath.nccl/2"
 assert e["job"]["version"], "the parser found no NCCL version"
 assert 0 in {int(r) for r in e["job"]["ranks"]}, "rank 0's init line was not read"
 print("ok:", e["job"]["version"], "findings:", [f["id"] for f in e["findings"]])

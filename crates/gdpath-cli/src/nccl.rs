@@ -27,7 +27,7 @@ struct ExplainOpts {
     /// Compare NCCL's choices with this machine (one topology source; none: the log alone).
     #[command(flatten)]
     source: SourceArgs,
-    /// Print JSON (schema gdpath.nccl/1) instead of text.
+    /// Print JSON (schema gdpath.nccl/2) instead of text.
     #[arg(long)]
     json: bool,
     /// List every rank, pair and evidence line.

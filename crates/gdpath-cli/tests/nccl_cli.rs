@@ -40,7 +40,7 @@ fn shm_on_an_nvlink_pair_is_explained_from_the_topology() {
         .unwrap();
     succeeded(&out);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(v["schema"], "gdpath.nccl/1");
+    assert_eq!(v["schema"], "gdpath.nccl/2");
     // Ranks 2 and 3 are GPUs 6 and 7 (NVML index in the log's brackets): NV18 on this HGX.
     let row = &v["pairs"][0];
     assert_eq!(row["class"], "SHM");

@@ -3,7 +3,7 @@
 //! their reason ([`Basis`]). The rules and their sources are in docs/nccl.md.
 
 use crate::parse::Transport;
-use crate::{Job, LineRef};
+use crate::{Job, LineRef, SAMPLE_LINES};
 use gdpath::finding::{ids, Area, Finding, FindingId, Status};
 use gdpath_doctor::nccl::NcclLevel;
 use gdpath_topo::text::escape;
@@ -13,7 +13,11 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 /// Schema name of the JSON document (`gdpath nccl --json`).
-pub const NCCL_SCHEMA: &str = "gdpath.nccl/1";
+pub const NCCL_SCHEMA: &str = "gdpath.nccl/2";
+
+/// Pairs and connections in the document (`pairs`, `job.connections`); findings are made from
+/// all of them, and the rest are counted (`pairs_more`, `connections_more`).
+pub const MAX_SHOWN: usize = 4096;
 
 /// Evidence lines kept per finding (the count of all is given).
 const EVIDENCE_LINES: usize = 6;
@@ -44,7 +48,7 @@ pub struct NcclFinding {
     pub basis: Basis,
     /// Why, in a sentence for the user.
     pub reason: String,
-    /// The first [`EVIDENCE_LINES`] lines that show it.
+    /// The first lines that show it, at most 6 (`EVIDENCE_LINES`).
     pub lines: Vec<Evidence>,
     /// How many lines show it in all.
     pub line_count: usize,
@@ -78,6 +82,8 @@ pub struct PairRow {
     pub src_gpu: Option<String>,
     /// The receiving rank's GPU in the topology, under the same conditions as `src_gpu`.
     pub dst_gpu: Option<String>,
+    /// The first lines naming it, at most [`SAMPLE_LINES`] in log order (`lines` counts all).
+    pub samples: Vec<LineRef>,
     /// The first line.
     pub first: LineRef,
 }
@@ -166,8 +172,13 @@ pub struct Explanation {
     pub schema: &'static str,
     /// What the logs say about the job.
     pub job: Job,
-    /// One row per (source rank, destination rank, `via`) seen.
+    /// One row per (source rank, destination rank, `via`) seen, the first [`MAX_SHOWN`] in
+    /// (source, destination, `via`) order.
     pub pairs: Vec<PairRow>,
+    /// Pairs past the first [`MAX_SHOWN`], counted only.
+    pub pairs_more: usize,
+    /// Connections of `job.connections` past the first [`MAX_SHOWN`], counted only.
+    pub connections_more: usize,
     /// Each rank's GPU ↔ NIC of its NET lines, when a topology was given (one row per rank,
     /// PXN sender, network, device and GDRDMA or not).
     pub nic_paths: Vec<NicPath>,
@@ -232,7 +243,7 @@ const ENV_OFF: [(&str, &str, Area, &str, &str); 3] = [
 /// Builds the table and the findings; with `topo`, NCCL's choices are compared with what
 /// the machine allows (reasons so found are marked [`Basis::Derived`]). The one topology is
 /// taken for every host of the job (a snapshot names no host), which `notes` says.
-pub fn explain(job: Job, topo: Option<&Topology>) -> Explanation {
+pub fn explain(mut job: Job, topo: Option<&Topology>) -> Explanation {
     let machine = topo.map(|t| &t.machine);
     let gpus: Vec<&Device> = machine.map(|m| m.gpus().collect()).unwrap_or_default();
     let mut notes: Vec<String> = Vec::new();
@@ -264,6 +275,9 @@ pub fn explain(job: Job, topo: Option<&Topology>) -> Explanation {
 
     let mut rows: BTreeMap<(u32, u32, String), PairRow> = BTreeMap::new();
     for c in &job.connections {
+        let Some(first) = c.first() else {
+            continue;
+        };
         let row = rows
             .entry((c.src, c.dst, c.via.clone()))
             .or_insert_with(|| {
@@ -297,13 +311,20 @@ pub fn explain(job: Job, topo: Option<&Topology>) -> Explanation {
                         .filter(|_| same == Some(true))
                         .map(|(_, _, b)| b.id.clone()),
                     topo_class: gpus.map(|(k, _, _)| k),
-                    first: c.at.clone(),
+                    samples: Vec::new(),
+                    first: first.clone(),
                 }
             });
-        row.lines += 1;
-        if let Err(i) = row.channels.binary_search(&c.channel) {
-            row.channels.insert(i, c.channel);
+        row.lines += c.lines as usize;
+        for ch in &c.channels {
+            if let Err(i) = row.channels.binary_search(ch) {
+                row.channels.insert(i, *ch);
+            }
         }
+        // A `[send]` and a `[receive]` connection of one pair: their samples in log order.
+        row.samples.extend(c.samples.iter().cloned());
+        row.samples.sort_by_key(|l| (l.file, l.line));
+        row.samples.truncate(SAMPLE_LINES);
     }
     let pairs: Vec<PairRow> = rows.into_values().collect();
 
@@ -311,6 +332,9 @@ pub fn explain(job: Job, topo: Option<&Topology>) -> Explanation {
     let mut nic_paths: BTreeMap<(u32, Option<u32>, String, u32, bool), NicPath> = BTreeMap::new();
     if let Some(m) = machine {
         for c in &job.connections {
+            let Some(first) = c.first() else {
+                continue;
+            };
             let Transport::Net {
                 net,
                 dev: Some(dev),
@@ -346,7 +370,7 @@ pub fn explain(job: Job, topo: Option<&Topology>) -> Explanation {
                     class: m.classify(gpu, nic).to_string(),
                     gdr: *gdr,
                     matched,
-                    first: c.at.clone(),
+                    first: first.clone(),
                 },
             );
         }
@@ -387,7 +411,7 @@ pub fn explain(job: Job, topo: Option<&Topology>) -> Explanation {
                 env(k).map(|v| v.0.as_str()).unwrap_or("")
             ),
             format!("unset {k} (NCCL then applies its default P2P level, PXB)"),
-            env_line(k).into_iter().collect(),
+            env_line(k).into_iter().collect::<Vec<_>>(),
         );
     }
     for (id, k, area, reason, remedy) in ENV_OFF {
@@ -405,7 +429,7 @@ pub fn explain(job: Job, topo: Option<&Topology>) -> Explanation {
                 Basis::Stated,
                 reason.into(),
                 remedy.into(),
-                env_line(k).into_iter().collect(),
+                env_line(k).into_iter().collect::<Vec<_>>(),
             );
         }
     }
@@ -466,7 +490,7 @@ pub fn explain(job: Job, topo: Option<&Topology>) -> Explanation {
             basis,
             format!("NCCL used shared host memory (SHM) between GPUs of a node: {reason}"),
             remedy,
-            row_lines(&shm, &job),
+            row_lines(&shm),
         );
     }
 
@@ -478,7 +502,7 @@ pub fn explain(job: Job, topo: Option<&Topology>) -> Explanation {
     if !intra.is_empty() {
         f.push("nccl.net-intra-node", Area::P2p, &pair_subject(&intra), Status::Degraded, Basis::Derived,
             "NCCL used the network between ranks whose log lines name the same host (derived from the host names: two machines with one name would look the same); P2P and SHM were off or refused".into(),
-            "check NCCL_P2P_DISABLE / NCCL_SHM_DISABLE and `gdpath p2p`; NET inside a node is the slowest path".into(), row_lines(&intra, &job));
+            "check NCCL_P2P_DISABLE / NCCL_SHM_DISABLE and `gdpath p2p`; NET inside a node is the slowest path".into(), row_lines(&intra));
     }
 
     // Sockets.
@@ -498,7 +522,7 @@ pub fn explain(job: Job, topo: Option<&Topology>) -> Explanation {
         f.push("nccl.socket-fallback", Area::Gdr, &pair_subject(&socket), Status::Degraded, basis,
             format!("NCCL moved data between nodes over TCP sockets through host memory: {reason}"),
             "use the nodes' RDMA NICs (IB/RoCE, or the EFA plugin on AWS): install rdma-core and the NCCL net plugin, check `ibv_devices`, unset NCCL_IB_DISABLE".into(),
-            row_lines(&socket, &job));
+            row_lines(&socket));
     }
 
     // A NIC across the CPU while one under the GPU's PCIe switch exists.
@@ -530,7 +554,7 @@ pub fn explain(job: Job, topo: Option<&Topology>) -> Explanation {
                     if far.len() > 1 { format!(" ({} rank↔NIC pairs in all)", far.len()) } else { String::new() },
                     if p.matched == "order" { "; assumed: the log lists no NCCL device names, so NET device N is taken as the topology's N-th NIC" } else { "" }),
                 "check that the near NIC is up and listed by `ibv_devices`, that NCCL_IB_HCA does not leave it out and NCCL_CROSS_NIC is unset; with rail-optimised networks PXN (NCCL_PXN_DISABLE unset) moves the data over NVLink to the GPU beside the NIC".into(),
-                far.iter().map(|(p, _)| p.first.clone()).collect());
+                far.iter().map(|(p, _)| p.first.clone()).collect::<Vec<_>>());
         }
     }
 
@@ -544,7 +568,7 @@ pub fn explain(job: Job, topo: Option<&Topology>) -> Explanation {
     let disabled: Vec<&crate::GdrDecision> = job
         .gdr
         .iter()
-        .filter(|g| !g.enabled && !g.at.text.contains("NET/Socket"))
+        .filter(|g| !g.enabled && g.net.as_deref() != Some("Socket"))
         .collect();
     if !no_gdr.is_empty() || !disabled.is_empty() {
         let reasons: Vec<&str> = disabled
@@ -594,10 +618,41 @@ pub fn explain(job: Job, topo: Option<&Topology>) -> Explanation {
         };
         let mut lines: Vec<LineRef> = disabled.iter().map(|g| g.at.clone()).collect();
         lines.extend(job.nic_distance.iter().cloned());
-        lines.extend(row_lines(&no_gdr, &job));
+        let lines = Proof::from(lines).and(row_lines(&no_gdr));
         f.push("nccl.gdr-off", Area::Gdr, &pair_subject(&no_gdr), Status::Degraded, basis,
             format!("NCCL's network transport ran without GPUDirect RDMA (through host bounce buffers): {reason}"),
             remedy, lines);
+    }
+
+    if !job.conflicts.is_empty() {
+        let named: Vec<String> = job
+            .conflicts
+            .iter()
+            .take(8)
+            .map(|c| {
+                format!(
+                    "rank {} {} {} ({}, kept) and {} (line {})",
+                    c.rank,
+                    c.what,
+                    c.kept,
+                    c.first
+                        .map(|l| format!("line {}", l.line))
+                        .unwrap_or_else(|| "first line".into()),
+                    c.other,
+                    c.at.line
+                )
+            })
+            .collect();
+        let mut ranks: Vec<u32> = job.conflicts.iter().map(|c| c.rank).collect();
+        ranks.sort_unstable();
+        ranks.dedup();
+        let ranks: Vec<String> = ranks.iter().map(u32::to_string).collect();
+        f.push("nccl.rank-gpu-conflict", Area::System, &format!("rank {}", ranks.join(",")), Status::Unknown, Basis::Stated,
+            format!("the log is inconsistent: it gives a rank two different GPUs, and the first is used: {}{}",
+                named.join("; "),
+                if job.conflicts.len() > named.len() { format!("; {} conflict(s) in all", job.conflicts.len()) } else { String::new() }),
+            "give the log of one job and one communicator (lines of several runs or jobs mixed in one file, or a corrupted log, give one rank two GPUs)".into(),
+            job.conflicts.iter().map(|c| c.at.clone()).collect::<Vec<_>>());
     }
 
     if job.connections.is_empty() {
@@ -620,11 +675,18 @@ pub fn explain(job: Job, topo: Option<&Topology>) -> Explanation {
     }
 
     let findings = f.list;
+    let mut pairs = pairs;
+    let pairs_more = pairs.len().saturating_sub(MAX_SHOWN);
+    pairs.truncate(MAX_SHOWN);
+    let connections_more = job.connections.len().saturating_sub(MAX_SHOWN);
+    job.connections.truncate(MAX_SHOWN);
     Explanation {
         schema: NCCL_SCHEMA,
         topology: topo.map(|t| t.description.clone()),
         job,
         pairs,
+        pairs_more,
+        connections_more,
         nic_paths,
         findings,
         notes,
@@ -680,17 +742,43 @@ fn pair_subject(rows: &[&PairRow]) -> String {
         .join(",")
 }
 
-/// Every connection line of the rows, in log order.
-fn row_lines(rows: &[&PairRow], job: &Job) -> Vec<LineRef> {
-    let keys: std::collections::BTreeSet<(u32, u32, &str)> = rows
-        .iter()
-        .map(|r| (r.src, r.dst, r.via.as_str()))
-        .collect();
-    job.connections
-        .iter()
-        .filter(|c| keys.contains(&(c.src, c.dst, c.via.as_str())))
-        .map(|c| c.at.clone())
-        .collect()
+/// A finding's lines: the first [`EVIDENCE_LINES`] kept, and how many show it in all.
+struct Proof {
+    lines: Vec<LineRef>,
+    count: usize,
+}
+
+impl From<Vec<LineRef>> for Proof {
+    fn from(mut lines: Vec<LineRef>) -> Proof {
+        let count = lines.len();
+        lines.truncate(EVIDENCE_LINES);
+        Proof { lines, count }
+    }
+}
+
+impl Proof {
+    /// `self`'s lines, then `more`'s.
+    fn and(mut self, more: Proof) -> Proof {
+        self.lines.extend(more.lines);
+        self.lines.truncate(EVIDENCE_LINES);
+        self.count += more.count;
+        self
+    }
+}
+
+/// The rows' first lines in log order (from their samples, of which the first
+/// [`EVIDENCE_LINES`] over all rows are always kept), and the count of all their lines.
+fn row_lines(rows: &[&PairRow]) -> Proof {
+    let mut lines: Vec<LineRef> = Vec::new();
+    for r in rows {
+        lines.extend(r.samples.iter().cloned());
+        lines.sort_by_key(|l| (l.file, l.line));
+        lines.truncate(EVIDENCE_LINES);
+    }
+    Proof {
+        lines,
+        count: rows.iter().map(|r| r.lines).sum(),
+    }
 }
 
 fn same_host(job: &Job, a: u32, b: u32) -> Option<bool> {
@@ -716,9 +804,12 @@ impl Findings<'_> {
         basis: Basis,
         reason: String,
         remedy: String,
-        lines: Vec<LineRef>,
+        lines: impl Into<Proof>,
     ) {
-        let line_count = lines.len();
+        let Proof {
+            lines,
+            count: line_count,
+        } = lines.into();
         // The evidence names the log file as given (escaped: a path is untrusted text).
         let evidence = match lines.first() {
             Some(l) => format!(
@@ -740,7 +831,7 @@ impl Findings<'_> {
             },
             basis,
             reason,
-            lines: lines.into_iter().take(EVIDENCE_LINES).collect(),
+            lines,
             line_count,
         });
     }
@@ -815,7 +906,7 @@ pub fn render_text(e: &Explanation, verbose: bool) -> String {
             );
         }
     }
-    let _ = writeln!(s, "\nPairs ({}):", e.pairs.len());
+    let _ = writeln!(s, "\nPairs ({}):", e.pairs.len() + e.pairs_more);
     let _ = writeln!(
         s,
         "  {:>6} {:>6}  {:<5} {:<28} {:>5}  {:<6} topology",
@@ -847,8 +938,15 @@ pub fn render_text(e: &Explanation, verbose: bool) -> String {
     if shown < e.pairs.len() {
         let _ = writeln!(
             s,
-            "  … {} more (--verbose lists all)",
-            e.pairs.len() - shown
+            "  … {} more (--verbose lists {})",
+            e.pairs.len() + e.pairs_more - shown,
+            e.pairs.len()
+        );
+    } else if e.pairs_more > 0 {
+        let _ = writeln!(
+            s,
+            "  … {} more past the first {MAX_SHOWN} (counted, not listed)",
+            e.pairs_more
         );
     }
     if !e.nic_paths.is_empty() {

@@ -3,7 +3,7 @@
 //! [`read_logs`] reads `NCCL_DEBUG=INFO` output (NCCL 2.4 to 2.32; one file per rank or all
 //! ranks interleaved; any prefix before NCCL's own; truncated, partial or binary text), bounded
 //! by [`Limits`]; [`Job`] is what the lines say (version, ranks, hosts, networks, every
-//! connection's transport, GDR decisions, environment overrides, P2P refusals); [`explain`]
+//! connection's transport, GDR decisions, environment overrides, P2P refusals); [`explain()`]
 //! turns it into a per-pair table and findings with stable ids (`nccl.*`), each with its log
 //! lines as evidence and its reason marked stated (by the log), derived (from the topology
 //! given) or unknown. The formats and the rules are in docs/nccl.md.
@@ -21,7 +21,7 @@ pub use explain::{
 
 use parse::{Direction, Transport};
 use serde::Serialize;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
@@ -35,7 +35,9 @@ pub struct Limits {
     pub max_lines: u64,
     /// Bytes of one line kept (default 4096); the rest of a longer line is skipped.
     pub max_line_bytes: usize,
-    /// Connection lines kept (default 10⁶); later ones are counted, not stored.
+    /// Distinct connections kept, each a (source rank, destination rank, direction, `via`)
+    /// with its line count, channels and at most [`SAMPLE_LINES`] sample lines (default 65536);
+    /// lines of further ones are counted, not stored.
     pub max_connections: usize,
     /// Distinct ranks kept (default 65536).
     pub max_ranks: usize,
@@ -49,7 +51,7 @@ impl Default for Limits {
             max_bytes_per_file: 256 << 20,
             max_lines: 4_000_000,
             max_line_bytes: 4096,
-            max_connections: 1_000_000,
+            max_connections: 65536,
             max_ranks: 65536,
             max_files: 4096,
         }
@@ -87,16 +89,51 @@ pub enum NcclError {
     },
 }
 
-/// A line of a log: which file, which line (1-based) and its text (as read, unescaped; escape
-/// it before showing it on a terminal).
+/// Sample lines kept per connection ([`Connection::samples`]); the rest are counted.
+pub const SAMPLE_LINES: usize = 8;
+
+/// Bytes of a kept line's text ([`LineRef::text`]): a sample, not the log.
+pub const SAMPLE_BYTES: usize = 512;
+
+/// Lines kept of each kind that is not a connection (GDR decisions, P2P refusals, `NIC
+/// distance` lines, rank conflicts); later ones are counted in [`Job::other_dropped`].
+pub const MAX_OTHER_LINES: usize = 1024;
+
+/// A line of a log: which file, which line (1-based) and at most [`SAMPLE_BYTES`] of its text
+/// (as read, unescaped; escape it before showing it on a terminal).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct LineRef {
     /// Index of the file in [`Job::files`].
     pub file: usize,
     /// Line number in it, 1-based.
     pub line: u64,
-    /// The line's text as read (unescaped).
+    /// The line's text as read (unescaped), cut to [`SAMPLE_BYTES`] at a character boundary.
     pub text: String,
+    /// Whether `text` was cut (the line is longer); absent from JSON when false.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub cut: bool,
+}
+
+impl LineRef {
+    /// A reference to line `line` of file `file`, keeping at most [`SAMPLE_BYTES`] of `text`.
+    pub fn new(file: usize, line: u64, text: &str) -> LineRef {
+        let kept = cut(text);
+        LineRef {
+            file,
+            line,
+            text: kept.to_owned(),
+            cut: kept.len() < text.len(),
+        }
+    }
+}
+
+/// The first [`SAMPLE_BYTES`] of `text`, cut at a character boundary.
+fn cut(text: &str) -> &str {
+    let mut end = text.len().min(SAMPLE_BYTES);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
 }
 
 /// What is known of one rank.
@@ -114,34 +151,44 @@ pub struct RankInfo {
     pub pci: Option<String>,
 }
 
-/// One connection line.
+/// One connection as the log names it: a (source rank, destination rank, direction, `via`)
+/// and every line naming it, kept as a count, the channels and at most [`SAMPLE_LINES`]
+/// sample lines, so that what is kept grows with the distinct connections, not the log.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct ConnLine {
-    /// The line.
-    pub at: LineRef,
-    /// Channel (or ring, in 2.4) number.
-    pub channel: u32,
+pub struct Connection {
     /// Sending rank.
     pub src: u32,
     /// Receiving rank.
     pub dst: u32,
     /// `[send]` or `[receive]` on NET lines; `None` on P2P and SHM lines.
     pub dir: Option<Direction>,
-    /// The text after `via`, trimmed.
+    /// The text after `via`, trimmed (at most [`SAMPLE_BYTES`] of it).
     pub via: String,
     /// The transport that text names.
     pub transport: Transport,
+    /// Lines naming it.
+    pub lines: u64,
+    /// Channels (or rings, in 2.4) named, ascending.
+    pub channels: Vec<u32>,
+    /// The first lines naming it, at most [`SAMPLE_LINES`], in log order (`lines` counts all).
+    pub samples: Vec<LineRef>,
 }
 
-impl ConnLine {
-    /// The rank that wrote the line, whose GPU and network device it names: the receiver of a
-    /// `[receive]` line, else the sender (NCCL logs P2P and SHM connections on the sending side).
+impl Connection {
+    /// The rank that wrote the lines, whose GPU and network device they name: the receiver of
+    /// a `[receive]` line, else the sender (NCCL logs P2P and SHM connections on the sending
+    /// side).
     pub fn logger(&self) -> u32 {
         if self.dir == Some(Direction::Receive) {
             self.dst
         } else {
             self.src
         }
+    }
+
+    /// The first line naming it (`None` only for a connection built without samples).
+    pub fn first(&self) -> Option<&LineRef> {
+        self.samples.first()
     }
 }
 
@@ -152,6 +199,8 @@ pub struct GdrDecision {
     pub at: LineRef,
     /// `Enabled` (true) or `Disabled` (false).
     pub enabled: bool,
+    /// The network plugin's name, where the line has a `NET/<net> :` prefix (2.8 on).
+    pub net: Option<String>,
     /// NCCL's HCA number, if printed.
     pub hca: Option<u32>,
     /// The HCA's RDMA device name (`mlx5_0`), if printed (2.8 on).
@@ -160,6 +209,32 @@ pub struct GdrDecision {
     pub gpu: Option<String>,
     /// The parenthesised reason NCCL gave (`no module`, `distance 7 > 4`), if any.
     pub reason: Option<String>,
+}
+
+/// Where a line is, without its text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct LineNo {
+    /// Index of the file in [`Job::files`].
+    pub file: usize,
+    /// Line number in it, 1-based.
+    pub line: u64,
+}
+
+/// A rank the log gives two different GPUs: the first value is kept in [`Job::ranks`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RankConflict {
+    /// The rank.
+    pub rank: u32,
+    /// What differs: `nvml_dev` or `pci`.
+    pub what: &'static str,
+    /// The value kept (first seen).
+    pub kept: String,
+    /// The other value, not kept.
+    pub other: String,
+    /// The line that gave the kept value, where known.
+    pub first: Option<LineNo>,
+    /// The line that gave the other value.
+    pub at: LineRef,
 }
 
 /// What the log lines say about the job.
@@ -177,8 +252,8 @@ pub struct Job {
     pub hosts: BTreeSet<String>,
     /// `Using network X` and the networks of NET connections.
     pub networks: BTreeSet<String>,
-    /// Connection lines, up to [`Limits::max_connections`].
-    pub connections: Vec<ConnLine>,
+    /// Connections in the order first seen, up to [`Limits::max_connections`].
+    pub connections: Vec<Connection>,
     /// GDR decision lines.
     pub gdr: Vec<GdrDecision>,
     /// `NCCL_*` set by the environment (or `nccl.conf`), first value and line each.
@@ -198,8 +273,14 @@ pub struct Job {
     pub bytes_read: u64,
     /// Lines with bytes that are not UTF-8 (read lossily) or control characters.
     pub binary_lines: u64,
-    /// Connection lines beyond [`Limits::max_connections`] (counted only).
+    /// Connection lines of connections beyond [`Limits::max_connections`] (counted only).
     pub connections_dropped: u64,
+    /// Ranks the log gives two different GPUs (NVML index or bus id), the first kept; at most
+    /// [`MAX_OTHER_LINES`].
+    pub conflicts: Vec<RankConflict>,
+    /// GDR decisions, P2P refusals, `NIC distance` lines and rank conflicts beyond
+    /// [`MAX_OTHER_LINES`] each (counted only).
+    pub other_dropped: u64,
     /// Which limit stopped the reading, if one did.
     pub truncated: Vec<String>,
 }
@@ -266,6 +347,12 @@ fn path_name(p: &Path) -> String {
 struct Parser {
     limits: Limits,
     job: Job,
+    /// Index in `job.connections` of each (src, dst, dir, via).
+    seen: HashMap<(u32, u32, Option<Direction>, String), usize>,
+    /// The line that first gave each rank's NVML index and bus id.
+    gpu_from: HashMap<(u32, &'static str), LineNo>,
+    /// The (rank, what, other value) of the conflicts kept, so that a repeat is not kept twice.
+    conflicts_seen: HashSet<(u32, &'static str, String)>,
 }
 
 impl Parser {
@@ -273,6 +360,9 @@ impl Parser {
         Parser {
             limits,
             job: Job::default(),
+            seen: HashMap::new(),
+            gpu_from: HashMap::new(),
+            conflicts_seen: HashSet::new(),
         }
     }
 
@@ -327,11 +417,8 @@ impl Parser {
         {
             self.job.binary_lines += 1;
         }
-        let at = || LineRef {
-            file,
-            line,
-            text: text.to_owned(),
-        };
+        let at = || LineRef::new(file, line, text);
+        let no = LineNo { file, line };
         if self.job.version.is_none() {
             if let Some(v) = parse::version(text) {
                 self.job.version = Some(v);
@@ -352,33 +439,36 @@ impl Parser {
             }
         }
         if let Some(c) = parse::connection(msg) {
-            self.connection(c, &s.prefix, at());
+            self.connection(c, &s.prefix, no, at);
         } else if let Some(g) = parse::gdr(msg) {
-            self.job.gdr.push(GdrDecision {
+            let d = GdrDecision {
                 at: at(),
                 enabled: g.enabled,
+                net: g.net,
                 hca: g.hca,
                 hca_name: g.hca_name,
                 gpu: g.gpu,
                 reason: g.reason,
-            });
-            bound(&mut self.job.gdr, self.limits.max_connections);
+            };
+            keep(&mut self.job.gdr, d, &mut self.job.other_dropped);
         } else if let Some((k, v)) = parse::env(msg) {
             if !self.job.env.contains_key(&k) && self.job.env.len() < 256 {
                 self.job.env.insert(k, (v, at()));
             }
         } else if let Some((a, b)) = parse::p2p_refused(msg) {
-            self.job.p2p_refused.push((a, b, at()));
-            bound(&mut self.job.p2p_refused, self.limits.max_connections);
+            keep(
+                &mut self.job.p2p_refused,
+                (a, b, at()),
+                &mut self.job.other_dropped,
+            );
         } else if let Some(c) = parse::comm(msg) {
             if let Some(rank) = c.rank {
                 self.job.nranks = self.job.nranks.or(c.nranks);
+                let pci = c.bus_id.as_deref().and_then(parse::bus_id_to_pci);
+                self.gpu(rank, "nvml_dev", c.nvml_dev.map(|d| d.to_string()), no, &at);
+                self.gpu(rank, "pci", pci, no, &at);
                 if let Some(info) = self.rank(rank) {
                     info.cuda_dev = info.cuda_dev.or(c.cuda_dev);
-                    info.nvml_dev = info.nvml_dev.or(c.nvml_dev);
-                    if info.pci.is_none() {
-                        info.pci = c.bus_id.as_deref().and_then(parse::bus_id_to_pci);
-                    }
                     if info.host.is_none() {
                         info.host = s.prefix.host.clone();
                         info.pid = s.prefix.pid;
@@ -395,8 +485,12 @@ impl Parser {
             if self.job.networks.len() < 16 {
                 self.job.networks.insert(n);
             }
-        } else if msg.contains("NIC distance :") && self.job.nic_distance.len() < 1024 {
-            self.job.nic_distance.push(at());
+        } else if msg.contains("NIC distance :") {
+            keep(
+                &mut self.job.nic_distance,
+                at(),
+                &mut self.job.other_dropped,
+            );
         }
     }
 
@@ -408,15 +502,13 @@ impl Parser {
         Some(self.job.ranks.entry(rank).or_default())
     }
 
-    fn connection(&mut self, c: parse::Connection, prefix: &parse::Prefix, at: LineRef) {
-        if self.job.connections.len() >= self.limits.max_connections {
-            self.job.connections_dropped += 1;
-            self.note_truncated(format!(
-                "more than {} connection lines (the rest counted, not kept)",
-                self.limits.max_connections
-            ));
-            return;
-        }
+    fn connection(
+        &mut self,
+        c: parse::Connection,
+        prefix: &parse::Prefix,
+        no: LineNo,
+        at: impl Fn() -> LineRef,
+    ) {
         // The rank that wrote the line: the receiver of a `[receive]` line, else the sender
         // (NCCL logs P2P and SHM connections on the sending side).
         let logger = if c.dir == Some(Direction::Receive) {
@@ -426,16 +518,16 @@ impl Parser {
         };
         // Before 2.12 the tag is a bus id (hex, more than two digits); after, a device index.
         for p in [&c.src, &c.dst] {
-            let tag = p.tag.clone();
+            if let Some(t) = &p.tag {
+                if t.len() > 2 {
+                    self.gpu(p.rank, "pci", parse::bus_id_to_pci(t), no, &at);
+                } else {
+                    let nvml = t.parse::<u32>().ok().map(|d| d.to_string());
+                    self.gpu(p.rank, "nvml_dev", nvml, no, &at);
+                }
+            }
             let is_logger = p.rank == logger;
             if let Some(info) = self.rank(p.rank) {
-                if let Some(t) = &tag {
-                    if t.len() > 2 && info.pci.is_none() {
-                        info.pci = parse::bus_id_to_pci(t);
-                    } else if t.len() <= 2 && info.nvml_dev.is_none() {
-                        info.nvml_dev = t.parse().ok();
-                    }
-                }
                 if is_logger && info.host.is_none() {
                     info.host = prefix.host.clone();
                     info.pid = prefix.pid;
@@ -443,31 +535,115 @@ impl Parser {
                 }
             }
         }
-        let transport = parse::transport(&c.via);
+        // A `via` longer than a sample is no NCCL transport; cut, it still names one connection.
+        let via = cut(&c.via).to_owned();
+        let key = (c.src.rank, c.dst.rank, c.dir, via);
+        if let Some(&i) = self.seen.get(&key) {
+            let Some(kept) = self.job.connections.get_mut(i) else {
+                return;
+            };
+            kept.lines += 1;
+            if let Err(at_) = kept.channels.binary_search(&c.channel) {
+                kept.channels.insert(at_, c.channel);
+            }
+            if kept.samples.len() < SAMPLE_LINES {
+                kept.samples.push(at());
+            }
+            return;
+        }
+        if self.job.connections.len() >= self.limits.max_connections {
+            self.job.connections_dropped += 1;
+            self.note_truncated(format!(
+                "more than {} distinct connections (the lines of the rest counted, not kept)",
+                self.limits.max_connections
+            ));
+            return;
+        }
+        let transport = parse::transport(&key.3);
         if let Transport::Net { net, .. } = &transport {
             if self.job.networks.len() < 16 {
                 self.job.networks.insert(net.clone());
             }
         }
-        self.job.connections.push(ConnLine {
-            at,
-            channel: c.channel,
-            src: c.src.rank,
-            dst: c.dst.rank,
-            dir: c.dir,
-            via: c.via,
+        self.seen.insert(key.clone(), self.job.connections.len());
+        self.job.connections.push(Connection {
+            src: key.0,
+            dst: key.1,
+            dir: key.2,
+            via: key.3,
             transport,
+            lines: 1,
+            channels: vec![c.channel],
+            samples: vec![at()],
         });
     }
 
-    fn finish(self) -> Job {
+    /// Records rank `rank`'s GPU as `what` (`nvml_dev` or `pci`) gives it on line `no`: the
+    /// first value is kept, and a different later one is a conflict (the log is inconsistent).
+    fn gpu(
+        &mut self,
+        rank: u32,
+        what: &'static str,
+        value: Option<String>,
+        no: LineNo,
+        at: &impl Fn() -> LineRef,
+    ) {
+        let Some(value) = value else {
+            return;
+        };
+        let Some(info) = self.rank(rank) else {
+            return;
+        };
+        let kept = match what {
+            "pci" => info.pci.clone(),
+            _ => info.nvml_dev.map(|d| d.to_string()),
+        };
+        let Some(kept) = kept else {
+            match what {
+                "pci" => info.pci = Some(value),
+                _ => info.nvml_dev = value.parse().ok(),
+            }
+            self.gpu_from.insert((rank, what), no);
+            return;
+        };
+        if kept == value || self.conflicts_seen.contains(&(rank, what, value.clone())) {
+            return;
+        }
+        if self.conflicts_seen.len() < MAX_OTHER_LINES {
+            self.conflicts_seen.insert((rank, what, value.clone()));
+        }
+        let conflict = RankConflict {
+            rank,
+            what,
+            kept,
+            other: value,
+            first: self.gpu_from.get(&(rank, what)).copied(),
+            at: at(),
+        };
+        keep(
+            &mut self.job.conflicts,
+            conflict,
+            &mut self.job.other_dropped,
+        );
+    }
+
+    fn finish(mut self) -> Job {
+        if self.job.other_dropped > 0 {
+            self.note_truncated(format!(
+                "{} GDR, P2P refusal, NIC distance or rank conflict line(s) past the first {} of their kind counted, not kept",
+                self.job.other_dropped, MAX_OTHER_LINES
+            ));
+        }
         self.job
     }
 }
 
-fn bound<T>(v: &mut Vec<T>, max: usize) {
-    if v.len() > max {
-        v.pop();
+/// Pushes `item` onto `v` unless it holds [`MAX_OTHER_LINES`] already; then counts it.
+fn keep<T>(v: &mut Vec<T>, item: T, dropped: &mut u64) {
+    if v.len() < MAX_OTHER_LINES {
+        v.push(item);
+    } else {
+        *dropped += 1;
     }
 }
 

@@ -102,7 +102,7 @@ fn prefix(head: &str) -> Prefix {
 }
 
 /// Direction marker of a NET connection line (`[send]`, `[receive]`): which side logged it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Direction {
     /// `[send]`: the sending rank logged the line.
@@ -481,9 +481,13 @@ pub fn network(msg: &str) -> Option<String> {
 }
 
 /// A NCCL PCI bus id as logged (`c7000`, `100000`: domain << 20 | bus << 12 | dev << 4 | fn)
-/// in the `dddd:bb:dd.f` form sysfs uses.
+/// in the `dddd:bb:dd.f` form sysfs uses; `None` for one no PCI device can have (a domain over
+/// 32 bits, a device over 31, a function over 7), which is unparsable, not kept.
 pub fn bus_id_to_pci(hex: &str) -> Option<String> {
     let v = u64::from_str_radix(hex, 16).ok()?;
+    if v >> 20 > u64::from(u32::MAX) || (v >> 4) & 0xff > 0x1f || v & 0xf > 7 {
+        return None;
+    }
     Some(format!(
         "{:04x}:{:02x}:{:02x}.{:x}",
         v >> 20,
@@ -586,6 +590,10 @@ mod tests {
         );
         assert_eq!(bus_id_to_pci("c7000").as_deref(), Some("0000:c7:00.0"));
         assert_eq!(bus_id_to_pci("201c0").as_deref(), Some("0000:20:1c.0"));
+        // From a hostile log (issue 42): no PCI device has these.
+        for bad in ["fffffffffffffff", "ffffffff", "fff", "c7008"] {
+            assert_eq!(bus_id_to_pci(bad), None, "{bad}");
+        }
         let c = comm("comm 0x9ffe0160 rank 0 nranks 4 cudaDev 0 nvmlDev 0 busId 100000 commId 0x1e - Init START").unwrap();
         assert_eq!(
             (c.rank, c.nranks, c.bus_id.as_deref()),

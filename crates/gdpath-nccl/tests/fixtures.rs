@@ -343,7 +343,7 @@ fn truncated_binary_and_interleaved_logs_parse() {
 #[test]
 fn a_million_lines_stay_within_the_caps() {
     // 10^6 lines generated here; the caps are reported as a finding, and what is kept is
-    // bounded by construction (max_connections rows, max_line_bytes per line).
+    // bounded by construction (max_connections distinct connections, max_line_bytes per line).
     let mut log = Vec::with_capacity(80 << 20);
     for i in 0..1_000_000u32 {
         log.extend_from_slice(
@@ -383,4 +383,132 @@ fn a_million_lines_stay_within_the_caps() {
     // A line of 1 MiB keeps max_line_bytes of it.
     let job = parse_logs(&[("long", &long)], Limits::default());
     assert_eq!(job.lines_read, 1);
+}
+
+#[test]
+fn what_is_kept_grows_with_the_pairs_not_the_log() {
+    // Issue 42: 10^6 connection lines of 64 pairs, each line padded to about 200 bytes, gave a
+    // JSON document larger than the log; what is kept must not depend on the line count.
+    let pad = "x".repeat(120);
+    let mut log = Vec::with_capacity(200 << 20);
+    for i in 0..1_000_000u32 {
+        let (a, b) = (i % 8, (i / 8) % 8);
+        log.extend_from_slice(
+            format!(
+                "algo-1:1:1 [{a}] NCCL INFO Channel {:02}/0 : {a}[{a}] -> {b}[{b}] via P2P/CUMEM/read {pad}\n",
+                i % 32
+            )
+            .as_bytes(),
+        );
+    }
+    let e = explain(parse_logs(&[("million", &log)], Limits::default()), None);
+    assert_eq!(e.pairs.len(), 64);
+    assert_eq!(
+        e.pairs.iter().map(|r| r.lines).sum::<usize>(),
+        1_000_000,
+        "every line is counted"
+    );
+    let samples: usize = e.job.connections.iter().map(|c| c.samples.len()).sum();
+    assert!(
+        samples <= 64 * gdpath_nccl::SAMPLE_LINES,
+        "{samples} lines' text kept, not every line's"
+    );
+    assert!(e
+        .pairs
+        .iter()
+        .all(|r| r.samples.len() == gdpath_nccl::SAMPLE_LINES));
+    let json = serde_json::to_string_pretty(&e).unwrap();
+    assert!(json.len() < 1 << 20, "JSON of {} bytes", json.len());
+    let text = gdpath_nccl::explain::render_text(&e, true);
+    assert!(text.len() < 64 << 10, "text of {} bytes", text.len());
+}
+
+#[test]
+fn a_kept_line_is_cut_to_a_sample() {
+    // A 4000-byte `via` (the line cap is 4096): its sample and its `via` are cut to 512 bytes.
+    let log = format!(
+        "h:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/{}\n",
+        "é".repeat(2000)
+    );
+    let e = explain(
+        parse_logs(&[("long", log.as_bytes())], Limits::default()),
+        None,
+    );
+    let c = &e.job.connections[0];
+    assert!(c.via.len() <= gdpath_nccl::SAMPLE_BYTES, "{}", c.via.len());
+    let first = c.first().unwrap();
+    assert!(first.cut && first.text.len() <= gdpath_nccl::SAMPLE_BYTES);
+    assert!(first.text.ends_with('é'), "cut at a character boundary");
+}
+
+#[test]
+fn a_rank_given_two_gpus_keeps_the_first_and_says_so() {
+    // Lines of /tmp/review-keep/ranges.log (issue 42): rank 1 is NVML 99 on line 2 and NVML 1
+    // on line 4; line 8 gives bus ids no PCI device has.
+    let log = "\
+algo-1:1:1 [0] NCCL INFO NCCL version 2.21.5+cuda12.4
+algo-1:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[99] via P2P/IPC
+algo-1:1:1 [0] NCCL INFO Channel 00/0 : 99999[255] -> 0[0] via P2P/IPC
+algo-1:1:1 [0] NCCL INFO Channel 00/0 : 4294967295[0] -> 1[1] via P2P/IPC
+algo-1:1:1 [0] NCCL INFO Channel 00/0 : 18446744073709551615[1] -> 2[2] via P2P/IPC
+algo-1:1:1 [0] NCCL INFO Channel 00/0 : -1[1] -> 2[2] via P2P/IPC
+algo-1:1:1 [0] NCCL INFO Channel 00/0 : 5[3] -> 5[3] via P2P/IPC
+algo-1:1:1 [0] NCCL INFO Channel 00/0 : 0[ffffffff] -> 1[fffffffffffffff] via P2P/IPC
+algo-1:1:1 [0] NCCL INFO comm 0x1 rank 3 nranks 8 cudaDev 3 nvmlDev 3 busId 4e000 - Init START
+algo-1:1:1 [0] NCCL INFO comm 0x1 rank 3 nranks 8 cudaDev 3 nvmlDev 3 busId 4f000 - Init START
+";
+    let e = explain(
+        parse_logs(&[("ranges", log.as_bytes())], Limits::default()),
+        None,
+    );
+    let r1 = &e.job.ranks[&1];
+    assert_eq!(r1.nvml_dev, Some(99), "the first kept");
+    assert_eq!(r1.pci, None, "fffffffffffffff is no bus id");
+    assert_eq!(e.job.ranks[&0].pci, None, "ffffffff is no bus id");
+    assert_eq!(e.job.ranks[&3].pci.as_deref(), Some("0000:4e:00.0"));
+    let f = finding(&e, "nccl.rank-gpu-conflict");
+    assert_eq!(f.basis, Basis::Stated);
+    let lines: Vec<u64> = f.lines.iter().map(|l| l.line).collect();
+    assert_eq!(lines, [4, 10], "the lines of the other values");
+    assert!(
+        f.reason
+            .contains("rank 1 nvml_dev 99 (line 2, kept) and 1 (line 4)"),
+        "{}",
+        f.reason
+    );
+    assert!(
+        f.reason
+            .contains("rank 3 pci 0000:4e:00.0 (line 9, kept) and 0000:4f:00.0 (line 10)"),
+        "{}",
+        f.reason
+    );
+    assert_eq!(f.finding.subject, "rank 1,3");
+}
+
+#[test]
+fn many_distinct_pairs_are_counted_past_the_first_shown() {
+    // Issue 42's manyranks.log: 60000 pairs of one line each, a 4.7 MB log, gave 81 MB of JSON.
+    let mut log = String::new();
+    for a in 0..60_000u32 {
+        log.push_str(&format!(
+            "algo-1:1:1 [0] NCCL INFO Channel 00/0 : {a}[{}] -> {}[{}] via P2P/IPC/{a}\n",
+            a % 8,
+            a + 1,
+            (a + 1) % 8
+        ));
+    }
+    let e = explain(
+        parse_logs(&[("many", log.as_bytes())], Limits::default()),
+        None,
+    );
+    let shown = gdpath_nccl::explain::MAX_SHOWN;
+    assert_eq!(e.pairs.len(), shown);
+    assert_eq!(e.pairs_more, 60_000 - shown);
+    assert_eq!(e.job.connections.len(), shown);
+    assert_eq!(e.connections_more, 60_000 - shown);
+    let json = serde_json::to_string_pretty(&e).unwrap();
+    assert!(json.len() < 16 << 20, "JSON of {} bytes", json.len());
+    let text = gdpath_nccl::explain::render_text(&e, false);
+    assert!(text.contains("Pairs (60000)"), "the count of all");
+    assert!(text.contains(&format!("… {} more (--verbose lists {shown})", 60_000 - 64)));
 }

@@ -150,11 +150,12 @@ pub fn html(e: &Explanation) -> String {
         );
     }
     o.push_str("</tbody></table>");
-    if e.pairs.len() > MAX_ROWS {
+    if e.pairs.len() + e.pairs_more > MAX_ROWS {
         let _ = write!(
             o,
-            "<p class=\"hint\">… {} more pairs (<code>gdpath nccl --verbose</code> lists all).</p>",
-            e.pairs.len() - MAX_ROWS
+            "<p class=\"hint\">… {} more pairs (<code>gdpath nccl --verbose</code> lists the first {}).</p>",
+            e.pairs.len() + e.pairs_more - MAX_ROWS,
+            gdpath_nccl::explain::MAX_SHOWN
         );
     }
     if !e.nic_paths.is_empty() {

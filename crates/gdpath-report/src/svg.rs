@@ -23,6 +23,8 @@ pub fn text_width(text: &str, size: f64) -> f64 {
 
 /// `text` cut to at most `max_px` wide at `size` px, with `…` when cut.
 pub fn fit(text: &str, size: f64, max_px: f64) -> String {
+    // Measured as shown: a hidden character takes the width of its `\u{…}`.
+    let text = &visible(text);
     let max = (max_px / (ADVANCE * size)).floor().max(1.0) as usize;
     let n = text.chars().count();
     if n <= max {
@@ -33,7 +35,11 @@ pub fn fit(text: &str, size: f64, max_px: f64) -> String {
     s
 }
 
-/// Escapes text for XML content and attribute values.
+/// Escapes text for XML content and attribute values: the page's one rule for every text,
+/// untrusted or not. Markup characters become entities, and characters that act instead of
+/// showing ([`gdpath_topo::text::hidden`]: controls XML 1.0 forbids, bidi overrides and
+/// isolates that would reorder a label, zero-width characters) are written visibly as
+/// `\u{202e}`, as the terminal rule does; tab and newlines are kept.
 pub fn esc(s: &str) -> String {
     let mut o = String::with_capacity(s.len());
     for c in s.chars() {
@@ -43,12 +49,29 @@ pub fn esc(s: &str) -> String {
             '>' => o.push_str("&gt;"),
             '"' => o.push_str("&quot;"),
             '\'' => o.push_str("&#39;"),
-            // Characters XML 1.0 forbids (control characters other than tab and newlines).
-            c if (c as u32) < 0x20 && !matches!(c, '\t' | '\n' | '\r') => o.push(' '),
-            c => o.push(c),
+            c => push_visible(&mut o, c),
         }
     }
     o
+}
+
+/// `s` with every hidden character ([`gdpath_topo::text::hidden`]) written as `\u{…}`, as
+/// [`esc`] shows it: the text a label's width is measured on.
+pub fn visible(s: &str) -> String {
+    let mut o = String::with_capacity(s.len());
+    for c in s.chars() {
+        push_visible(&mut o, c);
+    }
+    o
+}
+
+/// Pushes `c`, or `\u{…}` for a hidden character other than tab and newlines.
+fn push_visible(o: &mut String, c: char) {
+    if gdpath_topo::text::hidden(c) && !matches!(c, '\t' | '\n' | '\r') {
+        let _ = write!(o, "\\u{{{:x}}}", c as u32);
+    } else {
+        o.push(c);
+    }
 }
 
 /// An axis-aligned rectangle, px.
@@ -123,7 +146,8 @@ pub struct Text {
     pub size: f64,
     /// How the text sits on `x`.
     pub anchor: Anchor,
-    /// The text (escaped when written).
+    /// The text as shown (hidden characters written `\u{…}` by [`visible`]; markup escaped
+    /// when written).
     pub text: String,
     /// CSS class of the `<text>` element.
     pub class: &'static str,
@@ -140,7 +164,7 @@ impl Text {
             y,
             size,
             anchor: Anchor::Start,
-            text: text.into(),
+            text: visible(&text.into()),
             class,
             fill: None,
         }
@@ -221,7 +245,13 @@ mod tests {
 
     #[test]
     fn escaping_and_fitting() {
-        assert_eq!(esc("a<b & \"c\"\u{1}"), "a&lt;b &amp; &quot;c&quot; ");
+        assert_eq!(esc("a<b & \"c\"\u{1}"), "a&lt;b &amp; &quot;c&quot;\\u{1}");
+        // Issue 42: a bidi override or isolate in a log's `via` reordered the label shown.
+        assert_eq!(
+            esc("P2P/\u{202e}\u{2066}bidi\u{200b}\u{7f}\u{85}"),
+            "P2P/\\u{202e}\\u{2066}bidi\\u{200b}\\u{7f}\\u{85}"
+        );
+        assert_eq!(esc("NVIDIA → é e\u{301} 東"), "NVIDIA → é e\u{301} 東");
         assert_eq!(fit("NVIDIA A100-SXM4-40GB", 10.0, 60.0), "NVIDIA A…");
         assert_eq!(fit("GPU0", 10.0, 60.0), "GPU0");
         let t = Text::new(10.0, 20.0, 10.0, "abcd", "x").anchored(Anchor::Middle);

@@ -9,6 +9,11 @@ use gdpath_topo::Source;
 
 /// The page for the p4d.24xlarge's NCCL topology with one vendored log.
 fn page(log: &str) -> String {
+    page_of(fixture(&format!("nccl/{log}")))
+}
+
+/// The page for the p4d.24xlarge's NCCL topology with the log at `log`.
+fn page_of(log: std::path::PathBuf) -> String {
     let dir = tempfile::tempdir().unwrap();
     let opts = Options {
         source: Source::NcclXml(fixture("nccl-xml/nccl-aws-p4d-24xl-topo.xml")),
@@ -16,7 +21,7 @@ fn page(log: &str) -> String {
         from: Vec::new(),
         measure: false,
         argv: vec!["gdpath".into(), "report".into()],
-        nccl_logs: vec![fixture(&format!("nccl/{log}"))],
+        nccl_logs: vec![log],
     };
     gdpath_report::report(&opts).unwrap()
 }
@@ -123,4 +128,39 @@ fn pairs_between_hosts_are_not_drawn_on_one_machine() {
     assert!(html.contains("(PXN proxy for rank 1)"), "PXN row");
     let doc = parse(&html);
     assert_lines_clear(machine_svg(&doc), "p4d + issue 321");
+}
+
+#[test]
+fn format_characters_from_the_log_are_shown_not_obeyed() {
+    // Issue 42: a right-to-left override and an isolate in a `via` (and in the log's name)
+    // reached the mark's data-via, tooltip and label raw, reordering what the label shows.
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("rank\u{202e}gol.txt");
+    std::fs::write(
+        &log,
+        "h:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/\u{202e}\u{2066}bidi\u{200b}/read\n",
+    )
+    .unwrap();
+    let html = page_of(log);
+    for c in ['\u{202e}', '\u{2066}', '\u{200b}'] {
+        assert!(!html.contains(c), "{:?} raw in the page", c);
+    }
+    let got = marks(&html);
+    assert_eq!(got.len(), 1, "{got:?}");
+    let shown = r"P2P/\u{202e}\u{2066}bidi\u{200b}/read";
+    assert_eq!(got[0].2, shown, "data-via");
+    assert!(got[0].4.contains(shown), "label {}", got[0].4);
+    let doc = parse(&html);
+    let title = machine_svg(&doc)
+        .descendants()
+        .find(|n| n.attribute("class") == Some("nccl-mark"))
+        .and_then(|g| g.children().find(|c| c.has_tag_name("title")))
+        .and_then(|t| t.text())
+        .unwrap_or_default()
+        .to_owned();
+    assert!(title.contains(shown), "tooltip {title}");
+    assert!(
+        html.contains(r"rank\u{202e}gol.txt"),
+        "the log's name shown escaped"
+    );
 }

@@ -45,6 +45,21 @@ pub fn escape<S: AsRef<OsStr> + ?Sized>(s: &S) -> String {
     out
 }
 
+/// Whether `c` is a character that acts instead of showing: a C0 or C1 control, DEL, or a
+/// Unicode format, line/paragraph separator, private-use or unassigned character (bidi
+/// overrides and isolates U+202E, U+2066, zero-width U+200B…), the characters [`escape`]
+/// writes as `\u{…}` (Rust's `{:?}` rule; a combining mark after a base character is shown).
+/// For output that is not a terminal (an HTML page) that must make the same characters visible.
+pub fn hidden(c: char) -> bool {
+    if c.is_ascii() {
+        return c.is_ascii_control();
+    }
+    // `{:?}` escapes a combining mark only at the start of a string, so ask after a letter.
+    let mut buf = [b'a'; 5];
+    let n = c.encode_utf8(&mut buf[1..]).len();
+    std::str::from_utf8(&buf[..1 + n]).map_or(true, |s| s.escape_debug().count() > 2)
+}
+
 /// A character [`escape`] keeps without asking `{:?}`: printable ASCII but the backslash.
 fn plain(c: char) -> bool {
     matches!(c, ' '..='~') && c != '\\'
@@ -73,7 +88,7 @@ pub fn format_size(bytes: u64) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::escape;
+    use super::{escape, hidden};
     use std::ffi::OsStr;
     use std::os::unix::ffi::OsStrExt;
 
@@ -93,6 +108,19 @@ mod tests {
         // characters.
         assert_eq!(escape("say \"hi\" it's"), "say \"hi\" it's");
         assert_eq!(escape("a\\nb\\\"c"), "a\\\\nb\\\\\"c");
+    }
+
+    #[test]
+    fn hidden_is_what_escape_escapes() {
+        for c in [
+            '\u{202e}', '\u{2066}', '\u{200b}', '\u{85}', '\u{1b}', '\u{7f}', '\u{2028}',
+        ] {
+            assert!(hidden(c), "{c:?}");
+            assert_ne!(escape(&c.to_string()), c.to_string(), "{c:?}");
+        }
+        for c in ['a', ' ', 'é', '→', '中', '\u{301}'] {
+            assert!(!hidden(c), "{c:?}");
+        }
     }
 
     #[test]
