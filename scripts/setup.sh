@@ -41,4 +41,10 @@ if [ ! -x .venv/bin/python ]; then
   "$py" -m venv .venv || { echo "setup: '$py -m venv' failed: install python3-venv" >&2; exit 1; }
 fi
 .venv/bin/python -m pip install -q --disable-pip-version-check "maturin>=1.9.4,<2" pytest numpy safetensors "mypy>=2.4.1,<2.5" prometheus_client
+# GDPATH_SETUP_TORCH=1 (CI sets it) adds PyTorch and transformers, so that safetensors' own
+# PyTorch tests and transformers' loading run against gdpath.safetensors on the CPU: PyPI's torch
+# is its CUDA build (5.4 GB installed, about 90 s here), which imports and computes without a GPU.
+if [ "${GDPATH_SETUP_TORCH:-0}" = 1 ]; then
+  .venv/bin/python -m pip install -q --disable-pip-version-check "torch>=2.9,<3" "transformers>=5,<6"
+fi
 VIRTUAL_ENV="$PWD/.venv" .venv/bin/maturin develop -q -m crates/gdpath-py/Cargo.toml
