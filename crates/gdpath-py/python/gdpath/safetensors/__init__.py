@@ -38,7 +38,7 @@ from collections.abc import Mapping, Set as AbstractSet
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from .. import _native, default_agent
-from ..errors import CheckpointError
+from ..errors import CheckpointError, StorageError, _from_native
 
 __all__ = [
     "SafetensorError", "TensorSpec", "deserialize", "install", "load_file", "safe_open",
@@ -147,11 +147,18 @@ def _open(files: Files) -> "_native.Checkpoint":
     """A checkpoint of one file, of several (a list), or of the shards an index (a ``.json``
     path) lists, as the engine's ``Checkpoint::open_paths`` and ``gdpath load`` name them; a
     malformed one raises a :class:`gdpath.CheckpointError` that is also a
-    :data:`SafetensorError`."""
+    :data:`SafetensorError`, a missing one a :class:`gdpath.StorageError` that is also
+    ``FileNotFoundError``, worded as safetensors words it (``No such file or directory: PATH``)."""
     try:
         ck = _open_paths(files)
     except _CheckpointSafetensorError:
         raise
+    except FileNotFoundError as e:
+        if not isinstance(e, StorageError):
+            raise
+        # safetensors' own words for a missing file, so a program matching on them still does.
+        raise _from_native(e.kind, f"No such file or directory: {e.filename}", e.finding,
+                           {"errno": e.errno, "filename": e.filename}) from None
     except CheckpointError as e:
         # safetensors' prefix for a file's header, then its words where it has fixed ones.
         raise _st_error(e, "Error while deserializing header: ") from None
@@ -325,8 +332,16 @@ class _Builder:
         return dtype
 
     def shaped(self, raw: Any, info: "_native.TensorInfo") -> Any:
-        """``raw`` (1-D ``uint8`` bytes of ``info``'s tensor) as that tensor."""
-        return raw.view(self.dtype(info)).reshape(_storage_shape(info.dtype, info.shape))
+        """``raw`` (1-D ``uint8`` bytes of ``info``'s tensor) as that tensor; a tensor without
+        bytes (a zero in its shape) is a new empty one of its shape and dtype on ``raw``'s
+        device."""
+        dtype, shape = self.dtype(info), _storage_shape(info.dtype, info.shape)
+        if self.framework == "pt" and raw.numel() == 0:
+            import torch
+
+            # PyTorch refuses to view an empty byte tensor (stride 0) as a wider dtype.
+            return torch.empty(shape, dtype=dtype, device=raw.device)
+        return raw.view(dtype).reshape(shape)
 
     def host_bytes(self, n: int) -> Any:
         """An empty 1-D ``uint8`` host array of ``n`` bytes to read into."""
