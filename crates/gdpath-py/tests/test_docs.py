@@ -14,8 +14,9 @@ import gdpath
 from conftest import FIXTURES, REPO, gdpath_bin
 
 
-def cli(args, cwd) -> str:
-    out = subprocess.run([str(gdpath_bin()), *args, "--json"], cwd=cwd, capture_output=True, text=True)
+def cli(args, cwd, env=None) -> str:
+    out = subprocess.run([str(gdpath_bin()), *args, "--json"], cwd=cwd, capture_output=True,
+                         text=True, env=env)
     # The doctor's exit status is its verdict (0-2, 4: none decided); 3 is a failure.
     assert out.returncode in (0, 1, 2, 4), (args, out.stderr)
     assert out.stdout.endswith("\n")
@@ -73,18 +74,34 @@ def test_a_sysfs_tree_replays_as_the_cli_does(dump, tmp_path, scratch):
         ["doctor", "--sysfs-root", str(root), "--path", str(scratch)], scratch)
 
 
+def same_libraries_env() -> dict:
+    """This process's environment for a CLI child that finds the CUDA libraries this process
+    has already loaded: a framework (PyTorch's CUDA build) may have loaded ``libcufile.so.0``
+    from its own wheel, which the engine's ``dlopen`` by name then finds here but a child would
+    not; their folders go first on the child's ``LD_LIBRARY_PATH``."""
+    names = ("libcufile.so", "libcuda.so", "libnvidia-ml.so")
+    with open("/proc/self/maps") as maps:
+        loaded = {line.split()[-1] for line in maps if any(n in line for n in names)}
+    dirs = sorted({os.path.dirname(p) for p in loaded if p.startswith("/")})
+    env = dict(os.environ)
+    if dirs:
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(dirs + [env.get("LD_LIBRARY_PATH", "")]).rstrip(os.pathsep)
+    return env
+
+
 def test_this_machine_live(scratch):
     assert gdpath.topo_json() == cli(["topo"], scratch)
     live = gdpath.doctor(paths=[scratch])
     assert live["mode"] == "live"
     # The live doctor probes the directory; its document matches the CLI's run beside it.
-    assert gdpath.doctor_json(paths=[str(scratch)]) == cli(["doctor", "--path", str(scratch)], scratch)
+    env = same_libraries_env()
+    assert gdpath.doctor_json(paths=[str(scratch)]) == cli(["doctor", "--path", str(scratch)], scratch, env)
     # One path is a list of one (the trial's paths="/dir" was read as its characters).
     assert gdpath.doctor_json(paths=str(scratch)) == gdpath.doctor_json(paths=[scratch])
     # The default directory is the current one, as for the CLI.
     cwd = os.getcwd()
     try:
         os.chdir(scratch)
-        assert gdpath.doctor_json() == cli(["doctor"], scratch)
+        assert gdpath.doctor_json() == cli(["doctor"], scratch, env)
     finally:
         os.chdir(cwd)

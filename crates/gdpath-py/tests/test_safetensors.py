@@ -9,6 +9,7 @@ import json
 import os
 import re
 import struct
+from typing import Any
 
 import numpy as np
 import pytest
@@ -239,6 +240,89 @@ def test_torch_on_the_cpu_equals_safetensors_torch(scratch):
         g = got[k]
         assert (g.dtype, g.shape, g.device) == (w.dtype, w.shape, w.device), k
         assert g.reshape(-1).view(torch.uint8).numpy().tobytes() == w.reshape(-1).view(torch.uint8).numpy().tobytes(), k
+
+
+def test_torch_zero_size_tensors_keep_their_shape_and_dtype(scratch):
+    """Tensors without bytes (a zero in the shape) come back from ``load_file``, ``load``,
+    ``get_tensor`` and ``get_slice`` with the header's shape and dtype, as from
+    ``safetensors.torch`` (PyTorch will not view an empty byte tensor as a wider dtype)."""
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed here (the GPU suite runs these with it)")
+    import safetensors.torch
+    import gdpath.safetensors.torch as gtorch
+
+    ts = {"e": torch.zeros((2, 0), dtype=torch.float16), "r": torch.ones((0, 3), dtype=torch.bfloat16),
+          "x": torch.arange(6, dtype=torch.float32).reshape(2, 3)}
+    p = scratch / "zero.safetensors"
+    gtorch.save_file(ts, p)
+    want = safetensors.torch.load_file(str(p))
+    for got in (gtorch.load_file(p), gtorch.load(p.read_bytes()), gst.load_file(p)):
+        for k, w in want.items():
+            assert (got[k].dtype, got[k].shape) == (w.dtype, w.shape) and torch.equal(got[k], w), k
+    with gst.safe_open(p, "pt") as f, safetensors.safe_open(str(p), "pt") as real:
+        for k in ("e", "r"):
+            assert (f.get_tensor(k).dtype, f.get_tensor(k).shape) == (ts[k].dtype, ts[k].shape)
+        for k, index in (("e", slice(None)), ("e", (slice(None), slice(0, 0))), ("x", slice(1, 1)),
+                         ("x", (slice(None), slice(2, 2)))):
+            g, w = f.get_slice(k)[index], real.get_slice(k)[index]
+            assert (g.dtype, g.shape) == (w.dtype, w.shape), (k, index)
+
+
+def test_torch_slices_follow_pytorch_indexing_as_safetensors(scratch):
+    """``get_slice(name)[index]`` with ``framework="pt"`` gives what ``safetensors`` (its
+    default backend) gives: PyTorch's indexing (bounds clamped, negative ints, ``None``, lists,
+    masks) on tensors with and without rows, 0-d, bf16; PyTorch's exception type where it
+    refuses, with either ``backend``."""
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed here (the GPU suite runs these with it)")
+    import safetensors.torch
+
+    gen = torch.Generator().manual_seed(5)
+    p = scratch / "slices.safetensors"
+    safetensors.torch.save_file({
+        "e": torch.zeros((2, 0), dtype=torch.float16), "x": torch.randn(5, 3, generator=gen),
+        "z": torch.zeros(0, 3), "s": torch.tensor(3.0), "v": torch.arange(7),
+        "b": torch.randn(4, 2, 3, generator=gen).to(torch.bfloat16)}, str(p))
+    S, E = slice, Ellipsis
+    indexes = [S(None), S(2, 2), S(1, 9), S(-3, None), S(None, None, 2), S(5, 1), S(None, None, 0),
+               S(-100, 2), 0, -1, 5, -6, E, None, [], [0, 2], True, (), (E, 0), (0, E),
+               (S(1, 3), S(None, None, 2)), (S(None), -1), (None, 0), (1, 2), (1, 2, 3), (E, 1, 1),
+               (1, E, 2)]
+
+    def outcome(f: Any, name: str, index: Any) -> Any:
+        try:
+            t = f.get_slice(name)[index]
+        except Exception as e:
+            return type(e).__name__
+        return tuple(t.shape), t.dtype, t.tolist()
+
+    refused = 0
+    for backend in ("mmap", "pread"):
+        with safetensors.safe_open(str(p), "pt") as real, gst.safe_open(p, "pt", backend=backend) as ours:
+            for name in real.keys():
+                for index in indexes:
+                    want = outcome(real, name, index)
+                    assert outcome(ours, name, index) == want, (backend, name, index)
+                    refused += isinstance(want, str)
+    assert refused > 10
+
+
+def test_torch_sharing_helpers_group_every_overlap():
+    """``gdpath.safetensors.torch``'s sharing helpers, as ``safetensors.torch``'s: groups in
+    the state dict's order, one storage's split where bytes do not overlap, ``_end_ptr`` one
+    element past the last; a tensor overlapping a long one but not its neighbour stays in the
+    long one's group (safetensors 0.8.0 starts a new group there: docs/python.md)."""
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed here (the GPU suite runs these with it)")
+    from gdpath.safetensors.torch import _end_ptr, _find_shared_tensors, _remove_duplicate_names
+
+    a = torch.zeros(100)
+    other = torch.zeros(2)
+    assert _find_shared_tensors({"other": other, "long": a, "b": a[10:20], "c": a[30:40]}) == [
+        {"other"}, {"long", "b", "c"}]
+    assert _find_shared_tensors({"b": a[10:20], "c": a[30:40]}) == [{"b"}, {"c"}]
+    assert _remove_duplicate_names({"long": a, "b": a[10:20], "c": a[30:40]}) == {"long": ["b", "c"]}
+    t = torch.zeros(4, 6)[:, ::2].t()  # shape (3, 4), strides (2, 6): last element is the 23rd
+    assert _end_ptr(t) - t.data_ptr() == 23 * 4
+    empty = torch.zeros(0, 3)
+    assert _end_ptr(empty) == empty.data_ptr()
 
 
 def test_a_load_without_an_agent_uses_the_choosers_settings_as_the_cli(scratch):

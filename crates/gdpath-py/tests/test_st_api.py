@@ -13,6 +13,7 @@ import pytest
 import safetensors
 import safetensors.numpy as snp
 
+import gdpath
 import gdpath.safetensors as gst
 import gdpath.safetensors.numpy as gnp
 
@@ -44,6 +45,20 @@ def test_hostile_bytes_raise_safetensor_error_before_allocating():
     bad = b'{"a":{"dtype":"F32","shape":[1000000000],"data_offsets":[0,4000000000]}}'
     with pytest.raises(safetensors.SafetensorError):
         gst.deserialize(len(bad).to_bytes(8, "little") + bad)
+
+
+def test_a_missing_file_is_worded_as_safetensors(scratch):
+    """A missing file is ``FileNotFoundError`` with safetensors' own message from ``safe_open``
+    and ``load_file``, and still a :class:`gdpath.StorageError` (kind ``open``) naming it."""
+    missing = str(scratch / "missing.safetensors")
+    with pytest.raises(FileNotFoundError) as theirs:
+        safetensors.safe_open(missing, "np")
+    for load in (lambda: gst.safe_open(missing, "np"), lambda: gnp.load_file(missing)):
+        with pytest.raises(FileNotFoundError) as ours:
+            load()
+        assert str(ours.value) == str(theirs.value) == f"No such file or directory: {missing}"
+        assert isinstance(ours.value, gdpath.StorageError) and ours.value.kind == "open"
+        assert ours.value.filename == missing
 
 
 def test_slices_match_numpy_and_read_only_their_rows(scratch):

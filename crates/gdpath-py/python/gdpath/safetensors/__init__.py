@@ -38,7 +38,7 @@ from collections.abc import Mapping, Set as AbstractSet
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from .. import _native, default_agent
-from ..errors import CheckpointError
+from ..errors import CheckpointError, StorageError, _from_native
 
 __all__ = [
     "SafetensorError", "TensorSpec", "deserialize", "install", "load_file", "safe_open",
@@ -147,11 +147,18 @@ def _open(files: Files) -> "_native.Checkpoint":
     """A checkpoint of one file, of several (a list), or of the shards an index (a ``.json``
     path) lists, as the engine's ``Checkpoint::open_paths`` and ``gdpath load`` name them; a
     malformed one raises a :class:`gdpath.CheckpointError` that is also a
-    :data:`SafetensorError`."""
+    :data:`SafetensorError`, a missing one a :class:`gdpath.StorageError` that is also
+    ``FileNotFoundError``, worded as safetensors words it (``No such file or directory: PATH``)."""
     try:
         ck = _open_paths(files)
     except _CheckpointSafetensorError:
         raise
+    except FileNotFoundError as e:
+        if not isinstance(e, StorageError):
+            raise
+        # safetensors' own words for a missing file, so a program matching on them still does.
+        raise _from_native(e.kind, f"No such file or directory: {e.filename}", e.finding,
+                           {"errno": e.errno, "filename": e.filename}) from None
     except CheckpointError as e:
         # safetensors' prefix for a file's header, then its words where it has fixed ones.
         raise _st_error(e, "Error while deserializing header: ") from None
@@ -325,8 +332,16 @@ class _Builder:
         return dtype
 
     def shaped(self, raw: Any, info: "_native.TensorInfo") -> Any:
-        """``raw`` (1-D ``uint8`` bytes of ``info``'s tensor) as that tensor."""
-        return raw.view(self.dtype(info)).reshape(_storage_shape(info.dtype, info.shape))
+        """``raw`` (1-D ``uint8`` bytes of ``info``'s tensor) as that tensor; a tensor without
+        bytes (a zero in its shape) is a new empty one of its shape and dtype on ``raw``'s
+        device."""
+        dtype, shape = self.dtype(info), _storage_shape(info.dtype, info.shape)
+        if self.framework == "pt" and raw.numel() == 0:
+            import torch
+
+            # PyTorch refuses to view an empty byte tensor (stride 0) as a wider dtype.
+            return torch.empty(shape, dtype=dtype, device=raw.device)
+        return raw.view(dtype).reshape(shape)
 
     def host_bytes(self, n: int) -> Any:
         """An empty 1-D ``uint8`` host array of ``n`` bytes to read into."""
@@ -474,7 +489,8 @@ class _Slice:
     """What :meth:`safe_open.get_slice` returns, as ``safetensors``' slice object:
     ``get_shape()``, ``get_dtype()`` and ``[index]``, which reads the tensor's bytes for the rows
     of its first dimension the index covers (nothing else) and returns a new contiguous tensor.
-    Index rules and error messages are ``safetensors``' (see :func:`_indexers`)."""
+    Index rules and error messages are ``safetensors``': PyTorch's indexing for
+    ``framework="pt"`` (F4 aside), its own rules for NumPy and F4 (see :func:`_indexers`)."""
 
     def __init__(self, owner: "safe_open", info: "_native.TensorInfo"):
         self._owner, self._info = owner, info
@@ -677,6 +693,8 @@ class safe_open:
 
     def _slice(self, info: "_native.TensorInfo", index: Any) -> Any:
         self._check()
+        if self._build.framework == "pt" and info.dtype != "F4":
+            return self._torch_slice(info, index)
         shape = list(info.shape)
         idx = _indexers(index, shape)
         if info.dtype == "F4" and len(idx) == len(shape) and shape and idx[-1][:3] != (0, shape[-1], 1):
@@ -710,6 +728,24 @@ class safe_open:
         # np.ascontiguousarray would make a 0-d result 1-d; safetensors keeps its shape.
         return np.array(out, order="C")
 
+    def _torch_slice(self, info: "_native.TensorInfo", index: Any) -> Any:
+        """``tensor[index]`` under PyTorch's indexing rules, as ``safetensors`` indexes a
+        ``framework="pt"`` tensor (bounds of a slice clamped, negative ints from the end, any
+        index PyTorch takes; its ``IndexError`` / ``ValueError`` otherwise), reading from the
+        file only the rows of the first dimension a leading int or slice covers."""
+        if self._cache is not None:
+            return _torch_contiguous(self._cache[info.name][index])
+        shape = list(info.shape)
+        rows = _leading_rows(index, shape)
+        if rows is None or (shape[0] and (info.nbytes // shape[0]) * shape[0] != info.nbytes):
+            whole = self._build.shaped(self._build.wrap(self._host(info)), info)
+            return self._to_device(_torch_contiguous(whole[index]))
+        (start, stop), index = rows
+        row = info.nbytes // shape[0] if shape[0] else 0
+        raw = self._build.wrap(self._host(info, start * row, (stop - start) * row))
+        part = self._build.shaped(raw, _Rows(info, [stop - start] + shape[1:]))
+        return self._to_device(_torch_contiguous(part[index]))
+
     def tensors(self) -> Iterator[Tuple[str, Any]]:
         """``(name, tensor)`` for every tensor in file order, all loaded with one transfer into
         one allocation."""
@@ -726,6 +762,33 @@ class safe_open:
     def get_tensors(self) -> Dict[str, Any]:
         """Every tensor, as :func:`load_file` returns them."""
         return dict(self.tensors())
+
+
+def _leading_rows(index: Any, shape: Sequence[int]) -> Optional[Tuple[Tuple[int, int], Any]]:
+    """The rows ``[start, stop)`` of the first dimension that ``index`` (PyTorch's rules)
+    reads, and ``index`` rewritten for a tensor of those rows only; ``None`` (read the whole
+    tensor) for a 0-d tensor and for a leading item other than an in-range int, a slice with a
+    positive step or an ellipsis that spans the first dimension."""
+    if not shape:
+        return None
+    items = index if isinstance(index, tuple) else (index,)
+    first, rest = (items[0], items[1:]) if items else (slice(None), ())
+    n = shape[0]
+    if first is Ellipsis:
+        others = [it for it in rest if it is not None]
+        return ((0, n), index) if Ellipsis not in others and len(others) < len(shape) else None
+    if type(first) is int:
+        if not -n <= first < n:
+            return None  # PyTorch's IndexError, from the whole tensor
+        at = first % n
+        return (at, at + 1), (0,) + tuple(rest)
+    if isinstance(first, slice) and all(b is None or type(b) is int for b in (first.start, first.stop, first.step)):
+        start, stop, step = first.indices(n)
+        if step <= 0:
+            return None  # PyTorch's ValueError, from the whole tensor
+        stop = max(stop, start)
+        return (start, stop), (slice(0, stop - start, step),) + tuple(rest)
+    return None
 
 
 class _Rows:

@@ -1,7 +1,8 @@
 """``safetensors.torch`` through gdpath: :func:`save`, :func:`save_file`, :func:`load`,
 :func:`load_file`, :func:`save_model`, :func:`load_model` and the helpers programs import from
-it (:func:`storage_ptr`, :func:`storage_size`, ``_find_shared_tensors``,
-``_remove_duplicate_names``), with that module's signatures and refusals. Importing it imports
+it (:func:`storage_ptr`, :func:`storage_size`, ``_end_ptr``, ``_find_shared_tensors``,
+``_filter_shared_not_shared``, ``_is_complete``, ``_remove_duplicate_names``), with that
+module's signatures, results and refusals. Importing it imports
 PyTorch (``ImportError`` without it); ``gdpath.safetensors`` itself does not."""
 
 from __future__ import annotations
@@ -40,38 +41,62 @@ def storage_size(tensor: torch.Tensor) -> int:
         return tensor.nelement() * tensor.element_size()
 
 
-def _span(t: torch.Tensor) -> Tuple[int, int]:
-    """The first and one-past-last byte addresses ``t``'s elements occupy."""
-    start = t.data_ptr()
-    if t.nelement() == 0:
-        return start, start
-    last = sum((n - 1) * s for n, s in zip(t.shape, t.stride()) if s > 0)
-    return start, start + (last + 1) * t.element_size()
+def _end_ptr(tensor: torch.Tensor) -> int:
+    """The address one byte past ``tensor``'s last element (its :meth:`data_ptr` when it has
+    none), as ``safetensors.torch._end_ptr``: for ``B[::4]`` of a float32 ``B``, three strides
+    of 16 bytes and one element of 4 past its start. Strides are counted as they are, so a
+    non-contiguous tensor (which ``safetensors`` cannot flatten there) gets its true end too."""
+    start = tensor.data_ptr()
+    if tensor.nelement() == 0:
+        return start
+    last = sum((n - 1) * s for n, s in zip(tensor.shape, tensor.stride()))
+    return start + (last + 1) * tensor.element_size()
+
+
+def _filter_shared_not_shared(
+    tensors: List[Set[str]], state_dict: Dict[str, torch.Tensor]
+) -> List[Set[str]]:
+    """Splits each set of names sharing a storage into the groups whose byte spans overlap
+    (``[data_ptr, _end_ptr)``, chained: A overlapping B overlapping C is one group), in address
+    order; sets of one name are kept as they are. ``safetensors`` chains on the previous span's
+    end only, which can split a group under one long tensor; here a group ends only past the
+    furthest end seen, so no two overlapping tensors land in different groups."""
+    out: List[Set[str]] = []
+    for names in tensors:
+        if len(names) < 2:
+            out.append(names)
+            continue
+        spans = sorted((state_dict[n].data_ptr(), _end_ptr(state_dict[n]), n) for n in names)
+        end = None
+        for a, b, n in spans:
+            if end is not None and a < end:
+                out[-1].add(n)
+                end = max(end, b)
+            else:
+                out.append({n})
+                end = b
+    return out
 
 
 def _find_shared_tensors(state_dict: Dict[str, torch.Tensor]) -> List[Set[str]]:
-    """The tensors of ``state_dict`` as groups whose bytes overlap: one set per group,
-    singletons included, meta and empty-storage tensors left out (as ``safetensors.torch``)."""
-    by_storage: Dict[Tuple[Any, int, int], List[str]] = defaultdict(list)
+    """The tensors of ``state_dict`` as groups whose bytes overlap, as
+    ``safetensors.torch._find_shared_tensors``: one set per group, singletons included, storages
+    in the order the dict first names them, groups of one storage in address order; meta and
+    empty-storage tensors are left out."""
+    by_storage: Dict[Tuple[Any, int, int], Set[str]] = defaultdict(set)
     for k, v in state_dict.items():
         if v.device.type != "meta" and storage_ptr(v) != 0 and storage_size(v) != 0:
-            by_storage[(v.device, storage_ptr(v), storage_size(v))].append(k)
-    groups: List[Set[str]] = []
-    for names in by_storage.values():
-        spans = sorted((_span(state_dict[n]), n) for n in names)
-        end = None
-        for (a, b), n in spans:
-            if end is not None and a < end:
-                groups[-1].add(n)
-                end = max(end, b)
-            else:
-                groups.append({n})
-                end = b
-    return sorted(groups, key=lambda g: sorted(g))
+            # The device is part of the key: two GPUs may hand out the same address.
+            by_storage[(v.device, storage_ptr(v), storage_size(v))].add(k)
+    return _filter_shared_not_shared(list(by_storage.values()), state_dict)
 
 
-def _complete(t: torch.Tensor) -> bool:
-    return t.data_ptr() == storage_ptr(t) and t.nelement() * t.element_size() == storage_size(t)
+def _is_complete(tensor: torch.Tensor) -> bool:
+    """Whether ``tensor`` starts at its storage's start and its elements' bytes add up to the
+    storage's size (``True`` for a meta tensor), as ``safetensors.torch._is_complete``; a
+    strided view with holes (``A[::2]``) is not complete."""
+    return (tensor.data_ptr() == storage_ptr(tensor)
+            and tensor.nelement() * tensor.element_size() == storage_size(tensor))
 
 
 def _remove_duplicate_names(
@@ -80,29 +105,43 @@ def _remove_duplicate_names(
     preferred_names: Optional[Iterable[str]] = None,
     discard_names: Optional[Iterable[str]] = None,
 ) -> Dict[str, List[str]]:
-    """For each group of tensors sharing memory, the name to keep → the names to drop. The kept
-    one covers its whole storage: among those, a ``preferred_names`` one first, then one not in
-    ``discard_names``, then the first by name. ``RuntimeError`` where none covers it."""
+    """For each group of tensors sharing memory, the name to keep → the others, sorted, as
+    ``safetensors.torch._remove_duplicate_names``. The kept one covers its whole storage
+    (:func:`_is_complete`): among those, the first by name of ``preferred_names``, else of
+    those not in ``discard_names``, else of all. ``RuntimeError`` where none covers it (saving
+    a view would write more or less than the model holds)."""
     preferred, discard = set(preferred_names or ()), set(discard_names or ())
     out: Dict[str, List[str]] = defaultdict(list)
     for group in _find_shared_tensors(state_dict):
-        if len(group) < 2:
-            continue
-        complete = sorted(n for n in group if _complete(state_dict[n]))
+        complete = sorted(n for n in group if _is_complete(state_dict[n]))
         if not complete:
             raise RuntimeError(f"Error while trying to find names to remove to save state dict, "
                                f"but found no suitable name to keep for saving amongst: {group}. "
-                               "None is covering the entire storage.")
+                               "None is covering the entire storage.Refusing to save/load the "
+                               "model since you could be storing much more memory than needed.")
         keep = ([n for n in complete if n in preferred] or [n for n in complete if n not in discard]
                 or complete)[0]
-        out[keep].extend(sorted(n for n in group if n != keep))
+        for n in sorted(group):
+            if n != keep:
+                out[keep].append(n)
     return out
+
+
+def _refuse_non_tensors(tensors: Any) -> None:
+    """``ValueError`` with ``safetensors.torch``'s words for a non-dict or a value that is not
+    a ``torch.Tensor`` (this module saves PyTorch tensors only, as that one does)."""
+    if not isinstance(tensors, dict):
+        raise ValueError(f"Expected a dict of [str, torch.Tensor] but received {type(tensors)}")
+    for k, v in tensors.items():
+        if not isinstance(v, torch.Tensor):
+            raise ValueError(f"Key `{k}` is invalid, expected torch.Tensor but received {type(v)}")
 
 
 def save(tensors: Dict[str, torch.Tensor], metadata: Optional[Dict[str, str]] = None, *,
          lenient: bool = False) -> bytes:
     """The safetensors file of ``tensors`` as bytes (what :func:`save_file` writes), from host
     or GPU tensors. Refusals and ``lenient`` as :func:`save_file`."""
+    _refuse_non_tensors(tensors)
     return _save_bytes(tensors, metadata, lenient)
 
 
@@ -113,6 +152,7 @@ def save_file(tensors: Dict[str, torch.Tensor], filename: Path,
     sparse or non-contiguous tensor, ``RuntimeError`` for shared memory or a meta tensor;
     ``lenient=True`` copies non-contiguous tensors and saves shared ones whole
     (:func:`gdpath.safetensors.save_file`)."""
+    _refuse_non_tensors(tensors)
     _save_file(tensors, filename, metadata, lenient=lenient)
 
 
