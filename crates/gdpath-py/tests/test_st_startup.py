@@ -44,7 +44,19 @@ def child(code: str, env_value, *args: str) -> list:
     r = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True,
                        text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-3000:]
-    return r.stdout.split()
+    return Words(r.stdout.split(), r.stderr)
+
+
+class Words(list):
+    """The probe's words, with the child's stderr kept so that a failed comparison shows why
+    (``install()`` says on stderr when it could not route safetensors)."""
+
+    def __init__(self, words: list, stderr: str):
+        super().__init__(words)
+        self.stderr = stderr
+
+    def __repr__(self) -> str:
+        return f"{list(self)!r} (child's stderr: {self.stderr[-3000:]!r})"
 
 
 @pytest.fixture
@@ -60,7 +72,8 @@ def test_pth_is_shipped_beside_the_package():
 
 
 def test_env_var_routes_safetensors_at_start(ckpt):
-    assert child(PROBE, "1", ckpt) == ["gdpath.safetensors", "gdpath.safetensors.numpy", "True", "True"]
+    words = child(PROBE, "1", ckpt)
+    assert words == ["gdpath.safetensors", "gdpath.safetensors.numpy", "True", "True"], repr(words)
 
 
 @pytest.mark.parametrize("value", [None, "0", ""])
