@@ -528,6 +528,10 @@ async fn keep_alive(mut client: Client, key: &str, lease: i64, ttl: Duration) ->
             if keeper.keep_alive().await.is_err() {
                 break;
             }
+            // The next keep-alive is due one period after this ack, whatever the check of the
+            // key below costs, so that a slow etcd cannot stretch the gap to the whole TTL.
+            let next =
+                tokio::time::Instant::now() + period.saturating_sub(Duration::from_millis(10));
             match tokio::time::timeout(period, stream.message()).await {
                 Ok(Ok(Some(r))) if r.ttl() > 0 => last_ok = Instant::now(),
                 Ok(Ok(Some(_))) => {
@@ -537,7 +541,8 @@ async fn keep_alive(mut client: Client, key: &str, lease: i64, ttl: Duration) ->
                 Err(_) => continue,
             }
             let opts = GetOptions::new().with_keys_only();
-            if let Ok(Ok(resp)) = tokio::time::timeout(period, client.get(key, Some(opts))).await {
+            let check = next.saturating_duration_since(tokio::time::Instant::now());
+            if let Ok(Ok(resp)) = tokio::time::timeout(check, client.get(key, Some(opts))).await {
                 match resp.kvs().first() {
                     None => {
                         return Lost::Key("the record was deleted while its lease lives".into())
@@ -551,7 +556,7 @@ async fn keep_alive(mut client: Client, key: &str, lease: i64, ttl: Duration) ->
                     Some(_) => {}
                 }
             }
-            tokio::time::sleep(period.saturating_sub(Duration::from_millis(10))).await;
+            tokio::time::sleep_until(next).await;
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }

@@ -141,11 +141,14 @@ impl NodeInfo {
         }
     }
 
-    /// True when this record's process is known to have ended: same boot as this process, and
-    /// no process `pid` started at `start_ticks`.
+    /// True when this record's process is known to have ended: same boot and same host name as
+    /// this process, and no process `pid` started at `start_ticks`. The host name is compared
+    /// too because containers of one host share its boot id but not their PID namespaces: there
+    /// a live agent's pid would look dead from the next container.
     pub fn is_dead_here(&self) -> bool {
         !self.boot_id.is_empty()
             && self.boot_id == boot_id()
+            && self.hostname == NodeInfo::this_process().hostname
             && start_ticks(self.pid) != Some(self.start_ticks)
     }
 }

@@ -69,7 +69,7 @@ pub struct PairRow {
     pub transport: Transport,
     /// Lines naming it (a `[send]` and a `[receive]` line of one connection count twice).
     pub lines: usize,
-    /// Channels named, ascending.
+    /// Channels named, ascending; at most [`crate::MAX_CHANNELS`].
     pub channels: Vec<u32>,
     /// Whether both ranks are on one machine: always for P2P and SHM (NCCL uses them only
     /// there), else whether both ranks' hosts are known and equal.
@@ -317,9 +317,7 @@ pub fn explain(mut job: Job, topo: Option<&Topology>) -> Explanation {
             });
         row.lines += c.lines as usize;
         for ch in &c.channels {
-            if let Err(i) = row.channels.binary_search(ch) {
-                row.channels.insert(i, *ch);
-            }
+            crate::add_channel(&mut row.channels, *ch);
         }
         // A `[send]` and a `[receive]` connection of one pair: their samples in log order.
         row.samples.extend(c.samples.iter().cloned());

@@ -168,10 +168,24 @@ pub struct Connection {
     pub transport: Transport,
     /// Lines naming it.
     pub lines: u64,
-    /// Channels (or rings, in 2.4) named, ascending.
+    /// Channels (or rings, in 2.4) named, ascending; at most [`MAX_CHANNELS`] of them.
     pub channels: Vec<u32>,
     /// The first lines naming it, at most [`SAMPLE_LINES`], in log order (`lines` counts all).
     pub samples: Vec<LineRef>,
+}
+
+/// The most channels listed per connection or pair: NCCL opens at most 64 (`MAXCHANNELS`), so
+/// a log naming more is not NCCL's, and keeping them all would let a hostile log grow the list
+/// (and its sorted inserts) with its lines.
+pub const MAX_CHANNELS: usize = 64;
+
+/// Adds `ch` to the ascending `list` unless it is there or the list holds [`MAX_CHANNELS`].
+pub(crate) fn add_channel(list: &mut Vec<u32>, ch: u32) {
+    if list.len() < MAX_CHANNELS {
+        if let Err(i) = list.binary_search(&ch) {
+            list.insert(i, ch);
+        }
+    }
 }
 
 impl Connection {
@@ -543,9 +557,7 @@ impl Parser {
                 return;
             };
             kept.lines += 1;
-            if let Err(at_) = kept.channels.binary_search(&c.channel) {
-                kept.channels.insert(at_, c.channel);
-            }
+            add_channel(&mut kept.channels, c.channel);
             if kept.samples.len() < SAMPLE_LINES {
                 kept.samples.push(at());
             }

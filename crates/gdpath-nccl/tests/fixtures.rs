@@ -424,6 +424,26 @@ fn what_is_kept_grows_with_the_pairs_not_the_log() {
 }
 
 #[test]
+fn channels_listed_per_connection_are_capped() {
+    // One connection named on 100,000 lines, each with another channel number, in descending
+    // order (the worst case for sorted inserts): at most MAX_CHANNELS are listed.
+    let mut log = Vec::new();
+    for ch in (0..100_000u32).rev() {
+        log.extend_from_slice(
+            format!("h:1:2 [0] NCCL INFO Channel {ch:02}/0 : 0[0] -> 1[1] via P2P/CUMEM/read\n")
+                .as_bytes(),
+        );
+    }
+    let e = explain(parse_logs(&[("chans", &log)], Limits::default()), None);
+    assert_eq!(e.job.connections.len(), 1);
+    let c = &e.job.connections[0];
+    assert_eq!(c.lines, 100_000, "every line is counted");
+    assert_eq!(c.channels.len(), gdpath_nccl::MAX_CHANNELS);
+    assert!(c.channels.windows(2).all(|w| w[0] < w[1]), "ascending");
+    assert_eq!(e.pairs[0].channels.len(), gdpath_nccl::MAX_CHANNELS);
+}
+
+#[test]
 fn a_kept_line_is_cut_to_a_sample() {
     // A 4000-byte `via` (the line cap is 4096): its sample and its `via` are cut to 512 bytes.
     let log = format!(

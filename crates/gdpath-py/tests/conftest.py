@@ -127,12 +127,24 @@ _TORCH_MISSING = (
 )
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item, call):
-    outcome = yield
-    report = outcome.get_result()
+def _require_torch(report) -> None:
+    """Turns ``report`` (a test's or a module's collection) into a failure where it skipped for
+    want of PyTorch and ``GDPATH_REQUIRE_TORCH`` is set."""
     if report.skipped and os.environ.get("GDPATH_REQUIRE_TORCH"):
         reason = str(report.longrepr[-1]) if isinstance(report.longrepr, tuple) else str(report.longrepr)
         if any(m in reason for m in _TORCH_MISSING):
             report.outcome = "failed"
             report.longrepr = f"GDPATH_REQUIRE_TORCH is set but the test skipped: {reason}"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    _require_torch(outcome.get_result())
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    # A module that skips at import (`allow_module_level=True`) is reported at collection.
+    outcome = yield
+    _require_torch(outcome.get_result())
