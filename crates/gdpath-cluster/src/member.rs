@@ -459,21 +459,28 @@ async fn keep_task(client: Client, ttl: Duration, mut lease: i64, shared: Arc<Sh
                     .await;
             match attempt {
                 Ok(Ok(id)) => {
-                    let now = shared
-                        .record
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .clone();
-                    if now != record {
-                        // Updated while this claim was on its way: the change goes on the new
-                        // lease too.
+                    // From here on an update writes onto the new lease itself. One made while
+                    // the claim was on its way is written here; the record is read again after
+                    // each put, so that a put of an older record racing an update's own write
+                    // is followed by the newer one.
+                    *shared.lease.lock().unwrap_or_else(PoisonError::into_inner) = Some(id);
+                    let mut written = record;
+                    for _ in 0..8 {
+                        let now = shared
+                            .record
+                            .lock()
+                            .unwrap_or_else(PoisonError::into_inner)
+                            .clone();
+                        if now == written {
+                            break;
+                        }
                         let opts = PutOptions::new().with_lease(id);
                         let mut c = client.clone();
                         let put = c.put(shared.key.clone(), now.to_json(), Some(opts));
                         let _ = tokio::time::timeout(ttl, put).await;
+                        written = now;
                     }
                     lease = id;
-                    *shared.lease.lock().unwrap_or_else(PoisonError::into_inner) = Some(id);
                     shared.push(MemberEvent::Republished { lease: id });
                     break;
                 }
