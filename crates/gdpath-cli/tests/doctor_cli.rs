@@ -1,5 +1,7 @@
 //! `gdpath doctor` as a script runs it: exit status and JSON.
 
+mod common;
+
 use std::process::Command;
 
 /// The snapshot of the two-GPU H200 machine shipped with gdpath.
@@ -60,15 +62,7 @@ fn measure_on_a_snapshot_is_not_run_with_the_reason() {
         .output()
         .unwrap();
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let finding = |id: &str| {
-        v["findings"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|f| f["id"] == id)
-            .unwrap_or_else(|| panic!("no {id} in {v}"))
-            .clone()
-    };
+    let finding = |id: &str| common::finding(&v, id).clone();
     for id in ["p2p.measured-fallback", "gds.measured-fallback"] {
         let f = finding(id);
         assert_eq!(f["status"], "not-run", "{f}");

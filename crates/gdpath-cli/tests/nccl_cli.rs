@@ -1,6 +1,9 @@
 //! `gdpath nccl`: a real NCCL log against a real `nvidia-smi topo -m` matrix, `nccl run`
 //! keeping the command's exit status and explaining the log it wrote, and usage errors.
 
+mod common;
+
+use common::finding;
 use std::process::Command;
 
 fn gdpath() -> Command {
@@ -14,16 +17,6 @@ fn succeeded(out: &std::process::Output) {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-}
-
-/// The finding `id` of a `gdpath nccl --json` document.
-fn finding<'v>(v: &'v serde_json::Value, id: &str) -> &'v serde_json::Value {
-    v["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["id"] == id)
-        .unwrap_or_else(|| panic!("no {id} in {v}"))
 }
 
 #[test]

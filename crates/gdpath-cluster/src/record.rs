@@ -146,9 +146,10 @@ impl NodeInfo {
     /// too because containers of one host share its boot id but not their PID namespaces: there
     /// a live agent's pid would look dead from the next container.
     pub fn is_dead_here(&self) -> bool {
+        let here = NodeInfo::this_process();
         !self.boot_id.is_empty()
-            && self.boot_id == boot_id()
-            && self.hostname == NodeInfo::this_process().hostname
+            && self.boot_id == here.boot_id
+            && self.hostname == here.hostname
             && start_ticks(self.pid) != Some(self.start_ticks)
     }
 }

@@ -25,6 +25,17 @@ pub fn gdpath(args: &[&str]) -> (bool, String, String) {
     )
 }
 
+/// The finding `id` of a JSON document with a `findings` list (`doctor --json`,
+/// `nccl --json`); panics naming the id and the document where there is none.
+pub fn finding<'v>(v: &'v serde_json::Value, id: &str) -> &'v serde_json::Value {
+    v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["id"] == id)
+        .unwrap_or_else(|| panic!("no {id} in {v}"))
+}
+
 /// The JSON document a successful run printed on stdout; panics with its stderr if the run
 /// failed, or with the text if stdout is not JSON.
 pub fn json_ok(out: &std::process::Output) -> serde_json::Value {
